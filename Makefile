@@ -1,0 +1,54 @@
+# dpu — build, run, test.
+GO      ?= go
+BIN     := bin
+RUN_DIR ?= $(CURDIR)/run
+NODES   ?= 4
+TOPO    ?= ring
+PKGS    := ./...
+GOTESTFLAGS ?=
+
+.PHONY: all build run stop test test-short lint fmt vet bench clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Start a local fabric of $(NODES) agents over UDP loopback and show it working.
+run: build
+	-@$(BIN)/dpu-fabric down --dir $(RUN_DIR) >/dev/null 2>&1
+	$(BIN)/dpu-fabric up --nodes $(NODES) --topo $(TOPO) --dir $(RUN_DIR)
+	@echo
+	@echo "== dpuctl route show (node 0) =="
+	@$(BIN)/dpuctl -s $(RUN_DIR)/node0/ctl.sock route show
+	@echo
+	@echo "Try:"
+	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node0/ctl.sock link show"
+	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node1/ctl.sock -j route show"
+	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node2/ctl.sock neigh show"
+	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node0/ctl.sock stats"
+	@echo "  $(BIN)/dpuctl topo plan --nodes 64 --ports 4"
+	@echo "  $(BIN)/dpu-fabric down --dir $(RUN_DIR)"
+
+stop:
+	-$(BIN)/dpu-fabric down --dir $(RUN_DIR)
+
+# The whole test suite (CI runs it with GOTESTFLAGS=-race).
+test: lint build
+	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS)
+
+lint: fmt vet
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf $(BIN)

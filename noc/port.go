@@ -1,0 +1,40 @@
+package noc
+
+import (
+	"errors"
+	"time"
+)
+
+// Port is one end of a point-to-point link to a neighbour DPU: it moves raw
+// link-layer datagrams and nothing more. Delivery is unreliable (a datagram
+// may be dropped, duplicated, delayed or reordered); the link layer above it
+// makes it reliable. Implementations: mem (in-process pair), udp, and the
+// AF_XDP / AF_PACKET ports of package xdp.
+//
+// A Port is safe for one concurrent reader and one concurrent writer.
+type Port interface {
+	// Name is the local name of the port ("p0", "veth3", ...).
+	Name() string
+	// MTU is the largest datagram WriteDatagram accepts.
+	MTU() int
+	// WriteDatagram sends b. It does not keep b after it returns.
+	WriteDatagram(b []byte) error
+	// ReadDatagram copies the next datagram into b and returns its length.
+	// It blocks until a datagram arrives, the deadline passes
+	// (os.ErrDeadlineExceeded) or the port is closed (ErrPortClosed).
+	// Datagrams longer than b are truncated.
+	ReadDatagram(b []byte) (int, error)
+	// SetReadDeadline bounds ReadDatagram; the zero time removes the bound.
+	SetReadDeadline(t time.Time) error
+	// Close releases the port; blocked reads return ErrPortClosed.
+	Close() error
+}
+
+// Poller is implemented by ports that can be busy-polled: TryReadDatagram
+// returns at once, with ok false when nothing is waiting.
+type Poller interface {
+	TryReadDatagram(b []byte) (n int, ok bool, err error)
+}
+
+// ErrPortClosed is returned by a closed port.
+var ErrPortClosed = errors.New("noc: port closed")
