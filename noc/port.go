@@ -38,3 +38,15 @@ type Poller interface {
 
 // ErrPortClosed is returned by a closed port.
 var ErrPortClosed = errors.New("noc: port closed")
+
+// PortID is the local index of a port on one DPU (0, 1, ...). Port ids are
+// dense and small (a DPU has a handful of ports).
+type PortID uint16
+
+// NoPort means "no port": the owner's up port, or a frame that originated
+// locally.
+const NoPort PortID = 0xFFFF
+
+// LocalPort stands for this node's own host where a set of ports is kept
+// (for example a path cache entry whose replica is held by the local host).
+const LocalPort PortID = 0xFFFE

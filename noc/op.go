@@ -1,0 +1,23 @@
+package noc
+
+// Ranges of Control-class op values, so that the packages speaking the
+// Control class never collide. Load, Store and Atomic ops belong to the
+// coherence engine alone.
+const (
+	// OpRouteFirst..OpRouteLast: link-state routing (hello, LSA).
+	OpRouteFirst Op = 1
+	OpRouteLast  Op = 15
+	// OpCoherenceFirst..OpCoherenceLast: ownership protocol and other
+	// coherence control messages.
+	OpCoherenceFirst Op = 16
+	OpCoherenceLast  Op = 127
+	// OpAgentFirst..OpAgentLast: agent-to-agent management (GPU accounting,
+	// diagnostics).
+	OpAgentFirst Op = 128
+	OpAgentLast  Op = 255
+)
+
+// IsRouting reports whether f is a routing control frame.
+func (f *Frame) IsRouting() bool {
+	return f.Class == ClassControl && f.Op >= OpRouteFirst && f.Op <= OpRouteLast
+}
