@@ -10,7 +10,7 @@
 //	0      1    version      (FrameVersion = 1; others are rejected)
 //	1      1    class        Load, Store, Atomic or Control
 //	2      1    op           operation inside the class (coherence and routing own the values)
-//	3      1    flags        FlagReply, FlagError, FlagHuge; others reserved
+//	3      1    flags        FlagReply, FlagError, FlagHuge, FlagPath; others reserved
 //	4      4    src          source node id
 //	8      4    dst          destination node id (BroadcastNode: the neighbour on the link)
 //	12     1    hops         hop count, incremented by every router that forwards the frame
