@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+)
+
+// DefaultRunDir is where the agent's sockets live unless configured
+// otherwise (DESIGN §6).
+const DefaultRunDir = "/run/dpu"
+
+// Port kinds an agent can open.
+const (
+	PortUDP      = "udp"      // UDP socket: ARGS = LOCAL-ADDR REMOTE-ADDR
+	PortXDP      = "xdp"      // AF_XDP on a netdev, falling back to AF_PACKET: ARGS = DEV
+	PortAFPacket = "afpacket" // AF_PACKET on a netdev: ARGS = DEV
+)
+
+// PortSpec describes one neighbour link of the agent.
+type PortSpec struct {
+	Name string   // local port name, e.g. "p0"
+	Kind string   // PortUDP, PortXDP or PortAFPacket
+	Args []string // kind-specific arguments
+}
+
+func (p PortSpec) String() string {
+	return strings.Join(append([]string{p.Name, p.Kind}, p.Args...), " ")
+}
+
+// Config is the agent's configuration. The zero value is not valid; start
+// from DefaultConfig.
+type Config struct {
+	Node         noc.NodeID
+	RunDir       string
+	Ports        []PortSpec
+	LogLevel     string // debug, info, warn, error
+	Poll         bool   // busy-poll ports instead of blocking
+	Heartbeat    time.Duration
+	DeadInterval time.Duration
+	SocketGroup  string // group owning the sockets ("" = the agent's)
+	Pages        int    // physical pages this node may index (capacity rule)
+	Seed         uint64 // seed of the agent's random source (0: from the clock)
+}
+
+// DefaultConfig is the embedded default: a single-node fabric with its
+// sockets in the default run directory.
+func DefaultConfig() Config {
+	return Config{
+		Node:         0,
+		RunDir:       DefaultRunDir,
+		LogLevel:     "info",
+		Heartbeat:    100 * time.Millisecond,
+		DeadInterval: time.Second,
+		Pages:        65536, // 256 MiB of 4 KiB pages
+	}
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("config")
+
+// LoadFile applies the configuration file at path to c.
+func (c *Config) LoadFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	defer f.Close()
+	return c.Load(path, f)
+}
+
+// Load applies a configuration read from r (named name in errors) to c.
+//
+// The format is line oriented: blank lines and lines starting with '#' are
+// ignored; every other line is "key = value". Keys: node, run-dir,
+// log-level, poll, heartbeat, dead-interval, socket-group, pages, seed, and
+// port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
+// value is an error naming the file, the line and the reason.
+func (c *Config) Load(name string, r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	line := 0
+	var ports []PortSpec
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(text, "=")
+		if !ok {
+			return fmt.Errorf("%w: %s:%d: want \"key = value\", got %q", ErrConfig, name, line, text)
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if key == "port" {
+			p, err := ParsePortSpec(val)
+			if err != nil {
+				return fmt.Errorf("%w: %s:%d: %w", ErrConfig, name, line, err)
+			}
+			ports = append(ports, p)
+			continue
+		}
+		if err := c.Set(key, val); err != nil {
+			return fmt.Errorf("%w: %s:%d: %w", ErrConfig, name, line, err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrConfig, name, err)
+	}
+	if ports != nil {
+		c.Ports = ports
+	}
+	return nil
+}
+
+// Set applies one key = value setting (also used for command-line flags).
+func (c *Config) Set(key, val string) error {
+	var err error
+	switch key {
+	case "node":
+		var n uint64
+		n, err = strconv.ParseUint(val, 10, 32)
+		if err == nil && noc.NodeID(n) == noc.BroadcastNode {
+			err = errors.New("reserved")
+		}
+		c.Node = noc.NodeID(n)
+	case "run-dir":
+		if val == "" {
+			err = errors.New("empty")
+		}
+		c.RunDir = val
+	case "log-level":
+		switch val {
+		case "debug", "info", "warn", "error":
+			c.LogLevel = val
+		default:
+			err = errors.New("want debug, info, warn or error")
+		}
+	case "poll":
+		c.Poll, err = strconv.ParseBool(val)
+	case "heartbeat":
+		c.Heartbeat, err = parsePositiveDuration(val)
+	case "dead-interval":
+		c.DeadInterval, err = parsePositiveDuration(val)
+	case "socket-group":
+		c.SocketGroup = val
+	case "pages":
+		var n int
+		n, err = strconv.Atoi(val)
+		if err == nil && n <= 0 {
+			err = errors.New("must be positive")
+		}
+		c.Pages = n
+	case "seed":
+		c.Seed, err = strconv.ParseUint(val, 10, 64)
+	default:
+		return fmt.Errorf("unknown key %q", key)
+	}
+	if err != nil {
+		return fmt.Errorf("bad value %q for %s: %w", val, key, err)
+	}
+	return nil
+}
+
+func parsePositiveDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err == nil && d <= 0 {
+		err = errors.New("must be positive")
+	}
+	return d, err
+}
+
+// ParsePortSpec parses "NAME KIND ARGS...".
+func ParsePortSpec(s string) (PortSpec, error) {
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return PortSpec{}, fmt.Errorf("port %q: want NAME KIND ARGS", s)
+	}
+	p := PortSpec{Name: f[0], Kind: f[1], Args: f[2:]}
+	want := map[string]int{PortUDP: 2, PortXDP: 1, PortAFPacket: 1}
+	n, ok := want[p.Kind]
+	if !ok {
+		return PortSpec{}, fmt.Errorf("port %q: unknown kind %q (want udp, xdp or afpacket)", s, p.Kind)
+	}
+	if len(p.Args) != n {
+		return PortSpec{}, fmt.Errorf("port %q: kind %s takes %d argument(s), got %d", s, p.Kind, n, len(p.Args))
+	}
+	return p, nil
+}
+
+// Validate checks the configuration as a whole.
+func (c *Config) Validate() error {
+	names := map[string]bool{}
+	for _, p := range c.Ports {
+		if names[p.Name] {
+			return fmt.Errorf("%w: port name %q used twice", ErrConfig, p.Name)
+		}
+		names[p.Name] = true
+	}
+	if c.DeadInterval <= c.Heartbeat {
+		return fmt.Errorf("%w: dead-interval %v must exceed heartbeat %v", ErrConfig, c.DeadInterval, c.Heartbeat)
+	}
+	if c.RunDir == "" {
+		return fmt.Errorf("%w: empty run-dir", ErrConfig)
+	}
+	return nil
+}

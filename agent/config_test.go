@@ -1,0 +1,56 @@
+package agent
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigLoad(t *testing.T) {
+	c := DefaultConfig()
+	in := `# a node
+node = 3
+run-dir = /tmp/x
+port = p0 udp 127.0.0.1:7000 127.0.0.1:7001
+port = p1 xdp veth1
+
+heartbeat = 50ms
+dead-interval = 400ms
+poll = true
+`
+	if err := c.Load("a.conf", strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || !c.Poll {
+		t.Fatalf("got %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"nodes = 1", `a.conf:1: unknown key "nodes"`},
+		{"\n\nnode = x", "a.conf:3: bad value \"x\" for node"},
+		{"node = 4294967295", "reserved"},
+		{"port = p0 tcp a b", `unknown kind "tcp"`},
+		{"port = p0 udp a", "takes 2 argument(s)"},
+		{"heartbeat = -1s", "must be positive"},
+		{"garbage", "a.conf:1: want \"key = value\""},
+		{"log-level = loud", "want debug"},
+	}
+	for _, tc := range cases {
+		c := DefaultConfig()
+		err := c.Load("a.conf", strings.NewReader(tc.in))
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err %v, want containing %q", tc.in, err, tc.want)
+		}
+	}
+	c := DefaultConfig()
+	c.Ports = []PortSpec{{Name: "p0", Kind: "udp"}, {Name: "p0", Kind: "udp"}}
+	if err := c.Validate(); err == nil {
+		t.Fatal("duplicate port names accepted")
+	}
+}

@@ -1,0 +1,134 @@
+// Command dpu-fabric stands up a local fabric of dpu-agents.
+//
+//	dpu-fabric up --nodes N --topo ring|line|tree|torus2d|smallworld|random-regular --dir DIR
+//	              [--links udp|veth] [--ports K] [--seed S] [--timeout D]
+//	dpu-fabric down --dir DIR
+//	dpu-fabric status --dir DIR
+//	dpu-fabric fault --dir DIR node I kill|restart
+//
+// up returns once every agent's routes cover all nodes and leaves the agents
+// running; down stops them and removes nothing else.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/fabric"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "dpu-fabric:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  dpu-fabric up --nodes N --topo KIND --dir DIR [--links udp|veth] [--ports K] [--seed S] [--timeout D]
+  dpu-fabric down --dir DIR
+  dpu-fabric status --dir DIR
+  dpu-fabric fault --dir DIR node I kill|restart`
+
+var errUsage = errors.New(usage)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errUsage
+	}
+	fs := flag.NewFlagSet("dpu-fabric "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var spec fabric.Spec
+	fs.StringVar(&spec.Dir, "dir", "", "fabric `directory`")
+	switch args[0] {
+	case "up":
+		fs.IntVar(&spec.Nodes, "nodes", 4, "number of nodes")
+		fs.StringVar(&spec.Topo, "topo", "ring", "topology: line, ring, tree, torus2d, smallworld, random-regular")
+		fs.StringVar(&spec.Links, "links", "udp", "link kind: udp (loopback, no root) or veth (namespaces + AF_XDP, root)")
+		fs.IntVar(&spec.MaxPorts, "ports", 4, "ports per node for generated topologies")
+		fs.Int64Var(&spec.Seed, "seed", 1, "seed for generated topologies")
+		fs.DurationVar(&spec.Timeout, "timeout", 30*time.Second, "convergence bound")
+		fs.StringVar(&spec.AgentPath, "agent", "", "dpu-agent binary (default: beside dpu-fabric, then $PATH)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		_, err := fabric.Up(ctx, spec, stdout)
+		return err
+	case "down":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if spec.Dir == "" {
+			return errUsage
+		}
+		if err := fabric.Down(spec.Dir); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "stopped the fabric in %s\n", spec.Dir)
+		return nil
+	case "status":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		st, err := fabric.Load(spec.Dir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d nodes, %s, %s links, %s\n", st.Nodes, st.Topo, st.Links, st.Dir())
+		for _, a := range st.Agents {
+			state := "running"
+			if !st.Alive(a.Node) {
+				state = "stopped"
+			}
+			fmt.Fprintf(stdout, "node%-4d pid %-8d %-8s %s\n", a.Node, a.Pid, state, a.Ctl())
+		}
+		return nil
+	case "fault":
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		st, err := fabric.Load(spec.Dir)
+		if err != nil {
+			return err
+		}
+		return fault(st, fs.Args(), stdout)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+func fault(st *fabric.State, args []string, stdout io.Writer) error {
+	if len(args) == 3 && args[0] == "node" {
+		i, err := strconv.Atoi(args[1])
+		if err != nil {
+			return fmt.Errorf("node %q: %w", args[1], err)
+		}
+		switch args[2] {
+		case "kill":
+			if err := st.Kill(i, syscall.SIGKILL); err != nil {
+				return err
+			}
+		case "restart":
+			if err := st.Restart(i); err != nil {
+				return err
+			}
+		default:
+			return errUsage
+		}
+		fmt.Fprintf(stdout, "node %d: %s\n", i, args[2])
+		return nil
+	}
+	return errUsage
+}

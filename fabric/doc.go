@@ -1,0 +1,13 @@
+// Package fabric stands up a local fabric of dpu-agents for people, tests
+// and benchmarks, like kind does for Kubernetes: N agent processes wired by a
+// generated topology, each with its own run directory DIR/nodeI holding
+// ctl.sock (and dpu0.sock), agent.conf and agent.log.
+//
+// Links are UDP sockets on loopback (no root needed) or, with Links = "veth",
+// veth pairs between one network namespace per node with AF_XDP ports
+// (package fabric/veth; root only).
+//
+// Up records what it starts in DIR/fabric.json before it starts it, so Down
+// stops exactly those agents, also after Up failed halfway. Down removes
+// nothing else: the run directories and logs stay for inspection.
+package fabric

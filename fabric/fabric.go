@@ -1,0 +1,395 @@
+package fabric
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/noc/topo"
+)
+
+// Spec describes a fabric to stand up.
+type Spec struct {
+	Nodes        int
+	Topo         string // a topo.Generate kind
+	Dir          string
+	Links        string // "udp" (default) or "veth"
+	Seed         int64
+	MaxPorts     int           // port bound for generated topologies (default 4)
+	AgentPath    string        // dpu-agent binary (default: next to this executable, then $PATH)
+	Timeout      time.Duration // convergence bound (default 30 s)
+	Heartbeat    time.Duration // link heartbeat (default 100 ms)
+	DeadInterval time.Duration // link dead interval (default 1 s)
+	ExtraArgs    []string      // appended to every agent's command line
+}
+
+// Agent is one agent of a running fabric.
+type Agent struct {
+	Node    int    `json:"node"`
+	Pid     int    `json:"pid"`
+	RunDir  string `json:"run_dir"`
+	Config  string `json:"config"`
+	Log     string `json:"log"`
+	Netns   string `json:"netns,omitempty"`
+	Stopped bool   `json:"stopped,omitempty"`
+}
+
+// Ctl returns the path of the agent's control socket.
+func (a Agent) Ctl() string { return filepath.Join(a.RunDir, "ctl.sock") }
+
+// State is what Up recorded in DIR/fabric.json.
+type State struct {
+	Links     string      `json:"links"`
+	Topo      string      `json:"topo"`
+	Nodes     int         `json:"nodes"`
+	Seed      int64       `json:"seed"`
+	Edges     []topo.Link `json:"edges"`
+	Agents    []Agent     `json:"agents"`
+	AgentPath string      `json:"agent_path"`
+	Args      []string    `json:"args,omitempty"`
+	dir       string
+}
+
+// ErrNotConverged is returned when routes do not cover the fabric in time.
+var ErrNotConverged = errors.New("fabric: routes did not converge")
+
+const stateFile = "fabric.json"
+
+// Up starts a fabric and returns once every agent's routes cover every other
+// node, or fails after spec.Timeout with a message naming what is missing.
+func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
+	if err := spec.defaults(); err != nil {
+		return nil, err
+	}
+	if spec.Links != "udp" {
+		return nil, fmt.Errorf("fabric: links %q: only udp is available in this build path", spec.Links)
+	}
+	if st, err := Load(spec.Dir); err == nil && st.running() {
+		return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first", spec.Dir)
+	}
+	g, err := topo.Generate(spec.Topo, spec.Nodes, topo.Options{MaxPorts: spec.MaxPorts, Seed: spec.Seed})
+	if err != nil {
+		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	abs, err := filepath.Abs(spec.Dir)
+	if err != nil {
+		return nil, err
+	}
+	st := &State{Links: spec.Links, Topo: spec.Topo, Nodes: spec.Nodes, Seed: spec.Seed, Edges: g.Links(), AgentPath: spec.AgentPath, Args: spec.ExtraArgs, dir: abs}
+	addrs, err := loopbackAddrs(st.Edges)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < spec.Nodes; i++ {
+		rd := filepath.Join(abs, fmt.Sprintf("node%d", i))
+		if err := os.MkdirAll(rd, 0o755); err != nil {
+			return nil, fmt.Errorf("fabric: %w", err)
+		}
+		conf := filepath.Join(rd, "agent.conf")
+		if err := os.WriteFile(conf, []byte(agentConf(i, rd, spec, st.Edges, addrs)), 0o644); err != nil {
+			return nil, fmt.Errorf("fabric: %w", err)
+		}
+		st.Agents = append(st.Agents, Agent{Node: i, RunDir: rd, Config: conf, Log: filepath.Join(rd, "agent.log"), Stopped: true})
+	}
+	if err := st.save(); err != nil {
+		return nil, err
+	}
+	for i := range st.Agents {
+		if err := st.start(i); err != nil {
+			return st, err
+		}
+	}
+	fmt.Fprintf(log, "started %d agents (%s, %s links) under %s\n", spec.Nodes, spec.Topo, spec.Links, abs)
+	wctx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	if err := st.WaitConverged(wctx); err != nil {
+		return st, err
+	}
+	fmt.Fprintf(log, "converged: every agent routes to %d other nodes\n", spec.Nodes-1)
+	return st, nil
+}
+
+func (s *Spec) defaults() error {
+	if s.Nodes < 1 {
+		return fmt.Errorf("fabric: --nodes must be at least 1")
+	}
+	if s.Dir == "" {
+		return fmt.Errorf("fabric: --dir is required")
+	}
+	if s.Topo == "" {
+		s.Topo = "ring"
+	}
+	if s.Links == "" {
+		s.Links = "udp"
+	}
+	if s.MaxPorts == 0 {
+		s.MaxPorts = 4
+	}
+	if s.Timeout == 0 {
+		s.Timeout = 30 * time.Second
+	}
+	if s.Heartbeat == 0 {
+		s.Heartbeat = 100 * time.Millisecond
+	}
+	if s.DeadInterval == 0 {
+		s.DeadInterval = time.Second
+	}
+	if s.AgentPath == "" {
+		p, err := FindAgent()
+		if err != nil {
+			return err
+		}
+		s.AgentPath = p
+	}
+	return nil
+}
+
+// FindAgent locates the dpu-agent binary: beside the running executable,
+// then on $PATH.
+func FindAgent() (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "dpu-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath("dpu-agent")
+	if err != nil {
+		return "", fmt.Errorf("fabric: dpu-agent not found beside this program or on $PATH (build it with make build): %w", err)
+	}
+	return p, nil
+}
+
+// loopbackAddrs reserves one UDP loopback address per port end.
+func loopbackAddrs(edges []topo.Link) (map[[2]int]string, error) {
+	addrs := map[[2]int]string{}
+	var held []*net.UDPConn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for _, e := range edges {
+		for _, end := range [][2]int{{e.A, e.PortA}, {e.B, e.PortB}} {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				return nil, fmt.Errorf("fabric: reserving a loopback port: %w", err)
+			}
+			held = append(held, c)
+			addrs[end] = c.LocalAddr().String()
+		}
+	}
+	return addrs, nil
+}
+
+func agentConf(i int, runDir string, spec Spec, edges []topo.Link, addrs map[[2]int]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# node %d of a %d-node %s fabric (written by dpu-fabric)\n", i, spec.Nodes, spec.Topo)
+	fmt.Fprintf(&b, "node = %d\nrun-dir = %s\nheartbeat = %v\ndead-interval = %v\nseed = %d\n", i, runDir, spec.Heartbeat, spec.DeadInterval, uint64(spec.Seed)*1000003+uint64(i)+1)
+	for _, e := range edges {
+		if e.A == i {
+			fmt.Fprintf(&b, "port = p%d udp %s %s\n", e.PortA, addrs[[2]int{e.A, e.PortA}], addrs[[2]int{e.B, e.PortB}])
+		}
+		if e.B == i {
+			fmt.Fprintf(&b, "port = p%d udp %s %s\n", e.PortB, addrs[[2]int{e.B, e.PortB}], addrs[[2]int{e.A, e.PortA}])
+		}
+	}
+	return b.String()
+}
+
+// Load reads the state Up recorded in dir.
+func Load(dir string) (*State, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(abs, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("fabric: no fabric in %s: %w", dir, err)
+	}
+	st := &State{dir: abs}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("fabric: %s: %w", filepath.Join(abs, stateFile), err)
+	}
+	return st, nil
+}
+
+func (s *State) save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(s.dir, stateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("fabric: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(s.dir, stateFile))
+}
+
+func (s *State) running() bool {
+	for _, a := range s.Agents {
+		if !a.Stopped && alive(a.Pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// start launches agent i as a detached process logging to its agent.log.
+func (s *State) start(i int) error {
+	a := &s.Agents[i]
+	logf, err := os.OpenFile(a.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("fabric: %w", err)
+	}
+	defer logf.Close()
+	_ = os.Remove(a.Ctl())
+	cmd := exec.Command(s.AgentPath, append([]string{"--config", a.Config}, s.Args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("fabric: starting agent %d: %w", i, err)
+	}
+	a.Pid, a.Stopped = cmd.Process.Pid, false
+	_ = cmd.Process.Release()
+	return s.save()
+}
+
+// Dir is the fabric's directory.
+func (s *State) Dir() string { return s.dir }
+
+// WaitConverged waits until every running agent's route table lists every
+// other running node, or ctx ends.
+func (s *State) WaitConverged(ctx context.Context) error {
+	want := 0
+	for _, a := range s.Agents {
+		if !a.Stopped {
+			want++
+		}
+	}
+	var missing []string
+	for {
+		missing = missing[:0]
+		for _, a := range s.Agents {
+			if a.Stopped {
+				continue
+			}
+			if !alive(a.Pid) {
+				return fmt.Errorf("fabric: agent %d (pid %d) exited; see %s", a.Node, a.Pid, a.Log)
+			}
+			n, err := routeCount(ctx, a.Ctl())
+			if err != nil {
+				missing = append(missing, fmt.Sprintf("node %d: %v", a.Node, err))
+			} else if n != want-1 {
+				missing = append(missing, fmt.Sprintf("node %d: %d of %d routes", a.Node, n, want-1))
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s", ErrNotConverged, strings.Join(missing, "; "))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func routeCount(ctx context.Context, sock string) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := ctl.Dial(cctx, sock)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	rs, err := c.Routes(cctx)
+	return len(rs), err
+}
+
+// Kill stops agent i with signal sig and waits (bounded) until it is gone.
+func (s *State) Kill(i int, sig syscall.Signal) error {
+	if i < 0 || i >= len(s.Agents) {
+		return fmt.Errorf("fabric: no node %d", i)
+	}
+	a := &s.Agents[i]
+	if !a.Stopped && alive(a.Pid) {
+		_ = syscall.Kill(a.Pid, sig)
+		if !waitGone(a.Pid, 5*time.Second) {
+			_ = syscall.Kill(a.Pid, syscall.SIGKILL)
+			waitGone(a.Pid, 5*time.Second)
+		}
+	}
+	a.Stopped = true
+	return s.save()
+}
+
+// Restart starts agent i again with its recorded configuration.
+func (s *State) Restart(i int) error {
+	if i < 0 || i >= len(s.Agents) {
+		return fmt.Errorf("fabric: no node %d", i)
+	}
+	if err := s.Kill(i, syscall.SIGTERM); err != nil {
+		return err
+	}
+	return s.start(i)
+}
+
+// Down stops every agent of the fabric in dir (SIGTERM, then SIGKILL after a
+// bound). It removes nothing else.
+func Down(dir string) error {
+	st, err := Load(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range st.Agents {
+		if err := st.Kill(i, syscall.SIGTERM); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// alive reports whether pid names a live process that is not a zombie.
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// state is the field after the parenthesised command name
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] != 'Z'
+	}
+	return true
+}
+
+func waitGone(pid int, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		if !alive(pid) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return !alive(pid)
+}
+
+// Alive reports whether agent i is running.
+func (s *State) Alive(i int) bool {
+	return i >= 0 && i < len(s.Agents) && !s.Agents[i].Stopped && alive(s.Agents[i].Pid)
+}
