@@ -1,0 +1,51 @@
+// Package topo owns the wiring of a fabric as a graph: nodes, their
+// numbered ports and the point-to-point links between them; the generators
+// of the standard topologies; the metrics that judge a wiring (hop counts,
+// diameter, average hops, connectivity); the Moore bound; and the planner
+// behind `dpuctl topo plan`.
+//
+// # Graph
+//
+// A [Graph] has N nodes numbered 0..N-1 (as noc.NodeID). Each node's ports
+// are numbered 0, 1, ... (as noc.PortID); a [Link] joins port PortA of
+// node A to port PortB of node B. Generated graphs number each node's ports
+// densely in the order its links were made. Self-loops and parallel links
+// are refused. [Graph.Disconnect] leaves an unwired gap so that the other
+// ports keep their numbers, like a pulled cable.
+//
+// # Generators
+//
+// [Generate] builds one of [Kinds]: line, ring, tree (balanced, filled
+// breadth first, no node above Options.Ports ports), torus2d, smallworld
+// (ring lattice, seeded rewiring, spare ports filled with seeded
+// shortcuts) and random-regular (seeded, connected, every node exactly k
+// ports). Parameters no such graph can satisfy return an error wrapping
+// [ErrImpossible]. Seeded kinds give the same graph for the same seed.
+//
+// # Moore bound
+//
+// A graph whose nodes have at most k ports and whose diameter is D has at
+// most 1 + k·(1 + (k-1) + ... + (k-1)^(D-1)) nodes ([MooreBound]). Read
+// backwards this gives the least diameter N nodes can have
+// ([MooreDiameter]) and, filling each level of a breadth-first tree as
+// fully as the bound allows, the least average hop count
+// ([MooreAvgHops]). Only a few graphs meet it (the Petersen graph: N=10,
+// k=3, D=2; the Hoffman–Singleton graph: N=50, k=7, D=2).
+//
+// # Planner
+//
+// [Plan] answers "N nodes, k ports each: which wiring?". It scores every
+// generator, then improves random (near-)regular samples of degree k by
+// degree-preserving link swaps (simulated annealing on the total hop
+// count, never accepting a larger diameter) under a fixed budget of work
+// (a count, not a time: the answer depends only on N, k and the seed). Hop
+// counts during the search come from a bit-parallel breadth-first search
+// from all nodes at once. The [Proposal] reports the diameter and average
+// hops beside their Moore lower bounds; [Proposal.WriteText] is the text
+// report and [Graph.WriteDot] the Graphviz picture.
+//
+// This package does no I/O except writing reports to the io.Writer it is
+// given, keeps no global state and draws randomness only from the seed it
+// is handed. It must never depend on routing or the node core: those use
+// it, in tests and tools.
+package topo
