@@ -1,0 +1,367 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/netlink"
+)
+
+// DefaultTimeout bounds a request whose context has no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// Client speaks the control protocol to one agent. Its methods are safe for
+// concurrent use; requests on one client are sent one at a time. A request
+// whose context ends, or whose connection fails, abandons the connection;
+// the next request dials again.
+type Client struct {
+	path string
+	pid  uint32
+
+	mu     sync.Mutex
+	conn   net.Conn // nil: dial on the next request
+	closed bool
+	seq    uint32
+	buf    []byte
+}
+
+// Dial connects to the control socket at path.
+func Dial(path string) (*Client, error) {
+	conn, err := dial(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		path: path,
+		pid:  uint32(os.Getpid()),
+		conn: conn,
+		buf:  make([]byte, MaxMessageSize+1),
+	}, nil
+}
+
+func dial(path string) (net.Conn, error) {
+	conn, err := net.DialTimeout("unixpacket", path, DefaultTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("ctl: dial: %w", err)
+	}
+	return conn, nil
+}
+
+// Close closes the client's connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	return err
+}
+
+// Routes dumps the routing table.
+func (c *Client) Routes(ctx context.Context) ([]Route, error) {
+	return dumpOf[Route](ctx, c, CmdRouteGet)
+}
+
+// Links dumps the ports and their links.
+func (c *Client) Links(ctx context.Context) ([]Link, error) {
+	return dumpOf[Link](ctx, c, CmdLinkGet)
+}
+
+// Neighbours dumps the neighbours heard on the ports.
+func (c *Client) Neighbours(ctx context.Context) ([]Neighbour, error) {
+	return dumpOf[Neighbour](ctx, c, CmdNeighGet)
+}
+
+// Topology dumps the fabric as the agent sees it.
+func (c *Client) Topology(ctx context.Context) (Topology, error) {
+	nodes, err := dumpOf[TopoNode](ctx, c, CmdTopoGet)
+	if err != nil {
+		return Topology{}, err
+	}
+	t := Topology{Nodes: nodes}
+	for _, n := range nodes {
+		if n.Self {
+			t.Self = n.ID
+		}
+	}
+	return t, nil
+}
+
+// PathCache dumps the path cache. An agent that does not serve it answers
+// an *Error matching syscall.EOPNOTSUPP.
+func (c *Client) PathCache(ctx context.Context) ([]PathEntry, error) {
+	return dumpOf[PathEntry](ctx, c, CmdPathGet)
+}
+
+// OwnedPages dumps the pages owned by the agent's host.
+func (c *Client) OwnedPages(ctx context.Context) ([]OwnedPage, error) {
+	return dumpOf[OwnedPage](ctx, c, CmdOwnerGet)
+}
+
+// GPUProcesses dumps the host processes' GPU use and limits.
+func (c *Client) GPUProcesses(ctx context.Context) ([]GPUProcess, error) {
+	return dumpOf[GPUProcess](ctx, c, CmdGPUGet)
+}
+
+// SetGPULimit sets one process's GPU limits.
+func (c *Client) SetGPULimit(ctx context.Context, l GPULimit) error {
+	return c.exchange(ctx, CmdGPUSetLimit, flagAck, &l, nil)
+}
+
+// Stats returns the agent's global counters.
+func (c *Client) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	err := c.exchange(ctx, CmdStatsGet, 0, nil, func(attrs []byte) error {
+		return decodeObject(attrs, &st)
+	})
+	return st, err
+}
+
+func dumpOf[T any, P interface {
+	*T
+	object
+}](ctx context.Context, c *Client, cmd Cmd) ([]T, error) {
+	items := []T{}
+	err := c.exchange(ctx, cmd, flagDump, nil, func(attrs []byte) error {
+		var v T
+		if err := decodeObject(attrs, P(&v)); err != nil {
+			return err
+		}
+		items = append(items, v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// exchange sends one request and hands the attributes of each reply of the
+// Family to each, until the reply is complete: NLMSG_DONE for a dump, the
+// acknowledgement for a request with NLM_F_ACK, the single reply otherwise.
+func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlags, req object, each func(attrs []byte) error) error {
+	op := cmd.String()
+	if flags&flagDump == flagDump {
+		op += " dump"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if c.conn == nil {
+		conn, err := dial(c.path)
+		if err != nil {
+			return err
+		}
+		c.conn = conn
+	}
+	conn := c.conn
+	c.seq++
+	if c.seq == 0 {
+		c.seq = 1 // sequence 0 is the server's own notices
+	}
+	seq := c.seq
+
+	deadline := time.Now().Add(DefaultTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d
+	}
+	if err := conn.SetDeadline(deadline); err != nil {
+		c.abandon()
+		return fmt.Errorf("ctl: %s: %w", op, err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	err := c.roundTrip(conn, op, cmd, flags, seq, req, each)
+	interrupted := !stop()
+
+	var refused *Error
+	if interrupted {
+		c.abandon() // its deadline was poisoned
+	} else if err == nil || errors.As(err, &refused) {
+		return err // the connection is in step: keep it
+	}
+	if err == nil {
+		return nil
+	}
+	c.abandon()
+	if ctx.Err() != nil {
+		return fmt.Errorf("ctl: %s: %w", op, ctx.Err())
+	}
+	return err
+}
+
+func (c *Client) roundTrip(conn net.Conn, op string, cmd Cmd, flags netlink.HeaderFlags, seq uint32, req object, each func([]byte) error) error {
+	var attrs []byte
+	if req != nil {
+		var err error
+		if attrs, err = encodeObject(req); err != nil {
+			return err
+		}
+	}
+	b, err := encodeMessage(netlink.Header{Flags: flagRequest | flags, Sequence: seq, PID: c.pid}, cmd, attrs)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Write(b); err != nil {
+		return fmt.Errorf("ctl: %s: %w", op, err)
+	}
+	for {
+		m, err := readMessage(conn, c.buf)
+		if err != nil {
+			return fmt.Errorf("ctl: %s: %w", op, err)
+		}
+		if m.hdr.Type == netlink.Error && m.hdr.Sequence == 0 {
+			// A notice about the connection itself (too many connections).
+			return errorReply(op, m)
+		}
+		if m.hdr.Sequence != seq {
+			continue // not ours (an event of a monitor member)
+		}
+		switch m.hdr.Type {
+		case netlink.Error:
+			return errorReply(op, m)
+		case netlink.Done:
+			if flags&flagDump != flagDump {
+				return fmt.Errorf("%w: %s: NLMSG_DONE answering a request that is not a dump", ErrProtocol, op)
+			}
+			return nil
+		case Family:
+			if m.cmd != cmd {
+				return fmt.Errorf("%w: %s: reply carries command %s", ErrProtocol, op, m.cmd)
+			}
+			if each == nil {
+				return fmt.Errorf("%w: %s: unexpected reply", ErrProtocol, op)
+			}
+			if err := each(m.attrs); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrProtocol, op, err)
+			}
+			if m.hdr.Flags&flagMulti == 0 && flags&flagAck == 0 {
+				return nil
+			}
+		default:
+			return fmt.Errorf("%w: %s: message type %#x", ErrProtocol, op, uint16(m.hdr.Type))
+		}
+	}
+}
+
+// abandon drops the connection after a failed or interrupted request.
+func (c *Client) abandon() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+}
+
+// Monitor joins the monitor group on a connection of its own and calls each
+// for every event, in order, until ctx is done (it returns ctx's error),
+// each fails (its error), or the server ends the subscription: an *Error
+// matching syscall.ENOBUFS when this monitor fell behind and was dropped,
+// io.EOF when the server closed.
+func (c *Client) Monitor(ctx context.Context, each func(Event) error) error {
+	conn, err := dial(c.path)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	buf := make([]byte, MaxMessageSize+1)
+	const op = "monitor"
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("ctl: %s: %w", op, err)
+	}
+	deadline := time.Now().Add(DefaultTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	conn.SetDeadline(deadline)
+	b, err := encodeMessage(netlink.Header{Flags: flagRequest | flagAck, Sequence: 1, PID: c.pid},
+		CmdSubscribe, mustAttrs(&group{id: MonitorGroup}))
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Write(b); err != nil {
+		return fail(err)
+	}
+	for subscribed := false; ; {
+		m, err := readMessage(conn, buf)
+		if err != nil {
+			return fail(err)
+		}
+		switch {
+		case m.hdr.Type == netlink.Error:
+			if err := errorReply(op, m); err != nil {
+				return err
+			}
+			if m.hdr.Sequence == 1 && !subscribed {
+				subscribed = true
+				if ctx.Err() == nil {
+					conn.SetDeadline(time.Time{}) // events come when they come
+				}
+			}
+		case m.hdr.Type == Family && m.cmd == CmdEvent:
+			var ev Event
+			if err := decodeObject(m.attrs, &ev); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrProtocol, op, err)
+			}
+			if err := each(ev); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%w: %s: message type %#x cmd %s", ErrProtocol, op, uint16(m.hdr.Type), m.cmd)
+		}
+	}
+}
+
+// readMessage reads one datagram into buf and decodes it.
+func readMessage(conn net.Conn, buf []byte) (message, error) {
+	n, err := conn.Read(buf)
+	if err != nil {
+		return message{}, err
+	}
+	if n == 0 {
+		return message{}, io.EOF
+	}
+	if n > MaxMessageSize {
+		return message{}, fmt.Errorf("%w: message longer than %d bytes", ErrProtocol, MaxMessageSize)
+	}
+	m, werr := decodeMessage(buf[:n])
+	if werr != nil {
+		return message{}, fmt.Errorf("%w: %s", ErrProtocol, werr.reason)
+	}
+	return m, nil
+}
+
+// errorReply turns an NLMSG_ERROR into nil (an acknowledgement) or *Error.
+func errorReply(op string, m message) error {
+	errno, reason, err := decodeErrorPayload(m.hdr, m.payload)
+	if err != nil {
+		return err
+	}
+	if errno == 0 {
+		return nil
+	}
+	return &Error{Op: op, Errno: errno, Reason: reason}
+}
+
+func mustAttrs(o object) []byte {
+	b, err := encodeObject(o)
+	if err != nil {
+		panic(err) // fixed-size objects only
+	}
+	return b
+}

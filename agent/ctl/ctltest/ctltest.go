@@ -1,0 +1,191 @@
+// Package ctltest is the in-memory twin of an agent for the control
+// socket: a Source that serves a fixed snapshot, and a helper that serves
+// it on a temporary socket. Tests of ctl clients (dpuctl, monitoring) use it
+// so they need neither an agent nor root.
+//
+// It must never be imported by non-test code.
+package ctltest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+)
+
+// Snapshot is everything a Source serves.
+type Snapshot struct {
+	Routes       []ctl.Route
+	Links        []ctl.Link
+	Neighbours   []ctl.Neighbour
+	Stats        ctl.Stats
+	Topology     ctl.Topology
+	PathCache    []ctl.PathEntry
+	OwnedPages   []ctl.OwnedPage
+	GPUProcesses []ctl.GPUProcess
+}
+
+// Source serves a Snapshot and implements every optional object. It is
+// safe for concurrent use.
+type Source struct {
+	mu   sync.Mutex
+	snap Snapshot
+}
+
+// NewSource returns a Source serving snap.
+func NewSource(snap Snapshot) *Source { return &Source{snap: snap} }
+
+// Set replaces the snapshot.
+func (s *Source) Set(snap Snapshot) {
+	s.mu.Lock()
+	s.snap = snap
+	s.mu.Unlock()
+}
+
+func (s *Source) get() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap
+}
+
+func (s *Source) Routes() []ctl.Route            { return s.get().Routes }
+func (s *Source) Links() []ctl.Link              { return s.get().Links }
+func (s *Source) Neighbours() []ctl.Neighbour    { return s.get().Neighbours }
+func (s *Source) Stats() ctl.Stats               { return s.get().Stats }
+func (s *Source) Topology() ctl.Topology         { return s.get().Topology }
+func (s *Source) PathCache() []ctl.PathEntry     { return s.get().PathCache }
+func (s *Source) OwnedPages() []ctl.OwnedPage    { return s.get().OwnedPages }
+func (s *Source) GPUProcesses() []ctl.GPUProcess { return s.get().GPUProcesses }
+
+// SetGPULimit applies l to the process it names; an unknown process is
+// ESRCH.
+func (s *Source) SetGPULimit(l ctl.GPULimit) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	procs := append([]ctl.GPUProcess(nil), s.snap.GPUProcesses...)
+	for i := range procs {
+		if procs[i].PID == l.PID && procs[i].Device == l.Device {
+			procs[i].MemoryLimit = l.MemoryLimit
+			procs[i].KernelQuota = l.KernelQuota
+			s.snap.GPUProcesses = procs
+			return nil
+		}
+	}
+	return fmt.Errorf("no GPU process %d on device %d: %w", l.PID, l.Device, syscall.ESRCH)
+}
+
+// Base hides every optional object of src: the Source of an agent that
+// serves only routes, links, neighbours, stats and topology.
+func Base(src ctl.Source) ctl.Source { return base{src} }
+
+type base struct{ ctl.Source }
+
+// Serve serves src on a new socket in a temporary directory until the test
+// ends, and returns the server and the socket path.
+func Serve(tb testing.TB, src ctl.Source, opts ...ctl.Option) (*ctl.Server, string) {
+	tb.Helper()
+	// A short directory: socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(dir, "ctl.sock")
+	srv := ctl.NewServer(src, slog.New(slog.DiscardHandler), opts...)
+	l, err := ctl.Listen(path)
+	if err != nil {
+		os.RemoveAll(dir)
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, l) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("ctl server: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			tb.Errorf("ctl server did not stop within 10s")
+		}
+		os.RemoveAll(dir)
+	})
+	return srv, path
+}
+
+// Sample is a small fabric as node 0 of a 4-node ring sees it, with every
+// object filled in. Its values are fixed: golden outputs depend on them.
+func Sample() Snapshot {
+	page := gva.New(1, 0x42, 0, 0)
+	return Snapshot{
+		Routes: []ctl.Route{
+			{Dst: 0, Port: "", PortIndex: noc.NoPort, NextHop: 0, Hops: 0},
+			{Dst: 1, Port: "p0", PortIndex: 0, NextHop: 1, Hops: 1},
+			{Dst: 2, Port: "p0", PortIndex: 0, NextHop: 1, Hops: 2},
+			{Dst: 3, Port: "p1", PortIndex: 1, NextHop: 3, Hops: 1},
+		},
+		Links: []ctl.Link{
+			{
+				Index: 0, Name: "p0", Kind: "udp", State: ctl.LinkUp, MTU: 1472, Peer: 1,
+				Session: 0x5eed0001, TxDatagrams: 1200, TxBytes: 96000, RxDatagrams: 1180,
+				RxBytes: 94400, TxMessages: 1100, RxMessages: 1090, Retransmits: 7,
+				CRCErrors: 1, Duplicates: 3, RTT: 180 * time.Microsecond,
+			},
+			{
+				Index: 1, Name: "p1", Kind: "xdp", State: ctl.LinkDown, MTU: 1500, Peer: 3,
+				Session: 0, RTT: 0,
+				Counters: []ctl.Counter{
+					{Name: "redirected_cpu0", Value: 512},
+					{Name: "passed_cpu0", Value: 9},
+					{Name: "dropped_cpu0", Value: 0},
+				},
+			},
+		},
+		Neighbours: []ctl.Neighbour{
+			{Port: "p0", PortIndex: 0, Node: 1, State: ctl.NeighReachable, LastHeard: 250 * time.Millisecond},
+			{Port: "p1", PortIndex: 1, Node: 3, State: ctl.NeighFailed, LastHeard: 12 * time.Second},
+		},
+		Stats: ctl.Stats{
+			Node:   0,
+			Uptime: 3*time.Hour + 25*time.Minute + 7*time.Second,
+			Counters: []ctl.Counter{
+				{Name: "frames_forwarded", Value: 48213},
+				{Name: "frames_delivered", Value: 1022},
+				{Name: "path_cache_hits", Value: 977},
+				{Name: "path_cache_misses", Value: 45},
+			},
+		},
+		Topology: ctl.Topology{
+			Self: 0,
+			Nodes: []ctl.TopoNode{
+				{ID: 0, Self: true, Reachable: true, Hops: 0, Seq: 12, Neighbours: []noc.NodeID{1, 3}},
+				{ID: 1, Reachable: true, Hops: 1, Seq: 9, Neighbours: []noc.NodeID{0, 2}},
+				{ID: 2, Reachable: true, Hops: 2, Seq: 7, Neighbours: []noc.NodeID{1, 3}},
+				{ID: 3, Reachable: false, Hops: 0, Seq: 4, Neighbours: []noc.NodeID{2, 0}},
+			},
+		},
+		PathCache: []ctl.PathEntry{
+			{Key: page, Up: 0, Down: []noc.PortID{noc.LocalPort, 1}, Replica: ctl.ReplicaValid, Version: 17, LastUse: 40 * time.Millisecond},
+			{Key: gva.New(0, 0x7, 0, 0), Up: noc.NoPort, Down: []noc.PortID{0}, Replica: ctl.ReplicaPrimary, Version: 3, LastUse: 2 * time.Second},
+		},
+		OwnedPages: []ctl.OwnedPage{
+			{Key: gva.New(0, 0x7, 0, 0), Version: 3, Pinned: true, PinHeld: 1500 * time.Microsecond,
+				Waiters: []ctl.Waiter{{Node: 2, Port: 0, Request: 77, Waited: 300 * time.Microsecond}}},
+			{Key: gva.New(0, 0x8, 0, 0), Version: 1},
+		},
+		GPUProcesses: []ctl.GPUProcess{
+			{PID: 4242, UID: 1000, Device: 0, Command: "train.py", MemoryUsed: 3 << 30, MemoryLimit: 8 << 30,
+				KernelTime: 1500 * time.Millisecond, KernelQuota: 50},
+		},
+	}
+}
