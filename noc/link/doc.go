@@ -1,0 +1,114 @@
+// Package link is the reliable link layer of the NoC: over an unreliable
+// datagram port (noc.Port) it gives a neighbour pair reliable, in-order,
+// exactly-once delivery of messages (encoded NoC frames) for as long as the
+// link stays up.
+//
+// # Shape
+//
+// [Endpoint] is a deterministic, single-threaded state machine, one per
+// port. It does no I/O, reads no clock and draws no random numbers: the
+// driver passes `now` (a time.Duration since an arbitrary epoch) into every
+// call and writes/reads the port itself. The same code runs under the real
+// agent and under the simulator's virtual time. A driver loop is:
+//
+//	Input(now, datagram)        for each datagram read from the port
+//	Send(now, msg)              for each message to send (copied)
+//	Receive()                   until false: in-order messages
+//	Output(now, buf)            until false: datagrams to write
+//	PollEvent()                 until false: link up/down transitions
+//	Tick(now)                   when now reaches NextDeadline()
+//
+// [Conn] is such a driver over a real noc.Port with the real clock, for
+// tools and tests.
+//
+// # Wire format
+//
+// Every datagram is a link header, optional selective-ack blocks, an
+// optional payload (one fragment of a message) and a CRC32C (Castagnoli)
+// trailer. Multi-byte fields are in network byte order (big endian).
+//
+//	offset size field
+//	0      1    version      (Version = 1; others are rejected)
+//	1      1    flags        Data 0x01, First 0x02, Last 0x04, AckReq 0x08; others reserved
+//	2      1    nsack        number of SACK blocks (0..4)
+//	3      1    reserved     0
+//	4      8    src session  the sender's incarnation (never 0)
+//	12     4    src epoch    the sender's link epoch
+//	16     8    dst session  the receiver's incarnation as the sender knows it (0: unknown)
+//	24     4    dst epoch    the receiver's link epoch as the sender knows it
+//	28     4    seq          sequence number of the fragment (next one when no Data)
+//	32     4    ack          cumulative ack: every seq before it arrived
+//	36     2    credits      seqs from ack on the sender of the header accepts
+//	38     2    length       payload length
+//	40     4*n  sack blocks  (start uint16, count uint16): seqs [ack+start, ack+start+count) arrived
+//	..     len  payload      one fragment, Data only
+//	..     4    crc32c       over every byte before it
+//
+// Bytes after the trailer (link padding) are ignored. A datagram that fails
+// any check (length, version, reserved bits, CRC) is dropped, counted and
+// reported by Input as an error wrapping [ErrMalformed], [ErrVersion] or
+// [ErrChecksum]; it changes no protocol state. A data datagram carries at
+// most MTU-[Overhead] payload bytes; a message larger than that is split
+// into fragments (First on the first, Last on the last; a one-fragment
+// message has both) and reassembled by the receiver.
+//
+// # Sessions, epochs, up and down
+//
+// Each endpoint incarnation has a session id from its Config (the driver
+// draws it from its seeded random source). Each time an endpoint declares
+// the link down it starts a new link epoch (epoch+1) with fresh sequence
+// numbers; the first sequence number of an epoch is derived from
+// (session, epoch), so both ends know it without asking.
+//
+// An endpoint is up once a datagram from the peer names this endpoint's
+// current (session, epoch) as its destination: both ends have then heard
+// each other (a three-way greeting, completed in about one round trip).
+// Data and acks are accepted only from the current peer identity and only
+// when addressed to this end's current epoch. The link goes down when:
+//
+//   - nothing arrives from the peer for DeadInterval (ReasonDead);
+//   - data in flight sees no ack progress for DeadInterval (ReasonStalled);
+//   - a datagram arrives from a new peer session: the peer restarted
+//     (ReasonPeerRestart; the old session is retired and its late datagrams
+//     are dropped as Stale);
+//   - the peer's epoch increases: the peer declared the link down
+//     (ReasonPeerReset).
+//
+// Going down drops everything of the epoch: fragments waiting or in flight
+// (Stats.Abandoned) and received messages not yet returned by Receive
+// (Stats.Discarded). So nothing of one epoch, let alone of an older peer
+// session, is ever delivered in another; the layers above (routing,
+// coherence) own recovery across link failures with their own timers.
+// While down, Send returns [ErrDown] and the endpoint greets the peer every
+// HeartbeatInterval; a returning peer brings the link back up.
+//
+// # Reliability and flow control
+//
+// Every datagram carries the cumulative ack, the credits and (when
+// fragments arrived out of order) up to four SACK blocks describing the
+// lowest runs past the ack, so acks ride on data whenever there is data. A
+// receiver owes an ack after every data datagram, answers AckReq at once and
+// re-advertises its window when consuming messages opens it by a quarter.
+//
+// The sender keeps at most min(Window, credits) fragments in flight: it
+// sends seq only below una+Window and below the peer's advertised edge
+// (ack+credits, which never shrinks). Credits count receive buffer slots
+// that the application has not yet drained with Receive.
+//
+// Loss is found two ways: a fragment transmitted more than three
+// transmissions before one that is known to have arrived is retransmitted
+// at once (RACK, counting transmissions instead of time, so it works under
+// virtual time too), and a retransmission timer (RFC 6298 estimator with
+// Config.RTO as initial value and floor, doubled on each expiry up to
+// MaxRTO) catches the rest. Round-trip samples follow Karn's rule.
+//
+// Heartbeats: an endpoint that has sent nothing for HeartbeatInterval sends
+// a bare header (which also carries its ack and credits).
+//
+// # What it must never do
+//
+// It never performs I/O, reads a clock, sleeps, spawns goroutines (Conn
+// aside), or allocates on the hot path (Send, Input, Output, Receive work in
+// buffers sized at NewEndpoint). It never delivers a message out of order,
+// twice, or across a link epoch, and never keeps a caller's buffer.
+package link

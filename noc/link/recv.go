@@ -1,0 +1,222 @@
+package link
+
+// recvSlot is one fragment that arrived and was not yet delivered.
+type recvSlot struct {
+	buf     []byte
+	flags   Flags
+	present bool
+}
+
+// receiver holds the peer's fragments of one link epoch: [base, nxt)
+// arrived in order and wait for Receive; slots beyond nxt arrived out of
+// order. It accepts sequence numbers below base+window.
+type receiver struct {
+	slots      []recvSlot // ring indexed by seq & mask
+	mask       uint32
+	pool       [][]byte
+	fragLen    int // largest fragment accepted
+	window     uint32
+	maxMessage int
+
+	base, nxt uint32
+	ooo       int    // slots present beyond nxt
+	oooHigh   uint32 // highest of them
+	complete  int    // messages complete in [base, nxt)
+
+	ackPending bool   // a data datagram arrived since the last ack
+	advEdge    uint32 // right edge last advertised (ack + credits)
+	advZero    bool   // the last advertisement granted no credits
+	sack       [MaxSACK]SACKBlock
+	nsack      uint8
+	sackDirty  bool
+
+	msg []byte // the message Receive lends out
+}
+
+func (r *receiver) init(c *Config) {
+	r.fragLen = c.MTU - HeaderLen - TrailerLen
+	r.window = uint32(c.Window)
+	r.maxMessage = c.MaxMessage
+	n := 1
+	for n < c.Window {
+		n <<= 1
+	}
+	r.slots = make([]recvSlot, n)
+	r.mask = uint32(n - 1)
+	store := make([]byte, c.Window*r.fragLen)
+	r.pool = make([][]byte, 0, c.Window)
+	for i := range c.Window {
+		r.pool = append(r.pool, store[i*r.fragLen:(i+1)*r.fragLen:(i+1)*r.fragLen])
+	}
+	r.msg = make([]byte, 0, c.MaxMessage)
+}
+
+// reset drops every fragment and expects first next. It returns how many
+// complete messages were dropped undelivered.
+func (r *receiver) reset(first uint32) (discarded uint64) {
+	discarded = uint64(r.complete)
+	for i := range r.slots {
+		if sl := &r.slots[i]; sl.present {
+			r.pool = append(r.pool, sl.buf)
+			*sl = recvSlot{}
+		}
+	}
+	r.base, r.nxt, r.advEdge = first, first, first
+	r.ooo, r.complete, r.nsack = 0, 0, 0
+	r.ackPending, r.sackDirty, r.advZero = false, false, false
+	return discarded
+}
+
+// credits is how many sequence numbers from nxt on this end accepts.
+func (r *receiver) credits() uint32 { return r.base + r.window - r.nxt }
+
+// onData stores one fragment.
+func (r *receiver) onData(seq uint32, f Flags, payload []byte, st *Stats) {
+	r.ackPending = true
+	if seqLess(seq, r.nxt) {
+		st.Duplicates++
+		return
+	}
+	if seq-r.base >= r.window {
+		st.OutOfWindow++
+		return
+	}
+	if len(payload) > r.fragLen {
+		st.ProtocolErrors++
+		return
+	}
+	sl := &r.slots[seq&r.mask]
+	if sl.present {
+		st.Duplicates++
+		return
+	}
+	last := len(r.pool) - 1
+	sl.buf = append(r.pool[last][:0], payload...)
+	r.pool = r.pool[:last]
+	sl.flags = f & (FlagFirst | FlagLast)
+	sl.present = true
+	if seq != r.nxt {
+		r.ooo++
+		if r.ooo == 1 || seqLess(r.oooHigh, seq) {
+			r.oooHigh = seq
+		}
+		r.sackDirty = true
+		return
+	}
+	for {
+		if r.slots[r.nxt&r.mask].flags&FlagLast != 0 {
+			r.complete++
+		}
+		r.nxt++
+		if r.nxt-r.base >= r.window || !r.slots[r.nxt&r.mask].present {
+			break
+		}
+		r.ooo--
+	}
+	r.sackDirty = r.ooo > 0
+	if r.nxt-r.base == r.window && r.complete == 0 {
+		// The window is full of one unfinished message: it is larger
+		// than this end accepts. Drop it; its remaining fragments are
+		// dropped by next as they complete.
+		r.release(r.nxt)
+		st.Discarded++
+	}
+}
+
+// next returns the next complete message, dropping ill-formed ones.
+func (r *receiver) next(st *Stats) ([]byte, bool) {
+	for r.complete > 0 {
+		start, q, total := r.base, r.base, 0
+		for {
+			sl := &r.slots[q&r.mask]
+			if q != start && sl.flags&FlagFirst != 0 {
+				// A message started before the previous one ended.
+				r.release(q)
+				st.Discarded++
+				start, total = q, 0
+			}
+			total += len(sl.buf)
+			if sl.flags&FlagLast != 0 {
+				break
+			}
+			q++
+		}
+		r.complete--
+		if r.slots[start&r.mask].flags&FlagFirst == 0 || total > r.maxMessage {
+			r.release(q + 1)
+			st.Discarded++
+			continue
+		}
+		msg := r.msg[:0]
+		for i := start; i != q+1; i++ {
+			msg = append(msg, r.slots[i&r.mask].buf...)
+		}
+		r.release(q + 1)
+		r.msg = msg
+		return msg, true
+	}
+	return nil, false
+}
+
+// release frees the in-order slots [base, to).
+func (r *receiver) release(to uint32) {
+	for ; r.base != to; r.base++ {
+		sl := &r.slots[r.base&r.mask]
+		r.pool = append(r.pool, sl.buf)
+		*sl = recvSlot{}
+	}
+}
+
+// windowOpened reports whether consuming messages opened the window enough
+// to tell the peer at once: it had no credits, or a quarter window more.
+func (r *receiver) windowOpened() bool {
+	edge := r.base + r.window
+	if edge == r.advEdge {
+		return false
+	}
+	return r.advZero || edge-r.advEdge >= max(1, r.window/4)
+}
+
+// fillAck writes the cumulative ack, credits and SACK blocks into h.
+func (r *receiver) fillAck(h *Header) {
+	c := r.credits()
+	h.Ack = r.nxt
+	h.Credits = uint16(c)
+	r.advEdge, r.advZero = r.nxt+c, c == 0
+	r.ackPending = false
+	if r.ooo == 0 {
+		h.NSACK = 0
+		return
+	}
+	if r.sackDirty {
+		r.buildSACK()
+	}
+	h.NSACK = r.nsack
+	h.SACK = r.sack
+}
+
+// buildSACK describes the lowest MaxSACK runs of fragments present beyond
+// nxt, so that the sender knows the fate of every fragment up to the end of
+// the last block.
+func (r *receiver) buildSACK() {
+	r.nsack = 0
+	in := false
+	var runStart uint32
+	emit := func(from, to uint32) {
+		r.sack[r.nsack] = SACKBlock{Start: uint16(from - r.nxt), Count: uint16(to - from)}
+		r.nsack++
+	}
+	for q := r.nxt + 1; q != r.oooHigh+1 && r.nsack < MaxSACK; q++ {
+		present := r.slots[q&r.mask].present
+		if present && !in {
+			in, runStart = true, q
+		} else if !present && in {
+			in = false
+			emit(runStart, q)
+		}
+	}
+	if in && r.nsack < MaxSACK {
+		emit(runStart, r.oooHigh+1)
+	}
+	r.sackDirty = false
+}
