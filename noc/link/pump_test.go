@@ -21,8 +21,8 @@ type pump struct {
 	pa, pb *mem.Port
 	obuf   []byte
 	ibuf   []byte
-	// cut drops every datagram either end writes.
-	cut bool
+	// cutA and cutB drop every datagram that end writes.
+	cutA, cutB bool
 	// tap, when set, sees every datagram a end writes (before the wire).
 	tapA, tapB func([]byte)
 	// recvA and recvB get every message the ends deliver.
@@ -53,7 +53,7 @@ func newPump(t testing.TB, mc mem.Config, ca, cb link.Config) *pump {
 	return p
 }
 
-func (p *pump) flush(e *link.Endpoint, port *mem.Port, tap func([]byte)) int {
+func (p *pump) flush(e *link.Endpoint, port *mem.Port, tap func([]byte), cut bool) int {
 	n := 0
 	for {
 		k, ok := e.Output(p.now, p.obuf)
@@ -64,7 +64,7 @@ func (p *pump) flush(e *link.Endpoint, port *mem.Port, tap func([]byte)) int {
 		if tap != nil {
 			tap(p.obuf[:k])
 		}
-		if !p.cut {
+		if !cut {
 			if err := port.WriteDatagram(p.obuf[:k]); err != nil {
 				p.t.Fatalf("write: %v", err)
 			}
@@ -87,32 +87,33 @@ func (p *pump) drain(e *link.Endpoint, port *mem.Port, recv func([]byte), name s
 			p.t.Fatalf("%s: input of a datagram from an honest peer: %v", name, err)
 		}
 	}
-	for {
+	for recv != nil { // without a receiver, messages stay queued
 		msg, ok := e.Receive()
 		if !ok {
 			break
 		}
-		if recv == nil {
-			p.t.Fatalf("%s: unexpected message of %d bytes", name, len(msg))
-		}
 		recv(msg)
 	}
+	p.pollEvents(e, name)
+	return n
+}
+
+func (p *pump) pollEvents(e *link.Endpoint, name string) {
 	for {
 		ev, ok := e.PollEvent()
 		if !ok {
-			break
+			return
 		}
 		p.events = append(p.events, name+": "+ev.String())
 	}
-	return n
 }
 
 // step moves datagrams both ways once; when nothing moved it advances
 // virtual time to the next deadline. It returns the datagrams moved.
 func (p *pump) step() int {
-	moved := p.flush(p.a, p.pa, p.tapA)
+	moved := p.flush(p.a, p.pa, p.tapA, p.cutA)
 	moved += p.drain(p.b, p.pb, p.recvB, "b")
-	moved += p.flush(p.b, p.pb, p.tapB)
+	moved += p.flush(p.b, p.pb, p.tapB, p.cutB)
 	moved += p.drain(p.a, p.pa, p.recvA, "a")
 	if moved == 0 {
 		next := min(p.a.NextDeadline(), p.b.NextDeadline())
@@ -122,8 +123,15 @@ func (p *pump) step() int {
 		p.now = next
 		p.a.Tick(p.now)
 		p.b.Tick(p.now)
+		p.pollEvents(p.a, "a")
+		p.pollEvents(p.b, "b")
 	}
 	return moved
+}
+
+// expectNone fails on any message.
+func expectNone(t testing.TB, name string) func([]byte) {
+	return func(msg []byte) { t.Fatalf("%s: unexpected message of %d bytes", name, len(msg)) }
 }
 
 // until steps until cond holds, failing after limit of virtual time.
