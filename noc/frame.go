@@ -62,10 +62,13 @@ type Flags uint8
 
 // Frame flags.
 const (
-	FlagReply  Flags = 1 << 0 // the frame answers a request with the same request id
-	FlagError  Flags = 1 << 1 // the reply carries an error (errno in the payload)
-	FlagHuge   Flags = 1 << 2 // the page is a huge page
-	flagsKnown       = FlagReply | FlagError | FlagHuge
+	FlagReply Flags = 1 << 0 // the frame answers a request with the same request id
+	FlagError Flags = 1 << 1 // the reply carries an error (errno in the payload)
+	FlagHuge  Flags = 1 << 2 // the page is a huge page
+	// FlagPath marks a page-keyed frame: every node on the way hands it to
+	// its coherence engine, which follows the path cache.
+	FlagPath   Flags = 1 << 3
+	flagsKnown       = FlagReply | FlagError | FlagHuge | FlagPath
 )
 
 // Errors returned (wrapped) by DecodeFromBytes.
