@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -153,6 +154,9 @@ func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlag
 	if flags&flagDump == flagDump {
 		op += " dump"
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ctl: %s: %w", op, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -173,7 +177,8 @@ func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlag
 	seq := c.seq
 
 	deadline := time.Now().Add(DefaultTimeout)
-	if d, ok := ctx.Deadline(); ok {
+	d, ctxDeadline := ctx.Deadline()
+	if ctxDeadline {
 		deadline = d
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
@@ -187,7 +192,7 @@ func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlag
 	var refused *Error
 	if interrupted {
 		c.abandon() // its deadline was poisoned
-	} else if err == nil || errors.As(err, &refused) {
+	} else if err == nil || errors.As(err, &refused) && !refused.conn {
 		return err // the connection is in step: keep it
 	}
 	if err == nil {
@@ -196,6 +201,10 @@ func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlag
 	c.abandon()
 	if ctx.Err() != nil {
 		return fmt.Errorf("ctl: %s: %w", op, ctx.Err())
+	}
+	if ctxDeadline && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The socket's deadline is the context's: it may fire first.
+		return fmt.Errorf("ctl: %s: %w", op, context.DeadlineExceeded)
 	}
 	return err
 }
@@ -213,7 +222,7 @@ func (c *Client) roundTrip(conn net.Conn, op string, cmd Cmd, flags netlink.Head
 		return err
 	}
 	if _, err := conn.Write(b); err != nil {
-		return fmt.Errorf("ctl: %s: %w", op, err)
+		return c.closedWith(conn, op, err)
 	}
 	for {
 		m, err := readMessage(conn, c.buf)
@@ -222,7 +231,7 @@ func (c *Client) roundTrip(conn net.Conn, op string, cmd Cmd, flags netlink.Head
 		}
 		if m.hdr.Type == netlink.Error && m.hdr.Sequence == 0 {
 			// A notice about the connection itself (too many connections).
-			return errorReply(op, m)
+			return connNotice(op, m)
 		}
 		if m.hdr.Sequence != seq {
 			continue // not ours (an event of a monitor member)
@@ -252,6 +261,16 @@ func (c *Client) roundTrip(conn net.Conn, op string, cmd Cmd, flags netlink.Head
 			return fmt.Errorf("%w: %s: message type %#x", ErrProtocol, op, uint16(m.hdr.Type))
 		}
 	}
+}
+
+// closedWith explains a failed write: a server that refused the
+// connection (too many connections) left a notice to read.
+func (c *Client) closedWith(conn net.Conn, op string, werr error) error {
+	conn.SetReadDeadline(time.Now().Add(noticeTimeout))
+	if m, err := readMessage(conn, c.buf); err == nil && m.hdr.Type == netlink.Error && m.hdr.Sequence == 0 {
+		return connNotice(op, m)
+	}
+	return fmt.Errorf("ctl: %s: %w", op, werr)
 }
 
 // abandon drops the connection after a failed or interrupted request.
@@ -356,6 +375,18 @@ func errorReply(op string, m message) error {
 		return nil
 	}
 	return &Error{Op: op, Errno: errno, Reason: reason}
+}
+
+// connNotice is the server's word on the connection itself: it closes it.
+func connNotice(op string, m message) error {
+	errno, reason, err := decodeErrorPayload(m.hdr, m.payload)
+	if err != nil {
+		return err
+	}
+	if errno == 0 {
+		errno = syscall.ECONNRESET
+	}
+	return &Error{Op: op, Errno: errno, Reason: reason, conn: true}
 }
 
 func mustAttrs(o object) []byte {

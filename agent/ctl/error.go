@@ -13,6 +13,8 @@ type Error struct {
 	Op     string // what was asked: "route dump", "monitor", ...
 	Errno  syscall.Errno
 	Reason string
+
+	conn bool // about the connection, not the request: it is closed
 }
 
 func (e *Error) Error() string {

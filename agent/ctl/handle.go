@@ -43,8 +43,8 @@ func (s *Server) handle(b []byte, r replier) error {
 	if m.version != Version {
 		return s.replyError(r, h, errUnsupported("command header version %d, want %d", m.version, Version))
 	}
-	if _, err := netlink.NewAttributeDecoder(m.attrs); err != nil {
-		return s.replyError(r, h, errInvalid("malformed attributes: %v", err))
+	if werr := checkAttrs(m.attrs); werr != nil {
+		return s.replyError(r, h, werr)
 	}
 	dump := h.Flags&flagDump == flagDump
 
@@ -188,4 +188,18 @@ func (s *Server) replyError(r replier, h netlink.Header, werr *wireError) error 
 		return err
 	}
 	return r.emit(b)
+}
+
+// checkAttrs walks the request's top-level attributes: every one must fit.
+func checkAttrs(b []byte) *wireError {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err == nil {
+		for ad.Next() {
+		}
+		err = ad.Err()
+	}
+	if err != nil {
+		return errInvalid("malformed attributes: %v", err)
+	}
+	return nil
 }

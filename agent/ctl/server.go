@@ -87,8 +87,9 @@ type Server struct {
 	limits Limits
 
 	mu    sync.Mutex
-	conns map[*conn]struct{} // every open connection
-	subs  map[*conn]struct{} // members of the monitor group
+	conns    map[*conn]struct{} // every open connection
+	subs     map[*conn]struct{} // members of the monitor group
+	refusing int                // connections being refused
 }
 
 // NewServer returns a server answering from src. log may be nil.
@@ -199,7 +200,7 @@ accept:
 			}
 		}
 		delay = 0
-		c := s.admit(nc)
+		c := s.admit(nc, &wg)
 		if c == nil {
 			continue
 		}
@@ -232,31 +233,58 @@ accept:
 	return nil
 }
 
-// admit registers a new connection, or refuses it with EBUSY when the
-// server is full.
-func (s *Server) admit(nc net.Conn) *conn {
+// admit registers a new connection, or returns nil when the server is
+// full: the connection is then refused in the background.
+func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 	s.mu.Lock()
-	full := len(s.conns) >= s.limits.MaxConns
-	var c *conn
-	if !full {
-		c = &conn{
-			s:       s,
-			nc:      nc,
-			done:    make(chan struct{}),
-			overrun: make(chan struct{}),
-		}
-		s.conns[c] = struct{}{}
-	}
-	s.mu.Unlock()
-	if full {
+	defer s.mu.Unlock()
+	if len(s.conns) >= s.limits.MaxConns {
 		s.log.Warn("control connection refused: too many connections", "max", s.limits.MaxConns)
-		if b, err := encodeError(netlink.Header{}, syscall.EBUSY, "too many control connections", 0); err == nil {
-			nc.SetWriteDeadline(time.Now().Add(noticeTimeout))
-			nc.Write(b)
+		if s.refusing >= maxRefusing {
+			nc.Close()
+			return nil
 		}
-		nc.Close()
+		s.refusing++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			refuse(nc)
+			s.mu.Lock()
+			s.refusing--
+			s.mu.Unlock()
+		}()
+		return nil
 	}
+	c := &conn{
+		s:       s,
+		nc:      nc,
+		done:    make(chan struct{}),
+		overrun: make(chan struct{}),
+	}
+	s.conns[c] = struct{}{}
 	return c
+}
+
+// maxRefusing bounds the connections being refused at once; beyond it a
+// connection is closed without a word.
+const maxRefusing = 16
+
+// refuse tells a connection the server is full (NLMSG_ERROR -EBUSY, seq 0)
+// and closes it. It first takes the client's request, if one comes within
+// noticeTimeout: closing a socket with unread data would reset the
+// connection and lose the notice.
+func refuse(nc net.Conn) {
+	defer nc.Close()
+	b, err := encodeError(netlink.Header{}, syscall.EBUSY, "too many control connections", 0)
+	if err != nil {
+		return
+	}
+	nc.SetDeadline(time.Now().Add(noticeTimeout))
+	if _, err := nc.Write(b); err != nil {
+		return
+	}
+	var req [headerLen]byte
+	nc.Read(req[:])
 }
 
 // Publish sends ev to every member of the monitor group. It never blocks:
