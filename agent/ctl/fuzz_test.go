@@ -19,8 +19,10 @@ func (fuzzSource) Routes() []Route { return []Route{{Dst: 1, Port: "p0", NextHop
 func (fuzzSource) Links() []Link {
 	return []Link{{Name: "p0", Kind: "mem", State: LinkUp, Counters: []Counter{{"passed_cpu0", 1}}}}
 }
-func (fuzzSource) Neighbours() []Neighbour { return []Neighbour{{Port: "p0", Node: 1, State: NeighReachable}} }
-func (fuzzSource) Stats() Stats            { return Stats{Node: 0, Counters: []Counter{{"frames", 3}}} }
+func (fuzzSource) Neighbours() []Neighbour {
+	return []Neighbour{{Port: "p0", Node: 1, State: NeighReachable}}
+}
+func (fuzzSource) Stats() Stats { return Stats{Node: 0, Counters: []Counter{{"frames", 3}}} }
 func (fuzzSource) Topology() Topology {
 	return Topology{Nodes: []TopoNode{{ID: 0, Self: true, Reachable: true, Neighbours: []noc.NodeID{1}}}}
 }

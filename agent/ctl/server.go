@@ -86,7 +86,7 @@ type Server struct {
 	log    *slog.Logger
 	limits Limits
 
-	mu    sync.Mutex
+	mu       sync.Mutex
 	conns    map[*conn]struct{} // every open connection
 	subs     map[*conn]struct{} // members of the monitor group
 	refusing int                // connections being refused
