@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/images/kmod"
+)
+
+// dpuctlTimeout bounds one dpuctl run.
+const dpuctlTimeout = 5 * time.Second
+
+// linuxSystem is the system of the booted machine.
+type linuxSystem struct{}
+
+func (linuxSystem) Cmdline() (string, error) {
+	b, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return "", fmt.Errorf("kernel command line: %w", err)
+	}
+	return string(b), nil
+}
+
+func (linuxSystem) Release() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	return unix.ByteSliceToString(u.Release[:]), nil
+}
+
+func (linuxSystem) LoadModules(release string) (kmod.Result, error) {
+	f, err := os.Open(kmod.ListPath(release))
+	if err != nil {
+		return kmod.Result{}, err
+	}
+	defer f.Close()
+	return kmod.LoadList(f, kmod.KernelLoader{})
+}
+
+func (linuxSystem) LinkUp(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return errNoNetdev
+		}
+		return err
+	}
+	return netlink.LinkSetUp(l)
+}
+
+func (linuxSystem) AddAddr(name string, addr netip.Prefix) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	ipnet := &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), addr.Addr().BitLen())}
+	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet}); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
+}
+
+func (linuxSystem) FileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// StartAgent starts "uinit -supervise -- dpu-agent ARGS" in a session of
+// its own, so that it outlives this process and the console's hangup when
+// the shell takes the terminal. init reaps it.
+func (linuxSystem) StartAgent(args []string) error {
+	agent, err := exec.LookPath("dpu-agent")
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, append([]string{"-supervise", "--", agent}, args...)...)
+	cmd.Args[0] = "uinit" // a busybox binary picks the command by argv[0]
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}
+
+func (linuxSystem) Dpuctl(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, dpuctlTimeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "dpuctl", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return stdout.Bytes(), fmt.Errorf("dpuctl %s: %w: %s", strings.Join(args, " "), err, msg)
+		}
+		return stdout.Bytes(), fmt.Errorf("dpuctl %s: %w", strings.Join(args, " "), err)
+	}
+	return stdout.Bytes(), nil
+}
+
+func (linuxSystem) Uptime() time.Duration {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	s, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+func (linuxSystem) PowerOff() error {
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
