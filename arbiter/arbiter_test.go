@@ -27,7 +27,9 @@ func newArb(t testing.TB, cfg Config) *Arbiter {
 	return a
 }
 
-func acquire(id uint64) Request { return Request{ID: id, Page: pg, Kind: KindAcquire, Port: 1, Node: 9} }
+func acquire(id uint64) Request {
+	return Request{ID: id, Page: pg, Kind: KindAcquire, Port: 1, Node: 9}
+}
 
 type arrival struct {
 	at  time.Duration

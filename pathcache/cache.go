@@ -25,12 +25,22 @@ type Config struct {
 	// SweepBatch bounds the steps (evictions plus exempt entries skipped)
 	// of one Sweep call (default 64).
 	SweepBatch int
+	// PromoteAfter is the resolution of recency: a hit moves an entry to
+	// the front of the LRU order only if it was last moved at least
+	// PromoteAfter ago, so hits on hot entries touch only the map and the
+	// entry. Idle expiry stays exact in the lower bound (an entry is never
+	// evicted before IdleTTL of idleness) and is at most PromoteAfter late.
+	// 0 means the default (IdleTTL/16, capped at 1ms; 1ms without TTL); a
+	// negative value means exact LRU (every hit moves the entry).
+	PromoteAfter time.Duration
 }
 
 // Defaults for unset Config fields.
 const (
 	DefaultEvictScan  = 8
 	DefaultSweepBatch = 64
+	// DefaultPromoteAfter caps the default Config.PromoteAfter.
+	DefaultPromoteAfter = time.Millisecond
 )
 
 // Sentinel errors.
@@ -44,7 +54,11 @@ var (
 
 // Cache is the path cache of one node. It is not safe for concurrent use.
 type Cache struct {
-	cfg   Config
+	cfg Config
+	// index finds an entry with one map lookup and one dependent load; lru
+	// keeps the recency order (and is touched only on promotion, insertion
+	// and aging).
+	index map[gva.GVA]*Entry
 	lru   *simplelru.LRU[gva.GVA, *Entry]
 	evict []Eviction // reused result buffer
 }
@@ -63,33 +77,46 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.SweepBatch == 0 {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
+	switch {
+	case cfg.PromoteAfter < 0:
+		cfg.PromoteAfter = 0
+	case cfg.PromoteAfter == 0 && cfg.IdleTTL > 0:
+		cfg.PromoteAfter = min(cfg.IdleTTL/16, DefaultPromoteAfter)
+	case cfg.PromoteAfter == 0:
+		cfg.PromoteAfter = DefaultPromoteAfter
+	}
 	// The cache evicts before it adds, so simplelru's own (silent) eviction
 	// never runs; its bound is one above ours as a tripwire.
 	l, err := simplelru.NewLRU[gva.GVA, *Entry](cfg.MaxEntries+1, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	return &Cache{cfg: cfg, lru: l}, nil
+	return &Cache{cfg: cfg, index: make(map[gva.GVA]*Entry), lru: l}, nil
 }
 
 // Config returns the effective configuration (defaults filled in).
 func (c *Cache) Config() Config { return c.cfg }
 
-// Get returns the entry of key, marks it most recently used and restarts its
-// idle clock. A hit allocates nothing.
+// Get returns the entry of key, marks it most recently used (at the
+// resolution of Config.PromoteAfter) and restarts its idle clock. A hit
+// allocates nothing.
 func (c *Cache) Get(key gva.GVA, now time.Duration) (*Entry, bool) {
-	e, ok := c.lru.Get(key)
+	e, ok := c.index[key]
 	if !ok {
 		return nil, false
 	}
 	e.LastUse = now
-	e.stamp = now
+	if now-e.stamp >= c.cfg.PromoteAfter {
+		c.lru.Get(key)
+		e.stamp = now
+	}
 	return e, true
 }
 
 // Peek returns the entry of key without touching its recency or idle clock.
 func (c *Cache) Peek(key gva.GVA) (*Entry, bool) {
-	return c.lru.Peek(key)
+	e, ok := c.index[key]
+	return e, ok
 }
 
 // Upsert returns the entry of key, creating it if absent, and marks it used
@@ -113,6 +140,7 @@ func (c *Cache) Upsert(key gva.GVA, now time.Duration) (e *Entry, created bool, 
 	if c.lru.Add(key, e) {
 		panic("pathcache: simplelru evicted on its own")
 	}
+	c.index[key] = e
 	return e, true, c.evict, nil
 }
 
@@ -128,15 +156,22 @@ func (c *Cache) makeRoom(now time.Duration) bool {
 			c.keepAlive(key, e, now)
 			continue
 		}
-		c.lru.Remove(key)
+		c.drop(key)
 		c.evict = append(c.evict, evictionOf(e, CauseLRU, now))
 		return true
 	}
 	return false
 }
 
-// keepAlive moves an exempt tail entry to the front. Its LastUse is left as
-// it was; only the ordering stamp moves.
+// keepAlive moves an exempt tail entry to the front: being exempt when aging
+// looks at it counts as a use for the idle clock (Entry.idleSince), though
+// LastUse (what the engine did) is left as it was.
+//
+// The stamp is when the entry was last moved to the front, so the LRU list
+// is sorted by stamp, and stamp <= idleSince < stamp + PromoteAfter always
+// holds (a hit that does not move the entry comes less than PromoteAfter
+// after the last move). Hence the tail's idle deadline is at most
+// PromoteAfter later than any other entry's.
 func (c *Cache) keepAlive(key gva.GVA, e *Entry, now time.Duration) {
 	c.lru.Get(key)
 	e.stamp = now
@@ -158,12 +193,17 @@ func evictionOf(e *Entry, cause Cause, now time.Duration) Eviction {
 // engine's own decision (an unref emptied the entry, the page was freed),
 // so nothing is owed to the neighbours beyond what the engine sends.
 func (c *Cache) Remove(key gva.GVA) (Entry, bool) {
-	e, ok := c.lru.Peek(key)
+	e, ok := c.index[key]
 	if !ok {
 		return Entry{}, false
 	}
-	c.lru.Remove(key)
+	c.drop(key)
 	return *e, true
+}
+
+func (c *Cache) drop(key gva.GVA) {
+	c.lru.Remove(key)
+	delete(c.index, key)
 }
 
 // Sweep evicts entries idle for longer than Config.IdleTTL as of now,
@@ -178,21 +218,23 @@ func (c *Cache) Sweep(now time.Duration) []Eviction {
 	}
 	for range c.cfg.SweepBatch {
 		key, e, ok := c.lru.GetOldest()
-		if !ok || now-e.stamp < c.cfg.IdleTTL {
+		if !ok || now-e.idleSince() < c.cfg.IdleTTL {
 			break
 		}
 		if e.Exempt() {
 			c.keepAlive(key, e, now)
 			continue
 		}
-		c.lru.Remove(key)
+		c.drop(key)
 		c.evict = append(c.evict, evictionOf(e, CauseTTL, now))
 	}
 	return c.evict
 }
 
 // NextExpiry returns when Sweep next has work: the idle deadline of the
-// least recently used entry. ok is false when the cache is empty or idle
+// least recently used entry. Calling Sweep at every NextExpiry evicts each
+// idle entry between IdleTTL and IdleTTL+PromoteAfter after its last use
+// (exempt entries excepted). ok is false when the cache is empty or idle
 // expiry is off.
 func (c *Cache) NextExpiry() (at time.Duration, ok bool) {
 	if c.cfg.IdleTTL == 0 {
@@ -202,7 +244,7 @@ func (c *Cache) NextExpiry() (at time.Duration, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	return e.stamp + c.cfg.IdleTTL, true
+	return e.idleSince() + c.cfg.IdleTTL, true
 }
 
 // Len returns the number of entries.

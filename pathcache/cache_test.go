@@ -91,7 +91,7 @@ func TestGetPeekRemove(t *testing.T) {
 // TestLRUEvictionIsNeverSilent fills the cache and checks that the entry
 // pushed out comes back with the invalidates and unref it owes.
 func TestLRUEvictionIsNeverSilent(t *testing.T) {
-	c := mustNew(t, Config{MaxEntries: 3})
+	c := mustNew(t, Config{MaxEntries: 3, PromoteAfter: -1})
 	for i := range uint64(3) {
 		e := insert(t, c, key(i), time.Duration(i))
 		e.Up = 1
@@ -201,6 +201,50 @@ func TestTTLSweep(t *testing.T) {
 	snap := c.Snapshot()
 	if len(snap) != 5 || snap[0].Key != key(0) || snap[4].Key != key(9) {
 		t.Fatalf("snapshot %v", snap)
+	}
+}
+
+// TestPromoteAfter: a hit within PromoteAfter of the entry's last move
+// restarts its idle clock but does not reorder the LRU list.
+func TestPromoteAfter(t *testing.T) {
+	c := mustNew(t, Config{MaxEntries: 2, PromoteAfter: 10})
+	insert(t, c, key(0), 0)
+	insert(t, c, key(1), 1)
+	c.Get(key(0), 9) // too soon: key(0) stays least recently used
+	_, _, ev, _ := c.Upsert(key(2), 12)
+	if len(ev) != 1 || ev[0].Key != key(0) {
+		t.Fatalf("evicted %v, want key 0", ev)
+	}
+	c.Get(key(1), 12) // 11 after its last move: promoted
+	_, _, ev, _ = c.Upsert(key(3), 13)
+	if len(ev) != 1 || ev[0].Key != key(2) {
+		t.Fatalf("evicted %v, want key 2", ev)
+	}
+	// Idle expiry uses the last use even when the hit did not promote.
+	c2 := mustNew(t, Config{MaxEntries: 2, IdleTTL: 100, PromoteAfter: 10})
+	insert(t, c2, key(0), 0)
+	c2.Get(key(0), 5)
+	if at, _ := c2.NextExpiry(); at != 105 {
+		t.Fatalf("NextExpiry %v, want 105", at)
+	}
+	if ev := c2.Sweep(104); len(ev) != 0 {
+		t.Fatalf("evicted early: %v", ev)
+	}
+	if ev := c2.Sweep(105); len(ev) != 1 {
+		t.Fatal("not evicted at its deadline")
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{MaxEntries: 1}, DefaultPromoteAfter},
+		{Config{MaxEntries: 1, IdleTTL: 160 * time.Microsecond}, 10 * time.Microsecond},
+		{Config{MaxEntries: 1, IdleTTL: time.Hour}, DefaultPromoteAfter},
+		{Config{MaxEntries: 1, PromoteAfter: -1}, 0},
+	} {
+		if got := mustNew(t, tc.cfg).Config().PromoteAfter; got != tc.want {
+			t.Errorf("%+v: PromoteAfter %v, want %v", tc.cfg, got, tc.want)
+		}
 	}
 }
 

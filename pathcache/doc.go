@@ -17,10 +17,19 @@
 // The cache is bounded (Config.MaxEntries) with least-recently-used order
 // kept by github.com/hashicorp/golang-lru/v2/simplelru, and entries idle for
 // longer than Config.IdleTTL expire. Time is the injected now of every call;
-// the cache never reads a clock. Because the idle clock of an entry restarts
-// exactly when the entry becomes most recently used, the LRU order is also
-// the expiry order, so Sweep only ever looks at the LRU tail and
-// NextExpiry is the tail's deadline.
+// the cache never reads a clock.
+//
+// Recency has a resolution, Config.PromoteAfter: a hit moves an entry to the
+// front of the LRU list only if it was last moved at least PromoteAfter ago,
+// so a hit on a hot entry touches the map and the entry and nothing else
+// (moving a list element touches three more, usually cold, cache lines).
+// The list is thus sorted by the time of the last move, and every entry's
+// idle clock started less than PromoteAfter after that: the LRU order is also
+// the expiry order to within PromoteAfter. Sweep only ever looks at the LRU
+// tail; NextExpiry is the tail's deadline; an idle entry is evicted no
+// earlier than IdleTTL and (when Sweep is called at NextExpiry) no later
+// than IdleTTL+PromoteAfter after its last use. PromoteAfter < 0 gives an
+// exact LRU.
 //
 // # Eviction is never silent
 //

@@ -58,10 +58,15 @@ type Entry struct {
 	// Huge is set for a 2 MiB page.
 	Huge bool
 
-	// stamp orders the LRU list: the later of LastUse and the last time the
-	// entry was kept alive at the tail because it was exempt.
+	// stamp is when the entry was last moved to the front of the LRU list
+	// (a promoting hit, its creation, or being kept alive while exempt); the
+	// list is sorted by it.
 	stamp time.Duration
 }
+
+// idleSince is when the entry's idle clock started: its last use, or the
+// last time aging kept it alive because it was exempt.
+func (e *Entry) idleSince() time.Duration { return max(e.LastUse, e.stamp) }
 
 // Pin marks one more in-flight operation on the entry: it is not aged out
 // until a matching Unpin.
