@@ -36,7 +36,9 @@ func TestSuperviseRestartsWithBackoff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sh", "-c", "exit 3"}, testBackoff) }()
+	go func() {
+		done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sh", "-c", "exit 3"}, testBackoff)
+	}()
 	deadline := time.After(5 * time.Second)
 	for !strings.Contains(logs.String(), "run 4") {
 		select {
@@ -64,7 +66,9 @@ func TestSuperviseStopsCommand(t *testing.T) {
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sleep", "30"}, testBackoff) }()
+	go func() {
+		done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sleep", "30"}, testBackoff)
+	}()
 	time.Sleep(100 * time.Millisecond)
 	cancel()
 	select {
