@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
 
@@ -78,7 +81,7 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 	if st, err := Load(spec.Dir); err == nil && st.running() {
 		return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first", spec.Dir)
 	}
-	g, err := topo.Generate(spec.Topo, spec.Nodes, topo.Options{MaxPorts: spec.MaxPorts, Seed: spec.Seed})
+	g, err := topo.Generate(spec.Topo, spec.Nodes, topo.Options{Ports: spec.MaxPorts, Seed: spec.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}
@@ -172,8 +175,8 @@ func FindAgent() (string, error) {
 }
 
 // loopbackAddrs reserves one UDP loopback address per port end.
-func loopbackAddrs(edges []topo.Link) (map[[2]int]string, error) {
-	addrs := map[[2]int]string{}
+func loopbackAddrs(edges []topo.Link) (map[portEnd]string, error) {
+	addrs := map[portEnd]string{}
 	var held []*net.UDPConn
 	defer func() {
 		for _, c := range held {
@@ -181,7 +184,7 @@ func loopbackAddrs(edges []topo.Link) (map[[2]int]string, error) {
 		}
 	}()
 	for _, e := range edges {
-		for _, end := range [][2]int{{e.A, e.PortA}, {e.B, e.PortB}} {
+		for _, end := range []portEnd{{e.A, e.PortA}, {e.B, e.PortB}} {
 			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 			if err != nil {
 				return nil, fmt.Errorf("fabric: reserving a loopback port: %w", err)
@@ -193,17 +196,30 @@ func loopbackAddrs(edges []topo.Link) (map[[2]int]string, error) {
 	return addrs, nil
 }
 
-func agentConf(i int, runDir string, spec Spec, edges []topo.Link, addrs map[[2]int]string) string {
+// portEnd is one end of a link: a node and its port.
+type portEnd struct {
+	node noc.NodeID
+	port noc.PortID
+}
+
+func agentConf(i int, runDir string, spec Spec, edges []topo.Link, addrs map[portEnd]string) string {
+	me := noc.NodeID(i)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# node %d of a %d-node %s fabric (written by dpu-fabric)\n", i, spec.Nodes, spec.Topo)
 	fmt.Fprintf(&b, "node = %d\nrun-dir = %s\nheartbeat = %v\ndead-interval = %v\nseed = %d\n", i, runDir, spec.Heartbeat, spec.DeadInterval, uint64(spec.Seed)*1000003+uint64(i)+1)
+	lines := map[noc.PortID]string{}
 	for _, e := range edges {
-		if e.A == i {
-			fmt.Fprintf(&b, "port = p%d udp %s %s\n", e.PortA, addrs[[2]int{e.A, e.PortA}], addrs[[2]int{e.B, e.PortB}])
+		a, z := portEnd{e.A, e.PortA}, portEnd{e.B, e.PortB}
+		if e.B == me {
+			a, z = z, a
 		}
-		if e.B == i {
-			fmt.Fprintf(&b, "port = p%d udp %s %s\n", e.PortB, addrs[[2]int{e.B, e.PortB}], addrs[[2]int{e.A, e.PortA}])
+		if a.node == me {
+			lines[a.port] = fmt.Sprintf("port = p%d udp %s %s\n", a.port, addrs[a], addrs[z])
 		}
+	}
+	// the agent numbers its ports in file order: list them by port number
+	for _, p := range slices.Sorted(maps.Keys(lines)) {
+		b.WriteString(lines[p])
 	}
 	return b.String()
 }
@@ -309,7 +325,7 @@ func (s *State) WaitConverged(ctx context.Context) error {
 func routeCount(ctx context.Context, sock string) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c, err := ctl.Dial(cctx, sock)
+	c, err := ctl.Dial(sock)
 	if err != nil {
 		return 0, err
 	}

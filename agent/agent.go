@@ -1,0 +1,393 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/node"
+)
+
+// Bounds of the run loop.
+const (
+	inQueue        = 256              // datagrams waiting for the core, all ports together
+	buffersPerPort = 64               // receive buffers each reader cycles through
+	requestTimeout = 2 * time.Second  // a control request the core does not serve in time fails
+	maxBatch       = 64               // datagrams handled before outputs are flushed
+	readerStop     = 5 * time.Second  // bound on reader goroutines exiting at shutdown
+	idleTick       = 10 * time.Second // longest sleep when nothing is due
+)
+
+// Agent is one dpu-agent: a node core driven by real ports and the
+// monotonic clock, with its sockets.
+type Agent struct {
+	cfg   Config
+	log   *slog.Logger
+	start time.Time
+
+	core  *node.Core
+	ports []openPort
+
+	in    chan datagram
+	reqs  chan func()
+	ctl   *ctl.Server
+	ready chan struct{}
+}
+
+type openPort struct {
+	spec PortSpec
+	kind string // what was really opened ("xdp", "afpacket", "udp", ...)
+	port noc.Port
+	free chan []byte
+}
+
+type datagram struct {
+	port noc.PortID
+	buf  []byte
+	n    int
+}
+
+// PortOpener opens a port of one kind from its spec. It returns the kind
+// actually opened (an AF_XDP request may fall back to AF_PACKET).
+type PortOpener func(spec PortSpec, log *slog.Logger) (noc.Port, string, error)
+
+var (
+	openersMu sync.Mutex
+	openers   = map[string]PortOpener{}
+)
+
+// RegisterPort makes a port kind available to agents.
+func RegisterPort(kind string, open PortOpener) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	openers[kind] = open
+}
+
+func opener(kind string) (PortOpener, bool) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	o, ok := openers[kind]
+	return o, ok
+}
+
+// New validates cfg and returns an agent; Run starts it.
+func New(cfg Config, log *slog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Agent{cfg: cfg, log: log, in: make(chan datagram, inQueue), reqs: make(chan func()), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the agent's sockets serve.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Run opens the ports and sockets, serves until ctx ends, then releases
+// everything it created.
+func (a *Agent) Run(ctx context.Context) (err error) {
+	a.start = time.Now()
+	if err := os.MkdirAll(a.cfg.RunDir, 0o755); err != nil {
+		return fmt.Errorf("agent: run dir: %w", err)
+	}
+	defer func() {
+		for _, p := range a.ports {
+			p.port.Close()
+		}
+	}()
+	if err := a.openPorts(); err != nil {
+		return err
+	}
+	if err := a.newCore(); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"))
+	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")
+	l, err := ctl.Listen(ctlPath)
+	if err != nil {
+		return fmt.Errorf("agent: control socket: %w", err)
+	}
+	if err := a.chownSocket(ctlPath); err != nil {
+		l.Close()
+		return err
+	}
+	ctlDone := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctlDone <- a.ctl.Serve(ctx, l)
+	}()
+
+	if !a.cfg.Poll {
+		for i := range a.ports {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.read(ctx, noc.PortID(i))
+			}()
+		}
+	}
+
+	portNames := make([]string, len(a.ports))
+	for i, p := range a.ports {
+		portNames[i] = p.spec.Name + "=" + p.kind
+	}
+	a.log.Info("dpu-agent ready", "node", a.cfg.Node, "run_dir", a.cfg.RunDir, "ports", portNames, "poll", a.cfg.Poll)
+	close(a.ready)
+
+	loopErr := a.loop(ctx)
+	cancel()
+	for _, p := range a.ports {
+		p.port.Close() // unblocks readers
+	}
+	if cerr := <-ctlDone; cerr != nil && !errors.Is(cerr, context.Canceled) {
+		a.log.Warn("control socket", "err", cerr)
+	}
+	a.log.Info("dpu-agent stopped", "node", a.cfg.Node)
+	if errors.Is(loopErr, context.Canceled) {
+		return nil
+	}
+	return loopErr
+}
+
+func (a *Agent) openPorts() error {
+	for _, spec := range a.cfg.Ports {
+		open, ok := opener(spec.Kind)
+		if !ok {
+			return fmt.Errorf("agent: port %s: kind %q is not available in this build", spec.Name, spec.Kind)
+		}
+		p, kind, err := open(spec, a.log)
+		if err != nil {
+			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
+		}
+		op := openPort{spec: spec, kind: kind, port: p, free: make(chan []byte, buffersPerPort)}
+		for range buffersPerPort {
+			op.free <- make([]byte, p.MTU())
+		}
+		a.ports = append(a.ports, op)
+	}
+	return nil
+}
+
+func (a *Agent) newCore() error {
+	seed := a.cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	lc := link.DefaultConfig()
+	lc.HeartbeatInterval = a.cfg.Heartbeat
+	lc.DeadInterval = a.cfg.DeadInterval
+	core, err := node.New(node.Config{Self: a.cfg.Node, Link: lc, Seed: seed}, 0)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	for i, p := range a.ports {
+		if err := core.AddPort(0, noc.PortID(i), p.spec.Name, p.port.MTU()); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+	}
+	a.core = core
+	return nil
+}
+
+func (a *Agent) chownSocket(path string) error {
+	if a.cfg.SocketGroup == "" {
+		return nil
+	}
+	g, err := user.LookupGroup(a.cfg.SocketGroup)
+	if err != nil {
+		return fmt.Errorf("agent: socket-group: %w", err)
+	}
+	gid, _ := strconv.Atoi(g.Gid)
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("agent: socket-group: %w", err)
+	}
+	return nil
+}
+
+// now is the core's clock: monotonic time since the agent started.
+func (a *Agent) now() time.Duration { return time.Since(a.start) }
+
+// read is port i's reader goroutine (blocking mode).
+func (a *Agent) read(ctx context.Context, i noc.PortID) {
+	p := &a.ports[i]
+	for {
+		var buf []byte
+		select {
+		case buf = <-p.free:
+		case <-ctx.Done():
+			return
+		}
+		n, err := p.port.ReadDatagram(buf)
+		if err != nil {
+			if errors.Is(err, noc.ErrPortClosed) || ctx.Err() != nil {
+				return
+			}
+			a.log.Warn("port read", "port", p.spec.Name, "err", err)
+			p.free <- buf
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		select {
+		case a.in <- datagram{port: i, buf: buf, n: n}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// loop is the core goroutine: the only one that touches a.core.
+func (a *Agent) loop(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	out := make([]byte, 1<<16)
+	for {
+		now := a.now()
+		if now >= a.core.NextDeadline() {
+			a.core.Tick(now)
+		}
+		a.flush(out)
+		a.publish()
+		if a.cfg.Poll {
+			if err := a.pollOnce(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		wait := min(a.core.NextDeadline()-a.now(), idleTick)
+		timer.Reset(max(wait, 0))
+		select {
+		case d := <-a.in:
+			a.input(d)
+			for range maxBatch - 1 {
+				select {
+				case d := <-a.in:
+					a.input(d)
+					continue
+				default:
+				}
+				break
+			}
+		case fn := <-a.reqs:
+			fn()
+		case <-timer.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// pollOnce busy-polls every port once (poll mode).
+func (a *Agent) pollOnce(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case fn := <-a.reqs:
+		fn()
+	default:
+	}
+	for i := range a.ports {
+		p := &a.ports[i]
+		poller, ok := p.port.(noc.Poller)
+		if !ok {
+			continue
+		}
+		buf := <-p.free
+		for range maxBatch {
+			n, ok, err := poller.TryReadDatagram(buf)
+			if err != nil || !ok {
+				break
+			}
+			a.core.Input(a.now(), noc.PortID(i), buf[:n]) //nolint:errcheck // counted by the link
+		}
+		p.free <- buf
+	}
+	return nil
+}
+
+func (a *Agent) input(d datagram) {
+	if err := a.core.Input(a.now(), d.port, d.buf[:d.n]); err != nil {
+		a.log.Debug("input", "err", err)
+	}
+	a.ports[d.port].free <- d.buf
+}
+
+// flush writes every datagram the core has for every port.
+func (a *Agent) flush(out []byte) {
+	now := a.now()
+	for i := range a.ports {
+		p := &a.ports[i]
+		for {
+			n, ok := a.core.Output(now, noc.PortID(i), out[:min(len(out), p.port.MTU())])
+			if !ok {
+				break
+			}
+			if err := p.port.WriteDatagram(out[:n]); err != nil {
+				a.log.Debug("port write", "port", p.spec.Name, "err", err)
+			}
+		}
+	}
+}
+
+// publish turns the core's events into monitor events and logs.
+func (a *Agent) publish() {
+	for _, ev := range a.core.TakeEvents() {
+		name := ""
+		if int(ev.Port) < len(a.ports) {
+			name = a.ports[ev.Port].spec.Name
+		}
+		switch ev.Kind {
+		case node.EventLinkUp:
+			a.log.Info("link up", "port", name, "reason", ev.Reason)
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Reason: ev.Reason})
+		case node.EventLinkDown:
+			a.log.Info("link down", "port", name, "reason", ev.Reason)
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason})
+		case node.EventNeighbour:
+			a.log.Info("neighbour", "port", name, "node", ev.Neighbour)
+		case node.EventRoutes:
+			a.log.Debug("routes changed")
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: time.Now(), Hops: -1})
+		}
+	}
+}
+
+// ErrBusy is returned when the core does not serve a control request in
+// time.
+var ErrBusy = errors.New("agent: core did not answer in time")
+
+// onCore runs fn on the core goroutine and waits (bounded) for it.
+func (a *Agent) onCore(fn func(c *node.Core)) error {
+	done := make(chan struct{})
+	t := time.NewTimer(requestTimeout)
+	defer t.Stop()
+	select {
+	case a.reqs <- func() { fn(a.core); close(done) }:
+	case <-t.C:
+		return ErrBusy
+	}
+	<-done // accepted: the core is running fn, which is bounded
+	return nil
+}

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+)
+
+// source serves the control socket from snapshots taken on the core
+// goroutine. When the core does not answer in time a snapshot is empty and
+// the reason is logged.
+type source struct{ a *Agent }
+
+func (s source) snap(what string, fn func(c *node.Core)) {
+	if err := s.a.onCore(fn); err != nil {
+		s.a.log.Warn("control snapshot", "object", what, "err", err)
+	}
+}
+
+func (s source) portName(p noc.PortID) string {
+	if int(p) < len(s.a.ports) {
+		return s.a.ports[p].spec.Name
+	}
+	return ""
+}
+
+func (s source) Routes() []ctl.Route {
+	var out []ctl.Route
+	s.snap("route", func(c *node.Core) {
+		for _, r := range c.Routing().Routes() {
+			if r.Dst == s.a.cfg.Node {
+				continue
+			}
+			out = append(out, ctl.Route{Dst: r.Dst, Port: s.portName(r.Port), PortIndex: r.Port, NextHop: r.NextHop, Hops: r.Hops})
+		}
+	})
+	return out
+}
+
+func (s source) Links() []ctl.Link {
+	var out []ctl.Link
+	s.snap("link", func(c *node.Core) {
+		for _, p := range c.Ports() {
+			st := ctl.LinkDown
+			if p.Up {
+				st = ctl.LinkUp
+			}
+			l := ctl.Link{Index: p.ID, Name: p.Name, Kind: s.a.ports[p.ID].kind, State: st, MTU: p.MTU, Session: p.Session}
+			if p.Known {
+				l.Peer = p.Neighbour
+			} else {
+				l.Peer = noc.BroadcastNode
+			}
+			fillLink(&l, p)
+			if c, ok := s.a.ports[p.ID].port.(interface{ Counters() []ctl.Counter }); ok {
+				l.Counters = append(l.Counters, c.Counters()...)
+			}
+			out = append(out, l)
+		}
+	})
+	return out
+}
+
+func (s source) Neighbours() []ctl.Neighbour {
+	var out []ctl.Neighbour
+	s.snap("neigh", func(c *node.Core) {
+		for _, p := range c.Ports() {
+			if !p.Known {
+				continue
+			}
+			st := ctl.NeighFailed
+			if p.Up {
+				st = ctl.NeighReachable
+			}
+			out = append(out, ctl.Neighbour{Port: p.Name, PortIndex: p.ID, Node: p.Neighbour, State: st, LastHeard: p.LastHeard})
+		}
+	})
+	return out
+}
+
+func (s source) Stats() ctl.Stats {
+	st := ctl.Stats{Node: s.a.cfg.Node, Uptime: time.Since(s.a.start)}
+	s.snap("stats", func(c *node.Core) {
+		cs := c.Stats()
+		add := func(name string, v uint64) { st.Counters = append(st.Counters, ctl.Counter{Name: name, Value: v}) }
+		add("frames_delivered", cs.Delivered)
+		add("frames_forwarded", cs.Forwarded)
+		add("frames_originated", cs.Originated)
+		add("frames_routing", cs.Routing)
+		add("drop_no_route", cs.NoRoute)
+		add("drop_hop_limit", cs.HopLimit)
+		add("drop_malformed", cs.Malformed)
+		add("drop_no_handler", cs.NoHandler)
+		add("drop_send_error", cs.SendErrors)
+		add("drop_local_queue", cs.LocalDrops)
+		var tx, rx, rt uint64
+		for _, p := range c.Ports() {
+			tx += p.Link.TxDatagrams
+			rx += p.Link.RxDatagrams
+			rt += p.Link.Retransmits
+		}
+		add("link_tx_datagrams", tx)
+		add("link_rx_datagrams", rx)
+		add("link_retransmits", rt)
+		add("routes", uint64(len(c.Routing().Routes())))
+	})
+	return st
+}
+
+func (s source) Topology() ctl.Topology {
+	t := ctl.Topology{Self: s.a.cfg.Node}
+	s.snap("topo", func(c *node.Core) {
+		t.Nodes = topologyOf(c)
+	})
+	return t
+}
+
+func fillLink(l *ctl.Link, p node.PortInfo) {
+	ls := p.Link
+	l.TxDatagrams, l.TxBytes = ls.TxDatagrams, ls.TxBytes
+	l.RxDatagrams, l.RxBytes = ls.RxDatagrams, ls.RxBytes
+	l.TxMessages, l.RxMessages = ls.TxMessages, ls.RxMessages
+	l.Retransmits, l.CRCErrors, l.Duplicates = ls.Retransmits, ls.CRCErrors, ls.Duplicates
+	l.RTT = ls.SRTT
+}
+
+// topologyOf turns the link-state database into the control socket's view.
+func topologyOf(c *node.Core) []ctl.TopoNode {
+	t := c.Routing().Topology()
+	idx := make(map[noc.NodeID]int, len(t.Nodes))
+	out := make([]ctl.TopoNode, len(t.Nodes))
+	for i, n := range t.Nodes {
+		idx[n.ID] = i
+		out[i] = ctl.TopoNode{ID: n.ID, Self: n.ID == t.Self, Reachable: n.Reachable, Hops: n.Hops, Seq: uint64(n.Seq)}
+	}
+	for _, l := range t.Links {
+		if i, ok := idx[l.A]; ok {
+			out[i].Neighbours = append(out[i].Neighbours, l.B)
+		}
+		if j, ok := idx[l.B]; ok && l.TwoWay {
+			out[j].Neighbours = append(out[j].Neighbours, l.A)
+		}
+	}
+	return out
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/aitherion/dpu/agent/ctl"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dpuctl:", err)
+		var u usageError
+		if errors.As(err, &u) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError is a command line dpuctl does not understand.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg + " (try \"dpuctl help\")" }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+const usage = `Usage: dpuctl [OPTIONS] OBJECT [COMMAND [ARGS]]
+
+OBJECT and COMMAND may be abbreviated ("dpuctl r s" is "dpuctl route show");
+COMMAND defaults to show.
+
+  route show                      routing table: destination, next hop, port, hops
+  link show                       ports and their reliable links, with counters
+  neigh show                      neighbours heard on the ports
+  stats                           the agent's counters
+  topo show [--dot]               the fabric as the agent sees it
+  topo plan --nodes N --ports K [--seed S] [--dot]
+                                  plan a wiring (computed here, no agent needed)
+  pathcache show                  path cache entries
+  owner show                      pages owned by this host, pins, arbiter queues
+  gpu show                        GPU use and limits of the host's processes
+  gpu set pid PID [device D] [mem SIZE] [quota PERCENT]
+                                  set a process's GPU limits (0: unlimited)
+  monitor                         print events as they happen, until interrupted
+  help                            this text
+
+OPTIONS
+  -s PATH   control socket (default $DPU_RUN_DIR/ctl.sock, else /run/dpu/ctl.sock)
+  -j        JSON output (monitor: one object per line)
+`
+
+// env is what a command runs with.
+type env struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+	json   bool
+	socket string
+	client *ctl.Client
+}
+
+// dial connects to the agent on first use.
+func (e *env) dial() (*ctl.Client, error) {
+	if e.client != nil {
+		return e.client, nil
+	}
+	c, err := ctl.Dial(e.socket)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w (is dpu-agent running? -s names its control socket)", err)
+		}
+		return nil, err
+	}
+	e.client = c
+	return c, nil
+}
+
+func (e *env) writeJSON(v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// object is one OBJECT of the command line and its commands, in matching
+// order: an abbreviation picks the first that it begins.
+type object struct {
+	name     string
+	commands []verb
+}
+
+type verb struct {
+	name string
+	run  func(e *env, args []string) error
+}
+
+var objects = []object{
+	{"route", []verb{{"show", routeShow}, {"list", routeShow}}},
+	{"link", []verb{{"show", linkShow}, {"list", linkShow}}},
+	{"neigh", []verb{{"show", neighShow}, {"list", neighShow}}},
+	{"stats", []verb{{"show", statsShow}}},
+	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
+	{"pathcache", []verb{{"show", pathShow}, {"list", pathShow}}},
+	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
+	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}}},
+	{"monitor", []verb{{"all", monitor}}},
+	{"help", []verb{{"", help}}},
+}
+
+// run is dpuctl: args are the arguments after the program name.
+func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
+	fs := flag.NewFlagSet("dpuctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	e := &env{ctx: ctx, stdout: stdout, stderr: stderr}
+	fs.StringVar(&e.socket, "s", defaultSocket(), "control socket")
+	fs.BoolVar(&e.json, "j", false, "JSON output")
+	fs.BoolVar(&e.json, "json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return help(e, nil)
+		}
+		return usagef("%v", err)
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usagef("no object")
+	}
+	obj, ok := match(args[0], objects, func(o object) string { return o.name })
+	if !ok {
+		return usagef("unknown object %q", args[0])
+	}
+	args = args[1:]
+	v := obj.commands[0]
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && obj.commands[0].name != "" {
+		if v, ok = match(args[0], obj.commands, func(v verb) string { return v.name }); !ok {
+			return usagef("%s: unknown command %q", obj.name, args[0])
+		}
+		args = args[1:]
+	}
+	defer func() {
+		if e.client != nil {
+			e.client.Close()
+		}
+	}()
+	return v.run(e, args)
+}
+
+// match finds the first item whose name begins with word, as iproute2 does.
+func match[T any](word string, items []T, name func(T) string) (T, bool) {
+	for _, it := range items {
+		if name(it) == word {
+			return it, true
+		}
+	}
+	for _, it := range items {
+		if word != "" && strings.HasPrefix(name(it), word) {
+			return it, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// defaultSocket is $DPU_RUN_DIR/ctl.sock, else /run/dpu/ctl.sock.
+func defaultSocket() string {
+	if dir := os.Getenv("DPU_RUN_DIR"); dir != "" {
+		return filepath.Join(dir, "ctl.sock")
+	}
+	return "/run/dpu/ctl.sock"
+}
+
+// commandFlags parses a command's own flags; -j is accepted there too.
+func commandFlags(e *env, name string, args []string, define func(fs *flag.FlagSet)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&e.json, "j", e.json, "JSON output")
+	fs.BoolVar(&e.json, "json", e.json, "JSON output")
+	if define != nil {
+		define(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return usagef("%s: %v", name, err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", name, fs.Arg(0))
+	}
+	return nil
+}
+
+func help(e *env, _ []string) error {
+	_, err := io.WriteString(e.stdout, usage)
+	return err
+}

@@ -1,0 +1,428 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/noc/route"
+)
+
+// Config shapes a Core.
+type Config struct {
+	Self noc.NodeID
+	// Handler is the protocol engine; nil drops (and counts) every frame
+	// for it.
+	Handler Handler
+	// Link is the template of every port's link; MTU and Session are set
+	// per port.
+	Link link.Config
+	// Route configures link-state routing.
+	Route route.Config
+	// Seed drives the core's random source (link sessions, routing
+	// incarnation). The same seed and inputs give the same outputs.
+	Seed uint64
+	// MaxHops drops frames that crossed more routers than this (default 64).
+	MaxHops uint8
+}
+
+// Errors of the core.
+var (
+	ErrNoPort  = errors.New("node: no such port")
+	ErrNoRoute = errors.New("node: no route to node")
+	ErrPortUp  = errors.New("node: port already added")
+)
+
+// localQueueMax bounds frames a node sends to itself within one step.
+const localQueueMax = 1024
+
+// Core is the deterministic state machine of one DPU. It is not safe for
+// concurrent use: one driver goroutine owns it.
+type Core struct {
+	cfg   Config
+	rng   *rand.Rand
+	ports []*port
+	rt    *route.State
+	now   time.Duration
+
+	frame noc.Frame // decode scratch
+	enc   []byte    // encode scratch
+	local [][]byte  // frames to self, delivered after the current step
+	ev    []Event   // events since the last TakeEvents
+	rtVer uint64    // routing table version last reported
+	stats Stats
+}
+
+type port struct {
+	name      string
+	ep        *link.Endpoint
+	up        bool
+	neighbour noc.NodeID
+	known     bool          // neighbour learned from routing
+	lastRx    time.Duration // when the port last delivered a datagram
+}
+
+// Stats counts what the core did with frames.
+type Stats struct {
+	Delivered  uint64 // frames handed to the Handler
+	Forwarded  uint64 // frames forwarded by the routing table
+	Originated uint64 // frames sent by this node
+	Routing    uint64 // routing frames received
+	NoRoute    uint64 // frames dropped: no route to Dst
+	HopLimit   uint64 // frames dropped: hop count past MaxHops
+	Malformed  uint64 // messages that are not frames
+	NoHandler  uint64 // frames for the engine with no engine plugged in
+	SendErrors uint64 // frames a link refused (backpressure, down)
+	LocalDrops uint64 // frames to self dropped because the local queue was full
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EventLinkUp EventKind = iota + 1
+	EventLinkDown
+	EventNeighbour // routing learned the node on a port
+	EventRoutes    // the routing table changed
+)
+
+// Event is a state change the driver may publish (dpuctl monitor).
+type Event struct {
+	At        time.Duration
+	Kind      EventKind
+	Port      noc.PortID
+	Neighbour noc.NodeID
+	Reason    string
+}
+
+// New returns a core with no ports.
+func New(cfg Config, now time.Duration) (*Core, error) {
+	if cfg.Self == noc.BroadcastNode {
+		return nil, fmt.Errorf("node: self id %v is reserved", cfg.Self)
+	}
+	if cfg.MaxHops == 0 {
+		cfg.MaxHops = 64
+	}
+	c := &Core{cfg: cfg, now: now, enc: make([]byte, 0, noc.HeaderLen+noc.MaxPayload)}
+	c.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	rcfg := cfg.Route
+	if rcfg.Incarnation == 0 {
+		rcfg.Incarnation = c.rng.Uint32() | 1
+	}
+	rt, err := route.New(cfg.Self, rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	c.rt = rt
+	return c, nil
+}
+
+// AddPort adds port p (ids are dense: p must equal the number of ports
+// added so far) with the given name and datagram MTU.
+func (c *Core) AddPort(now time.Duration, p noc.PortID, name string, mtu int) error {
+	if int(p) != len(c.ports) {
+		return fmt.Errorf("%w: port %d added out of order (next is %d)", ErrPortUp, p, len(c.ports))
+	}
+	lc := c.cfg.Link
+	lc.MTU = mtu
+	lc.Session = c.rng.Uint64() | 1
+	ep, err := link.NewEndpoint(lc, now)
+	if err != nil {
+		return fmt.Errorf("node: port %s: %w", name, err)
+	}
+	c.ports = append(c.ports, &port{name: name, ep: ep})
+	return nil
+}
+
+// Self is this node's id.
+func (c *Core) Self() noc.NodeID { return c.cfg.Self }
+
+// NumPorts is the number of ports added.
+func (c *Core) NumPorts() int { return len(c.ports) }
+
+// Input hands the core one datagram that arrived on port p.
+func (c *Core) Input(now time.Duration, p noc.PortID, datagram []byte) error {
+	c.now = now
+	pt, err := c.port(p)
+	if err != nil {
+		return err
+	}
+	pt.lastRx = now
+	ierr := pt.ep.Input(now, datagram)
+	c.linkEvents(p, pt)
+	for {
+		msg, ok := pt.ep.Receive()
+		if !ok {
+			break
+		}
+		c.dispatch(p, msg)
+	}
+	c.flushRouting()
+	c.drainLocal()
+	if ierr != nil {
+		return fmt.Errorf("node: port %s: %w", pt.name, ierr)
+	}
+	return nil
+}
+
+// Output fills buf with the next datagram to write to port p.
+func (c *Core) Output(now time.Duration, p noc.PortID, buf []byte) (int, bool) {
+	if int(p) >= len(c.ports) {
+		return 0, false
+	}
+	return c.ports[p].ep.Output(now, buf)
+}
+
+// Tick runs every timer that is due: links, routing, the engine.
+func (c *Core) Tick(now time.Duration) {
+	c.now = now
+	for i, pt := range c.ports {
+		pt.ep.Tick(now)
+		c.linkEvents(noc.PortID(i), pt)
+	}
+	c.rt.Tick(now)
+	c.flushRouting()
+	if c.cfg.Handler != nil {
+		c.cfg.Handler.Tick(now, c)
+	}
+	c.drainLocal()
+}
+
+// NextDeadline is the earliest time Tick must run.
+func (c *Core) NextDeadline() time.Duration {
+	d := time.Duration(1<<63 - 1)
+	if at, ok := c.rt.NextDeadline(); ok {
+		d = at
+	}
+	for _, pt := range c.ports {
+		d = min(d, pt.ep.NextDeadline())
+	}
+	if c.cfg.Handler != nil {
+		if h, ok := c.cfg.Handler.NextDeadline(); ok {
+			d = min(d, h)
+		}
+	}
+	return d
+}
+
+// dispatch decides what to do with one message received on port in.
+func (c *Core) dispatch(in noc.PortID, msg []byte) {
+	f := &c.frame
+	if err := f.Decode(msg); err != nil {
+		c.stats.Malformed++
+		return
+	}
+	switch {
+	case f.IsRouting():
+		c.stats.Routing++
+		_ = c.rt.HandleFrame(c.now, in, f)
+		c.learnNeighbour(in)
+	case f.Flags&noc.FlagPath != 0 || f.Dst == c.cfg.Self || f.Dst == noc.BroadcastNode:
+		c.deliver(in, f)
+	default:
+		c.forward(msg, f)
+	}
+}
+
+func (c *Core) deliver(in noc.PortID, f *noc.Frame) {
+	if c.cfg.Handler == nil {
+		c.stats.NoHandler++
+		return
+	}
+	c.stats.Delivered++
+	c.cfg.Handler.HandleFrame(c.now, in, f, c)
+}
+
+// forward sends a received frame on toward its Dst, bumping its hop count
+// in place: no decode beyond the header, no allocation.
+func (c *Core) forward(msg []byte, f *noc.Frame) {
+	if f.Hops >= c.cfg.MaxHops {
+		c.stats.HopLimit++
+		return
+	}
+	p, _, ok := c.rt.NextHop(f.Dst)
+	if !ok || int(p) >= len(c.ports) {
+		c.stats.NoRoute++
+		return
+	}
+	msg[12] = f.Hops + 1 // header offset of the hop count
+	if err := c.ports[p].ep.Send(c.now, msg); err != nil {
+		c.stats.SendErrors++
+		return
+	}
+	c.stats.Forwarded++
+}
+
+// linkEvents turns the endpoint's up/down transitions into routing input.
+func (c *Core) linkEvents(p noc.PortID, pt *port) {
+	for {
+		ev, ok := pt.ep.PollEvent()
+		if !ok {
+			return
+		}
+		if ev.Up {
+			pt.up = true
+			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkUp, Port: p, Reason: ev.Reason.String()})
+			_ = c.rt.PortUp(c.now, p) // p was added: cannot fail
+		} else {
+			pt.up = false
+			was, known := pt.neighbour, pt.known
+			pt.known = false
+			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkDown, Port: p, Neighbour: was, Reason: ev.Reason.String()})
+			_ = c.rt.PortDown(c.now, p)
+			if known && c.cfg.Handler != nil {
+				c.cfg.Handler.PortState(c.now, p, false, was, c)
+			}
+		}
+	}
+}
+
+// learnNeighbour tells the engine when routing learned who is on port p.
+func (c *Core) learnNeighbour(p noc.PortID) {
+	if int(p) >= len(c.ports) {
+		return
+	}
+	pt := c.ports[p]
+	n, ok := c.rt.Neighbour(p)
+	if !ok || !pt.up || (pt.known && pt.neighbour == n) {
+		return
+	}
+	pt.neighbour, pt.known = n, true
+	c.ev = append(c.ev, Event{At: c.now, Kind: EventNeighbour, Port: p, Neighbour: n})
+	if c.cfg.Handler != nil {
+		c.cfg.Handler.PortState(c.now, p, true, n, c)
+	}
+}
+
+// flushRouting sends what routing queued.
+func (c *Core) flushRouting() {
+	c.rt.Outputs(func(p noc.PortID, f *noc.Frame) {
+		_ = c.SendPort(p, f)
+	})
+	if v := c.rt.Version(); v != c.rtVer {
+		c.rtVer = v
+		c.ev = append(c.ev, Event{At: c.now, Kind: EventRoutes})
+	}
+}
+
+// drainLocal delivers frames this node sent to itself.
+func (c *Core) drainLocal() {
+	for i := 0; i < len(c.local); i++ {
+		f := &c.frame
+		if err := f.Decode(c.local[i]); err != nil {
+			c.stats.Malformed++
+			continue
+		}
+		c.deliver(noc.NoPort, f)
+	}
+	c.local = c.local[:0]
+}
+
+// SendPort implements Sender.
+func (c *Core) SendPort(p noc.PortID, f *noc.Frame) error {
+	pt, err := c.port(p)
+	if err != nil {
+		return err
+	}
+	if f.Version == 0 {
+		f.Version = noc.FrameVersion
+	}
+	b, err := f.AppendTo(c.enc[:0])
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	c.enc = b[:0]
+	if err := pt.ep.Send(c.now, b); err != nil {
+		c.stats.SendErrors++
+		return fmt.Errorf("node: port %s: %w", pt.name, err)
+	}
+	c.stats.Originated++
+	return nil
+}
+
+// SendNode implements Sender.
+func (c *Core) SendNode(f *noc.Frame) error {
+	if f.Dst == c.cfg.Self {
+		if len(c.local) >= localQueueMax {
+			c.stats.LocalDrops++
+			return fmt.Errorf("node: local queue full")
+		}
+		if f.Version == 0 {
+			f.Version = noc.FrameVersion
+		}
+		b, err := f.AppendTo(nil)
+		if err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		c.local = append(c.local, b)
+		return nil
+	}
+	p, _, ok := c.rt.NextHop(f.Dst)
+	if !ok {
+		c.stats.NoRoute++
+		return fmt.Errorf("%w %v", ErrNoRoute, f.Dst)
+	}
+	return c.SendPort(p, f)
+}
+
+// NextHop implements Sender.
+func (c *Core) NextHop(dst noc.NodeID) (noc.PortID, int, bool) {
+	return c.rt.NextHop(dst)
+}
+
+// Neighbour implements Sender.
+func (c *Core) Neighbour(p noc.PortID) (noc.NodeID, bool) {
+	if int(p) >= len(c.ports) {
+		return 0, false
+	}
+	pt := c.ports[p]
+	return pt.neighbour, pt.up && pt.known
+}
+
+func (c *Core) port(p noc.PortID) (*port, error) {
+	if int(p) >= len(c.ports) {
+		return nil, fmt.Errorf("%w %d", ErrNoPort, p)
+	}
+	return c.ports[p], nil
+}
+
+// TakeEvents returns the events since the last call and forgets them.
+func (c *Core) TakeEvents() []Event {
+	ev := c.ev
+	c.ev = nil
+	return ev
+}
+
+// Stats returns the core's frame counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// Routing is the core's routing state, for snapshots.
+func (c *Core) Routing() *route.State { return c.rt }
+
+// PortInfo is a snapshot of one port.
+type PortInfo struct {
+	ID        noc.PortID
+	Name      string
+	Up        bool
+	Neighbour noc.NodeID
+	Known     bool
+	MTU       int
+	Session   uint64
+	LastHeard time.Duration // since the last datagram arrived
+	Link      link.Stats
+}
+
+// Ports returns a snapshot of every port.
+func (c *Core) Ports() []PortInfo {
+	out := make([]PortInfo, len(c.ports))
+	for i, pt := range c.ports {
+		s, _ := pt.ep.Session()
+		out[i] = PortInfo{ID: noc.PortID(i), Name: pt.name, Up: pt.up, Neighbour: pt.neighbour, Known: pt.known,
+			MTU: pt.ep.Config().MTU, Session: s, LastHeard: c.now - pt.lastRx, Link: pt.ep.Stats()}
+	}
+	return out
+}
