@@ -359,6 +359,11 @@ func handleIn(ns string) (*netlink.Handle, error) {
 	}
 	defer nsh.Close()
 	h, err := netlink.NewHandleAt(nsh)
+	if errors.Is(err, unix.EINVAL) {
+		// The name exists but holds no namespace (Up crashed between
+		// creating the file and mounting the namespace on it).
+		return nil, fmt.Errorf("%w: namespace %s", errGone, ns)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("veth: netlink in %s: %w", ns, err)
 	}
