@@ -18,7 +18,7 @@ type fabric struct {
 	t     testing.TB
 	g     *topo.Graph
 	cfg   Config
-	ids   []noc.NodeID      // node index → node id (scrambled, so that ids and indices differ)
+	ids   []noc.NodeID // node index → node id (scrambled, so that ids and indices differ)
 	index map[noc.NodeID]int
 	nodes []*State
 	dead  []bool

@@ -18,9 +18,9 @@ const (
 
 // Payload sizes.
 const (
-	HelloLen         = 8
-	LSAHeaderLen     = 20
-	AdjacencyLen     = 8
+	HelloLen          = 8
+	LSAHeaderLen      = 20
+	AdjacencyLen      = 8
 	maxLSAAdjacencies = (noc.MaxPayload - LSAHeaderLen) / AdjacencyLen
 )
 
