@@ -36,6 +36,9 @@ var testChecks = []testCheck{
 	{"link-show", []string{"link", "show"}},
 	{"neigh-show", []string{"neigh", "show"}},
 	{"stats", []string{"stats"}},
+	// The same tables as JSON, for the host to check field by field.
+	{"route-json", []string{"-j", "route", "show"}},
+	{"link-json", []string{"-j", "link", "show"}},
 }
 
 // Poll intervals of the self-test's waits (each bounded by the test's

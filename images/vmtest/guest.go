@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// guestSpec is one qemu guest of a scenario.
+type guestSpec struct {
+	Name    string   // "node0", … (names the console log)
+	Node    int      // node number the agent must come up as
+	Append  []string // kernel parameters after the common ones
+	Netdev  string   // -netdev value; "" for no network
+	MAC     string
+	Timeout time.Duration
+}
+
+// qemuConfig is what every guest shares.
+type qemuConfig struct {
+	Qemu   string
+	Kernel string
+	Initrd string
+	MemMiB int
+}
+
+// args returns qemu's command line for g.
+func (q qemuConfig) args(g guestSpec) []string {
+	cmdline := append([]string{"console=ttyAMA0", "panic=-1"}, g.Append...)
+	args := []string{
+		"-M", "virt", "-cpu", "cortex-a72", "-smp", "1", "-m", fmt.Sprint(q.MemMiB),
+		"-nographic", "-no-reboot",
+		"-kernel", q.Kernel, "-initrd", q.Initrd,
+		"-append", strings.Join(cmdline, " "),
+	}
+	if g.Netdev == "" {
+		return append(args, "-nic", "none")
+	}
+	return append(args,
+		"-netdev", g.Netdev,
+		"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+g.MAC,
+	)
+}
+
+// guest is a running qemu process and its console.
+type guest struct {
+	spec    guestSpec
+	cmd     *exec.Cmd
+	console *console
+	exited  chan struct{} // closed when qemu has exited and its output is read
+	err     error         // qemu's exit status, once exited is closed
+}
+
+// startGuest starts qemu for g. The process is killed when ctx ends; call
+// stop on every path.
+func startGuest(ctx context.Context, q qemuConfig, g guestSpec) (*guest, error) {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, q.Qemu, q.args(g)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("%s: start %s: %w", g.Name, q.Qemu, err)
+	}
+	w.Close()
+	gu := &guest{spec: g, cmd: cmd, console: newConsole(start), exited: make(chan struct{})}
+	go func() {
+		defer close(gu.exited)
+		readLines(r, gu.console)
+		r.Close()
+		gu.err = cmd.Wait()
+	}()
+	return gu, nil
+}
+
+func readLines(r io.Reader, c *console) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			c.Line(time.Now(), strings.TrimSuffix(line, "\n"))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitDone waits for the guest's self-test verdict and then for qemu to
+// exit (the guest powers off), both by ctx's deadline.
+func (g *guest) waitDone(ctx context.Context) error {
+wait:
+	for {
+		done, changed := g.console.Done()
+		if done != "" {
+			break
+		}
+		select {
+		case <-changed:
+		case <-g.exited:
+			if done, _ := g.console.Done(); done != "" {
+				break wait
+			}
+			return fmt.Errorf("qemu exited before the self-test finished: %v", exitText(g.err))
+		case <-ctx.Done():
+			return fmt.Errorf("self-test did not finish in time: %w", ctx.Err())
+		}
+	}
+	select {
+	case <-g.exited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("guest did not power off: %w", ctx.Err())
+	}
+}
+
+// stop kills qemu if it still runs and waits for it.
+func (g *guest) stop() {
+	select {
+	case <-g.exited:
+		return
+	default:
+	}
+	if err := syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		fmt.Fprintf(os.Stderr, "vmtest: kill %s: %v\n", g.spec.Name, err)
+	}
+	<-g.exited
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "status 0"
+	}
+	return err.Error()
+}
