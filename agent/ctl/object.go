@@ -238,12 +238,12 @@ type Event struct {
 	// Name is the kind's name; filled from Kind when empty.
 	Name    string     `json:"kind"`
 	Time    time.Time  `json:"time"`
-	Node    noc.NodeID `json:"node"`     // the peer, the destination or the faulting host
-	Port    string     `json:"port"`     // the port concerned, if any
-	NextHop noc.NodeID `json:"next_hop"` // route-change: the new next hop
-	Hops    int        `json:"hops"`     // route-change: the new distance; -1: unreachable
-	Page    gva.GVA    `json:"page"`     // host-fault: the page concerned
-	Reason  string     `json:"reason"`
+	Node    noc.NodeID `json:"node"`             // the peer, the destination or the faulting host
+	Port    string     `json:"port,omitempty"`   // the port concerned, if any
+	NextHop noc.NodeID `json:"next_hop"`         // route-change: the new next hop
+	Hops    int        `json:"hops"`             // route-change: the new distance; -1: unreachable
+	Page    gva.GVA    `json:"page,omitzero"`    // host-fault: the page concerned, if any
+	Reason  string     `json:"reason,omitempty"` // why, in words
 }
 
 // KindName is the event kind's name.

@@ -188,6 +188,7 @@ func commandFlags(e *env, name string, args []string, define func(fs *flag.FlagS
 	fs.SetOutput(io.Discard)
 	fs.BoolVar(&e.json, "j", e.json, "JSON output")
 	fs.BoolVar(&e.json, "json", e.json, "JSON output")
+	fs.StringVar(&e.socket, "s", e.socket, "control socket")
 	if define != nil {
 		define(fs)
 	}

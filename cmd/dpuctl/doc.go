@@ -1,0 +1,58 @@
+// Command dpuctl shows and controls a running dpu-agent through its control
+// socket (package agent/ctl), in iproute2's grammar:
+//
+//	dpuctl [-s PATH] [-j] OBJECT [COMMAND [ARGS]]
+//
+//	dpuctl route show            dpuctl topo show [--dot]
+//	dpuctl link show             dpuctl topo plan --nodes N --ports K [--seed S] [--dot]
+//	dpuctl neigh show            dpuctl pathcache show
+//	dpuctl stats                 dpuctl owner show
+//	dpuctl monitor               dpuctl gpu show | gpu set pid PID [device D] [mem SIZE] [quota PCT]
+//
+// OBJECT and COMMAND may be abbreviated to any prefix (the first match in
+// the order above wins: "dpuctl r s", "dpuctl l"); COMMAND defaults to show.
+// -s names the socket (default $DPU_RUN_DIR/ctl.sock, else
+// /run/dpu/ctl.sock); -j and -s may also follow the command. topo plan is
+// computed locally by noc/topo's planner and needs no agent. monitor runs
+// until interrupted, which is a normal (zero) exit.
+//
+// Data goes to stdout, diagnostics to stderr. The exit status is 0 on
+// success, 1 when the agent or the request failed, 2 for a command line
+// dpuctl does not understand.
+//
+// # JSON
+//
+// -j prints indented JSON: an array for every listing (empty: []), an
+// object for stats, topo show and topo plan, and for monitor one compact
+// object per line. Field names are stable; new fields may be added. Times
+// of day are RFC 3339; durations are integer nanoseconds in fields named
+// *_ns; GVAs are "gva:" + 32 hex digits; ports are numbered as on the agent
+// (65535: none, 65534: the local host).
+//
+//	route      dst, port, port_index, next_hop, hops
+//	link       index, name, kind, state ("up"/"down"), mtu, peer, session,
+//	           tx_datagrams, tx_bytes, rx_datagrams, rx_bytes, tx_messages,
+//	           rx_messages, retransmits, crc_errors, duplicates, rtt_ns,
+//	           counters [{name, value}]
+//	neigh      port, port_index, node, state ("none", "init", "reachable",
+//	           "stale", "failed"), last_heard_ns
+//	stats      node, uptime_ns, counters [{name, value}]
+//	topo show  self, nodes [{id, self, reachable, hops, seq, neighbours}]
+//	topo plan  noc/topo.Proposal: nodes, ports, seed, source, links
+//	           [{a, port_a, b, port_b}], diameter, avg_hops, moore_diameter,
+//	           moore_avg_hops, diameter_gap, avg_hops_gap, evaluations, swaps,
+//	           candidates
+//	pathcache  key, up, down, replica ("none", "valid", "invalid",
+//	           "swapping", "primary"), version, last_use_ns
+//	owner      key, version, swapping, pinned, pin_held_ns,
+//	           waiters [{node, port, request, waited_ns}]
+//	gpu        pid, uid, device, command, memory_used, memory_limit,
+//	           kernel_time_ns, kernel_quota
+//	monitor    kind_id, kind, time, node, port?, next_hop, hops, page?, reason?
+//
+// The golden files in testdata/ pin both the text and the JSON forms.
+//
+// main only calls run, which takes its context, standard streams and
+// arguments so that tests drive it in-process. dpuctl never changes agent
+// state except through gpu set.
+package main
