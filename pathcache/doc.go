@@ -31,6 +31,10 @@
 // than IdleTTL+PromoteAfter after its last use. PromoteAfter < 0 gives an
 // exact LRU.
 //
+// A hit is one lookup in a map of entries (kept beside simplelru's own map,
+// about 35 bytes per entry, so that a hit does not also chase simplelru's
+// list element) and one access to the entry.
+//
 // # Eviction is never silent
 //
 // Every entry that leaves the cache by aging (LRU pressure in Upsert, idle
