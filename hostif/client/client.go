@@ -1,0 +1,611 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// Options tune a Client. Zero fields mean their defaults.
+type Options struct {
+	// Name is sent in HELLO for the server's logs.
+	Name string
+	// Timeout bounds every call whose context has no deadline, and every
+	// write to the socket (default 30s).
+	Timeout time.Duration
+	// EventQueue is how many events may wait for Events' reader (default
+	// 256); beyond it they are dropped and an EventLost is delivered.
+	EventQueue int
+}
+
+// Client is one connection to a node's host interface. It is safe for
+// concurrent use; concurrent calls are pipelined on the connection.
+type Client struct {
+	uc    *net.UnixConn
+	opts  Options
+	hello wire.Hello
+
+	status []byte // the replica status table, mapped read-only
+
+	sem     chan struct{} // one token per request in flight
+	nextID  atomic.Uint64
+	mu      sync.Mutex
+	pending map[uint64]*call
+	maps    map[*Mapping]struct{}
+	closed  bool
+
+	done    chan struct{} // closed when the connection is gone
+	doneErr error         // why (set before done closes)
+	reader  chan struct{} // closed when the reader goroutine ends
+
+	events chan Event
+	lost   atomic.Bool
+
+	closeOnce sync.Once
+}
+
+// Errors.
+var (
+	// ErrClosed is returned by calls on a closed client or after the
+	// server went away.
+	ErrClosed = errors.New("hostif client: connection closed")
+	// ErrProtocol is returned when the server breaks the protocol.
+	ErrProtocol = errors.New("hostif client: protocol violation")
+)
+
+// Error is a failure the server reported: an errno and its text.
+// errors.Is(err, syscall.EACCES) and the like work on it.
+type Error struct {
+	Op    wire.Op
+	Errno syscall.Errno
+	Text  string
+}
+
+func (e *Error) Error() string {
+	if e.Text == "" {
+		return fmt.Sprintf("dpu %s: %v", e.Op, e.Errno)
+	}
+	return fmt.Sprintf("dpu %s: %v: %s", e.Op, e.Errno, e.Text)
+}
+
+// Unwrap returns the errno.
+func (e *Error) Unwrap() error { return e.Errno }
+
+// Location is where a page lives (WHERE).
+type Location = wire.Location
+
+// Event is an asynchronous event from the server.
+type Event = wire.Event
+
+// DefaultSocket is the socket path used when none is given: $DPU_SOCKET,
+// else $DPU_RUN_DIR/dpu0.sock, else /run/dpu/dpu0.sock.
+func DefaultSocket() string {
+	if p := os.Getenv("DPU_SOCKET"); p != "" {
+		return p
+	}
+	if d := os.Getenv("DPU_RUN_DIR"); d != "" {
+		return filepath.Join(d, "dpu0.sock")
+	}
+	return "/run/dpu/dpu0.sock"
+}
+
+// Dial connects to the host interface at path (DefaultSocket when empty)
+// and says hello. ctx bounds the whole exchange.
+func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
+	if path == "" {
+		path = DefaultSocket()
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.EventQueue <= 0 {
+		opts.EventQueue = 256
+	}
+	ctx, cancel := bound(ctx, opts.Timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, fmt.Errorf("hostif client: %w", err)
+	}
+	uc := nc.(*net.UnixConn)
+	c := &Client{uc: uc, opts: opts, pending: make(map[uint64]*call), maps: make(map[*Mapping]struct{}),
+		done: make(chan struct{}), reader: make(chan struct{}), events: make(chan Event, opts.EventQueue)}
+	if err := c.greet(ctx); err != nil {
+		_ = uc.Close()
+		return nil, err
+	}
+	c.sem = make(chan struct{}, c.hello.MaxOutstanding)
+	go c.read()
+	return c, nil
+}
+
+// greet sends HELLO and maps the status table from its reply.
+func (c *Client) greet(ctx context.Context) error {
+	r := wire.Request{Header: wire.Header{Op: wire.OpHello, ID: c.nextID.Add(1)}, Min: wire.VersionMin, Max: wire.VersionMax}
+	copy(r.Name[:], c.opts.Name)
+	dl, _ := ctx.Deadline()
+	_ = c.uc.SetDeadline(dl)
+	defer c.uc.SetDeadline(time.Time{})
+	if _, err := c.uc.Write(wire.AppendRequest(nil, &r)); err != nil {
+		return fmt.Errorf("hostif client: hello: %w", err)
+	}
+	buf := make([]byte, wire.MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return fmt.Errorf("hostif client: hello: %w", err)
+	}
+	fds := parseRights(oob[:oobn])
+	defer closeAll(fds)
+	h, body, err := wire.DecodeReply(buf[:n])
+	if err != nil || h.Kind != wire.KindReply || h.Op != wire.OpHello {
+		return fmt.Errorf("%w: hello reply %+v: %v", ErrProtocol, h, err)
+	}
+	if err := c.hello.Decode(body); err != nil {
+		if h.Status != 0 {
+			return &Error{Op: wire.OpHello, Errno: syscall.Errno(h.Status), Text: string(body)}
+		}
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if h.Status != 0 {
+		return &Error{Op: wire.OpHello, Errno: syscall.Errno(h.Status), Text: string(body[wire.HelloLen:])}
+	}
+	if c.hello.Version < wire.VersionMin || c.hello.Version > wire.VersionMax || len(fds) != 1 ||
+		c.hello.MaxOutstanding == 0 || c.hello.StatusSlots < 2 {
+		return fmt.Errorf("%w: hello %+v with %d descriptors", ErrProtocol, c.hello, len(fds))
+	}
+	c.status, err = unix.Mmap(fds[0], 0, int(c.hello.StatusSlots)*wire.SlotSize, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("hostif client: mapping the status table: %w", err)
+	}
+	return nil
+}
+
+// Hello returns what the server said in HELLO.
+func (c *Client) Hello() wire.Hello { return c.hello }
+
+// Close ends the connection: the server releases every ref, lock and
+// acquisition it held, and every Mapping of c is unmapped locally. Calls in
+// flight fail with ErrClosed.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		maps := c.maps
+		c.maps = nil
+		c.mu.Unlock()
+		for m := range maps {
+			m.release()
+		}
+		_ = c.uc.Close()
+		<-c.reader
+		if c.status != nil {
+			_ = unix.Munmap(c.status)
+		}
+	})
+	return nil
+}
+
+// Events returns the stream of events the client subscribed to. It is
+// closed when the connection ends.
+func (c *Client) Events() <-chan Event { return c.events }
+
+// call is one request in flight.
+type call struct {
+	req  wire.Request // what was asked (Data not kept)
+	done chan struct{}
+	h    wire.Header
+	body []byte
+	fds  []int
+
+	abandoned bool // guarded by Client.mu
+}
+
+// result is a reply: header, body and passed descriptors.
+type result struct {
+	h    wire.Header
+	body []byte
+	fds  []int
+}
+
+// do sends r and waits for its reply, bounded by ctx (or the client's
+// Timeout when ctx has no deadline). A reply that comes after the caller
+// gave up is undone (see undo).
+func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
+	ctx, cancel := bound(ctx, c.opts.Timeout)
+	defer cancel()
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return result{}, fmt.Errorf("hostif client: %s: waiting for a request slot: %w", r.Op, ctx.Err())
+	case <-c.done:
+		return result{}, c.closedErr()
+	}
+	r.ID = c.nextID.Add(1)
+	cl := &call{req: *r, done: make(chan struct{})}
+	cl.req.Data = nil
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.sem
+		return result{}, c.closedErr()
+	}
+	c.pending[r.ID] = cl
+	c.mu.Unlock()
+
+	var stack [wire.HeaderLen + 64]byte
+	msg := wire.AppendRequest(stack[:0], r)
+	_ = c.uc.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
+	if _, err := c.uc.Write(msg); err != nil {
+		c.mu.Lock()
+		_, still := c.pending[r.ID]
+		delete(c.pending, r.ID)
+		c.mu.Unlock()
+		if still {
+			<-c.sem
+		}
+		return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, err)
+	}
+	select {
+	case <-cl.done:
+	case <-c.done:
+		select {
+		case <-cl.done:
+		default:
+			return result{}, c.closedErr()
+		}
+	case <-ctx.Done():
+		c.mu.Lock()
+		_, still := c.pending[r.ID]
+		if still {
+			cl.abandoned = true
+		}
+		c.mu.Unlock()
+		if still {
+			return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, ctx.Err())
+		}
+		<-cl.done // the reader took it already and is about to deliver
+	}
+	if cl.h.Status != 0 {
+		closeAll(cl.fds)
+		return result{}, &Error{Op: r.Op, Errno: syscall.Errno(cl.h.Status), Text: string(cl.body)}
+	}
+	return result{h: cl.h, body: cl.body, fds: cl.fds}, nil
+}
+
+func (c *Client) closedErr() error {
+	<-c.done
+	if c.doneErr != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, c.doneErr)
+	}
+	return ErrClosed
+}
+
+// read is the reader goroutine: it matches replies to calls by id and
+// delivers events, until the connection ends.
+func (c *Client) read() {
+	defer close(c.reader)
+	buf := make([]byte, wire.MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(wire.MaxMapPages*4))
+	var err error
+	for {
+		var n, oobn int
+		n, oobn, _, _, err = c.uc.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			break
+		}
+		fds := parseRights(oob[:oobn])
+		h, body, derr := wire.DecodeReply(buf[:n])
+		if derr != nil {
+			closeAll(fds)
+			continue
+		}
+		if h.Kind == wire.KindEvent {
+			closeAll(fds)
+			if ev, err := wire.DecodeEvent(&h, body); err == nil {
+				c.deliver(ev)
+			}
+			continue
+		}
+		c.mu.Lock()
+		cl := c.pending[h.ID]
+		delete(c.pending, h.ID)
+		c.mu.Unlock()
+		if cl == nil {
+			closeAll(fds)
+			continue
+		}
+		<-c.sem
+		if cl.abandoned {
+			c.undo(cl, h, body, fds)
+			continue
+		}
+		cl.h, cl.body, cl.fds = h, append([]byte(nil), body...), fds
+		close(cl.done)
+	}
+	if err == nil {
+		err = errors.New("server closed the connection")
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.doneErr = err
+	pending := c.pending
+	c.pending = map[uint64]*call{}
+	c.mu.Unlock()
+	close(c.done)
+	for range pending {
+		<-c.sem
+	}
+	close(c.events)
+}
+
+// deliver hands an event to Events' reader without ever blocking.
+func (c *Client) deliver(ev Event) {
+	if c.lost.Load() {
+		select {
+		case c.events <- Event{Type: wire.EventLost}:
+			c.lost.Store(false)
+		default:
+		}
+	}
+	select {
+	case c.events <- ev:
+	default:
+		c.lost.Store(true)
+	}
+}
+
+// undo reverses what a successful request did after its caller gave up on
+// it, so nothing leaks: a MAP is unmapped, a LOCK unlocked, an ACQUIRE
+// released, an ALLOC freed. Descriptors are closed.
+func (c *Client) undo(cl *call, h wire.Header, body []byte, fds []int) {
+	closeAll(fds)
+	if h.Status != 0 {
+		return
+	}
+	var r wire.Request
+	switch cl.req.Op {
+	case wire.OpMap:
+		r = wire.Request{Header: wire.Header{Op: wire.OpUnmap, GVA: cl.req.GVA}, LVA: cl.req.LVA, Bytes: cl.req.Bytes}
+	case wire.OpLock:
+		r = wire.Request{Header: wire.Header{Op: wire.OpUnlock, GVA: cl.req.GVA}}
+	case wire.OpAcquire:
+		r = wire.Request{Header: wire.Header{Op: wire.OpRelease, GVA: cl.req.GVA}}
+	case wire.OpAlloc:
+		r = wire.Request{Header: wire.Header{Op: wire.OpFree, GVA: h.GVA}}
+	default:
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
+		defer cancel()
+		_, _ = c.do(ctx, &r)
+	}()
+}
+
+// bound gives ctx a deadline of d from now if it has none.
+func bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+func parseRights(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if f, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}
+
+// Alloc allocates bytes (rounded up to pages) owned by this node, with the
+// given permission bits (0: the server's default, 0600).
+func (c *Client) Alloc(ctx context.Context, bytes int, mode os.FileMode) (gva.GVA, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpAlloc}, Bytes: uint64(bytes), Mode: uint32(mode.Perm())})
+	if err != nil {
+		return gva.GVA{}, err
+	}
+	return res.h.GVA, nil
+}
+
+// Free deletes the allocation that starts at g.
+func (c *Client) Free(ctx context.Context, g gva.GVA) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpFree, GVA: g}})
+	return err
+}
+
+// Load reads len(dst) bytes at addr (within one page) through the node and
+// returns the version they were read at.
+func (c *Client) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLoad, GVA: addr}, Len: uint32(len(dst))})
+	if err != nil {
+		return 0, err
+	}
+	if len(res.body) != 8+len(dst) {
+		return 0, fmt.Errorf("%w: load reply of %d bytes", ErrProtocol, len(res.body))
+	}
+	copy(dst, res.body[8:])
+	return gva.Version(wire.U64(res.body, 0)), nil
+}
+
+// Load64 reads the little-endian 64-bit word at addr through the node.
+func (c *Client) Load64(ctx context.Context, addr gva.GVA) (uint64, error) {
+	var b [8]byte
+	if _, err := c.Load(ctx, addr, b[:]); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// Store writes src at addr (within one page) and returns the version the
+// write created.
+func (c *Client) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpStore, GVA: addr}, Data: src})
+	if err != nil {
+		return 0, err
+	}
+	return versionOf(res, 0)
+}
+
+// Store64 writes v as a little-endian 64-bit word at addr.
+func (c *Client) Store64(ctx context.Context, addr gva.GVA, v uint64) (gva.Version, error) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return c.Store(ctx, addr, b[:])
+}
+
+// CompareAndSwap replaces the 64-bit word at addr by desired if it equals
+// expected, at the page's owner. It returns the word found there.
+func (c *Client) CompareAndSwap(ctx context.Context, addr gva.GVA, expected, desired uint64) (old uint64, swapped bool, err error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpCAS, GVA: addr}, Expected: expected, Desired: desired})
+	if err != nil {
+		return 0, false, err
+	}
+	if len(res.body) != 16 {
+		return 0, false, fmt.Errorf("%w: cas reply of %d bytes", ErrProtocol, len(res.body))
+	}
+	old = wire.U64(res.body, 0)
+	return old, old == expected, nil
+}
+
+// FetchAdd adds delta to the 64-bit word at addr and returns the old word.
+func (c *Client) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint64, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpFetchAdd, GVA: addr}, Delta: delta})
+	if err != nil {
+		return 0, err
+	}
+	if len(res.body) != 16 {
+		return 0, fmt.Errorf("%w: fetch-add reply of %d bytes", ErrProtocol, len(res.body))
+	}
+	return wire.U64(res.body, 0), nil
+}
+
+// Acquire makes this node the owner of the page of g. timeout bounds the
+// wait (0: the server's default).
+func (c *Client) Acquire(ctx context.Context, g gva.GVA, timeout time.Duration) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpAcquire, GVA: g}, TimeoutMS: ms(timeout)})
+	return err
+}
+
+// Release gives up this connection's acquisition of the page of g.
+func (c *Client) Release(ctx context.Context, g gva.GVA) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpRelease, GVA: g}})
+	return err
+}
+
+// Lock takes ownership of the page of g and pins it. timeout bounds the
+// wait (0: the server's default); a lock held by another process of this
+// host or another node makes it wait, up to timeout (ETIMEDOUT).
+func (c *Client) Lock(ctx context.Context, g gva.GVA, timeout time.Duration) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, TimeoutMS: ms(timeout)})
+	return err
+}
+
+// TryLock is Lock that fails with EBUSY at once when another process of
+// this host holds the lock.
+func (c *Client) TryLock(ctx context.Context, g gva.GVA) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, Flags: wire.LockTry})
+	return err
+}
+
+// Unlock lowers the pin Lock raised.
+func (c *Client) Unlock(ctx context.Context, g gva.GVA) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpUnlock, GVA: g}})
+	return err
+}
+
+// Where says where the page of g lives.
+func (c *Client) Where(ctx context.Context, g gva.GVA) (Location, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpWhere, GVA: g}})
+	if err != nil {
+		return Location{}, err
+	}
+	var l Location
+	if err := l.Decode(res.body); err != nil {
+		return Location{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return l, nil
+}
+
+// TranslateLVA returns the GVA this process mapped at lva.
+func (c *Client) TranslateLVA(ctx context.Context, lva gva.LVA) (gva.GVA, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpTranslate}, Dir: wire.TranslateToGVA, LVA: uint64(lva)})
+	if err != nil {
+		return gva.GVA{}, err
+	}
+	return res.h.GVA, nil
+}
+
+// TranslateGVA returns the lowest LVA at which this process maps g.
+func (c *Client) TranslateGVA(ctx context.Context, g gva.GVA) (gva.LVA, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpTranslate, GVA: g}, Dir: wire.TranslateToLVA})
+	if err != nil {
+		return 0, err
+	}
+	if len(res.body) != 8 {
+		return 0, fmt.Errorf("%w: translate reply of %d bytes", ErrProtocol, len(res.body))
+	}
+	return gva.LVA(wire.U64(res.body, 0)), nil
+}
+
+// Subscribe sets which events the server sends (a mask of
+// wire.EventType.Mask bits; wire.AllEvents for all, 0 for none).
+func (c *Client) Subscribe(ctx context.Context, mask uint32) error {
+	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpSubscribe}, Mask: mask})
+	return err
+}
+
+// Raw sends a request of any op with a raw body (for the GPU accounting
+// ops, whose bodies are the CUDA hook's) and returns the reply body.
+func (c *Client) Raw(ctx context.Context, op wire.Op, g gva.GVA, body []byte) ([]byte, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: op, GVA: g}, Data: body})
+	if err != nil {
+		return nil, err
+	}
+	closeAll(res.fds)
+	return res.body, nil
+}
+
+func versionOf(res result, off int) (gva.Version, error) {
+	if len(res.body) < off+8 {
+		return 0, fmt.Errorf("%w: reply of %d bytes", ErrProtocol, len(res.body))
+	}
+	return gva.Version(wire.U64(res.body, off)), nil
+}
+
+func ms(d time.Duration) uint32 {
+	if d <= 0 {
+		return 0
+	}
+	return uint32(min(max(d.Milliseconds(), 1), 1<<31))
+}

@@ -1,0 +1,18 @@
+// Package client is the Go client of a node's host interface (dpu0.sock):
+// alloc, free, map, load, store, CAS, fetch-add, acquire, release, lock,
+// unlock, where, translate and events, each a method taking a context.
+//
+// A Client is one connection (one "open" of the device). It is safe for
+// concurrent use: calls from several goroutines are pipelined on the
+// connection, up to the server's limit of requests in flight, and one reader
+// goroutine matches replies to calls by request id. Every call is bounded:
+// by its context, or by Options.Timeout when the context has no deadline. A
+// call abandoned before its reply arrives is undone when the reply comes (a
+// MAP is unmapped, a LOCK unlocked, an ALLOC freed), so nothing leaks.
+//
+// Map returns a Mapping: the host's replica files mapped read-only into the
+// process. See Mapping for the consistency of its reads.
+//
+// The package must never hold a lock across a socket write or a wait, and
+// never touch a Mapping's memory after unmapping it.
+package client

@@ -1,0 +1,338 @@
+package hostif
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// conn is one open of the host interface: one client connection.
+type conn struct {
+	s      *Server
+	uc     *net.UnixConn
+	id     uint64
+	cred   credentials
+	ctx    context.Context // ends when the connection closes
+	cancel context.CancelFunc
+
+	sem      chan struct{} // one token per request in flight
+	inflight sync.WaitGroup
+
+	// Owned by the reading goroutine.
+	hello   bool
+	garbage int
+
+	subs     atomic.Uint32 // SUBSCRIBE mask
+	events   chan wire.Event
+	lost     atomic.Bool // events were dropped since the last EventLost
+	evStart  sync.Once
+	evDone   chan struct{} // closed when the event writer ends (if started)
+	evActive atomic.Bool
+	aborted  atomic.Bool
+}
+
+func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
+	ctx, cancel := context.WithCancel(ctx)
+	return &conn{
+		s: s, uc: uc, id: id, cred: cred, ctx: ctx, cancel: cancel,
+		sem:    make(chan struct{}, s.opts.MaxOutstanding),
+		events: make(chan wire.Event, s.opts.EventQueue),
+		evDone: make(chan struct{}),
+	}
+}
+
+// task is one request from its arrival to its reply. Tasks are pooled.
+type task struct {
+	req wire.Request
+	in  [wire.MaxMessage]byte
+	out []byte
+	rep reply
+}
+
+// reply is what an op produces besides its error.
+type reply struct {
+	gva  gva.GVA
+	body []byte // appended after the header in task.out
+	fds  []int
+}
+
+var taskPool = sync.Pool{New: func() any {
+	return &task{out: make([]byte, wire.HeaderLen, wire.MaxMessage)}
+}}
+
+// serve reads requests until the client goes, then releases everything the
+// connection held.
+func (c *conn) serve() {
+	log := c.s.log.With("conn", c.id, "pid", c.cred.PID, "uid", c.cred.UID)
+	log.Debug("connected")
+	defer func() {
+		c.close(log)
+		log.Debug("disconnected")
+	}()
+	for {
+		t := taskPool.Get().(*task)
+		n, _, flags, _, err := c.uc.ReadMsgUnix(t.in[:], nil)
+		if err != nil || n == 0 {
+			taskPool.Put(t)
+			return
+		}
+		msg := t.in[:n]
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			if !c.refuse(t, wire.PeekID(msg), "message longer than a request or carrying descriptors", log) {
+				return
+			}
+			continue
+		}
+		if err := wire.DecodeRequest(msg, &t.req); err != nil {
+			if !c.refuse(t, wire.PeekID(msg), err.Error(), log) {
+				return
+			}
+			continue
+		}
+		if !c.hello {
+			if t.req.Op != wire.OpHello {
+				if !c.refuse(t, t.req.ID, "the first request must be HELLO", log) {
+					return
+				}
+				continue
+			}
+			ok := c.greet(t, log)
+			taskPool.Put(t)
+			if !ok {
+				return
+			}
+			continue
+		}
+		if t.req.Op == wire.OpHello {
+			if !c.refuse(t, t.req.ID, "HELLO was already answered", log) {
+				return
+			}
+			continue
+		}
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.ctx.Done():
+			taskPool.Put(t)
+			return
+		}
+		c.inflight.Add(1)
+		go c.run(t)
+	}
+}
+
+// run executes one request and sends its reply.
+func (c *conn) run(t *task) {
+	defer func() {
+		<-c.sem
+		c.inflight.Done()
+		taskPool.Put(t)
+	}()
+	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+	err := c.s.exec(c, &t.req, &t.rep)
+	c.send(t, err)
+}
+
+// send writes the reply of t: its body, or err's errno and text.
+func (c *conn) send(t *task, err error) {
+	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, ID: t.req.ID, GVA: t.rep.gva}
+	msg := t.out[:wire.HeaderLen]
+	var oob []byte
+	if err != nil {
+		h.Status = uint32(errnoOf(err))
+		msg = wire.AppendErrorText(msg, err.Error())
+	} else {
+		msg = t.out[:wire.HeaderLen+len(t.rep.body)]
+		if len(t.rep.body) > 0 && &t.rep.body[0] != &t.out[:cap(t.out)][wire.HeaderLen] {
+			msg = append(t.out[:wire.HeaderLen], t.rep.body...)
+		}
+		if len(t.rep.fds) > 0 {
+			oob = unix.UnixRights(t.rep.fds...)
+		}
+	}
+	h.Put(msg)
+	if werr := c.write(msg, oob); werr != nil {
+		c.s.log.Debug("reply not sent", "conn", c.id, "op", t.req.Op, "err", werr)
+	}
+}
+
+// refuse answers a malformed request with EINVAL and counts it; it reports
+// false once the client has sent more garbage than allowed.
+func (c *conn) refuse(t *task, id uint64, why string, log *slog.Logger) bool {
+	defer taskPool.Put(t)
+	c.garbage++
+	log.Debug("malformed request", "why", why, "count", c.garbage)
+	if c.garbage > c.s.opts.MaxGarbage {
+		return false
+	}
+	h := wire.Header{Kind: wire.KindReply, Status: uint32(syscall.EINVAL), ID: id}
+	if len(t.in) >= 2 {
+		h.Op = wire.Op(uint16(t.in[0]) | uint16(t.in[1])<<8)
+	}
+	msg := h.Append(t.out[:0])
+	msg = wire.AppendErrorText(msg, why)
+	return c.write(msg, nil) == nil
+}
+
+// greet answers HELLO: it picks the version and hands over the status
+// table. It reports false when the connection must end.
+func (c *conn) greet(t *task, log *slog.Logger) bool {
+	s := c.s
+	hello := wire.Hello{
+		Version: wire.Pick(t.req.Min, t.req.Max, wire.VersionMin, wire.VersionMax),
+		Min:     wire.VersionMin, Max: wire.VersionMax,
+		MaxOutstanding: uint32(s.opts.MaxOutstanding), PageSize: wire.PageSize,
+		Machine: s.be.Machine(), StatusSlots: uint32(s.opts.StatusSlots),
+		MaxMapPages: wire.MaxMapPages, MaxMessage: wire.MaxMessage, ConnID: c.id,
+	}
+	h := wire.Header{Op: wire.OpHello, Kind: wire.KindReply, ID: t.req.ID}
+	msg := h.Append(t.out[:0])
+	msg = hello.Append(msg)
+	name := strings.TrimRight(string(t.req.Name[:]), "\x00")
+	if hello.Version == 0 {
+		h.Status = uint32(syscall.EPROTONOSUPPORT)
+		h.Put(msg)
+		msg = wire.AppendErrorText(msg, fmt.Sprintf("no common protocol version: client %d..%d, server %d..%d",
+			t.req.Min, t.req.Max, wire.VersionMin, wire.VersionMax))
+		_ = c.write(msg, nil)
+		log.Debug("hello refused", "name", name, "min", t.req.Min, "max", t.req.Max)
+		return false
+	}
+	if err := c.write(msg, unix.UnixRights(s.status.file.fd)); err != nil {
+		return false
+	}
+	c.hello = true
+	s.spaces.join(c.cred.PID)
+	log.Debug("hello", "name", name, "version", hello.Version)
+	return true
+}
+
+// write sends one message, bounded by WriteTimeout; a client too slow to
+// read is disconnected.
+func (c *conn) write(msg, oob []byte) error {
+	_ = c.uc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	_, _, err := c.uc.WriteMsgUnix(msg, oob, nil)
+	if err != nil {
+		c.abort()
+	}
+	return err
+}
+
+// abort ends the connection: its reader wakes up and releases everything.
+func (c *conn) abort() {
+	if c.aborted.Swap(true) {
+		return
+	}
+	c.cancel()
+	_ = c.uc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// close releases everything the connection held, through the Backend,
+// within ReleaseTimeout (plus OpTimeout for requests still in flight).
+func (c *conn) close(log *slog.Logger) {
+	s := c.s
+	c.aborted.Store(true)
+	c.cancel()
+	c.inflight.Wait()
+	if c.hello {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReleaseTimeout)
+		defer cancel()
+		var errs []error
+		for _, key := range s.locks.heldBy(c) {
+			errs = append(errs, s.locks.unlock(ctx, c, key))
+		}
+		for key, n := range s.owners.heldBy(c) {
+			for range n {
+				errs = append(errs, s.owners.release(ctx, c, key))
+			}
+		}
+		for key, n := range s.replicas.heldBy(c) {
+			for range n {
+				errs = append(errs, s.replicas.unref(c, key))
+			}
+		}
+		s.spaces.leave(c)
+		if err := errors.Join(errs...); err != nil {
+			log.Warn("releasing a closed connection", "conn", c.id, "err", err)
+		}
+	}
+	if c.evActive.Load() {
+		<-c.evDone
+	}
+	_ = c.uc.Close()
+}
+
+// subscribe sets the event mask and starts the event writer.
+func (c *conn) subscribe(mask uint32) {
+	c.subs.Store(mask)
+	if mask != 0 {
+		c.evStart.Do(func() {
+			c.evActive.Store(true)
+			go c.writeEvents()
+		})
+	}
+}
+
+// queueEvent queues ev if the client subscribed to its type; it never
+// blocks: a full queue drops ev and the client is told events were lost.
+func (c *conn) queueEvent(ev wire.Event) {
+	subs := c.subs.Load()
+	if subs == 0 || (subs&ev.Type.Mask() == 0 && ev.Type != wire.EventLost) {
+		return
+	}
+	select {
+	case c.events <- ev:
+	default:
+		c.lost.Store(true)
+	}
+}
+
+// writeEvents sends queued events until the connection ends.
+func (c *conn) writeEvents() {
+	defer close(c.evDone)
+	var seq uint64
+	buf := make([]byte, 0, wire.EventLen)
+	send := func(ev wire.Event) bool {
+		seq++
+		ev.Seq = seq
+		return c.write(ev.Append(buf[:0]), nil) == nil
+	}
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case ev := <-c.events:
+			if !send(ev) {
+				return
+			}
+			if c.lost.Swap(false) && !send(wire.Event{Type: wire.EventLost}) {
+				return
+			}
+		}
+	}
+}
+
+// errnoOf is the errno a host sees for err.
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	switch {
+	case errors.As(err, &e) && e != 0:
+		return e
+	case errors.Is(err, context.DeadlineExceeded):
+		return syscall.ETIMEDOUT
+	case errors.Is(err, context.Canceled):
+		return syscall.ECANCELED
+	}
+	return syscall.EIO
+}

@@ -1,0 +1,40 @@
+// Package hostif is the host interface of a node: the server behind
+// RUN_DIR/dpu0.sock, the "char device" through which the host's programs
+// (the C library, the Go client, the CUDA hook) use the shared address space.
+//
+// # Shape
+//
+// A connection is an open. Its first request is HELLO (version negotiation,
+// and the read-only replica status table handed over as a descriptor); then
+// the client sends fixed-layout requests, each with a 64-bit id, as many as
+// MaxOutstanding at once, and reads replies (in any order, matched by id) and
+// events on the same socket. hostif/PROTOCOL.md is the byte-by-byte
+// description; package hostif/wire is its code.
+//
+// The server is in front of a [Backend], the coherence engine's host-facing
+// verbs. Between the two it owns what is per host rather than per page:
+//
+//   - credentials: SO_PEERCRED/SO_PEERGROUPS of every connection, checked
+//     against the owner uid/gid/mode every page gets at alloc;
+//   - replica files: one sealed memfd per page mapped on this host, shared
+//     read-only with every process that maps it, kept current from the
+//     server's own writes and the Backend's events, with a status table
+//     (seqlock, version, valid/stale) so a library read is a memory load;
+//   - aggregation: one node-level ref, lock holder and acquirer count per
+//     page for all local processes, so the Backend sees balanced calls;
+//   - the LVA↔GVA map of each host process (TRANSLATE);
+//   - cleanup: a connection that ends has its refs, locks and acquisitions
+//     released through the Backend within ReleaseTimeout.
+//
+// # What it must never do
+//
+// It never trusts a client: every request is decoded and checked (garbage
+// gets EINVAL, repeated garbage a disconnect), every wait and Backend call
+// has a deadline, and no client can stall another (per-connection bounds on
+// requests in flight, events queued and time to read a reply). It holds no
+// lock while calling the Backend or writing to a socket, and it never
+// writes page content anywhere but the replica files it owns.
+//
+// Package hostif/hostiftest has an in-memory Backend for tests; the client
+// side is hostif/client (Go) and hostif/c (C library).
+package hostif

@@ -1,0 +1,57 @@
+package hostiftest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/hostif"
+)
+
+// StartServer serves be at a new socket in a fresh directory and returns
+// the socket path. The server stops (and the test fails if it returned an
+// error) when the test ends.
+func StartServer(tb testing.TB, be hostif.Backend, opts hostif.Options) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "hostif")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, hostif.SocketName)
+	srv, err := hostif.NewServer(be, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ListenAndServe(ctx, path) }()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Errorf("server: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			tb.Errorf("server did not stop within 30s")
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return path
+		}
+		select {
+		case err := <-done:
+			tb.Fatalf("server ended before serving: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("socket %s did not appear", path)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,311 @@
+package hostif
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// exec runs one well-formed request of c and fills rep.
+func (s *Server) exec(c *conn, r *wire.Request, rep *reply) error {
+	timeout := s.opts.OpTimeout
+	if r.Op == wire.OpLock || r.Op == wire.OpAcquire {
+		timeout = s.opts.LockTimeout
+		if r.TimeoutMS > 0 {
+			timeout = min(time.Duration(r.TimeoutMS)*time.Millisecond, s.opts.MaxLockTimeout)
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	defer cancel()
+	key := r.GVA.Key()
+	le := binary.LittleEndian
+
+	switch r.Op {
+	case wire.OpAlloc:
+		return s.alloc(ctx, c, r, rep)
+	case wire.OpFree:
+		return s.free(ctx, c, key)
+	case wire.OpMap:
+		return s.mapPages(ctx, c, r, rep)
+	case wire.OpUnmap:
+		return s.unmapPages(c, r)
+	case wire.OpTranslate:
+		return s.translate(c, r, rep)
+
+	case wire.OpLoad:
+		if err := s.check(ctx, c, key, accessRead); err != nil {
+			return err
+		}
+		rep.body = rep.body[:8+r.Len]
+		v, err := s.be.Load(ctx, r.GVA, rep.body[8:])
+		if err != nil {
+			return fmt.Errorf("load %v: %w", r.GVA, err)
+		}
+		le.PutUint64(rep.body, uint64(v))
+		if rp := s.replicas.get(key); rp != nil && rp.stale() {
+			rp.kick(s.replicas)
+		}
+		return nil
+
+	case wire.OpStore:
+		if err := s.check(ctx, c, key, accessWrite); err != nil {
+			return err
+		}
+		v, err := s.be.Store(ctx, r.GVA, r.Data)
+		if err != nil {
+			return fmt.Errorf("store %v: %w", r.GVA, err)
+		}
+		s.written(key, int(r.GVA.Offset()), r.Data, v)
+		rep.body = le.AppendUint64(rep.body, uint64(v))
+		return nil
+
+	case wire.OpCAS:
+		if err := s.check(ctx, c, key, accessRead|accessWrite); err != nil {
+			return err
+		}
+		old, v, err := s.be.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
+		if err != nil {
+			return fmt.Errorf("cas %v: %w", r.GVA, err)
+		}
+		if old == r.Expected {
+			s.written64(key, r.GVA.Offset(), r.Desired, v)
+		} else if rp := s.replicas.get(key); rp != nil {
+			rp.invalidate(s.replicas, v, false)
+		}
+		rep.body = le.AppendUint64(rep.body, old)
+		rep.body = le.AppendUint64(rep.body, uint64(v))
+		return nil
+
+	case wire.OpFetchAdd:
+		if err := s.check(ctx, c, key, accessRead|accessWrite); err != nil {
+			return err
+		}
+		old, v, err := s.be.FetchAdd(ctx, r.GVA, r.Delta)
+		if err != nil {
+			return fmt.Errorf("fetch-add %v: %w", r.GVA, err)
+		}
+		s.written64(key, r.GVA.Offset(), old+r.Delta, v)
+		rep.body = le.AppendUint64(rep.body, old)
+		rep.body = le.AppendUint64(rep.body, uint64(v))
+		return nil
+
+	case wire.OpAcquire:
+		if err := s.check(ctx, c, key, accessWrite); err != nil {
+			return err
+		}
+		return s.owners.acquire(ctx, c, key)
+	case wire.OpRelease:
+		return s.owners.release(ctx, c, key)
+	case wire.OpLock:
+		if err := s.check(ctx, c, key, accessWrite); err != nil {
+			return err
+		}
+		return s.locks.lock(ctx, c, key, r.Flags&wire.LockTry != 0)
+	case wire.OpUnlock:
+		return s.locks.unlock(ctx, c, key)
+
+	case wire.OpWhere:
+		if err := s.check(ctx, c, key, accessRead); err != nil {
+			return err
+		}
+		loc, err := s.be.Where(ctx, r.GVA)
+		if err != nil {
+			return fmt.Errorf("where %v: %w", r.GVA, err)
+		}
+		if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
+			loc.Tier, loc.Hops = gva.TierLocal, 0
+		}
+		rep.body = loc.Append(rep.body)
+		return nil
+
+	case wire.OpSubscribe:
+		c.subscribe(r.Mask)
+		rep.body = le.AppendUint32(rep.body, r.Mask)
+		rep.body = le.AppendUint32(rep.body, 0)
+		return nil
+	}
+	if r.Op.IsGPU() {
+		return fmt.Errorf("%s: GPU accounting is not served by this version: %w", r.Op, syscall.ENOSYS)
+	}
+	return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
+}
+
+func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
+	if r.Flags&wire.AllocHuge != 0 {
+		return fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
+	}
+	mode := r.Mode
+	if mode == 0 {
+		mode = s.opts.DefaultMode
+	}
+	attr := Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
+	pages := r.Pages()
+	g, err := s.be.Alloc(ctx, pages, attr)
+	if err != nil {
+		return fmt.Errorf("alloc %d pages: %w", pages, err)
+	}
+	key := g.Key()
+	s.allocMu.Lock()
+	s.allocs[key] = pages
+	s.allocMu.Unlock()
+	for i := range min(pages, wire.MaxMapPages) {
+		s.attrs.Add(wire.PageAt(key, i), attr)
+	}
+	rep.gva = g
+	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(pages))
+	return nil
+}
+
+// free deletes an allocation; only its owner (or root) may, and not while
+// a process of this host maps or locks one of its pages.
+func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
+	a, err := s.attr(ctx, key)
+	if err != nil {
+		return err
+	}
+	if c.cred.UID != 0 && c.cred.UID != a.UID {
+		return fmt.Errorf("free %v: owned by uid %d: %w", key, a.UID, syscall.EPERM)
+	}
+	s.allocMu.Lock()
+	pages, ok := s.allocs[key]
+	s.allocMu.Unlock()
+	if !ok {
+		pages = 1
+	}
+	in := func(p gva.GVA) bool { return inRange(p, key, pages) }
+	for _, rp := range s.replicas.all() {
+		if in(rp.key) {
+			return fmt.Errorf("free %v: page %v is mapped on this host: %w", key, rp.key, syscall.EBUSY)
+		}
+	}
+	if s.locks.anyHeld(in) {
+		return fmt.Errorf("free %v: a page is locked on this host: %w", key, syscall.EBUSY)
+	}
+	if err := s.be.Free(ctx, key); err != nil {
+		return fmt.Errorf("free %v: %w", key, err)
+	}
+	s.forget(key, pages)
+	return nil
+}
+
+// forget drops what the server remembers of a freed allocation.
+func (s *Server) forget(key gva.GVA, pages int) {
+	s.allocMu.Lock()
+	delete(s.allocs, key)
+	s.allocMu.Unlock()
+	for _, k := range s.attrs.Keys() {
+		if inRange(k, key, pages) {
+			s.attrs.Remove(k)
+		}
+	}
+}
+
+func inRange(p, first gva.GVA, pages int) bool {
+	return p.Hi == first.Hi && p.Lo >= first.Lo && (p.Lo-first.Lo)/wire.PageSize < uint64(pages)
+}
+
+// mapPages takes c's refs on the pages of r and returns their replica
+// files; with an LVA it records the process's LVA→GVA entries.
+func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
+	n := r.Pages()
+	for i := range n {
+		if err := s.check(ctx, c, wire.PageAt(r.GVA, i), accessRead); err != nil {
+			return err
+		}
+	}
+	if r.LVA != 0 {
+		if err := s.spaces.free(c, r.LVA, n); err != nil {
+			return err
+		}
+	}
+	var pages [wire.MaxMapPages]wire.MappedPage
+	var fds [wire.MaxMapPages]int
+	for i := range n {
+		page := wire.PageAt(r.GVA, i)
+		rp, err := s.replicas.ref(c, page)
+		if err != nil {
+			for j := range i {
+				_ = s.replicas.unref(c, wire.PageAt(r.GVA, j))
+			}
+			return fmt.Errorf("map %v: %w", page, err)
+		}
+		rp.mu.Lock()
+		pages[i] = wire.MappedPage{Slot: rp.slot, Version: rp.version}
+		rp.mu.Unlock()
+		fds[i] = rp.file.fd
+	}
+	if r.LVA != 0 {
+		for i := range n {
+			s.spaces.add(c, r.LVA+uint64(i)*wire.PageSize, wire.PageAt(r.GVA, i))
+		}
+	}
+	rep.body = wire.AppendMapReply(rep.body, pages[:n])
+	if r.Flags&wire.MapNoFD == 0 {
+		rep.fds = append(rep.fds, fds[:n]...)
+	}
+	return nil
+}
+
+// unmapPages drops the refs (and LVA entries) a MAP of the same range and
+// LVA took.
+func (s *Server) unmapPages(c *conn, r *wire.Request) error {
+	n := r.Pages()
+	held := s.replicas.heldBy(c)
+	for i := range n {
+		page := wire.PageAt(r.GVA, i)
+		if held[page] == 0 || (r.LVA != 0 && !s.spaces.has(c, r.LVA+uint64(i)*wire.PageSize, page)) {
+			return fmt.Errorf("unmap %v at lva %#x: not mapped so by this connection: %w", page, r.LVA, syscall.EINVAL)
+		}
+		held[page]--
+	}
+	var first error
+	for i := range n {
+		page := wire.PageAt(r.GVA, i)
+		if r.LVA != 0 {
+			s.spaces.remove(c, r.LVA+uint64(i)*wire.PageSize, page)
+		}
+		if err := s.replicas.unref(c, page); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (s *Server) translate(c *conn, r *wire.Request, rep *reply) error {
+	if r.Dir == wire.TranslateToGVA {
+		g, err := s.spaces.toGVA(c.cred.PID, r.LVA)
+		if err != nil {
+			return err
+		}
+		rep.gva = g
+		rep.body = binary.LittleEndian.AppendUint64(rep.body, r.LVA)
+		return nil
+	}
+	lva, err := s.spaces.toLVA(c.cred.PID, r.GVA)
+	if err != nil {
+		return err
+	}
+	rep.body = binary.LittleEndian.AppendUint64(rep.body, lva)
+	return nil
+}
+
+// written applies a write made through this server to the page's replica
+// file before the reply goes, and tells the page's subscribers.
+func (s *Server) written(key gva.GVA, off int, data []byte, v gva.Version) {
+	rp := s.replicas.get(key)
+	if rp == nil {
+		return
+	}
+	s.announce(key, rp.update(s.replicas, off, data, v), v, off, len(data))
+}
+
+func (s *Server) written64(key gva.GVA, off uint16, val uint64, v gva.Version) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], val)
+	s.written(key, int(off), b[:], v)
+}

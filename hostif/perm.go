@@ -1,0 +1,127 @@
+package hostif
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/gva"
+)
+
+// Access bits of a page mode, as in a file mode.
+const (
+	accessRead  = 4
+	accessWrite = 2
+)
+
+// credentials identify the process at the other end of a connection, as the
+// kernel recorded them when it connected (SO_PEERCRED, SO_PEERGROUPS).
+type credentials struct {
+	PID      int32
+	UID, GID uint32
+	Groups   []uint32 // supplementary groups; nil when the kernel cannot say
+}
+
+// peerCredentials reads the credentials of uc's peer.
+func peerCredentials(uc *net.UnixConn) (credentials, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return credentials{}, err
+	}
+	var cr credentials
+	var opErr error
+	err = raw.Control(func(fd uintptr) {
+		var u *unix.Ucred
+		if u, opErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); opErr != nil {
+			return
+		}
+		cr = credentials{PID: u.Pid, UID: u.Uid, GID: u.Gid}
+		cr.Groups = peerGroups(int(fd))
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return credentials{}, fmt.Errorf("SO_PEERCRED: %w", err)
+	}
+	return cr, nil
+}
+
+// peerGroups reads SO_PEERGROUPS (Linux 4.13+); nil when unavailable.
+func peerGroups(fd int) []uint32 {
+	buf := make([]uint32, 64)
+	for range 2 {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch e {
+		case 0:
+			return buf[:n/4]
+		case unix.ERANGE:
+			buf = make([]uint32, n/4+1)
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// inGroup reports whether the credentials carry group gid.
+func (cr *credentials) inGroup(gid uint32) bool {
+	return cr.GID == gid || slices.Contains(cr.Groups, gid)
+}
+
+// allowed reports whether cr may access a page with attributes a as need
+// (accessRead, accessWrite or both), by the file-mode rules: the owner
+// class if the uid matches, else the group class if a group matches, else
+// other. uid 0 may do anything.
+func (cr *credentials) allowed(a Attr, need uint32) bool {
+	if cr.UID == 0 {
+		return true
+	}
+	var bits uint32
+	switch {
+	case cr.UID == a.UID:
+		bits = a.Mode >> 6
+	case cr.inGroup(a.GID):
+		bits = a.Mode >> 3
+	default:
+		bits = a.Mode
+	}
+	return bits&need == need
+}
+
+// check fails with EACCES unless c may access page key as need. The
+// attributes come from the server's cache, or from Backend.Stat.
+func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) error {
+	if c.cred.UID == 0 {
+		return nil
+	}
+	a, err := s.attr(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !c.cred.allowed(a, need) {
+		return fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
+	}
+	return nil
+}
+
+// attr returns the attributes of page key. They never change after Alloc,
+// so the cache is only ever emptied by Free.
+func (s *Server) attr(ctx context.Context, key gva.GVA) (Attr, error) {
+	if a, ok := s.attrs.Get(key); ok {
+		return a, nil
+	}
+	a, err := s.be.Stat(ctx, key)
+	if err != nil {
+		return Attr{}, fmt.Errorf("stat %v: %w", key, err)
+	}
+	s.attrs.Add(key, a)
+	return a, nil
+}

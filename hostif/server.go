@@ -1,0 +1,340 @@
+package hostif
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// SocketName is the host interface socket's name inside the run directory.
+const SocketName = "dpu0.sock"
+
+// Options tune a Server. The zero value of each field means its default.
+type Options struct {
+	// SocketMode is the permission of the socket file (default 0660).
+	SocketMode os.FileMode
+	// SocketGroup is the group (name or number) of the socket file; empty
+	// leaves the group the process creates files with.
+	SocketGroup string
+	// DefaultMode is the mode of pages allocated with mode 0 (default 0600).
+	DefaultMode uint32
+	// MaxConns bounds the open connections (default 1024).
+	MaxConns int
+	// MaxOutstanding bounds the requests in flight on one connection
+	// (default 64); the server stops reading a connection at the bound.
+	MaxOutstanding int
+	// OpTimeout bounds every Backend call (default 10s).
+	OpTimeout time.Duration
+	// LockTimeout is the wait of a LOCK or ACQUIRE that names none
+	// (default 5s); MaxLockTimeout caps the ones that do (default 30s).
+	LockTimeout, MaxLockTimeout time.Duration
+	// ReleaseTimeout bounds releasing what a closed connection held
+	// (default 5s).
+	ReleaseTimeout time.Duration
+	// WriteTimeout is how long a reply or event may wait for a client to
+	// read; a client slower than that is disconnected (default 5s).
+	WriteTimeout time.Duration
+	// MaxGarbage is how many malformed requests a connection may send;
+	// the next one disconnects it (default 8).
+	MaxGarbage int
+	// StatusSlots is the size of the replica status table, the most pages
+	// mapped on this node at once (default 65536).
+	StatusSlots int
+	// EventQueue is the events a connection may have waiting (default 256);
+	// beyond it events are dropped and the client told so (EventLost).
+	EventQueue int
+	// AttrCache is how many page attributes the server remembers
+	// (default 65536).
+	AttrCache int
+	// Logger receives diagnostics (default: discarded).
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if o.SocketMode == 0 {
+		o.SocketMode = 0o660
+	}
+	if o.DefaultMode == 0 {
+		o.DefaultMode = 0o600
+	}
+	def(&o.MaxConns, 1024)
+	def(&o.MaxOutstanding, 64)
+	def(&o.MaxGarbage, 8)
+	def(&o.StatusSlots, 1<<16)
+	def(&o.EventQueue, 256)
+	def(&o.AttrCache, 1<<16)
+	defDur(&o.OpTimeout, 10*time.Second)
+	defDur(&o.LockTimeout, 5*time.Second)
+	defDur(&o.MaxLockTimeout, 30*time.Second)
+	defDur(&o.ReleaseTimeout, 5*time.Second)
+	defDur(&o.WriteTimeout, 5*time.Second)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Server serves the host interface of one node over a SOCK_SEQPACKET UNIX
+// socket. A Server serves once: NewServer, then ListenAndServe or Serve.
+type Server struct {
+	be   Backend
+	opts Options
+	log  *slog.Logger
+
+	attrs  *lru.Cache[gva.GVA, Attr]
+	locks  *lockTable
+	owners *ownerTable
+	spaces *addressSpaces
+
+	allocMu sync.Mutex
+	allocs  map[gva.GVA]int // allocations made here: first page → pages
+
+	// Set by Serve.
+	status   *statusTable
+	replicas *replicaTable
+	served   atomic.Bool
+
+	connMu   sync.Mutex
+	conns    map[*conn]struct{}
+	nextConn uint64
+	connWG   sync.WaitGroup
+}
+
+// Errors returned by the Server.
+var (
+	// ErrServed is returned by a second Serve or ListenAndServe.
+	ErrServed = errors.New("hostif: server already served")
+	// ErrSocketInUse is returned when another server answers on the path.
+	ErrSocketInUse = errors.New("hostif: socket in use by a live server")
+)
+
+// NewServer returns a Server in front of be.
+func NewServer(be Backend, opts Options) (*Server, error) {
+	if be == nil {
+		return nil, errors.New("hostif: nil backend")
+	}
+	opts.setDefaults()
+	if opts.StatusSlots < 2 || opts.StatusSlots > 1<<24 {
+		return nil, fmt.Errorf("hostif: StatusSlots %d out of range 2..2^24", opts.StatusSlots)
+	}
+	if opts.DefaultMode&^wire.ModeMask != 0 {
+		return nil, fmt.Errorf("hostif: DefaultMode %#o has bits beyond %#o", opts.DefaultMode, wire.ModeMask)
+	}
+	attrs, err := lru.New[gva.GVA, Attr](opts.AttrCache)
+	if err != nil {
+		return nil, fmt.Errorf("hostif: %w", err)
+	}
+	return &Server{
+		be: be, opts: opts, log: opts.Logger, attrs: attrs,
+		locks: newLockTable(be), owners: newOwnerTable(be), spaces: newAddressSpaces(),
+		allocs: make(map[gva.GVA]int), conns: make(map[*conn]struct{}),
+	}, nil
+}
+
+// SocketPath returns the host interface socket path of run directory dir.
+func SocketPath(dir string) string { return filepath.Join(dir, SocketName) }
+
+// ListenAndServe creates the socket at path (mode and group from Options;
+// a stale socket file is replaced, a live one is ErrSocketInUse) and serves
+// it until ctx ends. It removes the socket file before it returns.
+func (s *Server) ListenAndServe(ctx context.Context, path string) error {
+	l, fi, err := listen(path, s.opts.SocketMode, s.opts.SocketGroup)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = l.Close()
+		// Remove the file only if it is still ours: another server may
+		// have replaced it.
+		if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, fi) {
+			_ = os.Remove(path)
+		}
+	}()
+	return s.Serve(ctx, l)
+}
+
+// Serve serves connections accepted from l until ctx ends, then closes l,
+// disconnects every client, releases what they held and returns nil.
+func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
+	if s.served.Swap(true) {
+		return ErrServed
+	}
+	status, err := newStatusTable(s.opts.StatusSlots)
+	if err != nil {
+		return fmt.Errorf("hostif: %w", err)
+	}
+	defer status.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.status = status
+	s.replicas = newReplicaTable(ctx, s.be, status, s.opts.OpTimeout)
+
+	var bg sync.WaitGroup
+	bg.Go(func() { s.dispatchEvents(ctx) })
+	bg.Go(func() {
+		<-ctx.Done()
+		_ = l.Close()
+	})
+
+	var acceptErr error
+	for {
+		uc, err := l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() == nil {
+				acceptErr = fmt.Errorf("hostif: accept: %w", err)
+				cancel()
+			}
+			break
+		}
+		s.admit(ctx, uc)
+	}
+
+	s.connMu.Lock()
+	for c := range s.conns {
+		c.abort()
+	}
+	s.connMu.Unlock()
+	s.connWG.Wait()
+	cancel()
+	bg.Wait()
+	s.replicas.wait()
+	return acceptErr
+}
+
+// admit starts serving a new connection, or closes it at once when the
+// server has MaxConns already.
+func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
+	cred, err := peerCredentials(uc)
+	if err != nil {
+		s.log.Warn("rejecting connection", "err", err)
+		_ = uc.Close()
+		return
+	}
+	s.connMu.Lock()
+	if len(s.conns) >= s.opts.MaxConns {
+		s.connMu.Unlock()
+		s.log.Warn("rejecting connection: too many", "pid", cred.PID, "uid", cred.UID)
+		_ = uc.Close()
+		return
+	}
+	s.nextConn++
+	c := newConn(ctx, s, uc, cred, s.nextConn)
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	s.connMu.Unlock()
+	go func() {
+		defer s.connWG.Done()
+		c.serve()
+		s.connMu.Lock()
+		delete(s.conns, c)
+		s.connMu.Unlock()
+	}()
+}
+
+// listen binds a SOCK_SEQPACKET socket at path with the given mode and
+// group. It binds under a temporary name in the same directory and renames
+// it into place once its mode is set, so path never has a looser mode.
+func listen(path string, mode os.FileMode, group string) (*net.UnixListener, os.FileInfo, error) {
+	if err := clearStaleSocket(path); err != nil {
+		return nil, nil, err
+	}
+	gid := -1
+	if group != "" {
+		g, err := lookupGroup(group)
+		if err != nil {
+			return nil, nil, err
+		}
+		gid = g
+	}
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
+	_ = os.Remove(tmp)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
+	if err != nil {
+		return nil, nil, fmt.Errorf("hostif: listen: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	fail := func(err error) (*net.UnixListener, os.FileInfo, error) {
+		_ = l.Close()
+		_ = os.Remove(tmp)
+		return nil, nil, fmt.Errorf("hostif: listen %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return fail(err)
+	}
+	if gid >= 0 {
+		if err := os.Chown(tmp, -1, gid); err != nil {
+			return fail(err)
+		}
+	}
+	fi, err := os.Lstat(tmp)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	return l, fi, nil
+}
+
+// clearStaleSocket removes a socket file nobody answers on; a live one is
+// ErrSocketInUse and anything that is not a socket is left alone.
+func clearStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("hostif: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("hostif: %s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	if err == nil {
+		_ = c.Close()
+		return fmt.Errorf("%w: %s", ErrSocketInUse, path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("hostif: probing %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("hostif: %w", err)
+	}
+	return nil
+}
+
+func lookupGroup(group string) (int, error) {
+	if n, err := strconv.Atoi(group); err == nil {
+		return n, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, fmt.Errorf("hostif: socket group: %w", err)
+	}
+	return strconv.Atoi(g.Gid)
+}
