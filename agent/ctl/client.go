@@ -162,13 +162,29 @@ func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlag
 	if c.closed {
 		return ErrClosed
 	}
-	if c.conn == nil {
-		conn, err := dial(c.path)
-		if err != nil {
-			return err
+	for attempt := 0; ; attempt++ {
+		fresh := c.conn == nil
+		if fresh {
+			conn, err := dial(c.path)
+			if err != nil {
+				return err
+			}
+			c.conn = conn
 		}
-		c.conn = conn
+		answered, err := c.attempt(ctx, op, cmd, flags, req, each)
+		// A kept connection the server has since closed (idle timeout,
+		// restart) fails before any answer: try once more on a new one.
+		// Every request of the protocol may be repeated.
+		if err != nil && !fresh && !answered && attempt == 0 && ctx.Err() == nil && connLost(err) {
+			continue
+		}
+		return err
 	}
+}
+
+// attempt sends the request once on c.conn. answered reports whether any
+// reply to it arrived.
+func (c *Client) attempt(ctx context.Context, op string, cmd Cmd, flags netlink.HeaderFlags, req object, each func([]byte) error) (answered bool, err error) {
 	conn := c.conn
 	c.seq++
 	if c.seq == 0 {
@@ -183,82 +199,87 @@ func (c *Client) exchange(ctx context.Context, cmd Cmd, flags netlink.HeaderFlag
 	}
 	if err := conn.SetDeadline(deadline); err != nil {
 		c.abandon()
-		return fmt.Errorf("ctl: %s: %w", op, err)
+		return false, fmt.Errorf("ctl: %s: %w", op, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	err := c.roundTrip(conn, op, cmd, flags, seq, req, each)
+	answered, err = c.roundTrip(conn, op, cmd, flags, seq, req, each)
 	interrupted := !stop()
 
 	var refused *Error
 	if interrupted {
 		c.abandon() // its deadline was poisoned
 	} else if err == nil || errors.As(err, &refused) && !refused.conn {
-		return err // the connection is in step: keep it
+		return answered, err // the connection is in step: keep it
 	}
 	if err == nil {
-		return nil
+		return answered, nil
 	}
 	c.abandon()
 	if ctx.Err() != nil {
-		return fmt.Errorf("ctl: %s: %w", op, ctx.Err())
+		return answered, fmt.Errorf("ctl: %s: %w", op, ctx.Err())
 	}
 	if ctxDeadline && errors.Is(err, os.ErrDeadlineExceeded) {
 		// The socket's deadline is the context's: it may fire first.
-		return fmt.Errorf("ctl: %s: %w", op, context.DeadlineExceeded)
+		return answered, fmt.Errorf("ctl: %s: %w", op, context.DeadlineExceeded)
 	}
-	return err
+	return answered, err
 }
 
-func (c *Client) roundTrip(conn net.Conn, op string, cmd Cmd, flags netlink.HeaderFlags, seq uint32, req object, each func([]byte) error) error {
+// connLost reports an error of a connection the server closed.
+func connLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func (c *Client) roundTrip(conn net.Conn, op string, cmd Cmd, flags netlink.HeaderFlags, seq uint32, req object, each func([]byte) error) (answered bool, err error) {
 	var attrs []byte
 	if req != nil {
-		var err error
 		if attrs, err = encodeObject(req); err != nil {
-			return err
+			return false, err
 		}
 	}
 	b, err := encodeMessage(netlink.Header{Flags: flagRequest | flags, Sequence: seq, PID: c.pid}, cmd, attrs)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if _, err := conn.Write(b); err != nil {
-		return c.closedWith(conn, op, err)
+		return false, c.closedWith(conn, op, err)
 	}
 	for {
 		m, err := readMessage(conn, c.buf)
 		if err != nil {
-			return fmt.Errorf("ctl: %s: %w", op, err)
+			return answered, fmt.Errorf("ctl: %s: %w", op, err)
 		}
 		if m.hdr.Type == netlink.Error && m.hdr.Sequence == 0 {
 			// A notice about the connection itself (too many connections).
-			return connNotice(op, m)
+			return true, connNotice(op, m)
 		}
 		if m.hdr.Sequence != seq {
 			continue // not ours (an event of a monitor member)
 		}
+		answered = true
 		switch m.hdr.Type {
 		case netlink.Error:
-			return errorReply(op, m)
+			return true, errorReply(op, m)
 		case netlink.Done:
 			if flags&flagDump != flagDump {
-				return fmt.Errorf("%w: %s: NLMSG_DONE answering a request that is not a dump", ErrProtocol, op)
+				return true, fmt.Errorf("%w: %s: NLMSG_DONE answering a request that is not a dump", ErrProtocol, op)
 			}
-			return nil
+			return true, nil
 		case Family:
 			if m.cmd != cmd {
-				return fmt.Errorf("%w: %s: reply carries command %s", ErrProtocol, op, m.cmd)
+				return true, fmt.Errorf("%w: %s: reply carries command %s", ErrProtocol, op, m.cmd)
 			}
 			if each == nil {
-				return fmt.Errorf("%w: %s: unexpected reply", ErrProtocol, op)
+				return true, fmt.Errorf("%w: %s: unexpected reply", ErrProtocol, op)
 			}
 			if err := each(m.attrs); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrProtocol, op, err)
+				return true, fmt.Errorf("%w: %s: %v", ErrProtocol, op, err)
 			}
 			if m.hdr.Flags&flagMulti == 0 && flags&flagAck == 0 {
-				return nil
+				return true, nil
 			}
 		default:
-			return fmt.Errorf("%w: %s: message type %#x", ErrProtocol, op, uint16(m.hdr.Type))
+			return true, fmt.Errorf("%w: %s: message type %#x", ErrProtocol, op, uint16(m.hdr.Type))
 		}
 	}
 }

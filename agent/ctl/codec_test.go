@@ -200,7 +200,7 @@ func TestDecodeMessageRefusals(t *testing.T) {
 
 func TestErrorMessageLayout(t *testing.T) {
 	req := netlink.Header{Length: 36, Type: Family, Flags: flagRequest | flagDump, Sequence: 5, PID: 99}
-	b, err := encodeError(req, syscall.EOPNOTSUPP, "unknown command 42", 0)
+	b, err := encodeError(req, syscall.EOPNOTSUPP, "unknown command 42")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestErrorMessageLayout(t *testing.T) {
 	}
 
 	// An acknowledgement: error 0, no TLVs.
-	ack, _ := encodeError(req, 0, "", 0)
+	ack, _ := encodeError(req, 0, "")
 	am, _ := decodeMessage(ack)
 	if errno, reason, err := decodeErrorPayload(am.hdr, am.payload); errno != 0 || reason != "" || err != nil {
 		t.Errorf("ack decoded %v %q %v", errno, reason, err)

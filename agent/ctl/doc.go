@@ -64,9 +64,8 @@
 //
 // A refused request is answered by NLMSG_ERROR: s32 negative errno, the
 // request's nlmsghdr (capped: NLM_F_CAPPED, the request's payload is not
-// echoed), then extended-acknowledgement attributes (NLM_F_ACK_TLVS):
-// NLMSGERR_ATTR_MSG (1, string, the reason) and NLMSGERR_ATTR_OFFS (2, u32)
-// where known. A malformed message is EINVAL, an unknown type, command or
+// echoed), then the extended-acknowledgement attribute NLMSGERR_ATTR_MSG
+// (1, string, the reason; flag NLM_F_ACK_TLVS). A malformed message is EINVAL, an unknown type, command or
 // version EOPNOTSUPP, an object the agent does not serve EOPNOTSUPP, a
 // request or reply too large EMSGSIZE. The connection stays usable after
 // any of them. Control messages a client sends (type below 0x10) are

@@ -163,7 +163,7 @@ func FuzzDecodeReply(f *testing.F) {
 		b, _ := encodeMessage(netlink.Header{Flags: flagMulti, Sequence: 1}, CmdRouteGet, mustAttrs(o))
 		f.Add(b)
 	}
-	e, _ := encodeError(netlink.Header{Length: 20, Type: Family, Sequence: 1}, syscall.EINVAL, "bad", 4)
+	e, _ := encodeError(netlink.Header{Length: 20, Type: Family, Sequence: 1}, syscall.EINVAL, "bad")
 	f.Add(e)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, werr := decodeMessage(b)

@@ -183,7 +183,7 @@ func (s *Server) replyError(r replier, h netlink.Header, werr *wireError) error 
 		s.log.Debug("control request refused", "seq", h.Sequence, "type", uint16(h.Type),
 			"errno", werr.errno, "reason", werr.reason)
 	}
-	b, err := encodeError(h, werr.errno, werr.reason, werr.offset)
+	b, err := encodeError(h, werr.errno, werr.reason)
 	if err != nil {
 		return err
 	}

@@ -275,7 +275,7 @@ const maxRefusing = 16
 // connection and lose the notice.
 func refuse(nc net.Conn) {
 	defer nc.Close()
-	b, err := encodeError(netlink.Header{}, syscall.EBUSY, "too many control connections", 0)
+	b, err := encodeError(netlink.Header{}, syscall.EBUSY, "too many control connections")
 	if err != nil {
 		return
 	}
@@ -460,7 +460,7 @@ func (c *conn) drop() {
 }
 
 func (c *conn) sendOverrun() {
-	b, err := encodeError(netlink.Header{}, syscall.ENOBUFS, "monitor subscriber too slow: events lost", 0)
+	b, err := encodeError(netlink.Header{}, syscall.ENOBUFS, "monitor subscriber too slow: events lost")
 	if err == nil {
 		c.write(b, noticeTimeout)
 	}

@@ -80,8 +80,7 @@ const (
 
 // Extended acknowledgement attributes of an NLMSG_ERROR (linux/netlink.h).
 const (
-	errAttrMsg  uint16 = 1 // NLMSGERR_ATTR_MSG: string, the reason
-	errAttrOffs uint16 = 2 // NLMSGERR_ATTR_OFFS: u32, offset of the offending attribute in the request
+	errAttrMsg uint16 = 1 // NLMSGERR_ATTR_MSG: string, the reason
 )
 
 // message is one decoded control message: the netlink header, and for
@@ -98,7 +97,6 @@ type message struct {
 type wireError struct {
 	errno  syscall.Errno
 	reason string
-	offset int // offset in the request of the offending attribute; 0 when unknown
 }
 
 func (e *wireError) Error() string { return e.errno.Error() + ": " + e.reason }
@@ -167,21 +165,16 @@ func encodeMessage(h netlink.Header, cmd Cmd, attrs []byte) ([]byte, error) {
 
 // encodeError builds the NLMSG_ERROR answering the request whose header is
 // req: a negative errno (0 for an acknowledgement), the request's header
-// (capped: the request's payload is not echoed), and the reason and
-// offending offset as extended-acknowledgement attributes.
-func encodeError(req netlink.Header, errno syscall.Errno, reason string, offset int) ([]byte, error) {
+// (capped: the request's payload is not echoed), and the reason as an
+// extended-acknowledgement attribute.
+func encodeError(req netlink.Header, errno syscall.Errno, reason string) ([]byte, error) {
 	data := make([]byte, 4+headerLen)
 	binary.NativeEndian.PutUint32(data[0:], uint32(-int32(errno)))
 	putHeader(data[4:], req)
 	flags := flagCapped
-	if reason != "" || offset > 0 {
+	if reason != "" {
 		ae := netlink.NewAttributeEncoder()
-		if reason != "" {
-			ae.String(errAttrMsg, reason)
-		}
-		if offset > 0 {
-			ae.Uint32(errAttrOffs, uint32(offset))
-		}
+		ae.String(errAttrMsg, reason)
 		tlvs, err := ae.Encode()
 		if err != nil {
 			return nil, fmt.Errorf("ctl: encode extended ack: %w", err)
