@@ -197,7 +197,13 @@ func (p *Port) Close() error {
 	q := p.in
 	q.mu.Lock()
 	q.closed = true
-	q.h = q.h[:0]
+	if q.fifo {
+		clear(q.h)
+		q.head = 0
+	} else {
+		q.h = q.h[:0]
+	}
+	q.n = 0
 	close(q.done)
 	q.mu.Unlock()
 	return nil
@@ -219,16 +225,20 @@ func (p *Port) Stats() Stats {
 func (p *Port) Len() int {
 	p.in.mu.Lock()
 	defer p.in.mu.Unlock()
-	return len(p.in.h)
+	return p.in.n
 }
 
 // pipe is one direction of a pair: a bounded min-heap of datagrams ordered
-// by (deliver time, order key).
+// by (deliver time, order key), or a plain ring when neither reordering nor
+// delay can change the order.
 type pipe struct {
 	mu       sync.Mutex
 	cfg      *Config
 	rng      *rand.Rand
-	h        []entry
+	fifo     bool
+	h        []entry // the heap, or the ring from head
+	head     int
+	n        int // datagrams queued
 	free     [][]byte
 	ord      uint64
 	deadline time.Time
@@ -254,12 +264,17 @@ func (e *entry) less(o *entry) bool {
 }
 
 func newPipe(cfg *Config, stream uint64) *pipe {
-	return &pipe{
+	q := &pipe{
 		cfg:    cfg,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, stream)),
+		fifo:   cfg.Reorder == 0 && cfg.Delay == 0 && cfg.Jitter == 0,
 		notify: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
+	if q.fifo {
+		q.h = make([]entry, cfg.Queue)
+	}
+	return q
 }
 
 func (q *pipe) signal() {
@@ -288,7 +303,7 @@ func (q *pipe) write(b []byte) bool {
 	}
 	queued := false
 	for range copies {
-		if len(q.h) >= q.cfg.Queue {
+		if q.n >= q.cfg.Queue {
 			q.stats.Overflow++
 			continue
 		}
@@ -307,6 +322,11 @@ func (q *pipe) push(b []byte) {
 		buf = make([]byte, 0, q.cfg.MTU)
 	}
 	e := entry{b: append(buf, b...)}
+	q.n++
+	if q.fifo {
+		q.h[(q.head+q.n-1)%len(q.h)] = e
+		return
+	}
 	q.ord += 2
 	e.ord = q.ord
 	delayed := q.cfg.Delay > 0 || q.cfg.Jitter > 0
@@ -341,7 +361,7 @@ func (q *pipe) read(b []byte) (n int, ok bool, wait time.Duration, err error) {
 		return 0, false, 0, noc.ErrPortClosed
 	}
 	var now time.Time
-	if len(q.h) > 0 {
+	if q.n > 0 {
 		head := &q.h[0]
 		if head.at == 0 {
 			return q.pop(b), true, 0, nil
@@ -366,13 +386,21 @@ func (q *pipe) read(b []byte) (n int, ok bool, wait time.Duration, err error) {
 }
 
 func (q *pipe) pop(b []byte) int {
-	e := q.h[0]
-	last := len(q.h) - 1
-	q.h[0] = q.h[last]
-	q.h[last] = entry{}
-	q.h = q.h[:last]
-	if last > 0 {
-		q.down(0)
+	q.n--
+	var e entry
+	if q.fifo {
+		e = q.h[q.head]
+		q.h[q.head] = entry{}
+		q.head = (q.head + 1) % len(q.h)
+	} else {
+		e = q.h[0]
+		last := len(q.h) - 1
+		q.h[0] = q.h[last]
+		q.h[last] = entry{}
+		q.h = q.h[:last]
+		if last > 0 {
+			q.down(0)
+		}
 	}
 	n := copy(b, e.b)
 	q.free = append(q.free, e.b)
