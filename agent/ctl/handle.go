@@ -3,6 +3,7 @@ package ctl
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/mdlayher/netlink"
@@ -84,7 +85,9 @@ func (s *Server) handle(b []byte, r replier) error {
 		if err := gs.SetGPULimit(lim); err != nil {
 			errno := syscall.EIO
 			errors.As(err, &errno)
-			return s.replyError(r, h, &wireError{errno: errno, reason: err.Error()})
+			// The errno travels on its own; keep the reason free of it.
+			reason := strings.TrimSuffix(err.Error(), ": "+errno.Error())
+			return s.replyError(r, h, &wireError{errno: errno, reason: reason})
 		}
 		return s.ack(r, h)
 	case CmdSubscribe, CmdUnsubscribe:

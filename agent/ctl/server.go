@@ -123,7 +123,9 @@ func (s *Server) ListenAndServe(ctx context.Context, path string) error {
 // Listen opens a SOCK_SEQPACKET UNIX socket at path with mode 0660. A stale
 // socket file (no server answers on it) is replaced; a live one is refused
 // with ErrSocketInUse; any other file is left alone and refused. Closing the
-// listener removes the socket file.
+// listener removes the socket file. The mode is set after bind: keep the
+// run directory itself closed to others (0750) so no one connects in
+// between.
 func Listen(path string) (*net.UnixListener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, err
@@ -164,7 +166,8 @@ func removeStale(path string) error {
 // Serve accepts connections on l until ctx is done, then closes l and every
 // connection it accepted and waits for their goroutines. It returns nil
 // after ctx is done, or the listener's error if l fails first. Each
-// connection must preserve message boundaries (SOCK_SEQPACKET).
+// connection must preserve message boundaries (SOCK_SEQPACKET). Shutdown
+// waits for Source calls in progress: a Source must not block.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
