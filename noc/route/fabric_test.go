@@ -480,3 +480,39 @@ func TestFabricSteadyState(t *testing.T) {
 		}
 	}
 }
+
+func TestFabricPartitionHealsAfterPurge(t *testing.T) {
+	g, err := topo.Generate("tree", 40, topo.Options{})
+	must(t, err)
+	f := newFabric(t, g, testConfig, 15)
+	f.run()
+	pe, _ := g.Peer(0, 0)
+	cut := linkOf(0, 0, pe)
+	f.linkDown(cut)
+	f.advance(f.now + 2*f.cfg.withDefaults().UnreachableHold)
+	f.check()
+	live := f.live()
+	for i, s := range f.nodes {
+		side := live.Distances(noc.NodeID(i))
+		want := 0
+		for _, d := range side {
+			if d >= 0 {
+				want++
+			}
+		}
+		if got := len(s.Topology().Nodes); got != want {
+			t.Fatalf("node %v holds %d LSAs, its side of the cut has %d nodes", f.ids[i], got, want)
+		}
+		if s.Stats().LSAsPurged == 0 {
+			t.Fatalf("node %v purged nothing", f.ids[i])
+		}
+	}
+	f.linkUp(cut)
+	f.run()
+	f.check()
+	for i, s := range f.nodes {
+		if got := len(s.Topology().Nodes); got != g.N() {
+			t.Fatalf("after healing node %v holds %d LSAs of %d", f.ids[i], got, g.N())
+		}
+	}
+}

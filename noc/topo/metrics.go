@@ -46,6 +46,16 @@ func (g *Graph) Distances(src noc.NodeID) []int {
 	return dist
 }
 
+// AllPairs returns the hop count between every pair of nodes: row i is
+// Distances(i).
+func (g *Graph) AllPairs() [][]int {
+	out := make([][]int, g.N())
+	for i := range out {
+		out[i] = g.Distances(noc.NodeID(i))
+	}
+	return out
+}
+
 // Metrics computes g's metrics with a breadth-first search from every node
 // (O(N·(N+L)) time).
 func (g *Graph) Metrics() Metrics {

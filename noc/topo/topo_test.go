@@ -242,6 +242,21 @@ func TestGraphConnectDisconnect(t *testing.T) {
 	}
 }
 
+func TestAllPairsSymmetric(t *testing.T) {
+	g, _ := Generate("smallworld", 50, Options{Seed: 4})
+	ap := g.AllPairs()
+	for i := range ap {
+		for j := range ap {
+			if ap[i][j] != ap[j][i] || (ap[i][j] == 0) != (i == j) {
+				t.Fatalf("d(%d,%d)=%d d(%d,%d)=%d", i, j, ap[i][j], j, i, ap[j][i])
+			}
+			if ap[i][j] == 1 && !g.Adjacent(noc.NodeID(i), noc.NodeID(j)) {
+				t.Fatalf("%d and %d one hop apart but not linked", i, j)
+			}
+		}
+	}
+}
+
 func TestMetricsDisconnected(t *testing.T) {
 	g := New(5)
 	g.Connect(0, 1)
