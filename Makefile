@@ -17,7 +17,7 @@ build:
 
 # Start a local fabric of $(NODES) agents over UDP loopback and show it working.
 run: build
-	-@$(BIN)/dpu-fabric down --dir $(RUN_DIR) >/dev/null 2>&1
+	@$(BIN)/dpu-fabric down --dir $(RUN_DIR) >/dev/null 2>&1 || true
 	$(BIN)/dpu-fabric up --nodes $(NODES) --topo $(TOPO) --dir $(RUN_DIR)
 	@echo
 	@echo "== dpuctl route show (node 0) =="

@@ -1,1 +1,59 @@
 package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/udp"
+	"github.com/aitherion/dpu/xdp"
+)
+
+// udpMTU is the datagram MTU of UDP ports: a 4 KiB page plus headers
+// crosses a loopback or jumbo link in one datagram; elsewhere the link
+// layer fragments anyway.
+const udpMTU = 1500
+
+func init() {
+	RegisterPort(PortUDP, func(spec PortSpec, _ *slog.Logger) (noc.Port, string, error) {
+		p, err := udp.Open(spec.Args[0], spec.Args[1], udpMTU)
+		if err != nil {
+			return nil, "", err
+		}
+		return p, PortUDP, nil
+	})
+	openNetdev := func(force bool) PortOpener {
+		return func(spec PortSpec, log *slog.Logger) (noc.Port, string, error) {
+			p, kind, err := xdp.Open(spec.Args[0], xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log, ReplaceForeign: false})
+			if err != nil {
+				return nil, "", err
+			}
+			return p, kind.String(), nil
+		}
+	}
+	RegisterPort(PortXDP, openNetdev(false))
+	RegisterPort(PortAFPacket, openNetdev(true))
+}
+
+// portCounters returns the port's own counters (an AF_XDP port's per-cpu
+// redirected/passed/dropped, summed), sorted by name.
+func portCounters(p noc.Port) ([]ctl.Counter, error) {
+	cp, ok := p.(interface {
+		Counters() (map[string]uint64, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	m, err := cp.Counters()
+	if err != nil {
+		return nil, fmt.Errorf("port %s counters: %w", p.Name(), err)
+	}
+	out := make([]ctl.Counter, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, ctl.Counter{Name: k, Value: m[k]})
+	}
+	return out, nil
+}

@@ -54,9 +54,11 @@ func (s source) Links() []ctl.Link {
 				l.Peer = noc.BroadcastNode
 			}
 			fillLink(&l, p)
-			if c, ok := s.a.ports[p.ID].port.(interface{ Counters() []ctl.Counter }); ok {
-				l.Counters = append(l.Counters, c.Counters()...)
+			cs, err := portCounters(s.a.ports[p.ID].port)
+			if err != nil {
+				s.a.log.Warn("link show", "err", err)
 			}
+			l.Counters = append(l.Counters, cs...)
 			out = append(out, l)
 		}
 	})

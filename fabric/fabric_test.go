@@ -1,0 +1,177 @@
+package fabric_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/fabric"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/topo"
+)
+
+var binDir string
+
+// TestMain builds the real binaries once: these tests run real agent
+// processes over UDP loopback.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dpu-fabric-test")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "github.com/aitherion/dpu/cmd/dpu-agent")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		panic("building dpu-agent: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func up(t *testing.T, nodes int, kind string) *fabric.State {
+	t.Helper()
+	dir := t.TempDir()
+	spec := fabric.Spec{Nodes: nodes, Topo: kind, Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second}
+	st, err := fabric.Up(context.Background(), spec, testWriter{t})
+	t.Cleanup(func() {
+		if err := fabric.Down(dir); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if t.Failed() {
+			for i := 0; i < nodes; i++ {
+				b, _ := os.ReadFile(filepath.Join(dir, "node"+strconv.Itoa(i), "agent.log"))
+				t.Logf("node %d log:\n%s", i, b)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	return st
+}
+
+func routes(t *testing.T, sock string) []ctl.Route {
+	t.Helper()
+	c, err := ctl.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rs, err := c.Routes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestSmallWorldFabric: 8 agents on a small-world wiring converge, every
+// agent lists 7 destinations with the hop counts of the wiring; killing one
+// agent makes the others drop its routes within the dead interval.
+func TestSmallWorldFabric(t *testing.T) {
+	st := up(t, 8, "smallworld")
+	g, err := topo.Generate("smallworld", 8, topo.Options{Ports: 4, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hopsRight := func() bool {
+		for i, a := range st.Agents {
+			dist := g.Distances(noc.NodeID(i))
+			rs := routes(t, a.Ctl())
+			if len(rs) != 7 {
+				return false
+			}
+			for _, r := range rs {
+				if r.Hops != dist[r.Dst] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !eventually(10*time.Second, hopsRight) {
+		for _, a := range st.Agents {
+			t.Logf("node %d routes %+v", a.Node, routes(t, a.Ctl()))
+		}
+		t.Fatal("hop counts do not match the wiring")
+	}
+
+	victim := 3
+	killed := time.Now()
+	if err := st.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	dropped := func() bool {
+		for _, a := range st.Agents {
+			if a.Node == victim {
+				continue
+			}
+			for _, r := range routes(t, a.Ctl()) {
+				if r.Dst == noc.NodeID(victim) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !eventually(5*time.Second, dropped) {
+		t.Fatal("routes to the killed agent remain")
+	}
+	took := time.Since(killed)
+	t.Logf("routes to killed node %d dropped everywhere after %v (dead interval 600ms)", victim, took)
+	if took > 600*time.Millisecond+time.Second {
+		t.Errorf("routes dropped after %v, beyond the dead interval plus a second", took)
+	}
+	if err := st.Restart(victim); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := st.WaitConverged(ctx); err != nil {
+		t.Fatalf("restarted agent did not rejoin: %v", err)
+	}
+}
+
+func TestDownStopsEverything(t *testing.T) {
+	st := up(t, 2, "line")
+	if err := fabric.Down(st.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range st.Agents {
+		if st2, _ := fabric.Load(st.Dir()); st2.Alive(i) {
+			t.Fatalf("agent %d still alive after down", i)
+		}
+	}
+	if _, err := fabric.Up(context.Background(), fabric.Spec{Nodes: 2, Topo: "line", Dir: st.Dir(), AgentPath: filepath.Join(binDir, "dpu-agent")}, testWriter{t}); err != nil {
+		t.Fatalf("up again in the same dir: %v", err)
+	}
+}
+
+func eventually(bound time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
