@@ -84,7 +84,7 @@ var openXDP = func(dev string, opts Options) (noc.Port, error) { return NewPort(
 
 // Open opens a NoC port on dev in the calling thread's network namespace:
 // an AF_XDP port where AF_XDP and BPF are permitted and supported, an
-// AF_PACKET port otherwise (logged once per reason) or when
+// AF_PACKET port otherwise (logged once per process, with the reason) or when
 // opts.ForceAFPacket is set. The port is a *Port or an *afpacket.Port;
 // both have Counters.
 func Open(dev string, opts Options) (noc.Port, Kind, error) {
@@ -140,14 +140,19 @@ func Unavailable(err error) (reason string, ok bool) {
 // errnoENOTSUPP is the kernel-internal ENOTSUPP (524) some BPF paths leak.
 const errnoENOTSUPP = syscall.Errno(524)
 
-var fallbackLogged sync.Map // reason → struct{}
+var fallbackOnce sync.Once
 
-// logFallback logs the first fallback for each reason.
+// logFallback warns once per process, with the first reason; later
+// fallbacks are logged at debug level.
 func logFallback(l *slog.Logger, dev, reason string, err error) {
-	if _, seen := fallbackLogged.LoadOrStore(reason, struct{}{}); seen {
-		return
+	warned := false
+	fallbackOnce.Do(func() {
+		warned = true
+		l.Warn("AF_XDP unavailable, NoC ports fall back to AF_PACKET (slower, same frames); "+
+			"this notice is logged once",
+			"dev", dev, "reason", reason, "error", err.Error())
+	})
+	if !warned {
+		l.Debug("AF_XDP unavailable, AF_PACKET port", "dev", dev, "reason", reason, "error", err.Error())
 	}
-	l.Warn("AF_XDP unavailable, NoC ports fall back to AF_PACKET (slower, same frames); "+
-		"this notice is logged once per reason",
-		"dev", dev, "reason", reason, "error", err.Error())
 }

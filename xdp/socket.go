@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,6 +13,10 @@ import (
 // frameSize is the size of one UMEM frame: a page, the largest size every
 // driver accepts in aligned mode.
 const frameSize = 4096
+
+// bindBusyWait bounds how long a bind waits for a queue held by a socket
+// being released.
+const bindBusyWait = 2 * time.Second
 
 // rxFrameCapacity is how many bytes of a received frame fit in one UMEM
 // frame: the kernel keeps XDP_PACKET_HEADROOM in front of the data.
@@ -127,7 +132,17 @@ func newSocket(ifindex int, queue, ringSize uint32, zc ZeroCopy, sg bool) (_ *so
 	if sg {
 		flags |= unix.XDP_USE_SG
 	}
-	if err := unix.Bind(fd, &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: queue}); err != nil {
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: queue}
+	for deadline := time.Now().Add(bindBusyWait); ; {
+		// A socket of an agent that just died releases its queue
+		// asynchronously: EBUSY for a moment. A live one keeps it.
+		err = unix.Bind(fd, sa)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("xdp: bind to ifindex %d queue %d: %w", ifindex, queue, err)
 	}
 	if opts, err := unix.GetsockoptInt(fd, unix.SOL_XDP, unix.XDP_OPTIONS); err == nil {

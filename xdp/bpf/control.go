@@ -99,6 +99,9 @@ func (c *Control) pin(dir string) error {
 	}
 	for name, m := range map[string]*ebpf.Map{PinCounters: c.counters, PinConfig: c.config} {
 		path := filepath.Join(dir, name)
+		if err := m.Unpin(); err != nil {
+			return fmt.Errorf("bpf: unpin: %w", err)
+		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("bpf: remove stale pin: %w", err)
 		}
