@@ -156,7 +156,7 @@ func TestUMEMBounds(t *testing.T) {
 	}{
 		{unix.XDPDesc{Addr: 256, Len: 3840}, true},
 		{unix.XDPDesc{Addr: 4096, Len: 4096}, true},
-		{unix.XDPDesc{Addr: 256, Len: 3841}, false},     // crosses into the next frame
+		{unix.XDPDesc{Addr: 256, Len: 3841}, false},      // crosses into the next frame
 		{unix.XDPDesc{Addr: 3 * 4096, Len: 4097}, false}, // past the end
 		{unix.XDPDesc{Addr: ^uint64(0) - 10, Len: 100}, false},
 	}
