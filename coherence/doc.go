@@ -1,0 +1,162 @@
+// Package coherence is the coherence engine of one DPU: the path-cache
+// protocol and the ownership protocol of DESIGN.md §3 as one deterministic
+// state machine, the page store (memory tier) and the host-facing API.
+//
+// The Engine implements node.Handler: the node core hands it every frame
+// flagged noc.FlagPath at every node the frame crosses, and the frames
+// addressed to this node; it emits frames through node.Sender. It reads no
+// clock, starts no goroutine and draws no randomness but from its seeded
+// source: time is the now of every call, and the same inputs give the same
+// outputs. It must never block, never call the Sink while holding a lock
+// (it holds none) and never let a host request wait without a timer.
+//
+// # The tree of a page
+//
+// Each page is a tree rooted at its owner; every node on it holds one path
+// cache entry (package pathcache): the up port toward the owner (none at
+// the owner) and the down ports toward replicas (noc.LocalPort: this node's
+// host maps a replica). The content of primaries and mapped replicas lives
+// in the PageStore; intermediate nodes hold entries only.
+//
+// # Path-cache protocol
+//
+//   - Ref (OpRef, Load class, up): follows the entry's up port; without an
+//     entry it routes toward the page's home (the creating machine,
+//     GVA.Machine()), which redirects it toward the owner it has on record
+//     (see "Home"). Every node it crosses adds the arrival port to the
+//     entry's down set. A node with a valid replica at the wanted version
+//     answers instead of forwarding; a node with an open fetch of the same
+//     page at that version or later merges the ref into it (one upstream
+//     request). The answer (OpRef|FlagReply, content) travels back down to
+//     every waiting port; replicas on the way install it.
+//   - Write (OpStore, Store class, up): write-through to the owner, which
+//     orders writes with its arbiter, bumps the version and propagates down
+//     every live branch: OpUpdate (data + version) up to
+//     Config.UpdateThreshold bytes, OpInvalidate (version only) above. The
+//     writer gets the new version in a routed reply.
+//   - Replicas apply versions in order: an update applies only on top of
+//     the version before it; a gap or an invalidate makes the replica
+//     invalid and the next load re-fetches (a ref carrying the version
+//     needed, merged like any ref). A host also never reads below the
+//     newest version it was told of (its own acknowledged writes included).
+//   - Atomics (OpCAS, OpFetchAdd, Atomic class, up): 64-bit, little endian
+//     in the page, executed at the owner in arbiter order; the previous
+//     value returns to the caller, the new value propagates like a write.
+//   - Unref (OpUnref, up) removes the arrival port from the down set; an
+//     entry left with no down port is deleted and unrefs further up.
+//   - Detach (OpDetach, down): the subtree below lost its path to the owner
+//     (a path cache eviction, a link that went down, a broken flip): every
+//     node below drops its entry, replicas become invalid (the host is told
+//     with EventInvalidated) and re-ref by the home route on their next
+//     load. Evictions from the path cache are never silent: they detach the
+//     subtree and unref upward.
+//
+// # Ownership protocol
+//
+// The acquirer must have mapped (ref'd) the page. Five frames, two round
+// trips and one content transfer:
+//
+//  1. OpAcquire (Control, up) follows the path like a ref and records the
+//     arrival port at each hop (its route).
+//  2. The owner's arbiter (package arbiter) decides at the close of the
+//     arrival tick: same-tick requests by priority, losses, wait, port.
+//     Grant: the owner is swapping (writes and acquires queue in the
+//     arbiter, refs are still answered from the frozen content) and sends
+//     OpGrant (routed). Deny: OpDeny with EBUSY; the acquirer retries with
+//     backoff until its request's bound. A pinned (locked) page queues
+//     acquires for at most the arbiter's MaxWait, then denies.
+//  3. OpData (routed): the page's content, once. The acquirer has locked
+//     its replica (swapping) since the grant: path messages that reach it
+//     wait there.
+//  4. OpDataAck (routed): the acquirer confirms. This is the commit point:
+//     the old owner hands its primary over (it stays an ordinary replica if
+//     its host maps the page) and its entry flips (its up port now leads to
+//     the acquirer).
+//  5. OpDone travels down the recorded route and flips every entry on it;
+//     at the acquirer it ends the swap: it owns the page, pins it for a
+//     lock, and delivers what waited. Requests queued at the old owner are
+//     re-sent up the flipped path (arbiter ReasonMoved).
+//
+// If the confirmation does not come within Config.SwapTimeout the old
+// owner calls the swap off (OpAbort) and stays the owner; a late
+// confirmation is answered with OpAbort; the acquirer reverts to an
+// ordinary replica and retries. A confirmation re-sent after the commit is
+// answered with a routed OpDone. A flip that finds the path inconsistent
+// marks the done "broken" and detaches the side that cannot be grafted.
+//
+// Locks are acquire + pin (arbiter.Pin, bounded by a hardware timer:
+// Config.PinBound); unlock is unpin. When a pin outlives its bound the
+// arbiter revokes it, fails its waiters with EOWNERDEAD and the host gets
+// EventHostFault.
+//
+// # Home
+//
+// The home of a page (its creating machine) keeps a record of the page's
+// owner, its incarnation and the ownership epoch. The old owner updates it
+// when it is the home, the new owner when it is; otherwise the new owner
+// sends OpOwnerMoved (routed, re-sent until acknowledged). Requests without
+// a path reach the home and are redirected toward the owner, carrying the
+// owner's incarnation in their first 8 payload bytes.
+//
+// # Failures
+//
+// A node that fails loses what it owned (and what it home-recorded). Its
+// neighbours' links go down: entries whose up port it was are reset and
+// detach their subtrees. Requests for its pages then reach the home (or the
+// owner's restarted incarnation, whose incarnation no longer matches) and
+// fail with EHOSTDOWN, or, while no route exists, end at their bound with
+// EHOSTDOWN. When the node returns it is a new incarnation with no pages;
+// pages it owned stay lost (EHOSTDOWN), pages it was the home of can no
+// longer be found by nodes without a path. A page in a swap whose other
+// side fails is lost if the failed side held it at that moment.
+//
+// Every host request ends with a result or an error within
+// Config.RequestTimeout.
+//
+// # Wire format
+//
+// All frames use the noc header; multi-byte payload fields are big endian.
+// "prefix" is the 8-byte target incarnation that starts every up-going
+// request (0 unless the home redirected it toward the owner).
+//
+//	class/op              dir     flags        header fields               payload
+//	Load/OpRef            up      Path         version = min version       prefix
+//	Load/OpRef reply      down    Path|Reply   version = content version   owner node (4), content (4096)
+//	Load/OpUnref          up      Path         -                           -
+//	Load/OpDetach         down    Path         version                     -
+//	Store/OpStore         up      Path         gva with offset             prefix, data (1..4096, within the page)
+//	Store/OpStore reply   routed  Reply        version = new version       -
+//	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold)
+//	Store/OpInvalidate    down    Path         version                     -
+//	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, expected (8), desired (8)
+//	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, delta (8)
+//	Atomic/* reply        routed  Reply        version after               previous value (8), swapped (1)
+//	any request's error   routed  Reply|Error  -                           errno (4)
+//	Control/OpAcquire     up      Path         priority                    prefix, flags (1: bit0 lock), losses (2),
+//	                                                                       wait start (8), requester incarnation (8),
+//	                                                                       route length n (1), n arrival ports (2 each)
+//	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8)
+//	Control/OpDeny        routed  -            -                           errno (4)
+//	Control/OpData        routed  [Huge]       version                     epoch (8), flags (1: bit0 huge), content (4096)
+//	Control/OpDataAck     routed  [Error]      version                     requester incarnation (8), owner incarnation (8)
+//	Control/OpDone        route   Path         version                     flags (1: bit0 broken, bit1 routed),
+//	                      or routed                                        route length n (1), n ports (2 each)
+//	Control/OpAbort       routed  -            -                           -
+//	Control/OpOwnerMoved  routed  -            request id = epoch          owner (4; 0xFFFFFFFF: freed), incarnation (8), epoch (8)
+//	Control/OpOwnerMovedAck routed -           request id = epoch          -
+//
+// The request id of a swap's frames is the acquirer's request id; with the
+// acquirer's node id it names the swap. Ownership ops are
+// noc.OpCoherenceFirst (16) … 24. Frames that fail to decode are dropped and
+// counted (Counters.Malformed); no input panics the engine.
+//
+// # Host API
+//
+// Engine.Submit takes a Request (alloc, free, ref/map, unref/unmap, load,
+// store, CAS, fetch-add, acquire, release, lock, unlock, where), with the
+// host's request id; the Completion (a result or a *HostError wrapping a
+// syscall.Errno: EHOSTDOWN, ETIMEDOUT, EACCES/EPERM, ENOMEM, EINVAL, EBUSY,
+// EFAULT, EOWNERDEAD) and host Events go to the Sink given in Config, as
+// values. Snapshots (PathCacheSnapshot, OwnerSnapshot) and Counters feed
+// dpuctl.
+package coherence

@@ -1,0 +1,531 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// Config shapes an Engine. Zero fields take the defaults below.
+type Config struct {
+	// Self is this node's id (= its machine index).
+	Self noc.NodeID
+	// Incarnation identifies this run of the engine; it must change at
+	// every restart (the driver draws it from its seeded source). Zero
+	// means 1.
+	Incarnation uint64
+	// Pages is the physical capacity in 4 KiB pages (default 4096); Store,
+	// if set, overrides it.
+	Pages int
+	Store PageStore
+	// PathCache sizes the path cache (default 65536 entries, no idle TTL).
+	PathCache pathcache.Config
+	// Arbiter configures the ownership arbiter.
+	Arbiter arbiter.Config
+	// UpdateThreshold: writes up to this many bytes propagate as
+	// write-update (data + version), larger ones as write-invalidate
+	// (default 256).
+	UpdateThreshold int
+	// RequestTimeout bounds every host request (default 100ms).
+	RequestTimeout time.Duration
+	// RetryInterval paces re-sent refs, acquire retries and swap
+	// confirmations (default 2ms); retries back off up to 8 times it.
+	RetryInterval time.Duration
+	// MergeTTL bounds how long a node keeps a merged fetch open for the
+	// ports waiting below it (default RetryInterval).
+	MergeTTL time.Duration
+	// SwapTimeout bounds how long the old owner waits for the content
+	// confirmation of a swap before it calls the swap off (default 10ms).
+	SwapTimeout time.Duration
+	// SwapGiveUp bounds how long an acquirer that confirmed the content
+	// keeps asking the old owner for the outcome (default 1s).
+	SwapGiveUp time.Duration
+	// CommitTTL is how long the old owner remembers a committed swap to
+	// answer re-sent confirmations (default 2 × SwapGiveUp).
+	CommitTTL time.Duration
+	// TimerGranularity is the resolution of the engine's timer wheel
+	// (default 10µs).
+	TimerGranularity time.Duration
+	// PinBound bounds a lock's pin (0: the arbiter's MaxPin).
+	PinBound time.Duration
+	// MaxHops drops page-keyed messages that crossed more nodes (default 64).
+	MaxHops uint8
+	// Sink receives completions and events. Required.
+	Sink Sink
+	// Seed drives the retry jitter.
+	Seed uint64
+	// Bug plants a protocol bug, for tests of the checkers only.
+	Bug PlantedBug
+}
+
+// PlantedBug names a deliberate protocol bug. Tests plant one to prove that
+// the simulator's checkers catch it; nothing else may set it.
+type PlantedBug uint8
+
+// Planted bugs.
+const (
+	BugNone PlantedBug = iota
+	// BugStaleCAS evaluates a remote CAS against the requester's own
+	// replica and writes the new value through as a plain store: the
+	// compare and the swap are no longer one atomic step at the owner.
+	BugStaleCAS
+)
+
+// Defaults.
+const (
+	DefaultPages            = 4096
+	DefaultPathCacheEntries = 1 << 16
+	DefaultUpdateThreshold  = 256
+	DefaultRequestTimeout   = 100 * time.Millisecond
+	DefaultRetryInterval    = 2 * time.Millisecond
+	DefaultSwapTimeout      = 10 * time.Millisecond
+	DefaultSwapGiveUp       = time.Second
+	DefaultTimerGranularity = 10 * time.Microsecond
+	DefaultMaxHops          = 64
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Sink == nil {
+		return c, errors.New("coherence: Config.Sink is required")
+	}
+	if c.Self == noc.BroadcastNode {
+		return c, fmt.Errorf("coherence: self id %v is reserved", c.Self)
+	}
+	if c.Incarnation == 0 {
+		c.Incarnation = 1
+	}
+	if c.Pages <= 0 {
+		c.Pages = DefaultPages
+	}
+	if c.PathCache.MaxEntries == 0 {
+		c.PathCache.MaxEntries = DefaultPathCacheEntries
+	}
+	if c.UpdateThreshold <= 0 {
+		c.UpdateThreshold = DefaultUpdateThreshold
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.MergeTTL <= 0 {
+		c.MergeTTL = c.RetryInterval
+	}
+	if c.SwapTimeout <= 0 {
+		c.SwapTimeout = DefaultSwapTimeout
+	}
+	if c.SwapGiveUp <= 0 {
+		c.SwapGiveUp = DefaultSwapGiveUp
+	}
+	if c.CommitTTL <= 0 {
+		c.CommitTTL = 2 * c.SwapGiveUp
+	}
+	if c.TimerGranularity <= 0 {
+		c.TimerGranularity = DefaultTimerGranularity
+	}
+	if c.MaxHops == 0 {
+		c.MaxHops = DefaultMaxHops
+	}
+	return c, nil
+}
+
+// Engine is the coherence engine of one node: both protocols as one
+// deterministic state machine (see the package documentation). It
+// implements node.Handler. It is not safe for concurrent use: the node's
+// driver owns it.
+type Engine struct {
+	cfg   Config
+	self  noc.NodeID
+	inc   uint64
+	cache *pathcache.Cache
+	store PageStore
+	arb   *arbiter.Arbiter
+	wheel *arbiter.Wheel[timer]
+	sink  Sink
+	rng   *rand.Rand
+
+	pages    map[gva.GVA]*page
+	fetches  map[gva.GVA]*fetch
+	home     map[gva.GVA]*homeRecord
+	reqs     map[uint64]*request
+	ownerOps map[opKey]*ownerOp
+	commits  map[opKey]*commitRecord
+	notices  map[gva.GVA]*notice
+
+	nextReq  uint64
+	nextPage gva.PageNumber
+
+	// scratch, reused across calls
+	pay       []byte // payloads of frames this node builds
+	hostPay   []byte // payloads of frames built for host requests
+	fired     []arbiter.Fired[timer]
+	answers   []arbiter.Answer
+	evicts    []pathcache.Eviction
+	opFree    []*ownerOp
+	answering bool
+
+	stats Counters
+}
+
+// page is a page whose content this node holds: a primary it owns or a
+// replica its host maps.
+type page struct {
+	key       gva.GVA
+	huge      bool
+	content   []byte
+	has       bool        // content holds version `version`
+	version   gva.Version // version of content
+	owner     bool
+	epoch     uint64 // ownership epoch (transfers so far)
+	ownerNode noc.NodeID
+	maps      int         // host mappings
+	seen      gva.Version // newest version this host was told of (session floor)
+	waiters   []*request  // loads and refs waiting for content
+	swap      *swapState
+}
+
+// fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
+// the ports waiting below (noc.LocalPort: this node's host).
+type fetch struct {
+	min   gva.Version
+	ports pathcache.PortSet
+	timer arbiter.TimerID
+}
+
+// homeRecord is what a page's home machine (where it was created) knows of
+// it: who owns it now.
+type homeRecord struct {
+	owner    noc.NodeID
+	ownerInc uint64
+	epoch    uint64
+	freed    bool
+}
+
+// opKey names a request across the fabric: requester node + request id.
+type opKey struct {
+	node noc.NodeID
+	id   uint64
+}
+
+// commitRecord remembers a committed swap at the old owner.
+type commitRecord struct {
+	key   gva.GVA
+	route []byte
+	ver   gva.Version
+	timer arbiter.TimerID
+}
+
+// notice is an OpOwnerMoved being sent to a page's home until acknowledged.
+type notice struct {
+	epoch uint64
+	tries int
+	timer arbiter.TimerID
+}
+
+type timerKind uint8
+
+const (
+	tDeadline timerKind = iota + 1 // a host request's bound
+	tRetry                         // a host request's next attempt
+	tMerge                         // a merged fetch's bound
+	tSwapOut                       // the old owner's bound on a swap
+	tSwapIn                        // the acquirer's re-sent confirmation
+	tCommit                        // forget a committed swap
+	tNotice                        // re-send OpOwnerMoved
+)
+
+type timer struct {
+	kind timerKind
+	id   uint64
+	node noc.NodeID
+	key  gva.GVA
+}
+
+// New returns an engine for one node.
+func New(cfg Config) (*Engine, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := pathcache.New(cfg.PathCache)
+	if err != nil {
+		return nil, fmt.Errorf("coherence: %w", err)
+	}
+	arb, err := arbiter.New(cfg.Arbiter)
+	if err != nil {
+		return nil, fmt.Errorf("coherence: %w", err)
+	}
+	store := cfg.Store
+	if store == nil {
+		store = NewMemStore(cfg.Pages)
+	}
+	e := &Engine{
+		cfg:      cfg,
+		self:     cfg.Self,
+		inc:      cfg.Incarnation,
+		cache:    cache,
+		store:    store,
+		arb:      arb,
+		wheel:    arbiter.NewWheel[timer](cfg.TimerGranularity, 0),
+		sink:     cfg.Sink,
+		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^uint64(cfg.Self)<<32^cfg.Incarnation)),
+		pages:    make(map[gva.GVA]*page),
+		fetches:  make(map[gva.GVA]*fetch),
+		home:     make(map[gva.GVA]*homeRecord),
+		reqs:     make(map[uint64]*request),
+		ownerOps: make(map[opKey]*ownerOp),
+		commits:  make(map[opKey]*commitRecord),
+		notices:  make(map[gva.GVA]*notice),
+		pay:      make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
+		hostPay:  make([]byte, 0, gva.PageSize+64),
+	}
+	return e, nil
+}
+
+// Self returns the node id.
+func (e *Engine) Self() noc.NodeID { return e.self }
+
+// Incarnation returns this run's incarnation.
+func (e *Engine) Incarnation() uint64 { return e.inc }
+
+// Config returns the effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// HandleFrame implements node.Handler: one frame for the engine.
+func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.stats.count(&e.stats.Received, f.Class, f.Op)
+	e.dispatch(now, in, f, out)
+}
+
+func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	reply := f.Flags&noc.FlagReply != 0
+	path := f.Flags&noc.FlagPath != 0
+	switch f.Class {
+	case noc.ClassLoad:
+		switch {
+		case f.Op == OpRef && reply && path:
+			e.handleRefReply(now, in, f, out)
+		case reply:
+			e.handleReply(now, f, out)
+		case f.Op == OpRef:
+			e.handleUp(now, in, f, out)
+		case f.Op == OpUnref:
+			e.handleUnref(now, in, f, out)
+		case f.Op == OpDetach:
+			e.handleDetach(now, in, f, out)
+		default:
+			e.malformed()
+		}
+	case noc.ClassStore:
+		switch {
+		case reply:
+			e.handleReply(now, f, out)
+		case f.Op == OpStore:
+			e.handleUp(now, in, f, out)
+		case f.Op == OpUpdate || f.Op == OpInvalidate:
+			e.handleDown(now, in, f, out)
+		default:
+			e.malformed()
+		}
+	case noc.ClassAtomic:
+		switch {
+		case reply:
+			e.handleReply(now, f, out)
+		case f.Op == OpCAS || f.Op == OpFetchAdd:
+			e.handleUp(now, in, f, out)
+		default:
+			e.malformed()
+		}
+	case noc.ClassControl:
+		switch f.Op {
+		case OpAcquire:
+			if reply {
+				e.handleReply(now, f, out)
+			} else {
+				e.handleUp(now, in, f, out)
+			}
+		case OpGrant:
+			e.handleGrant(now, f, out)
+		case OpDeny:
+			e.handleDeny(now, f, out)
+		case OpData:
+			e.handleData(now, f, out)
+		case OpDataAck:
+			e.handleDataAck(now, f, out)
+		case OpDone:
+			e.handleDone(now, in, f, out)
+		case OpAbort:
+			e.handleAbort(now, f, out)
+		case OpOwnerMoved:
+			e.handleOwnerMoved(now, f, out)
+		case OpOwnerMovedAck:
+			e.handleOwnerMovedAck(f)
+		default:
+			e.malformed()
+		}
+	default:
+		e.malformed()
+	}
+}
+
+func (e *Engine) malformed() { e.stats.Malformed++ }
+
+// PortState implements node.Handler. A port going down cuts every tree
+// branch through it: entries whose up port it was are reset (their subtree
+// is detached and re-refs), and it leaves every down set.
+func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, out node.Sender) {
+	if up {
+		return
+	}
+	e.stats.PortsDown++
+	for _, snap := range e.cache.Snapshot() {
+		ent, ok := e.cache.Peek(snap.Key)
+		if !ok {
+			continue
+		}
+		switch {
+		case ent.Up == p && !ent.Owner:
+			e.resetEntry(now, ent, out)
+		case ent.Down.Has(p):
+			ent.Down = ent.Down.Remove(p)
+			if fe := e.fetches[ent.Key]; fe != nil {
+				fe.ports = fe.ports.Remove(p)
+			}
+			e.prune(now, ent, out)
+		}
+	}
+}
+
+// Tick implements node.Handler: it runs the engine's timers, the arbiter's
+// tick decisions and pin bounds, and the path cache's idle aging.
+func (e *Engine) Tick(now time.Duration, out node.Sender) {
+	e.fired = e.wheel.Advance(now, e.fired[:0])
+	if len(e.fired) > 0 {
+		fired := slices.Clone(e.fired)
+		for _, t := range fired {
+			e.fire(now, t, out)
+		}
+	}
+	e.advanceArbiter(now, out)
+	if evs := e.cache.Sweep(now); len(evs) > 0 {
+		e.evicted(now, evs, out)
+	}
+}
+
+// NextDeadline implements node.Handler.
+func (e *Engine) NextDeadline() (time.Duration, bool) {
+	at, ok := e.wheel.NextDeadline()
+	if a, aok := e.arb.NextDeadline(); aok && (!ok || a < at) {
+		at, ok = a, true
+	}
+	if c, cok := e.cache.NextExpiry(); cok && (!ok || c < at) {
+		at, ok = c, true
+	}
+	return at, ok
+}
+
+func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer], out node.Sender) {
+	t := f.Value
+	switch t.kind {
+	case tDeadline:
+		if r := e.reqs[t.id]; r != nil && r.deadline == f.ID {
+			r.deadline = 0
+			e.expire(now, r, out)
+		}
+	case tRetry:
+		if r := e.reqs[t.id]; r != nil && r.retry == f.ID {
+			r.retry = 0
+			e.retry(now, r, out)
+		}
+	case tMerge:
+		if fe := e.fetches[t.key]; fe != nil && fe.timer == f.ID {
+			e.closeFetch(t.key)
+		}
+	case tSwapOut:
+		if pg := e.pages[t.key]; pg != nil && pg.swap != nil && pg.swap.out && pg.swap.timer == f.ID {
+			e.abortOut(now, pg, out)
+		}
+	case tSwapIn:
+		if pg := e.pages[t.key]; pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.timer == f.ID {
+			e.swapInTimer(now, pg, out)
+		}
+	case tCommit:
+		k := opKey{t.node, t.id}
+		if c := e.commits[k]; c != nil && c.timer == f.ID {
+			delete(e.commits, k)
+		}
+	case tNotice:
+		if n := e.notices[t.key]; n != nil && n.timer == f.ID {
+			e.sendNotice(now, t.key, n, out)
+		}
+	}
+}
+
+func (e *Engine) schedule(at time.Duration, t timer) arbiter.TimerID {
+	return e.wheel.Schedule(at, t)
+}
+
+func (e *Engine) cancel(id arbiter.TimerID) {
+	if id != 0 {
+		e.wheel.Cancel(id)
+	}
+}
+
+// newFrame returns a frame of the current version.
+func newFrame(c noc.Class, op noc.Op, flags noc.Flags, src, dst noc.NodeID, id uint64, g gva.GVA, v gva.Version, payload []byte) noc.Frame {
+	return noc.Frame{Version: noc.FrameVersion, Class: c, Op: op, Flags: flags, Src: src, Dst: dst,
+		RequestID: id, GVA: g, PageVersion: v, Payload: payload}
+}
+
+// sendPort queues f on port p and counts it.
+func (e *Engine) sendPort(p noc.PortID, f *noc.Frame, out node.Sender) {
+	e.stats.count(&e.stats.Sent, f.Class, f.Op)
+	if err := out.SendPort(p, f); err != nil {
+		e.stats.SendErrors++
+	}
+}
+
+// sendNode sends f toward f.Dst by routing and counts it.
+func (e *Engine) sendNode(f *noc.Frame, out node.Sender) {
+	e.stats.count(&e.stats.Sent, f.Class, f.Op)
+	if err := out.SendNode(f); err != nil {
+		e.stats.SendErrors++
+	}
+}
+
+// reply answers request id of node src: locally when src is this node,
+// otherwise routed.
+func (e *Engine) reply(now time.Duration, src noc.NodeID, id uint64, c noc.Class, op noc.Op, flags noc.Flags, g gva.GVA, v gva.Version, payload []byte, out node.Sender) {
+	f := newFrame(c, op, flags|noc.FlagReply, e.self, src, id, g, v, payload)
+	if src == e.self {
+		e.handleReply(now, &f, out)
+		return
+	}
+	e.sendNode(&f, out)
+}
+
+// fail answers request f with errno.
+func (e *Engine) fail(now time.Duration, f *noc.Frame, errno syscall.Errno, out node.Sender) {
+	var b [errnoLen]byte
+	binary.BigEndian.PutUint32(b[:], uint32(errno))
+	e.reply(now, f.Src, f.RequestID, f.Class, f.Op, noc.FlagError, f.GVA, f.PageVersion, b[:], out)
+}
+
+// home returns the home machine (creator) of a page.
+func homeOf(key gva.GVA) noc.NodeID { return noc.NodeID(key.Machine()) }
+
+// jitter returns d scaled by a factor in [1, 2).
+func (e *Engine) jitter(d time.Duration) time.Duration {
+	return d + time.Duration(e.rng.Int64N(int64(d)+1))
+}

@@ -1,0 +1,592 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+)
+
+// HostOp is an operation a host asks its DPU for.
+type HostOp uint8
+
+// Host operations.
+const (
+	HostAlloc    HostOp = iota + 1 // allocate a page owned (and homed) here
+	HostFree                       // free a page owned here
+	HostRef                        // map: ref the page, get a replica
+	HostUnref                      // unmap: drop the host's replica
+	HostLoad                       // read 1..PageSize bytes of a mapped page
+	HostStore                      // write 1..PageSize bytes through to the owner
+	HostCAS                        // 64-bit compare-and-swap at the owner
+	HostFetchAdd                   // 64-bit fetch-and-add at the owner
+	HostAcquire                    // take ownership of a mapped page
+	HostRelease                    // end the caller's claim (unpins if it holds the pin)
+	HostLock                       // acquire + pin
+	HostUnlock                     // unpin
+	HostWhere                      // location tier and hops of a page
+	numHostOps
+)
+
+var hostOpNames = [...]string{"", "alloc", "free", "ref", "unref", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where"}
+
+func (o HostOp) String() string {
+	if o > 0 && o < numHostOps {
+		return hostOpNames[o]
+	}
+	return fmt.Sprintf("hostop(%d)", uint8(o))
+}
+
+// Request is one host request. GVA carries the byte offset for loads,
+// stores and atomics (8-byte aligned for atomics).
+type Request struct {
+	ID  uint64 // the host's request id, echoed in the Completion
+	Op  HostOp
+	GVA gva.GVA
+	// Huge asks HostAlloc for a 2 MiB page (flag carried; 4 KiB of content
+	// in the memory tier).
+	Huge bool
+	// Len is the number of bytes HostLoad reads.
+	Len int
+	// Data is what HostStore writes; the engine copies it.
+	Data []byte
+	// Expected and Operand: CAS compares with Expected and stores Operand;
+	// fetch-add adds Operand. 64-bit values are little endian in the page.
+	Expected, Operand uint64
+	// Holder names the pin holder for lock, unlock and release.
+	Holder uint64
+	// Priority is the arbitration priority of acquire and lock.
+	Priority uint8
+}
+
+// Location answers HostWhere.
+type Location struct {
+	Tier  gva.Tier
+	Speed gva.Speed
+	Hops  int        // DPU hops to the owner (0: owned here)
+	Owner noc.NodeID // the owner as last known here
+}
+
+// Completion ends a host request: Err is nil or a *HostError.
+type Completion struct {
+	ID      uint64
+	Op      HostOp
+	Err     error
+	GVA     gva.GVA     // HostAlloc: the new page
+	Data    []byte      // HostLoad: valid only during Sink.Complete
+	Value   uint64      // HostCAS, HostFetchAdd: the previous value
+	Swapped bool        // HostCAS: the swap happened
+	Version gva.Version // the page version the operation produced or saw
+	Where   Location
+	At      time.Duration
+}
+
+// Errno returns the completion's errno (0 on success).
+func (c *Completion) Errno() syscall.Errno {
+	var he *HostError
+	if errors.As(c.Err, &he) {
+		return he.Errno
+	}
+	if c.Err != nil {
+		return syscall.EIO
+	}
+	return 0
+}
+
+// HostError is an errno-style failure of a host request. It unwraps to its
+// syscall.Errno, so errors.Is(err, syscall.EHOSTDOWN) works.
+type HostError struct {
+	Op    HostOp
+	GVA   gva.GVA
+	Errno syscall.Errno
+	Msg   string
+}
+
+func (e *HostError) Error() string {
+	if e.Msg != "" {
+		return fmt.Sprintf("%v %v: %v: %s", e.Op, e.GVA, e.Errno, e.Msg)
+	}
+	return fmt.Sprintf("%v %v: %v", e.Op, e.GVA, e.Errno)
+}
+
+// Unwrap returns the errno.
+func (e *HostError) Unwrap() error { return e.Errno }
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Events for the host.
+const (
+	// EventInvalidated: a replica the host maps became invalid (a large
+	// write, or its path to the owner was cut); the next load re-fetches.
+	EventInvalidated EventKind = iota + 1
+	// EventHostFault: a pin outlived its bound; it was revoked.
+	EventHostFault
+	// EventOwnershipLost: a page owned here moved to another node.
+	EventOwnershipLost
+)
+
+var eventNames = [...]string{"", "invalidated", "host-fault", "ownership-lost"}
+
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is something the host is told without asking.
+type Event struct {
+	Kind    EventKind
+	GVA     gva.GVA
+	Version gva.Version
+	Holder  uint64              // EventHostFault
+	Fault   arbiter.FaultReport // EventHostFault
+	At      time.Duration
+}
+
+// Sink receives completions and events, as values, from inside the
+// engine's calls. It must not call back into the engine and must copy
+// Completion.Data if it keeps it.
+type Sink interface {
+	Complete(c Completion)
+	Event(ev Event)
+}
+
+// request is a host request in flight.
+type request struct {
+	id        uint64 // wire request id (unique per incarnation)
+	hr        Request
+	data      []byte // owned copy of hr.Data
+	key       gva.GVA
+	min       gva.Version // loads and refs: content version needed
+	start     time.Duration
+	deadline  arbiter.TimerID
+	retry     arbiter.TimerID
+	attempts  int
+	losses    uint16
+	lastErr   syscall.Errno
+	waiting   bool // in its page's waiters
+	unpinning bool
+}
+
+// Submit hands the engine one host request. It completes through the Sink,
+// possibly before Submit returns, and always within Config.RequestTimeout.
+func (e *Engine) Submit(now time.Duration, hr Request, out node.Sender) {
+	e.stats.HostRequests++
+	r := &request{hr: hr, key: hr.GVA.Key(), start: now}
+	switch hr.Op {
+	case HostAlloc:
+		e.alloc(now, r)
+		return
+	case HostFree:
+		e.free(now, r, out)
+		return
+	case HostWhere:
+		e.where(now, r, out)
+		return
+	case HostLoad:
+		if hr.Len <= 0 || int(hr.GVA.Offset())+hr.Len > gva.PageSize {
+			e.completeErr(now, r, syscall.EINVAL, "load length out of the page")
+			return
+		}
+	case HostStore:
+		if len(hr.Data) == 0 || int(hr.GVA.Offset())+len(hr.Data) > gva.PageSize {
+			e.completeErr(now, r, syscall.EINVAL, "store length out of the page")
+			return
+		}
+		r.data = append([]byte(nil), hr.Data...)
+	case HostCAS, HostFetchAdd:
+		if hr.GVA.Offset()%8 != 0 {
+			e.completeErr(now, r, syscall.EINVAL, "atomic address not 8-byte aligned")
+			return
+		}
+	case HostRef, HostUnref, HostAcquire, HostRelease, HostLock, HostUnlock:
+	default:
+		e.completeErr(now, r, syscall.EINVAL, "unknown operation")
+		return
+	}
+	e.nextReq++
+	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
+	e.reqs[r.id] = r
+	r.deadline = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tDeadline, id: r.id})
+	e.start(now, r, out)
+}
+
+// start runs (or re-runs, after a retryable failure) a request.
+func (e *Engine) start(now time.Duration, r *request, out node.Sender) {
+	r.attempts++
+	switch r.hr.Op {
+	case HostRef:
+		e.hostRef(now, r, out)
+	case HostUnref:
+		e.hostUnref(now, r, out)
+	case HostLoad:
+		e.hostLoad(now, r, out)
+	case HostStore, HostCAS, HostFetchAdd:
+		e.hostWrite(now, r, out)
+	case HostAcquire, HostLock:
+		e.hostAcquire(now, r, out)
+	case HostRelease, HostUnlock:
+		e.hostUnlock(now, r, out)
+	}
+}
+
+// retry re-runs a request after a retryable failure.
+func (e *Engine) retry(now time.Duration, r *request, out node.Sender) {
+	e.stats.Retries++
+	e.start(now, r, out)
+}
+
+// retryLater schedules the next attempt with backoff.
+func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) {
+	if errno != 0 {
+		r.lastErr = errno
+	}
+	e.cancel(r.retry)
+	d := e.cfg.RetryInterval / 4 << min(r.attempts, 5)
+	d = min(d, 8*e.cfg.RetryInterval)
+	r.retry = e.schedule(now+e.jitter(d), timer{kind: tRetry, id: r.id})
+}
+
+// expire ends a request at its deadline.
+func (e *Engine) expire(now time.Duration, r *request, out node.Sender) {
+	switch r.lastErr {
+	case syscall.EHOSTDOWN, syscall.EHOSTUNREACH:
+		e.completeErr(now, r, syscall.EHOSTDOWN, "owner unreachable until the request's bound")
+	default:
+		e.completeErr(now, r, syscall.ETIMEDOUT, "no answer within the request's bound")
+	}
+}
+
+// finish removes r from the in-flight set and its page's waiters.
+func (e *Engine) finish(r *request) {
+	e.cancel(r.deadline)
+	e.cancel(r.retry)
+	r.deadline, r.retry = 0, 0
+	if r.id != 0 {
+		delete(e.reqs, r.id)
+	}
+	if r.waiting {
+		if pg := e.pages[r.key]; pg != nil {
+			for i, w := range pg.waiters {
+				if w == r {
+					pg.waiters = append(pg.waiters[:i], pg.waiters[i+1:]...)
+					break
+				}
+			}
+		}
+		r.waiting = false
+	}
+	if pg := e.pages[r.key]; pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.req == r {
+		pg.swap.req = nil
+		if pg.swap.stage == stageAcquiring {
+			pg.swap = nil
+		}
+	}
+}
+
+func (e *Engine) complete(now time.Duration, r *request, c Completion) {
+	e.finish(r)
+	c.ID, c.Op, c.At = r.hr.ID, r.hr.Op, now
+	if c.GVA.IsZero() {
+		c.GVA = r.hr.GVA
+	}
+	e.sink.Complete(c)
+}
+
+func (e *Engine) completeErr(now time.Duration, r *request, errno syscall.Errno, msg string) {
+	e.stats.HostErrors++
+	e.complete(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: errno, Msg: msg}})
+}
+
+func (e *Engine) event(ev Event) { e.sink.Event(ev) }
+
+// alloc creates a page owned and homed here.
+func (e *Engine) alloc(now time.Duration, r *request) {
+	e.nextPage++
+	var fl gva.Flags
+	if r.hr.Huge {
+		fl = gva.FlagHuge
+	}
+	g := gva.New(gva.MachineIndex(e.self), e.nextPage, 0, fl)
+	key := g.Key()
+	content, err := e.store.Alloc(key, r.hr.Huge)
+	if err != nil {
+		e.completeErr(now, r, syscall.ENOMEM, err.Error())
+		return
+	}
+	ent, _, evs, err := e.cache.Upsert(key, now)
+	if err != nil {
+		e.store.Release(key)
+		e.completeErr(now, r, syscall.ENOMEM, err.Error())
+		return
+	}
+	e.evictedLater(evs)
+	ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, r.hr.Huge
+	e.pages[key] = &page{key: key, huge: r.hr.Huge, content: content, has: true, owner: true, ownerNode: e.self}
+	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
+	e.arb.Own(key)
+	e.stats.Allocs++
+	e.complete(now, r, Completion{GVA: g})
+}
+
+// free drops a page owned here: its subtree is detached, its home told.
+func (e *Engine) free(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	if pg == nil || !pg.owner {
+		e.completeErr(now, r, syscall.EINVAL, "free: page not owned here")
+		return
+	}
+	if pg.swap != nil {
+		e.completeErr(now, r, syscall.EBUSY, "free: page is swapping")
+		return
+	}
+	if ent, ok := e.cache.Peek(r.key); ok {
+		e.detachBelow(now, ent, out)
+		e.cache.Remove(r.key)
+	}
+	e.copyAnswers(e.arb.Disown(now, r.key))
+	e.store.Release(r.key)
+	delete(e.pages, r.key)
+	pg.epoch++
+	if h := homeOf(r.key); h == e.self {
+		if rec := e.home[r.key]; rec != nil {
+			rec.freed, rec.epoch = true, pg.epoch
+		}
+	} else {
+		e.notices[r.key] = &notice{epoch: pg.epoch}
+		e.sendNotice(now, r.key, e.notices[r.key], out)
+	}
+	e.stats.Frees++
+	e.complete(now, r, Completion{})
+	e.processAnswers(now, out)
+}
+
+// where reports the location tier of a page.
+func (e *Engine) where(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	loc := Location{Speed: e.store.Speed(r.key), Owner: noc.BroadcastNode}
+	switch {
+	case pg != nil && pg.owner:
+		loc.Tier, loc.Owner = gva.TierMachine, e.self
+		if pg.maps > 0 {
+			loc.Tier = gva.TierLocal
+		}
+	default:
+		owner := homeOf(r.key)
+		if pg != nil && pg.ownerNode != 0 || pg != nil && homeOf(r.key) == 0 {
+			owner = pg.ownerNode
+		} else if rec := e.home[r.key]; rec != nil {
+			owner = rec.owner
+		}
+		loc.Owner = owner
+		_, hops, ok := out.NextHop(owner)
+		if !ok {
+			e.completeErr(now, r, syscall.EHOSTDOWN, "where: no route to the owner")
+			return
+		}
+		loc.Hops, loc.Tier = hops, gva.TierForHops(hops)
+		if pg != nil && pg.maps > 0 && e.replicaValid(pg) {
+			loc.Tier = gva.TierLocal
+		}
+	}
+	e.complete(now, r, Completion{Where: loc})
+}
+
+// hostRef maps a page: the host gets a replica (or the primary, here).
+func (e *Engine) hostRef(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	if r.attempts == 1 {
+		if pg == nil {
+			content, err := e.store.Alloc(r.key, r.hr.GVA.Huge())
+			if err != nil {
+				e.completeErr(now, r, syscall.ENOMEM, err.Error())
+				return
+			}
+			pg = &page{key: r.key, huge: r.hr.GVA.Huge(), content: content, ownerNode: homeOf(r.key)}
+			e.pages[r.key] = pg
+		}
+		pg.maps++
+	}
+	if pg == nil {
+		e.completeErr(now, r, syscall.EINVAL, "ref: page unmapped while mapping")
+		return
+	}
+	r.min = pg.seen
+	e.awaitContent(now, pg, r, out)
+}
+
+// hostLoad reads a mapped page.
+func (e *Engine) hostLoad(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	if pg == nil || (!pg.owner && pg.maps == 0) {
+		e.completeErr(now, r, syscall.EINVAL, "load: page not mapped (ref it first)")
+		return
+	}
+	r.min = pg.seen
+	if ent, ok := e.cache.Peek(r.key); ok && ent.Version > r.min {
+		r.min = ent.Version
+	}
+	e.awaitContent(now, pg, r, out)
+}
+
+// awaitContent completes r if pg holds content at r.min or later, and
+// otherwise queues r on the page and makes sure a fetch is on its way.
+func (e *Engine) awaitContent(now time.Duration, pg *page, r *request, out node.Sender) {
+	if e.contentReady(pg, r) {
+		e.completeContent(now, pg, r)
+		return
+	}
+	if !r.waiting {
+		pg.waiters = append(pg.waiters, r)
+		r.waiting = true
+	}
+	if pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted {
+		return // the swap brings the content
+	}
+	if r.attempts > 1 {
+		e.closeFetch(r.key) // a re-sent ref must not merge into a lost one
+	}
+	e.sendRef(now, pg, r.id, r.min, out)
+	e.retryLater(now, r, 0)
+}
+
+// contentReady: the page can answer r now.
+func (e *Engine) contentReady(pg *page, r *request) bool {
+	if pg.owner {
+		return pg.swap == nil || pg.swap.out
+	}
+	if !pg.has || pg.version < r.min || (pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted) {
+		return false
+	}
+	ent, ok := e.cache.Peek(pg.key)
+	return ok && ent.Down.Has(noc.LocalPort) && pg.version >= ent.Version
+}
+
+// replicaValid: a mapped replica in the tree and current.
+func (e *Engine) replicaValid(pg *page) bool {
+	if !pg.has {
+		return false
+	}
+	ent, ok := e.cache.Peek(pg.key)
+	return ok && ent.Down.Has(noc.LocalPort) && pg.version >= ent.Version
+}
+
+func (e *Engine) completeContent(now time.Duration, pg *page, r *request) {
+	switch r.hr.Op {
+	case HostLoad:
+		off := int(r.hr.GVA.Offset())
+		e.complete(now, r, Completion{Data: pg.content[off : off+r.hr.Len], Version: pg.version})
+	case HostRef:
+		e.complete(now, r, Completion{Version: pg.version})
+	default:
+		e.complete(now, r, Completion{Version: pg.version})
+	}
+}
+
+// wake completes the waiters the page can now answer.
+func (e *Engine) wake(now time.Duration, pg *page) {
+	for i := 0; i < len(pg.waiters); {
+		r := pg.waiters[i]
+		if !e.contentReady(pg, r) {
+			i++
+			continue
+		}
+		e.completeContent(now, pg, r) // removes r from pg.waiters
+	}
+}
+
+// hostUnref unmaps a page.
+func (e *Engine) hostUnref(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	if pg == nil || pg.maps == 0 {
+		e.completeErr(now, r, syscall.EINVAL, "unref: page not mapped")
+		return
+	}
+	if pg.swap != nil {
+		e.completeErr(now, r, syscall.EBUSY, "unref: page is swapping")
+		return
+	}
+	pg.maps--
+	if pg.maps > 0 || pg.owner {
+		e.complete(now, r, Completion{Version: pg.version})
+		return
+	}
+	for len(pg.waiters) > 0 {
+		e.completeErr(now, pg.waiters[0], syscall.EINVAL, "page unmapped")
+	}
+	e.dropReplica(now, pg, out)
+	e.complete(now, r, Completion{})
+}
+
+// dropReplica releases the local replica and prunes its entry.
+func (e *Engine) dropReplica(now time.Duration, pg *page, out node.Sender) {
+	e.store.Release(pg.key)
+	delete(e.pages, pg.key)
+	if ent, ok := e.cache.Peek(pg.key); ok {
+		ent.Down = ent.Down.Remove(noc.LocalPort)
+		ent.Replica = 0
+		if fe := e.fetches[pg.key]; fe != nil {
+			fe.ports = fe.ports.Remove(noc.LocalPort)
+		}
+		e.prune(now, ent, out)
+	}
+}
+
+// hostWrite sends a store or an atomic toward the owner.
+func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
+	g := r.hr.GVA
+	var f noc.Frame
+	switch r.hr.Op {
+	case HostStore:
+		p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
+		p = append(p, r.data...)
+		f = newFrame(noc.ClassStore, OpStore, 0, e.self, homeOf(r.key), r.id, g, 0, p)
+	case HostCAS:
+		if e.cfg.Bug == BugStaleCAS && e.staleCAS(now, r, out) {
+			return
+		}
+		f = newFrame(noc.ClassAtomic, OpCAS, 0, e.self, homeOf(r.key), r.id, g, 0,
+			appendAtomic(e.hostPay[:0], OpCAS, 0, r.hr.Expected, r.hr.Operand))
+	case HostFetchAdd:
+		f = newFrame(noc.ClassAtomic, OpFetchAdd, 0, e.self, homeOf(r.key), r.id, g, 0,
+			appendAtomic(e.hostPay[:0], OpFetchAdd, 0, 0, r.hr.Operand))
+	}
+	f.Flags |= noc.FlagPath
+	if g.Huge() {
+		f.Flags |= noc.FlagHuge
+	}
+	e.handleUp(now, noc.LocalPort, &f, out)
+}
+
+// staleCAS is the planted bug BugStaleCAS: compare against the local
+// replica, then write through as a plain store.
+func (e *Engine) staleCAS(now time.Duration, r *request, out node.Sender) bool {
+	pg := e.pages[r.key]
+	if pg == nil || pg.owner || !pg.has {
+		return false
+	}
+	off := int(r.hr.GVA.Offset())
+	cur := binary.LittleEndian.Uint64(pg.content[off:])
+	if cur != r.hr.Expected {
+		e.complete(now, r, Completion{Value: cur, Version: pg.version})
+		return true
+	}
+	r.hr.Op = HostStore
+	r.data = binary.LittleEndian.AppendUint64(nil, r.hr.Operand)
+	r.min = gva.Version(cur) // remembered for the completion below
+	r.hr.Expected = cur
+	r.hr.Op = HostCAS
+	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
+	p = append(p, r.data...)
+	f := newFrame(noc.ClassStore, OpStore, noc.FlagPath, e.self, homeOf(r.key), r.id, r.hr.GVA, 0, p)
+	e.handleUp(now, noc.LocalPort, &f, out)
+	return true
+}

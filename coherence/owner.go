@@ -1,0 +1,301 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// ownerOp is a request at the owner waiting for (or being given) the
+// arbiter's decision: a write-through, an atomic or an acquire.
+type ownerOp struct {
+	f   noc.Frame // header; Payload aliases buf
+	buf []byte
+	in  noc.PortID
+}
+
+// atOwner runs an up-going request that reached the page's owner.
+func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, out node.Sender) {
+	key := pg.key
+	if f.Class == noc.ClassLoad {
+		ent := e.ownerEntry(now, pg, out)
+		if in == noc.LocalPort {
+			e.wake(now, pg)
+			return
+		}
+		if ent != nil {
+			ent.Down, _ = ent.Down.Add(in)
+		}
+		e.sendContent(in, f.RequestID, pg, out)
+		return
+	}
+	if f.Class == noc.ClassControl && f.Src == e.self && in != noc.LocalPort {
+		e.stats.PathAnomalies++ // our own acquire came back to us
+		return
+	}
+	k := opKey{f.Src, f.RequestID}
+	if e.ownerOps[k] != nil {
+		e.stats.Duplicates++
+		return
+	}
+	op := e.newOwnerOp(in, f)
+	e.ownerOps[k] = op
+	req := arbiter.Request{ID: f.RequestID, Page: key, Priority: f.Priority, Port: in, Node: f.Src}
+	switch f.Class {
+	case noc.ClassStore:
+		req.Kind = arbiter.KindWrite
+	case noc.ClassAtomic:
+		req.Kind = arbiter.KindAtomic
+	case noc.ClassControl:
+		req.Kind = arbiter.KindAcquire
+		if a, err := decodeAcquire(f.Payload); err == nil {
+			req.Losses, req.WaitStart = a.losses, time.Duration(a.waitStart)
+		}
+	}
+	if ans, imm := e.arb.Submit(now, req); imm {
+		e.answers = append(e.answers, ans)
+	}
+	e.processAnswers(now, out)
+}
+
+func (e *Engine) newOwnerOp(in noc.PortID, f *noc.Frame) *ownerOp {
+	var op *ownerOp
+	if n := len(e.opFree); n > 0 {
+		op = e.opFree[n-1]
+		e.opFree = e.opFree[:n-1]
+	} else {
+		op = &ownerOp{}
+	}
+	op.f = *f
+	op.buf = append(op.buf[:0], f.Payload...)
+	op.f.Payload = op.buf
+	op.f.Contents = nil
+	op.in = in
+	return op
+}
+
+func (e *Engine) freeOwnerOp(op *ownerOp) {
+	if len(e.opFree) < 256 && cap(op.buf) <= 256 {
+		e.opFree = append(e.opFree, op)
+	}
+}
+
+// ownerEntry returns the owner's path cache entry, re-creating it if it was
+// ever lost.
+func (e *Engine) ownerEntry(now time.Duration, pg *page, out node.Sender) *pathcache.Entry {
+	ent, ok := e.cache.Get(pg.key, now)
+	if ok {
+		return ent
+	}
+	ent, err := e.upsert(now, pg.key, out)
+	if err != nil {
+		return nil
+	}
+	ent.Owner, ent.Up, ent.Huge, ent.Version = true, noc.NoPort, pg.huge, pg.version
+	return ent
+}
+
+// advanceArbiter runs the arbiter's ticks and timers.
+func (e *Engine) advanceArbiter(now time.Duration, out node.Sender) {
+	ans, faults := e.arb.Advance(now)
+	e.answers = append(e.answers, ans...)
+	for _, fr := range faults {
+		e.stats.HostFaults++
+		e.event(Event{Kind: EventHostFault, GVA: fr.Page, Holder: uint64(fr.Holder), Fault: fr, At: now})
+	}
+	e.processAnswers(now, out)
+}
+
+func (e *Engine) copyAnswers(ans []arbiter.Answer) { e.answers = append(e.answers, ans...) }
+
+// processAnswers acts on the arbiter's answers queued in e.answers, in
+// order, including answers that acting on them produces.
+func (e *Engine) processAnswers(now time.Duration, out node.Sender) {
+	if e.answering {
+		return
+	}
+	e.answering = true
+	for i := 0; i < len(e.answers); i++ {
+		e.onAnswer(now, e.answers[i], out)
+	}
+	e.answers = e.answers[:0]
+	e.answering = false
+}
+
+func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer, out node.Sender) {
+	k := opKey{a.Request.Node, a.Request.ID}
+	op := e.ownerOps[k]
+	if op == nil || a.Outcome == arbiter.OutcomeQueued {
+		return
+	}
+	delete(e.ownerOps, k)
+	defer e.freeOwnerOp(op)
+	switch a.Outcome {
+	case arbiter.OutcomeGrant:
+		e.execute(now, op, out)
+	case arbiter.OutcomeDeny:
+		switch a.Reason {
+		case arbiter.ReasonMoved, arbiter.ReasonNotOwner:
+			e.stats.Rerouted++
+			e.handleUp(now, op.in, &op.f, out)
+		default:
+			e.opFail(now, op, syscall.EBUSY, out)
+		}
+	default:
+		if a.Reason == arbiter.ReasonHostFault {
+			e.opFail(now, op, syscall.EOWNERDEAD, out)
+		} else {
+			e.opFail(now, op, syscall.EINVAL, out)
+		}
+	}
+}
+
+// opFail answers an owner-side request with an error: an acquire gets a
+// deny, the others an error reply.
+func (e *Engine) opFail(now time.Duration, op *ownerOp, errno syscall.Errno, out node.Sender) {
+	if op.f.Class == noc.ClassControl && op.f.Src != e.self {
+		var b [errnoLen]byte
+		binary.BigEndian.PutUint32(b[:], uint32(errno))
+		f := newFrame(noc.ClassControl, OpDeny, 0, e.self, op.f.Src, op.f.RequestID, op.f.GVA, 0, b[:])
+		e.sendNode(&f, out)
+		return
+	}
+	e.fail(now, &op.f, errno, out)
+}
+
+// execute carries out a granted request at the owner.
+func (e *Engine) execute(now time.Duration, op *ownerOp, out node.Sender) {
+	f := &op.f
+	pg := e.pages[f.GVA.Key()]
+	if pg == nil || !pg.owner {
+		e.handleUp(now, op.in, f, out)
+		return
+	}
+	switch f.Class {
+	case noc.ClassStore:
+		s, err := decodeStore(f.GVA, f.Payload)
+		if err != nil {
+			e.opFail(now, op, syscall.EINVAL, out)
+			return
+		}
+		off := int(f.GVA.Offset())
+		e.applyWrite(now, pg, off, s.data, out)
+		e.stats.Writes++
+		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil, out)
+	case noc.ClassAtomic:
+		a, err := decodeAtomic(f.Op, f.GVA, f.Payload)
+		if err != nil {
+			e.opFail(now, op, syscall.EINVAL, out)
+			return
+		}
+		off := int(f.GVA.Offset())
+		cur := binary.LittleEndian.Uint64(pg.content[off:])
+		res := atomicResult{prev: cur}
+		nv := cur + a.operand
+		if f.Op == OpCAS {
+			nv = a.operand
+			res.swapped = cur == a.expected
+		} else {
+			res.swapped = true
+		}
+		if res.swapped {
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], nv)
+			e.applyWrite(now, pg, off, b[:], out)
+		}
+		e.stats.Atomics++
+		var pb [atomicReply]byte
+		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], res), out)
+	case noc.ClassControl:
+		if op.in == noc.LocalPort {
+			e.grantLocal(now, pg, f.RequestID, out)
+			return
+		}
+		e.startSwapOut(now, pg, op, out)
+	}
+}
+
+// applyWrite applies a write at the owner: next version, then propagation
+// down every live branch.
+func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte, out node.Sender) {
+	copy(pg.content[off:], data)
+	pg.version++
+	ent := e.ownerEntry(now, pg, out)
+	if ent == nil {
+		return
+	}
+	ent.Version = pg.version
+	fl := noc.FlagPath
+	if pg.huge {
+		fl |= noc.FlagHuge
+	}
+	var f noc.Frame
+	update := len(data) <= e.cfg.UpdateThreshold
+	if update {
+		f = newFrame(noc.ClassStore, OpUpdate, fl, e.self, noc.BroadcastNode, 0, pg.key.WithOffset(uint16(off)), pg.version, data)
+	} else {
+		f = newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, pg.key, pg.version, nil)
+	}
+	for p := range ent.Down.All() {
+		if p == noc.LocalPort {
+			continue
+		}
+		e.sendPort(p, &f, out)
+		if update {
+			e.stats.UpdatesSent++
+		} else {
+			e.stats.InvalidatesSent++
+		}
+	}
+}
+
+// grantLocal ends a local acquire or lock at the owner.
+func (e *Engine) grantLocal(now time.Duration, pg *page, id uint64, out node.Sender) {
+	r := e.reqs[id]
+	if r == nil {
+		return
+	}
+	if r.hr.Op == HostLock {
+		if err := e.arb.Pin(now, pg.key, arbiter.HolderID(r.hr.Holder), e.cfg.PinBound); err != nil {
+			if errors.Is(err, arbiter.ErrPinned) || errors.Is(err, arbiter.ErrSwapping) {
+				e.retryLater(now, r, syscall.EBUSY)
+				return
+			}
+			e.completeErr(now, r, syscall.EINVAL, err.Error())
+			return
+		}
+		e.stats.Locks++
+	}
+	e.complete(now, r, Completion{Version: pg.version})
+}
+
+// hostUnlock lowers the caller's pin (unlock), or ends its claim (release).
+func (e *Engine) hostUnlock(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	if pg == nil || !pg.owner {
+		e.completeErr(now, r, syscall.EPERM, "not owned here")
+		return
+	}
+	if r.hr.Op == HostRelease {
+		st, ok := e.arb.Page(r.key)
+		if !ok || !st.Pinned || st.Holder != arbiter.HolderID(r.hr.Holder) {
+			e.complete(now, r, Completion{Version: pg.version})
+			return
+		}
+	}
+	ans, err := e.arb.Unpin(now, r.key, arbiter.HolderID(r.hr.Holder))
+	if err != nil {
+		e.completeErr(now, r, syscall.EPERM, err.Error())
+		return
+	}
+	e.copyAnswers(ans)
+	e.stats.Unlocks++
+	e.complete(now, r, Completion{Version: pg.version})
+	e.processAnswers(now, out)
+}

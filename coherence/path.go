@@ -1,0 +1,584 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// handleUp runs an up-going request (ref, store, atomic, acquire) at this
+// node: it arrived on port in (noc.LocalPort: from this node's host).
+func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	key := f.GVA.Key()
+	if f.Hops > e.cfg.MaxHops {
+		e.stats.HopLimit++
+		return
+	}
+	if !e.validUp(f) {
+		e.malformed()
+		return
+	}
+	pg := e.pages[key]
+	if pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted {
+		e.hold(pg, in, f)
+		return
+	}
+	if pg != nil && pg.owner {
+		e.atOwner(now, in, f, pg, out)
+		return
+	}
+	ent, _ := e.cache.Get(key, now)
+	if ent != nil && ent.Owner {
+		ent = nil // an owner entry without its page: freed under our feet
+	}
+	if f.Class == noc.ClassLoad {
+		if ent != nil && ent.Up == in {
+			e.stats.PathAnomalies++
+			e.fail(now, f, syscall.EAGAIN, out)
+			return
+		}
+		if ent != nil && pg != nil && in != noc.LocalPort && ent.Down.Has(noc.LocalPort) &&
+			pg.has && pg.version >= ent.Version && pg.version >= f.PageVersion {
+			// A valid replica answers instead of forwarding.
+			ent.Down, _ = ent.Down.Add(in)
+			e.stats.AnsweredByReplica++
+			e.sendContent(in, f.RequestID, pg, out)
+			return
+		}
+		if fe := e.fetches[key]; fe != nil && ent != nil && fe.min >= f.PageVersion {
+			ent.Down, _ = ent.Down.Add(in)
+			fe.ports, _ = fe.ports.Add(in)
+			e.stats.Merges++
+			return
+		}
+	}
+	up, dst, target, errno := e.nextUp(key, in, f, ent, out)
+	if errno != 0 {
+		e.fail(now, f, errno, out)
+		return
+	}
+	if f.Class == noc.ClassLoad {
+		if ent == nil {
+			var err error
+			ent, err = e.upsert(now, key, out)
+			if err != nil {
+				e.fail(now, f, syscall.EAGAIN, out)
+				return
+			}
+			ent.Up, ent.Huge = up, f.GVA.Huge()
+		}
+		ent.Down, _ = ent.Down.Add(in)
+		fe := e.fetches[key]
+		if fe == nil {
+			fe = &fetch{}
+			e.fetches[key] = fe
+			ent.Pin()
+			ent.Fetching = true
+		}
+		fe.min = max(fe.min, f.PageVersion)
+		fe.ports, _ = fe.ports.Add(in)
+		e.cancel(fe.timer)
+		fe.timer = e.schedule(now+e.cfg.MergeTTL, timer{kind: tMerge, key: key})
+	}
+	e.forwardUp(in, up, dst, target, f, out)
+}
+
+// validUp checks the payload of an up-going request.
+func (e *Engine) validUp(f *noc.Frame) bool {
+	switch f.Class {
+	case noc.ClassLoad:
+		return len(f.Payload) == prefixLen
+	case noc.ClassStore:
+		_, err := decodeStore(f.GVA, f.Payload)
+		return err == nil
+	case noc.ClassAtomic:
+		_, err := decodeAtomic(f.Op, f.GVA, f.Payload)
+		return err == nil
+	case noc.ClassControl:
+		_, err := decodeAcquire(f.Payload)
+		return err == nil
+	}
+	return false
+}
+
+// nextUp picks the port an up-going request leaves by: the entry's up port,
+// or, without an entry, the route toward the page's home, which redirects
+// toward the owner it knows.
+func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache.Entry, out node.Sender) (up noc.PortID, dst noc.NodeID, target uint64, errno syscall.Errno) {
+	dst = f.Dst
+	target, _ = upPrefix(f.Payload)
+	if ent != nil && ent.Up != noc.NoPort {
+		return ent.Up, dst, target, 0
+	}
+	if dst == e.self {
+		if target != 0 {
+			// Directed here as the owner, but the page is not here.
+			if target != e.inc {
+				return 0, 0, 0, syscall.EHOSTDOWN // the owner restarted: the page is lost
+			}
+			return 0, 0, 0, syscall.EAGAIN // it moved on; the home will learn of it
+		}
+		rec := e.home[key]
+		switch {
+		case rec == nil:
+			return 0, 0, 0, syscall.EHOSTDOWN // unknown at its home: lost with a restart
+		case rec.freed:
+			return 0, 0, 0, syscall.EFAULT
+		case rec.owner == e.self:
+			return 0, 0, 0, syscall.EHOSTDOWN
+		}
+		dst, target = rec.owner, rec.ownerInc
+	}
+	p, _, ok := out.NextHop(dst)
+	if !ok {
+		return 0, 0, 0, syscall.EHOSTUNREACH
+	}
+	if p == in {
+		e.stats.PathAnomalies++
+		return 0, 0, 0, syscall.EAGAIN
+	}
+	return p, dst, target, 0
+}
+
+// forwardUp re-sends an up-going request on port up, with the destination
+// and target incarnation nextUp chose; an acquire records its arrival port.
+func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, f *noc.Frame, out node.Sender) {
+	g := *f
+	g.Hops++
+	g.Dst = dst
+	g.Flags |= noc.FlagPath
+	cur, _ := upPrefix(f.Payload)
+	rec := f.Class == noc.ClassControl && in != noc.LocalPort
+	if cur != target || rec {
+		p := append(e.pay[:0], f.Payload...)
+		binary.BigEndian.PutUint64(p, target)
+		if rec {
+			p[acquireHead-1]++
+			p = binary.BigEndian.AppendUint16(p, uint16(in))
+			if int(p[acquireHead-1]) > maxRoute {
+				e.stats.HopLimit++
+				return
+			}
+		}
+		g.Payload = p
+	}
+	e.sendPort(up, &g, out)
+}
+
+// upsert returns the entry of key, creating it; evictions it causes are
+// acted upon.
+func (e *Engine) upsert(now time.Duration, key gva.GVA, out node.Sender) (*pathcache.Entry, error) {
+	ent, _, evs, err := e.cache.Upsert(key, now)
+	if err != nil {
+		e.stats.CacheFull++
+		return nil, err
+	}
+	if len(evs) > 0 {
+		e.evicted(now, evs, out)
+	}
+	return ent, nil
+}
+
+// evictedLater keeps evictions that happened where no Sender is at hand;
+// they are acted upon at the next Tick... which must therefore be soon.
+func (e *Engine) evictedLater(evs []pathcache.Eviction) {
+	e.evicts = append(e.evicts, evs...)
+}
+
+// evicted acts on aged-out entries: invalidate + unref toward every down
+// port, invalidate the local replica, unref toward the up port.
+func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction, out node.Sender) {
+	list := append(e.evicts, evs...)
+	e.evicts = nil
+	for _, ev := range list {
+		e.stats.Evictions++
+		for p := range ev.Down.All() {
+			if p == noc.LocalPort {
+				if pg := e.pages[ev.Key]; pg != nil && !pg.owner {
+					e.invalidated(now, pg, ev.Version)
+				}
+				continue
+			}
+			f := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, ev.Key, ev.Version, nil)
+			e.sendPort(p, &f, out)
+		}
+		if ev.Up != noc.NoPort {
+			f := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, ev.Key, ev.Version, nil)
+			e.sendPort(ev.Up, &f, out)
+		}
+	}
+}
+
+// sendRef sends (or merges) a ref for pg from this node's host, on behalf
+// of request id (errors come back to it).
+func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version, out node.Sender) {
+	var fl noc.Flags = noc.FlagPath
+	if pg.huge {
+		fl |= noc.FlagHuge
+	}
+	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, homeOf(pg.key), id, pg.key, min, p)
+	e.handleUp(now, noc.LocalPort, &f, out)
+}
+
+// sendContent answers a ref on port p with pg's content.
+func (e *Engine) sendContent(p noc.PortID, id uint64, pg *page, out node.Sender) {
+	b := binary.BigEndian.AppendUint32(e.pay[:0], uint32(e.ownerOf(pg)))
+	b = append(b, pg.content...)
+	fl := noc.FlagPath | noc.FlagReply
+	if pg.huge {
+		fl |= noc.FlagHuge
+	}
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, pg.key, pg.version, b)
+	e.sendPort(p, &f, out)
+}
+
+func (e *Engine) ownerOf(pg *page) noc.NodeID {
+	if pg.owner {
+		return e.self
+	}
+	return pg.ownerNode
+}
+
+// handleRefReply installs content coming down and passes it to the ports
+// that wait for it.
+func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	rr, err := decodeRefReply(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	ent, ok := e.cache.Peek(key)
+	if !ok || ent.Owner {
+		e.stats.Stale++
+		return
+	}
+	w := f.PageVersion
+	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
+		(pg.swap == nil || pg.swap.stage < stageGranted) {
+		if !pg.has || w > pg.version {
+			copy(pg.content, rr.content)
+			pg.has, pg.version = true, w
+			e.stats.Installs++
+		}
+		pg.ownerNode = rr.owner
+		ent.Version = max(ent.Version, w)
+		e.syncReplica(ent, pg)
+		e.wake(now, pg)
+	}
+	fe := e.fetches[key]
+	if fe == nil {
+		return
+	}
+	g := *f
+	g.Hops++
+	for p := range fe.ports.All() {
+		if p != noc.LocalPort && p != in {
+			e.sendPort(p, &g, out)
+		}
+	}
+	if w >= fe.min {
+		e.closeFetch(key)
+	} else {
+		fe.ports = fe.ports.Remove(noc.LocalPort)
+	}
+}
+
+// closeFetch ends the open fetch of key.
+func (e *Engine) closeFetch(key gva.GVA) {
+	fe := e.fetches[key]
+	if fe == nil {
+		return
+	}
+	e.cancel(fe.timer)
+	delete(e.fetches, key)
+	if ent, ok := e.cache.Peek(key); ok {
+		ent.Unpin()
+		ent.Fetching = false
+	}
+}
+
+// syncReplica mirrors the local replica's state into its entry.
+func (e *Engine) syncReplica(ent *pathcache.Entry, pg *page) {
+	switch {
+	case pg == nil || pg.owner || !ent.Down.Has(noc.LocalPort):
+		ent.Replica = pathcache.ReplicaNone
+	case pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted:
+		ent.Replica = pathcache.ReplicaSwapping
+	case pg.has && pg.version >= ent.Version:
+		ent.Replica = pathcache.ReplicaValid
+	default:
+		ent.Replica = pathcache.ReplicaInvalid
+	}
+}
+
+// invalidated tells the host that its replica of pg is no longer current.
+func (e *Engine) invalidated(now time.Duration, pg *page, v gva.Version) {
+	if pg.maps > 0 {
+		e.event(Event{Kind: EventInvalidated, GVA: pg.key, Version: v, At: now})
+	}
+}
+
+// handleDown runs an update or invalidate coming down the tree.
+func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	key := f.GVA.Key()
+	var data []byte
+	if f.Op == OpUpdate {
+		var err error
+		if data, err = decodeUpdate(f.GVA, f.Payload); err != nil {
+			e.malformed()
+			return
+		}
+	} else if len(f.Payload) != 0 {
+		e.malformed()
+		return
+	}
+	ent, ok := e.cache.Peek(key)
+	if !ok || ent.Owner {
+		e.stats.Stale++
+		return
+	}
+	if ent.Up != in {
+		// The sender still counts us as a branch; we are not one.
+		e.stats.Stale++
+		u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+		e.sendPort(in, &u, out)
+		return
+	}
+	v := f.PageVersion
+	ent.Version = max(ent.Version, v)
+	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
+		(pg.swap == nil || pg.swap.stage < stageGranted) {
+		wasValid := pg.has && pg.version+1 >= v
+		if data != nil && pg.has && pg.version+1 == v {
+			copy(pg.content[f.GVA.Offset():], data)
+			pg.version = v
+			e.stats.UpdatesApplied++
+		} else if pg.version < v && wasValid {
+			e.invalidated(now, pg, v)
+		}
+		e.syncReplica(ent, pg)
+		e.wake(now, pg)
+	}
+	g := *f
+	g.Hops++
+	for p := range ent.Down.All() {
+		if p != noc.LocalPort {
+			e.sendPort(p, &g, out)
+		}
+	}
+}
+
+// handleUnref removes the arrival port from the page's down set.
+func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	if len(f.Payload) != 0 {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	ent, ok := e.cache.Peek(key)
+	if !ok {
+		e.stats.Stale++
+		return
+	}
+	ent.Down = ent.Down.Remove(in)
+	if fe := e.fetches[key]; fe != nil {
+		fe.ports = fe.ports.Remove(in)
+	}
+	e.prune(now, ent, out)
+}
+
+// prune removes an entry that no longer leads anywhere, unref'ing it
+// upstream.
+func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+	if ent.Owner || !ent.Down.Empty() || e.fetches[ent.Key] != nil {
+		return
+	}
+	if pg := e.pages[ent.Key]; pg != nil && pg.swap != nil {
+		return
+	}
+	if ent.Up != noc.NoPort {
+		f := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, ent.Key, ent.Version, nil)
+		e.sendPort(ent.Up, &f, out)
+	}
+	e.cache.Remove(ent.Key)
+	e.stats.Pruned++
+}
+
+// handleDetach resets this node's entry when its up branch is gone.
+func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	if len(f.Payload) != 0 {
+		e.malformed()
+		return
+	}
+	ent, ok := e.cache.Peek(f.GVA.Key())
+	if !ok || ent.Owner || ent.Up != in {
+		e.stats.Stale++
+		return
+	}
+	e.resetEntry(now, ent, out)
+}
+
+// resetEntry drops an entry whose path to the owner is cut: the subtree
+// below is detached, the local replica becomes invalid, local waiters
+// re-ref by the home route.
+func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+	key := ent.Key
+	e.stats.Resets++
+	e.detachBelow(now, ent, out)
+	local := false
+	if fe := e.fetches[key]; fe != nil {
+		local = fe.ports.Has(noc.LocalPort)
+		e.closeFetch(key)
+	}
+	e.cache.Remove(key)
+	pg := e.pages[key]
+	if pg == nil || pg.owner {
+		return
+	}
+	if pg.swap != nil && !pg.swap.out {
+		pg.swap.upBroken = true
+	}
+	if ent.Down.Has(noc.LocalPort) {
+		e.invalidated(now, pg, ent.Version)
+	}
+	if (local || len(pg.waiters) > 0) && len(pg.waiters) > 0 {
+		if pg.swap == nil || pg.swap.stage < stageGranted {
+			min := pg.seen
+			for _, r := range pg.waiters {
+				min = max(min, r.min)
+			}
+			e.sendRef(now, pg, pg.waiters[0].id, min, out)
+		}
+	}
+}
+
+// detachBelow sends a detach down every branch of ent.
+func (e *Engine) detachBelow(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+	for p := range ent.Down.All() {
+		if p == noc.LocalPort {
+			continue
+		}
+		f := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, ent.Key, ent.Version, nil)
+		e.sendPort(p, &f, out)
+		e.stats.Detaches++
+	}
+}
+
+// handleReply completes (or retries) a host request answered by a routed
+// reply.
+func (e *Engine) handleReply(now time.Duration, f *noc.Frame, out node.Sender) {
+	r := e.reqs[f.RequestID]
+	if r == nil {
+		e.stats.Stale++
+		return
+	}
+	if f.Flags&noc.FlagError != 0 {
+		errno, err := decodeErrno(f.Payload)
+		if err != nil {
+			e.malformed()
+			return
+		}
+		e.requestFailed(now, r, errno, out)
+		return
+	}
+	switch {
+	case r.hr.Op == HostStore && f.Class == noc.ClassStore,
+		r.hr.Op == HostCAS && f.Class == noc.ClassStore && e.cfg.Bug == BugStaleCAS:
+		if len(f.Payload) != 0 {
+			e.malformed()
+			return
+		}
+		v := f.PageVersion
+		e.ownWrite(r.key, int(r.hr.GVA.Offset()), r.data, v)
+		if r.hr.Op == HostCAS {
+			e.complete(now, r, Completion{Value: r.hr.Expected, Swapped: true, Version: v})
+			return
+		}
+		e.complete(now, r, Completion{Version: v})
+	case (r.hr.Op == HostCAS || r.hr.Op == HostFetchAdd) && f.Class == noc.ClassAtomic:
+		res, err := decodeAtomicReply(f.Payload)
+		if err != nil {
+			e.malformed()
+			return
+		}
+		v := f.PageVersion
+		var nv uint64
+		changed := true
+		if r.hr.Op == HostCAS {
+			nv, changed = r.hr.Operand, res.swapped
+		} else {
+			nv = res.prev + r.hr.Operand
+		}
+		if changed {
+			var b [8]byte
+			binary.LittleEndian.PutUint64(b[:], nv)
+			e.ownWrite(r.key, int(r.hr.GVA.Offset()), b[:], v)
+		} else {
+			e.seen(r.key, v)
+		}
+		e.complete(now, r, Completion{Value: res.prev, Swapped: res.swapped, Version: v})
+	default:
+		e.malformed()
+	}
+}
+
+// ownWrite applies this host's own acknowledged write to its replica when
+// it is the next version (read-your-writes without waiting for the
+// update), and raises the host's session floor.
+func (e *Engine) ownWrite(key gva.GVA, off int, data []byte, v gva.Version) {
+	e.seen(key, v)
+	pg := e.pages[key]
+	if pg == nil || pg.owner || !pg.has || pg.version+1 != v || (pg.swap != nil && pg.swap.stage >= stageGranted) {
+		return
+	}
+	ent, ok := e.cache.Peek(key)
+	if !ok || !ent.Down.Has(noc.LocalPort) || ent.Version >= v || pg.version < ent.Version {
+		return
+	}
+	copy(pg.content[off:], data)
+	pg.version = v
+	ent.Version = v
+	e.syncReplica(ent, pg)
+}
+
+// seen raises the host's session floor for key.
+func (e *Engine) seen(key gva.GVA, v gva.Version) {
+	if pg := e.pages[key]; pg != nil && v > pg.seen {
+		pg.seen = v
+	}
+}
+
+// requestFailed handles an error answer: retryable ones are retried until
+// the request's bound, others complete the request.
+func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errno, out node.Sender) {
+	switch errno {
+	case syscall.EAGAIN, syscall.EBUSY, syscall.EHOSTUNREACH:
+		if r.hr.Op == HostAcquire || r.hr.Op == HostLock {
+			r.losses++
+		}
+		e.retryLater(now, r, errno)
+	default:
+		if r.hr.Op == HostRef || r.hr.Op == HostLoad {
+			// The page itself is gone: every waiter of it learns so.
+			if pg := e.pages[r.key]; pg != nil {
+				for len(pg.waiters) > 0 {
+					e.completeErr(now, pg.waiters[0], errno, "")
+				}
+			}
+			if e.reqs[r.id] == nil {
+				return
+			}
+		}
+		e.completeErr(now, r, errno, "")
+	}
+}
+
+var errNoEntry = errors.New("coherence: no path cache entry")

@@ -1,0 +1,216 @@
+package coherence
+
+import (
+	"slices"
+	"time"
+
+	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// opSlots is the number of op counters per class: Load/Store/Atomic ops
+// are small numbers, Control ops are counted from noc.OpCoherenceFirst.
+const opSlots = 16
+
+// Counters are the engine's statistics (dpuctl stats).
+type Counters struct {
+	// Sent and Received count frames per class and op (see Messages).
+	Sent, Received [4][opSlots]uint64
+
+	HostRequests, HostErrors, Retries uint64
+	Allocs, Frees                     uint64
+
+	// Path-cache protocol.
+	Merges            uint64 // refs merged into an open fetch
+	AnsweredByReplica uint64 // refs answered by a valid replica on the way
+	Installs          uint64 // full contents installed into a replica
+	Writes, Atomics   uint64 // applied at the owner
+	UpdatesSent       uint64 // write-update messages sent down
+	InvalidatesSent   uint64 // write-invalidate messages sent down
+	UpdatesApplied    uint64 // write-updates applied to a replica
+	Detaches, Resets  uint64
+	Pruned, Evictions uint64
+
+	// Ownership protocol.
+	Acquires                                   uint64
+	SwapsStarted, SwapsCommitted, SwapsAborted uint64 // at the old owner
+	SwapsCompleted, SwapsRefused, SwapsLost    uint64 // at the acquirer
+	Flips, Held, Rerouted, DoneResent          uint64
+	Locks, Unlocks, HostFaults, NoticesLost    uint64
+
+	// Anomalies: dropped frames.
+	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64
+	SendErrors, CacheFull, PortsDown                      uint64
+}
+
+func opSlot(c noc.Class, op noc.Op) int {
+	if c == noc.ClassControl {
+		if op < noc.OpCoherenceFirst {
+			return -1
+		}
+		op -= noc.OpCoherenceFirst
+	}
+	if int(op) >= opSlots {
+		return -1
+	}
+	return int(op)
+}
+
+func (c *Counters) count(t *[4][opSlots]uint64, cl noc.Class, op noc.Op) {
+	if s := opSlot(cl, op); s >= 0 && cl < 4 {
+		t[cl][s]++
+	}
+}
+
+// Messages returns the frames sent and received of one class and op.
+func (c Counters) Messages(cl noc.Class, op noc.Op) (sent, received uint64) {
+	s := opSlot(cl, op)
+	if s < 0 || cl >= 4 {
+		return 0, 0
+	}
+	return c.Sent[cl][s], c.Received[cl][s]
+}
+
+// TotalSent is the number of frames the engine sent.
+func (c Counters) TotalSent() uint64 {
+	var n uint64
+	for _, row := range c.Sent {
+		for _, v := range row {
+			n += v
+		}
+	}
+	return n
+}
+
+// Stats returns a copy of the counters.
+func (e *Engine) Stats() Counters { return e.stats }
+
+// PathEntry is one path cache entry as shown by dpuctl pathcache show.
+type PathEntry struct {
+	Key      gva.GVA
+	Version  gva.Version
+	Up       noc.PortID
+	Down     pathcache.PortSet
+	Owner    bool
+	Replica  pathcache.ReplicaState
+	Fetching bool
+	Pins     uint16
+	Huge     bool
+	LastUse  time.Duration
+	// Held is the content version of the local replica or primary, if any.
+	Held    gva.Version
+	HasPage bool
+}
+
+// PathCacheSnapshot lists the path cache ordered by key.
+func (e *Engine) PathCacheSnapshot() []PathEntry {
+	snap := e.cache.Snapshot()
+	out := make([]PathEntry, 0, len(snap))
+	for _, s := range snap {
+		pe := PathEntry{Key: s.Key, Version: s.Version, Up: s.Up, Down: s.Down, Owner: s.Owner,
+			Replica: s.Replica, Fetching: s.Fetching, Pins: s.Pins, Huge: s.Huge, LastUse: s.LastUse}
+		if pg := e.pages[s.Key]; pg != nil && pg.has {
+			pe.Held, pe.HasPage = pg.version, true
+		}
+		out = append(out, pe)
+	}
+	return out
+}
+
+// OwnedPage is one page owned here as shown by dpuctl owner show.
+type OwnedPage struct {
+	Key      gva.GVA
+	Version  gva.Version
+	Epoch    uint64
+	Huge     bool
+	Maps     int
+	Branches int  // live down branches
+	Swapping bool // being handed over
+	Grantee  noc.NodeID
+	Arbiter  arbiter.PageState // pin and queue
+}
+
+// OwnerSnapshot lists the pages owned here ordered by key, with pins and
+// arbiter queues.
+func (e *Engine) OwnerSnapshot() []OwnedPage {
+	var out []OwnedPage
+	for key, pg := range e.pages {
+		if !pg.owner {
+			continue
+		}
+		op := OwnedPage{Key: key, Version: pg.version, Epoch: pg.epoch, Huge: pg.huge, Maps: pg.maps}
+		if ent, ok := e.cache.Peek(key); ok {
+			op.Branches = ent.Down.Without(noc.LocalPort).Len()
+		}
+		if pg.swap != nil && pg.swap.out {
+			op.Swapping, op.Grantee = true, pg.swap.peer
+		}
+		op.Arbiter, _ = e.arb.Page(key)
+		out = append(out, op)
+	}
+	slices.SortFunc(out, func(a, b OwnedPage) int {
+		switch {
+		case a.Key == b.Key:
+			return 0
+		case a.Key.Less(b.Key):
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// PageView is what a checker reads about one page held here.
+type PageView struct {
+	Key      gva.GVA
+	Owner    bool
+	Swapping bool // a swap is in progress here (either side)
+	Valid    bool // a replica in the tree and current
+	Mapped   bool
+	Version  gva.Version
+	Content  []byte // aliases the engine's page: read only, during the call
+}
+
+// Pages calls fn for every page whose content is held here (primaries and
+// replicas), in key order. For checkers and tests; it allocates.
+func (e *Engine) Pages(fn func(PageView)) {
+	keys := make([]gva.GVA, 0, len(e.pages))
+	for k := range e.pages {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b gva.GVA) int {
+		switch {
+		case a == b:
+			return 0
+		case a.Less(b):
+			return -1
+		}
+		return 1
+	})
+	for _, k := range keys {
+		pg := e.pages[k]
+		v := PageView{Key: k, Owner: pg.owner, Swapping: pg.swap != nil && pg.swap.stage >= stageGranted || pg.swap != nil && pg.swap.out,
+			Mapped: pg.maps > 0, Version: pg.version, Content: pg.content}
+		if !pg.owner {
+			v.Valid = e.replicaValid(pg)
+		}
+		if !pg.has {
+			v.Content = nil
+		}
+		fn(v)
+	}
+}
+
+// Entry returns a copy of the path cache entry of key, for checkers.
+func (e *Engine) Entry(key gva.GVA) (pathcache.Entry, bool) {
+	ent, ok := e.cache.Peek(key)
+	if !ok {
+		return pathcache.Entry{}, false
+	}
+	return *ent, true
+}
+
+// InFlight is the number of host requests not yet completed.
+func (e *Engine) InFlight() int { return len(e.reqs) }

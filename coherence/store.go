@@ -1,0 +1,94 @@
+package coherence
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/aitherion/dpu/gva"
+)
+
+// ErrNoSpace is returned (wrapped) when a page would exceed the node's
+// physical capacity: the capacity rule (a host never indexes more pages than
+// it has physical pages).
+var ErrNoSpace = errors.New("coherence: no physical page left (capacity rule)")
+
+// PageStore holds the contents of the pages this node keeps: the primaries
+// it owns and the replicas its host maps. Every page counts against the
+// store's physical capacity. Implementations: MemStore (the memory tier);
+// disk tiers implement the same interface.
+type PageStore interface {
+	// Alloc reserves a physical page for key and returns its zeroed
+	// content (gva.PageSize bytes). It fails with ErrNoSpace at capacity.
+	// Allocating a key that is present returns the existing content.
+	Alloc(key gva.GVA, huge bool) ([]byte, error)
+	// Lookup returns the content of key.
+	Lookup(key gva.GVA) ([]byte, bool)
+	// Release returns key's physical page. Releasing an absent key is a
+	// no-op.
+	Release(key gva.GVA)
+	// Len is the number of pages held; Cap the physical capacity.
+	Len() int
+	Cap() int
+	// Speed is the storage tier key lives on.
+	Speed(key gva.GVA) gva.Speed
+}
+
+// MemStore is the memory tier: pages in DRAM, at most Cap of them. Released
+// pages are kept on a free list and reused, so a store at steady state does
+// not allocate.
+type MemStore struct {
+	pages map[gva.GVA][]byte
+	free  [][]byte
+	cap   int
+}
+
+// NewMemStore returns a memory tier of capacity physical 4 KiB pages.
+func NewMemStore(capacity int) *MemStore {
+	return &MemStore{pages: make(map[gva.GVA][]byte), cap: capacity}
+}
+
+// Alloc implements PageStore. Huge pages are accounted as one page of the
+// memory tier; the flag travels with the page.
+func (s *MemStore) Alloc(key gva.GVA, huge bool) ([]byte, error) {
+	if p, ok := s.pages[key]; ok {
+		return p, nil
+	}
+	if len(s.pages) >= s.cap {
+		return nil, fmt.Errorf("alloc %v: %w (%d of %d pages in use)", key, ErrNoSpace, len(s.pages), s.cap)
+	}
+	var p []byte
+	if n := len(s.free); n > 0 {
+		p = s.free[n-1]
+		s.free = s.free[:n-1]
+		clear(p)
+	} else {
+		p = make([]byte, gva.PageSize)
+	}
+	s.pages[key] = p
+	return p, nil
+}
+
+// Lookup implements PageStore.
+func (s *MemStore) Lookup(key gva.GVA) ([]byte, bool) {
+	p, ok := s.pages[key]
+	return p, ok
+}
+
+// Release implements PageStore.
+func (s *MemStore) Release(key gva.GVA) {
+	p, ok := s.pages[key]
+	if !ok {
+		return
+	}
+	delete(s.pages, key)
+	s.free = append(s.free, p)
+}
+
+// Len implements PageStore.
+func (s *MemStore) Len() int { return len(s.pages) }
+
+// Cap implements PageStore.
+func (s *MemStore) Cap() int { return s.cap }
+
+// Speed implements PageStore: everything is in memory.
+func (s *MemStore) Speed(gva.GVA) gva.Speed { return gva.SpeedMemory }

@@ -1,0 +1,556 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// Stages of a swap at the acquirer.
+const (
+	stageAcquiring  = 1 // acquire sent, no answer yet
+	stageGranted    = 2 // granted: the replica is locked, path messages wait here
+	stageCommitting = 3 // content installed and confirmed, waiting for done
+)
+
+// swapState is an ownership transfer in progress, at the old owner (out) or
+// at the acquirer.
+type swapState struct {
+	out     bool
+	id      uint64     // the acquirer's request id: names the swap with the acquirer's node
+	peer    noc.NodeID // out: the acquirer; in: the owner that granted
+	peerInc uint64
+	route   []byte // out: the acquire's route, this node's arrival port last
+	version gva.Version
+	epoch   uint64 // the ownership epoch the page gets
+	timer   arbiter.TimerID
+	stage   uint8
+	// acquirer only
+	lock     bool
+	holder   uint64
+	prio     uint8
+	req      *request
+	held     []heldMsg
+	upBroken bool
+	giveUp   time.Duration
+}
+
+// heldMsg is a path message that reached the acquirer during its swap.
+type heldMsg struct {
+	in    noc.PortID
+	frame []byte
+}
+
+// hold parks an up-going message at the acquirer until its swap ends.
+func (e *Engine) hold(pg *page, in noc.PortID, f *noc.Frame) {
+	b, err := f.AppendTo(nil)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	pg.swap.held = append(pg.swap.held, heldMsg{in: in, frame: b})
+	e.stats.Held++
+}
+
+// replay delivers held messages as if they arrived now.
+func (e *Engine) replay(now time.Duration, held []heldMsg, out node.Sender) {
+	for _, h := range held {
+		var f noc.Frame
+		if err := f.Decode(h.frame); err != nil {
+			continue
+		}
+		e.handleUp(now, h.in, &f, out)
+	}
+}
+
+// hostAcquire takes ownership (acquire) or ownership and the pin (lock) of
+// a mapped page.
+func (e *Engine) hostAcquire(now time.Duration, r *request, out node.Sender) {
+	pg := e.pages[r.key]
+	if pg == nil || (!pg.owner && pg.maps == 0) {
+		e.completeErr(now, r, syscall.EINVAL, "page not mapped (ref it first)")
+		return
+	}
+	lock := r.hr.Op == HostLock
+	if pg.owner {
+		if pg.swap != nil {
+			e.retryLater(now, r, syscall.EBUSY) // being handed over right now
+			return
+		}
+		if !lock {
+			e.complete(now, r, Completion{Version: pg.version})
+			return
+		}
+		e.sendAcquire(now, pg, r, out) // the local arbiter orders it with the others
+		return
+	}
+	if sw := pg.swap; sw != nil {
+		if sw.req != r || sw.stage != stageAcquiring {
+			if sw.req != r {
+				e.retryLater(now, r, syscall.EBUSY) // another acquire of this node is under way
+			}
+			return
+		}
+	} else {
+		pg.swap = &swapState{id: r.id, req: r, stage: stageAcquiring, lock: lock, holder: r.hr.Holder, prio: r.hr.Priority}
+	}
+	e.sendAcquire(now, pg, r, out)
+	// A lost acquire (its link went down) is sent again.
+	e.cancel(r.retry)
+	r.retry = e.schedule(now+e.jitter(4*e.cfg.RetryInterval), timer{kind: tRetry, id: r.id})
+}
+
+func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request, out node.Sender) {
+	var fl uint8
+	if r.hr.Op == HostLock {
+		fl = acquireLock
+	}
+	p := appendAcquire(e.hostPay[:0], acquireReq{flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
+	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, homeOf(r.key), r.id, r.key, 0, p)
+	f.Priority = r.hr.Priority
+	e.stats.Acquires++
+	e.handleUp(now, noc.LocalPort, &f, out)
+}
+
+// startSwapOut begins handing a page over to a granted acquirer: grant,
+// then the single content transfer.
+func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node.Sender) {
+	a, err := decodeAcquire(op.f.Payload)
+	if err != nil {
+		e.opFail(now, op, syscall.EINVAL, out)
+		return
+	}
+	route := append([]byte(nil), a.route...)
+	route = binary.BigEndian.AppendUint16(route, uint16(op.in))
+	sw := &swapState{out: true, id: op.f.RequestID, peer: op.f.Src, peerInc: a.inc, route: route,
+		version: pg.version, epoch: pg.epoch + 1}
+	pg.swap = sw
+	var gb [grantLen]byte
+	binary.BigEndian.PutUint64(gb[:], e.inc)
+	binary.BigEndian.PutUint64(gb[8:], sw.epoch)
+	f := newFrame(noc.ClassControl, OpGrant, 0, e.self, sw.peer, sw.id, pg.key, pg.version, gb[:])
+	e.sendNode(&f, out)
+	var fl noc.Flags
+	var df uint8
+	if pg.huge {
+		fl, df = noc.FlagHuge, dataHuge
+	}
+	b := binary.BigEndian.AppendUint64(e.pay[:0], sw.epoch)
+	b = append(b, df)
+	b = append(b, pg.content...)
+	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
+	e.sendNode(&f, out)
+	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
+	e.stats.SwapsStarted++
+}
+
+// swapMatch finds the acquirer-side swap a frame answers.
+func (e *Engine) swapIn(f *noc.Frame) (*page, *swapState) {
+	pg := e.pages[f.GVA.Key()]
+	if pg == nil || pg.swap == nil || pg.swap.out || pg.swap.id != f.RequestID {
+		return nil, nil
+	}
+	return pg, pg.swap
+}
+
+// refuse tells a granting owner that this node does not take the page.
+func (e *Engine) refuse(f *noc.Frame, out node.Sender) {
+	e.stats.SwapsRefused++
+	var b [dataAckLen]byte
+	binary.BigEndian.PutUint64(b[:], e.inc)
+	a := newFrame(noc.ClassControl, OpDataAck, noc.FlagError, e.self, f.Src, f.RequestID, f.GVA.Key(), f.PageVersion, b[:])
+	e.sendNode(&a, out)
+}
+
+func (e *Engine) handleGrant(now time.Duration, f *noc.Frame, out node.Sender) {
+	g, err := decodeGrant(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	pg, sw := e.swapIn(f)
+	if sw == nil || sw.stage != stageAcquiring || sw.req == nil {
+		e.refuse(f, out)
+		return
+	}
+	sw.stage, sw.peer, sw.peerInc, sw.version, sw.epoch = stageGranted, f.Src, g.ownerInc, f.PageVersion, g.epoch
+	e.cancel(sw.req.retry)
+	sw.req.retry = 0
+	sw.timer = e.schedule(now+2*e.cfg.SwapTimeout, timer{kind: tSwapIn, key: pg.key})
+	if ent, ok := e.cache.Peek(pg.key); ok {
+		e.syncReplica(ent, pg)
+	}
+}
+
+func (e *Engine) handleDeny(now time.Duration, f *noc.Frame, out node.Sender) {
+	errno, err := decodeErrno(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	pg, sw := e.swapIn(f)
+	if sw == nil || sw.stage != stageAcquiring {
+		e.stats.Stale++
+		return
+	}
+	r := sw.req
+	pg.swap = nil
+	if r != nil {
+		e.requestFailed(now, r, errno, out)
+	}
+}
+
+func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
+	d, err := decodeData(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	pg, sw := e.swapIn(f)
+	if sw == nil || sw.stage != stageGranted || sw.peer != f.Src {
+		e.refuse(f, out)
+		return
+	}
+	copy(pg.content, d.content)
+	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
+	sw.epoch = d.epoch
+	if ent, ok := e.cache.Peek(pg.key); ok {
+		ent.Version = max(ent.Version, pg.version)
+	}
+	sw.stage = stageCommitting
+	sw.giveUp = now + e.cfg.SwapGiveUp
+	e.sendDataAck(pg, sw, out)
+	e.cancel(sw.timer)
+	sw.timer = e.schedule(now+2*e.cfg.RetryInterval, timer{kind: tSwapIn, key: pg.key})
+}
+
+func (e *Engine) sendDataAck(pg *page, sw *swapState, out node.Sender) {
+	var b [dataAckLen]byte
+	binary.BigEndian.PutUint64(b[:], e.inc)
+	binary.BigEndian.PutUint64(b[8:], sw.peerInc)
+	f := newFrame(noc.ClassControl, OpDataAck, 0, e.self, sw.peer, sw.id, pg.key, pg.version, b[:])
+	e.sendNode(&f, out)
+}
+
+// swapInTimer re-sends the confirmation, or gives the swap up.
+func (e *Engine) swapInTimer(now time.Duration, pg *page, out node.Sender) {
+	sw := pg.swap
+	if sw.stage == stageCommitting && now < sw.giveUp {
+		e.sendDataAck(pg, sw, out)
+		sw.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tSwapIn, key: pg.key})
+		return
+	}
+	if sw.stage == stageCommitting {
+		e.stats.SwapsLost++
+	}
+	e.revertIn(now, pg, out)
+}
+
+// handleDataAck runs at the old owner: commit, refusal, or a re-sent
+// confirmation of a swap already decided.
+func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender) {
+	m, err := decodeDataAck(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	pg := e.pages[key]
+	var sw *swapState
+	if pg != nil && pg.swap != nil && pg.swap.out && pg.swap.id == f.RequestID && pg.swap.peer == f.Src {
+		sw = pg.swap
+	}
+	if f.Flags&noc.FlagError != 0 {
+		if sw != nil {
+			e.abortOut(now, pg, out)
+		}
+		return
+	}
+	switch {
+	case sw != nil && m.ownerInc == e.inc:
+		e.commitOut(now, pg, m.inc, out)
+	case e.commits[opKey{f.Src, f.RequestID}] != nil:
+		c := e.commits[opKey{f.Src, f.RequestID}]
+		b := [doneHead]byte{doneRouted | doneBroken, 0}
+		d := newFrame(noc.ClassControl, OpDone, 0, e.self, f.Src, f.RequestID, c.key, c.ver, b[:])
+		e.sendNode(&d, out)
+		e.stats.DoneResent++
+	default:
+		a := newFrame(noc.ClassControl, OpAbort, 0, e.self, f.Src, f.RequestID, key, 0, nil)
+		e.sendNode(&a, out)
+	}
+}
+
+// commitOut is the old owner's commit: the page now belongs to the
+// acquirer. The old owner's entry flips (its up port leads to the new
+// owner), its primary becomes a replica, the path's entries flip as the
+// done travels down the acquire's route.
+func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node.Sender) {
+	sw := pg.swap
+	key := pg.key
+	e.cancel(sw.timer)
+	ans, err := e.arb.SwapDone(now, key)
+	if err == nil {
+		e.copyAnswers(ans)
+	}
+	n := len(sw.route) / 2
+	toward := routePort(sw.route, n-1)
+	ent := e.ownerEntry(now, pg, out)
+	pg.owner, pg.swap, pg.ownerNode, pg.epoch = false, nil, sw.peer, sw.epoch
+	if h := homeOf(key); h == e.self {
+		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
+			rec.owner, rec.ownerInc, rec.epoch = sw.peer, peerInc, sw.epoch
+		}
+	}
+	k := opKey{sw.peer, sw.id}
+	e.commits[k] = &commitRecord{key: key, ver: pg.version,
+		timer: e.schedule(now+e.cfg.CommitTTL, timer{kind: tCommit, node: sw.peer, id: sw.id})}
+	b := append(e.pay[:0], 0, byte(n-1))
+	b = append(b, sw.route[:2*(n-1)]...)
+	d := newFrame(noc.ClassControl, OpDone, noc.FlagPath, e.self, sw.peer, sw.id, key, pg.version, b)
+	e.sendPort(toward, &d, out)
+	e.stats.SwapsCommitted++
+	e.event(Event{Kind: EventOwnershipLost, GVA: key, Version: pg.version, At: now})
+	if ent != nil {
+		ent.Owner, ent.Up = false, toward
+		ent.Down = ent.Down.Remove(toward)
+		if pg.maps > 0 {
+			ent.Down, _ = ent.Down.Add(noc.LocalPort)
+		}
+		ent.Version = pg.version
+		e.syncReplica(ent, pg)
+	}
+	if pg.maps == 0 {
+		e.store.Release(key)
+		delete(e.pages, key)
+	}
+	e.processAnswers(now, out) // queued requests follow the page (ReasonMoved)
+	if ent, ok := e.cache.Peek(key); ok {
+		e.prune(now, ent, out)
+	}
+}
+
+// abortOut calls a swap off at the old owner: it stays the owner.
+func (e *Engine) abortOut(now time.Duration, pg *page, out node.Sender) {
+	sw := pg.swap
+	e.cancel(sw.timer)
+	pg.swap = nil
+	if ans, err := e.arb.SwapAbort(now, pg.key); err == nil {
+		e.copyAnswers(ans)
+	}
+	a := newFrame(noc.ClassControl, OpAbort, 0, e.self, sw.peer, sw.id, pg.key, 0, nil)
+	e.sendNode(&a, out)
+	e.stats.SwapsAborted++
+	e.processAnswers(now, out)
+}
+
+func (e *Engine) handleAbort(now time.Duration, f *noc.Frame, out node.Sender) {
+	if len(f.Payload) != 0 {
+		e.malformed()
+		return
+	}
+	pg, sw := e.swapIn(f)
+	if sw == nil || sw.stage < stageGranted || sw.peer != f.Src {
+		e.stats.Stale++
+		return
+	}
+	e.revertIn(now, pg, out)
+}
+
+// revertIn ends a swap that did not happen at the acquirer: the replica is
+// ordinary again, held messages go on toward the owner, the request
+// retries.
+func (e *Engine) revertIn(now time.Duration, pg *page, out node.Sender) {
+	sw := pg.swap
+	e.cancel(sw.timer)
+	pg.swap = nil
+	if ent, ok := e.cache.Peek(pg.key); ok {
+		e.syncReplica(ent, pg)
+	}
+	e.replay(now, sw.held, out)
+	if r := sw.req; r != nil {
+		r.losses++
+		e.retryLater(now, r, syscall.EBUSY)
+	}
+	if len(pg.waiters) > 0 {
+		e.sendRef(now, pg, pg.waiters[0].id, pg.seen, out)
+	}
+}
+
+// handleDone flips an entry on the acquire's route, or, at the acquirer,
+// makes it the owner.
+func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	d, err := decodeDone(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	path := f.Flags&noc.FlagPath != 0
+	if path && len(d.route) > 0 {
+		e.flip(now, in, f, d, out)
+		return
+	}
+	pg, sw := e.swapIn(f)
+	if sw == nil || sw.stage != stageCommitting || sw.peer != f.Src {
+		e.stats.Stale++
+		return
+	}
+	graft := noc.NoPort
+	if path && d.flags&doneBroken == 0 {
+		graft = in
+	}
+	e.becomeOwner(now, pg, graft, out)
+}
+
+// flip turns an entry on the acquire's route around as the done passes:
+// its up port now leads toward the acquirer, the port toward the old owner
+// becomes a down port (if the sender flipped too).
+func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg, out node.Sender) {
+	n := len(d.route) / 2
+	next := routePort(d.route, n-1)
+	senderFlipped := d.flags&doneBroken == 0
+	ent, ok := e.cache.Peek(f.GVA.Key())
+	flipped := ok && !ent.Owner && ent.Up == in
+	if flipped {
+		ent.Up = next
+		ent.Down = ent.Down.Remove(next)
+		if senderFlipped {
+			ent.Down, _ = ent.Down.Add(in)
+		}
+		e.stats.Flips++
+	} else if senderFlipped {
+		// The sender now counts on us as its way up; we are not on its
+		// path, so its side must re-ref.
+		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
+		e.sendPort(in, &x, out)
+		e.stats.Detaches++
+	}
+	var fl uint8
+	if !flipped {
+		fl = doneBroken
+	}
+	b := append(e.pay[:0], fl, byte(n-1))
+	b = append(b, d.route[:2*(n-1)]...)
+	g := *f
+	g.Hops++
+	g.Payload = b
+	e.sendPort(next, &g, out)
+	if flipped {
+		e.prune(now, ent, out)
+	}
+}
+
+// becomeOwner completes a swap at the acquirer.
+func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out node.Sender) {
+	sw := pg.swap
+	key := pg.key
+	e.cancel(sw.timer)
+	pg.swap = nil
+	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
+	var ent *pathcache.Entry
+	if x, ok := e.cache.Peek(key); ok {
+		ent = x
+	} else {
+		ent, _ = e.upsert(now, key, out)
+	}
+	if ent != nil {
+		ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
+		ent.Down = ent.Down.Remove(noc.LocalPort)
+		if graft != noc.NoPort {
+			ent.Down, _ = ent.Down.Add(graft)
+		}
+		ent.Version = pg.version
+		e.syncReplica(ent, pg)
+	}
+	e.arb.Own(key)
+	e.stats.SwapsCompleted++
+	switch h := homeOf(key); {
+	case h == e.self:
+		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
+			rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, sw.epoch, false
+		}
+	case h != sw.peer:
+		n := &notice{epoch: sw.epoch}
+		if old := e.notices[key]; old != nil {
+			e.cancel(old.timer)
+		}
+		e.notices[key] = n
+		e.sendNotice(now, key, n, out)
+	}
+	if fe := e.fetches[key]; fe != nil {
+		for p := range fe.ports.All() {
+			if p != noc.LocalPort {
+				e.sendContent(p, 0, pg, out)
+			}
+		}
+		e.closeFetch(key)
+	}
+	if r := sw.req; r != nil {
+		if sw.lock {
+			if err := e.arb.Pin(now, key, arbiter.HolderID(sw.holder), e.cfg.PinBound); err != nil {
+				e.completeErr(now, r, syscall.EBUSY, err.Error())
+			} else {
+				e.stats.Locks++
+				e.complete(now, r, Completion{Version: pg.version})
+			}
+		} else {
+			e.complete(now, r, Completion{Version: pg.version})
+		}
+	}
+	e.wake(now, pg)
+	e.replay(now, sw.held, out)
+}
+
+// sendNotice tells the page's home who owns it (or that it was freed).
+func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
+	if n.tries >= 8 {
+		delete(e.notices, key)
+		e.stats.NoticesLost++
+		return
+	}
+	n.tries++
+	owner := e.self
+	if pg := e.pages[key]; pg == nil || !pg.owner {
+		owner = noc.BroadcastNode // freed
+	}
+	var b [movedLen]byte
+	binary.BigEndian.PutUint32(b[:], uint32(owner))
+	binary.BigEndian.PutUint64(b[4:], e.inc)
+	binary.BigEndian.PutUint64(b[12:], n.epoch)
+	f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), n.epoch, key, 0, b[:])
+	e.sendNode(&f, out)
+	n.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tNotice, key: key})
+}
+
+func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Sender) {
+	m, err := decodeMoved(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	if rec := e.home[key]; rec != nil && m.epoch > rec.epoch {
+		rec.epoch = m.epoch
+		if m.owner == noc.BroadcastNode {
+			rec.freed = true
+		} else {
+			rec.owner, rec.ownerInc, rec.freed = m.owner, m.ownerInc, false
+		}
+	}
+	a := newFrame(noc.ClassControl, OpOwnerMovedAck, 0, e.self, f.Src, f.RequestID, key, 0, nil)
+	e.sendNode(&a, out)
+}
+
+func (e *Engine) handleOwnerMovedAck(f *noc.Frame) {
+	key := f.GVA.Key()
+	if n := e.notices[key]; n != nil && n.epoch == f.RequestID {
+		e.cancel(n.timer)
+		delete(e.notices, key)
+	}
+}

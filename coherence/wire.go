@@ -1,0 +1,340 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"errors"
+	"syscall"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+)
+
+// Ops of the Load class.
+const (
+	// OpRef asks for the page's content (ref, or re-fetch of an invalid
+	// replica) and records the path. Up, hop by hop.
+	OpRef noc.Op = 1
+	// OpUnref removes the arrival port from the page's down set. Up.
+	OpUnref noc.Op = 2
+	// OpDetach tells the subtree below that its path to the owner is gone:
+	// entries are dropped, replicas become invalid and re-ref. Down.
+	OpDetach noc.Op = 3
+)
+
+// Ops of the Store class.
+const (
+	// OpStore is a write-through to the owner. Up.
+	OpStore noc.Op = 1
+	// OpUpdate carries a small write (data + version) down the tree.
+	OpUpdate noc.Op = 2
+	// OpInvalidate carries a large write's version down the tree.
+	OpInvalidate noc.Op = 3
+)
+
+// Ops of the Atomic class.
+const (
+	// OpCAS is a 64-bit compare-and-swap executed at the owner. Up.
+	OpCAS noc.Op = 1
+	// OpFetchAdd is a 64-bit fetch-and-add executed at the owner. Up.
+	OpFetchAdd noc.Op = 2
+)
+
+// Ops of the Control class (ownership protocol), inside
+// noc.OpCoherenceFirst..noc.OpCoherenceLast.
+const (
+	// OpAcquire asks the owner for ownership. Up, hop by hop, collecting
+	// its route.
+	OpAcquire = noc.OpCoherenceFirst + iota
+	// OpGrant answers an acquire: the owner is now swapping. Routed.
+	OpGrant
+	// OpDeny answers an acquire: retry later (errno in the payload). Routed.
+	OpDeny
+	// OpData is the single content transfer of a swap. Routed.
+	OpData
+	// OpDataAck confirms the content (or refuses it). Routed.
+	OpDataAck
+	// OpDone confirms the swap and flips the path cache entries on its way
+	// down the acquire's route (or routed, when retransmitted).
+	OpDone
+	// OpAbort tells the acquirer that the swap was called off. Routed.
+	OpAbort
+	// OpOwnerMoved tells a page's home machine who owns the page now.
+	// Routed.
+	OpOwnerMoved
+	// OpOwnerMovedAck acknowledges OpOwnerMoved. Routed.
+	OpOwnerMovedAck
+	opControlEnd
+)
+
+// Payload sizes.
+const (
+	prefixLen    = 8 // target incarnation of an up-going request
+	errnoLen     = 4
+	refReplyHead = 4 // owner node id before the content
+	casLen       = prefixLen + 16
+	faddLen      = prefixLen + 8
+	atomicReply  = 9
+	acquireHead  = prefixLen + 1 + 2 + 8 + 8 + 1 // prefix, flags, losses, wait start, requester incarnation, route length
+	grantLen     = 8 + 8                         // owner incarnation, epoch
+	dataHead     = 8 + 1                         // epoch, flags
+	dataAckLen   = 8 + 8                         // requester incarnation, expected owner incarnation
+	doneHead     = 1 + 1                         // flags, route length
+	movedLen     = 4 + 8 + 8                     // owner, owner incarnation, epoch
+	maxRoute     = 64                            // most ports an acquire's route may record
+)
+
+// Acquire flags.
+const (
+	acquireLock = 1 << 0 // the acquirer pins the page when it becomes owner
+)
+
+// Done flags.
+const (
+	doneBroken = 1 << 0 // the route was found broken on the way: do not graft the arrival port
+	doneRouted = 1 << 1 // retransmitted by routing, not along the route
+)
+
+// Data flags.
+const (
+	dataHuge = 1 << 0
+)
+
+// errMalformed is wrapped by every payload decoder's error.
+var errMalformed = errors.New("coherence: malformed payload")
+
+// upPrefix reads the target incarnation that starts every up-going request.
+func upPrefix(p []byte) (uint64, bool) {
+	if len(p) < prefixLen {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(p), true
+}
+
+// storeReq is a decoded OpStore payload.
+type storeReq struct {
+	target uint64
+	data   []byte // aliases the frame
+}
+
+func decodeStore(g gva.GVA, p []byte) (storeReq, error) {
+	t, ok := upPrefix(p)
+	if !ok {
+		return storeReq{}, errMalformed
+	}
+	d := p[prefixLen:]
+	if len(d) == 0 || int(g.Offset())+len(d) > gva.PageSize {
+		return storeReq{}, errMalformed
+	}
+	return storeReq{target: t, data: d}, nil
+}
+
+// updateData checks an OpUpdate payload against the frame's offset.
+func decodeUpdate(g gva.GVA, p []byte) ([]byte, error) {
+	if len(p) == 0 || int(g.Offset())+len(p) > gva.PageSize {
+		return nil, errMalformed
+	}
+	return p, nil
+}
+
+// atomicReq is a decoded OpCAS or OpFetchAdd payload.
+type atomicReq struct {
+	target            uint64
+	expected, operand uint64 // CAS: expected, desired; fetch-add: operand = delta
+}
+
+func decodeAtomic(op noc.Op, g gva.GVA, p []byte) (atomicReq, error) {
+	if g.Offset()%8 != 0 {
+		return atomicReq{}, errMalformed
+	}
+	switch op {
+	case OpCAS:
+		if len(p) != casLen {
+			return atomicReq{}, errMalformed
+		}
+		return atomicReq{
+			target:   binary.BigEndian.Uint64(p),
+			expected: binary.BigEndian.Uint64(p[8:]),
+			operand:  binary.BigEndian.Uint64(p[16:]),
+		}, nil
+	case OpFetchAdd:
+		if len(p) != faddLen {
+			return atomicReq{}, errMalformed
+		}
+		return atomicReq{target: binary.BigEndian.Uint64(p), operand: binary.BigEndian.Uint64(p[8:])}, nil
+	}
+	return atomicReq{}, errMalformed
+}
+
+func appendAtomic(b []byte, op noc.Op, target, expected, operand uint64) []byte {
+	b = binary.BigEndian.AppendUint64(b, target)
+	if op == OpCAS {
+		b = binary.BigEndian.AppendUint64(b, expected)
+	}
+	return binary.BigEndian.AppendUint64(b, operand)
+}
+
+// atomicResult is a decoded atomic reply.
+type atomicResult struct {
+	prev    uint64
+	swapped bool
+}
+
+func decodeAtomicReply(p []byte) (atomicResult, error) {
+	if len(p) != atomicReply || p[8] > 1 {
+		return atomicResult{}, errMalformed
+	}
+	return atomicResult{prev: binary.BigEndian.Uint64(p), swapped: p[8] == 1}, nil
+}
+
+func appendAtomicReply(b []byte, r atomicResult) []byte {
+	b = binary.BigEndian.AppendUint64(b, r.prev)
+	if r.swapped {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+// refReply is a decoded OpRef reply: the page's content at the frame's
+// version.
+type refReply struct {
+	owner   noc.NodeID
+	content []byte // aliases the frame
+}
+
+func decodeRefReply(p []byte) (refReply, error) {
+	if len(p) != refReplyHead+gva.PageSize {
+		return refReply{}, errMalformed
+	}
+	return refReply{owner: noc.NodeID(binary.BigEndian.Uint32(p)), content: p[refReplyHead:]}, nil
+}
+
+// acquireReq is a decoded OpAcquire payload.
+type acquireReq struct {
+	target    uint64
+	flags     uint8
+	losses    uint16
+	waitStart int64
+	inc       uint64 // the requester's incarnation
+	route     []byte // 2 bytes per recorded arrival port; aliases the frame
+}
+
+func decodeAcquire(p []byte) (acquireReq, error) {
+	if len(p) < acquireHead {
+		return acquireReq{}, errMalformed
+	}
+	n := int(p[acquireHead-1])
+	if n > maxRoute || len(p) != acquireHead+2*n {
+		return acquireReq{}, errMalformed
+	}
+	return acquireReq{
+		target:    binary.BigEndian.Uint64(p),
+		flags:     p[8],
+		losses:    binary.BigEndian.Uint16(p[9:]),
+		waitStart: int64(binary.BigEndian.Uint64(p[11:])),
+		inc:       binary.BigEndian.Uint64(p[19:]),
+		route:     p[acquireHead:],
+	}, nil
+}
+
+func appendAcquire(b []byte, a acquireReq) []byte {
+	b = binary.BigEndian.AppendUint64(b, a.target)
+	b = append(b, a.flags)
+	b = binary.BigEndian.AppendUint16(b, a.losses)
+	b = binary.BigEndian.AppendUint64(b, uint64(a.waitStart))
+	b = binary.BigEndian.AppendUint64(b, a.inc)
+	b = append(b, byte(len(a.route)/2))
+	return append(b, a.route...)
+}
+
+// routePort returns the i-th port of an encoded route.
+func routePort(route []byte, i int) noc.PortID {
+	return noc.PortID(binary.BigEndian.Uint16(route[2*i:]))
+}
+
+// grantMsg is a decoded OpGrant payload.
+type grantMsg struct {
+	ownerInc uint64
+	epoch    uint64
+}
+
+func decodeGrant(p []byte) (grantMsg, error) {
+	if len(p) != grantLen {
+		return grantMsg{}, errMalformed
+	}
+	return grantMsg{ownerInc: binary.BigEndian.Uint64(p), epoch: binary.BigEndian.Uint64(p[8:])}, nil
+}
+
+// dataMsg is a decoded OpData payload.
+type dataMsg struct {
+	epoch   uint64
+	flags   uint8
+	content []byte
+}
+
+func decodeData(p []byte) (dataMsg, error) {
+	if len(p) != dataHead+gva.PageSize || p[8]&^dataHuge != 0 {
+		return dataMsg{}, errMalformed
+	}
+	return dataMsg{epoch: binary.BigEndian.Uint64(p), flags: p[8], content: p[dataHead:]}, nil
+}
+
+// dataAckMsg is a decoded OpDataAck payload.
+type dataAckMsg struct {
+	inc      uint64 // the acquirer's incarnation
+	ownerInc uint64 // the incarnation of the owner that granted
+}
+
+func decodeDataAck(p []byte) (dataAckMsg, error) {
+	if len(p) != dataAckLen {
+		return dataAckMsg{}, errMalformed
+	}
+	return dataAckMsg{inc: binary.BigEndian.Uint64(p), ownerInc: binary.BigEndian.Uint64(p[8:])}, nil
+}
+
+// doneMsg is a decoded OpDone payload.
+type doneMsg struct {
+	flags uint8
+	route []byte
+}
+
+func decodeDone(p []byte) (doneMsg, error) {
+	if len(p) < doneHead || p[0]&^(doneBroken|doneRouted) != 0 {
+		return doneMsg{}, errMalformed
+	}
+	n := int(p[1])
+	if n > maxRoute || len(p) != doneHead+2*n {
+		return doneMsg{}, errMalformed
+	}
+	return doneMsg{flags: p[0], route: p[doneHead:]}, nil
+}
+
+// movedMsg is a decoded OpOwnerMoved payload.
+type movedMsg struct {
+	owner    noc.NodeID
+	ownerInc uint64
+	epoch    uint64
+}
+
+func decodeMoved(p []byte) (movedMsg, error) {
+	if len(p) != movedLen {
+		return movedMsg{}, errMalformed
+	}
+	return movedMsg{
+		owner:    noc.NodeID(binary.BigEndian.Uint32(p)),
+		ownerInc: binary.BigEndian.Uint64(p[4:]),
+		epoch:    binary.BigEndian.Uint64(p[12:]),
+	}, nil
+}
+
+// decodeErrno reads an error reply's errno; unknown or zero values become
+// EIO so that an error reply never reads as success.
+func decodeErrno(p []byte) (syscall.Errno, error) {
+	if len(p) != errnoLen {
+		return 0, errMalformed
+	}
+	n := syscall.Errno(binary.BigEndian.Uint32(p))
+	if n == 0 || n > 4095 {
+		n = syscall.EIO
+	}
+	return n, nil
+}
