@@ -1,0 +1,22 @@
+// Package udp is a noc.Port over a UDP socket: the link a local multi-node
+// fabric uses on loopback (no root needed), and the fallback on networks
+// where AF_XDP is not available.
+//
+// A Port is bound to one local address and sends every datagram to one
+// configured remote address. Datagrams from any other address are dropped
+// and counted (Stats.Foreign): the socket is not connected, so a peer that
+// restarts on the same address keeps working, and strays never reach the
+// link layer.
+//
+// Port also implements noc.Poller: on Linux TryReadDatagram is one
+// recvfrom(2) with MSG_DONTWAIT through syscall.RawConn, allocation-free,
+// for drivers that busy-poll; elsewhere it is a read with an expired
+// deadline.
+//
+// # What it must never do
+//
+// It never interprets the bytes it carries, never sends to any address but
+// the configured remote, never retries or buffers (the link layer above owns
+// reliability), and never blocks without the bound set by SetReadDeadline;
+// Close wakes blocked readers.
+package udp
