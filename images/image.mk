@@ -1,0 +1,55 @@
+# images/image.mk — the boot image for the DPU's Arm cores (included by the
+# Makefile). See images/README.md.
+#
+#   make image                 images/out/dpu-arm64.cpio.gz (u-root initramfs)
+#   make image ARCH=amd64      images/out/dpu-amd64.cpio.gz
+#   make image IMAGE_MODULES=DIR   also carry a staged module tree (modstage -o DIR)
+#   make image IMAGE_CONF=FILE     carry FILE as /etc/dpu/agent.conf
+#   make image-test            fetch a Debian arm64 kernel, build the image with
+#                              its virtio modules, boot it under qemu and check it
+
+IMAGE_ARCH    := $(if $(ARCH),$(ARCH),arm64)
+IMAGE_OUT     := images/out
+IMAGE_CACHE   := images/cache
+IMAGE_MODULES ?=
+IMAGE_CONF    ?=
+# u-root's commands in the image (pinned in go.mod through images/deps.go).
+IMAGE_UROOT   := init gosh ip insmod dmesg cat ls shutdown
+# Our commands: the firmware, its CLI, and the boot sequence.
+IMAGE_CMDS    := ./cmd/dpu-agent ./cmd/dpuctl ./images/cmd/uinit
+# Kernel modules the qemu test needs from the Debian kernel (with their
+# dependencies, found by modstage).
+VMTEST_MODULES := virtio_pci virtio_net
+VMTEST_KERNEL  := $(IMAGE_CACHE)/arm64
+VMTEST_TIMEOUT ?= 60s
+
+.PHONY: image image-test image-clean
+
+# image-build ARCH,MODULES: u-root's mkuimage (the version go.mod's tool
+# directive pins, built for this host) compiles every command into one
+# busybox-style binary (bbin/bb) and writes the cpio; /init is u-root's init,
+# /bin/uinit ours, /bin/sh gosh. MODULES is a staged module tree or empty.
+define image-build
+	@mkdir -p $(IMAGE_OUT)
+	$(GO) build -o $(IMAGE_OUT)/mkuimage github.com/u-root/mkuimage/cmd/mkuimage
+	GOOS=linux GOARCH=$(1) GOAMD64=v1 CGO_ENABLED=0 $(IMAGE_OUT)/mkuimage \
+		-build=bb -initcmd=init -uinitcmd=uinit -defaultsh=gosh -skip-ldd \
+		$(if $(2),-files $(2)/lib/modules:lib/modules) \
+		$(if $(IMAGE_CONF),-files $(IMAGE_CONF):etc/dpu/agent.conf) \
+		-o $(IMAGE_OUT)/dpu-$(1).cpio \
+		$(addprefix github.com/u-root/u-root/cmds/core/,$(IMAGE_UROOT)) $(IMAGE_CMDS)
+	gzip -9nf $(IMAGE_OUT)/dpu-$(1).cpio
+	@ls -l $(IMAGE_OUT)/dpu-$(1).cpio.gz
+endef
+
+image:
+	$(call image-build,$(IMAGE_ARCH),$(IMAGE_MODULES))
+
+image-test:
+	images/prepare-vmtest.sh $(VMTEST_KERNEL) $(VMTEST_MODULES)
+	$(call image-build,arm64,$(VMTEST_KERNEL)/stage)
+	$(GO) run ./images/vmtest -kernel $(VMTEST_KERNEL)/vmlinuz -initrd $(IMAGE_OUT)/dpu-arm64.cpio.gz \
+		-out $(IMAGE_OUT)/vmtest -timeout $(VMTEST_TIMEOUT)
+
+image-clean:
+	rm -rf $(IMAGE_OUT) $(IMAGE_CACHE)

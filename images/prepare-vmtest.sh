@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# prepare-vmtest.sh CACHE MODULE... — what images/vmtest needs on this host:
+#   - qemu-system-aarch64 (Debian's qemu-system-arm), installed when missing;
+#   - a Debian arm64 kernel: CACHE/vmlinuz and CACHE/release, fetched with
+#     apt-get download (adding the arm64 architecture to dpkg if needed);
+#   - CACHE/stage: the named modules and their dependencies for that kernel,
+#     staged by images/cmd/modstage for the image to carry.
+# The cache is kept (it is git-ignored); delete it to fetch a newer kernel.
+set -euo pipefail
+
+cache=${1:?usage: prepare-vmtest.sh CACHE MODULE...}
+shift
+modules=("$@")
+[ ${#modules[@]} -gt 0 ] || { echo "prepare-vmtest: no modules named" >&2; exit 2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=
+apt_update() {
+	[ -n "$apt_updated" ] && return 0
+	as_root apt-get update -q >/dev/null
+	apt_updated=1
+}
+
+if ! command -v qemu-system-aarch64 >/dev/null; then
+	echo "prepare-vmtest: installing qemu-system-arm"
+	apt_update
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-system-arm >/dev/null
+fi
+
+stage_ok() {
+	[ -s "$cache/vmlinuz" ] && [ -s "$cache/release" ] && [ -f "$cache/stage/.modules" ] &&
+		[ "$(cat "$cache/stage/.modules")" = "${modules[*]}" ]
+}
+if stage_ok; then
+	echo "prepare-vmtest: kernel $(cat "$cache/release") cached in $cache"
+	exit 0
+fi
+
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+	as_root dpkg --add-architecture arm64
+	apt_update
+fi
+# linux-image-arm64 is the meta package; it depends on the versioned one.
+kernel_pkg() {
+	apt-cache depends linux-image-arm64:arm64 2>/dev/null |
+		awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
+}
+pkg=$(kernel_pkg)
+if [ -z "$pkg" ]; then
+	apt_update
+	pkg=$(kernel_pkg)
+fi
+[ -n "$pkg" ] || { echo "prepare-vmtest: no Debian arm64 kernel package found" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+chmod 755 "$tmp" # apt's download user must be able to write there
+echo "prepare-vmtest: downloading $pkg"
+(cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1) ||
+	(cd "$tmp" && apt-get download "$pkg")
+dpkg-deb -x "$tmp"/*.deb "$tmp/root"
+
+modroot=$(dirname "$(find "$tmp/root" -name modules.order -path '*/modules/*' | head -n1)")
+release=$(basename "$modroot")
+vmlinuz="$tmp/root/boot/vmlinuz-$release"
+[ -f "$vmlinuz" ] || { echo "prepare-vmtest: $pkg has no /boot/vmlinuz-$release" >&2; exit 1; }
+
+mkdir -p "$cache"
+rm -rf "$cache/stage" "$cache/stage.tmp"
+go run ./images/cmd/modstage -tree "$modroot" -o "$cache/stage.tmp" "${modules[@]}"
+echo "${modules[*]}" >"$cache/stage.tmp/.modules"
+cp "$vmlinuz" "$cache/vmlinuz"
+echo "$release" >"$cache/release"
+mv "$cache/stage.tmp" "$cache/stage"
+echo "prepare-vmtest: kernel $release and its modules cached in $cache"
