@@ -2,6 +2,7 @@ package hostif_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"syscall"
 	"testing"
@@ -188,4 +189,329 @@ func TestEveryOp(t *testing.T) {
 	_, err = c.Load(ctx, g, buf)
 	wantErrno(t, err, syscall.ENOENT)
 	wantErrno(t, c.Free(ctx, g), syscall.ENOENT)
+}
+
+func nextEvent(t testing.TB, c *client.Client, want wire.EventType) wire.Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-c.Events():
+			if !ok {
+				t.Fatalf("event stream closed waiting for %v", want)
+			}
+			if ev.Type == want {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %v event", want)
+		}
+	}
+}
+
+// TestReplicaConsistency: two hosts share a fabric. Host 1 maps a page;
+// writes made through host 2 reach host 1's replica as updates (small) or
+// invalidations (large, then refetched); writes acknowledged on host 1 are
+// in its replica before the reply.
+func TestReplicaConsistency(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h1 := startNode(t, fab, 1, hostif.Options{})
+	h2 := startNode(t, fab, 2, hostif.Options{})
+	c1, c1b, c2 := dial(t, h1.path), dial(t, h1.path), dial(t, h2.path)
+	ctx := ctxT(t)
+	g, err := c2.Alloc(ctx, 2*4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Subscribe(ctx, wire.AllEvents); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c1.Map(ctx, g, 2*4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := func(off int) uint64 { return binary.LittleEndian.Uint64(m.Bytes()[off:]) }
+
+	// write-update from another host: applied in place, event says so
+	if _, err := c2.Store64(ctx, g.WithOffset(16), 0xabcdef); err != nil {
+		t.Fatal(err)
+	}
+	ev := nextEvent(t, c1, wire.EventUpdated)
+	if ev.Page != g || ev.Version != 1 || ev.Offset != 16 || ev.Length != 8 {
+		t.Fatalf("update event %+v", ev)
+	}
+	if word(16) != 0xabcdef {
+		t.Fatalf("replica word = %#x after the update event", word(16))
+	}
+	if v, valid := m.Version(0); v != 1 || !valid {
+		t.Fatalf("replica version %d valid %v", v, valid)
+	}
+
+	// write-invalidate from another host: stale until refetched, and a
+	// library read never returns the old content once the event is seen
+	big := make([]byte, 1024)
+	for i := range big {
+		big[i] = 0x5a
+	}
+	if _, err := c2.Store(ctx, wire.PageAt(g, 1), big); err != nil {
+		t.Fatal(err)
+	}
+	ev = nextEvent(t, c1, wire.EventInvalidated)
+	if ev.Page != wire.PageAt(g, 1) || ev.Version != 1 {
+		t.Fatalf("invalidate event %+v", ev)
+	}
+	if v, err := m.Load64(ctx, 4096+8); err != nil || v != 0x5a5a5a5a5a5a5a5a {
+		t.Fatalf("load64 after invalidation = %#x %v", v, err)
+	}
+	got := make([]byte, 1024)
+	if err := m.Read(ctx, 4096, got); err != nil || string(got) != string(big) {
+		t.Fatalf("read after invalidation: %v", err)
+	}
+	waitFor(t, "refetch", func() bool { v, valid := m.Version(1); return valid && v == 1 })
+	if string(m.Bytes()[4096:4096+1024]) != string(big) {
+		t.Fatal("refetched replica differs")
+	}
+
+	// read-your-writes on this host, from any connection: acknowledged
+	// writes are in the replica (raw memory included) before the reply,
+	// even when the backend does not report the host's own writes
+	h1.be.SetQuietOwnWrites(true)
+	for i := range uint64(200) {
+		w := c1
+		if i%2 == 1 {
+			w = c1b
+		}
+		off := int(i%8) * 8
+		if _, err := w.Store64(ctx, g.WithOffset(uint16(off)), i*3+1); err != nil {
+			t.Fatal(err)
+		}
+		if word(off) != i*3+1 {
+			t.Fatalf("write %d not in the replica after its reply: %#x", i, word(off))
+		}
+		if v, err := m.Load64(ctx, off); err != nil || v != i*3+1 {
+			t.Fatalf("load64 after write %d = %d %v", i, v, err)
+		}
+		if _, err := w.FetchAdd(ctx, g.WithOffset(uint16(off)), 1); err != nil {
+			t.Fatal(err)
+		}
+		if word(off) != i*3+2 {
+			t.Fatalf("fetch-add %d not in the replica after its reply", i)
+		}
+	}
+}
+
+// overflowBackend lets a test inject events.
+type overflowBackend struct {
+	*hostiftest.Node
+	ch chan hostif.Event
+}
+
+func (b *overflowBackend) Events() <-chan hostif.Event { return b.ch }
+
+func TestEventOverflow(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	be := &overflowBackend{Node: fab.Node(1), ch: make(chan hostif.Event, 1)}
+	t.Cleanup(be.Node.Close)
+	path := hostiftest.StartServer(t, be, hostif.Options{})
+	c := dial(t, path)
+	ctx := ctxT(t)
+	g, err := c.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Map(ctx, g, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe(ctx, wire.EventLost.Mask()); err != nil {
+		t.Fatal(err)
+	}
+	// A write the server never hears about, then the overflow report.
+	if _, err := fab.Node(2).Store(ctx, g, []byte{9}); err != nil {
+		t.Fatal(err)
+	}
+	be.ch <- hostif.Event{Kind: hostif.EventOverflow}
+	nextEvent(t, c, wire.EventLost)
+	waitFor(t, "refetch after overflow", func() bool { v, valid := m.Version(0); return valid && v == 1 })
+	if m.Bytes()[0] != 9 {
+		t.Fatal("replica not refetched after overflow")
+	}
+}
+
+func TestLocks(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h1 := startNode(t, fab, 1, hostif.Options{})
+	a, b := dial(t, h1.path), dial(t, h1.path)
+	ctx := ctxT(t)
+	g, err := a.Alloc(ctx, 4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Lock(ctx, g, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, b.TryLock(ctx, g), syscall.EBUSY)
+	wantErrno(t, b.Lock(ctx, g, 50*time.Millisecond), syscall.ETIMEDOUT)
+	wantErrno(t, b.Unlock(ctx, g), syscall.EPERM)
+	got := make(chan error, 1)
+	go func() { got <- b.Lock(ctx, g, 5*time.Second) }()
+	time.Sleep(20 * time.Millisecond)
+	if err := a.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiting locker: %v", err)
+	}
+
+	// host fault: the pin is revoked, the holder is told, others may lock
+	if err := b.Subscribe(ctx, wire.AllEvents); err != nil {
+		t.Fatal(err)
+	}
+	if !fab.Fault(g, syscall.ETIMEDOUT) {
+		t.Fatal("no pin to revoke")
+	}
+	ev := nextEvent(t, b, wire.EventHostFault)
+	if ev.Page != g || ev.Reason != syscall.ETIMEDOUT {
+		t.Fatalf("fault event %+v", ev)
+	}
+	wantErrno(t, b.Unlock(ctx, g), syscall.EPERM)
+	if err := a.Lock(ctx, g, 0); err != nil {
+		t.Fatalf("lock after fault: %v", err)
+	}
+
+	// another host takes the lock: it waits for ours, then we lose ownership
+	h2 := startNode(t, fab, 2, hostif.Options{})
+	c := dial(t, h2.path)
+	wantErrno(t, c.Lock(ctx, g, 50*time.Millisecond), syscall.ETIMEDOUT)
+	if err := a.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Acquire(ctx, g, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Lock(ctx, g, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, b, wire.EventOwnershipLost); ev.Page != g {
+		t.Fatalf("ownership event %+v", ev)
+	}
+	if loc, err := a.Where(ctx, g); err != nil || loc.Owner != 2 || loc.Tier != gva.TierNeighbour || loc.Hops != 1 {
+		t.Fatalf("where after the move: %+v %v", loc, err)
+	}
+}
+
+// TestDisconnectReleases: a client that goes away has its refs, locks and
+// acquisitions released through the backend, and others proceed.
+func TestDisconnectReleases(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h := startNode(t, fab, 1, hostif.Options{ReleaseTimeout: time.Second})
+	ctx := ctxT(t)
+	other := dial(t, h.path)
+	g, err := other.Alloc(ctx, 3*4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, p1, p2 := g, wire.PageAt(g, 1), wire.PageAt(g, 2)
+
+	gone, err := client.Dial(ctx, h.path, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.Map(ctx, p0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Lock(ctx, p1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Acquire(ctx, p2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Subscribe(ctx, wire.AllEvents); err != nil {
+		t.Fatal(err)
+	}
+	// A lock request of another client waits on the dying one's lock.
+	locked := make(chan error, 1)
+	go func() { locked <- other.Lock(ctx, p1, 5*time.Second) }()
+	gone.Close()
+
+	if err := <-locked; err != nil {
+		t.Fatalf("lock after the holder disconnected: %v", err)
+	}
+	waitFor(t, "release", func() bool { return fab.Refs(p0, 1) == 0 && !fab.Acquired(p2, 1) })
+	if m, ok := fab.LockedBy(p1); !ok || m != 1 {
+		t.Fatal("the waiting client's lock is not held")
+	}
+	if _, err := gone.Where(ctx, p0); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("call on a closed client: %v", err)
+	}
+}
+
+// TestAbandonedCallsAreUndone: a LOCK granted after its caller gave up is
+// unlocked by the client, so the lock does not leak.
+func TestAbandonedCallsAreUndone(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h := startNode(t, fab, 1, hostif.Options{})
+	a, b, c := dial(t, h.path), dial(t, h.path), dial(t, h.path)
+	ctx := ctxT(t)
+	g, err := a.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Lock(ctx, g, 0); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if err := b.Lock(short, g, 5*time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("abandoned lock: %v", err)
+	}
+	if err := a.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	// b's request is granted after b gave up; b's client unlocks it.
+	waitFor(t, "the abandoned lock to be undone", func() bool { return c.TryLock(ctx, g) == nil })
+}
+
+// TestConcurrentClient: many goroutines on one client; fetch-add is
+// linearizable (every old value seen exactly once).
+func TestConcurrentClient(t *testing.T) {
+	h := startNode(t, hostiftest.NewFabric(), 1, hostif.Options{MaxOutstanding: 8})
+	c := dial(t, h.path)
+	ctx := ctxT(t)
+	g, err := c.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 32, 100
+	olds := make(chan uint64, workers*each)
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			for range each {
+				old, err := c.FetchAdd(ctx, g, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				olds <- old
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(olds)
+	seen := make([]bool, workers*each)
+	for o := range olds {
+		if o >= uint64(len(seen)) || seen[o] {
+			t.Fatalf("old value %d repeated or out of range", o)
+		}
+		seen[o] = true
+	}
+	if v, err := c.Load64(ctx, g); err != nil || v != workers*each {
+		t.Fatalf("counter %d %v", v, err)
+	}
 }

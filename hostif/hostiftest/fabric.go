@@ -135,13 +135,13 @@ func (f *Fabric) signalLocked() {
 }
 
 // write applies data at addr of p under f.mu and tells the nodes that ref
-// the page.
-func (f *Fabric) writeLocked(p *page, addr gva.GVA, data []byte) gva.Version {
+// the page (the writer too, unless it asked not to hear its own writes).
+func (f *Fabric) writeLocked(by *Node, p *page, addr gva.GVA, data []byte) gva.Version {
 	copy(p.data[addr.Offset():], data)
 	p.version++
 	key := addr.Key()
 	for m, n := range p.refs {
-		if n == 0 || f.nodes[m] == nil {
+		if n == 0 || f.nodes[m] == nil || (m == by.machine && by.quietOwn.Load()) {
 			continue
 		}
 		ev := hostif.Event{Kind: hostif.EventInvalidate, Page: key, Version: p.version}
@@ -158,8 +158,9 @@ type Node struct {
 	f       *Fabric
 	machine gva.MachineIndex
 
-	stalled atomic.Bool
-	calls   atomic.Int64
+	stalled  atomic.Bool
+	quietOwn atomic.Bool
+	calls    atomic.Int64
 
 	qmu      sync.Mutex
 	queue    []hostif.Event
@@ -195,6 +196,10 @@ func (n *Node) Close() {
 // SetStall makes every call wait for its context to end (true) or run
 // normally (false): a backend that never answers.
 func (n *Node) SetStall(on bool) { n.stalled.Store(on) }
+
+// SetQuietOwnWrites stops (true) or restarts the events for writes made
+// through this node itself; the Backend contract allows both.
+func (n *Node) SetQuietOwnWrites(on bool) { n.quietOwn.Store(on) }
 
 // SetCapacity bounds the pages this node may allocate (0: unbounded).
 func (n *Node) SetCapacity(pages int) {
@@ -430,7 +435,7 @@ func (n *Node) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version
 	if err != nil {
 		return 0, err
 	}
-	return n.f.writeLocked(p, addr, src), nil
+	return n.f.writeLocked(n, p, addr, src), nil
 }
 
 // CompareAndSwap implements hostif.Backend.
@@ -463,7 +468,7 @@ func (n *Node) atomic(ctx context.Context, addr gva.GVA, op func(old uint64) (ui
 	}
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], nv)
-	return old, n.f.writeLocked(p, addr, b[:]), nil
+	return old, n.f.writeLocked(n, p, addr, b[:]), nil
 }
 
 // waitLocked waits, releasing f.mu, until ready(p) holds or ctx ends.
