@@ -170,17 +170,18 @@ func TestPeerRestart(t *testing.T) {
 
 	// Capture everything both ends write while b's link is cut, with
 	// data in flight from a.
-	var stale [][]byte
-	capture := func(b []byte) { stale = append(stale, append([]byte(nil), b...)) }
-	p.tapA, p.tapB = capture, capture
+	var fromA, fromB [][]byte // what each end wrote: late datagrams for the other
+	capture := func(to *[][]byte) func([]byte) {
+		return func(b []byte) { *to = append(*to, append([]byte(nil), b...)) }
+	}
+	p.tapA, p.tapB = capture(&fromA), capture(&fromB)
 	p.cutA, p.cutB = true, true
 	lost := newStream(t, "lost", 5, func(int) int { return 300 })
 	lost.fill(p.now, p.a)
-	for range 5 {
-		p.step()
-	}
-	if len(stale) == 0 {
-		t.Fatal("nothing captured")
+	cut := p.now
+	p.until(time.Minute, "heartbeats", func() bool { return p.now > cut+3*testConfig(1).HeartbeatInterval })
+	if len(fromA) == 0 || len(fromB) == 0 || !p.a.Up() {
+		t.Fatalf("captured %d from a, %d from b; a up %v", len(fromA), len(fromB), p.a.Up())
 	}
 	p.tapA, p.tapB = nil, nil
 
@@ -205,12 +206,15 @@ func TestPeerRestart(t *testing.T) {
 		t.Errorf("a abandoned %d messages, want the 5 queued for the old session", sa.Abandoned)
 	}
 
-	// Replay the old datagrams into both ends: all are stale.
+	// Deliver the old datagrams late, each to the end it was sent to: all
+	// are stale (a's old epoch at b2, b's retired session at a).
 	staleA, staleB := p.a.Stats().Stale, b2.Stats().Stale
-	for _, d := range stale {
+	for _, d := range fromB {
 		if err := p.a.Input(p.now, d); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, d := range fromA {
 		if err := b2.Input(p.now, d); err != nil {
 			t.Fatal(err)
 		}
@@ -218,7 +222,7 @@ func TestPeerRestart(t *testing.T) {
 			t.Fatal("b2 delivered a message of the old session")
 		}
 	}
-	if p.a.Stats().Stale == staleA || b2.Stats().Stale == staleB {
+	if p.a.Stats().Stale-staleA != uint64(len(fromB)) || b2.Stats().Stale-staleB != uint64(len(fromA)) {
 		t.Errorf("replayed datagrams not counted stale: a %+v b2 %+v", p.a.Stats(), b2.Stats())
 	}
 	if !p.a.Up() || !b2.Up() {

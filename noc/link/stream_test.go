@@ -50,6 +50,10 @@ func TestStreamLossy(t *testing.T) {
 			if sa.Retransmits == 0 || sb.Duplicates == 0 {
 				t.Errorf("the wire was not lossy: a %+v b %+v", sa, sb)
 			}
+			// Most losses are found from acks, not by the timer.
+			if sa.FastRetransmits < sa.Retransmits/2 || sa.Timeouts > sa.Retransmits/10 {
+				t.Errorf("loss recovery leans on timeouts: %+v", sa)
+			}
 			t.Logf("virtual time %v", p.now)
 			t.Logf("a: %+v", sa)
 			t.Logf("b: %+v", sb)
