@@ -60,7 +60,7 @@ type datagram struct {
 
 // PortOpener opens a port of one kind from its spec. It returns the kind
 // actually opened (an AF_XDP request may fall back to AF_PACKET).
-type PortOpener func(spec PortSpec, log *slog.Logger) (noc.Port, string, error)
+type PortOpener func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error)
 
 var (
 	openersMu sync.Mutex
@@ -174,7 +174,7 @@ func (a *Agent) openPorts() error {
 		if !ok {
 			return fmt.Errorf("agent: port %s: kind %q is not available in this build", spec.Name, spec.Kind)
 		}
-		p, kind, err := open(spec, a.log)
+		p, kind, err := open(spec, &a.cfg, a.log)
 		if err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}

@@ -48,6 +48,10 @@ type Config struct {
 	SocketGroup  string // group owning the sockets ("" = the agent's)
 	Pages        int    // physical pages this node may index (capacity rule)
 	Seed         uint64 // seed of the agent's random source (0: from the clock)
+	// XDPPinDir, when set, is a bpffs directory where every AF_XDP port
+	// pins its XDP program's maps under XDPPinDir/<device> (for fault
+	// injection by another process).
+	XDPPinDir string
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -80,7 +84,8 @@ func (c *Config) LoadFile(path string) error {
 //
 // The format is line oriented: blank lines and lines starting with '#' are
 // ignored; every other line is "key = value". Keys: node, run-dir,
-// log-level, poll, heartbeat, dead-interval, socket-group, pages, seed, and
+// log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
+// xdp-pin-dir, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -159,6 +164,8 @@ func (c *Config) Set(key, val string) error {
 		c.Pages = n
 	case "seed":
 		c.Seed, err = strconv.ParseUint(val, 10, 64)
+	case "xdp-pin-dir":
+		c.XDPPinDir = val
 	default:
 		return fmt.Errorf("unknown key %q", key)
 	}

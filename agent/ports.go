@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 
 	"github.com/aitherion/dpu/agent/ctl"
@@ -18,7 +19,7 @@ import (
 const udpMTU = 1500
 
 func init() {
-	RegisterPort(PortUDP, func(spec PortSpec, _ *slog.Logger) (noc.Port, string, error) {
+	RegisterPort(PortUDP, func(spec PortSpec, _ *Config, _ *slog.Logger) (noc.Port, string, error) {
 		p, err := udp.Open(spec.Args[0], spec.Args[1], udpMTU)
 		if err != nil {
 			return nil, "", err
@@ -26,8 +27,13 @@ func init() {
 		return p, PortUDP, nil
 	})
 	openNetdev := func(force bool) PortOpener {
-		return func(spec PortSpec, log *slog.Logger) (noc.Port, string, error) {
-			p, kind, err := xdp.Open(spec.Args[0], xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log, ReplaceForeign: false})
+		return func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
+			dev := spec.Args[0]
+			opts := xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log}
+			if cfg.XDPPinDir != "" {
+				opts.PinDir = filepath.Join(cfg.XDPPinDir, dev)
+			}
+			p, kind, err := xdp.Open(dev, opts)
 			if err != nil {
 				return nil, "", err
 			}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -75,8 +76,14 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 	if err := spec.defaults(); err != nil {
 		return nil, err
 	}
-	if spec.Links != "udp" {
-		return nil, fmt.Errorf("fabric: links %q: only udp is available in this build path", spec.Links)
+	switch spec.Links {
+	case "udp":
+	case "veth":
+		if os.Geteuid() != 0 {
+			return nil, fmt.Errorf("fabric: --links veth creates network namespaces and needs root")
+		}
+	default:
+		return nil, fmt.Errorf("fabric: links %q: want udp or veth", spec.Links)
 	}
 	if st, err := Load(spec.Dir); err == nil && st.running() {
 		return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first", spec.Dir)
@@ -90,9 +97,29 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 		return nil, err
 	}
 	st := &State{Links: spec.Links, Topo: spec.Topo, Nodes: spec.Nodes, Seed: spec.Seed, Edges: g.Links(), AgentPath: spec.AgentPath, Args: spec.ExtraArgs, dir: abs}
-	addrs, err := loopbackAddrs(st.Edges)
-	if err != nil {
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	// Record the fabric before creating anything, so down can undo a
+	// crashed up.
+	if err := st.save(); err != nil {
 		return nil, err
+	}
+	var ports func(i int) string
+	var vf *veth.Fabric
+	if spec.Links == "veth" {
+		_ = veth.Down(abs) // leftovers of an earlier crash
+		vf, err = veth.Up(veth.Spec{Dir: abs, Nodes: spec.Nodes, Edges: vethEdges(st.Edges)})
+		if err != nil {
+			return nil, fmt.Errorf("fabric: %w", err)
+		}
+		ports = func(i int) string { return vethPorts(vf, i) }
+	} else {
+		addrs, err := loopbackAddrs(st.Edges)
+		if err != nil {
+			return nil, err
+		}
+		ports = func(i int) string { return udpPorts(noc.NodeID(i), st.Edges, addrs) }
 	}
 	for i := 0; i < spec.Nodes; i++ {
 		rd := filepath.Join(abs, fmt.Sprintf("node%d", i))
@@ -100,10 +127,14 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		conf := filepath.Join(rd, "agent.conf")
-		if err := os.WriteFile(conf, []byte(agentConf(i, rd, spec, st.Edges, addrs)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(agentConf(i, rd, spec)+ports(i)), 0o644); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
-		st.Agents = append(st.Agents, Agent{Node: i, RunDir: rd, Config: conf, Log: filepath.Join(rd, "agent.log"), Stopped: true})
+		a := Agent{Node: i, RunDir: rd, Config: conf, Log: filepath.Join(rd, "agent.log"), Stopped: true}
+		if vf != nil {
+			a.Netns = vf.Namespace(i)
+		}
+		st.Agents = append(st.Agents, a)
 	}
 	if err := st.save(); err != nil {
 		return nil, err
@@ -202,11 +233,16 @@ type portEnd struct {
 	port noc.PortID
 }
 
-func agentConf(i int, runDir string, spec Spec, edges []topo.Link, addrs map[portEnd]string) string {
-	me := noc.NodeID(i)
+func agentConf(i int, runDir string, spec Spec) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# node %d of a %d-node %s fabric (written by dpu-fabric)\n", i, spec.Nodes, spec.Topo)
+	fmt.Fprintf(&b, "# node %d of a %d-node %s fabric over %s links (written by dpu-fabric)\n", i, spec.Nodes, spec.Topo, spec.Links)
 	fmt.Fprintf(&b, "node = %d\nrun-dir = %s\nheartbeat = %v\ndead-interval = %v\nseed = %d\n", i, runDir, spec.Heartbeat, spec.DeadInterval, uint64(spec.Seed)*1000003+uint64(i)+1)
+	return b.String()
+}
+
+// udpPorts is node me's port lines over UDP loopback.
+func udpPorts(me noc.NodeID, edges []topo.Link, addrs map[portEnd]string) string {
+	var b strings.Builder
 	lines := map[noc.PortID]string{}
 	for _, e := range edges {
 		a, z := portEnd{e.A, e.PortA}, portEnd{e.B, e.PortB}
@@ -274,7 +310,11 @@ func (s *State) start(i int) error {
 	cmd := exec.Command(s.AgentPath, append([]string{"--config", a.Config}, s.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if a.Netns != "" {
+		start = func() error { return veth.StartIn(a.Netns, cmd) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("fabric: starting agent %d: %w", i, err)
 	}
 	a.Pid, a.Stopped = cmd.Process.Pid, false
@@ -375,6 +415,11 @@ func Down(dir string) error {
 			errs = append(errs, err)
 		}
 	}
+	if st.Links == "veth" {
+		if err := veth.Down(st.dir); err != nil && !errors.Is(err, veth.ErrNoFabric) {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -408,4 +453,42 @@ func waitGone(pid int, bound time.Duration) bool {
 // Alive reports whether agent i is running.
 func (s *State) Alive(i int) bool {
 	return i >= 0 && i < len(s.Agents) && !s.Agents[i].Stopped && alive(s.Agents[i].Pid)
+}
+
+func vethEdges(links []topo.Link) []veth.Edge {
+	out := make([]veth.Edge, len(links))
+	for i, l := range links {
+		out[i] = veth.Edge{A: int(l.A), PortA: int(l.PortA), B: int(l.B), PortB: int(l.PortB)}
+	}
+	return out
+}
+
+// vethPorts is node i's port lines over its veth devices (AF_XDP, with
+// the maps pinned where the fault command finds them).
+func vethPorts(vf *veth.Fabric, i int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "xdp-pin-dir = %s\n", vf.NodePinDir(i))
+	ps := vf.Ports(i)
+	slices.Sort(ps)
+	for _, p := range ps {
+		fmt.Fprintf(&b, "port = %s xdp %s\n", veth.PortName(p), veth.PortName(p))
+	}
+	return b.String()
+}
+
+// SetLink brings the links between nodes a and b down or up (veth fabrics).
+func (s *State) SetLink(a, b int, up bool) error {
+	if s.Links != "veth" {
+		return fmt.Errorf("fabric: link faults need a veth fabric (this one has %s links)", s.Links)
+	}
+	return veth.SetLink(s.dir, a, b, up)
+}
+
+// SetDrop makes both ends of the links between a and b drop pct percent of
+// NoC frames, inside the XDP program (veth fabrics).
+func (s *State) SetDrop(a, b int, pct float64) error {
+	if s.Links != "veth" {
+		return fmt.Errorf("fabric: link faults need a veth fabric (this one has %s links)", s.Links)
+	}
+	return veth.SetDrop(s.dir, a, b, pct)
 }

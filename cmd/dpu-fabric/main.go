@@ -5,6 +5,7 @@
 //	dpu-fabric down --dir DIR
 //	dpu-fabric status --dir DIR
 //	dpu-fabric fault --dir DIR node I kill|restart
+//	dpu-fabric fault --dir DIR link A-B down|up|drop PCT%   (veth fabrics)
 //
 // up returns once every agent's routes cover all nodes and leaves the agents
 // running; down stops them and removes nothing else.
@@ -19,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,7 +40,8 @@ const usage = `usage:
   dpu-fabric up --nodes N --topo KIND --dir DIR [--links udp|veth] [--ports K] [--seed S] [--timeout D]
   dpu-fabric down --dir DIR
   dpu-fabric status --dir DIR
-  dpu-fabric fault --dir DIR node I kill|restart`
+  dpu-fabric fault --dir DIR node I kill|restart
+  dpu-fabric fault --dir DIR link A-B down|up|drop PCT%   (veth fabrics)`
 
 var errUsage = errors.New(usage)
 
@@ -110,6 +113,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func fault(st *fabric.State, args []string, stdout io.Writer) error {
+	if len(args) >= 3 && args[0] == "link" {
+		a, b, ok := strings.Cut(args[1], "-")
+		ai, err1 := strconv.Atoi(a)
+		bi, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("link %q: want A-B (node numbers)", args[1])
+		}
+		switch {
+		case len(args) == 3 && (args[2] == "down" || args[2] == "up"):
+			if err := st.SetLink(ai, bi, args[2] == "up"); err != nil {
+				return err
+			}
+		case len(args) == 4 && args[2] == "drop":
+			pct, err := strconv.ParseFloat(strings.TrimSuffix(args[3], "%"), 64)
+			if err != nil || pct < 0 || pct > 100 {
+				return fmt.Errorf("drop %q: want a percentage 0..100", args[3])
+			}
+			if err := st.SetDrop(ai, bi, pct); err != nil {
+				return err
+			}
+		default:
+			return errUsage
+		}
+		fmt.Fprintf(stdout, "link %d-%d: %s\n", ai, bi, strings.Join(args[2:], " "))
+		return nil
+	}
 	if len(args) == 3 && args[0] == "node" {
 		i, err := strconv.Atoi(args[1])
 		if err != nil {
