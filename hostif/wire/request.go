@@ -75,8 +75,8 @@ func DecodeRequest(b []byte, r *Request) error {
 	if r.Kind != KindRequest {
 		return fmt.Errorf("%w: kind %d in a request", ErrKind, r.Kind)
 	}
-	if r.Flags != 0 || r.Status != 0 {
-		return fmt.Errorf("%w: header flags %#x status %#x", ErrReserved, r.Flags, r.Status)
+	if r.Header.Flags != 0 || r.Status != 0 {
+		return fmt.Errorf("%w: header flags %#x status %#x", ErrReserved, r.Header.Flags, r.Status)
 	}
 	body := b[HeaderLen:]
 	le := binary.LittleEndian
