@@ -66,6 +66,9 @@ type Test struct {
 	Peers []uint32
 	// Timeout bounds the whole test inside the guest (dpu.test.timeout).
 	Timeout time.Duration
+	// Linger keeps the machine up after the test, so that peers still
+	// running their checks keep their routes (dpu.test.linger).
+	Linger time.Duration
 }
 
 // DefaultTestTimeout bounds the boot test when dpu.test.timeout is absent.
@@ -88,6 +91,8 @@ const DefaultTestTimeout = 45 * time.Second
 //	dpu.test=1                 run the boot self-test, then power off
 //	dpu.test.peers=N,…         nodes the self-test waits to see in its routes
 //	dpu.test.timeout=DURATION  bound of the self-test (default 45s)
+//	dpu.test.linger=DURATION   stay up this long after the self-test (≤ 1m),
+//	                           for peers still running theirs
 //
 // Values may be double-quoted as on any kernel command line. A repeated
 // parameter overrides the earlier one. Every problem is reported (joined
@@ -182,6 +187,15 @@ func (p *Params) set(key, val string) error {
 			return errors.New("must be positive")
 		}
 		p.Test.Timeout = d
+	case "test.linger":
+		d, err := time.ParseDuration(val)
+		if err != nil {
+			return err
+		}
+		if d < 0 || d > time.Minute {
+			return errors.New("want 0 to 1m")
+		}
+		p.Test.Linger = d
 	default:
 		return errors.New("unknown parameter")
 	}

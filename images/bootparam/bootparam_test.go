@@ -126,11 +126,11 @@ func TestPortSpecsAreAgentSyntax(t *testing.T) {
 }
 
 func TestParseTest(t *testing.T) {
-	p, err := Parse("dpu.test=1 dpu.test.peers=1,2 dpu.test.timeout=30s")
+	p, err := Parse("dpu.test=1 dpu.test.peers=1,2 dpu.test.timeout=30s dpu.test.linger=3s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Test.Enabled || !reflect.DeepEqual(p.Test.Peers, []uint32{1, 2}) || p.TestTimeout() != 30*time.Second {
+	if !p.Test.Enabled || !reflect.DeepEqual(p.Test.Peers, []uint32{1, 2}) || p.TestTimeout() != 30*time.Second || p.Test.Linger != 3*time.Second {
 		t.Errorf("Test = %+v", p.Test)
 	}
 	if p.Configures() {
@@ -174,6 +174,7 @@ func TestParseErrors(t *testing.T) {
 		{"dpu.test=maybe", "dpu.test"},
 		{"dpu.test.peers=a", "dpu.test.peers"},
 		{"dpu.test.timeout=-3s", "positive"},
+		{"dpu.test.linger=2h", "0 to 1m"},
 	}
 	for _, tt := range tests {
 		_, err := Parse(tt.cmdline)

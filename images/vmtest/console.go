@@ -129,9 +129,9 @@ func (c *console) Text() string {
 }
 
 // verdict checks what every scenario needs of a guest: the agent's ready
-// line (for the expected node), a passing self-test and every check ended
-// ok.
-func (c *console) verdict(node int, checks []string) error {
+// line (for the expected node), a passing self-test, every check ended ok
+// and those of withOutput printed something.
+func (c *console) verdict(node int, checks, withOutput []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.readyAt == 0 {
@@ -146,13 +146,16 @@ func (c *console) verdict(node int, checks []string) error {
 		}
 		return fmt.Errorf("self-test: %s", c.done)
 	}
-	for _, name := range checks {
+	for _, name := range append(checks, withOutput...) {
 		switch res := c.end[name]; {
 		case res == "":
 			return fmt.Errorf("check %s: no result", name)
 		case res != "ok":
 			return fmt.Errorf("check %s: %s", name, res)
-		case len(c.out[name]) == 0:
+		}
+	}
+	for _, name := range withOutput {
+		if len(c.out[name]) == 0 {
 			return fmt.Errorf("check %s: no output", name)
 		}
 	}
@@ -176,7 +179,9 @@ func routeDsts(lines []string) (map[uint32]bool, error) {
 }
 
 // linkKinds reads the port kinds of a JSON link table (dpuctl -j link
-// show): name → kind, with whatever the link says of its state.
+// show): name → kind, with the link's state and, for an AF_XDP port, how
+// many frames its XDP program redirected to the socket (the proof that
+// AF_XDP, not the AF_PACKET fallback, carried them).
 func linkKinds(lines []string) (map[string]string, error) {
 	var v any
 	if err := json.Unmarshal([]byte(strings.Join(lines, "\n")), &v); err != nil {
@@ -187,13 +192,34 @@ func linkKinds(lines []string) (map[string]string, error) {
 		name, _ := o["name"].(string)
 		kind, _ := o["kind"].(string)
 		if name != "" && kind != "" {
+			var notes []string
 			if state, ok := o["state"].(string); ok {
-				kind += " (" + state + ")"
+				notes = append(notes, state)
+			}
+			if n, ok := counter(o, "redirected"); ok {
+				notes = append(notes, fmt.Sprintf("%d frames redirected by XDP", n))
+			}
+			if len(notes) > 0 {
+				kind += " (" + strings.Join(notes, ", ") + ")"
 			}
 			kinds[name] = kind
 		}
 	})
 	return kinds, nil
+}
+
+// counter finds a named counter in a link's "counters" list.
+func counter(link map[string]any, name string) (uint64, bool) {
+	list, _ := link["counters"].([]any)
+	for _, c := range list {
+		c, _ := c.(map[string]any)
+		if c["name"] == name {
+			if v, ok := c["value"].(float64); ok && v >= 0 {
+				return uint64(v), true
+			}
+		}
+	}
+	return 0, false
 }
 
 func eachObject(v any, f func(map[string]any)) {

@@ -29,7 +29,7 @@ DPU-TEST END neigh-show error: exit status 1
 DPU-TEST OUT route-json: [{"dst":0,"port":"p0","hops":1},
 DPU-TEST OUT route-json:  {"dst":1,"port":"","hops":0}]
 DPU-TEST END route-json ok
-DPU-TEST OUT link-json: [{"index":0,"name":"p0","kind":"xdp","state":"up"}]
+DPU-TEST OUT link-json: [{"index":0,"name":"p0","kind":"xdp","state":"up","counters":[{"name":"passed","value":0},{"name":"redirected","value":16}]},{"name":"p1","kind":"afpacket"}]
 DPU-TEST END link-json ok
 DPU-TEST DONE ok
 `
@@ -57,16 +57,16 @@ func TestConsoleReadsMarkers(t *testing.T) {
 	if out, res := c.Check("neigh-show"); res != "error: exit status 1" || len(out) != 1 || out[0] != "" {
 		t.Errorf("neigh-show %q %q", out, res)
 	}
-	if err := c.verdict(1, []string{"route-show", "stats", "route-json"}); err != nil {
+	if err := c.verdict(1, []string{"route-show", "stats", "route-json"}, []string{"route-show"}); err != nil {
 		t.Errorf("verdict: %v", err)
 	}
-	if err := c.verdict(0, nil); err == nil || !strings.Contains(err.Error(), "node 1, want 0") {
+	if err := c.verdict(0, nil, nil); err == nil || !strings.Contains(err.Error(), "node 1, want 0") {
 		t.Errorf("wrong node: %v", err)
 	}
-	if err := c.verdict(1, []string{"neigh-show"}); err == nil || !strings.Contains(err.Error(), "exit status 1") {
+	if err := c.verdict(1, []string{"neigh-show"}, nil); err == nil || !strings.Contains(err.Error(), "exit status 1") {
 		t.Errorf("failed check: %v", err)
 	}
-	if err := c.verdict(1, []string{"pathcache-show"}); err == nil || !strings.Contains(err.Error(), "no result") {
+	if err := c.verdict(1, nil, []string{"pathcache-show"}); err == nil || !strings.Contains(err.Error(), "no result") {
 		t.Errorf("missing check: %v", err)
 	}
 	lines, _ := c.Check("route-json")
@@ -76,7 +76,7 @@ func TestConsoleReadsMarkers(t *testing.T) {
 	}
 	lines, _ = c.Check("link-json")
 	kinds, err := linkKinds(lines)
-	if err != nil || kinds["p0"] != "xdp (up)" {
+	if err != nil || kinds["p0"] != "xdp (up, 16 frames redirected by XDP)" || kinds["p1"] != "afpacket" {
 		t.Errorf("linkKinds = %v, %v", kinds, err)
 	}
 	if !strings.HasPrefix(c.Text(), "[    0.000000] Booting") || strings.Contains(c.Text(), "\r") {
@@ -87,20 +87,23 @@ func TestConsoleReadsMarkers(t *testing.T) {
 func TestConsoleVerdictFailures(t *testing.T) {
 	start := time.Now()
 	c := newConsole(start)
-	if err := c.verdict(0, nil); err == nil || !strings.Contains(err.Error(), readyLine) {
+	if err := c.verdict(0, nil, nil); err == nil || !strings.Contains(err.Error(), readyLine) {
 		t.Errorf("no ready line: %v", err)
 	}
 	feed(c, start, `msg="dpu-agent ready" node=0`)
-	if err := c.verdict(0, nil); err == nil || !strings.Contains(err.Error(), "did not finish") {
+	if err := c.verdict(0, nil, nil); err == nil || !strings.Contains(err.Error(), "did not finish") {
 		t.Errorf("unfinished: %v", err)
 	}
 	feed(c, start, "DPU-TEST DONE fail: no route to node(s) [1]")
-	if err := c.verdict(0, nil); err == nil || !strings.Contains(err.Error(), "no route") {
+	if err := c.verdict(0, nil, nil); err == nil || !strings.Contains(err.Error(), "no route") {
 		t.Errorf("failed: %v", err)
 	}
 	feed(c, start, "DPU-TEST END stats ok")
 	c.done = "ok"
-	if err := c.verdict(0, []string{"stats"}); err == nil || !strings.Contains(err.Error(), "no output") {
+	if err := c.verdict(0, []string{"stats"}, nil); err != nil {
+		t.Errorf("empty output allowed: %v", err)
+	}
+	if err := c.verdict(0, nil, []string{"stats"}); err == nil || !strings.Contains(err.Error(), "no output") {
 		t.Errorf("empty output: %v", err)
 	}
 }

@@ -117,6 +117,13 @@ func boot(ctx context.Context, logger *log.Logger, console io.Writer, sys system
 		return nil
 	}
 	selftest(ctx, sys, console, bp.Params)
+	if d := bp.Params.Test.Linger; d > 0 {
+		logger.Printf("staying up %v for the peers' self-tests", d)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
 	return powerOff(logger, sys)
 }
 

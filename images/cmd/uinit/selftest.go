@@ -32,13 +32,14 @@ type testCheck struct {
 }
 
 var testChecks = []testCheck{
+	// The tables as JSON first, while every peer is surely still up, for
+	// the host to check field by field.
+	{"route-json", []string{"-j", "route", "show"}},
+	{"link-json", []string{"-j", "link", "show"}},
 	{"route-show", []string{"route", "show"}},
 	{"link-show", []string{"link", "show"}},
 	{"neigh-show", []string{"neigh", "show"}},
 	{"stats", []string{"stats"}},
-	// The same tables as JSON, for the host to check field by field.
-	{"route-json", []string{"-j", "route", "show"}},
-	{"link-json", []string{"-j", "link", "show"}},
 }
 
 // Poll intervals of the self-test's waits (each bounded by the test's
@@ -91,6 +92,9 @@ func selftest(ctx context.Context, sys system, out io.Writer, p bootparam.Params
 
 	for _, c := range testChecks {
 		b, err := sys.Dpuctl(ctx, c.Args...)
+		if c.Args[0] == "-j" {
+			b = compactJSON(b)
+		}
 		printCheck(out, c.Name, b, err)
 		if err != nil && failure == "" {
 			failure = fmt.Sprintf("%s: %s", c.Name, firstLine(err.Error()))
@@ -152,6 +156,17 @@ func missingRoutes(table []byte, want []uint32) []uint32 {
 		}
 	}
 	return missing
+}
+
+// compactJSON puts a JSON document on one line (a console line each is
+// what the host reads best); other text is returned as it is.
+func compactJSON(b []byte) []byte {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return b
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes()
 }
 
 func firstLine(s string) string {

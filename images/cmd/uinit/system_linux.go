@@ -24,7 +24,23 @@ import (
 const dpuctlTimeout = 5 * time.Second
 
 // linuxSystem is the system of the booted machine.
-type linuxSystem struct{}
+type linuxSystem struct {
+	// console is where the agent writes (the supervisor and the agent
+	// inherit it) and what PowerOff drains.
+	console *os.File
+}
+
+// openConsole opens the kernel's console for writing. u-root's init hands
+// uinit pipes that it copies to the consoles itself; writing to the console
+// directly keeps the agent's log and the self-test's markers independent of
+// init, and lets PowerOff wait until the last line has left the UART.
+func openConsole() *os.File {
+	f, err := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		return os.Stdout
+	}
+	return f
+}
 
 func (linuxSystem) Cmdline() (string, error) {
 	b, err := os.ReadFile("/proc/cmdline")
@@ -83,7 +99,7 @@ func (linuxSystem) FileExists(path string) bool {
 // StartAgent starts "uinit -supervise -- dpu-agent ARGS" in a session of
 // its own, so that it outlives this process and the console's hangup when
 // the shell takes the terminal. init reaps it.
-func (linuxSystem) StartAgent(args []string) error {
+func (s linuxSystem) StartAgent(args []string) error {
 	agent, err := exec.LookPath("dpu-agent")
 	if err != nil {
 		return err
@@ -94,7 +110,7 @@ func (linuxSystem) StartAgent(args []string) error {
 	}
 	cmd := exec.Command(self, append([]string{"-supervise", "--", agent}, args...)...)
 	cmd.Args[0] = "uinit" // a busybox binary picks the command by argv[0]
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Stdout, cmd.Stderr = s.console, s.console
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -133,7 +149,9 @@ func (linuxSystem) Uptime() time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
-func (linuxSystem) PowerOff() error {
+func (s linuxSystem) PowerOff() error {
+	// tcdrain: wait until the console has sent what was written to it.
+	_ = unix.IoctlSetInt(int(s.console.Fd()), unix.TCSBRK, 1)
 	unix.Sync()
 	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 }

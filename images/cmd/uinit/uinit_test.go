@@ -170,7 +170,7 @@ func TestBringUpGivesUp(t *testing.T) {
 }
 
 func TestSelftestPasses(t *testing.T) {
-	s := newFakeSystem("dpu.node=0 dpu.links=eth0 dpu.test=1 dpu.test.peers=1 dpu.test.timeout=10s")
+	s := newFakeSystem("dpu.node=0 dpu.links=eth0 dpu.test=1 dpu.test.peers=1 dpu.test.timeout=10s dpu.test.linger=50ms")
 	s.appearsAt["eth0"] = 0
 	s.dpuctl = func(call int, args []string) ([]byte, error) {
 		switch {
@@ -179,15 +179,19 @@ func TestSelftestPasses(t *testing.T) {
 		case strings.Join(args, " ") == "-j route show" && call < 5:
 			return []byte(`[{"dst":0,"hops":0}]`), nil
 		case strings.Join(args, " ") == "-j route show":
-			return []byte(`[{"dst":0,"hops":0},{"dst":1,"port":"p0","hops":1}]`), nil
+			return []byte("[\n  {\"dst\": 0, \"hops\": 0},\n  {\"dst\": 1, \"port\": \"p0\", \"hops\": 1}\n]\n"), nil
 		case args[0] == "route":
 			return []byte("0 local\n1 via p0 hops 1\n"), nil
 		}
 		return []byte("ok\n"), nil
 	}
-	console, _ := bootWith(t, s)
+	console, logs := bootWith(t, s)
+	if !strings.Contains(logs, "staying up 50ms") {
+		t.Errorf("no linger:\n%s", logs)
+	}
 	for _, want := range []string{
 		"DPU-TEST START node=0 peers=[1]\n",
+		`DPU-TEST OUT route-json: [{"dst":0,"hops":0},{"dst":1,"port":"p0","hops":1}]` + "\n",
 		"DPU-TEST READY uptime=3.00s\n",
 		"DPU-TEST ROUTES uptime=3.00s\n",
 		"DPU-TEST OUT route-show: 1 via p0 hops 1\n",
