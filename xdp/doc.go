@@ -36,6 +36,15 @@
 // copy mode otherwise; veth has no zero-copy); Options.ZeroCopy can forbid
 // or require it.
 //
+// # Errors
+//
+// WriteDatagram fails with an error matching syscall.ENETDOWN while the
+// device or its carrier is down; nothing is queued then, so no stale burst
+// follows when the link returns (at most the frame that found it down).
+// ErrTxBusy means the TX ring stayed full for a millisecond; ErrTooLarge a
+// datagram over the MTU. Either way the datagram is lost, as on any
+// unreliable port.
+//
 // # Resources
 //
 // Close detaches the program (its BPF link), removes its pins, closes the

@@ -60,6 +60,7 @@ type Port struct {
 	wakeFn         func(fd uintptr)
 
 	txMu    sync.Mutex
+	txDown  bool // the last wake-up found the device down
 	txDescs []unix.XDPDesc
 	kickErr error
 	kickFn  func(fd uintptr)
@@ -175,6 +176,13 @@ func (p *Port) WriteDatagram(b []byte) error {
 	if p.closed.Load() {
 		return noc.ErrPortClosed
 	}
+	if p.txDown {
+		// Queue nothing while the device is down, or the frames would
+		// all go out, stale, when it comes back.
+		if err := p.kick(); err != nil {
+			return err
+		}
+	}
 	s := p.sock
 	nd := (ether.HeaderLen + len(b) + frameSize - 1) / frameSize
 	if !p.reserveTx(nd) {
@@ -236,6 +244,7 @@ func (p *Port) kick() error {
 	if err := p.sock.conn.Control(p.kickFn); err != nil {
 		return fmt.Errorf("xdp: send on %s: %w", p.name, err)
 	}
+	p.txDown = p.kickErr == unix.ENETDOWN
 	switch p.kickErr {
 	case nil:
 		return nil

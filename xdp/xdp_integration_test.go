@@ -138,8 +138,10 @@ func check(b []byte, mtu int, want []byte) (uint64, error) {
 func stream(t *testing.T, src, dst noc.Port, n int, window int64) int {
 	mtu := min(src.MTU(), dst.MTU())
 	var got atomic.Int64
+	var failed atomic.Bool
 	errc := make(chan error, 1)
 	go func() {
+		defer failed.Store(true)
 		seen := make([]bool, n)
 		buf := make([]byte, mtu)
 		want := make([]byte, mtu)
@@ -168,7 +170,7 @@ func stream(t *testing.T, src, dst noc.Port, n int, window int64) int {
 		errc <- nil
 	}()
 	buf := make([]byte, mtu)
-	for seq := range n {
+	for seq := 0; seq < n && !failed.Load(); seq++ {
 		for wait := time.Now(); int64(seq)-got.Load() >= window && time.Since(wait) < 100*time.Millisecond; {
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -218,7 +220,7 @@ func TestXDPExchange(t *testing.T) {
 
 // linkLocal gives node i's p0 the address fe80::<i+1> without duplicate
 // address detection and returns a UDP address for it.
-func linkLocal(t *testing.T, f *veth.Fabric, i int) *net.UDPAddr {
+func linkLocal(t testing.TB, f *veth.Fabric, i int) *net.UDPAddr {
 	t.Helper()
 	var addr *net.UDPAddr
 	err := f.Do(i, func() error {
@@ -649,4 +651,68 @@ func TestCloseAndDeadline(t *testing.T) {
 	if xdpProgram(t, f, 0) != 0 {
 		t.Fatal("program left on the device after Close")
 	}
+}
+
+// A link that goes down loses what is sent meanwhile, without breaking
+// the ports; traffic flows again when it comes back. A device of the
+// common MTU of 1500 works with single-buffer frames.
+func TestLinkDownUpAndSmallMTU(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	f, err := veth.Up(veth.Spec{Dir: dir, Nodes: 2, Edges: []veth.Edge{{A: 0, PortA: 0, B: 1, PortB: 0}}, MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { veth.Down(dir) })
+	a := openXDPIn(t, f, 0, xdp.Options{})
+	b := openXDPIn(t, f, 1, xdp.Options{})
+	if a.MTU() != 1486 {
+		t.Fatalf("MTU %d, want 1486", a.MTU())
+	}
+	if got := stream(t, a, b, 1000, 64); got < 950 {
+		t.Fatalf("%d of 1000 arrived", got)
+	}
+	if err := f.SetLink(0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	downErrs := 0
+	for i := range 50 {
+		err := a.WriteDatagram([]byte{byte(i)})
+		if errors.Is(err, syscall.ENETDOWN) {
+			downErrs++
+		} else if err != nil {
+			t.Fatalf("write on a down link: %v", err)
+		}
+	}
+	if downErrs < 49 {
+		t.Errorf("%d of 50 writes on a down link reported ENETDOWN", downErrs)
+	}
+	b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := b.ReadDatagram(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read across a down link: %v", err)
+	}
+	if err := f.SetLink(0, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // carrier
+	// At most the one frame queued when the link went down is still sent.
+	a.WriteDatagram([]byte("after"))
+	stale := 0
+	for {
+		b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		n, err := b.ReadDatagram(make([]byte, 8))
+		if err != nil {
+			break
+		}
+		if n == 1 {
+			stale++
+		}
+	}
+	if stale > 1 {
+		t.Errorf("%d stale datagrams sent after the link came back, want at most 1", stale)
+	}
+	if got := stream(t, a, b, 1000, 64); got < 950 {
+		t.Fatalf("after the link came back %d of 1000 arrived", got)
+	}
+	t.Logf("a counters %v", counters(t, a))
 }
