@@ -14,7 +14,7 @@ import (
 // sink is a Handler that counts frames and keeps nothing.
 type sink struct{ n int }
 
-func (s *sink) HandleFrame(time.Duration, noc.PortID, *noc.Frame, node.Sender)  { s.n++ }
+func (s *sink) HandleFrame(time.Duration, noc.PortID, *noc.Frame, node.Sender)     { s.n++ }
 func (s *sink) PortState(time.Duration, noc.PortID, bool, noc.NodeID, node.Sender) {}
 func (s *sink) Tick(time.Duration, node.Sender)                                    {}
 func (s *sink) NextDeadline() (time.Duration, bool)                                { return 0, false }
