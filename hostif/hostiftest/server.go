@@ -2,8 +2,10 @@ package hostiftest
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,4 +56,57 @@ func StartServer(tb testing.TB, be hostif.Backend, opts hostif.Options) string {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// StartEcho serves a bare SOCK_SEQPACKET echo at a new socket: every
+// message is sent back as it came, by one goroutine per connection. It is
+// the baseline the host interface's round trips are measured against.
+func StartEcho(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "echo")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(dir, "echo.sock")
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []*net.UnixConn
+	wg.Go(func() {
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				buf := make([]byte, 1<<16)
+				for {
+					n, err := c.Read(buf)
+					if err != nil || n == 0 {
+						return
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	tb.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+		os.RemoveAll(dir)
+	})
+	return path
 }

@@ -1,0 +1,148 @@
+/*
+ * dpu.h — host library of the dpu shared address space.
+ *
+ * A host program talks to its node's DPU agent through the host interface
+ * socket (RUN_DIR/dpu0.sock, protocol in hostif/PROTOCOL.md). This library
+ * is plain C11 with POSIX threads: no Go runtime, no other dependency.
+ *
+ * Conventions
+ *   - Every int function returns 0 on success or a negative errno
+ *     (-EACCES, -ETIMEDOUT, ...). dpu_strerror() names it; dpu_last_error()
+ *     gives the server's text for the calling thread's last failure.
+ *   - A dpu_t is one connection (one "open" of the device). It is safe to
+ *     use from many threads at once: their requests are pipelined on the
+ *     connection and replies are matched by request id. Every call is
+ *     bounded by the connection's timeout (dpu_set_timeout, default 30 s).
+ *   - dpu_close must not race with other calls on the same dpu_t.
+ *   - GVAs are 128-bit: hi carries flags, ref index and machine index, lo
+ *     the page number and byte offset (see package gva). Text form:
+ *     "gva:" followed by 32 hex digits.
+ *   - 64-bit values in shared pages are little-endian.
+ */
+#ifndef DPU_H
+#define DPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DPU_API __attribute__((visibility("default")))
+#else
+#define DPU_API
+#endif
+
+#define DPU_PAGE_SIZE 4096
+#define DPU_GVA_TEXT_LEN 36 /* "gva:" + 32 hex digits, without the NUL */
+
+typedef struct { uint64_t hi, lo; } dpu_gva_t;
+typedef struct dpu dpu_t;
+
+/* Location tiers (dpu_where's tier_out) and speed tiers. */
+enum { DPU_TIER_LOCAL = 0, DPU_TIER_MACHINE = 1, DPU_TIER_NEIGHBOUR = 2, DPU_TIER_REMOTE = 3 };
+enum { DPU_SPEED_MEMORY = 0, DPU_SPEED_FAST_DISK = 1, DPU_SPEED_SLOW_DISK = 2 };
+
+typedef struct {
+    int tier;          /* DPU_TIER_* */
+    int speed;         /* DPU_SPEED_* */
+    int hops;          /* DPU hops to the page's owner */
+    uint32_t owner;    /* machine index of the owner */
+    uint64_t version;  /* the owner's page version */
+} dpu_location_t;
+
+/* Events (dpu_subscribe, dpu_next_event). */
+enum {
+    DPU_EVENT_INVALIDATED = 1,     /* a mapped page has a newer version than its replica */
+    DPU_EVENT_UPDATED = 2,         /* a mapped page's replica was updated in place */
+    DPU_EVENT_HOST_FAULT = 3,      /* the pin of a page this connection locked was revoked */
+    DPU_EVENT_OWNERSHIP_LOST = 4,  /* a page this connection locked/acquired changed owner */
+    DPU_EVENT_FREED = 5,           /* a mapped page was freed */
+    DPU_EVENT_LOST = 6             /* events were dropped: treat every mapping as stale */
+};
+#define DPU_EVENT_MASK(type) (1u << ((type) - 1))
+#define DPU_EVENTS_ALL 0x3fu
+
+typedef struct {
+    int type;          /* DPU_EVENT_* */
+    dpu_gva_t page;
+    uint64_t version;
+    int reason;        /* errno-style reason (host fault) */
+    uint16_t offset, length; /* DPU_EVENT_UPDATED: the bytes that changed */
+    uint64_t seq;      /* the connection's event sequence number */
+} dpu_event_t;
+
+/* Connections. sock_path NULL: $DPU_SOCKET, else $DPU_RUN_DIR/dpu0.sock,
+ * else /run/dpu/dpu0.sock. */
+DPU_API int  dpu_open(const char *sock_path, dpu_t **out);
+DPU_API void dpu_close(dpu_t *d);
+DPU_API void dpu_set_timeout(dpu_t *d, int timeout_ms);
+DPU_API uint32_t dpu_machine(const dpu_t *d); /* this node's machine index */
+
+/* Pages. alloc is page-granular and owned by this node (mode 0600);
+ * dpu_alloc_mode sets the permission bits (0: 0600). free takes the first
+ * page of an allocation. */
+DPU_API int dpu_alloc(dpu_t *d, size_t bytes, dpu_gva_t *out);
+DPU_API int dpu_alloc_mode(dpu_t *d, size_t bytes, unsigned mode, dpu_gva_t *out);
+DPU_API int dpu_free(dpu_t *d, dpu_gva_t gva);
+
+/* Local mapping: ref + read-only mapping of this host's replicas at *lva_out.
+ * Raw loads from the mapping cost a memory load; dpu_read/dpu_read64 give a
+ * consistent snapshot (re-fetched through the node when the replica is
+ * stale). Touching a mapping after dpu_unmap faults. */
+DPU_API int dpu_map(dpu_t *d, dpu_gva_t gva, size_t bytes, const void **lva_out);
+DPU_API int dpu_unmap(dpu_t *d, dpu_gva_t gva);
+DPU_API int dpu_read(dpu_t *d, const void *lva, void *buf, size_t n);
+DPU_API int dpu_read64(dpu_t *d, const void *lva, uint64_t *out); /* lva 8-byte aligned */
+
+/* Accesses through the node (any alignment for load/store; atomics need an
+ * 8-byte aligned address). dpu_load/dpu_store take any length. */
+DPU_API int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n);
+DPU_API int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n);
+DPU_API int dpu_load64(dpu_t *d, dpu_gva_t addr, uint64_t *out);
+DPU_API int dpu_store64(dpu_t *d, dpu_gva_t addr, uint64_t val);
+DPU_API int dpu_cas64(dpu_t *d, dpu_gva_t addr, uint64_t expected, uint64_t desired, uint64_t *old_out);
+DPU_API int dpu_fetch_add64(dpu_t *d, dpu_gva_t addr, uint64_t delta, uint64_t *old_out);
+
+/* Ownership. lock = ownership + pin; it blocks with a bound (the server's
+ * default, or timeout_ms) and fails with -ETIMEDOUT, or -EBUSY for trylock
+ * when another process of this host holds it. */
+DPU_API int dpu_acquire(dpu_t *d, dpu_gva_t page, int timeout_ms);
+DPU_API int dpu_release(dpu_t *d, dpu_gva_t page);
+DPU_API int dpu_lock(dpu_t *d, dpu_gva_t page);
+DPU_API int dpu_lock_timeout(dpu_t *d, dpu_gva_t page, int timeout_ms);
+DPU_API int dpu_trylock(dpu_t *d, dpu_gva_t page);
+DPU_API int dpu_unlock(dpu_t *d, dpu_gva_t page);
+
+/* Where a page lives. */
+DPU_API int dpu_where(dpu_t *d, dpu_gva_t addr, int *tier_out, int *hops_out);
+DPU_API int dpu_locate(dpu_t *d, dpu_gva_t addr, dpu_location_t *out);
+
+/* LVA <-> GVA of this process's mappings. */
+DPU_API int dpu_translate_lva(dpu_t *d, const void *lva, dpu_gva_t *out);
+DPU_API int dpu_translate_gva(dpu_t *d, dpu_gva_t gva, const void **lva_out);
+
+/* Events: choose them with a mask of DPU_EVENT_MASK bits, then take them
+ * one by one; dpu_next_event waits up to timeout_ms (-ETIMEDOUT). */
+DPU_API int dpu_subscribe(dpu_t *d, uint32_t mask);
+DPU_API int dpu_next_event(dpu_t *d, dpu_event_t *ev, int timeout_ms);
+
+/* GVA text and arithmetic. */
+DPU_API int dpu_gva_parse(const char *text, dpu_gva_t *out);
+DPU_API int dpu_gva_format(dpu_gva_t gva, char *buf, size_t len); /* len >= 37 */
+static inline dpu_gva_t dpu_gva_add(dpu_gva_t g, uint64_t bytes) { g.lo += bytes; return g; }
+
+DPU_API const char *dpu_strerror(int err);  /* err may be negative or positive */
+DPU_API const char *dpu_last_error(void);   /* this thread's last failure, in words */
+
+/* The seed's form, on a per-thread default connection (dpu_open(NULL)):
+ * returns the old value; on failure returns 0 and sets errno (so set errno
+ * to 0 before the call to tell the two apart). */
+DPU_API uint64_t atomic_cas_remote(dpu_gva_t addr, uint64_t expected, uint64_t desired);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DPU_H */
