@@ -41,6 +41,7 @@ type conn struct {
 	evDone   chan struct{} // closed when the event writer ends (if started)
 	evActive atomic.Bool
 	aborted  atomic.Bool
+	gpuUsed  atomic.Bool // a GPU op was served: tell the GPUHandler at close
 }
 
 func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
@@ -266,6 +267,9 @@ func (c *conn) close(log *slog.Logger) {
 		if err := errors.Join(errs...); err != nil {
 			log.Warn("releasing a closed connection", "conn", c.id, "err", err)
 		}
+	}
+	if c.gpuUsed.Load() {
+		s.opts.GPU.GPUClosed(c.gpuPeer())
 	}
 	if c.evActive.Load() {
 		<-c.evDone

@@ -130,7 +130,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply) error {
 		return nil
 	}
 	if r.Op.IsGPU() {
-		return fmt.Errorf("%s: GPU accounting is not served by this version: %w", r.Op, syscall.ENOSYS)
+		return s.serveGPU(ctx, c, r, rep)
 	}
 	return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
 }

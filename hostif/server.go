@@ -64,6 +64,9 @@ type Options struct {
 	AttrCache int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
+	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
+	// ENOSYS.
+	GPU GPUHandler
 }
 
 func (o *Options) setDefaults() {
