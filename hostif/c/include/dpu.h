@@ -129,6 +129,14 @@ DPU_API int dpu_translate_gva(dpu_t *d, dpu_gva_t gva, const void **lva_out);
 DPU_API int dpu_subscribe(dpu_t *d, uint32_t mask);
 DPU_API int dpu_next_event(dpu_t *d, dpu_event_t *ev, int timeout_ms);
 
+/* A request of an op this header does not wrap: the extension range
+ * 64..79 (the CUDA hook's GPU accounting ops, hostif/cudahook). body is sent
+ * as is; the reply body (at most cap bytes, else -EPROTO) is copied to reply
+ * and its length stored in *len_out. On a server error reply the server's
+ * text is in dpu_last_error(). */
+DPU_API int dpu_call(dpu_t *d, uint16_t op, const void *body, size_t len, void *reply, size_t cap,
+                     size_t *len_out);
+
 /* GVA text and arithmetic. */
 DPU_API int dpu_gva_parse(const char *text, dpu_gva_t *out);
 DPU_API int dpu_gva_format(dpu_gva_t gva, char *buf, size_t len); /* len >= 37 */

@@ -1150,6 +1150,19 @@ int dpu_gva_format(dpu_gva_t gva, char *buf, size_t len) {
     return 0;
 }
 
+/* ---- extension ops ---- */
+
+int dpu_call(dpu_t *d, uint16_t op, const void *body, size_t len, void *reply, size_t cap, size_t *len_out) {
+    if (len_out) *len_out = 0;
+    if (!d || op < 64 || op > 79 || len > MAX_BODY || (len && !body) || (cap && !reply))
+        return fail(EINVAL, "dpu call: op or buffers out of range%s", NULL);
+    struct call c = {.op = op, .body = body, .blen = len, .out = reply, .cap = cap};
+    int rc = do_call(d, &c);
+    close_fds(c.fds, c.nfds);
+    if (rc == 0 && len_out) *len_out = c.len;
+    return rc;
+}
+
 /* ---- errors ---- */
 
 const char *dpu_strerror(int err) {
