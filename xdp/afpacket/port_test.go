@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"encoding/binary"
 	"bytes"
 	"testing"
 
@@ -8,10 +9,8 @@ import (
 )
 
 func TestHtons(t *testing.T) {
-	b := []byte{0, 0}
-	v := htons(0x88B5)
 	// In memory, the result holds the bytes in network order.
-	b[0], b[1] = byte(v), byte(v>>8)
+	b := binary.NativeEndian.AppendUint16(nil, htons(0x88B5))
 	if b[0] != 0x88 || b[1] != 0xB5 {
 		t.Fatalf("htons(0x88B5) lays out as % x", b)
 	}
