@@ -4,6 +4,8 @@ go 1.26.8
 
 require github.com/gopacket/gopacket v1.7.7
 
+require github.com/anishathalye/porcupine v1.3.1 // indirect
+
 require (
 	github.com/atotto/clipboard v0.1.4 // indirect
 	github.com/aymanbagabas/go-osc52/v2 v2.0.1 // indirect

@@ -66,6 +66,20 @@ type Config struct {
 	Seed uint64
 	// Bug plants a protocol bug, for tests of the checkers only.
 	Bug PlantedBug
+	// Tracer, if set, observes writes and replica versions (checkers).
+	Tracer Tracer
+}
+
+// Tracer observes protocol steps for checkers such as the simulator's.
+// Calls are synchronous, with values; a Tracer must not call back into the
+// engine and must copy data it keeps.
+type Tracer interface {
+	// Applied: the owner applied a write (store or atomic) of data at off,
+	// producing version v.
+	Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, data []byte)
+	// ReplicaAdvanced: the content of a replica held here went from
+	// version from (had: there was content) to version to.
+	ReplicaAdvanced(self noc.NodeID, key gva.GVA, had bool, from, to gva.Version)
 }
 
 // PlantedBug names a deliberate protocol bug. Tests plant one to prove that
@@ -174,6 +188,7 @@ type Engine struct {
 	evicts    []pathcache.Eviction
 	opFree    []*ownerOp
 	answering bool
+	drops     []gva.GVA // replicas left unmapped, dropped at the end of the step
 
 	stats Counters
 }
@@ -198,9 +213,11 @@ type page struct {
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
 // the ports waiting below (noc.LocalPort: this node's host).
 type fetch struct {
-	min   gva.Version
-	ports pathcache.PortSet
-	timer arbiter.TimerID
+	min    gva.Version
+	ports  pathcache.PortSet
+	grafts []graftWaiter
+	timer  arbiter.TimerID
+	pinned bool
 }
 
 // homeRecord is what a page's home machine (where it was created) knows of
@@ -306,6 +323,26 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
 	e.stats.count(&e.stats.Received, f.Class, f.Op)
 	e.dispatch(now, in, f, out)
+	e.endStep(now, out)
+}
+
+// endStep finishes what a step left for later: evictions found without a
+// Sender at hand, replicas whose last mapping failed.
+func (e *Engine) endStep(now time.Duration, out node.Sender) {
+	if len(e.evicts) > 0 {
+		e.evicted(now, nil, out)
+	}
+	for len(e.drops) > 0 {
+		key := e.drops[0]
+		e.drops = e.drops[1:]
+		if pg := e.pages[key]; pg != nil && !pg.owner && pg.maps == 0 && pg.swap == nil {
+			for len(pg.waiters) > 0 {
+				e.completeErr(now, pg.waiters[0], syscall.EINVAL, "page unmapped")
+			}
+			e.dropReplica(now, pg, out)
+		}
+	}
+	e.drops = e.drops[:0]
 }
 
 func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
@@ -388,6 +425,7 @@ func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeI
 	if up {
 		return
 	}
+	defer e.endStep(now, out)
 	e.stats.PortsDown++
 	for _, snap := range e.cache.Snapshot() {
 		ent, ok := e.cache.Peek(snap.Key)
@@ -421,6 +459,7 @@ func (e *Engine) Tick(now time.Duration, out node.Sender) {
 	if evs := e.cache.Sweep(now); len(evs) > 0 {
 		e.evicted(now, evs, out)
 	}
+	e.endStep(now, out)
 }
 
 // NextDeadline implements node.Handler.

@@ -136,9 +136,14 @@ func TestMessagesPerWriteAreLiveBranches(t *testing.T) {
 
 func TestConcurrentRefsMerge(t *testing.T) {
 	// Tree: 0 is the root with children 1, 2, 3; 1 has children 4 and 5;
-	// 2 has child 6. Refs from 4 and 5 issued at the same instant merge at 1.
+	// 2 has child 6. Node 1 is on the page's tree (its host maps the page)
+	// but its replica is invalid; refs from 4 and 5 issued at the same
+	// instant merge at 1 into one upstream fetch.
 	x := newFab(t, treeGraph(t, 7), nil)
 	p := x.alloc(0)
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	x.ok(0, Request{Op: HostStore, GVA: p, Data: make([]byte, 1000)}) // invalidates
+	x.settle()
 	before := x.sent()
 	a := x.submit(4, Request{Op: HostRef, GVA: p})
 	b := x.submit(5, Request{Op: HostRef, GVA: p})
@@ -152,14 +157,24 @@ func TestConcurrentRefsMerge(t *testing.T) {
 	}
 	rs, _ := after.Messages(noc.ClassLoad, OpRef)
 	rb, _ := before.Messages(noc.ClassLoad, OpRef)
-	// 4→1, 5→1, 1→0 (one upstream request), 0→1, 1→4, 1→5 replies.
+	// 4→1, 5→1, 1→0 (one upstream request), 0→1, 1→4, 1→5 answers.
 	if rs-rb != 6 {
 		t.Fatalf("%d ref messages, want 6", rs-rb)
 	}
-	// A ref whose path crosses a valid replica is answered there: node 1's
-	// host maps the page, node 5 re-refs through it.
-	x.ok(1, Request{Op: HostRef, GVA: p})
-	x.ok(6, Request{Op: HostRef, GVA: p}) // below 2: goes to the owner
+	if after.Grafts-before.Grafts != 2 {
+		t.Fatalf("%d grafts, want 2", after.Grafts-before.Grafts)
+	}
+	for _, n := range []int{4, 5} {
+		ent, _ := x.eng[n].Entry(p.Key())
+		if peer, _ := x.g.Peer(noc.NodeID(n), ent.Up); peer.Node != 1 || !ent.Down.Has(noc.LocalPort) {
+			t.Fatalf("node %d entry %+v", n, ent)
+		}
+	}
+	if x.branches(p.Key()) != 3 {
+		t.Fatalf("%d branches, want 3", x.branches(p.Key()))
+	}
+	// A ref whose path crosses a valid replica is answered there.
+	x.ok(1, Request{Op: HostLoad, GVA: p, Len: 1}) // re-fetches node 1's replica
 	x.ok(5, Request{Op: HostUnref, GVA: p})
 	x.settle()
 	before = x.sent()

@@ -145,6 +145,7 @@ func (x *fab) sent() Counters {
 		c.InvalidatesSent += s.InvalidatesSent
 		c.Merges += s.Merges
 		c.AnsweredByReplica += s.AnsweredByReplica
+		c.Grafts += s.Grafts
 	}
 	return c
 }

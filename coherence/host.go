@@ -161,25 +161,26 @@ type Sink interface {
 
 // request is a host request in flight.
 type request struct {
-	id        uint64 // wire request id (unique per incarnation)
-	hr        Request
-	data      []byte // owned copy of hr.Data
-	key       gva.GVA
-	min       gva.Version // loads and refs: content version needed
-	start     time.Duration
-	deadline  arbiter.TimerID
-	retry     arbiter.TimerID
-	attempts  int
-	losses    uint16
-	lastErr   syscall.Errno
-	waiting   bool // in its page's waiters
-	unpinning bool
+	id       uint64 // wire request id (unique per incarnation)
+	hr       Request
+	data     []byte // owned copy of hr.Data
+	key      gva.GVA
+	min      gva.Version // loads and refs: content version needed
+	start    time.Duration
+	deadline arbiter.TimerID
+	retry    arbiter.TimerID
+	attempts int
+	losses   uint16
+	lastErr  syscall.Errno
+	waiting  bool // in its page's waiters
+	mapped   bool // HostRef: the page's map count includes this request
 }
 
 // Submit hands the engine one host request. It completes through the Sink,
 // possibly before Submit returns, and always within Config.RequestTimeout.
 func (e *Engine) Submit(now time.Duration, hr Request, out node.Sender) {
 	e.stats.HostRequests++
+	defer e.endStep(now, out)
 	r := &request{hr: hr, key: hr.GVA.Key(), start: now}
 	switch hr.Op {
 	case HostAlloc:
@@ -294,6 +295,15 @@ func (e *Engine) finish(r *request) {
 
 func (e *Engine) complete(now time.Duration, r *request, c Completion) {
 	e.finish(r)
+	if c.Err != nil && r.mapped {
+		// A failed map leaves no mapping behind.
+		if pg := e.pages[r.key]; pg != nil && pg.maps > 0 {
+			pg.maps--
+			if pg.maps == 0 && !pg.owner {
+				e.drops = append(e.drops, r.key)
+			}
+		}
+	}
 	c.ID, c.Op, c.At = r.hr.ID, r.hr.Op, now
 	if c.GVA.IsZero() {
 		c.GVA = r.hr.GVA
@@ -414,6 +424,7 @@ func (e *Engine) hostRef(now time.Duration, r *request, out node.Sender) {
 			e.pages[r.key] = pg
 		}
 		pg.maps++
+		r.mapped = true
 	}
 	if pg == nil {
 		e.completeErr(now, r, syscall.EINVAL, "ref: page unmapped while mapping")

@@ -29,10 +29,15 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 			e.wake(now, pg)
 			return
 		}
-		if ent != nil {
-			ent.Down, _ = ent.Down.Add(in)
+		if ent == nil {
+			return
 		}
-		e.sendContent(in, f.RequestID, pg, out)
+		if _, rf, _ := decodeRef(f.Payload); rf&refGraft != 0 {
+			e.sendGraft(ent, f.Src, f.RequestID, key, pg.version, e.self, pg.huge, pg.content, out)
+			return
+		}
+		ent.Down, _ = ent.Down.Add(in)
+		e.sendContent(in, f.RequestID, key, pg.version, e.self, pg.huge, pg.content, out)
 		return
 	}
 	if f.Class == noc.ClassControl && f.Src == e.self && in != noc.LocalPort {
@@ -226,6 +231,9 @@ func (e *Engine) execute(now time.Duration, op *ownerOp, out node.Sender) {
 func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte, out node.Sender) {
 	copy(pg.content[off:], data)
 	pg.version++
+	if e.cfg.Tracer != nil {
+		e.cfg.Tracer.Applied(e.self, pg.key, pg.version, off, data)
+	}
 	ent := e.ownerEntry(now, pg, out)
 	if ent == nil {
 		return

@@ -38,62 +38,23 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out no
 		ent = nil // an owner entry without its page: freed under our feet
 	}
 	if f.Class == noc.ClassLoad {
-		if ent != nil && ent.Up == in {
-			e.stats.PathAnomalies++
-			e.fail(now, f, syscall.EAGAIN, out)
-			return
-		}
-		if ent != nil && pg != nil && in != noc.LocalPort && ent.Down.Has(noc.LocalPort) &&
-			pg.has && pg.version >= ent.Version && pg.version >= f.PageVersion {
-			// A valid replica answers instead of forwarding.
-			ent.Down, _ = ent.Down.Add(in)
-			e.stats.AnsweredByReplica++
-			e.sendContent(in, f.RequestID, pg, out)
-			return
-		}
-		if fe := e.fetches[key]; fe != nil && ent != nil && fe.min >= f.PageVersion {
-			ent.Down, _ = ent.Down.Add(in)
-			fe.ports, _ = fe.ports.Add(in)
-			e.stats.Merges++
-			return
-		}
+		e.handleRef(now, in, f, pg, ent, out)
+		return
 	}
 	up, dst, target, errno := e.nextUp(key, in, f, ent, out)
 	if errno != 0 {
 		e.fail(now, f, errno, out)
 		return
 	}
-	if f.Class == noc.ClassLoad {
-		if ent == nil {
-			var err error
-			ent, err = e.upsert(now, key, out)
-			if err != nil {
-				e.fail(now, f, syscall.EAGAIN, out)
-				return
-			}
-			ent.Up, ent.Huge = up, f.GVA.Huge()
-		}
-		ent.Down, _ = ent.Down.Add(in)
-		fe := e.fetches[key]
-		if fe == nil {
-			fe = &fetch{}
-			e.fetches[key] = fe
-			ent.Pin()
-			ent.Fetching = true
-		}
-		fe.min = max(fe.min, f.PageVersion)
-		fe.ports, _ = fe.ports.Add(in)
-		e.cancel(fe.timer)
-		fe.timer = e.schedule(now+e.cfg.MergeTTL, timer{kind: tMerge, key: key})
-	}
-	e.forwardUp(in, up, dst, target, f, out)
+	e.forwardUp(in, up, dst, target, 0, f, out)
 }
 
 // validUp checks the payload of an up-going request.
 func (e *Engine) validUp(f *noc.Frame) bool {
 	switch f.Class {
 	case noc.ClassLoad:
-		return len(f.Payload) == prefixLen
+		_, _, err := decodeRef(f.Payload)
+		return err == nil
 	case noc.ClassStore:
 		_, err := decodeStore(f.GVA, f.Payload)
 		return err == nil
@@ -147,17 +108,22 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 }
 
 // forwardUp re-sends an up-going request on port up, with the destination
-// and target incarnation nextUp chose; an acquire records its arrival port.
-func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, f *noc.Frame, out node.Sender) {
+// and target incarnation nextUp chose; an acquire records its arrival
+// port; a ref carries refFlags.
+func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, refFlags uint8, f *noc.Frame, out node.Sender) {
 	g := *f
 	g.Hops++
 	g.Dst = dst
 	g.Flags |= noc.FlagPath
 	cur, _ := upPrefix(f.Payload)
 	rec := f.Class == noc.ClassControl && in != noc.LocalPort
-	if cur != target || rec {
+	ref := f.Class == noc.ClassLoad && f.Payload[prefixLen] != refFlags
+	if cur != target || rec || ref {
 		p := append(e.pay[:0], f.Payload...)
 		binary.BigEndian.PutUint64(p, target)
+		if f.Class == noc.ClassLoad {
+			p[prefixLen] = refFlags
+		}
 		if rec {
 			p[acquireHead-1]++
 			p = binary.BigEndian.AppendUint16(p, uint16(in))
@@ -215,96 +181,6 @@ func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction, out node.S
 	}
 }
 
-// sendRef sends (or merges) a ref for pg from this node's host, on behalf
-// of request id (errors come back to it).
-func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version, out node.Sender) {
-	var fl noc.Flags = noc.FlagPath
-	if pg.huge {
-		fl |= noc.FlagHuge
-	}
-	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, homeOf(pg.key), id, pg.key, min, p)
-	e.handleUp(now, noc.LocalPort, &f, out)
-}
-
-// sendContent answers a ref on port p with pg's content.
-func (e *Engine) sendContent(p noc.PortID, id uint64, pg *page, out node.Sender) {
-	b := binary.BigEndian.AppendUint32(e.pay[:0], uint32(e.ownerOf(pg)))
-	b = append(b, pg.content...)
-	fl := noc.FlagPath | noc.FlagReply
-	if pg.huge {
-		fl |= noc.FlagHuge
-	}
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, pg.key, pg.version, b)
-	e.sendPort(p, &f, out)
-}
-
-func (e *Engine) ownerOf(pg *page) noc.NodeID {
-	if pg.owner {
-		return e.self
-	}
-	return pg.ownerNode
-}
-
-// handleRefReply installs content coming down and passes it to the ports
-// that wait for it.
-func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
-	rr, err := decodeRefReply(f.Payload)
-	if err != nil {
-		e.malformed()
-		return
-	}
-	key := f.GVA.Key()
-	ent, ok := e.cache.Peek(key)
-	if !ok || ent.Owner {
-		e.stats.Stale++
-		return
-	}
-	w := f.PageVersion
-	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
-		(pg.swap == nil || pg.swap.stage < stageGranted) {
-		if !pg.has || w > pg.version {
-			copy(pg.content, rr.content)
-			pg.has, pg.version = true, w
-			e.stats.Installs++
-		}
-		pg.ownerNode = rr.owner
-		ent.Version = max(ent.Version, w)
-		e.syncReplica(ent, pg)
-		e.wake(now, pg)
-	}
-	fe := e.fetches[key]
-	if fe == nil {
-		return
-	}
-	g := *f
-	g.Hops++
-	for p := range fe.ports.All() {
-		if p != noc.LocalPort && p != in {
-			e.sendPort(p, &g, out)
-		}
-	}
-	if w >= fe.min {
-		e.closeFetch(key)
-	} else {
-		fe.ports = fe.ports.Remove(noc.LocalPort)
-	}
-}
-
-// closeFetch ends the open fetch of key.
-func (e *Engine) closeFetch(key gva.GVA) {
-	fe := e.fetches[key]
-	if fe == nil {
-		return
-	}
-	e.cancel(fe.timer)
-	delete(e.fetches, key)
-	if ent, ok := e.cache.Peek(key); ok {
-		ent.Unpin()
-		ent.Fetching = false
-	}
-}
-
 // syncReplica mirrors the local replica's state into its entry.
 func (e *Engine) syncReplica(ent *pathcache.Entry, pg *page) {
 	switch {
@@ -358,6 +234,7 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out 
 		(pg.swap == nil || pg.swap.stage < stageGranted) {
 		wasValid := pg.has && pg.version+1 >= v
 		if data != nil && pg.has && pg.version+1 == v {
+			e.advanced(pg, v)
 			copy(pg.content[f.GVA.Offset():], data)
 			pg.version = v
 			e.stats.UpdatesApplied++
@@ -543,10 +420,18 @@ func (e *Engine) ownWrite(key gva.GVA, off int, data []byte, v gva.Version) {
 	if !ok || !ent.Down.Has(noc.LocalPort) || ent.Version >= v || pg.version < ent.Version {
 		return
 	}
+	e.advanced(pg, v)
 	copy(pg.content[off:], data)
 	pg.version = v
 	ent.Version = v
 	e.syncReplica(ent, pg)
+}
+
+// advanced reports a replica's content moving to version v.
+func (e *Engine) advanced(pg *page, v gva.Version) {
+	if e.cfg.Tracer != nil {
+		e.cfg.Tracer.ReplicaAdvanced(e.self, pg.key, pg.has, pg.version, v)
+	}
 }
 
 // seen raises the host's session floor for key.

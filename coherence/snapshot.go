@@ -24,6 +24,7 @@ type Counters struct {
 
 	// Path-cache protocol.
 	Merges            uint64 // refs merged into an open fetch
+	Grafts            uint64 // answers routed to requesters without a path
 	AnsweredByReplica uint64 // refs answered by a valid replica on the way
 	Installs          uint64 // full contents installed into a replica
 	Writes, Atomics   uint64 // applied at the owner
@@ -214,3 +215,13 @@ func (e *Engine) Entry(key gva.GVA) (pathcache.Entry, bool) {
 
 // InFlight is the number of host requests not yet completed.
 func (e *Engine) InFlight() int { return len(e.reqs) }
+
+// Holding reports, for checkers, whether this node owns key and whether a
+// swap of key is under way here (either side, from the grant on).
+func (e *Engine) Holding(key gva.GVA) (owner, swapping bool) {
+	pg := e.pages[key]
+	if pg == nil {
+		return false, false
+	}
+	return pg.owner, pg.swap != nil && (pg.swap.out || pg.swap.stage >= stageGranted)
+}

@@ -217,6 +217,9 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
 		e.refuse(f, out)
 		return
 	}
+	if !pg.has || pg.version != f.PageVersion {
+		e.advanced(pg, f.PageVersion)
+	}
 	copy(pg.content, d.content)
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
 	sw.epoch = d.epoch
@@ -483,14 +486,10 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 		e.notices[key] = n
 		e.sendNotice(now, key, n, out)
 	}
-	if fe := e.fetches[key]; fe != nil {
-		for p := range fe.ports.All() {
-			if p != noc.LocalPort {
-				e.sendContent(p, 0, pg, out)
-			}
-		}
-		e.closeFetch(key)
+	if ent != nil {
+		e.deliver(now, key, ent, noc.NoPort, pg.version, e.self, pg.huge, pg.content, out)
 	}
+	e.closeFetch(key)
 	if r := sw.req; r != nil {
 		if sw.lock {
 			if err := e.arb.Pin(now, key, arbiter.HolderID(sw.holder), e.cfg.PinBound); err != nil {

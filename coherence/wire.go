@@ -70,7 +70,8 @@ const (
 const (
 	prefixLen    = 8 // target incarnation of an up-going request
 	errnoLen     = 4
-	refReplyHead = 4 // owner node id before the content
+	refLen       = prefixLen + 1 // prefix, flags
+	refReplyHead = 1 + 4         // flags, owner node id before the content
 	casLen       = prefixLen + 16
 	faddLen      = prefixLen + 8
 	atomicReply  = 9
@@ -81,6 +82,17 @@ const (
 	doneHead     = 1 + 1                         // flags, route length
 	movedLen     = 4 + 8 + 8                     // owner, owner incarnation, epoch
 	maxRoute     = 64                            // most ports an acquire's route may record
+)
+
+// Ref and ref reply flags.
+const (
+	// refGraft: a ref sent by a node without an entry (routed toward the
+	// home or owner, recording nothing); its answer is routed back to the
+	// requester and builds the path top-down.
+	refGraft = 1 << 0
+	// refNotAdded (replies only): the sender could not add the receiver to
+	// its down set (the receiver is its up neighbour).
+	refNotAdded = 1 << 1
 )
 
 // Acquire flags.
@@ -194,18 +206,33 @@ func appendAtomicReply(b []byte, r atomicResult) []byte {
 	return append(b, 0)
 }
 
+// decodeRef reads an OpRef request payload.
+func decodeRef(p []byte) (target uint64, flags uint8, err error) {
+	if len(p) != refLen || p[prefixLen]&^refGraft != 0 {
+		return 0, 0, errMalformed
+	}
+	return binary.BigEndian.Uint64(p), p[prefixLen], nil
+}
+
 // refReply is a decoded OpRef reply: the page's content at the frame's
 // version.
 type refReply struct {
+	flags   uint8
 	owner   noc.NodeID
 	content []byte // aliases the frame
 }
 
 func decodeRefReply(p []byte) (refReply, error) {
-	if len(p) != refReplyHead+gva.PageSize {
+	if len(p) != refReplyHead+gva.PageSize || p[0]&^(refGraft|refNotAdded) != 0 {
 		return refReply{}, errMalformed
 	}
-	return refReply{owner: noc.NodeID(binary.BigEndian.Uint32(p)), content: p[refReplyHead:]}, nil
+	return refReply{flags: p[0], owner: noc.NodeID(binary.BigEndian.Uint32(p[1:])), content: p[refReplyHead:]}, nil
+}
+
+func appendRefReply(b []byte, flags uint8, owner noc.NodeID, content []byte) []byte {
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(owner))
+	return append(b, content...)
 }
 
 // acquireReq is a decoded OpAcquire payload.

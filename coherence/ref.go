@@ -1,0 +1,307 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// graftWaiter is a requester without a path waiting at this node, which is
+// on the page's tree: the answer is routed to it and builds its path.
+type graftWaiter struct {
+	node noc.NodeID
+	id   uint64
+}
+
+// handleRef runs a ref at a node that is not the owner. ent is the node's
+// entry (nil: the node is not on the page's tree).
+func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry, out node.Sender) {
+	key := f.GVA.Key()
+	_, rf, _ := decodeRef(f.Payload)
+	graft := rf&refGraft != 0
+	min := f.PageVersion
+	if ent == nil {
+		// Off the tree: record nothing, route on toward the home or owner.
+		// The answer comes back routed and builds the path from the top.
+		if in == noc.LocalPort {
+			if fe := e.fetches[key]; fe != nil && fe.min >= min {
+				fe.ports, _ = fe.ports.Add(noc.LocalPort)
+				e.stats.Merges++
+				return
+			}
+			fe := e.openFetch(now, key, nil)
+			fe.min = max(fe.min, min)
+			fe.ports, _ = fe.ports.Add(noc.LocalPort)
+		}
+		up, dst, target, errno := e.nextUp(key, in, f, nil, out)
+		if errno != 0 {
+			e.fail(now, f, errno, out)
+			return
+		}
+		e.forwardUp(in, up, dst, target, refGraft, f, out)
+		return
+	}
+	if !graft {
+		if ent.Up == in {
+			e.stats.PathAnomalies++
+			e.fail(now, f, syscall.EAGAIN, out)
+			return
+		}
+		ent.Down, _ = ent.Down.Add(in)
+	}
+	if in != noc.LocalPort && pg != nil && ent.Down.Has(noc.LocalPort) && pg.has &&
+		pg.version >= ent.Version && pg.version >= min && (pg.swap == nil || pg.swap.stage < stageGranted) {
+		// A valid replica answers instead of forwarding.
+		e.stats.AnsweredByReplica++
+		if graft {
+			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content, out)
+		} else {
+			e.sendContent(in, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content, out)
+		}
+		return
+	}
+	fe := e.fetches[key]
+	if fe != nil && fe.min >= min {
+		e.addWaiter(fe, in, f, graft)
+		e.stats.Merges++
+		return
+	}
+	if fe == nil {
+		fe = e.openFetch(now, key, ent)
+	} else {
+		e.cancel(fe.timer)
+		fe.timer = e.schedule(now+e.cfg.MergeTTL, timer{kind: tMerge, key: key})
+	}
+	fe.min = max(fe.min, min)
+	e.addWaiter(fe, in, f, graft)
+	target, _ := upPrefix(f.Payload)
+	e.forwardUp(in, ent.Up, f.Dst, target, 0, f, out)
+}
+
+func (e *Engine) addWaiter(fe *fetch, in noc.PortID, f *noc.Frame, graft bool) {
+	if !graft {
+		fe.ports, _ = fe.ports.Add(in)
+		return
+	}
+	for _, g := range fe.grafts {
+		if g.node == f.Src {
+			return
+		}
+	}
+	fe.grafts = append(fe.grafts, graftWaiter{node: f.Src, id: f.RequestID})
+}
+
+// openFetch opens the fetch of key; ent (if any) is held against aging
+// while it is open.
+func (e *Engine) openFetch(now time.Duration, key gva.GVA, ent *pathcache.Entry) *fetch {
+	fe := &fetch{}
+	if ent != nil {
+		ent.Pin()
+		ent.Fetching = true
+		fe.pinned = true
+	}
+	fe.timer = e.schedule(now+e.cfg.MergeTTL, timer{kind: tMerge, key: key})
+	e.fetches[key] = fe
+	return fe
+}
+
+// closeFetch ends the open fetch of key.
+func (e *Engine) closeFetch(key gva.GVA) {
+	fe := e.fetches[key]
+	if fe == nil {
+		return
+	}
+	e.cancel(fe.timer)
+	delete(e.fetches, key)
+	if ent, ok := e.cache.Peek(key); ok {
+		if fe.pinned {
+			ent.Unpin()
+		}
+		ent.Fetching = false
+	}
+}
+
+// sendRef sends (or merges) a ref for pg from this node's host, on behalf
+// of request id (errors come back to it).
+func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version, out node.Sender) {
+	var fl noc.Flags = noc.FlagPath
+	if pg.huge {
+		fl |= noc.FlagHuge
+	}
+	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
+	p = append(p, 0)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, homeOf(pg.key), id, pg.key, min, p)
+	e.handleUp(now, noc.LocalPort, &f, out)
+}
+
+// sendContent answers a ref that came up port p.
+func (e *Engine) sendContent(p noc.PortID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte, out node.Sender) {
+	fl := noc.FlagPath | noc.FlagReply
+	if huge {
+		fl |= noc.FlagHuge
+	}
+	b := appendRefReply(e.pay[:0], 0, owner, content)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, key, v, b)
+	e.sendPort(p, &f, out)
+}
+
+// sendGraft answers a ref of a requester without a path: the answer is
+// routed to it, and every node on the way joins the tree.
+func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte, out node.Sender) {
+	next, _, ok := out.NextHop(dst)
+	if !ok {
+		return // the requester re-sends
+	}
+	var rf uint8 = refGraft
+	if !ent.Owner && next == ent.Up {
+		rf |= refNotAdded
+	} else {
+		ent.Down, _ = ent.Down.Add(next)
+	}
+	fl := noc.FlagPath | noc.FlagReply
+	if huge {
+		fl |= noc.FlagHuge
+	}
+	b := appendRefReply(e.pay[:0], rf, owner, content)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, dst, id, key, v, b)
+	e.sendPort(next, &f, out)
+	e.stats.Grafts++
+}
+
+func (e *Engine) ownerOf(pg *page) noc.NodeID {
+	if pg.owner {
+		return e.self
+	}
+	return pg.ownerNode
+}
+
+// handleRefReply installs content coming down and passes it on to what
+// waits for it here.
+func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	rr, err := decodeRefReply(f.Payload)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	var ent *pathcache.Entry
+	if rr.flags&refGraft != 0 {
+		var ok bool
+		if ent, ok = e.graftHop(now, in, f, rr, out); !ok || f.Dst != e.self {
+			return
+		}
+	} else {
+		var ok bool
+		if ent, ok = e.cache.Peek(key); !ok || ent.Owner {
+			e.stats.Stale++
+			return
+		}
+	}
+	w := f.PageVersion
+	ent.Version = max(ent.Version, w)
+	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
+		(pg.swap == nil || pg.swap.stage < stageGranted) {
+		if !pg.has || w > pg.version {
+			e.advanced(pg, w)
+			copy(pg.content, rr.content)
+			pg.has, pg.version = true, w
+			e.stats.Installs++
+		}
+		pg.ownerNode = rr.owner
+		e.syncReplica(ent, pg)
+		e.wake(now, pg)
+	}
+	e.deliver(now, key, ent, in, w, rr.owner, f.Flags&noc.FlagHuge != 0, rr.content, out)
+}
+
+// deliver passes content at version w to the open fetch's waiters below
+// this node, and closes the fetch if w is what it asked for.
+func (e *Engine) deliver(now time.Duration, key gva.GVA, ent *pathcache.Entry, except noc.PortID, w gva.Version, owner noc.NodeID, huge bool, content []byte, out node.Sender) {
+	fe := e.fetches[key]
+	if fe == nil {
+		return
+	}
+	for p := range fe.ports.All() {
+		if p != noc.LocalPort && p != except {
+			e.sendContent(p, 0, key, w, owner, huge, content, out)
+		}
+	}
+	for _, g := range fe.grafts {
+		e.sendGraft(ent, g.node, g.id, key, w, owner, huge, content, out)
+	}
+	fe.grafts = fe.grafts[:0]
+	if w >= fe.min {
+		e.closeFetch(key)
+	} else {
+		fe.ports = fe.ports.Remove(noc.LocalPort)
+	}
+}
+
+// graftHop runs one hop of a routed answer: the node joins the tree under
+// the sender (or keeps its own place and tells the sender so), and the
+// answer goes on toward the requester. It reports the node's entry and
+// whether the node is attached to the tree.
+func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr refReply, out node.Sender) (*pathcache.Entry, bool) {
+	key := f.GVA.Key()
+	last := f.Dst == e.self
+	next := noc.LocalPort
+	if last {
+		if pg := e.pages[key]; pg == nil || pg.maps == 0 || pg.owner {
+			next = noc.NoPort // nothing to attach here any more
+		}
+	} else {
+		p, _, ok := out.NextHop(f.Dst)
+		if !ok {
+			return nil, false
+		}
+		next = p
+	}
+	added := rr.flags&refNotAdded == 0
+	ent, found := e.cache.Peek(key)
+	attached := true
+	switch {
+	case !found && added && next != noc.NoPort:
+		var err error
+		if ent, err = e.upsert(now, key, out); err != nil {
+			return nil, false
+		}
+		ent.Up, ent.Huge = in, f.Flags&noc.FlagHuge != 0
+	case !found:
+		attached = false
+	case ent.Owner || ent.Up != in:
+		if added {
+			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+			e.sendPort(in, &u, out)
+		}
+	}
+	rf := rr.flags &^ refNotAdded
+	if attached && next != noc.NoPort {
+		ent.Version = max(ent.Version, f.PageVersion)
+		if !ent.Owner && next == ent.Up {
+			rf |= refNotAdded
+		} else {
+			ent.Down, _ = ent.Down.Add(next)
+		}
+	} else {
+		rf |= refNotAdded
+	}
+	if last {
+		if attached && next == noc.NoPort {
+			e.prune(now, ent, out)
+			return ent, false
+		}
+		return ent, attached
+	}
+	b := append(e.pay[:0], f.Payload...)
+	b[0] = rf
+	g := *f
+	g.Hops++
+	g.Payload = b
+	e.sendPort(next, &g, out)
+	return ent, attached
+}

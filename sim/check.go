@@ -1,0 +1,480 @@
+package sim
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"syscall"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+)
+
+// maxViolations bounds the violations one run reports.
+const maxViolations = 20
+
+// checker holds the invariants' ghost state: for every page the log of
+// versions the owner applied (whoever the owner was), and the histories of
+// atomics and locks. It is the engines' Tracer.
+type checker struct {
+	w          *World
+	ghosts     map[gva.GVA]*ghost
+	order      []gva.GVA
+	atomics    map[[2]int]*history
+	locks      map[int]*history
+	violations []string
+}
+
+type ghost struct {
+	key       gva.GVA
+	content   [gva.PageSize]byte
+	version   gva.Version
+	log       map[gva.Version]uint64 // version -> hash of (offset, data)
+	lost      bool
+	maybeLost bool
+}
+
+type history struct {
+	ops  []*histOp
+	full bool
+}
+
+// histOp is one operation of a linearizability history.
+type histOp struct {
+	h        *history
+	client   int
+	in       opInput
+	out      opOutput
+	call     int64
+	ret      int64
+	finished bool
+}
+
+type opInput struct {
+	kind     uint8 // 1 CAS, 2 fetch-add, 3 lock, 4 unlock
+	exp, arg uint64
+	holder   uint64
+}
+
+type opOutput struct {
+	unknown bool // the operation may or may not have happened
+	failed  bool // it certainly did not happen
+	prev    uint64
+	swapped bool
+}
+
+func newChecker(w *World) *checker {
+	return &checker{w: w, ghosts: map[gva.GVA]*ghost{}, atomics: map[[2]int]*history{}, locks: map[int]*history{}}
+}
+
+func (c *checker) violate(format string, a ...any) {
+	if len(c.violations) < maxViolations {
+		c.violations = append(c.violations, fmt.Sprintf("%v: ", c.w.now)+fmt.Sprintf(format, a...))
+	}
+}
+
+func (c *checker) addPage(key gva.GVA) {
+	c.ghosts[key] = &ghost{key: key, log: map[gva.Version]uint64{}}
+	c.order = append(c.order, key)
+}
+
+func writeHash(off int, data []byte) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte{byte(off >> 8), byte(off)})
+	h.Write(data)
+	return h.Sum64()
+}
+
+// Applied implements coherence.Tracer: versions at the owner must follow
+// each other, whoever the owner is (two owners would repeat a version).
+func (c *checker) Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, data []byte) {
+	g := c.ghosts[key]
+	if g == nil {
+		return
+	}
+	if g.lost {
+		c.violate("page %v: node %v applied version %d after the page was lost", key, self, v)
+		return
+	}
+	if v != g.version+1 {
+		c.violate("page %v: node %v applied version %d after version %d", key, self, v, g.version)
+	}
+	copy(g.content[off:], data)
+	g.version = v
+	g.log[v] = writeHash(off, data)
+}
+
+// ReplicaAdvanced implements coherence.Tracer: a replica's versions only
+// grow and never pass the owner's.
+func (c *checker) ReplicaAdvanced(self noc.NodeID, key gva.GVA, had bool, from, to gva.Version) {
+	g := c.ghosts[key]
+	if g == nil {
+		return
+	}
+	if had && to <= from {
+		c.violate("page %v: replica on node %v went from version %d to %d", key, self, from, to)
+	}
+	if to > g.version && !g.lost {
+		c.violate("page %v: replica on node %v at version %d, owner applied only %d", key, self, to, g.version)
+	}
+}
+
+// acked checks an acknowledged write against what the owner applied.
+func (c *checker) acked(key gva.GVA, v gva.Version, off int, data []byte) {
+	g := c.ghosts[key]
+	if g == nil {
+		return
+	}
+	if h, ok := g.log[v]; !ok || h != writeHash(off, data) {
+		c.violate("page %v: acknowledged write of %d bytes at %d as version %d is not what the owner applied", key, len(data), off, v)
+	}
+}
+
+// crashed marks the pages a failing node takes with it.
+func (c *checker) crashed(n *simNode) {
+	for _, key := range c.order {
+		owner, swapping := n.eng.Holding(key)
+		g := c.ghosts[key]
+		if owner {
+			g.lost = true
+		} else if swapping {
+			g.maybeLost = true
+		}
+	}
+}
+
+func (c *checker) lostCount() int {
+	n := 0
+	for _, g := range c.ghosts {
+		if g.lost {
+			n++
+		}
+	}
+	return n
+}
+
+// owners checks that every page has one owner (none only inside a swap or
+// once lost).
+func (c *checker) owners(final bool) {
+	for _, key := range c.order {
+		g := c.ghosts[key]
+		if g.lost {
+			continue
+		}
+		owners, swapping := 0, false
+		for _, n := range c.w.nodes {
+			if !n.alive {
+				continue
+			}
+			o, s := n.eng.Holding(key)
+			if o {
+				owners++
+			}
+			swapping = swapping || s
+		}
+		switch {
+		case owners > 1:
+			c.violate("page %v has %d owners", key, owners)
+		case owners == 0 && g.maybeLost && (!swapping || final):
+			g.lost = true // its swap's other side failed holding it
+		case owners == 0 && !swapping:
+			c.violate("page %v has no owner outside a swap", key)
+		case owners == 0 && final:
+			c.violate("page %v still swapping after the quiet period", key)
+		}
+	}
+}
+
+// final runs the end-of-run checks on a quiet fabric.
+func (w *World) final() {
+	c := w.check
+	bound := engineTiming.RequestTimeout + time.Millisecond
+	for _, n := range w.nodes {
+		for _, po := range n.reqs {
+			if w.now-po.start > bound {
+				c.violate("request %v on node %v did not end within %v", po.req.Op, n.id, bound)
+			}
+		}
+	}
+	c.owners(true)
+	w.convergence()
+	w.branchCost()
+	c.linearizable()
+}
+
+// ownerOf returns the live node owning key.
+func (w *World) ownerOf(key gva.GVA) *simNode {
+	for _, n := range w.nodes {
+		if n.alive {
+			if o, _ := n.eng.Holding(key); o {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// view returns the engine's view of key on n.
+func view(n *simNode, key gva.GVA) (coherence.PageView, bool) {
+	var out coherence.PageView
+	found := false
+	n.eng.Pages(func(v coherence.PageView) {
+		if v.Key == key {
+			out, found = v, true
+			out.Content = append([]byte(nil), v.Content...)
+		}
+	})
+	return out, found
+}
+
+// convergence checks that the owner holds exactly the applied writes and
+// that every mapped replica reads the owner's content.
+func (w *World) convergence() {
+	c := w.check
+	for _, key := range c.order {
+		g := c.ghosts[key]
+		if g.lost {
+			continue
+		}
+		o := w.ownerOf(key)
+		if o == nil {
+			continue // reported by owners
+		}
+		ov, _ := view(o, key)
+		if ov.Version != g.version || !bytes.Equal(ov.Content, g.content[:]) {
+			c.violate("page %v: owner %v holds version %d, applied writes give version %d (content equal: %v)", key, o.id, ov.Version, g.version, bytes.Equal(ov.Content, g.content[:]))
+			continue
+		}
+		for _, n := range w.nodes {
+			if !n.alive || n == o {
+				continue
+			}
+			v, ok := view(n, key)
+			if !ok || !v.Mapped {
+				continue
+			}
+			if v.Valid && v.Version != ov.Version {
+				c.violate("page %v: valid replica on node %v at version %d after the quiet period, owner at %d", key, n.id, v.Version, ov.Version)
+			}
+			var got coherence.Completion
+			w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostLoad, GVA: key, Len: gva.PageSize},
+				done: func(cp coherence.Completion) { got = cp; got.Data = append([]byte(nil), cp.Data...) }})
+			w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
+			switch {
+			case got.Err != nil:
+				c.violate("page %v: final load on node %v: %v", key, n.id, got.Err)
+			case got.Version != ov.Version || !bytes.Equal(got.Data, ov.Content):
+				c.violate("page %v: final load on node %v reads version %d, owner holds %d", key, n.id, got.Version, ov.Version)
+			}
+		}
+	}
+}
+
+// branchCost checks that a write costs one message per live branch of the
+// page's tree.
+func (w *World) branchCost() {
+	c := w.check
+	updates := func() (n uint64) {
+		for _, x := range w.nodes {
+			if x.alive {
+				s, _ := x.eng.Stats().Messages(noc.ClassStore, coherence.OpUpdate)
+				n += s
+			}
+		}
+		return n
+	}
+	for _, key := range c.order {
+		if c.ghosts[key].lost {
+			continue
+		}
+		o := w.ownerOf(key)
+		if o == nil {
+			continue
+		}
+		branches := 0
+		for _, x := range w.nodes {
+			if x.alive {
+				if ent, ok := x.eng.Entry(key); ok {
+					branches += ent.Down.Without(noc.LocalPort).Len()
+				}
+			}
+		}
+		before := updates()
+		var got coherence.Completion
+		w.submit(o, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 8), Data: []byte("branches")},
+			done: func(cp coherence.Completion) { got = cp }})
+		w.runUntil(w.now+5*time.Millisecond, nil)
+		if got.Err != nil {
+			c.violate("page %v: write at the owner: %v", key, got.Err)
+			continue
+		}
+		if sent := updates() - before; sent != uint64(branches) {
+			c.violate("page %v: a write sent %d updates, the tree has %d live branches", key, sent, branches)
+		}
+	}
+}
+
+// History recording.
+
+func (c *checker) atomicOp(page, word int, cas bool, exp, arg uint64, now time.Duration) *histOp {
+	k := [2]int{page, word}
+	h := c.atomics[k]
+	if h == nil {
+		h = &history{}
+		c.atomics[k] = h
+	}
+	in := opInput{kind: 2, arg: arg}
+	if cas {
+		in = opInput{kind: 1, exp: exp, arg: arg}
+	}
+	return c.record(h, in, now)
+}
+
+func (c *checker) lockOp(page int, holder uint64, lock bool, now time.Duration) *histOp {
+	h := c.locks[page]
+	if h == nil {
+		h = &history{}
+		c.locks[page] = h
+	}
+	in := opInput{kind: 4, holder: holder}
+	if lock {
+		in.kind = 3
+	}
+	return c.record(h, in, now)
+}
+
+func (c *checker) record(h *history, in opInput, now time.Duration) *histOp {
+	if len(h.ops) >= c.w.cfg.MaxHistory {
+		h.full = true
+		return nil
+	}
+	op := &histOp{h: h, in: in, call: int64(now)}
+	h.ops = append(h.ops, op)
+	return op
+}
+
+// finish records an operation's outcome. Deadline errors leave it unknown;
+// refusals mean it did not happen.
+func (c *checker) finish(op *histOp, cp coherence.Completion, errno syscall.Errno, now time.Duration) {
+	op.finished = true
+	op.ret = int64(now)
+	switch errno {
+	case 0:
+		op.out = opOutput{prev: cp.Value, swapped: cp.Swapped}
+	case syscall.ETIMEDOUT, syscall.EHOSTDOWN:
+		op.out = opOutput{unknown: true}
+		op.ret = math.MaxInt64
+	default:
+		op.out = opOutput{failed: true}
+	}
+}
+
+// abandon marks an operation whose node failed: its outcome is unknown.
+func (c *checker) abandon(op *histOp) {
+	op.finished = true
+	op.out = opOutput{unknown: true}
+	op.ret = math.MaxInt64
+}
+
+// linearizable checks every recorded history with porcupine.
+func (c *checker) linearizable() {
+	check := func(what string, h *history, model porcupine.Model) {
+		ops := make([]porcupine.Operation, 0, len(h.ops))
+		for _, op := range h.ops {
+			out, ret := op.out, op.ret
+			if !op.finished {
+				out, ret = opOutput{unknown: true}, math.MaxInt64
+			}
+			if out.failed {
+				continue // certainly did not happen: no effect, nothing observed
+			}
+			ops = append(ops, porcupine.Operation{ClientId: 0, Input: op.in, Output: out, Call: op.call, Return: ret})
+		}
+		res := porcupine.CheckOperationsTimeout(model, ops, 10*time.Second)
+		switch res {
+		case porcupine.Illegal:
+			c.violate("%s: history of %d operations is not linearizable", what, len(ops))
+		case porcupine.Unknown:
+			c.violate("%s: linearizability check of %d operations timed out", what, len(ops))
+		}
+	}
+	for p := range c.w.pages {
+		for word := range atomicWords {
+			if h := c.atomics[[2]int{p, word}]; h != nil {
+				check(fmt.Sprintf("atomic word %d of page %d", word, p), h, atomicModel)
+			}
+		}
+		if h := c.locks[p]; h != nil {
+			check(fmt.Sprintf("lock of page %d", p), h, lockModel)
+		}
+	}
+}
+
+// atomicModel is a 64-bit word under CAS and fetch-add; an unknown outcome
+// may or may not have happened.
+var atomicModel = (&porcupine.NondeterministicModel{
+	Init: func() []interface{} { return []interface{}{uint64(0)} },
+	Step: func(state, input, output interface{}) []interface{} {
+		s := state.(uint64)
+		in := input.(opInput)
+		out := output.(opOutput)
+		apply := func() uint64 {
+			if in.kind == 1 {
+				if s == in.exp {
+					return in.arg
+				}
+				return s
+			}
+			return s + in.arg
+		}
+		if out.unknown {
+			return []interface{}{s, apply()}
+		}
+		if out.prev != s {
+			return nil
+		}
+		if in.kind == 1 && out.swapped != (s == in.exp) {
+			return nil
+		}
+		return []interface{}{apply()}
+	},
+}).ToModel()
+
+// lockModel is a lock: its state is the holder (0: free).
+var lockModel = (&porcupine.NondeterministicModel{
+	Init: func() []interface{} { return []interface{}{uint64(0)} },
+	Step: func(state, input, output interface{}) []interface{} {
+		s := state.(uint64)
+		in := input.(opInput)
+		out := output.(opOutput)
+		switch in.kind {
+		case 3: // lock
+			if out.unknown {
+				if s == 0 {
+					return []interface{}{s, in.holder}
+				}
+				return []interface{}{s}
+			}
+			if s != 0 {
+				return nil
+			}
+			return []interface{}{in.holder}
+		default: // unlock
+			if out.unknown {
+				if s == in.holder {
+					return []interface{}{s, uint64(0)}
+				}
+				return []interface{}{s}
+			}
+			if s != in.holder {
+				return nil
+			}
+			return []interface{}{uint64(0)}
+		}
+	},
+}).ToModel()

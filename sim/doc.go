@@ -1,0 +1,33 @@
+// Package sim is the deterministic simulator of the fabric: it runs N real
+// node cores (package node: reliable links, link-state routing) with their
+// coherence engines in one process, on any generated topology (noc/topo),
+// in virtual time, with one seeded PCG source per run derived per component
+// (wires, faults, workload, nodes, each client).
+//
+// The wires delay every datagram (and, with faults, drop, duplicate and
+// hold some back); links are cut and restored; nodes fail-stop and restart
+// as a new incarnation. Host clients on every node ref, load, store, CAS,
+// fetch-add, lock, unlock, acquire and unref a few hot pages and more cold
+// ones.
+//
+// Checks, while running and at the end:
+//   - at most one owner per page, and none only inside a swap (or once the
+//     page was lost with a failed owner);
+//   - owners apply a page's versions one after the other, whoever the
+//     owner is (a second owner would repeat a version); every acknowledged
+//     write is the write the owner applied at its version; at the end the
+//     owner holds exactly the applied writes;
+//   - every replica's versions only grow and never pass the owner's;
+//   - after the quiet period every mapped replica reads the owner's
+//     content (convergence);
+//   - every request ends within the engine's request bound;
+//   - a write at the owner sends one update per live branch of the tree;
+//   - CAS, fetch-add and lock histories are linearizable (porcupine, one
+//     model per atomic word and per lock).
+//
+// The same seed replays exactly: Result.TraceHash hashes every completion
+// and fault in order.
+//
+// The simulator is a test harness: it must never be linked into the agent,
+// and it must never read the wall clock or an unseeded random source.
+package sim

@@ -1,0 +1,97 @@
+package sim
+
+import (
+	"time"
+)
+
+type faultKind uint8
+
+const (
+	fCut faultKind = iota + 1
+	fRestore
+	fCrash
+	fRestart
+)
+
+type fault struct {
+	kind faultKind
+	link int
+	node int
+}
+
+// scheduleFaults plans the run's link flaps and node failures.
+func (w *World) scheduleFaults(start time.Duration) {
+	r := w.faultRNG
+	span := int64(w.cfg.Workload)
+	add := func(at time.Duration, f fault) {
+		w.faults = append(w.faults, f)
+		w.push(event{at: at, kind: evFault, n: len(w.faults) - 1})
+	}
+	if w.cfg.Faults&FaultFlap != 0 && len(w.cut) > 0 {
+		for range 1 + r.IntN(3) {
+			l := r.IntN(len(w.cut))
+			at := start + time.Duration(r.Int64N(span*3/4))
+			d := 2*time.Millisecond + time.Duration(r.Int64N(int64(25*time.Millisecond)))
+			add(at, fault{kind: fCut, link: l})
+			add(at+d, fault{kind: fRestore, link: l})
+		}
+	}
+	if w.cfg.Faults&FaultCrash != 0 && r.IntN(10) < 7 {
+		n := r.IntN(len(w.nodes))
+		at := start + time.Duration(span/5+r.Int64N(span/2))
+		d := 5*time.Millisecond + time.Duration(r.Int64N(int64(15*time.Millisecond)))
+		add(at, fault{kind: fCrash, node: n})
+		add(at+d, fault{kind: fRestart, node: n})
+	}
+}
+
+func (w *World) fault(i int) {
+	f := w.faults[i]
+	switch f.kind {
+	case fCut:
+		if !w.ending {
+			w.cut[f.link] = true
+			w.tracef("cut link %d", f.link)
+		}
+	case fRestore:
+		w.cut[f.link] = false
+		w.tracef("restore link %d", f.link)
+	case fCrash:
+		n := w.nodes[f.node]
+		if !n.alive || w.ending {
+			return
+		}
+		w.tracef("crash node %d", f.node)
+		w.check.crashed(n)
+		n.alive = false
+		w.crashClients(n)
+	case fRestart:
+		w.restart(w.nodes[f.node])
+	}
+}
+
+func (w *World) restart(n *simNode) {
+	if n.alive {
+		return
+	}
+	w.tracef("restart node %d", n.id)
+	if err := w.boot(n); err != nil {
+		w.check.violate("restart of node %d: %v", n.id, err)
+		return
+	}
+	w.restartClients(n)
+}
+
+// healAll ends every fault: links restored, failed nodes restarted.
+func (w *World) healAll() {
+	w.ending = true
+	for i := range w.cut {
+		if w.cut[i] {
+			w.cut[i] = false
+			w.tracef("restore link %d", i)
+		}
+	}
+	for _, n := range w.nodes {
+		w.restart(n)
+	}
+}

@@ -1,0 +1,292 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+)
+
+// Layout of a simulated page: atomicWords 64-bit words at the start are
+// touched only by CAS and fetch-add (their histories are checked for
+// linearizability); stores write anywhere after them.
+const (
+	atomicWords = 4
+	storeBase   = 64
+)
+
+// simPage is one page of the workload.
+type simPage struct {
+	g    gva.GVA
+	home noc.NodeID
+	hot  bool
+}
+
+// client is one host thread issuing requests on one node.
+type client struct {
+	idx     int
+	node    noc.NodeID
+	rng     *rand.Rand
+	holder  uint64
+	mapped  map[int]bool
+	locked  int // page index, -1: none
+	lockOps int
+	pending *pendingOp
+	last    map[[2]int]uint64 // last value seen per (page, word)
+}
+
+// pendingOp is a request in flight.
+type pendingOp struct {
+	c     *client // nil for the final checks
+	req   coherence.Request
+	page  int
+	start time.Duration
+	hist  *histOp // linearizability history entry, if recorded
+	done  func(coherence.Completion)
+}
+
+// setup allocates the workload's pages on random homes.
+func (w *World) setup() error {
+	n := w.cfg.HotPages + w.cfg.ColdPages
+	for i := range n {
+		home := w.nodes[w.workRNG.IntN(len(w.nodes))]
+		var got coherence.Completion
+		w.submit(home, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostAlloc}, done: func(c coherence.Completion) { got = c }})
+		if got.Err != nil || got.GVA.IsZero() {
+			return fmt.Errorf("sim: alloc on node %v: %v", home.id, got.Err)
+		}
+		w.pages = append(w.pages, &simPage{g: got.GVA, home: home.id, hot: i < w.cfg.HotPages})
+		w.check.addPage(got.GVA.Key())
+	}
+	for i := range w.nodes {
+		for range w.cfg.ClientsPerNode {
+			c := &client{idx: len(w.clients), node: noc.NodeID(i), locked: -1}
+			c.rng = derive(w.cfg.Seed, 1000+uint64(c.idx))
+			c.holder = uint64(c.idx) + 1
+			c.mapped = map[int]bool{}
+			c.last = map[[2]int]uint64{}
+			w.clients = append(w.clients, c)
+		}
+	}
+	return nil
+}
+
+func (w *World) startClients() {
+	for _, c := range w.clients {
+		w.push(event{at: w.now + time.Duration(c.rng.Int64N(int64(w.cfg.Think))), kind: evClient, n: c.idx})
+	}
+}
+
+// submit hands a request to a node's engine and moves its output.
+func (w *World) submit(n *simNode, po *pendingOp) {
+	w.reqID++
+	po.req.ID = w.reqID
+	po.start = w.now
+	n.reqs[po.req.ID] = po
+	n.eng.Submit(w.now, po.req, n.core)
+	w.settle(n)
+}
+
+// clientStep issues the client's next request.
+func (w *World) clientStep(c *client) {
+	n := w.nodes[c.node]
+	if w.stopped || c.pending != nil || !n.alive {
+		return
+	}
+	r := c.rng
+	po := &pendingOp{c: c}
+	if c.locked >= 0 {
+		p := w.pages[c.locked]
+		if c.lockOps > 0 && r.IntN(10) < 7 {
+			c.lockOps--
+			po.page = c.locked
+			w.atomicOp(c, po, p, r)
+		} else {
+			po.page = c.locked
+			po.req = coherence.Request{Op: coherence.HostUnlock, GVA: p.g, Holder: c.holder}
+			po.hist = w.check.lockOp(c.locked, c.holder, false, w.now)
+		}
+		c.pending = po
+		w.submit(n, po)
+		return
+	}
+	pi := w.pickPage(r)
+	p := w.pages[pi]
+	po.page = pi
+	switch x := r.IntN(100); {
+	case !c.mapped[pi]:
+		po.req = coherence.Request{Op: coherence.HostRef, GVA: p.g}
+	case x < 25:
+		off := r.IntN(gva.PageSize - 8)
+		po.req = coherence.Request{Op: coherence.HostLoad, GVA: p.g.WithOffset(uint16(off)), Len: 1 + r.IntN(8)}
+	case x < 45:
+		size := 1 + r.IntN(64)
+		switch y := r.IntN(20); {
+		case y < 3:
+			size = 65 + r.IntN(300)
+		case y == 3:
+			size = 512 + r.IntN(1536)
+		}
+		off := storeBase + r.IntN(gva.PageSize-storeBase-size+1)
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(r.Uint32())
+		}
+		po.req = coherence.Request{Op: coherence.HostStore, GVA: p.g.WithOffset(uint16(off)), Data: data}
+	case x < 75:
+		w.atomicOp(c, po, p, r)
+	case x < 79:
+		po.req = coherence.Request{Op: coherence.HostUnref, GVA: p.g}
+	case x < 86 && p.hot:
+		po.req = coherence.Request{Op: coherence.HostLock, GVA: p.g, Holder: c.holder, Priority: uint8(r.IntN(2))}
+		po.hist = w.check.lockOp(pi, c.holder, true, w.now)
+	case x < 89:
+		po.req = coherence.Request{Op: coherence.HostAcquire, GVA: p.g, Priority: uint8(r.IntN(2))}
+	default:
+		po.req = coherence.Request{Op: coherence.HostWhere, GVA: p.g}
+	}
+	c.pending = po
+	w.submit(n, po)
+}
+
+func (w *World) pickPage(r *rand.Rand) int {
+	if r.IntN(10) < 7 || w.cfg.ColdPages == 0 {
+		return r.IntN(w.cfg.HotPages)
+	}
+	return w.cfg.HotPages + r.IntN(w.cfg.ColdPages)
+}
+
+// atomicOp makes po a CAS or fetch-add on one of the page's atomic words.
+func (w *World) atomicOp(c *client, po *pendingOp, p *simPage, r *rand.Rand) {
+	word := r.IntN(atomicWords)
+	g := p.g.WithOffset(uint16(8 * word))
+	if r.IntN(2) == 0 {
+		exp := c.last[[2]int{po.page, word}]
+		if r.IntN(8) == 0 {
+			exp = uint64(r.IntN(4))
+		}
+		nv := exp + 1 + uint64(r.IntN(3))
+		po.req = coherence.Request{Op: coherence.HostCAS, GVA: g, Expected: exp, Operand: nv}
+		po.hist = w.check.atomicOp(po.page, word, true, exp, nv, w.now)
+	} else {
+		d := uint64(1 + r.IntN(5))
+		po.req = coherence.Request{Op: coherence.HostFetchAdd, GVA: g, Operand: d}
+		po.hist = w.check.atomicOp(po.page, word, false, 0, d, w.now)
+	}
+}
+
+// completed ends a request: checks, history, the client's next step.
+func (w *World) completed(n *simNode, cp coherence.Completion) {
+	po := n.reqs[cp.ID]
+	if po == nil {
+		return
+	}
+	delete(n.reqs, cp.ID)
+	errno := cp.Errno()
+	w.res.Ops++
+	if errno != 0 {
+		w.res.Errors++
+	}
+	w.tracef("n%d %v %v e=%d v=%d x=%d s=%v", n.id, po.req.Op, po.req.GVA, errno, cp.Version, cp.Value, cp.Swapped)
+	if bound := engineTiming.RequestTimeout + time.Millisecond; cp.At-po.start > bound {
+		w.check.violate("request %v on node %v took %v (bound %v)", po.req.Op, n.id, cp.At-po.start, bound)
+	}
+	if po.done != nil {
+		po.done(cp)
+	}
+	if po.page >= 0 && errno == 0 {
+		key := w.pages[po.page].g.Key()
+		switch po.req.Op {
+		case coherence.HostStore:
+			w.check.acked(key, cp.Version, int(po.req.GVA.Offset()), po.req.Data)
+		case coherence.HostCAS, coherence.HostFetchAdd:
+			nv := cp.Value + po.req.Operand
+			if po.req.Op == coherence.HostCAS {
+				nv = po.req.Operand
+			}
+			if cp.Swapped {
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], nv)
+				w.check.acked(key, cp.Version, int(po.req.GVA.Offset()), b[:])
+			}
+		}
+	}
+	if po.hist != nil {
+		w.check.finish(po.hist, cp, errno, w.now)
+	}
+	c := po.c
+	if c == nil || c.pending != po {
+		return
+	}
+	c.pending = nil
+	w.clientDone(c, po, cp, errno)
+	if !w.stopped {
+		w.push(event{at: w.now + time.Duration(c.rng.Int64N(int64(w.cfg.Think))), kind: evClient, n: c.idx})
+	}
+}
+
+// clientDone updates what the client knows after a completion.
+func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, errno syscall.Errno) {
+	switch po.req.Op {
+	case coherence.HostRef:
+		if errno == 0 {
+			c.mapped[po.page] = true
+		}
+	case coherence.HostUnref:
+		if errno == 0 {
+			delete(c.mapped, po.page)
+		}
+	case coherence.HostLock:
+		if errno == 0 {
+			c.locked, c.lockOps = po.page, 1+c.rng.IntN(3)
+		}
+	case coherence.HostUnlock:
+		c.locked = -1
+	case coherence.HostCAS, coherence.HostFetchAdd:
+		if errno == 0 {
+			word := int(po.req.GVA.Offset() / 8)
+			v := cp.Value
+			if cp.Swapped {
+				v = po.req.Operand
+				if po.req.Op == coherence.HostFetchAdd {
+					v = cp.Value + po.req.Operand
+				}
+			}
+			c.last[[2]int{po.page, word}] = v
+		}
+	}
+	if errno == syscall.EHOSTDOWN && po.req.Op == coherence.HostRef {
+		delete(c.mapped, po.page)
+	}
+}
+
+// crashClients drops the requests of the clients of a failed node: their
+// outcome is unknown.
+func (w *World) crashClients(n *simNode) {
+	for _, c := range w.clients {
+		if c.node != n.id {
+			continue
+		}
+		if po := c.pending; po != nil && po.hist != nil {
+			w.check.abandon(po.hist)
+		}
+		c.pending = nil
+		c.locked = -1
+		c.mapped = map[int]bool{}
+	}
+	n.reqs = map[uint64]*pendingOp{}
+}
+
+// restartClients resumes the clients of a restarted node.
+func (w *World) restartClients(n *simNode) {
+	for _, c := range w.clients {
+		if c.node == n.id && !w.stopped {
+			w.push(event{at: w.now + time.Millisecond + time.Duration(c.rng.Int64N(int64(w.cfg.Think))), kind: evClient, n: c.idx})
+		}
+	}
+}

@@ -1,0 +1,543 @@
+package sim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/noc/route"
+	"github.com/aitherion/dpu/noc/topo"
+	"github.com/aitherion/dpu/node"
+)
+
+// Faults is a set of fault kinds to inject.
+type Faults uint8
+
+// Fault kinds.
+const (
+	FaultDrop  Faults = 1 << iota // datagrams dropped and duplicated on the wires
+	FaultDelay                    // some datagrams delayed far beyond the usual jitter
+	FaultFlap                     // links cut for a while, then restored
+	FaultCrash                    // nodes fail-stop, then restart as a new incarnation
+	FaultsAll  = FaultDrop | FaultDelay | FaultFlap | FaultCrash
+)
+
+// ParseFaults reads "none", "all" or a comma list of drop, delay, flap,
+// crash.
+func ParseFaults(s string) (Faults, error) {
+	var f Faults
+	for _, w := range strings.Split(s, ",") {
+		switch strings.TrimSpace(w) {
+		case "", "none":
+		case "all":
+			f |= FaultsAll
+		case "drop":
+			f |= FaultDrop
+		case "delay":
+			f |= FaultDelay
+		case "flap":
+			f |= FaultFlap
+		case "crash":
+			f |= FaultCrash
+		default:
+			return 0, fmt.Errorf("sim: unknown fault %q (want none, all, drop, delay, flap, crash)", w)
+		}
+	}
+	return f, nil
+}
+
+// Config shapes one simulated run. Zero fields take defaults.
+type Config struct {
+	Seed   uint64
+	Nodes  int    // default 16
+	Topo   string // a noc/topo kind, default "smallworld"
+	Faults Faults
+	// ClientsPerNode host clients run on every node (default 2); HotPages
+	// are shared by everyone (default 4), ColdPages spread the rest
+	// (default 12).
+	ClientsPerNode, HotPages, ColdPages int
+	// Workload is how long clients issue requests (virtual, default 40ms);
+	// Quiesce how long the fabric then runs quietly before the final
+	// checks (default 150ms).
+	Workload, Quiesce time.Duration
+	// Think is the longest pause of a client between two requests
+	// (default 200µs).
+	Think time.Duration
+	// CheckEvery is the period of the continuous ownership check (default
+	// 200µs; negative: only at the end).
+	CheckEvery time.Duration
+	// MaxHistory bounds the operations recorded per atomic word and lock
+	// for the linearizability check (default 200).
+	MaxHistory int
+	// Bug plants a protocol bug (checker tests only).
+	Bug coherence.PlantedBug
+	// Trace, if set, receives one line per completion and fault.
+	Trace func(line string)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Nodes <= 0 {
+		c.Nodes = 16
+	}
+	if c.Topo == "" {
+		c.Topo = "smallworld"
+	}
+	if c.ClientsPerNode <= 0 {
+		c.ClientsPerNode = 2
+	}
+	if c.HotPages <= 0 {
+		c.HotPages = 4
+	}
+	if c.ColdPages < 0 {
+		c.ColdPages = 0
+	} else if c.ColdPages == 0 {
+		c.ColdPages = 12
+	}
+	if c.Workload <= 0 {
+		c.Workload = 40 * time.Millisecond
+	}
+	if c.Quiesce <= 0 {
+		c.Quiesce = 150 * time.Millisecond
+	}
+	if c.Think <= 0 {
+		c.Think = 200 * time.Microsecond
+	}
+	if c.CheckEvery == 0 {
+		c.CheckEvery = 200 * time.Microsecond
+	}
+	if c.MaxHistory <= 0 {
+		c.MaxHistory = 200
+	}
+	return c
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Seed       uint64
+	Ops        int // host requests completed (results and errors)
+	Errors     int // of which errors
+	Violations []string
+	TraceHash  uint64
+	Frames     uint64 // datagrams put on wires
+	Swaps      uint64 // ownership transfers completed
+	Lost       int    // pages lost with a failed owner
+	Virtual    time.Duration
+}
+
+// OK reports whether the run found no violation.
+func (r *Result) OK() bool { return len(r.Violations) == 0 }
+
+// Timing of the simulated fabric.
+const (
+	wireDelay  = 5 * time.Microsecond
+	wireJitter = 15 * time.Microsecond
+	mtu        = 1500
+)
+
+// Engine timers of the simulated nodes.
+var engineTiming = coherence.Config{
+	RequestTimeout: 60 * time.Millisecond,
+	RetryInterval:  time.Millisecond,
+	SwapTimeout:    8 * time.Millisecond,
+	SwapGiveUp:     80 * time.Millisecond,
+	CommitTTL:      400 * time.Millisecond,
+	Arbiter:        arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
+}
+
+func linkConfig() link.Config {
+	lc := link.DefaultConfig()
+	lc.RTO = 500 * time.Microsecond
+	lc.MaxRTO = 8 * time.Millisecond
+	lc.HeartbeatInterval = 2 * time.Millisecond
+	lc.DeadInterval = 12 * time.Millisecond
+	return lc
+}
+
+func routeConfig() route.Config {
+	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second}
+}
+
+// World is one simulated fabric: N node cores with their engines, the
+// wires between them, virtual time and one seeded random source per
+// component.
+type World struct {
+	cfg   Config
+	graph *topo.Graph
+	nodes []*simNode
+	now   time.Duration
+	q     eventQueue
+	seq   uint64
+
+	netRNG, faultRNG, workRNG, nodeRNG *rand.Rand
+
+	cut    []bool // per link index
+	linkOf map[end]int
+	wires  map[end]end
+
+	buf   []byte
+	pool  [][]byte
+	trace hash.Hash64
+	res   Result
+
+	clients []*client
+	faults  []fault
+	reqID   uint64
+	pages   []*simPage
+	check   *checker
+	stopped bool // workload over
+	ending  bool
+}
+
+type end struct {
+	node noc.NodeID
+	port noc.PortID
+}
+
+type simNode struct {
+	id     noc.NodeID
+	core   *node.Core
+	eng    *coherence.Engine
+	alive  bool
+	inc    uint64
+	wakeAt time.Duration
+	ports  int
+	reqs   map[uint64]*pendingOp // host request id -> op
+}
+
+type evKind uint8
+
+const (
+	evDatagram evKind = iota + 1
+	evWake
+	evClient
+	evFault
+	evCheck
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind evKind
+	to   end
+	data []byte
+	n    int // client index, fault index
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	old[len(old)-1] = event{}
+	*q = old[:len(old)-1]
+	return x
+}
+
+func (w *World) push(ev event) {
+	w.seq++
+	ev.seq = w.seq
+	heap.Push(&w.q, ev)
+}
+
+// derive returns a PCG source for one component of the run.
+func derive(seed uint64, component uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15*component, component*0xbf58476d1ce4e5b9+seed))
+}
+
+// New builds the world of one run: the topology, the cores, engines and
+// clients.
+func New(cfg Config) (*World, error) {
+	cfg = cfg.withDefaults()
+	g, err := topo.Generate(cfg.Topo, cfg.Nodes, topo.Options{Seed: int64(cfg.Seed)})
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	w := &World{
+		cfg: cfg, graph: g,
+		netRNG: derive(cfg.Seed, 1), faultRNG: derive(cfg.Seed, 2), workRNG: derive(cfg.Seed, 3), nodeRNG: derive(cfg.Seed, 4),
+		linkOf: map[end]int{}, wires: map[end]end{}, buf: make([]byte, mtu), trace: fnv.New64a(),
+	}
+	w.res.Seed = cfg.Seed
+	for i, l := range g.Links() {
+		a, b := end{l.A, l.PortA}, end{l.B, l.PortB}
+		w.wires[a], w.wires[b] = b, a
+		w.linkOf[a], w.linkOf[b] = i, i
+	}
+	w.cut = make([]bool, len(g.Links()))
+	w.check = newChecker(w)
+	for i := 0; i < g.N(); i++ {
+		w.nodes = append(w.nodes, &simNode{id: noc.NodeID(i), ports: g.Ports(noc.NodeID(i))})
+	}
+	for _, n := range w.nodes {
+		if err := w.boot(n); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range w.nodes {
+		w.settle(n)
+	}
+	return w, nil
+}
+
+// boot starts (or restarts) a node as a new incarnation.
+func (w *World) boot(n *simNode) error {
+	n.inc = w.nodeRNG.Uint64()>>24 | 1
+	ec := engineTiming
+	ec.Self, ec.Incarnation, ec.Seed, ec.Pages = n.id, n.inc, w.nodeRNG.Uint64(), 256
+	ec.Sink = nodeSink{w, n}
+	ec.Tracer = w.check
+	ec.Bug = w.cfg.Bug
+	e, err := coherence.New(ec)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	c, err := node.New(node.Config{Self: n.id, Handler: e, Link: linkConfig(), Route: routeConfig(), Seed: w.nodeRNG.Uint64()}, w.now)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	for p := 0; p < n.ports; p++ {
+		if err := c.AddPort(w.now, noc.PortID(p), fmt.Sprintf("p%d", p), mtu); err != nil {
+			return fmt.Errorf("sim: %w", err)
+		}
+	}
+	n.core, n.eng, n.alive, n.wakeAt = c, e, true, -1
+	n.reqs = map[uint64]*pendingOp{}
+	if len(w.nodes) == w.graph.N() && w.nodes[len(w.nodes)-1].core != nil {
+		w.settle(n)
+	}
+	return nil
+}
+
+// nodeSink delivers a node's completions to the clients that asked.
+type nodeSink struct {
+	w *World
+	n *simNode
+}
+
+func (s nodeSink) Complete(c coherence.Completion) { s.w.completed(s.n, c) }
+func (s nodeSink) Event(coherence.Event)           {}
+
+// settle moves a node's output onto the wires and schedules its next wake.
+func (w *World) settle(n *simNode) {
+	if !n.alive {
+		return
+	}
+	from := end{node: n.id}
+	for p := 0; p < n.ports; p++ {
+		from.port = noc.PortID(p)
+		for {
+			k, ok := n.core.Output(w.now, from.port, w.buf)
+			if !ok {
+				break
+			}
+			w.put(from, w.buf[:k])
+		}
+	}
+	d := n.core.NextDeadline()
+	if d == time.Duration(1<<63-1) {
+		return
+	}
+	d = max(d, w.now)
+	if n.wakeAt >= w.now && n.wakeAt <= d {
+		return // an earlier (or the same) wake is already queued
+	}
+	n.wakeAt = d
+	w.push(event{at: d, kind: evWake, to: end{node: n.id}})
+}
+
+// put sends one datagram from an end onto its wire.
+func (w *World) put(from end, b []byte) {
+	w.res.Frames++
+	to, ok := w.wires[from]
+	if !ok || w.cut[w.linkOf[from]] || !w.nodes[to.node].alive {
+		return
+	}
+	copies := 1
+	if w.cfg.Faults&FaultDrop != 0 {
+		r := w.netRNG.Float64()
+		switch {
+		case r < 0.01:
+			return
+		case r < 0.015:
+			copies = 2
+		}
+	}
+	for range copies {
+		at := w.now + wireDelay + time.Duration(w.netRNG.Int64N(int64(wireJitter)))
+		if w.cfg.Faults&FaultDelay != 0 && w.netRNG.IntN(100) == 0 {
+			at += time.Duration(w.netRNG.Int64N(int64(2 * time.Millisecond)))
+		}
+		w.push(event{at: at, kind: evDatagram, to: to, data: w.copyBuf(b)})
+	}
+}
+
+func (w *World) copyBuf(b []byte) []byte {
+	var c []byte
+	if n := len(w.pool); n > 0 {
+		c = w.pool[n-1][:0]
+		w.pool = w.pool[:n-1]
+	}
+	return append(c, b...)
+}
+
+func (w *World) freeBuf(b []byte) {
+	if cap(b) >= mtu && len(w.pool) < 4096 {
+		w.pool = append(w.pool, b)
+	}
+}
+
+// Run executes the whole run: convergence, workload with faults, quiet
+// period, final checks.
+func Run(cfg Config) (Result, error) {
+	w, err := New(cfg)
+	if err != nil {
+		return Result{Seed: cfg.Seed}, err
+	}
+	return w.Run()
+}
+
+// errNoConvergence: routing never converged (a harness problem, not a
+// protocol violation).
+var errNoConvergence = errors.New("sim: routing did not converge")
+
+// Run executes the run.
+func (w *World) Run() (Result, error) {
+	if !w.runUntil(w.now+2*time.Second, w.converged) {
+		return w.res, errNoConvergence
+	}
+	if err := w.setup(); err != nil {
+		return w.res, err
+	}
+	start := w.now
+	w.startClients()
+	w.scheduleFaults(start)
+	if w.cfg.CheckEvery > 0 {
+		w.push(event{at: w.now + w.cfg.CheckEvery, kind: evCheck})
+	}
+	w.runUntil(start+w.cfg.Workload, nil)
+	w.stopped = true
+	w.healAll()
+	w.runUntil(w.now+w.cfg.Quiesce, nil)
+	w.final()
+	w.res.Virtual = w.now
+	w.res.TraceHash = w.trace.Sum64()
+	for _, n := range w.nodes {
+		if n.alive {
+			w.res.Swaps += n.eng.Stats().SwapsCompleted
+		}
+	}
+	w.res.Lost = w.check.lostCount()
+	w.res.Violations = w.check.violations
+	return w.res, nil
+}
+
+// runUntil processes events up to limit or until done reports true (done
+// is polled every doneEvery of virtual time).
+func (w *World) runUntil(limit time.Duration, done func() bool) bool {
+	const doneEvery = 250 * time.Microsecond
+	next := w.now
+	for len(w.q) > 0 {
+		if done != nil && w.now >= next {
+			if done() {
+				return true
+			}
+			next = w.now + doneEvery
+		}
+		if w.q[0].at > limit {
+			break
+		}
+		ev := heap.Pop(&w.q).(event)
+		w.now = ev.at
+		w.handle(ev)
+	}
+	if done != nil && done() {
+		return true
+	}
+	w.now = max(w.now, limit)
+	return false
+}
+
+func (w *World) handle(ev event) {
+	switch ev.kind {
+	case evDatagram:
+		n := w.nodes[ev.to.node]
+		if n.alive {
+			_ = n.core.Input(w.now, ev.to.port, ev.data)
+			w.settle(n)
+		}
+		w.freeBuf(ev.data)
+	case evWake:
+		n := w.nodes[ev.to.node]
+		if !n.alive || n.wakeAt != ev.at {
+			return
+		}
+		n.wakeAt = -1
+		n.core.Tick(w.now)
+		w.settle(n)
+	case evClient:
+		w.clientStep(w.clients[ev.n])
+	case evFault:
+		w.fault(ev.n)
+	case evCheck:
+		w.check.owners(false)
+		if !w.stopped {
+			w.push(event{at: w.now + w.cfg.CheckEvery, kind: evCheck})
+		}
+	}
+}
+
+// converged reports whether every live node routes to every other.
+func (w *World) converged() bool {
+	live := 0
+	for _, n := range w.nodes {
+		if n.alive {
+			live++
+		}
+	}
+	for _, n := range w.nodes {
+		if !n.alive {
+			continue
+		}
+		if len(n.core.Routing().Routes()) < live-1 {
+			return false
+		}
+		for _, m := range w.nodes {
+			if m.alive && m != n {
+				if _, _, ok := n.core.NextHop(m.id); !ok {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+func (w *World) tracef(format string, a ...any) {
+	line := fmt.Sprintf("%v ", w.now) + fmt.Sprintf(format, a...)
+	w.trace.Write([]byte(line))
+	w.trace.Write([]byte{'\n'})
+	if w.cfg.Trace != nil {
+		w.cfg.Trace(line)
+	}
+}
+
+// Graph returns the topology of the run.
+func (w *World) Graph() *topo.Graph { return w.graph }
