@@ -716,3 +716,53 @@ func TestLinkDownUpAndSmallMTU(t *testing.T) {
 	}
 	t.Logf("a counters %v", counters(t, a))
 }
+
+// Opening and closing ports leaks no file descriptor (socket, BPF maps,
+// program, link) and no mapping (rings, UMEM).
+func TestCloseReleasesEverything(t *testing.T) {
+	f := pair(t)
+	count := func(path string) int {
+		if path == "/proc/self/fd" {
+			ents, err := os.ReadDir(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ents)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte{'\n'})
+	}
+	cycle := func() {
+		a := openXDPIn(t, f, 0, xdp.Options{PinDir: f.PinDir(0, 0)})
+		c, _ := openIn(t, f, 1, xdp.Options{ForceAFPacket: true})
+		a.WriteDatagram([]byte("x"))
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // first use sets up lazily created runtime state
+	fds, maps := count("/proc/self/fd"), count("/proc/self/maps")
+	const n = 20
+	for range n {
+		cycle()
+	}
+	if got := count("/proc/self/fd"); got != fds {
+		t.Errorf("%d file descriptors after %d open/close cycles, %d before", got, n, fds)
+	}
+	// A leaking port would leave 5 mappings per cycle (UMEM and 4 rings).
+	if got := count("/proc/self/maps"); got > maps+n {
+		t.Errorf("%d mappings after %d open/close cycles, %d before", got, n, maps)
+	}
+	if xdpProgram(t, f, 0) != 0 {
+		t.Error("program left on the device")
+	}
+	if ents, _ := os.ReadDir(f.PinDir(0, 0)); len(ents) != 0 {
+		t.Errorf("pins left: %v", ents)
+	}
+}
