@@ -1,8 +1,8 @@
 package afpacket
 
 import (
-	"encoding/binary"
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"github.com/aitherion/dpu/xdp/ether"
