@@ -7,13 +7,17 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build run stop test test-short lint fmt vet bench clean
+.PHONY: all build clib run stop test lint fmt vet bench generate generate-check clean
 
 all: build
 
-build:
+build: clib
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The C library of the host interface (libdpu.so, libdpu.a, dpu.pc).
+clib:
+	$(MAKE) -s -C hostif/c
 
 # Start a local fabric of $(NODES) agents over UDP loopback and show it working.
 run: build
@@ -50,5 +54,19 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+# Rebuild the XDP program's object and Go bindings with bpf2go (needs clang,
+# llvm-strip and the libbpf headers; the outputs are committed).
+generate:
+	xdp/bpf/generate.sh
+
+# Fail when the committed bpf2go outputs differ from what the sources give.
+generate-check: generate
+	@if [ -n "$$(git status --porcelain -- xdp/bpf)" ]; then \
+		echo "xdp/bpf: committed bpf2go outputs are stale; run make generate and commit:"; \
+		git status --short -- xdp/bpf; git diff --stat -- xdp/bpf; exit 1; fi
+
 clean:
 	rm -rf $(BIN)
+	$(MAKE) -s -C hostif/c clean
+
+include images/image.mk
