@@ -21,3 +21,14 @@ const (
 func (f *Frame) IsRouting() bool {
 	return f.Class == ClassControl && f.Op >= OpRouteFirst && f.Op <= OpRouteLast
 }
+
+// Agent-range ops the node core itself answers.
+const (
+	// OpEcho asks the destination node to send the frame back (FlagReply
+	// set, source and destination swapped, payload unchanged): the NoC's
+	// ping, answered by the node core without involving the engine.
+	OpEcho Op = OpAgentFirst
+)
+
+// IsEcho reports whether f is an echo request or reply.
+func (f *Frame) IsEcho() bool { return f.Class == ClassControl && f.Op == OpEcho }

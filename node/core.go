@@ -77,6 +77,7 @@ type Stats struct {
 	NoHandler  uint64 // frames for the engine with no engine plugged in
 	SendErrors uint64 // frames a link refused (backpressure, down)
 	LocalDrops uint64 // frames to self dropped because the local queue was full
+	Echoes     uint64 // echo requests answered
 }
 
 // EventKind says what an Event reports.
@@ -221,6 +222,8 @@ func (c *Core) dispatch(in noc.PortID, msg []byte) {
 		c.stats.Routing++
 		_ = c.rt.HandleFrame(c.now, in, f)
 		c.learnNeighbour(in)
+	case f.IsEcho() && f.Flags&noc.FlagReply == 0 && f.Dst == c.cfg.Self:
+		c.echo(msg, f)
 	case f.Flags&noc.FlagPath != 0 || f.Dst == c.cfg.Self || f.Dst == noc.BroadcastNode:
 		c.deliver(in, f)
 	default:
@@ -255,6 +258,25 @@ func (c *Core) forward(msg []byte, f *noc.Frame) {
 		return
 	}
 	c.stats.Forwarded++
+}
+
+// echo answers an echo request in place: swap source and destination, set
+// FlagReply, reset the hop count, send it back by the routing table.
+func (c *Core) echo(msg []byte, f *noc.Frame) {
+	p, _, ok := c.rt.NextHop(f.Src)
+	if !ok || int(p) >= len(c.ports) {
+		c.stats.NoRoute++
+		return
+	}
+	f.Dst, f.Src = f.Src, c.cfg.Self
+	f.Flags |= noc.FlagReply
+	f.Hops = 0
+	f.PutHeader(msg, len(f.Payload))
+	if err := c.ports[p].ep.Send(c.now, msg); err != nil {
+		c.stats.SendErrors++
+		return
+	}
+	c.stats.Echoes++
 }
 
 // linkEvents turns the endpoint's up/down transitions into routing input.

@@ -158,3 +158,25 @@ func TestDeterministic(t *testing.T) {
 		t.Fatalf("same seed, %d vs %d datagrams", a, b)
 	}
 }
+
+func TestEchoAnsweredByTheCore(t *testing.T) {
+	f, _, recs := fabric(t, "line", 4, nodetest.Config{Seed: 5})
+	if !f.RunUntil(10*time.Second, f.Converged) {
+		t.Fatal("no convergence")
+	}
+	req := noc.Frame{Class: noc.ClassControl, Op: noc.OpEcho, Src: 0, Dst: 3, RequestID: 77, Payload: []byte("ping")}
+	if err := f.Cores[0].SendNode(&req); err != nil {
+		t.Fatal(err)
+	}
+	f.RunUntil(f.Now()+time.Second, func() bool { return len(recs[0].got) == 1 })
+	if len(recs[0].got) != 1 {
+		t.Fatalf("node 0 got %d frames", len(recs[0].got))
+	}
+	got := recs[0].got[0]
+	if got.Flags&noc.FlagReply == 0 || got.Src != 3 || got.Dst != 0 || got.RequestID != 77 || string(got.Payload) != "ping" || got.Hops != 2 {
+		t.Fatalf("echo reply %v", &got)
+	}
+	if len(recs[3].got) != 0 || f.Cores[3].Stats().Echoes != 1 {
+		t.Fatal("echo went to the engine instead of the core")
+	}
+}
