@@ -39,11 +39,21 @@ type Agent struct {
 	core  *node.Core
 	ports []openPort
 
+	handler node.Handler
+
 	in    chan datagram
 	reqs  chan func()
 	ctl   *ctl.Server
 	ready chan struct{}
+	ran   bool
 }
+
+// Option changes how New builds an agent.
+type Option func(*Agent)
+
+// WithHandler plugs h into the node core in place of the coherence
+// engine (tools and tests that speak their own frames).
+func WithHandler(h node.Handler) Option { return func(a *Agent) { a.handler = h } }
 
 type openPort struct {
 	spec PortSpec
@@ -81,15 +91,37 @@ func opener(kind string) (PortOpener, bool) {
 	return o, ok
 }
 
-// New validates cfg and returns an agent; Run starts it.
-func New(cfg Config, log *slog.Logger) (*Agent, error) {
+// New validates cfg, opens the agent's ports (in the calling thread's
+// network namespace) and builds its core. Run serves; Close releases an
+// agent that never ran.
+func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, log: log, in: make(chan datagram, inQueue), reqs: make(chan func()), ready: make(chan struct{})}, nil
+	a := &Agent{cfg: cfg, log: log, start: time.Now(), in: make(chan datagram, inQueue), reqs: make(chan func()), ready: make(chan struct{})}
+	for _, o := range opts {
+		o(a)
+	}
+	if err := a.openPorts(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if err := a.newCore(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close releases the ports of an agent that is not running (Run releases
+// them itself when it returns).
+func (a *Agent) Close() {
+	for _, p := range a.ports {
+		p.port.Close()
+	}
 }
 
 // Ready is closed once the agent's sockets serve.
@@ -98,20 +130,13 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // Run opens the ports and sockets, serves until ctx ends, then releases
 // everything it created.
 func (a *Agent) Run(ctx context.Context) (err error) {
-	a.start = time.Now()
+	if a.ran {
+		return errors.New("agent: Run called twice")
+	}
+	a.ran = true
+	defer a.Close()
 	if err := os.MkdirAll(a.cfg.RunDir, 0o755); err != nil {
 		return fmt.Errorf("agent: run dir: %w", err)
-	}
-	defer func() {
-		for _, p := range a.ports {
-			p.port.Close()
-		}
-	}()
-	if err := a.openPorts(); err != nil {
-		return err
-	}
-	if err := a.newCore(); err != nil {
-		return err
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -195,12 +220,12 @@ func (a *Agent) newCore() error {
 	lc := link.DefaultConfig()
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
-	core, err := node.New(node.Config{Self: a.cfg.Node, Link: lc, Seed: seed}, 0)
+	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	for i, p := range a.ports {
-		if err := core.AddPort(0, noc.PortID(i), p.spec.Name, p.port.MTU()); err != nil {
+		if err := core.AddPort(a.now(), noc.PortID(i), p.spec.Name, p.port.MTU()); err != nil {
 			return fmt.Errorf("agent: %w", err)
 		}
 	}
@@ -377,6 +402,11 @@ func (a *Agent) publish() {
 // ErrBusy is returned when the core does not serve a control request in
 // time.
 var ErrBusy = errors.New("agent: core did not answer in time")
+
+// Exec runs fn on the core goroutine of a running agent and waits for it;
+// it fails with ErrBusy when the core does not take fn within a bound. fn
+// must not block.
+func (a *Agent) Exec(fn func(c *node.Core)) error { return a.onCore(fn) }
 
 // onCore runs fn on the core goroutine and waits (bounded) for it.
 func (a *Agent) onCore(fn func(c *node.Core)) error {

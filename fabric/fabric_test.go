@@ -30,10 +30,10 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "github.com/aitherion/dpu/cmd/dpu-agent")...)
+	cmd := exec.Command("go", append(args, "github.com/aitherion/dpu/cmd/dpu-agent", "github.com/aitherion/dpu/cmd/dpuctl")...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		panic("building dpu-agent: " + err.Error())
+		panic("building dpu-agent and dpuctl: " + err.Error())
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -27,6 +27,9 @@ type Config struct {
 	Seed uint64
 	// MaxHops drops frames that crossed more routers than this (default 64).
 	MaxHops uint8
+	// HoldBound bounds how long a frame waits for room on its outgoing
+	// link before it is dropped (default 1 s; see Core.forward).
+	HoldBound time.Duration
 }
 
 // Errors of the core.
@@ -63,6 +66,13 @@ type port struct {
 	neighbour noc.NodeID
 	known     bool          // neighbour learned from routing
 	lastRx    time.Duration // when the port last delivered a datagram
+
+	// held is a received frame waiting for room on its outgoing link
+	// (heldOut); while it waits, nothing more is taken from this port, so
+	// the port's receive window fills and its neighbour stops sending.
+	held      []byte
+	heldOut   noc.PortID
+	heldSince time.Duration
 }
 
 // Stats counts what the core did with frames.
@@ -77,6 +87,8 @@ type Stats struct {
 	NoHandler  uint64 // frames for the engine with no engine plugged in
 	SendErrors uint64 // frames a link refused (backpressure, down)
 	LocalDrops uint64 // frames to self dropped because the local queue was full
+	Held       uint64 // frames that waited for room on their outgoing link
+	HeldDrops  uint64 // frames dropped after waiting HoldBound
 	Echoes     uint64 // echo requests answered
 }
 
@@ -107,6 +119,9 @@ func New(cfg Config, now time.Duration) (*Core, error) {
 	}
 	if cfg.MaxHops == 0 {
 		cfg.MaxHops = 64
+	}
+	if cfg.HoldBound == 0 {
+		cfg.HoldBound = time.Second
 	}
 	c := &Core{cfg: cfg, now: now, enc: make([]byte, 0, noc.HeaderLen+noc.MaxPayload)}
 	c.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
@@ -155,13 +170,8 @@ func (c *Core) Input(now time.Duration, p noc.PortID, datagram []byte) error {
 	pt.lastRx = now
 	ierr := pt.ep.Input(now, datagram)
 	c.linkEvents(p, pt)
-	for {
-		msg, ok := pt.ep.Receive()
-		if !ok {
-			break
-		}
-		c.dispatch(p, msg)
-	}
+	c.release() // the input may have acked room for held frames
+	c.drain(p, pt)
 	c.flushRouting()
 	c.drainLocal()
 	if ierr != nil {
@@ -185,6 +195,14 @@ func (c *Core) Tick(now time.Duration) {
 		pt.ep.Tick(now)
 		c.linkEvents(noc.PortID(i), pt)
 	}
+	c.release()
+	for i, pt := range c.ports {
+		if pt.held != nil && now-pt.heldSince >= c.cfg.HoldBound {
+			pt.held = nil
+			c.stats.HeldDrops++
+		}
+		c.drain(noc.PortID(i), pt)
+	}
 	c.rt.Tick(now)
 	c.flushRouting()
 	if c.cfg.Handler != nil {
@@ -201,6 +219,9 @@ func (c *Core) NextDeadline() time.Duration {
 	}
 	for _, pt := range c.ports {
 		d = min(d, pt.ep.NextDeadline())
+		if pt.held != nil {
+			d = min(d, pt.heldSince+c.cfg.HoldBound)
+		}
 	}
 	if c.cfg.Handler != nil {
 		if h, ok := c.cfg.Handler.NextDeadline(); ok {
@@ -208,6 +229,39 @@ func (c *Core) NextDeadline() time.Duration {
 		}
 	}
 	return d
+}
+
+// drain dispatches the messages port p has received, until one has to be
+// held.
+func (c *Core) drain(p noc.PortID, pt *port) {
+	for pt.held == nil {
+		msg, ok := pt.ep.Receive()
+		if !ok {
+			return
+		}
+		c.dispatch(p, msg)
+	}
+}
+
+// release sends the held frames whose outgoing link has room again and
+// resumes taking input from their ports.
+func (c *Core) release() {
+	for i, pt := range c.ports {
+		if pt.held == nil {
+			continue
+		}
+		out := c.ports[pt.heldOut]
+		if err := out.ep.Send(c.now, pt.held); err != nil {
+			if errors.Is(err, link.ErrBackpressure) {
+				continue
+			}
+			c.stats.SendErrors++ // the link went down: drop it
+		} else {
+			c.stats.Forwarded++
+		}
+		pt.held = nil
+		c.drain(noc.PortID(i), pt)
+	}
 }
 
 // dispatch decides what to do with one message received on port in.
@@ -227,7 +281,7 @@ func (c *Core) dispatch(in noc.PortID, msg []byte) {
 	case f.Flags&noc.FlagPath != 0 || f.Dst == c.cfg.Self || f.Dst == noc.BroadcastNode:
 		c.deliver(in, f)
 	default:
-		c.forward(msg, f)
+		c.forward(in, msg, f)
 	}
 }
 
@@ -240,9 +294,13 @@ func (c *Core) deliver(in noc.PortID, f *noc.Frame) {
 	c.cfg.Handler.HandleFrame(c.now, in, f, c)
 }
 
-// forward sends a received frame on toward its Dst, bumping its hop count
-// in place: no decode beyond the header, no allocation.
-func (c *Core) forward(msg []byte, f *noc.Frame) {
+// forward sends a frame received on port in toward its Dst, bumping its hop
+// count in place: no decode beyond the header, no allocation. When the
+// outgoing link has no room the frame is held (copied once) and port in
+// stops being drained until it leaves; the back-pressure travels upstream
+// hop by hop through the links' credits. A frame held longer than
+// HoldBound is dropped, which bounds the wait and breaks credit cycles.
+func (c *Core) forward(in noc.PortID, msg []byte, f *noc.Frame) {
 	if f.Hops >= c.cfg.MaxHops {
 		c.stats.HopLimit++
 		return
@@ -253,11 +311,18 @@ func (c *Core) forward(msg []byte, f *noc.Frame) {
 		return
 	}
 	msg[12] = f.Hops + 1 // header offset of the hop count
-	if err := c.ports[p].ep.Send(c.now, msg); err != nil {
+	err := c.ports[p].ep.Send(c.now, msg)
+	switch {
+	case err == nil:
+		c.stats.Forwarded++
+	case errors.Is(err, link.ErrBackpressure) && int(in) < len(c.ports):
+		pt := c.ports[in]
+		pt.held = append(make([]byte, 0, len(msg)), msg...)
+		pt.heldOut, pt.heldSince = p, c.now
+		c.stats.Held++
+	default:
 		c.stats.SendErrors++
-		return
 	}
-	c.stats.Forwarded++
 }
 
 // echo answers an echo request in place: swap source and destination, set
