@@ -56,6 +56,12 @@ type Config struct {
 	// TimerGranularity is the resolution of the engine's timer wheel
 	// (default 10µs).
 	TimerGranularity time.Duration
+	// HomeRefresh is how often an owner tells the homes of the pages it
+	// owns (homed elsewhere) that it owns them, so that a home that
+	// restarted learns its records again (default 1s). A restarted home
+	// answers "retry" for pages it has no record of during two refresh
+	// periods, "host down" after.
+	HomeRefresh time.Duration
 	// PinBound bounds a lock's pin (0: the arbiter's MaxPin).
 	PinBound time.Duration
 	// MaxHops drops page-keyed messages that crossed more nodes (default 64).
@@ -148,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TimerGranularity <= 0 {
 		c.TimerGranularity = DefaultTimerGranularity
 	}
+	if c.HomeRefresh <= 0 {
+		c.HomeRefresh = time.Second
+	}
 	if c.MaxHops == 0 {
 		c.MaxHops = DefaultMaxHops
 	}
@@ -178,6 +187,7 @@ type Engine struct {
 	notices  map[gva.GVA]*notice
 
 	nextReq  uint64
+	swapSeq  uint64
 	nextPage gva.PageNumber
 
 	// scratch, reused across calls
@@ -191,6 +201,23 @@ type Engine struct {
 	drops     []gva.GVA // replicas left unmapped, dropped at the end of the step
 
 	stats Counters
+	dbg   debugTracer
+
+	started bool
+	born    time.Duration // the now of the first call
+	now     time.Duration // the now of the current call
+}
+
+// debugTracer is implemented by tracers that want a line for every
+// protocol step (the simulator's replay of one failing seed).
+type debugTracer interface {
+	Debugf(self noc.NodeID, key gva.GVA, format string, args ...any)
+}
+
+func (e *Engine) debugf(key gva.GVA, format string, args ...any) {
+	if e.dbg != nil {
+		e.dbg.Debugf(e.self, key, format, args...)
+	}
 }
 
 // page is a page whose content this node holds: a primary it owns or a
@@ -208,6 +235,8 @@ type page struct {
 	seen      gva.Version // newest version this host was told of (session floor)
 	waiters   []*request  // loads and refs waiting for content
 	swap      *swapState
+	doneSwap  opKey  // the swap that made this node the owner
+	doneSeq   uint64 // and its attempt
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
@@ -238,6 +267,7 @@ type opKey struct {
 // commitRecord remembers a committed swap at the old owner.
 type commitRecord struct {
 	key   gva.GVA
+	seq   uint64
 	route []byte
 	ver   gva.Version
 	timer arbiter.TimerID
@@ -260,6 +290,7 @@ const (
 	tSwapIn                        // the acquirer's re-sent confirmation
 	tCommit                        // forget a committed swap
 	tNotice                        // re-send OpOwnerMoved
+	tRefresh                       // tell the homes of the pages owned here who owns them
 )
 
 type timer struct {
@@ -307,6 +338,7 @@ func New(cfg Config) (*Engine, error) {
 		pay:      make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
 		hostPay:  make([]byte, 0, gva.PageSize+64),
 	}
+	e.dbg, _ = cfg.Tracer.(debugTracer)
 	return e, nil
 }
 
@@ -321,9 +353,54 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // HandleFrame implements node.Handler: one frame for the engine.
 func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.begin(now)
 	e.stats.count(&e.stats.Received, f.Class, f.Op)
 	e.dispatch(now, in, f, out)
 	e.endStep(now, out)
+}
+
+// begin notes the time of the engine's first call and starts its periodic
+// work.
+func (e *Engine) begin(now time.Duration) {
+	e.now = now
+	if e.started {
+		return
+	}
+	e.started, e.born = true, now
+	e.schedule(now+e.jitter(e.cfg.HomeRefresh), timer{kind: tRefresh})
+}
+
+// refreshHomes tells the home of every page owned here (and homed
+// elsewhere) who owns it.
+func (e *Engine) refreshHomes(now time.Duration, out node.Sender) {
+	e.schedule(now+e.cfg.HomeRefresh, timer{kind: tRefresh})
+	keys := make([]gva.GVA, 0, 8)
+	for key, pg := range e.pages {
+		if pg.owner && homeOf(key) != e.self {
+			keys = append(keys, key)
+		}
+	}
+	slices.SortFunc(keys, compareGVA)
+	for _, key := range keys {
+		pg := e.pages[key]
+		var b [movedLen]byte
+		binary.BigEndian.PutUint32(b[:], uint32(e.self))
+		binary.BigEndian.PutUint64(b[4:], e.inc)
+		binary.BigEndian.PutUint64(b[12:], pg.epoch)
+		f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), 0, key, 0, b[:])
+		e.sendNode(&f, out)
+		e.stats.Refreshes++
+	}
+}
+
+func compareGVA(a, b gva.GVA) int {
+	switch {
+	case a == b:
+		return 0
+	case a.Less(b):
+		return -1
+	}
+	return 1
 }
 
 // endStep finishes what a step left for later: evictions found without a
@@ -422,10 +499,12 @@ func (e *Engine) malformed() { e.stats.Malformed++ }
 // branch through it: entries whose up port it was are reset (their subtree
 // is detached and re-refs), and it leaves every down set.
 func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, out node.Sender) {
+	e.debugf(gva.GVA{}, "port %d up=%v", p, up)
 	if up {
 		return
 	}
 	defer e.endStep(now, out)
+	e.begin(now)
 	e.stats.PortsDown++
 	for _, snap := range e.cache.Snapshot() {
 		ent, ok := e.cache.Peek(snap.Key)
@@ -448,6 +527,7 @@ func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeI
 // Tick implements node.Handler: it runs the engine's timers, the arbiter's
 // tick decisions and pin bounds, and the path cache's idle aging.
 func (e *Engine) Tick(now time.Duration, out node.Sender) {
+	e.begin(now)
 	e.fired = e.wheel.Advance(now, e.fired[:0])
 	if len(e.fired) > 0 {
 		fired := slices.Clone(e.fired)
@@ -504,6 +584,8 @@ func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer], out node.Sender
 		if c := e.commits[k]; c != nil && c.timer == f.ID {
 			delete(e.commits, k)
 		}
+	case tRefresh:
+		e.refreshHomes(now, out)
 	case tNotice:
 		if n := e.notices[t.key]; n != nil && n.timer == f.ID {
 			e.sendNotice(now, t.key, n, out)
@@ -556,6 +638,7 @@ func (e *Engine) reply(now time.Duration, src noc.NodeID, id uint64, c noc.Class
 
 // fail answers request f with errno.
 func (e *Engine) fail(now time.Duration, f *noc.Frame, errno syscall.Errno, out node.Sender) {
+	e.debugf(f.GVA.Key(), "fail %v/%d to %v: %v", f.Class, f.Op, f.Src, errno)
 	var b [errnoLen]byte
 	binary.BigEndian.PutUint32(b[:], uint32(errno))
 	e.reply(now, f.Src, f.RequestID, f.Class, f.Op, noc.FlagError, f.GVA, f.PageVersion, b[:], out)

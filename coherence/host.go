@@ -180,6 +180,7 @@ type request struct {
 // possibly before Submit returns, and always within Config.RequestTimeout.
 func (e *Engine) Submit(now time.Duration, hr Request, out node.Sender) {
 	e.stats.HostRequests++
+	e.begin(now)
 	defer e.endStep(now, out)
 	r := &request{hr: hr, key: hr.GVA.Key(), start: now}
 	switch hr.Op {
@@ -390,12 +391,7 @@ func (e *Engine) where(now time.Duration, r *request, out node.Sender) {
 			loc.Tier = gva.TierLocal
 		}
 	default:
-		owner := homeOf(r.key)
-		if pg != nil && pg.ownerNode != 0 || pg != nil && homeOf(r.key) == 0 {
-			owner = pg.ownerNode
-		} else if rec := e.home[r.key]; rec != nil {
-			owner = rec.owner
-		}
+		owner := e.guessOwner(r.key)
 		loc.Owner = owner
 		_, hops, ok := out.NextHop(owner)
 		if !ok {
@@ -539,6 +535,7 @@ func (e *Engine) hostUnref(now time.Duration, r *request, out node.Sender) {
 
 // dropReplica releases the local replica and prunes its entry.
 func (e *Engine) dropReplica(now time.Duration, pg *page, out node.Sender) {
+	e.debugf(pg.key, "drop replica")
 	e.store.Release(pg.key)
 	delete(e.pages, pg.key)
 	if ent, ok := e.cache.Peek(pg.key); ok {
@@ -559,15 +556,15 @@ func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
 	case HostStore:
 		p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
 		p = append(p, r.data...)
-		f = newFrame(noc.ClassStore, OpStore, 0, e.self, homeOf(r.key), r.id, g, 0, p)
+		f = newFrame(noc.ClassStore, OpStore, 0, e.self, e.guessOwner(r.key), r.id, g, 0, p)
 	case HostCAS:
 		if e.cfg.Bug == BugStaleCAS && e.staleCAS(now, r, out) {
 			return
 		}
-		f = newFrame(noc.ClassAtomic, OpCAS, 0, e.self, homeOf(r.key), r.id, g, 0,
+		f = newFrame(noc.ClassAtomic, OpCAS, 0, e.self, e.guessOwner(r.key), r.id, g, 0,
 			appendAtomic(e.hostPay[:0], OpCAS, 0, r.hr.Expected, r.hr.Operand))
 	case HostFetchAdd:
-		f = newFrame(noc.ClassAtomic, OpFetchAdd, 0, e.self, homeOf(r.key), r.id, g, 0,
+		f = newFrame(noc.ClassAtomic, OpFetchAdd, 0, e.self, e.guessOwner(r.key), r.id, g, 0,
 			appendAtomic(e.hostPay[:0], OpFetchAdd, 0, 0, r.hr.Operand))
 	}
 	f.Flags |= noc.FlagPath
@@ -597,7 +594,7 @@ func (e *Engine) staleCAS(now time.Duration, r *request, out node.Sender) bool {
 	r.hr.Op = HostCAS
 	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
 	p = append(p, r.data...)
-	f := newFrame(noc.ClassStore, OpStore, noc.FlagPath, e.self, homeOf(r.key), r.id, r.hr.GVA, 0, p)
+	f := newFrame(noc.ClassStore, OpStore, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.hr.GVA, 0, p)
 	e.handleUp(now, noc.LocalPort, &f, out)
 	return true
 }

@@ -74,8 +74,13 @@ func (e *Engine) validUp(f *noc.Frame) bool {
 func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache.Entry, out node.Sender) (up noc.PortID, dst noc.NodeID, target uint64, errno syscall.Errno) {
 	dst = f.Dst
 	target, _ = upPrefix(f.Payload)
+	redirected := false
 	if ent != nil && ent.Up != noc.NoPort {
 		return ent.Up, dst, target, 0
+	}
+	if dst == e.self && target == 0 && homeOf(key) != e.self {
+		// Sent here as the last known owner; it is not here: ask the home.
+		dst, redirected = homeOf(key), true
 	}
 	if dst == e.self {
 		if target != 0 {
@@ -86,7 +91,10 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			return 0, 0, 0, syscall.EAGAIN // it moved on; the home will learn of it
 		}
 		rec := e.home[key]
+		e.debugf(key, "home lookup %+v born=%v", rec, e.born)
 		switch {
+		case rec == nil && e.now < e.born+2*e.cfg.HomeRefresh:
+			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
 		case rec == nil:
 			return 0, 0, 0, syscall.EHOSTDOWN // unknown at its home: lost with a restart
 		case rec.freed:
@@ -95,12 +103,13 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			return 0, 0, 0, syscall.EHOSTDOWN
 		}
 		dst, target = rec.owner, rec.ownerInc
+		redirected = true
 	}
 	p, _, ok := out.NextHop(dst)
 	if !ok {
 		return 0, 0, 0, syscall.EHOSTUNREACH
 	}
-	if p == in {
+	if p == in && !redirected {
 		e.stats.PathAnomalies++
 		return 0, 0, 0, syscall.EAGAIN
 	}
@@ -204,6 +213,7 @@ func (e *Engine) invalidated(now time.Duration, pg *page, v gva.Version) {
 
 // handleDown runs an update or invalidate coming down the tree.
 func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.debugf(f.GVA.Key(), "down op=%d v=%d in=%d", f.Op, f.PageVersion, in)
 	key := f.GVA.Key()
 	var data []byte
 	if f.Op == OpUpdate {
@@ -230,6 +240,9 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out 
 	}
 	v := f.PageVersion
 	ent.Version = max(ent.Version, v)
+	if pg := e.pages[key]; pg != nil && !pg.owner {
+		pg.ownerNode = f.Src // updates come from the owner
+	}
 	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
 		(pg.swap == nil || pg.swap.stage < stageGranted) {
 		wasValid := pg.has && pg.version+1 >= v
@@ -255,6 +268,7 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out 
 
 // handleUnref removes the arrival port from the page's down set.
 func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.debugf(f.GVA.Key(), "unref in=%d", in)
 	if len(f.Payload) != 0 {
 		e.malformed()
 		return
@@ -275,6 +289,7 @@ func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out
 // prune removes an entry that no longer leads anywhere, unref'ing it
 // upstream.
 func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+	e.debugf(ent.Key, "prune? up=%d down=%v owner=%v", ent.Up, ent.Down, ent.Owner)
 	if ent.Owner || !ent.Down.Empty() || e.fetches[ent.Key] != nil {
 		return
 	}
@@ -291,6 +306,7 @@ func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender)
 
 // handleDetach resets this node's entry when its up branch is gone.
 func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.debugf(f.GVA.Key(), "detach in=%d", in)
 	if len(f.Payload) != 0 {
 		e.malformed()
 		return
@@ -307,6 +323,7 @@ func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, ou
 // below is detached, the local replica becomes invalid, local waiters
 // re-ref by the home route.
 func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+	e.debugf(ent.Key, "reset up=%d down=%v", ent.Up, ent.Down)
 	key := ent.Key
 	e.stats.Resets++
 	e.detachBelow(now, ent, out)

@@ -21,6 +21,7 @@ type graftWaiter struct {
 // handleRef runs a ref at a node that is not the owner. ent is the node's
 // entry (nil: the node is not on the page's tree).
 func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry, out node.Sender) {
+	e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, f.Payload[prefixLen], ent != nil)
 	key := f.GVA.Key()
 	_, rf, _ := decodeRef(f.Payload)
 	graft := rf&refGraft != 0
@@ -112,6 +113,7 @@ func (e *Engine) openFetch(now time.Duration, key gva.GVA, ent *pathcache.Entry)
 
 // closeFetch ends the open fetch of key.
 func (e *Engine) closeFetch(key gva.GVA) {
+	e.debugf(key, "close fetch")
 	fe := e.fetches[key]
 	if fe == nil {
 		return
@@ -135,7 +137,7 @@ func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version
 	}
 	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
 	p = append(p, 0)
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, homeOf(pg.key), id, pg.key, min, p)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, e.guessOwner(pg.key), id, pg.key, min, p)
 	e.handleUp(now, noc.LocalPort, &f, out)
 }
 
@@ -173,6 +175,18 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 	e.stats.Grafts++
 }
 
+// guessOwner is where a request without a path is sent first: the owner
+// this node last heard of, else the page's home (which knows the owner).
+func (e *Engine) guessOwner(key gva.GVA) noc.NodeID {
+	if pg := e.pages[key]; pg != nil && pg.ownerNode != e.self {
+		return pg.ownerNode
+	}
+	if rec := e.home[key]; rec != nil && !rec.freed && rec.owner != e.self {
+		return rec.owner
+	}
+	return homeOf(key)
+}
+
 func (e *Engine) ownerOf(pg *page) noc.NodeID {
 	if pg.owner {
 		return e.self
@@ -183,6 +197,7 @@ func (e *Engine) ownerOf(pg *page) noc.NodeID {
 // handleRefReply installs content coming down and passes it on to what
 // waits for it here.
 func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.debugf(f.GVA.Key(), "ref reply in=%d dst=%v v=%d", in, f.Dst, f.PageVersion)
 	rr, err := decodeRefReply(f.Payload)
 	if err != nil {
 		e.malformed()

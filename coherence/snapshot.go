@@ -39,7 +39,9 @@ type Counters struct {
 	SwapsStarted, SwapsCommitted, SwapsAborted uint64 // at the old owner
 	SwapsCompleted, SwapsRefused, SwapsLost    uint64 // at the acquirer
 	Flips, Held, Rerouted, DoneResent          uint64
+	LateGrafts                                 uint64 // done branches grafted after the swap ended
 	Locks, Unlocks, HostFaults, NoticesLost    uint64
+	Refreshes                                  uint64 // owner-to-home record refreshes sent
 
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64

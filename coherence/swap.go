@@ -24,6 +24,7 @@ const (
 type swapState struct {
 	out     bool
 	id      uint64     // the acquirer's request id: names the swap with the acquirer's node
+	seq     uint64     // the owner's number for this attempt
 	peer    noc.NodeID // out: the acquirer; in: the owner that granted
 	peerInc uint64
 	route   []byte // out: the acquire's route, this node's arrival port last
@@ -103,7 +104,7 @@ func (e *Engine) hostAcquire(now time.Duration, r *request, out node.Sender) {
 	e.sendAcquire(now, pg, r, out)
 	// A lost acquire (its link went down) is sent again.
 	e.cancel(r.retry)
-	r.retry = e.schedule(now+e.jitter(4*e.cfg.RetryInterval), timer{kind: tRetry, id: r.id})
+	r.retry = e.schedule(now+e.jitter(max(4*e.cfg.RetryInterval, 2*e.cfg.SwapTimeout)), timer{kind: tRetry, id: r.id})
 }
 
 func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request, out node.Sender) {
@@ -112,7 +113,7 @@ func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request, out node.S
 		fl = acquireLock
 	}
 	p := appendAcquire(e.hostPay[:0], acquireReq{flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
-	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, homeOf(r.key), r.id, r.key, 0, p)
+	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.key, 0, p)
 	f.Priority = r.hr.Priority
 	e.stats.Acquires++
 	e.handleUp(now, noc.LocalPort, &f, out)
@@ -128,22 +129,20 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node
 	}
 	route := append([]byte(nil), a.route...)
 	route = binary.BigEndian.AppendUint16(route, uint16(op.in))
-	sw := &swapState{out: true, id: op.f.RequestID, peer: op.f.Src, peerInc: a.inc, route: route,
+	e.swapSeq++
+	sw := &swapState{out: true, id: op.f.RequestID, seq: e.swapSeq, peer: op.f.Src, peerInc: a.inc, route: route,
 		version: pg.version, epoch: pg.epoch + 1}
 	pg.swap = sw
 	var gb [grantLen]byte
-	binary.BigEndian.PutUint64(gb[:], e.inc)
-	binary.BigEndian.PutUint64(gb[8:], sw.epoch)
-	f := newFrame(noc.ClassControl, OpGrant, 0, e.self, sw.peer, sw.id, pg.key, pg.version, gb[:])
+	f := newFrame(noc.ClassControl, OpGrant, 0, e.self, sw.peer, sw.id, pg.key, pg.version,
+		appendGrant(gb[:0], grantMsg{ownerInc: e.inc, epoch: sw.epoch, seq: sw.seq}))
 	e.sendNode(&f, out)
 	var fl noc.Flags
 	var df uint8
 	if pg.huge {
 		fl, df = noc.FlagHuge, dataHuge
 	}
-	b := binary.BigEndian.AppendUint64(e.pay[:0], sw.epoch)
-	b = append(b, df)
-	b = append(b, pg.content...)
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f, out)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -159,12 +158,13 @@ func (e *Engine) swapIn(f *noc.Frame) (*page, *swapState) {
 	return pg, pg.swap
 }
 
-// refuse tells a granting owner that this node does not take the page.
-func (e *Engine) refuse(f *noc.Frame, out node.Sender) {
+// refuse tells a granting owner that this node does not take the page
+// (swap attempt seq).
+func (e *Engine) refuse(f *noc.Frame, seq uint64, out node.Sender) {
 	e.stats.SwapsRefused++
 	var b [dataAckLen]byte
-	binary.BigEndian.PutUint64(b[:], e.inc)
-	a := newFrame(noc.ClassControl, OpDataAck, noc.FlagError, e.self, f.Src, f.RequestID, f.GVA.Key(), f.PageVersion, b[:])
+	a := newFrame(noc.ClassControl, OpDataAck, noc.FlagError, e.self, f.Src, f.RequestID, f.GVA.Key(), f.PageVersion,
+		appendDataAck(b[:0], dataAckMsg{inc: e.inc, seq: seq}))
 	e.sendNode(&a, out)
 }
 
@@ -175,11 +175,12 @@ func (e *Engine) handleGrant(now time.Duration, f *noc.Frame, out node.Sender) {
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage != stageAcquiring || sw.req == nil {
-		e.refuse(f, out)
+	if sw == nil || sw.stage != stageAcquiring || sw.req == nil || pg.has && pg.version > f.PageVersion {
+		// Not (or no longer) acquiring, or a grant older than our replica.
+		e.refuse(f, g.seq, out)
 		return
 	}
-	sw.stage, sw.peer, sw.peerInc, sw.version, sw.epoch = stageGranted, f.Src, g.ownerInc, f.PageVersion, g.epoch
+	sw.stage, sw.peer, sw.peerInc, sw.version, sw.epoch, sw.seq = stageGranted, f.Src, g.ownerInc, f.PageVersion, g.epoch, g.seq
 	e.cancel(sw.req.retry)
 	sw.req.retry = 0
 	sw.timer = e.schedule(now+2*e.cfg.SwapTimeout, timer{kind: tSwapIn, key: pg.key})
@@ -213,8 +214,8 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage != stageGranted || sw.peer != f.Src {
-		e.refuse(f, out)
+	if sw == nil || sw.stage != stageGranted || sw.peer != f.Src || sw.seq != d.seq || sw.version != f.PageVersion {
+		e.refuse(f, d.seq, out)
 		return
 	}
 	if !pg.has || pg.version != f.PageVersion {
@@ -235,9 +236,8 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
 
 func (e *Engine) sendDataAck(pg *page, sw *swapState, out node.Sender) {
 	var b [dataAckLen]byte
-	binary.BigEndian.PutUint64(b[:], e.inc)
-	binary.BigEndian.PutUint64(b[8:], sw.peerInc)
-	f := newFrame(noc.ClassControl, OpDataAck, 0, e.self, sw.peer, sw.id, pg.key, pg.version, b[:])
+	f := newFrame(noc.ClassControl, OpDataAck, 0, e.self, sw.peer, sw.id, pg.key, pg.version,
+		appendDataAck(b[:0], dataAckMsg{inc: e.inc, ownerInc: sw.peerInc, seq: sw.seq}))
 	e.sendNode(&f, out)
 }
 
@@ -266,7 +266,7 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender)
 	key := f.GVA.Key()
 	pg := e.pages[key]
 	var sw *swapState
-	if pg != nil && pg.swap != nil && pg.swap.out && pg.swap.id == f.RequestID && pg.swap.peer == f.Src {
+	if pg != nil && pg.swap != nil && pg.swap.out && pg.swap.id == f.RequestID && pg.swap.peer == f.Src && pg.swap.seq == m.seq {
 		sw = pg.swap
 	}
 	if f.Flags&noc.FlagError != 0 {
@@ -278,16 +278,23 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender)
 	switch {
 	case sw != nil && m.ownerInc == e.inc:
 		e.commitOut(now, pg, m.inc, out)
-	case e.commits[opKey{f.Src, f.RequestID}] != nil:
+	case e.commits[opKey{f.Src, f.RequestID}] != nil && e.commits[opKey{f.Src, f.RequestID}].seq == m.seq:
 		c := e.commits[opKey{f.Src, f.RequestID}]
-		b := [doneHead]byte{doneRouted | doneBroken, 0}
-		d := newFrame(noc.ClassControl, OpDone, 0, e.self, f.Src, f.RequestID, c.key, c.ver, b[:])
+		var b [doneHead]byte
+		d := newFrame(noc.ClassControl, OpDone, 0, e.self, f.Src, f.RequestID, c.key, c.ver,
+			appendDone(b[:0], doneMsg{flags: doneRouted | doneBroken, seq: c.seq}))
 		e.sendNode(&d, out)
 		e.stats.DoneResent++
 	default:
-		a := newFrame(noc.ClassControl, OpAbort, 0, e.self, f.Src, f.RequestID, key, 0, nil)
-		e.sendNode(&a, out)
+		e.sendAbort(f.Src, f.RequestID, key, m.seq, out)
 	}
+}
+
+func (e *Engine) sendAbort(dst noc.NodeID, id uint64, key gva.GVA, seq uint64, out node.Sender) {
+	var b [abortLen]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	a := newFrame(noc.ClassControl, OpAbort, 0, e.self, dst, id, key, 0, b[:])
+	e.sendNode(&a, out)
 }
 
 // commitOut is the old owner's commit: the page now belongs to the
@@ -295,6 +302,7 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender)
 // owner), its primary becomes a replica, the path's entries flip as the
 // done travels down the acquire's route.
 func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node.Sender) {
+	e.debugf(pg.key, "commit to %v", pg.swap.peer)
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
@@ -312,10 +320,12 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 		}
 	}
 	k := opKey{sw.peer, sw.id}
-	e.commits[k] = &commitRecord{key: key, ver: pg.version,
+	if old := e.commits[k]; old != nil {
+		e.cancel(old.timer)
+	}
+	e.commits[k] = &commitRecord{key: key, ver: pg.version, seq: sw.seq,
 		timer: e.schedule(now+e.cfg.CommitTTL, timer{kind: tCommit, node: sw.peer, id: sw.id})}
-	b := append(e.pay[:0], 0, byte(n-1))
-	b = append(b, sw.route[:2*(n-1)]...)
+	b := appendDone(e.pay[:0], doneMsg{seq: sw.seq, route: sw.route[:2*(n-1)]})
 	d := newFrame(noc.ClassControl, OpDone, noc.FlagPath, e.self, sw.peer, sw.id, key, pg.version, b)
 	e.sendPort(toward, &d, out)
 	e.stats.SwapsCommitted++
@@ -341,25 +351,26 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 
 // abortOut calls a swap off at the old owner: it stays the owner.
 func (e *Engine) abortOut(now time.Duration, pg *page, out node.Sender) {
+	e.debugf(pg.key, "abort out to %v", pg.swap.peer)
 	sw := pg.swap
 	e.cancel(sw.timer)
 	pg.swap = nil
 	if ans, err := e.arb.SwapAbort(now, pg.key); err == nil {
 		e.copyAnswers(ans)
 	}
-	a := newFrame(noc.ClassControl, OpAbort, 0, e.self, sw.peer, sw.id, pg.key, 0, nil)
-	e.sendNode(&a, out)
+	e.sendAbort(sw.peer, sw.id, pg.key, sw.seq, out)
 	e.stats.SwapsAborted++
 	e.processAnswers(now, out)
 }
 
 func (e *Engine) handleAbort(now time.Duration, f *noc.Frame, out node.Sender) {
-	if len(f.Payload) != 0 {
+	seq, err := decodeAbort(f.Payload)
+	if err != nil {
 		e.malformed()
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage < stageGranted || sw.peer != f.Src {
+	if sw == nil || sw.stage < stageGranted || sw.peer != f.Src || sw.seq != seq {
 		e.stats.Stale++
 		return
 	}
@@ -370,6 +381,7 @@ func (e *Engine) handleAbort(now time.Duration, f *noc.Frame, out node.Sender) {
 // ordinary again, held messages go on toward the owner, the request
 // retries.
 func (e *Engine) revertIn(now time.Duration, pg *page, out node.Sender) {
+	e.debugf(pg.key, "revert in")
 	sw := pg.swap
 	e.cancel(sw.timer)
 	pg.swap = nil
@@ -400,7 +412,12 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage != stageCommitting || sw.peer != f.Src {
+	if sw == nil || sw.stage != stageCommitting || sw.peer != f.Src || sw.seq != d.seq {
+		if pg := e.pages[f.GVA.Key()]; path && d.flags&doneBroken == 0 && pg != nil && pg.owner &&
+			pg.doneSwap == (opKey{f.Src, f.RequestID}) && pg.doneSeq == d.seq {
+			e.lateGraft(now, pg, in, f.PageVersion, out)
+			return
+		}
 		e.stats.Stale++
 		return
 	}
@@ -415,6 +432,7 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 // its up port now leads toward the acquirer, the port toward the old owner
 // becomes a down port (if the sender flipped too).
 func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg, out node.Sender) {
+	e.debugf(f.GVA.Key(), "flip in=%d flags=%x", in, d.flags)
 	n := len(d.route) / 2
 	next := routePort(d.route, n-1)
 	senderFlipped := d.flags&doneBroken == 0
@@ -438,8 +456,7 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 	if !flipped {
 		fl = doneBroken
 	}
-	b := append(e.pay[:0], fl, byte(n-1))
-	b = append(b, d.route[:2*(n-1)]...)
+	b := appendDone(e.pay[:0], doneMsg{flags: fl, seq: d.seq, route: d.route[:2*(n-1)]})
 	g := *f
 	g.Hops++
 	g.Payload = b
@@ -451,11 +468,13 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 
 // becomeOwner completes a swap at the acquirer.
 func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out node.Sender) {
+	e.debugf(pg.key, "become owner graft=%d", graft)
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
+	pg.doneSwap, pg.doneSeq = opKey{sw.peer, sw.id}, sw.seq
 	var ent *pathcache.Entry
 	if x, ok := e.cache.Peek(key); ok {
 		ent = x
@@ -506,6 +525,28 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 	e.replay(now, sw.held, out)
 }
 
+// lateGraft grafts the branch of a done that travelled the route but
+// arrived after a re-sent, routed done had already ended the swap. The
+// branch may have missed the writes made since: it is invalidated to the
+// current version.
+func (e *Engine) lateGraft(now time.Duration, pg *page, in noc.PortID, v gva.Version, out node.Sender) {
+	ent := e.ownerEntry(now, pg, out)
+	if ent == nil {
+		return
+	}
+	ent.Down, _ = ent.Down.Add(in)
+	e.stats.LateGrafts++
+	if pg.version > v {
+		fl := noc.FlagPath
+		if pg.huge {
+			fl |= noc.FlagHuge
+		}
+		f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, pg.key, pg.version, nil)
+		e.sendPort(in, &f, out)
+		e.stats.InvalidatesSent++
+	}
+}
+
 // sendNotice tells the page's home who owns it (or that it was freed).
 func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
 	if n.tries >= 8 {
@@ -534,7 +575,11 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Send
 		return
 	}
 	key := f.GVA.Key()
-	if rec := e.home[key]; rec != nil && m.epoch > rec.epoch {
+	e.debugf(key, "owner moved from %v: owner %v epoch %d", f.Src, m.owner, m.epoch)
+	if rec := e.home[key]; rec == nil && homeOf(key) == e.self && m.owner != noc.BroadcastNode {
+		// A home that restarted learns its record again from the owner.
+		e.home[key] = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
+	} else if rec != nil && m.epoch > rec.epoch {
 		rec.epoch = m.epoch
 		if m.owner == noc.BroadcastNode {
 			rec.freed = true
@@ -542,8 +587,10 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Send
 			rec.owner, rec.ownerInc, rec.freed = m.owner, m.ownerInc, false
 		}
 	}
-	a := newFrame(noc.ClassControl, OpOwnerMovedAck, 0, e.self, f.Src, f.RequestID, key, 0, nil)
-	e.sendNode(&a, out)
+	if f.RequestID != 0 { // periodic refreshes are not acknowledged
+		a := newFrame(noc.ClassControl, OpOwnerMovedAck, 0, e.self, f.Src, f.RequestID, key, 0, nil)
+		e.sendNode(&a, out)
+	}
 }
 
 func (e *Engine) handleOwnerMovedAck(f *noc.Frame) {

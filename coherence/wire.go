@@ -76,10 +76,11 @@ const (
 	faddLen      = prefixLen + 8
 	atomicReply  = 9
 	acquireHead  = prefixLen + 1 + 2 + 8 + 8 + 1 // prefix, flags, losses, wait start, requester incarnation, route length
-	grantLen     = 8 + 8                         // owner incarnation, epoch
-	dataHead     = 8 + 1                         // epoch, flags
-	dataAckLen   = 8 + 8                         // requester incarnation, expected owner incarnation
-	doneHead     = 1 + 1                         // flags, route length
+	grantLen     = 8 + 8 + 8                     // owner incarnation, epoch, swap sequence
+	dataHead     = 8 + 8 + 1                     // epoch, swap sequence, flags
+	dataAckLen   = 8 + 8 + 8                     // requester incarnation, expected owner incarnation, swap sequence
+	doneHead     = 1 + 8 + 1                     // flags, swap sequence, route length
+	abortLen     = 8                             // swap sequence
 	movedLen     = 4 + 8 + 8                     // owner, owner incarnation, epoch
 	maxRoute     = 64                            // most ports an acquire's route may record
 )
@@ -278,49 +279,75 @@ func routePort(route []byte, i int) noc.PortID {
 	return noc.PortID(binary.BigEndian.Uint16(route[2*i:]))
 }
 
+// A swap is named by the acquirer's node and request id; seq, chosen by
+// the owner for every grant, tells apart the attempts of one request.
+
 // grantMsg is a decoded OpGrant payload.
 type grantMsg struct {
 	ownerInc uint64
 	epoch    uint64
+	seq      uint64
 }
 
 func decodeGrant(p []byte) (grantMsg, error) {
 	if len(p) != grantLen {
 		return grantMsg{}, errMalformed
 	}
-	return grantMsg{ownerInc: binary.BigEndian.Uint64(p), epoch: binary.BigEndian.Uint64(p[8:])}, nil
+	return grantMsg{ownerInc: binary.BigEndian.Uint64(p), epoch: binary.BigEndian.Uint64(p[8:]), seq: binary.BigEndian.Uint64(p[16:])}, nil
+}
+
+func appendGrant(b []byte, g grantMsg) []byte {
+	b = binary.BigEndian.AppendUint64(b, g.ownerInc)
+	b = binary.BigEndian.AppendUint64(b, g.epoch)
+	return binary.BigEndian.AppendUint64(b, g.seq)
 }
 
 // dataMsg is a decoded OpData payload.
 type dataMsg struct {
 	epoch   uint64
+	seq     uint64
 	flags   uint8
 	content []byte
 }
 
 func decodeData(p []byte) (dataMsg, error) {
-	if len(p) != dataHead+gva.PageSize || p[8]&^dataHuge != 0 {
+	if len(p) != dataHead+gva.PageSize || p[16]&^dataHuge != 0 {
 		return dataMsg{}, errMalformed
 	}
-	return dataMsg{epoch: binary.BigEndian.Uint64(p), flags: p[8], content: p[dataHead:]}, nil
+	return dataMsg{epoch: binary.BigEndian.Uint64(p), seq: binary.BigEndian.Uint64(p[8:]), flags: p[16], content: p[dataHead:]}, nil
+}
+
+func appendData(b []byte, d dataMsg) []byte {
+	b = binary.BigEndian.AppendUint64(b, d.epoch)
+	b = binary.BigEndian.AppendUint64(b, d.seq)
+	b = append(b, d.flags)
+	return append(b, d.content...)
 }
 
 // dataAckMsg is a decoded OpDataAck payload.
 type dataAckMsg struct {
 	inc      uint64 // the acquirer's incarnation
 	ownerInc uint64 // the incarnation of the owner that granted
+	seq      uint64
 }
 
 func decodeDataAck(p []byte) (dataAckMsg, error) {
 	if len(p) != dataAckLen {
 		return dataAckMsg{}, errMalformed
 	}
-	return dataAckMsg{inc: binary.BigEndian.Uint64(p), ownerInc: binary.BigEndian.Uint64(p[8:])}, nil
+	return dataAckMsg{inc: binary.BigEndian.Uint64(p), ownerInc: binary.BigEndian.Uint64(p[8:]), seq: binary.BigEndian.Uint64(p[16:])}, nil
+}
+
+func appendDataAck(b []byte, m dataAckMsg) []byte {
+	b = binary.BigEndian.AppendUint64(b, m.inc)
+	b = binary.BigEndian.AppendUint64(b, m.ownerInc)
+	return binary.BigEndian.AppendUint64(b, m.seq)
 }
 
 // doneMsg is a decoded OpDone payload.
 type doneMsg struct {
 	flags uint8
+	seq   uint64
 	route []byte
 }
 
@@ -328,11 +355,26 @@ func decodeDone(p []byte) (doneMsg, error) {
 	if len(p) < doneHead || p[0]&^(doneBroken|doneRouted) != 0 {
 		return doneMsg{}, errMalformed
 	}
-	n := int(p[1])
+	n := int(p[doneHead-1])
 	if n > maxRoute || len(p) != doneHead+2*n {
 		return doneMsg{}, errMalformed
 	}
-	return doneMsg{flags: p[0], route: p[doneHead:]}, nil
+	return doneMsg{flags: p[0], seq: binary.BigEndian.Uint64(p[1:]), route: p[doneHead:]}, nil
+}
+
+func appendDone(b []byte, d doneMsg) []byte {
+	b = append(b, d.flags)
+	b = binary.BigEndian.AppendUint64(b, d.seq)
+	b = append(b, byte(len(d.route)/2))
+	return append(b, d.route...)
+}
+
+// decodeAbort reads an OpAbort payload: the swap sequence.
+func decodeAbort(p []byte) (uint64, error) {
+	if len(p) != abortLen {
+		return 0, errMalformed
+	}
+	return binary.BigEndian.Uint64(p), nil
 }
 
 // movedMsg is a decoded OpOwnerMoved payload.

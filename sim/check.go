@@ -28,6 +28,7 @@ type checker struct {
 	atomics    map[[2]int]*history
 	locks      map[int]*history
 	violations []string
+	debug      func(key gva.GVA, line string)
 }
 
 type ghost struct {
@@ -37,6 +38,7 @@ type ghost struct {
 	log       map[gva.Version]uint64 // version -> hash of (offset, data)
 	lost      bool
 	maybeLost bool
+	lastDesc  string
 }
 
 type history struct {
@@ -97,6 +99,9 @@ func (c *checker) Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, 
 	if g == nil {
 		return
 	}
+	if c.debug != nil {
+		c.debug(key, fmt.Sprintf("%v applied v%d at node %v off=%d len=%d", c.w.now, v, self, off, len(data)))
+	}
 	if g.lost {
 		c.violate("page %v: node %v applied version %d after the page was lost", key, self, v)
 		return
@@ -109,12 +114,22 @@ func (c *checker) Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, 
 	g.log[v] = writeHash(off, data)
 }
 
+// Debugf implements the engines' step tracing when debugging is on.
+func (c *checker) Debugf(self noc.NodeID, key gva.GVA, format string, args ...any) {
+	if c.debug != nil {
+		c.debug(key, fmt.Sprintf("%v n%d ", c.w.now, self)+fmt.Sprintf(format, args...))
+	}
+}
+
 // ReplicaAdvanced implements coherence.Tracer: a replica's versions only
 // grow and never pass the owner's.
 func (c *checker) ReplicaAdvanced(self noc.NodeID, key gva.GVA, had bool, from, to gva.Version) {
 	g := c.ghosts[key]
 	if g == nil {
 		return
+	}
+	if c.debug != nil {
+		c.debug(key, fmt.Sprintf("%v replica node %v %d(had=%v) -> %d", c.w.now, self, from, had, to))
 	}
 	if had && to <= from {
 		c.violate("page %v: replica on node %v went from version %d to %d", key, self, from, to)
@@ -167,6 +182,7 @@ func (c *checker) owners(final bool) {
 			continue
 		}
 		owners, swapping := 0, false
+		desc := ""
 		for _, n := range c.w.nodes {
 			if !n.alive {
 				continue
@@ -175,7 +191,14 @@ func (c *checker) owners(final bool) {
 			if o {
 				owners++
 			}
+			if c.debug != nil && (o || s) {
+				desc += fmt.Sprintf(" n%d(o=%v,s=%v)", n.id, o, s)
+			}
 			swapping = swapping || s
+		}
+		if c.debug != nil && desc != g.lastDesc {
+			g.lastDesc = desc
+			c.debug(key, fmt.Sprintf("%v owners:%s", c.w.now, desc))
 		}
 		switch {
 		case owners > 1:

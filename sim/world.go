@@ -150,6 +150,7 @@ var engineTiming = coherence.Config{
 	SwapTimeout:    8 * time.Millisecond,
 	SwapGiveUp:     80 * time.Millisecond,
 	CommitTTL:      400 * time.Millisecond,
+	HomeRefresh:    20 * time.Millisecond,
 	Arbiter:        arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
 }
 
