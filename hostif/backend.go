@@ -116,3 +116,14 @@ type Event struct {
 	Data    []byte // EventUpdate: the written bytes; the receiver owns them
 	Reason  syscall.Errno
 }
+
+// Quick is an optional extension of a Backend. Quick reports whether op on
+// addr will complete without waiting on anything (another node, a lock
+// holder, a disk). The server runs such requests on the connection's
+// reading goroutine and sends their replies together with the others read
+// by the same system call, which saves a goroutine and a system call per
+// request. It is only a hint: a wrong true delays the connection's other
+// requests, still within the op's deadline.
+type Quick interface {
+	Quick(op wire.Op, addr gva.GVA) bool
+}

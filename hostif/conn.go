@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/internal/seqpacket"
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
@@ -29,6 +30,7 @@ type conn struct {
 
 	sem      chan struct{} // one token per request in flight
 	inflight sync.WaitGroup
+	out      *seqpacket.Outbox // replies and events, batched
 
 	// Owned by the reading goroutine.
 	hello   bool
@@ -60,21 +62,26 @@ type task struct {
 	in  [wire.MaxMessage]byte
 	out []byte
 	rep reply
+	ctx opContext
 }
 
 // reply is what an op produces besides its error.
 type reply struct {
 	gva  gva.GVA
 	body []byte // appended after the header in task.out
-	fds  []int
+	fds  []int  // descriptors to pass (the server's own; send dups them)
 }
+
+// readBatch is the most requests read with one system call.
+const readBatch = 16
 
 var taskPool = sync.Pool{New: func() any {
 	return &task{out: make([]byte, wire.HeaderLen, wire.MaxMessage)}
 }}
 
 // serve reads requests until the client goes, then releases everything the
-// connection held.
+// connection held. It reads up to readBatch requests per system call, never
+// more than the free request slots.
 func (c *conn) serve() {
 	log := c.s.log.With("conn", c.id, "pid", c.cred.PID, "uid", c.cred.UID)
 	log.Debug("connected")
@@ -82,58 +89,126 @@ func (c *conn) serve() {
 		c.close(log)
 		log.Debug("disconnected")
 	}()
+	var err error
+	if c.out, err = seqpacket.NewOutbox(c.uc, c.s.opts.WriteTimeout); err != nil {
+		return
+	}
+	batch, err := seqpacket.NewBatch(c.uc, readBatch)
+	if err != nil {
+		return
+	}
+	var tasks [readBatch]*task
+	defer func() {
+		for _, t := range tasks {
+			if t != nil {
+				taskPool.Put(t)
+			}
+		}
+	}()
 	for {
-		t := taskPool.Get().(*task)
-		n, _, flags, _, err := c.uc.ReadMsgUnix(t.in[:], nil)
-		if err != nil || n == 0 {
-			taskPool.Put(t)
+		slots := c.takeSlots(readBatch)
+		if slots == 0 {
 			return
 		}
-		msg := t.in[:n]
-		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-			if !c.refuse(t, wire.PeekID(msg), "message longer than a request or carrying descriptors", log) {
-				return
+		for i := range slots {
+			if tasks[i] == nil {
+				tasks[i] = taskPool.Get().(*task)
 			}
-			continue
+			batch.Bufs[i] = tasks[i].in[:]
 		}
-		if err := wire.DecodeRequest(msg, &t.req); err != nil {
-			if !c.refuse(t, wire.PeekID(msg), err.Error(), log) {
-				return
-			}
-			continue
+		n, err := batch.Read(slots)
+		if err != nil {
+			c.giveSlots(slots)
+			return
 		}
-		if !c.hello {
-			if t.req.Op != wire.OpHello {
-				if !c.refuse(t, t.req.ID, "the first request must be HELLO", log) {
+		used := 0
+		for i := range n {
+			t := tasks[i]
+			tasks[i] = nil
+			if !c.accept(t, batch.Len[i], batch.Flags[i], log) {
+				if c.aborted.Load() {
+					c.giveSlots(slots - used)
 					return
 				}
 				continue
 			}
-			ok := c.greet(t, log)
-			taskPool.Put(t)
-			if !ok {
-				return
+			if c.s.quick(c, &t.req) {
+				c.runInline(t)
+				continue
 			}
-			continue
+			used++
+			c.inflight.Add(1)
+			go c.run(t)
 		}
-		if t.req.Op == wire.OpHello {
-			if !c.refuse(t, t.req.ID, "HELLO was already answered", log) {
-				return
+		c.giveSlots(slots - used)
+		if c.out.Flush() != nil {
+			c.abort()
+		}
+		// Keep the unused tasks at the front for the next read.
+		k := 0
+		for _, t := range tasks {
+			if t != nil {
+				tasks[k] = t
+				k++
 			}
-			continue
 		}
-		select {
-		case c.sem <- struct{}{}:
-		case <-c.ctx.Done():
-			taskPool.Put(t)
-			return
-		}
-		c.inflight.Add(1)
-		go c.run(t)
+		clear(tasks[k:])
 	}
 }
 
-// run executes one request and sends its reply.
+// accept checks one received request. It reports true when t is to be
+// run; otherwise it has answered (or dropped) it and recycled t.
+func (c *conn) accept(t *task, n, flags int, log *slog.Logger) bool {
+	msg := t.in[:n]
+	var err error
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0 {
+		err = wire.DecodeRequest(msg, &t.req)
+	}
+	switch {
+	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
+		c.refuse(t, wire.PeekID(msg), "message longer than a request or carrying descriptors", log)
+	case err != nil:
+		c.refuse(t, wire.PeekID(msg), err.Error(), log)
+	case !c.hello && t.req.Op != wire.OpHello:
+		c.refuse(t, t.req.ID, "the first request must be HELLO", log)
+	case !c.hello:
+		c.greet(t, log)
+		taskPool.Put(t)
+	case t.req.Op == wire.OpHello:
+		c.refuse(t, t.req.ID, "HELLO was already answered", log)
+	default:
+		return true
+	}
+	return false
+}
+
+// takeSlots waits for one free request slot, then takes up to max-1 more
+// without waiting; 0 when the connection ends.
+func (c *conn) takeSlots(max int) int {
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < max {
+		select {
+		case c.sem <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (c *conn) giveSlots(n int) {
+	for range n {
+		<-c.sem
+	}
+}
+
+// run executes one request on its own goroutine and sends its reply.
 func (c *conn) run(t *task) {
 	defer func() {
 		<-c.sem
@@ -141,15 +216,31 @@ func (c *conn) run(t *task) {
 		taskPool.Put(t)
 	}()
 	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	err := c.s.exec(c, &t.req, &t.rep)
-	c.send(t, err)
+	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
+	c.reply(t, err, true)
 }
 
-// send writes the reply of t: its body, or err's errno and text.
-func (c *conn) send(t *task, err error) {
+// runInline executes a quick request on the reading goroutine and queues
+// its reply; the reader flushes the batch's replies together.
+func (c *conn) runInline(t *task) {
+	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
+	c.reply(t, err, false)
+	taskPool.Put(t)
+}
+
+// reply writes (flush) or queues the reply of t: its body, or err's errno
+// and text.
+func (c *conn) reply(t *task, err error, flush bool) {
 	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, ID: t.req.ID, GVA: t.rep.gva}
 	msg := t.out[:wire.HeaderLen]
-	var oob []byte
+	var fds []int
+	if err == nil && len(t.rep.fds) > 0 {
+		// The outbox may send after the replicas are gone: give it copies.
+		if fds, err = dupAll(t.rep.fds); err != nil {
+			err = fmt.Errorf("passing replica files: %w", err)
+		}
+	}
 	if err != nil {
 		h.Status = uint32(errnoOf(err))
 		msg = wire.AppendErrorText(msg, err.Error())
@@ -158,24 +249,27 @@ func (c *conn) send(t *task, err error) {
 		if len(t.rep.body) > 0 && &t.rep.body[0] != &t.out[:cap(t.out)][wire.HeaderLen] {
 			msg = append(t.out[:wire.HeaderLen], t.rep.body...)
 		}
-		if len(t.rep.fds) > 0 {
-			oob = unix.UnixRights(t.rep.fds...)
-		}
 	}
 	h.Put(msg)
-	if werr := c.write(msg, oob); werr != nil {
+	werr := c.out.Queue(msg, fds)
+	if werr == nil && flush {
+		werr = c.out.Flush()
+	}
+	if werr != nil {
+		c.abort()
 		c.s.log.Debug("reply not sent", "conn", c.id, "op", t.req.Op, "err", werr)
 	}
 }
 
-// refuse answers a malformed request with EINVAL and counts it; it reports
-// false once the client has sent more garbage than allowed.
-func (c *conn) refuse(t *task, id uint64, why string, log *slog.Logger) bool {
+// refuse answers a malformed request with EINVAL and counts it; once the
+// client has sent more garbage than allowed it ends the connection.
+func (c *conn) refuse(t *task, id uint64, why string, log *slog.Logger) {
 	defer taskPool.Put(t)
 	c.garbage++
 	log.Debug("malformed request", "why", why, "count", c.garbage)
 	if c.garbage > c.s.opts.MaxGarbage {
-		return false
+		c.abort()
+		return
 	}
 	h := wire.Header{Kind: wire.KindReply, Status: uint32(syscall.EINVAL), ID: id}
 	if len(t.in) >= 2 {
@@ -183,12 +277,12 @@ func (c *conn) refuse(t *task, id uint64, why string, log *slog.Logger) bool {
 	}
 	msg := h.Append(t.out[:0])
 	msg = wire.AppendErrorText(msg, why)
-	return c.write(msg, nil) == nil
+	_ = c.write(msg, nil)
 }
 
 // greet answers HELLO: it picks the version and hands over the status
-// table. It reports false when the connection must end.
-func (c *conn) greet(t *task, log *slog.Logger) bool {
+// table. A failed negotiation ends the connection.
+func (c *conn) greet(t *task, log *slog.Logger) {
 	s := c.s
 	hello := wire.Hello{
 		Version: wire.Pick(t.req.Min, t.req.Max, wire.VersionMin, wire.VersionMax),
@@ -208,26 +302,44 @@ func (c *conn) greet(t *task, log *slog.Logger) bool {
 			t.req.Min, t.req.Max, wire.VersionMin, wire.VersionMax))
 		_ = c.write(msg, nil)
 		log.Debug("hello refused", "name", name, "min", t.req.Min, "max", t.req.Max)
-		return false
+		c.abort()
+		return
 	}
-	if err := c.write(msg, unix.UnixRights(s.status.file.fd)); err != nil {
-		return false
+	fds, err := dupAll([]int{s.status.file.fd})
+	if err != nil || c.write(msg, fds) != nil {
+		c.abort()
+		return
 	}
 	c.hello = true
 	s.spaces.join(c.cred.PID)
 	log.Debug("hello", "name", name, "version", hello.Version)
-	return true
 }
 
-// write sends one message, bounded by WriteTimeout; a client too slow to
-// read is disconnected.
-func (c *conn) write(msg, oob []byte) error {
-	_ = c.uc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-	_, _, err := c.uc.WriteMsgUnix(msg, oob, nil)
+// write sends one message (and owns fds from then on) through the batching
+// outbox, bounded by WriteTimeout; a client too slow to read is
+// disconnected.
+func (c *conn) write(msg []byte, fds []int) error {
+	err := c.out.Send(msg, fds)
 	if err != nil {
 		c.abort()
 	}
 	return err
+}
+
+// dupAll duplicates fds (close-on-exec).
+func dupAll(fds []int) ([]int, error) {
+	out := make([]int, 0, len(fds))
+	for _, fd := range fds {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, o := range out {
+				_ = unix.Close(o)
+			}
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // abort ends the connection: its reader wakes up and releases everything.

@@ -11,8 +11,9 @@ import (
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-// exec runs one well-formed request of c and fills rep.
-func (s *Server) exec(c *conn, r *wire.Request, rep *reply) error {
+// exec runs one well-formed request of c and fills rep. oc is the op's
+// context, reused between requests.
+func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error {
 	timeout := s.opts.OpTimeout
 	if r.Op == wire.OpLock || r.Op == wire.OpAcquire {
 		timeout = s.opts.LockTimeout
@@ -20,8 +21,9 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply) error {
 			timeout = min(time.Duration(r.TimeoutMS)*time.Millisecond, s.opts.MaxLockTimeout)
 		}
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, timeout)
-	defer cancel()
+	oc.start(c.ctx, timeout)
+	defer oc.end()
+	var ctx context.Context = oc
 	key := r.GVA.Key()
 	le := binary.LittleEndian
 
@@ -133,6 +135,24 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply) error {
 		return s.serveGPU(ctx, c, r, rep)
 	}
 	return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
+}
+
+// quick reports whether r may run on the connection's reading goroutine:
+// the Backend says it will not wait, and neither will the server (no
+// attribute to fetch, no replica file to make).
+func (s *Server) quick(c *conn, r *wire.Request) bool {
+	switch r.Op {
+	case wire.OpTranslate, wire.OpSubscribe:
+		return true
+	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere, wire.OpRelease, wire.OpUnlock:
+	default:
+		return false
+	}
+	q, ok := s.be.(Quick)
+	if !ok || (c.cred.UID != 0 && !s.attrs.Contains(r.GVA.Key())) {
+		return false
+	}
+	return q.Quick(r.Op, r.GVA)
 }
 
 func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/internal/seqpacket"
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
@@ -41,6 +42,7 @@ type Client struct {
 	status []byte // the replica status table, mapped read-only
 
 	sem     chan struct{} // one token per request in flight
+	out     *seqpacket.Outbox
 	nextID  atomic.Uint64
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -50,6 +52,8 @@ type Client struct {
 	done    chan struct{} // closed when the connection is gone
 	doneErr error         // why (set before done closes)
 	reader  chan struct{} // closed when the reader goroutine ends
+	kick    chan struct{} // wakes the writer goroutine
+	helpers sync.WaitGroup
 
 	events chan Event
 	lost   atomic.Bool
@@ -123,13 +127,25 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 	}
 	uc := nc.(*net.UnixConn)
 	c := &Client{uc: uc, opts: opts, pending: make(map[uint64]*call), maps: make(map[*Mapping]struct{}),
-		done: make(chan struct{}), reader: make(chan struct{}), events: make(chan Event, opts.EventQueue)}
+		done: make(chan struct{}), reader: make(chan struct{}), kick: make(chan struct{}, 1),
+		events: make(chan Event, opts.EventQueue)}
 	if err := c.greet(ctx); err != nil {
 		_ = uc.Close()
 		return nil, err
 	}
 	c.sem = make(chan struct{}, c.hello.MaxOutstanding)
-	go c.read()
+	batch, err := seqpacket.NewBatch(uc, readBatch)
+	if err == nil {
+		c.out, err = seqpacket.NewOutbox(uc, opts.Timeout)
+	}
+	if err != nil {
+		_ = unix.Munmap(c.status)
+		_ = uc.Close()
+		return nil, fmt.Errorf("hostif client: %w", err)
+	}
+	go c.read(batch)
+	c.helpers.Go(c.write)
+	c.helpers.Go(c.watch)
 	return c, nil
 }
 
@@ -192,7 +208,10 @@ func (c *Client) Close() error {
 			m.release()
 		}
 		_ = c.uc.Close()
-		<-c.reader
+		if c.out != nil {
+			<-c.reader
+			c.helpers.Wait()
+		}
 		if c.status != nil {
 			_ = unix.Munmap(c.status)
 		}
@@ -204,60 +223,96 @@ func (c *Client) Close() error {
 // closed when the connection ends.
 func (c *Client) Events() <-chan Event { return c.events }
 
-// call is one request in flight.
+// call is one request in flight. Calls are pooled: the caller puts its
+// call back once it has read the reply; an abandoned call is dropped by the
+// reader instead.
 type call struct {
 	req  wire.Request // what was asked (Data not kept)
 	done chan struct{}
 	h    wire.Header
 	body []byte
 	fds  []int
+	msg  []byte // encoding buffer
 
-	abandoned bool // guarded by Client.mu
+	// Guarded by Client.mu.
+	deadline  time.Time // when the watchdog gives up on it (no ctx deadline)
+	abandoned bool
+	timedOut  bool // given up by the watchdog
 }
 
-// result is a reply: header, body and passed descriptors.
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func putCall(cl *call) {
+	cl.fds = nil
+	callPool.Put(cl)
+}
+
+// result is a reply: header, body and passed descriptors. body is valid
+// until release.
 type result struct {
 	h    wire.Header
 	body []byte
 	fds  []int
+	cl   *call
 }
 
-// do sends r and waits for its reply, bounded by ctx (or the client's
-// Timeout when ctx has no deadline). A reply that comes after the caller
-// gave up is undone (see undo).
+// release recycles the call behind a result.
+func (r result) release() {
+	if r.cl != nil {
+		putCall(r.cl)
+	}
+}
+
+// readBatch is the most replies read with one system call.
+const readBatch = 16
+
+// do sends r and waits for its reply, bounded by ctx, or by the client's
+// Timeout (enforced by the watchdog) when ctx has no deadline. A reply that
+// comes after the caller gave up is undone (see undo). The caller releases
+// the result.
 func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
-	ctx, cancel := bound(ctx, c.opts.Timeout)
-	defer cancel()
 	select {
 	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return result{}, fmt.Errorf("hostif client: %s: waiting for a request slot: %w", r.Op, ctx.Err())
-	case <-c.done:
-		return result{}, c.closedErr()
+	default:
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			return result{}, fmt.Errorf("hostif client: %s: waiting for a request slot: %w", r.Op, ctx.Err())
+		case <-c.done:
+			return result{}, c.closedErr()
+		case <-time.After(c.opts.Timeout):
+			return result{}, fmt.Errorf("hostif client: %s: waiting for a request slot: %w", r.Op, syscall.ETIMEDOUT)
+		}
 	}
 	r.ID = c.nextID.Add(1)
-	cl := &call{req: *r, done: make(chan struct{})}
+	cl := callPool.Get().(*call)
+	cl.req = *r
 	cl.req.Data = nil
+	cl.abandoned, cl.timedOut, cl.deadline = false, false, time.Time{}
+	if _, ok := ctx.Deadline(); !ok {
+		cl.deadline = time.Now().Add(c.opts.Timeout)
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		<-c.sem
+		putCall(cl)
 		return result{}, c.closedErr()
 	}
 	c.pending[r.ID] = cl
 	c.mu.Unlock()
 
-	var stack [wire.HeaderLen + 64]byte
-	msg := wire.AppendRequest(stack[:0], r)
-	_ = c.uc.SetWriteDeadline(time.Now().Add(c.opts.Timeout))
-	if _, err := c.uc.Write(msg); err != nil {
+	cl.msg = wire.AppendRequest(cl.msg[:0], r)
+	if err := c.send(cl.msg); err != nil {
 		c.mu.Lock()
 		_, still := c.pending[r.ID]
 		delete(c.pending, r.ID)
 		c.mu.Unlock()
 		if still {
 			<-c.sem
+			putCall(cl)
 		}
+		_ = c.uc.Close() // a failed write leaves the connection unusable
 		return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, err)
 	}
 	select {
@@ -278,13 +333,78 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 		if still {
 			return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, ctx.Err())
 		}
-		<-cl.done // the reader took it already and is about to deliver
+		<-cl.done // the reader or the watchdog took it and is about to deliver
+	}
+	if cl.timedOut {
+		// The watchdog gave up; the reader owns the call now.
+		return result{}, fmt.Errorf("hostif client: %s: no reply within %v: %w", r.Op, c.opts.Timeout, syscall.ETIMEDOUT)
 	}
 	if cl.h.Status != 0 {
 		closeAll(cl.fds)
-		return result{}, &Error{Op: r.Op, Errno: syscall.Errno(cl.h.Status), Text: string(cl.body)}
+		err := &Error{Op: r.Op, Errno: syscall.Errno(cl.h.Status), Text: string(cl.body)}
+		putCall(cl)
+		return result{}, err
 	}
-	return result{h: cl.h, body: cl.body, fds: cl.fds}, nil
+	if r.Op != wire.OpMap { // only MAP replies carry descriptors
+		closeAll(cl.fds)
+		cl.fds = nil
+	}
+	return result{h: cl.h, body: cl.body, fds: cl.fds, cl: cl}, nil
+}
+
+// send writes a request. Alone, the caller writes it at once (the shortest
+// path); with other requests in flight it queues it for the writer
+// goroutine, which sends whatever has queued with one system call.
+func (c *Client) send(msg []byte) error {
+	if len(c.sem) <= 1 {
+		return c.out.Send(msg, nil)
+	}
+	if err := c.out.Queue(msg, nil); err != nil {
+		return err
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// write is the writer goroutine: it flushes queued requests when kicked.
+func (c *Client) write() {
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.kick:
+			if err := c.out.Flush(); err != nil {
+				_ = c.uc.Close()
+				return
+			}
+		}
+	}
+}
+
+// watch is the watchdog: it times out calls whose context has no deadline
+// once the client's Timeout has passed. Such a call stays pending, so that
+// a late reply is undone.
+func (c *Client) watch() {
+	tick := time.NewTicker(min(c.opts.Timeout/10+time.Millisecond, 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case now := <-tick.C:
+			c.mu.Lock()
+			for _, cl := range c.pending {
+				if !cl.abandoned && !cl.deadline.IsZero() && now.After(cl.deadline) {
+					cl.abandoned, cl.timedOut = true, true
+					cl.done <- struct{}{}
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
 }
 
 func (c *Client) closedErr() error {
@@ -296,49 +416,23 @@ func (c *Client) closedErr() error {
 }
 
 // read is the reader goroutine: it matches replies to calls by id and
-// delivers events, until the connection ends.
-func (c *Client) read() {
+// delivers events, until the connection ends. It reads up to readBatch
+// messages per system call.
+func (c *Client) read(batch *seqpacket.Batch) {
 	defer close(c.reader)
-	buf := make([]byte, wire.MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(wire.MaxMapPages*4))
+	for i := range batch.Bufs {
+		batch.Bufs[i] = make([]byte, wire.MaxMessage)
+		batch.OOB[i] = make([]byte, unix.CmsgSpace(wire.MaxMapPages*4))
+	}
 	var err error
 	for {
-		var n, oobn int
-		n, oobn, _, _, err = c.uc.ReadMsgUnix(buf, oob)
-		if err != nil || n == 0 {
+		var n int
+		if n, err = batch.Read(readBatch); err != nil {
 			break
 		}
-		fds := parseRights(oob[:oobn])
-		h, body, derr := wire.DecodeReply(buf[:n])
-		if derr != nil {
-			closeAll(fds)
-			continue
+		for i := range n {
+			c.take(batch.Bufs[i][:batch.Len[i]], parseRights(batch.OOB[i][:batch.OOBN[i]]))
 		}
-		if h.Kind == wire.KindEvent {
-			closeAll(fds)
-			if ev, err := wire.DecodeEvent(&h, body); err == nil {
-				c.deliver(ev)
-			}
-			continue
-		}
-		c.mu.Lock()
-		cl := c.pending[h.ID]
-		delete(c.pending, h.ID)
-		c.mu.Unlock()
-		if cl == nil {
-			closeAll(fds)
-			continue
-		}
-		<-c.sem
-		if cl.abandoned {
-			c.undo(cl, h, body, fds)
-			continue
-		}
-		cl.h, cl.body, cl.fds = h, append([]byte(nil), body...), fds
-		close(cl.done)
-	}
-	if err == nil {
-		err = errors.New("server closed the connection")
 	}
 	c.mu.Lock()
 	c.closed = true
@@ -351,6 +445,38 @@ func (c *Client) read() {
 		<-c.sem
 	}
 	close(c.events)
+}
+
+// take handles one message from the server.
+func (c *Client) take(msg []byte, fds []int) {
+	h, body, err := wire.DecodeReply(msg)
+	if err != nil {
+		closeAll(fds)
+		return
+	}
+	if h.Kind == wire.KindEvent {
+		closeAll(fds)
+		if ev, err := wire.DecodeEvent(&h, body); err == nil {
+			c.deliver(ev)
+		}
+		return
+	}
+	c.mu.Lock()
+	cl := c.pending[h.ID]
+	delete(c.pending, h.ID)
+	abandoned := cl != nil && cl.abandoned
+	c.mu.Unlock()
+	if cl == nil {
+		closeAll(fds)
+		return
+	}
+	<-c.sem
+	if abandoned {
+		c.undo(cl, h, fds)
+		return
+	}
+	cl.h, cl.body, cl.fds = h, append(cl.body[:0], body...), fds
+	cl.done <- struct{}{}
 }
 
 // deliver hands an event to Events' reader without ever blocking.
@@ -372,7 +498,7 @@ func (c *Client) deliver(ev Event) {
 // undo reverses what a successful request did after its caller gave up on
 // it, so nothing leaks: a MAP is unmapped, a LOCK unlocked, an ACQUIRE
 // released, an ALLOC freed. Descriptors are closed.
-func (c *Client) undo(cl *call, h wire.Header, body []byte, fds []int) {
+func (c *Client) undo(cl *call, h wire.Header, fds []int) {
 	closeAll(fds)
 	if h.Status != 0 {
 		return
@@ -393,7 +519,9 @@ func (c *Client) undo(cl *call, h wire.Header, body []byte, fds []int) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 		defer cancel()
-		_, _ = c.do(ctx, &r)
+		if res, err := c.do(ctx, &r); err == nil {
+			res.release()
+		}
 	}()
 }
 
@@ -435,12 +563,13 @@ func (c *Client) Alloc(ctx context.Context, bytes int, mode os.FileMode) (gva.GV
 	if err != nil {
 		return gva.GVA{}, err
 	}
+	defer res.release()
 	return res.h.GVA, nil
 }
 
 // Free deletes the allocation that starts at g.
 func (c *Client) Free(ctx context.Context, g gva.GVA) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpFree, GVA: g}})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpFree, GVA: g}})
 	return err
 }
 
@@ -451,6 +580,7 @@ func (c *Client) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Versio
 	if err != nil {
 		return 0, err
 	}
+	defer res.release()
 	if len(res.body) != 8+len(dst) {
 		return 0, fmt.Errorf("%w: load reply of %d bytes", ErrProtocol, len(res.body))
 	}
@@ -474,6 +604,7 @@ func (c *Client) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Versi
 	if err != nil {
 		return 0, err
 	}
+	defer res.release()
 	return versionOf(res, 0)
 }
 
@@ -491,6 +622,7 @@ func (c *Client) CompareAndSwap(ctx context.Context, addr gva.GVA, expected, des
 	if err != nil {
 		return 0, false, err
 	}
+	defer res.release()
 	if len(res.body) != 16 {
 		return 0, false, fmt.Errorf("%w: cas reply of %d bytes", ErrProtocol, len(res.body))
 	}
@@ -504,6 +636,7 @@ func (c *Client) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint
 	if err != nil {
 		return 0, err
 	}
+	defer res.release()
 	if len(res.body) != 16 {
 		return 0, fmt.Errorf("%w: fetch-add reply of %d bytes", ErrProtocol, len(res.body))
 	}
@@ -513,13 +646,13 @@ func (c *Client) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint
 // Acquire makes this node the owner of the page of g. timeout bounds the
 // wait (0: the server's default).
 func (c *Client) Acquire(ctx context.Context, g gva.GVA, timeout time.Duration) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpAcquire, GVA: g}, TimeoutMS: ms(timeout)})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpAcquire, GVA: g}, TimeoutMS: ms(timeout)})
 	return err
 }
 
 // Release gives up this connection's acquisition of the page of g.
 func (c *Client) Release(ctx context.Context, g gva.GVA) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpRelease, GVA: g}})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpRelease, GVA: g}})
 	return err
 }
 
@@ -527,20 +660,20 @@ func (c *Client) Release(ctx context.Context, g gva.GVA) error {
 // wait (0: the server's default); a lock held by another process of this
 // host or another node makes it wait, up to timeout (ETIMEDOUT).
 func (c *Client) Lock(ctx context.Context, g gva.GVA, timeout time.Duration) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, TimeoutMS: ms(timeout)})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, TimeoutMS: ms(timeout)})
 	return err
 }
 
 // TryLock is Lock that fails with EBUSY at once when another process of
 // this host holds the lock.
 func (c *Client) TryLock(ctx context.Context, g gva.GVA) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, Flags: wire.LockTry})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, Flags: wire.LockTry})
 	return err
 }
 
 // Unlock lowers the pin Lock raised.
 func (c *Client) Unlock(ctx context.Context, g gva.GVA) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpUnlock, GVA: g}})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpUnlock, GVA: g}})
 	return err
 }
 
@@ -550,6 +683,7 @@ func (c *Client) Where(ctx context.Context, g gva.GVA) (Location, error) {
 	if err != nil {
 		return Location{}, err
 	}
+	defer res.release()
 	var l Location
 	if err := l.Decode(res.body); err != nil {
 		return Location{}, fmt.Errorf("%w: %v", ErrProtocol, err)
@@ -563,6 +697,7 @@ func (c *Client) TranslateLVA(ctx context.Context, lva gva.LVA) (gva.GVA, error)
 	if err != nil {
 		return gva.GVA{}, err
 	}
+	defer res.release()
 	return res.h.GVA, nil
 }
 
@@ -572,6 +707,7 @@ func (c *Client) TranslateGVA(ctx context.Context, g gva.GVA) (gva.LVA, error) {
 	if err != nil {
 		return 0, err
 	}
+	defer res.release()
 	if len(res.body) != 8 {
 		return 0, fmt.Errorf("%w: translate reply of %d bytes", ErrProtocol, len(res.body))
 	}
@@ -581,7 +717,7 @@ func (c *Client) TranslateGVA(ctx context.Context, g gva.GVA) (gva.LVA, error) {
 // Subscribe sets which events the server sends (a mask of
 // wire.EventType.Mask bits; wire.AllEvents for all, 0 for none).
 func (c *Client) Subscribe(ctx context.Context, mask uint32) error {
-	_, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpSubscribe}, Mask: mask})
+	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpSubscribe}, Mask: mask})
 	return err
 }
 
@@ -592,8 +728,19 @@ func (c *Client) Raw(ctx context.Context, op wire.Op, g gva.GVA, body []byte) ([
 	if err != nil {
 		return nil, err
 	}
+	defer res.release()
 	closeAll(res.fds)
-	return res.body, nil
+	return append([]byte(nil), res.body...), nil
+}
+
+// simple runs a request whose reply carries nothing but its status.
+func (c *Client) simple(ctx context.Context, r *wire.Request) error {
+	res, err := c.do(ctx, r)
+	if err == nil {
+		closeAll(res.fds)
+		res.release()
+	}
+	return err
 }
 
 func versionOf(res result, off int) (gva.Version, error) {

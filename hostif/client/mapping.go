@@ -65,6 +65,7 @@ func (c *Client) Map(ctx context.Context, g gva.GVA, bytes int) (*Mapping, error
 		if err == nil {
 			m.mapped = first + n
 			err = m.attach(first, n, res)
+			res.release()
 		}
 		if err != nil {
 			_ = m.unmapChunks(ctx)
@@ -238,7 +239,7 @@ func (m *Mapping) unmapChunks(ctx context.Context) error {
 		n := min(per, m.mapped-first)
 		req := wire.Request{Header: wire.Header{Op: wire.OpUnmap, GVA: wire.PageAt(m.gva, first)},
 			LVA: base + uint64(first)*wire.PageSize, Bytes: uint64(n) * wire.PageSize}
-		if _, err := m.c.do(ctx, &req); err != nil {
+		if err := m.c.simple(ctx, &req); err != nil {
 			errs = append(errs, err)
 		}
 	}

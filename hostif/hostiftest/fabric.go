@@ -25,6 +25,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/hostif/wire"
 )
 
 // UpdateThreshold is the largest write sent to replicas as data.
@@ -178,7 +179,10 @@ type Node struct {
 // by one EventOverflow.
 const maxQueue = 4096
 
-var _ hostif.Backend = (*Node)(nil)
+var (
+	_ hostif.Backend = (*Node)(nil)
+	_ hostif.Quick   = (*Node)(nil)
+)
 
 // Close stops the node's event stream.
 func (n *Node) Close() {
@@ -266,6 +270,12 @@ func (n *Node) enter(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return ctx.Err()
+}
+
+// Quick implements hostif.Quick: every op completes at once except the
+// ones that wait for a lock holder, and nothing does while stalled.
+func (n *Node) Quick(op wire.Op, _ gva.GVA) bool {
+	return op != wire.OpLock && op != wire.OpAcquire && !n.stalled.Load()
 }
 
 // Machine implements hostif.Backend.

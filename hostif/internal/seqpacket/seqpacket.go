@@ -1,0 +1,291 @@
+// Package seqpacket moves batches of SOCK_SEQPACKET messages with one system
+// call: recvmmsg(2) into a Batch of buffers, sendmmsg(2) from an Outbox that
+// whoever sends first drains for everybody (flat combining). Both wait on
+// the Go netpoller through syscall.RawConn, so they honour the connection's
+// deadlines.
+//
+// It owns the unsafe code of the host interface's sockets and nothing else:
+// it never interprets message contents.
+package seqpacket
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// mmsghdr is struct mmsghdr of linux/socket.h.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// Batch receives up to len(Bufs) messages per call.
+type Batch struct {
+	rc    syscall.RawConn
+	Bufs  [][]byte // message buffers; the caller may swap them between reads
+	OOB   [][]byte // control buffers (nil entries receive none)
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	Len   []int // per message: bytes received
+	OOBN  []int // per message: control bytes received
+	Flags []int // per message: MSG_TRUNC, MSG_CTRUNC, ...
+}
+
+// NewBatch returns a Batch of n message slots for uc; the caller fills
+// Bufs (and OOB if it wants descriptors).
+func NewBatch(uc *net.UnixConn, n int) (*Batch, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &Batch{rc: rc, Bufs: make([][]byte, n), OOB: make([][]byte, n), hdrs: make([]mmsghdr, n),
+		iovs: make([]unix.Iovec, n), Len: make([]int, n), OOBN: make([]int, n), Flags: make([]int, n)}, nil
+}
+
+// ErrEOF is returned by Read when the peer closed the connection.
+var ErrEOF = errors.New("seqpacket: connection closed by peer")
+
+// Read receives between 1 and max messages (max <= len(Bufs)), waiting for
+// the first. It returns how many arrived.
+func (b *Batch) Read(max int) (int, error) {
+	max = min(max, len(b.Bufs))
+	for i := range max {
+		b.iovs[i].Base = unsafe.SliceData(b.Bufs[i])
+		b.iovs[i].SetLen(len(b.Bufs[i]))
+		b.hdrs[i] = mmsghdr{}
+		b.hdrs[i].hdr.Iov = &b.iovs[i]
+		b.hdrs[i].hdr.SetIovlen(1)
+		if len(b.OOB[i]) > 0 {
+			b.hdrs[i].hdr.Control = unsafe.SliceData(b.OOB[i])
+			b.hdrs[i].hdr.SetControllen(len(b.OOB[i]))
+		}
+	}
+	var got int
+	var opErr error
+	err := b.rc.Read(func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(max),
+			unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC, 0, 0)
+		if e == unix.EAGAIN || e == unix.EINTR {
+			return false
+		}
+		if e != 0 {
+			opErr = e
+		}
+		got = int(r)
+		return true
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return 0, err
+	}
+	if got == 0 {
+		return 0, ErrEOF
+	}
+	for i := range got {
+		b.Len[i] = int(b.hdrs[i].n)
+		b.OOBN[i] = int(b.hdrs[i].hdr.Controllen)
+		b.Flags[i] = int(b.hdrs[i].hdr.Flags)
+		if b.Len[i] == 0 {
+			// A zero-length message ends the batch: SOCK_SEQPACKET
+			// reports the peer's close that way.
+			if i == 0 {
+				return 0, ErrEOF
+			}
+			return i, nil
+		}
+	}
+	return got, nil
+}
+
+// Outbox sends messages in batches. Send queues a copy of a message; the
+// first sender that finds nobody writing becomes the writer and sends
+// everything queued (its own message and whatever others queue meanwhile)
+// with sendmmsg, then returns. Descriptors given to Send are owned by the
+// Outbox from then on and closed once sent (or dropped).
+type Outbox struct {
+	uc      *net.UnixConn
+	rc      syscall.RawConn
+	timeout time.Duration
+
+	// Used by the writer only.
+	hdrs []mmsghdr
+	iovs []unix.Iovec
+
+	mu      sync.Mutex
+	writing bool
+	err     error
+	q       queue // being filled
+	spare   queue // the last batch written, for reuse
+}
+
+type queue struct {
+	data  []byte
+	msgs  []span
+	fds   []int
+	cmsgs []byte
+}
+
+type span struct {
+	off, n       int
+	cmsgOff, cmN int
+	fdOff, fdN   int
+}
+
+// NewOutbox returns an Outbox writing to uc. A write that cannot complete
+// within timeout (the peer does not read) fails, and so does every Send
+// after it.
+func NewOutbox(uc *net.UnixConn, timeout time.Duration) (*Outbox, error) {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &Outbox{uc: uc, rc: rc, timeout: timeout}, nil
+}
+
+// ErrClosed is returned by Send after a write failed.
+var ErrClosed = errors.New("seqpacket: outbox failed")
+
+// Send queues msg (copied) with fds and, if no one is writing, writes the
+// queue. It returns the write error if it was the writer, ErrClosed if an
+// earlier write failed, else nil.
+func (o *Outbox) Send(msg []byte, fds []int) error {
+	if err := o.Queue(msg, fds); err != nil {
+		return err
+	}
+	return o.Flush()
+}
+
+// Queue queues msg (copied) with fds without writing: a later Flush or
+// Send writes it.
+func (o *Outbox) Queue(msg []byte, fds []int) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil {
+		closeAll(fds)
+		return ErrClosed
+	}
+	o.q.add(msg, fds)
+	return nil
+}
+
+// Flush writes the queue unless someone is writing already (who will then
+// write it).
+func (o *Outbox) Flush() error {
+	o.mu.Lock()
+	if o.err != nil {
+		o.mu.Unlock()
+		return ErrClosed
+	}
+	if o.writing || len(o.q.msgs) == 0 {
+		o.mu.Unlock()
+		return nil
+	}
+	o.writing = true
+	for {
+		batch := o.q
+		o.q, o.spare = o.spare.reset(), queue{}
+		o.mu.Unlock()
+		err := o.write(&batch)
+		closeAll(batch.fds)
+		o.mu.Lock()
+		o.spare = batch
+		if err != nil {
+			o.err = err
+			o.writing = false
+			closeAll(o.q.fds)
+			o.q = o.q.reset()
+			o.mu.Unlock()
+			return err
+		}
+		if len(o.q.msgs) == 0 {
+			o.writing = false
+			o.mu.Unlock()
+			return nil
+		}
+	}
+}
+
+func (q *queue) add(msg []byte, fds []int) {
+	s := span{off: len(q.data), n: len(msg), fdOff: len(q.fds), fdN: len(fds), cmsgOff: len(q.cmsgs)}
+	q.data = append(q.data, msg...)
+	if len(fds) > 0 {
+		q.fds = append(q.fds, fds...)
+		rights := unix.UnixRights(fds...)
+		s.cmN = len(rights)
+		q.cmsgs = append(q.cmsgs, rights...)
+	}
+	q.msgs = append(q.msgs, s)
+}
+
+func (q queue) reset() queue {
+	return queue{data: q.data[:0], msgs: q.msgs[:0], fds: q.fds[:0], cmsgs: q.cmsgs[:0]}
+}
+
+// write sends every message of q, in order. The first attempt does not
+// wait; only a write that would block arms the deadline and waits.
+func (o *Outbox) write(q *queue) error {
+	n := len(q.msgs)
+	if cap(o.hdrs) < n {
+		o.hdrs, o.iovs = make([]mmsghdr, n), make([]unix.Iovec, n)
+	}
+	hdrs, iovs := o.hdrs[:n], o.iovs[:n]
+	for i, s := range q.msgs {
+		iovs[i].Base = &q.data[s.off]
+		iovs[i].SetLen(s.n)
+		hdrs[i] = mmsghdr{}
+		hdrs[i].hdr.Iov = &iovs[i]
+		hdrs[i].hdr.SetIovlen(1)
+		if s.cmN > 0 {
+			hdrs[i].hdr.Control = &q.cmsgs[s.cmsgOff]
+			hdrs[i].hdr.SetControllen(s.cmN)
+		}
+	}
+	sent, wait := 0, false
+	for sent < n {
+		var opErr error
+		blocked := false
+		err := o.rc.Write(func(fd uintptr) bool {
+			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[sent])), uintptr(n-sent),
+				unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+			switch {
+			case e == unix.EAGAIN || e == unix.EINTR:
+				blocked = true
+				return !wait // without a deadline yet: go arm one, then wait
+			case e != 0:
+				opErr = e
+				return true
+			}
+			sent += int(r)
+			return sent == n || !wait
+		})
+		if err == nil {
+			err = opErr
+		}
+		if err != nil {
+			return err
+		}
+		if (blocked || sent < n) && !wait {
+			wait = true
+			_ = o.uc.SetWriteDeadline(time.Now().Add(o.timeout))
+		}
+	}
+	if wait {
+		_ = o.uc.SetWriteDeadline(time.Time{})
+	}
+	return nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}
