@@ -1,0 +1,41 @@
+// Package gpu is the agent's side of the CUDA hook (hostif/cudahook): the
+// accounting of every host process's use of every GPU it touches, the
+// limits that apply to it, and the kernel-time quota tokens it asks for.
+//
+// # Shape
+//
+// Ledger is the deterministic core: per (process, device) memory in use,
+// kernel time, counters and a quota token bucket, driven by the three GPU
+// ops of the host interface (GPU_MEM_LIMIT, GPU_MEM_UPDATE,
+// GPU_KERNEL_QUOTA, byte layout in wire.go) and by connection closes. Time
+// is an input; it does no I/O. Accountant puts a mutex and a clock in front
+// of it and is both the hostif.GPUHandler (set hostif.Options.GPU) and the
+// ctl.GPUSource behind dpuctl gpu show|set.
+//
+// Limits: a limit set at run time (SetGPULimit) for that process and
+// device, else Config.Devices by UUID then ordinal, else Config.Default.
+// Zero means unlimited. Memory: the hook refuses allocations past the
+// limit; the agent records what the hook reports (the process's total
+// after each change replaces the account's, so a re-report is idempotent).
+// Kernel time: a quota of q% is a token bucket earning q% of elapsed time
+// up to q% of Config.Window; grants spend from it, measured overuse is
+// charged to it (down to one window of debt), and an ask it cannot cover is
+// answered with how long to wait.
+//
+// Lifetimes: an account opens with a process's first GPU op on a device and
+// follows the connection that reported last. When that connection closes
+// (the process exited or was killed: the kernel closes its socket) the
+// account is released, and limits set at run time for the process go with
+// its last account. After an agent restart the hook reconnects and
+// re-reports its totals (GPU_MEM_UPDATE sync), which reopens its accounts;
+// limits set at run time are not kept across a restart.
+//
+// # What it must never do
+//
+// It never trusts a body: every request is decoded and range-checked
+// (EINVAL otherwise), and the number of accounts is bounded (ENOSPC). It
+// cannot verify what a process reports about itself: enforcement happens in
+// the hook, in the process, and the ledger is the host's view of it. It
+// holds no lock while reading /proc or logging, and it never blocks a
+// request: a quota it cannot grant is a "wait" answer, not a wait.
+package gpu

@@ -1,0 +1,284 @@
+package gpu
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Key names one account: a host process on one of its devices.
+type Key struct {
+	PID    int32
+	Device uint32 // ordinal, as the process numbers its devices
+}
+
+// Peer is where a request comes from: the host interface connection it
+// came on and the credentials the kernel gave for it.
+type Peer struct {
+	Conn    uint64
+	PID     int32
+	UID     uint32
+	Command string // the process's name, for display
+}
+
+// Limit is what one process may use of one device. Zero fields mean
+// unlimited.
+type Limit struct {
+	Memory uint64 // bytes
+	Quota  uint32 // percent of the device's time, 1..100
+}
+
+// Account is a snapshot of one process's use of one device.
+type Account struct {
+	Key
+	UID      uint32
+	Command  string
+	UUID     UUID
+	Conn     uint64 // the connection that reported last
+	Limit    Limit
+	Memory   uint64        // bytes in use
+	Peak     uint64        // most bytes in use at once
+	Kernel   time.Duration // kernel time accounted (grants and overuse)
+	Allocs   uint64
+	Frees    uint64
+	Syncs    uint64 // totals re-reported after a reconnect
+	Over     uint64 // allocations reported beyond the limit
+	Grants   uint64 // quota tokens granted
+	Deferred uint64 // quota requests answered "wait"
+	Overuse  time.Duration
+}
+
+// Ledger is the agent's GPU accounting: per (process, device) memory in
+// use, kernel time and quota tokens, and the limits that apply. It is a
+// deterministic state machine: it does no I/O, reads no clock (every verb
+// takes now, a time since an arbitrary epoch) and is not safe for
+// concurrent use; Accountant is its concurrent, clocked front.
+//
+// Kernel-time quotas are token buckets: a process with quota q% of a
+// device earns q% of elapsed time as kernel time, up to q% of Window;
+// a grant spends from the bucket, reported overuse is charged to it (down
+// to one window of debt), and an ask the bucket cannot cover is told how
+// long to wait.
+type Ledger struct {
+	cfg      Config
+	accounts map[Key]*account
+	limits   map[Key]Limit // set at run time, until the process leaves
+	pids     map[int32]int // accounts per process
+}
+
+type account struct {
+	Account
+	level    time.Duration // quota bucket
+	refilled time.Duration // when level was last brought to now
+	quota    uint32        // the quota level was computed for
+}
+
+// NewLedger returns an empty ledger applying cfg.
+func NewLedger(cfg Config) (*Ledger, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	return &Ledger{cfg: cfg, accounts: make(map[Key]*account), limits: make(map[Key]Limit), pids: make(map[int32]int)}, nil
+}
+
+// Limits answers GPU_MEM_LIMIT: the process's limits on d and what it
+// has in use. The first request of a process on a device opens its
+// account.
+func (l *Ledger) Limits(now time.Duration, p Peer, d Device) (Limits, error) {
+	a, err := l.account(p, d)
+	if err != nil {
+		return Limits{}, err
+	}
+	return l.limitsOf(a), nil
+}
+
+// Update applies a GPU_MEM_UPDATE. The process is the authority on its own
+// use: the total it reports replaces the account's. An allocation beyond
+// the limit is still recorded (the memory exists) and counted in Over.
+func (l *Ledger) Update(now time.Duration, p Peer, d Device, u MemUpdate) (Limits, error) {
+	a, err := l.account(p, d)
+	if err != nil {
+		return Limits{}, err
+	}
+	switch u.Kind {
+	case UpdateAlloc:
+		a.Allocs++
+		if lim := a.Limit.Memory; lim != 0 && u.Total > lim {
+			a.Over++
+		}
+	case UpdateFree:
+		a.Frees++
+	case UpdateSync:
+		a.Syncs++
+		a.Kernel = max(a.Kernel, u.Kernel)
+	default:
+		return Limits{}, fmt.Errorf("mem-update %v: %w", u.Kind, syscall.EINVAL)
+	}
+	a.Memory = u.Total
+	a.Peak = max(a.Peak, a.Memory)
+	return l.limitsOf(a), nil
+}
+
+// Token answers GPU_KERNEL_QUOTA: a grant of kernel time from the
+// process's bucket, or how long to wait for one. Reported overuse is
+// accounted first.
+func (l *Ledger) Token(now time.Duration, p Peer, d Device, ask TokenAsk) (Token, error) {
+	a, err := l.account(p, d)
+	if err != nil {
+		return Token{}, err
+	}
+	window := l.cfg.Window
+	a.Kernel += ask.Overuse
+	a.Overuse += ask.Overuse
+	q := a.Limit.Quota
+	if q == 0 {
+		a.quota = 0
+		return Token{Grant: ask.Want, Window: window}, nil
+	}
+	capacity := window * time.Duration(q) / 100
+	l.refill(a, now, capacity)
+	a.level = max(a.level-ask.Overuse, -capacity)
+	want := min(max(ask.Want, min(l.cfg.MinGrant, capacity)), capacity)
+	if a.level >= want {
+		a.level -= want
+		a.Kernel += want
+		a.Grants++
+		return Token{Grant: want, Quota: q, Window: window}, nil
+	}
+	a.Deferred++
+	wait := (want - a.level) * 100 / time.Duration(q)
+	return Token{Wait: max(wait, 1), Quota: q, Window: window}, nil
+}
+
+// refill brings a's bucket to now.
+func (l *Ledger) refill(a *account, now, capacity time.Duration) {
+	q := a.Limit.Quota
+	if a.quota == 0 { // a new bucket, or one that was unlimited: full
+		a.level, a.refilled, a.quota = capacity, now, q
+		return
+	}
+	if dt := now - a.refilled; dt > 0 {
+		a.level += dt * time.Duration(q) / 100
+		a.refilled = now
+	}
+	a.quota = q
+	a.level = min(a.level, capacity)
+}
+
+// Closed releases every account of connection conn: the process died or
+// closed the host interface. It returns the keys released.
+func (l *Ledger) Closed(now time.Duration, conn uint64) []Key {
+	var gone []Key
+	for k, a := range l.accounts {
+		if a.Conn == conn {
+			gone = append(gone, k)
+		}
+	}
+	slices.SortFunc(gone, compareKeys)
+	for _, k := range gone {
+		delete(l.accounts, k)
+		if l.pids[k.PID]--; l.pids[k.PID] <= 0 {
+			delete(l.pids, k.PID)
+			for lk := range l.limits {
+				if lk.PID == k.PID {
+					delete(l.limits, lk)
+				}
+			}
+		}
+	}
+	return gone
+}
+
+// SetLimit sets the limits of process pid on device dev, until the process
+// leaves. ESRCH: no such process has an account; EINVAL: a quota above
+// 100 or a device out of range.
+func (l *Ledger) SetLimit(pid int32, dev uint32, lim Limit) error {
+	if lim.Quota > 100 || dev >= MaxDevices {
+		return fmt.Errorf("gpu limit of process %d on device %d: quota %d%%: %w", pid, dev, lim.Quota, syscall.EINVAL)
+	}
+	if l.pids[pid] == 0 {
+		return fmt.Errorf("no GPU process %d: %w", pid, syscall.ESRCH)
+	}
+	k := Key{PID: pid, Device: dev}
+	l.limits[k] = lim
+	if a := l.accounts[k]; a != nil {
+		a.Limit = lim
+	}
+	return nil
+}
+
+// Accounts returns a snapshot of every account, by process then device.
+func (l *Ledger) Accounts() []Account {
+	out := make([]Account, 0, len(l.accounts))
+	for _, a := range l.accounts {
+		out = append(out, a.Account)
+	}
+	slices.SortFunc(out, func(a, b Account) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+// Get returns the account of k.
+func (l *Ledger) Get(k Key) (Account, bool) {
+	a, ok := l.accounts[k]
+	if !ok {
+		return Account{}, false
+	}
+	return a.Account, true
+}
+
+// account returns the account of p on d, opening it if needed. The account
+// follows the connection that reported last, so a reconnected process
+// keeps it when its old connection's close arrives late.
+func (l *Ledger) account(p Peer, d Device) (*account, error) {
+	k := Key{PID: p.PID, Device: d.Ordinal}
+	a := l.accounts[k]
+	if a == nil {
+		if len(l.accounts) >= l.cfg.MaxAccounts {
+			return nil, fmt.Errorf("gpu accounts: %d open: %w", len(l.accounts), syscall.ENOSPC)
+		}
+		a = &account{Account: Account{Key: k}}
+		l.accounts[k] = a
+		l.pids[k.PID]++
+	}
+	a.Conn, a.UID = p.Conn, p.UID
+	if p.Command != "" {
+		a.Command = p.Command
+	}
+	if !d.UUID.IsZero() {
+		a.UUID = d.UUID
+	}
+	a.Limit = l.limitOf(k, a.UUID)
+	return a, nil
+}
+
+// limitOf is the limit of k: one set at run time, else the configured
+// limit of the device (by UUID, then ordinal), else the default.
+func (l *Ledger) limitOf(k Key, uuid UUID) Limit {
+	if lim, ok := l.limits[k]; ok {
+		return lim
+	}
+	if !uuid.IsZero() {
+		if lim, ok := l.cfg.Devices[uuid.String()]; ok {
+			return lim
+		}
+	}
+	if lim, ok := l.cfg.Devices[strconv.FormatUint(uint64(k.Device), 10)]; ok {
+		return lim
+	}
+	return l.cfg.Default
+}
+
+func (l *Ledger) limitsOf(a *account) Limits {
+	return Limits{Memory: a.Limit.Memory, MemoryUsed: a.Memory, Quota: a.Limit.Quota, Window: l.cfg.Window, Kernel: a.Kernel}
+}
+
+func compareKeys(a, b Key) int {
+	if c := cmp.Compare(a.PID, b.PID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Device, b.Device)
+}
