@@ -28,12 +28,15 @@ VMTEST_TIMEOUT ?= 60s
 # image-build ARCH,MODULES: u-root's mkuimage (the version go.mod's tool
 # directive pins, built for this host) compiles every command into one
 # busybox-style binary (bbin/bb) and writes the cpio; /init is u-root's init,
-# /bin/uinit ours, /bin/sh gosh. MODULES is a staged module tree or empty.
+# /bin/sh gosh. init runs every uinit it finds (/bbin/uinit, /bin/uinit, …),
+# so there is no /bin/uinit link: /bbin/uinit, ours, runs once. gosh is built
+# with goshsmall, its plain line editor, which works on any serial console.
+# MODULES is a staged module tree or empty.
 define image-build
 	@mkdir -p $(IMAGE_OUT)
 	$(GO) build -o $(IMAGE_OUT)/mkuimage github.com/u-root/mkuimage/cmd/mkuimage
 	GOOS=linux GOARCH=$(1) GOAMD64=v1 CGO_ENABLED=0 $(IMAGE_OUT)/mkuimage \
-		-build=bb -initcmd=init -uinitcmd=uinit -defaultsh=gosh -skip-ldd \
+		-build=bb -initcmd=init -uinitcmd= -defaultsh=gosh -go-build-tags=goshsmall -skip-ldd \
 		$(if $(2),-files $(2)/lib/modules:lib/modules) \
 		$(if $(IMAGE_CONF),-files $(IMAGE_CONF):etc/dpu/agent.conf) \
 		-o $(IMAGE_OUT)/dpu-$(1).cpio \

@@ -11,7 +11,8 @@ import (
 )
 
 // testMarker starts every line of the guest self-test's console protocol
-// (images/cmd/uinit).
+// (images/cmd/uinit), at the start of the line or after shell prompts ("$ "):
+// a line that merely contains it (the echo of a typed command) is not one.
 const testMarker = "DPU-TEST "
 
 // readyLine is what the agent logs once its sockets serve.
@@ -37,6 +38,7 @@ type console struct {
 	done                    string              // "ok" or "fail: …"
 	doneAt                  time.Duration
 	changed                 chan struct{}
+	ready                   chan struct{} // closed at the agent's ready line
 }
 
 func newConsole(start time.Time) *console {
@@ -46,6 +48,7 @@ func newConsole(start time.Time) *console {
 		out:       map[string][]string{},
 		end:       map[string]string{},
 		changed:   make(chan struct{}),
+		ready:     make(chan struct{}),
 	}
 }
 
@@ -60,15 +63,19 @@ func (c *console) Line(now time.Time, line string) {
 		if m := readyNode.FindStringSubmatch(line); m != nil {
 			c.readyNode, _ = strconv.Atoi(m[1])
 		}
+		close(c.ready)
 	}
 	if i := strings.Index(line, "dpu-boot: modules: "); i >= 0 {
 		c.modules = line[i+len("dpu-boot: modules: "):]
 	}
-	i := strings.Index(line, testMarker)
-	if i < 0 {
+	body := line
+	for strings.HasPrefix(body, "$ ") {
+		body = body[2:]
+	}
+	if !strings.HasPrefix(body, testMarker) {
 		return
 	}
-	verb, rest, _ := strings.Cut(line[i+len(testMarker):], " ")
+	verb, rest, _ := strings.Cut(body[len(testMarker):], " ")
 	switch verb {
 	case "READY":
 		c.guestReady = strings.TrimPrefix(rest, "uptime=")
@@ -90,6 +97,9 @@ func (c *console) Line(now time.Time, line string) {
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
+
+// Ready is closed when the agent's ready line appears.
+func (c *console) Ready() <-chan struct{} { return c.ready }
 
 // Done returns the self-test's verdict ("" while it runs) and a channel
 // closed at the next marker line.

@@ -4,8 +4,8 @@
 //	go run ./images/vmtest -kernel images/cache/arm64/vmlinuz \
 //	    -initrd images/out/dpu-arm64.cpio.gz [-out DIR] [-timeout 60s]
 //
-// Two scenarios run, each bounded by -timeout from qemu's start to the
-// guests' power-off (boot-to-ready included):
+// Three scenarios run (-run picks), each bounded by -timeout from qemu's
+// start to the guests' power-off (boot-to-ready included):
 //
 //   - single: one guest, no kernel parameters for the agent (the embedded
 //     single-node default). It must log "dpu-agent ready" and the self-test
@@ -16,8 +16,12 @@
 //     back to AF_PACKET); each self-test waits until the other node is in
 //     its routing table, and vmtest checks both routing tables again from
 //     their JSON and reports which port kind the agents used.
+//   - shell: one guest booted as a DPU boots (no self-test); once the agent
+//     is ready vmtest types dpuctl stats, an arithmetic echo and shutdown on
+//     the serial console and checks the answers: the agent outlives uinit,
+//     the shell works, the guest powers off.
 //
-// The guests' self-test is uinit's (dpu.test=1): it prints DPU-TEST marker
+// The self-test is uinit's (dpu.test=1): it prints DPU-TEST marker
 // lines on the serial console and powers off; vmtest reads them from qemu's
 // standard output. It prints the boot-to-ready time of every guest (host
 // time from qemu's start to the agent's ready line, and the guest's uptime

@@ -15,12 +15,14 @@ import (
 
 // guestSpec is one qemu guest of a scenario.
 type guestSpec struct {
-	Name    string   // "node0", … (names the console log)
-	Node    int      // node number the agent must come up as
-	Append  []string // kernel parameters after the common ones
-	Netdev  string   // -netdev value; "" for no network
-	MAC     string
-	Timeout time.Duration
+	Name   string   // "node0", … (names the console log)
+	Node   int      // node number the agent must come up as
+	Append []string // kernel parameters after the common ones
+	Netdev string   // -netdev value; "" for no network
+	MAC    string
+	// Shell lines are typed on the serial console once the agent is ready
+	// (for scenarios that use the shell instead of the self-test).
+	Shell []string
 }
 
 // qemuConfig is what every guest shares.
@@ -71,6 +73,14 @@ func startGuest(ctx context.Context, q qemuConfig, g guestSpec) (*guest, error) 
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	var typing io.WriteCloser
+	if len(g.Shell) > 0 {
+		if typing, err = cmd.StdinPipe(); err != nil {
+			r.Close()
+			w.Close()
+			return nil, err
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
@@ -84,8 +94,36 @@ func startGuest(ctx context.Context, q qemuConfig, g guestSpec) (*guest, error) 
 		r.Close()
 		gu.err = cmd.Wait()
 	}()
+	if typing != nil {
+		go gu.typeShell(typing)
+	}
 	return gu, nil
 }
+
+// typeShell types the guest's shell lines on its console once the agent is
+// ready, a line every typeGap; it gives up when qemu exits.
+func (g *guest) typeShell(w io.WriteCloser) {
+	defer w.Close()
+	select {
+	case <-g.console.Ready():
+	case <-g.exited:
+		return
+	}
+	for _, line := range g.spec.Shell {
+		select {
+		case <-time.After(typeGap):
+		case <-g.exited:
+			return
+		}
+		if _, err := io.WriteString(w, line+"\n"); err != nil {
+			return
+		}
+	}
+	<-g.exited
+}
+
+// typeGap is the pause before each typed line.
+const typeGap = 500 * time.Millisecond
 
 func readLines(r io.Reader, c *console) {
 	br := bufio.NewReaderSize(r, 64<<10)

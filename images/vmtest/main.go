@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -35,7 +36,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, args []string) error {
 	fs.IntVar(&q.MemMiB, "mem", 1024, "memory of each guest in MiB")
 	timeout := fs.Duration("timeout", time.Minute, "bound of each scenario, qemu start to power-off")
 	outDir := fs.String("out", "", "directory for the console logs (default: a temporary one)")
-	only := fs.String("run", "single,pair", "scenarios to run, comma-separated")
+	only := fs.String("run", "single,pair,shell", "scenarios to run, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,6 +99,39 @@ var allChecks = []string{"route-json", "link-json", "route-show", "link-show", "
 var scenarios = map[string]func() scenario{
 	"single": singleScenario,
 	"pair":   pairScenario,
+	"shell":  shellScenario,
+}
+
+// shellScenario boots one guest the way a DPU boots (no self-test): uinit
+// starts the agent and returns, init starts the shell on the console, and
+// commands typed there reach the agent, which must still run. The last
+// command powers the guest off.
+func shellScenario() scenario {
+	return scenario{
+		Name: "shell",
+		Guests: []guestSpec{{
+			Name: "node2", Node: 2, Append: []string{"dpu.node=2"},
+			Shell: []string{
+				"dpuctl stats",
+				"echo DPU-TEST OUT shell: $((6*7))",
+				"echo DPU-TEST END shell ok",
+				"echo DPU-TEST DONE ok",
+				"shutdown",
+			},
+		}},
+		Checks:     []string{"shell"},
+		WithOutput: []string{"shell"},
+		Verify: func(gs []*guest) ([]string, error) {
+			c := gs[0].console
+			if out, _ := c.Check("shell"); len(out) != 1 || out[0] != "42" {
+				return nil, fmt.Errorf("the shell did not evaluate $((6*7)): %q", out)
+			}
+			if !regexp.MustCompile(`(?m)^(\$ )*node 2 uptime`).MatchString(c.Text()) {
+				return nil, errors.New("dpuctl stats typed on the console printed no \"node 2 uptime\"")
+			}
+			return []string{"node2: the shell runs on the console and dpuctl reaches the agent"}, nil
+		},
+	}
 }
 
 // testTimeout bounds the self-test inside each guest: below the host's

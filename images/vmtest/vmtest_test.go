@@ -170,3 +170,42 @@ func TestPairScenarioParameters(t *testing.T) {
 		t.Error("both guests have one MAC")
 	}
 }
+
+func TestConsoleMarkersOnlyAtLineStart(t *testing.T) {
+	c := newConsole(time.Now())
+	for _, line := range []string{
+		"$ echo DPU-TEST DONE ok",           // the echo of a typed command
+		"echo DPU-TEST OUT shell: $((6*7))", // typed ahead, echoed before the prompt
+		"$ $ DPU-TEST OUT shell: 42",        // output after type-ahead prompts
+	} {
+		c.Line(time.Now(), line)
+	}
+	if done, _ := c.Done(); done != "" {
+		t.Errorf("a typed command counted as the verdict %q", done)
+	}
+	if out, _ := c.Check("shell"); len(out) != 1 || out[0] != "42" {
+		t.Errorf("shell output %q", out)
+	}
+	select {
+	case <-c.Ready():
+		t.Fatal("ready before the agent's line")
+	default:
+	}
+	c.Line(time.Now(), `time=x level=INFO msg="dpu-agent ready" node=2`)
+	select {
+	case <-c.Ready():
+	default:
+		t.Fatal("Ready not closed by the agent's line")
+	}
+}
+
+func TestShellScenario(t *testing.T) {
+	sc := shellScenario()
+	g := sc.Guests[0]
+	if strings.Contains(strings.Join(g.Append, " "), "dpu.test") {
+		t.Error("the shell scenario must boot without the self-test")
+	}
+	if g.Shell[len(g.Shell)-1] != "shutdown" {
+		t.Error("the shell scenario must power the guest off")
+	}
+}

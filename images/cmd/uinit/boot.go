@@ -44,6 +44,9 @@ type system interface {
 	Dpuctl(ctx context.Context, args ...string) ([]byte, error)
 	Uptime() time.Duration
 	PowerOff() error
+	// ReleaseTerminal drops the controlling terminal, so that returning
+	// leaves the console usable for the shell init starts next.
+	ReleaseTerminal() error
 }
 
 // errNoNetdev is returned by system.LinkUp for a netdev that does not exist
@@ -81,8 +84,17 @@ func plan(cmdline string, exists func(string) bool) (bootPlan, error) {
 }
 
 // boot runs the boot sequence. It returns once the agent has been started
-// (or could not be); in test mode it runs the self-test and powers off.
+// (or could not be), having released the console for the shell; in test
+// mode it runs the self-test and powers off.
 func boot(ctx context.Context, logger *log.Logger, console io.Writer, sys system) error {
+	err := bootSequence(ctx, logger, console, sys)
+	if rerr := sys.ReleaseTerminal(); rerr != nil {
+		logger.Print(rerr)
+	}
+	return err
+}
+
+func bootSequence(ctx context.Context, logger *log.Logger, console io.Writer, sys system) error {
 	cmdline, err := sys.Cmdline()
 	if err != nil {
 		return err

@@ -1,5 +1,5 @@
 // Command uinit is the boot image's first user program after u-root's init
-// (which mounts /proc, /sys, /dev and /tmp, then runs /bin/uinit and waits
+// (which mounts /proc, /sys, /dev and /tmp, then runs /bbin/uinit and waits
 // for it before starting the shell).
 //
 // It loads the kernel modules the image carries for the running kernel
@@ -10,7 +10,9 @@
 // settings come from the dpu.* kernel parameters (package bootparam) and
 // the configuration file (dpu.conf=PATH, else /etc/dpu/agent.conf when the
 // image has one); command-line settings override the file. The agent logs
-// to the console.
+// to the console. Before returning, uinit drops the controlling terminal
+// init gave it: a session leader exiting with the console as its terminal
+// makes the kernel hang the console up, and the shell would die with it.
 //
 // With dpu.test=1 it runs the boot self-test instead of returning: it waits
 // for the agent to serve, for the routes to dpu.test.peers, runs dpuctl's

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -147,6 +148,20 @@ func (linuxSystem) Uptime() time.Duration {
 		return 0
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// ReleaseTerminal gives up the controlling terminal that init gave uinit.
+// uinit is a session leader on the console; if it exited holding it, the
+// kernel would hang up the console for the whole session (the open file
+// that init hands the shell next included) and the shell would die on its
+// first line. Dropping it first (TIOCNOTTY) sends SIGHUP to uinit's own
+// process group only, which uinit ignores.
+func (linuxSystem) ReleaseTerminal() error {
+	signal.Ignore(syscall.SIGHUP)
+	if err := unix.IoctlSetInt(0, unix.TIOCNOTTY, 0); err != nil && !errors.Is(err, unix.ENOTTY) {
+		return fmt.Errorf("release terminal: %w", err)
+	}
+	return nil
 }
 
 func (s linuxSystem) PowerOff() error {

@@ -32,6 +32,7 @@ type fakeSystem struct {
 	dpuctl     func(call int, args []string) ([]byte, error)
 	calls      int
 	poweredOff bool
+	released   bool
 }
 
 func newFakeSystem(cmdline string) *fakeSystem {
@@ -81,6 +82,10 @@ func (s *fakeSystem) Dpuctl(_ context.Context, args ...string) ([]byte, error) {
 }
 func (s *fakeSystem) Uptime() time.Duration { return 3 * time.Second }
 func (s *fakeSystem) PowerOff() error       { s.poweredOff = true; return nil }
+func (s *fakeSystem) ReleaseTerminal() error {
+	s.released = true
+	return nil
+}
 
 func bootWith(t *testing.T, s *fakeSystem) (console, logs string) {
 	t.Helper()
@@ -137,6 +142,9 @@ func TestBootStartsAgentOnLinks(t *testing.T) {
 	}
 	if s.poweredOff {
 		t.Error("powered off outside test mode")
+	}
+	if !s.released {
+		t.Error("the console was not released for the shell")
 	}
 	if !strings.Contains(logs, "carries none") || !strings.Contains(logs, `"p0 xdp eth0"`) {
 		t.Errorf("logs:\n%s", logs)
