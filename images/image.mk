@@ -22,6 +22,8 @@ IMAGE_CMDS    := ./cmd/dpu-agent ./cmd/dpuctl ./images/cmd/uinit
 VMTEST_MODULES := virtio_pci virtio_net
 VMTEST_KERNEL  := $(IMAGE_CACHE)/arm64
 VMTEST_TIMEOUT ?= 60s
+# More vmtest flags, e.g. VMTEST_ARGS="-run single,pair,shell,pair-afpacket,pair-udp".
+VMTEST_ARGS    ?=
 
 .PHONY: image image-test image-clean
 
@@ -52,7 +54,7 @@ image-test:
 	images/prepare-vmtest.sh $(VMTEST_KERNEL) $(VMTEST_MODULES)
 	$(call image-build,arm64,$(VMTEST_KERNEL)/stage)
 	$(GO) run ./images/vmtest -kernel $(VMTEST_KERNEL)/vmlinuz -initrd $(IMAGE_OUT)/dpu-arm64.cpio.gz \
-		-out $(IMAGE_OUT)/vmtest -timeout $(VMTEST_TIMEOUT)
+		-out $(IMAGE_OUT)/vmtest -timeout $(VMTEST_TIMEOUT) $(VMTEST_ARGS)
 
 image-clean:
 	rm -rf $(IMAGE_OUT) $(IMAGE_CACHE)

@@ -100,6 +100,9 @@ var scenarios = map[string]func() scenario{
 	"single": singleScenario,
 	"pair":   pairScenario,
 	"shell":  shellScenario,
+	// Not run by default: the other port kinds over the same wire.
+	"pair-afpacket": pairAFPacketScenario,
+	"pair-udp":      pairUDPScenario,
 }
 
 // shellScenario boots one guest the way a DPU boots (no self-test): uinit
@@ -162,8 +165,33 @@ func singleScenario() scenario {
 
 // pairScenario boots two guests wired by a qemu socket network.
 func pairScenario() scenario {
+	return wiredPair("pair", func(int) []string { return []string{"dpu.links=eth0"} })
+}
+
+// pairAFPacketScenario is the pair with AF_PACKET ports (the fallback of
+// AF_XDP, forced).
+func pairAFPacketScenario() scenario {
+	return wiredPair("pair-afpacket", func(int) []string {
+		return []string{"dpu.links=eth0", "dpu.linkkind=afpacket"}
+	})
+}
+
+// pairUDPScenario is the pair with UDP ports over addressed links
+// (link-local addresses on the guests' private wire).
+func pairUDPScenario() scenario {
+	return wiredPair("pair-udp", func(node int) []string {
+		return []string{
+			fmt.Sprintf("dpu.links=eth0=169.254.77.%d/30", node+1),
+			fmt.Sprintf("dpu.peers=169.254.77.%d", 2-node),
+		}
+	})
+}
+
+// wiredPair is two guests, nodes 0 and 1, joined by a qemu socket network
+// on their eth0, each with the port parameters ports returns.
+func wiredPair(name string, ports func(node int) []string) scenario {
 	sc := scenario{
-		Name:       "pair",
+		Name:       name,
 		Checks:     allChecks,
 		WithOutput: []string{"route-show", "link-show", "stats", "route-json", "link-json"},
 	}
@@ -171,12 +199,11 @@ func pairScenario() scenario {
 		sc.Guests = append(sc.Guests, guestSpec{
 			Name: fmt.Sprintf("node%d", node),
 			Node: node,
-			Append: []string{
-				fmt.Sprintf("dpu.node=%d", node), "dpu.links=eth0",
+			Append: append(append([]string{fmt.Sprintf("dpu.node=%d", node)}, ports(node)...),
 				"dpu.test=1", fmt.Sprintf("dpu.test.peers=%d", 1-node), testTimeout,
 				// Stay up while the other guest runs its checks.
 				"dpu.test.linger=3s",
-			},
+			),
 			MAC: fmt.Sprintf("52:54:00:d9:00:%02x", node+1),
 		})
 	}
