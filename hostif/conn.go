@@ -372,7 +372,7 @@ func (c *conn) close(log *slog.Logger) {
 		}
 		for key, n := range s.replicas.heldBy(c) {
 			for range n {
-				errs = append(errs, s.replicas.unref(c, key))
+				errs = append(errs, s.replicas.unref(ctx, c, key))
 			}
 		}
 		s.spaces.leave(c)

@@ -35,7 +35,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 	case wire.OpMap:
 		return s.mapPages(ctx, c, r, rep)
 	case wire.OpUnmap:
-		return s.unmapPages(c, r)
+		return s.unmapPages(ctx, c, r)
 	case wire.OpTranslate:
 		return s.translate(c, r, rep)
 
@@ -250,7 +250,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 		rp, err := s.replicas.ref(c, page)
 		if err != nil {
 			for j := range i {
-				_ = s.replicas.unref(c, wire.PageAt(r.GVA, j))
+				_ = s.replicas.unref(ctx, c, wire.PageAt(r.GVA, j))
 			}
 			return fmt.Errorf("map %v: %w", page, err)
 		}
@@ -273,7 +273,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 
 // unmapPages drops the refs (and LVA entries) a MAP of the same range and
 // LVA took.
-func (s *Server) unmapPages(c *conn, r *wire.Request) error {
+func (s *Server) unmapPages(ctx context.Context, c *conn, r *wire.Request) error {
 	n := r.Pages()
 	held := s.replicas.heldBy(c)
 	for i := range n {
@@ -289,7 +289,7 @@ func (s *Server) unmapPages(c *conn, r *wire.Request) error {
 		if r.LVA != 0 {
 			s.spaces.remove(c, r.LVA+uint64(i)*wire.PageSize, page)
 		}
-		if err := s.replicas.unref(c, page); err != nil && first == nil {
+		if err := s.replicas.unref(ctx, c, page); err != nil && first == nil {
 			first = err
 		}
 	}

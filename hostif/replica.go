@@ -232,8 +232,10 @@ func (t *replicaTable) get(key gva.GVA) *replica {
 }
 
 // unref drops one ref of c on page key; the node's last ref drops the
-// Backend ref and the file.
-func (t *replicaTable) unref(c *conn, key gva.GVA) error {
+// Backend ref and the file. The Backend call is bounded by ctx's deadline
+// (else the table's timeout) but not cancelled with ctx: once the node's
+// ref is going, the engine must hear of it even if the client has gone.
+func (t *replicaTable) unref(ctx context.Context, c *conn, key gva.GVA) error {
 	t.mu.Lock()
 	r := t.m[key]
 	if r == nil || r.holders[c] == 0 {
@@ -252,8 +254,12 @@ func (t *replicaTable) unref(c *conn, key gva.GVA) error {
 	t.closing[key] = done
 	t.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), t.timeout)
-	err := t.be.Unref(ctx, key)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(t.timeout)
+	}
+	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	err := t.be.Unref(bctx, key)
 	cancel()
 	r.destroy(t.status)
 	t.mu.Lock()

@@ -55,8 +55,11 @@ type Client struct {
 	kick    chan struct{} // wakes the writer goroutine
 	helpers sync.WaitGroup
 
-	events chan Event
-	lost   atomic.Bool
+	events chan Event // fed by the event pump
+	evMu   sync.Mutex
+	evQ    []Event // events waiting for the pump
+	evLost bool    // events were dropped since the last EventLost
+	evWake chan struct{}
 
 	closeOnce sync.Once
 }
@@ -128,7 +131,7 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 	uc := nc.(*net.UnixConn)
 	c := &Client{uc: uc, opts: opts, pending: make(map[uint64]*call), maps: make(map[*Mapping]struct{}),
 		done: make(chan struct{}), reader: make(chan struct{}), kick: make(chan struct{}, 1),
-		events: make(chan Event, opts.EventQueue)}
+		events: make(chan Event, 1), evWake: make(chan struct{}, 1)}
 	if err := c.greet(ctx); err != nil {
 		_ = uc.Close()
 		return nil, err
@@ -146,6 +149,7 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 	go c.read(batch)
 	c.helpers.Go(c.write)
 	c.helpers.Go(c.watch)
+	c.helpers.Go(c.pump)
 	return c, nil
 }
 
@@ -444,7 +448,6 @@ func (c *Client) read(batch *seqpacket.Batch) {
 	for range pending {
 		<-c.sem
 	}
-	close(c.events)
 }
 
 // take handles one message from the server.
@@ -479,19 +482,53 @@ func (c *Client) take(msg []byte, fds []int) {
 	cl.done <- struct{}{}
 }
 
-// deliver hands an event to Events' reader without ever blocking.
+// deliver queues an event for the pump without ever blocking: beyond
+// EventQueue waiting events it drops ev and the pump reports EventLost.
 func (c *Client) deliver(ev Event) {
-	if c.lost.Load() {
-		select {
-		case c.events <- Event{Type: wire.EventLost}:
-			c.lost.Store(false)
-		default:
-		}
+	c.evMu.Lock()
+	if len(c.evQ) >= c.opts.EventQueue {
+		c.evLost = true
+	} else {
+		c.evQ = append(c.evQ, ev)
 	}
+	c.evMu.Unlock()
 	select {
-	case c.events <- ev:
+	case c.evWake <- struct{}{}:
 	default:
-		c.lost.Store(true)
+	}
+}
+
+// pump feeds Events' reader, an EventLost first whenever events were
+// dropped, and closes the stream when the connection ends.
+func (c *Client) pump() {
+	defer close(c.events)
+	for {
+		c.evMu.Lock()
+		var ev Event
+		have := true
+		switch {
+		case c.evLost:
+			ev, c.evLost = Event{Type: wire.EventLost}, false
+		case len(c.evQ) > 0:
+			ev = c.evQ[0]
+			c.evQ = c.evQ[1:]
+		default:
+			have = false
+		}
+		c.evMu.Unlock()
+		if !have {
+			select {
+			case <-c.evWake:
+				continue
+			case <-c.done:
+				return
+			}
+		}
+		select {
+		case c.events <- ev:
+		case <-c.done:
+			return
+		}
 	}
 }
 
