@@ -237,6 +237,9 @@ type page struct {
 	swap      *swapState
 	doneSwap  opKey  // the swap that made this node the owner
 	doneSeq   uint64 // and its attempt
+	// settleUntil: the page became ours by a re-sent done; its route's done
+	// may still come: no swap before then.
+	settleUntil time.Duration
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of

@@ -227,3 +227,16 @@ func (e *Engine) Holding(key gva.GVA) (owner, swapping bool) {
 	}
 	return pg.owner, pg.swap != nil && (pg.swap.out || pg.swap.stage >= stageGranted)
 }
+
+// HandedOver reports, for checkers, whether this node committed a swap of
+// key whose done the new owner may not have received yet (it still keeps
+// the commit record to answer a re-sent confirmation). If this node fails
+// now, the page may be lost with it.
+func (e *Engine) HandedOver(key gva.GVA) bool {
+	for _, c := range e.commits {
+		if c.key == key {
+			return true
+		}
+	}
+	return false
+}

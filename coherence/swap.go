@@ -123,8 +123,12 @@ func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request, out node.S
 // then the single content transfer.
 func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node.Sender) {
 	a, err := decodeAcquire(op.f.Payload)
-	if err != nil {
-		e.opFail(now, op, syscall.EINVAL, out)
+	switch {
+	case err != nil:
+		e.refuseGrant(now, pg, op, syscall.EINVAL, out)
+		return
+	case now < pg.settleUntil:
+		e.refuseGrant(now, pg, op, syscall.EBUSY, out) // the last swap's route is not settled yet
 		return
 	}
 	route := append([]byte(nil), a.route...)
@@ -149,7 +153,15 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node
 	e.stats.SwapsStarted++
 }
 
-// swapMatch finds the acquirer-side swap a frame answers.
+// refuseGrant denies an acquire the arbiter granted: the page is idle again.
+func (e *Engine) refuseGrant(now time.Duration, pg *page, op *ownerOp, errno syscall.Errno, out node.Sender) {
+	if ans, err := e.arb.SwapAbort(now, pg.key); err == nil {
+		e.copyAnswers(ans)
+	}
+	e.opFail(now, op, errno, out)
+}
+
+// swapIn finds the acquirer-side swap a frame answers.
 func (e *Engine) swapIn(f *noc.Frame) (*page, *swapState) {
 	pg := e.pages[f.GVA.Key()]
 	if pg == nil || pg.swap == nil || pg.swap.out || pg.swap.id != f.RequestID {
@@ -413,8 +425,12 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 	}
 	pg, sw := e.swapIn(f)
 	if sw == nil || sw.stage != stageCommitting || sw.peer != f.Src || sw.seq != d.seq {
-		if pg := e.pages[f.GVA.Key()]; path && d.flags&doneBroken == 0 && pg != nil && pg.owner &&
+		if pg := e.pages[f.GVA.Key()]; path && pg != nil && pg.owner &&
 			pg.doneSwap == (opKey{f.Src, f.RequestID}) && pg.doneSeq == d.seq {
+			if d.flags&doneBroken != 0 {
+				pg.settleUntil = 0 // it came: the route is settled
+				return
+			}
 			e.lateGraft(now, pg, in, f.PageVersion, out)
 			return
 		}
@@ -426,6 +442,12 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 		graft = in
 	}
 	e.becomeOwner(now, pg, graft, out)
+	if !path {
+		// The done that travels the route may still come and flip the
+		// entries on it: the page must not move on before it does (or
+		// before it must have been lost with a link).
+		pg.settleUntil = now + e.cfg.SwapGiveUp
+	}
 }
 
 // flip turns an entry on the acquire's route around as the done passes:
@@ -530,6 +552,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 // branch may have missed the writes made since: it is invalidated to the
 // current version.
 func (e *Engine) lateGraft(now time.Duration, pg *page, in noc.PortID, v gva.Version, out node.Sender) {
+	pg.settleUntil = 0
 	ent := e.ownerEntry(now, pg, out)
 	if ent == nil {
 		return

@@ -157,7 +157,9 @@ func (c *checker) crashed(n *simNode) {
 		g := c.ghosts[key]
 		if owner {
 			g.lost = true
-		} else if swapping {
+		} else if swapping || n.eng.HandedOver(key) && c.w.ownerOf(key) == nil {
+			// In a swap, or handed over to a node that has not taken it yet
+			// (the done may die with this node).
 			g.maybeLost = true
 		}
 	}

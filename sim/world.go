@@ -12,6 +12,7 @@ import (
 
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/noc/route"
@@ -82,6 +83,11 @@ type Config struct {
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
 	Trace func(line string)
+	// DebugPage, with Debug set, traces every protocol step the engines
+	// take for that page (its text form, or "all"), its owners, and dumps
+	// its tree at the end.
+	DebugPage string
+	Debug     func(line string)
 }
 
 func (c Config) withDefaults() Config {
@@ -284,6 +290,13 @@ func New(cfg Config) (*World, error) {
 	}
 	w.cut = make([]bool, len(g.Links()))
 	w.check = newChecker(w)
+	if cfg.Debug != nil && cfg.DebugPage != "" {
+		w.check.debug = func(key gva.GVA, line string) {
+			if cfg.DebugPage == "all" || key.IsZero() || key.String() == cfg.DebugPage {
+				cfg.Debug(line)
+			}
+		}
+	}
 	for i := 0; i < g.N(); i++ {
 		w.nodes = append(w.nodes, &simNode{id: noc.NodeID(i), ports: g.Ports(noc.NodeID(i))})
 	}
@@ -446,6 +459,9 @@ func (w *World) Run() (Result, error) {
 		}
 	}
 	w.res.Lost = w.check.lostCount()
+	if w.check.debug != nil {
+		w.dumpTrees()
+	}
 	w.res.Violations = w.check.violations
 	return w.res, nil
 }
@@ -537,6 +553,42 @@ func (w *World) tracef(format string, a ...any) {
 	w.trace.Write([]byte{'\n'})
 	if w.cfg.Trace != nil {
 		w.cfg.Trace(line)
+	}
+}
+
+// dumpTrees prints the path cache entries of the debugged pages.
+func (w *World) dumpTrees() {
+	for _, key := range w.check.order {
+		if w.cfg.DebugPage != "all" && key.String() != w.cfg.DebugPage {
+			continue
+		}
+		w.cfg.Debug(fmt.Sprintf("tree of %v (applied version %d, lost %v):", key, w.check.ghosts[key].version, w.check.ghosts[key].lost))
+		for _, n := range w.nodes {
+			if !n.alive {
+				continue
+			}
+			ent, ok := n.eng.Entry(key)
+			if !ok {
+				continue
+			}
+			far := func(p noc.PortID) string {
+				switch p {
+				case noc.NoPort:
+					return "-"
+				case noc.LocalPort:
+					return "host"
+				}
+				peer, _ := w.graph.Peer(n.id, p)
+				return fmt.Sprintf("n%d", peer.Node)
+			}
+			var down []string
+			for p := range ent.Down.All() {
+				down = append(down, far(p))
+			}
+			v, _ := view(n, key)
+			w.cfg.Debug(fmt.Sprintf("  n%d up=%s down=%v owner=%v version=%d replica=%v held=%d valid=%v pins=%d fetching=%v",
+				n.id, far(ent.Up), down, ent.Owner, ent.Version, ent.Replica, v.Version, v.Valid, ent.Pins, ent.Fetching))
+		}
 	}
 }
 

@@ -46,8 +46,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
+	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
 	jobs := fs.Int("j", runtime.GOMAXPROCS(0), "seeds run in parallel")
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
+	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	base := sim.Config{Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload}
+	base := sim.Config{Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -76,6 +78,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 				cfg.Seed = list[i]
 				if *verbose && len(list) == 1 {
 					cfg.Trace = func(line string) { fmt.Fprintln(stdout, line) }
+				}
+				if *debugPage != "" && len(list) == 1 {
+					cfg.DebugPage = *debugPage
+					cfg.Debug = func(line string) { fmt.Fprintln(stdout, line) }
 				}
 				results[i], errs[i] = sim.Run(cfg)
 			}
