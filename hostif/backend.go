@@ -27,6 +27,9 @@ import (
 //     strictly alternately (one local holder at a time), Acquire any number
 //     of times and Release when the last local acquirer releases. Release and
 //     Unlock of a page the node no longer owns or pins fail without effect.
+//   - Read-your-writes per node: Load and Ref never return a version older
+//     than one that this node's Store/CompareAndSwap/FetchAdd already
+//     returned (the host's consistency guarantee rests on it).
 //   - Events: every new version of a page this node refs is reported, as
 //     EventUpdate (with the written bytes) or EventInvalidate, in increasing
 //     version order per page. Versions written through this node's own
