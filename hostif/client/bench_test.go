@@ -14,6 +14,13 @@ import (
 )
 
 func benchClient(b *testing.B) *client.Client {
+	c, _ := benchServer(b)
+	return c
+}
+
+// benchServer serves an in-memory node and returns a client of it and the
+// socket path.
+func benchServer(b *testing.B) (*client.Client, string) {
 	fab := hostiftest.NewFabric()
 	be := fab.Node(1)
 	b.Cleanup(be.Close)
@@ -23,7 +30,7 @@ func benchClient(b *testing.B) *client.Client {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	return c
+	return c, path
 }
 
 func p50(d []time.Duration) float64 {
