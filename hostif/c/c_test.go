@@ -150,7 +150,8 @@ func TestExportsAndPkgConfig(t *testing.T) {
 // BenchmarkCLibrary runs the C benchmark program (its own timing loops) and
 // reports its numbers: a consistent read of a valid mapped replica
 // (dpu_read64), a raw load of the same word, and the median round trip of
-// dpu_cas64 next to a bare SOCK_SEQPACKET echo measured in the same run.
+// dpu_cas64 (on an unmapped and on a mapped page) next to a bare
+// SOCK_SEQPACKET echo measured in the same run.
 func BenchmarkCLibrary(b *testing.B) {
 	build(b, "build/dpu_bench")
 	fab := hostiftest.NewFabric()
@@ -172,7 +173,7 @@ func BenchmarkCLibrary(b *testing.B) {
 			metrics[m[1]] = v
 		}
 	}
-	for _, name := range []string{"read64_ns", "raw_ns", "cas_p50_ns", "echo_p50_ns"} {
+	for _, name := range []string{"read64_ns", "raw_ns", "cas_p50_ns", "cas_mapped_p50_ns", "echo_p50_ns"} {
 		b.ReportMetric(metrics[name], name)
 	}
 	if metrics["echo_p50_ns"] > 0 {

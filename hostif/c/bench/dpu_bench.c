@@ -4,7 +4,9 @@
  *
  *   read64_ns   dpu_read64 of a valid mapped replica (consistent read)
  *   raw_ns      a plain load from the same mapping
- *   cas_p50_ns  dpu_cas64 round trip, median
+ *   cas_p50_ns  dpu_cas64 round trip on an unmapped page, median
+ *   cas_mapped_p50_ns  the same on a page this process maps (the server
+ *               also rewrites the replica before it replies)
  *   echo_p50_ns bare SOCK_SEQPACKET send+recv of a same-sized message to
  *               $DPU_BENCH_ECHO (a server that sends every message back)
  *
@@ -69,16 +71,23 @@ int main(void) {
     double raw_ns = (now_ns() - t0) / (double)reads;
     if (sum != 42ull * 2 * (uint64_t)reads) die("read sum", -1);
 
-    /* CAS round trips */
+    /* CAS round trips: on an unmapped page, then on the mapped one */
+    dpu_gva_t plain;
+    if ((rc = dpu_alloc(d, DPU_PAGE_SIZE, &plain)) < 0) die("alloc", rc);
     double *lat = malloc(sizeof(double) * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        uint64_t old;
-        double s = now_ns();
-        if ((rc = dpu_cas64(d, g, (uint64_t)i, (uint64_t)i + 1, &old)) < 0) die("cas", rc);
-        lat[i] = now_ns() - s;
-        if (old != (uint64_t)i) die("cas value", -1);
+    double cas = 0, cas_mapped = 0;
+    for (int round = 0; round < 2; round++) {
+        dpu_gva_t at = round == 0 ? plain : g;
+        for (int i = 0; i < n; i++) {
+            uint64_t old;
+            double s = now_ns();
+            if ((rc = dpu_cas64(d, at, (uint64_t)i, (uint64_t)i + 1, &old)) < 0) die("cas", rc);
+            lat[i] = now_ns() - s;
+            if (old != (uint64_t)i) die("cas value", -1);
+        }
+        if (round == 0) cas = median(lat, n);
+        else cas_mapped = median(lat, n);
     }
-    double cas = median(lat, n);
 
     /* bare echo round trips of a CAS-sized message */
     double echo = 0;
@@ -98,10 +107,12 @@ int main(void) {
         echo = median(lat, n);
         close(fd);
     }
-    printf("read64_ns=%.2f raw_ns=%.2f cas_p50_ns=%.0f echo_p50_ns=%.0f\n", read_ns, raw_ns, cas, echo);
+    printf("read64_ns=%.2f raw_ns=%.2f cas_p50_ns=%.0f cas_mapped_p50_ns=%.0f echo_p50_ns=%.0f\n", read_ns, raw_ns,
+           cas, cas_mapped, echo);
     free(lat);
     dpu_unmap(d, g);
     dpu_free(d, g);
+    dpu_free(d, plain);
     dpu_close(d);
     return 0;
 }
