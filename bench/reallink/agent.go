@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -124,6 +125,58 @@ func (a *Agent) waitReady() error {
 // Pid is the agent's process id.
 func (a *Agent) Pid() int { return a.cmd.Process.Pid }
 
+// CPU is the processor time (user and system, all threads) the agent has
+// used so far, at the kernel's clock-tick resolution.
+func (a *Agent) CPU() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.Pid()))
+	if err != nil {
+		return 0, fmt.Errorf("%w: cpu time: %w", ErrAgent, err)
+	}
+	return cpuOfStat(string(b))
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times (100 on every
+// Linux architecture the agent builds for).
+const clockTick = 10 * time.Millisecond
+
+// cpuOfStat extracts utime + stime from a /proc/<pid>/stat line: fields 14
+// and 15, counted after the command name (which may hold spaces and
+// parentheses, so fields start after its last ')').
+func cpuOfStat(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%w: malformed stat %q", ErrAgent, stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%w: short stat %q", ErrAgent, stat)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("%w: stat times: %w", ErrAgent, err)
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// Pause stops the agent (SIGSTOP) until Resume: it takes no processor
+// time, and its links see silence.
+func (a *Agent) Pause() error {
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("%w: pause node %v: %w", ErrAgent, a.cfg.Node, err)
+	}
+	return nil
+}
+
+// Resume continues a paused agent (SIGCONT).
+func (a *Agent) Resume() error {
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("%w: resume node %v: %w", ErrAgent, a.cfg.Node, err)
+	}
+	return nil
+}
+
 // Counters returns the agent's global counters (dpuctl stats) by name.
 func (a *Agent) Counters(ctx context.Context) (map[string]uint64, error) {
 	c, err := ctl.Dial(a.cfg.ctlPath())
@@ -152,6 +205,7 @@ func (a *Agent) Stop() error {
 	default:
 	}
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Process.Signal(syscall.SIGCONT) // were it paused
 	select {
 	case <-a.exited:
 		return a.exitErr()

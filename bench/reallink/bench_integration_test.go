@@ -2,6 +2,7 @@ package reallink_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ const (
 	warmFrames = 2000
 	warmEchoes = 200
 	runBound   = 30 * time.Second
+	turnFrames = 20000 // frames of one turn of BenchmarkForwardVersusKernel
 )
 
 // BenchmarkForward: 64-byte-payload frames from node 0 to node 2 of a
@@ -67,6 +69,78 @@ func BenchmarkForward(b *testing.B) {
 	})
 }
 
+// BenchmarkForwardVersusKernel is the headline ratio, robust to a
+// machine whose load changes while it runs: a kernel line (as in
+// BenchmarkForward/kernel) and an agent line (as in agent-block or
+// agent-poll) are up at the same time and take turns (at least five each,
+// of at most 20000 frames), b.N frames in all for each. The agent is stopped (SIGSTOP) during the
+// kernel's turns, so that a polling agent does not take their processor;
+// a turn is far shorter than a link's dead interval. agent/kernel is the agent's delivered rate over
+// the kernel's, both summed over their rounds.
+func BenchmarkForwardVersusKernel(b *testing.B) {
+	for _, mode := range []string{"block", "poll"} {
+		b.Run("agent-"+mode, func(b *testing.B) {
+			kf := ipv4Line(b, 3)
+			af := line(b, 3)
+			a := agentOn(b, af, 1, mode == "poll", "p0 xdp p0", "p1 xdp p1")
+			n0 := xdpNode(b, af, 0, reallink.Device(reallink.East))
+			n2 := xdpNode(b, af, 2, reallink.Device(reallink.West))
+			converge(b, ids(0, 2), n0, n2)
+			ctx, cancel := context.WithTimeout(context.Background(), runBound)
+			defer cancel()
+			payload := make([]byte, payloadLen)
+			if fl, err := reallink.KernelForward(ctx, kf, 0, 2, payloadLen, warmFrames); err != nil {
+				b.Fatalf("warm-up: %v (%v)", err, fl)
+			}
+			if fl, err := reallink.NoCForward(ctx, n0, n2, payload, warmFrames); err != nil || fl.Delivered == 0 {
+				b.Fatalf("warm-up: %v (%v)", err, fl)
+			}
+			var kernel, agent reallink.Flow
+			add := func(sum *reallink.Flow, fl reallink.Flow) {
+				sum.Sent += fl.Sent
+				sum.Delivered += fl.Delivered
+				sum.Elapsed += fl.Elapsed
+				sum.SendTime += fl.SendTime
+			}
+			// Turns of at most turnFrames: a turn stays well under the
+			// links' dead interval (1 s) even at a few tens of
+			// thousands of frames per second.
+			rounds := max(5, (b.N+turnFrames-1)/turnFrames)
+			b.ResetTimer()
+			for r := range rounds {
+				n := b.N / rounds // the rounds add up to b.N
+				if r < b.N%rounds {
+					n++
+				}
+				if n == 0 {
+					continue
+				}
+				if err := a.Pause(); err != nil {
+					b.Fatal(err)
+				}
+				kfl, err := reallink.KernelForward(ctx, kf, 0, 2, payloadLen, n)
+				if err := errors.Join(err, a.Resume()); err != nil {
+					b.Fatalf("kernel round %d: %v (%v)", r, err, kfl)
+				}
+				afl, err := reallink.NoCForward(ctx, n0, n2, payload, n)
+				if err != nil {
+					b.Fatalf("agent round %d: %v (%v)", r, err, afl)
+				}
+				add(&kernel, kfl)
+				add(&agent, afl)
+			}
+			b.StopTimer()
+			b.ReportMetric(agent.Rate(), "agent-frames/s")
+			b.ReportMetric(kernel.Rate(), "kernel-frames/s")
+			if kernel.Rate() > 0 {
+				b.ReportMetric(agent.Rate()/kernel.Rate(), "agent/kernel")
+			}
+			b.ReportMetric(100*agent.Loss(), "agent-%loss")
+			b.ReportMetric(100*kernel.Loss(), "kernel-%loss")
+		})
+	}
+}
+
 func kernelFlow(b *testing.B, f *veth.Fabric, from, to int) {
 	ctx, cancel := context.WithTimeout(context.Background(), runBound)
 	defer cancel()
@@ -90,9 +164,13 @@ func nocFlow(b *testing.B, src, dst *reallink.Node, middle *reallink.Agent) {
 		b.Fatalf("warm-up: %v (%v)", err, fl)
 	}
 	var before map[string]uint64
+	var cpu0 time.Duration
 	if middle != nil {
 		var err error
 		if before, err = middle.Counters(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if cpu0, err = middle.CPU(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -103,11 +181,18 @@ func nocFlow(b *testing.B, src, dst *reallink.Node, middle *reallink.Agent) {
 		b.Fatalf("%v (%v)", err, fl)
 	}
 	if middle != nil {
+		cpu1, err := middle.CPU()
+		if err != nil {
+			b.Fatal(err)
+		}
 		after, err := middle.Counters(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		fl.Forwarded = after["frames_forwarded"] - before["frames_forwarded"]
+		if fl.Forwarded = after["frames_forwarded"] - before["frames_forwarded"]; fl.Forwarded > 0 && fl.Elapsed > 0 {
+			b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(fl.Forwarded), "mid-cpu-ns/frame")
+			b.ReportMetric(100*(cpu1-cpu0).Seconds()/fl.Elapsed.Seconds(), "mid-cpu-%")
+		}
 		b.ReportMetric(float64(after["drop_send_error"]-before["drop_send_error"]), "mid-drops")
 		b.ReportMetric(float64(after["link_retransmits"]-before["link_retransmits"]), "mid-rexmits")
 		if fl.Forwarded > 0 {

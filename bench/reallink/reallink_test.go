@@ -185,3 +185,17 @@ func TestIPv4Plan(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUOfStat(t *testing.T) {
+	// A command name with a space and a parenthesis, utime 250, stime 50.
+	stat := "1234 (dpu (agent) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 9 0 100 0 0"
+	got, err := reallink.CPUOfStat(stat)
+	if err != nil || got != 3*time.Second {
+		t.Fatalf("cpu of stat = %v, %v; want 3s", got, err)
+	}
+	for _, bad := range []string{"", "1234 (x) S 1", "1234 (x) S 1 1 1 0 -1 0 0 0 0 0 u s"} {
+		if _, err := reallink.CPUOfStat(bad); err == nil {
+			t.Errorf("stat %q accepted", bad)
+		}
+	}
+}

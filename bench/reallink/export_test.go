@@ -1,0 +1,4 @@
+package reallink
+
+// CPUOfStat exposes cpuOfStat to the tests.
+var CPUOfStat = cpuOfStat
