@@ -173,8 +173,13 @@ func (l *lockedBuffer) String() string {
 // the fake driver.
 func startProbe(t testing.TB, sock string, hooked bool, env []string, args ...string) *probe {
 	t.Helper()
+	return startProbeBin(t, filepath.Join(build(t), "cudaprobe"), sock, hooked, env, args...)
+}
+
+func startProbeBin(t testing.TB, bin, sock string, hooked bool, env []string, args ...string) *probe {
+	t.Helper()
 	dir := build(t)
-	cmd := exec.Command(filepath.Join(dir, "cudaprobe"), args...)
+	cmd := exec.Command(bin, args...)
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "LD_PRELOAD=") && !strings.HasPrefix(e, "DPU_") && !strings.HasPrefix(e, "FAKECUDA_") {
 			cmd.Env = append(cmd.Env, e)
@@ -596,5 +601,85 @@ func TestExports(t *testing.T) {
 		"cuMipmappedArrayDestroy", "dlsym", "dpucuda_version"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("exports:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestConcurrentAllocations: threads allocating at once never take the
+// process past its limit together, and everything freed is released.
+func TestConcurrentAllocations(t *testing.T) {
+	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 10 * mib}})
+	p := startProbe(t, a.sock, true, nil)
+	p.ok("init")
+	v := p.ok(fmt.Sprint("threads 8 200 ", 3*mib))
+	ok, _ := strconv.Atoi(v[0])
+	refused, _ := strconv.Atoi(v[1])
+	if ok+refused != 1600 || ok == 0 {
+		t.Fatalf("threads: %v", v)
+	}
+	ac, _ := a.account(p.pid, 0)
+	if ac.Memory != 0 || ac.Peak > 10*mib || ac.Over != 0 || ac.Allocs != uint64(ok) || ac.Frees != uint64(ok) {
+		t.Fatalf("after the churn (%d allocated, %d refused): %+v", ok, refused, ac)
+	}
+	t.Logf("%d allocations, %d refused, peak %d MiB of 10", ok, refused, ac.Peak/mib)
+}
+
+// TestFork: a child of a hooked process gets its own connection and
+// account; the parent's connection (shared by the fork) is left intact.
+func TestFork(t *testing.T) {
+	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+	p := startProbe(t, a.sock, true, nil)
+	p.ok("init")
+	p.ok(fmt.Sprint("alloc ", 10*mib))
+	child, err := strconv.Atoi(p.ok(fmt.Sprint("fork ", mib))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the child's account", memoryIs(a, child, 0, mib))
+	p.ok("wait " + strconv.Itoa(child))
+	waitFor(t, "the child's release", func() bool {
+		_, ok := a.account(child, 0)
+		return !ok
+	})
+	p.ok(fmt.Sprint("alloc ", 2*mib))
+	if ac, ok := a.account(p.pid, 0); !ok || ac.Memory != 12*mib || ac.Syncs != 0 {
+		t.Fatalf("the parent after the fork: %+v %v", ac, ok)
+	}
+}
+
+// TestSanitizers runs the hook (linked into the probe) under
+// ThreadSanitizer and AddressSanitizer+UBSan through allocations from many
+// threads, frees, arrays, quota tokens and overuse tracking.
+func TestSanitizers(t *testing.T) {
+	dir := build(t)
+	if out, err := exec.Command("make", "-C", filepath.Dir(dir), "sanitize").CombinedOutput(); err != nil {
+		t.Fatalf("make sanitize: %v\n%s", err, out)
+	}
+	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 10 * mib, Quota: 30}, Window: 20 * time.Millisecond})
+	for _, san := range []string{"tsan", "asan"} {
+		t.Run(san, func(t *testing.T) {
+			p := startProbeBin(t, filepath.Join(dir, san, "cudaprobe"), a.sock, false,
+				[]string{"TSAN_OPTIONS=halt_on_error=1 exitcode=66", "ASAN_OPTIONS=halt_on_error=1 exitcode=66"})
+			p.ok("init")
+			p.ok(fmt.Sprint("threads 8 50 ", 3*mib))
+			arr := p.ok("array 64 64")[0]
+			p.ok("arraydestroy " + arr)
+			p.ok("kernel 1000")
+			p.ok("launch 5")
+			p.ok("sync")
+			p.ok("launch 20 ex")
+			p.ok("sync")
+			p.ok("meminfo")
+			ac, ok := a.account(p.pid, 0)
+			if !ok || ac.Grants == 0 || ac.Allocs == 0 || ac.Memory != 0 || ac.Peak > 10*mib {
+				t.Fatalf("account %+v %v", ac, ok)
+			}
+			p.ok("exit")
+			if err := p.cmd.Wait(); err != nil {
+				t.Fatalf("%s probe: %v\n%s", san, err, p.stderr.String())
+			}
+			if strings.Contains(p.stderr.String(), "Sanitizer") {
+				t.Fatalf("%s report:\n%s", san, p.stderr.String())
+			}
+		})
 	}
 }

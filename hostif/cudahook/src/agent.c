@@ -144,6 +144,7 @@ static int connect_locked(void) {
     }
     if (!conn)
         return -ECONNRESET;
+    LOGF(LOG_DEBUG, "connect: synced %d, ever %d", synced, ever_connected);
     if (ever_connected || synced)
         LOGF(LOG_INFO, "connected to the agent; re-reported %d device(s)", synced);
     ever_connected = 1;

@@ -148,15 +148,16 @@ static void init_once_fn(void) {
     drv.cuEventQuery = (CUresult(*)(CUevent))driver_sym("cuEventQuery");
     drv.cuEventElapsedTime = (CUresult(*)(float *, CUevent, CUevent))driver_sym("cuEventElapsedTime");
     drv.cuEventDestroy = (CUresult(*)(CUevent))driver_sym("cuEventDestroy_v2");
+    pthread_atfork(NULL, NULL, after_fork_child);
+    LOGF(LOG_DEBUG, "%s loaded, driver %s", DPUCUDA_VERSION, libcuda ? "found" : "missing");
+    agent_start();
+    /* Published last: a thread that finds a real function skips init. */
     for (int i = 0; i < NSLOTS; i++) {
         void *f = driver_sym(hooked[i].name);
         void *expected = NULL;
         if (f && f != hooked[i].hook)
             atomic_compare_exchange_strong(&reals[i], &expected, f);
     }
-    pthread_atfork(NULL, NULL, after_fork_child);
-    LOGF(LOG_DEBUG, "%s loaded, driver %s", DPUCUDA_VERSION, libcuda ? "found" : "missing");
-    agent_start();
     atomic_store_explicit(&init_done, 1, memory_order_release);
 }
 
@@ -207,6 +208,7 @@ static __attribute__((noinline)) void *dlsym_hooked(dlsym_fn real, void *handle,
     return hooked[s].hook;
 }
 
+#ifndef DPUCUDA_NO_DLSYM /* sanitizer builds: their runtimes call dlsym before they are ready */
 DPUCUDA_EXPORT void *dlsym(void *handle, const char *symbol) {
     dlsym_fn real = real_dlsym();
     if (symbol[0] == 'c' && symbol[1] == 'u') {
@@ -216,6 +218,7 @@ DPUCUDA_EXPORT void *dlsym(void *handle, const char *symbol) {
     }
     return real(handle, symbol); /* a tail call: RTLD_NEXT sees the caller's address */
 }
+#endif
 
 /* ---- cuGetProcAddress ---- */
 

@@ -126,17 +126,19 @@ static void *tracker_main(void *arg) {
         CUstream s = t->stream;
         CUevent start = t->start, end = t->end;
         int timed = t->timed;
-        uint64_t start_ns = t->token_start, grant = t->grant, charged = t->charged;
+        uint64_t grant = t->grant, charged = t->charged;
         pthread_mutex_unlock(&t->tmu);
 
-        uint64_t launched = atomic_load(&t->launches), elapsed = 0, recorded = mono_ns();
-        int measured = 0;
+        uint64_t launched = atomic_load(&t->launches), elapsed = 0;
+        int measured = 0, busy_at_record = 0;
         if (timed && drv.cuCtxSetCurrent(ctx) == CUDA_SUCCESS && drv.cuEventRecord(end, s) == CUDA_SUCCESS) {
             uint64_t limit = mono_ns() + sync_timeout_ns(), nap = 50000;
-            CUresult q;
-            while ((q = drv.cuEventQuery(end)) == CUDA_ERROR_NOT_READY && mono_ns() < limit) {
+            CUresult q = drv.cuEventQuery(end);
+            busy_at_record = q == CUDA_ERROR_NOT_READY;
+            while (q == CUDA_ERROR_NOT_READY && mono_ns() < limit) {
                 sleep_ns(nap);
                 nap = nap * 2 > 1000000 ? 1000000 : nap * 2;
+                q = drv.cuEventQuery(end);
             }
             float ms;
             if (q == CUDA_SUCCESS && drv.cuEventElapsedTime(&ms, start, end) == CUDA_SUCCESS && ms >= 0) {
@@ -150,14 +152,16 @@ static void *tracker_main(void *arg) {
 
         pthread_mutex_lock(&t->tmu);
         if (measured) {
-            /* Only the drain after the token's end (or after the end event
-             * was recorded, when the tracker woke late) is overuse. */
-            uint64_t allowed = 0;
-            if (charged) {
-                uint64_t until_record = recorded - start_ns;
-                allowed = charged > until_record ? charged : until_record;
-            }
-            uint64_t over = elapsed > allowed ? elapsed - allowed : 0;
+            /* Overuse is the work that ran past the token's end. If the
+             * GPU had drained when the end event was recorded, the span
+             * measured ends at the recording (the tracker may wake late)
+             * and says nothing about overuse: none is charged. A local
+             * grant (charged 0) is charged all it measured. */
+            uint64_t over = 0;
+            if (!charged)
+                over = elapsed;
+            else if (busy_at_record && elapsed > charged)
+                over = elapsed - charged;
             t->overuse += over;
             atomic_fetch_add(&t->dev->kernel_ns, over);
             t->burst_ema = t->burst_ema > 0 ? 0.7 * t->burst_ema + 0.3 * (double)elapsed : (double)elapsed;

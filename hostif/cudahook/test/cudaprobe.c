@@ -15,15 +15,20 @@
  * async N, pool N, create N [DEV], array W H, array3d W H D,
  * mipmap W H D LEVELS, free P, free1 P, freeasync P, release H,
  * arraydestroy H, mipmapdestroy H, meminfo, meminfo1, totalmem [DEV],
- * kernel US, launch N [plain|ex|coop], sync, sleep MS, next, pid, exit.
+ * kernel US, launch N [plain|ex|coop], sync, sleep MS, next, pid,
+ * threads T N BYTES (T threads allocating and freeing BYTES N times each:
+ * "ok ALLOCATED REFUSED"), fork BYTES (a child allocates BYTES, holds them
+ * 300 ms and exits: "ok CHILDPID"), wait PID, exit.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -268,6 +273,33 @@ static CUresult use_device(int dev) {
     return cu.CtxSetCurrent(ctxs[dev]);
 }
 
+struct churn {
+    CUcontext ctx;
+    uint64_t n, bytes, ok, refused, failed;
+};
+
+static void *churn_main(void *arg) {
+    struct churn *c = arg;
+    if (cu.CtxSetCurrent(c->ctx) != CUDA_SUCCESS) {
+        c->failed = c->n;
+        return NULL;
+    }
+    for (uint64_t i = 0; i < c->n; i++) {
+        CUdeviceptr p;
+        CUresult r = cu.MemAlloc(&p, c->bytes);
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+            c->refused++;
+            continue;
+        }
+        if (r != CUDA_SUCCESS || cu.MemFree(p) != CUDA_SUCCESS) {
+            c->failed++;
+            continue;
+        }
+        c->ok++;
+    }
+    return NULL;
+}
+
 static void reply(CUresult r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void reply(CUresult r, const char *fmt, ...) {
     if (r != CUDA_SUCCESS) {
@@ -430,6 +462,43 @@ int main(int argc, char **argv) {
                 reply(CUDA_SUCCESS, "%s", v());
             else
                 reply(CUDA_ERROR_NOT_FOUND, NULL);
+        } else if (!strcmp(cmd, "threads")) {
+            uint64_t nt = num(a1);
+            struct churn c[64];
+            pthread_t th[64];
+            CUcontext ctx = ctxs[0];
+            if (nt == 0 || nt > 64) {
+                reply(CUDA_ERROR_INVALID_VALUE, NULL);
+                continue;
+            }
+            for (uint64_t i = 0; i < nt; i++) {
+                c[i] = (struct churn){.ctx = ctx, .n = num(a2), .bytes = num(a3)};
+                pthread_create(&th[i], NULL, churn_main, &c[i]);
+            }
+            uint64_t ok = 0, refused = 0, failed = 0;
+            for (uint64_t i = 0; i < nt; i++) {
+                pthread_join(th[i], NULL);
+                ok += c[i].ok;
+                refused += c[i].refused;
+                failed += c[i].failed;
+            }
+            reply(failed ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS, "%llu %llu", (unsigned long long)ok,
+                  (unsigned long long)refused);
+        } else if (!strcmp(cmd, "fork")) {
+            fflush(stdout);
+            pid_t child = fork();
+            if (child == 0) {
+                CUdeviceptr p;
+                CUresult cr = cu.MemAlloc(&p, num(a1));
+                fprintf(stderr, "cudaprobe child %d: alloc %d\n", (int)getpid(), cr);
+                usleep(300000);
+                _exit(cr == CUDA_SUCCESS ? 0 : 1);
+            }
+            reply(child > 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, "%d", (int)child);
+        } else if (!strcmp(cmd, "wait")) {
+            int st = 0;
+            pid_t w = waitpid((pid_t)num(a1), &st, 0);
+            reply(w > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, NULL);
         } else if (!strcmp(cmd, "pid")) {
             reply(CUDA_SUCCESS, "%d", (int)getpid());
         } else if (!strcmp(cmd, "exit")) {
