@@ -26,6 +26,16 @@
 //   - cleanup: a connection that ends has its refs, locks and acquisitions
 //     released through the Backend within ReleaseTimeout.
 //
+// # I/O
+//
+// Each connection has one reading goroutine. It reads up to 16 requests per
+// recvmmsg (never more than the free request slots), runs the ones the
+// Backend says will not wait ([Quick]) itself and sends their replies
+// together with one sendmmsg; every other request runs on a goroutine of
+// its own. Replies and events go through a combining outbox (whoever finds
+// it idle writes everything queued), bounded by WriteTimeout. Package
+// hostif/internal/seqpacket holds that socket code.
+//
 // # What it must never do
 //
 // It never trusts a client: every request is decoded and checked (garbage
