@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/node"
@@ -40,6 +42,8 @@ type Agent struct {
 	ports []openPort
 
 	handler node.Handler
+	engine  *coherence.Engine // nil when WithHandler replaced it
+	host    *hostBackend
 
 	in    chan datagram
 	reqs  chan func()
@@ -109,6 +113,12 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 		a.Close()
 		return nil, err
 	}
+	if a.handler == nil {
+		if err := a.newEngine(); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	if err := a.newCore(); err != nil {
 		a.Close()
 		return nil, err
@@ -161,6 +171,25 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		ctlDone <- a.ctl.Serve(ctx, l)
 	}()
 
+	if a.host != nil {
+		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0")})
+		if err != nil {
+			return fmt.Errorf("agent: host socket: %w", err)
+		}
+		hostDone := make(chan error, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hostDone <- srv.ListenAndServe(ctx, hostif.SocketPath(a.cfg.RunDir))
+		}()
+		// a host socket that cannot start stops the agent: hosts need it
+		select {
+		case err := <-hostDone:
+			return fmt.Errorf("agent: host socket: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
 	if !a.cfg.Poll {
 		for i := range a.ports {
 			wg.Add(1)
@@ -212,11 +241,30 @@ func (a *Agent) openPorts() error {
 	return nil
 }
 
-func (a *Agent) newCore() error {
-	seed := a.cfg.Seed
-	if seed == 0 {
-		seed = rand.Uint64()
+// seed is the agent's seed: configured, or drawn once at start.
+func (a *Agent) seed() uint64 {
+	if a.cfg.Seed == 0 {
+		a.cfg.Seed = rand.Uint64() | 1
 	}
+	return a.cfg.Seed
+}
+
+// newEngine builds the coherence engine and the host interface's backend
+// over it.
+func (a *Agent) newEngine() error {
+	a.host = newHostBackend(a)
+	seed := a.seed()
+	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
+		Sink: a.host, Seed: seed ^ 0x636f68})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.host.engine, a.engine, a.handler = e, e, e
+	return nil
+}
+
+func (a *Agent) newCore() error {
+	seed := a.seed()
 	lc := link.DefaultConfig()
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
@@ -396,6 +444,15 @@ func (a *Agent) publish() {
 			a.log.Debug("routes changed")
 			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: time.Now(), Hops: -1})
 		}
+	}
+}
+
+// publishFault reports a host fault (a pin that outlived its bound) to the
+// log and the monitor group.
+func (a *Agent) publishFault(ev coherence.Event) {
+	a.log.Warn("host fault: pin revoked", "page", ev.GVA, "holder", ev.Holder)
+	if a.ctl != nil {
+		a.ctl.Publish(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked"})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/aitherion/dpu/agent/ctl"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
 )
 
 // source serves the control socket from snapshots taken on the core
@@ -145,5 +146,56 @@ func topologyOf(c *node.Core) []ctl.TopoNode {
 			out[j].Neighbours = append(out[j].Neighbours, l.A)
 		}
 	}
+	return out
+}
+
+// PathCache implements ctl.PathCacheSource.
+func (s source) PathCache() []ctl.PathEntry {
+	if s.a.engine == nil {
+		return nil
+	}
+	var out []ctl.PathEntry
+	s.snap("pathcache", func(c *node.Core) {
+		now := s.a.now()
+		for _, e := range s.a.engine.PathCacheSnapshot() {
+			pe := ctl.PathEntry{Key: e.Key, Up: e.Up, Version: e.Version, LastUse: now - e.LastUse}
+			for p := range e.Down.All() {
+				pe.Down = append(pe.Down, p)
+			}
+			switch {
+			case e.Owner:
+				pe.Replica = ctl.ReplicaPrimary
+			case e.Replica == pathcache.ReplicaValid:
+				pe.Replica = ctl.ReplicaValid
+			case e.Replica == pathcache.ReplicaInvalid:
+				pe.Replica = ctl.ReplicaInvalid
+			case e.Replica == pathcache.ReplicaSwapping:
+				pe.Replica = ctl.ReplicaSwapping
+			}
+			out = append(out, pe)
+		}
+	})
+	return out
+}
+
+// OwnedPages implements ctl.OwnerSource.
+func (s source) OwnedPages() []ctl.OwnedPage {
+	if s.a.engine == nil {
+		return nil
+	}
+	var out []ctl.OwnedPage
+	s.snap("owner", func(c *node.Core) {
+		now := s.a.now()
+		for _, p := range s.a.engine.OwnerSnapshot() {
+			op := ctl.OwnedPage{Key: p.Key, Version: p.Version, Swapping: p.Swapping, Pinned: p.Arbiter.Pinned}
+			if p.Arbiter.Pinned {
+				op.PinHeld = now - p.Arbiter.PinnedAt
+			}
+			for _, w := range s.a.engine.QueueOf(p.Key) {
+				op.Waiters = append(op.Waiters, ctl.Waiter{Node: w.Request.Node, Port: w.Request.Port, Request: w.Request.ID, Waited: now - w.Request.Arrival})
+			}
+			out = append(out, op)
+		}
+	})
 	return out
 }

@@ -519,6 +519,26 @@ type PageState struct {
 	Queued   int
 }
 
+// Waiter is a request queued for a page, as Waiters reports it.
+type Waiter struct {
+	Request  Request
+	Deadline time.Duration // when it is answered at the latest
+}
+
+// Waiters lists the requests queued for an owned page, in the order they
+// will be served. It allocates; it is for snapshots, not the hot path.
+func (a *Arbiter) Waiters(key gva.GVA) []Waiter {
+	p, ok := a.pages[key]
+	if !ok {
+		return nil
+	}
+	out := make([]Waiter, len(p.queue))
+	for i, w := range p.queue {
+		out[i] = Waiter{Request: w.req, Deadline: w.deadline}
+	}
+	return out
+}
+
 // Page returns the state of an owned page.
 func (a *Arbiter) Page(key gva.GVA) (PageState, bool) {
 	p, ok := a.pages[key]

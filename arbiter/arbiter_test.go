@@ -258,3 +258,31 @@ func TestUnpinServesQueueInOrder(t *testing.T) {
 		t.Fatal("timers left after the page moved")
 	}
 }
+
+func TestWaitersListsTheQueueInServiceOrder(t *testing.T) {
+	a, err := New(Config{TickLen: time.Millisecond, MaxWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := gva.New(1, 1, 0, 0)
+	a.Own(key)
+	if err := a.Pin(0, key, 7, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for i, node := range []noc.NodeID{5, 3, 9} {
+		a.Submit(time.Duration(i)*time.Millisecond, Request{ID: uint64(i), Page: key, Kind: KindAcquire, Node: node, Port: noc.PortID(i)})
+	}
+	a.Advance(10 * time.Millisecond)
+	ws := a.Waiters(key)
+	if len(ws) != 3 {
+		t.Fatalf("%d waiters, want 3", len(ws))
+	}
+	for i, want := range []noc.NodeID{5, 3, 9} {
+		if ws[i].Request.Node != want || ws[i].Deadline <= 0 {
+			t.Fatalf("waiter %d = %+v, want node %v", i, ws[i], want)
+		}
+	}
+	if a.Waiters(gva.New(1, 2, 0, 0)) != nil {
+		t.Fatal("waiters of a page not owned")
+	}
+}

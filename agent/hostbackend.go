@@ -1,0 +1,406 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/node"
+)
+
+// hostBackend adapts the coherence engine, which runs on the core
+// goroutine, to the host interface's Backend, whose methods are called from
+// connection goroutines. Requests cross to the core goroutine through
+// Agent.onCore; completions come back through the engine's Sink (called on
+// the core goroutine, never blocking) to a per-request channel.
+type hostBackend struct {
+	a      *Agent
+	engine *coherence.Engine
+
+	mu      sync.Mutex
+	nextID  uint64
+	waiting map[uint64]chan coherence.Completion
+	attrs   map[gva.GVA]hostif.Attr // pages allocated here (page key -> attributes)
+	extents map[gva.GVA]int         // first page of an allocation -> pages
+	// mapped counts the engine refs this backend holds per page (the
+	// server's Ref, and the refs Lock and Acquire take so that a path to
+	// the owner exists); the engine counts them too.
+	mapped map[gva.GVA]int
+
+	events   chan hostif.Event
+	overflow bool // an event was dropped; EventOverflow is owed
+}
+
+// holderID names this node as pin holder: the host interface serialises
+// the node's local lockers, so one holder per node suffices.
+const holderID = 1
+
+// retryPause paces retries of lock and acquire while their page is busy.
+const retryPause = 2 * time.Millisecond
+
+func newHostBackend(a *Agent) *hostBackend {
+	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{}, attrs: map[gva.GVA]hostif.Attr{},
+		extents: map[gva.GVA]int{}, mapped: map[gva.GVA]int{}, events: make(chan hostif.Event, 1024)}
+}
+
+// Complete implements coherence.Sink (on the core goroutine).
+func (b *hostBackend) Complete(c coherence.Completion) {
+	b.mu.Lock()
+	ch := b.waiting[c.ID]
+	delete(b.waiting, c.ID)
+	b.mu.Unlock()
+	if ch == nil {
+		return // the caller gave up
+	}
+	if c.Data != nil {
+		c.Data = append([]byte(nil), c.Data...)
+	}
+	ch <- c // buffered, one completion per request
+}
+
+// Event implements coherence.Sink (on the core goroutine): engine events
+// become host events, dropped with a later EventOverflow when the host
+// interface falls behind.
+func (b *hostBackend) Event(ev coherence.Event) {
+	he := hostif.Event{Page: ev.GVA.Key(), Version: ev.Version}
+	switch ev.Kind {
+	case coherence.EventInvalidated:
+		he.Kind = hostif.EventInvalidate
+	case coherence.EventHostFault:
+		he.Kind, he.Reason = hostif.EventHostFault, syscall.ETIMEDOUT
+		b.a.publishFault(ev)
+	case coherence.EventOwnershipLost:
+		he.Kind = hostif.EventOwnershipLost
+	default:
+		return
+	}
+	b.send(he)
+}
+
+func (b *hostBackend) send(he hostif.Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.overflow {
+		select {
+		case b.events <- hostif.Event{Kind: hostif.EventOverflow}:
+			b.overflow = false
+		default:
+			return
+		}
+	}
+	select {
+	case b.events <- he:
+	default:
+		b.overflow = true
+	}
+}
+
+// Events implements hostif.Backend.
+func (b *hostBackend) Events() <-chan hostif.Event { return b.events }
+
+// Machine implements hostif.Backend.
+func (b *hostBackend) Machine() gva.MachineIndex { return gva.MachineIndex(b.a.cfg.Node) }
+
+// submit runs one engine request and waits for its completion or ctx.
+func (b *hostBackend) submit(ctx context.Context, r coherence.Request) (coherence.Completion, error) {
+	res, err := b.submitAll(ctx, []coherence.Request{r})
+	if err != nil {
+		return coherence.Completion{}, err
+	}
+	return res[0], res[0].Err
+}
+
+// submitAll hands the engine a batch of requests in one core step (so
+// allocations in a batch get consecutive pages) and waits for them all.
+func (b *hostBackend) submitAll(ctx context.Context, rs []coherence.Request) ([]coherence.Completion, error) {
+	chs := make([]chan coherence.Completion, len(rs))
+	b.mu.Lock()
+	for i := range rs {
+		b.nextID++
+		rs[i].ID = b.nextID
+		chs[i] = make(chan coherence.Completion, 1)
+		b.waiting[rs[i].ID] = chs[i]
+	}
+	b.mu.Unlock()
+	forget := func() {
+		b.mu.Lock()
+		for _, r := range rs {
+			delete(b.waiting, r.ID)
+		}
+		b.mu.Unlock()
+	}
+	err := b.a.onCore(func(c *node.Core) {
+		now := b.a.now()
+		for _, r := range rs {
+			b.engine.Submit(now, r, c)
+		}
+	})
+	if err != nil {
+		forget()
+		return nil, fmt.Errorf("%w: %w", syscall.EAGAIN, err)
+	}
+	out := make([]coherence.Completion, len(rs))
+	for i, ch := range chs {
+		select {
+		case out[i] = <-ch:
+		case <-ctx.Done():
+			forget()
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// Alloc implements hostif.Backend.
+func (b *hostBackend) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA, error) {
+	if pages <= 0 {
+		return gva.GVA{}, syscall.EINVAL
+	}
+	rs := make([]coherence.Request, pages)
+	for i := range rs {
+		rs[i].Op = coherence.HostAlloc
+	}
+	res, err := b.submitAll(ctx, rs)
+	if err != nil {
+		return gva.GVA{}, err
+	}
+	var failed error
+	for i, c := range res {
+		if c.Err != nil {
+			failed = c.Err
+		} else if i > 0 && c.GVA.Page() != res[0].GVA.Page()+gva.PageNumber(i) {
+			failed = fmt.Errorf("alloc: pages not consecutive: %w", syscall.EAGAIN)
+		}
+	}
+	if failed != nil {
+		var frees []coherence.Request
+		for _, c := range res {
+			if c.Err == nil {
+				frees = append(frees, coherence.Request{Op: coherence.HostFree, GVA: c.GVA.Key()})
+			}
+		}
+		if len(frees) > 0 {
+			_, _ = b.submitAll(context.WithoutCancel(ctx), frees)
+		}
+		return gva.GVA{}, failed
+	}
+	first := res[0].GVA.Key()
+	b.mu.Lock()
+	for _, c := range res {
+		b.attrs[c.GVA.Key()] = attr
+	}
+	b.extents[first] = pages
+	b.mu.Unlock()
+	return first, nil
+}
+
+// Free implements hostif.Backend.
+func (b *hostBackend) Free(ctx context.Context, first gva.GVA) error {
+	b.mu.Lock()
+	n, ok := b.extents[first.Key()]
+	b.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("free %v: not an allocation of this node: %w", first, syscall.ENOENT)
+	}
+	rs := make([]coherence.Request, n)
+	for i := range rs {
+		rs[i] = coherence.Request{Op: coherence.HostFree, GVA: pageAt(first, i)}
+	}
+	res, err := b.submitAll(ctx, rs)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.extents, first.Key())
+	for i := range rs {
+		delete(b.attrs, pageAt(first, i))
+	}
+	b.mu.Unlock()
+	for _, c := range res {
+		if c.Err != nil {
+			return c.Err
+		}
+	}
+	return nil
+}
+
+func pageAt(first gva.GVA, i int) gva.GVA {
+	return gva.New(first.Machine(), first.Page()+gva.PageNumber(i), 0, first.Flags()).Key()
+}
+
+// Stat implements hostif.Backend. Attributes are known for pages allocated
+// on this node; a page allocated elsewhere is reported as owned by root
+// with mode 0600, so only root reaches it until attributes travel with
+// pages (deny by default).
+func (b *hostBackend) Stat(ctx context.Context, page gva.GVA) (hostif.Attr, error) {
+	b.mu.Lock()
+	a, ok := b.attrs[page.Key()]
+	b.mu.Unlock()
+	if ok {
+		return a, nil
+	}
+	if page.Machine() == b.Machine() {
+		return hostif.Attr{}, fmt.Errorf("stat %v: %w", page, syscall.ENOENT)
+	}
+	return hostif.Attr{UID: 0, GID: 0, Mode: 0o600}, nil
+}
+
+// hold takes one engine ref of page (it builds the path to the owner).
+func (b *hostBackend) hold(ctx context.Context, page gva.GVA) error {
+	if _, err := b.submit(ctx, coherence.Request{Op: coherence.HostRef, GVA: page.Key()}); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.mapped[page.Key()]++
+	b.mu.Unlock()
+	return nil
+}
+
+// drop gives one engine ref of page back.
+func (b *hostBackend) drop(ctx context.Context, page gva.GVA) error {
+	b.mu.Lock()
+	if b.mapped[page.Key()]--; b.mapped[page.Key()] <= 0 {
+		delete(b.mapped, page.Key())
+	}
+	b.mu.Unlock()
+	_, err := b.submit(ctx, coherence.Request{Op: coherence.HostUnref, GVA: page.Key()})
+	return err
+}
+
+func (b *hostBackend) isMapped(page gva.GVA) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mapped[page.Key()] > 0
+}
+
+// Ref implements hostif.Backend: ref, then read the whole page.
+func (b *hostBackend) Ref(ctx context.Context, page gva.GVA, dst []byte) (gva.Version, error) {
+	if err := b.hold(ctx, page); err != nil {
+		return 0, err
+	}
+	v, err := b.load(ctx, page.Key(), dst[:min(len(dst), gva.PageSize)])
+	if err != nil {
+		_ = b.drop(context.WithoutCancel(ctx), page)
+	}
+	return v, err
+}
+
+// Unref implements hostif.Backend.
+func (b *hostBackend) Unref(ctx context.Context, page gva.GVA) error { return b.drop(ctx, page) }
+
+// Load implements hostif.Backend. A page this node does not map is
+// referenced for the read and released after it (a read needs a replica).
+func (b *hostBackend) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
+	if b.isMapped(addr) {
+		return b.load(ctx, addr, dst)
+	}
+	if err := b.hold(ctx, addr); err != nil {
+		return 0, err
+	}
+	v, err := b.load(ctx, addr, dst)
+	if derr := b.drop(context.WithoutCancel(ctx), addr); err == nil {
+		err = derr
+	}
+	return v, err
+}
+
+func (b *hostBackend) load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
+	c, err := b.submit(ctx, coherence.Request{Op: coherence.HostLoad, GVA: addr, Len: len(dst)})
+	if err != nil {
+		return 0, err
+	}
+	copy(dst, c.Data)
+	return c.Version, nil
+}
+
+// Store implements hostif.Backend.
+func (b *hostBackend) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version, error) {
+	c, err := b.submit(ctx, coherence.Request{Op: coherence.HostStore, GVA: addr, Data: src})
+	return c.Version, err
+}
+
+// CompareAndSwap implements hostif.Backend.
+func (b *hostBackend) CompareAndSwap(ctx context.Context, addr gva.GVA, expected, desired uint64) (uint64, gva.Version, error) {
+	c, err := b.submit(ctx, coherence.Request{Op: coherence.HostCAS, GVA: addr, Expected: expected, Operand: desired})
+	return c.Value, c.Version, err
+}
+
+// FetchAdd implements hostif.Backend.
+func (b *hostBackend) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint64, gva.Version, error) {
+	c, err := b.submit(ctx, coherence.Request{Op: coherence.HostFetchAdd, GVA: addr, Operand: delta})
+	return c.Value, c.Version, err
+}
+
+// Acquire implements hostif.Backend: ref (the ownership protocol follows
+// the cached path), then acquire, retrying a busy page until ctx ends.
+func (b *hostBackend) Acquire(ctx context.Context, page gva.GVA) error {
+	return b.claim(ctx, coherence.HostAcquire, page)
+}
+
+// Release implements hostif.Backend.
+func (b *hostBackend) Release(ctx context.Context, page gva.GVA) error {
+	return b.unclaim(ctx, coherence.HostRelease, page)
+}
+
+// Lock implements hostif.Backend: acquire + pin.
+func (b *hostBackend) Lock(ctx context.Context, page gva.GVA) error {
+	return b.claim(ctx, coherence.HostLock, page)
+}
+
+// Unlock implements hostif.Backend.
+func (b *hostBackend) Unlock(ctx context.Context, page gva.GVA) error {
+	return b.unclaim(ctx, coherence.HostUnlock, page)
+}
+
+func (b *hostBackend) claim(ctx context.Context, op coherence.HostOp, page gva.GVA) error {
+	if err := b.hold(ctx, page); err != nil {
+		return err
+	}
+	err := b.retryBusy(ctx, coherence.Request{Op: op, GVA: page.Key(), Holder: holderID})
+	if err != nil {
+		_ = b.drop(context.WithoutCancel(ctx), page)
+	}
+	return err
+}
+
+func (b *hostBackend) unclaim(ctx context.Context, op coherence.HostOp, page gva.GVA) error {
+	_, err := b.submit(ctx, coherence.Request{Op: op, GVA: page.Key(), Holder: holderID})
+	if err != nil {
+		return err
+	}
+	return b.drop(ctx, page)
+}
+
+// retryBusy submits r until it succeeds, fails for a reason other than a
+// busy page, or ctx ends (the caller's bound).
+func (b *hostBackend) retryBusy(ctx context.Context, r coherence.Request) error {
+	for {
+		_, err := b.submit(ctx, r)
+		if err == nil || !(errors.Is(err, syscall.EBUSY) || errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ETIMEDOUT)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(retryPause):
+		}
+	}
+}
+
+// Where implements hostif.Backend.
+func (b *hostBackend) Where(ctx context.Context, addr gva.GVA) (hostif.Location, error) {
+	c, err := b.submit(ctx, coherence.Request{Op: coherence.HostWhere, GVA: addr})
+	if err != nil {
+		return hostif.Location{}, err
+	}
+	return hostif.Location{Tier: c.Where.Tier, Speed: c.Where.Speed, Hops: uint16(c.Where.Hops),
+		Owner: gva.MachineIndex(c.Where.Owner), Version: c.Version}, nil
+}
+
+var _ hostif.Backend = (*hostBackend)(nil)
