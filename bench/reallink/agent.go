@@ -92,6 +92,12 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 		a.err = cmd.Wait()
 		close(a.exited)
 	}()
+	// The pid, for a Workspace to kill the agent should this process die
+	// without stopping it.
+	pid := []byte(strconv.Itoa(cmd.Process.Pid) + "\n")
+	if err := os.WriteFile(filepath.Join(cfg.RunDir, pidFile), pid, 0o644); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: pid file: %w", ErrAgent, err), a.Stop())
+	}
 	if err := a.waitReady(); err != nil {
 		return nil, errors.Join(err, a.Stop())
 	}

@@ -26,32 +26,62 @@ const AgentEnv = "DPU_BENCH_AGENT"
 
 var (
 	buildOnce sync.Once
-	builtDir  string
 	builtPath string
 	buildErr  error
 )
 
+// workspace holds every fabric the tests bring up (root only); opening it
+// removes what a killed earlier run left behind.
+var workspace *reallink.Workspace
+
 func TestMain(m *testing.M) {
+	if os.Geteuid() == 0 {
+		w, swept, err := reallink.OpenWorkspace(filepath.Join(os.TempDir(), "dpu-bench-reallink"), 2*time.Minute)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if swept > 0 {
+			fmt.Fprintf(os.Stderr, "removed %d fabrics left by an earlier run in %s\n", swept, w.Dir())
+		}
+		workspace = w
+	}
 	code := m.Run()
-	if builtDir != "" {
-		os.RemoveAll(builtDir)
+	if workspace != nil {
+		workspace.Close()
 	}
 	os.Exit(code)
 }
 
+// fabricDir is a new fabric directory in the workspace, removed at
+// cleanup (after the fabric's own cleanups, registered later, ran).
+func fabricDir(tb testing.TB) string {
+	tb.Helper()
+	privtest.Require(tb)
+	if workspace == nil {
+		tb.Fatal("no workspace: TestMain opens it when running as root")
+	}
+	d, err := workspace.FabricDir(tb.Name())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 // agentBinary is $DPU_BENCH_AGENT, or dpu-agent built once per test
-// binary (without -race: the agent is measured, not checked).
+// binary into the workspace (without -race: the agent is measured, not
+// checked).
 func agentBinary(tb testing.TB) string {
 	tb.Helper()
 	if p := os.Getenv(AgentEnv); p != "" {
 		return p
 	}
+	if workspace == nil {
+		tb.Fatal("no workspace: TestMain opens it when running as root")
+	}
 	buildOnce.Do(func() {
-		builtDir, buildErr = os.MkdirTemp("", "dpu-bench-agent")
-		if buildErr != nil {
-			return
-		}
-		builtPath = filepath.Join(builtDir, "dpu-agent")
+		builtPath = filepath.Join(workspace.Dir(), ".bin", "dpu-agent")
 		out, err := exec.Command("go", "build", "-o", builtPath, "github.com/aitherion/dpu/cmd/dpu-agent").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("building dpu-agent: %w\n%s", err, out)
@@ -67,8 +97,7 @@ func agentBinary(tb testing.TB) string {
 // checking that none of its namespaces is left.
 func line(tb testing.TB, n int) *veth.Fabric {
 	tb.Helper()
-	privtest.Require(tb)
-	dir := tb.TempDir()
+	dir := fabricDir(tb)
 	f, err := reallink.Line(dir, n)
 	if err != nil {
 		tb.Fatalf("line of %d: %v", n, err)

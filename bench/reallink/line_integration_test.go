@@ -11,15 +11,13 @@ import (
 
 	"github.com/aitherion/dpu/bench/reallink"
 	"github.com/aitherion/dpu/fabric/veth"
-	"github.com/aitherion/dpu/internal/privtest"
 	"github.com/aitherion/dpu/noc"
 )
 
 // One fabric carries every kind of traffic the benchmarks measure, counts
 // it exactly, and leaves nothing behind: no namespace, no agent process.
 func TestLineCarriesAndCleansUp(t *testing.T) {
-	privtest.Require(t)
-	dir := t.TempDir()
+	dir := fabricDir(t)
 	f, err := reallink.Line(dir, 3)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,5 +203,73 @@ func TestCPUOfStat(t *testing.T) {
 		if _, err := reallink.CPUOfStat(bad); err == nil {
 			t.Errorf("stat %q accepted", bad)
 		}
+	}
+}
+
+// A workspace left by a killed run: its agent (a stand-in process whose
+// command line names its run dir) is killed and its fabric directory
+// removed by the next OpenWorkspace; a second opener meanwhile is refused.
+func TestWorkspaceSweep(t *testing.T) {
+	base := t.TempDir()
+	w, n, err := reallink.OpenWorkspace(base, 0)
+	if err != nil || n != 0 {
+		t.Fatalf("open empty workspace: %d swept, %v", n, err)
+	}
+	if _, _, err := reallink.OpenWorkspace(base, 200*time.Millisecond); !errors.Is(err, reallink.ErrBusy) {
+		t.Fatalf("second open while held: %v, want ErrBusy", err)
+	}
+	fd, err := w.FabricDir("BenchmarkX/sub case")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(fd) != base || strings.ContainsAny(filepath.Base(fd), "/ ") {
+		t.Fatalf("fabric dir %q", fd)
+	}
+	runDir := filepath.Join(fd, "node1")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agent := exec.Command("sh", "-c", "sleep 30; : "+runDir)
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	t.Cleanup(func() { agent.Process.Kill() })
+	if err := os.WriteFile(filepath.Join(runDir, "agent.pid"), []byte(strconv.Itoa(agent.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Another process that is no agent of this workspace: left alone.
+	bystander := exec.Command("sleep", "30")
+	if err := bystander.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bystander.Process.Kill(); bystander.Wait() })
+	other := filepath.Join(fd, "node2")
+	os.MkdirAll(other, 0o755)
+	os.WriteFile(filepath.Join(other, "agent.pid"), []byte(strconv.Itoa(bystander.Process.Pid)), 0o644)
+
+	w.Close() // the run "dies": its lock goes
+	w2, n, err := reallink.OpenWorkspace(base, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close()
+	if n != 1 {
+		t.Fatalf("swept %d fabrics, want 1", n)
+	}
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Fatal("leftover agent exited cleanly instead of being killed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("leftover agent still runs")
+	}
+	if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("a process that is not the workspace's agent was killed: %v", err)
+	}
+	if _, err := os.Stat(fd); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("fabric dir left: %v", err)
 	}
 }
