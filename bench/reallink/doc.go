@@ -18,6 +18,12 @@
 //   - [Line] builds the namespaces; [RouteIPv4] gives a line addresses and
 //     routes and turns forwarding on in its middle namespaces;
 //     [KernelForward], [KernelPingPong] and [UDPEcho] are the kernel's side.
+//   - [NoCForward] and [NoCEcho] measure the NoC between two Nodes; a
+//     [Flow] is the outcome of a forwarding run; [Percentile] reads round
+//     trips.
+//   - [Workspace] holds the fabrics of one run under a lock, and removes
+//     what a killed earlier run left behind (its namespaces, and the agents
+//     it recorded, killed by pid after checking their command line).
 //
 // The benchmarks themselves are in the package's *_integration_test.go
 // files, behind internal/privtest (root: namespaces, veth, BPF, AF_XDP).
