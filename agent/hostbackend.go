@@ -32,6 +32,9 @@ type hostBackend struct {
 	// server's Ref, and the refs Lock and Acquire take so that a path to
 	// the owner exists); the engine counts them too.
 	mapped map[gva.GVA]int
+	// acquired marks the pages this node took with Acquire (not Lock): the
+	// ones whose loss of ownership the host hears about.
+	acquired map[gva.GVA]bool
 
 	events   chan hostif.Event
 	overflow bool // an event was dropped; EventOverflow is owed
@@ -46,7 +49,8 @@ const retryPause = 2 * time.Millisecond
 
 func newHostBackend(a *Agent) *hostBackend {
 	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{}, attrs: map[gva.GVA]hostif.Attr{},
-		extents: map[gva.GVA]int{}, mapped: map[gva.GVA]int{}, events: make(chan hostif.Event, 1024)}
+		extents: map[gva.GVA]int{}, mapped: map[gva.GVA]int{}, acquired: map[gva.GVA]bool{},
+		events: make(chan hostif.Event, 1024)}
 }
 
 // Complete implements coherence.Sink (on the core goroutine).
@@ -76,6 +80,17 @@ func (b *hostBackend) Event(ev coherence.Event) {
 		he.Kind, he.Reason = hostif.EventHostFault, syscall.ETIMEDOUT
 		b.a.publishFault(ev)
 	case coherence.EventOwnershipLost:
+		// Only an acquisition hears of the loss. A lock cannot lose its
+		// page while pinned (a revoked pin comes as EventHostFault), and
+		// the loss that follows an unlock, delivered after the next Lock of
+		// the page completed, would revoke that new lock in the server.
+		b.mu.Lock()
+		acq := b.acquired[he.Page]
+		delete(b.acquired, he.Page)
+		b.mu.Unlock()
+		if !acq {
+			return
+		}
 		he.Kind = hostif.EventOwnershipLost
 	default:
 		return
@@ -262,16 +277,34 @@ func (b *hostBackend) hold(ctx context.Context, page gva.GVA) error {
 	return nil
 }
 
-// drop gives one engine ref of page back.
+// drop gives one engine ref of page back. The engine refuses an unref
+// while the page swaps (EBUSY, nothing done): another node taking the page
+// right after this node's unlock is the common case, so drop retries until
+// the swap ends, bounded by ctx and dropBound.
 func (b *hostBackend) drop(ctx context.Context, page gva.GVA) error {
 	b.mu.Lock()
 	if b.mapped[page.Key()]--; b.mapped[page.Key()] <= 0 {
 		delete(b.mapped, page.Key())
 	}
 	b.mu.Unlock()
-	_, err := b.submit(ctx, coherence.Request{Op: coherence.HostUnref, GVA: page.Key()})
-	return err
+	ctx, cancel := context.WithTimeout(ctx, dropBound)
+	defer cancel()
+	for {
+		_, err := b.submit(ctx, coherence.Request{Op: coherence.HostUnref, GVA: page.Key()})
+		if err == nil || !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-time.After(retryPause):
+		}
+	}
 }
+
+// dropBound bounds drop's retries of an unref refused during a swap (a
+// swap ends within the engine's swap timeout, 10ms by default).
+const dropBound = time.Second
 
 func (b *hostBackend) isMapped(page gva.GVA) bool {
 	b.mu.Lock()
@@ -340,11 +373,24 @@ func (b *hostBackend) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) 
 // Acquire implements hostif.Backend: ref (the ownership protocol follows
 // the cached path), then acquire, retrying a busy page until ctx ends.
 func (b *hostBackend) Acquire(ctx context.Context, page gva.GVA) error {
-	return b.claim(ctx, coherence.HostAcquire, page)
+	b.mu.Lock()
+	had := b.acquired[page.Key()]
+	b.acquired[page.Key()] = true // before the grant: a loss right after it is heard
+	b.mu.Unlock()
+	err := b.claim(ctx, coherence.HostAcquire, page)
+	if err != nil && !had {
+		b.mu.Lock()
+		delete(b.acquired, page.Key())
+		b.mu.Unlock()
+	}
+	return err
 }
 
 // Release implements hostif.Backend.
 func (b *hostBackend) Release(ctx context.Context, page gva.GVA) error {
+	b.mu.Lock()
+	delete(b.acquired, page.Key())
+	b.mu.Unlock()
 	return b.unclaim(ctx, coherence.HostRelease, page)
 }
 

@@ -1,0 +1,174 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/agent"
+	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/hostif/client"
+	"github.com/aitherion/dpu/noc"
+)
+
+// liveNode is one in-process agent serving its sockets.
+type liveNode struct {
+	a      *agent.Agent
+	runDir string
+	log    *syncBuffer
+}
+
+func (n *liveNode) hostSocket() string { return hostif.SocketPath(n.runDir) }
+
+// syncBuffer collects an agent's log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startLine starts n agents in this process, wired in a line (0-1-…-n-1)
+// over UDP loopback, each with its run directory (mode 0755, so that other
+// users reach the sockets) under one fresh directory, and waits until every
+// agent routes to every other. configure may adjust each configuration.
+// Everything stops when the test ends.
+func startLine(tb testing.TB, n int, configure func(*agent.Config)) []*liveNode {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "agent-live")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	// one loopback address per port end: link i joins node i (its port
+	// "right") and node i+1 (its port "left")
+	addrs := make([][2]string, n-1)
+	var held []*net.UDPConn
+	for i := range addrs {
+		for j := range 2 {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			held = append(held, c)
+			addrs[i][j] = c.LocalAddr().String()
+		}
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	nodes := make([]*liveNode, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	tb.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if tb.Failed() {
+			for i, nd := range nodes {
+				if nd != nil {
+					tb.Logf("node %d log:\n%s", i, nd.log.String())
+				}
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	for i := range n {
+		cfg := agent.DefaultConfig()
+		cfg.Node = noc.NodeID(i)
+		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
+		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
+		cfg.Seed = uint64(i) + 1
+		if i > 0 {
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "left", Kind: agent.PortUDP, Args: []string{addrs[i-1][1], addrs[i-1][0]}})
+		}
+		if i < n-1 {
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "right", Kind: agent.PortUDP, Args: []string{addrs[i][0], addrs[i][1]}})
+		}
+		if configure != nil {
+			configure(&cfg)
+		}
+		logBuf := &syncBuffer{}
+		a, err := agent.New(cfg, slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		nodes[i] = &liveNode{a: a, runDir: cfg.RunDir, log: logBuf}
+		wg.Go(func() {
+			if err := a.Run(ctx); err != nil {
+				tb.Errorf("agent %d: %v", i, err)
+			}
+		})
+		select {
+		case <-a.Ready():
+		case <-time.After(10 * time.Second):
+			tb.Fatalf("agent %d not ready", i)
+		}
+	}
+	waitRoutes(tb, nodes)
+	return nodes
+}
+
+// waitRoutes waits (bounded) until every agent routes to all the others.
+func waitRoutes(tb testing.TB, nodes []*liveNode) {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, nd := range nodes {
+		c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			rs, err := c.Routes(ctx)
+			cancel()
+			if err == nil && len(rs) == len(nodes)-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				tb.Fatalf("routes of %s did not converge: %v %v", nd.runDir, rs, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		c.Close()
+	}
+}
+
+// dialHost connects a client to a node's dpu0.sock, closed at the end.
+func dialHost(tb testing.TB, nd *liveNode) *client.Client {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, nd.hostSocket(), client.Options{Name: tb.Name()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
