@@ -63,6 +63,14 @@ func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 	return x
 }
 
+func ringGraph(t *testing.T, n int) *topo.Graph {
+	g, err := topo.Generate("ring", n, topo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 func treeGraph(t *testing.T, n int) *topo.Graph {
 	g, err := topo.Generate("tree", n, topo.Options{})
 	if err != nil {

@@ -369,6 +369,10 @@ func (e *Engine) detachBelow(now time.Duration, ent *pathcache.Entry, out node.S
 // handleReply completes (or retries) a host request answered by a routed
 // reply.
 func (e *Engine) handleReply(now time.Duration, f *noc.Frame, out node.Sender) {
+	if !validReply(f) {
+		e.malformed()
+		return
+	}
 	r := e.reqs[f.RequestID]
 	if r == nil {
 		e.stats.Stale++
@@ -422,6 +426,21 @@ func (e *Engine) handleReply(now time.Duration, f *noc.Frame, out node.Sender) {
 	default:
 		e.malformed()
 	}
+}
+
+// validReply checks the payload of a routed reply.
+func validReply(f *noc.Frame) bool {
+	switch {
+	case f.Flags&noc.FlagError != 0:
+		_, err := decodeErrno(f.Payload)
+		return err == nil
+	case f.Class == noc.ClassStore:
+		return len(f.Payload) == 0
+	case f.Class == noc.ClassAtomic:
+		_, err := decodeAtomicReply(f.Payload)
+		return err == nil
+	}
+	return false
 }
 
 // ownWrite applies this host's own acknowledged write to its replica when

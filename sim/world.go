@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"hash"
@@ -170,7 +169,7 @@ func linkConfig() link.Config {
 }
 
 func routeConfig() route.Config {
-	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second}
+	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second, SPFDelay: 200 * time.Microsecond}
 }
 
 // World is one simulated fabric: N node cores with their engines, the
@@ -197,6 +196,10 @@ type World struct {
 
 	clients []*client
 	faults  []fault
+
+	routeVer  []uint64 // routing table version last examined, per node
+	routeOK   []bool   // that table reached every live node
+	routeLive int
 	reqID   uint64
 	pages   []*simPage
 	check   *checker
@@ -239,29 +242,62 @@ type event struct {
 	n    int // client index, fault index
 }
 
+// eventQueue is a binary min-heap of events by (at, seq), typed so that
+// pushing allocates nothing.
 type eventQueue []event
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
+func (q eventQueue) less(i, j int) bool {
 	if q[i].at != q[j].at {
 		return q[i].at < q[j].at
 	}
 	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	old[len(old)-1] = event{}
-	*q = old[:len(old)-1]
-	return x
+
+func (q *eventQueue) push(ev event) {
+	*q = append(*q, ev)
+	h := *q
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *eventQueue) pop() event {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = event{}
+	h = h[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
 }
 
 func (w *World) push(ev event) {
 	w.seq++
 	ev.seq = w.seq
-	heap.Push(&w.q, ev)
+	w.q.push(ev)
 }
 
 // derive returns a PCG source for one component of the run.
@@ -434,19 +470,36 @@ var errNoConvergence = errors.New("sim: routing did not converge")
 
 // Run executes the run.
 func (w *World) Run() (Result, error) {
-	if !w.runUntil(w.now+2*time.Second, w.converged) {
-		return w.res, errNoConvergence
-	}
-	if err := w.setup(); err != nil {
+	if err := w.Prepare(); err != nil {
 		return w.res, err
 	}
-	start := w.now
+	w.RunFor(w.cfg.Workload)
+	return w.Finish(), nil
+}
+
+// Prepare converges routing, allocates the pages and starts the clients
+// and the faults.
+func (w *World) Prepare() error {
+	if !w.runUntil(w.now+5*time.Second, w.converged) {
+		return errNoConvergence
+	}
+	if err := w.setup(); err != nil {
+		return err
+	}
 	w.startClients()
-	w.scheduleFaults(start)
+	w.scheduleFaults(w.now)
 	if w.cfg.CheckEvery > 0 {
 		w.push(event{at: w.now + w.cfg.CheckEvery, kind: evCheck})
 	}
-	w.runUntil(start+w.cfg.Workload, nil)
+	return nil
+}
+
+// RunFor runs the workload for d of virtual time.
+func (w *World) RunFor(d time.Duration) { w.runUntil(w.now+d, nil) }
+
+// Finish stops the clients, heals every fault, lets the fabric go quiet
+// and runs the final checks.
+func (w *World) Finish() Result {
 	w.stopped = true
 	w.healAll()
 	w.runUntil(w.now+w.cfg.Quiesce, nil)
@@ -463,8 +516,11 @@ func (w *World) Run() (Result, error) {
 		w.dumpTrees()
 	}
 	w.res.Violations = w.check.violations
-	return w.res, nil
+	return w.res
 }
+
+// Ops is the number of host requests completed so far.
+func (w *World) Ops() int { return w.res.Ops }
 
 // runUntil processes events up to limit or until done reports true (done
 // is polled every doneEvery of virtual time).
@@ -481,7 +537,7 @@ func (w *World) runUntil(limit time.Duration, done func() bool) bool {
 		if w.q[0].at > limit {
 			break
 		}
-		ev := heap.Pop(&w.q).(event)
+		ev := w.q.pop()
 		w.now = ev.at
 		w.handle(ev)
 	}
@@ -521,7 +577,8 @@ func (w *World) handle(ev event) {
 	}
 }
 
-// converged reports whether every live node routes to every other.
+// converged reports whether every live node routes to every other. A
+// node's table is re-examined only when its version changed.
 func (w *World) converged() bool {
 	live := 0
 	for _, n := range w.nodes {
@@ -529,22 +586,33 @@ func (w *World) converged() bool {
 			live++
 		}
 	}
-	for _, n := range w.nodes {
+	if w.routeVer == nil || len(w.routeVer) != len(w.nodes) || live != w.routeLive {
+		w.routeVer = make([]uint64, len(w.nodes))
+		w.routeOK = make([]bool, len(w.nodes))
+		w.routeLive = live
+	}
+	all := true
+	for i, n := range w.nodes {
 		if !n.alive {
 			continue
 		}
-		if len(n.core.Routing().Routes()) < live-1 {
-			return false
-		}
-		for _, m := range w.nodes {
-			if m.alive && m != n {
-				if _, _, ok := n.core.NextHop(m.id); !ok {
-					return false
+		v := n.core.Routing().Version()
+		if v != w.routeVer[i] || v == 0 {
+			w.routeVer[i] = v
+			ok := true
+			for _, m := range w.nodes {
+				if m.alive && m != n {
+					if _, _, reach := n.core.NextHop(m.id); !reach {
+						ok = false
+						break
+					}
 				}
 			}
+			w.routeOK[i] = ok
 		}
+		all = all && w.routeOK[i]
 	}
-	return true
+	return all
 }
 
 func (w *World) tracef(format string, a ...any) {

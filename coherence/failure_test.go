@@ -1,0 +1,199 @@
+package coherence
+
+import (
+	"bytes"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+func TestLinkDownDetachesSubtreeAndReplicasReRef(t *testing.T) {
+	// Ring of 6: node 0 owns; node 3 maps through 1-2 or 5-4. Cutting a link
+	// on its path resets the entries beyond it; node 3's next load re-refs
+	// along the other side of the ring and reads the current content.
+	g := ringGraph(t, 6)
+	x := newFab(t, g, nil)
+	p := x.alloc(0)
+	x.ok(3, Request{Op: HostRef, GVA: p})
+	ent, _ := x.eng[3].Entry(p.Key())
+	up, _ := x.g.Peer(3, ent.Up)
+	if err := x.f.SetLink(3, up.Node, false); err != nil {
+		t.Fatal(err)
+	}
+	x.f.Run(2 * time.Second) // the link layer declares the link dead
+	if _, ok := x.eng[3].Entry(p.Key()); ok {
+		t.Fatal("node 3 kept its entry after its up link died")
+	}
+	invalidated := false
+	for _, ev := range x.sinks[3].events {
+		invalidated = invalidated || ev.Kind == EventInvalidated && ev.GVA == p.Key()
+	}
+	if !invalidated {
+		t.Fatal("the host was not told its replica became invalid")
+	}
+	x.ok(0, Request{Op: HostStore, GVA: p.WithOffset(10), Data: []byte("after")})
+	if got := x.load(3, p.WithOffset(10), 5); string(got) != "after" {
+		t.Fatalf("node 3 reads %q after re-ref", got)
+	}
+	// The owner lost the dead branch; the new branch is live.
+	before := x.sent()
+	x.ok(0, Request{Op: HostStore, GVA: p, Data: []byte{1}})
+	x.settle()
+	us, _ := x.sent().Messages(noc.ClassStore, OpUpdate)
+	ub, _ := before.Messages(noc.ClassStore, OpUpdate)
+	if int(us-ub) != x.branches(p.Key()) {
+		t.Fatalf("%d updates for %d branches", us-ub, x.branches(p.Key()))
+	}
+}
+
+func TestOwnerFailureEndsRequestsWithHostDown(t *testing.T) {
+	x := newFab(t, lineGraph(t, 3), func(c *Config) {
+		c.RequestTimeout = 50 * time.Millisecond
+		c.HomeRefresh = 10 * time.Millisecond
+	})
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	x.f.Kill(0)
+	x.f.Run(3 * time.Second) // neighbours declare the node dead, routes drop it
+	for _, r := range []Request{
+		{Op: HostStore, GVA: p, Data: []byte{1}},
+		{Op: HostFetchAdd, GVA: p, Operand: 1},
+		{Op: HostLoad, GVA: p, Len: 1},
+	} {
+		if c := x.do(2, r); errno(c) != syscall.EHOSTDOWN {
+			t.Fatalf("%v on a page whose owner failed: %v", r.Op, c.Err)
+		}
+	}
+	// The node returns as a new incarnation without the page: still
+	// EHOSTDOWN (the page is lost), now answered at once by its home.
+	if err := x.f.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	if !x.f.RunUntil(x.f.Now()+10*time.Second, x.f.Converged) {
+		t.Fatal("no convergence after the restart")
+	}
+	x.f.Run(100 * time.Millisecond)
+	start := x.f.Now()
+	c := x.do(2, Request{Op: HostStore, GVA: p, Data: []byte{1}})
+	if errno(c) != syscall.EHOSTDOWN {
+		t.Fatalf("store after the owner returned: %v", c.Err)
+	}
+	if c.At-start > 50*time.Millisecond {
+		t.Fatalf("answered after %v", c.At-start)
+	}
+}
+
+func TestEvictionDetachesAndReplicasReRef(t *testing.T) {
+	// Node 1 is an intermediate with room for one entry: a second page
+	// through it evicts the first page's entry, which detaches node 2's
+	// replica of it; node 2 re-refs on its next load.
+	x := newFab(t, lineGraph(t, 3), func(c *Config) {
+		if c.Self == 1 {
+			c.PathCache = pathcache.Config{MaxEntries: 1}
+		}
+	})
+	a := x.alloc(0)
+	b := x.alloc(0)
+	x.ok(2, Request{Op: HostRef, GVA: a})
+	x.ok(2, Request{Op: HostRef, GVA: b})
+	x.settle()
+	if _, ok := x.eng[1].Entry(a.Key()); ok {
+		t.Fatal("node 1 holds two entries with room for one")
+	}
+	if _, ok := x.eng[2].Entry(a.Key()); ok {
+		t.Fatal("node 2 kept the entry of the evicted branch")
+	}
+	if e0, _ := x.eng[0].Entry(a.Key()); !e0.Down.Empty() {
+		t.Fatalf("owner still counts the evicted branch: %v", e0.Down)
+	}
+	if x.eng[1].Stats().Evictions == 0 {
+		t.Fatal("no eviction counted")
+	}
+	x.ok(0, Request{Op: HostStore, GVA: a, Data: []byte("new")})
+	if got := x.load(2, a, 3); string(got) != "new" {
+		t.Fatalf("node 2 reads %q after the eviction", got)
+	}
+}
+
+func TestSwapAbortedWhenAcquirerGoesSilent(t *testing.T) {
+	// The acquirer's link dies right after the grant: the old owner calls
+	// the swap off and keeps serving writes.
+	x := newFab(t, lineGraph(t, 3), func(c *Config) { c.SwapTimeout = 5 * time.Millisecond })
+	p := x.alloc(1)
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	x.ok(0, Request{Op: HostRef, GVA: p})
+	id := x.submit(2, Request{Op: HostAcquire, GVA: p})
+	// Let the acquire reach node 1 and the grant leave, then cut 1-2.
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[1].Stats().SwapsStarted > 0 })
+	if err := x.f.SetLink(1, 2, false); err != nil {
+		t.Fatal(err)
+	}
+	x.f.Run(50 * time.Millisecond)
+	if s := x.eng[1].Stats(); s.SwapsAborted == 0 && s.SwapsCommitted == 0 {
+		t.Fatalf("swap neither aborted nor committed: %+v", s)
+	}
+	if owner, swapping := x.eng[1].Holding(p.Key()); !owner || swapping {
+		if x.eng[1].Stats().SwapsCommitted == 0 {
+			t.Fatalf("old owner: owner=%v swapping=%v", owner, swapping)
+		}
+	}
+	c := x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	if c.Value != 0 {
+		t.Fatalf("fetch-add after the aborted swap: %v", c)
+	}
+	x.f.Run(200 * time.Millisecond)
+	if c := x.result(2, id); c.Err == nil {
+		t.Fatal("acquire across a dead link succeeded")
+	}
+}
+
+func TestWriteInvalidateTellsTheHost(t *testing.T) {
+	x := newFab(t, lineGraph(t, 2), nil)
+	p := x.alloc(0)
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	big := bytes.Repeat([]byte{5}, 300)
+	x.ok(0, Request{Op: HostStore, GVA: p, Data: big})
+	x.settle()
+	var inv []Event
+	for _, ev := range x.sinks[1].events {
+		if ev.Kind == EventInvalidated {
+			inv = append(inv, ev)
+		}
+	}
+	if len(inv) != 1 || inv[0].Version != 1 {
+		t.Fatalf("invalidation events %+v", inv)
+	}
+	if pe := x.eng[1].PathCacheSnapshot(); len(pe) != 1 || pe[0].Replica != pathcache.ReplicaInvalid {
+		t.Fatalf("snapshot %+v", pe)
+	}
+	if got := x.load(1, p, 300); !bytes.Equal(got, big) {
+		t.Fatal("re-fetch after invalidate reads the wrong bytes")
+	}
+}
+
+func TestWhereAndSnapshots(t *testing.T) {
+	x := newFab(t, lineGraph(t, 3), nil)
+	p := x.alloc(0)
+	if loc := x.ok(0, Request{Op: HostWhere, GVA: p}).Where; loc.Hops != 0 || loc.Owner != 0 {
+		t.Fatalf("where at the owner: %+v", loc)
+	}
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	loc := x.ok(2, Request{Op: HostWhere, GVA: p}).Where
+	if loc.Owner != 0 || loc.Hops != 2 || loc.Tier.String() != "local" {
+		t.Fatalf("where at a mapped replica: %+v", loc)
+	}
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	x.ok(1, Request{Op: HostLock, GVA: p, Holder: 4})
+	snap := x.eng[1].OwnerSnapshot()
+	if len(snap) != 1 || !snap[0].Arbiter.Pinned || snap[0].Arbiter.Holder != 4 || snap[0].Epoch != 1 {
+		t.Fatalf("owner snapshot %+v", snap)
+	}
+	pc := x.eng[2].PathCacheSnapshot()
+	if len(pc) != 1 || pc[0].Key != p.Key() || !pc[0].HasPage || !pc[0].Down.Has(noc.LocalPort) {
+		t.Fatalf("path cache snapshot %+v", pc)
+	}
+}
+
