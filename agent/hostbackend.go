@@ -405,7 +405,10 @@ func (b *hostBackend) Unlock(ctx context.Context, page gva.GVA) error {
 }
 
 func (b *hostBackend) claim(ctx context.Context, op coherence.HostOp, page gva.GVA) error {
-	if err := b.hold(ctx, page); err != nil {
+	// The ref that builds the path is retried like the claim itself: while
+	// the page moves between other nodes it may miss the engine's request
+	// bound, well within the caller's.
+	if err := b.retry(ctx, func() error { return b.hold(ctx, page) }); err != nil {
 		return err
 	}
 	err := b.retryBusy(ctx, coherence.Request{Op: op, GVA: page.Key(), Holder: holderID})
@@ -426,8 +429,14 @@ func (b *hostBackend) unclaim(ctx context.Context, op coherence.HostOp, page gva
 // retryBusy submits r until it succeeds, fails for a reason other than a
 // busy page, or ctx ends (the caller's bound).
 func (b *hostBackend) retryBusy(ctx context.Context, r coherence.Request) error {
+	return b.retry(ctx, func() error { _, err := b.submit(ctx, r); return err })
+}
+
+// retry runs try until it succeeds, fails for a reason other than a busy
+// page or a missed engine bound, or ctx ends.
+func (b *hostBackend) retry(ctx context.Context, try func() error) error {
 	for {
-		_, err := b.submit(ctx, r)
+		err := try()
 		if err == nil || !(errors.Is(err, syscall.EBUSY) || errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ETIMEDOUT)) {
 			return err
 		}
