@@ -421,6 +421,11 @@ func (a *Agent) flush(out []byte) {
 				a.log.Debug("port write", "port", p.spec.Name, "err", err)
 			}
 		}
+		if f, ok := p.port.(noc.Flusher); ok {
+			if err := f.Flush(); err != nil {
+				a.log.Debug("port flush", "port", p.spec.Name, "err", err)
+			}
+		}
 	}
 }
 

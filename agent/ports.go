@@ -18,6 +18,10 @@ import (
 // layer fragments anyway.
 const udpMTU = 1500
 
+// txBatch is how many datagrams an AF_XDP port queues before it wakes the
+// kernel; the run loop flushes after every burst (noc.Flusher).
+const txBatch = 32
+
 func init() {
 	RegisterPort(PortUDP, func(spec PortSpec, _ *Config, _ *slog.Logger) (noc.Port, string, error) {
 		p, err := udp.Open(spec.Args[0], spec.Args[1], udpMTU)
@@ -29,7 +33,7 @@ func init() {
 	openNetdev := func(force bool) PortOpener {
 		return func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
 			dev := spec.Args[0]
-			opts := xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log}
+			opts := xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log, TxBatch: txBatch}
 			if cfg.XDPPinDir != "" {
 				opts.PinDir = filepath.Join(cfg.XDPPinDir, dev)
 			}

@@ -36,6 +36,13 @@ type Poller interface {
 	TryReadDatagram(b []byte) (n int, ok bool, err error)
 }
 
+// Flusher is implemented by ports that may hold written datagrams to send
+// them in batches: a driver calls Flush after every burst of writes, and
+// nothing written before the call stays held after it.
+type Flusher interface {
+	Flush() error
+}
+
 // ErrPortClosed is returned by a closed port.
 var ErrPortClosed = errors.New("noc: port closed")
 

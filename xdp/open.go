@@ -62,6 +62,11 @@ type Options struct {
 	// NoC program. Without it such a device is refused (and Open falls
 	// back to AF_PACKET).
 	ReplaceForeign bool
+	// TxBatch, when above 1, lets WriteDatagram queue up to TxBatch
+	// datagrams before it wakes the kernel (one sendto for the batch); the
+	// writer must then call Flush after every burst (noc.Flusher). 0 or 1
+	// wakes the kernel on every write.
+	TxBatch int
 	// Logger receives the fallback notice; slog.Default() when nil.
 	Logger *slog.Logger
 }

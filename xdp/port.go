@@ -59,11 +59,13 @@ type Port struct {
 	readFn         func(fd uintptr) bool
 	wakeFn         func(fd uintptr)
 
-	txMu    sync.Mutex
-	txDown  bool // the last wake-up found the device down
-	txDescs []unix.XDPDesc
-	kickErr error
-	kickFn  func(fd uintptr)
+	txMu      sync.Mutex
+	txDown    bool // the last wake-up found the device down
+	txDescs   []unix.XDPDesc
+	txBatch   int // wake the kernel every txBatch writes (and on Flush)
+	txPending int // writes queued since the last wake-up
+	kickErr   error
+	kickFn    func(fd uintptr)
 
 	stats portStats
 }
@@ -115,6 +117,7 @@ func NewPort(dev string, opts Options) (_ *Port, err error) {
 		nb:      ether.NewNeighbour(own, peer),
 		sock:    sock,
 		txDescs: make([]unix.XDPDesc, 0, (attrs.MTU+frameSize-1)/frameSize),
+		txBatch: max(opts.TxBatch, 1),
 	}
 	if wantSG && !sock.sg {
 		p.mtu = rxFrameCapacity - ether.HeaderLen
@@ -185,7 +188,7 @@ func (p *Port) WriteDatagram(b []byte) error {
 	}
 	s := p.sock
 	nd := (ether.HeaderLen + len(b) + frameSize - 1) / frameSize
-	if !p.reserveTx(nd) {
+	if !p.reserveTx(nd) && (p.txPending == 0 || p.flushLocked() != nil || !p.reserveTx(nd)) {
 		p.stats.txBusy.Add(1)
 		return fmt.Errorf("%w: %s", ErrTxBusy, p.name)
 	}
@@ -207,6 +210,25 @@ func (p *Port) WriteDatagram(b []byte) error {
 	s.tx.submit()
 	p.stats.txDatagrams.Add(1)
 	p.stats.txBytes.Add(uint64(len(b)))
+	if p.txPending++; p.txPending < p.txBatch {
+		return nil
+	}
+	return p.flushLocked()
+}
+
+// Flush wakes the kernel for the datagrams WriteDatagram queued without
+// doing so (Options.TxBatch). It implements noc.Flusher.
+func (p *Port) Flush() error {
+	p.txMu.Lock()
+	defer p.txMu.Unlock()
+	if p.txPending == 0 || p.closed.Load() {
+		return nil
+	}
+	return p.flushLocked()
+}
+
+func (p *Port) flushLocked() error {
+	p.txPending = 0
 	return p.kick()
 }
 

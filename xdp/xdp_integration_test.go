@@ -766,3 +766,37 @@ func TestCloseReleasesEverything(t *testing.T) {
 		t.Errorf("pins left: %v", ents)
 	}
 }
+
+// TestTxBatchHoldsUntilFlush: with TxBatch the port queues datagrams and
+// wakes the kernel once per batch or on Flush; after Flush every datagram
+// arrives.
+func TestTxBatchHoldsUntilFlush(t *testing.T) {
+	f := pair(t)
+	a := openXDPIn(t, f, 0, xdp.Options{TxBatch: 8})
+	b := openXDPIn(t, f, 1, xdp.Options{})
+	// let the peer MAC be learned: without it frames go to broadcast, which is fine
+	const n = 20 // two full batches kick by themselves, 4 wait for Flush
+	for i := range n {
+		if err := a.WriteDatagram([]byte{byte(i), 1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[byte]bool{}
+	buf := make([]byte, b.MTU())
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for len(got) < n {
+		k, err := b.ReadDatagram(buf)
+		if err != nil {
+			t.Fatalf("after %d datagrams: %v", len(got), err)
+		}
+		if k == 4 {
+			got[buf[0]] = true
+		}
+	}
+	if err := a.Flush(); err != nil { // nothing pending: a no-op
+		t.Fatal(err)
+	}
+}
