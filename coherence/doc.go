@@ -20,15 +20,24 @@
 //
 // # Path-cache protocol
 //
-//   - Ref (OpRef, Load class, up): follows the entry's up port; without an
-//     entry it routes toward the page's home (the creating machine,
-//     GVA.Machine()), which redirects it toward the owner it has on record
-//     (see "Home"). Every node it crosses adds the arrival port to the
-//     entry's down set. A node with a valid replica at the wanted version
-//     answers instead of forwarding; a node with an open fetch of the same
-//     page at that version or later merges the ref into it (one upstream
-//     request). The answer (OpRef|FlagReply, content) travels back down to
-//     every waiting port; replicas on the way install it.
+//   - Ref (OpRef, Load class, up): on the tree it follows the entry's up
+//     port, and every node it crosses adds the arrival port to its down
+//     set. A node with a valid replica at the wanted version answers
+//     instead of forwarding; a node with an open fetch of the same page at
+//     that version or later merges the ref into it (one upstream request).
+//     The answer (OpRef|FlagReply, content) travels back down to every
+//     waiting port; replicas on the way install it.
+//   - A ref from a node off the tree (no entry: a first ref, or after a
+//     detach) records nothing on its way: it is routed toward the owner
+//     this node last heard of, else toward the page's home (the creating
+//     machine, GVA.Machine()), which redirects it toward the owner on its
+//     record (see "Home"). The first node on the tree it reaches (the
+//     owner, or any node with an entry) is the graft point: it answers by
+//     routing the content to the requester (a "graft"), and every node the
+//     answer crosses joins the tree under the node it came from (up port =
+//     arrival port, down port = next hop). The tree is built from the top
+//     down, so refs that cross each other off the tree cannot make a loop.
+//     A node already on the tree keeps its place and unrefs the sender.
 //   - Write (OpStore, Store class, up): write-through to the owner, which
 //     orders writes with its arbiter, bumps the version and propagates down
 //     every live branch: OpUpdate (data + version) up to
@@ -77,12 +86,23 @@
 //     lock, and delivers what waited. Requests queued at the old owner are
 //     re-sent up the flipped path (arbiter ReasonMoved).
 //
+// Every grant carries a sequence number chosen by the owner; the data, the
+// confirmation, the done and the abort of that attempt carry it too, so a
+// re-sent acquire and a late frame of an earlier attempt are never taken
+// for one another. An acquirer refuses a grant older than its replica.
+//
 // If the confirmation does not come within Config.SwapTimeout the old
 // owner calls the swap off (OpAbort) and stays the owner; a late
 // confirmation is answered with OpAbort; the acquirer reverts to an
-// ordinary replica and retries. A confirmation re-sent after the commit is
-// answered with a routed OpDone. A flip that finds the path inconsistent
-// marks the done "broken" and detaches the side that cannot be grafted.
+// ordinary replica and retries. The acquirer re-sends its confirmation
+// until the done comes (for at most Config.SwapGiveUp); the old owner
+// answers a confirmation of a committed swap with a routed OpDone. A page
+// made ours by such a routed done is not handed on before the route's own
+// done arrives (it flips the entries on the route; the branch is grafted
+// late and invalidated to the current version) or SwapGiveUp passes. A
+// flip that finds an entry that does not lead toward the old owner marks
+// the done "broken" (the next node must not graft the sender) and detaches
+// the sender's side, which re-refs.
 //
 // Locks are acquire + pin (arbiter.Pin, bounded by a hardware timer:
 // Config.PinBound); unlock is unpin. When a pin outlives its bound the
@@ -94,21 +114,30 @@
 // The home of a page (its creating machine) keeps a record of the page's
 // owner, its incarnation and the ownership epoch. The old owner updates it
 // when it is the home, the new owner when it is; otherwise the new owner
-// sends OpOwnerMoved (routed, re-sent until acknowledged). Requests without
-// a path reach the home and are redirected toward the owner, carrying the
+// sends OpOwnerMoved (routed, re-sent until acknowledged). Every owner also
+// re-sends it for each page it owns every Config.HomeRefresh (request id
+// 0, not acknowledged), so a home that restarted learns its records again;
+// for two refresh periods after it started, a home without a record answers
+// "retry" (EAGAIN), then "host down". Requests without a path go first to
+// the owner the requester last heard of (replicas learn it from every
+// update's source), which sends them on to the home if it no longer has the
+// page; the home redirects them toward the owner on record, carrying the
 // owner's incarnation in their first 8 payload bytes.
 //
 // # Failures
 //
-// A node that fails loses what it owned (and what it home-recorded). Its
+// A node that fails loses what it owned (and its home records). Its
 // neighbours' links go down: entries whose up port it was are reset and
 // detach their subtrees. Requests for its pages then reach the home (or the
 // owner's restarted incarnation, whose incarnation no longer matches) and
 // fail with EHOSTDOWN, or, while no route exists, end at their bound with
-// EHOSTDOWN. When the node returns it is a new incarnation with no pages;
-// pages it owned stay lost (EHOSTDOWN), pages it was the home of can no
-// longer be found by nodes without a path. A page in a swap whose other
-// side fails is lost if the failed side held it at that moment.
+// EHOSTDOWN. When the node returns it is a new incarnation with no pages:
+// pages it owned stay lost (EHOSTDOWN); the owners of the pages it is the
+// home of tell it so again within Config.HomeRefresh. A page in a swap
+// whose other side fails is lost if the failed side held it at that
+// moment — including a page the old owner had just handed over when it
+// failed, if its done died with it (the acquirer cannot tell a commit from
+// an abort and does not take the page: two owners would be worse).
 //
 // Every host request ends with a result or an error within
 // Config.RequestTimeout.
@@ -120,13 +149,14 @@
 // request (0 unless the home redirected it toward the owner).
 //
 //	class/op              dir     flags        header fields               payload
-//	Load/OpRef            up      Path         version = min version       prefix
-//	Load/OpRef reply      down    Path|Reply   version = content version   owner node (4), content (4096)
+//	Load/OpRef            up      Path         version = min version       prefix, flags (1: bit0 graft = sent off the tree)
+//	Load/OpRef reply      down    Path|Reply   version = content version   flags (1: bit0 graft = routed to Dst,
+//	                      (graft: routed)                                  bit1 not added), owner node (4), content (4096)
 //	Load/OpUnref          up      Path         -                           -
 //	Load/OpDetach         down    Path         version                     -
 //	Store/OpStore         up      Path         gva with offset             prefix, data (1..4096, within the page)
 //	Store/OpStore reply   routed  Reply        version = new version       -
-//	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold)
+//	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold); Src = the owner
 //	Store/OpInvalidate    down    Path         version                     -
 //	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, expected (8), desired (8)
 //	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, delta (8)
@@ -135,14 +165,14 @@
 //	Control/OpAcquire     up      Path         priority                    prefix, flags (1: bit0 lock), losses (2),
 //	                                                                       wait start (8), requester incarnation (8),
 //	                                                                       route length n (1), n arrival ports (2 each)
-//	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8)
+//	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8), seq (8)
 //	Control/OpDeny        routed  -            -                           errno (4)
-//	Control/OpData        routed  [Huge]       version                     epoch (8), flags (1: bit0 huge), content (4096)
-//	Control/OpDataAck     routed  [Error]      version                     requester incarnation (8), owner incarnation (8)
-//	Control/OpDone        route   Path         version                     flags (1: bit0 broken, bit1 routed),
+//	Control/OpData        routed  [Huge]       version                     epoch (8), seq (8), flags (1: bit0 huge), content (4096)
+//	Control/OpDataAck     routed  [Error]      version                     requester incarnation (8), owner incarnation (8), seq (8)
+//	Control/OpDone        route   Path         version                     flags (1: bit0 broken, bit1 routed), seq (8),
 //	                      or routed                                        route length n (1), n ports (2 each)
-//	Control/OpAbort       routed  -            -                           -
-//	Control/OpOwnerMoved  routed  -            request id = epoch          owner (4; 0xFFFFFFFF: freed), incarnation (8), epoch (8)
+//	Control/OpAbort       routed  -            -                           seq (8)
+//	Control/OpOwnerMoved  routed  -            request id = epoch or 0     owner (4; 0xFFFFFFFF: freed), incarnation (8), epoch (8)
 //	Control/OpOwnerMovedAck routed -           request id = epoch          -
 //
 // The request id of a swap's frames is the acquirer's request id; with the
