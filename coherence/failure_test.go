@@ -196,4 +196,3 @@ func TestWhereAndSnapshots(t *testing.T) {
 		t.Fatalf("path cache snapshot %+v", pc)
 	}
 }
-
