@@ -172,7 +172,7 @@ func xdpNode(tb testing.TB, f *veth.Fabric, i int, dev string) *reallink.Node {
 	var p noc.Port
 	var kind xdp.Kind
 	err := f.Do(i, func() (err error) {
-		p, kind, err = xdp.Open(dev, xdp.Options{Name: dev})
+		p, kind, err = xdp.Open(dev, xdp.Options{Name: dev, TxBatch: 32})
 		return err
 	})
 	if err != nil {

@@ -308,6 +308,9 @@ func (n *Node) flush(now time.Duration) {
 			}
 			_ = p.WriteDatagram(n.out[:k])
 		}
+		if f, ok := p.(noc.Flusher); ok {
+			_ = f.Flush()
+		}
 	}
 }
 
