@@ -1,7 +1,9 @@
 // Command dpuctl shows and controls a running dpu-agent through its control
-// socket (package agent/ctl), in iproute2's grammar:
+// socket (package agent/ctl), in iproute2's grammar, and reaches shared
+// memory through its host interface socket (dpu0.sock, package
+// hostif/client):
 //
-//	dpuctl [-s PATH] [-j] OBJECT [COMMAND [ARGS]]
+//	dpuctl [-s PATH] [-d PATH] [-j] OBJECT [COMMAND [ARGS]]
 //
 //	dpuctl route show            dpuctl topo show [--dot]
 //	dpuctl link show             dpuctl topo plan --nodes N --ports K [--seed S] [--dot]
@@ -52,7 +54,35 @@
 //
 // The golden files in testdata/ pin both the text and the JSON forms.
 //
+// # Shared memory (mem)
+//
+//	dpuctl mem alloc [BYTES] [--mode MODE]    dpuctl mem cas GVA EXPECTED DESIRED
+//	dpuctl mem free GVA                       dpuctl mem add GVA DELTA
+//	dpuctl mem read GVA [LEN] [--u64]         dpuctl mem where GVA
+//	dpuctl mem write GVA HEX | --u64 N        dpuctl mem lock GVA [--timeout D] -- CMD [ARGS]
+//	dpuctl mem batch < COMMANDS
+//
+// -d names the host socket (default $DPU_SOCKET, else $DPU_RUN_DIR/dpu0.sock,
+// else /run/dpu/dpu0.sock). Each invocation is one connection ("open" of
+// the device) under the caller's own uid and groups, so pages are checked
+// against the person running dpuctl. alloc prints the first GVA alone (for
+// G=$(dpuctl mem alloc)); read prints a hex dump, or the word with --u64;
+// write, cas, add and where print one line; free prints nothing. A GVA may
+// carry +OFFSET. With -j every command prints one object with "op" and
+// "gva" (batch: one compact object per line).
+//
+// A lock lives as long as its connection: the agent releases a closing
+// connection's locks, so no one-shot dpuctl can leave a page locked. mem
+// lock therefore runs CMD while it holds the lock, with $DPU_LOCKED_GVA set,
+// and exits with CMD's status (as flock(1) does); if the agent revoked the
+// pin meanwhile (a pin outlived its bound, 100ms by default) mem lock says
+// so and fails, because CMD did not run under mutual exclusion. mem batch
+// reads commands from stdin, one per line ("#" comments), on one
+// connection; there lock GVA and unlock GVA are separate commands, a lock
+// still held at the end of the input is unlocked (with a note on stderr),
+// and the batch stops at the first failing line, naming it.
+//
 // main only calls run, which takes its context, standard streams and
 // arguments so that tests drive it in-process. dpuctl never changes agent
-// state except through gpu set.
+// state except through gpu set and mem.
 package main

@@ -21,6 +21,10 @@ func main() {
 	err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:])
 	stop()
 	if err != nil {
+		var status exitStatus
+		if errors.As(err, &status) {
+			os.Exit(status.code) // mem lock -- CMD: the command's own status
+		}
 		fmt.Fprintln(os.Stderr, "dpuctl:", err)
 		var u usageError
 		if errors.As(err, &u) {
@@ -55,20 +59,27 @@ COMMAND defaults to show.
   gpu set pid PID [device D] [mem SIZE] [quota PERCENT]
                                   set a process's GPU limits (0: unlimited)
   monitor                         print events as they happen, until interrupted
+  mem alloc|free|read|write|cas|add|where|lock|batch ...
+                                  shared memory through the host socket
+                                  ("dpuctl mem help" for details)
   help                            this text
 
 OPTIONS
   -s PATH   control socket (default $DPU_RUN_DIR/ctl.sock, else /run/dpu/ctl.sock)
+  -d PATH   host interface socket, for mem (default $DPU_SOCKET, else
+            $DPU_RUN_DIR/dpu0.sock, else /run/dpu/dpu0.sock)
   -j        JSON output (monitor: one object per line)
 `
 
 // env is what a command runs with.
 type env struct {
 	ctx    context.Context
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	json   bool
 	socket string
+	device string // the host interface socket (mem)
 	client *ctl.Client
 }
 
@@ -116,6 +127,7 @@ var objects = []object{
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}}},
 	{"monitor", []verb{{"all", monitor}}},
+	{"mem", []verb{{"", mem}}},
 	{"help", []verb{{"", help}}},
 }
 
@@ -123,8 +135,9 @@ var objects = []object{
 func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
 	fs := flag.NewFlagSet("dpuctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	e := &env{ctx: ctx, stdout: stdout, stderr: stderr}
+	e := &env{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
 	fs.StringVar(&e.socket, "s", defaultSocket(), "control socket")
+	fs.StringVar(&e.device, "d", "", "host interface socket")
 	fs.BoolVar(&e.json, "j", false, "JSON output")
 	fs.BoolVar(&e.json, "json", false, "JSON output")
 	if err := fs.Parse(args); err != nil {
