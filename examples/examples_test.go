@@ -1,0 +1,190 @@
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/fabric"
+)
+
+var (
+	binDir   string // dpu-agent and dpuctl, built for this run
+	buildErr string // why the C examples could not be built
+)
+
+// TestMain builds the agent and dpuctl (with -race when the test runs with
+// it) and the C examples once.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dpu-examples-test")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "github.com/aitherion/dpu/cmd/dpu-agent", "github.com/aitherion/dpu/cmd/dpuctl")...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		panic("building dpu-agent and dpuctl: " + err.Error())
+	}
+	buildErr = buildExamples()
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildExamples runs make here; it returns why it could not.
+func buildExamples() string {
+	for _, tool := range []string{"cc", "make", "pkg-config"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return tool + " not found"
+		}
+	}
+	out, err := exec.Command("make", "-s").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("make: %v\n%s", err, out)
+	}
+	return ""
+}
+
+// needExamples skips without a C toolchain, unless DPU_PRIV_TESTS=require
+// (CI), which makes it a failure; a failed build always fails.
+func needExamples(t *testing.T) {
+	t.Helper()
+	switch {
+	case buildErr == "":
+	case strings.HasPrefix(buildErr, "make:") || os.Getenv("DPU_PRIV_TESTS") == "require":
+		t.Fatal(buildErr)
+	default:
+		t.Skip(buildErr)
+	}
+}
+
+// iterations is how many increments each process makes: the examples'
+// default, unless DPU_EXAMPLES_ITERATIONS says otherwise.
+func iterations(t *testing.T) int {
+	if s := os.Getenv("DPU_EXAMPLES_ITERATIONS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("DPU_EXAMPLES_ITERATIONS=%q", s)
+		}
+		return n
+	}
+	return 10000
+}
+
+// up starts a fabric of real agents; it is taken down when the test ends.
+func up(t *testing.T, nodes int, kind string) *fabric.State {
+	t.Helper()
+	dir := t.TempDir()
+	spec := fabric.Spec{Nodes: nodes, Topo: kind, Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second}
+	var log bytes.Buffer
+	st, err := fabric.Up(context.Background(), spec, &log)
+	t.Cleanup(func() {
+		if err := fabric.Down(dir); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if t.Failed() {
+			for i := range nodes {
+				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node%d", i), "agent.log"))
+				t.Logf("node %d log:\n%s", i, b)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("up: %v\n%s", err, log.String())
+	}
+	return st
+}
+
+func hostSocket(st *fabric.State, node int) string {
+	return filepath.Join(st.Agents[node].RunDir, "dpu0.sock")
+}
+
+// dpuctl runs dpuctl mem against a node and returns its stdout.
+func dpuctl(t *testing.T, st *fabric.State, node int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "dpuctl"), append([]string{"-d", hostSocket(st, node), "mem"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dpuctl mem %v on node %d: %v\n%s", args, node, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// runCounter allocates a counter on node a, runs the example prog on nodes
+// a and b at once, and checks that the counter ends at exactly twice the
+// iterations, read through both nodes.
+func runCounter(t *testing.T, st *fabric.State, prog string, a, b int) {
+	needExamples(t)
+	n := iterations(t)
+	g := dpuctl(t, st, a, "alloc", "4096")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	type result struct {
+		node int
+		out  string
+		err  error
+	}
+	results := make(chan result, 2)
+	start := time.Now()
+	for _, node := range []int{a, b} {
+		cmd := exec.CommandContext(ctx, filepath.Join("build", prog), g, strconv.Itoa(n), "2")
+		cmd.Env = append(os.Environ(), "DPU_SOCKET="+hostSocket(st, node))
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results <- result{node, string(out), err}
+		}()
+	}
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Errorf("%s on node %d: %v\n%s", prog, r.node, r.err, r.out)
+			continue
+		}
+		if !strings.Contains(r.out, fmt.Sprintf("%s: %d increments", prog, n)) {
+			t.Errorf("%s on node %d printed %q", prog, r.node, r.out)
+		}
+		t.Logf("node %d: %s", r.node, strings.TrimSpace(r.out))
+	}
+	took := time.Since(start)
+	for _, node := range []int{a, b} {
+		got := dpuctl(t, st, node, "read", g, "--u64")
+		if got != strconv.Itoa(2*n) {
+			t.Errorf("counter read through node %d: %s, want %d", node, got, 2*n)
+		}
+	}
+	t.Logf("%s: 2 x %d increments from nodes %d and %d in %v (race-built agents: %v)", prog, n, a, b,
+		took.Round(time.Millisecond), raceEnabled)
+}
+
+// TestCountersTwoNodes: the examples on the two nodes of a 2-node fabric
+// (one link: a ring needs three nodes).
+func TestCountersTwoNodes(t *testing.T) {
+	st := up(t, 2, "line")
+	t.Run("cas", func(t *testing.T) { runCounter(t, st, "counter_cas", 0, 1) })
+	t.Run("lock", func(t *testing.T) { runCounter(t, st, "counter_lock", 0, 1) })
+}
+
+// TestCountersFourNodeRing: the examples on nodes 0 and 2 of a 4-node
+// ring, two hops apart.
+func TestCountersFourNodeRing(t *testing.T) {
+	st := up(t, 4, "ring")
+	t.Run("cas", func(t *testing.T) { runCounter(t, st, "counter_cas", 0, 2) })
+	t.Run("lock", func(t *testing.T) { runCounter(t, st, "counter_lock", 0, 2) })
+}
