@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +28,16 @@ func TestLockHandOverAcrossNodes(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i, c := range [2]*client.Client{c0, c1} {
+		if err := c.Subscribe(ctx, wire.EventHostFault.Mask()); err != nil {
+			t.Fatal(err)
+		}
 		wg.Go(func() {
 			for r := range rounds {
 				if err := c.Lock(ctx, g, 5*time.Second); err != nil {
 					t.Errorf("node %d round %d: lock: %v", i, r, err)
 					return
 				}
+				locked := time.Now()
 				v, err := c.Load64(ctx, g)
 				if err != nil {
 					t.Errorf("node %d round %d: load: %v", i, r, err)
@@ -41,8 +47,9 @@ func TestLockHandOverAcrossNodes(t *testing.T) {
 					t.Errorf("node %d round %d: store: %v", i, r, err)
 					return
 				}
+				held := time.Since(locked)
 				if err := c.Unlock(ctx, g); err != nil {
-					t.Errorf("node %d round %d: unlock: %v", i, r, err)
+					t.Errorf("node %d round %d: unlock after holding %v: %v%s", i, r, held, err, faults(c))
 					return
 				}
 			}
@@ -86,5 +93,18 @@ func TestAcquirerHearsOwnershipLost(t *testing.T) {
 	}
 	if loc, err := c0.Where(ctx, g); err != nil || loc.Owner != 1 || loc.Hops != 1 {
 		t.Fatalf("where on node 0 after the move: %+v %v", loc, err)
+	}
+}
+
+// faults describes the host-fault events a client has received.
+func faults(c *client.Client) string {
+	var b strings.Builder
+	for {
+		select {
+		case ev := <-c.Events():
+			fmt.Fprintf(&b, "\n\tevent %v page %v version %d reason %v", ev.Type, ev.Page, ev.Version, ev.Reason)
+		default:
+			return b.String()
+		}
 	}
 }
