@@ -278,9 +278,11 @@ type commitRecord struct {
 
 // notice is an OpOwnerMoved being sent to a page's home until acknowledged.
 type notice struct {
-	epoch uint64
-	tries int
-	timer arbiter.TimerID
+	owner    noc.NodeID // noc.BroadcastNode: freed
+	ownerInc uint64
+	epoch    uint64
+	tries    int
+	timer    arbiter.TimerID
 }
 
 type timerKind uint8
@@ -488,6 +490,8 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame, out no
 			e.handleOwnerMoved(now, f, out)
 		case OpOwnerMovedAck:
 			e.handleOwnerMovedAck(f)
+		case OpOwnerQuery:
+			e.handleOwnerQuery(now, f, out)
 		default:
 			e.malformed()
 		}

@@ -85,7 +85,9 @@ func seedFrames() [][]byte {
 	add(noc.ClassControl, OpDataAck, 0, 4, 1, 18, own, 0, appendDataAck(nil, dataAckMsg{inc: 3, ownerInc: 5, seq: 1}))
 	add(noc.ClassControl, OpDone, noc.FlagPath, 2, 1, 2, rep, 3, appendDone(nil, doneMsg{seq: 1, route: []byte{0, 1}}))
 	add(noc.ClassControl, OpDone, 0, 2, 1, 2, rep, 3, appendDone(nil, doneMsg{flags: doneRouted, seq: 1}))
-	add(noc.ClassControl, OpAbort, 0, 2, 1, 2, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1})
+	add(noc.ClassControl, OpAbort, 0, 2, 1, 2, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1})
+	add(noc.ClassControl, OpOwnerQuery, 0, 4, 1, 18, own, 0, nil)
+	add(noc.ClassControl, OpOwnerQuery, noc.FlagReply, 2, 1, 2, rep, 0, appendMoved(nil, movedMsg{owner: 1, ownerInc: 5, epoch: 1}))
 	add(noc.ClassControl, OpOwnerMoved, 0, 4, 1, 1, own, 0, []byte{0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9})
 	add(noc.ClassControl, OpOwnerMovedAck, 0, 2, 1, 1, rep, 0, nil)
 	return out
@@ -157,8 +159,10 @@ func FuzzPayloadDecoders(f *testing.F) {
 		_, _, _ = decodeRef(p)
 		_, _ = decodeStore(gva.GVA{}, p)
 		_, _ = decodeUpdate(gva.GVA{}, p)
-		_, _ = decodeMoved(p)
-		_, _ = decodeAbort(p)
+		_, _, _ = decodeAbort(p)
+		if m, err := decodeMoved(p); err == nil && !bytes.Equal(appendMoved(nil, m), p) {
+			t.Fatal("moved round trip")
+		}
 		if n, err := decodeErrno(p); err == nil && n == 0 {
 			t.Fatal("an error reply decoded as success")
 		}

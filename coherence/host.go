@@ -372,8 +372,7 @@ func (e *Engine) free(now time.Duration, r *request, out node.Sender) {
 			rec.freed, rec.epoch = true, pg.epoch
 		}
 	} else {
-		e.notices[r.key] = &notice{epoch: pg.epoch}
-		e.sendNotice(now, r.key, e.notices[r.key], out)
+		e.notify(now, r.key, &notice{owner: noc.BroadcastNode, epoch: pg.epoch}, out)
 	}
 	e.stats.Frees++
 	e.complete(now, r, Completion{})

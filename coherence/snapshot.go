@@ -38,6 +38,7 @@ type Counters struct {
 	Acquires                                   uint64
 	SwapsStarted, SwapsCommitted, SwapsAborted uint64 // at the old owner
 	SwapsCompleted, SwapsRefused, SwapsLost    uint64 // at the acquirer
+	SwapsRecovered                             uint64 // taken after the old owner failed, on its home's word
 	Flips, Held, Rerouted, DoneResent          uint64
 	LateGrafts                                 uint64 // done branches grafted after the swap ended
 	Locks, Unlocks, HostFaults, NoticesLost    uint64

@@ -17,6 +17,7 @@ const (
 	stageAcquiring  = 1 // acquire sent, no answer yet
 	stageGranted    = 2 // granted: the replica is locked, path messages wait here
 	stageCommitting = 3 // content installed and confirmed, waiting for done
+	stageQuerying   = 4 // the old owner failed or went silent: asking the home whether it committed
 )
 
 // swapState is an ownership transfer in progress, at the old owner (out) or
@@ -256,15 +257,18 @@ func (e *Engine) sendDataAck(pg *page, sw *swapState, out node.Sender) {
 // swapInTimer re-sends the confirmation, or gives the swap up.
 func (e *Engine) swapInTimer(now time.Duration, pg *page, out node.Sender) {
 	sw := pg.swap
-	if sw.stage == stageCommitting && now < sw.giveUp {
+	switch {
+	case sw.stage == stageCommitting && now < sw.giveUp:
 		e.sendDataAck(pg, sw, out)
 		sw.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tSwapIn, key: pg.key})
-		return
-	}
-	if sw.stage == stageCommitting {
+	case sw.stage == stageCommitting, sw.stage == stageQuerying && now < sw.giveUp:
+		e.queryHome(now, pg, out) // the old owner is silent: ask its home
+	case sw.stage == stageQuerying:
 		e.stats.SwapsLost++
+		e.revertIn(now, pg, out)
+	default:
+		e.revertIn(now, pg, out)
 	}
-	e.revertIn(now, pg, out)
 }
 
 // handleDataAck runs at the old owner: commit, refusal, or a re-sent
@@ -305,6 +309,7 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender)
 func (e *Engine) sendAbort(dst noc.NodeID, id uint64, key gva.GVA, seq uint64, out node.Sender) {
 	var b [abortLen]byte
 	binary.BigEndian.PutUint64(b[:], seq)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
 	a := newFrame(noc.ClassControl, OpAbort, 0, e.self, dst, id, key, 0, b[:])
 	e.sendNode(&a, out)
 }
@@ -326,10 +331,16 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 	toward := routePort(sw.route, n-1)
 	ent := e.ownerEntry(now, pg, out)
 	pg.owner, pg.swap, pg.ownerNode, pg.epoch = false, nil, sw.peer, sw.epoch
-	if h := homeOf(key); h == e.self {
+	switch h := homeOf(key); {
+	case h == e.self:
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
 			rec.owner, rec.ownerInc, rec.epoch = sw.peer, peerInc, sw.epoch
 		}
+	case h != sw.peer:
+		// Tell the home now: if the acquirer fails before it takes the
+		// page, the home's record makes later requests end with EHOSTDOWN
+		// at once.
+		e.notify(now, key, &notice{owner: sw.peer, ownerInc: peerInc, epoch: sw.epoch}, out)
 	}
 	k := opKey{sw.peer, sw.id}
 	if old := e.commits[k]; old != nil {
@@ -376,17 +387,97 @@ func (e *Engine) abortOut(now time.Duration, pg *page, out node.Sender) {
 }
 
 func (e *Engine) handleAbort(now time.Duration, f *noc.Frame, out node.Sender) {
-	seq, err := decodeAbort(f.Payload)
+	seq, inc, err := decodeAbort(f.Payload)
 	if err != nil {
 		e.malformed()
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage < stageGranted || sw.peer != f.Src || sw.seq != seq {
+	if sw == nil || sw.stage < stageGranted || sw.peer != f.Src || (sw.seq != seq && inc == sw.peerInc) {
 		e.stats.Stale++
 		return
 	}
+	if sw.stage >= stageCommitting && inc != sw.peerInc {
+		// The old owner restarted after we confirmed: it may have
+		// committed before it failed. Its home knows if it did.
+		e.queryHome(now, pg, out)
+		return
+	}
 	e.revertIn(now, pg, out)
+}
+
+// queryHome asks the page's home whether the old owner committed the swap
+// before it failed (it tells the home at its commit).
+func (e *Engine) queryHome(now time.Duration, pg *page, out node.Sender) {
+	sw := pg.swap
+	if sw.stage != stageQuerying {
+		sw.stage = stageQuerying
+		sw.giveUp = now + max(e.cfg.SwapGiveUp/2, 4*e.cfg.RetryInterval)
+	}
+	e.cancel(sw.timer)
+	if h := homeOf(pg.key); h == e.self {
+		e.settleQuery(now, pg, e.home[pg.key], out)
+		return
+	}
+	f := newFrame(noc.ClassControl, OpOwnerQuery, 0, e.self, homeOf(pg.key), sw.id, pg.key, 0, nil)
+	e.sendNode(&f, out)
+	sw.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tSwapIn, key: pg.key})
+}
+
+// settleQuery ends a swap whose old owner failed: ours if the home's
+// record says the old owner committed it to us, otherwise lost with it.
+func (e *Engine) settleQuery(now time.Duration, pg *page, rec *homeRecord, out node.Sender) {
+	sw := pg.swap
+	if rec != nil && rec.owner == e.self && rec.ownerInc == e.inc && rec.epoch == sw.epoch {
+		e.stats.SwapsRecovered++
+		e.becomeOwner(now, pg, noc.NoPort, out)
+		return
+	}
+	e.stats.SwapsLost++
+	e.revertIn(now, pg, out)
+}
+
+func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame, out node.Sender) {
+	key := f.GVA.Key()
+	if f.Flags&noc.FlagReply == 0 {
+		if len(f.Payload) != 0 {
+			e.malformed()
+			return
+		}
+		rec := e.home[key]
+		if rec == nil || homeOf(key) != e.self {
+			var b [errnoLen]byte
+			binary.BigEndian.PutUint32(b[:], uint32(syscall.EHOSTDOWN))
+			a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply|noc.FlagError, e.self, f.Src, f.RequestID, key, 0, b[:])
+			e.sendNode(&a, out)
+			return
+		}
+		var b [movedLen]byte
+		a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply, e.self, f.Src, f.RequestID, key, 0,
+			appendMoved(b[:0], movedMsg{owner: rec.owner, ownerInc: rec.ownerInc, epoch: rec.epoch}))
+		e.sendNode(&a, out)
+		return
+	}
+	var rec *homeRecord
+	if f.Flags&noc.FlagError != 0 {
+		if _, err := decodeErrno(f.Payload); err != nil {
+			e.malformed()
+			return
+		}
+	} else {
+		m, err := decodeMoved(f.Payload)
+		if err != nil {
+			e.malformed()
+			return
+		}
+		rec = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
+	}
+	pg, sw := e.swapIn(f)
+	if sw == nil || sw.stage != stageQuerying {
+		e.stats.Stale++
+		return
+	}
+	e.settleQuery(now, pg, rec, out)
 }
 
 // revertIn ends a swap that did not happen at the acquirer: the replica is
@@ -514,18 +605,10 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 	}
 	e.arb.Own(key)
 	e.stats.SwapsCompleted++
-	switch h := homeOf(key); {
-	case h == e.self:
+	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
 			rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, sw.epoch, false
 		}
-	case h != sw.peer:
-		n := &notice{epoch: sw.epoch}
-		if old := e.notices[key]; old != nil {
-			e.cancel(old.timer)
-		}
-		e.notices[key] = n
-		e.sendNotice(now, key, n, out)
 	}
 	if ent != nil {
 		e.deliver(now, key, ent, noc.NoPort, pg.version, e.self, pg.huge, pg.content, out)
@@ -570,6 +653,15 @@ func (e *Engine) lateGraft(now time.Duration, pg *page, in noc.PortID, v gva.Ver
 	}
 }
 
+// notify starts telling key's home who owns the page now.
+func (e *Engine) notify(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
+	if old := e.notices[key]; old != nil {
+		e.cancel(old.timer)
+	}
+	e.notices[key] = n
+	e.sendNotice(now, key, n, out)
+}
+
 // sendNotice tells the page's home who owns it (or that it was freed).
 func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
 	if n.tries >= 8 {
@@ -578,13 +670,9 @@ func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.
 		return
 	}
 	n.tries++
-	owner := e.self
-	if pg := e.pages[key]; pg == nil || !pg.owner {
-		owner = noc.BroadcastNode // freed
-	}
 	var b [movedLen]byte
-	binary.BigEndian.PutUint32(b[:], uint32(owner))
-	binary.BigEndian.PutUint64(b[4:], e.inc)
+	binary.BigEndian.PutUint32(b[:], uint32(n.owner))
+	binary.BigEndian.PutUint64(b[4:], n.ownerInc)
 	binary.BigEndian.PutUint64(b[12:], n.epoch)
 	f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), n.epoch, key, 0, b[:])
 	e.sendNode(&f, out)

@@ -63,6 +63,10 @@ const (
 	OpOwnerMoved
 	// OpOwnerMovedAck acknowledges OpOwnerMoved. Routed.
 	OpOwnerMovedAck
+	// OpOwnerQuery asks a page's home who owns the page (an acquirer whose
+	// old owner restarted before it confirmed the swap). Routed; the home
+	// answers OpOwnerQuery|FlagReply with the record, or an error.
+	OpOwnerQuery
 	opControlEnd
 )
 
@@ -80,7 +84,7 @@ const (
 	dataHead     = 8 + 8 + 1                     // epoch, swap sequence, flags
 	dataAckLen   = 8 + 8 + 8                     // requester incarnation, expected owner incarnation, swap sequence
 	doneHead     = 1 + 8 + 1                     // flags, swap sequence, route length
-	abortLen     = 8                             // swap sequence
+	abortLen     = 8 + 8                         // swap sequence, sender's incarnation
 	movedLen     = 4 + 8 + 8                     // owner, owner incarnation, epoch
 	maxRoute     = 64                            // most ports an acquire's route may record
 )
@@ -369,12 +373,19 @@ func appendDone(b []byte, d doneMsg) []byte {
 	return append(b, d.route...)
 }
 
-// decodeAbort reads an OpAbort payload: the swap sequence.
-func decodeAbort(p []byte) (uint64, error) {
+// decodeAbort reads an OpAbort payload: the swap sequence and the
+// incarnation of the node that sends it.
+func decodeAbort(p []byte) (seq, inc uint64, err error) {
 	if len(p) != abortLen {
-		return 0, errMalformed
+		return 0, 0, errMalformed
 	}
-	return binary.BigEndian.Uint64(p), nil
+	return binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:]), nil
+}
+
+func appendMoved(b []byte, m movedMsg) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(m.owner))
+	b = binary.BigEndian.AppendUint64(b, m.ownerInc)
+	return binary.BigEndian.AppendUint64(b, m.epoch)
 }
 
 // movedMsg is a decoded OpOwnerMoved payload.

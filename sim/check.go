@@ -227,9 +227,29 @@ func (w *World) final() {
 		}
 	}
 	c.owners(true)
+	w.lostPagesFail()
 	w.convergence()
 	w.branchCost()
 	c.linearizable()
+}
+
+// lostPagesFail checks that requests for a page lost with its owner end
+// with EHOSTDOWN.
+func (w *World) lostPagesFail() {
+	c := w.check
+	for i, key := range c.order {
+		if !c.ghosts[key].lost {
+			continue
+		}
+		n := w.nodes[(i*7+int(w.cfg.Seed))%len(w.nodes)]
+		var got coherence.Completion
+		w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}},
+			done: func(cp coherence.Completion) { got = cp }})
+		w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
+		if got.Errno() != syscall.EHOSTDOWN {
+			c.violate("page %v lost with its owner: a store from node %v ended with %v, want EHOSTDOWN", key, n.id, got.Err)
+		}
+	}
 }
 
 // ownerOf returns the live node owning key.
