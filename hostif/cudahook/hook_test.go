@@ -330,6 +330,25 @@ func TestResolution(t *testing.T) {
 	}
 }
 
+// TestUnknownVariant: when the driver maps a caller's version to a variant
+// the hook does not know (the fake maps CUDA 13.0 callers of cuMemGetInfo
+// to one), the caller gets the driver's function; what the hook knows is
+// still intercepted.
+func TestUnknownVariant(t *testing.T) {
+	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+	p := startProbe(t, a.sock, true, nil, "-m", "proc", "-v", "13000")
+	p.ok("init")
+	if ans := p.do(fmt.Sprint("alloc ", 100*mib)); ans != cudaOutOfMemory {
+		t.Fatalf("cuMemAlloc of a CUDA 13.0 caller: %q", ans)
+	}
+	if total := p.uint("meminfo", 1); total != 16<<30 {
+		t.Fatalf("cuMemGetInfo through the unknown variant: total %d, want the card's", total)
+	}
+	if !strings.Contains(p.stderr.String(), "cuGetProcAddress cuMemGetInfo (13000): the driver has a variant newer than cuMemGetInfo_v2") {
+		t.Fatalf("hook log:\n%s", p.stderr.String())
+	}
+}
+
 // TestWithoutHook is the control: the same program on the fake driver
 // without the hook allocates past the limit and reports nothing.
 func TestWithoutHook(t *testing.T) {

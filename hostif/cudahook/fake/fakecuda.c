@@ -538,6 +538,11 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
 }
+/* A variant the hook does not know: the table maps CUDA 13.0 callers of
+ * cuMemGetInfo to it (same ABI here), so tests can check the hook leaves
+ * what it cannot vouch for alone. Not exported. */
+static CUresult cuMemGetInfo_v3_test(size_t *free_, size_t *total) { return cuMemGetInfo_v2(free_, total); }
+
 EXPORT CUresult cuMemGetInfo(unsigned int *free_, unsigned int *total) {
     size_t f, t;
     CUresult r = cuMemGetInfo_v2(&f, &t);
@@ -784,6 +789,7 @@ static const struct proc procs[] = {
     P("cuMipmappedArrayDestroy", 5000, cuMipmappedArrayDestroy),
     P("cuMemGetInfo", 2000, cuMemGetInfo),
     P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    P("cuMemGetInfo", 13000, cuMemGetInfo_v3_test),
     P("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
     P("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
     P("cuModuleLoadData", 2000, cuModuleLoadData),

@@ -240,12 +240,37 @@ static int select_variant(const char *api, int version, cuuint64_t flags) {
     return best;
 }
 
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+/* ask_driver resolves through the driver's own cuGetProcAddress. */
+static CUresult ask_driver(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+    gpa_fn v2 = (gpa_fn)atomic_load(&reals[SLOT_cuGetProcAddress_v2]);
+    if (v2)
+        return v2(symbol, pfn, version, flags, NULL);
+    CUresult (*v1)(const char *, void **, int, cuuint64_t) =
+        (CUresult(*)(const char *, void **, int, cuuint64_t))atomic_load(&reals[SLOT_cuGetProcAddress]);
+    return v1 ? v1(symbol, pfn, version, flags) : CUDA_ERROR_NOT_FOUND;
+}
+
+/* intercept_proc returns the hook for what the driver resolved, fn. The
+ * variant is the one the caller's version and flags select in this hook's
+ * table; the driver must agree: asked at that variant's own version it must
+ * answer fn too. Otherwise the driver has a newer variant (another ABI) the
+ * hook does not know, and the caller gets the driver's function untouched. */
 static void *intercept_proc(const char *symbol, void *fn, int version, cuuint64_t flags) {
     if (!symbol || symbol[0] != 'c' || symbol[1] != 'u')
         return fn;
     int s = select_variant(symbol, version, flags);
     if (s < 0)
         return fn;
+    if (hooked[s].version < version && !is_hook(fn)) {
+        void *at = NULL;
+        if (ask_driver(symbol, &at, hooked[s].version, flags) != CUDA_SUCCESS || at != fn) {
+            LOGF(LOG_WARN, "cuGetProcAddress %s (%d): the driver has a variant newer than %s; not intercepted",
+                 symbol, version, hooked[s].name);
+            return fn;
+        }
+    }
     learn(s, fn);
     if (!atomic_load_explicit(&reals[s], memory_order_acquire))
         return fn; /* no real function to call: leave the caller the driver's */

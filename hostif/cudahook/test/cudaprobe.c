@@ -1,7 +1,7 @@
 /*
  * cudaprobe — a scripted CUDA driver API client for the hook's tests.
  *
- *   cudaprobe [-m link|dlsym|proc|proc11] [-ptsz]
+ *   cudaprobe [-m link|dlsym|proc|proc11] [-ptsz] [-v VERSION]
  *
  * It reads one command a line on stdin and answers one line on stdout:
  * "ok [values]" or "err <CUresult>". The mode says how it reaches the
@@ -9,7 +9,8 @@
  * (dlopen + dlsym of the versioned names), proc (cuGetProcAddress_v2 of a
  * CUDA 12.4 caller, itself resolved through cuGetProcAddress as cudart
  * does), proc11 (cuGetProcAddress of a CUDA 11.8 caller). -ptsz asks
- * cuGetProcAddress for the per-thread default stream variants.
+ * cuGetProcAddress for the per-thread default stream variants; -v sets the
+ * CUDA version the proc modes ask for.
  *
  * Commands: init [DEV], ctx DEV, alloc N, alloc1 N, managed N, pitch W H,
  * async N, pool N, create N [DEV], array W H, array3d W H D,
@@ -184,7 +185,7 @@ static void resolve_dlsym(void) {
 
 static CUresult (*gpa2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 static CUresult (*gpa1)(const char *, void **, int, cuuint64_t);
-static int proc_version;
+static int proc_version, version_arg;
 static cuuint64_t proc_flags;
 
 static void *proc(const char *name, int version) {
@@ -206,12 +207,12 @@ static void *proc(const char *name, int version) {
 static void resolve_proc(int v2) {
     void *h = need(dlopen("libcuda.so.1", RTLD_NOW), "libcuda.so.1");
     if (v2) {
-        proc_version = 12040;
+        proc_version = version_arg ? version_arg : 12040;
         /* As cudart 12 does: the resolver first, then the resolver through itself. */
         gpa2 = need(dlsym(h, "cuGetProcAddress_v2"), "cuGetProcAddress_v2");
         gpa2 = proc("cuGetProcAddress", proc_version);
     } else {
-        proc_version = 11080;
+        proc_version = version_arg ? version_arg : 11080;
         gpa1 = need(dlsym(h, "cuGetProcAddress"), "cuGetProcAddress");
         gpa1 = proc("cuGetProcAddress", proc_version);
     }
@@ -325,6 +326,8 @@ int main(int argc, char **argv) {
             mode = argv[++i];
         else if (!strcmp(argv[i], "-ptsz"))
             proc_flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+        else if (!strcmp(argv[i], "-v") && i + 1 < argc)
+            version_arg = atoi(argv[++i]);
     }
     if (!strcmp(mode, "link"))
         resolve_link();
