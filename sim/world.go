@@ -159,8 +159,13 @@ var engineTiming = coherence.Config{
 	Arbiter:        arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
 }
 
-func linkConfig() link.Config {
+// linkConfig is the link of every simulated port. Large fabrics get
+// smaller windows (the simulator holds every endpoint in memory).
+func linkConfig(nodes int) link.Config {
 	lc := link.DefaultConfig()
+	if nodes > 64 {
+		lc.Window, lc.SendQueue, lc.MaxMessage = 16, 64, 8192
+	}
 	lc.RTO = 500 * time.Microsecond
 	lc.MaxRTO = 8 * time.Millisecond
 	lc.HeartbeatInterval = 2 * time.Millisecond
@@ -359,7 +364,7 @@ func (w *World) boot(n *simNode) error {
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	c, err := node.New(node.Config{Self: n.id, Handler: e, Link: linkConfig(), Route: routeConfig(), Seed: w.nodeRNG.Uint64()}, w.now)
+	c, err := node.New(node.Config{Self: n.id, Handler: e, Link: linkConfig(len(w.nodes)), Route: routeConfig(), Seed: w.nodeRNG.Uint64()}, w.now)
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}

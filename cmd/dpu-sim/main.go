@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/sim"
 )
 
@@ -49,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
 	jobs := fs.Int("j", runtime.GOMAXPROCS(0), "seeds run in parallel")
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,7 +59,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	base := sim.Config{Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}
+	var bug coherence.PlantedBug
+	switch *plant {
+	case "":
+	case "stale-cas":
+		bug = coherence.BugStaleCAS
+	default:
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas)", *plant)
+	}
+	base := sim.Config{Bug: bug, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -116,8 +126,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, i := range failed {
 		r := results[i]
-		fmt.Fprintf(stderr, "FAIL seed=%d trace=%016x: replay with: dpu-sim --seed %d --nodes %d --topo %s --faults %s\n",
-			r.Seed, r.TraceHash, r.Seed, *nodes, *topoKind, *faults)
+		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --clients %d", r.Seed, *nodes, *topoKind, *faults, *clients)
+		if *workload != 0 {
+			replay += " --workload " + workload.String()
+		}
+		if *quiesce != 0 {
+			replay += " --quiesce " + quiesce.String()
+		}
+		if *plant != "" {
+			replay += " --plant-bug " + *plant
+		}
+		fmt.Fprintf(stderr, "FAIL seed=%d trace=%016x: replay with: %s\n", r.Seed, r.TraceHash, replay)
 		for _, v := range r.Violations {
 			fmt.Fprintf(stderr, "  %s\n", v)
 		}
