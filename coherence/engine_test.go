@@ -265,3 +265,29 @@ func localOnly() pathcache.PortSet {
 	s, _ := pathcache.PortSet(0).Add(noc.LocalPort)
 	return s
 }
+
+func TestFreeDetachesAndLaterRefsFail(t *testing.T) {
+	x := newFab(t, lineGraph(t, 3), nil)
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	if c := x.do(2, Request{Op: HostFree, GVA: p}); errno(c) != syscall.EINVAL {
+		t.Fatalf("free by a non-owner: %v", c.Err)
+	}
+	x.ok(0, Request{Op: HostFree, GVA: p})
+	x.settle()
+	if _, ok := x.eng[2].Entry(p.Key()); ok {
+		t.Fatal("replica's entry survived the free")
+	}
+	if c := x.do(1, Request{Op: HostRef, GVA: p}); errno(c) != syscall.EFAULT {
+		t.Fatalf("ref of a freed page: %v", c.Err)
+	}
+	// A page that moved and was freed by its new owner: the home learns it.
+	q := x.alloc(0)
+	x.ok(2, Request{Op: HostRef, GVA: q})
+	x.ok(2, Request{Op: HostAcquire, GVA: q})
+	x.ok(2, Request{Op: HostFree, GVA: q})
+	x.settle()
+	if c := x.do(1, Request{Op: HostRef, GVA: q}); errno(c) != syscall.EFAULT {
+		t.Fatalf("ref of a page freed by its second owner: %v", c.Err)
+	}
+}

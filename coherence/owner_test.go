@@ -251,3 +251,64 @@ func TestMessagesWaitDuringSwap(t *testing.T) {
 		t.Fatalf("counter at the new owner %d, want 20", v)
 	}
 }
+
+// sentFrames records frames a fakeSender-like Sender sends.
+type recordingSender struct {
+	fakeSender
+	frames []noc.Frame
+}
+
+func (s *recordingSender) SendPort(p noc.PortID, f *noc.Frame) error {
+	g := *f
+	g.Payload = append([]byte(nil), f.Payload...)
+	s.frames = append(s.frames, g)
+	return s.fakeSender.SendPort(p, f)
+}
+func (s *recordingSender) SendNode(f *noc.Frame) error { return s.SendPort(0, f) }
+
+func TestSameTickAcquiresOrderedByPriority(t *testing.T) {
+	s := &recordSink{done: map[uint64]Completion{}}
+	e, err := New(Config{Self: 1, Sink: s, Pages: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &recordingSender{fakeSender: fakeSender{self: 1}}
+	e.Submit(0, Request{ID: 1, Op: HostAlloc}, out)
+	g := s.done[1].GVA
+	acquire := func(src noc.NodeID, prio uint8, port noc.PortID) {
+		p := appendAcquire(nil, acquireReq{inc: uint64(src)})
+		f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, src, 1, uint64(src)*100, g, 0, p)
+		f.Priority = prio
+		e.HandleFrame(10*time.Microsecond, port, &f, out)
+	}
+	// Three acquires in the same arbitration tick; the highest priority
+	// wins, the others are queued behind the swap.
+	acquire(5, 0, 0)
+	acquire(6, 3, 1)
+	acquire(7, 1, 2)
+	e.Tick(20*time.Microsecond, out)
+	var grants []noc.NodeID
+	for _, f := range out.frames {
+		if f.Class == noc.ClassControl && f.Op == OpGrant {
+			grants = append(grants, f.Dst)
+		}
+	}
+	if len(grants) != 1 || grants[0] != 6 {
+		t.Fatalf("grants to %v, want [6]", grants)
+	}
+	if snap := e.OwnerSnapshot(); len(snap) != 1 || !snap[0].Swapping || snap[0].Grantee != 6 || snap[0].Arbiter.Queued != 2 {
+		t.Fatalf("owner snapshot %+v", snap)
+	}
+	// The grantee never confirms: the swap is called off and the next in
+	// line (priority 1) is granted.
+	e.Tick(20*time.Microsecond+DefaultSwapTimeout+time.Millisecond, out)
+	grants = grants[:0]
+	for _, f := range out.frames {
+		if f.Class == noc.ClassControl && f.Op == OpGrant {
+			grants = append(grants, f.Dst)
+		}
+	}
+	if len(grants) != 2 || grants[1] != 7 {
+		t.Fatalf("grants after the abort: %v", grants)
+	}
+}
