@@ -1,15 +1,21 @@
 package sim
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 )
 
-// BenchmarkFabric1024 measures host requests completed per wall second on
-// a 1,024-node small-world fabric (no faults; routing convergence and
-// setup are not timed).
-func BenchmarkFabric1024(b *testing.B) {
-	w, err := New(Config{Seed: 1, Nodes: 1024, Topo: "smallworld", HotPages: 8, ColdPages: 248, CheckEvery: -1, Think: 500 * time.Microsecond})
+// benchFabric measures host requests completed per wall second on an
+// n-node small-world fabric without faults (routing convergence and setup
+// are not timed). One iteration runs 1ms of virtual time.
+func benchFabric(b *testing.B, n int, cfg Config) {
+	cfg.Seed, cfg.Nodes, cfg.Topo, cfg.CheckEvery = 1, n, "smallworld", -1
+	if cfg.HotPages == 0 {
+		cfg.HotPages, cfg.ColdPages = 8, n/4+8
+	}
+	w, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -17,7 +23,8 @@ func BenchmarkFabric1024(b *testing.B) {
 	if err := w.Prepare(); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("converged and set up in %v (virtual %v)", time.Since(t0), w.now)
+	b.Logf("%d nodes: converged and set up in %v wall", n, time.Since(t0))
+	w.RunFor(5 * time.Millisecond) // warm: every client has mapped pages
 	b.ResetTimer()
 	start := w.Ops()
 	for range b.N {
@@ -26,5 +33,19 @@ func BenchmarkFabric1024(b *testing.B) {
 	b.StopTimer()
 	ops := w.Ops() - start
 	b.ReportMetric(float64(ops)/b.Elapsed().Seconds(), "ops/s")
-	b.ReportMetric(float64(ops)/float64(b.N), "ops/virtual-ms")
+	b.ReportMetric(float64(ops)/float64(b.N), "ops/vms")
+}
+
+// BenchmarkFabric runs the default mix of the sweeps (a quarter loads,
+// the rest writes, atomics, locks, acquires, maps) and a read-mostly mix
+// (most requests are loads of mapped replicas).
+func BenchmarkFabric(b *testing.B) {
+	sizes := []int{16, 128}
+	if os.Getenv("DPU_SIM_BENCH_1024") != "" {
+		sizes = append(sizes, 1024)
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("nodes=%d/mix=default", n), func(b *testing.B) { benchFabric(b, n, Config{}) })
+		b.Run(fmt.Sprintf("nodes=%d/mix=read-mostly", n), func(b *testing.B) { benchFabric(b, n, Config{ReadMostly: true}) })
+	}
 }

@@ -118,7 +118,15 @@ func (w *World) clientStep(c *client) {
 	pi := w.pickPage(r)
 	p := w.pages[pi]
 	po.page = pi
-	switch x := r.IntN(100); {
+	x := r.IntN(100)
+	if w.cfg.ReadMostly {
+		if x < 95 {
+			x = 0
+		} else {
+			x = r.IntN(100)
+		}
+	}
+	switch {
 	case !c.mapped[pi]:
 		po.req = coherence.Request{Op: coherence.HostRef, GVA: p.g}
 	case x < 25:

@@ -72,6 +72,9 @@ type Config struct {
 	// Think is the longest pause of a client between two requests
 	// (default 200µs).
 	Think time.Duration
+	// ReadMostly makes 95% of a client's requests loads (of pages it has
+	// mapped), the rest the usual mix.
+	ReadMostly bool
 	// CheckEvery is the period of the continuous ownership check (default
 	// 200µs; negative: only at the end).
 	CheckEvery time.Duration
