@@ -208,11 +208,11 @@ type World struct {
 	routeVer  []uint64 // routing table version last examined, per node
 	routeOK   []bool   // that table reached every live node
 	routeLive int
-	reqID   uint64
-	pages   []*simPage
-	check   *checker
-	stopped bool // workload over
-	ending  bool
+	reqID     uint64
+	pages     []*simPage
+	check     *checker
+	stopped   bool // workload over
+	ending    bool
 }
 
 type end struct {
