@@ -1,0 +1,232 @@
+package fabric_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/fabric"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/client"
+)
+
+// The host interface of real agents: dpu0.sock served by the coherence
+// engine, reached by clients in this process and by dpuctl processes.
+
+// upShared starts a fabric whose run directories and dpuctl copy every user
+// may reach, with sockets of group nogroup (so that uid nobody may connect;
+// pages still decide what it may do). It returns the fabric and the dpuctl
+// path.
+func upShared(t *testing.T, nodes int, kind string) (*fabric.State, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dpu-hostif-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dpuctl := filepath.Join(dir, "dpuctl")
+	b, err := os.ReadFile(filepath.Join(binDir, "dpuctl"))
+	if err == nil {
+		err = os.WriteFile(dpuctl, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := fabric.Spec{Nodes: nodes, Topo: kind, Dir: filepath.Join(dir, "fabric"), Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second,
+		ExtraArgs: []string{"--socket-group", "nogroup"}}
+	st, err := fabric.Up(context.Background(), spec, testWriter{t})
+	t.Cleanup(func() {
+		if err := fabric.Down(spec.Dir); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if t.Failed() {
+			for i := range nodes {
+				b, _ := os.ReadFile(filepath.Join(spec.Dir, "node"+strconv.Itoa(i), "agent.log"))
+				t.Logf("node %d log:\n%s", i, b)
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	return st, dpuctl
+}
+
+func hostSock(st *fabric.State, i int) string { return filepath.Join(st.Agents[i].RunDir, "dpu0.sock") }
+
+func dialNode(t *testing.T, st *fabric.State, i int) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, hostSock(st, i), client.Options{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestCrossNodeLock: a lock taken through one agent keeps a process on the
+// other node waiting (bounded: ETIMEDOUT); once unlocked, the other node
+// gets it, the page moves there with its content, and WHERE on both nodes
+// follows it.
+func TestCrossNodeLock(t *testing.T) {
+	st, _ := upShared(t, 2, "line")
+	ctx := ctxFor(t, time.Minute)
+	c0, c1 := dialNode(t, st, 0), dialNode(t, st, 1)
+	g, err := c0.Alloc(ctx, 4096, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c0.Store64(ctx, g, 41); err != nil {
+		t.Fatal(err)
+	}
+	if err := c0.Lock(ctx, g, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The pin lasts at most the agent's pin bound (100ms): ask for less.
+	if err := c1.Lock(ctx, g, 20*time.Millisecond); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("lock on node 1 while node 0 holds it: %v, want ETIMEDOUT", err)
+	}
+	if err := c0.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Lock(ctx, g, 5*time.Second); err != nil {
+		t.Fatalf("lock on node 1 after the unlock: %v", err)
+	}
+	if v, err := c1.Load64(ctx, g); err != nil || v != 41 {
+		t.Fatalf("load on node 1 under its lock: %d %v, want 41", v, err)
+	}
+	if _, err := c1.Store64(ctx, g, 42); err != nil {
+		t.Fatal(err)
+	}
+	if loc, err := c1.Where(ctx, g); err != nil || loc.Owner != 1 || loc.Hops != 0 {
+		t.Errorf("where on node 1 holding the lock: %+v %v", loc, err)
+	}
+	if loc, err := c0.Where(ctx, g); err != nil || loc.Owner != 1 || loc.Hops != 1 || loc.Tier != gva.TierNeighbour {
+		t.Errorf("where on node 0 after the move: %+v %v", loc, err)
+	}
+	if err := c1.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c0.Load64(ctx, g); err != nil || v != 42 {
+		t.Errorf("load on node 0 after node 1's write: %d %v, want 42", v, err)
+	}
+}
+
+// lockHolder is a dpuctl process holding a page's lock while its command
+// (a shell that reports its pid, then sleeps) runs.
+type lockHolder struct {
+	dpuctl *exec.Cmd
+	child  int // the sleeping command's pid
+}
+
+// holdLock starts dpuctl mem lock GVA -- sh on node and returns once the
+// command runs, that is once the lock is held.
+func holdLock(t *testing.T, dpuctl, sock string, g gva.GVA) *lockHolder {
+	t.Helper()
+	cmd := exec.Command(dpuctl, "-d", sock, "mem", "lock", g.String(), "--timeout", "5s", "--",
+		"sh", "-c", "echo $$; exec sleep 30")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &lockHolder{dpuctl: cmd}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if h.child > 0 {
+			_ = syscall.Kill(h.child, syscall.SIGKILL)
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(out).ReadString('\n')
+		line <- s
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case s := <-line:
+		if h.child, err = strconv.Atoi(strings.TrimSpace(s)); err != nil {
+			t.Fatalf("lock holder printed %q", s)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the lock holder did not get the lock within 20s")
+	}
+	return h
+}
+
+// TestKilledLockHolder: a process SIGKILLed while it holds a page's lock
+// does not block the next locker past the bound — on its own node (the
+// server releases a dead connection's locks; the pin bound revokes what
+// remains) and on another node. The waits are logged.
+func TestKilledLockHolder(t *testing.T) {
+	st, dpuctl := upShared(t, 2, "line")
+	ctx := ctxFor(t, time.Minute)
+	c0, c1 := dialNode(t, st, 0), dialNode(t, st, 1)
+	g, err := c0.Alloc(ctx, 4096, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bound: the server releases a dead connection's locks within 5s
+	// (PROTOCOL.md §10); the pin bound (100ms) revokes an unreleased pin
+	// sooner. A next locker must never wait past the first.
+	const bound = 5 * time.Second
+	for _, tc := range []struct {
+		name string
+		next *client.Client
+	}{{"same node", c0}, {"other node", c1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := holdLock(t, dpuctl, hostSock(st, 0), g)
+			// While it holds the lock a local TRY fails at once.
+			busy := c0.TryLock(ctx, g)
+			if busy == nil {
+				t.Log("the holder's pin was revoked before the kill (machine slower than the pin bound)")
+				if err := c0.Unlock(ctx, g); err != nil {
+					t.Fatal(err)
+				}
+			} else if !errors.Is(busy, syscall.EBUSY) {
+				t.Errorf("TRY while a local process holds the lock: %v, want EBUSY", busy)
+			}
+			if err := h.dpuctl.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			if err := tc.next.Lock(ctx, g, 2*bound); err != nil {
+				t.Fatalf("next locker after the holder was killed: %v", err)
+			}
+			waited := time.Since(killed)
+			t.Logf("next locker (%s) got the lock %v after the holder's SIGKILL (a local TRY before the kill: %v)",
+				tc.name, waited.Round(time.Microsecond), busy)
+			if waited > bound {
+				t.Errorf("next locker waited %v, past the bound %v", waited, bound)
+			}
+			if err := tc.next.Unlock(ctx, g); err != nil {
+				t.Errorf("unlock by the next locker: %v", err)
+			}
+		})
+	}
+}
