@@ -19,8 +19,8 @@
 // after each change replaces the account's, so a re-report is idempotent).
 // Kernel time: a quota of q% is a token bucket earning q% of elapsed time
 // up to q% of Config.Window; grants spend from it, measured overuse is
-// charged to it (down to one window of debt), and an ask it cannot cover is
-// answered with how long to wait.
+// charged to it (down to DebtWindows buckets of debt), and an ask it cannot
+// cover is answered with how long to wait.
 //
 // Lifetimes: an account opens with a process's first GPU op on a device and
 // follows the connection that reported last. When that connection closes

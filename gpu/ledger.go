@@ -60,14 +60,18 @@ type Account struct {
 // Kernel-time quotas are token buckets: a process with quota q% of a
 // device earns q% of elapsed time as kernel time, up to q% of Window;
 // a grant spends from the bucket, reported overuse is charged to it (down
-// to one window of debt), and an ask the bucket cannot cover is told how
-// long to wait.
+// to DebtWindows buckets of debt, so one runaway kernel costs the process
+// at most about DebtWindows windows of waiting), and an ask the bucket
+// cannot cover is told how long to wait.
 type Ledger struct {
 	cfg      Config
 	accounts map[Key]*account
 	limits   map[Key]Limit // set at run time, until the process leaves
 	pids     map[int32]int // accounts per process
 }
+
+// DebtWindows bounds a quota bucket's debt, in buckets.
+const DebtWindows = 10
 
 type account struct {
 	Account
@@ -141,7 +145,7 @@ func (l *Ledger) Token(now time.Duration, p Peer, d Device, ask TokenAsk) (Token
 	}
 	capacity := window * time.Duration(q) / 100
 	l.refill(a, now, capacity)
-	a.level = max(a.level-ask.Overuse, -capacity)
+	a.level = max(a.level-ask.Overuse, -DebtWindows*capacity)
 	want := min(max(ask.Want, min(l.cfg.MinGrant, capacity)), capacity)
 	if a.level >= want {
 		a.level -= want

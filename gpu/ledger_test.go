@@ -188,8 +188,8 @@ func TestTokenBucket(t *testing.T) {
 	if got := tok(25*ms, 4*ms, 0); got.Grant != 4*ms {
 		t.Fatalf("after the wait: %+v", got)
 	}
-	// Overuse is debt, at most one window's bucket of it.
-	if got := tok(25*ms, 2*ms, time.Second); got.Grant != 0 || got.Wait != (20+2)*ms*100/20 {
+	// Overuse is debt, at most DebtWindows buckets of it.
+	if got := tok(25*ms, 2*ms, time.Second); got.Grant != 0 || got.Wait != (DebtWindows*20+2)*ms*100/20 {
 		t.Fatalf("after overuse: %+v", got)
 	}
 	a, _ := l.Get(Key{PID: proc.PID})

@@ -7,7 +7,8 @@
  * a launch needs a token: a grant of kernel time from the agent, valid from
  * when it was granted. While the token's end is further away than the
  * estimated length of one launch and the work queued under it fits the
- * grant, launches go straight through. Otherwise the launching thread
+ * grant, launches go straight through (until a launch has been measured,
+ * one launch per token). Otherwise the launching thread
  * renews it:
  *
  *   1. it waits (bounded) for the measurement of the previous token: a
@@ -167,6 +168,7 @@ static void *tracker_main(void *arg) {
             t->burst_ema = t->burst_ema > 0 ? 0.7 * t->burst_ema + 0.3 * (double)elapsed : (double)elapsed;
             if (launched) {
                 uint64_t per = elapsed / launched, est = atomic_load(&t->kernel_est);
+                per = per ? per : 1;
                 atomic_store(&t->kernel_est, est ? (est * 7 + per * 3) / 10 : per);
             }
             LOGF(LOG_DEBUG, "device %d: token %llu ns, busy %llu ns, overuse %llu ns, %llu launches",
@@ -320,9 +322,10 @@ static void renew(struct throttle *t, CUstream stream) {
  * Launches are asynchronous: without the second test a program could queue
  * any amount of work in one token. */
 static int within_token(struct throttle *t) {
-    uint64_t est = atomic_load(&t->kernel_est);
-    return mono_ns() + est < atomic_load(&t->token_end) &&
-           (atomic_load(&t->launches) + 1) * est <= atomic_load(&t->token_grant);
+    uint64_t est = atomic_load(&t->kernel_est), launched = atomic_load(&t->launches);
+    if (!est && launched) /* nothing measured yet: one launch per token until it is */
+        return 0;
+    return mono_ns() + est < atomic_load(&t->token_end) && (launched + 1) * est <= atomic_load(&t->token_grant);
 }
 
 void throttle_launch(CUstream stream) {
