@@ -128,7 +128,15 @@ func (c Config) withDefaults() (Config, error) {
 		c.Pages = DefaultPages
 	}
 	if c.PathCache.MaxEntries == 0 {
-		c.PathCache.MaxEntries = DefaultPathCacheEntries
+		c.PathCache.MaxEntries = max(DefaultPathCacheEntries, 2*c.Pages)
+	}
+	if c.Store != nil {
+		c.Pages = c.Store.Cap()
+	}
+	if c.PathCache.MaxEntries <= c.Pages {
+		// Owner entries never age out and a node may own every page it
+		// has: the cache must keep room beyond them.
+		return c, fmt.Errorf("coherence: path cache of %d entries must hold more than the %d pages of the node", c.PathCache.MaxEntries, c.Pages)
 	}
 	if c.UpdateThreshold <= 0 {
 		c.UpdateThreshold = DefaultUpdateThreshold

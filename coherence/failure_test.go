@@ -87,21 +87,23 @@ func TestOwnerFailureEndsRequestsWithHostDown(t *testing.T) {
 }
 
 func TestEvictionDetachesAndReplicasReRef(t *testing.T) {
-	// Node 1 is an intermediate with room for one entry: a second page
+	// Node 1 is an intermediate with room for two entries: a third page
 	// through it evicts the first page's entry, which detaches node 2's
 	// replica of it; node 2 re-refs on its next load.
 	x := newFab(t, lineGraph(t, 3), func(c *Config) {
 		if c.Self == 1 {
-			c.PathCache = pathcache.Config{MaxEntries: 1}
+			c.Pages, c.PathCache = 1, pathcache.Config{MaxEntries: 2}
 		}
 	})
 	a := x.alloc(0)
 	b := x.alloc(0)
+	c := x.alloc(0)
 	x.ok(2, Request{Op: HostRef, GVA: a})
 	x.ok(2, Request{Op: HostRef, GVA: b})
+	x.ok(2, Request{Op: HostRef, GVA: c})
 	x.settle()
 	if _, ok := x.eng[1].Entry(a.Key()); ok {
-		t.Fatal("node 1 holds two entries with room for one")
+		t.Fatal("node 1 holds three entries with room for two")
 	}
 	if _, ok := x.eng[2].Entry(a.Key()); ok {
 		t.Fatal("node 2 kept the entry of the evicted branch")
@@ -115,6 +117,9 @@ func TestEvictionDetachesAndReplicasReRef(t *testing.T) {
 	x.ok(0, Request{Op: HostStore, GVA: a, Data: []byte("new")})
 	if got := x.load(2, a, 3); string(got) != "new" {
 		t.Fatalf("node 2 reads %q after the eviction", got)
+	}
+	if _, err := New(Config{Self: 1, Sink: &recordSink{}, Pages: 8, PathCache: pathcache.Config{MaxEntries: 8}}); err == nil {
+		t.Fatal("a path cache no larger than the pages was accepted")
 	}
 }
 

@@ -84,6 +84,24 @@ func TestSeedsWithAllFaults(t *testing.T) {
 	t.Logf("%d seeds: %d ops, %d swaps, %d pages lost with failed owners, in %v", n, ops, swaps, lost, time.Since(start))
 }
 
+// TestSeedsWithEvictions sweeps with small path caches, idle aging and
+// capacity for half the pages: evictions detach subtrees, maps beyond the
+// capacity rule fail with ENOMEM.
+func TestSeedsWithEvictions(t *testing.T) {
+	cfg := testConfig()
+	cfg.SmallCache, cfg.ColdPages = true, 30
+	evictions := 0
+	for _, r := range sweep(t, cfg, seedsToRun(t, 40)) {
+		if !r.OK() {
+			t.Errorf("seed %d: %v", r.Seed, r.Violations)
+		}
+		evictions += r.Evictions
+	}
+	if evictions == 0 {
+		t.Fatal("no path cache eviction happened")
+	}
+}
+
 func TestSeedsOnEveryTopology(t *testing.T) {
 	for _, kind := range []string{"line", "ring", "tree", "torus2d", "random-regular"} {
 		t.Run(kind, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/aitherion/dpu/noc/route"
 	"github.com/aitherion/dpu/noc/topo"
 	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/pathcache"
 )
 
 // Faults is a set of fault kinds to inject.
@@ -75,6 +76,10 @@ type Config struct {
 	// ReadMostly makes 95% of a client's requests loads (of pages it has
 	// mapped), the rest the usual mix.
 	ReadMostly bool
+	// SmallCache gives every node physical pages for half the workload's
+	// pages, a path cache a little larger and an idle TTL, so that
+	// entries age out and maps hit the capacity rule.
+	SmallCache bool
 	// CheckEvery is the period of the continuous ownership check (default
 	// 200µs; negative: only at the end).
 	CheckEvery time.Duration
@@ -137,6 +142,7 @@ type Result struct {
 	TraceHash  uint64
 	Frames     uint64 // datagrams put on wires
 	Swaps      uint64 // ownership transfers completed
+	Evictions  int    // path cache entries aged out
 	Lost       int    // pages lost with a failed owner
 	Virtual    time.Duration
 }
@@ -360,6 +366,13 @@ func (w *World) boot(n *simNode) error {
 	n.inc = w.nodeRNG.Uint64()>>24 | 1
 	ec := engineTiming
 	ec.Self, ec.Incarnation, ec.Seed, ec.Pages = n.id, n.inc, w.nodeRNG.Uint64(), 256
+	if w.cfg.SmallCache {
+		// Room for fewer entries than the workload has pages, physical
+		// pages for fewer still, and idle entries age out: evictions
+		// detach subtrees that must re-ref, maps beyond capacity fail.
+		ec.Pages = max(4, (w.cfg.HotPages+w.cfg.ColdPages)/2)
+		ec.PathCache = pathcache.Config{MaxEntries: ec.Pages + 4, IdleTTL: 15 * time.Millisecond}
+	}
 	ec.Sink = nodeSink{w, n}
 	ec.Tracer = w.check
 	ec.Bug = w.cfg.Bug
@@ -516,7 +529,9 @@ func (w *World) Finish() Result {
 	w.res.TraceHash = w.trace.Sum64()
 	for _, n := range w.nodes {
 		if n.alive {
-			w.res.Swaps += n.eng.Stats().SwapsCompleted
+			st := n.eng.Stats()
+			w.res.Swaps += st.SwapsCompleted
+			w.res.Evictions += int(st.Evictions)
 		}
 	}
 	w.res.Lost = w.check.lostCount()

@@ -50,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
 	jobs := fs.Int("j", runtime.GOMAXPROCS(0), "seeds run in parallel")
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
+	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
+	cold := fs.Int("cold", 0, "cold pages (default 12)")
 	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	if err := fs.Parse(args); err != nil {
@@ -67,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas)", *plant)
 	}
-	base := sim.Config{Bug: bug, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -132,6 +134,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *quiesce != 0 {
 			replay += " --quiesce " + quiesce.String()
+		}
+		if *smallCache {
+			replay += " --small-cache"
+		}
+		if *cold != 0 {
+			replay += fmt.Sprintf(" --cold %d", *cold)
 		}
 		if *plant != "" {
 			replay += " --plant-bug " + *plant
