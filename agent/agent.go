@@ -15,6 +15,7 @@ import (
 
 	"github.com/aitherion/dpu/agent/ctl"
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gpu"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
@@ -44,6 +45,7 @@ type Agent struct {
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
 	host    *hostBackend
+	gpu     *gpu.Accountant
 
 	in    chan datagram
 	reqs  chan func()
@@ -119,6 +121,12 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
+	acc, err := gpu.New(cfg.GPU, gpu.Options{Logger: log.With("part", "gpu")})
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("agent: gpu: %w", err)
+	}
+	a.gpu = acc
 	if err := a.newCore(); err != nil {
 		a.Close()
 		return nil, err
@@ -172,7 +180,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0")})
+		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aitherion/dpu/gpu"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	// pins its XDP program's maps under XDPPinDir/<device> (for fault
 	// injection by another process).
 	XDPPinDir string
+	// GPU is the CUDA hook's accounting: default limits per process and
+	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
+	GPU gpu.Config
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -85,7 +89,7 @@ func (c *Config) LoadFile(path string) error {
 // The format is line oriented: blank lines and lines starting with '#' are
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
-// xdp-pin-dir, and
+// xdp-pin-dir, gpu-mem-limit, gpu-quota, gpu-device, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -166,6 +170,27 @@ func (c *Config) Set(key, val string) error {
 		c.Seed, err = strconv.ParseUint(val, 10, 64)
 	case "xdp-pin-dir":
 		c.XDPPinDir = val
+	case "gpu-mem-limit":
+		c.GPU.Default.Memory, err = parseSize(val)
+	case "gpu-quota":
+		c.GPU.Default.Quota, err = parsePercent(val)
+	case "gpu-device":
+		// gpu-device = UUID-OR-ORDINAL MEM-LIMIT QUOTA-PERCENT
+		f := strings.Fields(val)
+		if len(f) != 3 {
+			err = errors.New("want DEVICE MEM-LIMIT QUOTA-PERCENT")
+			break
+		}
+		var l gpu.Limit
+		if l.Memory, err = parseSize(f[1]); err == nil {
+			l.Quota, err = parsePercent(f[2])
+		}
+		if err == nil {
+			if c.GPU.Devices == nil {
+				c.GPU.Devices = map[string]gpu.Limit{}
+			}
+			c.GPU.Devices[f[0]] = l
+		}
 	default:
 		return fmt.Errorf("unknown key %q", key)
 	}
@@ -173,6 +198,44 @@ func (c *Config) Set(key, val string) error {
 		return fmt.Errorf("bad value %q for %s: %w", val, key, err)
 	}
 	return nil
+}
+
+// parseSize parses a byte count with an optional K, M, G or T suffix
+// (powers of 1024); 0 means unlimited.
+func parseSize(s string) (uint64, error) {
+	mul := uint64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K', 'k':
+			mul = 1 << 10
+		case 'M', 'm':
+			mul = 1 << 20
+		case 'G', 'g':
+			mul = 1 << 30
+		case 'T', 't':
+			mul = 1 << 40
+		}
+		if mul > 1 {
+			s = s[:n-1]
+		}
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if v > ^uint64(0)/mul {
+		return 0, errors.New("too large")
+	}
+	return v * mul, nil
+}
+
+// parsePercent parses 0..100 (0: unlimited).
+func parsePercent(s string) (uint32, error) {
+	v, err := strconv.ParseUint(strings.TrimSuffix(s, "%"), 10, 32)
+	if err == nil && v > 100 {
+		err = errors.New("above 100")
+	}
+	return uint32(v), err
 }
 
 func parsePositiveDuration(s string) (time.Duration, error) {

@@ -18,12 +18,18 @@ port = p1 xdp veth1
 heartbeat = 50ms
 dead-interval = 400ms
 poll = true
+gpu-mem-limit = 8G
+gpu-quota = 50%
+gpu-device = GPU-1234 512M 25
 `
 	if err := c.Load("a.conf", strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
 	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || !c.Poll {
 		t.Fatalf("got %+v", c)
+	}
+	if c.GPU.Default.Memory != 8<<30 || c.GPU.Default.Quota != 50 || c.GPU.Devices["GPU-1234"].Memory != 512<<20 || c.GPU.Devices["GPU-1234"].Quota != 25 {
+		t.Fatalf("gpu config %+v", c.GPU)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -40,6 +46,9 @@ func TestConfigErrors(t *testing.T) {
 		{"heartbeat = -1s", "must be positive"},
 		{"garbage", "a.conf:1: want \"key = value\""},
 		{"log-level = loud", "want debug"},
+		{"gpu-quota = 101", "above 100"},
+		{"gpu-mem-limit = 8Q", "bad value"},
+		{"gpu-device = 0 1G", "want DEVICE"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()

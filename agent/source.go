@@ -199,3 +199,9 @@ func (s source) OwnedPages() []ctl.OwnedPage {
 	})
 	return out
 }
+
+// GPUProcesses implements ctl.GPUSource.
+func (s source) GPUProcesses() []ctl.GPUProcess { return s.a.gpu.GPUProcesses() }
+
+// SetGPULimit implements ctl.GPUSource.
+func (s source) SetGPULimit(l ctl.GPULimit) error { return s.a.gpu.SetGPULimit(l) }
