@@ -1224,6 +1224,9 @@ static dpu_t *thread_conn(int *err) {
 }
 
 uint64_t atomic_cas_remote(dpu_gva_t addr, uint64_t expected, uint64_t desired) {
+    /* errno is set only on failure: internal timed waits (EAGAIN from the
+     * socket's receive timeout) must not leak into a successful call. */
+    int saved = errno;
     int err = 0;
     dpu_t *d = thread_conn(&err);
     if (!d) {
@@ -1236,5 +1239,6 @@ uint64_t atomic_cas_remote(dpu_gva_t addr, uint64_t expected, uint64_t desired) 
         errno = -rc;
         return 0;
     }
+    errno = saved;
     return old;
 }

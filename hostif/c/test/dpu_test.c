@@ -267,6 +267,8 @@ int main(void) {
     }
     for (int i = 0; i < THREADS; i++) {
         CHECK(pthread_join(th[i], NULL) == 0);
+        if (ad[i].err != 0)
+            fprintf(stderr, "adder %d: %s\n", i, dpu_strerror(ad[i].err));
         CHECK(ad[i].err == 0);
     }
     OK(dpu_load64(d, counter, &v));
