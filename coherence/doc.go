@@ -142,6 +142,15 @@
 // Every host request ends with a result or an error within
 // Config.RequestTimeout.
 //
+// # Capacity
+//
+// The page store holds the primaries owned here and the replicas the host
+// maps; allocating or mapping beyond Config.Pages fails with ENOMEM
+// (ErrNoSpace underneath): the capacity rule. The path cache must hold
+// more entries than the node has pages, since owner entries never age out.
+// A freed page's home keeps a tombstone, and requests for it fail with
+// EFAULT.
+//
 // # Wire format
 //
 // All frames use the noc header; multi-byte payload fields are big endian.

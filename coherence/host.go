@@ -178,6 +178,8 @@ type request struct {
 
 // Submit hands the engine one host request. It completes through the Sink,
 // possibly before Submit returns, and always within Config.RequestTimeout.
+// Like every Engine method it must be called from the goroutine that
+// drives the node core (out is that core), never concurrently.
 func (e *Engine) Submit(now time.Duration, hr Request, out node.Sender) {
 	e.stats.HostRequests++
 	e.begin(now)

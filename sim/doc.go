@@ -26,7 +26,17 @@
 //     model per atomic word and per lock).
 //
 // The same seed replays exactly: Result.TraceHash hashes every completion
-// and fault in order.
+// and fault in order. Config.DebugPage (dpu-sim --debug-page) traces every
+// protocol step the engines take for one page and dumps its tree.
+//
+// Modes: SmallCache gives nodes physical pages for half the workload and
+// small path caches with an idle TTL (evictions, the capacity rule);
+// ReadMostly makes 95% of requests loads; Bug plants a protocol bug to
+// show that the checkers catch it.
+//
+// What the simulator leaves out: link loss shorter than the link layer's
+// dead interval is invisible to the engines (the link retransmits); disks
+// are not modelled (memory tier only); node clocks are one virtual clock.
 //
 // The simulator is a test harness: it must never be linked into the agent,
 // and it must never read the wall clock or an unseeded random source.

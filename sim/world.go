@@ -173,7 +173,10 @@ var engineTiming = coherence.Config{
 func linkConfig(nodes int) link.Config {
 	lc := link.DefaultConfig()
 	if nodes > 64 {
-		lc.Window, lc.SendQueue, lc.MaxMessage = 16, 64, 8192
+		// Routing floods every node's LSA over every link at start: the
+		// queue must hold a flood (a refused LSA waits for the next
+		// refresh).
+		lc.Window, lc.SendQueue, lc.MaxMessage = 16, 4*nodes, 8192
 	}
 	lc.RTO = 500 * time.Microsecond
 	lc.MaxRTO = 8 * time.Millisecond
@@ -183,7 +186,7 @@ func linkConfig(nodes int) link.Config {
 }
 
 func routeConfig() route.Config {
-	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second, SPFDelay: 200 * time.Microsecond}
+	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: 10 * time.Second, SPFDelay: 200 * time.Microsecond}
 }
 
 // World is one simulated fabric: N node cores with their engines, the
