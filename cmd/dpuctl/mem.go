@@ -179,6 +179,7 @@ func parseMem(e *env, args []string) (memVerb, memArgs, error) {
 		}
 	}
 	if !haveVerb {
+		fmt.Fprint(e.stderr, memUsage)
 		return v, a, usagef("mem: no command (alloc, free, read, write, cas, add, where, lock, batch)")
 	}
 	if a.cmd != nil && v.name != "lock" {
