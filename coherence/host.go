@@ -404,7 +404,15 @@ func (e *Engine) where(now time.Duration, r *request, out node.Sender) {
 			loc.Tier = gva.TierLocal
 		}
 	}
-	e.complete(now, r, Completion{Where: loc})
+	// The version: the page's own where it is held here, else the newest
+	// this node's path cache has seen (the owner may be ahead of it).
+	c := Completion{Where: loc}
+	if pg != nil && pg.has {
+		c.Version = pg.version
+	} else if ent, ok := e.cache.Peek(r.key); ok {
+		c.Version = ent.Version
+	}
+	e.complete(now, r, c)
 }
 
 // hostRef maps a page: the host gets a replica (or the primary, here).
