@@ -514,7 +514,9 @@ func (e *Engine) malformed() { e.stats.Malformed++ }
 // branch through it: entries whose up port it was are reset (their subtree
 // is detached and re-refs), and it leaves every down set.
 func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, out node.Sender) {
-	e.debugf(gva.GVA{}, "port %d up=%v", p, up)
+	if e.dbg != nil {
+		e.debugf(gva.GVA{}, "port %d up=%v", p, up)
+	}
 	if up {
 		return
 	}
@@ -653,7 +655,9 @@ func (e *Engine) reply(now time.Duration, src noc.NodeID, id uint64, c noc.Class
 
 // fail answers request f with errno.
 func (e *Engine) fail(now time.Duration, f *noc.Frame, errno syscall.Errno, out node.Sender) {
-	e.debugf(f.GVA.Key(), "fail %v/%d to %v: %v", f.Class, f.Op, f.Src, errno)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "fail %v/%d to %v: %v", f.Class, f.Op, f.Src, errno)
+	}
 	var b [errnoLen]byte
 	binary.BigEndian.PutUint32(b[:], uint32(errno))
 	e.reply(now, f.Src, f.RequestID, f.Class, f.Op, noc.FlagError, f.GVA, f.PageVersion, b[:], out)

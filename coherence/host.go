@@ -544,7 +544,9 @@ func (e *Engine) hostUnref(now time.Duration, r *request, out node.Sender) {
 
 // dropReplica releases the local replica and prunes its entry.
 func (e *Engine) dropReplica(now time.Duration, pg *page, out node.Sender) {
-	e.debugf(pg.key, "drop replica")
+	if e.dbg != nil {
+		e.debugf(pg.key, "drop replica")
+	}
 	e.store.Release(pg.key)
 	delete(e.pages, pg.key)
 	if ent, ok := e.cache.Peek(pg.key); ok {

@@ -2,7 +2,6 @@ package coherence
 
 import (
 	"encoding/binary"
-	"errors"
 	"syscall"
 	"time"
 
@@ -91,7 +90,9 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			return 0, 0, 0, syscall.EAGAIN // it moved on; the home will learn of it
 		}
 		rec := e.home[key]
-		e.debugf(key, "home lookup %+v born=%v", rec, e.born)
+		if e.dbg != nil {
+			e.debugf(key, "home lookup %+v born=%v", rec, e.born)
+		}
 		switch {
 		case rec == nil && e.now < e.born+2*e.cfg.HomeRefresh:
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
@@ -213,7 +214,9 @@ func (e *Engine) invalidated(now time.Duration, pg *page, v gva.Version) {
 
 // handleDown runs an update or invalidate coming down the tree.
 func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
-	e.debugf(f.GVA.Key(), "down op=%d v=%d in=%d", f.Op, f.PageVersion, in)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "down op=%d v=%d in=%d", f.Op, f.PageVersion, in)
+	}
 	key := f.GVA.Key()
 	var data []byte
 	if f.Op == OpUpdate {
@@ -268,7 +271,9 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out 
 
 // handleUnref removes the arrival port from the page's down set.
 func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
-	e.debugf(f.GVA.Key(), "unref in=%d", in)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "unref in=%d", in)
+	}
 	if len(f.Payload) != 0 {
 		e.malformed()
 		return
@@ -289,7 +294,9 @@ func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out
 // prune removes an entry that no longer leads anywhere, unref'ing it
 // upstream.
 func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender) {
-	e.debugf(ent.Key, "prune? up=%d down=%v owner=%v", ent.Up, ent.Down, ent.Owner)
+	if e.dbg != nil {
+		e.debugf(ent.Key, "prune? up=%d down=%v owner=%v", ent.Up, ent.Down, ent.Owner)
+	}
 	if ent.Owner || !ent.Down.Empty() || e.fetches[ent.Key] != nil {
 		return
 	}
@@ -306,7 +313,9 @@ func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender)
 
 // handleDetach resets this node's entry when its up branch is gone.
 func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
-	e.debugf(f.GVA.Key(), "detach in=%d", in)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "detach in=%d", in)
+	}
 	if len(f.Payload) != 0 {
 		e.malformed()
 		return
@@ -323,7 +332,9 @@ func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, ou
 // below is detached, the local replica becomes invalid, local waiters
 // re-ref by the home route.
 func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry, out node.Sender) {
-	e.debugf(ent.Key, "reset up=%d down=%v", ent.Up, ent.Down)
+	if e.dbg != nil {
+		e.debugf(ent.Key, "reset up=%d down=%v", ent.Up, ent.Down)
+	}
 	key := ent.Key
 	e.stats.Resets++
 	e.detachBelow(now, ent, out)
@@ -501,5 +512,3 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 		e.completeErr(now, r, errno, "")
 	}
 }
-
-var errNoEntry = errors.New("coherence: no path cache entry")

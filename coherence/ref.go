@@ -21,7 +21,9 @@ type graftWaiter struct {
 // handleRef runs a ref at a node that is not the owner. ent is the node's
 // entry (nil: the node is not on the page's tree).
 func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry, out node.Sender) {
-	e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, f.Payload[prefixLen], ent != nil)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, f.Payload[prefixLen], ent != nil)
+	}
 	key := f.GVA.Key()
 	_, rf, _ := decodeRef(f.Payload)
 	graft := rf&refGraft != 0
@@ -113,7 +115,9 @@ func (e *Engine) openFetch(now time.Duration, key gva.GVA, ent *pathcache.Entry)
 
 // closeFetch ends the open fetch of key.
 func (e *Engine) closeFetch(key gva.GVA) {
-	e.debugf(key, "close fetch")
+	if e.dbg != nil {
+		e.debugf(key, "close fetch")
+	}
 	fe := e.fetches[key]
 	if fe == nil {
 		return
@@ -197,7 +201,9 @@ func (e *Engine) ownerOf(pg *page) noc.NodeID {
 // handleRefReply installs content coming down and passes it on to what
 // waits for it here.
 func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
-	e.debugf(f.GVA.Key(), "ref reply in=%d dst=%v v=%d", in, f.Dst, f.PageVersion)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "ref reply in=%d dst=%v v=%d", in, f.Dst, f.PageVersion)
+	}
 	rr, err := decodeRefReply(f.Payload)
 	if err != nil {
 		e.malformed()

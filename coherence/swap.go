@@ -319,7 +319,9 @@ func (e *Engine) sendAbort(dst noc.NodeID, id uint64, key gva.GVA, seq uint64, o
 // owner), its primary becomes a replica, the path's entries flip as the
 // done travels down the acquire's route.
 func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node.Sender) {
-	e.debugf(pg.key, "commit to %v", pg.swap.peer)
+	if e.dbg != nil {
+		e.debugf(pg.key, "commit to %v", pg.swap.peer)
+	}
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
@@ -374,7 +376,9 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 
 // abortOut calls a swap off at the old owner: it stays the owner.
 func (e *Engine) abortOut(now time.Duration, pg *page, out node.Sender) {
-	e.debugf(pg.key, "abort out to %v", pg.swap.peer)
+	if e.dbg != nil {
+		e.debugf(pg.key, "abort out to %v", pg.swap.peer)
+	}
 	sw := pg.swap
 	e.cancel(sw.timer)
 	pg.swap = nil
@@ -484,7 +488,9 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame, out node.Send
 // ordinary again, held messages go on toward the owner, the request
 // retries.
 func (e *Engine) revertIn(now time.Duration, pg *page, out node.Sender) {
-	e.debugf(pg.key, "revert in")
+	if e.dbg != nil {
+		e.debugf(pg.key, "revert in")
+	}
 	sw := pg.swap
 	e.cancel(sw.timer)
 	pg.swap = nil
@@ -545,7 +551,9 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 // its up port now leads toward the acquirer, the port toward the old owner
 // becomes a down port (if the sender flipped too).
 func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg, out node.Sender) {
-	e.debugf(f.GVA.Key(), "flip in=%d flags=%x", in, d.flags)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "flip in=%d flags=%x", in, d.flags)
+	}
 	n := len(d.route) / 2
 	next := routePort(d.route, n-1)
 	senderFlipped := d.flags&doneBroken == 0
@@ -581,7 +589,9 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 
 // becomeOwner completes a swap at the acquirer.
 func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out node.Sender) {
-	e.debugf(pg.key, "become owner graft=%d", graft)
+	if e.dbg != nil {
+		e.debugf(pg.key, "become owner graft=%d", graft)
+	}
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
@@ -686,7 +696,9 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Send
 		return
 	}
 	key := f.GVA.Key()
-	e.debugf(key, "owner moved from %v: owner %v epoch %d", f.Src, m.owner, m.epoch)
+	if e.dbg != nil {
+		e.debugf(key, "owner moved from %v: owner %v epoch %d", f.Src, m.owner, m.epoch)
+	}
 	if rec := e.home[key]; rec == nil && homeOf(key) == e.self && m.owner != noc.BroadcastNode {
 		// A home that restarted learns its record again from the owner.
 		e.home[key] = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
