@@ -26,8 +26,8 @@ func TestWhereOnLiveNodes(t *testing.T) {
 }
 
 // TestWhereVersionIsTheOwners: PROTOCOL.md §4 — WHERE answers "u64 owner's
-// version". The owner's node knows it exactly, yet the live agent answers
-// 0: coherence's where never sets Completion.Version.
+// version", which the owner's node knows exactly (the live agent once
+// answered 0 there).
 func TestWhereVersionIsTheOwners(t *testing.T) {
 	nodes := startLine(t, 1, nil)
 	ctx := ctxT(t, time.Minute)
