@@ -199,8 +199,9 @@ type Engine struct {
 	nextPage gva.PageNumber
 
 	// scratch, reused across calls
-	pay       []byte // payloads of frames this node builds
-	hostPay   []byte // payloads of frames built for host requests
+	sf        noc.Frame // the frame handed to the Sender (it encodes before returning)
+	pay       []byte    // payloads of frames this node builds
+	hostPay   []byte    // payloads of frames built for host requests
 	fired     []arbiter.Fired[timer]
 	answers   []arbiter.Answer
 	evicts    []pathcache.Eviction
@@ -626,20 +627,26 @@ func newFrame(c noc.Class, op noc.Op, flags noc.Flags, src, dst noc.NodeID, id u
 		RequestID: id, GVA: g, PageVersion: v, Payload: payload}
 }
 
-// sendPort queues f on port p and counts it.
+// sendPort queues f on port p and counts it. The Sender encodes the frame
+// before it returns, so the engine hands it a copy in its own scratch
+// frame: the caller's frame stays on the caller's stack.
 func (e *Engine) sendPort(p noc.PortID, f *noc.Frame, out node.Sender) {
 	e.stats.count(&e.stats.Sent, f.Class, f.Op)
-	if err := out.SendPort(p, f); err != nil {
+	e.sf = *f
+	if err := out.SendPort(p, &e.sf); err != nil {
 		e.stats.SendErrors++
 	}
+	e.sf = noc.Frame{}
 }
 
 // sendNode sends f toward f.Dst by routing and counts it.
 func (e *Engine) sendNode(f *noc.Frame, out node.Sender) {
 	e.stats.count(&e.stats.Sent, f.Class, f.Op)
-	if err := out.SendNode(f); err != nil {
+	e.sf = *f
+	if err := out.SendNode(&e.sf); err != nil {
 		e.stats.SendErrors++
 	}
+	e.sf = noc.Frame{}
 }
 
 // reply answers request id of node src: locally when src is this node,
