@@ -25,8 +25,14 @@ struct example_args {
     long parties;
 };
 
+/* increments_done is how far the loop got, for the failure message (-1:
+ * not started). */
+static long increments_done = -1;
+
 static void die(const char *prog, const char *what, int rc) {
-    fprintf(stderr, "%s: %s: %s (%s)\n", prog, what, dpu_strerror(rc), dpu_last_error());
+    fprintf(stderr, "%s: %s: %s (%s)", prog, what, dpu_strerror(rc), dpu_last_error());
+    if (increments_done >= 0) fprintf(stderr, " after %ld increments", increments_done);
+    fputc('\n', stderr);
     exit(1);
 }
 

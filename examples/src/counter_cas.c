@@ -27,12 +27,13 @@ int main(int argc, char **argv) {
 
     uint64_t expected = 0, retries = 0;
     double start = now_s();
-    for (long done = 0; done < a.iterations;) {
+    increments_done = 0;
+    while (increments_done < a.iterations) {
         errno = 0; /* atomic_cas_remote returns 0 and sets errno on failure */
         uint64_t old = atomic_cas_remote(a.counter, expected, expected + 1);
         if (old == 0 && errno != 0) die(argv[0], "atomic_cas_remote", -errno);
         if (old == expected) {
-            done++;
+            increments_done++;
             expected++;
         } else {
             retries++;

@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
 
     uint64_t v = 0;
     double start = now_s();
-    for (long i = 0; i < a.iterations; i++) {
+    for (increments_done = 0; increments_done < a.iterations; increments_done++) {
         if ((rc = dpu_lock(d, a.counter)) < 0) die(argv[0], "lock", rc);
         if ((rc = dpu_load64(d, a.counter, &v)) < 0) die(argv[0], "load", rc);
         if ((rc = dpu_store64(d, a.counter, v + 1)) < 0) die(argv[0], "store", rc);
