@@ -115,7 +115,7 @@ func (w *World) clientStep(c *client) {
 		w.submit(n, po)
 		return
 	}
-	pi := w.pickPage(r)
+	pi := w.pickPage(c, r)
 	p := w.pages[pi]
 	po.page = pi
 	x := r.IntN(100)
@@ -162,7 +162,11 @@ func (w *World) clientStep(c *client) {
 	w.submit(n, po)
 }
 
-func (w *World) pickPage(r *rand.Rand) int {
+func (w *World) pickPage(c *client, r *rand.Rand) int {
+	if k := w.cfg.Neighbourhood; k > 0 && w.cfg.ColdPages > 0 && r.IntN(100) != 0 {
+		first := int(c.node) * w.cfg.ColdPages / len(w.nodes)
+		return w.cfg.HotPages + (first+r.IntN(k))%w.cfg.ColdPages
+	}
 	if r.IntN(10) < 7 || w.cfg.ColdPages == 0 {
 		return r.IntN(w.cfg.HotPages)
 	}

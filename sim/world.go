@@ -76,6 +76,11 @@ type Config struct {
 	// ReadMostly makes 95% of a client's requests loads (of pages it has
 	// mapped), the rest the usual mix.
 	ReadMostly bool
+	// Neighbourhood, if positive, makes each client work on that many
+	// pages of its own part of the page list (nodes with nearby ids share
+	// pages, and in a small-world lattice they are near in the fabric) and
+	// touch the hot pages only 1% of the time.
+	Neighbourhood int
 	// SmallCache gives every node physical pages for half the workload's
 	// pages, a path cache a little larger and an idle TTL, so that
 	// entries age out and maps hit the capacity rule.
@@ -172,10 +177,13 @@ var engineTiming = coherence.Config{
 // smaller windows (the simulator holds every endpoint in memory).
 func linkConfig(nodes int) link.Config {
 	lc := link.DefaultConfig()
-	if nodes > 64 {
-		// Routing floods every node's LSA over every link at start: the
-		// queue must hold a flood (a refused LSA waits for the next
-		// refresh).
+	switch {
+	case nodes > 256:
+		// Memory: every endpoint is held in one process. LSAs the queue
+		// refuses during the start-up flood wait for the next refresh.
+		lc.Window, lc.SendQueue, lc.MaxMessage = 16, 128, 8192
+	case nodes > 64:
+		// The queue holds the start-up flood of every node's LSA.
 		lc.Window, lc.SendQueue, lc.MaxMessage = 16, 4*nodes, 8192
 	}
 	lc.RTO = 500 * time.Microsecond
@@ -186,7 +194,7 @@ func linkConfig(nodes int) link.Config {
 }
 
 func routeConfig() route.Config {
-	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: 10 * time.Second, SPFDelay: 200 * time.Microsecond}
+	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second, SPFDelay: 200 * time.Microsecond}
 }
 
 // World is one simulated fabric: N node cores with their engines, the
