@@ -7,7 +7,7 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib run stop test lint fmt vet bench generate generate-check clean
+.PHONY: all build clib examples run stop test lint fmt vet bench generate generate-check clean
 
 all: build
 
@@ -18,6 +18,10 @@ build: clib
 # The C library of the host interface (libdpu.so, libdpu.a, dpu.pc).
 clib:
 	$(MAKE) -s -C hostif/c
+
+# The C examples (shared counters over atomic_cas_remote and dpu_lock).
+examples: clib
+	$(MAKE) -C examples
 
 # Start a local fabric of $(NODES) agents over UDP loopback and show it working.
 run: build
@@ -68,5 +72,6 @@ generate-check: generate
 clean:
 	rm -rf $(BIN)
 	$(MAKE) -s -C hostif/c clean
+	$(MAKE) -s -C examples clean
 
 include images/image.mk

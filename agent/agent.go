@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gpu"
 	"github.com/aitherion/dpu/hostif"
@@ -263,7 +264,8 @@ func (a *Agent) newEngine() error {
 	a.host = newHostBackend(a)
 	seed := a.seed()
 	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
-		Sink: a.host, Seed: seed ^ 0x636f68})
+		Sink: a.host, Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
+		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

@@ -53,6 +53,11 @@ type Config struct {
 	// pins its XDP program's maps under XDPPinDir/<device> (for fault
 	// injection by another process).
 	XDPPinDir string
+	// RequestTimeout bounds every host request inside the coherence
+	// engine (retries included); PinBound how long a lock's pin may stay
+	// raised before the hardware timer revokes it (a host fault).
+	RequestTimeout time.Duration
+	PinBound       time.Duration
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
 	GPU gpu.Config
@@ -68,6 +73,10 @@ func DefaultConfig() Config {
 		Heartbeat:    100 * time.Millisecond,
 		DeadInterval: time.Second,
 		Pages:        65536, // 256 MiB of 4 KiB pages
+		// Requests may cross a fabric whose links take a dead interval to
+		// fail over; a lock is a host program's critical section.
+		RequestTimeout: 2 * time.Second,
+		PinBound:       5 * time.Second,
 	}
 }
 
@@ -89,7 +98,8 @@ func (c *Config) LoadFile(path string) error {
 // The format is line oriented: blank lines and lines starting with '#' are
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
-// xdp-pin-dir, gpu-mem-limit, gpu-quota, gpu-device, and
+// request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
+// gpu-device, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -168,6 +178,10 @@ func (c *Config) Set(key, val string) error {
 		c.Pages = n
 	case "seed":
 		c.Seed, err = strconv.ParseUint(val, 10, 64)
+	case "request-timeout":
+		c.RequestTimeout, err = parsePositiveDuration(val)
+	case "pin-bound":
+		c.PinBound, err = parsePositiveDuration(val)
 	case "xdp-pin-dir":
 		c.XDPPinDir = val
 	case "gpu-mem-limit":

@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		ports    portFlags
 	)
 	settings := map[string]*string{}
-	for _, k := range []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed", "xdp-pin-dir", "gpu-mem-limit", "gpu-quota"} {
+	for _, k := range []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed", "xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound"} {
 		settings[k] = fs.String(k, "", "sets "+k+" (see the configuration file format)")
 	}
 	poll := fs.Bool("poll", false, "busy-poll ports instead of blocking")
