@@ -36,6 +36,7 @@ run: build
 	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node1/ctl.sock -j route show"
 	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node2/ctl.sock neigh show"
 	@echo "  $(BIN)/dpuctl -s $(RUN_DIR)/node0/ctl.sock stats"
+	@echo "  G=\$$($(BIN)/dpuctl -d $(RUN_DIR)/node0/dpu0.sock mem alloc); $(BIN)/dpuctl -d $(RUN_DIR)/node2/dpu0.sock mem add \$$G 1"
 	@echo "  $(BIN)/dpuctl topo plan --nodes 64 --ports 4"
 	@echo "  $(BIN)/dpu-fabric down --dir $(RUN_DIR)"
 
