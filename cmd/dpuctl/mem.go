@@ -334,15 +334,25 @@ func memAlloc(s *memSession, a memArgs) error {
 	return err
 }
 
-func memFree(s *memSession, a memArgs) error {
-	if err := a.want(1, 1, "GVA"); err != nil {
-		return err
+// target checks a command's arguments, parses its GVA (the first
+// argument) and connects.
+func (s *memSession) target(a memArgs, min, max int, usage string) (gva.GVA, *client.Client, error) {
+	if err := a.want(min, max, usage); err != nil {
+		return gva.GVA{}, nil, err
 	}
 	g, err := parseAddr(a.pos[0])
 	if err != nil {
-		return err
+		return gva.GVA{}, nil, err
 	}
 	c, err := s.dial()
+	if err != nil {
+		return gva.GVA{}, nil, err
+	}
+	return g, c, nil
+}
+
+func memFree(s *memSession, a memArgs) error {
+	g, c, err := s.target(a, 1, 1, "GVA")
 	if err != nil {
 		return err
 	}
@@ -518,14 +528,7 @@ func memAdd(s *memSession, a memArgs) error {
 }
 
 func memWhere(s *memSession, a memArgs) error {
-	if err := a.want(1, 1, "GVA"); err != nil {
-		return err
-	}
-	g, err := parseAddr(a.pos[0])
-	if err != nil {
-		return err
-	}
-	c, err := s.dial()
+	g, c, err := s.target(a, 1, 1, "GVA")
 	if err != nil {
 		return err
 	}
