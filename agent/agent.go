@@ -159,9 +159,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer wg.Wait() // runs after cancel: every goroutine below ends with ctx
+	defer cancel()
 
 	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"))
 	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")

@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,5 +64,38 @@ func TestConfigErrors(t *testing.T) {
 	c.Ports = []PortSpec{{Name: "p0", Kind: "udp"}, {Name: "p0", Kind: "udp"}}
 	if err := c.Validate(); err == nil {
 		t.Fatal("duplicate port names accepted")
+	}
+}
+
+// TestRunFailsCleanlyWhenTheSocketIsTaken: an agent whose host socket
+// cannot be created returns an error instead of hanging, and releases its
+// control socket.
+func TestRunFailsCleanlyWhenTheSocketIsTaken(t *testing.T) {
+	dir := t.TempDir()
+	// a directory where the host socket should be makes its creation fail
+	if err := os.Mkdir(filepath.Join(dir, "dpu0.sock"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dpu0.sock", "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.RunDir = dir
+	a, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run succeeded without its host socket")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run hung after its host socket failed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ctl.sock")); err == nil {
+		t.Fatal("control socket left behind")
 	}
 }
