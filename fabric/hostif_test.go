@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/agent/ctl"
 	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/client"
@@ -228,5 +229,69 @@ func TestKilledLockHolder(t *testing.T) {
 				t.Errorf("unlock by the next locker: %v", err)
 			}
 		})
+	}
+}
+
+// TestPathCacheAndOwnerShow: the control socket of real agents shows the
+// path a mapped page built (dpuctl pathcache show) and the pages an agent
+// owns with their pins and queue (dpuctl owner show).
+func TestPathCacheAndOwnerShow(t *testing.T) {
+	st, _ := upShared(t, 3, "line")
+	c0, c2 := dialNode(t, st, 0), dialNode(t, st, 2)
+	ctx := ctxFor(t, 30*time.Second)
+	g, err := c0.Alloc(ctx, gva.PageSize, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c0.Store64(ctx, g, 42); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c2.Map(ctx, g, gva.PageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmap(ctx)
+	if err := c0.Lock(ctx, g, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer c0.Unlock(ctx, g)
+
+	ctlOf := func(i int) *ctl.Client {
+		cc, err := ctl.Dial(st.Agents[i].Ctl())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	owned, err := ctlOf(0).OwnedPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owned) != 1 || owned[0].Key != g.Key() || !owned[0].Pinned || owned[0].Version == 0 {
+		t.Fatalf("node 0 owner show: %+v", owned)
+	}
+	// every node on the path holds an entry: the owner, the middle (no
+	// replica, one down port), the mapper (a valid replica)
+	for i, want := range []ctl.ReplicaState{ctl.ReplicaPrimary, ctl.ReplicaNone, ctl.ReplicaValid} {
+		es, err := ctlOf(i).PathCache(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *ctl.PathEntry
+		for k := range es {
+			if es[k].Key == g.Key() {
+				found = &es[k]
+			}
+		}
+		if found == nil || found.Replica != want {
+			t.Fatalf("node %d pathcache show: %+v, want the page with replica %v", i, es, want)
+		}
+		if i == 1 && len(found.Down) != 1 {
+			t.Fatalf("middle node's entry has down ports %v, want one", found.Down)
+		}
+	}
+	if owned2, err := ctlOf(2).OwnedPages(ctx); err != nil || len(owned2) != 0 {
+		t.Fatalf("node 2 owns %+v (%v)", owned2, err)
 	}
 }
