@@ -42,6 +42,8 @@ type system interface {
 	StartAgent(args []string) error
 	// Dpuctl runs dpuctl with args and returns its standard output.
 	Dpuctl(ctx context.Context, args ...string) ([]byte, error)
+	// HostMemory connects to the agent's host interface (dpu0.sock).
+	HostMemory(ctx context.Context) (hostMemory, error)
 	Uptime() time.Duration
 	PowerOff() error
 	// ReleaseTerminal drops the controlling terminal, so that returning

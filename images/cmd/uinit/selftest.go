@@ -20,7 +20,8 @@ import (
 //	DPU-TEST START node=N peers=[…]
 //	DPU-TEST READY uptime=S         the agent serves its control socket
 //	DPU-TEST ROUTES uptime=S        every dpu.test.peers node is routed
-//	DPU-TEST OUT NAME: LINE         one line of a check's output
+//	DPU-TEST OUT NAME: LINE         one line of a check's output (the
+//	                                cross-guest CAS is the check "cas")
 //	DPU-TEST END NAME ok | error: …
 //	DPU-TEST DONE ok | fail: REASON
 const testMarker = "DPU-TEST"
@@ -86,9 +87,15 @@ func selftest(ctx context.Context, sys system, out io.Writer, p bootparam.Params
 		}
 	}
 
-	// A cross-guest CAS (atomic_cas_remote on a page owned by a peer) goes
-	// here once the host interface (dpu0.sock) has a client the image can
-	// carry: it would print its result as one more check.
+	// The cross-guest CAS (cas.go): one node stores a value in a page it
+	// owns, the others compare-and-swap it through their own node.
+	if len(p.Test.Peers) > 0 && failure == "" {
+		lines, err := crossCAS(ctx, sys.HostMemory, p.Node, p.Test.Peers)
+		printCheck(out, "cas", []byte(strings.Join(lines, "\n")), err)
+		if err != nil {
+			failure = "cas: " + firstLine(err.Error())
+		}
+	}
 
 	for _, c := range testChecks {
 		b, err := sys.Dpuctl(ctx, c.Args...)

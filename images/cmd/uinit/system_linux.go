@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/images/kmod"
 )
 
@@ -132,6 +133,12 @@ func (linuxSystem) Dpuctl(ctx context.Context, args ...string) ([]byte, error) {
 		return stdout.Bytes(), fmt.Errorf("dpuctl %s: %w", strings.Join(args, " "), err)
 	}
 	return stdout.Bytes(), nil
+}
+
+// HostMemory connects to the agent's host interface at its default path
+// (/run/dpu/dpu0.sock).
+func (linuxSystem) HostMemory(ctx context.Context) (hostMemory, error) {
+	return client.Dial(ctx, client.DefaultSocket(), client.Options{Name: "uinit-selftest", Timeout: dpuctlTimeout})
 }
 
 func (linuxSystem) Uptime() time.Duration {

@@ -33,6 +33,8 @@ type fakeSystem struct {
 	calls      int
 	poweredOff bool
 	released   bool
+	// mem connects to the host interface (nil: there is none).
+	mem func(ctx context.Context) (hostMemory, error)
 }
 
 func newFakeSystem(cmdline string) *fakeSystem {
@@ -79,6 +81,12 @@ func (s *fakeSystem) Dpuctl(_ context.Context, args ...string) ([]byte, error) {
 	call := s.calls
 	s.mu.Unlock()
 	return s.dpuctl(call, args)
+}
+func (s *fakeSystem) HostMemory(ctx context.Context) (hostMemory, error) {
+	if s.mem == nil {
+		return nil, errors.New("no host interface in this test")
+	}
+	return s.mem(ctx)
 }
 func (s *fakeSystem) Uptime() time.Duration { return 3 * time.Second }
 func (s *fakeSystem) PowerOff() error       { s.poweredOff = true; return nil }
@@ -193,7 +201,18 @@ func TestSelftestPasses(t *testing.T) {
 		}
 		return []byte("ok\n"), nil
 	}
+	// Node 1 (the peer) swaps node 0's value through its own node.
+	dial := hostFabric(t, 0, 1)
+	s.mem = dial[0]
+	peer := make(chan error, 1)
+	go func() {
+		_, err := crossCAS(context.Background(), dial[1], 1, []uint32{0})
+		peer <- err
+	}()
 	console, logs := bootWith(t, s)
+	if err := <-peer; err != nil {
+		t.Errorf("peer: %v", err)
+	}
 	if !strings.Contains(logs, "staying up 50ms") {
 		t.Errorf("no linger:\n%s", logs)
 	}
@@ -205,6 +224,8 @@ func TestSelftestPasses(t *testing.T) {
 		"DPU-TEST OUT route-show: 1 via p0 hops 1\n",
 		"DPU-TEST END route-show ok\n",
 		"DPU-TEST END stats ok\n",
+		"DPU-TEST OUT cas: owner gva:00000000000000000000000000001000 value 6840346601316155434 then 6840346601316155435 after ",
+		"DPU-TEST END cas ok\n",
 		"DPU-TEST DONE ok\n",
 	} {
 		if !strings.Contains(console, want) {
