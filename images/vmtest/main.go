@@ -193,7 +193,7 @@ func wiredPair(name string, ports func(node int) []string) scenario {
 	sc := scenario{
 		Name:       name,
 		Checks:     allChecks,
-		WithOutput: []string{"route-show", "link-show", "stats", "route-json", "link-json"},
+		WithOutput: []string{"route-show", "link-show", "stats", "route-json", "link-json", "cas"},
 	}
 	for node := 0; node < 2; node++ {
 		sc.Guests = append(sc.Guests, guestSpec{
@@ -234,7 +234,14 @@ func wiredPair(name string, ports func(node int) []string) scenario {
 			notes = append(notes, fmt.Sprintf("%s: routes to node %d; ports: %s; modules: %s",
 				g.spec.Name, peer, strings.Join(ks, ", "), g.console.modulesLine()))
 		}
-		return notes, nil
+		// Node 0 owns the shared page; node 1 swapped its value.
+		owner, _ := gs[0].console.Check("cas")
+		peer, _ := gs[1].console.Check("cas")
+		note, err := checkCAS(0, owner, 1, peer)
+		if err != nil {
+			return nil, err
+		}
+		return append(notes, note), nil
 	}
 	return sc
 }
