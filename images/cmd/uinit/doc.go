@@ -15,8 +15,10 @@
 // makes the kernel hang the console up, and the shell would die with it.
 //
 // With dpu.test=1 it runs the boot self-test instead of returning: it waits
-// for the agent to serve, for the routes to dpu.test.peers, runs dpuctl's
-// route, link, neighbour and stats commands, prints their output between
+// for the agent to serve, for the routes to dpu.test.peers, compare-and-
+// swaps across nodes through the host interface (the lowest-numbered node
+// stores a value in a page it owns, the others CAS it: cas.go), runs
+// dpuctl's route, link, neighbour and stats commands, prints their output between
 // "DPU-TEST" markers on the console, and powers the machine off.
 // images/vmtest reads those markers.
 //
