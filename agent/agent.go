@@ -27,7 +27,6 @@ import (
 const (
 	inQueue        = 256              // datagrams waiting for the core, all ports together
 	buffersPerPort = 64               // receive buffers each reader cycles through
-	requestTimeout = 2 * time.Second  // a control request the core does not serve in time fails
 	maxBatch       = 64               // datagrams handled before outputs are flushed
 	readerStop     = 5 * time.Second  // bound on reader goroutines exiting at shutdown
 	idleTick       = 10 * time.Second // longest sleep when nothing is due
@@ -48,8 +47,17 @@ type Agent struct {
 	host    *hostBackend
 	gpu     *gpu.Accountant
 
+	// mu owns the core: the run loop and callers of onCore (control
+	// snapshots, host requests) each run a bounded step under it, then
+	// write the step's output datagrams before letting go. A host request
+	// for a page owned here so completes on the caller's goroutine,
+	// without a hand-off.
+	mu    sync.Mutex
+	out   []byte        // output datagram buffer (under mu)
+	armed time.Duration // when the sleeping loop wakes next (under mu)
+	kick  chan struct{} // wakes the loop when a step needs it sooner
+
 	in    chan datagram
-	reqs  chan func()
 	ctl   *ctl.Server
 	ready chan struct{}
 	ran   bool
@@ -108,7 +116,8 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, log: log, start: time.Now(), in: make(chan datagram, inQueue), reqs: make(chan func()), ready: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: log, start: time.Now(), in: make(chan datagram, inQueue), ready: make(chan struct{}),
+		out: make([]byte, 1<<16), kick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -265,7 +274,7 @@ func (a *Agent) newEngine() error {
 	seed := a.seed()
 	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
 		Sink: a.host, Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
-		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}})
+		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -341,28 +350,27 @@ func (a *Agent) read(ctx context.Context, i noc.PortID) {
 	}
 }
 
-// loop is the core goroutine: the only one that touches a.core.
+// loop drives the core: it sleeps until a datagram, a kick or the core's
+// next deadline, and runs each step under a.mu.
 func (a *Agent) loop(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	out := make([]byte, 1<<16)
 	for {
-		now := a.now()
-		if now >= a.core.NextDeadline() {
-			a.core.Tick(now)
-		}
-		a.flush(out)
-		a.publish()
 		if a.cfg.Poll {
 			if err := a.pollOnce(ctx); err != nil {
 				return err
 			}
 			continue
 		}
+		a.mu.Lock()
+		a.tickLocked()
 		wait := min(a.core.NextDeadline()-a.now(), idleTick)
+		a.armed = a.now() + wait
+		a.mu.Unlock()
 		timer.Reset(max(wait, 0))
 		select {
 		case d := <-a.in:
+			a.mu.Lock()
 			a.input(d)
 			for range maxBatch - 1 {
 				select {
@@ -373,8 +381,9 @@ func (a *Agent) loop(ctx context.Context) error {
 				}
 				break
 			}
-		case fn := <-a.reqs:
-			fn()
+			a.afterStepLocked()
+			a.mu.Unlock()
+		case <-a.kick:
 		case <-timer.C:
 		case <-ctx.Done():
 			return ctx.Err()
@@ -382,15 +391,46 @@ func (a *Agent) loop(ctx context.Context) error {
 	}
 }
 
+// spinBound: a step whose core has a deadline this close waits for it and
+// runs it at once (the arbiter closes its tick a microsecond after a local
+// request arrives; sleeping until then would cost a timer wake-up).
+const spinBound = 20 * time.Microsecond
+
+// settleLocked runs the core's deadlines that fall within spinBound of now,
+// a few at most.
+func (a *Agent) settleLocked() {
+	for range 4 {
+		d := a.core.NextDeadline()
+		if d-a.now() > spinBound {
+			return
+		}
+		for a.now() < d {
+		}
+		a.core.Tick(a.now())
+	}
+}
+
+// tickLocked runs the core's timers when due and writes their output.
+func (a *Agent) tickLocked() {
+	if now := a.now(); now >= a.core.NextDeadline() {
+		a.core.Tick(now)
+	}
+	a.afterStepLocked()
+}
+
+// afterStepLocked writes what a step produced and publishes its events.
+func (a *Agent) afterStepLocked() {
+	a.flush(a.out)
+	a.publish()
+}
+
 // pollOnce busy-polls every port once (poll mode).
 func (a *Agent) pollOnce(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case fn := <-a.reqs:
-		fn()
-	default:
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for i := range a.ports {
 		p := &a.ports[i]
 		poller, ok := p.port.(noc.Poller)
@@ -407,6 +447,7 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 		}
 		p.free <- buf
 	}
+	a.tickLocked()
 	return nil
 }
 
@@ -471,25 +512,24 @@ func (a *Agent) publishFault(ev coherence.Event) {
 	}
 }
 
-// ErrBusy is returned when the core does not serve a control request in
-// time.
-var ErrBusy = errors.New("agent: core did not answer in time")
-
-// Exec runs fn on the core goroutine of a running agent and waits for it;
-// it fails with ErrBusy when the core does not take fn within a bound. fn
-// must not block.
+// Exec runs fn as one step of the agent's core, then writes the step's
+// output. fn must not block.
 func (a *Agent) Exec(fn func(c *node.Core)) error { return a.onCore(fn) }
 
-// onCore runs fn on the core goroutine and waits (bounded) for it.
+// onCore runs fn as one step of the core under a.mu: every holder of a.mu
+// does bounded work, so the wait for it is bounded too.
 func (a *Agent) onCore(fn func(c *node.Core)) error {
-	done := make(chan struct{})
-	t := time.NewTimer(requestTimeout)
-	defer t.Stop()
-	select {
-	case a.reqs <- func() { fn(a.core); close(done) }:
-	case <-t.C:
-		return ErrBusy
+	a.mu.Lock()
+	fn(a.core)
+	a.settleLocked()
+	a.afterStepLocked()
+	sooner := a.core.NextDeadline() < a.armed
+	a.mu.Unlock()
+	if sooner {
+		select { // the loop sleeps past the core's next deadline: wake it
+		case a.kick <- struct{}{}:
+		default:
+		}
 	}
-	<-done // accepted: the core is running fn, which is bounded
 	return nil
 }

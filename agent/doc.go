@@ -5,17 +5,22 @@
 //
 // # Run loop
 //
-// One goroutine owns the node core; nothing else touches it. In the default
-// blocking mode every port has a reader goroutine that hands datagrams to the
-// core goroutine over a bounded channel, and the core goroutine sleeps until
-// a datagram, a control request or its next deadline. With poll = true the
-// core goroutine instead busy-polls every port that implements noc.Poller
-// (DPU firmware polls; a blocking wake-up costs tens of microseconds on small
+// The node core is a single-threaded state machine; a mutex makes each use
+// of it one step: the step runs, the datagrams it produced are written to
+// the ports, its events are published, and the mutex is let go. Every
+// holder does bounded work, so every wait for the core is bounded.
+//
+// In the default blocking mode every port has a reader goroutine that hands
+// datagrams to the loop goroutine over a bounded channel; the loop sleeps
+// until a datagram, a kick or the core's next deadline. With poll = true the
+// loop instead busy-polls every port that implements noc.Poller (DPU
+// firmware polls; a blocking wake-up costs tens of microseconds on small
 // machines) and never sleeps; it burns one core.
 //
-// Control requests (dpuctl) reach the core as closures on a bounded channel
-// and are answered with snapshots; a request that cannot be served within
-// its deadline fails with an error instead of waiting.
+// Host requests (dpu0.sock) and control requests (dpuctl) take the core
+// step themselves on their connection's goroutine: a CAS on a page owned
+// here completes without any hand-off between goroutines. A step that moves
+// the core's next deadline earlier kicks the loop awake.
 //
 // # Configuration
 //

@@ -11,14 +11,16 @@ import (
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/node"
 )
 
-// hostBackend adapts the coherence engine, which runs on the core
-// goroutine, to the host interface's Backend, whose methods are called from
-// connection goroutines. Requests cross to the core goroutine through
-// Agent.onCore; completions come back through the engine's Sink (called on
-// the core goroutine, never blocking) to a per-request channel.
+// hostBackend adapts the coherence engine, a single-threaded state machine
+// inside the node core, to the host interface's Backend, whose methods are
+// called from connection goroutines. A request is submitted as one step of
+// the core (Agent.onCore); its completion comes back through the engine's
+// Sink, called inside some step and never blocking, to a per-request
+// channel, so a request on a page owned here completes within its own step.
 type hostBackend struct {
 	a      *Agent
 	engine *coherence.Engine
@@ -26,8 +28,11 @@ type hostBackend struct {
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan coherence.Completion
-	attrs   map[gva.GVA]hostif.Attr // pages allocated here (page key -> attributes)
-	extents map[gva.GVA]int         // first page of an allocation -> pages
+	// abandoned are requests whose caller gave up while they were in
+	// flight and whose success must be undone (a lock nobody will unlock).
+	abandoned map[uint64]coherence.Request
+	attrs     map[gva.GVA]hostif.Attr // pages allocated here (page key -> attributes)
+	extents   map[gva.GVA]int         // first page of an allocation -> pages
 	// mapped counts the engine refs this backend holds per page (the
 	// server's Ref, and the refs Lock and Acquire take so that a path to
 	// the owner exists); the engine counts them too.
@@ -48,17 +53,22 @@ const holderID = 1
 const retryPause = 2 * time.Millisecond
 
 func newHostBackend(a *Agent) *hostBackend {
-	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{}, attrs: map[gva.GVA]hostif.Attr{},
+	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{}, abandoned: map[uint64]coherence.Request{}, attrs: map[gva.GVA]hostif.Attr{},
 		extents: map[gva.GVA]int{}, mapped: map[gva.GVA]int{}, acquired: map[gva.GVA]bool{},
 		events: make(chan hostif.Event, 1024)}
 }
 
-// Complete implements coherence.Sink (on the core goroutine).
+// Complete implements coherence.Sink (inside a core step).
 func (b *hostBackend) Complete(c coherence.Completion) {
 	b.mu.Lock()
 	ch := b.waiting[c.ID]
 	delete(b.waiting, c.ID)
+	r, late := b.abandoned[c.ID]
+	delete(b.abandoned, c.ID)
 	b.mu.Unlock()
+	if late && c.Err == nil {
+		go b.undo(r) // a step may not start another: undo on its own goroutine
+	}
 	if ch == nil {
 		return // the caller gave up
 	}
@@ -68,7 +78,7 @@ func (b *hostBackend) Complete(c coherence.Completion) {
 	ch <- c // buffered, one completion per request
 }
 
-// Event implements coherence.Sink (on the core goroutine): engine events
+// Event implements coherence.Sink (inside a core step): engine events
 // become host events, dropped with a later EventOverflow when the host
 // interface falls behind.
 func (b *hostBackend) Event(ev coherence.Event) {
@@ -146,6 +156,9 @@ func (b *hostBackend) submitAll(ctx context.Context, rs []coherence.Request) ([]
 	forget := func() {
 		b.mu.Lock()
 		for _, r := range rs {
+			if _, pending := b.waiting[r.ID]; pending && undoable(r.Op) {
+				b.abandoned[r.ID] = r
+			}
 			delete(b.waiting, r.ID)
 		}
 		b.mu.Unlock()
@@ -170,6 +183,30 @@ func (b *hostBackend) submitAll(ctx context.Context, rs []coherence.Request) ([]
 		}
 	}
 	return out, nil
+}
+
+// undoable reports whether a request that succeeds after its caller gave
+// up leaves something held that must be given back.
+func undoable(op coherence.HostOp) bool {
+	return op == coherence.HostRef || op == coherence.HostLock || op == coherence.HostAcquire
+}
+
+// undo gives back what an abandoned request took when it succeeded late.
+func (b *hostBackend) undo(r coherence.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.a.cfg.RequestTimeout)
+	defer cancel()
+	var op coherence.HostOp
+	switch r.Op {
+	case coherence.HostRef:
+		op = coherence.HostUnref
+	case coherence.HostLock:
+		op = coherence.HostUnlock
+	case coherence.HostAcquire:
+		op = coherence.HostRelease
+	}
+	if _, err := b.submit(ctx, coherence.Request{Op: op, GVA: r.GVA, Holder: r.Holder}); err != nil {
+		b.a.log.Warn("undoing an abandoned host request", "op", r.Op, "page", r.GVA, "err", err)
+	}
 }
 
 // Alloc implements hostif.Backend.
@@ -458,4 +495,22 @@ func (b *hostBackend) Where(ctx context.Context, addr gva.GVA) (hostif.Location,
 		Owner: gva.MachineIndex(c.Where.Owner), Version: c.Version}, nil
 }
 
-var _ hostif.Backend = (*hostBackend)(nil)
+var (
+	_ hostif.Backend = (*hostBackend)(nil)
+	_ hostif.Quick   = (*hostBackend)(nil)
+)
+
+// Quick implements hostif.Quick: loads, stores and atomics on a page this
+// node owns complete inside their own core step, so the server may run
+// them on the connection's reading goroutine.
+func (b *hostBackend) Quick(op wire.Op, addr gva.GVA) bool {
+	switch op {
+	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd:
+	default:
+		return false
+	}
+	b.a.mu.Lock()
+	defer b.a.mu.Unlock()
+	ent, ok := b.engine.Entry(addr.Key())
+	return ok && ent.Owner && ent.Pins == 0
+}

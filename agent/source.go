@@ -9,9 +9,8 @@ import (
 	"github.com/aitherion/dpu/pathcache"
 )
 
-// source serves the control socket from snapshots taken on the core
-// goroutine. When the core does not answer in time a snapshot is empty and
-// the reason is logged.
+// source serves the control socket from snapshots, each taken as one step
+// of the core.
 type source struct{ a *Agent }
 
 func (s source) snap(what string, fn func(c *node.Core)) {
