@@ -237,9 +237,8 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
 	copy(pg.content, d.content)
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
 	sw.epoch = d.epoch
-	if ent, ok := e.cache.Peek(pg.key); ok {
-		ent.Version = max(ent.Version, pg.version)
-	}
+	// The entry's version stays what came down the tree: becomeOwner
+	// compares it with the content's.
 	sw.stage = stageCommitting
 	sw.giveUp = now + e.cfg.SwapGiveUp
 	e.sendDataAck(pg, sw, out)
@@ -605,8 +604,24 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 		ent, _ = e.upsert(now, key, out)
 	}
 	if ent != nil {
+		// The content came by the transfer; updates up to its version that
+		// were still on their way down to us will be dropped now that we
+		// are the owner. If the tree below us has not been sent them, it
+		// is invalidated to the content's version.
+		behind := ent.Version < pg.version
 		ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
 		ent.Down = ent.Down.Remove(noc.LocalPort)
+		if behind {
+			fl := noc.FlagPath
+			if pg.huge {
+				fl |= noc.FlagHuge
+			}
+			f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
+			for p := range ent.Down.All() {
+				e.sendPort(p, &f, out)
+				e.stats.InvalidatesSent++
+			}
+		}
 		if graft != noc.NoPort {
 			ent.Down, _ = ent.Down.Add(graft)
 		}
