@@ -192,6 +192,7 @@ type Engine struct {
 	reqs     map[uint64]*request
 	ownerOps map[opKey]*ownerOp
 	commits  map[opKey]*commitRecord
+	handed   map[gva.GVA]*commitRecord // the latest commit per page: where it went
 	notices  map[gva.GVA]*notice
 
 	nextReq  uint64
@@ -279,6 +280,8 @@ type opKey struct {
 // commitRecord remembers a committed swap at the old owner.
 type commitRecord struct {
 	key   gva.GVA
+	peer  noc.NodeID // the new owner
+	inc   uint64     // and its incarnation
 	seq   uint64
 	route []byte
 	ver   gva.Version
@@ -348,6 +351,7 @@ func New(cfg Config) (*Engine, error) {
 		reqs:     make(map[uint64]*request),
 		ownerOps: make(map[opKey]*ownerOp),
 		commits:  make(map[opKey]*commitRecord),
+		handed:   make(map[gva.GVA]*commitRecord),
 		notices:  make(map[gva.GVA]*notice),
 		pay:      make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
 		hostPay:  make([]byte, 0, gva.PageSize+64),
@@ -601,6 +605,9 @@ func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer], out node.Sender
 		k := opKey{t.node, t.id}
 		if c := e.commits[k]; c != nil && c.timer == f.ID {
 			delete(e.commits, k)
+			if e.handed[c.key] == c {
+				delete(e.handed, c.key)
+			}
 		}
 	case tRefresh:
 		e.refreshHomes(now, out)

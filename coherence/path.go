@@ -87,8 +87,15 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			if target != e.inc {
 				return 0, 0, 0, syscall.EHOSTDOWN // the owner restarted: the page is lost
 			}
-			return 0, 0, 0, syscall.EAGAIN // it moved on; the home will learn of it
+			c := e.handed[key]
+			if c == nil {
+				return 0, 0, 0, syscall.EAGAIN // it moved on; the home will learn of it
+			}
+			// We handed it over lately: follow it to the new owner.
+			dst, target, redirected = c.peer, c.inc, true
 		}
+	}
+	if dst == e.self {
 		rec := e.home[key]
 		if e.dbg != nil {
 			e.debugf(key, "home lookup %+v born=%v", rec, e.born)

@@ -347,8 +347,9 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 	if old := e.commits[k]; old != nil {
 		e.cancel(old.timer)
 	}
-	e.commits[k] = &commitRecord{key: key, ver: pg.version, seq: sw.seq,
+	e.commits[k] = &commitRecord{key: key, peer: sw.peer, inc: peerInc, ver: pg.version, seq: sw.seq,
 		timer: e.schedule(now+e.cfg.CommitTTL, timer{kind: tCommit, node: sw.peer, id: sw.id})}
+	e.handed[key] = e.commits[k]
 	b := appendDone(e.pay[:0], doneMsg{seq: sw.seq, route: sw.route[:2*(n-1)]})
 	d := newFrame(noc.ClassControl, OpDone, noc.FlagPath, e.self, sw.peer, sw.id, key, pg.version, b)
 	e.sendPort(toward, &d, out)
@@ -689,7 +690,7 @@ func (e *Engine) notify(now time.Duration, key gva.GVA, n *notice, out node.Send
 
 // sendNotice tells the page's home who owns it (or that it was freed).
 func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
-	if n.tries >= 8 {
+	if n.tries >= 32 {
 		delete(e.notices, key)
 		e.stats.NoticesLost++
 		return
@@ -701,7 +702,7 @@ func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.
 	binary.BigEndian.PutUint64(b[12:], n.epoch)
 	f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), n.epoch, key, 0, b[:])
 	e.sendNode(&f, out)
-	n.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tNotice, key: key})
+	n.timer = e.schedule(now+e.jitter(e.cfg.RetryInterval<<min(n.tries, 3)), timer{kind: tNotice, key: key})
 }
 
 func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Sender) {
