@@ -121,6 +121,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Self == noc.BroadcastNode {
 		return c, fmt.Errorf("coherence: self id %v is reserved", c.Self)
 	}
+	c.Incarnation &^= prefixRouted // incarnations travel in 63 bits
 	if c.Incarnation == 0 {
 		c.Incarnation = 1
 	}
@@ -193,6 +194,7 @@ type Engine struct {
 	ownerOps map[opKey]*ownerOp
 	commits  map[opKey]*commitRecord
 	handed   map[gva.GVA]*commitRecord // the latest commit per page: where it went
+	unrefd   map[gva.GVA]unrefMark     // the last unref sent per page (see OpAttach)
 	notices  map[gva.GVA]*notice
 
 	nextReq  uint64
@@ -208,6 +210,7 @@ type Engine struct {
 	evicts    []pathcache.Eviction
 	opFree    []*ownerOp
 	answering bool
+	rerouting bool      // handleUp is re-sending a request that waited here
 	drops     []gva.GVA // replicas left unmapped, dropped at the end of the step
 
 	stats Counters
@@ -269,6 +272,12 @@ type homeRecord struct {
 	ownerInc uint64
 	epoch    uint64
 	freed    bool
+}
+
+// unrefMark remembers an unref this node sent up port for a page.
+type unrefMark struct {
+	port noc.PortID
+	at   time.Duration
 }
 
 // opKey names a request across the fabric: requester node + request id.
@@ -352,6 +361,7 @@ func New(cfg Config) (*Engine, error) {
 		ownerOps: make(map[opKey]*ownerOp),
 		commits:  make(map[opKey]*commitRecord),
 		handed:   make(map[gva.GVA]*commitRecord),
+		unrefd:   make(map[gva.GVA]unrefMark),
 		notices:  make(map[gva.GVA]*notice),
 		pay:      make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
 		hostPay:  make([]byte, 0, gva.PageSize+64),
@@ -375,6 +385,11 @@ func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out
 	e.stats.count(&e.stats.Received, f.Class, f.Op)
 	e.dispatch(now, in, f, out)
 	e.endStep(now, out)
+	if e.dbg != nil {
+		if ent, ok := e.cache.Peek(f.GVA.Key()); ok && !ent.Owner && ent.Down.Has(ent.Up) {
+			e.debugf(f.GVA.Key(), "inconsistent entry: up port %d among the down ports %v after %v/%d from port %d", ent.Up, ent.Down, f.Class, f.Op, in)
+		}
+	}
 }
 
 // begin notes the time of the engine's first call and starts its periodic
@@ -456,6 +471,8 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame, out no
 			e.handleUnref(now, in, f, out)
 		case f.Op == OpDetach:
 			e.handleDetach(now, in, f, out)
+		case f.Op == OpAttach:
+			e.handleAttach(now, in, f, out)
 		default:
 			e.malformed()
 		}

@@ -148,7 +148,7 @@ func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer, out node.Sender) 
 		switch a.Reason {
 		case arbiter.ReasonMoved, arbiter.ReasonNotOwner:
 			e.stats.Rerouted++
-			e.handleUp(now, op.in, &op.f, out)
+			e.reroute(now, op.in, &op.f, out)
 		default:
 			e.opFail(now, op, syscall.EBUSY, out)
 		}
@@ -159,6 +159,15 @@ func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer, out node.Sender) 
 			e.opFail(now, op, syscall.EINVAL, out)
 		}
 	}
+}
+
+// reroute sends on a request that waited at this node while the page
+// moved: it may now leave by the port it came in by (the flip turned it
+// into our way up), which is no sign of a broken branch.
+func (e *Engine) reroute(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	e.rerouting = true
+	e.handleUp(now, in, f, out)
+	e.rerouting = false
 }
 
 // opFail answers an owner-side request with an error: an acquire gets a
@@ -179,7 +188,7 @@ func (e *Engine) execute(now time.Duration, op *ownerOp, out node.Sender) {
 	f := &op.f
 	pg := e.pages[f.GVA.Key()]
 	if pg == nil || !pg.owner {
-		e.handleUp(now, op.in, f, out)
+		e.reroute(now, op.in, f, out)
 		return
 	}
 	switch f.Class {

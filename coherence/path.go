@@ -36,6 +36,15 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out no
 	if ent != nil && ent.Owner {
 		ent = nil // an owner entry without its page: freed under our feet
 	}
+	if ent != nil && ent.Up == in && !e.rerouting && routedHere(f) {
+		// Our way up routed a request to us: it is off the tree and does
+		// not count us as a branch. Our branch is cut off. (A request that
+		// followed the sender's entry down our up port is a flip in
+		// progress: it just goes back up.)
+		e.stats.PathAnomalies++
+		e.resetEntry(now, ent, out)
+		ent = nil
+	}
 	if f.Class == noc.ClassLoad {
 		e.handleRef(now, in, f, pg, ent, out)
 		return
@@ -45,7 +54,17 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out no
 		e.fail(now, f, errno, out)
 		return
 	}
-	e.forwardUp(in, up, dst, target, 0, f, out)
+	e.forwardUp(in, up, dst, target, ent == nil, 0, f, out)
+}
+
+// routedHere reports whether the sender of an up-going request was off
+// the page's tree (it routed the request).
+func routedHere(f *noc.Frame) bool {
+	if f.Class == noc.ClassLoad {
+		return len(f.Payload) == refLen && f.Payload[prefixLen]&refGraft != 0
+	}
+	_, routed := upPrefix(f.Payload)
+	return routed
 }
 
 // validUp checks the payload of an up-going request.
@@ -127,12 +146,15 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 // forwardUp re-sends an up-going request on port up, with the destination
 // and target incarnation nextUp chose; an acquire records its arrival
 // port; a ref carries refFlags.
-func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, refFlags uint8, f *noc.Frame, out node.Sender) {
+func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, routed bool, refFlags uint8, f *noc.Frame, out node.Sender) {
 	g := *f
 	g.Hops++
 	g.Dst = dst
 	g.Flags |= noc.FlagPath
-	cur, _ := upPrefix(f.Payload)
+	if routed {
+		target |= prefixRouted
+	}
+	cur := binary.BigEndian.Uint64(f.Payload)
 	rec := f.Class == noc.ClassControl && in != noc.LocalPort
 	ref := f.Class == noc.ClassLoad && f.Payload[prefixLen] != refFlags
 	if cur != target || rec || ref {
@@ -194,6 +216,7 @@ func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction, out node.S
 		if ev.Up != noc.NoPort {
 			f := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, ev.Key, ev.Version, nil)
 			e.sendPort(ev.Up, &f, out)
+			e.markUnref(now, ev.Key, ev.Up)
 		}
 	}
 }
@@ -313,9 +336,45 @@ func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender)
 	if ent.Up != noc.NoPort {
 		f := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, ent.Key, ent.Version, nil)
 		e.sendPort(ent.Up, &f, out)
+		e.markUnref(now, ent.Key, ent.Up)
 	}
 	e.cache.Remove(ent.Key)
 	e.stats.Pruned++
+}
+
+// markUnref remembers that this node unref'd key toward port p. The marks
+// are a hint kept for a while (a bounded set, dropped in bulk when full).
+func (e *Engine) markUnref(now time.Duration, key gva.GVA, p noc.PortID) {
+	if len(e.unrefd) >= 4096 {
+		clear(e.unrefd)
+	}
+	e.unrefd[key] = unrefMark{port: p, at: now}
+}
+
+// handleAttach re-adds a branch whose unref crossed its re-join.
+func (e *Engine) handleAttach(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	if len(f.Payload) != 0 {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	ent, ok := e.cache.Peek(key)
+	if !ok || !ent.Owner && ent.Up == in {
+		// We are not on the tree (or the sender is our own way up): the
+		// sender's branch leads nowhere; it must re-ref.
+		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+		e.sendPort(in, &x, out)
+		e.stats.Detaches++
+		return
+	}
+	ent.Down, _ = ent.Down.Add(in)
+	e.stats.Attaches++
+	if ent.Version > f.PageVersion {
+		// Updates may have gone by while the branch was cut off.
+		x := newFrame(noc.ClassStore, OpInvalidate, noc.FlagPath|f.Flags&noc.FlagHuge, e.self, noc.BroadcastNode, 0, key, ent.Version, nil)
+		e.sendPort(in, &x, out)
+		e.stats.InvalidatesSent++
+	}
 }
 
 // handleDetach resets this node's entry when its up branch is gone.

@@ -31,6 +31,13 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 	if ent == nil {
 		// Off the tree: record nothing, route on toward the home or owner.
 		// The answer comes back routed and builds the path from the top.
+		if !graft && in != noc.LocalPort {
+			// A ref that follows its entry came up to us, who are not on
+			// the tree: the sender's branch is dangling and must re-ref.
+			x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+			e.sendPort(in, &x, out)
+			e.stats.Detaches++
+		}
 		if in == noc.LocalPort {
 			if fe := e.fetches[key]; fe != nil && fe.min >= min {
 				fe.ports, _ = fe.ports.Add(noc.LocalPort)
@@ -46,11 +53,13 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 			e.fail(now, f, errno, out)
 			return
 		}
-		e.forwardUp(in, up, dst, target, refGraft, f, out)
+		e.forwardUp(in, up, dst, target, true, refGraft, f, out)
 		return
 	}
 	if !graft {
 		if ent.Up == in {
+			// A ref that followed the sender's entry into our up port: a
+			// flip is passing by. The requester asks again.
 			e.stats.PathAnomalies++
 			e.fail(now, f, syscall.EAGAIN, out)
 			return
@@ -83,7 +92,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 	fe.min = max(fe.min, min)
 	e.addWaiter(fe, in, f, graft)
 	target, _ := upPrefix(f.Payload)
-	e.forwardUp(in, ent.Up, f.Dst, target, 0, f, out)
+	e.forwardUp(in, ent.Up, f.Dst, target, false, 0, f, out)
 }
 
 func (e *Engine) addWaiter(fe *fetch, in noc.PortID, f *noc.Frame, graft bool) {
@@ -177,6 +186,13 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, dst, id, key, v, b)
 	e.sendPort(next, &f, out)
 	e.stats.Grafts++
+	if ent.Version > v && rf&refNotAdded == 0 {
+		// Versions after the content already went by: the new branch
+		// learns its content is stale.
+		x := newFrame(noc.ClassStore, OpInvalidate, fl&^noc.FlagReply, e.self, noc.BroadcastNode, 0, key, ent.Version, nil)
+		e.sendPort(next, &x, out)
+		e.stats.InvalidatesSent++
+	}
 }
 
 // guessOwner is where a request without a path is sent first: the owner
@@ -292,6 +308,13 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 			return nil, false
 		}
 		ent.Up, ent.Huge = in, f.Flags&noc.FlagHuge != 0
+		if m, ok := e.unrefd[key]; ok && m.port == in {
+			// Our unref of an older entry may reach the sender after it
+			// added us: tell it again that we are its branch.
+			delete(e.unrefd, key)
+			x := newFrame(noc.ClassLoad, OpAttach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, f.PageVersion, nil)
+			e.sendPort(in, &x, out)
+		}
 	case !found:
 		attached = false
 	case ent.Owner || ent.Up != in:
@@ -301,6 +324,9 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 		}
 	}
 	rf := rr.flags &^ refNotAdded
+	// A node already on the tree may know a newer version than the answer
+	// carries: the branch it now grafts never got the updates between.
+	stale := attached && found && ent.Version > f.PageVersion
 	if attached && next != noc.NoPort {
 		ent.Version = max(ent.Version, f.PageVersion)
 		if !ent.Owner && next == ent.Up {
@@ -318,11 +344,25 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 		}
 		return ent, attached
 	}
-	b := append(e.pay[:0], f.Payload...)
-	b[0] = rf
 	g := *f
 	g.Hops++
-	g.Payload = b
+	if pg := e.pages[key]; stale && pg != nil && pg.has && (pg.owner || pg.version >= ent.Version) {
+		// We hold the newer content: pass it on instead.
+		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), pg.content)
+		g.PageVersion = pg.version
+		stale = false
+	} else {
+		b := append(e.pay[:0], f.Payload...)
+		b[0] = rf
+		g.Payload = b
+	}
 	e.sendPort(next, &g, out)
+	if stale && rf&refNotAdded == 0 {
+		// The branch gets the old content, then learns it is stale.
+		fl := noc.FlagPath | f.Flags&noc.FlagHuge
+		x := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, ent.Version, nil)
+		e.sendPort(next, &x, out)
+		e.stats.InvalidatesSent++
+	}
 	return ent, attached
 }

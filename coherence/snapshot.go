@@ -32,6 +32,7 @@ type Counters struct {
 	InvalidatesSent   uint64 // write-invalidate messages sent down
 	UpdatesApplied    uint64 // write-updates applied to a replica
 	Detaches, Resets  uint64
+	Attaches          uint64 // branches re-added after their unref crossed their re-join
 	Pruned, Evictions uint64
 
 	// Ownership protocol.

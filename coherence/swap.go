@@ -559,14 +559,22 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 	senderFlipped := d.flags&doneBroken == 0
 	ent, ok := e.cache.Peek(f.GVA.Key())
 	flipped := ok && !ent.Owner && ent.Up == in
-	if flipped {
+	if next == in {
+		// A U-turn: the acquire came back the way it went (it waited at an
+		// old owner that sent it on up its flipped path). Nothing to turn
+		// here; the next node may count us as a branch if we lead to it.
+		ent = nil
+	}
+	switch {
+	case next == in:
+	case flipped:
 		ent.Up = next
 		ent.Down = ent.Down.Remove(next)
 		if senderFlipped {
 			ent.Down, _ = ent.Down.Add(in)
 		}
 		e.stats.Flips++
-	} else if senderFlipped {
+	case senderFlipped:
 		// The sender now counts on us as its way up; we are not on its
 		// path, so its side must re-ref.
 		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
@@ -582,7 +590,7 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 	g.Hops++
 	g.Payload = b
 	e.sendPort(next, &g, out)
-	if flipped {
+	if flipped && ent != nil {
 		e.prune(now, ent, out)
 	}
 }

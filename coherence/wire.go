@@ -19,6 +19,11 @@ const (
 	// OpDetach tells the subtree below that its path to the owner is gone:
 	// entries are dropped, replicas become invalid and re-ref. Down.
 	OpDetach noc.Op = 3
+	// OpAttach tells the up neighbour "I am your branch" after this node
+	// re-joined the tree under it while an unref of its old entry was still
+	// on its way (the unref must not cut the new branch). One hop, up;
+	// version = the sender's entry version.
+	OpAttach noc.Op = 4
 )
 
 // Ops of the Store class.
@@ -119,12 +124,19 @@ const (
 // errMalformed is wrapped by every payload decoder's error.
 var errMalformed = errors.New("coherence: malformed payload")
 
-// upPrefix reads the target incarnation that starts every up-going request.
-func upPrefix(p []byte) (uint64, bool) {
+// prefixRouted, in the prefix of an up-going request, says the last node
+// sent it by routing, off the page's tree (the other 63 bits are the
+// target incarnation).
+const prefixRouted = 1 << 63
+
+// upPrefix reads the prefix that starts every up-going request: the target
+// incarnation and whether the last hop was routed off the tree.
+func upPrefix(p []byte) (target uint64, routed bool) {
 	if len(p) < prefixLen {
 		return 0, false
 	}
-	return binary.BigEndian.Uint64(p), true
+	v := binary.BigEndian.Uint64(p)
+	return v &^ prefixRouted, v&prefixRouted != 0
 }
 
 // storeReq is a decoded OpStore payload.
@@ -134,10 +146,10 @@ type storeReq struct {
 }
 
 func decodeStore(g gva.GVA, p []byte) (storeReq, error) {
-	t, ok := upPrefix(p)
-	if !ok {
+	if len(p) < prefixLen {
 		return storeReq{}, errMalformed
 	}
+	t, _ := upPrefix(p)
 	d := p[prefixLen:]
 	if len(d) == 0 || int(g.Offset())+len(d) > gva.PageSize {
 		return storeReq{}, errMalformed
