@@ -37,7 +37,11 @@
 //     answer crosses joins the tree under the node it came from (up port =
 //     arrival port, down port = next hop). The tree is built from the top
 //     down, so refs that cross each other off the tree cannot make a loop.
-//     A node already on the tree keeps its place and unrefs the sender.
+//     A node already on the tree keeps its place and unrefs the sender; if
+//     it knows a newer version than the answer carries, it passes its own
+//     content on instead, or invalidates the new branch behind the answer.
+//     A node that re-joins under the neighbour it lately unref'd sends it
+//     OpAttach (the unref may arrive after the neighbour added it).
 //   - Write (OpStore, Store class, up): write-through to the owner, which
 //     orders writes with its arbiter, bumps the version and propagates down
 //     every live branch: OpUpdate (data + version) up to
@@ -59,6 +63,10 @@
 //     with EventInvalidated) and re-ref by the home route on their next
 //     load. Evictions from the path cache are never silent: they detach the
 //     subtree and unref upward.
+//   - Self-healing: a node detaches a sender whose ref followed its entry
+//     into a node off the tree; a node whose up neighbour routed a request
+//     to it (the prefix's routed bit) resets its own cut-off branch; an
+//     update from a port that is not our up port is answered with an unref.
 //
 // # Ownership protocol
 //
@@ -96,13 +104,18 @@
 // confirmation is answered with OpAbort; the acquirer reverts to an
 // ordinary replica and retries. The acquirer re-sends its confirmation
 // until the done comes (for at most Config.SwapGiveUp); the old owner
-// answers a confirmation of a committed swap with a routed OpDone. A page
+// answers a confirmation of a committed swap with a routed OpDone (and,
+// while it keeps the commit, forwards requests directed to it toward the
+// new owner). A page
 // made ours by such a routed done is not handed on before the route's own
 // done arrives (it flips the entries on the route; the branch is grafted
 // late and invalidated to the current version) or SwapGiveUp passes. A
 // flip that finds an entry that does not lead toward the old owner marks
 // the done "broken" (the next node must not graft the sender) and detaches
-// the sender's side, which re-refs.
+// the sender's side, which re-refs; a route that turns back on itself (an
+// acquire that waited at an old owner and went on up its flipped path)
+// passes the turning node unchanged. A new owner whose tree below was not
+// sent every version up to the transferred content invalidates it.
 //
 // Locks are acquire + pin (arbiter.Pin, bounded by a hardware timer:
 // Config.PinBound); unlock is unpin. When a pin outlives its bound the
@@ -154,8 +167,10 @@
 // # Wire format
 //
 // All frames use the noc header; multi-byte payload fields are big endian.
-// "prefix" is the 8-byte target incarnation that starts every up-going
-// request (0 unless the home redirected it toward the owner).
+// "prefix" is the 8 bytes that start every up-going request: bit 63 set
+// when the last node sent it by routing, off the page's tree; bits 0..62
+// the target incarnation (0 unless the home redirected it toward the
+// owner; incarnations are 63-bit).
 //
 //	class/op              dir     flags        header fields               payload
 //	Load/OpRef            up      Path         version = min version       prefix, flags (1: bit0 graft = sent off the tree)
@@ -163,6 +178,7 @@
 //	                      (graft: routed)                                  bit1 not added), owner node (4), content (4096)
 //	Load/OpUnref          up      Path         -                           -
 //	Load/OpDetach         down    Path         version                     -
+//	Load/OpAttach         up, 1 hop Path       version = sender's entry    -
 //	Store/OpStore         up      Path         gva with offset             prefix, data (1..4096, within the page)
 //	Store/OpStore reply   routed  Reply        version = new version       -
 //	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold); Src = the owner
