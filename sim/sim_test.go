@@ -91,7 +91,7 @@ func TestSeedsWithEvictions(t *testing.T) {
 	cfg := testConfig()
 	cfg.SmallCache, cfg.ColdPages = true, 30
 	evictions := 0
-	for _, r := range sweep(t, cfg, seedsToRun(t, 40)) {
+	for _, r := range sweep(t, cfg, seedsToRun(t, 20)) {
 		if !r.OK() {
 			t.Errorf("seed %d: %v", r.Seed, r.Violations)
 		}
@@ -108,7 +108,7 @@ func TestSeedsOnEveryTopology(t *testing.T) {
 			cfg := testConfig()
 			cfg.Topo = kind
 			cfg.Nodes = 9
-			for _, r := range sweep(t, cfg, seedsToRun(t, 12)) {
+			for _, r := range sweep(t, cfg, seedsToRun(t, 6)) {
 				if !r.OK() {
 					t.Errorf("seed %d: %v", r.Seed, r.Violations)
 				}
