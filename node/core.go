@@ -42,6 +42,9 @@ var (
 // localQueueMax bounds frames a node sends to itself within one step.
 const localQueueMax = 1024
 
+// routingBacklogMax bounds the routing frames waiting for one port's link.
+const routingBacklogMax = 4096
+
 // Core is the deterministic state machine of one DPU. It is not safe for
 // concurrent use: one driver goroutine owns it.
 type Core struct {
@@ -73,6 +76,12 @@ type port struct {
 	held      []byte
 	heldOut   noc.PortID
 	heldSince time.Duration
+
+	// routing holds routing frames this port's link refused (a flood
+	// larger than the send queue); they go out, in order, as the link
+	// drains. Bounded by routingBacklogMax: a flood beyond it loses its
+	// oldest frames, which later LSAs and refreshes supersede.
+	routing [][]byte
 }
 
 // Stats counts what the core did with frames.
@@ -89,7 +98,10 @@ type Stats struct {
 	LocalDrops uint64 // frames to self dropped because the local queue was full
 	Held       uint64 // frames that waited for room on their outgoing link
 	HeldDrops  uint64 // frames dropped after waiting HoldBound
-	Echoes     uint64 // echo requests answered
+	// RoutingDrops counts routing frames dropped because a port's routing
+	// backlog was full.
+	RoutingDrops uint64
+	Echoes       uint64 // echo requests answered
 }
 
 // EventKind says what an Event reports.
@@ -246,6 +258,20 @@ func (c *Core) drain(p noc.PortID, pt *port) {
 // release sends the held frames whose outgoing link has room again and
 // resumes taking input from their ports.
 func (c *Core) release() {
+	for _, pt := range c.ports {
+		for len(pt.routing) > 0 {
+			if err := pt.ep.Send(c.now, pt.routing[0]); err != nil {
+				if errors.Is(err, link.ErrBackpressure) {
+					break
+				}
+				pt.routing = nil // the link went down: routing resyncs on up
+				break
+			}
+			c.stats.Originated++
+			pt.routing[0] = nil
+			pt.routing = pt.routing[1:]
+		}
+	}
 	for i, pt := range c.ports {
 		if pt.held == nil {
 			continue
@@ -388,7 +414,27 @@ func (c *Core) learnNeighbour(p noc.PortID) {
 // flushRouting sends what routing queued.
 func (c *Core) flushRouting() {
 	c.rt.Outputs(func(p noc.PortID, f *noc.Frame) {
-		_ = c.SendPort(p, f)
+		if int(p) >= len(c.ports) {
+			return
+		}
+		pt := c.ports[p]
+		if len(pt.routing) == 0 {
+			err := c.SendPort(p, f)
+			if err == nil || !errors.Is(err, link.ErrBackpressure) {
+				return
+			}
+		}
+		if len(pt.routing) >= routingBacklogMax {
+			pt.routing = pt.routing[1:]
+			c.stats.RoutingDrops++
+		}
+		if f.Version == 0 {
+			f.Version = noc.FrameVersion
+		}
+		b, err := f.AppendTo(nil)
+		if err == nil {
+			pt.routing = append(pt.routing, b)
+		}
 	})
 	if v := c.rt.Version(); v != c.rtVer {
 		c.rtVer = v

@@ -214,3 +214,25 @@ func TestBackpressureHoldsInsteadOfDropping(t *testing.T) {
 		t.Fatal("no frame was ever held: the test did not exercise back-pressure")
 	}
 }
+
+// TestRoutingFloodLargerThanTheSendQueue: a fabric whose routing flood
+// exceeds the links' send queues still converges: refused routing frames
+// wait for the link instead of being dropped.
+func TestRoutingFloodLargerThanTheSendQueue(t *testing.T) {
+	lc := link.DefaultConfig()
+	lc.MaxMessage = 4096 + noc.HeaderLen
+	lc.Window, lc.SendQueue = 4, 4
+	f, g, _ := fabric(t, "smallworld", 64, nodetest.Config{Seed: 8, Link: &lc})
+	if !f.RunUntil(10*time.Second, f.Converged) {
+		t.Fatalf("no convergence by %v", f.Now())
+	}
+	f.Run(time.Second)
+	for i, c := range f.Cores {
+		dist := g.Distances(noc.NodeID(i))
+		for _, r := range c.Routing().Routes() {
+			if r.Hops != dist[r.Dst] {
+				t.Fatalf("node %d -> %v: %d hops, want %d", i, r.Dst, r.Hops, dist[r.Dst])
+			}
+		}
+	}
+}
