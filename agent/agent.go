@@ -28,7 +28,6 @@ const (
 	inQueue        = 256              // datagrams waiting for the core, all ports together
 	buffersPerPort = 64               // receive buffers each reader cycles through
 	maxBatch       = 64               // datagrams handled before outputs are flushed
-	readerStop     = 5 * time.Second  // bound on reader goroutines exiting at shutdown
 	idleTick       = 10 * time.Second // longest sleep when nothing is due
 )
 
@@ -514,11 +513,11 @@ func (a *Agent) publishFault(ev coherence.Event) {
 
 // Exec runs fn as one step of the agent's core, then writes the step's
 // output. fn must not block.
-func (a *Agent) Exec(fn func(c *node.Core)) error { return a.onCore(fn) }
+func (a *Agent) Exec(fn func(c *node.Core)) { a.onCore(fn) }
 
 // onCore runs fn as one step of the core under a.mu: every holder of a.mu
 // does bounded work, so the wait for it is bounded too.
-func (a *Agent) onCore(fn func(c *node.Core)) error {
+func (a *Agent) onCore(fn func(c *node.Core)) {
 	a.mu.Lock()
 	fn(a.core)
 	a.settleLocked()
@@ -531,5 +530,4 @@ func (a *Agent) onCore(fn func(c *node.Core)) error {
 		default:
 		}
 	}
-	return nil
 }

@@ -163,16 +163,12 @@ func (b *hostBackend) submitAll(ctx context.Context, rs []coherence.Request) ([]
 		}
 		b.mu.Unlock()
 	}
-	err := b.a.onCore(func(c *node.Core) {
+	b.a.onCore(func(c *node.Core) {
 		now := b.a.now()
 		for _, r := range rs {
 			b.engine.Submit(now, r, c)
 		}
 	})
-	if err != nil {
-		forget()
-		return nil, fmt.Errorf("%w: %w", syscall.EAGAIN, err)
-	}
 	out := make([]coherence.Completion, len(rs))
 	for i, ch := range chs {
 		select {

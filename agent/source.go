@@ -13,11 +13,7 @@ import (
 // of the core.
 type source struct{ a *Agent }
 
-func (s source) snap(what string, fn func(c *node.Core)) {
-	if err := s.a.onCore(fn); err != nil {
-		s.a.log.Warn("control snapshot", "object", what, "err", err)
-	}
-}
+func (s source) snap(fn func(c *node.Core)) { s.a.onCore(fn) }
 
 func (s source) portName(p noc.PortID) string {
 	if int(p) < len(s.a.ports) {
@@ -28,7 +24,7 @@ func (s source) portName(p noc.PortID) string {
 
 func (s source) Routes() []ctl.Route {
 	var out []ctl.Route
-	s.snap("route", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		for _, r := range c.Routing().Routes() {
 			if r.Dst == s.a.cfg.Node {
 				continue
@@ -41,7 +37,7 @@ func (s source) Routes() []ctl.Route {
 
 func (s source) Links() []ctl.Link {
 	var out []ctl.Link
-	s.snap("link", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		for _, p := range c.Ports() {
 			st := ctl.LinkDown
 			if p.Up {
@@ -67,7 +63,7 @@ func (s source) Links() []ctl.Link {
 
 func (s source) Neighbours() []ctl.Neighbour {
 	var out []ctl.Neighbour
-	s.snap("neigh", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		for _, p := range c.Ports() {
 			if !p.Known {
 				continue
@@ -84,7 +80,7 @@ func (s source) Neighbours() []ctl.Neighbour {
 
 func (s source) Stats() ctl.Stats {
 	st := ctl.Stats{Node: s.a.cfg.Node, Uptime: time.Since(s.a.start)}
-	s.snap("stats", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		cs := c.Stats()
 		add := func(name string, v uint64) { st.Counters = append(st.Counters, ctl.Counter{Name: name, Value: v}) }
 		add("frames_delivered", cs.Delivered)
@@ -113,7 +109,7 @@ func (s source) Stats() ctl.Stats {
 
 func (s source) Topology() ctl.Topology {
 	t := ctl.Topology{Self: s.a.cfg.Node}
-	s.snap("topo", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		t.Nodes = topologyOf(c)
 	})
 	return t
@@ -154,7 +150,7 @@ func (s source) PathCache() []ctl.PathEntry {
 		return nil
 	}
 	var out []ctl.PathEntry
-	s.snap("pathcache", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		now := s.a.now()
 		for _, e := range s.a.engine.PathCacheSnapshot() {
 			pe := ctl.PathEntry{Key: e.Key, Up: e.Up, Version: e.Version, LastUse: now - e.LastUse}
@@ -183,7 +179,7 @@ func (s source) OwnedPages() []ctl.OwnedPage {
 		return nil
 	}
 	var out []ctl.OwnedPage
-	s.snap("owner", func(c *node.Core) {
+	s.snap(func(c *node.Core) {
 		now := s.a.now()
 		for _, p := range s.a.engine.OwnerSnapshot() {
 			op := ctl.OwnedPage{Key: p.Key, Version: p.Version, Swapping: p.Swapping, Pinned: p.Arbiter.Pinned}
