@@ -62,13 +62,13 @@ bench:
 # Rebuild the XDP program's object and Go bindings with bpf2go (needs clang,
 # llvm-strip and the libbpf headers; the outputs are committed).
 generate:
-	xdp/bpf/generate.sh
+	noc/port/xdp/bpf/generate.sh
 
 # Fail when the committed bpf2go outputs differ from what the sources give.
 generate-check: generate
-	@if [ -n "$$(git status --porcelain -- xdp/bpf)" ]; then \
-		echo "xdp/bpf: committed bpf2go outputs are stale; run make generate and commit:"; \
-		git status --short -- xdp/bpf; git diff --stat -- xdp/bpf; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- noc/port/xdp/bpf)" ]; then \
+		echo "noc/port/xdp/bpf: committed bpf2go outputs are stale; run make generate and commit:"; \
+		git status --short -- noc/port/xdp/bpf; git diff --stat -- noc/port/xdp/bpf; exit 1; fi
 
 clean:
 	rm -rf $(BIN)

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gpu"

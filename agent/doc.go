@@ -1,6 +1,6 @@
 // Package agent is the dpu-agent daemon: its configuration, the driver that
 // runs the node core (package node) over real ports and the monotonic clock,
-// the control socket (package agent/ctl) and, with the host interface, the
+// the control socket (package ctl) and, with the host interface, the
 // dpu0 socket.
 //
 // # Run loop

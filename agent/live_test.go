@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/agent"
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/noc"

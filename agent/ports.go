@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/udp"
-	"github.com/aitherion/dpu/xdp"
+	"github.com/aitherion/dpu/noc/port/udp"
+	"github.com/aitherion/dpu/noc/port/xdp"
 )
 
 // udpMTU is the datagram MTU of UDP ports: a 4 KiB page plus headers

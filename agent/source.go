@@ -3,7 +3,7 @@ package agent
 import (
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"

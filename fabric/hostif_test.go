@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/client"

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/wire"
 )

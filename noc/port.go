@@ -9,7 +9,7 @@ import (
 // link-layer datagrams and nothing more. Delivery is unreliable (a datagram
 // may be dropped, duplicated, delayed or reordered); the link layer above it
 // makes it reliable. Implementations: mem (in-process pair), udp, and the
-// AF_XDP / AF_PACKET ports of package xdp.
+// AF_XDP / AF_PACKET ports, side by side under noc/port.
 //
 // A Port is safe for one concurrent reader and one concurrent writer.
 type Port interface {

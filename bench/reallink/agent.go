@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/noc"
 )

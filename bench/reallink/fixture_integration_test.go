@@ -17,8 +17,8 @@ import (
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/internal/privtest"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/udp"
-	"github.com/aitherion/dpu/xdp"
+	"github.com/aitherion/dpu/noc/port/udp"
+	"github.com/aitherion/dpu/noc/port/xdp"
 )
 
 // AgentEnv names a prebuilt dpu-agent binary to run instead of building

@@ -15,7 +15,7 @@ import (
 
 	"github.com/aitherion/dpu/bench/reallink"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/mem"
+	"github.com/aitherion/dpu/noc/port/mem"
 )
 
 // memLine is a line of three in-process nodes over in-memory links: the

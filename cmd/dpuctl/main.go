@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 )
 
 func main() {

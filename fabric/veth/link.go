@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/aitherion/dpu/xdp/bpf"
+	"github.com/aitherion/dpu/noc/port/xdp/bpf"
 )
 
 // links returns the edges between nodes a and b, each oriented from a.

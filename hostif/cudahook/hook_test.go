@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/gpu"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/hostiftest"

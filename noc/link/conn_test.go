@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc/link"
-	"github.com/aitherion/dpu/noc/mem"
+	"github.com/aitherion/dpu/noc/port/mem"
 )
 
 // connConfig suits goroutine tests under the race detector: quick

@@ -8,7 +8,7 @@ import (
 
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
-	"github.com/aitherion/dpu/noc/mem"
+	"github.com/aitherion/dpu/noc/port/mem"
 )
 
 func TestFragmentationUnderLoss(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc/link"
-	"github.com/aitherion/dpu/noc/mem"
+	"github.com/aitherion/dpu/noc/port/mem"
 )
 
 // pump drives two endpoints over a mem pair from one goroutine with virtual

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/noc/mem"
+	"github.com/aitherion/dpu/noc/port/mem"
 )
 
 func TestStreamPerfectLink(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/aitherion/dpu/xdp/ether"
+	"github.com/aitherion/dpu/noc/port/ether"
 	"golang.org/x/sys/unix"
 )
 

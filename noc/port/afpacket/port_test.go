@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/aitherion/dpu/xdp/ether"
+	"github.com/aitherion/dpu/noc/port/ether"
 )
 
 func TestHtons(t *testing.T) {

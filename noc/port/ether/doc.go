@@ -1,5 +1,5 @@
 // Package ether frames NoC datagrams as Ethernet frames for the ports of
-// package xdp (AF_XDP) and xdp/afpacket (AF_PACKET): a 14-byte header (the
+// package noc/port/xdp (AF_XDP) and noc/port/afpacket (AF_PACKET): a 14-byte header (the
 // neighbour's MAC, this port's MAC, ethertype 0x88B5) followed by the
 // datagram the link layer handed to the port.
 //

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/aitherion/dpu/xdp/bpf"
+	"github.com/aitherion/dpu/noc/port/xdp/bpf"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/xdp/ether"
+	"github.com/aitherion/dpu/noc/port/ether"
 	"golang.org/x/sys/unix"
 )
 

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
-	"github.com/aitherion/dpu/agent/ctl/ctltest"
+	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/ctl/ctltest"
 	"github.com/aitherion/dpu/noc"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/mem"
+	"github.com/aitherion/dpu/noc/port/mem"
 )
 
 func pair(t *testing.T, cfg mem.Config) (a, b *mem.Port) {

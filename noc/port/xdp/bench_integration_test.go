@@ -12,7 +12,7 @@ import (
 
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/xdp"
+	"github.com/aitherion/dpu/noc/port/xdp"
 )
 
 // Benchmarks over one veth pair between two namespaces (privileged, behind

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
-	"github.com/aitherion/dpu/agent/ctl/ctltest"
+	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/ctl/ctltest"
 )
 
 // BenchmarkRouteDump is a whole route dump over the socket: request,

@@ -9,8 +9,8 @@ import (
 	"syscall"
 
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/xdp/afpacket"
-	"github.com/aitherion/dpu/xdp/bpf"
+	"github.com/aitherion/dpu/noc/port/afpacket"
+	"github.com/aitherion/dpu/noc/port/xdp/bpf"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )

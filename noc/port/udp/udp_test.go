@@ -10,7 +10,7 @@ import (
 
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
-	"github.com/aitherion/dpu/noc/udp"
+	"github.com/aitherion/dpu/noc/port/udp"
 )
 
 // loopbackPair returns two ports on 127.0.0.1 sending to each other.

@@ -1,6 +1,6 @@
 // Package xdp is the NoC port over a real network device: an AF_XDP socket
-// per link with the NoC XDP program (package xdp/bpf) on the device, and the
-// fallback to an AF_PACKET socket (package xdp/afpacket) where AF_XDP or BPF
+// per link with the NoC XDP program (package noc/port/xdp/bpf) on the device, and the
+// fallback to an AF_PACKET socket (package noc/port/afpacket) where AF_XDP or BPF
 // is not permitted or not supported. [Open] picks; [NewPort] is AF_XDP only.
 //
 // # Frames

@@ -13,7 +13,7 @@
 //
 // Each verdict is counted in a per-CPU array indexed by enum counter.
 //
-// Build: xdp/bpf/generate.sh (bpf2go); the object and the Go bindings are
+// Build: noc/port/xdp/bpf/generate.sh (bpf2go); the object and the Go bindings are
 // committed, so building the agent needs no C compiler.
 
 #include <linux/bpf.h>

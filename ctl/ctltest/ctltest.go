@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/agent/ctl"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 )
