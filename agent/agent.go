@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/gpu"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/port/xdp/bpf"
 	"github.com/aitherion/dpu/noc/port/ether"
+	"github.com/aitherion/dpu/noc/port/xdp/bpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
