@@ -36,6 +36,14 @@ type Poller interface {
 	TryReadDatagram(b []byte) (n int, ok bool, err error)
 }
 
+// Waitable is implemented by ports whose arrivals a driver can wait for
+// with epoll: ReadyFD is a descriptor that polls readable (level-triggered)
+// while a datagram waits for TryReadDatagram. The descriptor stays the
+// port's; the driver only registers it, and removes it before Close.
+type Waitable interface {
+	ReadyFD() (int, error)
+}
+
 // Flusher is implemented by ports that may hold written datagrams to send
 // them in batches: a driver calls Flush after every burst of writes, and
 // nothing written before the call stays held after it.

@@ -179,3 +179,14 @@ func (p *Port) opError(op string, err error) error {
 	}
 	return fmt.Errorf("udp: %s %s: %w", op, p.name, err)
 }
+
+// ReadyFD implements noc.Waitable: the socket's descriptor.
+func (p *Port) ReadyFD() (int, error) { return rawFD(p.raw) }
+
+func rawFD(raw syscall.RawConn) (int, error) {
+	fd := -1
+	if err := raw.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		return -1, fmt.Errorf("udp: %w", err)
+	}
+	return fd, nil
+}
