@@ -113,3 +113,44 @@ func TestRingsFallback(t *testing.T) {
 		check(t, ringtest.Start(t, ringtest.Options{}))
 	})
 }
+
+// BenchmarkRingsCAS: one goroutine's CompareAndSwap round trips through
+// the Go client to the stand-in agent (hostif/ring/ringtest), over the
+// ring with a polling agent, over the ring with both sides sleeping on the
+// bell, and over the socket, in the same run. ns/op is one round trip.
+func BenchmarkRingsCAS(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		agent ringtest.Options
+		opts  client.Options
+	}{
+		{"ring-poll", ringtest.Options{Spin: 1 << 30}, client.Options{}},
+		{"ring-sleep", ringtest.Options{}, client.Options{RingSpin: time.Nanosecond}},
+		{"socket", ringtest.Options{}, client.Options{NoRings: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			a := ringtest.Start(b, tc.agent)
+			ctx := context.Background()
+			c, err := client.Dial(ctx, a.Path, tc.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			g, err := c.Alloc(ctx, 4096, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var lat []time.Duration
+			i := uint64(0)
+			for b.Loop() {
+				t0 := time.Now()
+				if _, swapped, err := c.CompareAndSwap(ctx, g, i, i+1); err != nil || !swapped {
+					b.Fatalf("cas %d: %v %v", i, swapped, err)
+				}
+				lat = append(lat, time.Since(t0))
+				i++
+			}
+			b.ReportMetric(p50(lat), "p50-ns")
+		})
+	}
+}
