@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -113,7 +114,7 @@ func (p *Pair) Pop(dst []byte) (n int, ok bool, err error) {
 		return 0, false, nil
 	}
 	if n, err = p.sq.take(dst); err != nil {
-		if p.err == nil && errorIsCorrupt(err) {
+		if errors.Is(err, ErrCorrupt) {
 			return 0, false, p.fail(err)
 		}
 		return 0, false, err

@@ -2,7 +2,6 @@ package ring
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync/atomic"
 )
@@ -168,5 +167,3 @@ func (c *consumer) release() {
 	c.consumer.Store(c.next)
 	c.released = c.next
 }
-
-func errorIsCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
