@@ -69,12 +69,12 @@ const (
 const (
 	DefaultEntries = 64
 	MinEntries     = 2
-	MaxEntries     = 1024
+	MaxEntries     = 256
 	// MinSlotSize fits the largest message (wire.MaxMessage) and its slot
 	// header, rounded up to a cache line; it is also the default.
 	MinSlotSize     = (SlotHeader + wire.MaxMessage + 63) &^ 63
 	DefaultSlotSize = MinSlotSize
-	MaxSlotSize     = 1 << 16
+	MaxSlotSize     = 8192
 )
 
 // Errors.
