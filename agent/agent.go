@@ -72,6 +72,10 @@ type openPort struct {
 	poller noc.Poller
 	waitFD int
 	free   chan []byte
+	// rxBufs and rxLens: the loop's receive batch for a noc.BatchPoller
+	// (under a.mu).
+	rxBufs [][]byte
+	rxLens []int
 }
 
 // PortOpener opens a port of one kind from its spec. It returns the kind
