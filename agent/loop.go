@@ -99,6 +99,25 @@ func (a *Agent) drain() bool {
 		if p.poller == nil {
 			continue
 		}
+		if bp, ok := p.port.(noc.BatchPoller); ok {
+			if p.rxBufs == nil {
+				p.rxBufs, p.rxLens = make([][]byte, maxBatch), make([]int, maxBatch)
+				for k := range p.rxBufs {
+					p.rxBufs[k] = make([]byte, p.port.MTU())
+				}
+			}
+			n, err := bp.TryReadDatagrams(p.rxBufs, p.rxLens)
+			if err != nil {
+				a.log.Debug("port read", "port", p.spec.Name, "err", err)
+			}
+			for k := range n {
+				got = true
+				if err := a.core.Input(now, noc.PortID(i), p.rxBufs[k][:p.rxLens[k]]); err != nil {
+					a.log.Debug("input", "err", err)
+				}
+			}
+			continue
+		}
 		for range maxBatch {
 			n, ok, err := p.poller.TryReadDatagram(a.rxBuf)
 			if err != nil || !ok {
@@ -216,8 +235,12 @@ func (a *Agent) onCore(fn func(c *node.Core)) {
 	fn(a.core)
 	a.settleLocked()
 	done := a.endStepLocked()
-	if a.armed >= 0 && a.core.NextDeadline() < a.armed {
-		a.w.ring() // the parked loop would sleep past the core's next deadline
+	if a.armed >= 0 && (a.core.NextDeadline() < a.armed || a.cfg.Loop == LoopAdaptive && a.tx.sent > 0) {
+		// The parked loop would sleep past the core's next deadline; or,
+		// adaptive, the step sent datagrams whose answers the loop should
+		// be spinning for when they come (it wakes while they travel).
+		a.armed = -1
+		a.w.ring()
 	}
 	a.mu.Unlock()
 	a.writeTx()
@@ -233,6 +256,7 @@ func (a *Agent) endStepLocked() []hostif.Done {
 	if len(a.tx.ports) != len(a.ports) {
 		a.tx.ports = make([]txPort, len(a.ports))
 	}
+	a.tx.sent = 0
 	for i := range a.ports {
 		tp := &a.tx.ports[i]
 		tp.n = 0
@@ -249,6 +273,7 @@ func (a *Agent) endStepLocked() []hostif.Done {
 			tp.bufs[tp.n] = b[:n]
 			tp.n++
 		}
+		a.tx.sent += tp.n
 	}
 	a.publish()
 	if a.host == nil {
@@ -263,6 +288,7 @@ func (a *Agent) endStepLocked() []hostif.Done {
 type txOut struct {
 	mu    sync.Mutex
 	ports []txPort
+	sent  int // datagrams in the batch
 }
 
 type txPort struct {
@@ -279,9 +305,15 @@ func (a *Agent) writeTx() {
 			continue
 		}
 		p := &a.ports[i]
-		for _, b := range tp.bufs[:tp.n] {
-			if err := p.port.WriteDatagram(b); err != nil {
+		if bw, ok := p.port.(noc.BatchWriter); ok {
+			if err := bw.WriteDatagrams(tp.bufs[:tp.n]); err != nil {
 				a.log.Debug("port write", "port", p.spec.Name, "err", err)
+			}
+		} else {
+			for _, b := range tp.bufs[:tp.n] {
+				if err := p.port.WriteDatagram(b); err != nil {
+					a.log.Debug("port write", "port", p.spec.Name, "err", err)
+				}
 			}
 		}
 		if f, ok := p.port.(noc.Flusher); ok {

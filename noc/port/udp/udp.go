@@ -40,11 +40,16 @@ type Port struct {
 	mtu     int
 	foreign atomic.Uint64
 	poll    poller // TryReadDatagram state; reader only
+	rbatch  mmsg   // TryReadDatagrams state; reader only
+	wbatch  mmsg   // WriteDatagrams state; writer only
+	txName  syscall.RawSockaddrAny
 }
 
 var (
-	_ noc.Port   = (*Port)(nil)
-	_ noc.Poller = (*Port)(nil)
+	_ noc.Port        = (*Port)(nil)
+	_ noc.Poller      = (*Port)(nil)
+	_ noc.BatchWriter = (*Port)(nil)
+	_ noc.BatchPoller = (*Port)(nil)
 )
 
 // Open binds local ("host:port"; port 0 picks one) and sends to remote.
