@@ -149,7 +149,13 @@ func (c *Client) spin(cl *call) bool {
 		if i%16 == 15 && time.Now().After(end) {
 			return false
 		}
-		runtime.Gosched()
+		if i < 256 {
+			runtime.Gosched()
+		} else {
+			// On a machine with fewer cores than busy threads the agent
+			// may need this core: let the kernel run it.
+			_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -336,7 +337,10 @@ static ssize_t recv_ring(dpu_t *d, int *fds, int *nfds) {
     if (n == 0 && atomic_load(&d->ring_inflight) > 0) {
         long end = now_ns() + d->ring_spin_ns;
         for (unsigned i = 1; n == 0; i++) {
-            cpu_relax();
+            /* After a short busy spin, yield: on a machine with fewer
+             * cores than busy threads the agent may need this core. */
+            if (i < 256) cpu_relax();
+            else sched_yield();
             n = dpu_ring_reap(d->ring, d->rx, sizeof d->rx);
             if (i % 64 == 0 && now_ns() > end) break;
         }
