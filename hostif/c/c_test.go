@@ -185,7 +185,8 @@ func BenchmarkCLibrary(b *testing.B) {
 
 // TestCLibraryRings runs test/ring_test.c against the stand-in agent of
 // hostif/ring/ringtest: over the ring pair (with a spinning and with a
-// sleeping agent, and under AddressSanitizer), and with DPU_RINGS=0 and
+// sleeping agent, under AddressSanitizer and ThreadSanitizer), and with
+// DPU_RINGS=0 and
 // against an agent without rings over the socket, checking which way the
 // requests came.
 func TestCLibraryRings(t *testing.T) {
@@ -201,6 +202,7 @@ func TestCLibraryRings(t *testing.T) {
 		{"sleeping agent", "build/ring_test", ringtest.Options{}, nil, true},
 		{"sleeping both", "build/ring_test", ringtest.Options{}, []string{"DPU_RING_SPIN_US=0"}, true},
 		{"asan", "build/asan/ring_test", ringtest.Options{Spin: 1000}, []string{"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS=halt_on_error=1"}, true},
+		{"tsan", "build/tsan/ring_test", ringtest.Options{}, []string{"DPU_RING_SPIN_US=20", "TSAN_OPTIONS=halt_on_error=1"}, true},
 		{"DPU_RINGS=0", "build/ring_test", ringtest.Options{}, []string{"DPU_RINGS=0"}, false},
 		{"agent without rings", "build/ring_test", ringtest.Options{NoRings: true}, nil, false},
 	} {
