@@ -2,12 +2,14 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/ring/ringtest"
+	"github.com/aitherion/dpu/hostif/wire"
 )
 
 // TestRingsEndToEnd: against an agent that offers rings, the client uses
@@ -152,5 +154,43 @@ func BenchmarkRingsCAS(b *testing.B) {
 			}
 			b.ReportMetric(p50(lat), "p50-ns")
 		})
+	}
+}
+
+// TestRingsAbandoned: a call given up before its reply comes on the ring
+// is undone when the reply comes (an ALLOC freed) although no caller
+// waits on the ring any more, and its request slot comes back.
+func TestRingsAbandoned(t *testing.T) {
+	a := ringtest.Start(t, ringtest.Options{})
+	c, err := client.Dial(context.Background(), a.Path, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a.Stall.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, err = c.Alloc(ctx, 4096, 0)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("alloc on a stalled agent: %v", err)
+	}
+	a.Stall.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for a.RingOps[wire.OpFree].Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned alloc was not freed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g, err := c.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * int(c.Hello().MaxOutstanding) {
+		if _, err := c.FetchAdd(ctx, g, 1); err != nil {
+			t.Fatalf("call %d after an abandoned one: %v", i, err)
+		}
 	}
 }

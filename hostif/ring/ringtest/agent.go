@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -40,6 +41,10 @@ type Agent struct {
 
 	// Requests served, by the way they came.
 	OnRing, OnSocket atomic.Int64
+	// Ops served on the ring, by op.
+	RingOps [wire.OpRings + 1]atomic.Int64
+	// Stall stops the agent from taking submissions off rings while set.
+	Stall atomic.Bool
 
 	opts Options
 	l    *net.UnixListener
@@ -180,6 +185,10 @@ func (a *Agent) serveRing(p *ring.Pair, stop *atomic.Bool) {
 	fds := []unix.PollFd{{Fd: int32(p.Bell()), Events: unix.POLLIN}}
 	idle := 0
 	for !stop.Load() {
+		if a.Stall.Load() {
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		served := 0
 		for served < 32 {
 			n, ok, err := p.Pop(in)
@@ -197,6 +206,9 @@ func (a *Agent) serveRing(p *ring.Pair, stop *atomic.Bool) {
 				out = reply(out, r.ID, r.Op, syscall.EINVAL, nil)
 			} else {
 				a.OnRing.Add(1)
+				if r.Op <= wire.OpRings {
+					a.RingOps[r.Op].Add(1)
+				}
 				out = a.do(out, &r)
 			}
 			if err := p.Push(out); err != nil {
