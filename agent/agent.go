@@ -16,7 +16,7 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
@@ -44,7 +44,7 @@ type Agent struct {
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
 	host    *hostBackend
-	gpu     *gpu.Accountant
+	gpu     *ledger.Accountant
 
 	// mu owns the core: the run loop and callers of onCore (control
 	// snapshots, host requests) each run a bounded step under it, then
@@ -130,7 +130,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
-	acc, err := gpu.New(cfg.GPU, gpu.Options{Logger: log.With("part", "gpu")})
+	acc, err := ledger.New(cfg.GPU, ledger.Options{Logger: log.With("part", "gpu")})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("agent: gpu: %w", err)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -60,7 +60,7 @@ type Config struct {
 	PinBound       time.Duration
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
-	GPU gpu.Config
+	GPU ledger.Config
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -195,13 +195,13 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("want DEVICE MEM-LIMIT QUOTA-PERCENT")
 			break
 		}
-		var l gpu.Limit
+		var l ledger.Limit
 		if l.Memory, err = parseSize(f[1]); err == nil {
 			l.Quota, err = parsePercent(f[2])
 		}
 		if err == nil {
 			if c.GPU.Devices == nil {
-				c.GPU.Devices = map[string]gpu.Limit{}
+				c.GPU.Devices = map[string]ledger.Limit{}
 			}
 			c.GPU.Devices[f[0]] = l
 		}

@@ -18,6 +18,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -64,9 +65,9 @@ type Options struct {
 	AttrCache int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
-	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
-	// ENOSYS.
-	GPU GPUHandler
+	// GPU serves the CUDA hook's GPU accounting ops (a hookwire.Handler);
+	// nil answers them ENOSYS.
+	GPU hookwire.Handler
 }
 
 func (o *Options) setDefaults() {

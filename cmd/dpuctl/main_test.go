@@ -16,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/ctl/ctltest"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc/topo"
 )
 
@@ -285,7 +286,7 @@ func TestGPUSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var procs []ctl.GPUProcess
+	var procs []gpuctl.Process
 	if err := json.Unmarshal([]byte(out), &procs); err != nil {
 		t.Fatal(err)
 	}

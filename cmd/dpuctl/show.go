@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -363,7 +364,7 @@ func gpuShow(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	procs, err := c.GPUProcesses(e.ctx)
+	procs, err := gpuctl.Processes(e.ctx, c)
 	if err != nil {
 		return err
 	}
@@ -390,7 +391,7 @@ func limit(s string, v uint64) string {
 // pid PID [device D] [mem SIZE] [quota PERCENT].
 func gpuSet(e *env, args []string) error {
 	var (
-		l       ctl.GPULimit
+		l       gpuctl.Limit
 		havePID bool
 	)
 	for len(args) > 0 {
@@ -432,7 +433,7 @@ func gpuSet(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.SetGPULimit(e.ctx, l)
+	return gpuctl.SetLimit(e.ctx, c, l)
 }
 
 // parseSize reads a byte count with an optional K, M, G or T suffix

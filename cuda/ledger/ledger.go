@@ -1,4 +1,4 @@
-package gpu
+package ledger
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/aitherion/dpu/cuda/hookwire"
 )
 
 // Key names one account: a host process on one of its devices.
@@ -36,7 +38,7 @@ type Account struct {
 	Key
 	UID      uint32
 	Command  string
-	UUID     UUID
+	UUID     hookwire.UUID
 	Conn     uint64 // the connection that reported last
 	Limit    Limit
 	Memory   uint64        // bytes in use
@@ -92,10 +94,10 @@ func NewLedger(cfg Config) (*Ledger, error) {
 // Limits answers GPU_MEM_LIMIT: the process's limits on d and what it
 // has in use. The first request of a process on a device opens its
 // account.
-func (l *Ledger) Limits(now time.Duration, p Peer, d Device) (Limits, error) {
+func (l *Ledger) Limits(now time.Duration, p Peer, d hookwire.Device) (hookwire.Limits, error) {
 	a, err := l.account(p, d)
 	if err != nil {
-		return Limits{}, err
+		return hookwire.Limits{}, err
 	}
 	return l.limitsOf(a), nil
 }
@@ -103,24 +105,24 @@ func (l *Ledger) Limits(now time.Duration, p Peer, d Device) (Limits, error) {
 // Update applies a GPU_MEM_UPDATE. The process is the authority on its own
 // use: the total it reports replaces the account's. An allocation beyond
 // the limit is still recorded (the memory exists) and counted in Over.
-func (l *Ledger) Update(now time.Duration, p Peer, d Device, u MemUpdate) (Limits, error) {
+func (l *Ledger) Update(now time.Duration, p Peer, d hookwire.Device, u hookwire.MemUpdate) (hookwire.Limits, error) {
 	a, err := l.account(p, d)
 	if err != nil {
-		return Limits{}, err
+		return hookwire.Limits{}, err
 	}
 	switch u.Kind {
-	case UpdateAlloc:
+	case hookwire.UpdateAlloc:
 		a.Allocs++
 		if lim := a.Limit.Memory; lim != 0 && u.Total > lim {
 			a.Over++
 		}
-	case UpdateFree:
+	case hookwire.UpdateFree:
 		a.Frees++
-	case UpdateSync:
+	case hookwire.UpdateSync:
 		a.Syncs++
 		a.Kernel = max(a.Kernel, u.Kernel)
 	default:
-		return Limits{}, fmt.Errorf("mem-update %v: %w", u.Kind, syscall.EINVAL)
+		return hookwire.Limits{}, fmt.Errorf("mem-update %v: %w", u.Kind, syscall.EINVAL)
 	}
 	a.Memory = u.Total
 	a.Peak = max(a.Peak, a.Memory)
@@ -130,10 +132,10 @@ func (l *Ledger) Update(now time.Duration, p Peer, d Device, u MemUpdate) (Limit
 // Token answers GPU_KERNEL_QUOTA: a grant of kernel time from the
 // process's bucket, or how long to wait for one. Reported overuse is
 // accounted first.
-func (l *Ledger) Token(now time.Duration, p Peer, d Device, ask TokenAsk) (Token, error) {
+func (l *Ledger) Token(now time.Duration, p Peer, d hookwire.Device, ask hookwire.TokenAsk) (hookwire.Token, error) {
 	a, err := l.account(p, d)
 	if err != nil {
-		return Token{}, err
+		return hookwire.Token{}, err
 	}
 	window := l.cfg.Window
 	a.Kernel += ask.Overuse
@@ -141,7 +143,7 @@ func (l *Ledger) Token(now time.Duration, p Peer, d Device, ask TokenAsk) (Token
 	q := a.Limit.Quota
 	if q == 0 {
 		a.quota = 0
-		return Token{Grant: ask.Want, Window: window}, nil
+		return hookwire.Token{Grant: ask.Want, Window: window}, nil
 	}
 	capacity := window * time.Duration(q) / 100
 	l.refill(a, now, capacity)
@@ -151,11 +153,11 @@ func (l *Ledger) Token(now time.Duration, p Peer, d Device, ask TokenAsk) (Token
 		a.level -= want
 		a.Kernel += want
 		a.Grants++
-		return Token{Grant: want, Quota: q, Window: window}, nil
+		return hookwire.Token{Grant: want, Quota: q, Window: window}, nil
 	}
 	a.Deferred++
 	wait := (want - a.level) * 100 / time.Duration(q)
-	return Token{Wait: max(wait, 1), Quota: q, Window: window}, nil
+	return hookwire.Token{Wait: max(wait, 1), Quota: q, Window: window}, nil
 }
 
 // refill brings a's bucket to now.
@@ -201,7 +203,7 @@ func (l *Ledger) Closed(now time.Duration, conn uint64) []Key {
 // leaves. ESRCH: no such process has an account; EINVAL: a quota above
 // 100 or a device out of range.
 func (l *Ledger) SetLimit(pid int32, dev uint32, lim Limit) error {
-	if lim.Quota > 100 || dev >= MaxDevices {
+	if lim.Quota > 100 || dev >= hookwire.MaxDevices {
 		return fmt.Errorf("gpu limit of process %d on device %d: quota %d%%: %w", pid, dev, lim.Quota, syscall.EINVAL)
 	}
 	if l.pids[pid] == 0 {
@@ -237,7 +239,7 @@ func (l *Ledger) Get(k Key) (Account, bool) {
 // account returns the account of p on d, opening it if needed. The account
 // follows the connection that reported last, so a reconnected process
 // keeps it when its old connection's close arrives late.
-func (l *Ledger) account(p Peer, d Device) (*account, error) {
+func (l *Ledger) account(p Peer, d hookwire.Device) (*account, error) {
 	k := Key{PID: p.PID, Device: d.Ordinal}
 	a := l.accounts[k]
 	if a == nil {
@@ -261,7 +263,7 @@ func (l *Ledger) account(p Peer, d Device) (*account, error) {
 
 // limitOf is the limit of k: one set at run time, else the configured
 // limit of the device (by UUID, then ordinal), else the default.
-func (l *Ledger) limitOf(k Key, uuid UUID) Limit {
+func (l *Ledger) limitOf(k Key, uuid hookwire.UUID) Limit {
 	if lim, ok := l.limits[k]; ok {
 		return lim
 	}
@@ -276,8 +278,8 @@ func (l *Ledger) limitOf(k Key, uuid UUID) Limit {
 	return l.cfg.Default
 }
 
-func (l *Ledger) limitsOf(a *account) Limits {
-	return Limits{Memory: a.Limit.Memory, MemoryUsed: a.Memory, Quota: a.Limit.Quota, Window: l.cfg.Window, Kernel: a.Kernel}
+func (l *Ledger) limitsOf(a *account) hookwire.Limits {
+	return hookwire.Limits{Memory: a.Limit.Memory, MemoryUsed: a.Memory, Quota: a.Limit.Quota, Window: l.cfg.Window, Kernel: a.Kernel}
 }
 
 func compareKeys(a, b Key) int {

@@ -1,4 +1,4 @@
-// Package gpu is the agent's side of the CUDA hook (hostif/cudahook): the
+// Package ledger is the agent's side of the CUDA hook (cuda/hook): the
 // accounting of every host process's use of every GPU it touches, the
 // limits that apply to it, and the kernel-time quota tokens it asks for.
 //
@@ -9,8 +9,8 @@
 // ops of the host interface (GPU_MEM_LIMIT, GPU_MEM_UPDATE,
 // GPU_KERNEL_QUOTA, byte layout in wire.go) and by connection closes. Time
 // is an input; it does no I/O. Accountant puts a mutex and a clock in front
-// of it and is both the hostif.GPUHandler (set hostif.Options.GPU) and the
-// ctl.GPUSource behind dpuctl gpu show|set.
+// of it and is both the hookwire.Handler (set hostif.Options.GPU) and the
+// gpuctl.Service behind dpuctl gpu show|set.
 //
 // Limits: a limit set at run time (SetGPULimit) for that process and
 // device, else Config.Devices by UUID then ordinal, else Config.Default.
@@ -38,4 +38,4 @@
 // the hook, in the process, and the ledger is the host's view of it. It
 // holds no lock while reading /proc or logging, and it never blocks a
 // request: a quota it cannot grant is a "wait" answer, not a wait.
-package gpu
+package ledger

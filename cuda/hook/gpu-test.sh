@@ -125,7 +125,7 @@ GPU_TESTD=${GPU_TESTD:-$HERE/build/bin/gpu-testd}
 DPUCTL=${DPUCTL:-$HERE/build/bin/dpuctl}
 if [ ! -x "$GPU_TESTD" ] || [ ! -x "$DPUCTL" ]; then
     if command -v go >/dev/null; then
-        (cd "$REPO" && go build -o "$WORK/gpu-testd" ./hostif/cudahook/cmd/gpu-testd &&
+        (cd "$REPO" && go build -o "$WORK/gpu-testd" ./cuda/hook/cmd/gpu-testd &&
             go build -o "$WORK/dpuctl" ./cmd/dpuctl) || { fail "go build"; exit 1; }
         GPU_TESTD=$WORK/gpu-testd
         DPUCTL=$WORK/dpuctl

@@ -1,4 +1,4 @@
-package gpu
+package hookwire
 
 import (
 	"encoding/binary"
@@ -9,9 +9,9 @@ import (
 )
 
 // The bodies of the GPU accounting ops of the host interface
-// (wire.OpGPUMemLimit, wire.OpGPUMemUpdate, wire.OpGPUKernelQuota). They
+// (OpMemLimit, OpMemUpdate, OpKernelQuota). They
 // follow the 32-byte message header; every field is little-endian and every
-// reserved field is zero. hostif/cudahook/gpu_wire.h is the C side.
+// reserved field is zero. cuda/hook/src/gpu_wire.h is the C side.
 //
 // Every request starts with the device it is about (24 bytes):
 //

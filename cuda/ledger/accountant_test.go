@@ -1,4 +1,4 @@
-package gpu_test
+package ledger_test
 
 import (
 	"context"
@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/cuda/hookwire"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
@@ -18,7 +19,7 @@ import (
 )
 
 // serve starts a host interface with acc as its GPU handler.
-func serve(t *testing.T, acc *gpu.Accountant) string {
+func serve(t *testing.T, acc *ledger.Accountant) string {
 	t.Helper()
 	be := hostiftest.NewFabric().Node(1)
 	t.Cleanup(be.Close)
@@ -46,35 +47,35 @@ func raw(t *testing.T, c *client.Client, op wire.Op, body []byte) ([]byte, error
 
 func TestAccountantOverHostInterface(t *testing.T) {
 	var now time.Duration
-	acc, err := gpu.New(gpu.Config{Default: gpu.Limit{Memory: 1 << 20, Quota: 50}, Window: 10 * time.Millisecond},
-		gpu.Options{Now: func() time.Duration { return now }, Command: func(int32) string { return "probe" }})
+	acc, err := ledger.New(ledger.Config{Default: ledger.Limit{Memory: 1 << 20, Quota: 50}, Window: 10 * time.Millisecond},
+		ledger.Options{Now: func() time.Duration { return now }, Command: func(int32) string { return "probe" }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := serve(t, acc)
 	c := dial(t, path)
-	d := gpu.Device{Ordinal: 1, UUID: gpu.UUID{0xfa, 0xce, 15: 1}}
+	d := hookwire.Device{Ordinal: 1, UUID: hookwire.UUID{0xfa, 0xce, 15: 1}}
 
-	rep, err := raw(t, c, wire.OpGPUMemLimit, gpu.AppendDevice(nil, d))
+	rep, err := raw(t, c, wire.OpGPUMemLimit, hookwire.AppendDevice(nil, d))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lim gpu.Limits
+	var lim hookwire.Limits
 	if err := lim.Decode(rep); err != nil || lim.Memory != 1<<20 || lim.Quota != 50 || lim.Window != 10*time.Millisecond {
 		t.Fatalf("limits %+v %v", lim, err)
 	}
-	rep, err = raw(t, c, wire.OpGPUMemUpdate, gpu.AppendUpdate(nil, d, gpu.MemUpdate{Kind: gpu.UpdateAlloc, Bytes: 4096, Total: 4096}))
+	rep, err = raw(t, c, wire.OpGPUMemUpdate, hookwire.AppendUpdate(nil, d, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 4096, Total: 4096}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := lim.Decode(rep); err != nil || lim.MemoryUsed != 4096 {
 		t.Fatalf("after alloc %+v %v", lim, err)
 	}
-	rep, err = raw(t, c, wire.OpGPUKernelQuota, gpu.AppendTokenAsk(nil, d, gpu.TokenAsk{Want: 2 * time.Millisecond}))
+	rep, err = raw(t, c, wire.OpGPUKernelQuota, hookwire.AppendTokenAsk(nil, d, hookwire.TokenAsk{Want: 2 * time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tok gpu.Token
+	var tok hookwire.Token
 	if err := tok.Decode(rep); err != nil || tok.Grant != 2*time.Millisecond || tok.Quota != 50 {
 		t.Fatalf("token %+v %v", tok, err)
 	}
@@ -87,24 +88,24 @@ func TestAccountantOverHostInterface(t *testing.T) {
 		t.Fatalf("undefined op: %v", err)
 	}
 
-	procs := acc.GPUProcesses()
-	want := ctl.GPUProcess{PID: uint32(os.Getpid()), UID: uint32(os.Getuid()), Device: 1, Command: "probe",
+	procs := acc.Processes()
+	want := gpuctl.Process{PID: uint32(os.Getpid()), UID: uint32(os.Getuid()), Device: 1, Command: "probe",
 		MemoryUsed: 4096, MemoryLimit: 1 << 20, KernelTime: 2 * time.Millisecond, KernelQuota: 50}
 	if len(procs) != 1 || procs[0] != want {
 		t.Fatalf("processes %+v, want %+v", procs, want)
 	}
 
 	// dpuctl gpu set: reaches the next reply; unknown processes are ESRCH.
-	if err := acc.SetGPULimit(ctl.GPULimit{PID: uint32(os.Getpid()), Device: 1, MemoryLimit: 8192}); err != nil {
+	if err := acc.SetLimit(gpuctl.Limit{PID: uint32(os.Getpid()), Device: 1, MemoryLimit: 8192}); err != nil {
 		t.Fatal(err)
 	}
-	if err := acc.SetGPULimit(ctl.GPULimit{PID: 1 << 30, Device: 1}); !errors.Is(err, syscall.ESRCH) {
+	if err := acc.SetLimit(gpuctl.Limit{PID: 1 << 30, Device: 1}); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("unknown process: %v", err)
 	}
-	if err := acc.SetGPULimit(ctl.GPULimit{PID: 1 << 31}); !errors.Is(err, syscall.EINVAL) {
+	if err := acc.SetLimit(gpuctl.Limit{PID: 1 << 31}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("pid out of range: %v", err)
 	}
-	rep, _ = raw(t, c, wire.OpGPUMemLimit, gpu.AppendDevice(nil, d))
+	rep, _ = raw(t, c, wire.OpGPUMemLimit, hookwire.AppendDevice(nil, d))
 	if err := lim.Decode(rep); err != nil || lim.Memory != 8192 || lim.Quota != 0 {
 		t.Fatalf("after set: %+v %v", lim, err)
 	}

@@ -1,6 +1,6 @@
 // Command gpu-testd serves what the CUDA hook needs of a dpu-agent and
 // nothing else: the host interface (RUN_DIR/dpu0.sock) with GPU accounting
-// (package gpu) in front of an in-memory page backend, and the control
+// (package cuda/ledger) in front of an in-memory page backend, and the control
 // socket (RUN_DIR/ctl.sock) for dpuctl gpu show|set. gpu-test.sh runs
 // programs under the hook against it on machines with a GPU.
 //
@@ -27,7 +27,8 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 )
@@ -63,8 +64,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	acc, err := gpu.New(gpu.Config{Default: gpu.Limit{Memory: limit, Quota: uint32(*quota)}, Window: *window},
-		gpu.Options{Logger: log})
+	acc, err := ledger.New(ledger.Config{Default: ledger.Limit{Memory: limit, Quota: uint32(*quota)}, Window: *window},
+		ledger.Options{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		})
 	}
 	serve("host interface", func() error { return srv.ListenAndServe(ctx, hostif.SocketPath(*runDir)) })
-	cs := ctl.NewServer(source{acc}, log)
+	cs := ctl.NewServer(source{gpuctl.Commands(acc)}, log)
 	serve("control socket", func() error { return cs.ListenAndServe(ctx, filepath.Join(*runDir, "ctl.sock")) })
 	log.Info("serving", "run_dir", *runDir, "mem", limit, "quota", *quota, "window", *window)
 	wg.Wait()
@@ -105,7 +106,7 @@ func collect(ch chan error) []error {
 }
 
 // source is a control Source with no fabric: only the GPU objects.
-type source struct{ *gpu.Accountant }
+type source struct{ ctl.CommandSource }
 
 func (source) Routes() []ctl.Route         { return nil }
 func (source) Links() []ctl.Link           { return nil }

@@ -1,4 +1,4 @@
-package gpu
+package ledger
 
 import (
 	"errors"
@@ -6,11 +6,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aitherion/dpu/cuda/hookwire"
 )
 
 var (
-	dev0 = Device{Ordinal: 0, UUID: UUID{0xfa, 0xce, 15: 0}}
-	dev1 = Device{Ordinal: 1, UUID: UUID{0xfa, 0xce, 15: 1}}
+	dev0 = hookwire.Device{Ordinal: 0, UUID: hookwire.UUID{0xfa, 0xce, 15: 0}}
+	dev1 = hookwire.Device{Ordinal: 1, UUID: hookwire.UUID{0xfa, 0xce, 15: 1}}
 	proc = Peer{Conn: 7, PID: 4242, UID: 1000, Command: "train"}
 )
 
@@ -23,7 +25,7 @@ func newLedger(t *testing.T, cfg Config) *Ledger {
 	return l
 }
 
-func mustUpdate(t *testing.T, l *Ledger, now time.Duration, p Peer, d Device, u MemUpdate) Limits {
+func mustUpdate(t *testing.T, l *Ledger, now time.Duration, p Peer, d hookwire.Device, u hookwire.MemUpdate) hookwire.Limits {
 	t.Helper()
 	lim, err := l.Update(now, p, d, u)
 	if err != nil {
@@ -44,7 +46,7 @@ func TestLimitResolution(t *testing.T) {
 	if got, _ := l.Limits(0, proc, dev1); got.Memory != 2<<30 || got.Quota != 0 {
 		t.Fatalf("device by ordinal: %+v", got)
 	}
-	if got, _ := l.Limits(0, proc, Device{Ordinal: 5}); got.Memory != 1<<30 || got.Quota != 50 {
+	if got, _ := l.Limits(0, proc, hookwire.Device{Ordinal: 5}); got.Memory != 1<<30 || got.Quota != 50 {
 		t.Fatalf("default: %+v", got)
 	}
 	// A limit set at run time wins, for that process and device only.
@@ -71,35 +73,35 @@ func TestSetLimitErrors(t *testing.T) {
 	if err := l.SetLimit(proc.PID, 0, Limit{Quota: 101}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("quota 101: %v", err)
 	}
-	if err := l.SetLimit(proc.PID, MaxDevices, Limit{}); !errors.Is(err, syscall.EINVAL) {
+	if err := l.SetLimit(proc.PID, hookwire.MaxDevices, Limit{}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("device out of range: %v", err)
 	}
 	// A known process may get a limit on a device it has not used yet.
 	if err := l.SetLimit(proc.PID, 3, Limit{Memory: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := l.Limits(0, proc, Device{Ordinal: 3}); got.Memory != 1<<20 {
+	if got, _ := l.Limits(0, proc, hookwire.Device{Ordinal: 3}); got.Memory != 1<<20 {
 		t.Fatalf("limit set before first use: %+v", got)
 	}
 }
 
 func TestMemoryAccounting(t *testing.T) {
 	l := newLedger(t, Config{Default: Limit{Memory: 1000}})
-	mustUpdate(t, l, 0, proc, dev0, MemUpdate{Kind: UpdateAlloc, Bytes: 600, Total: 600})
-	got := mustUpdate(t, l, 0, proc, dev0, MemUpdate{Kind: UpdateAlloc, Bytes: 300, Total: 900})
+	mustUpdate(t, l, 0, proc, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 600, Total: 600})
+	got := mustUpdate(t, l, 0, proc, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 300, Total: 900})
 	if got.MemoryUsed != 900 || got.Memory != 1000 {
 		t.Fatalf("after two allocations: %+v", got)
 	}
-	mustUpdate(t, l, 0, proc, dev0, MemUpdate{Kind: UpdateFree, Bytes: 600, Total: 300})
+	mustUpdate(t, l, 0, proc, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateFree, Bytes: 600, Total: 300})
 	// Past the limit (a race with a lowered limit): recorded and counted.
-	mustUpdate(t, l, 0, proc, dev0, MemUpdate{Kind: UpdateAlloc, Bytes: 800, Total: 1100})
+	mustUpdate(t, l, 0, proc, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 800, Total: 1100})
 	a, ok := l.Get(Key{PID: proc.PID, Device: 0})
 	if !ok || a.Memory != 1100 || a.Peak != 1100 || a.Allocs != 3 || a.Frees != 1 || a.Over != 1 ||
 		a.UUID != dev0.UUID || a.Command != "train" || a.UID != 1000 {
 		t.Fatalf("account %+v", a)
 	}
 	// Sync (after a reconnect) replaces the totals.
-	mustUpdate(t, l, 0, proc, dev0, MemUpdate{Kind: UpdateSync, Total: 50, Kernel: time.Second})
+	mustUpdate(t, l, 0, proc, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateSync, Total: 50, Kernel: time.Second})
 	a, _ = l.Get(Key{PID: proc.PID, Device: 0})
 	if a.Memory != 50 || a.Kernel != time.Second || a.Syncs != 1 || a.Peak != 1100 {
 		t.Fatalf("after sync %+v", a)
@@ -108,10 +110,10 @@ func TestMemoryAccounting(t *testing.T) {
 
 func TestClosedReleases(t *testing.T) {
 	l := newLedger(t, Config{})
-	mustUpdate(t, l, 0, proc, dev0, MemUpdate{Kind: UpdateAlloc, Bytes: 10, Total: 10})
-	mustUpdate(t, l, 0, proc, dev1, MemUpdate{Kind: UpdateAlloc, Bytes: 20, Total: 20})
+	mustUpdate(t, l, 0, proc, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 10, Total: 10})
+	mustUpdate(t, l, 0, proc, dev1, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 20, Total: 20})
 	other := Peer{Conn: 9, PID: 77}
-	mustUpdate(t, l, 0, other, dev0, MemUpdate{Kind: UpdateAlloc, Bytes: 5, Total: 5})
+	mustUpdate(t, l, 0, other, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 5, Total: 5})
 	if err := l.SetLimit(proc.PID, 0, Limit{Memory: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func TestClosedReleases(t *testing.T) {
 	// the accounts follow the new connection and survive the late close.
 	moved := proc
 	moved.Conn = 11
-	mustUpdate(t, l, 0, moved, dev1, MemUpdate{Kind: UpdateSync, Total: 20})
+	mustUpdate(t, l, 0, moved, dev1, hookwire.MemUpdate{Kind: hookwire.UpdateSync, Total: 20})
 	gone := l.Closed(0, proc.Conn)
 	if len(gone) != 1 || gone[0] != (Key{PID: proc.PID, Device: 0}) {
 		t.Fatalf("closed %v", gone)
@@ -163,9 +165,9 @@ func TestMaxAccounts(t *testing.T) {
 func TestTokenBucket(t *testing.T) {
 	ms := time.Millisecond
 	l := newLedger(t, Config{Default: Limit{Quota: 20}, Window: 100 * ms, MinGrant: ms}) // 20 ms per window
-	tok := func(now, want, over time.Duration) Token {
+	tok := func(now, want, over time.Duration) hookwire.Token {
 		t.Helper()
-		got, err := l.Token(now, proc, dev0, TokenAsk{Want: want, Overuse: over})
+		got, err := l.Token(now, proc, dev0, hookwire.TokenAsk{Want: want, Overuse: over})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +224,7 @@ func TestTokenBucketBound(t *testing.T) {
 		l := newLedger(t, Config{Default: Limit{Quota: q}, Window: window})
 		var now, granted time.Duration
 		for range 20000 {
-			got, err := l.Token(now, proc, dev0, TokenAsk{Want: time.Duration(r.Int64N(int64(window)))})
+			got, err := l.Token(now, proc, dev0, hookwire.TokenAsk{Want: time.Duration(r.Int64N(int64(window)))})
 			if err != nil {
 				t.Fatal(err)
 			}

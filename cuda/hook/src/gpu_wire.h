@@ -1,6 +1,6 @@
 /*
  * gpu_wire.h — bodies of the host interface's GPU accounting ops, the C
- * side of package gpu (gpu/wire.go has the byte layout). The message
+ * side of package cuda/hookwire (wire.go has the byte layout). The message
  * header and the connection are libdpu's (dpu_call); these are only the
  * op bodies. All fields little-endian.
  */

@@ -1,4 +1,4 @@
-package cudahook_test
+package hook_test
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/ledger"
 )
 
 // BenchmarkLaunch measures cuLaunchKernel against the fake driver (a
@@ -18,7 +18,7 @@ import (
 func BenchmarkLaunch(b *testing.B) {
 	dir := build(b)
 	sock := tempSocket(b)
-	startAgent(b, sock, gpu.Config{})
+	startAgent(b, sock, ledger.Config{})
 	for _, c := range []struct {
 		name string
 		env  []string

@@ -1,4 +1,4 @@
-// Package cudahook holds libdpucuda, the CUDA driver API hook, and its
+// Package hook holds libdpucuda, the CUDA driver API hook, and its
 // tests; the package itself has no Go API. See README.md for use.
 //
 // libdpucuda.so (C11, loaded with LD_PRELOAD) gets between a program and
@@ -8,20 +8,20 @@
 // on each device: allocations past the limit fail with
 // CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo and cuDeviceTotalMem show the
 // limit, every allocation and free is reported, and kernel launches under a
-// quota wait for tokens. The agent's side is package gpu.
+// quota wait for tokens. The agent's side is package cuda/ledger.
 //
 // # Layout
 //
 //	src/cuda_abi.h the driver API types the hook needs (no CUDA headers here)
 //	src/hook.c …   the hook (src/hook.h lists the files and what each owns)
-//	src/gpu_wire.h the GPU op bodies (gpu/wire.go is the layout)
+//	src/gpu_wire.h the GPU op bodies (cuda/hookwire/wire.go is the layout)
 //	fake/          a fake libcuda.so.1 over host memory for machines without a GPU
 //	test/          cudaprobe (a scripted driver API client) and launchbench
 //	gpu/           programs for gpu-test.sh on a machine with a GPU
 //	cmd/gpu-testd  a host interface with GPU accounting and nothing else
 //
 // The Go tests build everything with the Makefile, serve a real hostif
-// server with a gpu.Accountant on a temporary socket and run cudaprobe
+// server with a ledger.Accountant on a temporary socket and run cudaprobe
 // under the hook against the fake driver.
 //
 // # What it must never do
@@ -32,4 +32,4 @@
 // library's own handle), never export anything but the entry points it
 // interposes, and never add more than a load and a branch to a launch when
 // no quota is set.
-package cudahook
+package hook

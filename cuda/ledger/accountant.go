@@ -1,4 +1,4 @@
-package gpu
+package ledger
 
 import (
 	"context"
@@ -14,9 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/hostif"
-	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/cuda/hookwire"
 )
 
 // Options tune an Accountant. Zero fields mean their defaults.
@@ -32,8 +31,9 @@ type Options struct {
 
 // Accountant is the agent's GPU accounting service: a Ledger behind a mutex
 // and a clock. It serves the GPU ops of the host interface (it is a
-// hostif.GPUHandler: set it as hostif.Options.GPU) and the control socket's
-// GPU commands (it is a ctl.GPUSource).
+// hookwire.Handler: set it as hostif.Options.GPU) and the control socket's
+// GPU objects (it is a gpuctl.Service: gpuctl.Commands serves it on the
+// control socket).
 type Accountant struct {
 	now     func() time.Duration
 	command func(int32) string
@@ -45,8 +45,8 @@ type Accountant struct {
 }
 
 var (
-	_ hostif.GPUHandler = (*Accountant)(nil)
-	_ ctl.GPUSource     = (*Accountant)(nil)
+	_ hookwire.Handler = (*Accountant)(nil)
+	_ gpuctl.Service   = (*Accountant)(nil)
 )
 
 // New returns an Accountant applying cfg.
@@ -69,11 +69,11 @@ func New(cfg Config, opts Options) (*Accountant, error) {
 }
 
 // ServeGPU answers one GPU op of the host interface.
-func (a *Accountant) ServeGPU(ctx context.Context, peer hostif.GPUPeer, op wire.Op, body, reply []byte) ([]byte, error) {
+func (a *Accountant) ServeGPU(ctx context.Context, peer hookwire.Peer, op hookwire.Op, body, reply []byte) ([]byte, error) {
 	p := a.peer(peer)
 	switch op {
-	case wire.OpGPUMemLimit:
-		d, err := DecodeLimitRequest(body)
+	case hookwire.OpMemLimit:
+		d, err := hookwire.DecodeLimitRequest(body)
 		if err != nil {
 			return nil, invalid(err)
 		}
@@ -84,8 +84,8 @@ func (a *Accountant) ServeGPU(ctx context.Context, peer hostif.GPUPeer, op wire.
 			return nil, err
 		}
 		return l.Append(reply), nil
-	case wire.OpGPUMemUpdate:
-		d, u, err := DecodeUpdate(body)
+	case hookwire.OpMemUpdate:
+		d, u, err := hookwire.DecodeUpdate(body)
 		if err != nil {
 			return nil, invalid(err)
 		}
@@ -95,12 +95,12 @@ func (a *Accountant) ServeGPU(ctx context.Context, peer hostif.GPUPeer, op wire.
 		if err != nil {
 			return nil, err
 		}
-		if u.Kind == UpdateSync {
+		if u.Kind == hookwire.UpdateSync {
 			a.log.Info("gpu totals re-reported", "pid", p.PID, "device", d.Ordinal, "memory", u.Total, "kernel", u.Kernel)
 		}
 		return l.Append(reply), nil
-	case wire.OpGPUKernelQuota:
-		d, ask, err := DecodeTokenAsk(body)
+	case hookwire.OpKernelQuota:
+		d, ask, err := hookwire.DecodeTokenAsk(body)
 		if err != nil {
 			return nil, invalid(err)
 		}
@@ -116,7 +116,7 @@ func (a *Accountant) ServeGPU(ctx context.Context, peer hostif.GPUPeer, op wire.
 }
 
 // GPUClosed releases what the connection's process had accounted.
-func (a *Accountant) GPUClosed(peer hostif.GPUPeer) {
+func (a *Accountant) GPUClosed(peer hookwire.Peer) {
 	a.mu.Lock()
 	gone := a.ledger.Closed(a.now(), peer.Conn)
 	delete(a.names, peer.Conn)
@@ -126,12 +126,12 @@ func (a *Accountant) GPUClosed(peer hostif.GPUPeer) {
 	}
 }
 
-// GPUProcesses returns every account for dpuctl gpu show.
-func (a *Accountant) GPUProcesses() []ctl.GPUProcess {
+// Processes returns every account for dpuctl gpu show.
+func (a *Accountant) Processes() []gpuctl.Process {
 	accts := a.Accounts()
-	out := make([]ctl.GPUProcess, len(accts))
+	out := make([]gpuctl.Process, len(accts))
 	for i, ac := range accts {
-		out[i] = ctl.GPUProcess{
+		out[i] = gpuctl.Process{
 			PID: uint32(ac.PID), UID: ac.UID, Device: ac.Device, Command: ac.Command,
 			MemoryUsed: ac.Memory, MemoryLimit: ac.Limit.Memory,
 			KernelTime: ac.Kernel, KernelQuota: ac.Limit.Quota,
@@ -140,8 +140,8 @@ func (a *Accountant) GPUProcesses() []ctl.GPUProcess {
 	return out
 }
 
-// SetGPULimit sets one process's limits on one device (dpuctl gpu set).
-func (a *Accountant) SetGPULimit(l ctl.GPULimit) error {
+// SetLimit sets one process's limits on one device (dpuctl gpu set).
+func (a *Accountant) SetLimit(l gpuctl.Limit) error {
 	if l.PID == 0 || l.PID > math.MaxInt32 {
 		return fmt.Errorf("gpu limit: process id %d: %w", l.PID, syscall.EINVAL)
 	}
@@ -162,7 +162,7 @@ func (a *Accountant) Accounts() []Account {
 }
 
 // peer resolves the process name of a connection once.
-func (a *Accountant) peer(p hostif.GPUPeer) Peer {
+func (a *Accountant) peer(p hookwire.Peer) Peer {
 	a.mu.Lock()
 	name, ok := a.names[p.Conn]
 	a.mu.Unlock()
@@ -176,7 +176,7 @@ func (a *Accountant) peer(p hostif.GPUPeer) Peer {
 }
 
 func invalid(err error) error {
-	if errors.Is(err, ErrMalformed) {
+	if errors.Is(err, hookwire.ErrMalformed) {
 		return fmt.Errorf("%w (%w)", err, syscall.EINVAL)
 	}
 	return err

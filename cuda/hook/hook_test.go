@@ -1,4 +1,4 @@
-package cudahook_test
+package hook_test
 
 import (
 	"bufio"
@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/cuda/hookwire"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 )
@@ -47,7 +48,7 @@ func build(t testing.TB) string {
 			buildErr = err
 			return
 		}
-		for _, pattern := range []string{"src/*", "fake/*.c", "test/*.c", "Makefile", "../c/src/*.c", "../c/include/*.h"} {
+		for _, pattern := range []string{"src/*", "fake/*.c", "test/*.c", "Makefile", "../../hostif/c/src/*.c", "../../hostif/c/include/*.h"} {
 			files, _ := filepath.Glob(filepath.Join(dir, pattern))
 			for _, f := range files {
 				if _, err := os.ReadFile(f); err != nil {
@@ -75,15 +76,15 @@ func build(t testing.TB) string {
 
 // agent is a host interface server with GPU accounting on a socket.
 type agent struct {
-	acc    *gpu.Accountant
+	acc    *ledger.Accountant
 	sock   string
 	cancel context.CancelFunc
 	done   chan error
 }
 
-func startAgent(t testing.TB, sock string, cfg gpu.Config) *agent {
+func startAgent(t testing.TB, sock string, cfg ledger.Config) *agent {
 	t.Helper()
-	acc, err := gpu.New(cfg, gpu.Options{})
+	acc, err := ledger.New(cfg, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,13 +125,13 @@ func (a *agent) stop(t testing.TB) {
 }
 
 // account returns pid's account on device dev.
-func (a *agent) account(pid int, dev uint32) (gpu.Account, bool) {
+func (a *agent) account(pid int, dev uint32) (ledger.Account, bool) {
 	for _, ac := range a.acc.Accounts() {
 		if ac.PID == int32(pid) && ac.Device == dev {
 			return ac, true
 		}
 	}
-	return gpu.Account{}, false
+	return ledger.Account{}, false
 }
 
 func tempSocket(t testing.TB) string {
@@ -290,12 +291,12 @@ func TestResolution(t *testing.T) {
 	build(t)
 	for _, args := range [][]string{{"-m", "link"}, {"-m", "dlsym"}, {"-m", "proc"}, {"-m", "proc11"}, {"-m", "proc", "-ptsz"}} {
 		t.Run(strings.Join(args, ""), func(t *testing.T) {
-			a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+			a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 64 * mib}})
 			p := startProbe(t, a.sock, true, nil, args...)
 			p.ok("init")
 			ptr := p.ok(fmt.Sprint("alloc ", 40*mib))[0]
 			if ac, ok := a.account(p.pid, 0); !ok || ac.Memory != 40*mib || ac.Command != "cudaprobe" ||
-				ac.UUID != (gpu.UUID{0xfa, 0xce, 15: 0}) || ac.Allocs != 1 {
+				ac.UUID != (hookwire.UUID{0xfa, 0xce, 15: 0}) || ac.Allocs != 1 {
 				t.Fatalf("after alloc: %+v %v", ac, ok)
 			}
 			if ans := p.do(fmt.Sprint("alloc ", 30*mib)); ans != cudaOutOfMemory {
@@ -335,7 +336,7 @@ func TestResolution(t *testing.T) {
 // to one), the caller gets the driver's function; what the hook knows is
 // still intercepted.
 func TestUnknownVariant(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 64 * mib}})
 	p := startProbe(t, a.sock, true, nil, "-m", "proc", "-v", "13000")
 	p.ok("init")
 	if ans := p.do(fmt.Sprint("alloc ", 100*mib)); ans != cudaOutOfMemory {
@@ -352,7 +353,7 @@ func TestUnknownVariant(t *testing.T) {
 // TestWithoutHook is the control: the same program on the fake driver
 // without the hook allocates past the limit and reports nothing.
 func TestWithoutHook(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 64 * mib}})
 	p := startProbe(t, a.sock, false, nil, "-m", "proc")
 	p.ok("init")
 	p.ok(fmt.Sprint("alloc ", 100*mib))
@@ -370,7 +371,7 @@ func TestWithoutHook(t *testing.T) {
 // TestAllocationKinds checks what each allocation entry point charges and
 // that each free releases it, per device.
 func TestAllocationKinds(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 256 * mib}})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 256 * mib}})
 	p := startProbe(t, a.sock, true, nil, "-m", "proc")
 	p.ok("init")
 	check := func(what string, dev uint32, want uint64) {
@@ -422,15 +423,15 @@ func TestAllocationKinds(t *testing.T) {
 // TestSetLimitReachesProcess: a limit set with dpuctl gpu set applies to
 // the next allocation and to what cuMemGetInfo shows.
 func TestSetLimitReachesProcess(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{})
+	a := startAgent(t, tempSocket(t), ledger.Config{})
 	p := startProbe(t, a.sock, true, nil)
 	p.ok("init")
 	p.ok(fmt.Sprint("alloc ", 10*mib))
-	procs := a.acc.GPUProcesses()
+	procs := a.acc.Processes()
 	if len(procs) != 1 || procs[0].PID != uint32(p.pid) || procs[0].MemoryUsed != 10*mib || procs[0].MemoryLimit != 0 {
 		t.Fatalf("gpu show: %+v", procs)
 	}
-	if err := a.acc.SetGPULimit(ctl.GPULimit{PID: uint32(p.pid), Device: 0, MemoryLimit: 12 * mib}); err != nil {
+	if err := a.acc.SetLimit(gpuctl.Limit{PID: uint32(p.pid), Device: 0, MemoryLimit: 12 * mib}); err != nil {
 		t.Fatal(err)
 	}
 	if ans := p.do(fmt.Sprint("alloc ", 4*mib)); ans != cudaOutOfMemory {
@@ -443,7 +444,7 @@ func TestSetLimitReachesProcess(t *testing.T) {
 	// Device 1 is untouched by device 0's limit.
 	p.ok("ctx 1")
 	p.ok(fmt.Sprint("alloc ", 100*mib))
-	if ac, _ := a.account(p.pid, 1); ac.Memory != 100*mib || ac.UUID != (gpu.UUID{0xfa, 0xce, 15: 1}) {
+	if ac, _ := a.account(p.pid, 1); ac.Memory != 100*mib || ac.UUID != (hookwire.UUID{0xfa, 0xce, 15: 1}) {
 		t.Fatalf("device 1: %+v", ac)
 	}
 }
@@ -451,7 +452,7 @@ func TestSetLimitReachesProcess(t *testing.T) {
 // TestProcessDeathReleases: kill -9 closes the process's socket; the agent
 // releases its usage.
 func TestProcessDeathReleases(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 64 * mib}})
 	p := startProbe(t, a.sock, true, nil)
 	other := startProbe(t, a.sock, true, nil)
 	p.ok("init")
@@ -469,7 +470,7 @@ func TestProcessDeathReleases(t *testing.T) {
 	if ac, ok := a.account(other.pid, 0); !ok || ac.Memory != 30*mib {
 		t.Fatalf("the other process: %+v %v", ac, ok)
 	}
-	if err := a.acc.SetGPULimit(ctl.GPULimit{PID: uint32(p.pid)}); !errors.Is(err, syscall.ESRCH) {
+	if err := a.acc.SetLimit(gpuctl.Limit{PID: uint32(p.pid)}); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("gpu set on the dead process: %v", err)
 	}
 }
@@ -479,7 +480,7 @@ func TestProcessDeathReleases(t *testing.T) {
 // the restarted agent.
 func TestAgentRestart(t *testing.T) {
 	sock := tempSocket(t)
-	cfg := gpu.Config{Default: gpu.Limit{Memory: 64 * mib}}
+	cfg := ledger.Config{Default: ledger.Limit{Memory: 64 * mib}}
 	a := startAgent(t, sock, cfg)
 	p := startProbe(t, sock, true, nil)
 	p.ok("init")
@@ -529,7 +530,7 @@ func TestNoAgent(t *testing.T) {
 // measured overuse reaches the agent.
 func TestQuota(t *testing.T) {
 	window := 50 * time.Millisecond
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Quota: 20}, Window: window})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Quota: 20}, Window: window})
 	for _, kind := range []string{"plain", "ex", "coop"} {
 		t.Run(kind, func(t *testing.T) {
 			p := startProbe(t, a.sock, true, nil, "-m", "proc", "-ptsz")
@@ -567,14 +568,14 @@ func TestQuota(t *testing.T) {
 		})
 	})
 	t.Run("unlimited", func(t *testing.T) {
-		if err := a.acc.SetGPULimit(ctl.GPULimit{PID: 1}); !errors.Is(err, syscall.ESRCH) {
+		if err := a.acc.SetLimit(gpuctl.Limit{PID: 1}); !errors.Is(err, syscall.ESRCH) {
 			t.Fatal(err)
 		}
 		p := startProbe(t, a.sock, true, nil)
 		p.ok("init")
 		p.ok("kernel 2000")
 		p.ok("launch 1")
-		if err := a.acc.SetGPULimit(ctl.GPULimit{PID: uint32(p.pid), KernelQuota: 0}); err != nil {
+		if err := a.acc.SetLimit(gpuctl.Limit{PID: uint32(p.pid), KernelQuota: 0}); err != nil {
 			t.Fatal(err)
 		}
 		// The next token request (or refresh) tells the hook; after it,
@@ -626,7 +627,7 @@ func TestExports(t *testing.T) {
 // TestConcurrentAllocations: threads allocating at once never take the
 // process past its limit together, and everything freed is released.
 func TestConcurrentAllocations(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 10 * mib}})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 10 * mib}})
 	p := startProbe(t, a.sock, true, nil)
 	p.ok("init")
 	v := p.ok(fmt.Sprint("threads 8 200 ", 3*mib))
@@ -645,7 +646,7 @@ func TestConcurrentAllocations(t *testing.T) {
 // TestFork: a child of a hooked process gets its own connection and
 // account; the parent's connection (shared by the fork) is left intact.
 func TestFork(t *testing.T) {
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 64 * mib}})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 64 * mib}})
 	p := startProbe(t, a.sock, true, nil)
 	p.ok("init")
 	p.ok(fmt.Sprint("alloc ", 10*mib))
@@ -673,7 +674,7 @@ func TestSanitizers(t *testing.T) {
 	if out, err := exec.Command("make", "-C", filepath.Dir(dir), "sanitize").CombinedOutput(); err != nil {
 		t.Fatalf("make sanitize: %v\n%s", err, out)
 	}
-	a := startAgent(t, tempSocket(t), gpu.Config{Default: gpu.Limit{Memory: 10 * mib, Quota: 30}, Window: 20 * time.Millisecond})
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: 10 * mib, Quota: 30}, Window: 20 * time.Millisecond})
 	for _, san := range []string{"tsan", "asan"} {
 		t.Run(san, func(t *testing.T) {
 			p := startProbeBin(t, filepath.Join(dir, san, "cudaprobe"), a.sock, false,
