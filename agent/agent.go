@@ -130,7 +130,11 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
-	acc, err := ledger.New(cfg.GPU, ledger.Options{Logger: log.With("part", "gpu")})
+	gcfg := cfg.GPU
+	if gcfg.StateFile == "" {
+		gcfg.StateFile = filepath.Join(cfg.RunDir, "gpu-limits.json")
+	}
+	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu")})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("agent: gpu: %w", err)

@@ -99,7 +99,7 @@ func (c *Config) LoadFile(path string) error {
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, and
+// gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -188,6 +188,8 @@ func (c *Config) Set(key, val string) error {
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":
 		c.GPU.Default.Quota, err = parsePercent(val)
+	case "gpu-state":
+		c.GPU.StateFile = val
 	case "gpu-device":
 		// gpu-device = UUID-OR-ORDINAL MEM-LIMIT QUOTA-PERCENT
 		f := strings.Fields(val)

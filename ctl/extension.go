@@ -19,7 +19,8 @@ type Object interface {
 }
 
 // CommandSource serves the commands whose objects another package defines
-// (CmdGPUGet: a dump; CmdGPUSetLimit: an acknowledged request). A
+// (CmdGPUGet, CmdGPULimitGet: dumps; CmdGPUSetLimit: an acknowledged
+// request). A
 // Source that does not implement it answers them EOPNOTSUPP.
 // Errors reach the client: wrap a syscall.Errno to choose its errno
 // (EOPNOTSUPP for a command not served, EINVAL for attributes that do not
@@ -38,7 +39,7 @@ func (e ext) decode(ad *netlink.AttributeDecoder) error { return e.o.DecodeAttrs
 // isExtension reports whether cmd's objects are another package's.
 func isExtension(cmd Cmd) (dump, ok bool) {
 	switch cmd {
-	case CmdGPUGet:
+	case CmdGPUGet, CmdGPULimitGet:
 		return true, true
 	case CmdGPUSetLimit:
 		return false, true

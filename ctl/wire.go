@@ -41,6 +41,7 @@ const (
 	CmdOwnerGet    Cmd = 17 // dump: one OwnedPage per message (arbiter)
 	CmdGPUGet      Cmd = 18 // dump: one cuda/gpuctl.Process per message
 	CmdGPUSetLimit Cmd = 19 // do: set one cuda/gpuctl.Limit; acked
+	CmdGPULimitGet Cmd = 20 // dump: one cuda/gpuctl.Limit per message (limits set at run time)
 )
 
 var cmdNames = map[Cmd]string{
@@ -56,6 +57,7 @@ var cmdNames = map[Cmd]string{
 	CmdOwnerGet:    "owner",
 	CmdGPUGet:      "gpu",
 	CmdGPUSetLimit: "gpu set-limit",
+	CmdGPULimitGet: "gpu limits",
 }
 
 func (c Cmd) String() string {

@@ -33,6 +33,7 @@ type Snapshot struct {
 	PathCache    []ctl.PathEntry
 	OwnedPages   []ctl.OwnedPage
 	GPUProcesses []gpuctl.Process
+	GPULimits    []gpuctl.Limit // set at run time
 }
 
 // Source serves a Snapshot and implements every optional object. It is
@@ -80,23 +81,36 @@ func (s *Source) DoCommand(cmd ctl.Cmd, attrs []byte) error {
 type gpuService struct{ s *Source }
 
 func (g gpuService) Processes() []gpuctl.Process { return g.s.get().GPUProcesses }
+func (g gpuService) Limits() []gpuctl.Limit      { return g.s.get().GPULimits }
 
-// SetLimit applies l to the process it names; an unknown process is
-// ESRCH.
+// SetLimit records l and applies it to the processes it names (their
+// pid or cgroup; on its device, or every device with gpuctl.AnyDevice). A
+// process's limit for no known process is ESRCH.
 func (g gpuService) SetLimit(l gpuctl.Limit) error {
 	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	procs := append([]gpuctl.Process(nil), s.snap.GPUProcesses...)
+	found := false
 	for i := range procs {
-		if procs[i].PID == l.PID && procs[i].Device == l.Device {
-			procs[i].MemoryLimit = l.MemoryLimit
-			procs[i].KernelQuota = l.KernelQuota
-			s.snap.GPUProcesses = procs
-			return nil
+		p := &procs[i]
+		if (l.PID != 0 && p.PID == l.PID || l.Cgroup != "" && p.Cgroup == l.Cgroup) &&
+			(l.Device == gpuctl.AnyDevice || p.Device == l.Device) {
+			p.MemoryLimit, p.KernelQuota, found = l.MemoryLimit, l.KernelQuota, true
 		}
 	}
-	return fmt.Errorf("no GPU process %d on device %d: %w", l.PID, l.Device, syscall.ESRCH)
+	if l.PID != 0 && !found {
+		return fmt.Errorf("no GPU process %d on device %d: %w", l.PID, l.Device, syscall.ESRCH)
+	}
+	s.snap.GPUProcesses = procs
+	lims := []gpuctl.Limit{l}
+	for _, o := range s.snap.GPULimits {
+		if o.PID != l.PID || o.Cgroup != l.Cgroup || o.Pod != l.Pod || o.Container != l.Container || o.Device != l.Device {
+			lims = append(lims, o)
+		}
+	}
+	s.snap.GPULimits = lims
+	return nil
 }
 
 // Base hides every optional object of src: the Source of an agent that

@@ -1,6 +1,7 @@
 // Package gpuctl is the GPU accounting's objects on the control socket
-// (dpuctl gpu show|set): Process, one host process's use and limits on one
-// device, and Limit, a limit set at run time. Package ctl carries them
+// (dpuctl gpu show|set|limits): Process, one host process's use and limits
+// on one device, and Limit, a limit set at run time (of a process, cgroup,
+// pod or container). Package ctl carries them
 // (ctl.Object, ctl.CommandSource); the agent serves them from its ledger
 // (cuda/ledger.Accountant is a Service).
 //
@@ -11,7 +12,11 @@
 //
 //	process  1 pid u32, 2 uid u32, 3 device u32, 4 command string,
 //	         5 memory used u64, 6 memory limit u64 (0 none), 7 kernel time
-//	         s64 ns, 8 kernel quota u32 percent (0 none)
-//	limit    1 pid u32, 3 device u32, 6 memory limit u64, 8 kernel quota
-//	         u32 (a request without a pid is refused, EINVAL)
+//	         s64 ns, 8 kernel quota u32 percent (0 none), 9 cgroup string,
+//	         10 pod string, 11 container string, 12 limit's origin string,
+//	         13 others' use under the same limit u64
+//	limit    1 pid u32, 9 cgroup string, 10 pod string, 11 container
+//	         string (one of the four; a request with none is refused,
+//	         EINVAL), 3 device u32 (0xffffffff: every device), 6 memory
+//	         limit u64, 8 kernel quota u32
 package gpuctl

@@ -26,6 +26,8 @@ func TestRoundTrip(t *testing.T) {
 	for _, c := range []struct{ in, into ctl.Object }{
 		{&Process{PID: 1, UID: 2, Device: 3, Command: "a.out", MemoryUsed: 4, MemoryLimit: 5, KernelTime: 6, KernelQuota: 7}, &Process{}},
 		{&Limit{PID: 9, Device: 1, MemoryLimit: 1 << 33, KernelQuota: 25}, &Limit{}},
+		{&Limit{Cgroup: "/kubepods/pod1", Device: AnyDevice, MemoryLimit: 1 << 30}, &Limit{}},
+		{&Process{PID: 1, Cgroup: "/a/b", Pod: "p", Container: "c", LimitOf: "cgroup /a", Others: 9}, &Process{}},
 	} {
 		if err := decode(encode(t, c.in), c.into); err != nil {
 			t.Fatalf("%T: %v", c.in, err)
@@ -40,6 +42,7 @@ func TestRoundTrip(t *testing.T) {
 type service struct{ procs []Process }
 
 func (s *service) Processes() []Process { return s.procs }
+func (s *service) Limits() []Limit      { return []Limit{{Cgroup: "/a", Device: AnyDevice}} }
 func (s *service) SetLimit(l Limit) error {
 	for i := range s.procs {
 		if s.procs[i].PID == l.PID && s.procs[i].Device == l.Device {
@@ -68,6 +71,9 @@ func TestCommands(t *testing.T) {
 	}
 	if err := cs.DoCommand(ctl.CmdGPUSetLimit, encode(t, &Limit{PID: 8})); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("unknown pid: %v, want ESRCH", err)
+	}
+	if objs, err := cs.DumpObjects(ctl.CmdGPULimitGet); err != nil || len(objs) != 1 || objs[0].(*Limit).Cgroup != "/a" {
+		t.Fatalf("limits: %v %v", objs, err)
 	}
 	if _, err := cs.DumpObjects(ctl.CmdRouteGet); !errors.Is(err, syscall.EOPNOTSUPP) {
 		t.Fatalf("foreign dump: %v", err)

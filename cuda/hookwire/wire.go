@@ -27,19 +27,24 @@ import (
 //	0   24  device
 //	24  4   kind: 1 alloc, 2 free, 3 sync (re-report after a reconnect)
 //	28  4   reserved
-//	32  8   bytes allocated or freed (0 for sync)
+//	32  8   bytes charged or released (0 for sync; 0 also for an allocation
+//	        packed into memory already charged, or a free that releases none)
 //	40  8   the process's memory in use on the device after the change
 //	48  8   sync: the kernel time (ns) the process has accounted in all; else 0
 //
 // Reply: Limits.
 //
-// Limits (reply body, 32 bytes):
+// Limits (reply body, 40 bytes):
 //
 //	0   8   memory limit in bytes (0: unlimited)
-//	8   8   memory in use, as the agent accounts it
+//	8   8   memory in use by the process, as the agent accounts it
 //	16  4   kernel quota, percent of the device's time (0: unlimited)
 //	20  4   quota window in microseconds
 //	24  8   kernel time accounted to the process on the device (ns)
+//	32  8   memory in use by the others under the same limit: the other
+//	        processes of the cgroup or container the limit names (0 for a
+//	        limit of the process's own). The hook admits an allocation
+//	        while others + its own use + the allocation fit the limit.
 //
 // GPU_KERNEL_QUOTA (66) request (40 bytes):
 //
@@ -60,7 +65,7 @@ const (
 	LimitRequest  = DeviceLen
 	UpdateRequest = DeviceLen + 32
 	QuotaRequest  = DeviceLen + 16
-	LimitsLen     = 32
+	LimitsLen     = 40
 	TokenLen      = 24
 )
 
@@ -124,6 +129,7 @@ type Limits struct {
 	Quota      uint32 // percent; 0: unlimited
 	Window     time.Duration
 	Kernel     time.Duration
+	Others     uint64 // in use by the others sharing the limit
 }
 
 // Token is the reply to GPU_KERNEL_QUOTA.
@@ -199,10 +205,8 @@ func DecodeUpdate(b []byte) (Device, MemUpdate, error) {
 		return Device{}, MemUpdate{}, fmt.Errorf("%w: mem-update %v", ErrMalformed, u.Kind)
 	case u.Bytes > MaxBytes || u.Total > MaxBytes:
 		return Device{}, MemUpdate{}, fmt.Errorf("%w: mem-update of %d bytes, total %d", ErrMalformed, u.Bytes, u.Total)
-	case u.Kind == UpdateAlloc && (u.Bytes == 0 || u.Total < u.Bytes):
+	case u.Kind == UpdateAlloc && u.Total < u.Bytes:
 		return Device{}, MemUpdate{}, fmt.Errorf("%w: alloc of %d bytes with %d in use", ErrMalformed, u.Bytes, u.Total)
-	case u.Kind == UpdateFree && u.Bytes == 0:
-		return Device{}, MemUpdate{}, fmt.Errorf("%w: free of 0 bytes", ErrMalformed)
 	case u.Kind == UpdateSync && u.Bytes != 0:
 		return Device{}, MemUpdate{}, fmt.Errorf("%w: sync with %d bytes", ErrMalformed, u.Bytes)
 	case u.Kind != UpdateSync && kernel != 0:
@@ -257,7 +261,8 @@ func (l *Limits) Append(b []byte) []byte {
 	b = le.AppendUint64(b, l.MemoryUsed)
 	b = le.AppendUint32(b, l.Quota)
 	b = le.AppendUint32(b, micros(l.Window))
-	return le.AppendUint64(b, uint64(l.Kernel))
+	b = le.AppendUint64(b, uint64(l.Kernel))
+	return le.AppendUint64(b, l.Others)
 }
 
 // Decode reads l from a reply body.
@@ -267,7 +272,7 @@ func (l *Limits) Decode(b []byte) error {
 	}
 	le := binary.LittleEndian
 	*l = Limits{Memory: le.Uint64(b), MemoryUsed: le.Uint64(b[8:]), Quota: le.Uint32(b[16:]),
-		Window: time.Duration(le.Uint32(b[20:])) * time.Microsecond, Kernel: time.Duration(le.Uint64(b[24:]))}
+		Window: time.Duration(le.Uint32(b[20:])) * time.Microsecond, Kernel: time.Duration(le.Uint64(b[24:])), Others: le.Uint64(b[32:])}
 	return nil
 }
 

@@ -33,7 +33,7 @@ func TestWireRoundTrip(t *testing.T) {
 	if err != nil || gd != d || ga != ask {
 		t.Fatalf("token ask: %+v %+v %v", gd, ga, err)
 	}
-	l := Limits{Memory: 1 << 30, MemoryUsed: 12345, Quota: 25, Window: 100 * time.Millisecond, Kernel: time.Minute}
+	l := Limits{Memory: 1 << 30, MemoryUsed: 12345, Quota: 25, Window: 100 * time.Millisecond, Kernel: time.Minute, Others: 1 << 20}
 	var l2 Limits
 	if err := l2.Decode(l.Append(nil)); err != nil || l2 != l {
 		t.Fatalf("limits: %+v %v", l2, err)
@@ -68,12 +68,17 @@ func TestWireRejects(t *testing.T) {
 		"alloc total < len": mutate(func(b []byte) { le.PutUint64(b[32:], 2) }),
 		"huge":              mutate(func(b []byte) { le.PutUint64(b[32:], MaxBytes+1); le.PutUint64(b[40:], MaxBytes+1) }),
 		"kernel on alloc":   mutate(func(b []byte) { le.PutUint64(b[48:], 1) }),
-		"free of 0":         AppendUpdate(nil, d, MemUpdate{Kind: UpdateFree}),
 		"sync with bytes":   AppendUpdate(nil, d, MemUpdate{Kind: UpdateSync, Bytes: 1, Total: 1}),
 	}
 	for name, b := range cases {
 		if _, _, err := DecodeUpdate(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Packed allocations and frees that release nothing report 0 bytes.
+	for _, u := range []MemUpdate{{Kind: UpdateFree}, {Kind: UpdateAlloc, Total: 4096}} {
+		if _, _, err := DecodeUpdate(AppendUpdate(nil, d, u)); err != nil {
+			t.Errorf("%v of 0 bytes: %v", u.Kind, err)
 		}
 	}
 	if _, err := DecodeLimitRequest(valid); !errors.Is(err, ErrMalformed) {

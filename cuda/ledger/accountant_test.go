@@ -48,7 +48,8 @@ func raw(t *testing.T, c *client.Client, op wire.Op, body []byte) ([]byte, error
 func TestAccountantOverHostInterface(t *testing.T) {
 	var now time.Duration
 	acc, err := ledger.New(ledger.Config{Default: ledger.Limit{Memory: 1 << 20, Quota: 50}, Window: 10 * time.Millisecond},
-		ledger.Options{Now: func() time.Duration { return now }, Command: func(int32) string { return "probe" }})
+		ledger.Options{Now: func() time.Duration { return now }, Command: func(int32) string { return "probe" },
+			Cgroup: func(int32) string { return "/test.slice/probe.scope" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,8 @@ func TestAccountantOverHostInterface(t *testing.T) {
 
 	procs := acc.Processes()
 	want := gpuctl.Process{PID: uint32(os.Getpid()), UID: uint32(os.Getuid()), Device: 1, Command: "probe",
-		MemoryUsed: 4096, MemoryLimit: 1 << 20, KernelTime: 2 * time.Millisecond, KernelQuota: 50}
+		MemoryUsed: 4096, MemoryLimit: 1 << 20, KernelTime: 2 * time.Millisecond, KernelQuota: 50,
+		Cgroup: "/test.slice/probe.scope", LimitOf: "default"}
 	if len(procs) != 1 || procs[0] != want {
 		t.Fatalf("processes %+v, want %+v", procs, want)
 	}

@@ -22,8 +22,12 @@ type Config struct {
 	// MinGrant is the smallest grant of kernel time (default 1ms, at most
 	// a full bucket).
 	MinGrant time.Duration
-	// MaxAccounts bounds the open accounts (default 4096).
+	// MaxAccounts bounds the open accounts, and the limits set at run time
+	// (default 4096).
 	MaxAccounts int
+	// StateFile keeps the limits set at run time across restarts (empty:
+	// they are not kept).
+	StateFile string
 }
 
 func (c *Config) setDefaults() {

@@ -20,24 +20,27 @@ type Key struct {
 // Peer is where a request comes from: the host interface connection it
 // came on and the credentials the kernel gave for it.
 type Peer struct {
-	Conn    uint64
-	PID     int32
-	UID     uint32
-	Command string // the process's name, for display
+	Conn     uint64
+	PID      int32
+	UID      uint32
+	Command  string // the process's name, for display
+	Identity        // its cgroup, pod and container, when known
 }
 
 // Limit is what one process may use of one device. Zero fields mean
 // unlimited.
 type Limit struct {
-	Memory uint64 // bytes
-	Quota  uint32 // percent of the device's time, 1..100
+	Memory uint64 `json:"memory,omitempty"` // bytes
+	Quota  uint32 `json:"quota,omitempty"`  // percent of the device's time, 1..100
 }
 
 // Account is a snapshot of one process's use of one device.
 type Account struct {
 	Key
+	Identity
 	UID      uint32
 	Command  string
+	LimitOf  string // where Limit comes from: a run-time limit's target, "device", "default"
 	UUID     hookwire.UUID
 	Conn     uint64 // the connection that reported last
 	Limit    Limit
@@ -51,6 +54,7 @@ type Account struct {
 	Grants   uint64 // quota tokens granted
 	Deferred uint64 // quota requests answered "wait"
 	Overuse  time.Duration
+	Others   uint64 // in use by the other processes under the same shared limit
 }
 
 // Ledger is the agent's GPU accounting: per (process, device) memory in
@@ -68,8 +72,8 @@ type Account struct {
 type Ledger struct {
 	cfg      Config
 	accounts map[Key]*account
-	limits   map[Key]Limit // set at run time, until the process leaves
-	pids     map[int32]int // accounts per process
+	limits   map[limitKey]Limit // set at run time (a process's: until it leaves)
+	pids     map[int32]int      // accounts per process
 }
 
 // DebtWindows bounds a quota bucket's debt, in buckets.
@@ -80,6 +84,8 @@ type account struct {
 	level    time.Duration // quota bucket
 	refilled time.Duration // when level was last brought to now
 	quota    uint32        // the quota level was computed for
+	governor limitKey      // the run-time limit that applies, when governed
+	governed bool
 }
 
 // NewLedger returns an empty ledger applying cfg.
@@ -88,7 +94,7 @@ func NewLedger(cfg Config) (*Ledger, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	return &Ledger{cfg: cfg, accounts: make(map[Key]*account), limits: make(map[Key]Limit), pids: make(map[int32]int)}, nil
+	return &Ledger{cfg: cfg, accounts: make(map[Key]*account), limits: make(map[limitKey]Limit), pids: make(map[int32]int)}, nil
 }
 
 // Limits answers GPU_MEM_LIMIT: the process's limits on d and what it
@@ -113,7 +119,7 @@ func (l *Ledger) Update(now time.Duration, p Peer, d hookwire.Device, u hookwire
 	switch u.Kind {
 	case hookwire.UpdateAlloc:
 		a.Allocs++
-		if lim := a.Limit.Memory; lim != 0 && u.Total > lim {
+		if lim := a.Limit.Memory; lim != 0 && u.Total+l.limitsOf(a).Others > lim {
 			a.Over++
 		}
 	case hookwire.UpdateFree:
@@ -194,6 +200,7 @@ func (l *Ledger) Closed(now time.Duration, conn uint64) []Key {
 					delete(l.limits, lk)
 				}
 			}
+			l.relimit()
 		}
 	}
 	return gone
@@ -203,18 +210,79 @@ func (l *Ledger) Closed(now time.Duration, conn uint64) []Key {
 // leaves. ESRCH: no such process has an account; EINVAL: a quota above
 // 100 or a device out of range.
 func (l *Ledger) SetLimit(pid int32, dev uint32, lim Limit) error {
-	if lim.Quota > 100 || dev >= hookwire.MaxDevices {
-		return fmt.Errorf("gpu limit of process %d on device %d: quota %d%%: %w", pid, dev, lim.Quota, syscall.EINVAL)
+	return l.SetTargetLimit(Target{PID: pid}, dev, lim)
+}
+
+// SetTargetLimit sets the limit of a target on device dev (AnyDevice: on
+// each of its devices). A process's limit lasts until it leaves and needs
+// an account (ESRCH otherwise); a cgroup's, pod's or container's lasts
+// until it is set again, and a zero limit removes it (its processes fall
+// back to the configured limits). EINVAL: a malformed target, a quota
+// above 100, a device out of range; ENOSPC: too many limits.
+func (l *Ledger) SetTargetLimit(t Target, dev uint32, lim Limit) error {
+	if err := t.check(); err != nil {
+		return err
 	}
-	if l.pids[pid] == 0 {
-		return fmt.Errorf("no GPU process %d: %w", pid, syscall.ESRCH)
+	if lim.Quota > 100 || (dev >= hookwire.MaxDevices && dev != AnyDevice) {
+		return fmt.Errorf("gpu limit of %s on device %d: quota %d%%: %w", t, dev, lim.Quota, syscall.EINVAL)
 	}
-	k := Key{PID: pid, Device: dev}
-	l.limits[k] = lim
-	if a := l.accounts[k]; a != nil {
-		a.Limit = lim
+	if t.PID != 0 && l.pids[t.PID] == 0 {
+		return fmt.Errorf("no GPU process %d: %w", t.PID, syscall.ESRCH)
 	}
+	k := limitKey{Target: t, Device: dev}
+	if t.Shared() && lim == (Limit{}) {
+		delete(l.limits, k)
+	} else {
+		if _, ok := l.limits[k]; !ok && len(l.limits) >= l.cfg.MaxAccounts {
+			return fmt.Errorf("gpu limits: %d set: %w", len(l.limits), syscall.ENOSPC)
+		}
+		l.limits[k] = lim
+	}
+	l.relimit()
 	return nil
+}
+
+// RestoreLimits puts back limits saved before a restart (SetLimits'
+// output). A process's limit is kept only while alive says it lives.
+func (l *Ledger) RestoreLimits(saved []SetLimit, alive func(pid int32) bool) error {
+	for _, s := range saved {
+		if err := s.Target.check(); err != nil {
+			return err
+		}
+		if s.Quota > 100 || (s.Device >= hookwire.MaxDevices && s.Device != AnyDevice) {
+			return fmt.Errorf("gpu limit of %s on device %d: %w", s.Target, s.Device, syscall.EINVAL)
+		}
+		if s.PID != 0 && !alive(s.PID) {
+			continue
+		}
+		if len(l.limits) >= l.cfg.MaxAccounts {
+			return fmt.Errorf("gpu limits: %d saved: %w", len(saved), syscall.ENOSPC)
+		}
+		l.limits[limitKey{Target: s.Target, Device: s.Device}] = s.Limit
+	}
+	l.relimit()
+	return nil
+}
+
+// SetLimits returns the limits set at run time, in a stable order.
+func (l *Ledger) SetLimits() []SetLimit {
+	keys := make([]limitKey, 0, len(l.limits))
+	for k := range l.limits {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareLimitKeys)
+	out := make([]SetLimit, len(keys))
+	for i, k := range keys {
+		out[i] = SetLimit{Target: k.Target, Device: k.Device, Limit: l.limits[k]}
+	}
+	return out
+}
+
+// relimit recomputes which limit governs every account.
+func (l *Ledger) relimit() {
+	for _, a := range l.accounts {
+		l.applyLimit(a)
+	}
 }
 
 // Accounts returns a snapshot of every account, by process then device.
@@ -257,29 +325,45 @@ func (l *Ledger) account(p Peer, d hookwire.Device) (*account, error) {
 	if !d.UUID.IsZero() {
 		a.UUID = d.UUID
 	}
-	a.Limit = l.limitOf(k, a.UUID)
+	if p.Identity != (Identity{}) {
+		a.Identity = p.Identity
+	}
+	l.applyLimit(a)
 	return a, nil
 }
 
-// limitOf is the limit of k: one set at run time, else the configured
-// limit of the device (by UUID, then ordinal), else the default.
-func (l *Ledger) limitOf(k Key, uuid hookwire.UUID) Limit {
-	if lim, ok := l.limits[k]; ok {
-		return lim
+// applyLimit sets a's limit: a run-time limit, else the configured one.
+func (l *Ledger) applyLimit(a *account) {
+	if k, lim, ok := l.governing(a); ok {
+		a.Limit, a.governor, a.governed = lim, k, true
+		a.LimitOf = k.Target.String()
+		return
 	}
+	a.governed = false
+	a.Limit, a.LimitOf = l.limitOf(a.Key, a.UUID)
+}
+
+// limitOf is the configured limit of k: the device's (by UUID, then
+// ordinal), else the default; and where it comes from.
+func (l *Ledger) limitOf(k Key, uuid hookwire.UUID) (Limit, string) {
 	if !uuid.IsZero() {
 		if lim, ok := l.cfg.Devices[uuid.String()]; ok {
-			return lim
+			return lim, "device " + uuid.String()
 		}
 	}
 	if lim, ok := l.cfg.Devices[strconv.FormatUint(uint64(k.Device), 10)]; ok {
-		return lim
+		return lim, "device " + strconv.FormatUint(uint64(k.Device), 10)
 	}
-	return l.cfg.Default
+	return l.cfg.Default, "default"
 }
 
 func (l *Ledger) limitsOf(a *account) hookwire.Limits {
-	return hookwire.Limits{Memory: a.Limit.Memory, MemoryUsed: a.Memory, Quota: a.Limit.Quota, Window: l.cfg.Window, Kernel: a.Kernel}
+	a.Others = 0
+	if a.governed && a.governor.Shared() {
+		a.Others = l.others(a.governor, a)
+	}
+	return hookwire.Limits{Memory: a.Limit.Memory, MemoryUsed: a.Memory, Quota: a.Limit.Quota, Window: l.cfg.Window,
+		Kernel: a.Kernel, Others: a.Others}
 }
 
 func compareKeys(a, b Key) int {

@@ -8,9 +8,17 @@
  *   - devices: FAKECUDA_DEVICES of them (default 2), each with
  *     FAKECUDA_MEM bytes (default 16 GiB; suffixes K, M, G) and a fixed
  *     UUID (fa ce 00 … 00 ordinal);
- *   - memory: device allocations are anonymous mappings reserved without
- *     backing (MAP_NORESERVE), so large limits cost nothing until touched;
- *     arrays, pool and cuMemCreate handles are counted but not backed;
+ *   - memory: device pointers live in anonymous mappings reserved without
+ *     backing (MAP_NORESERVE), so large limits cost nothing until touched,
+ *     laid out as the real driver lays them out: in chunks of the
+ *     allocation granularity (FAKECUDA_GRANULE, default 2 MiB), a large
+ *     allocation (over 1 MiB) rounded up to whole chunks of its own, small
+ *     ones packed at 512-byte alignment into shared chunks. The device's
+ *     use ("physical", what cuMemGetInfo and the fake NVML report) is its
+ *     chunks, plus FAKECUDA_CTX_MEM (default 0) per live context; arrays,
+ *     and cuMemCreate handles are counted as asked but not backed;
+ *   - graphs: stream capture records the kernels launched on a capturing
+ *     stream; cuGraphLaunch runs them in order on the device timeline;
  *   - kernels: a function named "sleep_us:N" runs for N microseconds,
  *     any other name for FAKECUDA_KERNEL_US (default 0). Each device has one
  *     timeline: a launch starts when the previous work ends, and events
@@ -52,7 +60,21 @@ struct CUctx_st { int dev; };
 struct CUfunc_st { uint64_t ns; };
 struct CUmod_st { int unused; };
 struct CUevent_st { int dev; int recorded; uint64_t at; unsigned flags; };
-struct CUstream_st { int dev; };
+struct CUstream_st { int dev; int capturing; struct CUgraph_st *graph; };
+struct CUgraph_st { int n; struct CUfunc_st *fns[256]; };
+struct CUgraphExec_st { struct CUgraph_st g; };
+
+/* A chunk of device memory in which small allocations are packed. */
+#define SLOT 512u
+struct chunk {
+    int dev;
+    uint64_t base;      /* aligned to the granule */
+    void *map;          /* the mapping it lies in, and its length */
+    size_t maplen;
+    uint32_t live;      /* allocations in it */
+    unsigned char *used; /* one byte a 512-byte slot */
+    struct chunk *next;
+};
 struct CUmemPoolHandle_st { int dev; };
 
 /* An allocation the fake knows: device pointer, array or handle. */
@@ -61,7 +83,11 @@ struct block {
     int kind;
     int dev;
     uint64_t bytes;
-    void *map; /* backing of device pointers */
+    void *map; /* backing of device pointers (large ones) */
+    size_t maplen;
+    uint64_t phys;          /* what it adds to the device's use */
+    struct chunk *chunk;    /* small ones: the chunk and the slots they hold */
+    uint32_t slot, nslots;
     struct block *next;
 };
 enum { B_PTR = 1, B_ARRAY, B_MIPMAP, B_HANDLE };
@@ -76,6 +102,9 @@ static struct block *blocks;
 static uint64_t next_id = 0x1000;
 static __thread struct CUctx_st *current;
 static struct CUctx_st primary[MAX_DEVICES];
+static int primary_refs[MAX_DEVICES];
+static struct chunk *chunks;
+static uint64_t granule = 2u << 20, ctx_mem;
 
 static void trace(const char *fmt, ...) {
     if (!tracing)
@@ -147,6 +176,10 @@ EXPORT CUresult cuInit(unsigned int flags) {
             primary[i].dev = i;
         }
         default_kernel_ns = parse_size(getenv("FAKECUDA_KERNEL_US"), 0) * 1000;
+        granule = parse_size(getenv("FAKECUDA_GRANULE"), 2u << 20);
+        if (granule < SLOT || (granule & (granule - 1)))
+            granule = 2u << 20;
+        ctx_mem = parse_size(getenv("FAKECUDA_CTX_MEM"), 0);
         initialized = 1;
         atexit(write_stats);
     }
@@ -226,6 +259,8 @@ EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice d) {
     return r;
 }
 
+static CUresult take(int dev, uint64_t bytes);
+
 /* Contexts: one per cuCtxCreate, plus a primary context per device. */
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
     (void)flags;
@@ -235,6 +270,13 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
     struct CUctx_st *x = calloc(1, sizeof *x);
     if (!x)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    CUresult r = take(d, ctx_mem);
+    pthread_mutex_unlock(&mu);
+    if (r != CUDA_SUCCESS) {
+        free(x);
+        return r;
+    }
     x->dev = d;
     current = x;
     *c = x;
@@ -244,10 +286,16 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
     NEED_INIT();
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
     if (current == c)
         current = NULL;
-    if (c < primary || c >= primary + MAX_DEVICES)
+    if (c < primary || c >= primary + MAX_DEVICES) {
+        pthread_mutex_lock(&mu);
+        devs[c->dev].used -= ctx_mem;
+        pthread_mutex_unlock(&mu);
         free(c);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -255,14 +303,28 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     NEED_INIT();
     if (!c || d < 0 || d >= ndevs)
         return CUDA_ERROR_INVALID_VALUE;
-    *c = &primary[d];
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&mu);
+    CUresult r = primary_refs[d] ? CUDA_SUCCESS : take(d, ctx_mem);
+    if (r == CUDA_SUCCESS)
+        primary_refs[d]++;
+    pthread_mutex_unlock(&mu);
+    if (r == CUDA_SUCCESS)
+        *c = &primary[d];
+    return r;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     NEED_INIT();
-    return d < 0 || d >= ndevs ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+    if (d < 0 || d >= ndevs)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mu);
+    CUresult r = primary_refs[d] ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    if (r == CUDA_SUCCESS && --primary_refs[d] == 0)
+        devs[d].used -= ctx_mem;
+    pthread_mutex_unlock(&mu);
+    return r;
 }
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
 
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) {
     NEED_INIT();
@@ -293,8 +355,6 @@ EXPORT CUresult cuCtxSynchronize(void) {
 
 /* Memory. */
 static CUresult take(int dev, uint64_t bytes) {
-    if (bytes == 0)
-        return CUDA_ERROR_INVALID_VALUE;
     if (devs[dev].used + bytes > devs[dev].total || devs[dev].used + bytes < bytes)
         return CUDA_ERROR_OUT_OF_MEMORY;
     devs[dev].used += bytes;
@@ -305,7 +365,117 @@ static CUresult take(int dev, uint64_t bytes) {
 
 /* allocate records a block of kind on the current device; with map, the
  * key is the address of a fresh mapping. */
+/* map_aligned maps len bytes aligned to the granule: the aligned start, and
+ * the mapping to unmap. */
+static uint64_t map_aligned(uint64_t len, void **map, size_t *maplen) {
+    size_t n = len + granule;
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    *map = m;
+    *maplen = n;
+    return ((uint64_t)(uintptr_t)m + granule - 1) & ~(granule - 1);
+}
+
+/* place lays a device pointer of bytes out as the real driver does (under
+ * mu): small ones packed into a chunk, large ones in whole chunks. */
+static CUresult place(struct block *b, int dev, uint64_t bytes) {
+    if (bytes > (1u << 20)) {
+        uint64_t len = (bytes + granule - 1) / granule * granule;
+        CUresult r = take(dev, len);
+        if (r != CUDA_SUCCESS)
+            return r;
+        b->key = map_aligned(len, &b->map, &b->maplen);
+        if (!b->key) {
+            devs[dev].used -= len;
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        b->phys = len;
+        return CUDA_SUCCESS;
+    }
+    uint32_t per = (uint32_t)(granule / SLOT), n = (uint32_t)((bytes + SLOT - 1) / SLOT);
+    for (struct chunk *c = chunks; c; c = c->next) {
+        if (c->dev != dev)
+            continue;
+        for (uint32_t i = 0, run = 0; i < per; i++) {
+            run = c->used[i] ? 0 : run + 1;
+            if (run == n) {
+                uint32_t first = i + 1 - n;
+                memset(c->used + first, 1, n);
+                c->live++;
+                b->chunk = c, b->slot = first, b->nslots = n;
+                b->key = c->base + (uint64_t)first * SLOT;
+                return CUDA_SUCCESS;
+            }
+        }
+    }
+    CUresult r = take(dev, granule);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct chunk *c = calloc(1, sizeof *c);
+    unsigned char *u = calloc(per, 1);
+    uint64_t base = c && u ? map_aligned(granule, &c->map, &c->maplen) : 0;
+    if (!base) {
+        devs[dev].used -= granule;
+        free(c);
+        free(u);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    c->dev = dev, c->base = base, c->used = u, c->live = 1;
+    memset(u, 1, n);
+    c->next = chunks;
+    chunks = c;
+    b->chunk = c, b->slot = 0, b->nslots = n;
+    b->key = base;
+    return CUDA_SUCCESS;
+}
+
+/* unplace releases what place took (under mu). */
+static void unplace(struct block *b) {
+    if (b->map) {
+        devs[b->dev].used -= b->phys;
+        munmap(b->map, b->maplen);
+        return;
+    }
+    struct chunk *c = b->chunk;
+    memset(c->used + b->slot, 0, b->nslots);
+    if (--c->live)
+        return;
+    for (struct chunk **p = &chunks; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    devs[c->dev].used -= granule;
+    munmap(c->map, c->maplen);
+    free(c->used);
+    free(c);
+}
+
 static CUresult allocate(int kind, int dev, uint64_t bytes, int map, int legacy, uint64_t *key) {
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (map && !legacy) {
+        struct block *b = calloc(1, sizeof *b);
+        if (!b)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        pthread_mutex_lock(&mu);
+        CUresult r = place(b, dev, bytes);
+        if (r == CUDA_SUCCESS) {
+            if (devs[dev].used > devs[dev].peak)
+                devs[dev].peak = devs[dev].used;
+            b->kind = kind, b->dev = dev, b->bytes = bytes;
+            b->next = blocks;
+            blocks = b;
+            *key = b->key;
+        }
+        pthread_mutex_unlock(&mu);
+        if (r != CUDA_SUCCESS)
+            free(b);
+        trace("allocate kind %d %llu bytes on device %d: %d %#llx", kind, (unsigned long long)bytes, dev, r,
+              (unsigned long long)*key);
+        return r;
+    }
     pthread_mutex_lock(&mu);
     CUresult r = take(dev, bytes);
     if (r != CUDA_SUCCESS) {
@@ -314,28 +484,18 @@ static CUresult allocate(int kind, int dev, uint64_t bytes, int map, int legacy,
         return r;
     }
     struct block *b = calloc(1, sizeof *b);
-    void *m = NULL;
-    if (map && !legacy) {
-        m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED)
-            m = NULL;
-    }
-    if (!b || (map && !legacy && !m)) {
+    if (!b) {
         devs[dev].used -= bytes;
         pthread_mutex_unlock(&mu);
-        free(b);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (devs[dev].used > devs[dev].peak)
+        devs[dev].peak = devs[dev].used;
     b->kind = kind;
     b->dev = dev;
     b->bytes = bytes;
-    b->map = m;
-    if (m) {
-        b->key = (uint64_t)(uintptr_t)m;
-    } else {
-        b->key = next_id;
-        next_id += 0x1000;
-    }
+    b->key = next_id;
+    next_id += 0x1000;
     b->next = blocks;
     blocks = b;
     *key = b->key;
@@ -351,10 +511,11 @@ static CUresult release(int kind, uint64_t key) {
         struct block *b = *p;
         if (b->kind == kind && b->key == key) {
             *p = b->next;
-            devs[b->dev].used -= b->bytes;
+            if (b->map || b->chunk)
+                unplace(b);
+            else
+                devs[b->dev].used -= b->bytes;
             pthread_mutex_unlock(&mu);
-            if (b->map)
-                munmap(b->map, b->bytes);
             trace("release kind %d %#llx", kind, (unsigned long long)key);
             free(b);
             return CUDA_SUCCESS;
@@ -598,6 +759,13 @@ static CUresult launch(CUfunction f, CUstream s) {
     NEED_CTX();
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (s && s->capturing) {
+        struct CUgraph_st *g = s->graph;
+        if (g->n == (int)(sizeof g->fns / sizeof g->fns[0]))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g->fns[g->n++] = f;
+        return CUDA_SUCCESS;
+    }
     int dev = s ? s->dev : current->dev;
     struct device *d = &devs[dev];
     atomic_fetch_add_explicit(&d->launches, 1, memory_order_relaxed);
@@ -640,6 +808,82 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
                                                unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s,
                                                void **params) {
     return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+/* Graphs, from stream capture. */
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    (void)mode;
+    NEED_CTX();
+    if (!s || s->capturing)
+        return CUDA_ERROR_INVALID_VALUE;
+    s->graph = calloc(1, sizeof *s->graph);
+    if (!s->graph)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->capturing = 1;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
+    NEED_CTX();
+    if (!s || !s->capturing || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    s->capturing = 0;
+    *g = s->graph;
+    s->graph = NULL;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+    (void)flags;
+    NEED_CTX();
+    if (!e || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphExec_st *x = malloc(sizeof *x);
+    if (!x)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    x->g = *g;
+    *e = x;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+    NEED_CTX();
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < e->g.n; i++) {
+        CUresult r = launch(e->g.fns[i], s && !s->capturing ? s : NULL);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) { return cuGraphLaunch(e, s); }
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
+    free(e);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphDestroy(CUgraph g) {
+    free(g);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int flags) {
+    (void)flags;
+    NEED_INIT();
+    if (!g || !prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    *g = granule;
+    return CUDA_SUCCESS;
+}
+
+/* fakecuda_physical is the fake device's use as the fake NVML reports it:
+ * the chunks its allocations occupy and its contexts. */
+EXPORT int fakecuda_physical(int dev, uint64_t *total, uint64_t *used);
+EXPORT int fakecuda_physical(int dev, uint64_t *total, uint64_t *used) {
+    if (!initialized || dev < 0 || dev >= ndevs)
+        return -1;
+    pthread_mutex_lock(&mu);
+    *total = devs[dev].total;
+    *used = devs[dev].used;
+    pthread_mutex_unlock(&mu);
+    return 0;
 }
 
 /* Streams: every stream of a device shares its one timeline. */
@@ -764,7 +1008,17 @@ static const struct proc procs[] = {
     P("cuCtxGetDevice", 2000, cuCtxGetDevice),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
     P("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    P("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
     P("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+    P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    P("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    P("cuGraphInstantiate", 11040, cuGraphInstantiateWithFlags),
+    P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    P("cuGraphLaunch", 10000, cuGraphLaunch),
+    PT("cuGraphLaunch", 10000, cuGraphLaunch_ptsz),
+    P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    P("cuGraphDestroy", 10000, cuGraphDestroy),
     P("cuMemAlloc", 2000, cuMemAlloc),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
     P("cuMemAllocManaged", 6000, cuMemAllocManaged),

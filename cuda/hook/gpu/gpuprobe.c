@@ -2,14 +2,16 @@
  * gpuprobe — a CUDA driver API program for gpu-test.sh on a real GPU.
  *
  *   gpuprobe [-max BYTES] [-chunk BYTES] [-hold SECONDS] [-kernels N]
- *            [-kernel-us US] [-launch-bench N] [-ptx FILE]
+ *            [-kernel-us US] [-launch-bench N] [-graph G] [-ptx FILE]
  *
  * On device 0 (primary context) it reports what the device says of its
  * memory, allocates CHUNK bytes (64 MiB) at a time until MAX (4 GiB) or
  * until refused, reports what it got, holds it for SECONDS, frees it, then
  * runs N spin kernels of about US microseconds each back to back and
  * reports the wall time, and (with -launch-bench) times N launches of an
- * empty kernel. Output lines are key=value.
+ * empty kernel. With -graph G the kernel loop runs as a CUDA graph of G
+ * spin kernels (stream capture) launched N/G times with cuGraphLaunch.
+ * Output lines are key=value.
  *
  * Built with -DREAL against the toolkit's cuda.h it calls the driver through
  * linked symbols; otherwise it uses libdpucuda's declarations (cuda_abi.h)
@@ -72,6 +74,12 @@ struct api {
     CUresult (*EventRecord)(CUevent, CUstream);
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+    CUresult (*StreamCreate)(CUstream *, unsigned int);
+    CUresult (*StreamBeginCapture)(CUstream, int);
+    CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
 };
 static struct api cu;
 
@@ -108,6 +116,12 @@ static const char *resolve(void) {
     cu.EventRecord = cuEventRecord;
     cu.EventSynchronize = cuEventSynchronize;
     cu.EventElapsedTime = cuEventElapsedTime;
+    cu.StreamCreate = cuStreamCreate;
+    cu.StreamBeginCapture = (CUresult(*)(CUstream, int))cuStreamBeginCapture;
+    cu.StreamEndCapture = cuStreamEndCapture;
+    cu.GraphInstantiate = cuGraphInstantiateWithFlags;
+    cu.GraphLaunch = cuGraphLaunch;
+    cu.StreamSynchronize = cuStreamSynchronize;
     return "linked symbols (cuda.h)";
 }
 #else
@@ -153,6 +167,12 @@ static const char *resolve(void) {
     PROC(EventRecord, "cuEventRecord");
     PROC(EventSynchronize, "cuEventSynchronize");
     PROC(EventElapsedTime, "cuEventElapsedTime");
+    PROC(StreamCreate, "cuStreamCreate");
+    PROC(StreamBeginCapture, "cuStreamBeginCapture");
+    PROC(StreamEndCapture, "cuStreamEndCapture");
+    PROC(GraphInstantiate, "cuGraphInstantiateWithFlags");
+    PROC(GraphLaunch, "cuGraphLaunch");
+    PROC(StreamSynchronize, "cuStreamSynchronize");
 #undef PROC
     return "cuGetProcAddress_v2 (CUDA 12.0 caller)";
 }
@@ -198,7 +218,7 @@ static void meminfo(const char *when) {
 }
 
 int main(int argc, char **argv) {
-    unsigned long long max = 4ull << 30, chunk = 64ull << 20, kernels = 200, kernel_us = 1000, bench = 0;
+    unsigned long long max = 4ull << 30, chunk = 64ull << 20, kernels = 200, kernel_us = 1000, bench = 0, graph = 0;
     int hold = 0;
     const char *ptx_file = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -209,6 +229,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-kernel-us")) kernel_us = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "-launch-bench")) bench = strtoull(argv[i + 1], NULL, 0);
         else if (!strcmp(argv[i], "-ptx")) ptx_file = argv[i + 1];
+        else if (!strcmp(argv[i], "-graph")) graph = strtoull(argv[i + 1], NULL, 0);
     }
     printf("pid=%d\nresolution=%s\n", (int)getpid(), resolve());
     CHECK(cu.Init(0), "cuInit");
@@ -272,11 +293,30 @@ int main(int argc, char **argv) {
     CHECK(cu.EventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
     if (ms > 0)
         cycles = (long long)((double)cycles * ((double)kernel_us / 1000.0) / ms);
+    CUstream gs = NULL;
+    CUgraphExec exec = NULL;
+    if (graph) {
+        CUgraph g;
+        CHECK(cu.StreamCreate(&gs, 0), "cuStreamCreate");
+        CHECK(cu.StreamBeginCapture(gs, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */), "cuStreamBeginCapture");
+        for (unsigned long long i = 0; i < graph; i++)
+            CHECK(cu.LaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, gs, args, NULL), "cuLaunchKernel (capture)");
+        CHECK(cu.StreamEndCapture(gs, &g), "cuStreamEndCapture");
+        CHECK(cu.GraphInstantiate(&exec, g, 0), "cuGraphInstantiateWithFlags");
+        CHECK(cu.GraphLaunch(exec, gs), "cuGraphLaunch");
+        CHECK(cu.StreamSynchronize(gs), "cuStreamSynchronize");
+        printf("graph_kernels=%llu\n", graph);
+    }
     t0 = now_ms();
-    CHECK(cu.EventRecord(e0, NULL), "cuEventRecord");
-    for (unsigned long long i = 0; i < kernels; i++)
-        CHECK(cu.LaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), "cuLaunchKernel");
-    CHECK(cu.EventRecord(e1, NULL), "cuEventRecord");
+    CHECK(cu.EventRecord(e0, gs), "cuEventRecord");
+    if (graph) {
+        for (unsigned long long i = 0; i < kernels / graph; i++)
+            CHECK(cu.GraphLaunch(exec, gs), "cuGraphLaunch");
+    } else {
+        for (unsigned long long i = 0; i < kernels; i++)
+            CHECK(cu.LaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL), "cuLaunchKernel");
+    }
+    CHECK(cu.EventRecord(e1, gs), "cuEventRecord");
     CHECK(cu.CtxSynchronize(), "cuCtxSynchronize");
     double wall = now_ms() - t0;
     CHECK(cu.EventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");

@@ -78,6 +78,7 @@ static int call(uint16_t op, const uint8_t *body, size_t len, uint8_t *rep, size
 }
 
 static void apply_limits(struct device *d, const struct gpu_limits *l) {
+    atomic_store(&d->others, l->others);
     uint64_t old = atomic_exchange(&d->limit, l->memory);
     if (old != l->memory)
         LOGF(LOG_INFO, "device %d: memory limit %llu bytes (0: unlimited)", d->ordinal,

@@ -19,7 +19,7 @@ enum {
     GPU_LIMIT_REQ_LEN = GPU_DEVICE_LEN,
     GPU_UPDATE_REQ_LEN = GPU_DEVICE_LEN + 32,
     GPU_QUOTA_REQ_LEN = GPU_DEVICE_LEN + 16,
-    GPU_LIMITS_LEN = 32,
+    GPU_LIMITS_LEN = 40,
     GPU_TOKEN_LEN = 24,
 };
 
@@ -29,6 +29,7 @@ struct gpu_limits {
     uint32_t quota;       /* percent; 0 unlimited */
     uint64_t window_ns;
     uint64_t kernel_ns;
+    uint64_t others;      /* in use by the others under the same limit */
 };
 
 struct gpu_token {
@@ -86,6 +87,7 @@ static inline int gw_limits(const uint8_t *b, size_t n, struct gpu_limits *l) {
     l->quota = gw_get32(b + 16);
     l->window_ns = (uint64_t)gw_get32(b + 20) * 1000u;
     l->kernel_ns = gw_get64(b + 24);
+    l->others = gw_get64(b + 32);
     return 0;
 }
 

@@ -80,6 +80,8 @@ static dlsym_fn real_dlsym(void) {
     return f;
 }
 
+void *hook_real_dlsym(void *handle, const char *name) { return real_dlsym()(handle, name); }
+
 /* ---- logging and small helpers ---- */
 
 void hook_log(int level, const char *fmt, ...) {
@@ -148,6 +150,8 @@ static void init_once_fn(void) {
     drv.cuEventQuery = (CUresult(*)(CUevent))driver_sym("cuEventQuery");
     drv.cuEventElapsedTime = (CUresult(*)(float *, CUevent, CUevent))driver_sym("cuEventElapsedTime");
     drv.cuEventDestroy = (CUresult(*)(CUevent))driver_sym("cuEventDestroy_v2");
+    drv.cuMemGetAllocationGranularity =
+        (CUresult(*)(size_t *, const CUmemAllocationProp *, int))driver_sym("cuMemGetAllocationGranularity");
     pthread_atfork(NULL, NULL, after_fork_child);
     LOGF(LOG_DEBUG, "%s loaded, driver %s", DPUCUDA_VERSION, libcuda ? "found" : "missing");
     agent_start();
@@ -196,6 +200,13 @@ static int find_hooked(const char *name) {
 }
 
 static __attribute__((noinline)) void *dlsym_hooked(dlsym_fn real, void *handle, const char *symbol) {
+    if (symbol[0] == 'n') {
+        void *h = hook_nvml_of(symbol);
+        if (!h || !real(handle, symbol))
+            return NULL;
+        LOGF(LOG_DEBUG, "dlsym %s: hooked", symbol);
+        return h;
+    }
     int s = find_hooked(symbol);
     if (s < 0)
         return NULL;
@@ -211,7 +222,7 @@ static __attribute__((noinline)) void *dlsym_hooked(dlsym_fn real, void *handle,
 #ifndef DPUCUDA_NO_DLSYM /* sanitizer builds: their runtimes call dlsym before they are ready */
 DPUCUDA_EXPORT void *dlsym(void *handle, const char *symbol) {
     dlsym_fn real = real_dlsym();
-    if (symbol[0] == 'c' && symbol[1] == 'u') {
+    if ((symbol[0] == 'c' && symbol[1] == 'u') || (symbol[0] == 'n' && !strncmp(symbol, "nvml", 4))) {
         void *h = dlsym_hooked(real, handle, symbol);
         if (h)
             return h;
@@ -318,6 +329,7 @@ static void devices_init(void) {
     for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
         devices[i].ordinal = i;
         pthread_mutex_init(&devices[i].mu, NULL);
+        pthread_mutex_init(&devices[i].umu, NULL);
     }
 }
 
@@ -359,7 +371,11 @@ void devices_reset_after_fork(void) {
     for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
         struct device *d = &devices[i];
         pthread_mutex_init(&d->mu, NULL);
+        pthread_mutex_init(&d->umu, NULL);
         d->used = d->reserved = 0;
+        d->primary_refs = 0;
+        d->util_at = d->util_kernel = 0;
+        atomic_store(&d->others, 0);
         atomic_store(&d->seen, 0);
         atomic_store(&d->kernel_ns, 0);
         atomic_store(&d->throttle, NULL);

@@ -12,6 +12,9 @@
  *   agent.c   the connection to the dpu-agent (libdpu's dpu_call), retry
  *             with backoff, re-reporting totals after a reconnect
  *   table.c   the thread-safe allocation table
+ *   nvml.c    NVML: the device count and handles under CUDA_VISIBLE_DEVICES,
+ *             memory, processes and utilisation as the limits make them;
+ *             the device's physical use for measuring context memory
  */
 #ifndef DPUCUDA_HOOK_H
 #define DPUCUDA_HOOK_H
@@ -63,7 +66,14 @@
     X(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0)                                              \
     X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 11060, 1)                                         \
     X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0)                             \
-    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1)
+    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 9000, 1)                        \
+    X(cuGraphLaunch, "cuGraphLaunch", 10000, 0)                                                    \
+    X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1)                                               \
+    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                                                      \
+    X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, 0)                                                    \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                               \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0)                             \
+    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, 0)
 
 #define DPUCUDA_SLOT(name, api, version, ptds) SLOT_##name,
 enum slot { DPUCUDA_HOOKED(DPUCUDA_SLOT) NSLOTS };
@@ -92,10 +102,13 @@ struct driver {
     CUresult (*cuEventQuery)(CUevent);
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
 };
 extern struct driver drv;
 
 void hook_init(void); /* idempotent; every entry point calls it first */
+void *hook_real_dlsym(void *handle, const char *name); /* the C library's dlsym */
+void *hook_nvml_of(const char *name);                  /* the hook of an NVML entry point, or NULL */
 
 /* Logging on stderr, by DPU_CUDA_LOG (error, warn, info, debug; default warn). */
 enum { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
@@ -125,6 +138,11 @@ struct device {
     _Atomic uint64_t window_ns;
     _Atomic uint64_t kernel_ns; /* kernel time accounted: grants, overuse, local grants */
     _Atomic(struct throttle *) throttle;
+    _Atomic uint64_t others;  /* in use by the others under the same limit (agent) */
+    _Atomic uint64_t granule; /* the driver's allocation granularity; 0 not yet asked */
+    int primary_refs;         /* retains of the primary context (under mu) */
+    pthread_mutex_t umu;      /* utilisation sample */
+    uint64_t util_at, util_kernel;
 };
 
 struct device *device_at(int ordinal);   /* NULL when out of range; learns the UUID */
@@ -148,17 +166,21 @@ int agent_token(struct device *d, uint64_t want_ns, uint64_t overuse_ns, struct 
 void agent_after_fork(void);
 
 /* Allocation table (table.c). */
-enum { ALLOC_PTR = 1, ALLOC_ARRAY = 2, ALLOC_MIPMAP = 3, ALLOC_HANDLE = 4 };
+enum { ALLOC_PTR = 1, ALLOC_ARRAY = 2, ALLOC_MIPMAP = 3, ALLOC_HANDLE = 4, ALLOC_CONTEXT = 5, ALLOC_CHUNK = 6 };
 struct allocation {
     uint64_t key;
     uint32_t kind;
     int32_t device;
-    uint64_t bytes;
+    uint64_t bytes; /* charged (ALLOC_CHUNK: the chunk's live allocations) */
+    uint64_t size;  /* device pointers: the extent the driver mapped, charged by chunk */
 };
 int table_put(const struct allocation *a); /* 0, or -ENOMEM */
 int table_take(uint32_t kind, uint64_t key, struct allocation *out); /* 1 found (removed), 0 not */
 void table_reset(void);
 uint64_t table_count(void);
+
+/* NVML (nvml.c). */
+int hook_nvml_used(struct device *d, uint64_t *used); /* 0, or -1 without NVML */
 
 /* Throttle (launch.c). */
 extern DPUCUDA_HIDDEN _Atomic int launch_watch; /* non-zero: launches take the slow path (launch.c) */
@@ -212,6 +234,14 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                         CUstream stream, void **params);
+
+CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 
 /* The library's version, exported for probes: "dpucuda <version>". */
 const char *dpucuda_version(void);

@@ -434,3 +434,20 @@ DPUCUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned in
     THROTTLE(stream);
     return real(f, gx, gy, gz, bx, by, bz, shmem, stream, params);
 }
+
+/* Graph launches run kernels as launches do: they take the same tokens. */
+DPUCUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+    __typeof__(&cuGraphLaunch) real = REAL(cuGraphLaunch);
+    if (__builtin_expect(!real, 0))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    THROTTLE(stream);
+    return real(exec, stream);
+}
+
+DPUCUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+    __typeof__(&cuGraphLaunch_ptsz) real = REAL(cuGraphLaunch_ptsz);
+    if (__builtin_expect(!real, 0))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    THROTTLE(stream);
+    return real(exec, stream);
+}

@@ -19,7 +19,19 @@
  * kernel US, launch N [plain|ex|coop], sync, sleep MS, next, pid,
  * threads T N BYTES (T threads allocating and freeing BYTES N times each:
  * "ok ALLOCATED REFUSED"), fork BYTES (a child allocates BYTES, holds them
- * 300 ms and exits: "ok CHILDPID"), wait PID, exit.
+ * 300 ms and exits: "ok CHILDPID"), wait PID, exit;
+ * contexts: primary DEV (retain the primary context and make it current),
+ * unprimary DEV, ctxdestroy DEV;
+ * graphs: graph N (capture N launches of the current kernel on a new
+ * stream and instantiate them), graphlaunch N (launch the graph N times:
+ * "ok NS");
+ * NVML (linked in link mode, dlopen + dlsym otherwise): nvml-count,
+ * nvml-mem I ("ok TOTAL FREE USED"), nvml-mem2 I ("ok TOTAL RESERVED FREE
+ * USED"), nvml-procs I and nvml-procs1 I ("ok N PID:USED..."), nvml-util I
+ * ("ok GPU MEM"), nvml-index I (the index of the handle of index I);
+ * phys DEV: the fake driver's own view of the device's use ("ok USED");
+ * many N BYTES: N allocations of BYTES, kept ("ok ALLOCATED REFUSED");
+ * freemany: free what many kept.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -68,6 +80,43 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
 CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    CUstream, void **);
 CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuCtxDestroy_v2(CUcontext);
+
+/* NVML, as the probe uses it. */
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct { unsigned int pid; unsigned long long usedGpuMemory; } nvmlProcessInfo_v1_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+int nvmlInit_v2(void);
+int nvmlDeviceGetCount_v2(unsigned int *);
+int nvmlDeviceGetHandleByIndex_v2(unsigned int, nvmlDevice_t *);
+int nvmlDeviceGetIndex(nvmlDevice_t, unsigned int *);
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
+int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t *);
+int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+int nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+int nvmlDeviceGetUtilizationRates(nvmlDevice_t, nvmlUtilization_t *);
+
+static struct {
+    int (*Init)(void);
+    int (*GetCount)(unsigned int *);
+    int (*GetHandleByIndex)(unsigned int, nvmlDevice_t *);
+    int (*GetIndex)(nvmlDevice_t, unsigned int *);
+    int (*GetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
+    int (*GetMemoryInfo_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
+    int (*Procs3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    int (*Procs1)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+    int (*Util)(nvmlDevice_t, nvmlUtilization_t *);
+} nv;
 CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
 struct api {
@@ -102,6 +151,10 @@ struct api {
     CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
     CUresult (*LaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                         unsigned, CUstream, void **);
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*PrimaryCtxRelease)(CUdevice);
+    CUresult (*CtxDestroy)(CUcontext);
 };
 
 static struct api cu;
@@ -138,6 +191,21 @@ static void resolve_link(void) {
     LINK(LaunchKernel, cuLaunchKernel);
     LINK(LaunchKernelEx, cuLaunchKernelEx);
     LINK(LaunchCooperativeKernel, cuLaunchCooperativeKernel);
+    LINK(GraphLaunch, cuGraphLaunch);
+    LINK(PrimaryCtxRetain, cuDevicePrimaryCtxRetain);
+    LINK(PrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2);
+    LINK(CtxDestroy, cuCtxDestroy_v2);
+#define NVLINK(field, fn) nv.field = (__typeof__(nv.field))fn
+    NVLINK(Init, nvmlInit_v2);
+    NVLINK(GetCount, nvmlDeviceGetCount_v2);
+    NVLINK(GetHandleByIndex, nvmlDeviceGetHandleByIndex_v2);
+    NVLINK(GetIndex, nvmlDeviceGetIndex);
+    NVLINK(GetMemoryInfo, nvmlDeviceGetMemoryInfo);
+    NVLINK(GetMemoryInfo_v2, nvmlDeviceGetMemoryInfo_v2);
+    NVLINK(Procs3, nvmlDeviceGetComputeRunningProcesses_v3);
+    NVLINK(Procs1, nvmlDeviceGetComputeRunningProcesses);
+    NVLINK(Util, nvmlDeviceGetUtilizationRates);
+#undef NVLINK
 }
 
 static void *need(void *f, const char *name) {
@@ -180,7 +248,49 @@ static void resolve_dlsym(void) {
     SYM(LaunchKernel, "cuLaunchKernel");
     SYM(LaunchKernelEx, "cuLaunchKernelEx");
     SYM(LaunchCooperativeKernel, "cuLaunchCooperativeKernel");
+    SYM(GraphLaunch, "cuGraphLaunch");
+    SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    SYM(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+    SYM(CtxDestroy, "cuCtxDestroy_v2");
 #undef SYM
+}
+
+/* resolve_nvml_dlsym finds NVML the way pynvml and frameworks do. */
+static void resolve_nvml_dlsym(void) {
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!h)
+        return;
+#define NVSYM(field, name) nv.field = (__typeof__(nv.field))dlsym(h, name)
+    NVSYM(Init, "nvmlInit_v2");
+    NVSYM(GetCount, "nvmlDeviceGetCount_v2");
+    NVSYM(GetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2");
+    NVSYM(GetIndex, "nvmlDeviceGetIndex");
+    NVSYM(GetMemoryInfo, "nvmlDeviceGetMemoryInfo");
+    NVSYM(GetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2");
+    NVSYM(Procs3, "nvmlDeviceGetComputeRunningProcesses_v3");
+    NVSYM(Procs1, "nvmlDeviceGetComputeRunningProcesses");
+    NVSYM(Util, "nvmlDeviceGetUtilizationRates");
+#undef NVSYM
+}
+
+/* Stream capture is not intercepted: the probe takes it from the driver. */
+static struct {
+    CUresult (*StreamCreate)(CUstream *, unsigned int);
+    CUresult (*BeginCapture)(CUstream, int);
+    CUresult (*EndCapture)(CUstream, CUgraph *);
+    CUresult (*Instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*StreamSynchronize)(CUstream);
+} gr;
+
+static void resolve_graph(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h)
+        return;
+    gr.StreamCreate = (__typeof__(gr.StreamCreate))dlsym(h, "cuStreamCreate");
+    gr.BeginCapture = (__typeof__(gr.BeginCapture))dlsym(h, "cuStreamBeginCapture_v2");
+    gr.EndCapture = (__typeof__(gr.EndCapture))dlsym(h, "cuStreamEndCapture");
+    gr.Instantiate = (__typeof__(gr.Instantiate))dlsym(h, "cuGraphInstantiateWithFlags");
+    gr.StreamSynchronize = (__typeof__(gr.StreamSynchronize))dlsym(h, "cuStreamSynchronize");
 }
 
 static CUresult (*gpa2)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
@@ -246,6 +356,10 @@ static void resolve_proc(int v2) {
     PROC(LaunchKernel, "cuLaunchKernel");
     PROC(LaunchKernelEx, "cuLaunchKernelEx");
     PROC(LaunchCooperativeKernel, "cuLaunchCooperativeKernel");
+    PROC(GraphLaunch, "cuGraphLaunch");
+    PROC(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    PROC(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
+    PROC(CtxDestroy, "cuCtxDestroy");
 #undef PROC
 }
 
@@ -260,6 +374,9 @@ static uint64_t num(const char *s) { return s ? strtoull(s, NULL, 0) : 0; }
 static CUcontext ctxs[16];
 static CUmodule module;
 static CUfunction function;
+static CUgraphExec graph_exec;
+static CUdeviceptr kept[65536];
+static uint64_t nkept;
 
 static CUresult use_device(int dev) {
     if (dev < 0 || dev >= 16)
@@ -341,6 +458,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cudaprobe: unknown mode %s\n", mode);
         return 2;
     }
+    if (strcmp(mode, "link"))
+        resolve_nvml_dlsym();
+    resolve_graph();
+    static int nvml_inited;
 
     char line[256];
     while (fgets(line, sizeof line, stdin)) {
@@ -504,6 +625,118 @@ int main(int argc, char **argv) {
             reply(w > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN, NULL);
         } else if (!strcmp(cmd, "pid")) {
             reply(CUDA_SUCCESS, "%d", (int)getpid());
+        } else if (!strcmp(cmd, "primary")) {
+            CUcontext c = NULL;
+            r = cu.PrimaryCtxRetain(&c, (CUdevice)num(a1));
+            if (r == CUDA_SUCCESS)
+                r = cu.CtxSetCurrent(c);
+            reply(r, NULL);
+        } else if (!strcmp(cmd, "unprimary")) {
+            reply(cu.PrimaryCtxRelease((CUdevice)num(a1)), NULL);
+        } else if (!strcmp(cmd, "ctxdestroy")) {
+            int dev = (int)num(a1);
+            r = dev >= 0 && dev < 16 && ctxs[dev] ? cu.CtxDestroy(ctxs[dev]) : CUDA_ERROR_INVALID_CONTEXT;
+            if (r == CUDA_SUCCESS)
+                ctxs[dev] = NULL;
+            reply(r, NULL);
+        } else if (!strcmp(cmd, "graph")) {
+            static CUstream gs;
+            CUgraph g = NULL;
+            r = gr.StreamCreate && gr.BeginCapture && gr.EndCapture && gr.Instantiate ? CUDA_SUCCESS
+                                                                                    : CUDA_ERROR_NOT_FOUND;
+            if (r == CUDA_SUCCESS && !gs)
+                r = gr.StreamCreate(&gs, 0);
+            if (r == CUDA_SUCCESS)
+                r = gr.BeginCapture(gs, 2 /* relaxed */);
+            for (uint64_t i = 0; i < num(a1) && r == CUDA_SUCCESS; i++)
+                r = cu.LaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, gs, NULL, NULL);
+            CUresult e = r == CUDA_SUCCESS ? gr.EndCapture(gs, &g) : r;
+            r = e == CUDA_SUCCESS ? gr.Instantiate(&graph_exec, g, 0) : e;
+            reply(r, NULL);
+        } else if (!strcmp(cmd, "graphlaunch")) {
+            uint64_t n = num(a1), t0 = now_ns();
+            r = graph_exec ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+            for (uint64_t i = 0; i < n && r == CUDA_SUCCESS; i++)
+                r = cu.GraphLaunch(graph_exec, NULL);
+            reply(r, "%llu", (unsigned long long)(now_ns() - t0));
+        } else if (!strncmp(cmd, "nvml-", 5)) {
+            if (!nv.Init) {
+                printf("err no-nvml\n");
+                fflush(stdout);
+                continue;
+            }
+            if (!nvml_inited && nv.Init() == 0)
+                nvml_inited = 1;
+            nvmlDevice_t h = NULL;
+            int nr = 0;
+            if (strcmp(cmd, "nvml-count"))
+                nr = nv.GetHandleByIndex((unsigned)num(a1), &h);
+            if (nr) {
+                printf("err nvml %d\n", nr);
+            } else if (!strcmp(cmd, "nvml-count")) {
+                unsigned n = 0;
+                nr = nv.GetCount(&n);
+                nr ? printf("err nvml %d\n", nr) : printf("ok %u\n", n);
+            } else if (!strcmp(cmd, "nvml-index")) {
+                unsigned i = 0;
+                nr = nv.GetIndex(h, &i);
+                nr ? printf("err nvml %d\n", nr) : printf("ok %u\n", i);
+            } else if (!strcmp(cmd, "nvml-mem")) {
+                nvmlMemory_t m;
+                nr = nv.GetMemoryInfo(h, &m);
+                nr ? printf("err nvml %d\n", nr) : printf("ok %llu %llu %llu\n", m.total, m.free, m.used);
+            } else if (!strcmp(cmd, "nvml-mem2")) {
+                nvmlMemory_v2_t m = {.version = (unsigned)sizeof m | 2u << 24};
+                nr = nv.GetMemoryInfo_v2(h, &m);
+                nr ? printf("err nvml %d\n", nr)
+                   : printf("ok %llu %llu %llu %llu\n", m.total, m.reserved, m.free, m.used);
+            } else if (!strcmp(cmd, "nvml-procs") || !strcmp(cmd, "nvml-procs1")) {
+                nvmlProcessInfo_t p3[8];
+                nvmlProcessInfo_v1_t p1[8];
+                unsigned n = 8;
+                int v1 = !strcmp(cmd, "nvml-procs1");
+                nr = v1 ? nv.Procs1(h, &n, p1) : nv.Procs3(h, &n, p3);
+                if (nr) {
+                    printf("err nvml %d\n", nr);
+                } else {
+                    printf("ok %u", n);
+                    for (unsigned i = 0; i < n; i++)
+                        printf(" %u:%llu", v1 ? p1[i].pid : p3[i].pid, v1 ? p1[i].usedGpuMemory : p3[i].usedGpuMemory);
+                    printf("\n");
+                }
+            } else if (!strcmp(cmd, "nvml-util")) {
+                nvmlUtilization_t u;
+                nr = nv.Util(h, &u);
+                nr ? printf("err nvml %d\n", nr) : printf("ok %u %u\n", u.gpu, u.memory);
+            } else {
+                printf("err unknown-command\n");
+            }
+            fflush(stdout);
+        } else if (!strcmp(cmd, "phys")) {
+            int (*f)(int, uint64_t *, uint64_t *) =
+                (int (*)(int, uint64_t *, uint64_t *))dlsym(RTLD_DEFAULT, "fakecuda_physical");
+            uint64_t t = 0, u = 0;
+            r = f && f((int)num(a1), &t, &u) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+            reply(r, "%llu", (unsigned long long)u);
+        } else if (!strcmp(cmd, "many")) {
+            uint64_t n = num(a1), ok = 0, refused = 0;
+            r = CUDA_SUCCESS;
+            for (uint64_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+                CUdeviceptr p = 0;
+                CUresult ar = nkept < sizeof kept / sizeof kept[0] ? cu.MemAlloc(&p, num(a2)) : CUDA_ERROR_INVALID_VALUE;
+                if (ar == CUDA_SUCCESS)
+                    kept[nkept++] = p, ok++;
+                else if (ar == CUDA_ERROR_OUT_OF_MEMORY)
+                    refused++;
+                else
+                    r = ar;
+            }
+            reply(r, "%llu %llu", (unsigned long long)ok, (unsigned long long)refused);
+        } else if (!strcmp(cmd, "freemany")) {
+            r = CUDA_SUCCESS;
+            while (nkept && r == CUDA_SUCCESS)
+                r = cu.MemFree(kept[--nkept]);
+            reply(r, NULL);
         } else if (!strcmp(cmd, "exit")) {
             reply(CUDA_SUCCESS, NULL);
             return 0;

@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	mem := fs.String("mem", "0", "default GPU memory limit per process and device (K, M, G suffixes; 0: unlimited)")
 	quota := fs.Uint("quota", 0, "default kernel-time quota, percent (0: unlimited)")
 	window := fs.Duration("window", 100*time.Millisecond, "quota window")
+	state := fs.String("state", "", "state file keeping limits set at run time across restarts (default RUN-DIR/gpu-limits.json)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -64,8 +65,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	acc, err := ledger.New(ledger.Config{Default: ledger.Limit{Memory: limit, Quota: uint32(*quota)}, Window: *window},
-		ledger.Options{Logger: log})
+	if *state == "" {
+		*state = filepath.Join(*runDir, "gpu-limits.json")
+	}
+	acc, err := ledger.New(ledger.Config{Default: ledger.Limit{Memory: limit, Quota: uint32(*quota)}, Window: *window,
+		StateFile: *state}, ledger.Options{Logger: log})
 	if err != nil {
 		return err
 	}
