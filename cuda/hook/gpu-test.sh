@@ -242,6 +242,7 @@ section "NVML under a limit, and what the driver really takes (cudaprobe, real d
 B0=$(smi_used)
 probe_start np hooked "$HERE/build/cudaprobe" -m proc
 echo "init: $(ask np init 0)"
+grep -v "^$" "$WORK/np.err" | head -5
 NPID=$(field "$(ask np pid)" 1)
 wait_for 5 accounted "$NPID"
 NCTX=$(gpu_field "$NPID" memory_used)
@@ -318,6 +319,7 @@ hooked timeout 120 "$WORK/gpuprobe" -max 0 -kernels 200 -kernel-us 1000 -graph 1
     >"$WORK/graph.txt" 2>"$WORK/graph.err"
 GB=$(kv "$WORK/graph-base.txt" kernels_wall_ms)
 GH=$(kv "$WORK/graph.txt" kernels_wall_ms)
+[ -n "$GH" ] || { tail -5 "$WORK/graph.txt" "$WORK/graph.err"; }
 echo "20 graph launches of 10 x 1 ms kernels: ${GB} ms without the hook, ${GH} ms at a cgroup quota of ${QUOTA}% ($(ratio "$GH" "$GB")x)"
 check "cgroup quota $QUOTA% slows cuGraphLaunch at least 2x" le "$(awk -v b="$GB" 'BEGIN{print 2*b}')" "$GH"
 dpuctl gpu set cgroup "$CG" mem "$LG" quota "$QUOTA" >/dev/null

@@ -822,6 +822,13 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     s->capturing = 1;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    NEED_CTX();
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = s && s->capturing;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) {
     NEED_CTX();
     if (!s || !s->capturing || !g)
@@ -1013,6 +1020,7 @@ static const struct proc procs[] = {
     P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
     P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
     P("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
     P("cuGraphInstantiate", 11040, cuGraphInstantiateWithFlags),
     P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
     P("cuGraphLaunch", 10000, cuGraphLaunch),

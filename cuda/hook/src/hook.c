@@ -152,6 +152,7 @@ static void init_once_fn(void) {
     drv.cuEventDestroy = (CUresult(*)(CUevent))driver_sym("cuEventDestroy_v2");
     drv.cuMemGetAllocationGranularity =
         (CUresult(*)(size_t *, const CUmemAllocationProp *, int))driver_sym("cuMemGetAllocationGranularity");
+    drv.cuStreamIsCapturing = (CUresult(*)(CUstream, int *))driver_sym("cuStreamIsCapturing");
     pthread_atfork(NULL, NULL, after_fork_child);
     LOGF(LOG_DEBUG, "%s loaded, driver %s", DPUCUDA_VERSION, libcuda ? "found" : "missing");
     agent_start();

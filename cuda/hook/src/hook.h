@@ -103,6 +103,7 @@ struct driver {
     CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*cuEventDestroy)(CUevent);
     CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
+    CUresult (*cuStreamIsCapturing)(CUstream, int *);
 };
 extern struct driver drv;
 

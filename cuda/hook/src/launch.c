@@ -27,6 +27,9 @@
  *      it grants itself the estimate, and everything that runs is counted
  *      locally as overuse, re-reported once the agent is back.
  *
+ * Launches into a stream under capture are not throttled: they run when
+ * the graph is launched, and cuGraphLaunch takes tokens like a launch.
+ *
  * Events are recorded on the launch's stream when it is an explicit one,
  * else on the legacy default stream, which waits for the blocking streams
  * of the context (per-thread default streams included).
@@ -338,6 +341,12 @@ void throttle_launch(CUstream stream) {
         atomic_fetch_sub(&launch_watch, 1);
     }
     if (!d || !atomic_load_explicit(&d->quota, memory_order_relaxed))
+        return;
+    /* A launch into a stream being captured runs nothing now (it becomes a
+     * graph node, paid for when the graph is launched); recording events
+     * beside it could break the capture. */
+    int capturing = 0;
+    if (stream && drv.cuStreamIsCapturing && drv.cuStreamIsCapturing(stream, &capturing) == CUDA_SUCCESS && capturing)
         return;
     struct throttle *t = throttle_of(d);
     if (!t)

@@ -329,7 +329,9 @@ static void resolve_proc(int v2) {
 #define PROC(field, name) cu.field = (__typeof__(cu.field))proc(name, proc_version)
     PROC(Init, "cuInit");
     PROC(DeviceGet, "cuDeviceGet");
-    PROC(CtxCreate, "cuCtxCreate");
+    /* cuCtxCreate's later variants (_v3, _v4) take other parameters; the
+     * probe calls the CUDA 3.2 ABI, so it asks for that version. */
+    cu.CtxCreate = (__typeof__(cu.CtxCreate))proc("cuCtxCreate", 3020);
     PROC(CtxSetCurrent, "cuCtxSetCurrent");
     PROC(CtxSynchronize, "cuCtxSynchronize");
     PROC(MemAlloc, "cuMemAlloc");
