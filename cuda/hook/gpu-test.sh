@@ -272,8 +272,11 @@ check "NVML v2 agrees (total, used, free)" eq "$(field "$NV2" 1) $(field "$NV2" 
     "$L2 $(field "$NV" 2) $USEDN"
 check "NVML running processes v3 = this process with its charge" eq "$PR" "ok 1 $NPID:$USEDN"
 check "NVML running processes v1 = this process with its charge" eq "$PR1" "ok 1 $NPID:$USEDN"
-echo "--- nvidia-smi under the hook"
-hooked nvidia-smi -i 0 --query-gpu=memory.total,memory.used,memory.free --format=csv 2>&1 | head -5
+echo "--- nvidia-smi under the hook (while this probe holds its charge)"
+hooked nvidia-smi -i 0 --query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits 2>/dev/null |
+    tee "$WORK/smi-hooked.txt"
+check "nvidia-smi under the hook: total = the default limit ($MEM_LIMIT)" \
+    eq "$(cut -d, -f1 "$WORK/smi-hooked.txt" | tr -d ' ')" "$((MEM_LIMIT / 1048576))"
 hooked nvidia-smi -i 0 2>&1 | sed -n '8,12p'
 S1=$(smi_used)
 for pat in "63 1048577" "16384 1" "65536 4000"; do
@@ -380,6 +383,9 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
     check "PyTorch: mem_get_info total shows the limit" eq "$(kv "$WORK/torch.txt" mem_get_info_total)" "$MEM_LIMIT"
     check "PyTorch: dpuctl gpu show memory_used ($TUSED) >= tensors held" le "$TALLOC" "${TUSED:-0}"
     check "PyTorch: dpuctl gpu show memory_used <= limit + one granule" le "${TUSED:-1}" "$((MEM_LIMIT + GRANULE))"
+    TNV=$(sed -n "s/.*this process has \([0-9.]*\) MiB memory in use.*/\1/p" "$WORK/torch.txt")
+    check "PyTorch's OOM report (NVML, per process: ${TNV:-none} MiB) = dpuctl gpu show memory_used" \
+        eq "${TNV:-}" "$(awk -v b="${TUSED:-0}" 'BEGIN { printf "%.2f", b / 1048576 }')"
     TB=$(kv "$WORK/torch-base.txt" matmul_wall_s)
     TH=$(kv "$WORK/torch.txt" matmul_wall_s)
     echo "200 matmuls 4096^2: ${TB} s without the hook, ${TH} s at ${QUOTA}% ($(ratio "$TH" "$TB")x)"
