@@ -15,9 +15,9 @@
 #   - the context's own memory is charged (measured through NVML);
 #   - NVML (memory v1/v2, running processes, count) agrees with
 #     cuMemGetInfo and dpuctl gpu show under a limit; nvidia-smi under the
-#     hook; the device's real use (nvidia-smi, unhooked) stays within the
-#     limit plus one 2 MiB granule for 63 x (1 MiB+1), 16384 x 1 B and
-#     65536 x 4000 B allocations;
+#     hook; for 63 x (1 MiB+1), 16384 x 1 B and 65536 x 4000 B allocations
+#     the device's real growth (nvidia-smi, unhooked) equals the charge, and
+#     the charge stays within the limit plus one 2 MiB granule;
 #   - a cgroup's limit is shared by two processes; a cgroup quota throttles
 #     cuGraphLaunch; cgroup limits survive an agent restart;
 #   - kill -9 releases the process's use;
@@ -279,12 +279,14 @@ check "nvidia-smi under the hook: total = the default limit ($MEM_LIMIT)" \
     eq "$(cut -d, -f1 "$WORK/smi-hooked.txt" | tr -d ' ')" "$((MEM_LIMIT / 1048576))"
 hooked nvidia-smi -i 0 2>&1 | sed -n '8,12p'
 S1=$(smi_used)
+echo "uncharged: the device's use beyond the charge before the patterns: $((S1 - B0 - USEDN)) bytes (driver memory taken after the context was measured)"
 for pat in "63 1048577" "16384 1" "65536 4000"; do
     R=$(ask np many $pat)
     S=$(smi_used)
     U=$(gpu_field "$NPID" memory_used)
-    echo "many $pat: $R; charged $((U - USEDN)) bytes more (dpuctl), the device's use grew $((S - S1)) bytes (nvidia-smi)"
-    check "many $pat: the process's use of the device ($((S - B0))) <= limit + one granule" le "$((S - B0))" "$((L2 + GRANULE))"
+    echo "many $pat: $R; charged $((U - USEDN)) bytes more (dpuctl), the device's use grew $((S - S1)) bytes (nvidia-smi); process total on the device $((S - B0)), limit $L2"
+    check "many $pat: what the device took ($((S - S1))) = what was charged ($((U - USEDN)))" eq "$((S - S1))" "$((U - USEDN))"
+    check "many $pat: the charge ($U) <= limit + one granule" le "$U" "$((L2 + GRANULE))"
     ask np freemany >/dev/null
 done
 ask np exit >/dev/null
