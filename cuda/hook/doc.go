@@ -6,16 +6,19 @@
 // cuGetProcAddress(_v2) — and asks the node's dpu-agent over dpu0.sock
 // (libdpu, hostif/c) for the process's memory limit and kernel-time quota
 // on each device: allocations past the limit fail with
-// CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo and cuDeviceTotalMem show the
-// limit, every allocation and free is reported, and kernel launches under a
-// quota wait for tokens. The agent's side is package cuda/ledger.
+// CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo, cuDeviceTotalMem and NVML show the
+// limit, every allocation and free is reported as what the driver takes
+// (its chunks, and each context's own memory), and kernel and graph
+// launches under a quota wait for tokens. The agent's side is package cuda/ledger.
 //
 // # Layout
 //
 //	src/cuda_abi.h the driver API types the hook needs (no CUDA headers here)
 //	src/hook.c …   the hook (src/hook.h lists the files and what each owns)
 //	src/gpu_wire.h the GPU op bodies (cuda/hookwire/wire.go is the layout)
-//	fake/          a fake libcuda.so.1 over host memory for machines without a GPU
+//	src/nvml.c     NVML as the limits make it
+//	fake/          a fake libcuda.so.1 over host memory, and a fake
+//	               libnvidia-ml.so.1 beside it, for machines without a GPU
 //	test/          cudaprobe (a scripted driver API client) and launchbench
 //	gpu/           programs for gpu-test.sh on a machine with a GPU
 //	cmd/gpu-testd  a host interface with GPU accounting and nothing else
