@@ -21,7 +21,7 @@
 // Config.Devices by UUID then ordinal, else Config.Default. Zero means
 // unlimited. A group's memory limit is shared: each of its processes is
 // told the others' use (Limits.Others) and the hook admits against the
-// sum; its quota applies to each process. Memory: the hook refuses
+// sum; its quota is one token bucket per device its processes share. Memory: the hook refuses
 // allocations past the limit; the agent records what the hook reports
 // (the process's total after each change replaces the account's, so a
 // re-report is idempotent).

@@ -73,7 +73,8 @@ type Ledger struct {
 	cfg      Config
 	accounts map[Key]*account
 	limits   map[limitKey]Limit // set at run time (a process's: until it leaves)
-	pids     map[int32]int      // accounts per process
+	groups   map[groupKey]*bucket
+	pids     map[int32]int // accounts per process
 }
 
 // DebtWindows bounds a quota bucket's debt, in buckets.
@@ -81,11 +82,23 @@ const DebtWindows = 10
 
 type account struct {
 	Account
-	level    time.Duration // quota bucket
+	bucket            // its own quota bucket
+	governor limitKey // the run-time limit that applies, when governed
+	governed bool
+}
+
+// bucket is a kernel-time token bucket: a process's, or one a group's
+// processes share on a device.
+type bucket struct {
+	level    time.Duration // kernel time available
 	refilled time.Duration // when level was last brought to now
 	quota    uint32        // the quota level was computed for
-	governor limitKey      // the run-time limit that applies, when governed
-	governed bool
+}
+
+// groupKey names the bucket a group's processes share on one device.
+type groupKey struct {
+	limitKey
+	device uint32
 }
 
 // NewLedger returns an empty ledger applying cfg.
@@ -94,7 +107,7 @@ func NewLedger(cfg Config) (*Ledger, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	return &Ledger{cfg: cfg, accounts: make(map[Key]*account), limits: make(map[limitKey]Limit), pids: make(map[int32]int)}, nil
+	return &Ledger{cfg: cfg, accounts: make(map[Key]*account), limits: make(map[limitKey]Limit), groups: make(map[groupKey]*bucket), pids: make(map[int32]int)}, nil
 }
 
 // Limits answers GPU_MEM_LIMIT: the process's limits on d and what it
@@ -147,38 +160,71 @@ func (l *Ledger) Token(now time.Duration, p Peer, d hookwire.Device, ask hookwir
 	a.Kernel += ask.Overuse
 	a.Overuse += ask.Overuse
 	q := a.Limit.Quota
+	b := l.bucketOf(a)
 	if q == 0 {
-		a.quota = 0
+		b.quota = 0
 		return hookwire.Token{Grant: ask.Want, Window: window}, nil
 	}
 	capacity := window * time.Duration(q) / 100
-	l.refill(a, now, capacity)
-	a.level = max(a.level-ask.Overuse, -DebtWindows*capacity)
+	b.refill(now, capacity, q)
+	b.level = max(b.level-ask.Overuse, -DebtWindows*capacity)
 	want := min(max(ask.Want, min(l.cfg.MinGrant, capacity)), capacity)
-	if a.level >= want {
-		a.level -= want
+	if b.level >= want {
+		b.level -= want
 		a.Kernel += want
 		a.Grants++
 		return hookwire.Token{Grant: want, Quota: q, Window: window}, nil
 	}
 	a.Deferred++
-	wait := (want - a.level) * 100 / time.Duration(q)
+	wait := (want - b.level) * 100 / time.Duration(q)
 	return hookwire.Token{Wait: max(wait, 1), Quota: q, Window: window}, nil
 }
 
-// refill brings a's bucket to now.
-func (l *Ledger) refill(a *account, now, capacity time.Duration) {
-	q := a.Limit.Quota
-	if a.quota == 0 { // a new bucket, or one that was unlimited: full
-		a.level, a.refilled, a.quota = capacity, now, q
+// bucketOf is the bucket a's launches draw from: its group's on its device
+// when a shared limit with a quota governs it, else its own.
+func (l *Ledger) bucketOf(a *account) *bucket {
+	if !a.governed || !a.governor.Shared() {
+		return &a.bucket
+	}
+	k := groupKey{a.governor, a.Device}
+	b := l.groups[k]
+	if b == nil {
+		b = &bucket{}
+		l.groups[k] = b
+	}
+	return b
+}
+
+// refill brings b to now under quota q with the given capacity.
+func (b *bucket) refill(now, capacity time.Duration, q uint32) {
+	if b.quota == 0 { // a new bucket, or one that was unlimited: full
+		b.level, b.refilled, b.quota = capacity, now, q
 		return
 	}
-	if dt := now - a.refilled; dt > 0 {
-		a.level += dt * time.Duration(q) / 100
-		a.refilled = now
+	if dt := now - b.refilled; dt > 0 {
+		b.level += dt * time.Duration(q) / 100
+		b.refilled = now
 	}
-	a.quota = q
-	a.level = min(a.level, capacity)
+	b.quota = q
+	b.level = min(b.level, capacity)
+}
+
+// dropIdleGroups forgets the buckets no account draws from.
+func (l *Ledger) dropIdleGroups() {
+	if len(l.groups) == 0 {
+		return
+	}
+	used := make(map[groupKey]bool)
+	for _, a := range l.accounts {
+		if a.governed && a.governor.Shared() {
+			used[groupKey{a.governor, a.Device}] = true
+		}
+	}
+	for k := range l.groups {
+		if !used[k] {
+			delete(l.groups, k)
+		}
+	}
 }
 
 // Closed releases every account of connection conn: the process died or
@@ -191,6 +237,7 @@ func (l *Ledger) Closed(now time.Duration, conn uint64) []Key {
 		}
 	}
 	slices.SortFunc(gone, compareKeys)
+	defer l.dropIdleGroups()
 	for _, k := range gone {
 		delete(l.accounts, k)
 		if l.pids[k.PID]--; l.pids[k.PID] <= 0 {
@@ -283,6 +330,7 @@ func (l *Ledger) relimit() {
 	for _, a := range l.accounts {
 		l.applyLimit(a)
 	}
+	l.dropIdleGroups()
 }
 
 // Accounts returns a snapshot of every account, by process then device.

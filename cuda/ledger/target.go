@@ -17,7 +17,7 @@ const AnyDevice = ^uint32(0)
 // its UID) or container (Container, its id or a prefix of at least 12
 // hex digits). Exactly one is set. The limit of a cgroup, pod or
 // container is shared: its processes' use on the device adds up against
-// it.
+// its memory limit, and they draw kernel time from one bucket.
 type Target struct {
 	PID       int32  `json:"pid,omitempty"`
 	Cgroup    string `json:"cgroup,omitempty"`

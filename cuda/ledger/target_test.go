@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/cuda/hookwire"
@@ -183,4 +184,46 @@ func FuzzDecodeState(f *testing.F) {
 
 func limitOf(pid uint32, cgroup string) gpuctl.Limit {
 	return gpuctl.Limit{PID: pid, Cgroup: cgroup, Device: AnyDevice, MemoryLimit: 1 << 30}
+}
+
+// A group's quota is one bucket its processes share on a device: what one
+// spends the other cannot.
+func TestSharedGroupQuota(t *testing.T) {
+	l := newLedger(t, Config{Window: 100 * time.Millisecond})
+	p1 := Peer{Conn: 1, PID: 101, Identity: Identity{Cgroup: "/pods/a"}}
+	p2 := Peer{Conn: 2, PID: 102, Identity: Identity{Cgroup: "/pods/a"}}
+	p3 := Peer{Conn: 3, PID: 103, Identity: Identity{Cgroup: "/pods/b"}}
+	if err := l.SetTargetLimit(Target{Cgroup: "/pods"}, AnyDevice, Limit{Quota: 50}); err != nil {
+		t.Fatal(err)
+	}
+	ask := hookwire.TokenAsk{Want: 50 * time.Millisecond}
+	if tok, err := l.Token(0, p1, dev0, ask); err != nil || tok.Grant != 50*time.Millisecond {
+		t.Fatalf("p1 takes the whole bucket: %+v %v", tok, err)
+	}
+	tok, err := l.Token(0, p2, dev0, ask)
+	if err != nil || tok.Grant != 0 || tok.Wait != 100*time.Millisecond {
+		t.Fatalf("p2 after p1 emptied the shared bucket: %+v %v", tok, err)
+	}
+	if tok, _ := l.Token(0, p2, dev1, ask); tok.Grant != 50*time.Millisecond {
+		t.Fatalf("device 1 has its own bucket: %+v", tok)
+	}
+	if tok, _ := l.Token(0, p3, dev0, ask); tok.Grant != 0 {
+		t.Fatalf("p3 is under /pods too: %+v", tok)
+	}
+	if tok, _ := l.Token(100*time.Millisecond, p2, dev0, ask); tok.Grant != 50*time.Millisecond {
+		t.Fatalf("refilled after a window: %+v", tok)
+	}
+	// A process's own limit takes it out of the group's bucket.
+	if err := l.SetTargetLimit(Target{PID: 103}, AnyDevice, Limit{Quota: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if tok, _ := l.Token(100*time.Millisecond, p3, dev0, ask); tok.Grant != 50*time.Millisecond {
+		t.Fatalf("p3 on its own bucket: %+v", tok)
+	}
+	l.Closed(0, 1)
+	l.Closed(0, 2)
+	l.Closed(0, 3)
+	if len(l.groups) != 0 {
+		t.Fatalf("group buckets left after every process left: %d", len(l.groups))
+	}
 }
