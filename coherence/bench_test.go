@@ -30,6 +30,7 @@ func BenchmarkLocalCAS(b *testing.B) {
 	}
 	out := &fakeSender{self: 1}
 	e.Submit(0, Request{ID: 1, Op: HostAlloc}, out)
+	out.take(e)
 	g := gva.New(1, 1, 8, 0)
 	tick := e.arb.AnswerBound()
 	now := time.Duration(0)
@@ -38,8 +39,10 @@ func BenchmarkLocalCAS(b *testing.B) {
 	for i := range b.N {
 		now += tick
 		e.Submit(now, Request{ID: uint64(i), Op: HostCAS, GVA: g, Expected: uint64(i), Operand: uint64(i + 1)}, out)
+		out.take(e)
 		now += tick
 		e.Tick(now, out)
+		out.take(e)
 	}
 	b.StopTimer()
 	if s.n != b.N+1 || s.errs != 0 {
@@ -57,6 +60,7 @@ func BenchmarkUpdatePropagation(b *testing.B) {
 	}
 	out := &fakeSender{self: 1}
 	e.Submit(0, Request{ID: 1, Op: HostAlloc}, out)
+	out.take(e)
 	g := gva.New(1, 1, 64, 0)
 	ent, _ := e.cache.Peek(g.Key())
 	for p := range noc.PortID(4) {
@@ -69,8 +73,10 @@ func BenchmarkUpdatePropagation(b *testing.B) {
 	for i := range b.N {
 		now += time.Microsecond
 		e.Submit(now, Request{ID: uint64(i), Op: HostStore, GVA: g, Data: data}, out)
+		out.take(e)
 		now += time.Microsecond
 		e.Tick(now, out)
+		out.take(e)
 	}
 	b.StopTimer()
 	if out.sent != 4*b.N {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 )
 
 // bugsCompiled: this build carries the planted bugs (tests of the
@@ -17,7 +16,7 @@ const bugsCompiled = true
 
 // staleCAS is the planted bug BugStaleCAS: compare against the local
 // replica, then write through as a plain store.
-func (e *Engine) staleCAS(now time.Duration, r *request, out node.Sender) bool {
+func (e *Engine) staleCAS(now time.Duration, r *request) bool {
 	pg := e.pages[r.key]
 	if pg == nil || pg.owner || !pg.has {
 		return false
@@ -36,6 +35,6 @@ func (e *Engine) staleCAS(now time.Duration, r *request, out node.Sender) bool {
 	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
 	p = append(p, r.data...)
 	f := newFrame(noc.ClassStore, OpStore, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.hr.GVA, 0, p)
-	e.handleUp(now, noc.LocalPort, &f, out)
+	e.handleUp(now, noc.LocalPort, &f)
 	return true
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -206,9 +205,11 @@ type Engine struct {
 	nextPage gva.PageNumber
 
 	// scratch, reused across calls
-	sf        noc.Frame // the frame handed to the Sender (it encodes before returning)
-	pay       []byte    // payloads of frames this node builds
-	hostPay   []byte    // payloads of frames built for host requests
+	rt        noc.Routes     // the node's routing, as given to the step that runs
+	outbox    []noc.Outgoing // frames emitted since the node last drained them
+	arena     []byte         // their payloads
+	pay       []byte         // payloads of frames this node builds
+	hostPay   []byte         // payloads of frames built for host requests
 	fired     []arbiter.Fired[timer]
 	answers   []arbiter.Answer
 	evicts    []pathcache.Eviction
@@ -384,11 +385,12 @@ func (e *Engine) Incarnation() uint64 { return e.inc }
 func (e *Engine) Config() Config { return e.cfg }
 
 // HandleFrame implements node.Handler: one frame for the engine.
-func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt noc.Routes) {
+	e.rt = rt
 	e.begin(now)
 	e.stats.count(&e.stats.Received, f.Class, f.Op)
-	e.dispatch(now, in, f, out)
-	e.endStep(now, out)
+	e.dispatch(now, in, f)
+	e.endStep(now)
 	if e.dbg != nil {
 		if ent, ok := e.cache.Peek(f.GVA.Key()); ok && !ent.Owner && ent.Down.Has(ent.Up) {
 			e.debugf(f.GVA.Key(), "inconsistent entry: up port %d among the down ports %v after %v/%d from port %d", ent.Up, ent.Down, f.Class, f.Op, in)
@@ -409,7 +411,7 @@ func (e *Engine) begin(now time.Duration) {
 
 // refreshHomes tells the home of every page owned here (and homed
 // elsewhere) who owns it.
-func (e *Engine) refreshHomes(now time.Duration, out node.Sender) {
+func (e *Engine) refreshHomes(now time.Duration) {
 	e.schedule(now+e.cfg.HomeRefresh, timer{kind: tRefresh})
 	keys := make([]gva.GVA, 0, 8)
 	for key, pg := range e.pages {
@@ -425,16 +427,16 @@ func (e *Engine) refreshHomes(now time.Duration, out node.Sender) {
 		binary.BigEndian.PutUint64(b[4:], e.inc)
 		binary.BigEndian.PutUint64(b[12:], pg.epoch)
 		f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), 0, key, 0, b[:])
-		e.sendNode(&f, out)
+		e.sendNode(&f)
 		e.stats.Refreshes++
 	}
 }
 
 // endStep finishes what a step left for later: evictions found without a
 // Sender at hand, replicas whose last mapping failed.
-func (e *Engine) endStep(now time.Duration, out node.Sender) {
+func (e *Engine) endStep(now time.Duration) {
 	if len(e.evicts) > 0 {
-		e.evicted(now, nil, out)
+		e.evicted(now, nil)
 	}
 	for len(e.drops) > 0 {
 		key := e.drops[0]
@@ -443,50 +445,50 @@ func (e *Engine) endStep(now time.Duration, out node.Sender) {
 			for len(pg.waiters) > 0 {
 				e.completeErr(now, pg.waiters[0], syscall.EINVAL, "page unmapped")
 			}
-			e.dropReplica(now, pg, out)
+			e.dropReplica(now, pg)
 		}
 	}
 	e.drops = e.drops[:0]
 }
 
-func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {
 	reply := f.Flags&noc.FlagReply != 0
 	path := f.Flags&noc.FlagPath != 0
 	switch f.Class {
 	case noc.ClassLoad:
 		switch {
 		case f.Op == OpRef && reply && path:
-			e.handleRefReply(now, in, f, out)
+			e.handleRefReply(now, in, f)
 		case reply:
-			e.handleReply(now, f, out)
+			e.handleReply(now, f)
 		case f.Op == OpRef:
-			e.handleUp(now, in, f, out)
+			e.handleUp(now, in, f)
 		case f.Op == OpUnref:
-			e.handleUnref(now, in, f, out)
+			e.handleUnref(now, in, f)
 		case f.Op == OpDetach:
-			e.handleDetach(now, in, f, out)
+			e.handleDetach(now, in, f)
 		case f.Op == OpAttach:
-			e.handleAttach(now, in, f, out)
+			e.handleAttach(now, in, f)
 		default:
 			e.malformed()
 		}
 	case noc.ClassStore:
 		switch {
 		case reply:
-			e.handleReply(now, f, out)
+			e.handleReply(now, f)
 		case f.Op == OpStore:
-			e.handleUp(now, in, f, out)
+			e.handleUp(now, in, f)
 		case f.Op == OpUpdate || f.Op == OpInvalidate:
-			e.handleDown(now, in, f, out)
+			e.handleDown(now, in, f)
 		default:
 			e.malformed()
 		}
 	case noc.ClassAtomic:
 		switch {
 		case reply:
-			e.handleReply(now, f, out)
+			e.handleReply(now, f)
 		case f.Op == OpCAS || f.Op == OpFetchAdd:
-			e.handleUp(now, in, f, out)
+			e.handleUp(now, in, f)
 		default:
 			e.malformed()
 		}
@@ -494,28 +496,28 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame, out no
 		switch f.Op {
 		case OpAcquire:
 			if reply {
-				e.handleReply(now, f, out)
+				e.handleReply(now, f)
 			} else {
-				e.handleUp(now, in, f, out)
+				e.handleUp(now, in, f)
 			}
 		case OpGrant:
-			e.handleGrant(now, f, out)
+			e.handleGrant(now, f)
 		case OpDeny:
-			e.handleDeny(now, f, out)
+			e.handleDeny(now, f)
 		case OpData:
-			e.handleData(now, f, out)
+			e.handleData(now, f)
 		case OpDataAck:
-			e.handleDataAck(now, f, out)
+			e.handleDataAck(now, f)
 		case OpDone:
-			e.handleDone(now, in, f, out)
+			e.handleDone(now, in, f)
 		case OpAbort:
-			e.handleAbort(now, f, out)
+			e.handleAbort(now, f)
 		case OpOwnerMoved:
-			e.handleOwnerMoved(now, f, out)
+			e.handleOwnerMoved(now, f)
 		case OpOwnerMovedAck:
 			e.handleOwnerMovedAck(f)
 		case OpOwnerQuery:
-			e.handleOwnerQuery(now, f, out)
+			e.handleOwnerQuery(now, f)
 		default:
 			e.malformed()
 		}
@@ -529,14 +531,15 @@ func (e *Engine) malformed() { e.stats.Malformed++ }
 // PortState implements node.Handler. A port going down cuts every tree
 // branch through it: entries whose up port it was are reset (their subtree
 // is detached and re-refs), and it leaves every down set.
-func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, out node.Sender) {
+func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, rt noc.Routes) {
+	e.rt = rt
 	if e.dbg != nil {
 		e.debugf(gva.GVA{}, "port %d up=%v", p, up)
 	}
 	if up {
 		return
 	}
-	defer e.endStep(now, out)
+	defer e.endStep(now)
 	e.begin(now)
 	e.stats.PortsDown++
 	for _, snap := range e.cache.Snapshot() {
@@ -546,33 +549,34 @@ func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeI
 		}
 		switch {
 		case ent.Up == p && !ent.Owner:
-			e.resetEntry(now, ent, out)
+			e.resetEntry(now, ent)
 		case ent.Down.Has(p):
 			ent.Down = ent.Down.Remove(p)
 			if fe := e.fetches[ent.Key]; fe != nil {
 				fe.ports = fe.ports.Remove(p)
 			}
-			e.prune(now, ent, out)
+			e.prune(now, ent)
 		}
 	}
 }
 
 // Tick implements node.Handler: it runs the engine's timers, the arbiter's
 // tick decisions and pin bounds, and the path cache's idle aging.
-func (e *Engine) Tick(now time.Duration, out node.Sender) {
+func (e *Engine) Tick(now time.Duration, rt noc.Routes) {
+	e.rt = rt
 	e.begin(now)
 	e.fired = e.wheel.Advance(now, e.fired[:0])
 	if len(e.fired) > 0 {
 		fired := slices.Clone(e.fired)
 		for _, t := range fired {
-			e.fire(now, t, out)
+			e.fire(now, t)
 		}
 	}
-	e.advanceArbiter(now, out)
+	e.advanceArbiter(now)
 	if evs := e.cache.Sweep(now); len(evs) > 0 {
-		e.evicted(now, evs, out)
+		e.evicted(now, evs)
 	}
-	e.endStep(now, out)
+	e.endStep(now)
 }
 
 // NextDeadline implements node.Handler.
@@ -587,18 +591,18 @@ func (e *Engine) NextDeadline() (time.Duration, bool) {
 	return at, ok
 }
 
-func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer], out node.Sender) {
+func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer]) {
 	t := f.Value
 	switch t.kind {
 	case tDeadline:
 		if r := e.reqs[t.id]; r != nil && r.deadline == f.ID {
 			r.deadline = 0
-			e.expire(now, r, out)
+			e.expire(now, r)
 		}
 	case tRetry:
 		if r := e.reqs[t.id]; r != nil && r.retry == f.ID {
 			r.retry = 0
-			e.retry(now, r, out)
+			e.retry(now, r)
 		}
 	case tMerge:
 		if fe := e.fetches[t.key]; fe != nil && fe.timer == f.ID {
@@ -606,11 +610,11 @@ func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer], out node.Sender
 		}
 	case tSwapOut:
 		if pg := e.pages[t.key]; pg != nil && pg.swap != nil && pg.swap.out && pg.swap.timer == f.ID {
-			e.abortOut(now, pg, out)
+			e.abortOut(now, pg)
 		}
 	case tSwapIn:
 		if pg := e.pages[t.key]; pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.timer == f.ID {
-			e.swapInTimer(now, pg, out)
+			e.swapInTimer(now, pg)
 		}
 	case tCommit:
 		k := opKey{t.node, t.id}
@@ -621,10 +625,10 @@ func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer], out node.Sender
 			}
 		}
 	case tRefresh:
-		e.refreshHomes(now, out)
+		e.refreshHomes(now)
 	case tNotice:
 		if n := e.notices[t.key]; n != nil && n.timer == f.ID {
-			e.sendNotice(now, t.key, n, out)
+			e.sendNotice(now, t.key, n)
 		}
 	}
 }
@@ -645,47 +649,61 @@ func newFrame(c noc.Class, op noc.Op, flags noc.Flags, src, dst noc.NodeID, id u
 		RequestID: id, GVA: g, PageVersion: v, Payload: payload}
 }
 
-// sendPort queues f on port p and counts it. The Sender encodes the frame
-// before it returns, so the engine hands it a copy in its own scratch
-// frame: the caller's frame stays on the caller's stack.
-func (e *Engine) sendPort(p noc.PortID, f *noc.Frame, out node.Sender) {
+// sendPort queues f for the link of port p and counts it.
+func (e *Engine) sendPort(p noc.PortID, f *noc.Frame) {
 	e.stats.count(&e.stats.Sent, f.Class, f.Op)
-	e.sf = *f
-	if err := out.SendPort(p, &e.sf); err != nil {
-		e.stats.SendErrors++
-	}
-	e.sf = noc.Frame{}
+	e.emit(p, f)
 }
 
-// sendNode sends f toward f.Dst by routing and counts it.
-func (e *Engine) sendNode(f *noc.Frame, out node.Sender) {
+// sendNode queues f to go toward f.Dst by routing and counts it.
+func (e *Engine) sendNode(f *noc.Frame) {
 	e.stats.count(&e.stats.Sent, f.Class, f.Op)
-	e.sf = *f
-	if err := out.SendNode(&e.sf); err != nil {
-		e.stats.SendErrors++
+	e.emit(noc.NoPort, f)
+}
+
+// emit appends f to the outbox: the frame by value, its payload copied into
+// the outbox's arena (the caller's frame and payload stay the caller's).
+func (e *Engine) emit(p noc.PortID, f *noc.Frame) {
+	o := noc.Outgoing{Port: p, Frame: *f}
+	o.Frame.Contents = nil
+	if len(f.Payload) > 0 {
+		start := len(e.arena)
+		e.arena = append(e.arena, f.Payload...)
+		o.Frame.Payload = e.arena[start:len(e.arena):len(e.arena)]
 	}
-	e.sf = noc.Frame{}
+	e.outbox = append(e.outbox, o)
+}
+
+// TakeOutgoing appends the frames the engine emitted since the last call
+// to dst and forgets them (implements node.Handler). Their payloads stay
+// valid until the engine's next step.
+func (e *Engine) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing {
+	dst = append(dst, e.outbox...)
+	clear(e.outbox)
+	e.outbox = e.outbox[:0]
+	e.arena = e.arena[:0]
+	return dst
 }
 
 // reply answers request id of node src: locally when src is this node,
 // otherwise routed.
-func (e *Engine) reply(now time.Duration, src noc.NodeID, id uint64, c noc.Class, op noc.Op, flags noc.Flags, g gva.GVA, v gva.Version, payload []byte, out node.Sender) {
+func (e *Engine) reply(now time.Duration, src noc.NodeID, id uint64, c noc.Class, op noc.Op, flags noc.Flags, g gva.GVA, v gva.Version, payload []byte) {
 	f := newFrame(c, op, flags|noc.FlagReply, e.self, src, id, g, v, payload)
 	if src == e.self {
-		e.handleReply(now, &f, out)
+		e.handleReply(now, &f)
 		return
 	}
-	e.sendNode(&f, out)
+	e.sendNode(&f)
 }
 
 // fail answers request f with errno.
-func (e *Engine) fail(now time.Duration, f *noc.Frame, errno syscall.Errno, out node.Sender) {
+func (e *Engine) fail(now time.Duration, f *noc.Frame, errno syscall.Errno) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "fail %v/%d to %v: %v", f.Class, f.Op, f.Src, errno)
 	}
 	var b [errnoLen]byte
 	binary.BigEndian.PutUint32(b[:], uint32(errno))
-	e.reply(now, f.Src, f.RequestID, f.Class, f.Op, noc.FlagError, f.GVA, f.PageVersion, b[:], out)
+	e.reply(now, f.Src, f.RequestID, f.Class, f.Op, noc.FlagError, f.GVA, f.PageVersion, b[:])
 }
 
 // home returns the home machine (creator) of a page.

@@ -9,22 +9,35 @@ import (
 	"github.com/aitherion/dpu/noc"
 )
 
-// fakeSender is a node.Sender that routes everything through port 0 and
-// counts what is sent.
+// fakeSender stands for a node core: fixed routes (noc.Routes), and take,
+// which drains the engine's outbox, encodes every frame and counts (or,
+// with record, keeps) them.
 type fakeSender struct {
-	self noc.NodeID
-	sent int
+	self   noc.NodeID
+	sent   int
+	record bool
+	frames []noc.Frame
+	out    []noc.Outgoing
 }
 
 func (s *fakeSender) Self() noc.NodeID { return s.self }
-func (s *fakeSender) SendPort(p noc.PortID, f *noc.Frame) error {
-	if _, err := f.AppendTo(nil); err != nil {
-		return err
+
+// take drains e's outbox as a core would after a step.
+func (s *fakeSender) take(e *Engine) {
+	s.out = e.TakeOutgoing(s.out[:0])
+	for i := range s.out {
+		f := &s.out[i].Frame
+		if _, err := f.AppendTo(nil); err != nil {
+			panic(err)
+		}
+		s.sent++
+		if s.record {
+			g := *f
+			g.Payload = append([]byte(nil), f.Payload...)
+			s.frames = append(s.frames, g)
+		}
 	}
-	s.sent++
-	return nil
 }
-func (s *fakeSender) SendNode(f *noc.Frame) error { return s.SendPort(0, f) }
 func (s *fakeSender) NextHop(dst noc.NodeID) (noc.PortID, int, bool) {
 	if dst == s.self {
 		return 0, 0, false
@@ -44,8 +57,10 @@ func fuzzEngine(tb testing.TB) (*Engine, *fakeSender) {
 	}
 	out := &fakeSender{self: 1}
 	e.Submit(0, Request{ID: 1, Op: HostAlloc}, out)
+	out.take(e)
 	e.Submit(0, Request{ID: 2, Op: HostRef, GVA: gva.New(2, 1, 0, 0)}, out)
 	e.Submit(0, Request{ID: 3, Op: HostLock, GVA: gva.New(1, 1, 0, 0), Holder: 9}, out)
+	out.take(e)
 	e.Tick(time.Microsecond, out)
 	return e, out
 }
@@ -110,11 +125,14 @@ func FuzzHandleFrame(f *testing.F) {
 			p = noc.NoPort
 		}
 		e.HandleFrame(2*time.Microsecond, p, &fr, out)
+		out.take(e)
 		e.Tick(time.Second, out)
 		// The same bytes as a frame from another port, after a port went down.
 		e.PortState(2*time.Second, noc.PortID(in%3), false, 0, out)
+		out.take(e)
 		e.HandleFrame(3*time.Second, noc.PortID((in+1)%4), &fr, out)
 		e.Tick(4*time.Second, out)
+		out.take(e)
 	})
 }
 
@@ -178,6 +196,7 @@ func TestSeedFramesAreHandled(t *testing.T) {
 		}
 		before := e.Stats().Malformed
 		e.HandleFrame(time.Millisecond, 1, &fr, out)
+		out.take(e)
 		if e.Stats().Malformed != before {
 			t.Fatalf("seed frame %d (%v) counted as malformed", i, &fr)
 		}
@@ -191,6 +210,7 @@ func TestSeedFramesAreHandled(t *testing.T) {
 		fr.Payload = fr.Payload[:len(fr.Payload)-1]
 		before := e.Stats().Malformed
 		e.HandleFrame(2*time.Millisecond, 1, &fr, out)
+		out.take(e)
 		if e.Stats().Malformed == before && fr.Class != noc.ClassStore {
 			t.Errorf("truncated seed frame %d (%v) not counted as malformed", i, &fr)
 		}

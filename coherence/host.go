@@ -10,7 +10,6 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 )
 
 // HostOp is an operation a host asks its DPU for.
@@ -187,20 +186,21 @@ type request struct {
 // possibly before Submit returns, and always within Config.RequestTimeout.
 // Like every Engine method it must be called from the goroutine that
 // drives the node core (out is that core), never concurrently.
-func (e *Engine) Submit(now time.Duration, hr Request, out node.Sender) {
+func (e *Engine) Submit(now time.Duration, hr Request, rt noc.Routes) {
+	e.rt = rt
 	e.stats.HostRequests++
 	e.begin(now)
-	defer e.endStep(now, out)
+	defer e.endStep(now)
 	r := &request{hr: hr, key: hr.GVA.Key(), start: now}
 	switch hr.Op {
 	case HostAlloc:
 		e.alloc(now, r)
 		return
 	case HostFree:
-		e.free(now, r, out)
+		e.free(now, r)
 		return
 	case HostWhere:
-		e.where(now, r, out)
+		e.where(now, r)
 		return
 	case HostLoad:
 		if hr.Len <= 0 || int(hr.GVA.Offset())+hr.Len > gva.PageSize {
@@ -227,32 +227,32 @@ func (e *Engine) Submit(now time.Duration, hr Request, out node.Sender) {
 	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
 	e.reqs[r.id] = r
 	r.deadline = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tDeadline, id: r.id})
-	e.start(now, r, out)
+	e.start(now, r)
 }
 
 // start runs (or re-runs, after a retryable failure) a request.
-func (e *Engine) start(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) start(now time.Duration, r *request) {
 	r.attempts++
 	switch r.hr.Op {
 	case HostRef:
-		e.hostRef(now, r, out)
+		e.hostRef(now, r)
 	case HostUnref:
-		e.hostUnref(now, r, out)
+		e.hostUnref(now, r)
 	case HostLoad:
-		e.hostLoad(now, r, out)
+		e.hostLoad(now, r)
 	case HostStore, HostCAS, HostFetchAdd:
-		e.hostWrite(now, r, out)
+		e.hostWrite(now, r)
 	case HostAcquire, HostLock:
-		e.hostAcquire(now, r, out)
+		e.hostAcquire(now, r)
 	case HostRelease, HostUnlock:
-		e.hostUnlock(now, r, out)
+		e.hostUnlock(now, r)
 	}
 }
 
 // retry re-runs a request after a retryable failure.
-func (e *Engine) retry(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) retry(now time.Duration, r *request) {
 	e.stats.Retries++
-	e.start(now, r, out)
+	e.start(now, r)
 }
 
 // retryLater schedules the next attempt with backoff.
@@ -267,7 +267,7 @@ func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) 
 }
 
 // expire ends a request at its deadline.
-func (e *Engine) expire(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) expire(now time.Duration, r *request) {
 	switch r.lastErr {
 	case syscall.EHOSTDOWN, syscall.EHOSTUNREACH:
 		e.completeErr(now, r, syscall.EHOSTDOWN, "owner unreachable until the request's bound")
@@ -358,7 +358,7 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 }
 
 // free drops a page owned here: its subtree is detached, its home told.
-func (e *Engine) free(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) free(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	if pg == nil || !pg.owner {
 		e.completeErr(now, r, syscall.EINVAL, "free: page not owned here")
@@ -369,7 +369,7 @@ func (e *Engine) free(now time.Duration, r *request, out node.Sender) {
 		return
 	}
 	if ent, ok := e.cache.Peek(r.key); ok {
-		e.detachBelow(now, ent, out)
+		e.detachBelow(now, ent)
 		e.cache.Remove(r.key)
 	}
 	e.copyAnswers(e.arb.Disown(now, r.key))
@@ -381,15 +381,15 @@ func (e *Engine) free(now time.Duration, r *request, out node.Sender) {
 			rec.freed, rec.epoch = true, pg.epoch
 		}
 	} else {
-		e.notify(now, r.key, &notice{owner: noc.BroadcastNode, epoch: pg.epoch}, out)
+		e.notify(now, r.key, &notice{owner: noc.BroadcastNode, epoch: pg.epoch})
 	}
 	e.stats.Frees++
 	e.complete(now, r, Completion{})
-	e.processAnswers(now, out)
+	e.processAnswers(now)
 }
 
 // where reports the location tier of a page.
-func (e *Engine) where(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) where(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	loc := Location{Speed: e.store.Speed(r.key), Owner: noc.BroadcastNode}
 	switch {
@@ -401,7 +401,7 @@ func (e *Engine) where(now time.Duration, r *request, out node.Sender) {
 	default:
 		owner := e.guessOwner(r.key)
 		loc.Owner = owner
-		_, hops, ok := out.NextHop(owner)
+		_, hops, ok := e.rt.NextHop(owner)
 		if !ok {
 			e.completeErr(now, r, syscall.EHOSTDOWN, "where: no route to the owner")
 			return
@@ -423,7 +423,7 @@ func (e *Engine) where(now time.Duration, r *request, out node.Sender) {
 }
 
 // hostRef maps a page: the host gets a replica (or the primary, here).
-func (e *Engine) hostRef(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) hostRef(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	if r.attempts == 1 {
 		if pg == nil {
@@ -443,11 +443,11 @@ func (e *Engine) hostRef(now time.Duration, r *request, out node.Sender) {
 		return
 	}
 	r.min = pg.seen
-	e.awaitContent(now, pg, r, out)
+	e.awaitContent(now, pg, r)
 }
 
 // hostLoad reads a mapped page.
-func (e *Engine) hostLoad(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) hostLoad(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	if pg == nil || (!pg.owner && pg.maps == 0) {
 		e.completeErr(now, r, syscall.EINVAL, "load: page not mapped (ref it first)")
@@ -457,12 +457,12 @@ func (e *Engine) hostLoad(now time.Duration, r *request, out node.Sender) {
 	if ent, ok := e.cache.Peek(r.key); ok && ent.Version > r.min {
 		r.min = ent.Version
 	}
-	e.awaitContent(now, pg, r, out)
+	e.awaitContent(now, pg, r)
 }
 
 // awaitContent completes r if pg holds content at r.min or later, and
 // otherwise queues r on the page and makes sure a fetch is on its way.
-func (e *Engine) awaitContent(now time.Duration, pg *page, r *request, out node.Sender) {
+func (e *Engine) awaitContent(now time.Duration, pg *page, r *request) {
 	if e.contentReady(pg, r) {
 		e.completeContent(now, pg, r)
 		return
@@ -477,7 +477,7 @@ func (e *Engine) awaitContent(now time.Duration, pg *page, r *request, out node.
 	if r.attempts > 1 {
 		e.closeFetch(r.key) // a re-sent ref must not merge into a lost one
 	}
-	e.sendRef(now, pg, r.id, r.min, out)
+	e.sendRef(now, pg, r.id, r.min)
 	e.retryLater(now, r, 0)
 }
 
@@ -527,7 +527,7 @@ func (e *Engine) wake(now time.Duration, pg *page) {
 }
 
 // hostUnref unmaps a page.
-func (e *Engine) hostUnref(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) hostUnref(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	if pg == nil || pg.maps == 0 {
 		e.completeErr(now, r, syscall.EINVAL, "unref: page not mapped")
@@ -545,12 +545,12 @@ func (e *Engine) hostUnref(now time.Duration, r *request, out node.Sender) {
 	for len(pg.waiters) > 0 {
 		e.completeErr(now, pg.waiters[0], syscall.EINVAL, "page unmapped")
 	}
-	e.dropReplica(now, pg, out)
+	e.dropReplica(now, pg)
 	e.complete(now, r, Completion{})
 }
 
 // dropReplica releases the local replica and prunes its entry.
-func (e *Engine) dropReplica(now time.Duration, pg *page, out node.Sender) {
+func (e *Engine) dropReplica(now time.Duration, pg *page) {
 	if e.dbg != nil {
 		e.debugf(pg.key, "drop replica")
 	}
@@ -562,12 +562,12 @@ func (e *Engine) dropReplica(now time.Duration, pg *page, out node.Sender) {
 		if fe := e.fetches[pg.key]; fe != nil {
 			fe.ports = fe.ports.Remove(noc.LocalPort)
 		}
-		e.prune(now, ent, out)
+		e.prune(now, ent)
 	}
 }
 
 // hostWrite sends a store or an atomic toward the owner.
-func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) hostWrite(now time.Duration, r *request) {
 	g := r.hr.GVA
 	var f noc.Frame
 	switch r.hr.Op {
@@ -576,7 +576,7 @@ func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
 		p = append(p, r.data...)
 		f = newFrame(noc.ClassStore, OpStore, 0, e.self, e.guessOwner(r.key), r.id, g, 0, p)
 	case HostCAS:
-		if bugsCompiled && e.cfg.Bug == BugStaleCAS && e.staleCAS(now, r, out) {
+		if bugsCompiled && e.cfg.Bug == BugStaleCAS && e.staleCAS(now, r) {
 			return
 		}
 		f = newFrame(noc.ClassAtomic, OpCAS, 0, e.self, e.guessOwner(r.key), r.id, g, 0,
@@ -589,5 +589,5 @@ func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
 	if g.Huge() {
 		f.Flags |= noc.FlagHuge
 	}
-	e.handleUp(now, noc.LocalPort, &f, out)
+	e.handleUp(now, noc.LocalPort, &f)
 }

@@ -3,12 +3,13 @@ package coherence
 import (
 	"container/heap"
 	"fmt"
+	"maps"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 )
 
 // Hosts is the host-session half of a node's core: it sits in front of the
@@ -35,7 +36,7 @@ import (
 //     acquired (a lock's loss after its unlock would otherwise revoke the
 //     next lock of the page).
 //
-// Hosts is a node.Handler wrapping the Engine: the node core steps it, and
+// Hosts is a node core's handler wrapping the Engine: the node core steps it, and
 // the continuations of compound requests run at the end of each step with
 // that step's Sender. Its timers (retry pauses, request bounds) are read
 // from now like everything else in the core, so the simulator runs exactly
@@ -162,7 +163,8 @@ func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 // through the sink (Completion.ID = hr.ID), possibly before Submit returns,
 // within its bound: hr.Timeout, else the engine's RequestTimeout (an unref
 // a little later: it may wait out a swap).
-func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, out node.Sender) {
+func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Routes) {
+	h.e.rt = rt
 	s := h.sessions[id]
 	r := &hostReq{s: s, hr: hr}
 	bound := hr.Timeout
@@ -176,13 +178,14 @@ func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, out node.Sen
 	}
 	s.reqs[hr.ID] = r
 	heap.Push(&h.timers, hostTimer{at: r.deadline, r: r, bound: true})
-	h.start(now, r, out)
-	h.endStep(now, out)
+	h.start(now, r)
+	h.endStep(now)
 }
 
 // Abandon tells the session layer the caller of request reqID gave up: it
 // completes no more, and what it takes if it succeeds later is given back.
-func (h *Hosts) Abandon(now time.Duration, id SessionID, reqID uint64, out node.Sender) {
+func (h *Hosts) Abandon(now time.Duration, id SessionID, reqID uint64, rt noc.Routes) {
+	h.e.rt = rt
 	if s := h.sessions[id]; s != nil {
 		if r := s.reqs[reqID]; r != nil {
 			r.abandon = true
@@ -193,35 +196,47 @@ func (h *Hosts) Abandon(now time.Duration, id SessionID, reqID uint64, out node.
 
 // Close ends session id: its requests are abandoned and everything it
 // holds is released (locks unlocked, acquisitions released, refs dropped).
-func (h *Hosts) Close(now time.Duration, id SessionID, out node.Sender) {
+func (h *Hosts) Close(now time.Duration, id SessionID, rt noc.Routes) {
+	h.e.rt = rt
 	s := h.sessions[id]
 	if s == nil || s.closed {
 		return
 	}
 	s.closed = true
-	for rid, r := range s.reqs {
-		r.abandon = true
+	for _, rid := range slices.Sorted(maps.Keys(s.reqs)) {
+		s.reqs[rid].abandon = true
 		delete(s.reqs, rid)
 	}
-	for key := range s.locked {
-		h.startRelease(now, s, HostUnlock, key, out)
-	}
-	for key, n := range s.acquired {
-		for range n {
-			h.startRelease(now, s, HostRelease, key, out)
-		}
-	}
-	for key, n := range s.refs {
-		// the refs of the claims above go back with their release
-		n -= s.acquired[key]
+	// Counted before anything is given back, and in key order (the core
+	// must replay exactly): the refs of claims go back with their release.
+	locked := slices.SortedFunc(maps.Keys(s.locked), gva.Compare)
+	acquired := slices.SortedFunc(maps.Keys(s.acquired), gva.Compare)
+	refs := slices.SortedFunc(maps.Keys(s.refs), gva.Compare)
+	drops := make([]int, len(refs))
+	for i, key := range refs {
+		drops[i] = s.refs[key] - s.acquired[key]
 		if s.locked[key] {
-			n--
-		}
-		for range n {
-			h.startDrop(now, s, key, out)
+			drops[i]--
 		}
 	}
-	h.endStep(now, out)
+	acqs := make([]int, len(acquired))
+	for i, key := range acquired {
+		acqs[i] = s.acquired[key]
+	}
+	for _, key := range locked {
+		h.startRelease(now, s, HostUnlock, key)
+	}
+	for i, key := range acquired {
+		for range acqs[i] {
+			h.startRelease(now, s, HostRelease, key)
+		}
+	}
+	for i, key := range refs {
+		for range drops[i] {
+			h.startDrop(now, s, key)
+		}
+	}
+	h.endStep(now)
 	h.reap(s)
 }
 
@@ -240,7 +255,7 @@ const (
 )
 
 // start runs the first stage of r.
-func (h *Hosts) start(now time.Duration, r *hostReq, out node.Sender) {
+func (h *Hosts) start(now time.Duration, r *hostReq) {
 	hr := &r.hr
 	key := hr.GVA.Key()
 	switch hr.Op {
@@ -248,55 +263,55 @@ func (h *Hosts) start(now time.Duration, r *hostReq, out node.Sender) {
 		n := max(hr.Pages, 1)
 		r.results = make([]Completion, 0, n)
 		for range n {
-			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge}, out)
+			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge})
 		}
 	case HostFree:
 		n, ok := h.extents[key]
 		if !ok {
-			h.fail(now, r, syscall.ENOENT, "free: not an allocation of this node", out)
+			h.fail(now, r, syscall.ENOENT, "free: not an allocation of this node")
 			return
 		}
 		for i := range n {
-			h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)}, out)
+			h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)})
 		}
 	case HostStat:
 		a, ok := h.attrs[key]
 		switch {
 		case ok:
 		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
-			h.fail(now, r, syscall.ENOENT, "stat: no such page", out)
+			h.fail(now, r, syscall.ENOENT, "stat: no such page")
 			return
 		default:
 			// attributes do not travel between nodes yet: a page made
 			// elsewhere is root's, mode 0600, until they do (deny by default)
 			a = Attr{Mode: 0o600}
 		}
-		h.finish(now, r, Completion{Attr: a}, out)
+		h.finish(now, r, Completion{Attr: a})
 	case HostRef:
 		r.s.refs[key]++ // held from now: Close drops it whatever comes back
-		h.step(now, r, Request{Op: HostRef, GVA: key}, out)
+		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostUnref:
 		if r.s.refs[key] == 0 {
-			h.fail(now, r, syscall.EINVAL, "unref: the session does not hold the page", out)
+			h.fail(now, r, syscall.EINVAL, "unref: the session does not hold the page")
 			return
 		}
 		r.s.unrefCount(key)
-		h.step(now, r, Request{Op: HostUnref, GVA: key}, out)
+		h.step(now, r, Request{Op: HostUnref, GVA: key})
 	case HostLoad:
 		if r.s.refs[key] == 0 && !h.owned(key) {
 			r.drop = true
 			r.s.refs[key]++
-			h.step(now, r, Request{Op: HostRef, GVA: key}, out)
+			h.step(now, r, Request{Op: HostRef, GVA: key})
 			return
 		}
 		r.stage = stSecond
-		h.step(now, r, hr.engineCopy(), out)
+		h.step(now, r, hr.engineCopy())
 	case HostAcquire, HostLock:
 		if hr.Op == HostAcquire {
 			r.s.acquired[key]++ // before the grant: a loss right after it is heard
 		}
 		r.s.refs[key]++
-		h.step(now, r, Request{Op: HostRef, GVA: key}, out)
+		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostRelease, HostUnlock:
 		if hr.Op == HostRelease && r.s.acquired[key] > 0 {
 			h.release(r.s, key)
@@ -304,9 +319,9 @@ func (h *Hosts) start(now time.Duration, r *hostReq, out node.Sender) {
 		if hr.Op == HostUnlock {
 			delete(r.s.locked, key)
 		}
-		h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder()}, out)
+		h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder()})
 	default:
-		h.step(now, r, hr.engineCopy(), out)
+		h.step(now, r, hr.engineCopy())
 	}
 }
 
@@ -342,12 +357,12 @@ func (s *session) unrefCount(key gva.GVA) {
 }
 
 // step submits one engine request on behalf of r.
-func (h *Hosts) step(now time.Duration, r *hostReq, er Request, out node.Sender) {
+func (h *Hosts) step(now time.Duration, r *hostReq, er Request) {
 	h.nextStep++
 	er.ID = h.nextStep
 	h.steps[er.ID] = r
 	r.pending++
-	h.e.Submit(now, er, out)
+	h.e.Submit(now, er, h.e.rt)
 }
 
 // engineSink receives the engine's completions and events.
@@ -397,17 +412,17 @@ func (s *engineSinkOf) Event(ev Event) {
 
 // endStep acts on the step's engine completions (which may start more
 // engine requests, whose completions join the list) and fires due timers.
-func (h *Hosts) endStep(now time.Duration, out node.Sender) {
+func (h *Hosts) endStep(now time.Duration) {
 	for len(h.ready) > 0 || len(h.revoked) > 0 {
 		if len(h.revoked) > 0 {
 			rp := h.revoked[0]
 			h.revoked = h.revoked[1:]
-			h.startDrop(now, rp.s, rp.key, out)
+			h.startDrop(now, rp.s, rp.key)
 			continue
 		}
 		rs := h.ready[0]
 		h.ready = h.ready[1:]
-		h.advance(now, rs.r, rs.c, out)
+		h.advance(now, rs.r, rs.c)
 	}
 	h.ready = h.ready[:0]
 	h.revoked = h.revoked[:0]
@@ -420,7 +435,7 @@ func retryable(errno syscall.Errno) bool {
 }
 
 // advance moves r on after one of its engine requests completed.
-func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Sender) {
+func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 	r.pending--
 	hr := &r.hr
 	key := hr.GVA.Key()
@@ -434,7 +449,7 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Se
 		if r.pending > 0 {
 			return
 		}
-		h.allocDone(now, r, out)
+		h.allocDone(now, r)
 	case HostFree:
 		if errno != 0 && r.err == nil {
 			r.err = c.Err
@@ -447,43 +462,43 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Se
 		for i := range n {
 			delete(h.attrs, pageAt(key, i))
 		}
-		h.finish(now, r, Completion{Err: r.err}, out)
+		h.finish(now, r, Completion{Err: r.err})
 	case HostRef:
 		if r.stage == stFirst {
 			if errno != 0 {
 				r.s.unrefCount(key)
-				h.finish(now, r, c, out)
+				h.finish(now, r, c)
 				return
 			}
 			r.stage = stSecond
-			h.step(now, r, Request{Op: HostLoad, GVA: key, Len: gva.PageSize}, out)
+			h.step(now, r, Request{Op: HostLoad, GVA: key, Len: gva.PageSize})
 			return
 		}
 		if errno != 0 {
-			h.startDrop(now, r.s, key, out)
+			h.startDrop(now, r.s, key)
 		}
-		h.finish(now, r, c, out)
+		h.finish(now, r, c)
 	case HostUnref:
 		if errno == syscall.EBUSY && now < r.deadline+unrefBound {
 			h.retryLater(now, r, Request{Op: HostUnref, GVA: key})
 			return
 		}
-		h.finish(now, r, c, out)
+		h.finish(now, r, c)
 	case HostLoad:
 		if r.stage == stFirst {
 			if errno != 0 {
 				r.s.unrefCount(key)
-				h.finish(now, r, c, out)
+				h.finish(now, r, c)
 				return
 			}
 			r.stage = stSecond
-			h.step(now, r, hr.engineCopy(), out)
+			h.step(now, r, hr.engineCopy())
 			return
 		}
 		if r.drop {
-			h.startDrop(now, r.s, key, out)
+			h.startDrop(now, r.s, key)
 		}
-		h.finish(now, r, c, out)
+		h.finish(now, r, c)
 	case HostAcquire, HostLock:
 		if errno != 0 {
 			if retryable(errno) && now+claimPause < r.deadline && !r.abandon {
@@ -500,34 +515,34 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Se
 			if r.stage == stFirst {
 				r.s.unrefCount(key)
 			} else {
-				h.startDrop(now, r.s, key, out)
+				h.startDrop(now, r.s, key)
 			}
-			h.finish(now, r, c, out)
+			h.finish(now, r, c)
 			return
 		}
 		if r.stage == stFirst {
 			r.stage = stSecond
-			h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder(), Priority: hr.Priority}, out)
+			h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder(), Priority: hr.Priority})
 			return
 		}
 		if hr.Op == HostLock {
 			r.s.locked[key] = true
 		}
-		h.finish(now, r, c, out)
+		h.finish(now, r, c)
 	case HostRelease, HostUnlock:
 		// The claim's ref goes back after a release; one run for Close or
 		// an undo gives it back whatever the engine said.
 		if errno == 0 || r.abandon {
-			h.startDrop(now, r.s, key, out)
+			h.startDrop(now, r.s, key)
 		}
-		h.finish(now, r, c, out)
+		h.finish(now, r, c)
 	default:
-		h.finish(now, r, c, out)
+		h.finish(now, r, c)
 	}
 }
 
 // allocDone ends an Alloc: all pages consecutive, or all freed again.
-func (h *Hosts) allocDone(now time.Duration, r *hostReq, out node.Sender) {
+func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 	var failed error
 	for i, c := range r.results {
 		if c.Err != nil {
@@ -540,10 +555,10 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq, out node.Sender) {
 		for _, c := range r.results {
 			if c.Err == nil {
 				h.nextStep++
-				h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: c.GVA.Key()}, out)
+				h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: c.GVA.Key()}, h.e.rt)
 			}
 		}
-		h.finish(now, r, Completion{Err: failed}, out)
+		h.finish(now, r, Completion{Err: failed})
 		return
 	}
 	first := r.results[0].GVA.Key()
@@ -551,58 +566,58 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq, out node.Sender) {
 		h.attrs[c.GVA.Key()] = r.hr.Attr
 	}
 	h.extents[first] = len(r.results)
-	h.finish(now, r, Completion{GVA: first}, out)
+	h.finish(now, r, Completion{GVA: first})
 }
 
 // startDrop gives one engine ref of key back, on its own (nobody waits).
-func (h *Hosts) startDrop(now time.Duration, s *session, key gva.GVA, out node.Sender) {
-	h.startRelease(now, s, HostUnref, key, out)
+func (h *Hosts) startDrop(now time.Duration, s *session, key gva.GVA) {
+	h.startRelease(now, s, HostUnref, key)
 }
 
 // startRelease runs an undo or a Close's release as a request of its own:
 // unlock, release or unref of key, then (unlock, release) the unref.
-func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.GVA, out node.Sender) {
+func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.GVA) {
 	r := &hostReq{s: s, hr: Request{Op: op, GVA: key}, abandon: true, deadline: now + h.e.cfg.RequestTimeout}
 	switch op {
 	case HostUnref:
 		s.unrefCount(key)
-		h.step(now, r, Request{Op: HostUnref, GVA: key}, out)
+		h.step(now, r, Request{Op: HostUnref, GVA: key})
 	case HostUnlock:
 		delete(s.locked, key)
-		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: r.s.holder()}, out)
+		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: r.s.holder()})
 	case HostRelease:
 		h.release(s, key)
-		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: r.s.holder()}, out)
+		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: r.s.holder()})
 	}
 }
 
 // undo gives back what an abandoned request took by succeeding.
-func (h *Hosts) undo(now time.Duration, r *hostReq, out node.Sender) {
+func (h *Hosts) undo(now time.Duration, r *hostReq) {
 	key := r.hr.GVA.Key()
 	switch r.hr.Op {
 	case HostRef:
-		h.startDrop(now, r.s, key, out)
+		h.startDrop(now, r.s, key)
 	case HostLock:
-		h.startRelease(now, r.s, HostUnlock, key, out)
+		h.startRelease(now, r.s, HostUnlock, key)
 	case HostAcquire:
-		h.startRelease(now, r.s, HostRelease, key, out)
+		h.startRelease(now, r.s, HostRelease, key)
 	}
 }
 
-func (h *Hosts) fail(now time.Duration, r *hostReq, errno syscall.Errno, msg string, out node.Sender) {
-	h.finish(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: errno, Msg: msg}}, out)
+func (h *Hosts) fail(now time.Duration, r *hostReq, errno syscall.Errno, msg string) {
+	h.finish(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: errno, Msg: msg}})
 }
 
 // finish ends r: it completes to the host, or (abandoned) undoes a
 // success and completes nothing.
-func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion, out node.Sender) {
+func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 	if r.done {
 		return
 	}
 	r.done = true
 	if r.abandon {
 		if c.Err == nil && r.hr.ID != 0 {
-			h.undo(now, r, out)
+			h.undo(now, r)
 		}
 		h.reap(r.s)
 		return
@@ -643,22 +658,22 @@ func (h *Hosts) retryLater(now time.Duration, r *hostReq, er Request) {
 }
 
 // HandleFrame implements node.Handler.
-func (h *Hosts) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
-	h.e.HandleFrame(now, in, f, out)
-	h.endStep(now, out)
+func (h *Hosts) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt noc.Routes) {
+	h.e.HandleFrame(now, in, f, rt)
+	h.endStep(now)
 }
 
 // PortState implements node.Handler.
-func (h *Hosts) PortState(now time.Duration, p noc.PortID, up bool, nb noc.NodeID, out node.Sender) {
-	h.e.PortState(now, p, up, nb, out)
-	h.endStep(now, out)
+func (h *Hosts) PortState(now time.Duration, p noc.PortID, up bool, nb noc.NodeID, rt noc.Routes) {
+	h.e.PortState(now, p, up, nb, rt)
+	h.endStep(now)
 }
 
 // Tick implements node.Handler: the engine's timers, then the session
 // layer's retries.
-func (h *Hosts) Tick(now time.Duration, out node.Sender) {
-	h.e.Tick(now, out)
-	h.endStep(now, out)
+func (h *Hosts) Tick(now time.Duration, rt noc.Routes) {
+	h.e.Tick(now, rt)
+	h.endStep(now)
 	for h.timers.Len() > 0 && h.timers[0].at <= now {
 		t := heap.Pop(&h.timers).(hostTimer)
 		if t.bound {
@@ -669,10 +684,13 @@ func (h *Hosts) Tick(now time.Duration, out node.Sender) {
 		if t.r.done {
 			continue
 		}
-		h.step(now, t.r, t.req, out)
-		h.endStep(now, out)
+		h.step(now, t.r, t.req)
+		h.endStep(now)
 	}
 }
+
+// TakeOutgoing implements node.Handler: the engine's outbox.
+func (h *Hosts) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing { return h.e.TakeOutgoing(dst) }
 
 // NextDeadline implements node.Handler.
 func (h *Hosts) NextDeadline() (time.Duration, bool) {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -21,10 +20,10 @@ type ownerOp struct {
 }
 
 // atOwner runs an up-going request that reached the page's owner.
-func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, out node.Sender) {
+func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *page) {
 	key := pg.key
 	if f.Class == noc.ClassLoad {
-		ent := e.ownerEntry(now, pg, out)
+		ent := e.ownerEntry(now, pg)
 		if in == noc.LocalPort {
 			e.wake(now, pg)
 			return
@@ -33,11 +32,11 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 			return
 		}
 		if _, rf, _ := decodeRef(f.Payload); rf&refGraft != 0 {
-			e.sendGraft(ent, f.Src, f.RequestID, key, pg.version, e.self, pg.huge, pg.content, out)
+			e.sendGraft(ent, f.Src, f.RequestID, key, pg.version, e.self, pg.huge, pg.content)
 			return
 		}
 		ent.Down, _ = ent.Down.Add(in)
-		e.sendContent(in, f.RequestID, key, pg.version, e.self, pg.huge, pg.content, out)
+		e.sendContent(in, f.RequestID, key, pg.version, e.self, pg.huge, pg.content)
 		return
 	}
 	if f.Class == noc.ClassControl && f.Src == e.self && in != noc.LocalPort {
@@ -66,7 +65,7 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 	if ans, imm := e.arb.Submit(now, req); imm {
 		e.answers = append(e.answers, ans)
 	}
-	e.processAnswers(now, out)
+	e.processAnswers(now)
 }
 
 func (e *Engine) newOwnerOp(in noc.PortID, f *noc.Frame) *ownerOp {
@@ -93,12 +92,12 @@ func (e *Engine) freeOwnerOp(op *ownerOp) {
 
 // ownerEntry returns the owner's path cache entry, re-creating it if it was
 // ever lost.
-func (e *Engine) ownerEntry(now time.Duration, pg *page, out node.Sender) *pathcache.Entry {
+func (e *Engine) ownerEntry(now time.Duration, pg *page) *pathcache.Entry {
 	ent, ok := e.cache.Get(pg.key, now)
 	if ok {
 		return ent
 	}
-	ent, err := e.upsert(now, pg.key, out)
+	ent, err := e.upsert(now, pg.key)
 	if err != nil {
 		return nil
 	}
@@ -107,33 +106,33 @@ func (e *Engine) ownerEntry(now time.Duration, pg *page, out node.Sender) *pathc
 }
 
 // advanceArbiter runs the arbiter's ticks and timers.
-func (e *Engine) advanceArbiter(now time.Duration, out node.Sender) {
+func (e *Engine) advanceArbiter(now time.Duration) {
 	ans, faults := e.arb.Advance(now)
 	e.answers = append(e.answers, ans...)
 	for _, fr := range faults {
 		e.stats.HostFaults++
 		e.event(Event{Kind: EventHostFault, GVA: fr.Page, Holder: uint64(fr.Holder), Fault: fr, At: now})
 	}
-	e.processAnswers(now, out)
+	e.processAnswers(now)
 }
 
 func (e *Engine) copyAnswers(ans []arbiter.Answer) { e.answers = append(e.answers, ans...) }
 
 // processAnswers acts on the arbiter's answers queued in e.answers, in
 // order, including answers that acting on them produces.
-func (e *Engine) processAnswers(now time.Duration, out node.Sender) {
+func (e *Engine) processAnswers(now time.Duration) {
 	if e.answering {
 		return
 	}
 	e.answering = true
 	for i := 0; i < len(e.answers); i++ {
-		e.onAnswer(now, e.answers[i], out)
+		e.onAnswer(now, e.answers[i])
 	}
 	e.answers = e.answers[:0]
 	e.answering = false
 }
 
-func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer, out node.Sender) {
+func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer) {
 	k := opKey{a.Request.Node, a.Request.ID}
 	op := e.ownerOps[k]
 	if op == nil || a.Outcome == arbiter.OutcomeQueued {
@@ -143,20 +142,20 @@ func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer, out node.Sender) 
 	defer e.freeOwnerOp(op)
 	switch a.Outcome {
 	case arbiter.OutcomeGrant:
-		e.execute(now, op, out)
+		e.execute(now, op)
 	case arbiter.OutcomeDeny:
 		switch a.Reason {
 		case arbiter.ReasonMoved, arbiter.ReasonNotOwner:
 			e.stats.Rerouted++
-			e.reroute(now, op.in, &op.f, out)
+			e.reroute(now, op.in, &op.f)
 		default:
-			e.opFail(now, op, syscall.EBUSY, out)
+			e.opFail(now, op, syscall.EBUSY)
 		}
 	default:
 		if a.Reason == arbiter.ReasonHostFault {
-			e.opFail(now, op, syscall.EOWNERDEAD, out)
+			e.opFail(now, op, syscall.EOWNERDEAD)
 		} else {
-			e.opFail(now, op, syscall.EINVAL, out)
+			e.opFail(now, op, syscall.EINVAL)
 		}
 	}
 }
@@ -164,48 +163,48 @@ func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer, out node.Sender) 
 // reroute sends on a request that waited at this node while the page
 // moved: it may now leave by the port it came in by (the flip turned it
 // into our way up), which is no sign of a broken branch.
-func (e *Engine) reroute(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) reroute(now time.Duration, in noc.PortID, f *noc.Frame) {
 	e.rerouting = true
-	e.handleUp(now, in, f, out)
+	e.handleUp(now, in, f)
 	e.rerouting = false
 }
 
 // opFail answers an owner-side request with an error: an acquire gets a
 // deny, the others an error reply.
-func (e *Engine) opFail(now time.Duration, op *ownerOp, errno syscall.Errno, out node.Sender) {
+func (e *Engine) opFail(now time.Duration, op *ownerOp, errno syscall.Errno) {
 	if op.f.Class == noc.ClassControl && op.f.Src != e.self {
 		var b [errnoLen]byte
 		binary.BigEndian.PutUint32(b[:], uint32(errno))
 		f := newFrame(noc.ClassControl, OpDeny, 0, e.self, op.f.Src, op.f.RequestID, op.f.GVA, 0, b[:])
-		e.sendNode(&f, out)
+		e.sendNode(&f)
 		return
 	}
-	e.fail(now, &op.f, errno, out)
+	e.fail(now, &op.f, errno)
 }
 
 // execute carries out a granted request at the owner.
-func (e *Engine) execute(now time.Duration, op *ownerOp, out node.Sender) {
+func (e *Engine) execute(now time.Duration, op *ownerOp) {
 	f := &op.f
 	pg := e.pages[f.GVA.Key()]
 	if pg == nil || !pg.owner {
-		e.reroute(now, op.in, f, out)
+		e.reroute(now, op.in, f)
 		return
 	}
 	switch f.Class {
 	case noc.ClassStore:
 		s, err := decodeStore(f.GVA, f.Payload)
 		if err != nil {
-			e.opFail(now, op, syscall.EINVAL, out)
+			e.opFail(now, op, syscall.EINVAL)
 			return
 		}
 		off := int(f.GVA.Offset())
-		e.applyWrite(now, pg, off, s.data, out)
+		e.applyWrite(now, pg, off, s.data)
 		e.stats.Writes++
-		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil, out)
+		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil)
 	case noc.ClassAtomic:
 		a, err := decodeAtomic(f.Op, f.GVA, f.Payload)
 		if err != nil {
-			e.opFail(now, op, syscall.EINVAL, out)
+			e.opFail(now, op, syscall.EINVAL)
 			return
 		}
 		off := int(f.GVA.Offset())
@@ -221,29 +220,29 @@ func (e *Engine) execute(now time.Duration, op *ownerOp, out node.Sender) {
 		if res.swapped {
 			var b [8]byte
 			binary.LittleEndian.PutUint64(b[:], nv)
-			e.applyWrite(now, pg, off, b[:], out)
+			e.applyWrite(now, pg, off, b[:])
 		}
 		e.stats.Atomics++
 		var pb [atomicReply]byte
-		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], res), out)
+		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], res))
 	case noc.ClassControl:
 		if op.in == noc.LocalPort {
-			e.grantLocal(now, pg, f.RequestID, out)
+			e.grantLocal(now, pg, f.RequestID)
 			return
 		}
-		e.startSwapOut(now, pg, op, out)
+		e.startSwapOut(now, pg, op)
 	}
 }
 
 // applyWrite applies a write at the owner: next version, then propagation
 // down every live branch.
-func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte, out node.Sender) {
+func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
 	copy(pg.content[off:], data)
 	pg.version++
 	if e.cfg.Tracer != nil {
 		e.cfg.Tracer.Applied(e.self, pg.key, pg.version, off, data)
 	}
-	ent := e.ownerEntry(now, pg, out)
+	ent := e.ownerEntry(now, pg)
 	if ent == nil {
 		return
 	}
@@ -263,7 +262,7 @@ func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte, o
 		if p == noc.LocalPort {
 			continue
 		}
-		e.sendPort(p, &f, out)
+		e.sendPort(p, &f)
 		if update {
 			e.stats.UpdatesSent++
 		} else {
@@ -273,7 +272,7 @@ func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte, o
 }
 
 // grantLocal ends a local acquire or lock at the owner.
-func (e *Engine) grantLocal(now time.Duration, pg *page, id uint64, out node.Sender) {
+func (e *Engine) grantLocal(now time.Duration, pg *page, id uint64) {
 	r := e.reqs[id]
 	if r == nil {
 		return
@@ -293,7 +292,7 @@ func (e *Engine) grantLocal(now time.Duration, pg *page, id uint64, out node.Sen
 }
 
 // hostUnlock lowers the caller's pin (unlock), or ends its claim (release).
-func (e *Engine) hostUnlock(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) hostUnlock(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	if pg == nil || !pg.owner {
 		e.completeErr(now, r, syscall.EPERM, "not owned here")
@@ -314,5 +313,5 @@ func (e *Engine) hostUnlock(now time.Duration, r *request, out node.Sender) {
 	e.copyAnswers(ans)
 	e.stats.Unlocks++
 	e.complete(now, r, Completion{Version: pg.version})
-	e.processAnswers(now, out)
+	e.processAnswers(now)
 }

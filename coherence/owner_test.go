@@ -252,34 +252,22 @@ func TestMessagesWaitDuringSwap(t *testing.T) {
 	}
 }
 
-// sentFrames records frames a fakeSender-like Sender sends.
-type recordingSender struct {
-	fakeSender
-	frames []noc.Frame
-}
-
-func (s *recordingSender) SendPort(p noc.PortID, f *noc.Frame) error {
-	g := *f
-	g.Payload = append([]byte(nil), f.Payload...)
-	s.frames = append(s.frames, g)
-	return s.fakeSender.SendPort(p, f)
-}
-func (s *recordingSender) SendNode(f *noc.Frame) error { return s.SendPort(0, f) }
-
 func TestSameTickAcquiresOrderedByPriority(t *testing.T) {
 	s := &recordSink{done: map[uint64]Completion{}}
 	e, err := New(Config{Self: 1, Sink: s, Pages: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &recordingSender{fakeSender: fakeSender{self: 1}}
+	out := &fakeSender{self: 1, record: true}
 	e.Submit(0, Request{ID: 1, Op: HostAlloc}, out)
+	out.take(e)
 	g := s.done[1].GVA
 	acquire := func(src noc.NodeID, prio uint8, port noc.PortID) {
 		p := appendAcquire(nil, acquireReq{inc: uint64(src)})
 		f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, src, 1, uint64(src)*100, g, 0, p)
 		f.Priority = prio
 		e.HandleFrame(10*time.Microsecond, port, &f, out)
+		out.take(e)
 	}
 	// Three acquires in the same arbitration tick; the highest priority
 	// wins, the others are queued behind the swap.
@@ -287,6 +275,7 @@ func TestSameTickAcquiresOrderedByPriority(t *testing.T) {
 	acquire(6, 3, 1)
 	acquire(7, 1, 2)
 	e.Tick(20*time.Microsecond, out)
+	out.take(e)
 	var grants []noc.NodeID
 	for _, f := range out.frames {
 		if f.Class == noc.ClassControl && f.Op == OpGrant {
@@ -302,6 +291,7 @@ func TestSameTickAcquiresOrderedByPriority(t *testing.T) {
 	// The grantee never confirms: the swap is called off and the next in
 	// line (priority 1) is granted.
 	e.Tick(20*time.Microsecond+DefaultSwapTimeout+time.Millisecond, out)
+	out.take(e)
 	grants = grants[:0]
 	for _, f := range out.frames {
 		if f.Class == noc.ClassControl && f.Op == OpGrant {

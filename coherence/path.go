@@ -7,13 +7,12 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
 )
 
 // handleUp runs an up-going request (ref, store, atomic, acquire) at this
 // node: it arrived on port in (noc.LocalPort: from this node's host).
-func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 	key := f.GVA.Key()
 	if f.Hops > e.cfg.MaxHops {
 		e.stats.HopLimit++
@@ -29,7 +28,7 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out no
 		return
 	}
 	if pg != nil && pg.owner {
-		e.atOwner(now, in, f, pg, out)
+		e.atOwner(now, in, f, pg)
 		return
 	}
 	ent, _ := e.cache.Get(key, now)
@@ -42,19 +41,19 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame, out no
 		// followed the sender's entry down our up port is a flip in
 		// progress: it just goes back up.)
 		e.stats.PathAnomalies++
-		e.resetEntry(now, ent, out)
+		e.resetEntry(now, ent)
 		ent = nil
 	}
 	if f.Class == noc.ClassLoad {
-		e.handleRef(now, in, f, pg, ent, out)
+		e.handleRef(now, in, f, pg, ent)
 		return
 	}
-	up, dst, target, errno := e.nextUp(key, in, f, ent, out)
+	up, dst, target, errno := e.nextUp(key, in, f, ent)
 	if errno != 0 {
-		e.fail(now, f, errno, out)
+		e.fail(now, f, errno)
 		return
 	}
-	e.forwardUp(in, up, dst, target, ent == nil, 0, f, out)
+	e.forwardUp(in, up, dst, target, ent == nil, 0, f)
 }
 
 // routedHere reports whether the sender of an up-going request was off
@@ -89,7 +88,7 @@ func (e *Engine) validUp(f *noc.Frame) bool {
 // nextUp picks the port an up-going request leaves by: the entry's up port,
 // or, without an entry, the route toward the page's home, which redirects
 // toward the owner it knows.
-func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache.Entry, out node.Sender) (up noc.PortID, dst noc.NodeID, target uint64, errno syscall.Errno) {
+func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache.Entry) (up noc.PortID, dst noc.NodeID, target uint64, errno syscall.Errno) {
 	dst = f.Dst
 	target, _ = upPrefix(f.Payload)
 	redirected := false
@@ -132,7 +131,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		dst, target = rec.owner, rec.ownerInc
 		redirected = true
 	}
-	p, _, ok := out.NextHop(dst)
+	p, _, ok := e.rt.NextHop(dst)
 	if !ok {
 		return 0, 0, 0, syscall.EHOSTUNREACH
 	}
@@ -146,7 +145,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 // forwardUp re-sends an up-going request on port up, with the destination
 // and target incarnation nextUp chose; an acquire records its arrival
 // port; a ref carries refFlags.
-func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, routed bool, refFlags uint8, f *noc.Frame, out node.Sender) {
+func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, routed bool, refFlags uint8, f *noc.Frame) {
 	g := *f
 	g.Hops++
 	g.Dst = dst
@@ -173,19 +172,19 @@ func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, rou
 		}
 		g.Payload = p
 	}
-	e.sendPort(up, &g, out)
+	e.sendPort(up, &g)
 }
 
 // upsert returns the entry of key, creating it; evictions it causes are
 // acted upon.
-func (e *Engine) upsert(now time.Duration, key gva.GVA, out node.Sender) (*pathcache.Entry, error) {
+func (e *Engine) upsert(now time.Duration, key gva.GVA) (*pathcache.Entry, error) {
 	ent, _, evs, err := e.cache.Upsert(key, now)
 	if err != nil {
 		e.stats.CacheFull++
 		return nil, err
 	}
 	if len(evs) > 0 {
-		e.evicted(now, evs, out)
+		e.evicted(now, evs)
 	}
 	return ent, nil
 }
@@ -198,7 +197,7 @@ func (e *Engine) evictedLater(evs []pathcache.Eviction) {
 
 // evicted acts on aged-out entries: invalidate + unref toward every down
 // port, invalidate the local replica, unref toward the up port.
-func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction, out node.Sender) {
+func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction) {
 	list := append(e.evicts, evs...)
 	e.evicts = nil
 	for _, ev := range list {
@@ -211,11 +210,11 @@ func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction, out node.S
 				continue
 			}
 			f := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, ev.Key, ev.Version, nil)
-			e.sendPort(p, &f, out)
+			e.sendPort(p, &f)
 		}
 		if ev.Up != noc.NoPort {
 			f := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, ev.Key, ev.Version, nil)
-			e.sendPort(ev.Up, &f, out)
+			e.sendPort(ev.Up, &f)
 			e.markUnref(now, ev.Key, ev.Up)
 		}
 	}
@@ -243,7 +242,7 @@ func (e *Engine) invalidated(now time.Duration, pg *page, v gva.Version) {
 }
 
 // handleDown runs an update or invalidate coming down the tree.
-func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "down op=%d v=%d in=%d", f.Op, f.PageVersion, in)
 	}
@@ -268,7 +267,7 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out 
 		// The sender still counts us as a branch; we are not one.
 		e.stats.Stale++
 		u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-		e.sendPort(in, &u, out)
+		e.sendPort(in, &u)
 		return
 	}
 	v := f.PageVersion
@@ -294,13 +293,13 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame, out 
 	g.Hops++
 	for p := range ent.Down.All() {
 		if p != noc.LocalPort {
-			e.sendPort(p, &g, out)
+			e.sendPort(p, &g)
 		}
 	}
 }
 
 // handleUnref removes the arrival port from the page's down set.
-func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "unref in=%d", in)
 	}
@@ -318,12 +317,12 @@ func (e *Engine) handleUnref(now time.Duration, in noc.PortID, f *noc.Frame, out
 	if fe := e.fetches[key]; fe != nil {
 		fe.ports = fe.ports.Remove(in)
 	}
-	e.prune(now, ent, out)
+	e.prune(now, ent)
 }
 
 // prune removes an entry that no longer leads anywhere, unref'ing it
 // upstream.
-func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+func (e *Engine) prune(now time.Duration, ent *pathcache.Entry) {
 	if e.dbg != nil {
 		e.debugf(ent.Key, "prune? up=%d down=%v owner=%v", ent.Up, ent.Down, ent.Owner)
 	}
@@ -335,7 +334,7 @@ func (e *Engine) prune(now time.Duration, ent *pathcache.Entry, out node.Sender)
 	}
 	if ent.Up != noc.NoPort {
 		f := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, ent.Key, ent.Version, nil)
-		e.sendPort(ent.Up, &f, out)
+		e.sendPort(ent.Up, &f)
 		e.markUnref(now, ent.Key, ent.Up)
 	}
 	e.cache.Remove(ent.Key)
@@ -352,7 +351,7 @@ func (e *Engine) markUnref(now time.Duration, key gva.GVA, p noc.PortID) {
 }
 
 // handleAttach re-adds a branch whose unref crossed its re-join.
-func (e *Engine) handleAttach(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleAttach(now time.Duration, in noc.PortID, f *noc.Frame) {
 	if len(f.Payload) != 0 {
 		e.malformed()
 		return
@@ -363,7 +362,7 @@ func (e *Engine) handleAttach(now time.Duration, in noc.PortID, f *noc.Frame, ou
 		// We are not on the tree (or the sender is our own way up): the
 		// sender's branch leads nowhere; it must re-ref.
 		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-		e.sendPort(in, &x, out)
+		e.sendPort(in, &x)
 		e.stats.Detaches++
 		return
 	}
@@ -372,13 +371,13 @@ func (e *Engine) handleAttach(now time.Duration, in noc.PortID, f *noc.Frame, ou
 	if ent.Version > f.PageVersion {
 		// Updates may have gone by while the branch was cut off.
 		x := newFrame(noc.ClassStore, OpInvalidate, noc.FlagPath|f.Flags&noc.FlagHuge, e.self, noc.BroadcastNode, 0, key, ent.Version, nil)
-		e.sendPort(in, &x, out)
+		e.sendPort(in, &x)
 		e.stats.InvalidatesSent++
 	}
 }
 
 // handleDetach resets this node's entry when its up branch is gone.
-func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "detach in=%d", in)
 	}
@@ -391,19 +390,19 @@ func (e *Engine) handleDetach(now time.Duration, in noc.PortID, f *noc.Frame, ou
 		e.stats.Stale++
 		return
 	}
-	e.resetEntry(now, ent, out)
+	e.resetEntry(now, ent)
 }
 
 // resetEntry drops an entry whose path to the owner is cut: the subtree
 // below is detached, the local replica becomes invalid, local waiters
 // re-ref by the home route.
-func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry) {
 	if e.dbg != nil {
 		e.debugf(ent.Key, "reset up=%d down=%v", ent.Up, ent.Down)
 	}
 	key := ent.Key
 	e.stats.Resets++
-	e.detachBelow(now, ent, out)
+	e.detachBelow(now, ent)
 	local := false
 	if fe := e.fetches[key]; fe != nil {
 		local = fe.ports.Has(noc.LocalPort)
@@ -426,26 +425,26 @@ func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry, out node.Se
 			for _, r := range pg.waiters {
 				min = max(min, r.min)
 			}
-			e.sendRef(now, pg, pg.waiters[0].id, min, out)
+			e.sendRef(now, pg, pg.waiters[0].id, min)
 		}
 	}
 }
 
 // detachBelow sends a detach down every branch of ent.
-func (e *Engine) detachBelow(now time.Duration, ent *pathcache.Entry, out node.Sender) {
+func (e *Engine) detachBelow(now time.Duration, ent *pathcache.Entry) {
 	for p := range ent.Down.All() {
 		if p == noc.LocalPort {
 			continue
 		}
 		f := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, ent.Key, ent.Version, nil)
-		e.sendPort(p, &f, out)
+		e.sendPort(p, &f)
 		e.stats.Detaches++
 	}
 }
 
 // handleReply completes (or retries) a host request answered by a routed
 // reply.
-func (e *Engine) handleReply(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleReply(now time.Duration, f *noc.Frame) {
 	if !validReply(f) {
 		e.malformed()
 		return
@@ -461,7 +460,7 @@ func (e *Engine) handleReply(now time.Duration, f *noc.Frame, out node.Sender) {
 			e.malformed()
 			return
 		}
-		e.requestFailed(now, r, errno, out)
+		e.requestFailed(now, r, errno)
 		return
 	}
 	switch {
@@ -556,7 +555,7 @@ func (e *Engine) seen(key gva.GVA, v gva.Version) {
 
 // requestFailed handles an error answer: retryable ones are retried until
 // the request's bound, others complete the request.
-func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errno, out node.Sender) {
+func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errno) {
 	switch errno {
 	case syscall.EAGAIN, syscall.EBUSY, syscall.EHOSTUNREACH:
 		if r.hr.Op == HostAcquire || r.hr.Op == HostLock {

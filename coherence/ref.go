@@ -7,7 +7,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -20,7 +19,7 @@ type graftWaiter struct {
 
 // handleRef runs a ref at a node that is not the owner. ent is the node's
 // entry (nil: the node is not on the page's tree).
-func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry, out node.Sender) {
+func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, f.Payload[prefixLen], ent != nil)
 	}
@@ -35,7 +34,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 			// A ref that follows its entry came up to us, who are not on
 			// the tree: the sender's branch is dangling and must re-ref.
 			x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-			e.sendPort(in, &x, out)
+			e.sendPort(in, &x)
 			e.stats.Detaches++
 		}
 		if in == noc.LocalPort {
@@ -48,12 +47,12 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 			fe.min = max(fe.min, min)
 			fe.ports, _ = fe.ports.Add(noc.LocalPort)
 		}
-		up, dst, target, errno := e.nextUp(key, in, f, nil, out)
+		up, dst, target, errno := e.nextUp(key, in, f, nil)
 		if errno != 0 {
-			e.fail(now, f, errno, out)
+			e.fail(now, f, errno)
 			return
 		}
-		e.forwardUp(in, up, dst, target, true, refGraft, f, out)
+		e.forwardUp(in, up, dst, target, true, refGraft, f)
 		return
 	}
 	if !graft {
@@ -61,7 +60,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 			// A ref that followed the sender's entry into our up port: a
 			// flip is passing by. The requester asks again.
 			e.stats.PathAnomalies++
-			e.fail(now, f, syscall.EAGAIN, out)
+			e.fail(now, f, syscall.EAGAIN)
 			return
 		}
 		ent.Down, _ = ent.Down.Add(in)
@@ -71,9 +70,9 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		// A valid replica answers instead of forwarding.
 		e.stats.AnsweredByReplica++
 		if graft {
-			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content, out)
+			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
 		} else {
-			e.sendContent(in, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content, out)
+			e.sendContent(in, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
 		}
 		return
 	}
@@ -92,7 +91,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 	fe.min = max(fe.min, min)
 	e.addWaiter(fe, in, f, graft)
 	target, _ := upPrefix(f.Payload)
-	e.forwardUp(in, ent.Up, f.Dst, target, false, 0, f, out)
+	e.forwardUp(in, ent.Up, f.Dst, target, false, 0, f)
 }
 
 func (e *Engine) addWaiter(fe *fetch, in noc.PortID, f *noc.Frame, graft bool) {
@@ -143,7 +142,7 @@ func (e *Engine) closeFetch(key gva.GVA) {
 
 // sendRef sends (or merges) a ref for pg from this node's host, on behalf
 // of request id (errors come back to it).
-func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version, out node.Sender) {
+func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version) {
 	var fl noc.Flags = noc.FlagPath
 	if pg.huge {
 		fl |= noc.FlagHuge
@@ -151,24 +150,24 @@ func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version
 	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
 	p = append(p, 0)
 	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, e.guessOwner(pg.key), id, pg.key, min, p)
-	e.handleUp(now, noc.LocalPort, &f, out)
+	e.handleUp(now, noc.LocalPort, &f)
 }
 
 // sendContent answers a ref that came up port p.
-func (e *Engine) sendContent(p noc.PortID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte, out node.Sender) {
+func (e *Engine) sendContent(p noc.PortID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
 	fl := noc.FlagPath | noc.FlagReply
 	if huge {
 		fl |= noc.FlagHuge
 	}
 	b := appendRefReply(e.pay[:0], 0, owner, content)
 	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, key, v, b)
-	e.sendPort(p, &f, out)
+	e.sendPort(p, &f)
 }
 
 // sendGraft answers a ref of a requester without a path: the answer is
 // routed to it, and every node on the way joins the tree.
-func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte, out node.Sender) {
-	next, _, ok := out.NextHop(dst)
+func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
+	next, _, ok := e.rt.NextHop(dst)
 	if !ok {
 		return // the requester re-sends
 	}
@@ -184,13 +183,13 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 	}
 	b := appendRefReply(e.pay[:0], rf, owner, content)
 	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, dst, id, key, v, b)
-	e.sendPort(next, &f, out)
+	e.sendPort(next, &f)
 	e.stats.Grafts++
 	if ent.Version > v && rf&refNotAdded == 0 {
 		// Versions after the content already went by: the new branch
 		// learns its content is stale.
 		x := newFrame(noc.ClassStore, OpInvalidate, fl&^noc.FlagReply, e.self, noc.BroadcastNode, 0, key, ent.Version, nil)
-		e.sendPort(next, &x, out)
+		e.sendPort(next, &x)
 		e.stats.InvalidatesSent++
 	}
 }
@@ -216,7 +215,7 @@ func (e *Engine) ownerOf(pg *page) noc.NodeID {
 
 // handleRefReply installs content coming down and passes it on to what
 // waits for it here.
-func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "ref reply in=%d dst=%v v=%d", in, f.Dst, f.PageVersion)
 	}
@@ -229,7 +228,7 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, 
 	var ent *pathcache.Entry
 	if rr.flags&refGraft != 0 {
 		var ok bool
-		if ent, ok = e.graftHop(now, in, f, rr, out); !ok || f.Dst != e.self {
+		if ent, ok = e.graftHop(now, in, f, rr); !ok || f.Dst != e.self {
 			return
 		}
 	} else {
@@ -253,23 +252,23 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame, 
 		e.syncReplica(ent, pg)
 		e.wake(now, pg)
 	}
-	e.deliver(now, key, ent, in, w, rr.owner, f.Flags&noc.FlagHuge != 0, rr.content, out)
+	e.deliver(now, key, ent, in, w, rr.owner, f.Flags&noc.FlagHuge != 0, rr.content)
 }
 
 // deliver passes content at version w to the open fetch's waiters below
 // this node, and closes the fetch if w is what it asked for.
-func (e *Engine) deliver(now time.Duration, key gva.GVA, ent *pathcache.Entry, except noc.PortID, w gva.Version, owner noc.NodeID, huge bool, content []byte, out node.Sender) {
+func (e *Engine) deliver(now time.Duration, key gva.GVA, ent *pathcache.Entry, except noc.PortID, w gva.Version, owner noc.NodeID, huge bool, content []byte) {
 	fe := e.fetches[key]
 	if fe == nil {
 		return
 	}
 	for p := range fe.ports.All() {
 		if p != noc.LocalPort && p != except {
-			e.sendContent(p, 0, key, w, owner, huge, content, out)
+			e.sendContent(p, 0, key, w, owner, huge, content)
 		}
 	}
 	for _, g := range fe.grafts {
-		e.sendGraft(ent, g.node, g.id, key, w, owner, huge, content, out)
+		e.sendGraft(ent, g.node, g.id, key, w, owner, huge, content)
 	}
 	fe.grafts = fe.grafts[:0]
 	if w >= fe.min {
@@ -283,7 +282,7 @@ func (e *Engine) deliver(now time.Duration, key gva.GVA, ent *pathcache.Entry, e
 // the sender (or keeps its own place and tells the sender so), and the
 // answer goes on toward the requester. It reports the node's entry and
 // whether the node is attached to the tree.
-func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr refReply, out node.Sender) (*pathcache.Entry, bool) {
+func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr refReply) (*pathcache.Entry, bool) {
 	key := f.GVA.Key()
 	last := f.Dst == e.self
 	next := noc.LocalPort
@@ -292,7 +291,7 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 			next = noc.NoPort // nothing to attach here any more
 		}
 	} else {
-		p, _, ok := out.NextHop(f.Dst)
+		p, _, ok := e.rt.NextHop(f.Dst)
 		if !ok {
 			return nil, false
 		}
@@ -304,7 +303,7 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	switch {
 	case !found && added && next != noc.NoPort:
 		var err error
-		if ent, err = e.upsert(now, key, out); err != nil {
+		if ent, err = e.upsert(now, key); err != nil {
 			return nil, false
 		}
 		ent.Up, ent.Huge = in, f.Flags&noc.FlagHuge != 0
@@ -313,14 +312,14 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 			// added us: tell it again that we are its branch.
 			delete(e.unrefd, key)
 			x := newFrame(noc.ClassLoad, OpAttach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, f.PageVersion, nil)
-			e.sendPort(in, &x, out)
+			e.sendPort(in, &x)
 		}
 	case !found:
 		attached = false
 	case ent.Owner || ent.Up != in:
 		if added {
 			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-			e.sendPort(in, &u, out)
+			e.sendPort(in, &u)
 		}
 	}
 	rf := rr.flags &^ refNotAdded
@@ -339,7 +338,7 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	}
 	if last {
 		if attached && next == noc.NoPort {
-			e.prune(now, ent, out)
+			e.prune(now, ent)
 			return ent, false
 		}
 		return ent, attached
@@ -356,12 +355,12 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 		b[0] = rf
 		g.Payload = b
 	}
-	e.sendPort(next, &g, out)
+	e.sendPort(next, &g)
 	if stale && rf&refNotAdded == 0 {
 		// The branch gets the old content, then learns it is stale.
 		fl := noc.FlagPath | f.Flags&noc.FlagHuge
 		x := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, ent.Version, nil)
-		e.sendPort(next, &x, out)
+		e.sendPort(next, &x)
 		e.stats.InvalidatesSent++
 	}
 	return ent, attached

@@ -8,7 +8,6 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -61,19 +60,19 @@ func (e *Engine) hold(pg *page, in noc.PortID, f *noc.Frame) {
 }
 
 // replay delivers held messages as if they arrived now.
-func (e *Engine) replay(now time.Duration, held []heldMsg, out node.Sender) {
+func (e *Engine) replay(now time.Duration, held []heldMsg) {
 	for _, h := range held {
 		var f noc.Frame
 		if err := f.Decode(h.frame); err != nil {
 			continue
 		}
-		e.handleUp(now, h.in, &f, out)
+		e.handleUp(now, h.in, &f)
 	}
 }
 
 // hostAcquire takes ownership (acquire) or ownership and the pin (lock) of
 // a mapped page.
-func (e *Engine) hostAcquire(now time.Duration, r *request, out node.Sender) {
+func (e *Engine) hostAcquire(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	if pg == nil || (!pg.owner && pg.maps == 0) {
 		e.completeErr(now, r, syscall.EINVAL, "page not mapped (ref it first)")
@@ -89,7 +88,7 @@ func (e *Engine) hostAcquire(now time.Duration, r *request, out node.Sender) {
 			e.complete(now, r, Completion{Version: pg.version})
 			return
 		}
-		e.sendAcquire(now, pg, r, out) // the local arbiter orders it with the others
+		e.sendAcquire(now, pg, r) // the local arbiter orders it with the others
 		return
 	}
 	if sw := pg.swap; sw != nil {
@@ -102,13 +101,13 @@ func (e *Engine) hostAcquire(now time.Duration, r *request, out node.Sender) {
 	} else {
 		pg.swap = &swapState{id: r.id, req: r, stage: stageAcquiring, lock: lock, holder: r.hr.Holder, prio: r.hr.Priority}
 	}
-	e.sendAcquire(now, pg, r, out)
+	e.sendAcquire(now, pg, r)
 	// A lost acquire (its link went down) is sent again.
 	e.cancel(r.retry)
 	r.retry = e.schedule(now+e.jitter(max(4*e.cfg.RetryInterval, 2*e.cfg.SwapTimeout)), timer{kind: tRetry, id: r.id})
 }
 
-func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request, out node.Sender) {
+func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request) {
 	var fl uint8
 	if r.hr.Op == HostLock {
 		fl = acquireLock
@@ -117,19 +116,19 @@ func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request, out node.S
 	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.key, 0, p)
 	f.Priority = r.hr.Priority
 	e.stats.Acquires++
-	e.handleUp(now, noc.LocalPort, &f, out)
+	e.handleUp(now, noc.LocalPort, &f)
 }
 
 // startSwapOut begins handing a page over to a granted acquirer: grant,
 // then the single content transfer.
-func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node.Sender) {
+func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	a, err := decodeAcquire(op.f.Payload)
 	switch {
 	case err != nil:
-		e.refuseGrant(now, pg, op, syscall.EINVAL, out)
+		e.refuseGrant(now, pg, op, syscall.EINVAL)
 		return
 	case now < pg.settleUntil:
-		e.refuseGrant(now, pg, op, syscall.EBUSY, out) // the last swap's route is not settled yet
+		e.refuseGrant(now, pg, op, syscall.EBUSY) // the last swap's route is not settled yet
 		return
 	}
 	route := append([]byte(nil), a.route...)
@@ -141,7 +140,7 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node
 	var gb [grantLen]byte
 	f := newFrame(noc.ClassControl, OpGrant, 0, e.self, sw.peer, sw.id, pg.key, pg.version,
 		appendGrant(gb[:0], grantMsg{ownerInc: e.inc, epoch: sw.epoch, seq: sw.seq}))
-	e.sendNode(&f, out)
+	e.sendNode(&f)
 	var fl noc.Flags
 	var df uint8
 	if pg.huge {
@@ -149,17 +148,17 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp, out node
 	}
 	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
-	e.sendNode(&f, out)
+	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
 	e.stats.SwapsStarted++
 }
 
 // refuseGrant denies an acquire the arbiter granted: the page is idle again.
-func (e *Engine) refuseGrant(now time.Duration, pg *page, op *ownerOp, errno syscall.Errno, out node.Sender) {
+func (e *Engine) refuseGrant(now time.Duration, pg *page, op *ownerOp, errno syscall.Errno) {
 	if ans, err := e.arb.SwapAbort(now, pg.key); err == nil {
 		e.copyAnswers(ans)
 	}
-	e.opFail(now, op, errno, out)
+	e.opFail(now, op, errno)
 }
 
 // swapIn finds the acquirer-side swap a frame answers.
@@ -173,15 +172,15 @@ func (e *Engine) swapIn(f *noc.Frame) (*page, *swapState) {
 
 // refuse tells a granting owner that this node does not take the page
 // (swap attempt seq).
-func (e *Engine) refuse(f *noc.Frame, seq uint64, out node.Sender) {
+func (e *Engine) refuse(f *noc.Frame, seq uint64) {
 	e.stats.SwapsRefused++
 	var b [dataAckLen]byte
 	a := newFrame(noc.ClassControl, OpDataAck, noc.FlagError, e.self, f.Src, f.RequestID, f.GVA.Key(), f.PageVersion,
 		appendDataAck(b[:0], dataAckMsg{inc: e.inc, seq: seq}))
-	e.sendNode(&a, out)
+	e.sendNode(&a)
 }
 
-func (e *Engine) handleGrant(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleGrant(now time.Duration, f *noc.Frame) {
 	g, err := decodeGrant(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -190,7 +189,7 @@ func (e *Engine) handleGrant(now time.Duration, f *noc.Frame, out node.Sender) {
 	pg, sw := e.swapIn(f)
 	if sw == nil || sw.stage != stageAcquiring || sw.req == nil || pg.has && pg.version > f.PageVersion {
 		// Not (or no longer) acquiring, or a grant older than our replica.
-		e.refuse(f, g.seq, out)
+		e.refuse(f, g.seq)
 		return
 	}
 	sw.stage, sw.peer, sw.peerInc, sw.version, sw.epoch, sw.seq = stageGranted, f.Src, g.ownerInc, f.PageVersion, g.epoch, g.seq
@@ -202,7 +201,7 @@ func (e *Engine) handleGrant(now time.Duration, f *noc.Frame, out node.Sender) {
 	}
 }
 
-func (e *Engine) handleDeny(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleDeny(now time.Duration, f *noc.Frame) {
 	errno, err := decodeErrno(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -216,11 +215,11 @@ func (e *Engine) handleDeny(now time.Duration, f *noc.Frame, out node.Sender) {
 	r := sw.req
 	pg.swap = nil
 	if r != nil {
-		e.requestFailed(now, r, errno, out)
+		e.requestFailed(now, r, errno)
 	}
 }
 
-func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	d, err := decodeData(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -228,7 +227,7 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
 	}
 	pg, sw := e.swapIn(f)
 	if sw == nil || sw.stage != stageGranted || sw.peer != f.Src || sw.seq != d.seq || sw.version != f.PageVersion {
-		e.refuse(f, d.seq, out)
+		e.refuse(f, d.seq)
 		return
 	}
 	if !pg.has || pg.version != f.PageVersion {
@@ -241,38 +240,38 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame, out node.Sender) {
 	// compares it with the content's.
 	sw.stage = stageCommitting
 	sw.giveUp = now + e.cfg.SwapGiveUp
-	e.sendDataAck(pg, sw, out)
+	e.sendDataAck(pg, sw)
 	e.cancel(sw.timer)
 	sw.timer = e.schedule(now+2*e.cfg.RetryInterval, timer{kind: tSwapIn, key: pg.key})
 }
 
-func (e *Engine) sendDataAck(pg *page, sw *swapState, out node.Sender) {
+func (e *Engine) sendDataAck(pg *page, sw *swapState) {
 	var b [dataAckLen]byte
 	f := newFrame(noc.ClassControl, OpDataAck, 0, e.self, sw.peer, sw.id, pg.key, pg.version,
 		appendDataAck(b[:0], dataAckMsg{inc: e.inc, ownerInc: sw.peerInc, seq: sw.seq}))
-	e.sendNode(&f, out)
+	e.sendNode(&f)
 }
 
 // swapInTimer re-sends the confirmation, or gives the swap up.
-func (e *Engine) swapInTimer(now time.Duration, pg *page, out node.Sender) {
+func (e *Engine) swapInTimer(now time.Duration, pg *page) {
 	sw := pg.swap
 	switch {
 	case sw.stage == stageCommitting && now < sw.giveUp:
-		e.sendDataAck(pg, sw, out)
+		e.sendDataAck(pg, sw)
 		sw.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tSwapIn, key: pg.key})
 	case sw.stage == stageCommitting, sw.stage == stageQuerying && now < sw.giveUp:
-		e.queryHome(now, pg, out) // the old owner is silent: ask its home
+		e.queryHome(now, pg) // the old owner is silent: ask its home
 	case sw.stage == stageQuerying:
 		e.stats.SwapsLost++
-		e.revertIn(now, pg, out)
+		e.revertIn(now, pg)
 	default:
-		e.revertIn(now, pg, out)
+		e.revertIn(now, pg)
 	}
 }
 
 // handleDataAck runs at the old owner: commit, refusal, or a re-sent
 // confirmation of a swap already decided.
-func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame) {
 	m, err := decodeDataAck(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -286,38 +285,38 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame, out node.Sender)
 	}
 	if f.Flags&noc.FlagError != 0 {
 		if sw != nil {
-			e.abortOut(now, pg, out)
+			e.abortOut(now, pg)
 		}
 		return
 	}
 	switch {
 	case sw != nil && m.ownerInc == e.inc:
-		e.commitOut(now, pg, m.inc, out)
+		e.commitOut(now, pg, m.inc)
 	case e.commits[opKey{f.Src, f.RequestID}] != nil && e.commits[opKey{f.Src, f.RequestID}].seq == m.seq:
 		c := e.commits[opKey{f.Src, f.RequestID}]
 		var b [doneHead]byte
 		d := newFrame(noc.ClassControl, OpDone, 0, e.self, f.Src, f.RequestID, c.key, c.ver,
 			appendDone(b[:0], doneMsg{flags: doneRouted | doneBroken, seq: c.seq}))
-		e.sendNode(&d, out)
+		e.sendNode(&d)
 		e.stats.DoneResent++
 	default:
-		e.sendAbort(f.Src, f.RequestID, key, m.seq, out)
+		e.sendAbort(f.Src, f.RequestID, key, m.seq)
 	}
 }
 
-func (e *Engine) sendAbort(dst noc.NodeID, id uint64, key gva.GVA, seq uint64, out node.Sender) {
+func (e *Engine) sendAbort(dst noc.NodeID, id uint64, key gva.GVA, seq uint64) {
 	var b [abortLen]byte
 	binary.BigEndian.PutUint64(b[:], seq)
 	binary.BigEndian.PutUint64(b[8:], e.inc)
 	a := newFrame(noc.ClassControl, OpAbort, 0, e.self, dst, id, key, 0, b[:])
-	e.sendNode(&a, out)
+	e.sendNode(&a)
 }
 
 // commitOut is the old owner's commit: the page now belongs to the
 // acquirer. The old owner's entry flips (its up port leads to the new
 // owner), its primary becomes a replica, the path's entries flip as the
 // done travels down the acquire's route.
-func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node.Sender) {
+func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	if e.dbg != nil {
 		e.debugf(pg.key, "commit to %v", pg.swap.peer)
 	}
@@ -330,7 +329,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 	}
 	n := len(sw.route) / 2
 	toward := routePort(sw.route, n-1)
-	ent := e.ownerEntry(now, pg, out)
+	ent := e.ownerEntry(now, pg)
 	pg.owner, pg.swap, pg.ownerNode, pg.epoch = false, nil, sw.peer, sw.epoch
 	switch h := homeOf(key); {
 	case h == e.self:
@@ -341,7 +340,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 		// Tell the home now: if the acquirer fails before it takes the
 		// page, the home's record makes later requests end with EHOSTDOWN
 		// at once.
-		e.notify(now, key, &notice{owner: sw.peer, ownerInc: peerInc, epoch: sw.epoch}, out)
+		e.notify(now, key, &notice{owner: sw.peer, ownerInc: peerInc, epoch: sw.epoch})
 	}
 	k := opKey{sw.peer, sw.id}
 	if old := e.commits[k]; old != nil {
@@ -352,7 +351,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 	e.handed[key] = e.commits[k]
 	b := appendDone(e.pay[:0], doneMsg{seq: sw.seq, route: sw.route[:2*(n-1)]})
 	d := newFrame(noc.ClassControl, OpDone, noc.FlagPath, e.self, sw.peer, sw.id, key, pg.version, b)
-	e.sendPort(toward, &d, out)
+	e.sendPort(toward, &d)
 	e.stats.SwapsCommitted++
 	e.event(Event{Kind: EventOwnershipLost, GVA: key, Version: pg.version, At: now})
 	if ent != nil {
@@ -368,14 +367,14 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64, out node
 		e.store.Release(key)
 		delete(e.pages, key)
 	}
-	e.processAnswers(now, out) // queued requests follow the page (ReasonMoved)
+	e.processAnswers(now) // queued requests follow the page (ReasonMoved)
 	if ent, ok := e.cache.Peek(key); ok {
-		e.prune(now, ent, out)
+		e.prune(now, ent)
 	}
 }
 
 // abortOut calls a swap off at the old owner: it stays the owner.
-func (e *Engine) abortOut(now time.Duration, pg *page, out node.Sender) {
+func (e *Engine) abortOut(now time.Duration, pg *page) {
 	if e.dbg != nil {
 		e.debugf(pg.key, "abort out to %v", pg.swap.peer)
 	}
@@ -385,12 +384,12 @@ func (e *Engine) abortOut(now time.Duration, pg *page, out node.Sender) {
 	if ans, err := e.arb.SwapAbort(now, pg.key); err == nil {
 		e.copyAnswers(ans)
 	}
-	e.sendAbort(sw.peer, sw.id, pg.key, sw.seq, out)
+	e.sendAbort(sw.peer, sw.id, pg.key, sw.seq)
 	e.stats.SwapsAborted++
-	e.processAnswers(now, out)
+	e.processAnswers(now)
 }
 
-func (e *Engine) handleAbort(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleAbort(now time.Duration, f *noc.Frame) {
 	seq, inc, err := decodeAbort(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -404,15 +403,15 @@ func (e *Engine) handleAbort(now time.Duration, f *noc.Frame, out node.Sender) {
 	if sw.stage >= stageCommitting && inc != sw.peerInc {
 		// The old owner restarted after we confirmed: it may have
 		// committed before it failed. Its home knows if it did.
-		e.queryHome(now, pg, out)
+		e.queryHome(now, pg)
 		return
 	}
-	e.revertIn(now, pg, out)
+	e.revertIn(now, pg)
 }
 
 // queryHome asks the page's home whether the old owner committed the swap
 // before it failed (it tells the home at its commit).
-func (e *Engine) queryHome(now time.Duration, pg *page, out node.Sender) {
+func (e *Engine) queryHome(now time.Duration, pg *page) {
 	sw := pg.swap
 	if sw.stage != stageQuerying {
 		sw.stage = stageQuerying
@@ -420,28 +419,28 @@ func (e *Engine) queryHome(now time.Duration, pg *page, out node.Sender) {
 	}
 	e.cancel(sw.timer)
 	if h := homeOf(pg.key); h == e.self {
-		e.settleQuery(now, pg, e.home[pg.key], out)
+		e.settleQuery(now, pg, e.home[pg.key])
 		return
 	}
 	f := newFrame(noc.ClassControl, OpOwnerQuery, 0, e.self, homeOf(pg.key), sw.id, pg.key, 0, nil)
-	e.sendNode(&f, out)
+	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.jitter(2*e.cfg.RetryInterval), timer{kind: tSwapIn, key: pg.key})
 }
 
 // settleQuery ends a swap whose old owner failed: ours if the home's
 // record says the old owner committed it to us, otherwise lost with it.
-func (e *Engine) settleQuery(now time.Duration, pg *page, rec *homeRecord, out node.Sender) {
+func (e *Engine) settleQuery(now time.Duration, pg *page, rec *homeRecord) {
 	sw := pg.swap
 	if rec != nil && rec.owner == e.self && rec.ownerInc == e.inc && rec.epoch == sw.epoch {
 		e.stats.SwapsRecovered++
-		e.becomeOwner(now, pg, noc.NoPort, out)
+		e.becomeOwner(now, pg, noc.NoPort)
 		return
 	}
 	e.stats.SwapsLost++
-	e.revertIn(now, pg, out)
+	e.revertIn(now, pg)
 }
 
-func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 	key := f.GVA.Key()
 	if f.Flags&noc.FlagReply == 0 {
 		if len(f.Payload) != 0 {
@@ -453,13 +452,13 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame, out node.Send
 			var b [errnoLen]byte
 			binary.BigEndian.PutUint32(b[:], uint32(syscall.EHOSTDOWN))
 			a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply|noc.FlagError, e.self, f.Src, f.RequestID, key, 0, b[:])
-			e.sendNode(&a, out)
+			e.sendNode(&a)
 			return
 		}
 		var b [movedLen]byte
 		a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply, e.self, f.Src, f.RequestID, key, 0,
 			appendMoved(b[:0], movedMsg{owner: rec.owner, ownerInc: rec.ownerInc, epoch: rec.epoch}))
-		e.sendNode(&a, out)
+		e.sendNode(&a)
 		return
 	}
 	var rec *homeRecord
@@ -481,13 +480,13 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame, out node.Send
 		e.stats.Stale++
 		return
 	}
-	e.settleQuery(now, pg, rec, out)
+	e.settleQuery(now, pg, rec)
 }
 
 // revertIn ends a swap that did not happen at the acquirer: the replica is
 // ordinary again, held messages go on toward the owner, the request
 // retries.
-func (e *Engine) revertIn(now time.Duration, pg *page, out node.Sender) {
+func (e *Engine) revertIn(now time.Duration, pg *page) {
 	if e.dbg != nil {
 		e.debugf(pg.key, "revert in")
 	}
@@ -497,19 +496,19 @@ func (e *Engine) revertIn(now time.Duration, pg *page, out node.Sender) {
 	if ent, ok := e.cache.Peek(pg.key); ok {
 		e.syncReplica(ent, pg)
 	}
-	e.replay(now, sw.held, out)
+	e.replay(now, sw.held)
 	if r := sw.req; r != nil {
 		r.losses++
 		e.retryLater(now, r, syscall.EBUSY)
 	}
 	if len(pg.waiters) > 0 {
-		e.sendRef(now, pg, pg.waiters[0].id, pg.seen, out)
+		e.sendRef(now, pg, pg.waiters[0].id, pg.seen)
 	}
 }
 
 // handleDone flips an entry on the acquire's route, or, at the acquirer,
 // makes it the owner.
-func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame) {
 	d, err := decodeDone(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -517,7 +516,7 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 	}
 	path := f.Flags&noc.FlagPath != 0
 	if path && len(d.route) > 0 {
-		e.flip(now, in, f, d, out)
+		e.flip(now, in, f, d)
 		return
 	}
 	pg, sw := e.swapIn(f)
@@ -528,7 +527,7 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 				pg.settleUntil = 0 // it came: the route is settled
 				return
 			}
-			e.lateGraft(now, pg, in, f.PageVersion, out)
+			e.lateGraft(now, pg, in, f.PageVersion)
 			return
 		}
 		e.stats.Stale++
@@ -538,7 +537,7 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 	if path && d.flags&doneBroken == 0 {
 		graft = in
 	}
-	e.becomeOwner(now, pg, graft, out)
+	e.becomeOwner(now, pg, graft)
 	if !path {
 		// The done that travels the route may still come and flip the
 		// entries on it: the page must not move on before it does (or
@@ -550,7 +549,7 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame, out 
 // flip turns an entry on the acquire's route around as the done passes:
 // its up port now leads toward the acquirer, the port toward the old owner
 // becomes a down port (if the sender flipped too).
-func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg, out node.Sender) {
+func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg) {
 	if e.dbg != nil {
 		e.debugf(f.GVA.Key(), "flip in=%d flags=%x", in, d.flags)
 	}
@@ -578,7 +577,7 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 		// The sender now counts on us as its way up; we are not on its
 		// path, so its side must re-ref.
 		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
-		e.sendPort(in, &x, out)
+		e.sendPort(in, &x)
 		e.stats.Detaches++
 	}
 	var fl uint8
@@ -589,14 +588,14 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg,
 	g := *f
 	g.Hops++
 	g.Payload = b
-	e.sendPort(next, &g, out)
+	e.sendPort(next, &g)
 	if flipped && ent != nil {
-		e.prune(now, ent, out)
+		e.prune(now, ent)
 	}
 }
 
 // becomeOwner completes a swap at the acquirer.
-func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out node.Sender) {
+func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	if e.dbg != nil {
 		e.debugf(pg.key, "become owner graft=%d", graft)
 	}
@@ -610,7 +609,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 	if x, ok := e.cache.Peek(key); ok {
 		ent = x
 	} else {
-		ent, _ = e.upsert(now, key, out)
+		ent, _ = e.upsert(now, key)
 	}
 	if ent != nil {
 		// The content came by the transfer; updates up to its version that
@@ -627,7 +626,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 			}
 			f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
 			for p := range ent.Down.All() {
-				e.sendPort(p, &f, out)
+				e.sendPort(p, &f)
 				e.stats.InvalidatesSent++
 			}
 		}
@@ -645,7 +644,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 		}
 	}
 	if ent != nil {
-		e.deliver(now, key, ent, noc.NoPort, pg.version, e.self, pg.huge, pg.content, out)
+		e.deliver(now, key, ent, noc.NoPort, pg.version, e.self, pg.huge, pg.content)
 	}
 	e.closeFetch(key)
 	if r := sw.req; r != nil {
@@ -661,16 +660,16 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID, out 
 		}
 	}
 	e.wake(now, pg)
-	e.replay(now, sw.held, out)
+	e.replay(now, sw.held)
 }
 
 // lateGraft grafts the branch of a done that travelled the route but
 // arrived after a re-sent, routed done had already ended the swap. The
 // branch may have missed the writes made since: it is invalidated to the
 // current version.
-func (e *Engine) lateGraft(now time.Duration, pg *page, in noc.PortID, v gva.Version, out node.Sender) {
+func (e *Engine) lateGraft(now time.Duration, pg *page, in noc.PortID, v gva.Version) {
 	pg.settleUntil = 0
-	ent := e.ownerEntry(now, pg, out)
+	ent := e.ownerEntry(now, pg)
 	if ent == nil {
 		return
 	}
@@ -682,22 +681,22 @@ func (e *Engine) lateGraft(now time.Duration, pg *page, in noc.PortID, v gva.Ver
 			fl |= noc.FlagHuge
 		}
 		f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, pg.key, pg.version, nil)
-		e.sendPort(in, &f, out)
+		e.sendPort(in, &f)
 		e.stats.InvalidatesSent++
 	}
 }
 
 // notify starts telling key's home who owns the page now.
-func (e *Engine) notify(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
+func (e *Engine) notify(now time.Duration, key gva.GVA, n *notice) {
 	if old := e.notices[key]; old != nil {
 		e.cancel(old.timer)
 	}
 	e.notices[key] = n
-	e.sendNotice(now, key, n, out)
+	e.sendNotice(now, key, n)
 }
 
 // sendNotice tells the page's home who owns it (or that it was freed).
-func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.Sender) {
+func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice) {
 	if n.tries >= 32 {
 		delete(e.notices, key)
 		e.stats.NoticesLost++
@@ -709,11 +708,11 @@ func (e *Engine) sendNotice(now time.Duration, key gva.GVA, n *notice, out node.
 	binary.BigEndian.PutUint64(b[4:], n.ownerInc)
 	binary.BigEndian.PutUint64(b[12:], n.epoch)
 	f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), n.epoch, key, 0, b[:])
-	e.sendNode(&f, out)
+	e.sendNode(&f)
 	n.timer = e.schedule(now+e.jitter(e.cfg.RetryInterval<<min(n.tries, 3)), timer{kind: tNotice, key: key})
 }
 
-func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Sender) {
+func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame) {
 	m, err := decodeMoved(f.Payload)
 	if err != nil {
 		e.malformed()
@@ -736,7 +735,7 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame, out node.Send
 	}
 	if f.RequestID != 0 { // periodic refreshes are not acknowledged
 		a := newFrame(noc.ClassControl, OpOwnerMovedAck, 0, e.self, f.Src, f.RequestID, key, 0, nil)
-		e.sendNode(&a, out)
+		e.sendNode(&a)
 	}
 }
 

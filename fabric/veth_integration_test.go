@@ -140,7 +140,7 @@ type endpoint struct {
 	seen map[uint64]bool
 }
 
-func (e *endpoint) HandleFrame(_ time.Duration, _ noc.PortID, f *noc.Frame, _ node.Sender) {
+func (e *endpoint) HandleFrame(_ time.Duration, _ noc.PortID, f *noc.Frame, _ noc.Routes) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.seen[f.RequestID] {
@@ -150,9 +150,10 @@ func (e *endpoint) HandleFrame(_ time.Duration, _ noc.PortID, f *noc.Frame, _ no
 	e.seen[f.RequestID] = true
 	e.got = append(e.got, f.RequestID)
 }
-func (e *endpoint) PortState(time.Duration, noc.PortID, bool, noc.NodeID, node.Sender) {}
-func (e *endpoint) Tick(time.Duration, node.Sender)                                    {}
-func (e *endpoint) NextDeadline() (time.Duration, bool)                                { return 0, false }
+func (e *endpoint) PortState(time.Duration, noc.PortID, bool, noc.NodeID, noc.Routes) {}
+func (e *endpoint) Tick(time.Duration, noc.Routes)                                    {}
+func (e *endpoint) NextDeadline() (time.Duration, bool)                               { return 0, false }
+func (e *endpoint) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing                    { return dst }
 
 func (e *endpoint) count() int {
 	e.mu.Lock()

@@ -79,3 +79,20 @@ const NoPort PortID = 0xFFFF
 // LocalPort stands for this node's own host where a set of ports is kept
 // (for example a path cache entry whose replica is held by the local host).
 const LocalPort PortID = 0xFFFE
+
+// Routes is what a protocol engine may ask of its node's routing: its own
+// id, the port toward a node and the hops to it, and who is at the other
+// end of a port. The node core implements it.
+type Routes interface {
+	Self() NodeID
+	NextHop(dst NodeID) (p PortID, hops int, ok bool)
+	Neighbour(p PortID) (NodeID, bool)
+}
+
+// Outgoing is a frame a protocol engine emitted during a step: on the link
+// of Port, or, with Port NoPort, toward Frame.Dst by the routing table. The
+// node core drains an engine's outgoing frames after each step.
+type Outgoing struct {
+	Port  PortID
+	Frame Frame
+}

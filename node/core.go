@@ -54,11 +54,12 @@ type Core struct {
 	rt    *route.State
 	now   time.Duration
 
-	frame noc.Frame // decode scratch
-	enc   []byte    // encode scratch
-	local [][]byte  // frames to self, delivered after the current step
-	ev    []Event   // events since the last TakeEvents
-	rtVer uint64    // routing table version last reported
+	frame noc.Frame      // decode scratch
+	enc   []byte         // encode scratch
+	local [][]byte       // frames to self, delivered after the current step
+	ev    []Event        // events since the last TakeEvents
+	hout  []noc.Outgoing // the handler's frames being moved onto links
+	rtVer uint64         // routing table version last reported
 	stats Stats
 }
 
@@ -175,6 +176,7 @@ func (c *Core) NumPorts() int { return len(c.ports) }
 // Input hands the core one datagram that arrived on port p.
 func (c *Core) Input(now time.Duration, p noc.PortID, datagram []byte) error {
 	c.now = now
+	c.takeHandler()
 	pt, err := c.port(p)
 	if err != nil {
 		return err
@@ -194,6 +196,7 @@ func (c *Core) Input(now time.Duration, p noc.PortID, datagram []byte) error {
 
 // Output fills buf with the next datagram to write to port p.
 func (c *Core) Output(now time.Duration, p noc.PortID, buf []byte) (int, bool) {
+	c.takeHandler()
 	if int(p) >= len(c.ports) {
 		return 0, false
 	}
@@ -203,6 +206,7 @@ func (c *Core) Output(now time.Duration, p noc.PortID, buf []byte) (int, bool) {
 // Tick runs every timer that is due: links, routing, the engine.
 func (c *Core) Tick(now time.Duration) {
 	c.now = now
+	c.takeHandler()
 	for i, pt := range c.ports {
 		pt.ep.Tick(now)
 		c.linkEvents(noc.PortID(i), pt)
@@ -219,12 +223,14 @@ func (c *Core) Tick(now time.Duration) {
 	c.flushRouting()
 	if c.cfg.Handler != nil {
 		c.cfg.Handler.Tick(now, c)
+		c.takeHandler()
 	}
 	c.drainLocal()
 }
 
 // NextDeadline is the earliest time Tick must run.
 func (c *Core) NextDeadline() time.Duration {
+	c.takeHandler()
 	d := time.Duration(1<<63 - 1)
 	if at, ok := c.rt.NextDeadline(); ok {
 		d = at
@@ -318,6 +324,27 @@ func (c *Core) deliver(in noc.PortID, f *noc.Frame) {
 	}
 	c.stats.Delivered++
 	c.cfg.Handler.HandleFrame(c.now, in, f, c)
+	c.takeHandler()
+}
+
+// takeHandler moves the frames the handler emitted onto their links: by
+// port, or by the routing table toward their destination. A driver that
+// calls the handler directly (a host request) leaves frames that the
+// core's next Input, Output, Tick or NextDeadline takes.
+func (c *Core) takeHandler() {
+	if c.cfg.Handler == nil {
+		return
+	}
+	c.hout = c.cfg.Handler.TakeOutgoing(c.hout[:0])
+	for i := range c.hout {
+		o := &c.hout[i]
+		if o.Port == noc.NoPort {
+			_ = c.SendNode(&o.Frame) // refusals are counted in SendErrors
+		} else {
+			_ = c.SendPort(o.Port, &o.Frame)
+		}
+		o.Frame = noc.Frame{}
+	}
 }
 
 // forward sends a frame received on port in toward its Dst, bumping its hop
@@ -389,6 +416,7 @@ func (c *Core) linkEvents(p noc.PortID, pt *port) {
 			_ = c.rt.PortDown(c.now, p)
 			if known && c.cfg.Handler != nil {
 				c.cfg.Handler.PortState(c.now, p, false, was, c)
+				c.takeHandler()
 			}
 		}
 	}
@@ -408,6 +436,7 @@ func (c *Core) learnNeighbour(p noc.PortID) {
 	c.ev = append(c.ev, Event{At: c.now, Kind: EventNeighbour, Port: p, Neighbour: n})
 	if c.cfg.Handler != nil {
 		c.cfg.Handler.PortState(c.now, p, true, n, c)
+		c.takeHandler()
 	}
 }
 

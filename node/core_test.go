@@ -17,15 +17,16 @@ type recorder struct {
 	got []noc.Frame
 }
 
-func (r *recorder) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+func (r *recorder) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out noc.Routes) {
 	g := *f
 	g.Payload = append([]byte(nil), f.Payload...)
 	g.Contents = nil
 	r.got = append(r.got, g)
 }
-func (r *recorder) PortState(time.Duration, noc.PortID, bool, noc.NodeID, node.Sender) {}
-func (r *recorder) Tick(time.Duration, node.Sender)                                    {}
-func (r *recorder) NextDeadline() (time.Duration, bool)                                { return 0, false }
+func (r *recorder) PortState(time.Duration, noc.PortID, bool, noc.NodeID, noc.Routes) {}
+func (r *recorder) Tick(time.Duration, noc.Routes)                                    {}
+func (r *recorder) NextDeadline() (time.Duration, bool)                               { return 0, false }
+func (r *recorder) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing                    { return dst }
 
 func fabric(t *testing.T, kind string, n int, cfg nodetest.Config) (*nodetest.Fabric, *topo.Graph, []*recorder) {
 	t.Helper()

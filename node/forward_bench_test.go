@@ -14,10 +14,11 @@ import (
 // sink is a Handler that counts frames and keeps nothing.
 type sink struct{ n int }
 
-func (s *sink) HandleFrame(time.Duration, noc.PortID, *noc.Frame, node.Sender)     { s.n++ }
-func (s *sink) PortState(time.Duration, noc.PortID, bool, noc.NodeID, node.Sender) {}
-func (s *sink) Tick(time.Duration, node.Sender)                                    {}
-func (s *sink) NextDeadline() (time.Duration, bool)                                { return 0, false }
+func (s *sink) HandleFrame(time.Duration, noc.PortID, *noc.Frame, noc.Routes)     { s.n++ }
+func (s *sink) PortState(time.Duration, noc.PortID, bool, noc.NodeID, noc.Routes) {}
+func (s *sink) Tick(time.Duration, noc.Routes)                                    {}
+func (s *sink) NextDeadline() (time.Duration, bool)                               { return 0, false }
+func (s *sink) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing                    { return dst }
 
 // line builds a converged line of n cores whose engines are sinks.
 func line(tb testing.TB, n int) (*nodetest.Fabric, []*sink) {

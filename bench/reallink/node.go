@@ -322,7 +322,7 @@ type sink struct {
 	reply     atomic.Uint64
 }
 
-func (s *sink) HandleFrame(now time.Duration, _ noc.PortID, f *noc.Frame, _ node.Sender) {
+func (s *sink) HandleFrame(now time.Duration, _ noc.PortID, f *noc.Frame, _ noc.Routes) {
 	if f.IsEcho() && f.Flags&noc.FlagReply != 0 {
 		s.reply.Store(f.RequestID + 1)
 		return
@@ -331,6 +331,7 @@ func (s *sink) HandleFrame(now time.Duration, _ noc.PortID, f *noc.Frame, _ node
 	s.last.Store(int64(now))
 }
 
-func (s *sink) PortState(time.Duration, noc.PortID, bool, noc.NodeID, node.Sender) {}
-func (s *sink) Tick(time.Duration, node.Sender)                                    {}
-func (s *sink) NextDeadline() (time.Duration, bool)                                { return 0, false }
+func (s *sink) PortState(time.Duration, noc.PortID, bool, noc.NodeID, noc.Routes) {}
+func (s *sink) Tick(time.Duration, noc.Routes)                                    {}
+func (s *sink) NextDeadline() (time.Duration, bool)                               { return 0, false }
+func (s *sink) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing                    { return dst }
