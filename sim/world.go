@@ -89,7 +89,11 @@ type Config struct {
 	// 200µs; negative: only at the end).
 	CheckEvery time.Duration
 	// MaxHistory bounds the operations recorded per atomic word and lock
-	// for the linearizability check (default 200).
+	// for the linearizability check (default 16384). A history that
+	// overflows is not judged: its operations are counted
+	// (Result.Unchecked) and the run fails. Porcupine
+	// judges the longest histories a 5 s workload of 8 clients per node
+	// records (about 11,600 operations per word) in under 1.5 s.
 	MaxHistory int
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
@@ -133,7 +137,7 @@ func (c Config) withDefaults() Config {
 		c.CheckEvery = 200 * time.Microsecond
 	}
 	if c.MaxHistory <= 0 {
-		c.MaxHistory = 200
+		c.MaxHistory = 1 << 14
 	}
 	return c
 }
@@ -150,6 +154,10 @@ type Result struct {
 	Evictions  int    // path cache entries aged out
 	Lost       int    // pages lost with a failed owner
 	Virtual    time.Duration
+	// Checked is how many atomic and lock operations the linearizability
+	// check judged; Unchecked how many it did not, because their history
+	// overflowed MaxHistory (each such history is a violation).
+	Checked, Unchecked int
 }
 
 // OK reports whether the run found no violation.
