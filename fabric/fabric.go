@@ -447,52 +447,71 @@ func Down(dir string) error {
 }
 
 // running reports whether the agent's process runs: its pid names a live
-// process that is not a zombie and started at the recorded time (it is the
-// same process, not a reused pid). Without a recorded start time (a state
-// written before it was) the pid of an agent recorded as stopped is not
-// trusted.
+// process (not a zombie: a zombie leader whose other threads still run is
+// live) that started at the recorded time (the same process, not a reused
+// pid). Without a recorded start time (a state written before it was) the
+// pid of an agent recorded as stopped is not trusted.
 func (a Agent) running() bool {
 	if a.Pid <= 0 || a.Start == 0 && a.Stopped {
 		return false
 	}
 	st, err := readProcStat(a.Pid)
-	if err != nil || st.state == 'Z' || st.state == 'X' {
+	if err != nil || a.Start != 0 && st.start != a.Start {
 		return false
 	}
-	return a.Start == 0 || st.start == a.Start
+	return !st.dead()
 }
 
-// waitGone waits up to bound for the agent's process to end, and reaps it
-// when it is a child of this process (a fabric test's agents are).
+// waitGone waits up to bound for the agent's process to end and, when it is
+// a child of this process (a fabric test's agents are), to be reaped.
 func (a Agent) waitGone(bound time.Duration) bool {
 	deadline := time.Now().Add(bound)
-	for a.running() {
+	for {
+		if !a.running() && a.reaped() {
+			return true
+		}
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if st, err := readProcStat(a.Pid); err == nil && st.state == 'Z' && (a.Start == 0 || st.start == a.Start) {
-		var ws syscall.WaitStatus
-		_, _ = syscall.Wait4(a.Pid, &ws, syscall.WNOHANG, nil) // ECHILD when it is not ours: init reaps it
+}
+
+// reaped reaps the agent's process if it is a zombie child of this
+// process, and reports whether nothing of it is left to reap here.
+func (a Agent) reaped() bool {
+	st, err := readProcStat(a.Pid)
+	if err != nil || a.Start != 0 && st.start != a.Start {
+		return true // gone, or the pid is another process's now
 	}
-	return true
+	var ws syscall.WaitStatus
+	pid, err := syscall.Wait4(a.Pid, &ws, syscall.WNOHANG, nil)
+	// ECHILD: not this process's child (its parent or init reaps it);
+	// 0: a child not yet waitable (its threads are still exiting).
+	return errors.Is(err, syscall.ECHILD) || pid == a.Pid
 }
 
 // procStat is what running needs of /proc/PID/stat.
 type procStat struct {
-	state byte   // R, S, D, Z, X, ...
-	start uint64 // clock ticks after boot
+	state   byte   // R, S, D, Z, X, ...
+	threads int    // num_threads
+	start   uint64 // clock ticks after boot
 }
 
-// readProcStat reads pid's state and start time from /proc/PID/stat.
+// dead reports whether the process has exited: a zombie (or dead) thread
+// group leader with no other thread left.
+func (s procStat) dead() bool { return (s.state == 'Z' || s.state == 'X') && s.threads <= 1 }
+
+// readProcStat reads pid's state, thread count and start time from
+// /proc/PID/stat.
 func readProcStat(pid int) (procStat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return procStat{}, err
 	}
 	// The command name is parenthesised and may hold anything: the fields
-	// follow its last ')'. After it: state (field 3), ..., starttime (22).
+	// follow its last ')'. After it: state (field 3), ..., num_threads
+	// (20), ..., starttime (22).
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
 		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: no command name", pid)
@@ -501,11 +520,12 @@ func readProcStat(pid int) (procStat, error) {
 	if len(f) < 20 || len(f[0]) != 1 {
 		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: %d fields", pid, len(f))
 	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: start time: %w", pid, err)
+	threads, err1 := strconv.Atoi(f[17])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: %w", pid, err)
 	}
-	return procStat{state: f[0][0], start: start}, nil
+	return procStat{state: f[0][0], threads: threads, start: start}, nil
 }
 
 // Alive reports whether agent i's process runs, whatever was recorded.
