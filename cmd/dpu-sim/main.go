@@ -108,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	close(next)
 	wg.Wait()
 
-	var ops, errCount, violations, lost, checked, unchecked int
+	var ops, errCount, violations, lost, connects, disconnects, aborts, checked, unchecked int
 	var swaps uint64
 	var failed []int
 	for i, r := range results {
@@ -119,15 +119,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		errCount += r.Errors
 		swaps += r.Swaps
 		lost += r.Lost
-		checked += r.Checked
-		unchecked += r.Unchecked
+		connects, disconnects, aborts = connects+r.Connects, disconnects+r.Disconnects, aborts+r.Aborts
+		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
 		violations += len(r.Violations)
 		if !r.OK() {
 			failed = append(failed, i)
 		}
 	}
-	fmt.Fprintf(stdout, "seeds=%d ops=%d errors=%d swaps=%d lost=%d checked=%d unchecked=%d violations=%d time=%v\n",
-		len(list), ops, errCount, swaps, lost, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "seeds=%d ops=%d errors=%d swaps=%d lost=%d sessions=%d closed=%d aborted=%d checked=%d unchecked=%d violations=%d time=%v\n",
+		len(list), ops, errCount, swaps, lost, connects, disconnects, aborts, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
