@@ -16,7 +16,7 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
@@ -36,7 +36,7 @@ type Agent struct {
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
 	host    *hostBackend
-	gpu     *gpu.Accountant
+	gpu     *ledger.Accountant
 
 	// mu owns the core. Whoever steps it (the run loop, a connection
 	// that submits host requests, a control snapshot) runs one bounded step
@@ -44,10 +44,11 @@ type Agent struct {
 	// writes them and hands the step's host completions to the host
 	// socket: no hand-off between goroutines, no I/O under mu.
 	mu    sync.Mutex
-	armed time.Duration // when the parked loop wakes next; -1 while it runs (under mu)
-	rxBuf []byte        // the loop's receive buffer (under mu)
-	tx    txOut         // output datagrams between a step and their write
-	w     *waiter       // where the loop parks (from New to Close)
+	armed time.Duration  // when the parked loop wakes next; -1 while it runs (under mu)
+	rxBuf []byte         // the loop's receive buffer (under mu)
+	tx    txOut          // output datagrams between a step and their write
+	w     *waiter        // where the loop parks (from New to Close)
+	srv   *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -131,7 +132,11 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
-	acc, err := gpu.New(cfg.GPU, gpu.Options{Logger: log.With("part", "gpu")})
+	gcfg := cfg.GPU
+	if gcfg.StateFile == "" {
+		gcfg.StateFile = filepath.Join(cfg.RunDir, "gpu-limits.json")
+	}
+	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu")})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("agent: gpu: %w", err)
@@ -194,10 +199,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu})
+		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+			RingBell: a.ringBell})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}
+		a.srv = srv
 		hostDone := make(chan error, 1)
 		wg.Add(1)
 		go func() {

@@ -18,6 +18,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -64,9 +65,14 @@ type Options struct {
 	AttrCache int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
-	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
-	// ENOSYS.
-	GPU GPUHandler
+	// RingBell, when set, makes the server offer shared-memory ring pairs
+	// (op RINGS): it is told each ring's bell descriptor as the ring
+	// opens (add) and before it closes, for the driver's poll set; the
+	// driver serves the rings with ServeRings, ParkRings and WakeRings.
+	RingBell func(fd int, add bool)
+	// GPU serves the CUDA hook's GPU accounting ops (a hookwire.Handler);
+	// nil answers them ENOSYS.
+	GPU hookwire.Handler
 }
 
 func (o *Options) setDefaults() {
@@ -112,6 +118,7 @@ type Server struct {
 	attrs   *lru.Cache[gva.GVA, Attr]
 	pipe    Pipeline // the backend's, if it has one
 	pending pendingTable
+	rings   ringSet
 
 	locks  *lockTable
 	owners *ownerTable
