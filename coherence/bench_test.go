@@ -8,20 +8,31 @@ import (
 	"github.com/aitherion/dpu/noc"
 )
 
-// countSink counts completions without keeping them.
-type countSink struct{ n, errs int }
+// countSink counts completions without keeping them: all of them, the
+// errors, and of the CAS the ones that swapped and the ones whose previous
+// value was not their ID (the chains below expect ID).
+type countSink struct{ n, errs, swapped, prevNotID int }
 
 func (s *countSink) Complete(c Completion) {
 	s.n++
 	if c.Err != nil {
 		s.errs++
 	}
+	if c.Op == HostCAS {
+		if c.Swapped {
+			s.swapped++
+		}
+		if c.Value != c.ID {
+			s.prevNotID++
+		}
+	}
 }
 func (s *countSink) Event(Event) {}
 
 // BenchmarkLocalCAS is a CAS by the owner's own host, through the whole
 // engine: host request, arbiter order (its tick closes on the next Tick),
-// execution, completion.
+// execution, completion. The CAS form a chain (i -> i+1): every one must
+// swap and see i.
 func BenchmarkLocalCAS(b *testing.B) {
 	s := &countSink{}
 	e, err := New(Config{Self: 1, Sink: s, Pages: 4})
@@ -45,8 +56,9 @@ func BenchmarkLocalCAS(b *testing.B) {
 		out.take(e)
 	}
 	b.StopTimer()
-	if s.n != b.N+1 || s.errs != 0 {
-		b.Fatalf("%d completions, %d errors for %d CAS", s.n, s.errs, b.N)
+	if s.n != b.N+1 || s.errs != 0 || s.swapped != b.N || s.prevNotID != 0 {
+		b.Fatalf("%d CAS: %d completions (alloc included), %d errors, %d swapped, %d saw another previous value",
+			b.N, s.n, s.errs, s.swapped, s.prevNotID)
 	}
 }
 

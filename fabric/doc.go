@@ -8,6 +8,9 @@
 // (package fabric/veth; root only).
 //
 // Up records what it starts in DIR/fabric.json before it starts it, so Down
-// stops exactly those agents, also after Up failed halfway. Down removes
-// nothing else: the run directories and logs stay for inspection.
+// stops exactly those agents, also after Up failed halfway. An agent is
+// named by its pid and its process's start time, so a pid reused since is
+// never signalled; Alive and Kill look at the process, not at what was
+// recorded, and Down fails naming any agent that survives SIGKILL. Down
+// removes nothing else: the run directories and logs stay for inspection.
 package fabric

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/noc"
@@ -47,6 +49,11 @@ type Agent struct {
 	Log     string `json:"log"`
 	Netns   string `json:"netns,omitempty"`
 	Stopped bool   `json:"stopped,omitempty"`
+	// Start is the process's start time (clock ticks after boot, from
+	// /proc/PID/stat): with Pid it names the process, so that a pid the
+	// kernel has given to another process since is never taken for the
+	// agent.
+	Start uint64 `json:"start,omitempty"`
 }
 
 // Ctl returns the path of the agent's control socket.
@@ -291,7 +298,7 @@ func (s *State) save() error {
 
 func (s *State) running() bool {
 	for _, a := range s.Agents {
-		if !a.Stopped && alive(a.Pid) {
+		if a.running() {
 			return true
 		}
 	}
@@ -319,6 +326,9 @@ func (s *State) start(i int) error {
 	}
 	a.Pid, a.Stopped = cmd.Process.Pid, false
 	_ = cmd.Process.Release()
+	if st, err := readProcStat(a.Pid); err == nil {
+		a.Start = st.start
+	}
 	return s.save()
 }
 
@@ -341,7 +351,7 @@ func (s *State) WaitConverged(ctx context.Context) error {
 			if a.Stopped {
 				continue
 			}
-			if !alive(a.Pid) {
+			if !a.running() {
 				return fmt.Errorf("fabric: agent %d (pid %d) exited; see %s", a.Node, a.Pid, a.Log)
 			}
 			n, err := routeCount(ctx, a.Ctl())
@@ -374,22 +384,35 @@ func routeCount(ctx context.Context, sock string) (int, error) {
 	return len(rs), err
 }
 
-// Kill stops agent i with signal sig and waits (bounded) until it is gone.
+// Kill stops agent i with signal sig and waits (bounded) until it is gone,
+// escalating to SIGKILL after killBound. It looks at the process, not at
+// what was recorded: an agent recorded as stopped whose process still runs
+// is stopped too. It fails, leaving the agent recorded as running, when the
+// process survives.
 func (s *State) Kill(i int, sig syscall.Signal) error {
 	if i < 0 || i >= len(s.Agents) {
 		return fmt.Errorf("fabric: no node %d", i)
 	}
 	a := &s.Agents[i]
-	if !a.Stopped && alive(a.Pid) {
-		_ = syscall.Kill(a.Pid, sig)
-		if !waitGone(a.Pid, 5*time.Second) {
-			_ = syscall.Kill(a.Pid, syscall.SIGKILL)
-			waitGone(a.Pid, 5*time.Second)
+	if a.running() {
+		for _, sg := range []syscall.Signal{sig, syscall.SIGKILL} {
+			if err := syscall.Kill(a.Pid, sg); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("fabric: agent %d (pid %d): %s: %w", i, a.Pid, unix.SignalName(sg), err)
+			}
+			if a.waitGone(killBound) {
+				break
+			}
+		}
+		if a.running() {
+			return fmt.Errorf("fabric: agent %d (pid %d) still runs %v after %s and SIGKILL", i, a.Pid, 2*killBound, unix.SignalName(sig))
 		}
 	}
 	a.Stopped = true
 	return s.save()
 }
+
+// killBound is how long Kill waits for a signal to end an agent.
+const killBound = 5 * time.Second
 
 // Restart starts agent i again with its recorded configuration.
 func (s *State) Restart(i int) error {
@@ -423,36 +446,91 @@ func Down(dir string) error {
 	return errors.Join(errs...)
 }
 
-// alive reports whether pid names a live process that is not a zombie.
-func alive(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+// running reports whether the agent's process runs: its pid names a live
+// process (not a zombie: a zombie leader whose other threads still run is
+// live) that started at the recorded time (the same process, not a reused
+// pid). Without a recorded start time (a state written before it was) the
+// pid of an agent recorded as stopped is not trusted.
+func (a Agent) running() bool {
+	if a.Pid <= 0 || a.Start == 0 && a.Stopped {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, err := readProcStat(a.Pid)
+	if err != nil || a.Start != 0 && st.start != a.Start {
 		return false
 	}
-	// state is the field after the parenthesised command name
-	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z'
-	}
-	return true
+	return !st.dead()
 }
 
-func waitGone(pid int, bound time.Duration) bool {
+// waitGone waits up to bound for the agent's process to end and, when it is
+// a child of this process (a fabric test's agents are), to be reaped.
+func (a Agent) waitGone(bound time.Duration) bool {
 	deadline := time.Now().Add(bound)
-	for time.Now().Before(deadline) {
-		if !alive(pid) {
+	for {
+		if !a.running() && a.reaped() {
 			return true
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return !alive(pid)
 }
 
-// Alive reports whether agent i is running.
+// reaped reaps the agent's process if it is a zombie child of this
+// process, and reports whether nothing of it is left to reap here.
+func (a Agent) reaped() bool {
+	st, err := readProcStat(a.Pid)
+	if err != nil || a.Start != 0 && st.start != a.Start {
+		return true // gone, or the pid is another process's now
+	}
+	var ws syscall.WaitStatus
+	pid, err := syscall.Wait4(a.Pid, &ws, syscall.WNOHANG, nil)
+	// ECHILD: not this process's child (its parent or init reaps it);
+	// 0: a child not yet waitable (its threads are still exiting).
+	return errors.Is(err, syscall.ECHILD) || pid == a.Pid
+}
+
+// procStat is what running needs of /proc/PID/stat.
+type procStat struct {
+	state   byte   // R, S, D, Z, X, ...
+	threads int    // num_threads
+	start   uint64 // clock ticks after boot
+}
+
+// dead reports whether the process has exited: a zombie (or dead) thread
+// group leader with no other thread left.
+func (s procStat) dead() bool { return (s.state == 'Z' || s.state == 'X') && s.threads <= 1 }
+
+// readProcStat reads pid's state, thread count and start time from
+// /proc/PID/stat.
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name is parenthesised and may hold anything: the fields
+	// follow its last ')'. After it: state (field 3), ..., num_threads
+	// (20), ..., starttime (22).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: %d fields", pid, len(f))
+	}
+	threads, err1 := strconv.Atoi(f[17])
+	start, err2 := strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return procStat{}, fmt.Errorf("fabric: /proc/%d/stat: %w", pid, err)
+	}
+	return procStat{state: f[0][0], threads: threads, start: start}, nil
+}
+
+// Alive reports whether agent i's process runs, whatever was recorded.
 func (s *State) Alive(i int) bool {
-	return i >= 0 && i < len(s.Agents) && !s.Agents[i].Stopped && alive(s.Agents[i].Pid)
+	return i >= 0 && i < len(s.Agents) && s.Agents[i].running()
 }
 
 func vethEdges(links []topo.Link) []veth.Edge {

@@ -2,6 +2,7 @@ package fabric_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,15 +147,28 @@ func TestSmallWorldFabric(t *testing.T) {
 	}
 }
 
+// TestDownStopsEverything: down ends every agent's process (checked with
+// signal 0: the agents are this process's children, reaped by down) and
+// says so only when it did; up then works again in the same directory.
 func TestDownStopsEverything(t *testing.T) {
 	st := up(t, 2, "line")
 	if err := fabric.Down(st.Dir()); err != nil {
+		t.Errorf("down: %v", err)
+	}
+	st2, err := fabric.Load(st.Dir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range st.Agents {
-		if st2, _ := fabric.Load(st.Dir()); st2.Alive(i) {
-			t.Fatalf("agent %d still alive after down", i)
+	for i, a := range st.Agents {
+		if st2.Alive(i) || !st2.Agents[i].Stopped {
+			t.Errorf("agent %d after down: alive %v, recorded stopped %v", i, st2.Alive(i), st2.Agents[i].Stopped)
 		}
+		if err := syscall.Kill(a.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("agent %d (pid %d) after down: signal 0 gives %v, want ESRCH", i, a.Pid, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	if _, err := fabric.Up(context.Background(), fabric.Spec{Nodes: 2, Topo: "line", Dir: st.Dir(), AgentPath: filepath.Join(binDir, "dpu-agent")}, testWriter{t}); err != nil {
 		t.Fatalf("up again in the same dir: %v", err)

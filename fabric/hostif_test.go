@@ -25,9 +25,9 @@ import (
 
 // upShared starts a fabric whose run directories and dpuctl copy every user
 // may reach, with sockets of group nogroup (so that uid nobody may connect;
-// pages still decide what it may do). It returns the fabric and the dpuctl
-// path.
-func upShared(t *testing.T, nodes int, kind string) (*fabric.State, string) {
+// pages still decide what it may do), and extra on every agent's command
+// line. It returns the fabric and the dpuctl path.
+func upShared(t *testing.T, nodes int, kind string, extra ...string) (*fabric.State, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dpu-hostif-live")
 	if err != nil {
@@ -46,7 +46,7 @@ func upShared(t *testing.T, nodes int, kind string) (*fabric.State, string) {
 	}
 	spec := fabric.Spec{Nodes: nodes, Topo: kind, Dir: filepath.Join(dir, "fabric"), Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
 		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second,
-		ExtraArgs: []string{"--socket-group", "nogroup"}}
+		ExtraArgs: append([]string{"--socket-group", "nogroup"}, extra...)}
 	st, err := fabric.Up(context.Background(), spec, testWriter{t})
 	t.Cleanup(func() {
 		if err := fabric.Down(spec.Dir); err != nil {
@@ -104,7 +104,7 @@ func TestCrossNodeLock(t *testing.T) {
 	if err := c0.Lock(ctx, g, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The pin lasts at most the agent's pin bound (100ms): ask for less.
+	// The pin lasts at most the agent's pin bound (5s): ask for less.
 	if err := c1.Lock(ctx, g, 20*time.Millisecond); !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("lock on node 1 while node 0 holds it: %v, want ETIMEDOUT", err)
 	}
@@ -184,32 +184,58 @@ func holdLock(t *testing.T, dpuctl, sock string, g gva.GVA) *lockHolder {
 // does not block the next locker past the bound — on its own node (the
 // server releases a dead connection's locks; the pin bound revokes what
 // remains) and on another node. The waits are logged.
+//
+// Before the kill, a TRY on the holder's node must fail with EBUSY. It may
+// succeed only if the holder's pin was revoked, and that is checked, not
+// assumed: the revocation cannot come before the pin bound has passed since
+// the holder was started, and the owner must have reported it then (a
+// host-fault event for the page on its monitor group). A TRY granted
+// otherwise is a second holder: mutual exclusion broken.
 func TestKilledLockHolder(t *testing.T) {
-	st, dpuctl := upShared(t, 2, "line")
+	const pinBound = 5 * time.Second
+	st, dpuctl := upShared(t, 2, "line", "--pin-bound", pinBound.String())
 	ctx := ctxFor(t, time.Minute)
 	c0, c1 := dialNode(t, st, 0), dialNode(t, st, 1)
 	g, err := c0.Alloc(ctx, 4096, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Node 0 owns the page: its monitor group reports the revocations.
+	// Subscribed long before any can happen (a pin bound after the first
+	// holder starts).
+	revoked := watchRevocations(t, st, 0, g)
 	// The bound: the server releases a dead connection's locks within 5s
-	// (PROTOCOL.md §10); the pin bound (100ms) revokes an unreleased pin
-	// sooner. A next locker must never wait past the first.
+	// (PROTOCOL.md §10); the pin bound revokes an unreleased pin. A next
+	// locker must never wait past the first.
 	const bound = 5 * time.Second
 	for _, tc := range []struct {
 		name string
 		next *client.Client
 	}{{"same node", c0}, {"other node", c1}} {
 		t.Run(tc.name, func(t *testing.T) {
+			started := time.Now()
 			h := holdLock(t, dpuctl, hostSock(st, 0), g)
 			// While it holds the lock a local TRY fails at once.
 			busy := c0.TryLock(ctx, g)
-			if busy == nil {
-				t.Log("the holder's pin was revoked before the kill (machine slower than the pin bound)")
+			tried := time.Since(started)
+			switch {
+			case busy == nil && tried < pinBound:
+				t.Fatalf("TRY granted %v after the holder started, while it held the lock and before its pin could be revoked (pin bound %v): two holders",
+					tried.Round(time.Millisecond), pinBound)
+			case busy == nil:
+				// The holder's pin, granted after started, cannot be
+				// revoked before started+pinBound: an earlier revocation
+				// is another pin's.
+				at, ok := revocationSince(revoked, started.Add(pinBound), 5*time.Second)
+				if !ok {
+					t.Fatalf("TRY granted %v after the holder started, but the owner reported no revocation of its pin: two holders", tried.Round(time.Millisecond))
+				}
+				t.Logf("the holder's pin was revoked %v after it started (machine slower than the pin bound %v): TRY granted",
+					at.Sub(started).Round(time.Millisecond), pinBound)
 				if err := c0.Unlock(ctx, g); err != nil {
 					t.Fatal(err)
 				}
-			} else if !errors.Is(busy, syscall.EBUSY) {
+			case !errors.Is(busy, syscall.EBUSY):
 				t.Errorf("TRY while a local process holds the lock: %v, want EBUSY", busy)
 			}
 			if err := h.dpuctl.Process.Signal(syscall.SIGKILL); err != nil {
@@ -229,6 +255,54 @@ func TestKilledLockHolder(t *testing.T) {
 				t.Errorf("unlock by the next locker: %v", err)
 			}
 		})
+	}
+}
+
+// watchRevocations joins node i's monitor group and returns the times of
+// the host faults (revoked pins) it reports for page g.
+func watchRevocations(t *testing.T, st *fabric.State, i int, g gva.GVA) <-chan time.Time {
+	t.Helper()
+	c, err := ctl.Dial(st.Agents[i].Ctl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan time.Time, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Monitor(ctx, func(ev ctl.Event) error {
+			if ev.Kind == ctl.EventHostFault && ev.Page.Key() == g.Key() {
+				select {
+				case out <- ev.Time:
+				default:
+				}
+			}
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("monitor of node %d: %v", i, err)
+		}
+		c.Close()
+	})
+	return out
+}
+
+// revocationSince waits up to bound for a revocation reported at or after
+// since.
+func revocationSince(revoked <-chan time.Time, since time.Time, bound time.Duration) (time.Time, bool) {
+	timeout := time.After(bound)
+	for {
+		select {
+		case at := <-revoked:
+			if !at.Before(since) {
+				return at, true
+			}
+		case <-timeout:
+			return time.Time{}, false
+		}
 	}
 }
 

@@ -42,8 +42,10 @@ type ghost struct {
 }
 
 type history struct {
-	ops  []*histOp
-	full bool
+	ops []*histOp
+	// unrecorded counts the operations issued after the history reached
+	// MaxHistory: they ran, but the linearizability check never saw them.
+	unrecorded int
 }
 
 // histOp is one operation of a linearizability history.
@@ -395,7 +397,7 @@ func (c *checker) lockOp(page int, holder uint64, lock bool, now time.Duration) 
 
 func (c *checker) record(h *history, in opInput, now time.Duration) *histOp {
 	if len(h.ops) >= c.w.cfg.MaxHistory {
-		h.full = true
+		h.unrecorded++
 		return nil
 	}
 	op := &histOp{h: h, in: in, call: int64(now)}
@@ -426,7 +428,9 @@ func (c *checker) abandon(op *histOp) {
 	op.ret = math.MaxInt64
 }
 
-// linearizable checks every recorded history with porcupine.
+// linearizable checks every recorded history with porcupine. A history
+// that overflowed MaxHistory is a violation: the run did more than it could
+// check.
 func (c *checker) linearizable() {
 	check := func(what string, h *history, model porcupine.Model) {
 		ops := make([]porcupine.Operation, 0, len(h.ops))
@@ -440,6 +444,16 @@ func (c *checker) linearizable() {
 			}
 			ops = append(ops, porcupine.Operation{ClientId: 0, Input: op.in, Output: out, Call: op.call, Return: ret})
 		}
+		if h.unrecorded > 0 {
+			// A prefix of a linearizable history need not be linearizable
+			// (an op in it may have taken effect after one left out): a
+			// truncated history is reported, not judged.
+			c.w.res.Unchecked += len(h.ops) + h.unrecorded
+			c.violate("%s: %d operations went unchecked: %d past the history bound (MaxHistory %d)",
+				what, len(h.ops)+h.unrecorded, h.unrecorded, c.w.cfg.MaxHistory)
+			return
+		}
+		c.w.res.Checked += len(ops)
 		res := porcupine.CheckOperationsTimeout(model, ops, 10*time.Second)
 		switch res {
 		case porcupine.Illegal:

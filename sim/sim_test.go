@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,4 +146,37 @@ func TestReplayIsExact(t *testing.T) {
 	if c.TraceHash == a.TraceHash {
 		t.Fatal("two seeds gave the same trace")
 	}
+}
+
+// TestTruncatedHistoryFails: a run that issues more atomic or lock
+// operations than a history holds fails, naming what went unchecked, and
+// counts them (a truncated history is not judged: a prefix of a
+// linearizable history can look illegal); with the default bound the same
+// run checks everything.
+func TestTruncatedHistoryFails(t *testing.T) {
+	cfg := testConfig()
+	cfg.Seed = 3
+	full, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !full.OK() || full.Unchecked != 0 || full.Checked == 0 {
+		t.Fatalf("default bound: checked %d, unchecked %d, violations %v", full.Checked, full.Unchecked, full.Violations)
+	}
+	cfg.MaxHistory = 5
+	short, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.Unchecked == 0 || short.Checked+short.Unchecked < full.Checked || short.Checked >= full.Checked {
+		t.Fatalf("MaxHistory 5: checked %d, unchecked %d (the full run checked %d)", short.Checked, short.Unchecked, full.Checked)
+	}
+	found := false
+	for _, v := range short.Violations {
+		found = found || strings.Contains(v, "went unchecked")
+	}
+	if !found {
+		t.Fatalf("MaxHistory 5: %d operations unchecked but no violation says so: %v", short.Unchecked, short.Violations)
+	}
+	t.Logf("seed 3: %d operations checked; with MaxHistory 5, %d checked and %d unchecked", full.Checked, short.Checked, short.Unchecked)
 }

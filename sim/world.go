@@ -89,7 +89,11 @@ type Config struct {
 	// 200µs; negative: only at the end).
 	CheckEvery time.Duration
 	// MaxHistory bounds the operations recorded per atomic word and lock
-	// for the linearizability check (default 200).
+	// for the linearizability check (default 16384). A history that
+	// overflows is not judged: its operations are counted
+	// (Result.Unchecked) and the run fails. Porcupine
+	// judges the longest histories a 5 s workload of 8 clients per node
+	// records (about 11,600 operations per word) in under 1.5 s.
 	MaxHistory int
 	// NoChurn keeps every client on one host session and never abandons
 	// a request; by default clients now and then give up on a request
@@ -137,7 +141,7 @@ func (c Config) withDefaults() Config {
 		c.CheckEvery = 200 * time.Microsecond
 	}
 	if c.MaxHistory <= 0 {
-		c.MaxHistory = 200
+		c.MaxHistory = 1 << 14
 	}
 	return c
 }
@@ -157,6 +161,10 @@ type Result struct {
 	// released by the core), requests abandoned by their caller.
 	Connects, Disconnects, Aborts int
 	Virtual                       time.Duration
+	// Checked is how many atomic and lock operations the linearizability
+	// check judged; Unchecked how many it did not, because their history
+	// overflowed MaxHistory (each such history is a violation).
+	Checked, Unchecked int
 }
 
 // OK reports whether the run found no violation.

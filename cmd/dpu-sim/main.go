@@ -5,9 +5,11 @@
 //	dpu-sim --seeds 1000 --nodes 16 --topo smallworld --faults all
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
 //
-// It prints one summary line (seeds=… ops=… violations=…) and exits
-// non-zero on any violation, printing the failing seed and the command
-// that replays it. A replay prints the run's trace hash: the same seed on
+// It prints one summary line (seeds=… ops=… checked=… unchecked=…
+// violations=…) and exits non-zero on any violation, printing the failing
+// seed and the command that replays it. checked counts the atomic and lock
+// operations the linearizability check judged; unchecked those a history
+// could not hold (past --max-history), which fail the run too. A replay prints the run's trace hash: the same seed on
 // the same commit gives the same hash.
 package main
 
@@ -53,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
 	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas (in a dpu-sim built with go build -tags dpubug)")
+	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -105,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	close(next)
 	wg.Wait()
 
-	var ops, errCount, violations, lost, connects, disconnects, aborts int
+	var ops, errCount, violations, lost, connects, disconnects, aborts, checked, unchecked int
 	var swaps uint64
 	var failed []int
 	for i, r := range results {
@@ -117,13 +120,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		swaps += r.Swaps
 		lost += r.Lost
 		connects, disconnects, aborts = connects+r.Connects, disconnects+r.Disconnects, aborts+r.Aborts
+		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
 		violations += len(r.Violations)
 		if !r.OK() {
 			failed = append(failed, i)
 		}
 	}
-	fmt.Fprintf(stdout, "seeds=%d ops=%d errors=%d swaps=%d lost=%d sessions=%d closed=%d aborted=%d violations=%d time=%v\n",
-		len(list), ops, errCount, swaps, lost, connects, disconnects, aborts, violations, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "seeds=%d ops=%d errors=%d swaps=%d lost=%d sessions=%d closed=%d aborted=%d checked=%d unchecked=%d violations=%d time=%v\n",
+		len(list), ops, errCount, swaps, lost, connects, disconnects, aborts, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
@@ -141,6 +145,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *cold != 0 {
 			replay += fmt.Sprintf(" --cold %d", *cold)
+		}
+		if *maxHistory != 0 {
+			replay += fmt.Sprintf(" --max-history %d", *maxHistory)
 		}
 		if *plant != "" {
 			replay += " --plant-bug " + *plant

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ func TestSweepSummary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
-	if !regexp.MustCompile(`^seeds=3 ops=[1-9][0-9]* errors=\d+ swaps=\d+ lost=\d+ sessions=[1-9][0-9]* closed=\d+ aborted=\d+ violations=0 time=`).MatchString(out.String()) {
+	if !regexp.MustCompile(`^seeds=3 ops=[1-9][0-9]* errors=\d+ swaps=\d+ lost=\d+ sessions=[1-9][0-9]* closed=\d+ aborted=\d+ checked=[1-9][0-9]* unchecked=0 violations=0 time=`).MatchString(out.String()) {
 		t.Fatalf("summary line: %q", out.String())
 	}
 }
@@ -39,6 +40,18 @@ func TestBadFaultsRefused(t *testing.T) {
 	var out, errb bytes.Buffer
 	if err := run([]string{"--faults", "sometimes"}, &out, &errb); err == nil {
 		t.Fatal("unknown fault accepted")
+	}
+}
+
+func TestTruncatedHistoryFails(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := run([]string{"--seeds", "1", "--nodes", "6", "--faults", "none", "--workload", "10ms", "--max-history", "3"}, &out, &errb)
+	if !errors.Is(err, errViolations) {
+		t.Fatalf("run with --max-history 3: %v", err)
+	}
+	if !regexp.MustCompile(` unchecked=[1-9][0-9]* `).MatchString(out.String()) || !strings.Contains(errb.String(), "went unchecked") ||
+		!strings.Contains(errb.String(), "--max-history 3") {
+		t.Fatalf("stdout %q, stderr %q", out.String(), errb.String())
 	}
 }
 

@@ -2,6 +2,7 @@ package link_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -37,10 +38,17 @@ func TestFragmentationUnderLoss(t *testing.T) {
 	}
 }
 
+// TestSequenceWraparound: both ends start a few hundred sequence numbers
+// below 2^32 and carry streams across it under loss. The wire shows it
+// happened: each end sent data with sequence numbers 2^32-1 and 0 in one
+// link epoch, and the peer's cumulative ack for that epoch passed 0.
 func TestSequenceWraparound(t *testing.T) {
 	// With epoch 0 the first sequence number is the xor of the session's
 	// halves: both streams cross 2^32.
 	p := newPump(t, lossy(5), testConfig(0xFFFFFF00), testConfig(0x1_FFFFFFF0^1))
+	wa, wb := newWrapWatch(), newWrapWatch()
+	p.tapA = func(b []byte) { watchWrap(t, b, wa, wb) }
+	p.tapB = func(b []byte) { watchWrap(t, b, wb, wa) }
 	p.waitUp()
 	ab := newStream(t, "a->b", 2000, func(i int) int { return 8 + i%50 })
 	ba := newStream(t, "b->a", 2000, func(i int) int { return 8 + i%70 })
@@ -50,6 +58,57 @@ func TestSequenceWraparound(t *testing.T) {
 		ba.fill(p.now, p.b)
 		return ab.done() && ba.done()
 	})
+	for _, w := range []struct {
+		name string
+		w    *wrapWatch
+	}{{"a->b", wa}, {"b->a", wb}} {
+		if !w.w.crossed() {
+			t.Errorf("%s did not cross 2^32 in one epoch: data at 2^32-1 in epochs %v, at 0 in %v; acks past 0 in %v",
+				w.name, w.w.top, w.w.zero, w.w.ackedPast)
+		}
+	}
+}
+
+// wrapWatch records, per link epoch of one sender, whether it sent data
+// with sequence numbers 2^32-1 and 0 and whether its peer's cumulative
+// ack went past 0.
+type wrapWatch struct {
+	top, zero, ackedPast map[uint32]bool
+}
+
+func newWrapWatch() *wrapWatch {
+	return &wrapWatch{top: map[uint32]bool{}, zero: map[uint32]bool{}, ackedPast: map[uint32]bool{}}
+}
+
+func (w *wrapWatch) crossed() bool {
+	for e := range w.top {
+		if w.zero[e] && w.ackedPast[e] {
+			return true
+		}
+	}
+	return false
+}
+
+// watchWrap reads one datagram that the end watched by self wrote: its
+// data sequence numbers count for self, its ack for the peer.
+func watchWrap(t *testing.T, b []byte, self, peer *wrapWatch) {
+	var h link.Header
+	if _, err := h.Decode(b); err != nil {
+		t.Fatalf("datagram on the wire: %v", err)
+	}
+	if h.Flags&link.FlagData != 0 {
+		switch h.Seq {
+		case math.MaxUint32:
+			self.top[h.SrcEpoch] = true
+		case 0:
+			self.zero[h.SrcEpoch] = true
+		}
+	}
+	// The streams are a few thousand fragments: an ack this small follows
+	// the wrap.
+	if h.DstSession != 0 && h.Ack > 0 && h.Ack < 1<<16 {
+		peer.ackedPast[h.DstEpoch] = true
+	}
 }
 
 // TestCredits: a receiver that does not drain its messages stops the
