@@ -31,14 +31,20 @@ cd "$ROOT"
 BIN=$ROOT/bin
 QUICK=${BENCH_QUICK:-0}
 if [[ $QUICK == 1 ]]; then
-	SECS=${BENCH_SECS:-0.25} WARM=0.05
+	SECS=${BENCH_SECS:-0.25} WARM=0.05 EXTEND=1
 else
-	SECS=${BENCH_SECS:-1.5} WARM=0.3
+	SECS=${BENCH_SECS:-1.5} WARM=0.3 EXTEND=5
 fi
 LINKS=${BENCH_LINKS:-udp veth}
 MODES=${BENCH_MODES:-blocking adaptive poll}
 CLIENTS=${BENCH_CLIENTS:-1 16}
 OWNERS=(local "1 hop" "2 hops")
+for l in $LINKS; do
+	[[ $l == udp || $l == veth ]] || { echo "bench-peers: BENCH_LINKS: $l is neither udp nor veth" >&2; exit 2; }
+done
+for m in $MODES; do
+	[[ $m == blocking || $m == adaptive || $m == poll ]] || { echo "bench-peers: BENCH_MODES: $m is not blocking, adaptive or poll" >&2; exit 2; }
+done
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log() { printf 'bench-peers: %s\n' "$*" >&2; }
@@ -96,6 +102,7 @@ cleanup() {
 		wait "$CHILD" 2>/dev/null || true
 	fi
 	for d in "${FABRICS[@]}"; do
+		[[ -f $d/fabric.json ]] || continue
 		timeout 30 "$BIN/dpu-fabric" down --dir "$d" >/dev/null 2>&1 || log "dpu-fabric down --dir $d failed"
 	done
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -124,7 +131,7 @@ measure() {
 	local path=$1 links=$2 loop=$3 transport=$4 owner=$5 clients=$6
 	shift 7
 	local out bound
-	bound=$(awk -v s="$SECS" -v w="$WARM" 'BEGIN { printf "%d", s + w + 30 }')
+	bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 30 }')
 	if ! bounded "$bound" "$@" >"$WORK/out" 2>>"$WORK/peerload.err"; then
 		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" "failed: $(tail -n 1 "$WORK/peerload.err")"
 		return 0
@@ -133,7 +140,8 @@ measure() {
 	line=$(grep '^result ' "$WORK/out" | tail -n 1)
 	field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
 	if [[ -z $line || $(field ops) == 0 ]]; then
-		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" "no operation completed"
+		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" \
+			"no operation completed: ${line:-no result}; $(tail -n 1 "$WORK/peerload.err")"
 		return 0
 	fi
 	local note=""
@@ -169,7 +177,7 @@ redis-cli -h $HOST -p "$REDIS_PORT" ping | grep -q PONG || { log "redis-server d
 REDIS_VERSION=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
 MC_VERSION=$(memcached -V | awk '{print $2}')
 CAS_LUA="local v = redis.call('GET', KEYS[1]) or '0' if v == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end return v"
-PL=("$PEERLOAD" -t "$SECS" -w "$WARM")
+PL=("$PEERLOAD" -t "$SECS" -w "$WARM" -e "$EXTEND")
 
 log "peers: SOCK_SEQPACKET echo, Redis $REDIS_VERSION on :$REDIS_PORT, memcached $MC_VERSION on :$MC_PORT"
 for c in $CLIENTS; do
@@ -245,7 +253,8 @@ for links in $LINKS; do
 		if ! bounded 120 "$BIN/dpu-fabric" up --nodes 3 --topo line --links "$links" --dir "$dir" \
 			--agent "$(agent_for "$mode")" >"$WORK/fabric-$links-$mode.log" 2>&1; then
 			na "$path" "$links" "$mode" all all all "fabric did not come up: $(tail -n 1 "$WORK/fabric-$links-$mode.log")"
-			timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || true
+			[[ ! -f $dir/fabric.json ]] || timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || true
+			FABRICS=()
 			continue
 		fi
 		rings=failed
@@ -272,7 +281,13 @@ for links in $LINKS; do
 			done
 		done
 		timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || log "dpu-fabric down --dir $dir failed"
+		FABRICS=()
 	done
+done
+
+# ---- Redis again: how much the machine changed during the run ----
+for c in $CLIENTS; do
+	measure "Redis Lua CAS (EVALSHA), again at the end" - - - - "$c" -- "${PL[@]}" -c "$c" redis "$HOST:$REDIS_PORT"
 done
 
 # ---- the table ----
@@ -280,7 +295,7 @@ rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || rev="$rev+dirty"
 echo
 echo "bench-peers: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev, $(nproc) cores, load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end, kernel $(uname -r)"
-echo "peers: Redis $REDIS_VERSION, memcached $MC_VERSION; $SECS s per measurement after $WARM s warm-up$([[ $QUICK == 1 ]] && echo ' (BENCH_QUICK)')"
+echo "peers: Redis $REDIS_VERSION, memcached $MC_VERSION; $SECS s per measurement after $WARM s warm-up (longer, by up to $EXTEND s, until 50 operations are done)$([[ $QUICK == 1 ]] && echo ' (BENCH_QUICK)')"
 echo "loop modes: $(for m in $MODES; do l=$(mode_line "$m"); printf '%s = "%s"; ' "$m" "${l:-n/a}"; done)"
 echo
 awk -F'\t' '

@@ -20,18 +20,18 @@
  *                                  say which transport it uses: "ring" or "socket"
  *   peerload freeport              print a free TCP port on 127.0.0.1
  *
- * Options (before the mode): -c CLIENTS (1), -t SECONDS (1.0), -w WARMUP (0.2).
- * A window in which fewer than 50 operations complete is stretched until
- * they do, by at most 5 s.
+ * Options (before the mode): -c CLIENTS (1), -t SECONDS (1.0), -w WARMUP (0.2),
+ * -e EXTEND (5.0): a window in which fewer than 50 operations complete is
+ * stretched until they do, by at most EXTEND seconds.
  * Output, one line: "result kind=... clients=... ops=... secs=... ops_s=...
  * p50_us=... p99_us=... errors=... [transport=... hops=...]".
  *
  * Transport: libdpu uses shared-memory rings when the agent offers them
  * (DPU_RINGS=0 forces the socket). Whatever the library's API, a ring is a
- * shared memory area the client writes into: the probe looks for a memfd
- * mapped shared and writable in this process (the status table and replica
- * pages of the socket transport are mapped read-only), or an eventfd
- * doorbell, after the connection's first call.
+ * shared memory area the host writes into: the probe looks for a memfd
+ * mapped shared and writable in this process after the connection's first
+ * call (the status table and replica pages of the socket transport are
+ * mapped read-only).
  */
 #define _GNU_SOURCE
 #include "dpu.h"
@@ -87,9 +87,10 @@ struct client {
 
 /* The measured window is [t_start, t_end). When fewer than MIN_OPS
  * operations fit in it (a slow configuration), it grows until they do, by at
- * most MAX_EXTEND seconds, so that every figure stands on some samples. */
+ * most max_extend seconds, so that every figure stands on some samples. */
 #define MIN_OPS 50
-#define MAX_EXTEND 5.0
+
+static double max_extend = 5.0; /* -e */
 
 static struct {
     double t_start;
@@ -164,7 +165,7 @@ static struct result measure(struct client *cs, int n, double secs, double warm)
     atomic_store(&run.stop, 0);
     pthread_barrier_wait(&run.ready);
     sleep_s(t_end() - now_s());
-    while (atomic_load(&run.recorded) < MIN_OPS && now_s() < run.t_start + secs + MAX_EXTEND) {
+    while (atomic_load(&run.recorded) < MIN_OPS && now_s() < run.t_start + secs + max_extend) {
         atomic_store(&run.t_end_ns, (long long)((now_s() + 0.1) * 1e9));
         sleep_s(0.1);
     }
@@ -231,29 +232,21 @@ static int dpu_op(struct client *c) {
     return 0;
 }
 
-/* ring_in_use reports whether this process holds what a ring transport
- * needs: a memfd mapped shared and writable, or an eventfd. */
+/* ring_in_use reports whether this process maps a memfd shared and
+ * writable: the ring pair (the agent's "dpu-ring" memfd), into which the
+ * host writes its submissions. The socket transport's memfds (the status
+ * table, replica pages) are mapped read-only. */
 static int ring_in_use(void) {
     int ring = 0;
     FILE *f = fopen("/proc/self/maps", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f)) {
-            char perms[8] = {0};
-            if (sscanf(line, "%*s %7s", perms) == 1 && perms[1] == 'w' && perms[3] == 's' && strstr(line, "/memfd:"))
-                ring = 1;
-        }
-        fclose(f);
+    if (!f) return 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char perms[8] = {0};
+        if (sscanf(line, "%*s %7s", perms) == 1 && perms[1] == 'w' && perms[3] == 's' && strstr(line, "/memfd:"))
+            ring = 1;
     }
-    for (int fd = 0; fd < 1024 && !ring; fd++) {
-        char p[64], target[128];
-        snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(p, target, sizeof target - 1);
-        if (n > 0) {
-            target[n] = 0;
-            if (strstr(target, "eventfd")) ring = 1;
-        }
-    }
+    fclose(f);
     return ring;
 }
 
@@ -636,7 +629,7 @@ static void run_freeport(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: peerload [-c CLIENTS] [-t SECONDS] [-w WARMUP] "
+    fprintf(stderr, "usage: peerload [-c CLIENTS] [-t SECONDS] [-w WARMUP] [-e EXTEND] "
                     "dpu SOCK OWNER_SOCK | echo PATH | echo-server PATH | redis HOST:PORT | "
                     "memcached HOST:PORT | transport SOCK | freeport\n");
     exit(2);
@@ -646,15 +639,16 @@ int main(int argc, char **argv) {
     int clients = 1;
     double secs = 1.0, warm = 0.2;
     int o;
-    while ((o = getopt(argc, argv, "+c:t:w:")) != -1) {
+    while ((o = getopt(argc, argv, "+c:t:w:e:")) != -1) {
         switch (o) {
         case 'c': clients = atoi(optarg); break;
         case 't': secs = atof(optarg); break;
         case 'w': warm = atof(optarg); break;
+        case 'e': max_extend = atof(optarg); break;
         default: usage();
         }
     }
-    if (clients < 1 || clients > MAX_CLIENTS || secs <= 0 || warm < 0) usage();
+    if (clients < 1 || clients > MAX_CLIENTS || secs <= 0 || warm < 0 || max_extend < 0) usage();
     argc -= optind;
     argv += optind;
     if (argc < 1) usage();
