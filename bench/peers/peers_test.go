@@ -235,7 +235,7 @@ func TestQuickRun(t *testing.T) {
 	// through the socket.
 	var want []string
 	for _, c := range []string{"1", "16"} {
-		for _, p := range []string{"SOCK_SEQPACKET echo (floor)", "Redis Lua CAS (EVALSHA)", "Redis Lua CAS (redis-benchmark eval)", "memcached gets+cas"} {
+		for _, p := range []string{"SOCK_SEQPACKET echo (floor)", "Redis Lua CAS (EVALSHA)", "Redis Lua CAS (redis-benchmark eval)", "memcached gets+cas", "Redis Lua CAS (EVALSHA), again at the end"} {
 			want = append(want, p+"/-/-/-/-/"+c)
 		}
 		for _, o := range []string{"local", "1 hop", "2 hops"} {

@@ -131,7 +131,7 @@ measure() {
 	local path=$1 links=$2 loop=$3 transport=$4 owner=$5 clients=$6
 	shift 7
 	local out bound
-	bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 30 }')
+	bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 40 }')
 	if ! bounded "$bound" "$@" >"$WORK/out" 2>>"$WORK/peerload.err"; then
 		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" "failed: $(tail -n 1 "$WORK/peerload.err")"
 		return 0
@@ -300,7 +300,11 @@ echo "loop modes: $(for m in $MODES; do l=$(mode_line "$m"); printf '%s = "%s"; 
 echo
 awk -F'\t' '
 function num(s) { return s ~ /^[0-9.]+$/ }
-function ratio(a, b) { return (num(a) && num(b) && b > 0) ? sprintf("%.2f", a / b) : "n/a" }
+function ratio(a, b,   r) {
+  if (!(num(a) && num(b) && b > 0)) return "n/a"
+  r = a / b
+  return r >= 0.1 ? sprintf("%.2f", r) : sprintf("%.2g", r)
+}
 { rows[NR] = $0
   if ($1 == "Redis Lua CAS (EVALSHA)") { r50[$6] = $7; r99[$6] = $8; rops[$6] = $9 }
   if ($1 == "SOCK_SEQPACKET echo (floor)") { e50[$6] = $7 } }

@@ -22,7 +22,8 @@
  *
  * Options (before the mode): -c CLIENTS (1), -t SECONDS (1.0), -w WARMUP (0.2),
  * -e EXTEND (5.0): a window in which fewer than 50 operations complete is
- * stretched until they do, by at most EXTEND seconds.
+ * stretched until they do, by at most EXTEND seconds (up to 5 s while none
+ * has completed).
  * Output, one line: "result kind=... clients=... ops=... secs=... ops_s=...
  * p50_us=... p99_us=... errors=... [transport=... hops=...]".
  *
@@ -87,7 +88,8 @@ struct client {
 
 /* The measured window is [t_start, t_end). When fewer than MIN_OPS
  * operations fit in it (a slow configuration), it grows until they do, by at
- * most max_extend seconds, so that every figure stands on some samples. */
+ * most max_extend seconds, so that every figure stands on some samples; and
+ * while none has completed, by up to the operation timeout. */
 #define MIN_OPS 50
 
 static double max_extend = 5.0; /* -e */
@@ -165,7 +167,10 @@ static struct result measure(struct client *cs, int n, double secs, double warm)
     atomic_store(&run.stop, 0);
     pthread_barrier_wait(&run.ready);
     sleep_s(t_end() - now_s());
-    while (atomic_load(&run.recorded) < MIN_OPS && now_s() < run.t_start + secs + max_extend) {
+    for (;;) {
+        long done = atomic_load(&run.recorded);
+        double over = now_s() - (run.t_start + secs);
+        if (done >= MIN_OPS || (done > 0 && over >= max_extend) || over >= OP_TIMEOUT_MS / 1000.0) break;
         atomic_store(&run.t_end_ns, (long long)((now_s() + 0.1) * 1e9));
         sleep_s(0.1);
     }
