@@ -47,6 +47,8 @@ for m in $MODES; do
 done
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+START=$(date -u '+%Y-%m-%d %H:%M UTC')
+SECONDS=0
 log() { printf 'bench-peers: %s\n' "$*" >&2; }
 
 # ---- peers: installed from Debian when missing ----
@@ -294,7 +296,7 @@ done
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || rev="$rev+dirty"
 echo
-echo "bench-peers: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $rev, $(nproc) cores, load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end, kernel $(uname -r)"
+echo "bench-peers: $START, $SECONDS s, commit $rev, $(nproc) cores, load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end, kernel $(uname -r)"
 echo "peers: Redis $REDIS_VERSION, memcached $MC_VERSION; $SECS s per measurement after $WARM s warm-up (longer, by up to $EXTEND s, until 50 operations are done)$([[ $QUICK == 1 ]] && echo ' (BENCH_QUICK)')"
 echo "loop modes: $(for m in $MODES; do l=$(mode_line "$m"); printf '%s = "%s"; ' "$m" "${l:-n/a}"; done)"
 echo
