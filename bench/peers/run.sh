@@ -85,7 +85,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/dpu-bench-peers.XXXXXX")
 PIDS=()
 FABRICS=()
 CHILD=
-# bounded SECONDS COMMAND...: runs a command in the background under a time
+# bounded LIMIT COMMAND...: runs a command in the background under a time
 # bound and waits for it, so that a signal reaches the trap at once.
 bounded() {
 	local b=$1 rc=0
@@ -132,7 +132,7 @@ na() { row "$1" "$2" "$3" "$4" "$5" "$6" "n/a ($7)" n/a n/a ""; }
 measure() {
 	local path=$1 links=$2 loop=$3 transport=$4 owner=$5 clients=$6
 	shift 7
-	local out bound
+	local bound
 	bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 40 }')
 	if ! bounded "$bound" "$@" >"$WORK/out" 2>>"$WORK/peerload.err"; then
 		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" "failed: $(tail -n 1 "$WORK/peerload.err")"
