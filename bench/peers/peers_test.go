@@ -76,7 +76,7 @@ func parseTable(out string) ([]tableRow, error) {
 // knownAbsent are the reasons a row may have no numbers: what the agent or
 // the machine does not offer. Anything else (a failure, no operation done)
 // is an error.
-var knownAbsent = []string{"n/a (agent offers no rings)", "n/a (agent has no loop = ", "n/a (veth links need root)"}
+var knownAbsent = []string{"n/a (agent offers no rings", "n/a (agent has no loop = ", "n/a (veth links need root)"}
 
 // checkRow says whether a row has its numbers (or a known reason not to).
 func checkRow(r tableRow) error {

@@ -70,7 +70,10 @@ install_peers
 # ---- the load generator, built against libdpu ----
 BUILD=$ROOT/bench/peers/build
 PEERLOAD=$BUILD/peerload
-[[ -f hostif/c/build/libdpu.a ]] || make -s -C hostif/c build/libdpu.a
+make -s -C hostif/c build/libdpu.a
+# A libdpu that knows DPU_RINGS has the ring transport.
+LIBDPU_RINGS=no
+! grep -q DPU_RINGS hostif/c/build/libdpu.a || LIBDPU_RINGS=yes
 if [[ ! -x $PEERLOAD || bench/peers/loadgen/peerload.c -nt $PEERLOAD || hostif/c/build/libdpu.a -nt $PEERLOAD ]]; then
 	mkdir -p "$BUILD"
 	${CC:-cc} -O2 -g -std=c11 -Wall -Wextra -Werror -Wshadow -Ihostif/c/include -pthread \
@@ -268,7 +271,9 @@ for links in $LINKS; do
 				if [[ $rings == failed ]]; then
 					na "$path" "$links" "$mode" ring all all "transport probe failed"
 				else
-					na "$path" "$links" "$mode" ring all all "agent offers no rings"
+					why="agent offers no rings"
+					[[ $LIBDPU_RINGS == yes ]] || why="$why; libdpu has no ring transport"
+					na "$path" "$links" "$mode" ring all all "$why"
 				fi
 				continue
 			fi
