@@ -33,7 +33,7 @@ QUICK=${BENCH_QUICK:-0}
 if [[ $QUICK == 1 ]]; then
 	SECS=${BENCH_SECS:-0.25} WARM=0.05 EXTEND=1
 else
-	SECS=${BENCH_SECS:-1.5} WARM=0.3 EXTEND=5
+	SECS=${BENCH_SECS:-1.0} WARM=0.2 EXTEND=5
 fi
 LINKS=${BENCH_LINKS:-udp veth}
 MODES=${BENCH_MODES:-blocking adaptive poll}
