@@ -505,7 +505,7 @@ static int resp_reply(struct fd_conn *x, char *out, size_t cap) {
 
 static int redis_op(struct client *c) {
     struct fd_conn *x = c->conn;
-    char e[24], d[24], got[64];
+    char e[24], d[24], got[64] = "";
     snprintf(e, sizeof e, "%llu", (unsigned long long)x->expect);
     snprintf(d, sizeof d, "%llu", (unsigned long long)x->expect + 1);
     const char *argv[] = {"EVALSHA", x->sha, "1", x->key, e, d};
