@@ -190,7 +190,7 @@ static struct result measure(struct client *cs, int n, double secs, double warm)
     if (!all) die("%s", "out of memory");
     size_t k = 0;
     for (int i = 0; i < n; i++) {
-        memcpy(all + k, cs[i].lat, cs[i].n * sizeof *all);
+        if (cs[i].n) memcpy(all + k, cs[i].lat, cs[i].n * sizeof *all);
         k += cs[i].n;
     }
     qsort(all, total, sizeof *all, cmp_double);
