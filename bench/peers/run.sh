@@ -252,6 +252,11 @@ for links in $LINKS; do
 			na "$path" "$links" "$mode" all all all "agent has no loop = $mode"
 			continue
 		fi
+		# The floor and the peer again, just before the rows divided by them.
+		for c in $CLIENTS; do
+			measure "SOCK_SEQPACKET echo (floor), again" - - - - "$c" -- "${PL[@]}" -c "$c" echo "$WORK/echo.sock"
+			measure "Redis Lua CAS (EVALSHA), again" - - - - "$c" -- "${PL[@]}" -c "$c" redis "$HOST:$REDIS_PORT"
+		done
 		dir=$WORK/fabric-$links-$mode
 		FABRICS+=("$dir")
 		log "fabric: 3 nodes, line, $links links, $(mode_line "$mode")"
@@ -313,16 +318,24 @@ function ratio(a, b,   r) {
   return r >= 0.1 ? sprintf("%.2f", r) : sprintf("%.2g", r)
 }
 { rows[NR] = $0
-  if ($1 == "Redis Lua CAS (EVALSHA)") { r50[$6] = $7; r99[$6] = $8; rops[$6] = $9 }
-  if ($1 == "SOCK_SEQPACKET echo (floor)") { e50[$6] = $7 } }
+  if ($1 == "SOCK_SEQPACKET echo (floor)" && !($6 in e50)) e50[$6] = $7
+  if ($1 == "Redis Lua CAS (EVALSHA)" && !($6 in r50)) { r50[$6] = $7; r99[$6] = $8; rops[$6] = $9 } }
 END {
   print "| path | links | loop | transport | owner | clients | p50 µs | p99 µs | ops/s | p50 ÷ Redis | p99 ÷ Redis | ops/s ÷ Redis | p50 ÷ echo | note |"
   print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for (i = 1; i <= NR; i++) {
     split(rows[i], f, "\t")
     c = f[6]
+    # The peers are divided by the first Redis EVALSHA row with as many
+    # clients, every later row by the latest one above it (a Redis row by
+    # the one before it: how much the machine changed); the same for the
+    # echo and the p50 ÷ echo column.
+    redis = f[1] ~ /^Redis Lua CAS \(EVALSHA\)/ && num(f[7])
+    echo = f[1] ~ /^SOCK_SEQPACKET echo/ && num(f[7])
     if (num(f[7])) { a = ratio(f[7], r50[c]); b = ratio(f[8], r99[c]); o = ratio(f[9], rops[c]); e = ratio(f[7], e50[c]) }
     else { a = b = o = e = "n/a" }
+    if (redis) { r50[c] = f[7]; r99[c] = f[8]; rops[c] = f[9] }
+    if (echo) e50[c] = f[7]
     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], c, f[7], f[8], f[9], a, b, o, e, f[10]
   }
 }' "$ROWS"
