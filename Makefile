@@ -7,7 +7,7 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib examples run stop test lint fmt vet bench generate generate-check clean
+.PHONY: all build clib examples run stop test lint fmt vet bench bench-peers generate generate-check clean
 
 all: build
 
@@ -60,6 +60,11 @@ vet:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# dpu compare-and-swap beside a SEQPACKET echo, Redis and memcached, one
+# table from one run (bench/README.md; BENCH_QUICK=1 for a short run).
+bench-peers: build
+	BENCH_QUICK=$(BENCH_QUICK) bench/peers/run.sh
 
 # Rebuild the XDP program's object and Go bindings with bpf2go (needs clang,
 # llvm-strip and the libbpf headers; the outputs are committed).

@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# bench/peers/run.sh (make bench-peers): the dpu's compare-and-swap beside
+# its peers, measured in one run and printed as one table.
+#
+# It installs redis-server, redis-tools and memcached from Debian when they
+# are missing, starts them on loopback ports of its own, stands up 3-node
+# line fabrics with bin/dpu-fabric (node 0 is where the clients run; a page
+# allocated at node 0, 1 or 2 is owned here, one hop or two hops away), and
+# runs bench/peers/peerload (a C program linked against libdpu) for every
+# variant:
+#   links      udp (loopback) and veth (namespaces + AF_XDP; root only)
+#   loop       the agent's loop mode: blocking, adaptive, poll
+#   transport  socket (DPU_RINGS=0) and ring (libdpu's default when the
+#              agent offers rings)
+#   owner      local, 1 hop, 2 hops
+#   clients    1 and 16 (threads, one connection each)
+# beside a SOCK_SEQPACKET echo between two processes (the floor), Redis Lua
+# CAS (EVALSHA, and redis-benchmark's eval as a cross-check) and memcached
+# gets+cas. Every figure is also given as a ratio to Redis with the same
+# number of clients. Whatever the agent or the machine does not offer is
+# printed as "n/a (why)", found out at run time.
+#
+# Environment: BENCH_QUICK=1 (a short smoke run), BENCH_SECS (seconds per
+# measurement), BENCH_LINKS (default "udp veth"), BENCH_MODES (default
+# "blocking adaptive poll"), BENCH_CLIENTS (default "1 16").
+# Everything it starts is stopped on exit, failure or interrupt.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+BIN=$ROOT/bin
+QUICK=${BENCH_QUICK:-0}
+if [[ $QUICK == 1 ]]; then
+	SECS=${BENCH_SECS:-0.25} WARM=0.05 EXTEND=1
+else
+	SECS=${BENCH_SECS:-1.0} WARM=0.2 EXTEND=5
+fi
+LINKS=${BENCH_LINKS:-udp veth}
+MODES=${BENCH_MODES:-blocking adaptive poll}
+CLIENTS=${BENCH_CLIENTS:-1 16}
+OWNERS=(local "1 hop" "2 hops")
+for l in $LINKS; do
+	[[ $l == udp || $l == veth ]] || { echo "bench-peers: BENCH_LINKS: $l is neither udp nor veth" >&2; exit 2; }
+done
+for m in $MODES; do
+	[[ $m == blocking || $m == adaptive || $m == poll ]] || { echo "bench-peers: BENCH_MODES: $m is not blocking, adaptive or poll" >&2; exit 2; }
+done
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+START=$(date -u '+%Y-%m-%d %H:%M UTC')
+SECONDS=0
+log() { printf 'bench-peers: %s\n' "$*" >&2; }
+
+# ---- peers: installed from Debian when missing ----
+install_peers() {
+	local need=()
+	command -v redis-server >/dev/null || need+=(redis-server)
+	command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null || need+=(redis-tools)
+	command -v memcached >/dev/null || need+=(memcached)
+	[[ ${#need[@]} -eq 0 ]] && return 0
+	log "installing ${need[*]} (apt-get)"
+	local sudo=()
+	[[ $(id -u) -eq 0 ]] || sudo=(sudo)
+	"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+		install -y -q --no-install-recommends "${need[@]}" >/dev/null
+}
+install_peers
+
+# ---- the load generator, built against libdpu ----
+BUILD=$ROOT/bench/peers/build
+PEERLOAD=$BUILD/peerload
+make -s -C hostif/c build/libdpu.a
+# A libdpu that knows DPU_RINGS has the ring transport.
+LIBDPU_RINGS=no
+! grep -q DPU_RINGS hostif/c/build/libdpu.a || LIBDPU_RINGS=yes
+if [[ ! -x $PEERLOAD || bench/peers/loadgen/peerload.c -nt $PEERLOAD || hostif/c/build/libdpu.a -nt $PEERLOAD ]]; then
+	mkdir -p "$BUILD"
+	${CC:-cc} -O2 -g -std=c11 -Wall -Wextra -Werror -Wshadow -Ihostif/c/include -pthread \
+		-o "$PEERLOAD" bench/peers/loadgen/peerload.c hostif/c/build/libdpu.a
+fi
+for b in dpu-agent dpu-fabric; do
+	[[ -x $BIN/$b ]] || { log "$BIN/$b missing: run make build"; exit 1; }
+done
+
+# ---- cleanup: every process and fabric this run starts ----
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dpu-bench-peers.XXXXXX")
+PIDS=()
+FABRICS=()
+CHILD=
+# bounded LIMIT COMMAND...: runs a command in the background under a time
+# bound and waits for it, so that a signal reaches the trap at once.
+bounded() {
+	local b=$1 rc=0
+	shift
+	timeout "$b" "$@" &
+	CHILD=$!
+	wait "$CHILD" || rc=$?
+	CHILD=
+	return "$rc"
+}
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	if [[ -n $CHILD ]]; then
+		kill "$CHILD" 2>/dev/null || true
+		wait "$CHILD" 2>/dev/null || true
+	fi
+	for d in "${FABRICS[@]}"; do
+		[[ -f $d/fabric.json ]] || continue
+		timeout 30 "$BIN/dpu-fabric" down --dir "$d" >/dev/null 2>&1 || log "dpu-fabric down --dir $d failed"
+	done
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	if [[ $rc -eq 0 ]]; then rm -rf "$WORK"; else log "failed (exit $rc); logs kept in $WORK"; fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM HUP
+
+# ---- results: one tab-separated row per measurement ----
+# path, links, loop, transport, owner, clients, p50 µs, p99 µs, ops/s, note
+ROWS=$WORK/rows.tsv
+: >"$ROWS"
+row() { (IFS=$'\t'; printf '%s\n' "$*") >>"$ROWS"; }
+na() { row "$1" "$2" "$3" "$4" "$5" "$6" "n/a ($7)" n/a n/a ""; }
+
+# measure PATH LINKS LOOP TRANSPORT OWNER CLIENTS -- COMMAND...: runs one
+# peerload measurement (bounded) and records its row.
+measure() {
+	local path=$1 links=$2 loop=$3 transport=$4 owner=$5 clients=$6
+	shift 7
+	local bound
+	bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 40 }')
+	if ! bounded "$bound" "$@" >"$WORK/out" 2>>"$WORK/peerload.err"; then
+		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" "failed: $(tail -n 1 "$WORK/peerload.err")"
+		return 0
+	fi
+	local line
+	line=$(grep '^result ' "$WORK/out" | tail -n 1)
+	field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
+	if [[ -z $line || $(field ops) == 0 ]]; then
+		na "$path" "$links" "$loop" "$transport" "$owner" "$clients" \
+			"no operation completed: ${line:-no result}; $(tail -n 1 "$WORK/peerload.err")"
+		return 0
+	fi
+	local note=""
+	[[ $(field errors) == 0 ]] || note="$(field errors) errors"
+	if [[ $path == dpu* ]]; then
+		local want=${owner%% *}
+		[[ $want == local ]] && want=0
+		[[ $(field hops) == "$want" && $(field hops_after) == "$want" ]] ||
+			note="${note:+$note; }owner at $(field hops) hops, $(field hops_after) after"
+		[[ $(field transport) == "$transport" ]] || note="${note:+$note; }ran over $(field transport)"
+	fi
+	row "$path" "$links" "$loop" "$transport" "$owner" "$clients" "$(field p50_us)" "$(field p99_us)" "$(field ops_s)" "$note"
+}
+
+# ---- the floor and the peers ----
+HOST=127.0.0.1
+"$PEERLOAD" echo-server "$WORK/echo.sock" & PIDS+=($!)
+REDIS_PORT=$("$PEERLOAD" freeport)
+redis-server --bind $HOST --port "$REDIS_PORT" --save '' --appendonly no --dir "$WORK" \
+	--logfile "$WORK/redis.log" --daemonize no & PIDS+=($!)
+MC_PORT=$("$PEERLOAD" freeport)
+mc_user=()
+[[ $(id -u) -ne 0 ]] || mc_user=(-u nobody)
+memcached -l $HOST -p "$MC_PORT" -U 0 -m 64 "${mc_user[@]}" 2>"$WORK/memcached.log" & PIDS+=($!)
+for _ in $(seq 100); do
+	[[ -S $WORK/echo.sock ]] && redis-cli -h $HOST -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG &&
+		(exec 3<>"/dev/tcp/$HOST/$MC_PORT") 2>/dev/null && break
+	sleep 0.1
+done
+redis-cli -h $HOST -p "$REDIS_PORT" ping | grep -q PONG || { log "redis-server did not start (see $WORK/redis.log)"; exit 1; }
+(exec 3<>"/dev/tcp/$HOST/$MC_PORT") || { log "memcached did not start"; exit 1; }
+
+REDIS_VERSION=$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+MC_VERSION=$(memcached -V | awk '{print $2}')
+CAS_LUA="local v = redis.call('GET', KEYS[1]) or '0' if v == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end return v"
+PL=("$PEERLOAD" -t "$SECS" -w "$WARM" -e "$EXTEND")
+
+log "peers: SOCK_SEQPACKET echo, Redis $REDIS_VERSION on :$REDIS_PORT, memcached $MC_VERSION on :$MC_PORT"
+for c in $CLIENTS; do
+	measure "SOCK_SEQPACKET echo (floor)" - - - - "$c" -- "${PL[@]}" -c "$c" echo "$WORK/echo.sock"
+	measure "Redis Lua CAS (EVALSHA)" - - - - "$c" -- "${PL[@]}" -c "$c" redis "$HOST:$REDIS_PORT"
+	# redis-benchmark as a cross-check of the client above: about as many
+	# requests as that client did in the same time.
+	ops=$(awk -F'\t' -v c="$c" '$1 ~ /^Redis Lua CAS/ && $6 == c { printf "%d", $9 }' "$ROWS")
+	n=$(awk -v o="${ops:-0}" -v s="$SECS" 'BEGIN { n = int(o * s); if (n < 1000) n = 1000; print n }')
+	if bounded 120 redis-benchmark -h $HOST -p "$REDIS_PORT" -c "$c" -n "$n" -r 1000000 --csv \
+		eval "$CAS_LUA" 1 'peers:rb:__rand_int__' 0 1 >"$WORK/out" 2>>"$WORK/redis-benchmark.err"; then
+		# "test","rps","avg","min","p50","p95","p99","max" (latencies in ms)
+		read -r rps p50 p99 < <(tail -n 1 "$WORK/out" | awk -F'","' '{ gsub(/"/, "", $NF); printf "%.0f %.1f %.1f\n", $2, $5 * 1000, $7 * 1000 }')
+		row "Redis Lua CAS (redis-benchmark eval)" - - - - "$c" "$p50" "$p99" "$rps" ""
+	else
+		na "Redis Lua CAS (redis-benchmark eval)" - - - - "$c" "redis-benchmark failed"
+	fi
+	measure "memcached gets+cas" - - - - "$c" -- "${PL[@]}" -c "$c" memcached "$HOST:$MC_PORT"
+done
+
+# ---- the agent's loop modes: what this dpu-agent accepts ----
+# The "loop = blocking|adaptive|poll" configuration key where the agent has
+# it; an agent without it has only "poll = false" (blocking) and
+# "poll = true".
+loop_key=no
+if "$BIN/dpu-agent" --help 2>&1 | grep -q -- '-loop'; then
+	loop_key=yes
+else
+	mkdir -p "$WORK/probe"
+	printf 'loop = adaptive\nrun-dir = %s\nheartbeat = 1s\ndead-interval = 1ms\n' "$WORK/probe" >"$WORK/probe/agent.conf"
+	bounded 5 "$BIN/dpu-agent" --config "$WORK/probe/agent.conf" >"$WORK/probe/out" 2>&1 || true
+	grep -q 'loop' "$WORK/probe/out" || loop_key=yes
+fi
+mode_line() { # the configuration line for mode $1, or nothing when unsupported
+	if [[ $loop_key == yes ]]; then
+		echo "loop = $1"
+	else
+		case $1 in
+		blocking) echo "poll = false" ;;
+		poll) echo "poll = true" ;;
+		esac
+	fi
+}
+agent_for() { # a dpu-agent that adds mode $1's line to the configuration dpu-fabric wrote
+	local w=$WORK/agent-$1
+	cat >"$w" <<-EOF
+		#!/bin/sh
+		# dpu-agent with "$(mode_line "$1")" added to its configuration
+		if [ "\$1" = --config ] && ! grep -qx '$(mode_line "$1")' "\$2"; then
+			printf '%s\n' '$(mode_line "$1")' >>"\$2"
+		fi
+		exec '$BIN/dpu-agent' "\$@"
+	EOF
+	chmod +x "$w"
+	echo "$w"
+}
+
+# ---- the fabrics ----
+for links in $LINKS; do
+	for mode in $MODES; do
+		path="dpu CAS"
+		if [[ $links == veth && $(id -u) -ne 0 ]]; then
+			na "$path" "$links" "$mode" all all all "veth links need root"
+			continue
+		fi
+		if [[ -z $(mode_line "$mode") ]]; then
+			na "$path" "$links" "$mode" all all all "agent has no loop = $mode"
+			continue
+		fi
+		# The floor and the peer again, just before the rows divided by them.
+		for c in $CLIENTS; do
+			measure "SOCK_SEQPACKET echo (floor), again" - - - - "$c" -- "${PL[@]}" -c "$c" echo "$WORK/echo.sock"
+			measure "Redis Lua CAS (EVALSHA), again" - - - - "$c" -- "${PL[@]}" -c "$c" redis "$HOST:$REDIS_PORT"
+		done
+		dir=$WORK/fabric-$links-$mode
+		FABRICS+=("$dir")
+		log "fabric: 3 nodes, line, $links links, $(mode_line "$mode")"
+		if ! bounded 120 "$BIN/dpu-fabric" up --nodes 3 --topo line --links "$links" --dir "$dir" \
+			--agent "$(agent_for "$mode")" >"$WORK/fabric-$links-$mode.log" 2>&1; then
+			na "$path" "$links" "$mode" all all all "fabric did not come up: $(tail -n 1 "$WORK/fabric-$links-$mode.log")"
+			[[ ! -f $dir/fabric.json ]] || timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || true
+			FABRICS=()
+			continue
+		fi
+		rings=failed
+		if bounded 30 "$PEERLOAD" transport "$dir/node0/dpu0.sock" >"$WORK/out" 2>>"$WORK/peerload.err"; then
+			rings=$(cat "$WORK/out")
+		fi
+		for transport in socket ring; do
+			if [[ $transport == ring && $rings != transport=ring ]]; then
+				if [[ $rings == failed ]]; then
+					na "$path" "$links" "$mode" ring all all "transport probe failed"
+				else
+					why="agent offers no rings"
+					[[ $LIBDPU_RINGS == yes ]] || why="$why; libdpu has no ring transport"
+					na "$path" "$links" "$mode" ring all all "$why"
+				fi
+				continue
+			fi
+			rings_env=()
+			[[ $transport == socket ]] && rings_env=(DPU_RINGS=0)
+			for o in 0 1 2; do
+				for c in $CLIENTS; do
+					measure "$path" "$links" "$mode" "$transport" "${OWNERS[$o]}" "$c" -- \
+						env "${rings_env[@]}" "${PL[@]}" -c "$c" \
+						dpu "$dir/node0/dpu0.sock" "$dir/node$o/dpu0.sock"
+				done
+			done
+		done
+		timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || log "dpu-fabric down --dir $dir failed"
+		FABRICS=()
+	done
+done
+
+# ---- Redis again: how much the machine changed during the run ----
+for c in $CLIENTS; do
+	measure "Redis Lua CAS (EVALSHA), again at the end" - - - - "$c" -- "${PL[@]}" -c "$c" redis "$HOST:$REDIS_PORT"
+done
+
+# ---- the table ----
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || rev="$rev+dirty"
+echo
+echo "bench-peers: $START, $SECONDS s, commit $rev, $(nproc) cores, load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end, kernel $(uname -r)"
+echo "peers: Redis $REDIS_VERSION, memcached $MC_VERSION; $SECS s per measurement after $WARM s warm-up (longer, by up to $EXTEND s, until 50 operations are done)$([[ $QUICK == 1 ]] && echo ' (BENCH_QUICK)')"
+echo "loop modes: $(for m in $MODES; do l=$(mode_line "$m"); printf '%s = "%s"; ' "$m" "${l:-n/a}"; done)"
+echo
+awk -F'\t' '
+function num(s) { return s ~ /^[0-9.]+$/ }
+function ratio(a, b,   r) {
+  if (!(num(a) && num(b) && b > 0)) return "n/a"
+  r = a / b
+  return r >= 0.1 ? sprintf("%.2f", r) : sprintf("%.2g", r)
+}
+{ rows[NR] = $0
+  if ($1 == "SOCK_SEQPACKET echo (floor)" && !($6 in e50)) e50[$6] = $7
+  if ($1 == "Redis Lua CAS (EVALSHA)" && !($6 in r50)) { r50[$6] = $7; r99[$6] = $8; rops[$6] = $9 } }
+END {
+  print "| path | links | loop | transport | owner | clients | p50 µs | p99 µs | ops/s | p50 ÷ Redis | p99 ÷ Redis | ops/s ÷ Redis | p50 ÷ echo | note |"
+  print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for (i = 1; i <= NR; i++) {
+    split(rows[i], f, "\t")
+    c = f[6]
+    # The peers are divided by the first Redis EVALSHA row with as many
+    # clients, every later row by the latest one above it (a Redis row by
+    # the one before it: how much the machine changed); the same for the
+    # echo and the p50 ÷ echo column.
+    redis = f[1] ~ /^Redis Lua CAS \(EVALSHA\)/ && num(f[7])
+    echo = f[1] ~ /^SOCK_SEQPACKET echo/ && num(f[7])
+    if (num(f[7])) { a = ratio(f[7], r50[c]); b = ratio(f[8], r99[c]); o = ratio(f[9], rops[c]); e = ratio(f[7], e50[c]) }
+    else { a = b = o = e = "n/a" }
+    if (redis) { r50[c] = f[7]; r99[c] = f[8]; rops[c] = f[9] }
+    if (echo) e50[c] = f[7]
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], c, f[7], f[8], f[9], a, b, o, e, f[10]
+  }
+}' "$ROWS"
