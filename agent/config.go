@@ -30,10 +30,17 @@ type PortSpec struct {
 	Name string   // local port name, e.g. "p0"
 	Kind string   // PortUDP, PortXDP or PortAFPacket
 	Args []string // kind-specific arguments
+	// Channels is how many channels the link stripes over (0: the
+	// configuration's channels key; see channels.go).
+	Channels int
 }
 
 func (p PortSpec) String() string {
-	return strings.Join(append([]string{p.Name, p.Kind}, p.Args...), " ")
+	s := strings.Join(append([]string{p.Name, p.Kind}, p.Args...), " ")
+	if p.Channels > 0 {
+		s += " channels=" + strconv.Itoa(p.Channels)
+	}
+	return s
 }
 
 // Config is the agent's configuration. The zero value is not valid; start
@@ -61,6 +68,9 @@ type Config struct {
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
 	GPU gpu.Config
+	// Channels is how many channels each port's link stripes over unless
+	// its port line says channels=K (0 or 1: one).
+	Channels int
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -99,8 +109,8 @@ func (c *Config) LoadFile(path string) error {
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, and
-// port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
+// gpu-device, channels, and
+// port (repeatable: "port = NAME KIND ARGS... [channels=K]"). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
 	sc := bufio.NewScanner(r)
@@ -184,6 +194,8 @@ func (c *Config) Set(key, val string) error {
 		c.PinBound, err = parsePositiveDuration(val)
 	case "xdp-pin-dir":
 		c.XDPPinDir = val
+	case "channels":
+		c.Channels, err = parseChannels(val)
 	case "gpu-mem-limit":
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":
@@ -267,6 +279,13 @@ func ParsePortSpec(s string) (PortSpec, error) {
 		return PortSpec{}, fmt.Errorf("port %q: want NAME KIND ARGS", s)
 	}
 	p := PortSpec{Name: f[0], Kind: f[1], Args: f[2:]}
+	if n := len(p.Args); n > 0 && strings.HasPrefix(p.Args[n-1], "channels=") {
+		k, err := parseChannels(strings.TrimPrefix(p.Args[n-1], "channels="))
+		if err != nil {
+			return PortSpec{}, fmt.Errorf("port %q: %w", s, err)
+		}
+		p.Channels, p.Args = k, p.Args[:n-1]
+	}
 	want := map[string]int{PortUDP: 2, PortXDP: 1, PortAFPacket: 1}
 	n, ok := want[p.Kind]
 	if !ok {

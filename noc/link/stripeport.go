@@ -49,8 +49,9 @@ type StripedPort struct {
 }
 
 var (
-	_ noc.Port   = (*StripedPort)(nil)
-	_ noc.Poller = (*StripedPort)(nil)
+	_ noc.Port    = (*StripedPort)(nil)
+	_ noc.Poller  = (*StripedPort)(nil)
+	_ noc.Flusher = (*StripedPort)(nil)
 )
 
 // NewStripedPort joins chans (two or more) into one port named name. A zero
@@ -139,6 +140,25 @@ func (p *StripedPort) WriteDatagram(b []byte) error {
 	if err != nil {
 		p.writeErrors.Add(1)
 		return fmt.Errorf("link: %s channel %d: %w", p.name, c, err)
+	}
+	return nil
+}
+
+// Flush implements noc.Flusher: channels that batch their writes send
+// what they hold.
+func (p *StripedPort) Flush() error {
+	var errs []error
+	for c, ch := range p.chans {
+		if f, ok := ch.(noc.Flusher); ok {
+			p.wmu[c].Lock()
+			if err := f.Flush(); err != nil {
+				errs = append(errs, fmt.Errorf("channel %d: %w", c, err))
+			}
+			p.wmu[c].Unlock()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("link: %s: flush: %w", p.name, err)
 	}
 	return nil
 }
@@ -310,12 +330,14 @@ func (p *StripedPort) deliverLocked() {
 	}
 }
 
-// outputLocked writes channel c's owed control datagrams.
+// outputLocked writes channel c's owed control datagrams (and flushes a
+// channel that batches: nobody else would).
 func (p *StripedPort) outputLocked(c int, buf []byte) {
+	wrote := false
 	for {
 		n, ok := p.st.Output(p.now(), c, buf)
 		if !ok {
-			return
+			break
 		}
 		p.wmu[c].Lock()
 		err := p.chans[c].WriteDatagram(buf[:n])
@@ -323,6 +345,14 @@ func (p *StripedPort) outputLocked(c int, buf []byte) {
 		if err != nil {
 			p.writeErrors.Add(1)
 		}
+		wrote = true
+	}
+	if f, ok := p.chans[c].(noc.Flusher); ok && wrote {
+		p.wmu[c].Lock()
+		if err := f.Flush(); err != nil {
+			p.writeErrors.Add(1)
+		}
+		p.wmu[c].Unlock()
 	}
 }
 
