@@ -23,6 +23,7 @@ const (
 	PortUDP      = "udp"      // UDP socket: ARGS = LOCAL-ADDR REMOTE-ADDR
 	PortXDP      = "xdp"      // AF_XDP on a netdev, falling back to AF_PACKET: ARGS = DEV
 	PortAFPacket = "afpacket" // AF_PACKET on a netdev: ARGS = DEV
+	PortRDMA     = "rdma"     // RC queue pair (RoCE): ARGS = DEV LOCAL-ADDR REMOTE-ADDR (bootstrap)
 )
 
 // PortSpec describes one neighbour link of the agent.
@@ -286,10 +287,10 @@ func ParsePortSpec(s string) (PortSpec, error) {
 		}
 		p.Channels, p.Args = k, p.Args[:n-1]
 	}
-	want := map[string]int{PortUDP: 2, PortXDP: 1, PortAFPacket: 1}
+	want := map[string]int{PortUDP: 2, PortXDP: 1, PortAFPacket: 1, PortRDMA: 3}
 	n, ok := want[p.Kind]
 	if !ok {
-		return PortSpec{}, fmt.Errorf("port %q: unknown kind %q (want udp, xdp or afpacket)", s, p.Kind)
+		return PortSpec{}, fmt.Errorf("port %q: unknown kind %q (want udp, xdp, afpacket or rdma)", s, p.Kind)
 	}
 	if len(p.Args) != n {
 		return PortSpec{}, fmt.Errorf("port %q: kind %s takes %d argument(s), got %d", s, p.Kind, n, len(p.Args))

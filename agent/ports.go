@@ -9,6 +9,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/port/rdma"
 	"github.com/aitherion/dpu/noc/port/udp"
 	"github.com/aitherion/dpu/noc/port/xdp"
 )
@@ -73,6 +74,29 @@ func init() {
 			return p, kinds[0], nil
 		}
 	}
+	RegisterPort(PortRDMA, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
+		k := channelsOf(spec, cfg)
+		p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+			local, err := offsetAddr(spec.Args[1], i)
+			if err != nil {
+				return nil, err
+			}
+			remote, err := offsetAddr(spec.Args[2], i)
+			if err != nil {
+				return nil, err
+			}
+			name := spec.Name
+			if k > 1 {
+				name = fmt.Sprintf("%s/qp%d", spec.Name, i)
+			}
+			return rdma.Open(spec.Args[0], local, remote, rdma.Options{Name: name, Logger: log})
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		logChannels(log, spec, p)
+		return p, PortRDMA, nil
+	})
 	RegisterPort(PortXDP, openNetdev(false))
 	RegisterPort(PortAFPacket, openNetdev(true))
 }
