@@ -42,6 +42,10 @@ type Params struct {
 	LinkKind string
 	// Ports are raw port specifications, "NAME KIND ARGS..." (dpu.ports).
 	Ports []string
+	// Rxe are netdevs that carry soft-RoCE (dpu.rxe): each is brought up
+	// and addressed like a link, is no port itself, and gets an RDMA
+	// device rxeI (I from 0, in order) for rdma ports to open.
+	Rxe []Link
 	// Config is the agent configuration file (dpu.conf); "" means the
 	// image's default.
 	Config string
@@ -86,6 +90,8 @@ const DefaultTestTimeout = 45 * time.Second
 //	                           AF_XDP falling back to AF_PACKET)
 //	dpu.ports=SPEC;SPEC…       extra ports, each "NAME KIND ARGS...", fields
 //	                           separated by commas (or spaces inside quotes)
+//	dpu.rxe=DEV[=ADDR/LEN],…   netdevs to bring up with a soft-RoCE device
+//	                           rxeI each (for rdma ports); not ports themselves
 //	dpu.conf=PATH              agent configuration file to use
 //	dpu.loglevel=LEVEL         debug, info, warn or error
 //	dpu.test=1                 run the boot self-test, then power off
@@ -148,6 +154,12 @@ func (p *Params) set(key, val string) error {
 			return errors.New("want xdp or afpacket")
 		}
 		p.LinkKind = val
+	case "rxe":
+		links, err := parseLinks(val)
+		if err != nil {
+			return err
+		}
+		p.Rxe = links
 	case "ports":
 		ports, err := parsePorts(val)
 		if err != nil {
@@ -241,12 +253,18 @@ func (p Params) PortSpecs() []string {
 	return append(specs, p.Ports...)
 }
 
-// Netdevs returns the netdevs to bring up: the links, then the devices of
-// raw AF_XDP and AF_PACKET ports, each once.
+// Netdevs returns the netdevs to bring up: the links, the soft-RoCE
+// netdevs, then the devices of raw AF_XDP and AF_PACKET ports, each once.
 func (p Params) Netdevs() []Link {
 	var out []Link
 	seen := map[string]bool{}
 	for _, l := range p.Links {
+		if !seen[l.Dev] {
+			seen[l.Dev] = true
+			out = append(out, l)
+		}
+	}
+	for _, l := range p.Rxe {
 		if !seen[l.Dev] {
 			seen[l.Dev] = true
 			out = append(out, l)

@@ -93,6 +93,13 @@ func (linuxSystem) AddAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 
+func (linuxSystem) AddRxe(name, netdev string) error {
+	if _, err := netlink.RdmaLinkByName(name); err == nil {
+		return nil // already there
+	}
+	return netlink.RdmaLinkAdd(name, "rxe", netdev)
+}
+
 func (linuxSystem) FileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil

@@ -28,6 +28,7 @@ type fakeSystem struct {
 	up         []string
 	addrs      map[string]netip.Prefix
 	agentArgs  []string
+	rxe        []string
 	started    bool
 	dpuctl     func(call int, args []string) ([]byte, error)
 	calls      int
@@ -71,6 +72,10 @@ func (s *fakeSystem) AddAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 func (s *fakeSystem) FileExists(path string) bool { return s.files[path] }
+func (s *fakeSystem) AddRxe(name, netdev string) error {
+	s.rxe = append(s.rxe, name+"@"+netdev)
+	return nil
+}
 func (s *fakeSystem) StartAgent(args []string) error {
 	s.started, s.agentArgs = true, args
 	return nil
@@ -156,6 +161,22 @@ func TestBootStartsAgentOnLinks(t *testing.T) {
 	}
 	if !strings.Contains(logs, "carries none") || !strings.Contains(logs, `"p0 xdp eth0"`) {
 		t.Errorf("logs:\n%s", logs)
+	}
+}
+
+func TestBootCreatesSoftRoCE(t *testing.T) {
+	s := newFakeSystem("console=ttyS0 dpu.node=1 dpu.rxe=eth0=169.254.77.2/30 dpu.ports=p0,rdma,rxe0,169.254.77.2:7700,169.254.77.1:7700")
+	s.appearsAt["eth0"] = 0
+	bootWith(t, s)
+	if !reflect.DeepEqual(s.up, []string{"lo", "eth0"}) || s.addrs["eth0"] != netip.MustParsePrefix("169.254.77.2/30") {
+		t.Errorf("up %q addrs %v", s.up, s.addrs)
+	}
+	if !reflect.DeepEqual(s.rxe, []string{"rxe0@eth0"}) {
+		t.Errorf("soft-RoCE devices %q", s.rxe)
+	}
+	want := []string{"--node", "1", "--port", "p0 rdma rxe0 169.254.77.2:7700 169.254.77.1:7700"}
+	if !reflect.DeepEqual(s.agentArgs, want) {
+		t.Errorf("agent args %q, want %q", s.agentArgs, want)
 	}
 }
 
