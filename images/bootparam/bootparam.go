@@ -73,6 +73,9 @@ type Test struct {
 	// Linger keeps the machine up after the test, so that peers still
 	// running their checks keep their routes (dpu.test.linger).
 	Linger time.Duration
+	// Restart kills the agent after the checks and waits until the
+	// supervisor's new agent routes to the peers again (dpu.test.restart).
+	Restart bool
 }
 
 // DefaultTestTimeout bounds the boot test when dpu.test.timeout is absent.
@@ -99,6 +102,8 @@ const DefaultTestTimeout = 45 * time.Second
 //	dpu.test.timeout=DURATION  bound of the self-test (default 45s)
 //	dpu.test.linger=DURATION   stay up this long after the self-test (≤ 1m),
 //	                           for peers still running theirs
+//	dpu.test.restart=1         after the checks, kill the agent and wait for
+//	                           the restarted one to route to the peers again
 //
 // Values may be double-quoted as on any kernel command line. A repeated
 // parameter overrides the earlier one. Every problem is reported (joined
@@ -208,6 +213,12 @@ func (p *Params) set(key, val string) error {
 			return errors.New("want 0 to 1m")
 		}
 		p.Test.Linger = d
+	case "test.restart":
+		on, err := strconv.ParseBool(val)
+		if err != nil {
+			return err
+		}
+		p.Test.Restart = on
 	default:
 		return errors.New("unknown parameter")
 	}

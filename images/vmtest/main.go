@@ -202,12 +202,21 @@ func rdmaPairScenario() scenario {
 			fmt.Sprintf("dpu.ports=p0,rdma,rxe0,169.254.77.%d:7700,169.254.77.%d:7700", self, peer),
 		}
 	})
+	// Node 1 kills its agent after the checks; the supervisor's new agent
+	// must bootstrap a new queue pair with node 0, which stays up for it.
+	sc.Guests[0].Append = append(sc.Guests[0].Append, "dpu.test.linger=45s", "dpu.test.timeout=150s")
+	sc.Guests[1].Append = append(sc.Guests[1].Append, "dpu.test.restart=1", "dpu.test.timeout=150s")
 	verify := sc.Verify
 	sc.Verify = func(gs []*guest) ([]string, error) {
 		notes, err := verify(gs)
 		if err != nil {
 			return nil, err
 		}
+		restart, end := gs[1].console.Check("restart")
+		if end != "ok" || len(restart) == 0 {
+			return nil, fmt.Errorf("node1: restart %q: %q", end, restart)
+		}
+		notes = append(notes, "node1: "+restart[0])
 		for _, g := range gs {
 			lines, _ := g.console.Check("link-json")
 			kinds, err := linkKinds(lines)

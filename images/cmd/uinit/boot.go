@@ -43,6 +43,9 @@ type system interface {
 	// StartAgent starts the supervised agent with args in the background;
 	// it returns once the supervisor runs.
 	StartAgent(args []string) error
+	// KillAgent kills the running agent (SIGKILL); its supervisor starts
+	// a new one.
+	KillAgent() error
 	// Dpuctl runs dpuctl with args and returns its standard output.
 	Dpuctl(ctx context.Context, args ...string) ([]byte, error)
 	// HostMemory connects to the agent's host interface (dpu0.sock).

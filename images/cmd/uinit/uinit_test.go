@@ -29,6 +29,7 @@ type fakeSystem struct {
 	addrs      map[string]netip.Prefix
 	agentArgs  []string
 	rxe        []string
+	kills      int
 	started    bool
 	dpuctl     func(call int, args []string) ([]byte, error)
 	calls      int
@@ -72,6 +73,12 @@ func (s *fakeSystem) AddAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 func (s *fakeSystem) FileExists(path string) bool { return s.files[path] }
+func (s *fakeSystem) KillAgent() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kills++
+	return nil
+}
 func (s *fakeSystem) AddRxe(name, netdev string) error {
 	s.rxe = append(s.rxe, name+"@"+netdev)
 	return nil
@@ -314,5 +321,31 @@ func TestMissingRoutes(t *testing.T) {
 		if got := missingRoutes([]byte(tt.table), []uint32{1, 2, 1}); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("missingRoutes(%s) = %v, want %v", tt.table, got, tt.want)
 		}
+	}
+}
+
+func TestRestartAgentWaitsForTheNewAgent(t *testing.T) {
+	s := newFakeSystem("")
+	s.dpuctl = func(call int, args []string) ([]byte, error) {
+		switch {
+		case call <= 2: // the old agent is gone, the new one not yet up
+			return nil, errors.New("dial /run/dpu/ctl.sock: connection refused")
+		case call <= 4: // up, not yet routing
+			return []byte(`[{"dst":0,"hops":0}]`), nil
+		}
+		return []byte(`[{"dst":0,"hops":0},{"dst":1,"hops":1}]`), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	line, err := restartAgent(ctx, s, []uint32{1})
+	if err != nil || s.kills != 1 || !strings.Contains(line, "routes to [1]") {
+		t.Fatalf("line %q, err %v, kills %d", line, err, s.kills)
+	}
+	// An agent that never comes back fails within the bound.
+	s.dpuctl = func(int, []string) ([]byte, error) { return nil, errors.New("refused") }
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel2()
+	if _, err := restartAgent(ctx2, s, []uint32{1}); err == nil {
+		t.Fatal("restart passed with no agent")
 	}
 }
