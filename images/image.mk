@@ -27,7 +27,7 @@ VMTEST_TIMEOUT ?= 60s
 # More vmtest flags, e.g. VMTEST_ARGS="-run single,pair,shell,pair-afpacket,pair-udp".
 VMTEST_ARGS    ?=
 # The RoCE boot test: amd64 guests (TCG), soft-RoCE, the cgo agent.
-RDMATEST_MODULES := virtio_pci virtio_net rdma_rxe
+RDMATEST_MODULES := virtio_pci virtio_net crc32_generic rdma_rxe
 RDMATEST_KERNEL  := $(IMAGE_CACHE)/amd64
 RDMATEST_OUT     := $(IMAGE_OUT)/rdma
 RDMATEST_TIMEOUT ?= 240s
