@@ -223,7 +223,7 @@ func rdmaPairScenario() scenario {
 			if err != nil {
 				return nil, err
 			}
-			if kinds["p0"] != "rdma" {
+			if !strings.HasPrefix(kinds["p0"], "rdma") {
 				return nil, fmt.Errorf("%s: port p0 is %q, want rdma", g.spec.Name, kinds["p0"])
 			}
 		}
