@@ -58,7 +58,7 @@ type Port struct {
 
 	stats struct {
 		txDatagrams, txInline, rxDatagrams, busy, notConnected atomic.Uint64
-		wcErrors, resets, connects, foreign, badHandles         atomic.Uint64
+		wcErrors, resets, connects, foreign, badHandles        atomic.Uint64
 	}
 }
 
