@@ -23,6 +23,7 @@ const (
 	PortUDP      = "udp"      // UDP socket: ARGS = LOCAL-ADDR REMOTE-ADDR
 	PortXDP      = "xdp"      // AF_XDP on a netdev, falling back to AF_PACKET: ARGS = DEV
 	PortAFPacket = "afpacket" // AF_PACKET on a netdev: ARGS = DEV
+	PortRDMA     = "rdma"     // RC queue pair (RoCE): ARGS = DEV LOCAL-ADDR REMOTE-ADDR (bootstrap)
 )
 
 // PortSpec describes one neighbour link of the agent.
@@ -30,10 +31,17 @@ type PortSpec struct {
 	Name string   // local port name, e.g. "p0"
 	Kind string   // PortUDP, PortXDP or PortAFPacket
 	Args []string // kind-specific arguments
+	// Channels is how many channels the link stripes over (0: the
+	// configuration's channels key; see channels.go).
+	Channels int
 }
 
 func (p PortSpec) String() string {
-	return strings.Join(append([]string{p.Name, p.Kind}, p.Args...), " ")
+	s := strings.Join(append([]string{p.Name, p.Kind}, p.Args...), " ")
+	if p.Channels > 0 {
+		s += " channels=" + strconv.Itoa(p.Channels)
+	}
+	return s
 }
 
 // Config is the agent's configuration. The zero value is not valid; start
@@ -64,6 +72,9 @@ type Config struct {
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
 	GPU ledger.Config
+	// Channels is how many channels each port's link stripes over unless
+	// its port line says channels=K (0 or 1: one).
+	Channels int
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -105,8 +116,8 @@ func (c *Config) LoadFile(path string) error {
 // log-level, loop (blocking, adaptive or poll), spin (the adaptive
 // loop's budget), poll (= loop poll), heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), and
-// port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
+// gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels, and
+// port (repeatable: "port = NAME KIND ARGS... [channels=K]"). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
 	sc := bufio.NewScanner(r)
@@ -200,6 +211,8 @@ func (c *Config) Set(key, val string) error {
 		c.PinBound, err = parsePositiveDuration(val)
 	case "xdp-pin-dir":
 		c.XDPPinDir = val
+	case "channels":
+		c.Channels, err = parseChannels(val)
 	case "gpu-mem-limit":
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":
@@ -285,10 +298,17 @@ func ParsePortSpec(s string) (PortSpec, error) {
 		return PortSpec{}, fmt.Errorf("port %q: want NAME KIND ARGS", s)
 	}
 	p := PortSpec{Name: f[0], Kind: f[1], Args: f[2:]}
-	want := map[string]int{PortUDP: 2, PortXDP: 1, PortAFPacket: 1}
+	if n := len(p.Args); n > 0 && strings.HasPrefix(p.Args[n-1], "channels=") {
+		k, err := parseChannels(strings.TrimPrefix(p.Args[n-1], "channels="))
+		if err != nil {
+			return PortSpec{}, fmt.Errorf("port %q: %w", s, err)
+		}
+		p.Channels, p.Args = k, p.Args[:n-1]
+	}
+	want := map[string]int{PortUDP: 2, PortXDP: 1, PortAFPacket: 1, PortRDMA: 3}
 	n, ok := want[p.Kind]
 	if !ok {
-		return PortSpec{}, fmt.Errorf("port %q: unknown kind %q (want udp, xdp or afpacket)", s, p.Kind)
+		return PortSpec{}, fmt.Errorf("port %q: unknown kind %q (want udp, xdp, afpacket or rdma)", s, p.Kind)
 	}
 	if len(p.Args) != n {
 		return PortSpec{}, fmt.Errorf("port %q: kind %s takes %d argument(s), got %d", s, p.Kind, n, len(p.Args))

@@ -17,6 +17,8 @@ node = 3
 run-dir = /tmp/x
 port = p0 udp 127.0.0.1:7000 127.0.0.1:7001
 port = p1 xdp veth1
+port = p2 udp 127.0.0.1:7010 127.0.0.1:7020 channels=4
+channels = 2
 
 heartbeat = 50ms
 dead-interval = 400ms
@@ -28,7 +30,7 @@ gpu-device = GPU-1234 512M 25
 	if err := c.Load("a.conf", strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
-	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || c.Loop != LoopPoll {
+	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 3 || c.Ports[2].Channels != 4 || c.Ports[0].Channels != 0 || c.Channels != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || c.Loop != LoopPoll {
 		t.Fatalf("got %+v", c)
 	}
 	if c.GPU.Default.Memory != 8<<30 || c.GPU.Default.Quota != 50 || c.GPU.Devices["GPU-1234"].Memory != 512<<20 || c.GPU.Devices["GPU-1234"].Quota != 25 {
@@ -52,6 +54,9 @@ func TestConfigErrors(t *testing.T) {
 		{"gpu-quota = 101", "above 100"},
 		{"gpu-mem-limit = 8Q", "bad value"},
 		{"gpu-device = 0 1G", "want DEVICE"},
+		{"channels = 0", "outside [1, 64]"},
+		{"port = p0 udp a b channels=x", "invalid syntax"},
+		{"port = p0 udp a channels=2", "takes 2 argument(s)"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/port/rdma"
 	"github.com/aitherion/dpu/noc/port/udp"
 	"github.com/aitherion/dpu/noc/port/xdp"
 )
@@ -23,27 +24,79 @@ const udpMTU = 1500
 const txBatch = 32
 
 func init() {
-	RegisterPort(PortUDP, func(spec PortSpec, _ *Config, _ *slog.Logger) (noc.Port, string, error) {
-		p, err := udp.Open(spec.Args[0], spec.Args[1], udpMTU)
+	RegisterPort(PortUDP, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
+		p, err := openChannels(spec, cfg, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
+			local, err := offsetAddr(spec.Args[0], i)
+			if err != nil {
+				return nil, err
+			}
+			remote, err := offsetAddr(spec.Args[1], i)
+			if err != nil {
+				return nil, err
+			}
+			return udp.Open(local, remote, udpMTU)
+		})
 		if err != nil {
 			return nil, "", err
 		}
+		logChannels(log, spec, p)
 		return p, PortUDP, nil
 	})
 	openNetdev := func(force bool) PortOpener {
 		return func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
-			dev := spec.Args[0]
-			opts := xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log, TxBatch: txBatch}
-			if cfg.XDPPinDir != "" {
-				opts.PinDir = filepath.Join(cfg.XDPPinDir, dev)
-			}
-			p, kind, err := xdp.Open(dev, opts)
+			k := channelsOf(spec, cfg)
+			devs, err := netdevChannels(spec, k)
 			if err != nil {
 				return nil, "", err
 			}
-			return p, kind.String(), nil
+			kinds := make([]string, k)
+			p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+				dev := devs[i]
+				name := spec.Name
+				if k > 1 {
+					name = dev
+				}
+				opts := xdp.Options{Name: name, ForceAFPacket: force, Logger: log, TxBatch: txBatch}
+				if cfg.XDPPinDir != "" {
+					opts.PinDir = filepath.Join(cfg.XDPPinDir, dev)
+				}
+				p, kind, err := xdp.Open(dev, opts)
+				if err != nil {
+					return nil, err
+				}
+				kinds[i] = kind.String()
+				return p, nil
+			})
+			if err != nil {
+				return nil, "", err
+			}
+			logChannels(log, spec, p)
+			return p, kinds[0], nil
 		}
 	}
+	RegisterPort(PortRDMA, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
+		k := channelsOf(spec, cfg)
+		p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+			local, err := offsetAddr(spec.Args[1], i)
+			if err != nil {
+				return nil, err
+			}
+			remote, err := offsetAddr(spec.Args[2], i)
+			if err != nil {
+				return nil, err
+			}
+			name := spec.Name
+			if k > 1 {
+				name = fmt.Sprintf("%s/qp%d", spec.Name, i)
+			}
+			return rdma.Open(spec.Args[0], local, remote, rdma.Options{Name: name, Logger: log})
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		logChannels(log, spec, p)
+		return p, PortRDMA, nil
+	})
 	RegisterPort(PortXDP, openNetdev(false))
 	RegisterPort(PortAFPacket, openNetdev(true))
 }

@@ -56,6 +56,7 @@ func (s source) Links() []ctl.Link {
 				s.a.log.Warn("link show", "err", err)
 			}
 			l.Counters = append(l.Counters, cs...)
+			l.Channels = linkChannels(s.a.ports[p.ID].port)
 			out = append(out, l)
 		}
 	})

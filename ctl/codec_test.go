@@ -27,6 +27,8 @@ func TestObjectRoundTrip(t *testing.T) {
 			TxDatagrams: 1, TxBytes: 2, RxDatagrams: 3, RxBytes: 4, TxMessages: 5, RxMessages: 6,
 			Retransmits: 7, CRCErrors: 8, Duplicates: 9, RTT: 1234567 * time.Nanosecond,
 			Counters: []Counter{{"redirected_cpu0", 1}, {"passed_cpu0", 0}, {"dropped_cpu1", 1 << 40}},
+			Channels: []Channel{{Index: 0, Name: "q0", State: LinkUp, Counters: []Counter{{"lost", 3}}},
+				{Index: 1, Name: "q1", State: LinkDown}},
 		}, &Link{}},
 		{"neighbour", &Neighbour{Port: "p1", PortIndex: 1, Node: 77, State: NeighStale, LastHeard: 3 * time.Second}, &Neighbour{}},
 		{"stats", &Stats{Node: 5, Uptime: time.Hour, Counters: []Counter{{"b", 2}, {"a", 1}, {"ü-ñ", 3}}}, &Stats{}},

@@ -105,7 +105,9 @@
 //	           9 tx bytes u64, 10 rx datagrams u64, 11 rx bytes u64,
 //	           12 tx messages u64, 13 rx messages u64, 14 retransmits u64,
 //	           15 crc errors u64, 16 duplicates u64, 17 rtt s64 ns,
-//	           18 counters (counter list)
+//	           18 counters (counter list), 19 channels (nested; each entry 1
+//	           (nested): 1 index u32, 2 name string, 3 state u8, 4 counters
+//	           (counter list))
 //	counter list: nested; each entry 1 (nested): 1 name string, 2 value u64
 //	neigh      1 port string, 2 port index u16, 3 node u32, 4 state u8
 //	           (0 none, 1 init, 2 reachable, 3 stale, 4 failed),

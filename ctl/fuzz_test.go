@@ -18,7 +18,8 @@ type fuzzSource struct{}
 
 func (fuzzSource) Routes() []Route { return []Route{{Dst: 1, Port: "p0", NextHop: 1, Hops: 1}} }
 func (fuzzSource) Links() []Link {
-	return []Link{{Name: "p0", Kind: "mem", State: LinkUp, Counters: []Counter{{"passed_cpu0", 1}}}}
+	return []Link{{Name: "p0", Kind: "mem", State: LinkUp, Counters: []Counter{{"passed_cpu0", 1}},
+		Channels: []Channel{{Index: 1, Name: "q1", State: LinkUp, Counters: []Counter{{"lost", 2}}}}}}
 }
 func (fuzzSource) Neighbours() []Neighbour {
 	return []Neighbour{{Port: "p0", Node: 1, State: NeighReachable}}

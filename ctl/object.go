@@ -71,6 +71,20 @@ type Link struct {
 	// Counters are the port's own counters (per-cpu redirected/passed/
 	// dropped of an AF_XDP port, ...), in the port's order.
 	Counters []Counter `json:"counters"`
+	// Channels are the channels a multi-channel link stripes over (none
+	// for a link of one channel).
+	Channels []Channel `json:"channels"`
+}
+
+// Channel is one channel of a multi-channel link: a UDP socket, an AF_XDP
+// queue, a queue pair.
+type Channel struct {
+	Index int       `json:"index"`
+	Name  string    `json:"name"`
+	State LinkState `json:"state"`
+	// Counters are the channel's own (tx/rx datagrams and bytes, lost,
+	// errors, in flight, ups, downs), in the agent's order.
+	Counters []Counter `json:"counters"`
 }
 
 // NeighState is the state of a neighbour found by hellos.
@@ -261,6 +275,15 @@ const (
 	linkDuplicates  uint16 = 16
 	linkRTT         uint16 = 17
 	linkCounters    uint16 = 18 // nested counter list
+	linkChannels    uint16 = 19 // nested: one nested channelEntry per channel
+)
+
+const (
+	channelEntry    uint16 = 1
+	channelIndex    uint16 = 1
+	channelName     uint16 = 2
+	channelState    uint16 = 3
+	channelCounters uint16 = 4 // nested counter list
 )
 
 // A counter list is a nested attribute holding one nested counterEntry per
@@ -386,6 +409,50 @@ func (l *Link) encode(ae *netlink.AttributeEncoder) {
 	ae.Uint64(linkDuplicates, l.Duplicates)
 	ae.Int64(linkRTT, int64(l.RTT))
 	encodeCounters(ae, linkCounters, l.Counters)
+	if len(l.Channels) > 0 {
+		ae.Nested(linkChannels, func(nae *netlink.AttributeEncoder) error {
+			for _, c := range l.Channels {
+				nae.Nested(channelEntry, func(cae *netlink.AttributeEncoder) error {
+					cae.Uint32(channelIndex, uint32(c.Index))
+					cae.String(channelName, c.Name)
+					cae.Uint8(channelState, uint8(c.State))
+					encodeCounters(cae, channelCounters, c.Counters)
+					return nil
+				})
+			}
+			return nil
+		})
+	}
+}
+
+func decodeChannels(ad *netlink.AttributeDecoder) []Channel {
+	var cs []Channel
+	ad.Nested(func(nad *netlink.AttributeDecoder) error {
+		for nad.Next() {
+			if nad.Type() != channelEntry {
+				continue
+			}
+			var c Channel
+			nad.Nested(func(cad *netlink.AttributeDecoder) error {
+				for cad.Next() {
+					switch cad.Type() {
+					case channelIndex:
+						c.Index = int(cad.Uint32())
+					case channelName:
+						c.Name = cad.String()
+					case channelState:
+						c.State = LinkState(cad.Uint8())
+					case channelCounters:
+						c.Counters = decodeCounters(cad)
+					}
+				}
+				return nil
+			})
+			cs = append(cs, c)
+		}
+		return nil
+	})
+	return cs
 }
 
 func (l *Link) decode(ad *netlink.AttributeDecoder) error {
@@ -427,6 +494,8 @@ func (l *Link) decode(ad *netlink.AttributeDecoder) error {
 			l.RTT = time.Duration(ad.Int64())
 		case linkCounters:
 			l.Counters = decodeCounters(ad)
+		case linkChannels:
+			l.Channels = decodeChannels(ad)
 		}
 	}
 	return ad.Err()

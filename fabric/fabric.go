@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -38,6 +39,9 @@ type Spec struct {
 	Heartbeat    time.Duration // link heartbeat (default 100 ms)
 	DeadInterval time.Duration // link dead interval (default 1 s)
 	ExtraArgs    []string      // appended to every agent's command line
+	// Channels is how many channels each link stripes over (udp links;
+	// 0 or 1: one).
+	Channels int
 }
 
 // Agent is one agent of a running fabric.
@@ -86,6 +90,9 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 	switch spec.Links {
 	case "udp":
 	case "veth":
+		if spec.Channels > 1 {
+			return nil, fmt.Errorf("fabric: --channels needs udp links (a veth link is one device)")
+		}
 		if os.Geteuid() != 0 {
 			return nil, fmt.Errorf("fabric: --links veth creates network namespaces and needs root")
 		}
@@ -122,7 +129,7 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 		}
 		ports = func(i int) string { return vethPorts(vf, i) }
 	} else {
-		addrs, err := loopbackAddrs(st.Edges)
+		addrs, err := loopbackAddrs(st.Edges, max(spec.Channels, 1))
 		if err != nil {
 			return nil, err
 		}
@@ -212,8 +219,9 @@ func FindAgent() (string, error) {
 	return p, nil
 }
 
-// loopbackAddrs reserves one UDP loopback address per port end.
-func loopbackAddrs(edges []topo.Link) (map[portEnd]string, error) {
+// loopbackAddrs reserves one UDP loopback address per port end, with k
+// consecutive ports (one per channel; the agent adds the channel index).
+func loopbackAddrs(edges []topo.Link, k int) (map[portEnd]string, error) {
 	addrs := map[portEnd]string{}
 	var held []*net.UDPConn
 	defer func() {
@@ -223,15 +231,45 @@ func loopbackAddrs(edges []topo.Link) (map[portEnd]string, error) {
 	}()
 	for _, e := range edges {
 		for _, end := range []portEnd{{e.A, e.PortA}, {e.B, e.PortB}} {
-			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			cs, err := reservePorts(k)
 			if err != nil {
 				return nil, fmt.Errorf("fabric: reserving a loopback port: %w", err)
 			}
-			held = append(held, c)
-			addrs[end] = c.LocalAddr().String()
+			held = append(held, cs...)
+			addrs[end] = cs[0].LocalAddr().String()
 		}
 	}
 	return addrs, nil
+}
+
+// reservePorts binds k consecutive loopback UDP ports (any one port when
+// k is 1).
+func reservePorts(k int) ([]*net.UDPConn, error) {
+	if k == 1 {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return nil, err
+		}
+		return []*net.UDPConn{c}, nil
+	}
+	for range 200 {
+		base := 20000 + rand.IntN(40000)
+		var cs []*net.UDPConn
+		for i := range k {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: base + i})
+			if err != nil {
+				break
+			}
+			cs = append(cs, c)
+		}
+		if len(cs) == k {
+			return cs, nil
+		}
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	return nil, fmt.Errorf("no %d consecutive free ports", k)
 }
 
 // portEnd is one end of a link: a node and its port.
@@ -244,6 +282,9 @@ func agentConf(i int, runDir string, spec Spec) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# node %d of a %d-node %s fabric over %s links (written by dpu-fabric)\n", i, spec.Nodes, spec.Topo, spec.Links)
 	fmt.Fprintf(&b, "node = %d\nrun-dir = %s\nheartbeat = %v\ndead-interval = %v\nseed = %d\n", i, runDir, spec.Heartbeat, spec.DeadInterval, uint64(spec.Seed)*1000003+uint64(i)+1)
+	if spec.Channels > 1 {
+		fmt.Fprintf(&b, "channels = %d\n", spec.Channels)
+	}
 	return b.String()
 }
 

@@ -189,3 +189,44 @@ func eventually(bound time.Duration, cond func() bool) bool {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+// TestMultiChannelFabric: a ring whose links stripe over two UDP channels
+// each converges, and every link lists both channels up.
+func TestMultiChannelFabric(t *testing.T) {
+	dir := t.TempDir()
+	spec := fabric.Spec{Nodes: 3, Topo: "ring", Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Channels: 2}
+	st, err := fabric.Up(context.Background(), spec, testWriter{t})
+	t.Cleanup(func() {
+		if err := fabric.Down(dir); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	for _, a := range st.Agents {
+		c, err := ctl.Dial(a.Ctl())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := eventually(10*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			links, err := c.Links(ctx)
+			if err != nil || len(links) != 2 {
+				return false
+			}
+			for _, l := range links {
+				if len(l.Channels) != 2 || l.Channels[0].State != ctl.LinkUp || l.Channels[1].State != ctl.LinkUp {
+					return false
+				}
+			}
+			return true
+		})
+		c.Close()
+		if !ok {
+			t.Fatalf("node %d: links do not list two channels up", a.Node)
+		}
+	}
+}

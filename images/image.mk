@@ -7,6 +7,8 @@
 #   make image IMAGE_CONF=FILE     carry FILE as /etc/dpu/agent.conf
 #   make image-test            fetch a Debian arm64 kernel, build the image with
 #                              its virtio modules, boot it under qemu and check it
+#   make rdma-test             the same with two amd64 guests, soft-RoCE (rdma_rxe)
+#                              and the rdma-tagged agent: RoCE ports between them
 
 IMAGE_ARCH    := $(if $(ARCH),$(ARCH),arm64)
 IMAGE_OUT     := images/out
@@ -24,8 +26,13 @@ VMTEST_KERNEL  := $(IMAGE_CACHE)/arm64
 VMTEST_TIMEOUT ?= 60s
 # More vmtest flags, e.g. VMTEST_ARGS="-run single,pair,shell,pair-afpacket,pair-udp".
 VMTEST_ARGS    ?=
+# The RoCE boot test: amd64 guests (TCG), soft-RoCE, the cgo agent.
+RDMATEST_MODULES := virtio_pci virtio_net crc32_generic rdma_rxe
+RDMATEST_KERNEL  := $(IMAGE_CACHE)/amd64
+RDMATEST_OUT     := $(IMAGE_OUT)/rdma
+RDMATEST_TIMEOUT ?= 240s
 
-.PHONY: image image-test image-clean
+.PHONY: image image-test image-clean rdma-test
 
 # image-build ARCH,MODULES: u-root's mkuimage (the version go.mod's tool
 # directive pins, built for this host) compiles every command into one
@@ -33,14 +40,14 @@ VMTEST_ARGS    ?=
 # /bin/sh gosh. init runs every uinit it finds (/bbin/uinit, /bin/uinit, …),
 # so there is no /bin/uinit link: /bbin/uinit, ours, runs once. gosh is built
 # with goshsmall, its plain line editor, which works on any serial console.
-# MODULES is a staged module tree or empty.
+# MODULES is a staged module tree or empty; EXTRA more mkuimage arguments.
 define image-build
 	@mkdir -p $(IMAGE_OUT)
 	$(GO) build -o $(IMAGE_OUT)/mkuimage github.com/u-root/mkuimage/cmd/mkuimage
 	GOOS=linux GOARCH=$(1) GOAMD64=v1 CGO_ENABLED=0 $(IMAGE_OUT)/mkuimage \
 		-build=bb -initcmd=init -uinitcmd= -defaultsh=gosh -go-build-tags=goshsmall -skip-ldd \
 		$(if $(2),-files $(2)/lib/modules:lib/modules) \
-		$(if $(IMAGE_CONF),-files $(IMAGE_CONF):etc/dpu/agent.conf) \
+		$(if $(IMAGE_CONF),-files $(IMAGE_CONF):etc/dpu/agent.conf) $(3) \
 		-o $(IMAGE_OUT)/dpu-$(1).cpio \
 		$(addprefix github.com/u-root/u-root/cmds/core/,$(IMAGE_UROOT)) $(IMAGE_CMDS)
 	gzip -9nf $(IMAGE_OUT)/dpu-$(1).cpio
@@ -55,6 +62,13 @@ image-test:
 	$(call image-build,arm64,$(VMTEST_KERNEL)/stage)
 	$(GO) run ./images/vmtest -kernel $(VMTEST_KERNEL)/vmlinuz -initrd $(IMAGE_OUT)/dpu-arm64.cpio.gz \
 		-out $(IMAGE_OUT)/vmtest -timeout $(VMTEST_TIMEOUT) $(VMTEST_ARGS)
+
+rdma-test:
+	VMTEST_ARCH=amd64 images/prepare-vmtest.sh $(RDMATEST_KERNEL) $(RDMATEST_MODULES)
+	images/prepare-rdma.sh $(RDMATEST_OUT)
+	$(call image-build,amd64,$(RDMATEST_KERNEL)/stage,$$(sed 's/^/-files /' $(RDMATEST_OUT)/files))
+	$(GO) run ./images/vmtest -arch amd64 -qemu qemu-system-x86_64 -kernel $(RDMATEST_KERNEL)/vmlinuz \
+		-initrd $(IMAGE_OUT)/dpu-amd64.cpio.gz -out $(RDMATEST_OUT)/vmtest -timeout $(RDMATEST_TIMEOUT) -run rdma-pair
 
 image-clean:
 	rm -rf $(IMAGE_OUT) $(IMAGE_CACHE)

@@ -3,6 +3,7 @@
 #   - qemu-system-aarch64 (Debian's qemu-system-arm), installed when missing;
 #   - a Debian arm64 kernel: CACHE/vmlinuz and CACHE/release, fetched with
 #     apt-get download (adding the arm64 architecture to dpkg if needed);
+#   - with VMTEST_ARCH=amd64: qemu-system-x86_64 and an amd64 kernel instead;
 #   - CACHE/stage: the named modules and their dependencies for that kernel,
 #     staged by images/cmd/modstage for the image to carry.
 # The cache is kept (it is git-ignored); delete it to fetch a newer kernel.
@@ -11,6 +12,12 @@ set -euo pipefail
 cache=${1:?usage: prepare-vmtest.sh CACHE MODULE...}
 shift
 modules=("$@")
+arch=${VMTEST_ARCH:-arm64}
+case $arch in
+arm64) qemu=qemu-system-aarch64 qemu_pkg=qemu-system-arm ;;
+amd64) qemu=qemu-system-x86_64 qemu_pkg=qemu-system-x86 ;;
+*) echo "prepare-vmtest: VMTEST_ARCH $arch: want arm64 or amd64" >&2; exit 2 ;;
+esac
 [ ${#modules[@]} -gt 0 ] || { echo "prepare-vmtest: no modules named" >&2; exit 2; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -22,10 +29,10 @@ apt_update() {
 	apt_updated=1
 }
 
-if ! command -v qemu-system-aarch64 >/dev/null; then
-	echo "prepare-vmtest: installing qemu-system-arm"
+if ! command -v $qemu >/dev/null; then
+	echo "prepare-vmtest: installing $qemu_pkg"
 	apt_update
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-system-arm >/dev/null
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $qemu_pkg >/dev/null
 fi
 
 stage_ok() {
@@ -37,13 +44,13 @@ if stage_ok; then
 	exit 0
 fi
 
-if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-	as_root dpkg --add-architecture arm64
+if [ "$(dpkg --print-architecture)" != "$arch" ] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+	as_root dpkg --add-architecture "$arch"
 	apt_update
 fi
-# linux-image-arm64 is the meta package; it depends on the versioned one.
+# linux-image-ARCH is the meta package; it depends on the versioned one.
 kernel_pkg() {
-	apt-cache depends linux-image-arm64:arm64 2>/dev/null |
+	apt-cache depends "linux-image-$arch:$arch" 2>/dev/null |
 		awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
 }
 pkg=$(kernel_pkg)
@@ -51,7 +58,7 @@ if [ -z "$pkg" ]; then
 	apt_update
 	pkg=$(kernel_pkg)
 fi
-[ -n "$pkg" ] || { echo "prepare-vmtest: no Debian arm64 kernel package found" >&2; exit 1; }
+[ -n "$pkg" ] || { echo "prepare-vmtest: no Debian $arch kernel package found" >&2; exit 1; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

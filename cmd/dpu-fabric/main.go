@@ -1,7 +1,7 @@
 // Command dpu-fabric stands up a local fabric of dpu-agents.
 //
 //	dpu-fabric up --nodes N --topo ring|line|tree|torus2d|smallworld|random-regular --dir DIR
-//	              [--links udp|veth] [--ports K] [--seed S] [--timeout D]
+//	              [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D]
 //	dpu-fabric down --dir DIR
 //	dpu-fabric status --dir DIR
 //	dpu-fabric fault --dir DIR node I kill|restart
@@ -37,7 +37,7 @@ func main() {
 }
 
 const usage = `usage:
-  dpu-fabric up --nodes N --topo KIND --dir DIR [--links udp|veth] [--ports K] [--seed S] [--timeout D]
+  dpu-fabric up --nodes N --topo KIND --dir DIR [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D]
   dpu-fabric down --dir DIR
   dpu-fabric status --dir DIR
   dpu-fabric fault --dir DIR node I kill|restart
@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Int64Var(&spec.Seed, "seed", 1, "seed for generated topologies")
 		fs.DurationVar(&spec.Timeout, "timeout", 30*time.Second, "convergence bound")
 		fs.StringVar(&spec.AgentPath, "agent", "", "dpu-agent binary (default: beside dpu-fabric, then $PATH)")
+		fs.IntVar(&spec.Channels, "channels", 1, "channels each link stripes over (udp links)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}

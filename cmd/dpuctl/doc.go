@@ -35,7 +35,8 @@
 //	link       index, name, kind, state ("up"/"down"), mtu, peer, session,
 //	           tx_datagrams, tx_bytes, rx_datagrams, rx_bytes, tx_messages,
 //	           rx_messages, retransmits, crc_errors, duplicates, rtt_ns,
-//	           counters [{name, value}]
+//	           counters [{name, value}], channels [{index, name, state,
+//	           counters [{name, value}]}] (empty for a one-channel link)
 //	neigh      port, port_index, node, state ("none", "init", "reachable",
 //	           "stale", "failed"), last_heard_ns
 //	stats      node, uptime_ns, counters [{name, value}]

@@ -136,7 +136,7 @@ func TestJSONFieldNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"index", "name", "kind", "state", "mtu", "peer", "session", "tx_datagrams", "tx_bytes",
-		"rx_datagrams", "rx_bytes", "tx_messages", "rx_messages", "retransmits", "crc_errors", "duplicates", "rtt_ns", "counters"} {
+		"rx_datagrams", "rx_bytes", "tx_messages", "rx_messages", "retransmits", "crc_errors", "duplicates", "rtt_ns", "counters", "channels"} {
 		if _, ok := links[0][f]; !ok {
 			t.Errorf("link JSON lacks %q", f)
 		}
@@ -146,6 +146,18 @@ func TestJSONFieldNames(t *testing.T) {
 	}
 	if c, ok := links[0]["counters"].([]any); !ok || len(c) != 0 {
 		t.Errorf("a link without counters has %#v, want []", links[0]["counters"])
+	}
+	if c, ok := links[1]["channels"].([]any); !ok || len(c) != 0 {
+		t.Errorf("a one-channel link has channels %#v, want []", links[1]["channels"])
+	}
+	chans, _ := links[0]["channels"].([]any)
+	if len(chans) != 2 {
+		t.Fatalf("link p0 lists %d channels, want 2", len(chans))
+	}
+	for _, f := range []string{"index", "name", "state", "counters"} {
+		if _, ok := chans[0].(map[string]any)[f]; !ok {
+			t.Errorf("channel JSON lacks %q", f)
+		}
 	}
 }
 

@@ -63,6 +63,10 @@ func linkShow(e *env, args []string) error {
 	if e.json {
 		for i := range links {
 			links[i].Counters = nonNil(links[i].Counters)
+			links[i].Channels = nonNil(links[i].Channels)
+			for j := range links[i].Channels {
+				links[i].Channels[j].Counters = nonNil(links[i].Channels[j].Counters)
+			}
 		}
 		return e.writeJSON(links)
 	}
@@ -81,6 +85,20 @@ func linkShow(e *env, args []string) error {
 			tw := table(w)
 			for _, ct := range l.Counters {
 				fmt.Fprintf(tw, "        %s\t%d\n", ct.Name, ct.Value)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+		if len(l.Channels) > 0 {
+			fmt.Fprintf(w, "    channels:\n")
+			tw := table(w)
+			for _, ch := range l.Channels {
+				fmt.Fprintf(tw, "        %d: %s\t<%s>", ch.Index, ch.Name, strings.ToUpper(ch.State.String()))
+				for _, ct := range ch.Counters {
+					fmt.Fprintf(tw, "\t%s %d", strings.ReplaceAll(ct.Name, "_", "-"), ct.Value)
+				}
+				fmt.Fprintln(tw)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

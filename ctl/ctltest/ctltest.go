@@ -170,6 +170,12 @@ func Sample() Snapshot {
 				Session: 0x5eed0001, TxDatagrams: 1200, TxBytes: 96000, RxDatagrams: 1180,
 				RxBytes: 94400, TxMessages: 1100, RxMessages: 1090, Retransmits: 7,
 				CRCErrors: 1, Duplicates: 3, RTT: 180 * time.Microsecond,
+				Channels: []ctl.Channel{
+					{Index: 0, Name: "udp:127.0.0.1:7000->127.0.0.1:7100", State: ctl.LinkUp, Counters: []ctl.Counter{
+						{Name: "tx_datagrams", Value: 600}, {Name: "rx_datagrams", Value: 590}, {Name: "lost", Value: 2}}},
+					{Index: 1, Name: "udp:127.0.0.1:7001->127.0.0.1:7101", State: ctl.LinkDown, Counters: []ctl.Counter{
+						{Name: "tx_datagrams", Value: 600}, {Name: "rx_datagrams", Value: 590}, {Name: "lost", Value: 0}}},
+				},
 			},
 			{
 				Index: 1, Name: "p1", Kind: "xdp", State: ctl.LinkDown, MTU: 1500, Peer: 3,

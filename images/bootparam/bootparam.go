@@ -42,6 +42,10 @@ type Params struct {
 	LinkKind string
 	// Ports are raw port specifications, "NAME KIND ARGS..." (dpu.ports).
 	Ports []string
+	// Rxe are netdevs that carry soft-RoCE (dpu.rxe): each is brought up
+	// and addressed like a link, is no port itself, and gets an RDMA
+	// device rxeI (I from 0, in order) for rdma ports to open.
+	Rxe []Link
 	// Config is the agent configuration file (dpu.conf); "" means the
 	// image's default.
 	Config string
@@ -69,6 +73,9 @@ type Test struct {
 	// Linger keeps the machine up after the test, so that peers still
 	// running their checks keep their routes (dpu.test.linger).
 	Linger time.Duration
+	// Restart kills the agent after the checks and waits until the
+	// supervisor's new agent routes to the peers again (dpu.test.restart).
+	Restart bool
 }
 
 // DefaultTestTimeout bounds the boot test when dpu.test.timeout is absent.
@@ -86,6 +93,8 @@ const DefaultTestTimeout = 45 * time.Second
 //	                           AF_XDP falling back to AF_PACKET)
 //	dpu.ports=SPEC;SPEC…       extra ports, each "NAME KIND ARGS...", fields
 //	                           separated by commas (or spaces inside quotes)
+//	dpu.rxe=DEV[=ADDR/LEN],…   netdevs to bring up with a soft-RoCE device
+//	                           rxeI each (for rdma ports); not ports themselves
 //	dpu.conf=PATH              agent configuration file to use
 //	dpu.loglevel=LEVEL         debug, info, warn or error
 //	dpu.test=1                 run the boot self-test, then power off
@@ -93,6 +102,8 @@ const DefaultTestTimeout = 45 * time.Second
 //	dpu.test.timeout=DURATION  bound of the self-test (default 45s)
 //	dpu.test.linger=DURATION   stay up this long after the self-test (≤ 1m),
 //	                           for peers still running theirs
+//	dpu.test.restart=1         after the checks, kill the agent and wait for
+//	                           the restarted one to route to the peers again
 //
 // Values may be double-quoted as on any kernel command line. A repeated
 // parameter overrides the earlier one. Every problem is reported (joined
@@ -148,6 +159,12 @@ func (p *Params) set(key, val string) error {
 			return errors.New("want xdp or afpacket")
 		}
 		p.LinkKind = val
+	case "rxe":
+		links, err := parseLinks(val)
+		if err != nil {
+			return err
+		}
+		p.Rxe = links
 	case "ports":
 		ports, err := parsePorts(val)
 		if err != nil {
@@ -196,6 +213,12 @@ func (p *Params) set(key, val string) error {
 			return errors.New("want 0 to 1m")
 		}
 		p.Test.Linger = d
+	case "test.restart":
+		on, err := strconv.ParseBool(val)
+		if err != nil {
+			return err
+		}
+		p.Test.Restart = on
 	default:
 		return errors.New("unknown parameter")
 	}
@@ -241,12 +264,18 @@ func (p Params) PortSpecs() []string {
 	return append(specs, p.Ports...)
 }
 
-// Netdevs returns the netdevs to bring up: the links, then the devices of
-// raw AF_XDP and AF_PACKET ports, each once.
+// Netdevs returns the netdevs to bring up: the links, the soft-RoCE
+// netdevs, then the devices of raw AF_XDP and AF_PACKET ports, each once.
 func (p Params) Netdevs() []Link {
 	var out []Link
 	seen := map[string]bool{}
 	for _, l := range p.Links {
+		if !seen[l.Dev] {
+			seen[l.Dev] = true
+			out = append(out, l)
+		}
+	}
+	for _, l := range p.Rxe {
 		if !seen[l.Dev] {
 			seen[l.Dev] = true
 			out = append(out, l)

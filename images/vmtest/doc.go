@@ -21,6 +21,11 @@
 //     the serial console and checks the answers: the agent outlives uinit,
 //     the shell works, the guest powers off.
 //
+// With -arch amd64 (qemu-system-x86_64, make rdma-test) the rdma-pair
+// scenario joins two amd64 guests the same way, with a soft-RoCE device on
+// each eth0 and RoCE ports between the agents; node 1 kills its agent after
+// its checks and must route again through the restarted one.
+//
 // The self-test is uinit's (dpu.test=1): it prints DPU-TEST marker
 // lines on the serial console and powers off; vmtest reads them from qemu's
 // standard output. It prints the boot-to-ready time of every guest (host

@@ -28,6 +28,7 @@ type guestSpec struct {
 // qemuConfig is what every guest shares.
 type qemuConfig struct {
 	Qemu   string
+	Arch   string // arm64 (virt, cortex-a72) or amd64 (pc)
 	Kernel string
 	Initrd string
 	MemMiB int
@@ -35,13 +36,17 @@ type qemuConfig struct {
 
 // args returns qemu's command line for g.
 func (q qemuConfig) args(g guestSpec) []string {
-	cmdline := append([]string{"console=ttyAMA0", "panic=-1"}, g.Append...)
-	args := []string{
-		"-M", "virt", "-cpu", "cortex-a72", "-smp", "1", "-m", fmt.Sprint(q.MemMiB),
+	console, machine := "ttyAMA0", []string{"-M", "virt", "-cpu", "cortex-a72"}
+	if q.Arch == "amd64" {
+		console, machine = "ttyS0", []string{"-M", "pc", "-cpu", "qemu64"}
+	}
+	cmdline := append([]string{"console=" + console, "panic=-1"}, g.Append...)
+	args := append(machine,
+		"-smp", "1", "-m", fmt.Sprint(q.MemMiB),
 		"-nographic", "-no-reboot",
 		"-kernel", q.Kernel, "-initrd", q.Initrd,
 		"-append", strings.Join(cmdline, " "),
-	}
+	)
 	if g.Netdev == "" {
 		return append(args, "-nic", "none")
 	}

@@ -31,6 +31,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, args []string) error {
 	fs.SetOutput(stderr)
 	var q qemuConfig
 	fs.StringVar(&q.Qemu, "qemu", "qemu-system-aarch64", "qemu binary")
+	fs.StringVar(&q.Arch, "arch", "arm64", "guest architecture: arm64 or amd64")
 	fs.StringVar(&q.Kernel, "kernel", "", "arm64 kernel image (required)")
 	fs.StringVar(&q.Initrd, "initrd", "", "boot image, a gzipped cpio (required)")
 	fs.IntVar(&q.MemMiB, "mem", 1024, "memory of each guest in MiB")
@@ -103,6 +104,9 @@ var scenarios = map[string]func() scenario{
 	// Not run by default: the other port kinds over the same wire.
 	"pair-afpacket": pairAFPacketScenario,
 	"pair-udp":      pairUDPScenario,
+	// amd64 guests (-arch amd64) with rdma_rxe and the rdma-tagged agent
+	// (make rdma-test).
+	"rdma-pair": rdmaPairScenario,
 }
 
 // shellScenario boots one guest the way a DPU boots (no self-test): uinit
@@ -185,6 +189,47 @@ func pairUDPScenario() scenario {
 			fmt.Sprintf("dpu.peers=169.254.77.%d", 2-node),
 		}
 	})
+}
+
+// rdmaPairScenario is the pair with RoCE ports: a soft-RoCE device rxe0 on
+// each guest's eth0, and one RC queue pair between the agents, bootstrapped
+// over UDP on the same wire.
+func rdmaPairScenario() scenario {
+	sc := wiredPair("rdma-pair", func(node int) []string {
+		self, peer := node+1, 2-node
+		return []string{
+			fmt.Sprintf("dpu.rxe=eth0=169.254.77.%d/30", self),
+			fmt.Sprintf("dpu.ports=p0,rdma,rxe0,169.254.77.%d:7700,169.254.77.%d:7700", self, peer),
+		}
+	})
+	// Node 1 kills its agent after the checks; the supervisor's new agent
+	// must bootstrap a new queue pair with node 0, which stays up for it.
+	sc.Guests[0].Append = append(sc.Guests[0].Append, "dpu.test.linger=45s", "dpu.test.timeout=150s")
+	sc.Guests[1].Append = append(sc.Guests[1].Append, "dpu.test.restart=1", "dpu.test.timeout=150s")
+	verify := sc.Verify
+	sc.Verify = func(gs []*guest) ([]string, error) {
+		notes, err := verify(gs)
+		if err != nil {
+			return nil, err
+		}
+		restart, end := gs[1].console.Check("restart")
+		if end != "ok" || len(restart) == 0 {
+			return nil, fmt.Errorf("node1: restart %q: %q", end, restart)
+		}
+		notes = append(notes, "node1: "+restart[0])
+		for _, g := range gs {
+			lines, _ := g.console.Check("link-json")
+			kinds, err := linkKinds(lines)
+			if err != nil {
+				return nil, err
+			}
+			if !strings.HasPrefix(kinds["p0"], "rdma") {
+				return nil, fmt.Errorf("%s: port p0 is %q, want rdma", g.spec.Name, kinds["p0"])
+			}
+		}
+		return notes, nil
+	}
+	return sc
 }
 
 // wiredPair is two guests, nodes 0 and 1, joined by a qemu socket network

@@ -105,6 +105,49 @@
 // Heartbeats: an endpoint that has sent nothing for HeartbeatInterval sends
 // a bare header (which also carries its ack and credits).
 //
+// # Channels
+//
+// A link may run over several channels (UDP sockets, AF_XDP queues, queue
+// pairs, NICs): [StripedPort] is a noc.Port over K channel ports, each a
+// noc.Port of its own (so each can be wrapped, for instance encrypted),
+// and the Endpoint above it sees one port. [Stripe] is its deterministic
+// state machine. Every channel datagram carries a channel header, the
+// link datagram and a CRC32C trailer:
+//
+//	offset size field
+//	0      1    version      (ChannelVersion = 0xC1; a plain link datagram starts with 1)
+//	1      1    flags        Data 0x01; others reserved
+//	2      1    channel      index of the channel it was sent on
+//	3      1    offered      how many channels the sender has (1..64)
+//	4      8    src session  the sender's stripe incarnation (never 0)
+//	12     8    dst session  the receiver's as the sender knows it (0: unknown)
+//	20     4    seq          channel sequence number (next one when no Data)
+//	24     4    ack          next channel seq the sender of the header expects
+//	28     4    stripe       place in the sender's stripe order (next one when no Data)
+//	32     2    credits      datagrams past ack the sender of the header accepts
+//	34     2    length       link datagram length
+//	36     len  payload      one link datagram, Data only
+//	..     4    crc32c       over every byte before it
+//
+// Bootstrap: each channel greets on its own until it hears the peer name
+// this end's session; the channel set both ends agree on is the first
+// min(offered, own) channels (a datagram naming another channel than the
+// one it arrived on is refused: a miswired channel never joins). Each link
+// datagram goes out on the up channel with the fewest datagrams in flight
+// (LeastQueued, taking channels in turn among equals) or on each in turn
+// (RoundRobin), within that channel's window: every channel keeps its own
+// sequence numbers, acks (cumulative, every quarter window and on every
+// datagram back), credits, heartbeats and loss count. The receiver puts
+// link datagrams back in stripe order: a datagram ahead of a gap waits
+// until the gap fills, until every up channel has passed the gap's place
+// (channels keep order, so the datagram is lost), or ReorderHold. A
+// channel that hears nothing for its DeadInterval (shorter than the
+// link's) is dropped from the stripe and its datagrams in flight are
+// forgotten; the Endpoint above retransmits what was lost, over the
+// channels left, and the link stays up. A dropped channel rejoins when its
+// peer is heard on it again. Channels do not retransmit: retransmission
+// stays end to end, in the Endpoint.
+//
 // # What it must never do
 //
 // It never performs I/O, reads a clock, sleeps, spawns goroutines (Conn

@@ -36,10 +36,16 @@ type system interface {
 	// AddAddr assigns an address to a netdev (an address it already has is
 	// not an error).
 	AddAddr(name string, addr netip.Prefix) error
+	// AddRxe creates soft-RoCE RDMA device name over netdev (rdma link
+	// add NAME type rxe netdev NETDEV).
+	AddRxe(name, netdev string) error
 	FileExists(path string) bool
 	// StartAgent starts the supervised agent with args in the background;
 	// it returns once the supervisor runs.
 	StartAgent(args []string) error
+	// KillAgent kills the running agent (SIGKILL); its supervisor starts
+	// a new one.
+	KillAgent() error
 	// Dpuctl runs dpuctl with args and returns its standard output.
 	Dpuctl(ctx context.Context, args ...string) ([]byte, error)
 	// HostMemory connects to the agent's host interface (dpu0.sock).
@@ -117,6 +123,14 @@ func bootSequence(ctx context.Context, logger *log.Logger, console io.Writer, sy
 		// The agent reports ports it cannot open; start it anyway so the
 		// links that are up serve.
 		logger.Printf("links: %v", err)
+	}
+	for i, l := range bp.Params.Rxe {
+		name := fmt.Sprintf("rxe%d", i)
+		if err := sys.AddRxe(name, l.Dev); err != nil {
+			logger.Printf("soft-RoCE %s on %s: %v", name, l.Dev, err)
+		} else {
+			logger.Printf("soft-RoCE %s on %s", name, l.Dev)
+		}
 	}
 	logger.Printf("starting dpu-agent %s", quoteArgs(bp.AgentArgs))
 	if err := sys.StartAgent(bp.AgentArgs); err != nil {

@@ -107,6 +107,13 @@ func selftest(ctx context.Context, sys system, out io.Writer, p bootparam.Params
 			failure = fmt.Sprintf("%s: %s", c.Name, firstLine(err.Error()))
 		}
 	}
+	if p.Test.Restart && len(p.Test.Peers) > 0 && failure == "" {
+		line, err := restartAgent(ctx, sys, p.Test.Peers)
+		printCheck(out, "restart", []byte(line), err)
+		if err != nil {
+			failure = "restart: " + firstLine(err.Error())
+		}
+	}
 	if failure != "" {
 		fmt.Fprintf(out, "%s DONE fail: %s\n", testMarker, failure)
 		return false
@@ -179,4 +186,31 @@ func compactJSON(b []byte) []byte {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// restartAgent kills the agent, then waits until its control socket went
+// away and a new agent (the supervisor's) serves and routes to every peer
+// again, and describes it.
+func restartAgent(ctx context.Context, sys system, peers []uint32) (string, error) {
+	start := time.Now()
+	if err := sys.KillAgent(); err != nil {
+		return "", fmt.Errorf("kill: %w", err)
+	}
+	// The supervisor waits a second before it starts the new agent; the
+	// old control socket is gone with the old agent.
+	var missing []uint32
+	var gone bool
+	err := poll(ctx, routePoll, func() (bool, error) {
+		b, err := sys.Dpuctl(ctx, "-j", "route", "show")
+		if err != nil {
+			gone = true
+			return false, nil
+		}
+		missing = missingRoutes(b, peers)
+		return gone && len(missing) == 0, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("after the kill: routes to %v missing (agent seen down: %v): %w", missing, gone, err)
+	}
+	return fmt.Sprintf("agent killed; the restarted agent routes to %v after %.1fs", peers, time.Since(start).Seconds()), nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,6 +90,43 @@ func (linuxSystem) AddAddr(name string, addr netip.Prefix) error {
 	ipnet := &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(addr.Bits(), addr.Addr().BitLen())}
 	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet}); err != nil && !errors.Is(err, unix.EEXIST) {
 		return err
+	}
+	return nil
+}
+
+func (linuxSystem) AddRxe(name, netdev string) error {
+	if _, err := netlink.RdmaLinkByName(name); err == nil {
+		return nil // already there
+	}
+	return netlink.RdmaLinkAdd(name, "rxe", netdev)
+}
+
+// KillAgent kills every process whose executable is named dpu-agent.
+func (linuxSystem) KillAgent() error {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	killed := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(cmd), "\x00")
+		if filepath.Base(argv0) != "dpu-agent" {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		return errors.New("no dpu-agent process")
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ type fakeSystem struct {
 	up         []string
 	addrs      map[string]netip.Prefix
 	agentArgs  []string
+	rxe        []string
+	kills      int
 	started    bool
 	dpuctl     func(call int, args []string) ([]byte, error)
 	calls      int
@@ -71,6 +73,16 @@ func (s *fakeSystem) AddAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 func (s *fakeSystem) FileExists(path string) bool { return s.files[path] }
+func (s *fakeSystem) KillAgent() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kills++
+	return nil
+}
+func (s *fakeSystem) AddRxe(name, netdev string) error {
+	s.rxe = append(s.rxe, name+"@"+netdev)
+	return nil
+}
 func (s *fakeSystem) StartAgent(args []string) error {
 	s.started, s.agentArgs = true, args
 	return nil
@@ -156,6 +168,22 @@ func TestBootStartsAgentOnLinks(t *testing.T) {
 	}
 	if !strings.Contains(logs, "carries none") || !strings.Contains(logs, `"p0 xdp eth0"`) {
 		t.Errorf("logs:\n%s", logs)
+	}
+}
+
+func TestBootCreatesSoftRoCE(t *testing.T) {
+	s := newFakeSystem("console=ttyS0 dpu.node=1 dpu.rxe=eth0=169.254.77.2/30 dpu.ports=p0,rdma,rxe0,169.254.77.2:7700,169.254.77.1:7700")
+	s.appearsAt["eth0"] = 0
+	bootWith(t, s)
+	if !reflect.DeepEqual(s.up, []string{"lo", "eth0"}) || s.addrs["eth0"] != netip.MustParsePrefix("169.254.77.2/30") {
+		t.Errorf("up %q addrs %v", s.up, s.addrs)
+	}
+	if !reflect.DeepEqual(s.rxe, []string{"rxe0@eth0"}) {
+		t.Errorf("soft-RoCE devices %q", s.rxe)
+	}
+	want := []string{"--node", "1", "--port", "p0 rdma rxe0 169.254.77.2:7700 169.254.77.1:7700"}
+	if !reflect.DeepEqual(s.agentArgs, want) {
+		t.Errorf("agent args %q, want %q", s.agentArgs, want)
 	}
 }
 
@@ -293,5 +321,31 @@ func TestMissingRoutes(t *testing.T) {
 		if got := missingRoutes([]byte(tt.table), []uint32{1, 2, 1}); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("missingRoutes(%s) = %v, want %v", tt.table, got, tt.want)
 		}
+	}
+}
+
+func TestRestartAgentWaitsForTheNewAgent(t *testing.T) {
+	s := newFakeSystem("")
+	s.dpuctl = func(call int, args []string) ([]byte, error) {
+		switch {
+		case call <= 2: // the old agent is gone, the new one not yet up
+			return nil, errors.New("dial /run/dpu/ctl.sock: connection refused")
+		case call <= 4: // up, not yet routing
+			return []byte(`[{"dst":0,"hops":0}]`), nil
+		}
+		return []byte(`[{"dst":0,"hops":0},{"dst":1,"hops":1}]`), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	line, err := restartAgent(ctx, s, []uint32{1})
+	if err != nil || s.kills != 1 || !strings.Contains(line, "routes to [1]") {
+		t.Fatalf("line %q, err %v, kills %d", line, err, s.kills)
+	}
+	// An agent that never comes back fails within the bound.
+	s.dpuctl = func(int, []string) ([]byte, error) { return nil, errors.New("refused") }
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel2()
+	if _, err := restartAgent(ctx2, s, []uint32{1}); err == nil {
+		t.Fatal("restart passed with no agent")
 	}
 }

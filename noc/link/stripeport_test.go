@@ -1,0 +1,184 @@
+package link_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/noc/port/mem"
+)
+
+// cutPort is a channel that can be cut: its writes vanish, as on a
+// channel whose NIC or queue died.
+type cutPort struct {
+	noc.Port
+	cut atomic.Bool
+}
+
+func (p *cutPort) WriteDatagram(b []byte) error {
+	if p.cut.Load() {
+		return nil
+	}
+	return p.Port.WriteDatagram(b)
+}
+
+// stripedMemPair returns two striped ports over k mem pairs; the channels
+// of a are returned for cutting.
+func stripedMemPair(t testing.TB, k int, mc mem.Config) (a, b *link.StripedPort, chA, chB []*cutPort) {
+	t.Helper()
+	var pa, pb []noc.Port
+	for range k {
+		x, y, err := mem.Pair(mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cx, cy := &cutPort{Port: x}, &cutPort{Port: y}
+		chA, chB = append(chA, cx), append(chB, cy)
+		pa, pb = append(pa, cx), append(pb, cy)
+	}
+	var err error
+	if a, err = link.NewStripedPort("a", pa, link.StripeConfig{Channels: k, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = link.NewStripedPort("b", pb, link.StripeConfig{Channels: k, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, chA, chB
+}
+
+// TestStripedLinkSurvivesAChannel runs a reliable link over three channels,
+// kills one in the middle of a stream, and checks that every message
+// arrives once, in order, without the link going down.
+func TestStripedLinkSurvivesAChannel(t *testing.T) {
+	const k, total = 3, 3000
+	pa, pb, chA, chB := stripedMemPair(t, k, mem.Config{Queue: 4096})
+	cfa, cfb := connConfig(1), connConfig(2)
+	cfa.MTU, cfb.MTU = pa.MTU(), pb.MTU()
+	ca, err := link.NewConn(pa, cfa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := link.NewConn(pb, cfb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := ca.WaitUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pa.Agreed(); n != k {
+		t.Fatalf("agreed on %d channels, want %d", n, k)
+	}
+	got := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for i := range total {
+			n, err := cb.Receive(ctx, buf)
+			if err != nil {
+				got <- err
+				return
+			}
+			if v := binary.BigEndian.Uint64(buf[:n]); v != uint64(i) {
+				got <- errors.New("out of order")
+				return
+			}
+		}
+		got <- nil
+	}()
+	msg := make([]byte, 1000)
+	for i := range total {
+		if i == total/3 {
+			chA[1].cut.Store(true)
+			chB[1].cut.Store(true)
+		}
+		binary.BigEndian.PutUint64(msg, uint64(i))
+		if err := ca.Send(ctx, msg); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if s := ca.Stats(); s.Downs != 0 {
+		t.Fatalf("the link went down %d times", s.Downs)
+	}
+	// The cut channel is dropped within its dead interval.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, cs := pa.Stats()
+		if !cs[1].Up && cs[0].Up && cs[2].Up {
+			if cs[1].Downs == 0 {
+				t.Fatal("channel 1 down without a Downs count")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("channel states %+v: want channel 1 dropped, 0 and 2 up", cs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, cs := pb.Stats()
+	var rx uint64
+	for _, c := range cs {
+		rx += c.RxDatagrams
+	}
+	if cs[0].RxDatagrams == 0 || cs[2].RxDatagrams == 0 || cs[1].RxDatagrams == 0 {
+		t.Fatalf("per-channel rx %+v: traffic was not striped", cs)
+	}
+	// Healed, the channel rejoins.
+	chA[1].cut.Store(false)
+	chB[1].cut.Store(false)
+	for {
+		_, cs := pa.Stats()
+		if cs[1].Up {
+			break
+		}
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("channel 1 did not rejoin")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStripedPortDeadlineAndClose(t *testing.T) {
+	pa, pb, _, _ := stripedMemPair(t, 2, mem.Config{})
+	defer pb.Close()
+	buf := make([]byte, 1500)
+	pa.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := pa.ReadDatagram(buf); !errors.Is(err, context.DeadlineExceeded) && !isDeadline(err) {
+		t.Fatalf("read past the deadline: %v", err)
+	}
+	pa.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := pa.ReadDatagram(buf)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := pa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, noc.ErrPortClosed) {
+			t.Fatalf("read after close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not wake the reader")
+	}
+}
+
+func isDeadline(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
