@@ -96,6 +96,23 @@ func TestCLibrary(t *testing.T) {
 	}
 }
 
+// TestMmap runs the dpu_mmap test program against two live hosts, with the
+// userfaultfd this process may open and with the user-mode-only kind that
+// vm.unprivileged_userfaultfd=0 leaves to unprivileged processes.
+func TestMmap(t *testing.T) {
+	build(t, "build/mmap_test")
+	for _, mode := range []string{"full", "user"} {
+		t.Run(mode, func(t *testing.T) {
+			h1, h2 := hosts(t)
+			out := runC(t, "build/mmap_test", "DPU_SOCKET="+h1, "DPU_TEST_PEER_SOCKET="+h2, "DPU_UFFD="+mode)
+			if !strings.Contains(out, "ok ") {
+				t.Fatalf("mmap_test printed %q", out)
+			}
+			t.Log(strings.TrimSpace(out))
+		})
+	}
+}
+
 // TestCLibraryUnderASan runs the same program built with AddressSanitizer
 // and UndefinedBehaviorSanitizer (library included).
 func TestCLibraryUnderASan(t *testing.T) {
