@@ -309,8 +309,8 @@ static unsigned char *state(struct area *ar, size_t i) { return &dpu_mmap_pages[
 
 static void kill_page(struct area *ar, size_t i, int why) {
     unsigned char *st = state(ar, i);
-    if (*st == ST_DIRTY) dirty_pages--;
-    if (*st == ST_CLEAN || *st == ST_DIRTY) present_pages--;
+    if (*st == ST_DIRTY) __atomic_sub_fetch(&dirty_pages, 1, __ATOMIC_RELEASE);
+    if (*st == ST_CLEAN || *st == ST_DIRTY) __atomic_sub_fetch(&present_pages, 1, __ATOMIC_RELEASE);
     if (*st != ST_ABSENT && *st != ST_DEAD) madvise(ar->base + i * PAGE, PAGE, MADV_DONTNEED);
     free(ar->twin[i]);
     ar->twin[i] = NULL;
@@ -340,14 +340,14 @@ static int fill(struct area *ar, size_t i, bool write) {
     if (write) {
         ar->twin[i] = buf;
         __atomic_store_n(state(ar, i), ST_DIRTY, __ATOMIC_RELEASE);
-        dirty_pages++;
+        __atomic_add_fetch(&dirty_pages, 1, __ATOMIC_RELEASE);
         ar->write_faults++;
     } else {
         free(buf);
         __atomic_store_n(state(ar, i), ST_CLEAN, __ATOMIC_RELEASE);
         ar->read_faults++;
     }
-    present_pages++;
+    __atomic_add_fetch(&present_pages, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -363,7 +363,7 @@ static int unprotect(struct area *ar, size_t i) {
     }
     ar->twin[i] = t;
     __atomic_store_n(state(ar, i), ST_DIRTY, __ATOMIC_RELEASE);
-    dirty_pages++;
+    __atomic_add_fetch(&dirty_pages, 1, __ATOMIC_RELEASE);
     ar->write_faults++;
     return 0;
 }
@@ -399,7 +399,7 @@ static int writeback(struct area *ar, size_t i) {
     free(t);
     ar->twin[i] = NULL;
     __atomic_store_n(state(ar, i), ST_CLEAN, __ATOMIC_RELEASE);
-    dirty_pages--;
+    __atomic_sub_fetch(&dirty_pages, 1, __ATOMIC_RELEASE);
     ar->writebacks++;
     return 0;
 }
@@ -407,7 +407,7 @@ static int writeback(struct area *ar, size_t i) {
 static void drop(struct area *ar, size_t i) {
     madvise(ar->base + i * PAGE, PAGE, MADV_DONTNEED);
     __atomic_store_n(state(ar, i), ST_ABSENT, __ATOMIC_RELEASE);
-    present_pages--;
+    __atomic_sub_fetch(&present_pages, 1, __ATOMIC_RELEASE);
     ar->drops++;
 }
 
@@ -439,6 +439,12 @@ static void sync_locked(unsigned flags, struct conn *only) {
 
 void dpu_mmap_sync(unsigned flags) {
     if (!dpu_mmap_span) return;
+    /* Short cut without mu: this thread's own writes made their pages
+     * dirty before it got here (the fault thread counted them before it
+     * woke it). */
+    size_t need = (flags & DPU_SYNC_ACQUIRE) ? __atomic_load_n(&present_pages, __ATOMIC_ACQUIRE)
+                                             : __atomic_load_n(&dirty_pages, __ATOMIC_ACQUIRE);
+    if (need == 0) return;
     pthread_mutex_lock(&mu);
     sync_locked(flags, NULL);
     pthread_mutex_unlock(&mu);
@@ -776,7 +782,7 @@ static struct conn *unmap_area(struct area *ar, int *rc) {
         if (*state(ar, i) == ST_DIRTY) writeback_or_kill(ar, i);
     for (size_t i = 0; i < ar->pages; i++) {
         unsigned char st = *state(ar, i);
-        if (st == ST_CLEAN || st == ST_DIRTY) present_pages--;
+        if (st == ST_CLEAN || st == ST_DIRTY) __atomic_sub_fetch(&present_pages, 1, __ATOMIC_RELEASE);
         if (st == ST_DEAD && *rc == 0) *rc = -ar->why[i];
     }
     struct uffdio_range r = {(uintptr_t)ar->base, ar->pages * PAGE};
