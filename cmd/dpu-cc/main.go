@@ -7,16 +7,19 @@
 // mapped with dpu_mmap then run at the page's owner; everything else runs
 // natively.
 //
-//	dpu-cc [-dpu-atomics-only] [-dpu-verbose] CC-ARGUMENTS...
+//	dpu-cc [-dpu-access-hooks] [-dpu-verbose] CC-ARGUMENTS...
 //
 // The compiler is $DPU_CC_COMPILER, else $CC, else cc (gcc and clang both
 // work). Programs see __DPU_CC__ defined. Before linking, dpu-cc lists the
 // __tsan_ symbols every object needs and fails, naming them, when libdpurt
 // does not define one (cc/README.md lists what it defines).
 //
-// -dpu-atomics-only drops the plain-access hooks (clang only): plain
-// accesses to shared pages are then served by page faults alone.
-// -dpu-verbose prints the commands it runs on stderr.
+// Plain loads and stores: with clang they are not instrumented unless
+// -dpu-access-hooks asks for it; page faults on dpu_mmap pages serve them
+// (private memory then runs at native speed). With gcc, which cannot leave
+// them out, every plain access calls a runtime hook that takes one compare
+// for private memory and, for a shared page, brings it in without waiting
+// for the fault. -dpu-verbose prints the commands it runs on stderr.
 //
 // Files are found next to the executable (bin/../hostif/c, bin/../cc of a
 // source tree, or PREFIX/include and PREFIX/lib of an install), or under
@@ -61,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 type options struct {
-	atomicsOnly bool
+	accessHooks bool
 	verbose     bool
 }
 
@@ -70,8 +73,8 @@ func splitOwnFlags(args []string) (options, []string) {
 	var rest []string
 	for _, a := range args {
 		switch a {
-		case "-dpu-atomics-only":
-			o.atomicsOnly = true
+		case "-dpu-access-hooks":
+			o.accessHooks = true
 		case "-dpu-verbose":
 			o.verbose = true
 		default:
@@ -149,7 +152,7 @@ func (d *driver) instrument() []string {
 	if d.clang {
 		// Function entry/exit hooks serve the race detector's stacks only.
 		f = append(f, "-fno-sanitize-thread-func-entry-exit")
-		if d.opts.atomicsOnly {
+		if !d.opts.accessHooks {
 			f = append(f, "-fno-sanitize-thread-memory-access")
 		}
 	} else {
@@ -159,9 +162,6 @@ func (d *driver) instrument() []string {
 }
 
 func (d *driver) build(args []string) error {
-	if d.opts.atomicsOnly && !d.clang {
-		return errors.New("-dpu-atomics-only needs clang (gcc cannot drop the access hooks)")
-	}
 	cl := classify(args)
 	switch {
 	case len(cl.sources) == 0 && len(cl.inputs) == 0:

@@ -30,9 +30,9 @@
  *
  * Threads: one fault thread per process serves the userfaultfd; one event
  * thread per user connection reads the events of a private connection to
- * the same socket, which holds the areas' refs (MAP with NOFD) and serves
- * the fault LOADs and write-back STOREs. All page state changes happen
- * under mu; no callback runs under it.
+ * the same socket, which holds the areas' refs (MAP with NOFD); a second
+ * private connection serves the fault LOADs and write-back STOREs. All
+ * page state changes happen under mu; no callback runs under it.
  */
 #define _GNU_SOURCE
 #include "dpu.h"
@@ -74,7 +74,10 @@ unsigned char *dpu_mmap_pages;
 struct conn { /* one per user connection with areas */
     struct conn *next;
     dpu_t *user;
-    dpu_t *priv;  /* refs, events, fault loads, write-backs */
+    dpu_t *priv;  /* refs and events (its event thread reads it) */
+    dpu_t *io;    /* fault loads and write-backs: no event reader on it, so
+                   * replies reach their caller without a hand-off, and no
+                   * user buffer in it can fault */
     pthread_t events;
     atomic_bool stop;
     int areas;
@@ -324,7 +327,7 @@ static int fill(struct area *ar, size_t i, bool write) {
     uint8_t *buf = malloc(PAGE);
     if (!buf) return -ENOMEM;
     dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
-    int rc = dpu_load(ar->c->priv, g, buf, PAGE);
+    int rc = dpu_load(ar->c->io, g, buf, PAGE);
     if (rc < 0) {
         free(buf);
         return rc;
@@ -392,7 +395,7 @@ static int writeback(struct area *ar, size_t i) {
         }
         size_t end = off + 1;
         while (end < PAGE && p[end] != t[end]) end++;
-        rc = dpu_store(ar->c->priv, dpu_gva_add(g, off), p + off, end - off);
+        rc = dpu_store(ar->c->io, dpu_gva_add(g, off), p + off, end - off);
         off = end;
     }
     if (rc < 0) return rc;
@@ -558,6 +561,7 @@ static void conn_close_unlisted(struct conn *c) {
     if (!c) return;
     pthread_join(c->events, NULL);
     dpu_close(c->priv);
+    dpu_close(c->io);
     free(c);
 }
 #define conn_close conn_close_unlisted
@@ -622,6 +626,7 @@ static int conn_for(dpu_t *d, struct conn **out) {
     c->user = d;
     c->areas = 1;
     int rc = dpu__reopen(d, &c->priv);
+    if (rc == 0) rc = dpu__reopen(d, &c->io);
     if (rc == 0)
         rc = dpu_subscribe(c->priv, DPU_EVENT_MASK(DPU_EVENT_INVALIDATED) | DPU_EVENT_MASK(DPU_EVENT_UPDATED) |
                                         DPU_EVENT_MASK(DPU_EVENT_FREED));
@@ -634,6 +639,7 @@ static int conn_for(dpu_t *d, struct conn **out) {
     }
     if (rc < 0) {
         if (c->priv) dpu_close(c->priv);
+        if (c->io) dpu_close(c->io);
         free(c);
         return rc;
     }
