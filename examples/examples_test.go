@@ -194,7 +194,7 @@ func TestCountersTwoNodes(t *testing.T) {
 }
 
 // c11Iterations is how many rounds each C11 party makes (each costs a few
-// round trips to the page's owner): DPU_EXAMPLES_C11_ITERATIONS, else 100.
+// round trips to the page's owner): DPU_EXAMPLES_C11_ITERATIONS, else 60.
 func c11Iterations(t *testing.T) int {
 	if s := os.Getenv("DPU_EXAMPLES_C11_ITERATIONS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -203,7 +203,7 @@ func c11Iterations(t *testing.T) int {
 		}
 		return n
 	}
-	return 100
+	return 60
 }
 
 // runC11 runs the unmodified C11 program built with dpu-cc as two
