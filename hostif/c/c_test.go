@@ -100,11 +100,15 @@ func TestCLibrary(t *testing.T) {
 // userfaultfd this process may open and with the user-mode-only kind that
 // vm.unprivileged_userfaultfd=0 leaves to unprivileged processes.
 func TestMmap(t *testing.T) {
-	build(t, "build/mmap_test")
-	for _, mode := range []string{"full", "user"} {
+	build(t, "build/mmap_test", "build/asan/mmap_test")
+	for _, mode := range []string{"full", "user", "asan"} {
 		t.Run(mode, func(t *testing.T) {
 			h1, h2 := hosts(t)
-			out := runC(t, "build/mmap_test", "DPU_SOCKET="+h1, "DPU_TEST_PEER_SOCKET="+h2, "DPU_UFFD="+mode)
+			bin, env := "build/mmap_test", []string{"DPU_UFFD=" + mode}
+			if mode == "asan" {
+				bin, env = "build/asan/mmap_test", []string{"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:handle_sigbus=0", "UBSAN_OPTIONS=halt_on_error=1"}
+			}
+			out := runC(t, bin, append(env, "DPU_SOCKET="+h1, "DPU_TEST_PEER_SOCKET="+h2)...)
 			if !strings.Contains(out, "ok ") {
 				t.Fatalf("mmap_test printed %q", out)
 			}

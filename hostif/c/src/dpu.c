@@ -106,7 +106,7 @@ struct extent {
 
 struct dpu {
     int fd;
-    char path[108];         /* the socket, for dpu__reopen */
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the socket, for dpu__reopen */
     int timeout_ms;
     pthread_mutex_t mu;
     pthread_cond_t slot_cv;
@@ -535,7 +535,7 @@ int dpu_open(const char *sock_path, dpu_t **out) {
 
     dpu_t *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
-    snprintf(d->path, sizeof d->path, "%s", sock_path);
+    memcpy(d->path, sa.sun_path, sizeof d->path); /* NUL-terminated: checked above */
     d->timeout_ms = 30000;
     d->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (d->fd < 0) {
