@@ -125,6 +125,9 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		rep.body = loc.Append(rep.body)
 		return nil
 
+	case wire.OpMaps:
+		return s.serveMaps(c, r, rep)
+
 	case wire.OpSubscribe:
 		c.subscribe(r.Mask)
 		rep.body = le.AppendUint32(rep.body, r.Mask)

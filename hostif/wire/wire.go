@@ -65,7 +65,8 @@ const (
 	OpUnlock    Op = 14
 	OpWhere     Op = 15
 	OpSubscribe Op = 16
-	numOps         = 17
+	OpMaps      Op = 17 // dpu_mmap areas: report this process's (body), or list the host's (empty); maps.go
+	numOps         = 18
 
 	// OpGPUFirst..OpGPULast are reserved for the CUDA hook's GPU accounting.
 	// Their bodies are not yet fixed (up to MaxBody bytes); a version 1
@@ -77,7 +78,7 @@ const (
 	OpGPULast        Op = 79
 )
 
-var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe"}
+var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "maps"}
 
 func (o Op) String() string {
 	switch {

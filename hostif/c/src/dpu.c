@@ -781,6 +781,15 @@ int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop) {
 
 uint32_t dpu__max_map_pages(const dpu_t *d) { return d->max_map_pages; }
 
+int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len) {
+    uint8_t rep[256];
+    if (len > MAX_BODY) return -EINVAL;
+    struct call c = {.op = op, .body = body, .blen = len, .out = rep, .cap = sizeof rep};
+    int rc = do_call(d, &c);
+    close_fds(c.fds, c.nfds);
+    return rc;
+}
+
 /* ---- where, translate, events ---- */
 
 int dpu_locate(dpu_t *d, dpu_gva_t addr, dpu_location_t *out) {

@@ -81,6 +81,8 @@ struct conn { /* one per user connection with areas */
     pthread_t events;
     atomic_bool stop;
     int areas;
+    bool no_reports;      /* the agent does not take MAPS reports */
+    uint64_t reported;    /* sum of the counters last reported */
 };
 
 struct area {
@@ -566,12 +568,61 @@ static void conn_close_unlisted(struct conn *c) {
 }
 #define conn_close conn_close_unlisted
 
+/* ---- reports to the agent (dpuctl mem maps) ---- */
+
+enum { OP_MAPS = 17, MAPS_ENTRY = 72, MAPS_MAX = 56 };
+
+static void put64le(uint8_t *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* report sends the areas of c and their counters to the agent on c's refs
+ * connection, when they changed since the last report (or force). */
+static void report(struct conn *c, bool force) {
+    uint8_t body[MAPS_MAX * MAPS_ENTRY];
+    size_t n = 0;
+    uint64_t sum = 0;
+    pthread_mutex_lock(&mu);
+    if (c->no_reports) {
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    for (struct area *ar = areas; ar && n < MAPS_MAX; ar = ar->next) {
+        if (ar->c != c) continue;
+        uint8_t *e = body + n++ * MAPS_ENTRY;
+        memset(e, 0, MAPS_ENTRY);
+        put64le(e, (uint64_t)(uintptr_t)ar->base);
+        put64le(e + 8, (uint64_t)ar->pages * PAGE);
+        put64le(e + 16, ar->gva.hi);
+        put64le(e + 24, ar->gva.lo);
+        e[32] = (uint8_t)(ar->prot & (PROT_READ | PROT_WRITE));
+        put64le(e + 40, ar->read_faults);
+        put64le(e + 48, ar->write_faults);
+        put64le(e + 56, ar->writebacks);
+        put64le(e + 64, ar->drops);
+        sum += ar->read_faults + ar->write_faults + ar->writebacks + ar->drops + 1;
+    }
+    bool send = n > 0 && (force || sum != c->reported);
+    c->reported = sum;
+    pthread_mutex_unlock(&mu);
+    if (!send) return;
+    int rc = dpu__request(c->priv, OP_MAPS, body, n * MAPS_ENTRY);
+    if (rc == -EINVAL || rc == -ENOSYS) { /* an agent without MAPS: do not pile up garbage */
+        pthread_mutex_lock(&mu);
+        c->no_reports = true;
+        pthread_mutex_unlock(&mu);
+    }
+}
+
 static void *serve_events(void *arg) {
     struct conn *c = arg;
     while (!atomic_load(&c->stop)) {
         dpu_event_t ev;
         int rc = dpu_next_event(c->priv, &ev, EVENT_POLL_MS);
-        if (rc == -ETIMEDOUT) continue;
+        if (rc == -ETIMEDOUT) {
+            report(c, false); /* counters, at most every EVENT_POLL_MS when idle */
+            continue;
+        }
         pthread_mutex_lock(&mu);
         if (rc < 0) {
             /* The node is gone: nothing here can be fetched or written back. */
@@ -759,6 +810,7 @@ int dpu_mmap(dpu_t *d, dpu_gva_t gva, size_t len, int prot, void **addr_out) {
     ar->next = areas;
     areas = ar;
     pthread_mutex_unlock(&mu);
+    report(c, true);
     *addr_out = ar->base;
     return 0;
 

@@ -216,7 +216,31 @@ static void test_bad(dpu_t *d) {
     CHECK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_EXEC, &at) == -EINVAL);
 }
 
-int main(void) {
+/* hold: map two pages, read one, write the other, say where, and keep the
+ * mapping until stdin ends (the Go test reads the agent's maps meanwhile). */
+static int hold(void) {
+    dpu_t *d = open_at("DPU_SOCKET");
+    dpu_gva_t g;
+    OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *w = at;
+    (void)w[0];
+    w[DPU_PAGE_SIZE / 8] = 1;
+    char text[DPU_GVA_TEXT_LEN + 1];
+    dpu_gva_format(g, text, sizeof text);
+    printf("mapped %p %s\n", at, text);
+    fflush(stdout);
+    char buf[16];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+    OK(dpu_munmap(d, at, 2 * DPU_PAGE_SIZE));
+    dpu_close(d);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "hold") == 0) return hold();
     dpu_t *d = open_at("DPU_SOCKET"), *p = open_at("DPU_TEST_PEER_SOCKET");
     test_write_back(d, p);
     test_lock(d, p);
