@@ -109,9 +109,11 @@ DPU_API int dpu_read64(dpu_t *d, const void *lva, uint64_t *out); /* lva 8-byte 
  * DPU_SYNC_RELEASE (the dpu-cc runtime calls it before every release
  * atomic), dpu_munmap, dpu_close and exit. Acquire points (dpu_acquire,
  * dpu_lock, DPU_SYNC_ACQUIRE) drop the cached pages, so the next touch
- * fetches the current content: programs that write under dpu_lock (or a
- * C11 release/acquire pair under dpu-cc) and read after taking it see
- * sequentially consistent pages. Between those points a cached page is
+ * fetches the current content: programs that write a page under its
+ * dpu_lock (or a C11 release/acquire pair on it, under dpu-cc) and read it
+ * after taking the lock see sequentially consistent pages. (Other pages are
+ * fetched through this node, which serves no version older than it has
+ * seen of them, but may not have seen the latest yet.) Between those points a cached page is
  * dropped when the node reports it changed (updated or invalidated).
  * Faults are served by a thread of the library through userfaultfd; a
  * fault that cannot be served (page freed, node lost, a write-back failed)
