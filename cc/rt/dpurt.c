@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RT_API __attribute__((visibility("default")))
@@ -170,6 +171,23 @@ static uint64_t *guess_at(dpu_gva_t w, int *hit) {
     return &guess[k].v;
 }
 
+/* Contention: an atomic on a shared word that changed nothing (a failed
+ * compare-exchange, an exchange or fetch-or that found the value already
+ * there: a spinning lock) backs off before returning, 1 us doubling to
+ * 256 us, so spinners leave the owner's arbiter to the holder; any atomic
+ * that changes its word resets it. */
+static _Thread_local unsigned backoff_us;
+
+static void contended(int idle) {
+    if (!idle) {
+        backoff_us = 0;
+        return;
+    }
+    backoff_us = backoff_us ? (backoff_us < 256 ? backoff_us * 2 : 256) : 1;
+    struct timespec t = {0, (long)backoff_us * 1000};
+    nanosleep(&t, NULL);
+}
+
 static uint64_t apply(int op, uint64_t cur, uint64_t v) {
     switch (op) {
     case OP_STORE:
@@ -254,6 +272,7 @@ __attribute__((noinline)) static uint64_t shared_atomic(const volatile void *p, 
         die(SIGBUS, p, what, rc);
     }
     if (op != OP_LOAD && swapped) dpu_mmap_wrote((const void *)p, &neu, size); /* little-endian */
+    if (op != OP_LOAD) contended(!swapped || neu == old);
     if (ok) *ok = swapped;
     if (acquires(swapped ? mo : fmo)) dpu_mmap_sync(DPU_SYNC_RELEASE | DPU_SYNC_ACQUIRE);
     return old & (size == 8 ? ~(uint64_t)0 : (((uint64_t)1 << (size * 8)) - 1));
