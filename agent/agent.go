@@ -44,10 +44,11 @@ type Agent struct {
 	// writes them and hands the step's host completions to the host
 	// socket: no hand-off between goroutines, no I/O under mu.
 	mu    sync.Mutex
-	armed time.Duration // when the parked loop wakes next; -1 while it runs (under mu)
-	rxBuf []byte        // the loop's receive buffer (under mu)
-	tx    txOut         // output datagrams between a step and their write
-	w     *waiter       // where the loop parks (from New to Close)
+	armed time.Duration  // when the parked loop wakes next; -1 while it runs (under mu)
+	rxBuf []byte         // the loop's receive buffer (under mu)
+	tx    txOut          // output datagrams between a step and their write
+	w     *waiter        // where the loop parks (from New to Close)
+	srv   *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -194,10 +195,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu})
+		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+			RingBell: a.ringBell})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}
+		a.srv = srv
 		hostDone := make(chan error, 1)
 		wg.Add(1)
 		go func() {
@@ -285,18 +288,21 @@ func (a *Agent) seed() uint64 {
 	return a.cfg.Seed
 }
 
-// newEngine builds the coherence engine and the host interface's backend
-// over it.
+// newEngine builds the coherence engine with its host session layer in
+// front (the node core's handler), and the host socket's backend over it.
 func (a *Agent) newEngine() error {
 	a.host = newHostBackend(a)
 	seed := a.seed()
-	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
-		Sink: a.host, Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
-		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond})
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
+		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
+		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.host.engine, a.engine, a.handler = e, e, e
+	if err := h.Open(hostSession); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.host.hosts, a.engine, a.handler = h, h.Engine(), h
 	return nil
 }
 

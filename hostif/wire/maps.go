@@ -7,7 +7,7 @@ import (
 	"github.com/aitherion/dpu/gva"
 )
 
-// MAPS (op 17) carries what dpu_mmap keeps in a process: its areas and
+// MAPS (op 18) carries what dpu_mmap keeps in a process: its areas and
 // their fault counts. The library sends a report (a non-empty body: every
 // area the process maps now, MapsEntryLen bytes each; the last report of a
 // connection replaces the one before, and it ends with the connection);

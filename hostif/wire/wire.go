@@ -65,8 +65,11 @@ const (
 	OpUnlock    Op = 14
 	OpWhere     Op = 15
 	OpSubscribe Op = 16
-	OpMaps      Op = 17 // dpu_mmap areas: report this process's (body), or list the host's (empty); maps.go
-	numOps         = 18
+	// OpRings asks for a shared-memory ring pair (PROTOCOL.md §12). A
+	// server that does not offer rings answers ENOSYS or EOPNOTSUPP.
+	OpRings Op = 17
+	OpMaps  Op = 18 // dpu_mmap areas: report this process's (body), or list the host's (empty); maps.go
+	numOps     = 19
 
 	// OpGPUFirst..OpGPULast are reserved for the CUDA hook's GPU accounting.
 	// Their bodies are not yet fixed (up to MaxBody bytes); a version 1
@@ -78,7 +81,7 @@ const (
 	OpGPULast        Op = 79
 )
 
-var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "maps"}
+var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings", "maps"}
 
 func (o Op) String() string {
 	switch {

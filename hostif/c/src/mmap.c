@@ -570,7 +570,7 @@ static void conn_close_unlisted(struct conn *c) {
 
 /* ---- reports to the agent (dpuctl mem maps) ---- */
 
-enum { OP_MAPS = 17, MAPS_ENTRY = 72, MAPS_MAX = 56 };
+enum { OP_MAPS = 18, MAPS_ENTRY = 72, MAPS_MAX = 56 };
 
 static void put64le(uint8_t *b, uint64_t v) {
     for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
