@@ -286,8 +286,11 @@ static int start_uffd(void) {
     return 0;
 }
 
+/* wp sets or lifts write protection without waking a faulting thread: the
+ * page's state is updated first, then wake() lets it go on. */
 static int wp(uint8_t *at, size_t len, bool on) {
-    struct uffdio_writeprotect w = {.range = {(uintptr_t)at, len}, .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
+    struct uffdio_writeprotect w = {.range = {(uintptr_t)at, len},
+                                    .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : UFFDIO_WRITEPROTECT_MODE_DONTWAKE};
     return ioctl(uffd, UFFDIO_WRITEPROTECT, &w) < 0 ? -errno : 0;
 }
 
@@ -336,7 +339,7 @@ static int fill(struct area *ar, size_t i, bool write) {
     }
     bool writable = ar->prot & PROT_WRITE;
     struct uffdio_copy cp = {.dst = (uintptr_t)(ar->base + i * PAGE), .src = (uintptr_t)buf, .len = PAGE,
-                             .mode = (writable && !write) ? UFFDIO_COPY_MODE_WP : 0};
+                             .mode = ((writable && !write) ? UFFDIO_COPY_MODE_WP : 0) | UFFDIO_COPY_MODE_DONTWAKE};
     if (ioctl(uffd, UFFDIO_COPY, &cp) < 0 && errno != EEXIST) {
         rc = -errno;
         free(buf);
@@ -492,7 +495,7 @@ static void serve_fault(const struct uffd_msg *m) {
         return;
     }
     pthread_mutex_unlock(&mu);
-    wake(page); /* no-op when the copy or unprotect woke it */
+    wake(page); /* after the state and counters: the thread's next release sees them */
 }
 
 static void *serve_faults(void *arg) {
@@ -523,6 +526,7 @@ int dpu_mmap_touch(const void *lva, int write) {
     int rc = ar ? prepare(ar, i, write) : -EFAULT;
     if (rc < 0 && ar && *state(ar, i) != ST_DEAD) kill_page(ar, i, -rc);
     pthread_mutex_unlock(&mu);
+    if (rc == 0) wake((uint8_t *)((uintptr_t)lva & ~(uintptr_t)(PAGE - 1))); /* threads that faulted meanwhile */
     return rc;
 }
 
