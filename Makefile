@@ -7,11 +7,11 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib examples run stop test lint fmt vet bench bench-peers generate generate-check clean
+.PHONY: all build clib rt examples run stop test lint fmt vet bench bench-peers generate generate-check clean
 
 all: build
 
-build: clib
+build: clib rt
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
@@ -19,8 +19,13 @@ build: clib
 clib:
 	$(MAKE) -s -C hostif/c
 
-# The C examples (shared counters over atomic_cas_remote and dpu_lock).
-examples: clib
+# libdpurt, the runtime bin/dpu-cc links into instrumented programs (cc/).
+rt: clib
+	$(MAKE) -s -C cc
+
+# The C examples (shared counters over atomic_cas_remote and dpu_lock; C11
+# atomics built with bin/dpu-cc and with plain cc).
+examples: build
 	$(MAKE) -C examples
 
 # Start a local fabric of $(NODES) agents over UDP loopback and show it working.
@@ -81,5 +86,6 @@ clean:
 	rm -rf $(BIN)
 	$(MAKE) -s -C hostif/c clean
 	$(MAKE) -s -C examples clean
+	$(MAKE) -s -C cc clean
 
 include images/image.mk

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/fabric"
+	"github.com/aitherion/dpu/gva"
 )
 
 var (
@@ -32,7 +33,8 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "github.com/aitherion/dpu/cmd/dpu-agent", "github.com/aitherion/dpu/cmd/dpuctl")...)
+	cmd := exec.Command("go", append(args, "github.com/aitherion/dpu/cmd/dpu-agent", "github.com/aitherion/dpu/cmd/dpuctl",
+		"github.com/aitherion/dpu/cmd/dpu-cc")...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		panic("building dpu-agent and dpuctl: " + err.Error())
@@ -50,7 +52,13 @@ func buildExamples() string {
 			return tool + " not found"
 		}
 	}
-	out, err := exec.Command("make", "-s").CombinedOutput()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return err.Error()
+	}
+	cmd := exec.Command("make", "-s", "DPUCC="+filepath.Join(binDir, "dpu-cc"))
+	cmd.Env = append(os.Environ(), "DPU_CC_ROOT="+root)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("make: %v\n%s", err, out)
 	}
@@ -174,11 +182,98 @@ func runCounter(t *testing.T, st *fabric.State, prog string, a, b int) {
 }
 
 // TestCountersTwoNodes: the examples on the two nodes of a 2-node fabric
-// (one link: a ring needs three nodes).
+// (one link: a ring needs three nodes), the C11 one built with dpu-cc on
+// gcc and on clang.
 func TestCountersTwoNodes(t *testing.T) {
 	st := up(t, 2, "line")
 	t.Run("cas", func(t *testing.T) { runCounter(t, st, "counter_cas", 0, 1) })
 	t.Run("lock", func(t *testing.T) { runCounter(t, st, "counter_lock", 0, 1) })
+	for _, cc := range []string{"gcc", "clang"} {
+		t.Run("c11-"+cc, func(t *testing.T) { runC11(t, st, "c11_shared."+cc+"-dpu", 0, 1) })
+	}
+}
+
+// c11Iterations is how many rounds each C11 party makes (each costs a few
+// round trips to the page's owner): DPU_EXAMPLES_C11_ITERATIONS, else 60.
+func c11Iterations(t *testing.T) int {
+	if s := os.Getenv("DPU_EXAMPLES_C11_ITERATIONS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("DPU_EXAMPLES_C11_ITERATIONS=%q", s)
+		}
+		return n
+	}
+	return 60
+}
+
+// runC11 runs the unmodified C11 program built with dpu-cc as two
+// processes, one on node a and one on node b, on one page allocated on
+// node a: both must exit 0, the last to finish must have verified the
+// exact result, and the counter must read 2 x iterations through the node.
+func runC11(t *testing.T, st *fabric.State, prog string, a, b int) {
+	needExamples(t)
+	if _, err := os.Stat(filepath.Join("build", prog)); err != nil {
+		if os.Getenv("DPU_PRIV_TESTS") == "require" {
+			t.Fatalf("%s not built: %v", prog, err)
+		}
+		t.Skipf("%s not built (no such compiler?)", prog)
+	}
+	n := c11Iterations(t)
+	g := dpuctl(t, st, a, "alloc", "4096")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type result struct {
+		party int
+		out   string
+		err   error
+	}
+	results := make(chan result, 2)
+	start := time.Now()
+	for party, node := range []int{a, b} {
+		cmd := exec.CommandContext(ctx, filepath.Join("build", prog), "2", strconv.Itoa(n), g, strconv.Itoa(party))
+		cmd.Env = append(os.Environ(), "DPU_SOCKET="+hostSocket(st, node))
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results <- result{party, string(out), err}
+		}()
+	}
+	verified := 0
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Errorf("%s party %d: %v\n%s", prog, r.party, r.err, r.out)
+		}
+		verified += strings.Count(r.out, "c11_shared: verified:")
+		t.Logf("party %d: %s", r.party, strings.TrimSpace(r.out))
+	}
+	if verified != 1 {
+		t.Errorf("%d parties printed a verified result, want 1", verified)
+	}
+	page, err := gva.Parse(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := page
+	counter.Lo += 16 // struct page: arrived, finished, counter
+	for _, node := range []int{a, b} {
+		if got := dpuctl(t, st, node, "read", counter.String(), "--u64"); got != strconv.Itoa(2*n) {
+			t.Errorf("counter read through node %d: %s, want %d", node, got, 2*n)
+		}
+	}
+	t.Logf("%s: 2 parties x %d rounds on nodes %d and %d in %v", prog, n, a, b, time.Since(start).Round(time.Millisecond))
+}
+
+// TestC11SingleHost: the same C11 source built with plain cc runs its
+// parties as processes of this host over an anonymous shared page.
+func TestC11SingleHost(t *testing.T) {
+	needExamples(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join("build", "c11_shared"), "3", "5000").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "c11_shared: verified:") {
+		t.Fatalf("c11_shared: %v\n%s", err, out)
+	}
+	t.Log(strings.TrimSpace(string(out)))
 }
 
 // TestCountersFourNodeRing: the examples on nodes 0 and 2 of a 4-node

@@ -127,6 +127,8 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 
 	case wire.OpRings:
 		return s.openRings(c, r, rep)
+	case wire.OpMaps:
+		return s.serveMaps(c, r, rep)
 
 	case wire.OpSubscribe:
 		c.subscribe(r.Mask)

@@ -127,6 +127,8 @@ type Server struct {
 	allocMu sync.Mutex
 	allocs  map[gva.GVA]int // allocations made here: first page → pages
 
+	maps mapsTable // dpu_mmap areas the host's processes report (maps.go)
+
 	// Set by Serve.
 	status   *statusTable
 	replicas *replicaTable

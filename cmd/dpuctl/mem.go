@@ -43,6 +43,8 @@ const memUsage = `Usage: dpuctl [-d PATH] [-j] mem COMMAND [ARGS]
   where GVA                       where the page lives: tier, hops, owner
   lock GVA [--timeout D] -- CMD [ARGS]
                                   run CMD while holding the page's lock
+  maps                            the dpu_mmap areas of this host's processes
+                                  and their fault counts (libdpu reports them)
   batch                           read commands from stdin, one per line, on
                                   one connection (there lock GVA [--timeout D]
                                   and unlock GVA are separate commands)
@@ -89,6 +91,7 @@ func init() {
 		{"lock", map[string]bool{"timeout": true}, memLock},
 		{"unlock", nil, memUnlock},
 		{"batch", nil, memBatch},
+		{"maps", nil, memMaps},
 		{"help", nil, func(s *memSession, _ memArgs) error { _, err := io.WriteString(s.e.stdout, memUsage); return err }},
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 	"github.com/aitherion/dpu/hostif/ring/ringtest"
 )
@@ -97,6 +98,96 @@ func TestCLibrary(t *testing.T) {
 			}
 			t.Log(strings.TrimSpace(out))
 		})
+	}
+}
+
+// TestMmap runs the dpu_mmap test program against two live hosts, with the
+// userfaultfd this process may open and with the user-mode-only kind that
+// vm.unprivileged_userfaultfd=0 leaves to unprivileged processes.
+func TestMmap(t *testing.T) {
+	build(t, "build/mmap_test", "build/asan/mmap_test")
+	for _, mode := range []string{"full", "user", "asan"} {
+		t.Run(mode, func(t *testing.T) {
+			h1, h2 := hosts(t)
+			bin, env := "build/mmap_test", []string{"DPU_UFFD=" + mode}
+			if mode == "asan" {
+				bin, env = "build/asan/mmap_test", []string{"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:handle_sigbus=0", "UBSAN_OPTIONS=halt_on_error=1"}
+			}
+			out := runC(t, bin, append(env, "DPU_SOCKET="+h1, "DPU_TEST_PEER_SOCKET="+h2)...)
+			if !strings.Contains(out, "ok ") {
+				t.Fatalf("mmap_test printed %q", out)
+			}
+			t.Log(strings.TrimSpace(out))
+		})
+	}
+}
+
+// TestMmapReport: a process's dpu_mmap areas and their fault counts reach
+// the agent (what dpuctl mem maps shows) and go when it unmaps.
+func TestMmapReport(t *testing.T) {
+	build(t, "build/mmap_test")
+	h1, _ := hosts(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "build/mmap_test", "hold")
+	cmd.Env = append(os.Environ(), "DPU_SOCKET="+h1)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	var addr, gvaText string
+	if _, err := fmt.Fscanf(stdout, "mapped %s %s\n", &addr, &gvaText); err != nil {
+		t.Fatalf("reading what mmap_test hold mapped: %v", err)
+	}
+	c, err := client.Dial(ctx, h1, client.Options{Name: "watcher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		_, entries, err := c.Maps(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == 1 && entries[0].ReadFaults >= 1 && entries[0].WriteFaults >= 1 {
+			e := entries[0]
+			if fmt.Sprintf("%#x", e.LVA) != addr || e.GVA.String() != gvaText || e.Bytes != 2*4096 || e.Prot != 3 ||
+				int(e.PID) != cmd.Process.Pid {
+				t.Fatalf("reported %+v, want %s %s of pid %d", e, addr, gvaText, cmd.Process.Pid)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no report with the faults: %+v", entries)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		total, _, err := c.Maps(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the areas outlived the process")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

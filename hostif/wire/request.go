@@ -66,7 +66,7 @@ func (r *Request) Pages() int { return int((r.Bytes + PageSize - 1) / PageSize) 
 var bodyLen = [numOps]int{
 	OpHello: 40, OpAlloc: 16, OpFree: 0, OpMap: 24, OpUnmap: 16, OpTranslate: 16,
 	OpLoad: 8, OpStore: -1, OpCAS: 16, OpFetchAdd: 8, OpAcquire: 8, OpRelease: 0,
-	OpLock: 8, OpUnlock: 0, OpWhere: 0, OpSubscribe: 8, OpRings: 16,
+	OpLock: 8, OpUnlock: 0, OpWhere: 0, OpSubscribe: 8, OpRings: 16, OpMaps: -1,
 }
 
 // DecodeRequest decodes and checks the request in b. On success every field
@@ -186,6 +186,12 @@ func DecodeRequest(b []byte, r *Request) error {
 			return fmt.Errorf("%w: rings", ErrReserved)
 		}
 		return needZeroGVA(r)
+	case OpMaps:
+		r.Data = body
+		if _, err := DecodeMapsReport(body, nil); err != nil {
+			return err
+		}
+		return needZeroGVA(r)
 	}
 	return nil
 }
@@ -268,7 +274,7 @@ func AppendRequest(b []byte, r *Request) []byte {
 	case r.Op == OpLoad:
 		b = le.AppendUint32(b, r.Len)
 		b = le.AppendUint32(b, 0)
-	case r.Op == OpStore || r.Op.IsGPU():
+	case r.Op == OpStore || r.Op == OpMaps || r.Op.IsGPU():
 		b = append(b, r.Data...)
 	case r.Op == OpCAS:
 		b = le.AppendUint64(b, r.Expected)

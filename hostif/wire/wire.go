@@ -68,7 +68,8 @@ const (
 	// OpRings asks for a shared-memory ring pair (PROTOCOL.md §12). A
 	// server that does not offer rings answers ENOSYS or EOPNOTSUPP.
 	OpRings Op = 17
-	numOps     = 18
+	OpMaps  Op = 18 // dpu_mmap areas: report this process's (body), or list the host's (empty); maps.go
+	numOps     = 19
 
 	// OpGPUFirst..OpGPULast are reserved for the CUDA hook's GPU accounting.
 	// Their bodies are not yet fixed (up to MaxBody bytes); a version 1
@@ -80,7 +81,7 @@ const (
 	OpGPULast        Op = 79
 )
 
-var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings"}
+var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings", "maps"}
 
 func (o Op) String() string {
 	switch {

@@ -72,7 +72,7 @@ func TestRequestErrors(t *testing.T) {
 		{"flags", mut(load, 3, 1), ErrReserved},
 		{"status", mut(load, 4, 1), ErrReserved},
 		{"op 0", mut(load, 0, 0), ErrUnknownOp},
-		{"op 18", mut(load, 0, 18), ErrUnknownOp},
+		{"op 19", mut(load, 0, 19), ErrUnknownOp},
 		{"long body", append(append([]byte(nil), load...), 0), ErrLength},
 		{"load reserved", mut(load, 36, 1), ErrReserved},
 		{"load 0 bytes", enc(Request{Header: Header{Op: OpLoad, GVA: page}}), ErrField},

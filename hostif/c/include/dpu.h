@@ -100,6 +100,59 @@ DPU_API int dpu_unmap(dpu_t *d, dpu_gva_t gva);
 DPU_API int dpu_read(dpu_t *d, const void *lva, void *buf, size_t n);
 DPU_API int dpu_read64(dpu_t *d, const void *lva, uint64_t *out); /* lva 8-byte aligned */
 
+/* Shared memory at an address of this process, driven by page faults.
+ *
+ * dpu_mmap maps len bytes of shared pages from gva (a page start) at an
+ * address of the process (*addr_out). prot is PROT_READ or
+ * PROT_READ|PROT_WRITE (<sys/mman.h>). Pages are filled on first touch: a
+ * read of a page not here fetches it through the node, a write makes the
+ * page writable here (its first write after a fetch or a write-back keeps a
+ * twin copy). Writes reach the page's owner as the bytes that differ from
+ * the twin, at release points: dpu_release, dpu_unlock, dpu_mmap_sync with
+ * DPU_SYNC_RELEASE (the dpu-cc runtime calls it before every release
+ * atomic), dpu_munmap, dpu_close and exit. Acquire points (dpu_acquire,
+ * dpu_lock, DPU_SYNC_ACQUIRE) drop the cached pages, so the next touch
+ * fetches the current content: programs that write a page under its
+ * dpu_lock (or a C11 release/acquire pair on it, under dpu-cc) and read it
+ * after taking the lock see sequentially consistent pages. (Other pages are
+ * fetched through this node, which serves no version older than it has
+ * seen of them, but may not have seen the latest yet.) Between those points a cached page is
+ * dropped when the node reports it changed (updated or invalidated).
+ * Faults are served by a thread of the library through userfaultfd; a
+ * fault that cannot be served (page freed, node lost, a write-back failed)
+ * logs its reason on stderr and raises SIGBUS in the faulting thread. The
+ * mapping is not inherited by fork (MADV_DONTFORK). Needs the read (and for
+ * PROT_WRITE the write) permission of every page. */
+enum { DPU_SYNC_RELEASE = 1, DPU_SYNC_ACQUIRE = 2 };
+DPU_API int dpu_mmap(dpu_t *d, dpu_gva_t gva, size_t len, int prot, void **addr_out);
+DPU_API int dpu_munmap(dpu_t *d, void *addr, size_t len);
+DPU_API void dpu_mmap_sync(unsigned flags);
+
+/* What the dpu-cc runtime needs (see cc/README.md). All dpu_mmap areas of
+ * the process lie in one reserved range: an address a is shared iff
+ * (uintptr_t)a - dpu_mmap_lo < dpu_mmap_span (one compare; both stay 0
+ * until the first dpu_mmap). dpu_mmap_lookup gives the connection and GVA
+ * of a shared address; dpu_mmap_touch makes its page present (write: and
+ * writable) without waiting for a fault; dpu_mmap_wrote tells the mapping
+ * that an atomic at the owner wrote n bytes at lva (the cached page is
+ * updated or dropped). */
+extern DPU_API uintptr_t dpu_mmap_lo, dpu_mmap_span;
+extern DPU_API unsigned char *dpu_mmap_pages; /* state per page of the range: 0 absent, 1 clean, 2 dirty, 3 dead */
+DPU_API int dpu_mmap_lookup(const void *lva, dpu_t **d_out, dpu_gva_t *gva_out);
+DPU_API int dpu_mmap_touch(const void *lva, int write);
+DPU_API void dpu_mmap_wrote(const void *lva, const void *bytes, size_t n);
+
+/* Per-area counters (dpuctl mem maps shows them through the agent). */
+typedef struct {
+    void *addr;
+    dpu_gva_t gva;
+    size_t len;
+    int prot;
+    uint64_t read_faults, write_faults, writebacks, drops;
+} dpu_mmap_info_t;
+/* dpu_mmap_list fills up to cap entries and returns how many areas exist. */
+DPU_API int dpu_mmap_list(dpu_mmap_info_t *out, int cap);
+
 /* Accesses through the node (any alignment for load/store; atomics need an
  * 8-byte aligned address). dpu_load/dpu_store take any length. */
 DPU_API int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n);

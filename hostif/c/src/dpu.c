@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "dpu.h"
+#include "internal.h"
 #include "ring.h"
 
 #include <errno.h>
@@ -108,6 +109,7 @@ struct extent {
 
 struct dpu {
     int fd;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the socket, for dpu__reopen */
     int timeout_ms;
     pthread_mutex_t mu;
     pthread_cond_t slot_cv;
@@ -649,6 +651,7 @@ int dpu_open(const char *sock_path, dpu_t **out) {
 
     dpu_t *d = calloc(1, sizeof *d);
     if (!d) return -ENOMEM;
+    memcpy(d->path, sa.sun_path, sizeof d->path); /* NUL-terminated: checked above */
     d->timeout_ms = 30000;
     d->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (d->fd < 0) {
@@ -697,6 +700,7 @@ int dpu_open(const char *sock_path, dpu_t **out) {
 
 void dpu_close(dpu_t *d) {
     if (!d) return;
+    dpu__mmap_closing(d); /* mmap.c: write back and drop dpu_mmap areas of d */
     if (d->fd >= 0) {
         shutdown(d->fd, SHUT_RDWR);
         close(d->fd);
@@ -852,16 +856,62 @@ static int wait_for(dpu_t *d, int timeout_ms) {
     return base + 5000;
 }
 
-int dpu_acquire(dpu_t *d, dpu_gva_t page, int timeout_ms) {
-    return page_op(d, OP_ACQUIRE, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms));
+/* Ownership calls are the release and acquire points of dpu_mmap areas
+ * (mmap.c): writes made in them are written back before a release or
+ * unlock, and cached pages are dropped after an acquire or lock. */
+static int acquired(int rc) {
+    if (rc == 0) dpu__mmap_acquired();
+    return rc;
 }
-int dpu_release(dpu_t *d, dpu_gva_t page) { return page_op(d, OP_RELEASE, page, 0, 0, 0); }
+
+int dpu_acquire(dpu_t *d, dpu_gva_t page, int timeout_ms) {
+    return acquired(page_op(d, OP_ACQUIRE, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms)));
+}
+int dpu_release(dpu_t *d, dpu_gva_t page) {
+    dpu__mmap_releasing();
+    return page_op(d, OP_RELEASE, page, 0, 0, 0);
+}
 int dpu_lock_timeout(dpu_t *d, dpu_gva_t page, int timeout_ms) {
-    return page_op(d, OP_LOCK, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms));
+    return acquired(page_op(d, OP_LOCK, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms)));
 }
 int dpu_lock(dpu_t *d, dpu_gva_t page) { return dpu_lock_timeout(d, page, 0); }
-int dpu_trylock(dpu_t *d, dpu_gva_t page) { return page_op(d, OP_LOCK, page, 0, LOCK_TRY, 0); }
-int dpu_unlock(dpu_t *d, dpu_gva_t page) { return page_op(d, OP_UNLOCK, page, 0, 0, 0); }
+int dpu_trylock(dpu_t *d, dpu_gva_t page) { return acquired(page_op(d, OP_LOCK, page, 0, LOCK_TRY, 0)); }
+int dpu_unlock(dpu_t *d, dpu_gva_t page) {
+    dpu__mmap_releasing();
+    return page_op(d, OP_UNLOCK, page, 0, 0, 0);
+}
+
+/* ---- hooks for the library's other files (internal.h) ---- */
+
+int dpu__reopen(const dpu_t *d, dpu_t **out) {
+    int rc = dpu_open(d->path, out);
+    if (rc == 0) dpu_set_timeout(*out, d->timeout_ms);
+    return rc;
+}
+
+int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop) {
+    uint8_t body[24], rep[8 + 16 * MAX_MAP_PAGES + 64];
+    put64(body, 0);
+    put64(body + 8, (uint64_t)pages * PAGE);
+    put32(body + 16, 1); /* NOFD: refs only */
+    put32(body + 20, 0);
+    struct call c = {.op = drop ? OP_UNMAP : OP_MAP, .gva = gva, .body = body, .blen = drop ? 16 : 24,
+                     .out = rep, .cap = sizeof rep, .bytes = (uint64_t)pages * PAGE};
+    int rc = do_call(d, &c);
+    close_fds(c.fds, c.nfds);
+    return rc;
+}
+
+uint32_t dpu__max_map_pages(const dpu_t *d) { return d->max_map_pages; }
+
+int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len) {
+    uint8_t rep[256];
+    if (len > MAX_BODY) return -EINVAL;
+    struct call c = {.op = op, .body = body, .blen = len, .out = rep, .cap = sizeof rep};
+    int rc = do_call(d, &c);
+    close_fds(c.fds, c.nfds);
+    return rc;
+}
 
 /* ---- where, translate, events ---- */
 

@@ -1,0 +1,97 @@
+/*
+ * shared_page.h — where the C11 examples get their shared page, and how
+ * their parties start. The only part of them that knows about dpu.
+ *
+ * Built with dpu-cc (__DPU_CC__ defined): the program is one party; its
+ * arguments name the page (a GVA) and the party's number, and the page is
+ * mapped with dpu_mmap through the node at $DPU_SOCKET. Run one process per
+ * party, on any nodes.
+ *
+ * Built with plain cc: the page is an anonymous shared mapping and the
+ * program forks every party itself, on this host.
+ *
+ *   PROG PARTIES ITERATIONS [GVA PARTY]
+ */
+#ifndef SHARED_PAGE_H
+#define SHARED_PAGE_H
+
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __DPU_CC__
+#include "dpu.h"
+#endif
+
+#define PAGE_BYTES 4096
+
+/* party runs one party on the page; it returns the exit status. */
+static int party(void *page, long me, long parties, long iterations);
+
+static long number(const char *prog, const char *s) {
+    char *end;
+    long v = strtol(s, &end, 0);
+    if (*s == '\0' || *end != '\0' || v < 0) {
+        fprintf(stderr, "%s: %s: want a number\n", prog, s);
+        exit(2);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+#ifdef __DPU_CC__
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s PARTIES ITERATIONS GVA PARTY\n", argv[0]);
+        return 2;
+    }
+    long parties = number(argv[0], argv[1]), iterations = number(argv[0], argv[2]);
+    long me = number(argv[0], argv[4]);
+    dpu_gva_t g;
+    dpu_t *d;
+    void *page;
+    int rc = dpu_gva_parse(argv[3], &g);
+    if (rc == 0) rc = dpu_open(NULL, &d);
+    if (rc == 0) rc = dpu_mmap(d, g, PAGE_BYTES, PROT_READ | PROT_WRITE, &page);
+    if (rc < 0) {
+        fprintf(stderr, "%s: mapping %s: %s (%s)\n", argv[0], argv[3], dpu_strerror(rc), dpu_last_error());
+        return 1;
+    }
+    int status = party(page, me, parties, iterations);
+    if ((rc = dpu_munmap(d, page, PAGE_BYTES)) < 0) {
+        fprintf(stderr, "%s: unmapping: %s\n", argv[0], dpu_strerror(rc));
+        status = 1;
+    }
+    dpu_close(d);
+    return status;
+#else
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s PARTIES ITERATIONS\n", argv[0]);
+        return 2;
+    }
+    long parties = number(argv[0], argv[1]), iterations = number(argv[0], argv[2]);
+    void *page = mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    fflush(NULL);
+    for (long p = 1; p < parties; p++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 1;
+        }
+        if (pid == 0) exit(party(page, p, parties, iterations));
+    }
+    int status = party(page, 0, parties, iterations);
+    for (long p = 1; p < parties; p++) {
+        int st;
+        if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) status = 1;
+    }
+    return status;
+#endif
+}
+
+#endif /* SHARED_PAGE_H */

@@ -1,0 +1,21 @@
+/*
+ * internal.h — what the library's source files share beyond dpu.h. Nothing
+ * here is exported (the library is built with -fvisibility=hidden).
+ */
+#ifndef DPU_INTERNAL_H
+#define DPU_INTERNAL_H
+
+#include "dpu.h"
+
+/* dpu.c */
+int dpu__reopen(const dpu_t *d, dpu_t **out);          /* a second connection to d's socket */
+int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop); /* MAP/UNMAP with NOFD: refs only */
+uint32_t dpu__max_map_pages(const dpu_t *d);
+int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len); /* a request with no reply body */
+
+/* mmap.c: called by dpu.c */
+void dpu__mmap_closing(dpu_t *d); /* dpu_close: write back and drop d's areas */
+void dpu__mmap_acquired(void);    /* after a successful acquire or lock */
+void dpu__mmap_releasing(void);   /* before a release or unlock */
+
+#endif /* DPU_INTERNAL_H */

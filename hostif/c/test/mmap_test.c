@@ -1,0 +1,263 @@
+/*
+ * mmap_test: dpu_mmap against two live hosts sharing memory.
+ *
+ * Run by go test ./hostif/c/ with DPU_SOCKET (host 1) and
+ * DPU_TEST_PEER_SOCKET (host 2) set, and once more with DPU_UFFD=user (the
+ * userfaultfd kind an unprivileged process gets when
+ * vm.unprivileged_userfaultfd is 0). Prints "ok" and exits 0 when
+ * everything holds; names the failing check otherwise.
+ */
+#define _GNU_SOURCE
+#include "dpu.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int checks;
+
+#define CHECK(cond)                                                                                          \
+    do {                                                                                                     \
+        checks++;                                                                                            \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond,         \
+                    dpu_last_error());                                                                       \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+#define OK(call)                                                                                             \
+    do {                                                                                                     \
+        int rc_ = (call);                                                                                    \
+        checks++;                                                                                            \
+        if (rc_ != 0) {                                                                                      \
+            fprintf(stderr, "%s:%d: %s = %d (%s; %s)\n", __FILE__, __LINE__, #call, rc_, dpu_strerror(rc_), \
+                    dpu_last_error());                                                                       \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+struct shared {
+    uint64_t counter; /* atomics from the peer */
+    uint64_t plain;   /* plain writes through the mapping */
+    char text[64];
+    uint64_t tail[2]; /* at the end of the first page, see below */
+};
+
+static dpu_t *open_at(const char *env) {
+    dpu_t *d;
+    OK(dpu_open(getenv(env), &d));
+    dpu_set_timeout(d, 5000);
+    return d;
+}
+
+static uint64_t peer_load(dpu_t *p, dpu_gva_t g) {
+    uint64_t v = 0;
+    OK(dpu_load64(p, g, &v));
+    return v;
+}
+
+/* child runs fn in a child process and returns the signal that ended it
+ * (0 when it exited 0, -1 otherwise). */
+static int child(void (*fn)(void *), void *arg) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn(arg);
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (WIFSIGNALED(st)) return WTERMSIG(st);
+    return WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Writes through the mapping reach the owner at a release point; bytes the
+ * peer changed meanwhile by atomics are kept. */
+static void test_write_back(dpu_t *d, dpu_t *p) {
+    dpu_gva_t g;
+    OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    struct shared *s = at;
+    CHECK(s->counter == 0 && s->plain == 0); /* first touch: a read fault */
+    s->plain = 41;                            /* a write fault: writable here */
+    s->plain++;
+    strcpy(s->text, "written through dpu_mmap");
+    ((uint64_t *)at)[DPU_PAGE_SIZE / 8 + 3] = 7; /* second page */
+    uint64_t old;
+    OK(dpu_fetch_add64(p, g, 5, &old)); /* the peer, on the same page */
+    CHECK(peer_load(p, dpu_gva_add(g, 8)) == 0); /* not yet written back */
+    dpu_mmap_sync(DPU_SYNC_RELEASE);
+    CHECK(peer_load(p, dpu_gva_add(g, 8)) == 42);
+    CHECK(peer_load(p, g) == 5); /* the peer's add survived the write-back */
+    CHECK(peer_load(p, dpu_gva_add(g, DPU_PAGE_SIZE + 24)) == 7);
+    char text[64];
+    OK(dpu_load(p, dpu_gva_add(g, 16), text, sizeof text));
+    CHECK(strcmp(text, "written through dpu_mmap") == 0);
+
+    /* After an acquire point the mapping shows the peer's writes. */
+    OK(dpu_store64(p, dpu_gva_add(g, 8), 100));
+    dpu_mmap_sync(DPU_SYNC_ACQUIRE);
+    CHECK(s->plain == 100 && s->counter == 5);
+
+    dpu_mmap_info_t info[4];
+    CHECK(dpu_mmap_list(info, 4) == 1);
+    CHECK(info[0].addr == at && info[0].len == 2 * DPU_PAGE_SIZE && info[0].read_faults >= 2 &&
+          info[0].write_faults >= 2 && info[0].writebacks >= 2);
+    OK(dpu_munmap(d, at, 2 * DPU_PAGE_SIZE));
+    CHECK(dpu_mmap_list(info, 4) == 0);
+    CHECK(dpu_munmap(d, at, 2 * DPU_PAGE_SIZE) == -EINVAL);
+    OK(dpu_free(d, g));
+}
+
+/* Unmodified code under dpu_lock on one host, read under the lock on the
+ * other: every increment is seen. */
+static void test_lock(dpu_t *d, dpu_t *p) {
+    dpu_gva_t g;
+    OK(dpu_alloc_mode(d, DPU_PAGE_SIZE, 0666, &g));
+    void *a, *b;
+    OK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &a));
+    OK(dpu_mmap(p, g, DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &b));
+    struct shared *sa = a, *sb = b;
+    for (int i = 0; i < 20; i++) {
+        dpu_t *who = i % 2 ? p : d;
+        struct shared *s = i % 2 ? sb : sa;
+        OK(dpu_lock(who, g));
+        CHECK(s->plain == (uint64_t)i);
+        s->plain++;
+        snprintf(s->text, sizeof s->text, "step %d", i);
+        OK(dpu_unlock(who, g));
+    }
+    OK(dpu_lock(d, g));
+    CHECK(sa->plain == 20 && strcmp(sa->text, "step 19") == 0);
+    OK(dpu_unlock(d, g));
+    OK(dpu_munmap(p, b, DPU_PAGE_SIZE));
+    OK(dpu_munmap(d, a, DPU_PAGE_SIZE));
+    OK(dpu_free(d, g));
+}
+
+/* Without an acquire, a clean page is dropped when the node reports that
+ * it changed, so a reader polling the mapping sees a peer's store. */
+static void test_update_event(dpu_t *d, dpu_t *p) {
+    dpu_gva_t g;
+    OK(dpu_alloc(d, DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ, &at));
+    volatile uint64_t *w = at;
+    CHECK(*w == 0);
+    OK(dpu_store64(p, g, 9));
+    for (int i = 0; i < 500 && *w != 9; i++) {
+        struct timespec t = {0, 2000000};
+        nanosleep(&t, NULL);
+    }
+    CHECK(*w == 9);
+    OK(dpu_munmap(d, at, DPU_PAGE_SIZE));
+    OK(dpu_free(d, g));
+}
+
+struct bad {
+    dpu_gva_t g;
+    void *at;
+    int what;
+};
+
+static void bad_child(void *arg) {
+    struct bad *b = arg;
+    volatile uint64_t *w = b->at;
+    switch (b->what) {
+    case 0: (void)*w; break;  /* inherited across fork? (it is not) */
+    case 1: *w = 1; break;    /* a read-only mapping */
+    case 2: { /* the node is lost: its sockets end under the mapping */
+        int mark = dup(0);
+        close(mark);
+        dpu_t *p = open_at("DPU_TEST_PEER_SOCKET");
+        void *at;
+        OK(dpu_mmap(p, b->g, DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+        for (int fd = mark; fd < mark + 64; fd++) {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) shutdown(fd, SHUT_RDWR);
+        }
+        (void)*(volatile uint64_t *)at;
+        break;
+    }
+    case 3: (void)*w; break;  /* after dpu_munmap */
+    }
+}
+
+static void test_bad(dpu_t *d) {
+    dpu_gva_t g;
+    OK(dpu_alloc(d, DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ, &at));
+    CHECK(*(volatile uint64_t *)at == 0);
+    struct bad b = {g, at, 0};
+    CHECK(child(bad_child, &b) == SIGSEGV);
+    b.what = 1;
+    CHECK(child(bad_child, &b) == SIGSEGV);
+    CHECK(*(volatile uint64_t *)at == 0); /* the parent's mapping is intact */
+    OK(dpu_munmap(d, at, DPU_PAGE_SIZE));
+    b.what = 3;
+    CHECK(child(bad_child, &b) == SIGSEGV);
+    b.what = 2;
+    CHECK(child(bad_child, &b) == SIGBUS);
+    OK(dpu_free(d, g));
+    CHECK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ, &at) < 0); /* freed: no ref */
+    CHECK(dpu_mmap(d, dpu_gva_add(g, 8), DPU_PAGE_SIZE, PROT_READ, &at) == -EINVAL);
+    CHECK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_EXEC, &at) == -EINVAL);
+}
+
+/* hold: map two pages, read one, write the other, say where, and keep the
+ * mapping until stdin ends (the Go test reads the agent's maps meanwhile). */
+static int hold(void) {
+    dpu_t *d = open_at("DPU_SOCKET");
+    dpu_gva_t g;
+    OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *w = at;
+    (void)w[0];
+    w[DPU_PAGE_SIZE / 8] = 1;
+    char text[DPU_GVA_TEXT_LEN + 1];
+    dpu_gva_format(g, text, sizeof text);
+    printf("mapped %p %s\n", at, text);
+    fflush(stdout);
+    char buf[16];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+    OK(dpu_munmap(d, at, 2 * DPU_PAGE_SIZE));
+    dpu_close(d);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "hold") == 0) return hold();
+    dpu_t *d = open_at("DPU_SOCKET"), *p = open_at("DPU_TEST_PEER_SOCKET");
+    test_write_back(d, p);
+    test_lock(d, p);
+    test_update_event(d, p);
+    test_bad(d);
+    /* dpu_close drops areas still mapped (their refs go with the
+     * connection); a mapping left here must not leak past it. */
+    dpu_gva_t g;
+    OK(dpu_alloc(d, DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    *(uint64_t *)at = 3;
+    dpu_close(d);
+    dpu_mmap_info_t info;
+    CHECK(dpu_mmap_list(&info, 1) == 0);
+    CHECK(peer_load(p, g) == 3); /* written back on close */
+    dpu_close(p);
+    printf("ok %d checks\n", checks);
+    return 0;
+}
