@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/gpu"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/node"
@@ -162,8 +162,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	a.ran = true
 	defer a.Close()
-	if err := os.MkdirAll(a.cfg.RunDir, 0o755); err != nil {
-		return fmt.Errorf("agent: run dir: %w", err)
+	warnings, err := rundir.Prepare(a.cfg.RunDir, rundir.Options{Insecure: a.cfg.InsecureRunDir})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	for _, w := range warnings {
+		a.log.Warn("insecure run directory accepted (insecure-run-dir)", "problem", w)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -173,13 +177,13 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"))
 	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")
-	l, err := ctl.Listen(ctlPath)
+	gid, err := a.socketGID()
+	if err != nil {
+		return err
+	}
+	l, err := ctl.ListenGroup(ctlPath, gid)
 	if err != nil {
 		return fmt.Errorf("agent: control socket: %w", err)
-	}
-	if err := a.chownSocket(ctlPath); err != nil {
-		l.Close()
-		return err
 	}
 	ctlDone := make(chan error, 1)
 	wg.Add(1)
@@ -299,19 +303,20 @@ func (a *Agent) newCore() error {
 	return nil
 }
 
-func (a *Agent) chownSocket(path string) error {
+// socketGID is the group the sockets are given (-1: the agent's own).
+func (a *Agent) socketGID() (int, error) {
 	if a.cfg.SocketGroup == "" {
-		return nil
+		return -1, nil
+	}
+	if n, err := strconv.Atoi(a.cfg.SocketGroup); err == nil {
+		return n, nil
 	}
 	g, err := user.LookupGroup(a.cfg.SocketGroup)
 	if err != nil {
-		return fmt.Errorf("agent: socket-group: %w", err)
+		return 0, fmt.Errorf("agent: socket-group: %w", err)
 	}
 	gid, _ := strconv.Atoi(g.Gid)
-	if err := os.Chown(path, -1, gid); err != nil {
-		return fmt.Errorf("agent: socket-group: %w", err)
-	}
-	return nil
+	return gid, nil
 }
 
 // now is the core's clock: monotonic time since the agent started.

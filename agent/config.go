@@ -61,6 +61,11 @@ type Config struct {
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
 	GPU gpu.Config
+
+	// InsecureRunDir accepts a run directory that another user owns or
+	// may write (see internal/rundir): that user can then take over the
+	// sockets. Off by default (key insecure-run-dir).
+	InsecureRunDir bool
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -99,7 +104,7 @@ func (c *Config) LoadFile(path string) error {
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, and
+// gpu-device, insecure-run-dir, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -154,6 +159,8 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("empty")
 		}
 		c.RunDir = val
+	case "insecure-run-dir":
+		c.InsecureRunDir, err = strconv.ParseBool(val)
 	case "log-level":
 		switch val {
 		case "debug", "info", "warn", "error":

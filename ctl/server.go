@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mdlayher/netlink"
+
+	"github.com/aitherion/dpu/internal/rundir"
 )
 
 // MaxMessageSize is the largest message of the protocol, request or reply.
@@ -120,23 +122,24 @@ func (s *Server) ListenAndServe(ctx context.Context, path string) error {
 	return s.Serve(ctx, l)
 }
 
-// Listen opens a SOCK_SEQPACKET UNIX socket at path with mode 0660. A stale
-// socket file (no server answers on it) is replaced; a live one is refused
-// with ErrSocketInUse; any other file is left alone and refused. Closing the
-// listener removes the socket file. The mode is set after bind: keep the
-// run directory itself closed to others (0750) so no one connects in
-// between.
-func Listen(path string) (*net.UnixListener, error) {
+// Listen opens a SOCK_SEQPACKET UNIX socket at path with mode 0660 and the
+// caller's group; see ListenGroup.
+func Listen(path string) (*rundir.Listener, error) { return ListenGroup(path, -1) }
+
+// ListenGroup opens a SOCK_SEQPACKET UNIX socket at path with mode 0660
+// and group gid (-1: the caller's). A stale socket file (no server answers
+// on it) is replaced; a live one is refused with ErrSocketInUse; any other
+// file is left alone and refused. The socket is bound in a private
+// directory and renamed into place once its mode and group are set
+// (rundir.Listen), so no symlink swapped in can redirect the chmod/chown.
+// Closing the listener removes the socket file if it is still this one.
+func ListenGroup(path string, gid int) (*rundir.Listener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	l, err := rundir.Listen(path, 0o660, gid)
 	if err != nil {
-		return nil, fmt.Errorf("ctl: listen: %w", err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("ctl: listen: %w", err)
+		return nil, fmt.Errorf("ctl: %w", err)
 	}
 	return l, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/rundir"
 )
 
 // SocketName is the host interface socket's name inside the run directory.
@@ -260,8 +261,9 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 }
 
 // listen binds a SOCK_SEQPACKET socket at path with the given mode and
-// group. It binds under a temporary name in the same directory and renames
-// it into place once its mode is set, so path never has a looser mode.
+// group (rundir.Listen: bound in a private directory, mode and group set
+// there, renamed into place), so path never has a looser mode and no
+// symlink swapped into the run directory can redirect the chmod/chown.
 func listen(path string, mode os.FileMode, group string) (*net.UnixListener, os.FileInfo, error) {
 	if err := clearStaleSocket(path); err != nil {
 		return nil, nil, err
@@ -274,34 +276,11 @@ func listen(path string, mode os.FileMode, group string) (*net.UnixListener, os.
 		}
 		gid = g
 	}
-	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
-	_ = os.Remove(tmp)
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
+	l, err := rundir.Listen(path, mode, gid)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hostif: listen: %w", err)
+		return nil, nil, fmt.Errorf("hostif: %w", err)
 	}
-	l.SetUnlinkOnClose(false)
-	fail := func(err error) (*net.UnixListener, os.FileInfo, error) {
-		_ = l.Close()
-		_ = os.Remove(tmp)
-		return nil, nil, fmt.Errorf("hostif: listen %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return fail(err)
-	}
-	if gid >= 0 {
-		if err := os.Chown(tmp, -1, gid); err != nil {
-			return fail(err)
-		}
-	}
-	fi, err := os.Lstat(tmp)
-	if err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fail(err)
-	}
-	return l, fi, nil
+	return l.UnixListener, l.FileInfo(), nil
 }
 
 // clearStaleSocket removes a socket file nobody answers on; a live one is
