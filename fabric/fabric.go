@@ -19,6 +19,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -47,7 +48,14 @@ type Agent struct {
 	Log     string `json:"log"`
 	Netns   string `json:"netns,omitempty"`
 	Stopped bool   `json:"stopped,omitempty"`
+	// Start and Exe identify the process dpu-fabric started (its start
+	// time in clock ticks since boot and its executable): a pid is
+	// signalled only while it still names that process.
+	Start uint64 `json:"start,omitempty"`
+	Exe   string `json:"exe,omitempty"`
 }
+
+func (a Agent) identity() procIdentity { return procIdentity{Start: a.Start, Exe: a.Exe} }
 
 // Ctl returns the path of the agent's control socket.
 func (a Agent) Ctl() string { return filepath.Join(a.RunDir, "ctl.sock") }
@@ -97,7 +105,9 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 		return nil, err
 	}
 	st := &State{Links: spec.Links, Topo: spec.Topo, Nodes: spec.Nodes, Seed: spec.Seed, Edges: g.Links(), AgentPath: spec.AgentPath, Args: spec.ExtraArgs, dir: abs}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	// the directory holds the agents' sockets, configurations and this
+	// tool's state: refuse one that another user owns or may write
+	if _, err := rundir.Prepare(abs, rundir.Options{}); err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}
 	// Record the fabric before creating anything, so down can undo a
@@ -127,7 +137,7 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		conf := filepath.Join(rd, "agent.conf")
-		if err := os.WriteFile(conf, []byte(agentConf(i, rd, spec)+ports(i)), 0o644); err != nil {
+		if err := rundir.WriteFile(conf, []byte(agentConf(i, rd, spec)+ports(i)), 0o644, -1, -1); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		a := Agent{Node: i, RunDir: rd, Config: conf, Log: filepath.Join(rd, "agent.log"), Stopped: true}
@@ -266,7 +276,12 @@ func Load(dir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(abs, stateFile))
+	// The state names programs to run and processes to signal: trust it
+	// only in a directory no one else may write, owned by this user.
+	if _, err := rundir.Check(abs, rundir.Options{}); err != nil {
+		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	b, err := rundir.ReadTrusted(filepath.Join(abs, stateFile), os.Geteuid(), 16<<20)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: no fabric in %s: %w", dir, err)
 	}
@@ -282,16 +297,15 @@ func (s *State) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := rundir.WriteFile(filepath.Join(s.dir, stateFile), b, 0o644, -1, -1); err != nil {
 		return fmt.Errorf("fabric: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(s.dir, stateFile))
+	return nil
 }
 
 func (s *State) running() bool {
 	for _, a := range s.Agents {
-		if !a.Stopped && alive(a.Pid) {
+		if !a.Stopped && ours(a.Pid, a.identity()) {
 			return true
 		}
 	}
@@ -301,7 +315,10 @@ func (s *State) running() bool {
 // start launches agent i as a detached process logging to its agent.log.
 func (s *State) start(i int) error {
 	a := &s.Agents[i]
-	logf, err := os.OpenFile(a.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err := checkExecutable(s.AgentPath); err != nil {
+		return err
+	}
+	logf, err := rundir.OpenAppend(a.Log, 0o644)
 	if err != nil {
 		return fmt.Errorf("fabric: %w", err)
 	}
@@ -318,6 +335,13 @@ func (s *State) start(i int) error {
 		return fmt.Errorf("fabric: starting agent %d: %w", i, err)
 	}
 	a.Pid, a.Stopped = cmd.Process.Pid, false
+	id, err := identify(a.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		return fmt.Errorf("fabric: agent %d: %w", i, err)
+	}
+	a.Start, a.Exe = id.Start, id.Exe
 	_ = cmd.Process.Release()
 	return s.save()
 }
@@ -341,7 +365,7 @@ func (s *State) WaitConverged(ctx context.Context) error {
 			if a.Stopped {
 				continue
 			}
-			if !alive(a.Pid) {
+			if !ours(a.Pid, a.identity()) {
 				return fmt.Errorf("fabric: agent %d (pid %d) exited; see %s", a.Node, a.Pid, a.Log)
 			}
 			n, err := routeCount(ctx, a.Ctl())
@@ -381,10 +405,18 @@ func (s *State) Kill(i int, sig syscall.Signal) error {
 	}
 	a := &s.Agents[i]
 	if !a.Stopped && alive(a.Pid) {
-		_ = syscall.Kill(a.Pid, sig)
-		if !waitGone(a.Pid, 5*time.Second) {
-			_ = syscall.Kill(a.Pid, syscall.SIGKILL)
-			waitGone(a.Pid, 5*time.Second)
+		id := a.identity()
+		if err := signalOurs(a.Pid, id, sig); err != nil {
+			// the agent is gone and its pid names another process now
+			// (or the record was changed): signal nothing, forget it
+			a.Stopped = true
+			return errors.Join(err, s.save())
+		}
+		if !waitGone(a.Pid, id, 5*time.Second) {
+			if err := signalOurs(a.Pid, id, syscall.SIGKILL); err != nil {
+				return err
+			}
+			waitGone(a.Pid, id, 5*time.Second)
 		}
 	}
 	a.Stopped = true
@@ -439,20 +471,20 @@ func alive(pid int) bool {
 	return true
 }
 
-func waitGone(pid int, bound time.Duration) bool {
+func waitGone(pid int, id procIdentity, bound time.Duration) bool {
 	deadline := time.Now().Add(bound)
 	for time.Now().Before(deadline) {
-		if !alive(pid) {
+		if !ours(pid, id) {
 			return true
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return !alive(pid)
+	return !ours(pid, id)
 }
 
 // Alive reports whether agent i is running.
 func (s *State) Alive(i int) bool {
-	return i >= 0 && i < len(s.Agents) && !s.Agents[i].Stopped && alive(s.Agents[i].Pid)
+	return i >= 0 && i < len(s.Agents) && !s.Agents[i].Stopped && ours(s.Agents[i].Pid, s.Agents[i].identity())
 }
 
 func vethEdges(links []topo.Link) []veth.Edge {
