@@ -275,7 +275,11 @@ func (a *Agent) seed() uint64 {
 func (a *Agent) newEngine() error {
 	a.host = newHostBackend(a)
 	seed := a.seed()
-	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
+	epoch, err := nextAllocEpoch(a.cfg.stateDir(), a.cfg.InsecureRunDir)
+	if err != nil {
+		return err
+	}
+	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
 		Sink: a.host, Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond})
 	if err != nil {
@@ -290,7 +294,7 @@ func (a *Agent) newCore() error {
 	lc := link.DefaultConfig()
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
-	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed}, a.now())
+	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce()}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

@@ -66,6 +66,18 @@ type Config struct {
 	// may write (see internal/rundir): that user can then take over the
 	// sockets. Off by default (key insecure-run-dir).
 	InsecureRunDir bool
+	// StateDir keeps what must outlive a run (the allocation epoch, so a
+	// restarted agent never hands out an earlier run's GVA); default: the
+	// run directory. Put it on persistent storage where a run directory on
+	// tmpfs does not survive a reboot (key state-dir).
+	StateDir string
+}
+
+func (c *Config) stateDir() string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	return c.RunDir
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -104,7 +116,7 @@ func (c *Config) LoadFile(path string) error {
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, insecure-run-dir, and
+// gpu-device, insecure-run-dir, state-dir, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -159,6 +171,8 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("empty")
 		}
 		c.RunDir = val
+	case "state-dir":
+		c.StateDir = val
 	case "insecure-run-dir":
 		c.InsecureRunDir, err = strconv.ParseBool(val)
 	case "log-level":

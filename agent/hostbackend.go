@@ -210,6 +210,11 @@ func (b *hostBackend) Alloc(ctx context.Context, pages int, attr hostif.Attr) (g
 	if pages <= 0 {
 		return gva.GVA{}, syscall.EINVAL
 	}
+	// Refuse what can never fit before building one request per page: the
+	// work and memory of a request stay bounded by the node's capacity.
+	if pages > b.a.cfg.Pages {
+		return gva.GVA{}, fmt.Errorf("alloc: %d pages exceed this node's capacity of %d: %w", pages, b.a.cfg.Pages, syscall.ENOMEM)
+	}
 	rs := make([]coherence.Request, pages)
 	for i := range rs {
 		rs[i].Op = coherence.HostAlloc
