@@ -40,6 +40,7 @@ type Agent struct {
 
 	core  *node.Core
 	ports []openPort
+	keys  *linkKeys // nil: links without link security
 
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
@@ -119,6 +120,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 		out: make([]byte, 1<<16), kick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(a)
+	}
+	if err := a.loadKeys(); err != nil {
+		return nil, err
 	}
 	if err := a.openPorts(); err != nil {
 		a.Close()
@@ -251,6 +255,9 @@ func (a *Agent) openPorts() error {
 		}
 		p, kind, err := open(spec, &a.cfg, a.log)
 		if err != nil {
+			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
+		}
+		if p, err = a.secure(p); err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
 		op := openPort{spec: spec, kind: kind, port: p, free: make(chan []byte, buffersPerPort)}

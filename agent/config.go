@@ -71,6 +71,12 @@ type Config struct {
 	// run directory. Put it on persistent storage where a run directory on
 	// tmpfs does not survive a reboot (key state-dir).
 	StateDir string
+	// KeyFile is this node's private key (mode 0600, owned by the agent's
+	// user) and FabricKeys the fabric's list of public keys ("NAME KEY"
+	// lines): with both set every port is a secure link (noc/port/secure)
+	// and only listed nodes can be neighbours (keys key-file,
+	// fabric-keys).
+	KeyFile, FabricKeys string
 }
 
 func (c *Config) stateDir() string {
@@ -116,7 +122,7 @@ func (c *Config) LoadFile(path string) error {
 // ignored; every other line is "key = value". Keys: node, run-dir,
 // log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, insecure-run-dir, state-dir, and
+// gpu-device, insecure-run-dir, state-dir, key-file, fabric-keys, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -171,6 +177,10 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("empty")
 		}
 		c.RunDir = val
+	case "key-file":
+		c.KeyFile = val
+	case "fabric-keys":
+		c.FabricKeys = val
 	case "state-dir":
 		c.StateDir = val
 	case "insecure-run-dir":
@@ -313,6 +323,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RunDir == "" {
 		return fmt.Errorf("%w: empty run-dir", ErrConfig)
+	}
+	if (c.KeyFile == "") != (c.FabricKeys == "") {
+		return fmt.Errorf("%w: key-file and fabric-keys go together", ErrConfig)
 	}
 	return nil
 }

@@ -131,13 +131,17 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 		}
 		ports = func(i int) string { return udpPorts(noc.NodeID(i), st.Edges, addrs) }
 	}
+	keys, err := writeKeys(abs, spec.Nodes)
+	if err != nil {
+		return nil, err
+	}
 	for i := 0; i < spec.Nodes; i++ {
 		rd := filepath.Join(abs, fmt.Sprintf("node%d", i))
 		if err := os.MkdirAll(rd, 0o755); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		conf := filepath.Join(rd, "agent.conf")
-		if err := rundir.WriteFile(conf, []byte(agentConf(i, rd, spec)+ports(i)), 0o644, -1, -1); err != nil {
+		if err := rundir.WriteFile(conf, []byte(agentConf(i, rd, spec)+keys(i)+ports(i)), 0o644, -1, -1); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		a := Agent{Node: i, RunDir: rd, Config: conf, Log: filepath.Join(rd, "agent.log"), Stopped: true}

@@ -519,3 +519,28 @@ func randomIndex() uint32 {
 	_, _ = rand.Read(b[:])
 	return binary.BigEndian.Uint32(b[:]) | 1
 }
+
+// Counters are the inner port's counters (if it has any) and this port's
+// own, prefixed "secure_".
+func (p *Port) Counters() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	if cp, ok := p.inner.(interface {
+		Counters() (map[string]uint64, error)
+	}); ok {
+		m, err := cp.Counters()
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	s := p.Stats()
+	for k, v := range map[string]uint64{"sealed": s.Sealed, "opened": s.Opened, "handshakes": s.Handshakes,
+		"refused": s.Refused, "rate_limited": s.RateLimited, "replayed": s.Replayed, "unauthentic": s.Unauthentic,
+		"malformed": s.Malformed, "no_session": s.NoSession, "dropped_no_session": s.DroppedNoSession,
+		"handshake_failures": s.HandshakeFailures} {
+		out["secure_"+k] = v
+	}
+	return out, nil
+}
