@@ -43,6 +43,14 @@ type hostBackend struct {
 
 	events   chan hostif.Event
 	overflow bool // an event was dropped; EventOverflow is owed
+
+	// The pipeline (hostif.Pipeline): async maps engine request ids of
+	// pipelined requests to the server's tokens (under mu); done collects
+	// their completions during a step and is taken at its end (under the
+	// agent's mu, which every step holds); complete is the server's.
+	async    map[uint64]uint64
+	done     []hostif.Done
+	complete func([]hostif.Done)
 }
 
 // holderID names this node as pin holder: the host interface serialises
@@ -55,12 +63,18 @@ const retryPause = 2 * time.Millisecond
 func newHostBackend(a *Agent) *hostBackend {
 	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{}, abandoned: map[uint64]coherence.Request{}, attrs: map[gva.GVA]hostif.Attr{},
 		extents: map[gva.GVA]int{}, mapped: map[gva.GVA]int{}, acquired: map[gva.GVA]bool{},
-		events: make(chan hostif.Event, 1024)}
+		events: make(chan hostif.Event, 1024), async: map[uint64]uint64{}}
 }
 
 // Complete implements coherence.Sink (inside a core step).
 func (b *hostBackend) Complete(c coherence.Completion) {
 	b.mu.Lock()
+	if token, ok := b.async[c.ID]; ok {
+		delete(b.async, c.ID)
+		b.mu.Unlock()
+		b.done = append(b.done, doneOf(token, &c))
+		return
+	}
 	ch := b.waiting[c.ID]
 	delete(b.waiting, c.ID)
 	r, late := b.abandoned[c.ID]
@@ -497,21 +511,86 @@ func (b *hostBackend) Where(ctx context.Context, addr gva.GVA) (hostif.Location,
 }
 
 var (
-	_ hostif.Backend = (*hostBackend)(nil)
-	_ hostif.Quick   = (*hostBackend)(nil)
+	_ hostif.Backend  = (*hostBackend)(nil)
+	_ hostif.Pipeline = (*hostBackend)(nil)
 )
 
-// Quick implements hostif.Quick: loads, stores and atomics on a page this
-// node owns complete inside their own core step, so the server may run
-// them on the connection's reading goroutine.
-func (b *hostBackend) Quick(op wire.Op, addr gva.GVA) bool {
-	switch op {
-	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd:
-	default:
-		return false
+// Attach implements hostif.Pipeline.
+func (b *hostBackend) Attach(complete func([]hostif.Done)) { b.complete = complete }
+
+// Accepts implements hostif.Pipeline: stores, atomics and where always; a
+// load when this node holds the page (otherwise Load refs it first).
+func (b *hostBackend) Accepts(op *hostif.Op) bool {
+	switch op.Kind {
+	case wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere:
+		return true
+	case wire.OpLoad:
+		return b.isMapped(op.GVA)
 	}
-	b.a.mu.Lock()
-	defer b.a.mu.Unlock()
-	ent, ok := b.engine.Entry(addr.Key())
-	return ok && ent.Owner && ent.Pins == 0
+	return false
+}
+
+// Submit implements hostif.Pipeline: ops become engine requests of one
+// core step; their completions are taken at the end of whichever step
+// produces them (takeDone) and delivered after it.
+func (b *hostBackend) Submit(ops []hostif.Op) {
+	var reqs [16]coherence.Request
+	rs := reqs[:0]
+	b.mu.Lock()
+	for i := range ops {
+		op := &ops[i]
+		b.nextID++
+		b.async[b.nextID] = op.Token
+		r := coherence.Request{ID: b.nextID, GVA: op.GVA}
+		switch op.Kind {
+		case wire.OpLoad:
+			r.Op, r.Len = coherence.HostLoad, op.Len
+		case wire.OpStore:
+			r.Op, r.Data = coherence.HostStore, op.Data
+		case wire.OpCAS:
+			r.Op, r.Expected, r.Operand = coherence.HostCAS, op.Expected, op.Operand
+		case wire.OpFetchAdd:
+			r.Op, r.Operand = coherence.HostFetchAdd, op.Operand
+		case wire.OpWhere:
+			r.Op = coherence.HostWhere
+		}
+		rs = append(rs, r)
+	}
+	b.mu.Unlock()
+	b.a.onCore(func(c *node.Core) {
+		now := b.a.now()
+		for i := range rs {
+			b.engine.Submit(now, rs[i], c)
+		}
+	})
+}
+
+// takeDone returns the pipelined completions of the step that ends (called
+// under the agent's mu).
+func (b *hostBackend) takeDone() []hostif.Done {
+	if len(b.done) == 0 {
+		return nil
+	}
+	d := b.done
+	b.done = nil
+	return d
+}
+
+// deliver hands completions to the host socket (outside the agent's locks).
+func (b *hostBackend) deliver(ds []hostif.Done) {
+	if b.complete != nil {
+		b.complete(ds)
+	}
+}
+
+func doneOf(token uint64, c *coherence.Completion) hostif.Done {
+	d := hostif.Done{Token: token, Err: c.Err, Version: c.Version, Value: c.Value}
+	if c.Data != nil {
+		d.Data = append([]byte(nil), c.Data...)
+	}
+	if c.Op == coherence.HostWhere {
+		d.Where = hostif.Location{Tier: c.Where.Tier, Speed: c.Where.Speed, Hops: uint16(c.Where.Hops),
+			Owner: gva.MachineIndex(c.Where.Owner), Version: c.Version}
+	}
+	return d
 }

@@ -46,10 +46,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		ports    portFlags
 	)
 	settings := map[string]*string{}
-	for _, k := range []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed", "xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound"} {
+	for _, k := range []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed", "xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "loop", "spin"} {
 		settings[k] = fs.String(k, "", "sets "+k+" (see the configuration file format)")
 	}
-	poll := fs.Bool("poll", false, "busy-poll ports instead of blocking")
+	poll := fs.Bool("poll", false, "same as --loop poll")
 	fs.Var(&ports, "port", "neighbour link `\"NAME KIND ARGS...\"` (repeatable; replaces the file's ports)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return err
 	}
 	if *poll {
-		cfg.Poll = true
+		cfg.Loop = agent.LoopPoll
 	}
 	if len(ports) > 0 {
 		cfg.Ports = nil

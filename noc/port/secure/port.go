@@ -544,3 +544,14 @@ func (p *Port) Counters() (map[string]uint64, error) {
 	}
 	return out, nil
 }
+
+// ReadyFD is the inner port's (noc.Waitable): it polls readable while the
+// inner port holds a datagram, which TryReadDatagram then opens (or
+// consumes, if it was a handshake message or not authentic).
+func (p *Port) ReadyFD() (int, error) {
+	w, ok := p.inner.(noc.Waitable)
+	if !ok {
+		return -1, errors.New("secure: inner port has no ready descriptor")
+	}
+	return w.ReadyFD()
+}
