@@ -321,3 +321,43 @@ func TestKeyFiles(t *testing.T) {
 		t.Fatalf("lookup: %q %v", name, ok)
 	}
 }
+
+// batcher is an inner port with a batch write.
+type batcher struct {
+	noc.Port
+	batches int
+}
+
+func (b *batcher) WriteDatagrams(bufs [][]byte) error {
+	b.batches++
+	for _, d := range bufs {
+		if err := b.Port.WriteDatagram(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestBatchWriteSealsEach(t *testing.T) {
+	pr := newPair(t, nil, KeyPair{})
+	if !exchange(t, pr.a, pr.b, []byte("up"), 2*time.Second) {
+		t.Fatal("no session")
+	}
+	bw := &batcher{Port: pr.a.inner}
+	pr.a.inner = bw
+	msgs := [][]byte{[]byte("one"), []byte("two"), []byte("three")}
+	if err := pr.a.WriteDatagrams(msgs); err != nil {
+		t.Fatal(err)
+	}
+	if bw.batches != 1 {
+		t.Fatalf("%d batches", bw.batches)
+	}
+	buf := make([]byte, 64)
+	for _, want := range msgs {
+		_ = pr.b.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := pr.b.ReadDatagram(buf)
+		if err != nil || string(buf[:n]) != string(want) {
+			t.Fatalf("got %q %v, want %q", buf[:n], err, want)
+		}
+	}
+}
