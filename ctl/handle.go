@@ -16,6 +16,8 @@ type replier interface {
 	// join and leave change the connection's monitor membership.
 	join(group uint32) error
 	leave(group uint32)
+	// peer is the client's uid (SO_PEERCRED); ok is false when unknown.
+	peer() (uid uint32, ok bool)
 }
 
 // handle answers one request datagram b. Every message of the Family is
@@ -81,6 +83,10 @@ func (s *Server) handle(b []byte, r replier) error {
 		var lim GPULimit
 		if err := decodeObject(m.attrs, &lim); err != nil {
 			return s.replyError(r, h, errInvalid("%v", err))
+		}
+		uid, known := r.peer()
+		if werr := authorizeGPULimit(gs, uid, known, lim); werr != nil {
+			return s.replyError(r, h, werr)
 		}
 		if err := gs.SetGPULimit(lim); err != nil {
 			errno := syscall.EIO

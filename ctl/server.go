@@ -14,6 +14,7 @@ import (
 
 	"github.com/mdlayher/netlink"
 
+	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/internal/rundir"
 )
 
@@ -92,6 +93,7 @@ type Server struct {
 	conns    map[*conn]struct{} // every open connection
 	subs     map[*conn]struct{} // members of the monitor group
 	refusing int                // connections being refused
+	quota    *quota.Ledger      // connections and subscriptions per uid
 }
 
 // NewServer returns a server answering from src. log may be nil.
@@ -108,6 +110,9 @@ func NewServer(src Source, log *slog.Logger, opts ...Option) *Server {
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.quota == nil {
+		s.quota = defaultQuota(s.limits.MaxConns)
 	}
 	return s
 }
@@ -261,9 +266,19 @@ func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 		}()
 		return nil
 	}
+	uid, known := peerUID(nc)
+	if known {
+		if err := s.quota.Take(uid, quota.Conns, 1); err != nil {
+			s.log.Warn("control connection refused", "uid", uid, "err", err)
+			nc.Close()
+			return nil
+		}
+	}
 	c := &conn{
 		s:       s,
 		nc:      nc,
+		uid:     uid,
+		known:   known,
 		done:    make(chan struct{}),
 		overrun: make(chan struct{}),
 	}
@@ -337,8 +352,10 @@ func (s *Server) Subscribers() int {
 
 // conn is one client connection.
 type conn struct {
-	s  *Server
-	nc net.Conn
+	s     *Server
+	nc    net.Conn
+	uid   uint32 // the client's (SO_PEERCRED), when known
+	known bool
 
 	wmu sync.Mutex // one writer at a time: replies and events
 
@@ -417,6 +434,11 @@ func (c *conn) join(uint32) error {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, member := s.subs[c]; !member && c.known {
+		if err := s.quota.Take(c.uid, quota.Subs, 1); err != nil {
+			return &wireError{errno: syscall.EBUSY, reason: err.Error()}
+		}
+	}
 	if c.events == nil {
 		c.events = make(chan []byte, s.limits.MonitorQueue)
 		c.pumps.Add(1)
@@ -431,9 +453,21 @@ func (c *conn) join(uint32) error {
 
 func (c *conn) leave(uint32) {
 	c.s.mu.Lock()
-	delete(c.s.subs, c)
+	c.unsubscribe()
 	c.s.mu.Unlock()
 }
+
+// unsubscribe drops the membership and its quota. Called with s.mu held.
+func (c *conn) unsubscribe() {
+	if _, member := c.s.subs[c]; member {
+		delete(c.s.subs, c)
+		if c.known {
+			c.s.quota.Release(c.uid, quota.Subs, 1)
+		}
+	}
+}
+
+func (c *conn) peer() (uint32, bool) { return c.uid, c.known }
 
 // pump writes queued events to a member until the connection ends or the
 // member is dropped.
@@ -477,7 +511,10 @@ func (c *conn) close() {
 	s := c.s
 	s.mu.Lock()
 	delete(s.conns, c)
-	delete(s.subs, c)
+	c.unsubscribe()
+	if c.known {
+		s.quota.Release(c.uid, quota.Conns, 1)
+	}
 	s.mu.Unlock()
 	close(c.done)
 	c.nc.Close()
