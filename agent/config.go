@@ -80,6 +80,11 @@ type Config struct {
 	// and only listed nodes can be neighbours (keys key-file,
 	// fabric-keys).
 	KeyFile, FabricKeys string
+	// UserPages bounds the pages one ordinary user may hold allocated on
+	// this node (default Pages/2; the last Pages/16 are kept for root and
+	// the agent's user); UserConns the dpu0.sock connections one ordinary
+	// user may hold (default 64) (keys user-pages, user-conns).
+	UserPages, UserConns int
 }
 
 func (c *Config) stateDir() string {
@@ -128,7 +133,8 @@ func (c *Config) LoadFile(path string) error {
 // log-level, loop (blocking, adaptive or poll), spin (the adaptive
 // loop's budget), poll (= loop poll), heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, insecure-run-dir, state-dir, key-file, fabric-keys, and
+// gpu-device, insecure-run-dir, state-dir, key-file, fabric-keys,
+// user-pages, user-conns, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -183,6 +189,10 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("empty")
 		}
 		c.RunDir = val
+	case "user-pages":
+		c.UserPages, err = strconv.Atoi(val)
+	case "user-conns":
+		c.UserConns, err = strconv.Atoi(val)
 	case "key-file":
 		c.KeyFile = val
 	case "fabric-keys":

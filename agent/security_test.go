@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/aitherion/dpu/agent"
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/internal/privtest"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
@@ -208,4 +210,82 @@ func freeUDPAddrs(tb testing.TB, n int) []string {
 		out = append(out, c.LocalAddr().String())
 	}
 	return out
+}
+
+// TestHelperHostClient is not a test: TestUserQuotas runs this test binary
+// as another user to be an ordinary client of dpu0.sock.
+func TestHelperHostClient(t *testing.T) {
+	sock := os.Getenv("DPU_TEST_HOST_SOCKET")
+	if sock == "" {
+		t.Skip("helper process only")
+	}
+	ctx := ctxT(t, 30*time.Second)
+	c, err := client.Dial(ctx, sock, client.Options{Name: "quota-helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := 0
+	for ; n < 1000; n++ {
+		if _, err := c.Alloc(ctx, 4096, 0); err != nil {
+			if !errors.Is(err, syscall.EDQUOT) {
+				t.Fatalf("alloc %d: %v, want EDQUOT", n, err)
+			}
+			break
+		}
+	}
+	fmt.Printf("allocated=%d\n", n)
+}
+
+// TestUserQuotas (attack 4, host socket): an ordinary user can take no
+// more than its share of the node's pages (which outlive its
+// connections), and root can still allocate afterwards.
+func TestUserQuotas(t *testing.T) {
+	privtest.Require(t)
+	dir, err := os.MkdirTemp("", "agent-quota")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.RunDir = filepath.Join(dir, "run")
+	cfg.Pages, cfg.UserPages = 64, 20
+	cfg.SocketGroup = "65534"
+	nd, _ := runAgent(t, cfg)
+	if err := os.Chmod(cfg.RunDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// the test binary, where uid 65534 may run it
+	bin := filepath.Join(dir, "agent.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func() string {
+		cmd := exec.Command(bin, "-test.run=^TestHelperHostClient$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nd.hostSocket())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper as uid 65534: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := run(); !strings.Contains(out, "allocated=20\n") {
+		t.Fatalf("first connection of uid 65534:\n%s", out)
+	}
+	// the pages outlive the connection: a second one gets none
+	if out := run(); !strings.Contains(out, "allocated=0\n") {
+		t.Fatalf("second connection of uid 65534:\n%s", out)
+	}
+	c := dialHost(t, nd)
+	if _, err := c.Alloc(ctxT(t, 10*time.Second), 16*4096, 0); err != nil {
+		t.Fatalf("root after the user took its share: %v", err)
+	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/internal/rundir"
 )
 
@@ -68,6 +69,13 @@ type Options struct {
 	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
 	// ENOSYS.
 	GPU GPUHandler
+	// HelloTimeout closes a connection that has not said hello this long
+	// after it connected (default 10s).
+	HelloTimeout time.Duration
+	// Quota counts connections and allocated pages per uid (nil: a
+	// ledger of 64 connections per uid with the last 64 of MaxConns kept
+	// for root and the agent's user; pages unlimited per uid).
+	Quota *quota.Ledger
 }
 
 func (o *Options) setDefaults() {
@@ -98,6 +106,12 @@ func (o *Options) setDefaults() {
 	defDur(&o.MaxLockTimeout, 30*time.Second)
 	defDur(&o.ReleaseTimeout, 5*time.Second)
 	defDur(&o.WriteTimeout, 5*time.Second)
+	defDur(&o.HelloTimeout, 10*time.Second)
+	if o.Quota == nil {
+		o.Quota = quota.New(map[quota.Kind]quota.Limit{
+			quota.Conns: {PerUID: 64, Total: o.MaxConns, Reserve: min(64, o.MaxConns/4)},
+		}, uint32(os.Geteuid()))
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -254,6 +268,12 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	if err := s.opts.Quota.Take(cred.UID, quota.Conns, 1); err != nil {
+		s.connMu.Unlock()
+		s.log.Warn("rejecting connection", "pid", cred.PID, "uid", cred.UID, "err", err)
+		_ = uc.Close()
+		return
+	}
 	s.nextConn++
 	c := newConn(ctx, s, uc, cred, s.nextConn)
 	s.conns[c] = struct{}{}
@@ -265,6 +285,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		s.connMu.Lock()
 		delete(s.conns, c)
 		s.connMu.Unlock()
+		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
 }
 
