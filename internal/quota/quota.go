@@ -45,8 +45,9 @@ type Limit struct {
 	Reserve int
 }
 
-// Error is a refusal; it unwraps to EDQUOT (the user's own limit) or
-// EBUSY (ordinary users together took all but the reserve).
+// Error is a refusal; it unwraps to EDQUOT (the user's own limit),
+// EBUSY (all in use, or ordinary users together took all but the
+// reserve) or ENOMEM (more asked than exist).
 type Error struct {
 	UID   uint32
 	Kind  Kind
@@ -97,6 +98,9 @@ func (l *Ledger) Take(uid uint32, k Kind, n int) error {
 		had = u[k]
 	}
 	priv := l.privileged[uid]
+	if lim.Total > 0 && n > lim.Total {
+		return &Error{UID: uid, Kind: k, Errno: syscall.ENOMEM, Msg: fmt.Sprintf("%s: %d asked, %d exist", k, n, lim.Total)}
+	}
 	if lim.Total > 0 && l.total[k]+n > lim.Total {
 		return &Error{UID: uid, Kind: k, Errno: syscall.EBUSY, Msg: fmt.Sprintf("%s: all %d in use", k, lim.Total)}
 	}

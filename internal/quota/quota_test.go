@@ -62,3 +62,10 @@ func TestSetLimitAndPages(t *testing.T) {
 		t.Fatal("a nil ledger limits nothing")
 	}
 }
+
+func TestMoreThanExistIsENOMEM(t *testing.T) {
+	l := New(map[Kind]Limit{Pages: {Total: 10}})
+	if err := l.Take(0, Pages, 11); !errors.Is(err, syscall.ENOMEM) {
+		t.Fatalf("11 of 10: %v", err)
+	}
+}
