@@ -115,7 +115,7 @@ type Port struct {
 // session is one established key pair.
 type session struct {
 	local, remote uint32
-	send, recv    noise.Cipher
+	send, recv    transport
 	counter       atomic.Uint64
 	created       time.Time
 	initiator     bool
@@ -508,7 +508,13 @@ func (p *Port) handshakeInput(m *message, now time.Time) []byte {
 			p.hs = nil
 			return nil
 		}
-		p.install(&session{local: hs.local, remote: m.sender, send: cs1.Cipher(), recv: cs2.Cipher(), created: now, initiator: true, peer: peer})
+		send, err1 := newTransport(cs1)
+		recv, err2 := newTransport(cs2)
+		if err1 != nil || err2 != nil {
+			p.hs = nil
+			return nil
+		}
+		p.install(&session{local: hs.local, remote: m.sender, send: send, recv: recv, created: now, initiator: true, peer: peer})
 		p.hs = nil
 		return out
 	case msgFinish:
@@ -529,7 +535,12 @@ func (p *Port) handshakeInput(m *message, now time.Time) []byte {
 		if !ok {
 			return nil
 		}
-		p.install(&session{local: r.local, remote: r.remote, send: cs2.Cipher(), recv: cs1.Cipher(), created: now, peer: peer})
+		send, err1 := newTransport(cs2)
+		recv, err2 := newTransport(cs1)
+		if err1 != nil || err2 != nil {
+			return nil
+		}
+		p.install(&session{local: r.local, remote: r.remote, send: send, recv: recv, created: now, peer: peer})
 	}
 	return nil
 }
