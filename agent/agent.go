@@ -296,8 +296,8 @@ func (a *Agent) seed() uint64 {
 	return a.cfg.Seed
 }
 
-// newEngine builds the coherence engine and the host interface's backend
-// over it.
+// newEngine builds the coherence engine with its host session layer in
+// front (the node core's handler), and the host socket's backend over it.
 func (a *Agent) newEngine() error {
 	a.host = newHostBackend(a)
 	seed := a.seed()
@@ -305,13 +305,16 @@ func (a *Agent) newEngine() error {
 	if err != nil {
 		return err
 	}
-	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
-		Sink: a.host, Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
-		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond})
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
+		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
+		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.host.engine, a.engine, a.handler = e, e, e
+	if err := h.Open(hostSession); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.host.hosts, a.engine, a.handler = h, h.Engine(), h
 	return nil
 }
 
