@@ -1,6 +1,9 @@
 package coherence
 
 import (
+	"errors"
+	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/aitherion/dpu/gva"
@@ -24,4 +27,22 @@ func TestAllocationSpacesOfRunsAreDisjoint(t *testing.T) {
 	if g := gva.New(1, firstPage(MaxAllocEpoch)+counterMask, 0, 0); g.Page() != firstPage(MaxAllocEpoch)+counterMask {
 		t.Fatalf("largest page number does not fit a GVA: %v", g)
 	}
+}
+
+// TestHostsAllocBeyondCapacityIsRefusedCheaply: the documented maximum
+// (1 TiB, 2^28 pages) on a 64-page node is ENOMEM before any per-page
+// work (it once built a value per page and ran the agent out of memory).
+func TestHostsAllocBeyondCapacityIsRefusedCheaply(t *testing.T) {
+	x := newHostFab(t, 1)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c := x.do(0, Request{Op: HostAlloc, Pages: 1 << 28})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(c.Err, syscall.ENOMEM) {
+		t.Fatalf("1 TiB alloc on a 64-page node: %v, want ENOMEM", c.Err)
+	}
+	if d := after.TotalAlloc - before.TotalAlloc; d > 16<<20 {
+		t.Fatalf("refusing it allocated %d MB", d>>20)
+	}
+	x.ok(0, Request{Op: HostAlloc, Pages: 1})
 }
