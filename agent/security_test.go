@@ -150,6 +150,8 @@ func TestRestartNeverReusesAGVA(t *testing.T) {
 	}
 	if _, swapped, err := c.CompareAndSwap(ctx, old, 1000, 1007); err == nil || swapped {
 		t.Fatalf("CAS on the previous run's GVA: swapped %v, err %v; want an error", swapped, err)
+	} else {
+		t.Logf("CAS on the previous run's GVA: %v", err)
 	}
 	if v, err := c.Load64(ctx, fresh); err != nil || v != 1000 {
 		t.Fatalf("new page: %d %v", v, err)
