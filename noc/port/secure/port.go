@@ -59,6 +59,10 @@ func (c *Config) fill() error {
 	return nil
 }
 
+// expiryCheck: the reader reads the clock once per this many datagrams
+// of a session (writes read it every time).
+const expiryCheck = 256
+
 // rejectCounter: a session seals no more than this many datagrams.
 const rejectCounter = 1 << 60
 
@@ -122,8 +126,11 @@ type session struct {
 	confirmed     atomic.Bool // initiator: the responder has used it
 	peer          PublicKey
 
-	rmu sync.Mutex // guards win (the reader only, but sessions rotate)
-	win window
+	expired atomic.Bool // past RejectAfter: used no more
+
+	rmu   sync.Mutex // guards win and opens (the reader only, but sessions rotate)
+	win   window
+	opens uint64
 }
 
 // handshake is one handshake in progress.
@@ -281,7 +288,11 @@ func (p *Port) WriteDatagrams(bufs [][]byte) error {
 // sendable is the session writes may use now (nil: none).
 func (p *Port) sendable(now time.Time) *session {
 	s := p.cur
-	if s == nil || now.Sub(s.created) >= p.cfg.RejectAfter || s.counter.Load() >= rejectCounter {
+	if s == nil || s.expired.Load() || s.counter.Load() >= rejectCounter {
+		return nil
+	}
+	if now.Sub(s.created) >= p.cfg.RejectAfter {
+		s.expired.Store(true)
 		return nil
 	}
 	return s
@@ -402,7 +413,6 @@ func (p *Port) input(d, b []byte) (int, bool) {
 
 // open authenticates and opens a data message.
 func (p *Port) open(m *message, b []byte) (int, bool) {
-	now := p.cfg.Now()
 	p.mu.Lock()
 	var s *session
 	switch {
@@ -416,18 +426,25 @@ func (p *Port) open(m *message, b []byte) (int, bool) {
 		// a session we do not have (and not one whose finish is still on
 		// its way): the peer restarted or we did; start over (paced by
 		// HandshakeRetry)
-		init = p.startHandshake(now)
+		init = p.startHandshake(p.cfg.Now())
 	}
 	p.mu.Unlock()
 	if init != nil {
 		_ = p.send(init)
 	}
-	if s == nil || now.Sub(s.created) >= p.cfg.RejectAfter {
+	if s == nil || s.expired.Load() {
 		p.stats.noSession.Add(1)
 		return 0, false
 	}
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
+	// the clock is read on every write, and here every expiryCheck
+	// datagrams: a session past RejectAfter is refused from then on
+	if s.opens++; s.opens%expiryCheck == 0 && p.cfg.Now().Sub(s.created) >= p.cfg.RejectAfter {
+		s.expired.Store(true)
+		p.stats.noSession.Add(1)
+		return 0, false
+	}
 	if !s.win.check(m.counter) {
 		p.stats.replayed.Add(1)
 		return 0, false

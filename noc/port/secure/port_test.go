@@ -361,3 +361,28 @@ func TestBatchWriteSealsEach(t *testing.T) {
 		}
 	}
 }
+
+func TestExpiredSessionIsRefused(t *testing.T) {
+	pr := newPair(t, nil, KeyPair{})
+	if !exchange(t, pr.a, pr.b, []byte("x"), 2*time.Second) {
+		t.Fatal("no session")
+	}
+	d := pr.ra.last(msgData)
+	later := time.Now().Add(time.Hour)
+	pr.b.cfg.Now = func() time.Time { return later }
+	pr.b.mu.Lock()
+	s := pr.b.cur
+	pr.b.mu.Unlock()
+	s.rmu.Lock()
+	s.opens = expiryCheck - 1 // the next datagram reads the clock
+	s.rmu.Unlock()
+	binaryCounterBump(d)
+	before := pr.b.Stats().NoSession
+	_ = pr.ma.WriteDatagram(d)
+	buf := make([]byte, 64)
+	_ = pr.b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, _ = pr.b.ReadDatagram(buf)
+	if pr.b.Stats().NoSession != before+1 || !s.expired.Load() {
+		t.Fatalf("a datagram of a session past RejectAfter was not refused as such")
+	}
+}
