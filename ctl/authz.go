@@ -16,14 +16,45 @@ import (
 // (every *Get command, dumps, the monitor group). Commands that change
 // something are allowed per command:
 //
-//	gpu set    root or the agent's own user: any limit on any process;
-//	           the process's owner: only tighten its own process's limits
-//	           (lower a limit, or set one where there was none); lifting
-//	           or raising a limit needs root; anyone else: EPERM
+//	gpu set-limit   root or the agent's own user; another caller only
+//	                where the CommandSource implements CommandAuthorizer
+//	                and allows it (e.g. an owner tightening its own
+//	                process's limits); anyone else: EPERM
 //
 // The caller is identified by the connection's SO_PEERCRED. Each uid may
 // hold at most DefaultQuota's connections and monitor subscriptions; root
 // and the agent's user have a reserve of both.
+
+// CommandAuthorizer is implemented by a CommandSource that lets callers
+// other than root and the agent's user run some of its commands (on what
+// they own). A nil error allows the command; wrap a syscall.Errno to choose
+// the refusal's errno (EPERM otherwise).
+type CommandAuthorizer interface {
+	AuthorizeCommand(cmd Cmd, attrs []byte, uid uint32) error
+}
+
+// authorizeWrite decides whether the caller may run a command that
+// changes something.
+func authorizeWrite(cs CommandSource, r replier, cmd Cmd, attrs []byte) *wireError {
+	uid, known := r.peer()
+	if !known {
+		return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("%s: caller unknown", cmd)}
+	}
+	if uid == 0 || uid == uint32(os.Geteuid()) {
+		return nil
+	}
+	if a, ok := cs.(CommandAuthorizer); ok {
+		if err := a.AuthorizeCommand(cmd, attrs, uid); err != nil {
+			werr := errnoError(err)
+			if werr.errno == syscall.EIO {
+				werr.errno = syscall.EPERM
+			}
+			return werr
+		}
+		return nil
+	}
+	return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("%s: only root or the agent's user may (uid %d)", cmd, uid)}
+}
 
 // DefaultQuota are the per-uid limits of the control socket: 8 connections
 // and 4 monitor subscriptions per ordinary user, the last 8 connections
@@ -55,40 +86,4 @@ func peerUID(nc net.Conn) (uint32, bool) {
 		return 0, false
 	}
 	return cred.Uid, true
-}
-
-// authorizeGPULimit decides whether uid may set lim (see the table above).
-func authorizeGPULimit(gs GPUSource, uid uint32, known bool, lim GPULimit) *wireError {
-	if !known {
-		return &wireError{errno: syscall.EPERM, reason: "gpu set: caller unknown"}
-	}
-	if uid == 0 || uid == uint32(os.Geteuid()) {
-		return nil
-	}
-	for _, p := range gs.GPUProcesses() {
-		if p.PID != lim.PID || p.Device != lim.Device {
-			continue
-		}
-		if p.UID != uid {
-			return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("gpu set: process %d belongs to uid %d", p.PID, p.UID)}
-		}
-		if loosens(p.MemoryLimit, lim.MemoryLimit) || loosens(uint64(p.KernelQuota), uint64(lim.KernelQuota)) {
-			return &wireError{errno: syscall.EPERM, reason: "gpu set: only root may raise or lift a limit"}
-		}
-		return nil
-	}
-	return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("gpu set: no process %d on device %d of yours", lim.PID, lim.Device)}
-}
-
-// loosens reports whether going from limit cur to next (0: unlimited)
-// allows more.
-func loosens(cur, next uint64) bool {
-	switch {
-	case cur == 0:
-		return false // anything is tighter than unlimited
-	case next == 0:
-		return true
-	default:
-		return next > cur
-	}
 }

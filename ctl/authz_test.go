@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,21 +10,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdlayher/netlink"
+
 	"github.com/aitherion/dpu/internal/quota"
 )
 
-// gpuSource is a GPU ledger of two processes: root's and uid 1000's.
-type gpuSource struct {
+// commandSource serves the extension commands and counts what it did.
+type commandSource struct {
 	fuzzSource
-	procs []GPUProcess
-	set   []GPULimit
+	done  int
+	allow func(uid uint32) error // nil: no CommandAuthorizer
 }
 
-func (g *gpuSource) GPUProcesses() []GPUProcess { return g.procs }
-func (g *gpuSource) SetGPULimit(l GPULimit) error {
-	g.set = append(g.set, l)
-	return nil
-}
+func (c *commandSource) DumpObjects(Cmd) ([]Object, error) { return nil, nil }
+func (c *commandSource) DoCommand(Cmd, []byte) error       { c.done++; return nil }
+
+type authorizingSource struct{ *commandSource }
+
+func (a authorizingSource) AuthorizeCommand(_ Cmd, _ []byte, uid uint32) error { return a.allow(uid) }
 
 // as is a replier with a given peer uid.
 type as struct {
@@ -33,10 +37,14 @@ type as struct {
 
 func (a *as) peer() (uint32, bool) { return a.uid, true }
 
-func gpuSet(t *testing.T, s *Server, uid uint32, lim GPULimit) syscall.Errno {
+func setLimit(t *testing.T, s *Server, uid uint32) syscall.Errno {
 	t.Helper()
 	r := &as{uid: uid}
-	if err := s.handle(request(CmdGPUSetLimit, flagAck, 9, &lim), r); err != nil {
+	b, err := encodeMessage(netlink.Header{Flags: flagRequest | flagAck, Sequence: 9, PID: 1}, CmdGPUSetLimit, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.handle(b, r); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.sent) != 1 {
@@ -53,36 +61,30 @@ func gpuSet(t *testing.T, s *Server, uid uint32, lim GPULimit) syscall.Errno {
 	return errno
 }
 
-// TestGPUSetIsAuthorised (attack 7): a member of the socket group can
-// neither set another user's process's limits nor lift a limit root set;
-// the owner may tighten its own; root may do anything.
+// TestGPUSetIsAuthorised (attack 7): a member of the socket group cannot
+// set GPU limits (another user's process's, or lift root's); root can; a
+// source may let owners act on what they own (CommandAuthorizer).
 func TestGPUSetIsAuthorised(t *testing.T) {
-	src := &gpuSource{procs: []GPUProcess{
-		{PID: 10, UID: 0, MemoryLimit: 1 << 30, KernelQuota: 50},
-		{PID: 20, UID: 1000, MemoryLimit: 1 << 30, KernelQuota: 50},
-	}}
+	src := &commandSource{}
 	s := NewServer(src, nil)
-	cases := []struct {
-		uid  uint32
-		lim  GPULimit
-		want syscall.Errno
-	}{
-		{1000, GPULimit{PID: 10, MemoryLimit: 1, KernelQuota: 1}, syscall.EPERM},        // another user's process
-		{1000, GPULimit{PID: 10}, syscall.EPERM},                                        // lift root's limit
-		{1000, GPULimit{PID: 20}, syscall.EPERM},                                        // lift its own (root set it)
-		{1000, GPULimit{PID: 20, MemoryLimit: 2 << 30, KernelQuota: 50}, syscall.EPERM}, // raise
-		{1000, GPULimit{PID: 99, MemoryLimit: 1}, syscall.EPERM},                        // no such process
-		{1000, GPULimit{PID: 20, MemoryLimit: 1 << 20, KernelQuota: 10}, 0},             // tighten its own
-		{0, GPULimit{PID: 20}, 0},                                                       // root lifts
-		{0, GPULimit{PID: 10, MemoryLimit: 5}, 0},
+	if got := setLimit(t, s, 1000); got != syscall.EPERM {
+		t.Fatalf("uid 1000 sets a GPU limit: %v, want EPERM", got)
 	}
-	for i, tc := range cases {
-		if got := gpuSet(t, s, tc.uid, tc.lim); got != tc.want {
-			t.Errorf("case %d: uid %d sets %+v: %v, want %v", i, tc.uid, tc.lim, got, tc.want)
+	if got := setLimit(t, s, 0); got != 0 || src.done != 1 {
+		t.Fatalf("root sets a GPU limit: %v (done %d)", got, src.done)
+	}
+	src.allow = func(uid uint32) error {
+		if uid == 1000 {
+			return nil
 		}
+		return fmt.Errorf("not yours: %w", syscall.EACCES)
 	}
-	if len(src.set) != 3 {
-		t.Fatalf("%d limits applied, want 3", len(src.set))
+	s = NewServer(authorizingSource{src}, nil)
+	if got := setLimit(t, s, 1000); got != 0 || src.done != 2 {
+		t.Fatalf("uid 1000 allowed by the source: %v", got)
+	}
+	if got := setLimit(t, s, 1001); got != syscall.EACCES || src.done != 2 {
+		t.Fatalf("uid 1001 refused by the source: %v", got)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/internal/quota"
@@ -71,9 +72,9 @@ type Options struct {
 	// opens (add) and before it closes, for the driver's poll set; the
 	// driver serves the rings with ServeRings, ParkRings and WakeRings.
 	RingBell func(fd int, add bool)
-	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
-	// ENOSYS.
-	GPU GPUHandler
+	// GPU serves the CUDA hook's GPU accounting ops (a hookwire.Handler);
+	// nil answers them ENOSYS.
+	GPU hookwire.Handler
 	// HelloTimeout closes a connection that has not said hello this long
 	// after it connected (default 10s).
 	HelloTimeout time.Duration
