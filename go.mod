@@ -4,7 +4,12 @@ go 1.26.8
 
 require github.com/gopacket/gopacket v1.7.7
 
-require github.com/anishathalye/porcupine v1.3.1
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/flynn/noise v1.1.0
+)
+
+require golang.org/x/crypto v0.51.0 // indirect
 
 require (
 	github.com/atotto/clipboard v0.1.4 // indirect

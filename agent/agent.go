@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/node"
@@ -32,6 +32,7 @@ type Agent struct {
 
 	core  *node.Core
 	ports []openPort
+	keys  *linkKeys // nil: links without link security
 
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
@@ -117,6 +118,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 	for _, o := range opts {
 		o(a)
 	}
+	if err := a.loadKeys(); err != nil {
+		return nil, err
+	}
 	w, err := newWaiter()
 	if err != nil {
 		return nil, err
@@ -172,8 +176,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	a.ran = true
 	defer a.Close()
-	if err := os.MkdirAll(a.cfg.RunDir, 0o755); err != nil {
-		return fmt.Errorf("agent: run dir: %w", err)
+	warnings, err := rundir.Prepare(a.cfg.RunDir, rundir.Options{Insecure: a.cfg.InsecureRunDir})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	for _, w := range warnings {
+		a.log.Warn("insecure run directory accepted (insecure-run-dir)", "problem", w)
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -183,13 +191,13 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"))
 	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")
-	l, err := ctl.Listen(ctlPath)
+	gid, err := a.socketGID()
+	if err != nil {
+		return err
+	}
+	l, err := ctl.ListenGroup(ctlPath, gid)
 	if err != nil {
 		return fmt.Errorf("agent: control socket: %w", err)
-	}
-	if err := a.chownSocket(ctlPath); err != nil {
-		l.Close()
-		return err
 	}
 	ctlDone := make(chan error, 1)
 	wg.Add(1)
@@ -199,7 +207,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+		srv, err := hostif.NewServer(a.host, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
 			RingBell: a.ringBell})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
@@ -266,6 +274,9 @@ func (a *Agent) openPorts() error {
 		if err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
+		if p, err = a.secure(p); err != nil {
+			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
+		}
 		op := openPort{spec: spec, kind: kind, port: p, waitFD: -1}
 		poller, isPoller := p.(noc.Poller)
 		if w, ok := p.(noc.Waitable); ok && isPoller {
@@ -297,7 +308,11 @@ func (a *Agent) seed() uint64 {
 func (a *Agent) newEngine() error {
 	a.host = newHostBackend(a)
 	seed := a.seed()
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
+	epoch, err := nextAllocEpoch(a.cfg.stateDir(), a.cfg.InsecureRunDir)
+	if err != nil {
+		return err
+	}
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
@@ -316,7 +331,7 @@ func (a *Agent) newCore() error {
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
 	lc.AckDelay = ackDelay
-	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed}, a.now())
+	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce()}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -329,19 +344,20 @@ func (a *Agent) newCore() error {
 	return nil
 }
 
-func (a *Agent) chownSocket(path string) error {
+// socketGID is the group the sockets are given (-1: the agent's own).
+func (a *Agent) socketGID() (int, error) {
 	if a.cfg.SocketGroup == "" {
-		return nil
+		return -1, nil
+	}
+	if n, err := strconv.Atoi(a.cfg.SocketGroup); err == nil {
+		return n, nil
 	}
 	g, err := user.LookupGroup(a.cfg.SocketGroup)
 	if err != nil {
-		return fmt.Errorf("agent: socket-group: %w", err)
+		return 0, fmt.Errorf("agent: socket-group: %w", err)
 	}
 	gid, _ := strconv.Atoi(g.Gid)
-	if err := os.Chown(path, -1, gid); err != nil {
-		return fmt.Errorf("agent: socket-group: %w", err)
-	}
-	return nil
+	return gid, nil
 }
 
 // ackDelay lets the ack of a request's answer ride on the next request

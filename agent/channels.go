@@ -108,7 +108,7 @@ func netdevChannels(spec PortSpec, k int) ([]string, error) {
 // linkChannels lists a striped port's channels with their counters for
 // the control socket (none for a one-channel link).
 func linkChannels(p noc.Port) []ctl.Channel {
-	sp, ok := p.(*link.StripedPort)
+	sp, ok := striped(p)
 	if !ok {
 		return nil
 	}
@@ -132,7 +132,23 @@ func linkChannels(p noc.Port) []ctl.Channel {
 
 // logChannels notes a striped port's channel count once it is open.
 func logChannels(log *slog.Logger, spec PortSpec, p noc.Port) {
-	if sp, ok := p.(*link.StripedPort); ok {
+	if sp, ok := striped(p); ok {
 		log.Info("multi-channel link", "port", spec.Name, "channels", len(sp.Channels()))
 	}
+}
+
+// striped finds the striped port under p's wrappers (a secure link, a
+// capture tap: each has Inner).
+func striped(p noc.Port) (*link.StripedPort, bool) {
+	for range 8 {
+		if sp, ok := p.(*link.StripedPort); ok {
+			return sp, true
+		}
+		w, ok := p.(interface{ Inner() noc.Port })
+		if !ok {
+			return nil, false
+		}
+		p = w.Inner()
+	}
+	return nil, false
 }

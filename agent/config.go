@@ -75,6 +75,34 @@ type Config struct {
 	// Channels is how many channels each port's link stripes over unless
 	// its port line says channels=K (0 or 1: one).
 	Channels int
+
+	// InsecureRunDir accepts a run directory that another user owns or
+	// may write (see internal/rundir): that user can then take over the
+	// sockets. Off by default (key insecure-run-dir).
+	InsecureRunDir bool
+	// StateDir keeps what must outlive a run (the allocation epoch, so a
+	// restarted agent never hands out an earlier run's GVA); default: the
+	// run directory. Put it on persistent storage where a run directory on
+	// tmpfs does not survive a reboot (key state-dir).
+	StateDir string
+	// KeyFile is this node's private key (mode 0600, owned by the agent's
+	// user) and FabricKeys the fabric's list of public keys ("NAME KEY"
+	// lines): with both set every port is a secure link (noc/port/secure)
+	// and only listed nodes can be neighbours (keys key-file,
+	// fabric-keys).
+	KeyFile, FabricKeys string
+	// UserPages bounds the pages one ordinary user may hold allocated on
+	// this node (default Pages/2; the last Pages/16 are kept for root and
+	// the agent's user); UserConns the dpu0.sock connections one ordinary
+	// user may hold (default 64) (keys user-pages, user-conns).
+	UserPages, UserConns int
+}
+
+func (c *Config) stateDir() string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	return c.RunDir
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -116,8 +144,10 @@ func (c *Config) LoadFile(path string) error {
 // log-level, loop (blocking, adaptive or poll), spin (the adaptive
 // loop's budget), poll (= loop poll), heartbeat, dead-interval, socket-group, pages, seed,
 // request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
-// gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels, and
-// port (repeatable: "port = NAME KIND ARGS... [channels=K]"). An unknown key or a bad
+// gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
+// insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
+// user-conns, and port (repeatable: "port = NAME KIND ARGS...
+// [channels=K]"). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
 	sc := bufio.NewScanner(r)
@@ -171,6 +201,18 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("empty")
 		}
 		c.RunDir = val
+	case "user-pages":
+		c.UserPages, err = strconv.Atoi(val)
+	case "user-conns":
+		c.UserConns, err = strconv.Atoi(val)
+	case "key-file":
+		c.KeyFile = val
+	case "fabric-keys":
+		c.FabricKeys = val
+	case "state-dir":
+		c.StateDir = val
+	case "insecure-run-dir":
+		c.InsecureRunDir, err = strconv.ParseBool(val)
 	case "log-level":
 		switch val {
 		case "debug", "info", "warn", "error":
@@ -330,6 +372,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RunDir == "" {
 		return fmt.Errorf("%w: empty run-dir", ErrConfig)
+	}
+	if (c.KeyFile == "") != (c.FabricKeys == "") {
+		return fmt.Errorf("%w: key-file and fabric-keys go together", ErrConfig)
 	}
 	return nil
 }

@@ -74,7 +74,9 @@ func (s source) Neighbours() []ctl.Neighbour {
 			if p.Up {
 				st = ctl.NeighReachable
 			}
-			out = append(out, ctl.Neighbour{Port: p.Name, PortIndex: p.ID, Node: p.Neighbour, State: st, LastHeard: p.LastHeard})
+			n := ctl.Neighbour{Port: p.Name, PortIndex: p.ID, Node: p.Neighbour, State: st, LastHeard: p.LastHeard}
+			n.Key, n.KeyName = s.a.peerKey(p.ID)
+			out = append(out, n)
 		}
 	})
 	return out

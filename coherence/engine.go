@@ -23,6 +23,11 @@ type Config struct {
 	// every restart (the driver draws it from its seeded source). Zero
 	// means 1.
 	Incarnation uint64
+	// AllocEpoch is this run's allocation epoch (at most MaxAllocEpoch):
+	// it must exceed the epoch of every earlier run of this node, so that
+	// no GVA is ever handed out twice (see space.go). Zero is allowed
+	// only where the node never restarts.
+	AllocEpoch uint32
 	// Pages is the physical capacity in 4 KiB pages (default 4096); Store,
 	// if set, overrides it.
 	Pages int
@@ -120,6 +125,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Self == noc.BroadcastNode {
 		return c, fmt.Errorf("coherence: self id %v is reserved", c.Self)
+	}
+	if c.AllocEpoch > MaxAllocEpoch {
+		return c, fmt.Errorf("coherence: AllocEpoch %d above %d", c.AllocEpoch, MaxAllocEpoch)
 	}
 	if c.Bug != BugNone && !bugsCompiled {
 		return c, errors.New("coherence: planted bugs exist only in builds with -tags dpubug")
@@ -353,6 +361,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg:      cfg,
 		self:     cfg.Self,
 		inc:      cfg.Incarnation,
+		nextPage: firstPage(cfg.AllocEpoch),
 		cache:    cache,
 		store:    store,
 		arb:      arb,

@@ -330,12 +330,16 @@ func (e *Engine) event(ev Event) { e.sink.Event(ev) }
 
 // alloc creates a page owned and homed here.
 func (e *Engine) alloc(now time.Duration, r *request) {
-	e.nextPage++
+	pn, ok := e.takePage()
+	if !ok {
+		e.completeErr(now, r, syscall.ENOSPC, "alloc: this run's allocation space is exhausted; restart the node for a new epoch")
+		return
+	}
 	var fl gva.Flags
 	if r.hr.Huge {
 		fl = gva.FlagHuge
 	}
-	g := gva.New(gva.MachineIndex(e.self), e.nextPage, 0, fl)
+	g := gva.New(gva.MachineIndex(e.self), pn, 0, fl)
 	key := g.Key()
 	content, err := e.store.Alloc(key, r.hr.Huge)
 	if err != nil {

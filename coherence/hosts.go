@@ -261,6 +261,12 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	switch hr.Op {
 	case HostAlloc:
 		n := max(hr.Pages, 1)
+		if n > h.e.store.Cap() {
+			// refused before any per-page work: a request's cost is
+			// bounded by the node's capacity, not by what it asks
+			h.fail(now, r, syscall.ENOMEM, fmt.Sprintf("alloc: %d pages exceed this node's capacity of %d", n, h.e.store.Cap()))
+			return
+		}
 		r.results = make([]Completion, 0, n)
 		for range n {
 			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge})

@@ -67,6 +67,9 @@ func (s *Server) serveExtension(r replier, m message, dump, isDump bool) error {
 		}
 		return s.replyObjects(r, m, true, wrapped)
 	}
+	if werr := authorizeWrite(cs, r, m.cmd, m.attrs); werr != nil {
+		return s.replyError(r, m.hdr, werr)
+	}
 	if err := cs.DoCommand(m.cmd, m.attrs); err != nil {
 		return s.replyError(r, m.hdr, errnoError(err))
 	}

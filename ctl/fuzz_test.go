@@ -81,8 +81,9 @@ func (r *recorder) emit(b []byte) error {
 	r.sent = append(r.sent, append([]byte(nil), b...))
 	return nil
 }
-func (r *recorder) join(uint32) error { r.joined = true; return nil }
-func (r *recorder) leave(uint32)      { r.joined = false }
+func (r *recorder) join(uint32) error    { r.joined = true; return nil }
+func (r *recorder) leave(uint32)         { r.joined = false }
+func (r *recorder) peer() (uint32, bool) { return 0, true }
 
 func request(cmd Cmd, flags netlink.HeaderFlags, seq uint32, o object) []byte {
 	var attrs []byte

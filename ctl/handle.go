@@ -15,6 +15,8 @@ type replier interface {
 	// join and leave change the connection's monitor membership.
 	join(group uint32) error
 	leave(group uint32)
+	// peer is the client's uid (SO_PEERCRED); ok is false when unknown.
+	peer() (uid uint32, ok bool)
 }
 
 // handle answers one request datagram b. Every message of the Family is

@@ -120,6 +120,11 @@ type Neighbour struct {
 	// LastHeard is how long ago, when the snapshot was taken, the last
 	// hello arrived.
 	LastHeard time.Duration `json:"last_heard_ns"`
+	// Key is the neighbour's static public key (base64) as its secure
+	// link's handshake proved it, and KeyName the fabric key list's name
+	// for it; both empty on links without link security.
+	Key     string `json:"key,omitempty"`
+	KeyName string `json:"key_name,omitempty"`
 }
 
 // Stats are the node's global counters.
@@ -300,6 +305,8 @@ const (
 	neighNode      uint16 = 3
 	neighState     uint16 = 4
 	neighLastHeard uint16 = 5
+	neighKey       uint16 = 6
+	neighKeyName   uint16 = 7
 )
 
 const (
@@ -507,6 +514,10 @@ func (n *Neighbour) encode(ae *netlink.AttributeEncoder) {
 	ae.Uint32(neighNode, uint32(n.Node))
 	ae.Uint8(neighState, uint8(n.State))
 	ae.Int64(neighLastHeard, int64(n.LastHeard))
+	if n.Key != "" {
+		ae.String(neighKey, n.Key)
+		ae.String(neighKeyName, n.KeyName)
+	}
 }
 
 func (n *Neighbour) decode(ad *netlink.AttributeDecoder) error {
@@ -522,6 +533,10 @@ func (n *Neighbour) decode(ad *netlink.AttributeDecoder) error {
 			n.State = NeighState(ad.Uint8())
 		case neighLastHeard:
 			n.LastHeard = time.Duration(ad.Int64())
+		case neighKey:
+			n.Key = ad.String()
+		case neighKeyName:
+			n.KeyName = ad.String()
 		}
 	}
 	return ad.Err()

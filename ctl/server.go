@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/mdlayher/netlink"
+
+	"github.com/aitherion/dpu/internal/quota"
+	"github.com/aitherion/dpu/internal/rundir"
 )
 
 // MaxMessageSize is the largest message of the protocol, request or reply.
@@ -90,6 +93,7 @@ type Server struct {
 	conns    map[*conn]struct{} // every open connection
 	subs     map[*conn]struct{} // members of the monitor group
 	refusing int                // connections being refused
+	quota    *quota.Ledger      // connections and subscriptions per uid
 }
 
 // NewServer returns a server answering from src. log may be nil.
@@ -107,6 +111,9 @@ func NewServer(src Source, log *slog.Logger, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.quota == nil {
+		s.quota = defaultQuota(s.limits.MaxConns)
+	}
 	return s
 }
 
@@ -120,23 +127,24 @@ func (s *Server) ListenAndServe(ctx context.Context, path string) error {
 	return s.Serve(ctx, l)
 }
 
-// Listen opens a SOCK_SEQPACKET UNIX socket at path with mode 0660. A stale
-// socket file (no server answers on it) is replaced; a live one is refused
-// with ErrSocketInUse; any other file is left alone and refused. Closing the
-// listener removes the socket file. The mode is set after bind: keep the
-// run directory itself closed to others (0750) so no one connects in
-// between.
-func Listen(path string) (*net.UnixListener, error) {
+// Listen opens a SOCK_SEQPACKET UNIX socket at path with mode 0660 and the
+// caller's group; see ListenGroup.
+func Listen(path string) (*rundir.Listener, error) { return ListenGroup(path, -1) }
+
+// ListenGroup opens a SOCK_SEQPACKET UNIX socket at path with mode 0660
+// and group gid (-1: the caller's). A stale socket file (no server answers
+// on it) is replaced; a live one is refused with ErrSocketInUse; any other
+// file is left alone and refused. The socket is bound in a private
+// directory and renamed into place once its mode and group are set
+// (rundir.Listen), so no symlink swapped in can redirect the chmod/chown.
+// Closing the listener removes the socket file if it is still this one.
+func ListenGroup(path string, gid int) (*rundir.Listener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	l, err := rundir.Listen(path, 0o660, gid)
 	if err != nil {
-		return nil, fmt.Errorf("ctl: listen: %w", err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("ctl: listen: %w", err)
+		return nil, fmt.Errorf("ctl: %w", err)
 	}
 	return l, nil
 }
@@ -258,9 +266,19 @@ func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 		}()
 		return nil
 	}
+	uid, known := peerUID(nc)
+	if known {
+		if err := s.quota.Take(uid, quota.Conns, 1); err != nil {
+			s.log.Warn("control connection refused", "uid", uid, "err", err)
+			nc.Close()
+			return nil
+		}
+	}
 	c := &conn{
 		s:       s,
 		nc:      nc,
+		uid:     uid,
+		known:   known,
 		done:    make(chan struct{}),
 		overrun: make(chan struct{}),
 	}
@@ -334,8 +352,10 @@ func (s *Server) Subscribers() int {
 
 // conn is one client connection.
 type conn struct {
-	s  *Server
-	nc net.Conn
+	s     *Server
+	nc    net.Conn
+	uid   uint32 // the client's (SO_PEERCRED), when known
+	known bool
 
 	wmu sync.Mutex // one writer at a time: replies and events
 
@@ -414,6 +434,11 @@ func (c *conn) join(uint32) error {
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, member := s.subs[c]; !member && c.known {
+		if err := s.quota.Take(c.uid, quota.Subs, 1); err != nil {
+			return &wireError{errno: syscall.EBUSY, reason: err.Error()}
+		}
+	}
 	if c.events == nil {
 		c.events = make(chan []byte, s.limits.MonitorQueue)
 		c.pumps.Add(1)
@@ -428,9 +453,21 @@ func (c *conn) join(uint32) error {
 
 func (c *conn) leave(uint32) {
 	c.s.mu.Lock()
-	delete(c.s.subs, c)
+	c.unsubscribe()
 	c.s.mu.Unlock()
 }
+
+// unsubscribe drops the membership and its quota. Called with s.mu held.
+func (c *conn) unsubscribe() {
+	if _, member := c.s.subs[c]; member {
+		delete(c.s.subs, c)
+		if c.known {
+			c.s.quota.Release(c.uid, quota.Subs, 1)
+		}
+	}
+}
+
+func (c *conn) peer() (uint32, bool) { return c.uid, c.known }
 
 // pump writes queued events to a member until the connection ends or the
 // member is dropped.
@@ -474,7 +511,10 @@ func (c *conn) close() {
 	s := c.s
 	s.mu.Lock()
 	delete(s.conns, c)
-	delete(s.subs, c)
+	c.unsubscribe()
+	if c.known {
+		s.quota.Release(c.uid, quota.Conns, 1)
+	}
 	s.mu.Unlock()
 	close(c.done)
 	c.nc.Close()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -58,7 +59,12 @@ type Agent struct {
 	// kernel has given to another process since is never taken for the
 	// agent.
 	Start uint64 `json:"start,omitempty"`
+	// Exe is the executable it runs: a pid is signalled only while it
+	// still names that process (start time and executable).
+	Exe string `json:"exe,omitempty"`
 }
+
+func (a Agent) identity() procIdentity { return procIdentity{Start: a.Start, Exe: a.Exe} }
 
 // Ctl returns the path of the agent's control socket.
 func (a Agent) Ctl() string { return filepath.Join(a.RunDir, "ctl.sock") }
@@ -111,7 +117,9 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 		return nil, err
 	}
 	st := &State{Links: spec.Links, Topo: spec.Topo, Nodes: spec.Nodes, Seed: spec.Seed, Edges: g.Links(), AgentPath: spec.AgentPath, Args: spec.ExtraArgs, dir: abs}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	// the directory holds the agents' sockets, configurations and this
+	// tool's state: refuse one that another user owns or may write
+	if _, err := rundir.Prepare(abs, rundir.Options{}); err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
 	}
 	// Record the fabric before creating anything, so down can undo a
@@ -135,13 +143,17 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 		}
 		ports = func(i int) string { return udpPorts(noc.NodeID(i), st.Edges, addrs) }
 	}
+	keys, err := writeKeys(abs, spec.Nodes)
+	if err != nil {
+		return nil, err
+	}
 	for i := 0; i < spec.Nodes; i++ {
 		rd := filepath.Join(abs, fmt.Sprintf("node%d", i))
 		if err := os.MkdirAll(rd, 0o755); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		conf := filepath.Join(rd, "agent.conf")
-		if err := os.WriteFile(conf, []byte(agentConf(i, rd, spec)+ports(i)), 0o644); err != nil {
+		if err := rundir.WriteFile(conf, []byte(agentConf(i, rd, spec)+keys(i)+ports(i)), 0o644, -1, -1); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		a := Agent{Node: i, RunDir: rd, Config: conf, Log: filepath.Join(rd, "agent.log"), Stopped: true}
@@ -314,7 +326,12 @@ func Load(dir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(abs, stateFile))
+	// The state names programs to run and processes to signal: trust it
+	// only in a directory no one else may write, owned by this user.
+	if _, err := rundir.Check(abs, rundir.Options{}); err != nil {
+		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	b, err := rundir.ReadTrusted(filepath.Join(abs, stateFile), os.Geteuid(), 16<<20)
 	if err != nil {
 		return nil, fmt.Errorf("fabric: no fabric in %s: %w", dir, err)
 	}
@@ -330,11 +347,10 @@ func (s *State) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.dir, stateFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := rundir.WriteFile(filepath.Join(s.dir, stateFile), b, 0o644, -1, -1); err != nil {
 		return fmt.Errorf("fabric: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(s.dir, stateFile))
+	return nil
 }
 
 func (s *State) running() bool {
@@ -349,7 +365,10 @@ func (s *State) running() bool {
 // start launches agent i as a detached process logging to its agent.log.
 func (s *State) start(i int) error {
 	a := &s.Agents[i]
-	logf, err := os.OpenFile(a.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err := checkExecutable(s.AgentPath); err != nil {
+		return err
+	}
+	logf, err := rundir.OpenAppend(a.Log, 0o644)
 	if err != nil {
 		return fmt.Errorf("fabric: %w", err)
 	}
@@ -366,10 +385,14 @@ func (s *State) start(i int) error {
 		return fmt.Errorf("fabric: starting agent %d: %w", i, err)
 	}
 	a.Pid, a.Stopped = cmd.Process.Pid, false
-	_ = cmd.Process.Release()
-	if st, err := readProcStat(a.Pid); err == nil {
-		a.Start = st.start
+	id, err := identify(a.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		return fmt.Errorf("fabric: agent %d: %w", i, err)
 	}
+	a.Start, a.Exe = id.Start, id.Exe
+	_ = cmd.Process.Release()
 	return s.save()
 }
 
@@ -435,9 +458,21 @@ func (s *State) Kill(i int, sig syscall.Signal) error {
 		return fmt.Errorf("fabric: no node %d", i)
 	}
 	a := &s.Agents[i]
+	if !a.Stopped && a.Start != 0 && !a.running() && alive(a.Pid) {
+		// the pid names another process (the agent exited and the pid
+		// was reused, or the record was edited): signal nothing
+		a.Stopped = true
+		return errors.Join(fmt.Errorf("fabric: agent %d: %w: pid %d", i, ErrNotOurs, a.Pid), s.save())
+	}
 	if a.running() {
 		for _, sg := range []syscall.Signal{sig, syscall.SIGKILL} {
-			if err := syscall.Kill(a.Pid, sg); err != nil && !errors.Is(err, syscall.ESRCH) {
+			if err := signalOurs(a.Pid, a.identity(), sg); err != nil {
+				if errors.Is(err, ErrNotOurs) {
+					// the pid names another process now (or the record
+					// was changed): signal nothing, forget the agent
+					a.Stopped = true
+					return errors.Join(fmt.Errorf("fabric: agent %d: %w", i, err), s.save())
+				}
 				return fmt.Errorf("fabric: agent %d (pid %d): %s: %w", i, a.Pid, unix.SignalName(sg), err)
 			}
 			if a.waitGone(killBound) {
@@ -500,7 +535,18 @@ func (a Agent) running() bool {
 	if err != nil || a.Start != 0 && st.start != a.Start {
 		return false
 	}
+	if a.Exe != "" {
+		if id, err := identify(a.Pid); err == nil && id.Exe != a.Exe {
+			return false // the pid names another program now
+		}
+	}
 	return !st.dead()
+}
+
+// alive reports whether pid names a live process (not a zombie).
+func alive(pid int) bool {
+	st, err := readProcStat(pid)
+	return err == nil && !st.dead()
 }
 
 // waitGone waits up to bound for the agent's process to end and, when it is

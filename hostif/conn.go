@@ -108,6 +108,8 @@ func (c *conn) serve() {
 	if err != nil {
 		return
 	}
+	// a connection that never says hello is closed (see accept's hello)
+	_ = c.uc.SetReadDeadline(time.Now().Add(c.s.opts.HelloTimeout))
 	var tasks [readBatch]*task
 	var ops []Op
 	if c.s.pipe != nil {
@@ -349,6 +351,10 @@ func (c *conn) greet(t *task, log *slog.Logger) {
 		return
 	}
 	c.hello = true
+	_ = c.uc.SetReadDeadline(time.Time{})
+	if c.aborted.Load() {
+		_ = c.uc.SetReadDeadline(time.Unix(1, 0)) // keep an abort that raced the clear
+	}
 	s.spaces.join(c.cred.PID)
 	log.Debug("hello", "name", name, "version", hello.Version)
 }

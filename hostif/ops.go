@@ -9,6 +9,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
 )
 
 // exec runs one well-formed request of c and fills rep. oc is the op's
@@ -170,8 +171,12 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 	}
 	attr := Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
 	pages := r.Pages()
+	if err := s.opts.Quota.Take(attr.UID, quota.Pages, pages); err != nil {
+		return fmt.Errorf("alloc %d pages: %w", pages, err)
+	}
 	g, err := s.be.Alloc(ctx, pages, attr)
 	if err != nil {
+		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
 	key := g.Key()
@@ -214,6 +219,7 @@ func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 	if err := s.be.Free(ctx, key); err != nil {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
+	s.opts.Quota.Release(a.UID, quota.Pages, pages)
 	s.forget(key, pages)
 	return nil
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
+	"github.com/aitherion/dpu/internal/rundir"
 )
 
 // SocketName is the host interface socket's name inside the run directory.
@@ -73,6 +75,13 @@ type Options struct {
 	// GPU serves the CUDA hook's GPU accounting ops (a hookwire.Handler);
 	// nil answers them ENOSYS.
 	GPU hookwire.Handler
+	// HelloTimeout closes a connection that has not said hello this long
+	// after it connected (default 10s).
+	HelloTimeout time.Duration
+	// Quota counts connections and allocated pages per uid (nil: a
+	// ledger of 64 connections per uid with the last 64 of MaxConns kept
+	// for root and the agent's user; pages unlimited per uid).
+	Quota *quota.Ledger
 }
 
 func (o *Options) setDefaults() {
@@ -103,6 +112,12 @@ func (o *Options) setDefaults() {
 	defDur(&o.MaxLockTimeout, 30*time.Second)
 	defDur(&o.ReleaseTimeout, 5*time.Second)
 	defDur(&o.WriteTimeout, 5*time.Second)
+	defDur(&o.HelloTimeout, 10*time.Second)
+	if o.Quota == nil {
+		o.Quota = quota.New(map[quota.Kind]quota.Limit{
+			quota.Conns: {PerUID: 64, Total: o.MaxConns, Reserve: min(64, o.MaxConns/4)},
+		}, uint32(os.Geteuid()))
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -262,6 +277,12 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	if err := s.opts.Quota.Take(cred.UID, quota.Conns, 1); err != nil {
+		s.connMu.Unlock()
+		s.log.Warn("rejecting connection", "pid", cred.PID, "uid", cred.UID, "err", err)
+		_ = uc.Close()
+		return
+	}
 	s.nextConn++
 	c := newConn(ctx, s, uc, cred, s.nextConn)
 	s.conns[c] = struct{}{}
@@ -273,12 +294,14 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		s.connMu.Lock()
 		delete(s.conns, c)
 		s.connMu.Unlock()
+		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
 }
 
 // listen binds a SOCK_SEQPACKET socket at path with the given mode and
-// group. It binds under a temporary name in the same directory and renames
-// it into place once its mode is set, so path never has a looser mode.
+// group (rundir.Listen: bound in a private directory, mode and group set
+// there, renamed into place), so path never has a looser mode and no
+// symlink swapped into the run directory can redirect the chmod/chown.
 func listen(path string, mode os.FileMode, group string) (*net.UnixListener, os.FileInfo, error) {
 	if err := clearStaleSocket(path); err != nil {
 		return nil, nil, err
@@ -291,34 +314,11 @@ func listen(path string, mode os.FileMode, group string) (*net.UnixListener, os.
 		}
 		gid = g
 	}
-	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
-	_ = os.Remove(tmp)
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
+	l, err := rundir.Listen(path, mode, gid)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hostif: listen: %w", err)
+		return nil, nil, fmt.Errorf("hostif: %w", err)
 	}
-	l.SetUnlinkOnClose(false)
-	fail := func(err error) (*net.UnixListener, os.FileInfo, error) {
-		_ = l.Close()
-		_ = os.Remove(tmp)
-		return nil, nil, fmt.Errorf("hostif: listen %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return fail(err)
-	}
-	if gid >= 0 {
-		if err := os.Chown(tmp, -1, gid); err != nil {
-			return fail(err)
-		}
-	}
-	fi, err := os.Lstat(tmp)
-	if err != nil {
-		return fail(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fail(err)
-	}
-	return l, fi, nil
+	return l.UnixListener, l.FileInfo(), nil
 }
 
 // clearStaleSocket removes a socket file nobody answers on; a live one is

@@ -25,6 +25,12 @@ type Config struct {
 	// Seed drives the core's random source (link sessions, routing
 	// incarnation). The same seed and inputs give the same outputs.
 	Seed uint64
+	// Boot tells apart runs of a node that share a Seed: it is mixed into
+	// the random source, so a restart with the same seed still gets new
+	// link sessions and a new routing incarnation (a reused session id
+	// reads to the neighbour as the old run and keeps the link down). The
+	// agent draws it fresh at every start; zero leaves the seed alone.
+	Boot uint64
 	// MaxHops drops frames that crossed more routers than this (default 64).
 	MaxHops uint8
 	// HoldBound bounds how long a frame waits for room on its outgoing
@@ -137,7 +143,7 @@ func New(cfg Config, now time.Duration) (*Core, error) {
 		cfg.HoldBound = time.Second
 	}
 	c := &Core{cfg: cfg, now: now, enc: make([]byte, 0, noc.HeaderLen+noc.MaxPayload)}
-	c.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	c.rng = rand.New(rand.NewPCG(cfg.Seed^cfg.Boot, cfg.Seed^0x9e3779b97f4a7c15))
 	rcfg := cfg.Route
 	if rcfg.Incarnation == 0 {
 		rcfg.Incarnation = c.rng.Uint32() | 1

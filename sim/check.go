@@ -23,6 +23,7 @@ const maxViolations = 20
 // atomics and locks. It is the engines' Tracer.
 type checker struct {
 	w          *World
+	handedOut  map[gva.GVA]bool // every GVA an alloc returned
 	ghosts     map[gva.GVA]*ghost
 	order      []gva.GVA
 	atomics    map[[2]int]*history
@@ -82,7 +83,20 @@ func (c *checker) violate(format string, a ...any) {
 	}
 }
 
+// allocated records a GVA an allocation handed out; one handed out
+// before (by any incarnation) is a violation.
+func (c *checker) allocated(key gva.GVA) {
+	if c.handedOut == nil {
+		c.handedOut = map[gva.GVA]bool{}
+	}
+	if c.handedOut[key] {
+		c.violate("alloc handed out %v a second time", key)
+	}
+	c.handedOut[key] = true
+}
+
 func (c *checker) addPage(key gva.GVA) {
+	c.allocated(key)
 	c.ghosts[key] = &ghost{key: key, log: map[gva.Version]uint64{}}
 	c.order = append(c.order, key)
 }

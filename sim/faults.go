@@ -2,6 +2,8 @@ package sim
 
 import (
 	"time"
+
+	"github.com/aitherion/dpu/coherence"
 )
 
 type faultKind uint8
@@ -79,7 +81,21 @@ func (w *World) restart(n *simNode) {
 		w.check.violate("restart of node %d: %v", n.id, err)
 		return
 	}
+	w.allocAfterRestart(n)
 	w.restartClients(n)
+}
+
+// allocAfterRestart allocates (and frees) a page on a node that just
+// restarted: its GVA must be one no incarnation of any node handed out
+// before, or a client still holding the old GVA would reach the new page.
+func (w *World) allocAfterRestart(n *simNode) {
+	var got coherence.Completion
+	w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostAlloc}, done: func(c coherence.Completion) { got = c }})
+	if got.Err != nil || got.GVA.IsZero() {
+		return // out of pages: nothing handed out
+	}
+	w.check.allocated(got.GVA.Key())
+	w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostFree, GVA: got.GVA.Key()}, done: func(coherence.Completion) {}})
 }
 
 // healAll ends every fault: links restored, failed nodes restarted.

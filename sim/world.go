@@ -260,6 +260,7 @@ type simNode struct {
 	eng    *coherence.Engine
 	alive  bool
 	inc    uint64
+	epoch  uint32 // allocation epoch of the current run (kept across restarts, as the agent persists it)
 	wakeAt time.Duration
 	ports  int
 	reqs   map[uint64]*pendingOp // host request id -> op
@@ -396,6 +397,8 @@ func (w *World) boot(n *simNode) error {
 	n.inc = w.nodeRNG.Uint64()>>24 | 1
 	ec := engineTiming
 	ec.Self, ec.Incarnation, ec.Seed, ec.Pages = n.id, n.inc, w.nodeRNG.Uint64(), 256
+	n.epoch++
+	ec.AllocEpoch = n.epoch
 	if w.cfg.SmallCache {
 		// Room for fewer entries than the workload has pages, physical
 		// pages for fewer still, and idle entries age out: evictions

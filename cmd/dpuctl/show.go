@@ -145,7 +145,11 @@ func neighShow(e *env, args []string) error {
 	}
 	tw := table(e.stdout)
 	for _, n := range neigh {
-		fmt.Fprintf(tw, "%d\tdev %s\theard %s ago\t%s\n", n.Node, n.Port, duration(n.LastHeard), strings.ToUpper(n.State.String()))
+		id := ""
+		if n.Key != "" {
+			id = "\tkey " + n.Key + " (" + n.KeyName + ")"
+		}
+		fmt.Fprintf(tw, "%d\tdev %s\theard %s ago\t%s%s\n", n.Node, n.Port, duration(n.LastHeard), strings.ToUpper(n.State.String()), id)
 	}
 	return tw.Flush()
 }

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	cryptorand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/internal/rundir"
+)
+
+// epochFile holds the last allocation epoch a run of this agent used
+// (coherence.Config.AllocEpoch), in the state directory.
+const epochFile = "alloc-epoch"
+
+// nextAllocEpoch takes this run's allocation epoch: one more than the
+// epoch recorded in dir, recorded (and synced) before it is used, so that
+// no later run can take it again and no GVA is handed out twice. The file
+// is trusted only when owned by the agent's user and writable by no one
+// else.
+func nextAllocEpoch(dir string, insecure bool) (uint32, error) {
+	if _, err := rundir.Prepare(dir, rundir.Options{Insecure: insecure}); err != nil {
+		return 0, fmt.Errorf("agent: state dir: %w", err)
+	}
+	path := filepath.Join(dir, epochFile)
+	var last uint64
+	b, err := rundir.ReadTrusted(path, os.Geteuid(), 64)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return 0, fmt.Errorf("agent: allocation epoch: %w", err)
+	default:
+		last, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("agent: allocation epoch %s: %w", path, err)
+		}
+	}
+	if last >= coherence.MaxAllocEpoch {
+		return 0, fmt.Errorf("agent: allocation epochs of %s exhausted (%d runs)", path, last)
+	}
+	next := uint32(last + 1)
+	if err := rundir.WriteFile(path, []byte(strconv.FormatUint(uint64(next), 10)+"\n"), 0o600, -1, -1); err != nil {
+		return 0, fmt.Errorf("agent: allocation epoch: %w", err)
+	}
+	return next, nil
+}
+
+// bootNonce is a value no other run of this agent has: mixed into the
+// core's seed (node.Config.Boot), it keeps a restart with the same
+// configured seed from reusing a link session id.
+func bootNonce() uint64 {
+	var b [8]byte
+	if _, err := cryptorand.Read(b[:]); err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}

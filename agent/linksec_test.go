@@ -1,0 +1,138 @@
+package agent_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/agent"
+	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/internal/rundir"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/port/secure"
+)
+
+// securePair writes keys for two nodes and a fabric key list listing them,
+// and returns the two nodes' configurations over UDP loopback.
+func securePair(t *testing.T) (cfgs [2]agent.Config, dir string) {
+	dir = t.TempDir()
+	fab := secure.NewFabric()
+	var order []secure.PublicKey
+	addrs := freeUDPAddrs(t, 2)
+	for i := range cfgs {
+		kp, err := secure.GenerateKeyPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyFile := filepath.Join(dir, fmt.Sprintf("node%d.key", i))
+		if err := secure.WriteKeyFile(keyFile, kp, -1, -1); err != nil {
+			t.Fatal(err)
+		}
+		fab.Add(fmt.Sprintf("node%d", i), kp.Public)
+		order = append(order, kp.Public)
+		cfg := agent.DefaultConfig()
+		cfg.Node = noc.NodeID(i)
+		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
+		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
+		cfg.RequestTimeout = 300 * time.Millisecond
+		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDP, Args: []string{addrs[i], addrs[1-i]}}}
+		cfg.KeyFile, cfg.FabricKeys = keyFile, filepath.Join(dir, "fabric.keys")
+		cfgs[i] = cfg
+	}
+	if err := rundir.WriteFile(filepath.Join(dir, "fabric.keys"), fab.Format(order), 0o644, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	return cfgs, dir
+}
+
+func neighbours(t *testing.T, nd *liveNode) []ctl.Neighbour {
+	c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, err := c.Neighbours(ctxT(t, 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// TestRogueNodeIsRefused (attack 1): after a node dies, someone binds its
+// link addresses and runs an agent with the same configuration but a key
+// of its own (it cannot read the dead node's 0600 key file). The
+// neighbour never accepts it: no adjacency, no route, nothing of the
+// neighbour's pages reachable from it.
+func TestRogueNodeIsRefused(t *testing.T) {
+	cfgs, dir := securePair(t)
+	n0, _ := runAgent(t, cfgs[0])
+	n1, stop1 := runAgent(t, cfgs[1])
+	waitRoutes(t, []*liveNode{n0, n1})
+	ns := neighbours(t, n0)
+	if len(ns) != 1 || ns[0].KeyName != "node1" || ns[0].Key == "" {
+		t.Fatalf("neighbour show on node 0: %+v, want node1's key", ns)
+	}
+	c0 := dialHost(t, n0)
+	ctx := ctxT(t, time.Minute)
+	secret, err := c0.Alloc(ctx, 4096, 0o666) // even a page open to all users
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c0.Store64(ctx, secret, 7); err != nil {
+		t.Fatal(err)
+	}
+	stop1()
+	// node 0 notices the death first
+	gone := time.Now().Add(5 * time.Second)
+	for reachable(t, n0) {
+		if time.Now().After(gone) {
+			t.Fatal("node 0 never noticed node 1's death")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	rogueKey, err := secure.GenerateKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue := cfgs[1]
+	rogue.RunDir = filepath.Join(dir, "rogue")
+	rogue.KeyFile = filepath.Join(dir, "rogue.key")
+	if err := secure.WriteKeyFile(rogue.KeyFile, rogueKey, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	nr, _ := runAgent(t, rogue)
+	cr := dialHost(t, nr)
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if reachable(t, n0) {
+			t.Fatalf("node 0 took the rogue as a neighbour: %+v", neighbours(t, n0))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := cr.Load64(ctx, secret); err == nil {
+		t.Fatal("the rogue read node 0's page")
+	}
+	if _, err := cr.Store64(ctx, secret, 666); err == nil {
+		t.Fatal("the rogue wrote node 0's page")
+	}
+	if v, err := c0.Load64(ctx, secret); err != nil || v != 7 {
+		t.Fatalf("node 0's page: %d %v", v, err)
+	}
+	if !strings.Contains(nr.log.String(), "link security on") {
+		t.Fatal("the rogue ran without link security")
+	}
+	_ = os.Remove(rogue.KeyFile)
+}
+
+func reachable(t *testing.T, nd *liveNode) bool {
+	for _, n := range neighbours(t, nd) {
+		if n.State == ctl.NeighReachable {
+			return true
+		}
+	}
+	return false
+}

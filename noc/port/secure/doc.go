@@ -1,0 +1,55 @@
+// Package secure makes any noc.Port an authenticated, encrypted link: a
+// node is its static key, not its address.
+//
+// A secure Port wraps an inner port (UDP, AF_XDP, AF_PACKET, mem; every
+// channel of a link is a port of its own) and speaks to the neighbour in
+// sessions made by the Noise protocol framework's XX pattern,
+//
+//	Noise_XX_25519_AESGCM_SHA256, prologue "dpu noc link v1"
+//
+//	-> e
+//	<- e, ee, s, es
+//	-> s, se
+//
+// which authenticates both ends' static Curve25519 keys and derives a
+// pair of transport keys (github.com/flynn/noise does the handshake). A
+// static key that the fabric's key list (Fabric, from the agent's
+// fabric-keys file) does not name ends the handshake: such a node is never
+// a neighbour, whatever address it holds. AES-GCM is used because both the
+// hosts' x86 cores and the DPUs' Arm cores have it in hardware.
+//
+// # Datagrams
+//
+// Every datagram after the handshake is sealed on its own, as WireGuard
+// does: a 13-byte header (type, the receiver's session index, a 64-bit
+// counter) that is the AEAD's associated data, the counter as its nonce,
+// then ciphertext and a 16-byte tag (Overhead = 29 bytes, taken from the
+// MTU). Datagrams may be lost, duplicated or reordered below: the receiver
+// keeps a sliding window of RFC 6479 kind over the last 1984 counters, so
+// each is accepted at most once and a datagram older than the window is
+// refused. Nothing that fails authentication reaches the link layer.
+//
+// # Sessions
+//
+// Either side starts a handshake when it has something to send and no
+// session (the datagram that prompted it is dropped: the port is
+// unreliable and the link layer retransmits). When both start at once the
+// one with the larger session index stays the initiator. The previous
+// session stays acceptable while a new one takes over. A restarted peer
+// (no state, same key) re-handshakes: the old session's datagrams name an
+// index the new incarnation does not have and are dropped, and a datagram
+// for an unknown index makes the receiver start a handshake, paced by
+// Config.HandshakeRetry. The initiator renews a session after
+// Config.RekeyAfter; no session is used after Config.RejectAfter or 2^60
+// datagrams. Init and finish messages cost public-key work, so at most
+// Config.HandshakeRate of them are processed per second; the rest are
+// dropped before any of it.
+//
+// # What it does not do
+//
+// It does not hide that two addresses talk, nor the responder's public key
+// from whoever sends it an init (XX sends it encrypted, but to anyone); it
+// does not stop an on-path attacker from dropping datagrams, which looks
+// like a dead link; and keys are not rotated: a node whose private key
+// leaks must be removed from every node's key list.
+package secure

@@ -1,0 +1,183 @@
+package secure
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/flynn/noise"
+
+	"github.com/aitherion/dpu/internal/rundir"
+)
+
+// KeyLen is the length of a public or private key (Curve25519).
+const KeyLen = 32
+
+// PublicKey is a node's static public key: its identity on the fabric.
+type PublicKey [KeyLen]byte
+
+// String is the key in standard base64, as key files and dpuctl show it.
+func (k PublicKey) String() string { return base64.StdEncoding.EncodeToString(k[:]) }
+
+// IsZero reports whether k is unset.
+func (k PublicKey) IsZero() bool { return k == PublicKey{} }
+
+// ParsePublicKey parses a base64 public key.
+func ParsePublicKey(s string) (PublicKey, error) {
+	var k PublicKey
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b) != KeyLen {
+		return k, fmt.Errorf("secure: %q is not a base64 %d-byte key", s, KeyLen)
+	}
+	copy(k[:], b)
+	return k, nil
+}
+
+// KeyPair is a node's static key pair.
+type KeyPair struct {
+	Private [KeyLen]byte
+	Public  PublicKey
+}
+
+// GenerateKeyPair draws a new static key pair.
+func GenerateKeyPair() (KeyPair, error) {
+	dh, err := noise.DH25519.GenerateKeypair(rand.Reader)
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("secure: %w", err)
+	}
+	var kp KeyPair
+	copy(kp.Private[:], dh.Private)
+	copy(kp.Public[:], dh.Public)
+	return kp, nil
+}
+
+func (kp KeyPair) dh() noise.DHKey {
+	return noise.DHKey{Private: kp.Private[:], Public: kp.Public[:]}
+}
+
+// WriteKeyFile writes kp's private key (base64, one line) to path with mode
+// 0600, owned by uid:gid (-1 keeps the caller's), never through a symlink.
+func WriteKeyFile(path string, kp KeyPair, uid, gid int) error {
+	line := base64.StdEncoding.EncodeToString(kp.Private[:]) + "\n"
+	return rundir.WriteFile(path, []byte(line), 0o600, uid, gid)
+}
+
+// LoadKeyFile reads a private key file. It must be a regular file owned by
+// the calling user that neither group nor others may read or write:
+// anyone who can read it can be this node.
+func LoadKeyFile(path string) (KeyPair, error) {
+	f, err := rundir.OpenTrusted(path, os.Geteuid())
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("secure: key file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("secure: key file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return KeyPair{}, fmt.Errorf("secure: key file %s has mode %v: others can read it (chmod 600)", path, fi.Mode().Perm())
+	}
+	var buf [256]byte
+	n, _ := f.Read(buf[:])
+	b, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(buf[:n])))
+	if err != nil || len(b) != KeyLen {
+		return KeyPair{}, fmt.Errorf("secure: key file %s: not a base64 %d-byte private key", path, KeyLen)
+	}
+	return keyPairOf(b)
+}
+
+func keyPairOf(priv []byte) (KeyPair, error) {
+	var kp KeyPair
+	copy(kp.Private[:], priv)
+	pub, err := noise.DH25519.DH(priv, basePoint[:])
+	if err != nil {
+		return KeyPair{}, fmt.Errorf("secure: %w", err)
+	}
+	copy(kp.Public[:], pub)
+	return kp, nil
+}
+
+// basePoint is Curve25519's base point: DH(priv, basePoint) = pub.
+var basePoint = [32]byte{9}
+
+// Fabric is the list of the fabric's public keys: the nodes allowed to be
+// neighbours. Names are for people (dpuctl neigh show).
+type Fabric struct {
+	keys map[PublicKey]string
+}
+
+// NewFabric returns a key list.
+func NewFabric() *Fabric { return &Fabric{keys: map[PublicKey]string{}} }
+
+// Add allows key under name.
+func (f *Fabric) Add(name string, key PublicKey) { f.keys[key] = name }
+
+// Lookup returns the name of key and whether the fabric allows it.
+func (f *Fabric) Lookup(key PublicKey) (string, bool) {
+	name, ok := f.keys[key]
+	return name, ok
+}
+
+// Len is the number of keys.
+func (f *Fabric) Len() int { return len(f.keys) }
+
+// Format is the key list in the file format ParseFabric reads.
+func (f *Fabric) Format(order []PublicKey) []byte {
+	var b strings.Builder
+	b.WriteString("# the fabric's node public keys: NAME KEY (written by dpu-fabric)\n")
+	for _, k := range order {
+		fmt.Fprintf(&b, "%s %s\n", f.keys[k], k)
+	}
+	return []byte(b.String())
+}
+
+// ErrFabricFile is wrapped by key-list syntax errors.
+var ErrFabricFile = errors.New("secure: fabric key list")
+
+// ParseFabric reads a key list: one "NAME BASE64-KEY" per line, '#'
+// comments and blank lines ignored.
+func ParseFabric(b []byte) (*Fabric, error) {
+	f := NewFabric()
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	line := 0
+	for sc.Scan() {
+		line++
+		t := strings.TrimSpace(sc.Text())
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		fs := strings.Fields(t)
+		if len(fs) != 2 {
+			return nil, fmt.Errorf("%w: line %d: want NAME KEY", ErrFabricFile, line)
+		}
+		k, err := ParsePublicKey(fs[1])
+		if err != nil {
+			return nil, fmt.Errorf("%w: line %d: %w", ErrFabricFile, line, err)
+		}
+		f.Add(fs[0], k)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFabricFile, err)
+	}
+	return f, nil
+}
+
+// LoadFabric reads a key list file (see ParseFabric). Public keys are not
+// secret, but the list says who may join: it is trusted only when owned by
+// the calling user (or root) and writable by no one else.
+func LoadFabric(path string) (*Fabric, error) {
+	b, err := rundir.ReadTrusted(path, os.Geteuid(), 1<<20)
+	if err != nil && os.Geteuid() != 0 {
+		b, err = rundir.ReadTrusted(path, 0, 1<<20)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secure: fabric keys: %w", err)
+	}
+	return ParseFabric(b)
+}

@@ -1,0 +1,103 @@
+package secure
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Message types, the first byte of every datagram on a secure port.
+const (
+	msgInit     = 1 // initiator → responder: Noise XX message 1 (-> e)
+	msgResponse = 2 // responder → initiator: message 2 (<- e, ee, s, es)
+	msgFinish   = 3 // initiator → responder: message 3 (-> s, se)
+	msgData     = 4 // a sealed datagram of an established session
+)
+
+// Layouts (all integers big-endian):
+//
+//	init:     type(1) sender(4) noise(32)
+//	response: type(1) sender(4) receiver(4) noise(96)
+//	finish:   type(1) receiver(4) noise(64)
+//	data:     type(1) receiver(4) counter(8) ciphertext(n) tag(16)
+//
+// sender/receiver are session indexes each end picks for itself and tells
+// the other (so a datagram names the receiver's session); the data header
+// (13 bytes) is the AEAD's associated data and the counter its nonce.
+const (
+	initLen     = 1 + 4 + 32
+	responseLen = 1 + 4 + 4 + 32 + (32 + tagLen) + tagLen
+	finishLen   = 1 + 4 + (32 + tagLen) + tagLen
+	dataHeader  = 1 + 4 + 8
+	tagLen      = 16
+
+	// Overhead is what sealing adds to a datagram.
+	Overhead = dataHeader + tagLen
+)
+
+var errMalformed = errors.New("secure: malformed message")
+
+// message is one decoded datagram: its type and fields; noise and sealed
+// alias the datagram.
+type message struct {
+	typ      byte
+	sender   uint32
+	receiver uint32
+	counter  uint64
+	noise    []byte // handshake payload
+	header   []byte // data: the associated data
+	sealed   []byte // data: ciphertext and tag
+}
+
+// decode parses a datagram read from the inner port. It never allocates.
+func decode(b []byte, m *message) error {
+	if len(b) < 1 {
+		return errMalformed
+	}
+	*m = message{typ: b[0]}
+	switch b[0] {
+	case msgInit:
+		if len(b) != initLen {
+			return errMalformed
+		}
+		m.sender = binary.BigEndian.Uint32(b[1:])
+		m.noise = b[5:]
+	case msgResponse:
+		if len(b) != responseLen {
+			return errMalformed
+		}
+		m.sender = binary.BigEndian.Uint32(b[1:])
+		m.receiver = binary.BigEndian.Uint32(b[5:])
+		m.noise = b[9:]
+	case msgFinish:
+		if len(b) != finishLen {
+			return errMalformed
+		}
+		m.receiver = binary.BigEndian.Uint32(b[1:])
+		m.noise = b[5:]
+	case msgData:
+		if len(b) < dataHeader+tagLen {
+			return errMalformed
+		}
+		m.receiver = binary.BigEndian.Uint32(b[1:])
+		m.counter = binary.BigEndian.Uint64(b[5:])
+		m.header = b[:dataHeader]
+		m.sealed = b[dataHeader:]
+	default:
+		return errMalformed
+	}
+	return nil
+}
+
+func appendHandshake(b []byte, typ byte, sender, receiver uint32) []byte {
+	b = append(b, typ)
+	switch typ {
+	case msgInit:
+		b = binary.BigEndian.AppendUint32(b, sender)
+	case msgResponse:
+		b = binary.BigEndian.AppendUint32(b, sender)
+		b = binary.BigEndian.AppendUint32(b, receiver)
+	case msgFinish:
+		b = binary.BigEndian.AppendUint32(b, receiver)
+	}
+	return b
+}
