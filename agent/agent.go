@@ -20,6 +20,7 @@ import (
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/noc/route"
 	"github.com/aitherion/dpu/node"
 )
 
@@ -60,6 +61,8 @@ type Agent struct {
 	ctl   *ctl.Server
 	ready chan struct{}
 	ran   bool
+
+	routesSeen []route.Route // the routes last published (monitor.go; under mu)
 }
 
 // Option changes how New builds an agent.
@@ -489,15 +492,15 @@ func (a *Agent) publish() {
 		switch ev.Kind {
 		case node.EventLinkUp:
 			a.log.Info("link up", "port", name, "reason", ev.Reason)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Reason: ev.Reason})
 		case node.EventLinkDown:
 			a.log.Info("link down", "port", name, "reason", ev.Reason)
 			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason})
 		case node.EventNeighbour:
 			a.log.Info("neighbour", "port", name, "node", ev.Neighbour)
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour})
 		case node.EventRoutes:
 			a.log.Debug("routes changed")
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: time.Now(), Hops: -1})
+			a.publishRoutes() // monitor.go
 		}
 	}
 }
