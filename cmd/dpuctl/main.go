@@ -168,7 +168,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 			e.client.Close()
 		}
 	}()
-	return v.run(e, args)
+	return wrongSocket(ctx, e, v.run(e, args))
 }
 
 // match finds the first item whose name begins with word, as iproute2 does.
