@@ -4,7 +4,21 @@ go 1.26.8
 
 require github.com/gopacket/gopacket v1.7.7
 
-require github.com/anishathalye/porcupine v1.3.1
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/prometheus/client_golang v1.22.0
+	github.com/prometheus/client_model v0.6.1
+	github.com/prometheus/common v0.62.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/procfs v0.15.1 // indirect
+	google.golang.org/protobuf v1.36.5 // indirect
+)
 
 require (
 	github.com/atotto/clipboard v0.1.4 // indirect

@@ -63,6 +63,7 @@ type Agent struct {
 	ran   bool
 
 	routesSeen []route.Route // the routes last published (monitor.go; under mu)
+	metrics    agentMetrics  // metrics.go
 }
 
 // Option changes how New builds an agent.
@@ -181,6 +182,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("agent: control socket: %w", err)
 	}
 	if err := a.chownSocket(ctlPath); err != nil {
+		l.Close()
+		return err
+	}
+	if err := a.startMetrics(ctx, &wg); err != nil { // metrics.go
 		l.Close()
 		return err
 	}
