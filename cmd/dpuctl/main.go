@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aitherion/dpu/cmd/internal/version"
 	"github.com/aitherion/dpu/ctl"
 )
 
@@ -69,6 +70,7 @@ OPTIONS
   -d PATH   host interface socket, for mem (default $DPU_SOCKET, else
             $DPU_RUN_DIR/dpu0.sock, else /run/dpu/dpu0.sock)
   -j        JSON output (monitor: one object per line)
+  --version print the version
 `
 
 // env is what a command runs with.
@@ -140,6 +142,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	fs.StringVar(&e.device, "d", "", "host interface socket")
 	fs.BoolVar(&e.json, "j", false, "JSON output")
 	fs.BoolVar(&e.json, "json", false, "JSON output")
+	showVersion := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return help(e, nil)
@@ -147,6 +150,10 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		return usagef("%v", err)
 	}
 	args = fs.Args()
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, version.String("dpuctl"))
+		return err
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usagef("no object")

@@ -249,6 +249,13 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 }
 
+func TestVersion(t *testing.T) {
+	out, _, err := dpuctl(t, "--version")
+	if err != nil || !strings.HasPrefix(out, "dpuctl ") {
+		t.Errorf("--version: %v %q", err, out)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"h"}} {
 		out, _, err := dpuctl(t, args...)
