@@ -257,7 +257,7 @@ func (a *Agent) openPorts() error {
 		if err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
-		op := openPort{spec: spec, kind: kind, port: p, free: make(chan []byte, buffersPerPort)}
+		op := openPort{spec: spec, kind: kind, port: newTap(p), free: make(chan []byte, buffersPerPort)} // capture.go
 		for range buffersPerPort {
 			op.free <- make([]byte, p.MTU())
 		}

@@ -90,6 +90,10 @@ func (s *Server) handle(b []byte, r replier) error {
 			return s.replyError(r, h, &wireError{errno: errno, reason: reason})
 		}
 		return s.ack(r, h)
+	case CmdCapture:
+		if cs, ok := s.src.(CaptureSource); ok {
+			return s.capture(r, m, dump, cs) // capture.go
+		}
 	case CmdSubscribe, CmdUnsubscribe:
 		var g group
 		if err := decodeObject(m.attrs, &g); err != nil {

@@ -49,6 +49,9 @@ COMMAND defaults to show.
 
   route show                      routing table: destination, next hop, port, hops
   link show                       ports and their reliable links, with counters
+  link capture PORT [-c N] [-w FILE] [--timeout D] [--snaplen N]
+                                  capture a port's datagrams (pcapng with -w)
+  capture read FILE               decode a pcapng (or pcap) of NoC links
   neigh show                      neighbours heard on the ports
   stats                           the agent's counters
   topo show [--dot]               the fabric as the agent sees it
@@ -121,7 +124,7 @@ type verb struct {
 
 var objects = []object{
 	{"route", []verb{{"show", routeShow}, {"list", routeShow}}},
-	{"link", []verb{{"show", linkShow}, {"list", linkShow}}},
+	{"link", []verb{{"show", linkShow}, {"list", linkShow}, {"capture", linkCapture}}},
 	{"neigh", []verb{{"show", neighShow}, {"list", neighShow}}},
 	{"stats", []verb{{"show", statsShow}}},
 	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
@@ -129,6 +132,7 @@ var objects = []object{
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}}},
 	{"monitor", []verb{{"all", monitor}}},
+	{"capture", []verb{{"read", captureRead}}},
 	{"mem", []verb{{"", mem}}},
 	{"help", []verb{{"", help}}},
 }
