@@ -24,14 +24,6 @@ import (
 	"github.com/aitherion/dpu/node"
 )
 
-// Bounds of the run loop.
-const (
-	inQueue        = 256              // datagrams waiting for the core, all ports together
-	buffersPerPort = 64               // receive buffers each reader cycles through
-	maxBatch       = 64               // datagrams handled before outputs are flushed
-	idleTick       = 10 * time.Second // longest sleep when nothing is due
-)
-
 // Agent is one dpu-agent: a node core driven by real ports and the
 // monotonic clock, with its sockets.
 type Agent struct {
@@ -47,15 +39,16 @@ type Agent struct {
 	host    *hostBackend
 	gpu     *gpu.Accountant
 
-	// mu owns the core: the run loop and callers of onCore (control
-	// snapshots, host requests) each run a bounded step under it, then
-	// write the step's output datagrams before letting go. A host request
-	// for a page owned here so completes on the caller's goroutine,
-	// without a hand-off.
+	// mu owns the core. Whoever steps it (the run loop, a connection
+	// that submits host requests, a control snapshot) runs one bounded step
+	// under mu, copies the step's datagrams out under tx, lets mu go, then
+	// writes them and hands the step's host completions to the host
+	// socket: no hand-off between goroutines, no I/O under mu.
 	mu    sync.Mutex
-	out   []byte        // output datagram buffer (under mu)
-	armed time.Duration // when the sleeping loop wakes next (under mu)
-	kick  chan struct{} // wakes the loop when a step needs it sooner
+	armed time.Duration // when the parked loop wakes next; -1 while it runs (under mu)
+	rxBuf []byte        // the loop's receive buffer (under mu)
+	tx    txOut         // output datagrams between a step and their write
+	w     *waiter       // where the loop parks (from New to Close)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -77,13 +70,16 @@ type openPort struct {
 	spec PortSpec
 	kind string // what was really opened ("xdp", "afpacket", "udp", ...)
 	port noc.Port
-	free chan []byte
-}
-
-type datagram struct {
-	port noc.PortID
-	buf  []byte
-	n    int
+	// poller and waitFD: a port the loop reads itself (it waits for waitFD
+	// with epoll, then drains with TryReadDatagram); waitFD is -1 for a
+	// port without one, which a reader goroutine feeds through in.
+	poller noc.Poller
+	waitFD int
+	free   chan []byte
+	// rxBufs and rxLens: the loop's receive batch for a noc.BatchPoller
+	// (under a.mu).
+	rxBufs [][]byte
+	rxLens []int
 }
 
 // PortOpener opens a port of one kind from its spec. It returns the kind
@@ -120,10 +116,15 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Agent{cfg: cfg, log: log, start: time.Now(), in: make(chan datagram, inQueue), ready: make(chan struct{}),
-		out: make([]byte, 1<<16), kick: make(chan struct{}, 1)}
+		rxBuf: make([]byte, 1<<16), armed: -1}
 	for _, o := range opts {
 		o(a)
 	}
+	w, err := newWaiter()
+	if err != nil {
+		return nil, err
+	}
+	a.w = w
 	if err := a.openPorts(); err != nil {
 		a.Close()
 		return nil, err
@@ -152,6 +153,10 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 func (a *Agent) Close() {
 	for _, p := range a.ports {
 		p.port.Close()
+	}
+	if a.w != nil {
+		a.w.close()
+		a.w = nil
 	}
 }
 
@@ -215,21 +220,26 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		}
 	}
 
-	if !a.cfg.Poll {
-		for i := range a.ports {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.read(ctx, noc.PortID(i))
-			}()
+	for i := range a.ports {
+		p := &a.ports[i]
+		if p.waitFD >= 0 {
+			if err := a.w.add(p.waitFD); err != nil {
+				return err
+			}
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.read(ctx, noc.PortID(i))
+		}()
 	}
 
 	portNames := make([]string, len(a.ports))
 	for i, p := range a.ports {
 		portNames[i] = p.spec.Name + "=" + p.kind
 	}
-	a.log.Info("dpu-agent ready", "node", a.cfg.Node, "run_dir", a.cfg.RunDir, "ports", portNames, "poll", a.cfg.Poll)
+	a.log.Info("dpu-agent ready", "node", a.cfg.Node, "run_dir", a.cfg.RunDir, "ports", portNames, "loop", a.cfg.Loop)
 	close(a.ready)
 
 	loopErr := a.loop(ctx)
@@ -257,9 +267,20 @@ func (a *Agent) openPorts() error {
 		if err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
-		op := openPort{spec: spec, kind: kind, port: newTap(p), free: make(chan []byte, buffersPerPort)} // capture.go
-		for range buffersPerPort {
-			op.free <- make([]byte, p.MTU())
+		// newTap (capture.go): the port behind a tap that passes every
+		// port interface through; the loop reads and writes the tap.
+		op := openPort{spec: spec, kind: kind, port: newTap(p), waitFD: -1}
+		_, isPoller := p.(noc.Poller)
+		if w, ok := p.(noc.Waitable); ok && isPoller {
+			if fd, err := w.ReadyFD(); err == nil {
+				op.poller, op.waitFD = op.port.(noc.Poller), fd
+			}
+		}
+		if op.waitFD < 0 {
+			op.free = make(chan []byte, buffersPerPort)
+			for range buffersPerPort {
+				op.free <- make([]byte, p.MTU())
+			}
 		}
 		a.ports = append(a.ports, op)
 	}
@@ -274,18 +295,21 @@ func (a *Agent) seed() uint64 {
 	return a.cfg.Seed
 }
 
-// newEngine builds the coherence engine and the host interface's backend
-// over it.
+// newEngine builds the coherence engine with its host session layer in
+// front (the node core's handler), and the host socket's backend over it.
 func (a *Agent) newEngine() error {
 	a.host = newHostBackend(a)
 	seed := a.seed()
-	e, err := coherence.New(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
-		Sink: a.host, Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
-		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond})
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, Pages: a.cfg.Pages,
+		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
+		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.host.engine, a.engine, a.handler = e, e, e
+	if err := h.Open(hostSession); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.host.hosts, a.engine, a.handler = h, h.Engine(), h
 	return nil
 }
 
@@ -294,6 +318,7 @@ func (a *Agent) newCore() error {
 	lc := link.DefaultConfig()
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
+	lc.AckDelay = ackDelay
 	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -322,170 +347,12 @@ func (a *Agent) chownSocket(path string) error {
 	return nil
 }
 
+// ackDelay lets the ack of a request's answer ride on the next request
+// instead of waking the neighbour with a datagram of its own.
+const ackDelay = 500 * time.Microsecond
+
 // now is the core's clock: monotonic time since the agent started.
 func (a *Agent) now() time.Duration { return time.Since(a.start) }
-
-// read is port i's reader goroutine (blocking mode).
-func (a *Agent) read(ctx context.Context, i noc.PortID) {
-	p := &a.ports[i]
-	for {
-		var buf []byte
-		select {
-		case buf = <-p.free:
-		case <-ctx.Done():
-			return
-		}
-		n, err := p.port.ReadDatagram(buf)
-		if err != nil {
-			if errors.Is(err, noc.ErrPortClosed) || ctx.Err() != nil {
-				return
-			}
-			a.log.Warn("port read", "port", p.spec.Name, "err", err)
-			p.free <- buf
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				return
-			}
-			continue
-		}
-		select {
-		case a.in <- datagram{port: i, buf: buf, n: n}:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// loop drives the core: it sleeps until a datagram, a kick or the core's
-// next deadline, and runs each step under a.mu.
-func (a *Agent) loop(ctx context.Context) error {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if a.cfg.Poll {
-			if err := a.pollOnce(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		a.mu.Lock()
-		a.tickLocked()
-		wait := min(a.core.NextDeadline()-a.now(), idleTick)
-		a.armed = a.now() + wait
-		a.mu.Unlock()
-		timer.Reset(max(wait, 0))
-		select {
-		case d := <-a.in:
-			a.mu.Lock()
-			a.input(d)
-			for range maxBatch - 1 {
-				select {
-				case d := <-a.in:
-					a.input(d)
-					continue
-				default:
-				}
-				break
-			}
-			a.afterStepLocked()
-			a.mu.Unlock()
-		case <-a.kick:
-		case <-timer.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// spinBound: a step whose core has a deadline this close waits for it and
-// runs it at once (the arbiter closes its tick a microsecond after a local
-// request arrives; sleeping until then would cost a timer wake-up).
-const spinBound = 20 * time.Microsecond
-
-// settleLocked runs the core's deadlines that fall within spinBound of now,
-// a few at most.
-func (a *Agent) settleLocked() {
-	for range 4 {
-		d := a.core.NextDeadline()
-		if d-a.now() > spinBound {
-			return
-		}
-		for a.now() < d {
-		}
-		a.core.Tick(a.now())
-	}
-}
-
-// tickLocked runs the core's timers when due and writes their output.
-func (a *Agent) tickLocked() {
-	if now := a.now(); now >= a.core.NextDeadline() {
-		a.core.Tick(now)
-	}
-	a.afterStepLocked()
-}
-
-// afterStepLocked writes what a step produced and publishes its events.
-func (a *Agent) afterStepLocked() {
-	a.flush(a.out)
-	a.publish()
-}
-
-// pollOnce busy-polls every port once (poll mode).
-func (a *Agent) pollOnce(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for i := range a.ports {
-		p := &a.ports[i]
-		poller, ok := p.port.(noc.Poller)
-		if !ok {
-			continue
-		}
-		buf := <-p.free
-		for range maxBatch {
-			n, ok, err := poller.TryReadDatagram(buf)
-			if err != nil || !ok {
-				break
-			}
-			a.core.Input(a.now(), noc.PortID(i), buf[:n]) //nolint:errcheck // counted by the link
-		}
-		p.free <- buf
-	}
-	a.tickLocked()
-	return nil
-}
-
-func (a *Agent) input(d datagram) {
-	if err := a.core.Input(a.now(), d.port, d.buf[:d.n]); err != nil {
-		a.log.Debug("input", "err", err)
-	}
-	a.ports[d.port].free <- d.buf
-}
-
-// flush writes every datagram the core has for every port.
-func (a *Agent) flush(out []byte) {
-	now := a.now()
-	for i := range a.ports {
-		p := &a.ports[i]
-		for {
-			n, ok := a.core.Output(now, noc.PortID(i), out[:min(len(out), p.port.MTU())])
-			if !ok {
-				break
-			}
-			if err := p.port.WriteDatagram(out[:n]); err != nil {
-				a.log.Debug("port write", "port", p.spec.Name, "err", err)
-			}
-		}
-		if f, ok := p.port.(noc.Flusher); ok {
-			if err := f.Flush(); err != nil {
-				a.log.Debug("port flush", "port", p.spec.Name, "err", err)
-			}
-		}
-	}
-}
 
 // publish turns the core's events into monitor events and logs.
 func (a *Agent) publish() {
@@ -522,20 +389,3 @@ func (a *Agent) publishFault(ev coherence.Event) {
 // Exec runs fn as one step of the agent's core, then writes the step's
 // output. fn must not block.
 func (a *Agent) Exec(fn func(c *node.Core)) { a.onCore(fn) }
-
-// onCore runs fn as one step of the core under a.mu: every holder of a.mu
-// does bounded work, so the wait for it is bounded too.
-func (a *Agent) onCore(fn func(c *node.Core)) {
-	a.mu.Lock()
-	fn(a.core)
-	a.settleLocked()
-	a.afterStepLocked()
-	sooner := a.core.NextDeadline() < a.armed
-	a.mu.Unlock()
-	if sooner {
-		select { // the loop sleeps past the core's next deadline: wake it
-		case a.kick <- struct{}{}:
-		default:
-		}
-	}
-}

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -19,8 +20,11 @@ import (
 // datagram.
 
 // tapPort is a port whose datagrams a capture can copy. It passes the
-// optional port interfaces through: a port that is not a Poller never has
-// anything to poll, and one that is not a Flusher has nothing to flush.
+// optional port interfaces through (Poller, BatchPoller, BatchWriter,
+// Waitable, Flusher, counters): a port that is not a Poller never has
+// anything to poll, one without batches is read and written one datagram
+// at a time, and one that is not a Flusher has nothing to flush. The agent
+// decides what a port can do from the port itself, never from its tap.
 type tapPort struct {
 	noc.Port
 	capture atomic.Pointer[capture]
@@ -54,6 +58,59 @@ func (t *tapPort) WriteDatagram(b []byte) error {
 		c.add(ctl.Sent, b)
 	}
 	return t.Port.WriteDatagram(b)
+}
+
+// TryReadDatagrams implements noc.BatchPoller (one TryReadDatagram at a
+// time for a port that has no batch read).
+func (t *tapPort) TryReadDatagrams(bufs [][]byte, lens []int) (int, error) {
+	var n int
+	var err error
+	if bp, ok := t.Port.(noc.BatchPoller); ok {
+		n, err = bp.TryReadDatagrams(bufs, lens)
+	} else {
+		for n < len(bufs) {
+			var ok bool
+			if lens[n], ok, err = t.TryReadDatagram(bufs[n]); !ok || err != nil {
+				break
+			}
+			n++
+		}
+		return n, err // each was captured by TryReadDatagram
+	}
+	if c := t.capture.Load(); c != nil {
+		for i := range n {
+			c.add(ctl.Received, bufs[i][:lens[i]])
+		}
+	}
+	return n, err
+}
+
+// WriteDatagrams implements noc.BatchWriter (one WriteDatagram at a time
+// for a port that has no batch write).
+func (t *tapPort) WriteDatagrams(bufs [][]byte) error {
+	bw, ok := t.Port.(noc.BatchWriter)
+	if !ok {
+		for _, b := range bufs {
+			if err := t.WriteDatagram(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if c := t.capture.Load(); c != nil {
+		for _, b := range bufs {
+			c.add(ctl.Sent, b)
+		}
+	}
+	return bw.WriteDatagrams(bufs)
+}
+
+// ReadyFD implements noc.Waitable.
+func (t *tapPort) ReadyFD() (int, error) {
+	if w, ok := t.Port.(noc.Waitable); ok {
+		return w.ReadyFD()
+	}
+	return -1, fmt.Errorf("port %s: %w", t.Name(), errors.ErrUnsupported)
 }
 
 // Flush implements noc.Flusher.

@@ -40,11 +40,14 @@ func (p PortSpec) String() string {
 // Config is the agent's configuration. The zero value is not valid; start
 // from DefaultConfig.
 type Config struct {
-	Node         noc.NodeID
-	RunDir       string
-	Ports        []PortSpec
-	LogLevel     string // debug, info, warn, error
-	Poll         bool   // busy-poll ports instead of blocking
+	Node     noc.NodeID
+	RunDir   string
+	Ports    []PortSpec
+	LogLevel string // debug, info, warn, error
+	// Loop is how the run loop waits for work (blocking, adaptive, poll);
+	// Spin is the adaptive loop's spin budget after its last work.
+	Loop         LoopMode
+	Spin         time.Duration
 	Heartbeat    time.Duration
 	DeadInterval time.Duration
 	SocketGroup  string // group owning the sockets ("" = the agent's)
@@ -82,6 +85,8 @@ func DefaultConfig() Config {
 		// fail over; a lock is a host program's critical section.
 		RequestTimeout: 2 * time.Second,
 		PinBound:       5 * time.Second,
+		Loop:           LoopBlocking,
+		Spin:           50 * time.Microsecond,
 	}
 }
 
@@ -104,10 +109,11 @@ func (c *Config) LoadFile(path string) error {
 // ignored, and a '#' that follows white space starts a comment to the end
 // of the line (so "heartbeat = 100ms   # link heartbeat" is 100ms; a '#'
 // inside a value, as in "a#b", is part of it); every other line is
-// "key = value". Keys: node, run-dir,
-// log-level, poll, heartbeat, dead-interval, socket-group, pages, seed,
-// request-timeout, pin-bound, xdp-pin-dir, metrics-listen, gpu-mem-limit,
-// gpu-quota, gpu-device, and
+// "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
+// or poll), spin (the adaptive loop's budget), poll (= loop poll),
+// heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
+// pin-bound, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
+// gpu-device, and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -180,8 +186,18 @@ func (c *Config) Set(key, val string) error {
 		default:
 			err = errors.New("want debug, info, warn or error")
 		}
-	case "poll":
-		c.Poll, err = strconv.ParseBool(val)
+	case "loop":
+		c.Loop, err = ParseLoopMode(val)
+	case "spin":
+		c.Spin, err = parsePositiveDuration(val)
+	case "poll": // the older spelling of loop = poll
+		var on bool
+		if on, err = strconv.ParseBool(val); err == nil {
+			c.Loop = LoopBlocking
+			if on {
+				c.Loop = LoopPoll
+			}
+		}
 	case "heartbeat":
 		c.Heartbeat, err = parsePositiveDuration(val)
 	case "dead-interval":

@@ -28,7 +28,7 @@ gpu-device = GPU-1234 512M 25
 	if err := c.Load("a.conf", strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
-	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || !c.Poll {
+	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || c.Loop != LoopPoll {
 		t.Fatalf("got %+v", c)
 	}
 	if c.GPU.Default.Memory != 8<<30 || c.GPU.Default.Quota != 50 || c.GPU.Devices["GPU-1234"].Memory != 512<<20 || c.GPU.Devices["GPU-1234"].Quota != 25 {

@@ -34,10 +34,10 @@ const (
 	numHostOps
 )
 
-var hostOpNames = [...]string{"", "alloc", "free", "ref", "unref", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where"}
+var hostOpNames = [...]string{"", "alloc", "free", "ref", "unref", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "stat"}
 
 func (o HostOp) String() string {
-	if o > 0 && o < numHostOps {
+	if o > 0 && int(o) < len(hostOpNames) {
 		return hostOpNames[o]
 	}
 	return fmt.Sprintf("hostop(%d)", uint8(o))
@@ -63,6 +63,12 @@ type Request struct {
 	Holder uint64
 	// Priority is the arbitration priority of acquire and lock.
 	Priority uint8
+
+	// For the session layer (Hosts): Pages and Attr of an alloc, and the
+	// request's bound (zero: the engine's RequestTimeout).
+	Pages   int
+	Attr    Attr
+	Timeout time.Duration
 }
 
 // Location answers HostWhere.
@@ -84,6 +90,7 @@ type Completion struct {
 	Swapped bool        // HostCAS: the swap happened
 	Version gva.Version // the page version the operation produced or saw
 	Where   Location
+	Attr    Attr // HostStat
 	At      time.Duration
 }
 

@@ -98,6 +98,10 @@ func (c *conn) serve() {
 		return
 	}
 	var tasks [readBatch]*task
+	var ops []Op
+	if c.s.pipe != nil {
+		ops = make([]Op, 0, readBatch)
+	}
 	defer func() {
 		for _, t := range tasks {
 			if t != nil {
@@ -132,6 +136,15 @@ func (c *conn) serve() {
 				}
 				continue
 			}
+			if c.s.pipelined(c, &t.req) {
+				if op, ok := c.s.admitPipelined(c, t); ok {
+					used++ // its slot is given back when it completes
+					ops = append(ops, op)
+				} else {
+					taskPool.Put(t)
+				}
+				continue
+			}
 			if c.s.quick(c, &t.req) {
 				c.runInline(t)
 				continue
@@ -141,6 +154,11 @@ func (c *conn) serve() {
 			go c.run(t)
 		}
 		c.giveSlots(slots - used)
+		if len(ops) > 0 {
+			c.s.pipe.Submit(ops)
+			clear(ops)
+			ops = ops[:0]
+		}
 		if c.out.Flush() != nil {
 			c.abort()
 		}
@@ -258,6 +276,14 @@ func (c *conn) reply(t *task, err error, flush bool) {
 	if werr != nil {
 		c.abort()
 		c.s.log.Debug("reply not sent", "conn", c.id, "op", t.req.Op, "err", werr)
+	}
+}
+
+// flush writes the replies queued on c; a client that cannot take them is
+// disconnected.
+func (c *conn) flush() {
+	if c.out.Flush() != nil {
+		c.abort()
 	}
 }
 

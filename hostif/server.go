@@ -109,7 +109,10 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	attrs  *lru.Cache[gva.GVA, Attr]
+	attrs   *lru.Cache[gva.GVA, Attr]
+	pipe    Pipeline // the backend's, if it has one
+	pending pendingTable
+
 	locks  *lockTable
 	owners *ownerTable
 	spaces *addressSpaces
@@ -152,11 +155,16 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hostif: %w", err)
 	}
-	return &Server{
+	s := &Server{
 		be: be, opts: opts, log: opts.Logger, attrs: attrs,
 		locks: newLockTable(be), owners: newOwnerTable(be), spaces: newAddressSpaces(),
 		allocs: make(map[gva.GVA]int), conns: make(map[*conn]struct{}),
-	}, nil
+	}
+	if p, ok := be.(Pipeline); ok {
+		s.pipe = p
+		p.Attach(s.Complete)
+	}
+	return s, nil
 }
 
 // SocketPath returns the host interface socket path of run directory dir.

@@ -36,6 +36,28 @@ type Poller interface {
 	TryReadDatagram(b []byte) (n int, ok bool, err error)
 }
 
+// Waitable is implemented by ports whose arrivals a driver can wait for
+// with epoll: ReadyFD is a descriptor that polls readable (level-triggered)
+// while a datagram waits for TryReadDatagram. The descriptor stays the
+// port's; the driver only registers it, and removes it before Close.
+type Waitable interface {
+	ReadyFD() (int, error)
+}
+
+// BatchWriter is implemented by ports that send many datagrams with one
+// system call (sendmmsg): WriteDatagrams sends bufs in order and keeps none
+// of them.
+type BatchWriter interface {
+	WriteDatagrams(bufs [][]byte) error
+}
+
+// BatchPoller is implemented by ports that receive many datagrams with one
+// system call (recvmmsg): TryReadDatagrams fills up to len(bufs) buffers
+// without waiting, sets their lengths in lens and returns how many.
+type BatchPoller interface {
+	TryReadDatagrams(bufs [][]byte, lens []int) (int, error)
+}
+
 // Flusher is implemented by ports that may hold written datagrams to send
 // them in batches: a driver calls Flush after every burst of writes, and
 // nothing written before the call stays held after it.

@@ -50,7 +50,7 @@ func (p *portFlags) Set(s string) error { *p = append(*p, s); return nil }
 
 // settingFlags are the configuration keys that are also flags.
 var settingFlags = []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed",
-	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "metrics-listen"}
+	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "metrics-listen", "loop", "spin"}
 
 // options is a parsed command line.
 type options struct {
@@ -69,7 +69,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, bool, error)
 	for _, k := range settingFlags {
 		o.settings[k] = fs.String(k, "", "sets "+k+" (see the configuration file format)")
 	}
-	fs.BoolVar(&o.poll, "poll", false, "busy-poll ports instead of blocking")
+	fs.BoolVar(&o.poll, "poll", false, "same as --loop poll")
 	fs.Var(&o.ports, "port", "neighbour link `\"NAME KIND ARGS...\"` (repeatable; replaces the file's ports)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	err := fs.Parse(args)
@@ -111,7 +111,7 @@ func (o *options) config() (agent.Config, error) {
 		}
 	}
 	if o.poll {
-		cfg.Poll = true
+		cfg.Loop = agent.LoopPoll
 	}
 	if len(o.ports) > 0 {
 		cfg.Ports = nil

@@ -30,6 +30,12 @@ type Config struct {
 	// DeadInterval without a datagram from the peer (or without progress
 	// on data in flight) declares the link down.
 	HeartbeatInterval, DeadInterval time.Duration
+	// AckDelay is how long an ack owed for in-order data may wait for
+	// outgoing data to ride on (a request's answer, usually) before it
+	// goes alone; the second unacknowledged data datagram, one out of
+	// order and an AckReq are acked at once. Zero acks every data datagram
+	// at once. It must stay well below RTO.
+	AckDelay time.Duration
 	// Session identifies this incarnation of the endpoint; non-zero. The
 	// driver draws it from its seeded random source.
 	Session uint64
@@ -81,6 +87,8 @@ func (c *Config) Validate() error {
 	case c.fragments(c.MaxMessage) > c.Window:
 		return bad("a %d-byte message needs %d fragments of %d bytes, more than Window %d",
 			c.MaxMessage, c.fragments(c.MaxMessage), c.fragmentLen(), c.Window)
+	case c.AckDelay < 0 || c.AckDelay >= c.RTO:
+		return bad("AckDelay %v outside [0, RTO %v)", c.AckDelay, c.RTO)
 	case c.RTO <= 0 || c.MaxRTO < c.RTO:
 		return bad("RTO %v, MaxRTO %v: need 0 < RTO <= MaxRTO", c.RTO, c.MaxRTO)
 	case c.HeartbeatInterval <= 0:

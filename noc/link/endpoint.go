@@ -152,7 +152,7 @@ func (e *Endpoint) Input(now time.Duration, d []byte) error {
 		e.ctlPending = true
 	}
 	if h.Flags&FlagData != 0 {
-		e.rcv.onData(h.Seq, h.Flags, payload, &e.stats)
+		e.rcv.onData(now, h.Seq, h.Flags, payload, &e.stats)
 	}
 	return nil
 }
@@ -277,6 +277,9 @@ func (e *Endpoint) NextDeadline() time.Duration {
 		return d
 	}
 	d = min(d, e.lastRx+e.cfg.DeadInterval)
+	if e.rcv.ackPending && e.cfg.AckDelay > 0 {
+		d = min(d, e.rcv.ackSince+e.cfg.AckDelay)
+	}
 	if e.snd.inFlight() {
 		d = min(d, e.snd.lastProgress+e.cfg.DeadInterval, e.snd.rtoFloor+e.snd.rto())
 	}
@@ -303,7 +306,7 @@ func (e *Endpoint) Output(now time.Duration, buf []byte) (int, bool) {
 			return e.emitData(now, buf, seq)
 		}
 	}
-	if e.ctlPending || e.rcv.ackPending || now-e.lastTx >= e.cfg.HeartbeatInterval {
+	if e.ctlPending || e.rcv.ackDue(now, e.cfg.AckDelay) || now-e.lastTx >= e.cfg.HeartbeatInterval {
 		h.Flags = 0
 		if e.up && e.snd.creditStalled() {
 			h.Flags = FlagAckReq // ask for fresh credits

@@ -1,5 +1,7 @@
 package link
 
+import "time"
+
 // recvSlot is one fragment that arrived and was not yet delivered.
 type recvSlot struct {
 	buf     []byte
@@ -23,7 +25,10 @@ type receiver struct {
 	oooHigh   uint32 // highest of them
 	complete  int    // messages complete in [base, nxt)
 
-	ackPending bool   // a data datagram arrived since the last ack
+	ackPending bool // a data datagram arrived since the last ack
+	ackNow     bool // the owed ack may not wait (AckDelay)
+	ackSince   time.Duration
+	ackData    int    // data datagrams since the last ack
 	advEdge    uint32 // right edge last advertised (ack + credits)
 	advZero    bool   // the last advertisement granted no credits
 	sack       [MaxSACK]SACKBlock
@@ -64,15 +69,29 @@ func (r *receiver) reset(first uint32) (discarded uint64) {
 	r.base, r.nxt, r.advEdge = first, first, first
 	r.ooo, r.complete, r.nsack = 0, 0, 0
 	r.ackPending, r.sackDirty, r.advZero = false, false, false
+	r.ackNow, r.ackData = false, 0
 	return discarded
+}
+
+// ackDue reports whether the owed ack must go now: at once without an
+// AckDelay, for a second data datagram, a gap or a duplicate, else once the
+// delay has passed.
+func (r *receiver) ackDue(now, delay time.Duration) bool {
+	return r.ackPending && (delay == 0 || r.ackNow || r.ackData >= 2 || now-r.ackSince >= delay)
 }
 
 // credits is how many sequence numbers from nxt on this end accepts.
 func (r *receiver) credits() uint32 { return r.base + r.window - r.nxt }
 
 // onData stores one fragment.
-func (r *receiver) onData(seq uint32, f Flags, payload []byte, st *Stats) {
-	r.ackPending = true
+func (r *receiver) onData(now time.Duration, seq uint32, f Flags, payload []byte, st *Stats) {
+	if !r.ackPending {
+		r.ackPending, r.ackSince = true, now
+	}
+	r.ackData++
+	if seq != r.nxt || r.ooo > 0 {
+		r.ackNow = true // a gap, or a duplicate: the sender must hear at once
+	}
 	if seqLess(seq, r.nxt) {
 		st.Duplicates++
 		return
@@ -183,7 +202,7 @@ func (r *receiver) fillAck(h *Header) {
 	h.Ack = r.nxt
 	h.Credits = uint16(c)
 	r.advEdge, r.advZero = r.nxt+c, c == 0
-	r.ackPending = false
+	r.ackPending, r.ackNow, r.ackData = false, false, 0
 	if r.ooo == 0 {
 		h.NSACK = 0
 		return

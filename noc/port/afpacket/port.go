@@ -338,3 +338,12 @@ var (
 	_ noc.Port   = (*Port)(nil)
 	_ noc.Poller = (*Port)(nil)
 )
+
+// ReadyFD implements noc.Waitable: the packet socket's descriptor.
+func (p *Port) ReadyFD() (int, error) {
+	fd := -1
+	if err := p.conn.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		return -1, fmt.Errorf("afpacket: %w", err)
+	}
+	return fd, nil
+}

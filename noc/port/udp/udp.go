@@ -40,11 +40,16 @@ type Port struct {
 	mtu     int
 	foreign atomic.Uint64
 	poll    poller // TryReadDatagram state; reader only
+	rbatch  mmsg   // TryReadDatagrams state; reader only
+	wbatch  mmsg   // WriteDatagrams state; writer only
+	txName  syscall.RawSockaddrAny
 }
 
 var (
-	_ noc.Port   = (*Port)(nil)
-	_ noc.Poller = (*Port)(nil)
+	_ noc.Port        = (*Port)(nil)
+	_ noc.Poller      = (*Port)(nil)
+	_ noc.BatchWriter = (*Port)(nil)
+	_ noc.BatchPoller = (*Port)(nil)
 )
 
 // Open binds local ("host:port"; port 0 picks one) and sends to remote.
@@ -178,4 +183,15 @@ func (p *Port) opError(op string, err error) error {
 		return noc.ErrPortClosed
 	}
 	return fmt.Errorf("udp: %s %s: %w", op, p.name, err)
+}
+
+// ReadyFD implements noc.Waitable: the socket's descriptor.
+func (p *Port) ReadyFD() (int, error) { return rawFD(p.raw) }
+
+func rawFD(raw syscall.RawConn) (int, error) {
+	fd := -1
+	if err := raw.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		return -1, fmt.Errorf("udp: %w", err)
+	}
+	return fd, nil
 }

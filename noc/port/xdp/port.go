@@ -506,3 +506,12 @@ var (
 	_ noc.Port   = (*Port)(nil)
 	_ noc.Poller = (*Port)(nil)
 )
+
+// ReadyFD implements noc.Waitable: the AF_XDP socket, readable while its RX
+// ring holds descriptors.
+func (p *Port) ReadyFD() (int, error) {
+	if p.closed.Load() {
+		return -1, noc.ErrPortClosed
+	}
+	return p.sock.fd, nil
+}

@@ -1,0 +1,333 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+)
+
+// Bounds of the run loop.
+const (
+	inQueue        = 256              // datagrams from reader goroutines waiting for the loop
+	buffersPerPort = 64               // receive buffers each reader goroutine cycles through
+	maxBatch       = 64               // datagrams taken from one port per step
+	idleTick       = 10 * time.Second // longest park when nothing is due
+)
+
+// LoopMode is how the run loop waits when there is nothing to do.
+type LoopMode uint8
+
+// Loop modes.
+const (
+	// LoopBlocking parks in epoll at once (the least CPU).
+	LoopBlocking LoopMode = iota
+	// LoopAdaptive spins for Config.Spin after the last piece of work,
+	// then parks: an answer that comes within the budget costs no wake-up.
+	LoopAdaptive
+	// LoopPoll never parks (a core of its own).
+	LoopPoll
+)
+
+var loopModeNames = [...]string{"blocking", "adaptive", "poll"}
+
+func (m LoopMode) String() string {
+	if int(m) < len(loopModeNames) {
+		return loopModeNames[m]
+	}
+	return "loop(?)"
+}
+
+// ParseLoopMode parses "blocking", "adaptive" or "poll".
+func ParseLoopMode(s string) (LoopMode, error) {
+	for i, n := range loopModeNames {
+		if s == n {
+			return LoopMode(i), nil
+		}
+	}
+	return 0, errors.New("want blocking, adaptive or poll")
+}
+
+type datagram struct {
+	port noc.PortID
+	buf  []byte
+	n    int
+}
+
+// loop drives the core until ctx ends: it drains every port it reads
+// itself (and what reader goroutines queued), runs the core's due timers,
+// writes the step's output and hands its host completions over; when a
+// pass finds nothing it spins (adaptive, within the budget; poll, always)
+// or parks until a port is readable, the core's next deadline, or a ring.
+func (a *Agent) loop(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, a.w.ring)
+	defer stop()
+	idle := a.now()
+	for ctx.Err() == nil {
+		if a.drain() {
+			idle = a.now()
+			continue
+		}
+		switch a.cfg.Loop {
+		case LoopPoll:
+			continue
+		case LoopAdaptive:
+			if a.now()-idle < a.cfg.Spin {
+				continue
+			}
+		}
+		if err := a.park(); err != nil {
+			return err
+		}
+		idle = a.now()
+	}
+	return ctx.Err()
+}
+
+// drain is one pass of the loop as one step of the core. It reports
+// whether it found work.
+func (a *Agent) drain() bool {
+	a.mu.Lock()
+	now := a.now()
+	got := false
+	for i := range a.ports {
+		p := &a.ports[i]
+		if p.poller == nil {
+			continue
+		}
+		if bp, ok := p.port.(noc.BatchPoller); ok {
+			if p.rxBufs == nil {
+				p.rxBufs, p.rxLens = make([][]byte, maxBatch), make([]int, maxBatch)
+				for k := range p.rxBufs {
+					p.rxBufs[k] = make([]byte, p.port.MTU())
+				}
+			}
+			n, err := bp.TryReadDatagrams(p.rxBufs, p.rxLens)
+			if err != nil {
+				a.log.Debug("port read", "port", p.spec.Name, "err", err)
+			}
+			for k := range n {
+				got = true
+				if err := a.core.Input(now, noc.PortID(i), p.rxBufs[k][:p.rxLens[k]]); err != nil {
+					a.log.Debug("input", "err", err)
+				}
+			}
+			continue
+		}
+		for range maxBatch {
+			n, ok, err := p.poller.TryReadDatagram(a.rxBuf)
+			if err != nil || !ok {
+				break
+			}
+			got = true
+			if err := a.core.Input(now, noc.PortID(i), a.rxBuf[:n]); err != nil {
+				a.log.Debug("input", "err", err)
+			}
+		}
+	}
+	for range maxBatch {
+		select {
+		case d := <-a.in:
+			got = true
+			a.input(d)
+			continue
+		default:
+		}
+		break
+	}
+	if now := a.now(); now >= a.core.NextDeadline() {
+		a.core.Tick(now)
+	}
+	if got {
+		a.settleLocked()
+	}
+	done := a.endStepLocked()
+	a.mu.Unlock()
+	a.writeTx()
+	a.deliver(done)
+	return got || len(done) > 0
+}
+
+// park sleeps until a waited port is readable, the core's next deadline,
+// or a ring (a host step that moved the deadline, a reader goroutine,
+// shutdown).
+func (a *Agent) park() error {
+	a.mu.Lock()
+	next := a.core.NextDeadline()
+	a.armed = next
+	a.mu.Unlock()
+	err := a.w.wait(min(next-a.now(), idleTick))
+	a.mu.Lock()
+	a.armed = -1
+	a.mu.Unlock()
+	return err
+}
+
+// read is the reader goroutine of a port the loop cannot wait for itself
+// (one without a ready descriptor, such as an in-memory port).
+func (a *Agent) read(ctx context.Context, i noc.PortID) {
+	p := &a.ports[i]
+	for {
+		var buf []byte
+		select {
+		case buf = <-p.free:
+		case <-ctx.Done():
+			return
+		}
+		n, err := p.port.ReadDatagram(buf)
+		if err != nil {
+			p.free <- buf
+			if errors.Is(err, noc.ErrPortClosed) || ctx.Err() != nil {
+				return
+			}
+			a.log.Warn("port read", "port", p.spec.Name, "err", err)
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		select {
+		case a.in <- datagram{port: i, buf: buf, n: n}:
+			a.w.ring()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (a *Agent) input(d datagram) {
+	if err := a.core.Input(a.now(), d.port, d.buf[:d.n]); err != nil {
+		a.log.Debug("input", "err", err)
+	}
+	a.ports[d.port].free <- d.buf
+}
+
+// spinBound: a step whose core has a deadline this close waits for it and
+// runs it at once (the arbiter closes its tick a microsecond after a local
+// request arrives; parking until then would cost a timer wake-up).
+const spinBound = 20 * time.Microsecond
+
+// settleLocked runs the core's deadlines that fall within spinBound of now,
+// a few at most.
+func (a *Agent) settleLocked() {
+	for range 4 {
+		d := a.core.NextDeadline()
+		if d-a.now() > spinBound {
+			return
+		}
+		for a.now() < d {
+		}
+		a.core.Tick(a.now())
+	}
+}
+
+// onCore runs fn as one step of the core, then writes the step's output
+// and hands its host completions over, all on the calling goroutine. Every
+// holder of a.mu does bounded work, so the wait for it is bounded too.
+func (a *Agent) onCore(fn func(c *node.Core)) {
+	a.mu.Lock()
+	fn(a.core)
+	a.settleLocked()
+	done := a.endStepLocked()
+	if a.armed >= 0 && (a.core.NextDeadline() < a.armed || a.cfg.Loop == LoopAdaptive && a.tx.sent > 0) {
+		// The parked loop would sleep past the core's next deadline; or,
+		// adaptive, the step sent datagrams whose answers the loop should
+		// be spinning for when they come (it wakes while they travel).
+		a.armed = -1
+		a.w.ring()
+	}
+	a.mu.Unlock()
+	a.writeTx()
+	a.deliver(done)
+}
+
+// endStepLocked ends a step under a.mu: it takes the transmit batch (held
+// until writeTx), copies the step's datagrams into it, publishes the
+// core's events and returns the host completions the step produced.
+func (a *Agent) endStepLocked() []hostif.Done {
+	a.tx.mu.Lock()
+	now := a.now()
+	if len(a.tx.ports) != len(a.ports) {
+		a.tx.ports = make([]txPort, len(a.ports))
+	}
+	a.tx.sent = 0
+	for i := range a.ports {
+		tp := &a.tx.ports[i]
+		tp.n = 0
+		mtu := a.ports[i].port.MTU()
+		for {
+			if tp.n == len(tp.bufs) {
+				tp.bufs = append(tp.bufs, make([]byte, mtu))
+			}
+			b := tp.bufs[tp.n][:mtu]
+			n, ok := a.core.Output(now, noc.PortID(i), b)
+			if !ok {
+				break
+			}
+			tp.bufs[tp.n] = b[:n]
+			tp.n++
+		}
+		a.tx.sent += tp.n
+	}
+	a.publish()
+	if a.host == nil {
+		return nil
+	}
+	return a.host.takeDone()
+}
+
+// txOut holds the datagrams of one step from the moment they leave the
+// core (under a.mu) to their write (after a.mu): its own mutex keeps the
+// writes of consecutive steps in order while the next step already runs.
+type txOut struct {
+	mu    sync.Mutex
+	ports []txPort
+	sent  int // datagrams in the batch
+}
+
+type txPort struct {
+	bufs [][]byte
+	n    int
+}
+
+// writeTx writes the batch endStepLocked filled, then lets it go.
+func (a *Agent) writeTx() {
+	defer a.tx.mu.Unlock()
+	for i := range a.tx.ports {
+		tp := &a.tx.ports[i]
+		if tp.n == 0 {
+			continue
+		}
+		p := &a.ports[i]
+		if bw, ok := p.port.(noc.BatchWriter); ok {
+			if err := bw.WriteDatagrams(tp.bufs[:tp.n]); err != nil {
+				a.log.Debug("port write", "port", p.spec.Name, "err", err)
+			}
+		} else {
+			for _, b := range tp.bufs[:tp.n] {
+				if err := p.port.WriteDatagram(b); err != nil {
+					a.log.Debug("port write", "port", p.spec.Name, "err", err)
+				}
+			}
+		}
+		if f, ok := p.port.(noc.Flusher); ok {
+			if err := f.Flush(); err != nil {
+				a.log.Debug("port flush", "port", p.spec.Name, "err", err)
+			}
+		}
+	}
+}
+
+// deliver hands host completions to the host socket (outside every lock
+// of the agent).
+func (a *Agent) deliver(done []hostif.Done) {
+	if len(done) > 0 {
+		a.host.deliver(done)
+	}
+}

@@ -1,0 +1,659 @@
+package coherence
+
+import (
+	"container/heap"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/node"
+)
+
+// Hosts is the host-session half of a node's core: it sits in front of the
+// Engine, inside the same step, and turns what a host asks for into the
+// engine's primitive requests. A session is one user of the node (the host
+// socket opens one per node); it holds refs, acquisitions and locks, and
+// Hosts keeps what is per allocation (attributes, extents).
+//
+// What it adds to the Engine's requests:
+//
+//   - Alloc of n pages: n consecutive pages in one step, or none;
+//     attributes and extents recorded for Stat and Free.
+//   - Ref = ref + read of the whole page; a Load of a page the session does
+//     not hold refs it for the read and drops it after.
+//   - Acquire and Lock first ref the page (the ownership protocol follows
+//     the cached path), then retry a busy page (EBUSY, EAGAIN, ETIMEDOUT)
+//     with a pause until the request's own bound; a failed claim drops its
+//     ref. Release and Unlock drop it after; an unref refused during a
+//     swap (EBUSY) is retried within unrefBound.
+//   - Abandon: a request whose caller gave up completes no more; if it
+//     succeeds later, what it took (a ref, a lock, an acquisition) is given
+//     back. Close releases everything a session holds.
+//   - Events: EventOwnershipLost reaches the host only for pages it
+//     acquired (a lock's loss after its unlock would otherwise revoke the
+//     next lock of the page).
+//
+// Hosts is a node.Handler wrapping the Engine: the node core steps it, and
+// the continuations of compound requests run at the end of each step with
+// that step's Sender. Its timers (retry pauses, request bounds) are read
+// from now like everything else in the core, so the simulator runs exactly
+// this code.
+type Hosts struct {
+	e    *Engine
+	sink Sink
+
+	sessions map[SessionID]*session
+	steps    map[uint64]*hostReq // engine request id -> the compound request waiting for it
+	nextStep uint64
+	ready    []readyStep // completions to act on at the end of the step
+	attrs    map[gva.GVA]Attr
+	extents  map[gva.GVA]int
+	timers   hostTimers
+}
+
+// SessionID names a host session of a node.
+type SessionID uint32
+
+// Attr is the owner and permission of a page, fixed at Alloc.
+type Attr struct {
+	UID, GID uint32
+	Mode     uint32 // permission bits: read 4, write 2
+}
+
+// Host-session operations beyond the Engine's.
+const (
+	HostStat HostOp = numHostOps + iota // the attributes of a page
+)
+
+// Bounds of the session layer.
+const (
+	claimPause = 2 * time.Millisecond // between attempts of a busy claim
+	unrefBound = time.Second          // an unref refused during a swap is retried this long
+)
+
+// session is one user of the node.
+type session struct {
+	id       SessionID
+	refs     map[gva.GVA]int  // engine refs held (maps, and the refs claims take)
+	acquired map[gva.GVA]int  // acquisitions held
+	locked   map[gva.GVA]bool // locks held
+	reqs     map[uint64]*hostReq
+	closed   bool
+}
+
+// hostReq is a host request in the session layer: one or more engine
+// requests in sequence.
+type hostReq struct {
+	s        *session
+	hr       Request
+	stage    int
+	deadline time.Duration
+	pending  int // engine steps outstanding (Alloc, Free: many)
+	results  []Completion
+	err      error
+	data     []byte // Ref, Load: what was read
+	version  gva.Version
+	abandon  bool // the caller gave up: complete nothing, undo a success
+	done     bool
+	drop     bool // a Load of a page it ref'd: drop after
+}
+
+type readyStep struct {
+	r *hostReq
+	c Completion
+}
+
+// NewHosts builds a node's engine with the session layer in front of it;
+// sink receives the sessions' completions and the events.
+func NewHosts(cfg Config, sink Sink) (*Hosts, error) {
+	h := &Hosts{sink: sink, sessions: map[SessionID]*session{}, steps: map[uint64]*hostReq{},
+		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}}
+	cfg.Sink = h.engineSink()
+	e, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.e = e
+	return h, nil
+}
+
+// Engine is the engine behind the sessions.
+func (h *Hosts) Engine() *Engine { return h.e }
+
+// Open starts session id (a fresh one; an open id is an error).
+func (h *Hosts) Open(id SessionID) error {
+	if _, ok := h.sessions[id]; ok {
+		return fmt.Errorf("coherence: session %d already open", id)
+	}
+	h.sessions[id] = &session{id: id, refs: map[gva.GVA]int{}, acquired: map[gva.GVA]int{},
+		locked: map[gva.GVA]bool{}, reqs: map[uint64]*hostReq{}}
+	return nil
+}
+
+// Held reports what session id holds: engine refs, acquisitions, locks.
+func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
+	s := h.sessions[id]
+	if s == nil {
+		return 0, 0, 0
+	}
+	for _, n := range s.refs {
+		refs += n
+	}
+	for _, n := range s.acquired {
+		acquired += n
+	}
+	return refs, acquired, len(s.locked)
+}
+
+// Submit hands the session layer one request of session id; it completes
+// through the sink (Completion.ID = hr.ID), possibly before Submit returns,
+// within its bound: hr.Timeout, else the engine's RequestTimeout (an unref
+// a little later: it may wait out a swap).
+func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, out node.Sender) {
+	s := h.sessions[id]
+	r := &hostReq{s: s, hr: hr}
+	bound := hr.Timeout
+	if bound <= 0 {
+		bound = h.e.cfg.RequestTimeout
+	}
+	r.deadline = now + bound
+	if s == nil || s.closed {
+		h.deliver(now, r, Completion{Err: &HostError{Op: hr.Op, GVA: hr.GVA, Errno: syscall.EBADF, Msg: "no such session"}})
+		return
+	}
+	s.reqs[hr.ID] = r
+	h.start(now, r, out)
+	h.endStep(now, out)
+}
+
+// Abandon tells the session layer the caller of request reqID gave up: it
+// completes no more, and what it takes if it succeeds later is given back.
+func (h *Hosts) Abandon(now time.Duration, id SessionID, reqID uint64, out node.Sender) {
+	if s := h.sessions[id]; s != nil {
+		if r := s.reqs[reqID]; r != nil {
+			r.abandon = true
+			delete(s.reqs, reqID)
+		}
+	}
+}
+
+// Close ends session id: its requests are abandoned and everything it
+// holds is released (locks unlocked, acquisitions released, refs dropped).
+func (h *Hosts) Close(now time.Duration, id SessionID, out node.Sender) {
+	s := h.sessions[id]
+	if s == nil || s.closed {
+		return
+	}
+	s.closed = true
+	for rid, r := range s.reqs {
+		r.abandon = true
+		delete(s.reqs, rid)
+	}
+	for key := range s.locked {
+		h.startRelease(now, s, HostUnlock, key, out)
+	}
+	for key, n := range s.acquired {
+		for range n {
+			h.startRelease(now, s, HostRelease, key, out)
+		}
+	}
+	for key, n := range s.refs {
+		// the refs of the claims above go back with their release
+		n -= s.acquired[key]
+		if s.locked[key] {
+			n--
+		}
+		for range n {
+			h.startDrop(now, s, key, out)
+		}
+	}
+	h.endStep(now, out)
+	h.reap(s)
+}
+
+// reap forgets a closed session once it holds nothing.
+func (h *Hosts) reap(s *session) {
+	if s.closed && len(s.reqs) == 0 && len(s.refs) == 0 && len(s.acquired) == 0 && len(s.locked) == 0 {
+		delete(h.sessions, s.id)
+	}
+}
+
+// Stages of compound requests.
+const (
+	stFirst = iota
+	stSecond
+	stThird
+)
+
+// start runs the first stage of r.
+func (h *Hosts) start(now time.Duration, r *hostReq, out node.Sender) {
+	hr := &r.hr
+	key := hr.GVA.Key()
+	switch hr.Op {
+	case HostAlloc:
+		n := max(hr.Pages, 1)
+		r.results = make([]Completion, 0, n)
+		for range n {
+			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge}, out)
+		}
+	case HostFree:
+		n, ok := h.extents[key]
+		if !ok {
+			h.fail(now, r, syscall.ENOENT, "free: not an allocation of this node", out)
+			return
+		}
+		for i := range n {
+			h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)}, out)
+		}
+	case HostStat:
+		a, ok := h.attrs[key]
+		switch {
+		case ok:
+		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
+			h.fail(now, r, syscall.ENOENT, "stat: no such page", out)
+			return
+		default:
+			// attributes do not travel between nodes yet: a page made
+			// elsewhere is root's, mode 0600, until they do (deny by default)
+			a = Attr{Mode: 0o600}
+		}
+		h.finish(now, r, Completion{Attr: a}, out)
+	case HostRef:
+		r.s.refs[key]++ // held from now: Close drops it whatever comes back
+		h.step(now, r, Request{Op: HostRef, GVA: key}, out)
+	case HostUnref:
+		if r.s.refs[key] == 0 {
+			h.fail(now, r, syscall.EINVAL, "unref: the session does not hold the page", out)
+			return
+		}
+		r.s.unrefCount(key)
+		h.step(now, r, Request{Op: HostUnref, GVA: key}, out)
+	case HostLoad:
+		if r.s.refs[key] == 0 && !h.owned(key) {
+			r.drop = true
+			r.s.refs[key]++
+			h.step(now, r, Request{Op: HostRef, GVA: key}, out)
+			return
+		}
+		r.stage = stSecond
+		h.step(now, r, hr.engineCopy(), out)
+	case HostAcquire, HostLock:
+		if hr.Op == HostAcquire {
+			r.s.acquired[key]++ // before the grant: a loss right after it is heard
+		}
+		r.s.refs[key]++
+		h.step(now, r, Request{Op: HostRef, GVA: key}, out)
+	case HostRelease, HostUnlock:
+		if hr.Op == HostRelease && r.s.acquired[key] > 0 {
+			h.release(r.s, key)
+		}
+		if hr.Op == HostUnlock {
+			delete(r.s.locked, key)
+		}
+		h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: hostHolder}, out)
+	default:
+		h.step(now, r, hr.engineCopy(), out)
+	}
+}
+
+// hostHolder names this node as pin holder: the host socket serialises the
+// node's local lockers, so one holder per node suffices.
+const hostHolder = 1
+
+// engineCopy is the request as the engine takes it.
+func (hr *Request) engineCopy() Request {
+	c := *hr
+	c.Pages, c.Timeout, c.Attr = 0, 0, Attr{}
+	return c
+}
+
+// owned reports whether the page is owned here (a load needs no ref).
+func (h *Hosts) owned(key gva.GVA) bool {
+	pg := h.e.pages[key]
+	return pg != nil && pg.owner
+}
+
+// release takes one acquisition of key off s; the claim's ref is given
+// back when the engine's release is done.
+func (h *Hosts) release(s *session, key gva.GVA) {
+	if s.acquired[key]--; s.acquired[key] <= 0 {
+		delete(s.acquired, key)
+	}
+}
+
+// unrefCount takes one ref of key off s.
+func (s *session) unrefCount(key gva.GVA) {
+	if s.refs[key]--; s.refs[key] <= 0 {
+		delete(s.refs, key)
+	}
+}
+
+// step submits one engine request on behalf of r.
+func (h *Hosts) step(now time.Duration, r *hostReq, er Request, out node.Sender) {
+	h.nextStep++
+	er.ID = h.nextStep
+	h.steps[er.ID] = r
+	r.pending++
+	h.e.Submit(now, er, out)
+}
+
+// engineSink receives the engine's completions and events.
+type engineSinkOf Hosts
+
+func (h *Hosts) engineSink() Sink { return (*engineSinkOf)(h) }
+
+// Complete implements Sink: engine completions wait for the end of the step.
+func (s *engineSinkOf) Complete(c Completion) {
+	h := (*Hosts)(s)
+	r := h.steps[c.ID]
+	if r == nil {
+		return
+	}
+	delete(h.steps, c.ID)
+	if c.Data != nil {
+		c.Data = append([]byte(nil), c.Data...)
+	}
+	h.ready = append(h.ready, readyStep{r: r, c: c})
+}
+
+// Event implements Sink.
+func (s *engineSinkOf) Event(ev Event) {
+	h := (*Hosts)(s)
+	if ev.Kind == EventOwnershipLost {
+		heard := false
+		for _, ss := range h.sessions {
+			if ss.acquired[ev.GVA.Key()] > 0 {
+				heard = true
+				delete(ss.acquired, ev.GVA.Key())
+			}
+		}
+		if !heard {
+			return
+		}
+	}
+	h.sink.Event(ev)
+}
+
+// endStep acts on the step's engine completions (which may start more
+// engine requests, whose completions join the list) and fires due timers.
+func (h *Hosts) endStep(now time.Duration, out node.Sender) {
+	for len(h.ready) > 0 {
+		rs := h.ready[0]
+		h.ready = h.ready[1:]
+		h.advance(now, rs.r, rs.c, out)
+	}
+	h.ready = h.ready[:0]
+}
+
+// retryable reports whether a claim step failed for a reason that a later
+// attempt may not meet.
+func retryable(errno syscall.Errno) bool {
+	return errno == syscall.EBUSY || errno == syscall.EAGAIN || errno == syscall.ETIMEDOUT
+}
+
+// advance moves r on after one of its engine requests completed.
+func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Sender) {
+	r.pending--
+	hr := &r.hr
+	key := hr.GVA.Key()
+	errno := c.Errno()
+	switch hr.Op {
+	case HostAlloc:
+		r.results = append(r.results, c)
+		if r.pending > 0 {
+			return
+		}
+		h.allocDone(now, r, out)
+	case HostFree:
+		if errno != 0 && r.err == nil {
+			r.err = c.Err
+		}
+		if r.pending > 0 {
+			return
+		}
+		n := h.extents[key]
+		delete(h.extents, key)
+		for i := range n {
+			delete(h.attrs, pageAt(key, i))
+		}
+		h.finish(now, r, Completion{Err: r.err}, out)
+	case HostRef:
+		if r.stage == stFirst {
+			if errno != 0 {
+				r.s.unrefCount(key)
+				h.finish(now, r, c, out)
+				return
+			}
+			r.stage = stSecond
+			h.step(now, r, Request{Op: HostLoad, GVA: key, Len: gva.PageSize}, out)
+			return
+		}
+		if errno != 0 {
+			h.startDrop(now, r.s, key, out)
+		}
+		h.finish(now, r, c, out)
+	case HostUnref:
+		if errno == syscall.EBUSY && now < r.deadline+unrefBound {
+			h.retryLater(now, r, Request{Op: HostUnref, GVA: key})
+			return
+		}
+		h.finish(now, r, c, out)
+	case HostLoad:
+		if r.stage == stFirst {
+			if errno != 0 {
+				r.s.unrefCount(key)
+				h.finish(now, r, c, out)
+				return
+			}
+			r.stage = stSecond
+			h.step(now, r, hr.engineCopy(), out)
+			return
+		}
+		if r.drop {
+			h.startDrop(now, r.s, key, out)
+		}
+		h.finish(now, r, c, out)
+	case HostAcquire, HostLock:
+		if errno != 0 {
+			if retryable(errno) && now+claimPause < r.deadline && !r.abandon {
+				er := Request{Op: HostRef, GVA: key}
+				if r.stage == stSecond {
+					er = Request{Op: hr.Op, GVA: key, Holder: hostHolder, Priority: hr.Priority}
+				}
+				h.retryLater(now, r, er)
+				return
+			}
+			if hr.Op == HostAcquire {
+				h.release(r.s, key)
+			}
+			if r.stage == stFirst {
+				r.s.unrefCount(key)
+			} else {
+				h.startDrop(now, r.s, key, out)
+			}
+			h.finish(now, r, c, out)
+			return
+		}
+		if r.stage == stFirst {
+			r.stage = stSecond
+			h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: hostHolder, Priority: hr.Priority}, out)
+			return
+		}
+		if hr.Op == HostLock {
+			r.s.locked[key] = true
+		}
+		h.finish(now, r, c, out)
+	case HostRelease, HostUnlock:
+		// The claim's ref goes back after a release; one run for Close or
+		// an undo gives it back whatever the engine said.
+		if errno == 0 || r.abandon {
+			h.startDrop(now, r.s, key, out)
+		}
+		h.finish(now, r, c, out)
+	default:
+		h.finish(now, r, c, out)
+	}
+}
+
+// allocDone ends an Alloc: all pages consecutive, or all freed again.
+func (h *Hosts) allocDone(now time.Duration, r *hostReq, out node.Sender) {
+	var failed error
+	for i, c := range r.results {
+		if c.Err != nil {
+			failed = c.Err
+		} else if i > 0 && c.GVA.Page() != r.results[0].GVA.Page()+gva.PageNumber(i) {
+			failed = &HostError{Op: HostAlloc, Errno: syscall.EAGAIN, Msg: "pages not consecutive"}
+		}
+	}
+	if failed != nil {
+		for _, c := range r.results {
+			if c.Err == nil {
+				h.nextStep++
+				h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: c.GVA.Key()}, out)
+			}
+		}
+		h.finish(now, r, Completion{Err: failed}, out)
+		return
+	}
+	first := r.results[0].GVA.Key()
+	for _, c := range r.results {
+		h.attrs[c.GVA.Key()] = r.hr.Attr
+	}
+	h.extents[first] = len(r.results)
+	h.finish(now, r, Completion{GVA: first}, out)
+}
+
+// startDrop gives one engine ref of key back, on its own (nobody waits).
+func (h *Hosts) startDrop(now time.Duration, s *session, key gva.GVA, out node.Sender) {
+	h.startRelease(now, s, HostUnref, key, out)
+}
+
+// startRelease runs an undo or a Close's release as a request of its own:
+// unlock, release or unref of key, then (unlock, release) the unref.
+func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.GVA, out node.Sender) {
+	r := &hostReq{s: s, hr: Request{Op: op, GVA: key}, abandon: true, deadline: now + h.e.cfg.RequestTimeout}
+	switch op {
+	case HostUnref:
+		s.unrefCount(key)
+		h.step(now, r, Request{Op: HostUnref, GVA: key}, out)
+	case HostUnlock:
+		delete(s.locked, key)
+		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: hostHolder}, out)
+	case HostRelease:
+		h.release(s, key)
+		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: hostHolder}, out)
+	}
+}
+
+// undo gives back what an abandoned request took by succeeding.
+func (h *Hosts) undo(now time.Duration, r *hostReq, out node.Sender) {
+	key := r.hr.GVA.Key()
+	switch r.hr.Op {
+	case HostRef:
+		h.startDrop(now, r.s, key, out)
+	case HostLock:
+		h.startRelease(now, r.s, HostUnlock, key, out)
+	case HostAcquire:
+		h.startRelease(now, r.s, HostRelease, key, out)
+	}
+}
+
+func (h *Hosts) fail(now time.Duration, r *hostReq, errno syscall.Errno, msg string, out node.Sender) {
+	h.finish(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: errno, Msg: msg}}, out)
+}
+
+// finish ends r: it completes to the host, or (abandoned) undoes a
+// success and completes nothing.
+func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion, out node.Sender) {
+	if r.done {
+		return
+	}
+	r.done = true
+	if r.abandon {
+		if c.Err == nil && r.hr.ID != 0 {
+			h.undo(now, r, out)
+		}
+		h.reap(r.s)
+		return
+	}
+	delete(r.s.reqs, r.hr.ID)
+	h.deliver(now, r, c)
+	h.reap(r.s)
+}
+
+func (h *Hosts) deliver(now time.Duration, r *hostReq, c Completion) {
+	c.ID, c.Op, c.At = r.hr.ID, r.hr.Op, now
+	if c.GVA.IsZero() {
+		c.GVA = r.hr.GVA
+	}
+	h.sink.Complete(c)
+}
+
+// retryLater re-submits er for r after claimPause.
+func (h *Hosts) retryLater(now time.Duration, r *hostReq, er Request) {
+	r.pending++ // the retry is outstanding
+	heap.Push(&h.timers, hostTimer{at: now + claimPause, r: r, req: er})
+}
+
+// HandleFrame implements node.Handler.
+func (h *Hosts) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, out node.Sender) {
+	h.e.HandleFrame(now, in, f, out)
+	h.endStep(now, out)
+}
+
+// PortState implements node.Handler.
+func (h *Hosts) PortState(now time.Duration, p noc.PortID, up bool, nb noc.NodeID, out node.Sender) {
+	h.e.PortState(now, p, up, nb, out)
+	h.endStep(now, out)
+}
+
+// Tick implements node.Handler: the engine's timers, then the session
+// layer's retries.
+func (h *Hosts) Tick(now time.Duration, out node.Sender) {
+	h.e.Tick(now, out)
+	h.endStep(now, out)
+	for h.timers.Len() > 0 && h.timers[0].at <= now {
+		t := heap.Pop(&h.timers).(hostTimer)
+		t.r.pending--
+		if t.r.done {
+			continue
+		}
+		h.step(now, t.r, t.req, out)
+		h.endStep(now, out)
+	}
+}
+
+// NextDeadline implements node.Handler.
+func (h *Hosts) NextDeadline() (time.Duration, bool) {
+	at, ok := h.e.NextDeadline()
+	if h.timers.Len() > 0 && (!ok || h.timers[0].at < at) {
+		return h.timers[0].at, true
+	}
+	return at, ok
+}
+
+func pageAt(first gva.GVA, i int) gva.GVA {
+	return gva.New(first.Machine(), first.Page()+gva.PageNumber(i), 0, first.Flags()).Key()
+}
+
+// hostTimer is a pause before a retry.
+type hostTimer struct {
+	at  time.Duration
+	r   *hostReq
+	req Request
+}
+
+type hostTimers []hostTimer
+
+func (t hostTimers) Len() int           { return len(t) }
+func (t hostTimers) Less(i, j int) bool { return t[i].at < t[j].at }
+func (t hostTimers) Swap(i, j int)      { t[i], t[j] = t[j], t[i] }
+func (t *hostTimers) Push(x any)        { *t = append(*t, x.(hostTimer)) }
+func (t *hostTimers) Pop() any {
+	old := *t
+	x := old[len(old)-1]
+	*t = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,257 @@
+package hostif
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// Pipeline is an optional extension of a Backend that takes the data-path
+// requests (load, store, compare-and-swap, fetch-add, where) as values and
+// completes them later, with no goroutine and no channel per request.
+//
+// The server hands Submit the requests of one read batch; the backend runs
+// them as one step of its core and returns at once. Their completions come
+// back as values: the backend's driver collects them during its steps and,
+// after each step and outside its own locks, hands them to the function
+// given to Attach (the server's Complete). A request on a page owned here
+// so completes on the goroutine that read it; one that crosses the fabric
+// completes on whichever goroutine steps the core when the answer arrives.
+//
+// Every request submitted is completed exactly once, within the backend's
+// request bound.
+type Pipeline interface {
+	// Attach gives the backend the server's completion entry point; the
+	// server calls it once, before its first Submit.
+	Attach(complete func([]Done))
+	// Accepts reports whether op can go through Submit (the backend can
+	// run it without a blocking verb: a load of a page not held here needs
+	// a ref first, for one).
+	Accepts(op *Op) bool
+	// Submit starts ops. It keeps nothing of them after it returns (Data
+	// is copied).
+	Submit(ops []Op)
+}
+
+// Op is one data-path request handed to a Pipeline.
+type Op struct {
+	Token    uint64  // the server's; echoed in the Done
+	Kind     wire.Op // OpLoad, OpStore, OpCAS, OpFetchAdd or OpWhere
+	GVA      gva.GVA // with its byte offset
+	Len      int     // OpLoad: bytes to read
+	Data     []byte  // OpStore: bytes to write (valid during Submit)
+	Expected uint64  // OpCAS
+	Operand  uint64  // OpCAS: desired; OpFetchAdd: delta
+}
+
+// Done is the completion of an Op.
+type Done struct {
+	Token   uint64
+	Err     error // nil, or an error wrapping a syscall.Errno
+	Version gva.Version
+	Value   uint64   // OpCAS, OpFetchAdd: the word found
+	Data    []byte   // OpLoad: the bytes read (valid during Complete)
+	Where   Location // OpWhere
+}
+
+// pending is a request in the pipeline: the connection and task that wait
+// for its Done.
+type pending struct {
+	c *conn
+	t *task
+}
+
+// pendingTable maps pipeline tokens to their requests.
+type pendingTable struct {
+	mu   sync.Mutex
+	next uint64
+	m    map[uint64]pending
+}
+
+func (p *pendingTable) add(c *conn, t *task) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = make(map[uint64]pending)
+	}
+	p.next++
+	p.m[p.next] = pending{c: c, t: t}
+	return p.next
+}
+
+func (p *pendingTable) take(token uint64) (pending, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pd, ok := p.m[token]
+	delete(p.m, token)
+	return pd, ok
+}
+
+// pipelined reports whether r of c goes through the backend's Pipeline:
+// a data-path op whose permission is known without asking the backend.
+func (s *Server) pipelined(c *conn, r *wire.Request) bool {
+	if s.pipe == nil {
+		return false
+	}
+	switch r.Op {
+	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere:
+	default:
+		return false
+	}
+	if c.cred.UID != 0 && !s.attrs.Contains(r.GVA.Key()) {
+		return false // the first access asks the backend for the attributes
+	}
+	op := pipeOp(r, 0)
+	return s.pipe.Accepts(&op)
+}
+
+func pipeOp(r *wire.Request, token uint64) Op {
+	op := Op{Token: token, Kind: r.Op, GVA: r.GVA}
+	switch r.Op {
+	case wire.OpLoad:
+		op.Len = int(r.Len)
+	case wire.OpStore:
+		op.Data = r.Data
+	case wire.OpCAS:
+		op.Expected, op.Operand = r.Expected, r.Desired
+	case wire.OpFetchAdd:
+		op.Operand = r.Delta
+	}
+	return op
+}
+
+// admitPipelined checks c's permission for t and registers it in the
+// pending table; it returns the Op to submit, or false after answering t
+// itself (a refused permission).
+func (s *Server) admitPipelined(c *conn, t *task) (Op, bool) {
+	r := &t.req
+	if err := s.checkCached(c, r.GVA.Key(), accessFor(r.Op)); err != nil {
+		t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen]}
+		c.reply(t, err, false)
+		return Op{}, false
+	}
+	return pipeOp(r, s.pending.add(c, t)), true
+}
+
+func accessFor(op wire.Op) uint32 {
+	switch op {
+	case wire.OpStore:
+		return accessWrite
+	case wire.OpCAS, wire.OpFetchAdd:
+		return accessRead | accessWrite
+	}
+	return accessRead
+}
+
+// checkCached is check for a page whose attributes are cached (pipelined
+// ensured it, and attributes leave the cache only at Free).
+func (s *Server) checkCached(c *conn, key gva.GVA, need uint32) error {
+	if c.cred.UID == 0 {
+		return nil
+	}
+	a, ok := s.attrs.Get(key)
+	if !ok {
+		return fmt.Errorf("page %v: freed: %w", key, syscall.ENOENT)
+	}
+	if !c.cred.allowed(a, need) {
+		return fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
+	}
+	return nil
+}
+
+// Complete takes the completions of pipelined requests: it updates the
+// replica files, queues each reply on its connection and flushes every
+// connection it touched once. The backend's driver calls it after a step,
+// holding none of its locks.
+func (s *Server) Complete(ds []Done) {
+	var touched [8]*conn
+	more := map[*conn]struct{}(nil)
+	n := 0
+	for i := range ds {
+		pd, ok := s.pending.take(ds[i].Token)
+		if !ok {
+			continue
+		}
+		s.finishPipelined(pd.c, pd.t, &ds[i])
+		seen := false
+		for _, c := range touched[:n] {
+			if c == pd.c {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			if n < len(touched) {
+				touched[n] = pd.c
+				n++
+			} else {
+				if more == nil {
+					more = make(map[*conn]struct{})
+				}
+				more[pd.c] = struct{}{}
+			}
+		}
+	}
+	for _, c := range touched[:n] {
+		c.flush()
+	}
+	for c := range more {
+		c.flush()
+	}
+}
+
+// finishPipelined does what exec does after the backend call of a data-path
+// op, and queues the reply.
+func (s *Server) finishPipelined(c *conn, t *task, d *Done) {
+	defer func() {
+		<-c.sem
+		taskPool.Put(t)
+	}()
+	r := &t.req
+	key := r.GVA.Key()
+	le := binary.LittleEndian
+	t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+	err := d.Err
+	if err == nil {
+		switch r.Op {
+		case wire.OpLoad:
+			t.rep.body = t.rep.body[:8+int(r.Len)]
+			copy(t.rep.body[8:], d.Data)
+			le.PutUint64(t.rep.body, uint64(d.Version))
+			if rp := s.replicas.get(key); rp != nil && rp.stale() {
+				rp.kick(s.replicas)
+			}
+		case wire.OpStore:
+			s.written(key, int(r.GVA.Offset()), r.Data, d.Version)
+			t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
+		case wire.OpCAS:
+			if d.Value == r.Expected {
+				s.written64(key, r.GVA.Offset(), r.Desired, d.Version)
+			} else if rp := s.replicas.get(key); rp != nil {
+				rp.invalidate(s.replicas, d.Version, false)
+			}
+			t.rep.body = le.AppendUint64(t.rep.body, d.Value)
+			t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
+		case wire.OpFetchAdd:
+			s.written64(key, r.GVA.Offset(), d.Value+r.Delta, d.Version)
+			t.rep.body = le.AppendUint64(t.rep.body, d.Value)
+			t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
+		case wire.OpWhere:
+			loc := d.Where
+			if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
+				loc.Tier, loc.Hops = gva.TierLocal, 0
+			}
+			t.rep.body = loc.Append(t.rep.body)
+		}
+	} else {
+		err = fmt.Errorf("%s %v: %w", r.Op, r.GVA, err)
+	}
+	if c.aborted.Load() {
+		return
+	}
+	c.reply(t, err, false)
+}
