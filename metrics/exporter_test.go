@@ -30,6 +30,7 @@ func (s engineSource) EngineCounters() EngineCounters { return s.ec }
 func sample() engineSource {
 	snap := ctltest.Sample()
 	snap.Links = append(snap.Links, ctl.Link{Index: 2, Name: "p2", Kind: "udp", Peer: noc.BroadcastNode})
+	snap.Stats.Counters = append(snap.Stats.Counters, ctl.Counter{Name: "drop_no_route", Value: 2}, ctl.Counter{Name: "link_retransmits", Value: 9}, ctl.Counter{Name: "routes", Value: 3})
 	return engineSource{ctltest.NewSource(snap), EngineCounters{ReplicaAnswers: 7, Merges: 3, Evictions: 2, PinRevocations: 1, Acquires: 5, Swaps: 4}}
 }
 
@@ -124,6 +125,9 @@ func TestScrape(t *testing.T) {
 		{"dpu_link_retransmits_total", map[string]string{"port": l0.Name}, float64(l0.Retransmits)},
 		{"dpu_port_events_total", map[string]string{"port": "p1", "event": "redirected_cpu0"}, 512},
 		{"dpu_routes", nil, 3},
+		{"dpu_frames_total", map[string]string{"path": "delivered"}, 1022},
+		{"dpu_node_events_total", map[string]string{"event": "path_cache_hits"}, 977},
+		{"dpu_frames_dropped_total", map[string]string{"reason": "no_route"}, 2},
 		{"dpu_route_hops", map[string]string{"dst": "2"}, 2},
 		{"dpu_pathcache_entries", map[string]string{"replica": "valid"}, 1},
 		{"dpu_pathcache_entries", map[string]string{"replica": "primary"}, 1},
