@@ -67,6 +67,8 @@ COMMAND defaults to show.
                                   shared memory through the host socket
                                   ("dpuctl mem help" for details)
   help                            this text
+  completion bash|zsh             shell completion script
+  man                             this manual as a man page (roff)
 
 OPTIONS
   -s PATH   control socket (default $DPU_RUN_DIR/ctl.sock, else /run/dpu/ctl.sock)
