@@ -45,10 +45,11 @@ type Agent struct {
 	// writes them and hands the step's host completions to the host
 	// socket: no hand-off between goroutines, no I/O under mu.
 	mu    sync.Mutex
-	armed time.Duration // when the parked loop wakes next; -1 while it runs (under mu)
-	rxBuf []byte        // the loop's receive buffer (under mu)
-	tx    txOut         // output datagrams between a step and their write
-	w     *waiter       // where the loop parks (from New to Close)
+	armed time.Duration  // when the parked loop wakes next; -1 while it runs (under mu)
+	rxBuf []byte         // the loop's receive buffer (under mu)
+	tx    txOut          // output datagrams between a step and their write
+	w     *waiter        // where the loop parks (from New to Close)
+	srv   *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -202,10 +203,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu})
+		srv, err := hostif.NewServer(a.host, hostif.Options{SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+			RingBell: a.ringBell})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}
+		a.srv = srv
 		hostDone := make(chan error, 1)
 		wg.Add(1)
 		go func() {

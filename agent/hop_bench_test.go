@@ -192,3 +192,82 @@ func BenchmarkLiveOneHopCAS(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLiveCASPaths: the median CAS round trip through the Go client
+// against dpu-agent processes, by where the page's owner is (this node, one
+// hop away over UDP), transport (socket, ring) and loop mode, beside a bare
+// SOCK_SEQPACKET echo measured in the same loop.
+func BenchmarkLiveCASPaths(b *testing.B) {
+	for _, where := range []string{"local", "1hop"} {
+		for _, mode := range []string{"blocking", "adaptive", "poll"} {
+			for _, transport := range []string{"socket", "ring"} {
+				b.Run(where+"/"+mode+"/"+transport, func(b *testing.B) {
+					dir := b.TempDir()
+					ports := freeUDPPorts(b, 2)
+					a0 := fmt.Sprintf("127.0.0.1:%d", ports[0])
+					a1 := fmt.Sprintf("127.0.0.1:%d", ports[1])
+					s0 := startAgentProc(b, filepath.Join(dir, "n0"), "--loop", mode, "--node", "0", "--port", "p0 udp "+a0+" "+a1)
+					s1 := s0
+					if where == "1hop" {
+						s1 = startAgentProc(b, filepath.Join(dir, "n1"), "--loop", mode, "--node", "1", "--port", "p0 udp "+a1+" "+a0)
+					}
+					ctx := context.Background()
+					c0, err := client.Dial(ctx, s0, client.Options{Name: "owner", NoRings: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer c0.Close()
+					g, err := c0.Alloc(ctx, 4096, 0o666)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c1, err := client.Dial(ctx, s1, client.Options{Name: "bench", NoRings: transport == "socket"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer c1.Close()
+					if c1.Rings() != (transport == "ring") {
+						b.Fatalf("rings %v for transport %s", c1.Rings(), transport)
+					}
+					deadline := time.Now().Add(10 * time.Second)
+					for {
+						if _, _, err := c1.CompareAndSwap(ctx, g, 0, 0); err == nil {
+							break
+						}
+						if time.Now().After(deadline) {
+							b.Fatal("no CAS within 10s")
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+					echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer echoConn.Close()
+					msg, in := make([]byte, 48), make([]byte, 64)
+					var lat, echo []time.Duration
+					i := uint64(0)
+					for b.Loop() {
+						t0 := time.Now()
+						if _, swapped, err := c1.CompareAndSwap(ctx, g, i, i+1); err != nil || !swapped {
+							b.Fatalf("cas %d: swapped %v: %v", i, swapped, err)
+						}
+						t1 := time.Now()
+						if _, err := echoConn.Write(msg); err != nil {
+							b.Fatal(err)
+						}
+						if _, err := echoConn.Read(in); err != nil {
+							b.Fatal(err)
+						}
+						lat, echo = append(lat, t1.Sub(t0)), append(echo, time.Since(t1))
+						i++
+					}
+					pc, pe := median(lat), median(echo)
+					b.ReportMetric(pc, "cas-p50-ns")
+					b.ReportMetric(pe, "echo-p50-ns")
+					b.ReportMetric(pc/pe, "cas/echo")
+				})
+			}
+		}
+	}
+}

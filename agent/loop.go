@@ -149,18 +149,45 @@ func (a *Agent) drain() bool {
 	a.mu.Unlock()
 	a.writeTx()
 	a.deliver(done)
+	if a.srv != nil && a.srv.ServeRings(maxBatch) {
+		got = true
+	}
 	return got || len(done) > 0
+}
+
+// ringBell puts a host ring's bell into the loop's poll set (or takes it
+// out, before it closes).
+func (a *Agent) ringBell(fd int, add bool) {
+	if !add {
+		a.w.remove(fd)
+		return
+	}
+	if err := a.w.add(fd); err != nil {
+		a.log.Warn("ring bell", "err", err)
+	}
+	a.w.ring() // a parked loop raises the new ring's NEED_WAKEUP
 }
 
 // park sleeps until a waited port is readable, the core's next deadline,
 // or a ring (a host step that moved the deadline, a reader goroutine,
 // shutdown).
 func (a *Agent) park() error {
+	bound := idleTick
+	if a.srv != nil {
+		pending, held := a.srv.ParkRings()
+		defer a.srv.WakeRings()
+		if pending {
+			return nil // a host submitted while the loop decided to sleep
+		}
+		if held {
+			bound = time.Millisecond // a host's completion ring was full: look again soon
+		}
+	}
 	a.mu.Lock()
 	next := a.core.NextDeadline()
 	a.armed = next
 	a.mu.Unlock()
-	err := a.w.wait(min(next-a.now(), idleTick))
+	err := a.w.wait(min(next-a.now(), bound))
 	a.mu.Lock()
 	a.armed = -1
 	a.mu.Unlock()

@@ -51,6 +51,12 @@ type Hosts struct {
 	attrs    map[gva.GVA]Attr
 	extents  map[gva.GVA]int
 	timers   hostTimers
+	revoked  []revokedPin // pins revoked in the step: their claims' refs go back at its end
+}
+
+type revokedPin struct {
+	s   *session
+	key gva.GVA
 }
 
 // SessionID names a host session of a node.
@@ -95,9 +101,10 @@ type hostReq struct {
 	err      error
 	data     []byte // Ref, Load: what was read
 	version  gva.Version
-	abandon  bool // the caller gave up: complete nothing, undo a success
+	abandon  bool // the caller gave up (or its bound passed): undo a success
 	done     bool
-	drop     bool // a Load of a page it ref'd: drop after
+	lastErr  syscall.Errno // the last failure of one of its engine requests
+	drop     bool          // a Load of a page it ref'd: drop after
 }
 
 type readyStep struct {
@@ -132,6 +139,10 @@ func (h *Hosts) Open(id SessionID) error {
 	return nil
 }
 
+// Known reports whether session id is open, or closed and still giving
+// back what it held.
+func (h *Hosts) Known(id SessionID) bool { _, ok := h.sessions[id]; return ok }
+
 // Held reports what session id holds: engine refs, acquisitions, locks.
 func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 	s := h.sessions[id]
@@ -164,6 +175,7 @@ func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, out node.Sen
 		return
 	}
 	s.reqs[hr.ID] = r
+	heap.Push(&h.timers, hostTimer{at: r.deadline, r: r, bound: true})
 	h.start(now, r, out)
 	h.endStep(now, out)
 }
@@ -292,15 +304,14 @@ func (h *Hosts) start(now time.Duration, r *hostReq, out node.Sender) {
 		if hr.Op == HostUnlock {
 			delete(r.s.locked, key)
 		}
-		h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: hostHolder}, out)
+		h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder()}, out)
 	default:
 		h.step(now, r, hr.engineCopy(), out)
 	}
 }
 
-// hostHolder names this node as pin holder: the host socket serialises the
-// node's local lockers, so one holder per node suffices.
-const hostHolder = 1
+// holder names the session as pin holder.
+func (s *session) holder() uint64 { return uint64(s.id) }
 
 // engineCopy is the request as the engine takes it.
 func (hr *Request) engineCopy() Request {
@@ -361,6 +372,14 @@ func (s *engineSinkOf) Complete(c Completion) {
 // Event implements Sink.
 func (s *engineSinkOf) Event(ev Event) {
 	h := (*Hosts)(s)
+	if ev.Kind == EventHostFault {
+		// The pin outlived its bound: the lock is no longer the session's,
+		// and the ref its claim took goes back.
+		if ss := h.sessions[SessionID(ev.Holder)]; ss != nil && ss.locked[ev.GVA.Key()] {
+			delete(ss.locked, ev.GVA.Key())
+			h.revoked = append(h.revoked, revokedPin{s: ss, key: ev.GVA.Key()})
+		}
+	}
 	if ev.Kind == EventOwnershipLost {
 		heard := false
 		for _, ss := range h.sessions {
@@ -379,12 +398,19 @@ func (s *engineSinkOf) Event(ev Event) {
 // endStep acts on the step's engine completions (which may start more
 // engine requests, whose completions join the list) and fires due timers.
 func (h *Hosts) endStep(now time.Duration, out node.Sender) {
-	for len(h.ready) > 0 {
+	for len(h.ready) > 0 || len(h.revoked) > 0 {
+		if len(h.revoked) > 0 {
+			rp := h.revoked[0]
+			h.revoked = h.revoked[1:]
+			h.startDrop(now, rp.s, rp.key, out)
+			continue
+		}
 		rs := h.ready[0]
 		h.ready = h.ready[1:]
 		h.advance(now, rs.r, rs.c, out)
 	}
 	h.ready = h.ready[:0]
+	h.revoked = h.revoked[:0]
 }
 
 // retryable reports whether a claim step failed for a reason that a later
@@ -399,6 +425,9 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Se
 	hr := &r.hr
 	key := hr.GVA.Key()
 	errno := c.Errno()
+	if errno != 0 {
+		r.lastErr = errno
+	}
 	switch hr.Op {
 	case HostAlloc:
 		r.results = append(r.results, c)
@@ -460,7 +489,7 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Se
 			if retryable(errno) && now+claimPause < r.deadline && !r.abandon {
 				er := Request{Op: HostRef, GVA: key}
 				if r.stage == stSecond {
-					er = Request{Op: hr.Op, GVA: key, Holder: hostHolder, Priority: hr.Priority}
+					er = Request{Op: hr.Op, GVA: key, Holder: r.s.holder(), Priority: hr.Priority}
 				}
 				h.retryLater(now, r, er)
 				return
@@ -478,7 +507,7 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion, out node.Se
 		}
 		if r.stage == stFirst {
 			r.stage = stSecond
-			h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: hostHolder, Priority: hr.Priority}, out)
+			h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder(), Priority: hr.Priority}, out)
 			return
 		}
 		if hr.Op == HostLock {
@@ -540,10 +569,10 @@ func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.G
 		h.step(now, r, Request{Op: HostUnref, GVA: key}, out)
 	case HostUnlock:
 		delete(s.locked, key)
-		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: hostHolder}, out)
+		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: r.s.holder()}, out)
 	case HostRelease:
 		h.release(s, key)
-		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: hostHolder}, out)
+		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: r.s.holder()}, out)
 	}
 }
 
@@ -591,6 +620,22 @@ func (h *Hosts) deliver(now time.Duration, r *hostReq, c Completion) {
 	h.sink.Complete(c)
 }
 
+// expire answers a request still running at its bound with ETIMEDOUT (or
+// EHOSTDOWN after an unreachable owner); it runs on as abandoned, so what
+// it takes by succeeding later is given back.
+func (h *Hosts) expire(now time.Duration, r *hostReq) {
+	if r.done || r.abandon {
+		return
+	}
+	r.abandon = true
+	delete(r.s.reqs, r.hr.ID)
+	errno, msg := syscall.ETIMEDOUT, "no answer within the request's bound"
+	if r.lastErr == syscall.EHOSTDOWN || r.lastErr == syscall.EHOSTUNREACH {
+		errno, msg = syscall.EHOSTDOWN, "owner unreachable until the request's bound"
+	}
+	h.deliver(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: errno, Msg: msg}})
+}
+
 // retryLater re-submits er for r after claimPause.
 func (h *Hosts) retryLater(now time.Duration, r *hostReq, er Request) {
 	r.pending++ // the retry is outstanding
@@ -616,6 +661,10 @@ func (h *Hosts) Tick(now time.Duration, out node.Sender) {
 	h.endStep(now, out)
 	for h.timers.Len() > 0 && h.timers[0].at <= now {
 		t := heap.Pop(&h.timers).(hostTimer)
+		if t.bound {
+			h.expire(now, t.r)
+			continue
+		}
 		t.r.pending--
 		if t.r.done {
 			continue
@@ -640,9 +689,10 @@ func pageAt(first gva.GVA, i int) gva.GVA {
 
 // hostTimer is a pause before a retry.
 type hostTimer struct {
-	at  time.Duration
-	r   *hostReq
-	req Request
+	at    time.Duration
+	r     *hostReq
+	req   Request
+	bound bool // the request's bound, not a retry
 }
 
 type hostTimers []hostTimer

@@ -44,6 +44,10 @@ type conn struct {
 	evActive atomic.Bool
 	aborted  atomic.Bool
 	gpuUsed  atomic.Bool // a GPU op was served: tell the GPUHandler at close
+
+	ringMu  sync.Mutex
+	ring    *connRing // the connection's ring pair, if it asked (RINGS)
+	ringFDs []int     // the host's descriptors of ring, ours to close
 }
 
 func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
@@ -63,6 +67,7 @@ type task struct {
 	out []byte
 	rep reply
 	ctx opContext
+	rg  *connRing // the ring it came on; nil: the socket
 }
 
 // reply is what an op produces besides its error.
@@ -70,6 +75,12 @@ type reply struct {
 	gva  gva.GVA
 	body []byte // appended after the header in task.out
 	fds  []int  // descriptors to pass (the server's own; send dups them)
+}
+
+// putTask returns t to the pool.
+func putTask(t *task) {
+	t.rg = nil
+	taskPool.Put(t)
 }
 
 // readBatch is the most requests read with one system call.
@@ -105,7 +116,7 @@ func (c *conn) serve() {
 	defer func() {
 		for _, t := range tasks {
 			if t != nil {
-				taskPool.Put(t)
+				putTask(t)
 			}
 		}
 	}()
@@ -117,6 +128,7 @@ func (c *conn) serve() {
 		for i := range slots {
 			if tasks[i] == nil {
 				tasks[i] = taskPool.Get().(*task)
+				tasks[i].rg = nil
 			}
 			batch.Bufs[i] = tasks[i].in[:]
 		}
@@ -141,7 +153,7 @@ func (c *conn) serve() {
 					used++ // its slot is given back when it completes
 					ops = append(ops, op)
 				} else {
-					taskPool.Put(t)
+					putTask(t)
 				}
 				continue
 			}
@@ -191,7 +203,7 @@ func (c *conn) accept(t *task, n, flags int, log *slog.Logger) bool {
 		c.refuse(t, t.req.ID, "the first request must be HELLO", log)
 	case !c.hello:
 		c.greet(t, log)
-		taskPool.Put(t)
+		putTask(t)
 	case t.req.Op == wire.OpHello:
 		c.refuse(t, t.req.ID, "HELLO was already answered", log)
 	default:
@@ -231,7 +243,7 @@ func (c *conn) run(t *task) {
 	defer func() {
 		<-c.sem
 		c.inflight.Done()
-		taskPool.Put(t)
+		putTask(t)
 	}()
 	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
 	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
@@ -244,7 +256,7 @@ func (c *conn) runInline(t *task) {
 	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
 	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
 	c.reply(t, err, false)
-	taskPool.Put(t)
+	putTask(t)
 }
 
 // reply writes (flush) or queues the reply of t: its body, or err's errno
@@ -290,7 +302,7 @@ func (c *conn) flush() {
 // refuse answers a malformed request with EINVAL and counts it; once the
 // client has sent more garbage than allowed it ends the connection.
 func (c *conn) refuse(t *task, id uint64, why string, log *slog.Logger) {
-	defer taskPool.Put(t)
+	defer putTask(t)
 	c.garbage++
 	log.Debug("malformed request", "why", why, "count", c.garbage)
 	if c.garbage > c.s.opts.MaxGarbage {
@@ -383,6 +395,7 @@ func (c *conn) close(log *slog.Logger) {
 	s := c.s
 	c.aborted.Store(true)
 	c.cancel()
+	s.closeRing(c)
 	c.inflight.Wait()
 	if c.hello {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReleaseTimeout)

@@ -46,7 +46,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		rep.body = rep.body[:8+r.Len]
 		v, err := s.be.Load(ctx, r.GVA, rep.body[8:])
 		if err != nil {
-			return fmt.Errorf("load %v: %w", r.GVA, err)
+			return err // the backend's error names the op and the page
 		}
 		le.PutUint64(rep.body, uint64(v))
 		if rp := s.replicas.get(key); rp != nil && rp.stale() {
@@ -60,7 +60,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		}
 		v, err := s.be.Store(ctx, r.GVA, r.Data)
 		if err != nil {
-			return fmt.Errorf("store %v: %w", r.GVA, err)
+			return err // the backend's error names the op and the page
 		}
 		s.written(key, int(r.GVA.Offset()), r.Data, v)
 		rep.body = le.AppendUint64(rep.body, uint64(v))
@@ -72,7 +72,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		}
 		old, v, err := s.be.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
 		if err != nil {
-			return fmt.Errorf("cas %v: %w", r.GVA, err)
+			return err // the backend's error names the op and the page
 		}
 		if old == r.Expected {
 			s.written64(key, r.GVA.Offset(), r.Desired, v)
@@ -89,7 +89,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		}
 		old, v, err := s.be.FetchAdd(ctx, r.GVA, r.Delta)
 		if err != nil {
-			return fmt.Errorf("fetch-add %v: %w", r.GVA, err)
+			return err // the backend's error names the op and the page
 		}
 		s.written64(key, r.GVA.Offset(), old+r.Delta, v)
 		rep.body = le.AppendUint64(rep.body, old)
@@ -117,13 +117,16 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		}
 		loc, err := s.be.Where(ctx, r.GVA)
 		if err != nil {
-			return fmt.Errorf("where %v: %w", r.GVA, err)
+			return err // the backend's error names the op and the page
 		}
 		if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
 			loc.Tier, loc.Hops = gva.TierLocal, 0
 		}
 		rep.body = loc.Append(rep.body)
 		return nil
+
+	case wire.OpRings:
+		return s.openRings(c, r, rep)
 
 	case wire.OpSubscribe:
 		c.subscribe(r.Mask)

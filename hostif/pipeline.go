@@ -131,7 +131,11 @@ func (s *Server) admitPipelined(c *conn, t *task) (Op, bool) {
 	r := &t.req
 	if err := s.checkCached(c, r.GVA.Key(), accessFor(r.Op)); err != nil {
 		t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen]}
-		c.reply(t, err, false)
+		if t.rg != nil {
+			t.rg.answer(t, err)
+		} else {
+			c.reply(t, err, false)
+		}
 		return Op{}, false
 	}
 	return pipeOp(r, s.pending.add(c, t)), true
@@ -169,11 +173,18 @@ func (s *Server) checkCached(c *conn, key gva.GVA, need uint32) error {
 // holding none of its locks.
 func (s *Server) Complete(ds []Done) {
 	var touched [8]*conn
+	var rgLocal [8]*connRing
+	rgs := rgLocal[:0]
 	more := map[*conn]struct{}(nil)
 	n := 0
 	for i := range ds {
 		pd, ok := s.pending.take(ds[i].Token)
 		if !ok {
+			continue
+		}
+		if rg := pd.t.rg; rg != nil {
+			s.finishPipelined(pd.c, pd.t, &ds[i])
+			rgs = appendRing(rgs, rg)
 			continue
 		}
 		s.finishPipelined(pd.c, pd.t, &ds[i])
@@ -202,14 +213,28 @@ func (s *Server) Complete(ds []Done) {
 	for c := range more {
 		c.flush()
 	}
+	for _, rg := range rgs {
+		rg.flush()
+	}
+}
+
+func appendRing(rgs []*connRing, rg *connRing) []*connRing {
+	for _, x := range rgs {
+		if x == rg {
+			return rgs
+		}
+	}
+	return append(rgs, rg)
 }
 
 // finishPipelined does what exec does after the backend call of a data-path
 // op, and queues the reply.
 func (s *Server) finishPipelined(c *conn, t *task, d *Done) {
 	defer func() {
-		<-c.sem
-		taskPool.Put(t)
+		if t.rg == nil {
+			<-c.sem
+		}
+		putTask(t)
 	}()
 	r := &t.req
 	key := r.GVA.Key()
@@ -247,8 +272,10 @@ func (s *Server) finishPipelined(c *conn, t *task, d *Done) {
 			}
 			t.rep.body = loc.Append(t.rep.body)
 		}
-	} else {
-		err = fmt.Errorf("%s %v: %w", r.Op, r.GVA, err)
+	}
+	if t.rg != nil {
+		t.rg.answer(t, err)
+		return
 	}
 	if c.aborted.Load() {
 		return

@@ -64,6 +64,11 @@ type Options struct {
 	AttrCache int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
+	// RingBell, when set, makes the server offer shared-memory ring pairs
+	// (op RINGS): it is told each ring's bell descriptor as the ring
+	// opens (add) and before it closes, for the driver's poll set; the
+	// driver serves the rings with ServeRings, ParkRings and WakeRings.
+	RingBell func(fd int, add bool)
 	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
 	// ENOSYS.
 	GPU GPUHandler
@@ -112,6 +117,7 @@ type Server struct {
 	attrs   *lru.Cache[gva.GVA, Attr]
 	pipe    Pipeline // the backend's, if it has one
 	pending pendingTable
+	rings   ringSet
 
 	locks  *lockTable
 	owners *ownerTable

@@ -33,6 +33,8 @@ type client struct {
 	node    noc.NodeID
 	rng     *rand.Rand
 	holder  uint64
+	session coherence.SessionID
+	gen     int // sessions opened so far
 	mapped  map[int]bool
 	locked  int // page index, -1: none
 	lockOps int
@@ -67,10 +69,9 @@ func (w *World) setup() error {
 		for range w.cfg.ClientsPerNode {
 			c := &client{idx: len(w.clients), node: noc.NodeID(i), locked: -1}
 			c.rng = derive(w.cfg.Seed, 1000+uint64(c.idx))
-			c.holder = uint64(c.idx) + 1
-			c.mapped = map[int]bool{}
 			c.last = map[[2]int]uint64{}
 			w.clients = append(w.clients, c)
+			w.connect(c)
 		}
 	}
 	return nil
@@ -88,8 +89,115 @@ func (w *World) submit(n *simNode, po *pendingOp) {
 	po.req.ID = w.reqID
 	po.start = w.now
 	n.reqs[po.req.ID] = po
-	n.eng.Submit(w.now, po.req, n.core)
+	sid := checkSession
+	if po.c != nil {
+		sid = po.c.session
+	}
+	n.hosts.Submit(w.now, sid, po.req, n.core)
 	w.settle(n)
+}
+
+// closedSession is a session a client closed, checked at the end: the
+// core must have released everything it held and forgotten it.
+type closedSession struct {
+	n  *simNode
+	h  *coherence.Hosts
+	id coherence.SessionID
+}
+
+// checkSessions checks, after the quiet period, that every closed session
+// on a node that has not restarted since holds nothing and is forgotten,
+// and the open ones (checkOpenSessions).
+func (w *World) checkSessions() {
+	w.checkOpenSessions()
+	for _, cs := range w.closed {
+		if cs.n.hosts != cs.h || !cs.n.alive {
+			continue // the node restarted: its sessions went with it
+		}
+		if refs, acq, locks := cs.h.Held(cs.id); refs+acq+locks != 0 || cs.h.Known(cs.id) {
+			w.check.violate("node %v: closed session %#x still holds %d refs, %d acquisitions, %d locks (known %v)",
+				cs.n.id, cs.id, refs, acq, locks, cs.h.Known(cs.id))
+		}
+	}
+}
+
+// checkOpenSessions checks, after the quiet period, that no open session
+// holds a lock its client does not know it holds (an abandoned lock that
+// was not undone, say), nor more than one.
+func (w *World) checkOpenSessions() {
+	for _, c := range w.clients {
+		n := w.nodes[c.node]
+		if !n.alive || !n.hosts.Known(c.session) {
+			continue
+		}
+		if _, _, locks := n.hosts.Held(c.session); locks > 1 || locks == 1 && c.locked < 0 {
+			w.check.violate("node %v: client %d's session holds %d locks, the client knows of %v", n.id, c.idx, locks, c.locked >= 0)
+		}
+	}
+}
+
+// checkSession is the host session of the simulator's own requests (setup
+// and final checks) on every node; clients have sessions of their own.
+const checkSession coherence.SessionID = 1 << 30
+
+// connect opens a new host session for c on its node (a new holder).
+func (w *World) connect(c *client) {
+	c.gen++
+	c.session = coherence.SessionID(c.idx+1) | coherence.SessionID(c.gen)<<16
+	c.holder = uint64(c.session)
+	c.mapped, c.locked, c.lockOps = map[int]bool{}, -1, 0
+	if err := w.nodes[c.node].hosts.Open(c.session); err != nil {
+		w.check.violate("client %d: open session: %v", c.idx, err)
+	}
+	w.res.Connects++
+}
+
+// disconnect closes c's session: its request in flight is abandoned and the
+// core releases what the session held. A lock it held is released at some
+// point after: the lock history gets an unlock of unknown time.
+func (w *World) disconnect(c *client) {
+	n := w.nodes[c.node]
+	if po := c.pending; po != nil {
+		if po.hist != nil {
+			w.check.abandon(po.hist)
+		}
+		delete(n.reqs, po.req.ID)
+		if po.req.Op == coherence.HostLock {
+			w.check.abandon(w.check.lockOp(po.page, c.holder, false, w.now))
+		}
+		c.pending = nil
+	}
+	if c.locked >= 0 {
+		w.check.abandon(w.check.lockOp(c.locked, c.holder, false, w.now))
+	}
+	w.closed = append(w.closed, closedSession{n: n, h: n.hosts, id: c.session})
+	n.hosts.Close(w.now, c.session, n.core)
+	w.settle(n)
+	w.res.Disconnects++
+	w.connect(c)
+}
+
+// abort abandons c's request in flight (its caller gave up): the core
+// completes it no more and undoes what it takes if it succeeds.
+func (w *World) abort(c *client) {
+	po := c.pending
+	n := w.nodes[c.node]
+	if po.hist != nil {
+		w.check.abandon(po.hist)
+	}
+	if po.req.Op == coherence.HostLock {
+		// undone if it was taken: an unlock of unknown time
+		w.check.abandon(w.check.lockOp(po.page, c.holder, false, w.now))
+	}
+	delete(n.reqs, po.req.ID)
+	n.hosts.Abandon(w.now, c.session, po.req.ID, n.core)
+	w.settle(n)
+	c.pending = nil
+	if po.req.Op == coherence.HostRef {
+		delete(c.mapped, po.page) // undone if it was taken
+	}
+	w.res.Aborts++
+	w.push(event{at: w.now + time.Duration(c.rng.Int64N(int64(w.cfg.Think))), kind: evClient, n: c.idx})
 }
 
 // clientStep issues the client's next request.
@@ -99,6 +207,9 @@ func (w *World) clientStep(c *client) {
 		return
 	}
 	r := c.rng
+	if !w.cfg.NoChurn && r.IntN(200) == 0 {
+		w.disconnect(c)
+	}
 	po := &pendingOp{c: c}
 	if c.locked >= 0 {
 		p := w.pages[c.locked]
@@ -160,6 +271,12 @@ func (w *World) clientStep(c *client) {
 	}
 	c.pending = po
 	w.submit(n, po)
+	if !w.cfg.NoChurn && c.pending == po && r.IntN(100) < 3 {
+		switch po.req.Op {
+		case coherence.HostRef, coherence.HostLock, coherence.HostCAS, coherence.HostFetchAdd:
+			w.push(event{at: w.now + time.Duration(r.Int64N(int64(300*time.Microsecond))), kind: evAbort, n: c.idx, op: po})
+		}
+	}
 }
 
 func (w *World) pickPage(c *client, r *rand.Rand) int {
@@ -297,7 +414,11 @@ func (w *World) crashClients(n *simNode) {
 // restartClients resumes the clients of a restarted node.
 func (w *World) restartClients(n *simNode) {
 	for _, c := range w.clients {
-		if c.node == n.id && !w.stopped {
+		if c.node != n.id {
+			continue
+		}
+		w.connect(c) // the node's sessions went with it
+		if !w.stopped {
 			w.push(event{at: w.now + time.Millisecond + time.Duration(c.rng.Int64N(int64(w.cfg.Think))), kind: evClient, n: c.idx})
 		}
 	}

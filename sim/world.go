@@ -91,6 +91,10 @@ type Config struct {
 	// MaxHistory bounds the operations recorded per atomic word and lock
 	// for the linearizability check (default 200).
 	MaxHistory int
+	// NoChurn keeps every client on one host session and never abandons
+	// a request; by default clients now and then give up on a request
+	// (abort) or close their session and open a new one (disconnect).
+	NoChurn bool
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
@@ -149,7 +153,10 @@ type Result struct {
 	Swaps      uint64 // ownership transfers completed
 	Evictions  int    // path cache entries aged out
 	Lost       int    // pages lost with a failed owner
-	Virtual    time.Duration
+	// Host sessions: opened, closed by their client (everything they held
+	// released by the core), requests abandoned by their caller.
+	Connects, Disconnects, Aborts int
+	Virtual                       time.Duration
 }
 
 // OK reports whether the run found no violation.
@@ -226,6 +233,7 @@ type World struct {
 	routeOK   []bool   // that table reached every live node
 	routeLive int
 	reqID     uint64
+	closed    []closedSession
 	pages     []*simPage
 	check     *checker
 	stopped   bool // workload over
@@ -240,6 +248,7 @@ type end struct {
 type simNode struct {
 	id     noc.NodeID
 	core   *node.Core
+	hosts  *coherence.Hosts // the host sessions in front of eng
 	eng    *coherence.Engine
 	alive  bool
 	inc    uint64
@@ -254,6 +263,7 @@ const (
 	evDatagram evKind = iota + 1
 	evWake
 	evClient
+	evAbort
 	evFault
 	evCheck
 )
@@ -264,7 +274,8 @@ type event struct {
 	kind evKind
 	to   end
 	data []byte
-	n    int // client index, fault index
+	n    int        // client index, fault index
+	op   *pendingOp // evAbort: the request given up
 }
 
 // eventQueue is a binary min-heap of events by (at, seq), typed so that
@@ -384,14 +395,17 @@ func (w *World) boot(n *simNode) error {
 		ec.Pages = max(4, (w.cfg.HotPages+w.cfg.ColdPages)/2)
 		ec.PathCache = pathcache.Config{MaxEntries: ec.Pages + 4, IdleTTL: 15 * time.Millisecond}
 	}
-	ec.Sink = nodeSink{w, n}
 	ec.Tracer = w.check
 	ec.Bug = w.cfg.Bug
-	e, err := coherence.New(ec)
+	h, err := coherence.NewHosts(ec, nodeSink{w, n})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	c, err := node.New(node.Config{Self: n.id, Handler: e, Link: linkConfig(len(w.nodes)), Route: routeConfig(), Seed: w.nodeRNG.Uint64()}, w.now)
+	e := h.Engine()
+	if err := h.Open(checkSession); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	c, err := node.New(node.Config{Self: n.id, Handler: h, Link: linkConfig(len(w.nodes)), Route: routeConfig(), Seed: w.nodeRNG.Uint64()}, w.now)
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
@@ -400,7 +414,7 @@ func (w *World) boot(n *simNode) error {
 			return fmt.Errorf("sim: %w", err)
 		}
 	}
-	n.core, n.eng, n.alive, n.wakeAt = c, e, true, -1
+	n.core, n.hosts, n.eng, n.alive, n.wakeAt = c, h, e, true, -1
 	n.reqs = map[uint64]*pendingOp{}
 	if len(w.nodes) == w.graph.N() && w.nodes[len(w.nodes)-1].core != nil {
 		w.settle(n)
@@ -535,6 +549,7 @@ func (w *World) Finish() Result {
 	w.stopped = true
 	w.healAll()
 	w.runUntil(w.now+w.cfg.Quiesce, nil)
+	w.checkSessions()
 	w.final()
 	w.res.Virtual = w.now
 	w.res.TraceHash = w.trace.Sum64()
@@ -601,6 +616,10 @@ func (w *World) handle(ev event) {
 		w.settle(n)
 	case evClient:
 		w.clientStep(w.clients[ev.n])
+	case evAbort:
+		if c := w.clients[ev.n]; c.pending == ev.op && w.nodes[c.node].alive && !w.stopped {
+			w.abort(c)
+		}
 	case evFault:
 		w.fault(ev.n)
 	case evCheck:

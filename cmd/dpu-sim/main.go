@@ -146,7 +146,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	wg.Wait()
 	prog.stop()
 
-	var ops, errCount, violations, lost int
+	var ops, errCount, violations, lost, connects, disconnects, aborts int
 	var swaps uint64
 	var failed []int
 	for i, r := range results {
@@ -157,13 +157,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		errCount += r.Errors
 		swaps += r.Swaps
 		lost += r.Lost
+		connects, disconnects, aborts = connects+r.Connects, disconnects+r.Disconnects, aborts+r.Aborts
 		violations += len(r.Violations)
 		if !r.OK() {
 			failed = append(failed, i)
 		}
 	}
-	fmt.Fprintf(stdout, "seeds=%d ops=%d errors=%d swaps=%d lost=%d violations=%d time=%v\n",
-		len(list), ops, errCount, swaps, lost, violations, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "seeds=%d ops=%d errors=%d swaps=%d lost=%d sessions=%d closed=%d aborted=%d violations=%d time=%v\n",
+		len(list), ops, errCount, swaps, lost, connects, disconnects, aborts, violations, time.Since(start).Round(time.Millisecond))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/hostiftest"
+	"github.com/aitherion/dpu/hostif/ring/ringtest"
 )
 
 // needCC skips when there is no C toolchain, unless DPU_PRIV_TESTS=require
@@ -179,6 +180,81 @@ func BenchmarkCLibrary(b *testing.B) {
 	}
 	if metrics["echo_p50_ns"] > 0 {
 		b.ReportMetric(metrics["cas_p50_ns"]/metrics["echo_p50_ns"], "cas/echo")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// TestCLibraryRings runs test/ring_test.c against the stand-in agent of
+// hostif/ring/ringtest: over the ring pair (with a spinning and with a
+// sleeping agent, under AddressSanitizer and ThreadSanitizer), and with
+// DPU_RINGS=0 and
+// against an agent without rings over the socket, checking which way the
+// requests came.
+func TestCLibraryRings(t *testing.T) {
+	build(t, "build/ring_test", "asan")
+	for _, tc := range []struct {
+		name  string
+		bin   string
+		opts  ringtest.Options
+		env   []string
+		rings bool
+	}{
+		{"spinning agent", "build/ring_test", ringtest.Options{Spin: 1 << 30}, nil, true},
+		{"sleeping agent", "build/ring_test", ringtest.Options{}, nil, true},
+		{"sleeping both", "build/ring_test", ringtest.Options{}, []string{"DPU_RING_SPIN_US=0"}, true},
+		{"asan", "build/asan/ring_test", ringtest.Options{Spin: 1000}, []string{"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS=halt_on_error=1"}, true},
+		{"tsan", "build/tsan/ring_test", ringtest.Options{}, []string{"DPU_RING_SPIN_US=20", "TSAN_OPTIONS=halt_on_error=1"}, true},
+		{"DPU_RINGS=0", "build/ring_test", ringtest.Options{}, []string{"DPU_RINGS=0"}, false},
+		{"agent without rings", "build/ring_test", ringtest.Options{NoRings: true}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := ringtest.Start(t, tc.opts)
+			out := runC(t, tc.bin, append([]string{"DPU_SOCKET=" + a.Path}, tc.env...)...)
+			if !strings.HasPrefix(out, "ok ") {
+				t.Fatalf("%s printed %q", tc.bin, out)
+			}
+			ring, sock := a.OnRing.Load(), a.OnSocket.Load()
+			if tc.rings && (sock != 0 || ring < 4000) || !tc.rings && (ring != 0 || sock < 4000) {
+				t.Fatalf("%d requests on the ring, %d on the socket", ring, sock)
+			}
+		})
+	}
+}
+
+// BenchmarkCLibraryRings times dpu_cas64 round trips from C through
+// libdpu to the stand-in agent (hostif/ring/ringtest, which serves the CAS
+// from a map: the transport's cost, not the engine's): over the ring with
+// a polling agent, over the ring with a sleeping agent, and over the
+// socket, beside a bare SOCK_SEQPACKET echo in the same run.
+func BenchmarkCLibraryRings(b *testing.B) {
+	build(b, "build/ring_test", "build/dpu_bench")
+	pair := regexp.MustCompile(`(\w+)=([0-9.]+)`)
+	run := func(opts ringtest.Options, env ...string) map[string]float64 {
+		a := ringtest.Start(b, opts)
+		cmd := exec.Command("build/ring_test")
+		cmd.Env = append(append(os.Environ(), "DPU_SOCKET="+a.Path, "DPU_RING_TEST_BENCH=20000"), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("ring_test: %v\n%s", err, out)
+		}
+		m := map[string]float64{}
+		for _, kv := range pair.FindAllStringSubmatch(string(out), -1) {
+			v, _ := strconv.ParseFloat(kv[2], 64)
+			m[kv[1]] = v
+		}
+		return m
+	}
+	for range b.N {
+		poll := run(ringtest.Options{Spin: 1 << 30})
+		sleep := run(ringtest.Options{}, "DPU_RING_SPIN_US=0")
+		sock := run(ringtest.Options{}, "DPU_RINGS=0")
+		b.ReportMetric(poll["cas_p50_ns"], "ring-poll-p50-ns")
+		b.ReportMetric(poll["cas_p99_ns"], "ring-poll-p99-ns")
+		b.ReportMetric(sleep["cas_p50_ns"], "ring-sleep-p50-ns")
+		b.ReportMetric(sock["cas_p50_ns"], "socket-p50-ns")
+		if sock["cas_p50_ns"] > 0 {
+			b.ReportMetric(poll["cas_p50_ns"]/sock["cas_p50_ns"], "ring-poll/socket")
+		}
 	}
 	b.ReportMetric(0, "ns/op")
 }

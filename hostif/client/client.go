@@ -30,6 +30,12 @@ type Options struct {
 	// EventQueue is how many events may wait for Events' reader (default
 	// 256); beyond it they are dropped and an EventLost is delivered.
 	EventQueue int
+	// NoRings keeps every request on the socket even when the server
+	// offers a shared-memory ring pair (so does DPU_RINGS=0).
+	NoRings bool
+	// RingSpin is how long a call on the ring spins for its reply before
+	// it sleeps (default 50µs).
+	RingSpin time.Duration
 }
 
 // Client is one connection to a node's host interface. It is safe for
@@ -40,6 +46,7 @@ type Client struct {
 	hello wire.Hello
 
 	status []byte // the replica status table, mapped read-only
+	rings  *rings // the ring pair, if the server offered one
 
 	sem     chan struct{} // one token per request in flight
 	out     *seqpacket.Outbox
@@ -136,6 +143,13 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 		_ = uc.Close()
 		return nil, err
 	}
+	if !opts.NoRings && !ringsOff() {
+		if err := c.askRings(ctx); err != nil {
+			_ = unix.Munmap(c.status)
+			_ = uc.Close()
+			return nil, err
+		}
+	}
 	c.sem = make(chan struct{}, c.hello.MaxOutstanding)
 	batch, err := seqpacket.NewBatch(uc, readBatch)
 	if err == nil {
@@ -144,9 +158,15 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 	if err != nil {
 		_ = unix.Munmap(c.status)
 		_ = uc.Close()
+		if c.rings != nil {
+			c.rings.close()
+		}
 		return nil, fmt.Errorf("hostif client: %w", err)
 	}
 	go c.read(batch)
+	if c.rings != nil {
+		c.helpers.Go(c.reaper)
+	}
 	c.helpers.Go(c.write)
 	c.helpers.Go(c.watch)
 	c.helpers.Go(c.pump)
@@ -215,6 +235,9 @@ func (c *Client) Close() error {
 		if c.out != nil {
 			<-c.reader
 			c.helpers.Wait()
+		}
+		if c.rings != nil {
+			c.rings.close()
 		}
 		if c.status != nil {
 			_ = unix.Munmap(c.status)
@@ -307,7 +330,12 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 	c.mu.Unlock()
 
 	cl.msg = wire.AppendRequest(cl.msg[:0], r)
-	if err := c.send(cl.msg); err != nil {
+	var err error
+	viaRing := c.rings != nil && onRing(r.Op) && c.rings.submit(cl.msg)
+	if !viaRing {
+		err = c.send(cl.msg)
+	}
+	if err != nil {
 		c.mu.Lock()
 		_, still := c.pending[r.ID]
 		delete(c.pending, r.ID)
@@ -318,6 +346,9 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 		}
 		_ = c.uc.Close() // a failed write leaves the connection unusable
 		return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, err)
+	}
+	if viaRing {
+		c.spin(cl)
 	}
 	select {
 	case <-cl.done:

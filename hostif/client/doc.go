@@ -10,6 +10,14 @@
 // call abandoned before its reply arrives is undone when the reply comes (a
 // MAP is unmapped, a LOCK unlocked, an ALLOC freed), so nothing leaks.
 //
+// When the server offers a shared-memory ring pair (hostif/ring,
+// PROTOCOL.md §12) Dial takes it, unless Options.NoRings or DPU_RINGS=0 says
+// not to: every request whose reply carries no descriptor then goes through
+// the submission ring, and its caller spins on the completion ring for
+// Options.RingSpin (reaping for every caller), then sleeps; one reaper
+// goroutine sleeps on the ring's bell for sleeping callers. The socket keeps
+// HELLO, MAP and the events.
+//
 // Map returns a Mapping: the host's replica files mapped read-only into the
 // process. See Mapping for the consistency of its reads.
 //

@@ -105,6 +105,36 @@ func DecodeMapReply(b []byte, dst []MappedPage) ([]MappedPage, error) {
 	return dst, nil
 }
 
+// Rings is the body of a RINGS reply (16 bytes). A successful reply passes
+// two descriptors: the ring pair's memfd (MapSize bytes, sealed) and the
+// host's end of its bell (PROTOCOL.md §12).
+type Rings struct {
+	Entries  uint32 // slots per ring, a power of two
+	SlotSize uint32 // bytes per slot, a multiple of 64
+	MapSize  uint64 // size of the memfd
+}
+
+// RingsLen is the length of a RINGS reply body.
+const RingsLen = 16
+
+// Append appends the encoding of r to b.
+func (r *Rings) Append(b []byte) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint32(b, r.Entries)
+	b = le.AppendUint32(b, r.SlotSize)
+	return le.AppendUint64(b, r.MapSize)
+}
+
+// Decode reads r from b.
+func (r *Rings) Decode(b []byte) error {
+	if len(b) != RingsLen {
+		return fmt.Errorf("%w: rings reply of %d bytes", ErrLength, len(b))
+	}
+	le := binary.LittleEndian
+	*r = Rings{Entries: le.Uint32(b[0:]), SlotSize: le.Uint32(b[4:]), MapSize: le.Uint64(b[8:])}
+	return nil
+}
+
 // Location is the body of a WHERE reply (16 bytes).
 type Location struct {
 	Tier    gva.Tier

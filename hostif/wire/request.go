@@ -53,6 +53,10 @@ type Request struct {
 	Expected, Desired uint64
 	Delta             uint64
 	Mask              uint32
+
+	// RINGS: the ring pair's wanted entries per ring and slot size (0:
+	// the server's default; the server fits them, see Rings).
+	RingEntries, RingSlotSize uint32
 }
 
 // Pages returns the number of pages Bytes covers.
@@ -62,7 +66,7 @@ func (r *Request) Pages() int { return int((r.Bytes + PageSize - 1) / PageSize) 
 var bodyLen = [numOps]int{
 	OpHello: 40, OpAlloc: 16, OpFree: 0, OpMap: 24, OpUnmap: 16, OpTranslate: 16,
 	OpLoad: 8, OpStore: -1, OpCAS: 16, OpFetchAdd: 8, OpAcquire: 8, OpRelease: 0,
-	OpLock: 8, OpUnlock: 0, OpWhere: 0, OpSubscribe: 8,
+	OpLock: 8, OpUnlock: 0, OpWhere: 0, OpSubscribe: 8, OpRings: 16,
 }
 
 // DecodeRequest decodes and checks the request in b. On success every field
@@ -176,6 +180,12 @@ func DecodeRequest(b []byte, r *Request) error {
 			return fmt.Errorf("%w: subscribe mask %#x", ErrField, r.Mask)
 		}
 		return needZeroGVA(r)
+	case OpRings:
+		r.RingEntries, r.RingSlotSize = le.Uint32(body[0:]), le.Uint32(body[4:])
+		if le.Uint64(body[8:]) != 0 {
+			return fmt.Errorf("%w: rings", ErrReserved)
+		}
+		return needZeroGVA(r)
 	}
 	return nil
 }
@@ -274,6 +284,10 @@ func AppendRequest(b []byte, r *Request) []byte {
 	case r.Op == OpSubscribe:
 		b = le.AppendUint32(b, r.Mask)
 		b = le.AppendUint32(b, 0)
+	case r.Op == OpRings:
+		b = le.AppendUint32(b, r.RingEntries)
+		b = le.AppendUint32(b, r.RingSlotSize)
+		b = le.AppendUint64(b, 0)
 	}
 	return b
 }

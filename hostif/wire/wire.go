@@ -65,7 +65,10 @@ const (
 	OpUnlock    Op = 14
 	OpWhere     Op = 15
 	OpSubscribe Op = 16
-	numOps         = 17
+	// OpRings asks for a shared-memory ring pair (PROTOCOL.md §12). A
+	// server that does not offer rings answers ENOSYS or EOPNOTSUPP.
+	OpRings Op = 17
+	numOps     = 18
 
 	// OpGPUFirst..OpGPULast are reserved for the CUDA hook's GPU accounting.
 	// Their bodies are not yet fixed (up to MaxBody bytes); a version 1
@@ -77,7 +80,7 @@ const (
 	OpGPULast        Op = 79
 )
 
-var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe"}
+var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings"}
 
 func (o Op) String() string {
 	switch {

@@ -36,6 +36,7 @@ func validRequests() []Request {
 		{Header: Header{Op: OpUnlock, ID: 14, GVA: page}},
 		{Header: Header{Op: OpWhere, ID: 15, GVA: page.WithOffset(5)}},
 		{Header: Header{Op: OpSubscribe, ID: 16}, Mask: AllEvents},
+		{Header: Header{Op: OpRings, ID: 18}, RingEntries: 64, RingSlotSize: 4160},
 		{Header: Header{Op: OpGPUMemUpdate, ID: 17}, Data: []byte("cuMemAlloc 4096")},
 	}
 }
@@ -71,7 +72,7 @@ func TestRequestErrors(t *testing.T) {
 		{"flags", mut(load, 3, 1), ErrReserved},
 		{"status", mut(load, 4, 1), ErrReserved},
 		{"op 0", mut(load, 0, 0), ErrUnknownOp},
-		{"op 17", mut(load, 0, 17), ErrUnknownOp},
+		{"op 18", mut(load, 0, 18), ErrUnknownOp},
 		{"long body", append(append([]byte(nil), load...), 0), ErrLength},
 		{"load reserved", mut(load, 36, 1), ErrReserved},
 		{"load 0 bytes", enc(Request{Header: Header{Op: OpLoad, GVA: page}}), ErrField},
@@ -168,5 +169,22 @@ func TestSeedCorpus(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) < len(validRequests()) {
 		t.Fatalf("seed corpus %s: %d files, %v", dir, len(entries), err)
+	}
+}
+
+func TestRingsReply(t *testing.T) {
+	r := Rings{Entries: 64, SlotSize: 4160, MapSize: 4096 + 2*64*4160}
+	b := r.Append(nil)
+	var got Rings
+	if len(b) != RingsLen || got.Decode(b) != nil || got != r {
+		t.Fatalf("rings reply %x decodes as %+v", b, got)
+	}
+	if err := got.Decode(b[:15]); !errors.Is(err, ErrLength) {
+		t.Fatalf("short rings reply: %v", err)
+	}
+	bad := AppendRequest(nil, &Request{Header: Header{Op: OpRings}, RingEntries: 1})
+	bad[HeaderLen+8] = 1
+	if err := DecodeRequest(bad, &Request{}); !errors.Is(err, ErrReserved) {
+		t.Fatalf("rings request with reserved bits: %v", err)
 	}
 }

@@ -75,7 +75,10 @@ typedef struct {
 } dpu_event_t;
 
 /* Connections. sock_path NULL: $DPU_SOCKET, else $DPU_RUN_DIR/dpu0.sock,
- * else /run/dpu/dpu0.sock. */
+ * else /run/dpu/dpu0.sock. dpu_open asks the agent for a shared-memory ring
+ * pair and, when it offers one, sends requests through it (their replies
+ * are awaited by spinning $DPU_RING_SPIN_US, default 50, then sleeping);
+ * DPU_RINGS=0 keeps every request on the socket. */
 DPU_API int  dpu_open(const char *sock_path, dpu_t **out);
 DPU_API void dpu_close(dpu_t *d);
 DPU_API void dpu_set_timeout(dpu_t *d, int timeout_ms);

@@ -14,9 +14,12 @@
  */
 #define _GNU_SOURCE
 #include "dpu.h"
+#include "ring.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -49,7 +52,7 @@ enum {
 enum {
     OP_HELLO = 1, OP_ALLOC = 2, OP_FREE = 3, OP_MAP = 4, OP_UNMAP = 5, OP_TRANSLATE = 6,
     OP_LOAD = 7, OP_STORE = 8, OP_CAS = 9, OP_FETCH_ADD = 10, OP_ACQUIRE = 11, OP_RELEASE = 12,
-    OP_LOCK = 13, OP_UNLOCK = 14, OP_WHERE = 15, OP_SUBSCRIBE = 16,
+    OP_LOCK = 13, OP_UNLOCK = 14, OP_WHERE = 15, OP_SUBSCRIBE = 16, OP_RINGS = 17,
 };
 
 enum { SLOT_VALID = 2 };
@@ -135,6 +138,12 @@ struct dpu {
     _Atomic uint32_t *slot_of; /* status slot of each region page, 0 = none */
     struct extent *free_ext;
     struct mapping *maps;
+
+    /* The ring pair (PROTOCOL.md §12), when the agent offered one. */
+    struct dpu_ring *ring;
+    pthread_mutex_t ring_mu;    /* serialises submitters */
+    _Atomic int ring_inflight;  /* submitted on the ring, not yet reaped */
+    long ring_spin_ns;          /* how long the reader spins before sleeping */
 };
 
 static _Thread_local char last_err[256];
@@ -304,13 +313,77 @@ static void break_conn(dpu_t *d, int err) {
     pthread_cond_broadcast(&d->slot_cv);
 }
 
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* recv_ring reads the next message into d->rx from the completion ring or
+ * the socket: it spins on the ring for a while when ring requests are in
+ * flight, then sleeps on the socket and the bell at once (bounded like
+ * recv_one). Same results as recv_one. */
+static ssize_t recv_ring(dpu_t *d, int *fds, int *nfds) {
+    *nfds = 0;
+    ssize_t n = dpu_ring_reap(d->ring, d->rx, sizeof d->rx);
+    if (n == 0 && atomic_load(&d->ring_inflight) > 0) {
+        long end = now_ns() + d->ring_spin_ns;
+        for (unsigned i = 1; n == 0; i++) {
+            /* After a short busy spin, yield: on a machine with fewer
+             * cores than busy threads the agent may need this core. */
+            if (i < 256) cpu_relax();
+            else sched_yield();
+            n = dpu_ring_reap(d->ring, d->rx, sizeof d->rx);
+            if (i % 64 == 0 && now_ns() > end) break;
+        }
+    }
+    if (n == 0) {
+        int ready = dpu_ring_wait_begin(d->ring);
+        struct pollfd p[2] = {{.fd = d->fd, .events = POLLIN}, {.fd = dpu_ring_bell(d->ring), .events = POLLIN}};
+        if (ready == 0) poll(p, 2, 50);
+        dpu_ring_wait_end(d->ring);
+        if (ready < 0) return ready;
+        if (p[0].revents) return recv_one(d, fds, nfds);
+        n = dpu_ring_reap(d->ring, d->rx, sizeof d->rx);
+    }
+    if (n > 0) atomic_fetch_sub(&d->ring_inflight, 1);
+    return n;
+}
+
+/* send_msg sends one request: on the ring when there is one and the reply
+ * carries no descriptor, else (or when the ring is full) on the socket.
+ * Like send(2): the length or -1 with errno. */
+static ssize_t send_msg(dpu_t *d, uint16_t op, const uint8_t *msg, size_t n) {
+    if (d->ring && op != OP_HELLO && op != OP_MAP && op != OP_RINGS) {
+        pthread_mutex_lock(&d->ring_mu);
+        atomic_fetch_add(&d->ring_inflight, 1);
+        int rc = dpu_ring_submit(d->ring, msg, n);
+        if (rc < 0) atomic_fetch_sub(&d->ring_inflight, 1);
+        pthread_mutex_unlock(&d->ring_mu);
+        if (rc == 0) return (ssize_t)n;
+        if (rc == -EPROTO) {
+            errno = EPROTO;
+            return -1;
+        }
+    }
+    return send(d->fd, msg, n, MSG_NOSIGNAL);
+}
+
 /* read_once: with d->mu held and no reader, read one message (releasing
  * d->mu meanwhile) and dispatch it. */
 static void read_once(dpu_t *d) {
     int fds[MAX_MAP_PAGES], nfds = 0;
     d->reading = 1;
     pthread_mutex_unlock(&d->mu);
-    ssize_t n = recv_one(d, fds, &nfds);
+    ssize_t n = d->ring ? recv_ring(d, fds, &nfds) : recv_one(d, fds, &nfds);
     pthread_mutex_lock(&d->mu);
     d->reading = 0;
     if (n > 0) dispatch(d, (size_t)n, fds, nfds);
@@ -384,7 +457,7 @@ static int do_call(dpu_t *d, struct call *c) {
     uint8_t msg[MAX_MSG];
     put_header(msg, c->op, id, c->gva);
     if (c->blen) memcpy(msg + HDR, c->body, c->blen);
-    ssize_t sent = send(d->fd, msg, HDR + c->blen, MSG_NOSIGNAL);
+    ssize_t sent = send_msg(d, c->op, msg, HDR + c->blen);
     int serr = errno;
 
     pthread_mutex_lock(&d->mu);
@@ -522,6 +595,49 @@ static int hello(dpu_t *d) {
     return rc;
 }
 
+/* ask_rings asks the agent for a ring pair (unless DPU_RINGS=0). An agent
+ * without rings leaves the connection on the socket; a broken offer fails
+ * the open. */
+static int ask_rings(dpu_t *d) {
+    const char *env = getenv("DPU_RINGS");
+    if (env && strcmp(env, "0") == 0) return 0;
+    env = getenv("DPU_RING_SPIN_US");
+    d->ring_spin_ns = (env && *env ? atol(env) : 50) * 1000L;
+    uint8_t msg[HDR + 16] = {0};
+    dpu_gva_t zero = {0, 0};
+    put_header(msg, OP_RINGS, 2, zero);
+    put32(msg + HDR, d->nw > 64 ? d->nw : 64);
+    if (send(d->fd, msg, sizeof msg, MSG_NOSIGNAL) < 0) return fail(errno, "dpu rings: send failed%s", NULL);
+    struct timespec dl = deadline_in(d->timeout_ms);
+    int fds[MAX_MAP_PAGES], nfds = 0;
+    ssize_t n;
+    for (;;) {
+        while ((n = recv_one(d, fds, &nfds)) == 0)
+            if (past(&dl)) return fail(ETIMEDOUT, "dpu rings: no reply%s", NULL);
+        if (n < 0) return fail((int)-n, "dpu rings: connection closed%s", NULL);
+        if (n < HDR || d->rx[2] != KIND_EVENT) break;
+        close_fds(fds, nfds);
+    }
+    const uint8_t *m = d->rx;
+    if (n < HDR || m[2] != KIND_REPLY || get16(m) != OP_RINGS || get64(m + 8) != 2) {
+        close_fds(fds, nfds);
+        return fail(EPROTO, "dpu rings: malformed reply%s", NULL);
+    }
+    uint32_t status = get32(m + 4);
+    if (status != 0) {
+        close_fds(fds, nfds);
+        if (status == ENOSYS || status == EOPNOTSUPP || status == EINVAL) return 0;
+        return fail((int)status, "dpu rings: %s", dpu_strerror((int)status));
+    }
+    if (n != HDR + 16 || nfds != 2) {
+        close_fds(fds, nfds);
+        return fail(EPROTO, "dpu rings: unusable reply%s", NULL);
+    }
+    int rc = dpu_ring_attach(fds[0], fds[1], get32(m + HDR), get32(m + HDR + 4), get64(m + HDR + 8), &d->ring);
+    if (rc < 0) return fail(-rc, "dpu rings: unusable ring pair%s", NULL);
+    return 0;
+}
+
 int dpu_open(const char *sock_path, dpu_t **out) {
     char buf[sizeof(((struct sockaddr_un *)0)->sun_path) + 16];
     if (!out) return -EINVAL;
@@ -570,6 +686,11 @@ int dpu_open(const char *sock_path, dpu_t **out) {
     pthread_cond_init(&d->ev_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->ring_mu, NULL);
+    if ((rc = ask_rings(d)) < 0) {
+        dpu_close(d);
+        return rc;
+    }
     *out = d;
     return 0;
 }
@@ -581,6 +702,7 @@ void dpu_close(dpu_t *d) {
         close(d->fd);
     }
     if (d->status) munmap((void *)d->status, d->status_len);
+    dpu_ring_close(d->ring);
     if (d->region) munmap(d->region, d->region_pages * PAGE);
     if (d->slot_of) munmap((void *)d->slot_of, d->region_pages * sizeof(uint32_t));
     for (struct mapping *m = d->maps, *n; m; m = n) {
@@ -596,6 +718,7 @@ void dpu_close(dpu_t *d) {
         pthread_cond_destroy(&d->slot_cv);
         pthread_cond_destroy(&d->ev_cv);
         pthread_mutex_destroy(&d->mu);
+        pthread_mutex_destroy(&d->ring_mu);
         free(d->w);
     }
     free(d);

@@ -1,0 +1,134 @@
+package agent_test
+
+import (
+	"encoding/binary"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/agent"
+	"github.com/aitherion/dpu/hostif/client"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// TestRingsOnLiveAgents: clients of a live fabric get ring pairs and run
+// their data path on them — a CAS chain on a page one hop away and local
+// fetch-adds — in every loop mode, with the same results as the socket.
+// Poll mode runs one node: two spinning loops in one test process would
+// hold both of this machine's cores.
+func TestRingsOnLiveAgents(t *testing.T) {
+	for _, mode := range []agent.LoopMode{agent.LoopBlocking, agent.LoopAdaptive, agent.LoopPoll} {
+		t.Run(mode.String(), func(t *testing.T) {
+			n := 2
+			if mode == agent.LoopPoll {
+				n = 1
+			}
+			nodes := startLine(t, n, func(c *agent.Config) { c.Loop = mode })
+			ctx := ctxT(t, time.Minute)
+			c0, c1 := dialHost(t, nodes[0]), dialHost(t, nodes[n-1])
+			if !c0.Rings() || !c1.Rings() {
+				t.Fatalf("rings: node 0 %v, node 1 %v", c0.Rings(), c1.Rings())
+			}
+			g, err := c0.Alloc(ctx, 4096, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range uint64(300) {
+				old, swapped, err := c1.CompareAndSwap(ctx, g, i, i+1)
+				if err != nil || !swapped || old != i {
+					t.Fatalf("cas %d across %d nodes: old %d swapped %v: %v", i, n, old, swapped, err)
+				}
+				if _, err := c0.FetchAdd(ctx, g.WithOffset(8), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			plain, err := client.Dial(ctx, nodes[0].hostSocket(), client.Options{NoRings: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer plain.Close()
+			if plain.Rings() {
+				t.Fatal("NoRings client got rings")
+			}
+			for off, want := range map[uint16]uint64{0: 300, 8: 300} {
+				if v, err := plain.Load64(ctx, g.WithOffset(off)); err != nil || v != want {
+					t.Fatalf("word at %d: %d, want %d: %v", off, v, want, err)
+				}
+			}
+		})
+	}
+}
+
+// sqProducerOffset is where the submission ring's producer index lives in
+// the ring memfd (hostif/PROTOCOL.md §12).
+const sqProducerOffset = 128
+
+// TestHostileRing: a process that scribbles over its ring's indices loses
+// its own connection and nothing else: another client's requests go on.
+func TestHostileRing(t *testing.T) {
+	nodes := startLine(t, 1, nil)
+	ctx := ctxT(t, time.Minute)
+	good := dialHost(t, nodes[0])
+	g, err := good.Alloc(ctx, 4096, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: nodes[0].hostSocket(), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	in := make([]byte, wire.MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	send := func(r *wire.Request) (int, []int) {
+		t.Helper()
+		if _, err := raw.Write(wire.AppendRequest(nil, r)); err != nil {
+			t.Fatal(err)
+		}
+		n, oobn, _, _, err := raw.ReadMsgUnix(in, oob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fds []int
+		if oobn > 0 {
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				f, _ := unix.ParseUnixRights(&m)
+				fds = append(fds, f...)
+			}
+		}
+		return n, fds
+	}
+	send(&wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})
+	n, fds := send(&wire.Request{Header: wire.Header{Op: wire.OpRings, ID: 2}})
+	if n < wire.HeaderLen || in[4] != 0 || len(fds) != 2 {
+		t.Fatalf("RINGS reply: %d bytes, status %d, %d descriptors", n, in[4], len(fds))
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := unix.Mmap(fds[0], 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	// the submission producer index far beyond the ring, then the bell
+	binary.LittleEndian.PutUint32(mem[sqProducerOffset:], 1<<30)
+	if _, err := unix.Write(fds[1], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	_ = raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := raw.Read(in); err == nil {
+		t.Fatal("the agent kept a connection whose ring is corrupt")
+	}
+	for i := range uint64(50) {
+		if _, swapped, err := good.CompareAndSwap(ctx, g, i, i+1); err != nil || !swapped {
+			t.Fatalf("other client's cas %d after the hostile ring: %v", i, err)
+		}
+	}
+}

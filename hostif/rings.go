@@ -1,0 +1,318 @@
+package hostif
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/hostif/ring"
+	"github.com/aitherion/dpu/hostif/wire"
+)
+
+// Shared-memory rings (PROTOCOL.md §12). A connection that asks (op RINGS)
+// gets a ring pair; the driver's loop (the agent's single run loop) takes
+// its submissions with ServeRings, and every reply to a request that came
+// on the ring goes back on the ring. The server never trusts the ring: each
+// message is copied out by package ring, then decoded and checked like a
+// socket request; a corrupt ring ends its connection and nothing else.
+
+// connRing is the ring pair of one connection.
+type connRing struct {
+	c *conn
+	p *ring.Pair
+
+	// mu guards every use of p: the loop pops, whoever completes a request
+	// pushes its reply.
+	mu       sync.Mutex
+	inflight int      // taken off the ring and not yet answered (held replies included)
+	held     [][]byte // replies the completion ring had no room for
+	garbage  int
+	closed   bool
+
+	buf []byte // the loop's copy of a submission
+}
+
+// ringSet is the server's rings, for the driver's loop.
+type ringSet struct {
+	mu    sync.Mutex
+	rings []*connRing
+}
+
+func (rs *ringSet) add(r *connRing) {
+	rs.mu.Lock()
+	rs.rings = append(rs.rings, r)
+	rs.mu.Unlock()
+}
+
+func (rs *ringSet) remove(r *connRing) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for i, x := range rs.rings {
+		if x == r {
+			rs.rings = append(rs.rings[:i], rs.rings[i+1:]...)
+			return
+		}
+	}
+}
+
+func (rs *ringSet) snapshot(dst []*connRing) []*connRing {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append(dst[:0], rs.rings...)
+}
+
+// openRings answers RINGS: a ring pair for c, its descriptors in the reply.
+// Rings exist only when a driver serves them (Options.RingBell set).
+func (s *Server) openRings(c *conn, r *wire.Request, rep *reply) error {
+	if s.opts.RingBell == nil {
+		return fmt.Errorf("rings: %w", syscall.EOPNOTSUPP)
+	}
+	c.ringMu.Lock()
+	defer c.ringMu.Unlock()
+	if c.ring != nil {
+		return fmt.Errorf("rings: this connection has its ring pair: %w", syscall.EEXIST)
+	}
+	if c.aborted.Load() {
+		return fmt.Errorf("rings: %w", syscall.ECONNRESET)
+	}
+	p, err := ring.New(ring.Fit(r.RingEntries, r.RingSlotSize))
+	if err != nil {
+		return fmt.Errorf("rings: %w", syscall.ENOMEM)
+	}
+	cfg := p.Config()
+	rg := &connRing{c: c, p: p, buf: make([]byte, cfg.MaxMessage())}
+	memfd, bell := p.TakeHostFDs()
+	// the reply passes copies; ours are closed once it is queued
+	c.ringFDs = []int{memfd, bell}
+	rep.fds = append(rep.fds, memfd, bell)
+	rep.body = (&wire.Rings{Entries: cfg.Entries, SlotSize: cfg.SlotSize, MapSize: uint64(cfg.MapSize())}).Append(rep.body)
+	c.ring = rg
+	s.rings.add(rg)
+	s.opts.RingBell(p.Bell(), true)
+	return nil
+}
+
+// closeRing ends c's ring pair (the connection ends).
+func (s *Server) closeRing(c *conn) {
+	c.ringMu.Lock()
+	rg := c.ring
+	c.ring = nil
+	fds := c.ringFDs
+	c.ringFDs = nil
+	c.ringMu.Unlock()
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+	if rg == nil {
+		return
+	}
+	s.rings.remove(rg)
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if rg.closed {
+		return
+	}
+	rg.closed = true
+	s.opts.RingBell(rg.p.Bell(), false) // out of the poll set before the descriptor closes
+	_ = rg.p.Close()
+}
+
+// ServeRings takes the waiting submissions of every ring (up to max each)
+// and starts them: data-path requests through the Pipeline in one batch,
+// the others as on the socket. It reports whether it found any. Only the
+// driver's loop calls it.
+func (s *Server) ServeRings(max int) bool {
+	var local [16]*connRing
+	rings := s.rings.snapshot(local[:0])
+	got := false
+	for _, rg := range rings {
+		if s.serveRing(rg, max) {
+			got = true
+		}
+	}
+	return got
+}
+
+// serveRing takes and starts the submissions of one ring.
+func (s *Server) serveRing(rg *connRing, max int) bool {
+	c := rg.c
+	var ops [16]Op
+	batch := ops[:0]
+	got := false
+	for range max {
+		rg.mu.Lock()
+		if rg.closed || rg.inflight >= s.opts.MaxOutstanding || len(rg.held) > 0 {
+			rg.mu.Unlock()
+			break
+		}
+		n, ok, err := rg.p.Pop(rg.buf)
+		if err != nil || !ok {
+			rg.mu.Unlock()
+			if err != nil {
+				s.log.Warn("closing a corrupt ring", "conn", c.id, "pid", c.cred.PID, "err", err)
+				c.abort()
+			}
+			break
+		}
+		rg.inflight++
+		rg.mu.Unlock()
+		got = true
+		t := taskPool.Get().(*task)
+		t.rg = rg
+		if err := wire.DecodeRequest(rg.buf[:n], &t.req); err != nil {
+			s.ringRefuse(rg, t, wire.PeekID(rg.buf[:n]), err.Error())
+			continue
+		}
+		switch {
+		case t.req.Op == wire.OpHello || t.req.Op == wire.OpMap || t.req.Op == wire.OpRings:
+			s.ringRefuse(rg, t, t.req.ID, fmt.Sprintf("%s is a socket request", t.req.Op))
+		case s.pipelined(c, &t.req):
+			op, ok := s.admitPipelined(c, t)
+			if !ok {
+				putTask(t)
+				continue
+			}
+			batch = append(batch, op)
+			if len(batch) == cap(batch) {
+				s.pipe.Submit(batch)
+				batch = batch[:0]
+			}
+		case s.quick(c, &t.req):
+			t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+			err := s.exec(c, &t.req, &t.rep, &t.ctx)
+			rg.answer(t, err)
+			rg.flush()
+			putTask(t)
+		default:
+			c.inflight.Add(1)
+			go func() {
+				defer c.inflight.Done()
+				t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+				err := s.exec(c, &t.req, &t.rep, &t.ctx)
+				rg.answer(t, err)
+				rg.flush()
+				putTask(t)
+			}()
+		}
+	}
+	if len(batch) > 0 {
+		s.pipe.Submit(batch)
+	}
+	rg.flush()
+	return got
+}
+
+// ringRefuse answers a malformed ring request with EINVAL; too many end
+// the connection.
+func (s *Server) ringRefuse(rg *connRing, t *task, id uint64, why string) {
+	defer putTask(t)
+	rg.mu.Lock()
+	rg.garbage++
+	tooMany := rg.garbage > s.opts.MaxGarbage
+	rg.mu.Unlock()
+	if tooMany {
+		rg.c.abort()
+	}
+	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, Status: uint32(syscall.EINVAL), ID: id}
+	msg := wire.AppendErrorText(h.Append(t.out[:0]), why)
+	rg.push(msg)
+}
+
+// answer queues t's reply (or err) on the ring; flush publishes.
+func (rg *connRing) answer(t *task, err error) {
+	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, ID: t.req.ID, GVA: t.rep.gva}
+	msg := t.out[:wire.HeaderLen]
+	if err == nil && len(t.rep.fds) > 0 {
+		err = fmt.Errorf("%s: its reply carries descriptors; ask on the socket: %w", t.req.Op, syscall.EINVAL)
+	}
+	if err != nil {
+		h.Status = uint32(errnoOf(err))
+		msg = wire.AppendErrorText(msg, err.Error())
+	} else {
+		msg = t.out[:wire.HeaderLen+len(t.rep.body)]
+		if len(t.rep.body) > 0 && &t.rep.body[0] != &t.out[:cap(t.out)][wire.HeaderLen] {
+			msg = append(t.out[:wire.HeaderLen], t.rep.body...)
+		}
+	}
+	h.Put(msg)
+	rg.push(msg)
+}
+
+// push queues one reply, holding it when the completion ring is full.
+func (rg *connRing) push(msg []byte) {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if rg.closed {
+		return
+	}
+	if len(rg.held) == 0 {
+		err := rg.p.Push(msg)
+		if err == nil {
+			rg.inflight--
+			return
+		}
+		if err != ring.ErrFull {
+			rg.c.abort()
+			return
+		}
+	}
+	rg.held = append(rg.held, append([]byte(nil), msg...))
+}
+
+// flush publishes the queued replies, first the held ones that now fit.
+func (rg *connRing) flush() {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if rg.closed {
+		return
+	}
+	for len(rg.held) > 0 {
+		if err := rg.p.Push(rg.held[0]); err != nil {
+			if err != ring.ErrFull {
+				rg.c.abort()
+			}
+			break
+		}
+		rg.held = rg.held[1:]
+		rg.inflight--
+	}
+	if err := rg.p.Flush(); err != nil {
+		rg.c.abort()
+	}
+}
+
+// ParkRings tells every ring's host that the driver is about to sleep (they
+// ring the bell after a submission from now on). pending reports a
+// submission waiting already (the driver must not sleep); held, replies
+// that a full completion ring holds back (the driver should sleep briefly:
+// hosts do not ring when they reap).
+func (s *Server) ParkRings() (pending, held bool) {
+	var local [16]*connRing
+	for _, rg := range s.rings.snapshot(local[:0]) {
+		rg.mu.Lock()
+		if !rg.closed && rg.p.SetNeedWakeup(true) {
+			pending = true
+		}
+		if len(rg.held) > 0 {
+			held = true
+		}
+		rg.mu.Unlock()
+	}
+	return pending, held
+}
+
+// WakeRings undoes ParkRings after the driver woke: bells are drained and
+// hosts stop ringing.
+func (s *Server) WakeRings() {
+	var local [16]*connRing
+	for _, rg := range s.rings.snapshot(local[:0]) {
+		rg.mu.Lock()
+		if !rg.closed {
+			rg.p.DrainBell()
+			rg.p.SetNeedWakeup(false)
+		}
+		rg.mu.Unlock()
+	}
+}
