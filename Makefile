@@ -46,6 +46,8 @@ stop:
 # The whole test suite (CI runs it with GOTESTFLAGS=-race).
 test: lint build
 	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS)
+	# the simulator's checkers against the planted bugs (compiled only with -tags dpubug)
+	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'PlantedBug|ViolationsFail' ./sim/ ./cmd/dpu-sim/
 
 lint: fmt vet
 

@@ -16,7 +16,7 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
@@ -37,7 +37,7 @@ type Agent struct {
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
 	host    *hostBackend
-	gpu     *gpu.Accountant
+	gpu     *ledger.Accountant
 
 	// mu owns the core. Whoever steps it (the run loop, a connection
 	// that submits host requests, a control snapshot) runs one bounded step
@@ -136,7 +136,11 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
-	acc, err := gpu.New(cfg.GPU, gpu.Options{Logger: log.With("part", "gpu")})
+	gcfg := cfg.GPU
+	if gcfg.StateFile == "" {
+		gcfg.StateFile = filepath.Join(cfg.RunDir, "gpu-limits.json")
+	}
+	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu")})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("agent: gpu: %w", err)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aitherion/dpu/gpu"
+	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -68,7 +68,7 @@ type Config struct {
 	MetricsListen string
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
-	GPU gpu.Config
+	GPU ledger.Config
 }
 
 // DefaultConfig is the embedded default: a single-node fabric with its
@@ -113,7 +113,7 @@ func (c *Config) LoadFile(path string) error {
 // or poll), spin (the adaptive loop's budget), poll (= loop poll),
 // heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
 // pin-bound, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
-// gpu-device, and
+// gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), and
 // port (repeatable: "port = NAME KIND ARGS..."). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -228,6 +228,8 @@ func (c *Config) Set(key, val string) error {
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":
 		c.GPU.Default.Quota, err = parsePercent(val)
+	case "gpu-state":
+		c.GPU.StateFile = val
 	case "gpu-device":
 		// gpu-device = UUID-OR-ORDINAL MEM-LIMIT QUOTA-PERCENT
 		f := strings.Fields(val)
@@ -235,13 +237,13 @@ func (c *Config) Set(key, val string) error {
 			err = errors.New("want DEVICE MEM-LIMIT QUOTA-PERCENT")
 			break
 		}
-		var l gpu.Limit
+		var l ledger.Limit
 		if l.Memory, err = parseSize(f[1]); err == nil {
 			l.Quota, err = parsePercent(f[2])
 		}
 		if err == nil {
 			if c.GPU.Devices == nil {
-				c.GPU.Devices = map[string]gpu.Limit{}
+				c.GPU.Devices = map[string]ledger.Limit{}
 			}
 			c.GPU.Devices[f[0]] = l
 		}

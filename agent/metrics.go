@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/metrics"
 	"github.com/aitherion/dpu/node"
 )
@@ -97,4 +98,12 @@ func (s source) EngineCounters() metrics.EngineCounters {
 			PinRevocations: c.HostFaults, Acquires: c.Acquires, Swaps: c.SwapsCompleted}
 	})
 	return ec
+}
+
+// GPUProcesses implements metrics.GPUSource.
+func (s source) GPUProcesses() []gpuctl.Process {
+	if s.a.gpu == nil {
+		return nil
+	}
+	return s.a.gpu.Processes()
 }

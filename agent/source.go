@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
@@ -195,8 +196,12 @@ func (s source) OwnedPages() []ctl.OwnedPage {
 	return out
 }
 
-// GPUProcesses implements ctl.GPUSource.
-func (s source) GPUProcesses() []ctl.GPUProcess { return s.a.gpu.GPUProcesses() }
+// DumpObjects implements ctl.CommandSource: the GPU accounting's objects.
+func (s source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
+	return gpuctl.Commands(s.a.gpu).DumpObjects(cmd)
+}
 
-// SetGPULimit implements ctl.GPUSource.
-func (s source) SetGPULimit(l ctl.GPULimit) error { return s.a.gpu.SetGPULimit(l) }
+// DoCommand implements ctl.CommandSource.
+func (s source) DoCommand(cmd ctl.Cmd, attrs []byte) error {
+	return gpuctl.Commands(s.a.gpu).DoCommand(cmd, attrs)
+}

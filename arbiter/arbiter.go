@@ -566,15 +566,7 @@ func (a *Arbiter) Snapshot() []PageState {
 	for _, p := range a.pages {
 		out = append(out, p.state())
 	}
-	slices.SortFunc(out, func(x, y PageState) int {
-		switch {
-		case x.Page == y.Page:
-			return 0
-		case x.Page.Less(y.Page):
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(out, func(x, y PageState) int { return gva.Compare(x.Page, y.Page) })
 	return out
 }
 

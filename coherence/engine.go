@@ -89,7 +89,8 @@ type Tracer interface {
 }
 
 // PlantedBug names a deliberate protocol bug. Tests plant one to prove that
-// the simulator's checkers catch it; nothing else may set it.
+// the simulator's checkers catch it. The bugs' code exists only in builds
+// with -tags dpubug; any other build refuses a Config that names one.
 type PlantedBug uint8
 
 // Planted bugs.
@@ -120,6 +121,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Self == noc.BroadcastNode {
 		return c, fmt.Errorf("coherence: self id %v is reserved", c.Self)
+	}
+	if c.Bug != BugNone && !bugsCompiled {
+		return c, errors.New("coherence: planted bugs exist only in builds with -tags dpubug")
 	}
 	c.Incarnation &^= prefixRouted // incarnations travel in 63 bits
 	if c.Incarnation == 0 {
@@ -413,7 +417,7 @@ func (e *Engine) refreshHomes(now time.Duration, out node.Sender) {
 			keys = append(keys, key)
 		}
 	}
-	slices.SortFunc(keys, compareGVA)
+	slices.SortFunc(keys, gva.Compare)
 	for _, key := range keys {
 		pg := e.pages[key]
 		var b [movedLen]byte
@@ -424,16 +428,6 @@ func (e *Engine) refreshHomes(now time.Duration, out node.Sender) {
 		e.sendNode(&f, out)
 		e.stats.Refreshes++
 	}
-}
-
-func compareGVA(a, b gva.GVA) int {
-	switch {
-	case a == b:
-		return 0
-	case a.Less(b):
-		return -1
-	}
-	return 1
 }
 
 // endStep finishes what a step left for later: evictions found without a

@@ -576,7 +576,7 @@ func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
 		p = append(p, r.data...)
 		f = newFrame(noc.ClassStore, OpStore, 0, e.self, e.guessOwner(r.key), r.id, g, 0, p)
 	case HostCAS:
-		if e.cfg.Bug == BugStaleCAS && e.staleCAS(now, r, out) {
+		if bugsCompiled && e.cfg.Bug == BugStaleCAS && e.staleCAS(now, r, out) {
 			return
 		}
 		f = newFrame(noc.ClassAtomic, OpCAS, 0, e.self, e.guessOwner(r.key), r.id, g, 0,
@@ -590,29 +590,4 @@ func (e *Engine) hostWrite(now time.Duration, r *request, out node.Sender) {
 		f.Flags |= noc.FlagHuge
 	}
 	e.handleUp(now, noc.LocalPort, &f, out)
-}
-
-// staleCAS is the planted bug BugStaleCAS: compare against the local
-// replica, then write through as a plain store.
-func (e *Engine) staleCAS(now time.Duration, r *request, out node.Sender) bool {
-	pg := e.pages[r.key]
-	if pg == nil || pg.owner || !pg.has {
-		return false
-	}
-	off := int(r.hr.GVA.Offset())
-	cur := binary.LittleEndian.Uint64(pg.content[off:])
-	if cur != r.hr.Expected {
-		e.complete(now, r, Completion{Value: cur, Version: pg.version})
-		return true
-	}
-	r.hr.Op = HostStore
-	r.data = binary.LittleEndian.AppendUint64(nil, r.hr.Operand)
-	r.min = gva.Version(cur) // remembered for the completion below
-	r.hr.Expected = cur
-	r.hr.Op = HostCAS
-	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
-	p = append(p, r.data...)
-	f := newFrame(noc.ClassStore, OpStore, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.hr.GVA, 0, p)
-	e.handleUp(now, noc.LocalPort, &f, out)
-	return true
 }

@@ -466,7 +466,7 @@ func (e *Engine) handleReply(now time.Duration, f *noc.Frame, out node.Sender) {
 	}
 	switch {
 	case r.hr.Op == HostStore && f.Class == noc.ClassStore,
-		r.hr.Op == HostCAS && f.Class == noc.ClassStore && e.cfg.Bug == BugStaleCAS:
+		bugsCompiled && r.hr.Op == HostCAS && f.Class == noc.ClassStore && e.cfg.Bug == BugStaleCAS:
 		if len(f.Payload) != 0 {
 			e.malformed()
 			return

@@ -155,15 +155,7 @@ func (e *Engine) OwnerSnapshot() []OwnedPage {
 		op.Arbiter, _ = e.arb.Page(key)
 		out = append(out, op)
 	}
-	slices.SortFunc(out, func(a, b OwnedPage) int {
-		switch {
-		case a.Key == b.Key:
-			return 0
-		case a.Key.Less(b.Key):
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(out, func(a, b OwnedPage) int { return gva.Compare(a.Key, b.Key) })
 	return out
 }
 
@@ -185,15 +177,7 @@ func (e *Engine) Pages(fn func(PageView)) {
 	for k := range e.pages {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b gva.GVA) int {
-		switch {
-		case a == b:
-			return 0
-		case a.Less(b):
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(keys, gva.Compare)
 	for _, k := range keys {
 		pg := e.pages[k]
 		v := PageView{Key: k, Owner: pg.owner, Swapping: pg.swap != nil && pg.swap.stage >= stageGranted || pg.swap != nil && pg.swap.out,

@@ -16,7 +16,7 @@ import (
 // passes, and answers with one CapturedFrame per datagram (a dump). dpuctl
 // link capture writes them to a pcapng file.
 //
-//	cmd 20 CmdCapture  dump  request: CaptureRequest attrs  reply: one CapturedFrame per message
+//	cmd 21 CmdCapture  dump  request: CaptureRequest attrs  reply: one CapturedFrame per message
 //
 //	capture request  1 port string, 2 count u32, 3 timeout s64 ns, 4 snap length u32
 //	captured frame   1 time s64 unix ns, 2 port string, 3 direction u8 (0 received,
@@ -24,7 +24,7 @@ import (
 //	                 length bytes)
 
 // CmdCapture captures datagrams of one port (CaptureSource).
-const CmdCapture Cmd = 20
+const CmdCapture Cmd = 21
 
 func init() { cmdNames[CmdCapture] = "capture" }
 

@@ -108,16 +108,6 @@ func (c *Client) OwnedPages(ctx context.Context) ([]OwnedPage, error) {
 	return dumpOf[OwnedPage](ctx, c, CmdOwnerGet)
 }
 
-// GPUProcesses dumps the host processes' GPU use and limits.
-func (c *Client) GPUProcesses(ctx context.Context) ([]GPUProcess, error) {
-	return dumpOf[GPUProcess](ctx, c, CmdGPUGet)
-}
-
-// SetGPULimit sets one process's GPU limits.
-func (c *Client) SetGPULimit(ctx context.Context, l GPULimit) error {
-	return c.exchange(ctx, CmdGPUSetLimit, flagAck, &l, nil)
-}
-
 // Stats returns the agent's global counters.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	var st Stats

@@ -38,9 +38,7 @@ func TestObjectRoundTrip(t *testing.T) {
 			Replica: ReplicaSwapping, Version: 1 << 50, LastUse: time.Millisecond}, &PathEntry{}},
 		{"owned page", &OwnedPage{Key: page.Key(), Version: 8, Swapping: true, Pinned: true, PinHeld: time.Second,
 			Waiters: []Waiter{{Node: 1, Port: 2, Request: 3, Waited: 4}, {Node: 5, Port: noc.LocalPort, Request: 6, Waited: 7}}}, &OwnedPage{}},
-		{"gpu process", &GPUProcess{PID: 1, UID: 2, Device: 3, Command: "a.out", MemoryUsed: 4, MemoryLimit: 5,
-			KernelTime: 6, KernelQuota: 7}, &GPUProcess{}},
-		{"gpu limit", &GPULimit{PID: 9, Device: 1, MemoryLimit: 1 << 33, KernelQuota: 25}, &GPULimit{}},
+		{"another package's object", ext{&probe{id: 9}}, ext{&probe{}}},
 		{"group", &group{id: MonitorGroup}, &group{}},
 	}
 	for _, tc := range cases {
@@ -103,7 +101,7 @@ func TestDecodeRejectsMalformedAttributes(t *testing.T) {
 		{"nested length beyond its parent", badNestedB, &Stats{}},
 		{"attribute longer than the message", []byte{40, 0, 1, 0, 0, 0, 0, 0}, &Route{}},
 		{"truncated attribute header", []byte{8, 0}, &Link{}},
-		{"gpu limit without pid", nil, &GPULimit{}},
+		{"another package's object without its id", nil, ext{&probe{}}},
 		{"group without id", nil, &group{}},
 	}
 	for _, tc := range cases {

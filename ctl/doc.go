@@ -84,12 +84,15 @@
 //	8   CmdEvent         push  -                 Event (server to member, seq 0)
 //	16  CmdPathGet       dump  -                 PathEntry  (PathCacheSource)
 //	17  CmdOwnerGet      dump  -                 OwnedPage  (OwnerSource)
-//	18  CmdGPUGet        dump  -                 GPUProcess (GPUSource)
-//	19  CmdGPUSetLimit   do    GPU attrs 1,3,6,8 ack       (GPUSource)
+//	18  CmdGPUGet        dump  -                 gpuctl.Process (CommandSource)
+//	19  CmdGPUSetLimit   do    gpuctl.Limit      ack            (CommandSource)
+//	20  CmdGPULimitGet   dump  -                 gpuctl.Limit   (CommandSource)
 //
-// Numbers 9–15 are kept for fabric commands, 20 and up for later objects.
-// Objects 16–19 are served when the Source implements the matching optional
-// interface; an older Source gets EOPNOTSUPP for them.
+// Numbers 9–15 are kept for fabric commands, 21 and up for later objects.
+// Objects 16–20 are served when the Source implements the matching optional
+// interface; an older Source gets EOPNOTSUPP for them. The objects of 18–20
+// are defined by package cuda/gpuctl (Object, Dump, Client.Do), which also
+// documents their attributes; this package only carries them.
 //
 // # Attributes
 //
@@ -122,9 +125,6 @@
 //	owner      1 key GVA, 2 version u64, 3 swapping flag, 4 pinned flag,
 //	           5 pin held s64 ns, 6 waiters (nested; each entry 1 nested:
 //	           1 node u32, 2 port u16, 3 request id u64, 4 waited s64 ns)
-//	gpu        1 pid u32, 2 uid u32, 3 device u32, 4 command string,
-//	           5 memory used u64, 6 memory limit u64 (0 none), 7 kernel time
-//	           s64 ns, 8 kernel quota u32 percent (0 none)
 //
 // # Monitor group
 //

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"fmt"
 	"log/slog"
 	"syscall"
 	"testing"
@@ -32,10 +33,39 @@ func (fuzzSource) PathCache() []PathEntry {
 func (fuzzSource) OwnedPages() []OwnedPage {
 	return []OwnedPage{{Key: gva.New(0, 2, 0, 0), Waiters: []Waiter{{Node: 1}}}}
 }
-func (fuzzSource) GPUProcesses() []GPUProcess { return []GPUProcess{{PID: 4242}} }
-func (fuzzSource) SetGPULimit(l GPULimit) error {
-	if l.PID != 4242 {
+func (fuzzSource) DumpObjects(cmd Cmd) ([]Object, error) {
+	if cmd != CmdGPUGet {
+		return nil, syscall.EOPNOTSUPP
+	}
+	return []Object{&probe{id: 4242}}, nil
+}
+func (fuzzSource) DoCommand(cmd Cmd, attrs []byte) error {
+	var p probe
+	if err := decodeObject(attrs, ext{&p}); err != nil {
+		return fmt.Errorf("%w: %w", err, syscall.EINVAL)
+	}
+	if p.id != 4242 {
 		return syscall.ESRCH
+	}
+	return nil
+}
+
+// probe is an Object of another package: attribute 1 (u32) is required.
+type probe struct{ id uint32 }
+
+func (p *probe) EncodeAttrs(ae *netlink.AttributeEncoder) { ae.Uint32(1, p.id) }
+func (p *probe) DecodeAttrs(ad *netlink.AttributeDecoder) error {
+	var have bool
+	for ad.Next() {
+		if ad.Type() == 1 {
+			p.id, have = ad.Uint32(), true
+		}
+	}
+	if err := ad.Err(); err != nil {
+		return err
+	}
+	if !have {
+		return fmt.Errorf("no id")
 	}
 	return nil
 }
@@ -78,7 +108,7 @@ func FuzzHandle(f *testing.F) {
 	f.Add(request(CmdStatsGet, 0, 20, nil))
 	f.Add(request(CmdSubscribe, flagAck, 21, &group{id: MonitorGroup}))
 	f.Add(request(CmdUnsubscribe, flagAck, 22, &group{id: MonitorGroup}))
-	f.Add(request(CmdGPUSetLimit, flagAck, 23, &GPULimit{PID: 4242, MemoryLimit: 1 << 30}))
+	f.Add(request(CmdGPUSetLimit, flagAck, 23, ext{&probe{id: 4242}}))
 	f.Add(request(CmdCapture, flagDump, 24, &CaptureRequest{Port: "p0", Count: 0}))
 	f.Add(request(CmdRouteGet, flagDump, 24, &Route{Dst: 3})) // attributes a dump ignores
 	f.Add([]byte{})
@@ -177,7 +207,7 @@ func FuzzDecodeReply(f *testing.F) {
 			return
 		}
 		for _, o := range []object{&Route{}, &Link{}, &Neighbour{}, &Stats{}, &TopoNode{}, &Event{},
-			&PathEntry{}, &OwnedPage{}, &GPUProcess{}, &GPULimit{}, &group{}, &CaptureRequest{}, &CapturedFrame{}} {
+			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}, &CaptureRequest{}, &CapturedFrame{}} {
 			if decodeObject(m.attrs, o) != nil {
 				continue
 			}

@@ -3,7 +3,6 @@ package ctl
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 
 	"github.com/mdlayher/netlink"
@@ -48,6 +47,9 @@ func (s *Server) handle(b []byte, r replier) error {
 		return s.replyError(r, h, werr)
 	}
 	dump := h.Flags&flagDump == flagDump
+	if isDump, ok := isExtension(m.cmd); ok {
+		return s.serveExtension(r, m, dump, isDump)
+	}
 
 	switch m.cmd {
 	case CmdRouteGet:
@@ -69,27 +71,6 @@ func (s *Server) handle(b []byte, r replier) error {
 		if os, ok := s.src.(OwnerSource); ok {
 			return dumpAll(s, r, m, dump, os.OwnedPages)
 		}
-	case CmdGPUGet:
-		if gs, ok := s.src.(GPUSource); ok {
-			return dumpAll(s, r, m, dump, gs.GPUProcesses)
-		}
-	case CmdGPUSetLimit:
-		gs, ok := s.src.(GPUSource)
-		if !ok {
-			break
-		}
-		var lim GPULimit
-		if err := decodeObject(m.attrs, &lim); err != nil {
-			return s.replyError(r, h, errInvalid("%v", err))
-		}
-		if err := gs.SetGPULimit(lim); err != nil {
-			errno := syscall.EIO
-			errors.As(err, &errno)
-			// The errno travels on its own; keep the reason free of it.
-			reason := strings.TrimSuffix(err.Error(), ": "+errno.Error())
-			return s.replyError(r, h, &wireError{errno: errno, reason: reason})
-		}
-		return s.ack(r, h)
 	case CmdCapture:
 		if cs, ok := s.src.(CaptureSource); ok {
 			return s.capture(r, m, dump, cs) // capture.go

@@ -185,27 +185,6 @@ type OwnedPage struct {
 	Waiters  []Waiter      `json:"waiters"`
 }
 
-// GPUProcess is one host process's GPU use and limits, as accounted by the
-// CUDA hook.
-type GPUProcess struct {
-	PID         uint32        `json:"pid"`
-	UID         uint32        `json:"uid"`
-	Device      uint32        `json:"device"`
-	Command     string        `json:"command"`
-	MemoryUsed  uint64        `json:"memory_used"`
-	MemoryLimit uint64        `json:"memory_limit"` // bytes; 0: unlimited
-	KernelTime  time.Duration `json:"kernel_time_ns"`
-	KernelQuota uint32        `json:"kernel_quota"` // percent of the device's time; 0: unlimited
-}
-
-// GPULimit sets a process's GPU limits.
-type GPULimit struct {
-	PID         uint32
-	Device      uint32
-	MemoryLimit uint64 // bytes; 0: unlimited
-	KernelQuota uint32 // percent; 0: unlimited
-}
-
 // EventKind says what an Event reports. The set is open: a client that
 // does not know a kind still gets its name.
 type EventKind uint16
@@ -354,17 +333,6 @@ const (
 	waiterPort    uint16 = 2
 	waiterRequest uint16 = 3
 	waiterWaited  uint16 = 4
-)
-
-const (
-	gpuPID         uint16 = 1
-	gpuUID         uint16 = 2
-	gpuDevice      uint16 = 3
-	gpuCommand     uint16 = 4
-	gpuMemoryUsed  uint16 = 5
-	gpuMemoryLimit uint16 = 6
-	gpuKernelTime  uint16 = 7
-	gpuKernelQuota uint16 = 8
 )
 
 // object is what travels in the attributes of one message.
@@ -709,72 +677,6 @@ func (o *OwnedPage) decode(ad *netlink.AttributeDecoder) error {
 		}
 	}
 	return ad.Err()
-}
-
-func (g *GPUProcess) encode(ae *netlink.AttributeEncoder) {
-	ae.Uint32(gpuPID, g.PID)
-	ae.Uint32(gpuUID, g.UID)
-	ae.Uint32(gpuDevice, g.Device)
-	ae.String(gpuCommand, g.Command)
-	ae.Uint64(gpuMemoryUsed, g.MemoryUsed)
-	ae.Uint64(gpuMemoryLimit, g.MemoryLimit)
-	ae.Int64(gpuKernelTime, int64(g.KernelTime))
-	ae.Uint32(gpuKernelQuota, g.KernelQuota)
-}
-
-func (g *GPUProcess) decode(ad *netlink.AttributeDecoder) error {
-	for ad.Next() {
-		switch ad.Type() {
-		case gpuPID:
-			g.PID = ad.Uint32()
-		case gpuUID:
-			g.UID = ad.Uint32()
-		case gpuDevice:
-			g.Device = ad.Uint32()
-		case gpuCommand:
-			g.Command = ad.String()
-		case gpuMemoryUsed:
-			g.MemoryUsed = ad.Uint64()
-		case gpuMemoryLimit:
-			g.MemoryLimit = ad.Uint64()
-		case gpuKernelTime:
-			g.KernelTime = time.Duration(ad.Int64())
-		case gpuKernelQuota:
-			g.KernelQuota = ad.Uint32()
-		}
-	}
-	return ad.Err()
-}
-
-func (g *GPULimit) encode(ae *netlink.AttributeEncoder) {
-	ae.Uint32(gpuPID, g.PID)
-	ae.Uint32(gpuDevice, g.Device)
-	ae.Uint64(gpuMemoryLimit, g.MemoryLimit)
-	ae.Uint32(gpuKernelQuota, g.KernelQuota)
-}
-
-// decode requires the process id: a limit for no process is invalid.
-func (g *GPULimit) decode(ad *netlink.AttributeDecoder) error {
-	var havePID bool
-	for ad.Next() {
-		switch ad.Type() {
-		case gpuPID:
-			g.PID, havePID = ad.Uint32(), true
-		case gpuDevice:
-			g.Device = ad.Uint32()
-		case gpuMemoryLimit:
-			g.MemoryLimit = ad.Uint64()
-		case gpuKernelQuota:
-			g.KernelQuota = ad.Uint32()
-		}
-	}
-	if err := ad.Err(); err != nil {
-		return err
-	}
-	if !havePID {
-		return fmt.Errorf("gpu set-limit: no process id (attribute %d)", gpuPID)
-	}
-	return nil
 }
 
 // group is the attribute set of subscribe and unsubscribe.

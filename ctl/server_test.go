@@ -18,6 +18,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/ctl/ctltest"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -66,7 +67,7 @@ func TestClientReadsEveryObject(t *testing.T) {
 	check("path cache", pc, want.PathCache, err)
 	owned, err := c.OwnedPages(ctx)
 	check("owned pages", owned, want.OwnedPages, err)
-	gpu, err := c.GPUProcesses(ctx)
+	gpu, err := gpuctl.Processes(ctx, c)
 	check("gpu", gpu, want.GPUProcesses, err)
 }
 
@@ -90,7 +91,7 @@ func TestOptionalObjectsOfAnOlderSource(t *testing.T) {
 	if _, err := c.OwnedPages(ctx); !errors.Is(err, syscall.EOPNOTSUPP) {
 		t.Fatalf("owned pages: %v", err)
 	}
-	if err := c.SetGPULimit(ctx, ctl.GPULimit{PID: 1}); !errors.Is(err, syscall.EOPNOTSUPP) {
+	if err := gpuctl.SetLimit(ctx, c, gpuctl.Limit{PID: 1}); !errors.Is(err, syscall.EOPNOTSUPP) {
 		t.Fatalf("gpu set-limit: %v", err)
 	}
 	// The same connection still serves what the source has.
@@ -104,14 +105,14 @@ func TestSetGPULimit(t *testing.T) {
 	_, path := ctltest.Serve(t, src)
 	c := dial(t, path)
 	ctx := testContext(t)
-	if err := c.SetGPULimit(ctx, ctl.GPULimit{PID: 4242, MemoryLimit: 1 << 30, KernelQuota: 10}); err != nil {
+	if err := gpuctl.SetLimit(ctx, c, gpuctl.Limit{PID: 4242, MemoryLimit: 1 << 30, KernelQuota: 10}); err != nil {
 		t.Fatal(err)
 	}
-	procs, err := c.GPUProcesses(ctx)
+	procs, err := gpuctl.Processes(ctx, c)
 	if err != nil || procs[0].MemoryLimit != 1<<30 || procs[0].KernelQuota != 10 {
 		t.Fatalf("after set-limit: %+v %v", procs, err)
 	}
-	err = c.SetGPULimit(ctx, ctl.GPULimit{PID: 1})
+	err = gpuctl.SetLimit(ctx, c, gpuctl.Limit{PID: 1})
 	if !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("unknown process: %v, want ESRCH", err)
 	}

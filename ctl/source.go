@@ -26,12 +26,3 @@ type PathCacheSource interface {
 type OwnerSource interface {
 	OwnedPages() []OwnedPage
 }
-
-// GPUSource serves the CUDA hook's GPU accounting (CmdGPUGet) and sets
-// limits (CmdGPUSetLimit). SetGPULimit's error reaches the client: wrap a
-// syscall.Errno (ESRCH for an unknown process, EINVAL for a bad limit) to
-// choose the errno it gets; other errors are sent as EIO.
-type GPUSource interface {
-	GPUProcesses() []GPUProcess
-	SetGPULimit(GPULimit) error
-}

@@ -39,8 +39,9 @@ const (
 	CmdEvent       Cmd = 8  // server to subscriber: one Event per message
 	CmdPathGet     Cmd = 16 // dump: one PathEntry per message (path cache)
 	CmdOwnerGet    Cmd = 17 // dump: one OwnedPage per message (arbiter)
-	CmdGPUGet      Cmd = 18 // dump: one GPUProcess per message
-	CmdGPUSetLimit Cmd = 19 // do: set one process's GPU limits; acked
+	CmdGPUGet      Cmd = 18 // dump: one cuda/gpuctl.Process per message
+	CmdGPUSetLimit Cmd = 19 // do: set one cuda/gpuctl.Limit; acked
+	CmdGPULimitGet Cmd = 20 // dump: one cuda/gpuctl.Limit per message (limits set at run time)
 )
 
 var cmdNames = map[Cmd]string{
@@ -56,6 +57,7 @@ var cmdNames = map[Cmd]string{
 	CmdOwnerGet:    "owner",
 	CmdGPUGet:      "gpu",
 	CmdGPUSetLimit: "gpu set-limit",
+	CmdGPULimitGet: "gpu limits",
 }
 
 func (c Cmd) String() string {

@@ -124,6 +124,18 @@ func (g GVA) Less(o GVA) bool {
 	return g.Lo < o.Lo
 }
 
+// Compare orders GVAs by (Hi, Lo): -1, 0 or +1, for slices.SortFunc and
+// friends.
+func Compare(a, b GVA) int {
+	switch {
+	case a == b:
+		return 0
+	case a.Less(b):
+		return -1
+	}
+	return 1
+}
+
 // String returns the text form "gva:" + 32 hex digits.
 func (g GVA) String() string {
 	var b [4 + 32]byte

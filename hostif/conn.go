@@ -43,7 +43,7 @@ type conn struct {
 	evDone   chan struct{} // closed when the event writer ends (if started)
 	evActive atomic.Bool
 	aborted  atomic.Bool
-	gpuUsed  atomic.Bool // a GPU op was served: tell the GPUHandler at close
+	gpuUsed  atomic.Bool // a GPU op was served: tell the GPU handler at close
 
 	ringMu  sync.Mutex
 	ring    *connRing // the connection's ring pair, if it asked (RINGS)

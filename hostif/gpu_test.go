@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
@@ -17,34 +18,34 @@ import (
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-// gpuRecorder is a GPUHandler that echoes bodies and records peers.
+// gpuRecorder is a hookwire.Handler that echoes bodies and records peers.
 type gpuRecorder struct {
 	mu     sync.Mutex
-	served []hostif.GPUPeer
-	closed []hostif.GPUPeer
+	served []hookwire.Peer
+	closed []hookwire.Peer
 }
 
-func (g *gpuRecorder) ServeGPU(ctx context.Context, p hostif.GPUPeer, op wire.Op, body, reply []byte) ([]byte, error) {
+func (g *gpuRecorder) ServeGPU(ctx context.Context, p hookwire.Peer, op hookwire.Op, body, reply []byte) ([]byte, error) {
 	g.mu.Lock()
 	g.served = append(g.served, p)
 	g.mu.Unlock()
-	if op == wire.OpGPUKernelQuota {
+	if op == hookwire.OpKernelQuota {
 		return nil, fmt.Errorf("no quota here: %w", syscall.EAGAIN)
 	}
 	reply = append(reply, byte(op))
 	return append(reply, body...), nil
 }
 
-func (g *gpuRecorder) GPUClosed(p hostif.GPUPeer) {
+func (g *gpuRecorder) GPUClosed(p hookwire.Peer) {
 	g.mu.Lock()
 	g.closed = append(g.closed, p)
 	g.mu.Unlock()
 }
 
-func (g *gpuRecorder) snapshot() (served, closed []hostif.GPUPeer) {
+func (g *gpuRecorder) snapshot() (served, closed []hookwire.Peer) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]hostif.GPUPeer(nil), g.served...), append([]hostif.GPUPeer(nil), g.closed...)
+	return append([]hookwire.Peer(nil), g.served...), append([]hookwire.Peer(nil), g.closed...)
 }
 
 func TestGPUHandler(t *testing.T) {
@@ -79,7 +80,7 @@ func TestGPUHandler(t *testing.T) {
 	other.Close()
 
 	c.Close()
-	var served, closed []hostif.GPUPeer
+	var served, closed []hookwire.Peer
 	waitFor(t, "GPUClosed", func() bool {
 		served, closed = rec.snapshot()
 		return len(closed) > 0

@@ -18,6 +18,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -69,9 +70,9 @@ type Options struct {
 	// opens (add) and before it closes, for the driver's poll set; the
 	// driver serves the rings with ServeRings, ParkRings and WakeRings.
 	RingBell func(fd int, add bool)
-	// GPU serves the CUDA hook's GPU accounting ops; nil answers them
-	// ENOSYS.
-	GPU GPUHandler
+	// GPU serves the CUDA hook's GPU accounting ops (a hookwire.Handler);
+	// nil answers them ENOSYS.
+	GPU hookwire.Handler
 }
 
 func (o *Options) setDefaults() {

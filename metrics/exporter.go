@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -22,7 +23,12 @@ type Source interface {
 }
 
 // A Source may also implement ctl.PathCacheSource, ctl.OwnerSource,
-// ctl.GPUSource and EngineSource; their metrics are served when it does.
+// GPUSource and EngineSource; their metrics are served when it does.
+
+// GPUSource reports the CUDA hook's accounting, per process.
+type GPUSource interface {
+	GPUProcesses() []gpuctl.Process
+}
 
 // EngineSource reports the coherence engine's counters.
 type EngineSource interface {
@@ -260,7 +266,7 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descAcquires, ec.Acquires)
 		counter(descSwaps, ec.Swaps)
 	}
-	if g, ok := src.(ctl.GPUSource); ok {
+	if g, ok := src.(GPUSource); ok {
 		for _, p := range g.GPUProcesses() {
 			l := []string{strconv.FormatUint(uint64(p.PID), 10), strconv.FormatUint(uint64(p.UID), 10),
 				strconv.FormatUint(uint64(p.Device), 10), p.Command}

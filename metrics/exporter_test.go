@@ -16,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/ctl/ctltest"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -26,6 +27,10 @@ type engineSource struct {
 }
 
 func (s engineSource) EngineCounters() EngineCounters { return s.ec }
+
+func (s engineSource) GPUProcesses() []gpuctl.Process {
+	return []gpuctl.Process{{PID: 4242, UID: 1000, Command: "train.py", MemoryUsed: 3 << 30, MemoryLimit: 8 << 30, KernelTime: 1500 * time.Millisecond, KernelQuota: 50}}
+}
 
 func sample() engineSource {
 	snap := ctltest.Sample()

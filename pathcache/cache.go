@@ -258,14 +258,6 @@ func (c *Cache) Snapshot() []Entry {
 	for i, e := range vals {
 		out[i] = *e
 	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		switch {
-		case a.Key == b.Key:
-			return 0
-		case a.Key.Less(b.Key):
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(out, func(a, b Entry) int { return gva.Compare(a.Key, b.Key) })
 	return out
 }

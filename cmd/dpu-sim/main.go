@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas (in a dpu-sim built with go build -tags dpubug)")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
 	showVersion := fs.Bool("version", false, "print the version and exit")

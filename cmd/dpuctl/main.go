@@ -60,7 +60,10 @@ COMMAND defaults to show.
   pathcache show                  path cache entries
   owner show                      pages owned by this host, pins, arbiter queues
   gpu show                        GPU use and limits of the host's processes
-  gpu set pid PID [device D] [mem SIZE] [quota PERCENT]
+  gpu set pid PID|cgroup PATH|pod UID|container ID [device D] [mem SIZE] [quota PERCENT]
+                                  (a cgroup's, pod's or container's limit is shared by its processes
+                                  and kept across agent restarts; mem 0 quota 0 removes it)
+  gpu limits                      the limits set at run time
                                   set a process's GPU limits (0: unlimited)
   monitor                         print events as they happen, until interrupted
   mem alloc|free|read|write|cas|add|where|lock|batch ...
@@ -132,7 +135,7 @@ var objects = []object{
 	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
 	{"pathcache", []verb{{"show", pathShow}, {"list", pathShow}}},
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
-	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}}},
+	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"monitor", []verb{{"all", monitor}}},
 	{"capture", []verb{{"read", captureRead}}},
 	{"mem", []verb{{"", mem}}},

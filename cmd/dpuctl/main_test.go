@@ -16,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/ctl/ctltest"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc/topo"
 )
 
@@ -299,7 +300,7 @@ func TestGPUSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var procs []ctl.GPUProcess
+	var procs []gpuctl.Process
 	if err := json.Unmarshal([]byte(out), &procs); err != nil {
 		t.Fatal(err)
 	}
@@ -308,6 +309,20 @@ func TestGPUSet(t *testing.T) {
 	}
 	if _, _, err := dpuctl(t, "-s", sock, "gpu", "set", "pid", "1"); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("unknown pid: %v", err)
+	}
+	if _, _, err := dpuctl(t, "-s", sock, "gpu", "set", "cgroup", "/kubepods/pod1", "device", "0", "mem", "1G"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dpuctl(t, "-s", sock, "gpu", "set", "cgroup", "/a", "pid", "4242"); err == nil {
+		t.Fatal("two targets accepted")
+	}
+	out, _, err = dpuctl(t, "gpu", "limits", "-s", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "cgroup /kubepods/pod1  device 0      mem 1.0GiB  quota unlimited\n" +
+		"pid 4242               every device  mem 2.0GiB  quota 20%\n"; out != want {
+		t.Fatalf("gpu limits:\n%s", out)
 	}
 }
 

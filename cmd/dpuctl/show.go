@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -374,7 +375,7 @@ func gpuShow(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	procs, err := c.GPUProcesses(e.ctx)
+	procs, err := gpuctl.Processes(e.ctx, c)
 	if err != nil {
 		return err
 	}
@@ -384,11 +385,27 @@ func gpuShow(e *env, args []string) error {
 	tw := table(e.stdout)
 	fmt.Fprintf(tw, "PID\tUID\tDEVICE\tCOMMAND\tMEM\tMEM-LIMIT\tKERNEL\tQUOTA\n")
 	for _, p := range procs {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
-			p.PID, p.UID, p.Device, p.Command, size(p.MemoryUsed), limit(size(p.MemoryLimit), p.MemoryLimit),
+		line := fmt.Sprintf("%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s",
+			p.PID, p.UID, p.Device, p.Command, size(p.MemoryUsed+p.Others), limit(size(p.MemoryLimit), p.MemoryLimit),
 			duration(p.KernelTime), limit(strconv.Itoa(int(p.KernelQuota))+"%", uint64(p.KernelQuota)))
+		if o := limitOrigin(p); o != "" {
+			line += "\t" + o
+		}
+		fmt.Fprintln(tw, line)
 	}
 	return tw.Flush()
+}
+
+// limitOrigin says where a process's limit comes from, and its group's
+// share when the limit is shared.
+func limitOrigin(p gpuctl.Process) string {
+	if p.LimitOf == "" {
+		return ""
+	}
+	if p.Others != 0 {
+		return fmt.Sprintf("limit of %s (this process %s)", p.LimitOf, size(p.MemoryUsed))
+	}
+	return "limit of " + p.LimitOf
 }
 
 func limit(s string, v uint64) string {
@@ -399,12 +416,10 @@ func limit(s string, v uint64) string {
 }
 
 // gpuSet parses iproute2-style keyword arguments:
-// pid PID [device D] [mem SIZE] [quota PERCENT].
+// pid PID|cgroup PATH|pod UID|container ID [device D] [mem SIZE] [quota PERCENT].
 func gpuSet(e *env, args []string) error {
-	var (
-		l       ctl.GPULimit
-		havePID bool
-	)
+	l := gpuctl.Limit{Device: gpuctl.AnyDevice}
+	targets := 0
 	for len(args) > 0 {
 		if len(args) < 2 {
 			return usagef("gpu set: %q needs a value", args[0])
@@ -416,7 +431,17 @@ func gpuSet(e *env, args []string) error {
 		case "pid":
 			var v uint64
 			v, err = strconv.ParseUint(val, 10, 32)
-			l.PID, havePID = uint32(v), true
+			l.PID = uint32(v)
+			targets++
+		case "cgroup":
+			l.Cgroup = val
+			targets++
+		case "pod":
+			l.Pod = val
+			targets++
+		case "container":
+			l.Container = val
+			targets++
 		case "device":
 			var v uint64
 			v, err = strconv.ParseUint(val, 10, 32)
@@ -437,14 +462,51 @@ func gpuSet(e *env, args []string) error {
 			return usagef("gpu set: %s %q: %v", key, val, err)
 		}
 	}
-	if !havePID {
-		return usagef("gpu set: pid PID is required")
+	if targets != 1 {
+		return usagef("gpu set: name one of pid PID, cgroup PATH, pod UID, container ID")
 	}
 	c, err := e.dial()
 	if err != nil {
 		return err
 	}
-	return c.SetGPULimit(e.ctx, l)
+	return gpuctl.SetLimit(e.ctx, c, l)
+}
+
+// gpuLimits lists the limits set at run time.
+func gpuLimits(e *env, args []string) error {
+	if err := commandFlags(e, "gpu limits", args, nil); err != nil {
+		return err
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	lims, err := gpuctl.Limits(e.ctx, c)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.writeJSON(lims)
+	}
+	tw := table(e.stdout)
+	for _, l := range lims {
+		target := "pid " + strconv.Itoa(int(l.PID))
+		switch {
+		case l.Cgroup != "":
+			target = "cgroup " + l.Cgroup
+		case l.Pod != "":
+			target = "pod " + l.Pod
+		case l.Container != "":
+			target = "container " + l.Container
+		}
+		dev := "device " + strconv.Itoa(int(l.Device))
+		if l.Device == gpuctl.AnyDevice {
+			dev = "every device"
+		}
+		fmt.Fprintf(tw, "%s\t%s\tmem %s\tquota %s\n", target, dev, limit(size(l.MemoryLimit), l.MemoryLimit),
+			limit(strconv.Itoa(int(l.KernelQuota))+"%", uint64(l.KernelQuota)))
+	}
+	return tw.Flush()
 }
 
 // parseSize reads a byte count with an optional K, M, G or T suffix

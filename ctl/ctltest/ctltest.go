@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 )
@@ -31,7 +32,8 @@ type Snapshot struct {
 	Topology     ctl.Topology
 	PathCache    []ctl.PathEntry
 	OwnedPages   []ctl.OwnedPage
-	GPUProcesses []ctl.GPUProcess
+	GPUProcesses []gpuctl.Process
+	GPULimits    []gpuctl.Limit // set at run time
 }
 
 // Source serves a Snapshot and implements every optional object. It is
@@ -57,30 +59,58 @@ func (s *Source) get() Snapshot {
 	return s.snap
 }
 
-func (s *Source) Routes() []ctl.Route            { return s.get().Routes }
-func (s *Source) Links() []ctl.Link              { return s.get().Links }
-func (s *Source) Neighbours() []ctl.Neighbour    { return s.get().Neighbours }
-func (s *Source) Stats() ctl.Stats               { return s.get().Stats }
-func (s *Source) Topology() ctl.Topology         { return s.get().Topology }
-func (s *Source) PathCache() []ctl.PathEntry     { return s.get().PathCache }
-func (s *Source) OwnedPages() []ctl.OwnedPage    { return s.get().OwnedPages }
-func (s *Source) GPUProcesses() []ctl.GPUProcess { return s.get().GPUProcesses }
+func (s *Source) Routes() []ctl.Route         { return s.get().Routes }
+func (s *Source) Links() []ctl.Link           { return s.get().Links }
+func (s *Source) Neighbours() []ctl.Neighbour { return s.get().Neighbours }
+func (s *Source) Stats() ctl.Stats            { return s.get().Stats }
+func (s *Source) Topology() ctl.Topology      { return s.get().Topology }
+func (s *Source) PathCache() []ctl.PathEntry  { return s.get().PathCache }
+func (s *Source) OwnedPages() []ctl.OwnedPage { return s.get().OwnedPages }
 
-// SetGPULimit applies l to the process it names; an unknown process is
-// ESRCH.
-func (s *Source) SetGPULimit(l ctl.GPULimit) error {
+// DumpObjects implements ctl.CommandSource: the GPU accounting's objects.
+func (s *Source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
+	return gpuctl.Commands(gpuService{s}).DumpObjects(cmd)
+}
+
+// DoCommand implements ctl.CommandSource.
+func (s *Source) DoCommand(cmd ctl.Cmd, attrs []byte) error {
+	return gpuctl.Commands(gpuService{s}).DoCommand(cmd, attrs)
+}
+
+// gpuService serves the snapshot's GPU processes.
+type gpuService struct{ s *Source }
+
+func (g gpuService) Processes() []gpuctl.Process { return g.s.get().GPUProcesses }
+func (g gpuService) Limits() []gpuctl.Limit      { return g.s.get().GPULimits }
+
+// SetLimit records l and applies it to the processes it names (their
+// pid or cgroup; on its device, or every device with gpuctl.AnyDevice). A
+// process's limit for no known process is ESRCH.
+func (g gpuService) SetLimit(l gpuctl.Limit) error {
+	s := g.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	procs := append([]ctl.GPUProcess(nil), s.snap.GPUProcesses...)
+	procs := append([]gpuctl.Process(nil), s.snap.GPUProcesses...)
+	found := false
 	for i := range procs {
-		if procs[i].PID == l.PID && procs[i].Device == l.Device {
-			procs[i].MemoryLimit = l.MemoryLimit
-			procs[i].KernelQuota = l.KernelQuota
-			s.snap.GPUProcesses = procs
-			return nil
+		p := &procs[i]
+		if (l.PID != 0 && p.PID == l.PID || l.Cgroup != "" && p.Cgroup == l.Cgroup) &&
+			(l.Device == gpuctl.AnyDevice || p.Device == l.Device) {
+			p.MemoryLimit, p.KernelQuota, found = l.MemoryLimit, l.KernelQuota, true
 		}
 	}
-	return fmt.Errorf("no GPU process %d on device %d: %w", l.PID, l.Device, syscall.ESRCH)
+	if l.PID != 0 && !found {
+		return fmt.Errorf("no GPU process %d on device %d: %w", l.PID, l.Device, syscall.ESRCH)
+	}
+	s.snap.GPUProcesses = procs
+	lims := []gpuctl.Limit{l}
+	for _, o := range s.snap.GPULimits {
+		if o.PID != l.PID || o.Cgroup != l.Cgroup || o.Pod != l.Pod || o.Container != l.Container || o.Device != l.Device {
+			lims = append(lims, o)
+		}
+	}
+	s.snap.GPULimits = lims
+	return nil
 }
 
 // Base hides every optional object of src: the Source of an agent that
@@ -183,7 +213,7 @@ func Sample() Snapshot {
 				Waiters: []ctl.Waiter{{Node: 2, Port: 0, Request: 77, Waited: 300 * time.Microsecond}}},
 			{Key: gva.New(0, 0x8, 0, 0), Version: 1},
 		},
-		GPUProcesses: []ctl.GPUProcess{
+		GPUProcesses: []gpuctl.Process{
 			{PID: 4242, UID: 1000, Device: 0, Command: "train.py", MemoryUsed: 3 << 30, MemoryLimit: 8 << 30,
 				KernelTime: 1500 * time.Millisecond, KernelQuota: 50},
 		},

@@ -1,0 +1,5 @@
+//go:build !dpubug
+
+package main
+
+const bugsCompiled = false

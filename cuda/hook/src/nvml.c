@@ -1,0 +1,463 @@
+/*
+ * nvml.c — NVML as the limits make it. Monitoring tools, nvidia-smi and
+ * frameworks (PyTorch's memory report) read device memory through NVML,
+ * not the driver API, so the hook answers there too:
+ *
+ *   nvmlDeviceGetCount(_v2), nvmlDeviceGetHandleByIndex(_v2) and
+ *   nvmlDeviceGetIndex count and number devices the way CUDA does under
+ *   CUDA_VISIBLE_DEVICES (ordinals or GPU-UUID prefixes, parsing stops at
+ *   the first entry that names no device), so NVML index i is CUDA
+ *   ordinal i;
+ *   nvmlDeviceGetMemoryInfo(_v2): under a memory limit, total is the limit
+ *   and used is what cuMemGetInfo shows as used: this process's charge,
+ *   what it has reserved for allocations in flight, and the others' under
+ *   the same limit (a cgroup's or container's);
+ *   nvmlDeviceGetComputeRunningProcesses(_v2, _v3): under a limit, this
+ *   process alone, with its charge (what dpuctl gpu show reports for it);
+ *   nvmlDeviceGetUtilizationRates: under a kernel-time quota, the GPU
+ *   figure is this process's accounted kernel time over the interval since
+ *   the previous sample (the memory figure is the device's).
+ *
+ * Devices without a limit are answered by NVML untouched. Programs reach
+ * these by linking libnvidia-ml (the exports below come first under
+ * LD_PRELOAD) or by dlsym (hook.c's interposer sends nvml* names here).
+ * The real functions come from the NVML library's own handle
+ * (DPU_NVML_LIBRARY, default libnvidia-ml.so.1).
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hook.h"
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13
+};
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+/* The interposed entry points (NVML's signatures). */
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *h);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h);
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *idx);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u);
+
+/* ---- the real library ---- */
+
+static struct {
+    nvmlReturn_t (*Init)(void);
+    nvmlReturn_t (*GetCount)(unsigned int *);
+    nvmlReturn_t (*GetHandleByIndex)(unsigned int, nvmlDevice_t *);
+    nvmlReturn_t (*GetHandleByUUID)(const char *, nvmlDevice_t *);
+    nvmlReturn_t (*GetIndex)(nvmlDevice_t, unsigned int *);
+    nvmlReturn_t (*GetUUID)(nvmlDevice_t, char *, unsigned int);
+    nvmlReturn_t (*GetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
+    nvmlReturn_t (*GetMemoryInfo_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
+    nvmlReturn_t (*GetCountV1)(unsigned int *);
+    nvmlReturn_t (*GetHandleByIndexV1)(unsigned int, nvmlDevice_t *);
+    nvmlReturn_t (*Procs1)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+    nvmlReturn_t (*Procs2)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*Procs3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*Utilization)(nvmlDevice_t, nvmlUtilization_t *);
+} nv;
+
+static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
+static void *libnvml;
+
+static void nv_load(void) {
+    hook_init();
+    const char *path = getenv("DPU_NVML_LIBRARY");
+    libnvml = dlopen(path && *path ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!libnvml) {
+        LOGF(LOG_DEBUG, "no NVML: %s", dlerror());
+        return;
+    }
+#define NV(field, name) nv.field = (__typeof__(nv.field))hook_real_dlsym(libnvml, name)
+    NV(Init, "nvmlInit_v2");
+    NV(GetCount, "nvmlDeviceGetCount_v2");
+    NV(GetCountV1, "nvmlDeviceGetCount");
+    NV(GetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2");
+    NV(GetHandleByIndexV1, "nvmlDeviceGetHandleByIndex");
+    NV(GetHandleByUUID, "nvmlDeviceGetHandleByUUID");
+    NV(GetIndex, "nvmlDeviceGetIndex");
+    NV(GetUUID, "nvmlDeviceGetUUID");
+    NV(GetMemoryInfo, "nvmlDeviceGetMemoryInfo");
+    NV(GetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2");
+    NV(Procs1, "nvmlDeviceGetComputeRunningProcesses");
+    NV(Procs2, "nvmlDeviceGetComputeRunningProcesses_v2");
+    NV(Procs3, "nvmlDeviceGetComputeRunningProcesses_v3");
+    NV(Utilization, "nvmlDeviceGetUtilizationRates");
+#undef NV
+}
+
+static int nv_ready(void) {
+    pthread_once(&nv_once, nv_load);
+    return libnvml != NULL;
+}
+
+/* ---- CUDA_VISIBLE_DEVICES ---- */
+
+static pthread_once_t vis_once = PTHREAD_ONCE_INIT;
+static int nvisible = -1; /* -1: every device, in NVML's order */
+static unsigned visible[DPUCUDA_MAX_DEVICES];
+
+static int uuid_text(nvmlDevice_t h, char *buf, unsigned len) {
+    return nv.GetUUID && nv.GetUUID(h, buf, len) == NVML_SUCCESS ? 0 : -1;
+}
+
+static void vis_parse(void) {
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    unsigned count = 0;
+    if (!env || !nv.GetCount || nv.GetCount(&count) != NVML_SUCCESS)
+        return;
+    nvisible = 0;
+    char buf[1024];
+    strncpy(buf, env, sizeof buf - 1);
+    buf[sizeof buf - 1] = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok && nvisible < DPUCUDA_MAX_DEVICES;
+         tok = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*tok))
+            tok++;
+        int found = -1;
+        if (isdigit((unsigned char)*tok)) {
+            char *end;
+            unsigned long v = strtoul(tok, &end, 10);
+            if (v < count)
+                found = (int)v;
+        } else if (!strncmp(tok, "GPU-", 4)) {
+            size_t n = strcspn(tok, " \t");
+            for (unsigned i = 0; i < count && found < 0; i++) {
+                nvmlDevice_t h;
+                char u[96];
+                if (nv.GetHandleByIndex(i, &h) == NVML_SUCCESS && uuid_text(h, u, sizeof u) == 0 &&
+                    !strncmp(u, tok, n))
+                    found = (int)i;
+            }
+        }
+        if (found < 0)
+            break; /* as CUDA: the devices named before the first bad entry */
+        int dup = 0;
+        for (int j = 0; j < nvisible; j++)
+            dup |= visible[j] == (unsigned)found;
+        if (dup)
+            break;
+        visible[nvisible++] = (unsigned)found;
+    }
+    LOGF(LOG_DEBUG, "NVML: %d of %u devices visible", nvisible, count);
+}
+
+static void vis_ready(void) { pthread_once(&vis_once, vis_parse); }
+
+/* ordinal_of is the CUDA ordinal of NVML device h, or -1. */
+static int ordinal_of(nvmlDevice_t h) {
+    unsigned idx;
+    if (!nv.GetIndex || nv.GetIndex(h, &idx) != NVML_SUCCESS)
+        return -1;
+    vis_ready();
+    if (nvisible < 0)
+        return idx < DPUCUDA_MAX_DEVICES ? (int)idx : -1;
+    for (int i = 0; i < nvisible; i++)
+        if (visible[i] == idx)
+            return i;
+    return -1;
+}
+
+static int parse_uuid(const char *s, unsigned char out[16]) {
+    if (strncmp(s, "GPU-", 4))
+        return -1;
+    s += 4;
+    for (int i = 0; i < 16; i++) {
+        while (*s == '-')
+            s++;
+        unsigned v;
+        if (!isxdigit((unsigned char)s[0]) || !isxdigit((unsigned char)s[1]) || sscanf(s, "%2x", &v) != 1)
+            return -1;
+        out[i] = (unsigned char)v;
+        s += 2;
+    }
+    return 0;
+}
+
+/* device_of is the hook's device behind NVML device h: the one with its
+ * UUID, else the one at its CUDA ordinal (which then learns the UUID). */
+static struct device *device_of(nvmlDevice_t h) {
+    char text[96];
+    unsigned char u[16];
+    int have = uuid_text(h, text, sizeof text) == 0 && parse_uuid(text, u) == 0;
+    if (have) {
+        for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
+            struct device *d = device_peek(i);
+            if (atomic_load(&d->uuid_state) == 0)
+                continue;
+            pthread_mutex_lock(&d->mu);
+            int same = !memcmp(d->uuid, u, 16);
+            pthread_mutex_unlock(&d->mu);
+            if (same)
+                return d;
+        }
+    }
+    struct device *d = device_peek(ordinal_of(h));
+    if (d && have) {
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&d->uuid_state, &expected, 1)) {
+            pthread_mutex_lock(&d->mu);
+            memcpy(d->uuid, u, 16);
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
+    return d;
+}
+
+/* view is what the limit makes of device d: 0 when it has none. */
+static int view(struct device *d, uint64_t *limit, uint64_t *used, uint64_t *own) {
+    if (!d)
+        return 0;
+    atomic_store(&d->seen, 1);
+    agent_refresh(d);
+    *limit = atomic_load(&d->limit);
+    if (!*limit)
+        return 0;
+    pthread_mutex_lock(&d->mu);
+    *own = d->used;
+    *used = d->used + d->reserved;
+    pthread_mutex_unlock(&d->mu);
+    *used += atomic_load(&d->others);
+    return 1;
+}
+
+/* ---- the interposed entry points ---- */
+
+#define NEED(f)                                                                                    \
+    if (!nv_ready() || !nv.f)                                                                      \
+    return NVML_ERROR_FUNCTION_NOT_FOUND
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    NEED(GetCount);
+    nvmlReturn_t r = nv.GetCount(count);
+    vis_ready();
+    if (r == NVML_SUCCESS && count && nvisible >= 0)
+        *count = (unsigned)nvisible;
+    return r;
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) {
+    NEED(GetCountV1);
+    nvmlReturn_t r = nv.GetCountV1(count);
+    vis_ready();
+    if (r == NVML_SUCCESS && count && nvisible >= 0)
+        *count = (unsigned)nvisible;
+    return r;
+}
+
+static nvmlReturn_t by_index(nvmlReturn_t (*real)(unsigned int, nvmlDevice_t *), unsigned int i,
+                             nvmlDevice_t *h) {
+    vis_ready();
+    if (nvisible >= 0) {
+        if (i >= (unsigned)nvisible)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        i = visible[i];
+    }
+    return real(i, h);
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h) {
+    NEED(GetHandleByIndex);
+    return by_index(nv.GetHandleByIndex, i, h);
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *h) {
+    NEED(GetHandleByIndexV1);
+    return by_index(nv.GetHandleByIndexV1, i, h);
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *idx) {
+    NEED(GetIndex);
+    nvmlReturn_t r = nv.GetIndex(h, idx);
+    vis_ready();
+    if (r == NVML_SUCCESS && idx && nvisible >= 0) {
+        for (int i = 0; i < nvisible; i++)
+            if (visible[i] == *idx) {
+                *idx = (unsigned)i;
+                return r;
+            }
+        return NVML_ERROR_NOT_FOUND; /* not one of this process's devices */
+    }
+    return r;
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m) {
+    NEED(GetMemoryInfo);
+    nvmlReturn_t r = nv.GetMemoryInfo(h, m);
+    uint64_t limit, used, own;
+    if (r == NVML_SUCCESS && m && view(device_of(h), &limit, &used, &own)) {
+        m->total = limit < m->total ? limit : m->total;
+        m->used = used;
+        m->free = m->total > used ? m->total - used : 0;
+    }
+    return r;
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m) {
+    NEED(GetMemoryInfo_v2);
+    nvmlReturn_t r = nv.GetMemoryInfo_v2(h, m);
+    uint64_t limit, used, own;
+    if (r == NVML_SUCCESS && m && view(device_of(h), &limit, &used, &own)) {
+        m->total = limit < m->total ? limit : m->total;
+        m->reserved = 0; /* the driver's own reservation is not the program's to see under a limit */
+        m->used = used;
+        m->free = m->total > used ? m->total - used : 0;
+    }
+    return r;
+}
+
+/* procs answers a running-processes query under a limit: this process
+ * alone, with its charge. */
+#define PROCS_BODY(real, type)                                                                     \
+    do {                                                                                           \
+        uint64_t limit, used, own;                                                                 \
+        if (!count || !view(device_of(h), &limit, &used, &own))                                    \
+            return real(h, count, infos);                                                          \
+        unsigned n = own ? 1 : 0, cap = *count;                                                    \
+        *count = n;                                                                                \
+        if (cap < n)                                                                               \
+            return NVML_ERROR_INSUFFICIENT_SIZE;                                                   \
+        if (n) {                                                                                   \
+            if (!infos)                                                                            \
+                return NVML_ERROR_INVALID_ARGUMENT;                                                \
+            memset(&infos[0], 0, sizeof infos[0]);                                                 \
+            infos[0].pid = (unsigned)getpid();                                                     \
+            infos[0].usedGpuMemory = own;                                                          \
+            SET_INSTANCE(infos[0]);                                                                \
+        }                                                                                          \
+        return NVML_SUCCESS;                                                                       \
+    } while (0)
+
+#define SET_INSTANCE(x) ((x).gpuInstanceId = (x).computeInstanceId = 0xFFFFFFFFu)
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count,
+                                                                   nvmlProcessInfo_t *infos) {
+    NEED(Procs3);
+    PROCS_BODY(nv.Procs3, nvmlProcessInfo_t);
+}
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
+                                                                   nvmlProcessInfo_t *infos) {
+    NEED(Procs2);
+    PROCS_BODY(nv.Procs2, nvmlProcessInfo_t);
+}
+#undef SET_INSTANCE
+
+#define SET_INSTANCE(x) ((void)0)
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *count,
+                                                                nvmlProcessInfo_v1_t *infos) {
+    NEED(Procs1);
+    PROCS_BODY(nv.Procs1, nvmlProcessInfo_v1_t);
+}
+#undef SET_INSTANCE
+
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u) {
+    NEED(Utilization);
+    nvmlReturn_t r = nv.Utilization(h, u);
+    struct device *d = r == NVML_SUCCESS && u ? device_of(h) : NULL;
+    if (!d)
+        return r;
+    agent_refresh(d);
+    if (!atomic_load(&d->quota))
+        return r;
+    uint64_t now = mono_ns(), k = atomic_load(&d->kernel_ns);
+    pthread_mutex_lock(&d->umu);
+    uint64_t dt = d->util_at ? now - d->util_at : 0, dk = k - d->util_kernel;
+    d->util_at = now;
+    d->util_kernel = k;
+    pthread_mutex_unlock(&d->umu);
+    unsigned pct = dt ? (unsigned)(dk * 100 / dt) : 0;
+    u->gpu = pct > 100 ? 100 : pct;
+    return r;
+}
+
+/* ---- for the hook ---- */
+
+int hook_nvml_used(struct device *d, uint64_t *used) {
+    static _Atomic int inited; /* 1 ok, -1 failed */
+    if (!nv_ready() || !nv.GetHandleByUUID || !nv.GetMemoryInfo)
+        return -1;
+    int st = atomic_load(&inited);
+    if (st == 0) {
+        st = nv.Init && nv.Init() == NVML_SUCCESS ? 1 : -1;
+        atomic_store(&inited, st);
+    }
+    if (st < 0)
+        return -1;
+    unsigned char u[16];
+    pthread_mutex_lock(&d->mu);
+    memcpy(u, d->uuid, 16);
+    pthread_mutex_unlock(&d->mu);
+    char text[48];
+    snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    nvmlDevice_t h;
+    nvmlMemory_t m;
+    if (nv.GetHandleByUUID(text, &h) != NVML_SUCCESS || nv.GetMemoryInfo(h, &m) != NVML_SUCCESS)
+        return -1;
+    *used = m.used;
+    return 0;
+}
+
+/* hook_nvml_of maps an NVML name to its hook (hook.c's dlsym). */
+void *hook_nvml_of(const char *name) {
+    static const struct {
+        const char *name;
+        void *fn;
+    } hooks[] = {
+        {"nvmlDeviceGetCount", (void *)nvmlDeviceGetCount},
+        {"nvmlDeviceGetCount_v2", (void *)nvmlDeviceGetCount_v2},
+        {"nvmlDeviceGetHandleByIndex", (void *)nvmlDeviceGetHandleByIndex},
+        {"nvmlDeviceGetHandleByIndex_v2", (void *)nvmlDeviceGetHandleByIndex_v2},
+        {"nvmlDeviceGetIndex", (void *)nvmlDeviceGetIndex},
+        {"nvmlDeviceGetMemoryInfo", (void *)nvmlDeviceGetMemoryInfo},
+        {"nvmlDeviceGetMemoryInfo_v2", (void *)nvmlDeviceGetMemoryInfo_v2},
+        {"nvmlDeviceGetComputeRunningProcesses", (void *)nvmlDeviceGetComputeRunningProcesses},
+        {"nvmlDeviceGetComputeRunningProcesses_v2", (void *)nvmlDeviceGetComputeRunningProcesses_v2},
+        {"nvmlDeviceGetComputeRunningProcesses_v3", (void *)nvmlDeviceGetComputeRunningProcesses_v3},
+        {"nvmlDeviceGetUtilizationRates", (void *)nvmlDeviceGetUtilizationRates},
+    };
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++)
+        if (!strcmp(hooks[i].name, name))
+            return hooks[i].fn;
+    return NULL;
+}

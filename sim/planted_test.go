@@ -1,0 +1,28 @@
+//go:build dpubug
+
+package sim
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aitherion/dpu/coherence"
+)
+
+// TestPlantedBugIsCaught plants a non-atomic CAS (compared against the
+// requester's replica, then written through as a plain store): the
+// linearizability check must catch it within a few seeds.
+func TestPlantedBugIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Bug = coherence.BugStaleCAS
+	for _, r := range sweep(t, cfg, 8) {
+		for _, v := range r.Violations {
+			if strings.Contains(v, "atomic word") && strings.Contains(v, "not linearizable") {
+				t.Logf("seed %d caught it: %s", r.Seed, v)
+				return
+			}
+		}
+	}
+	t.Fatal("the planted non-atomic CAS went unnoticed")
+}
