@@ -7,7 +7,7 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib rt examples run stop test lint fmt vet bench bench-peers generate generate-check clean
+.PHONY: all build clib rt examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
 
 all: build
 
@@ -81,6 +81,28 @@ generate-check: generate
 	@if [ -n "$$(git status --porcelain -- noc/port/xdp/bpf)" ]; then \
 		echo "noc/port/xdp/bpf: committed bpf2go outputs are stale; run make generate and commit:"; \
 		git status --short -- noc/port/xdp/bpf; git diff --stat -- noc/port/xdp/bpf; exit 1; fi
+
+# dpuctl's shell completion and man page, generated from its own help text.
+completion: build
+	$(BIN)/dpuctl completion bash > $(BIN)/dpuctl.bash
+	$(BIN)/dpuctl completion zsh > $(BIN)/_dpuctl
+
+man: build
+	$(BIN)/dpuctl man > $(BIN)/dpuctl.1
+
+# The diagrams of docs/: SVG drawn from their graphviz sources (dot, from
+# Debian's graphviz); the SVGs are committed, docs-check fails when stale.
+DIAGRAMS := $(patsubst %.dot,%.svg,$(wildcard docs/diagrams/*.dot))
+
+docs: $(DIAGRAMS)
+
+docs/diagrams/%.svg: docs/diagrams/%.dot
+	dot -Tsvg $< -o $@
+
+docs-check:
+	@for f in docs/diagrams/*.dot; do \
+		dot -Tsvg $$f | cmp -s - $${f%.dot}.svg || { echo "$${f%.dot}.svg is stale: run make docs and commit"; exit 1; }; \
+	done
 
 clean:
 	rm -rf $(BIN)

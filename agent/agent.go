@@ -20,6 +20,7 @@ import (
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/noc/route"
 	"github.com/aitherion/dpu/node"
 )
 
@@ -55,6 +56,9 @@ type Agent struct {
 	ctl   *ctl.Server
 	ready chan struct{}
 	ran   bool
+
+	routesSeen []route.Route // the routes last published (monitor.go; under mu)
+	metrics    agentMetrics  // metrics.go
 }
 
 // Option changes how New builds an agent.
@@ -199,6 +203,10 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("agent: control socket: %w", err)
 	}
+	if err := a.startMetrics(ctx, &wg); err != nil { // metrics.go
+		l.Close()
+		return err
+	}
 	ctlDone := make(chan error, 1)
 	wg.Add(1)
 	go func() {
@@ -277,11 +285,13 @@ func (a *Agent) openPorts() error {
 		if p, err = a.secure(p); err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
-		op := openPort{spec: spec, kind: kind, port: p, waitFD: -1}
-		poller, isPoller := p.(noc.Poller)
+		// newTap (capture.go): the port behind a tap that passes every
+		// port interface through; the loop reads and writes the tap.
+		op := openPort{spec: spec, kind: kind, port: newTap(p), waitFD: -1}
+		_, isPoller := p.(noc.Poller)
 		if w, ok := p.(noc.Waitable); ok && isPoller {
 			if fd, err := w.ReadyFD(); err == nil {
-				op.poller, op.waitFD = poller, fd
+				op.poller, op.waitFD = op.port.(noc.Poller), fd
 			}
 		}
 		if op.waitFD < 0 {
@@ -377,15 +387,15 @@ func (a *Agent) publish() {
 		switch ev.Kind {
 		case node.EventLinkUp:
 			a.log.Info("link up", "port", name, "reason", ev.Reason)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Reason: ev.Reason})
 		case node.EventLinkDown:
 			a.log.Info("link down", "port", name, "reason", ev.Reason)
 			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason})
 		case node.EventNeighbour:
 			a.log.Info("neighbour", "port", name, "node", ev.Neighbour)
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour})
 		case node.EventRoutes:
 			a.log.Debug("routes changed")
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: time.Now(), Hops: -1})
+			a.publishRoutes() // monitor.go
 		}
 	}
 }

@@ -137,18 +137,22 @@ func logChannels(log *slog.Logger, spec PortSpec, p noc.Port) {
 	}
 }
 
-// striped finds the striped port under p's wrappers (a secure link, a
-// capture tap: each has Inner).
-func striped(p noc.Port) (*link.StripedPort, bool) {
+// striped finds the striped port under p's wrappers.
+func striped(p noc.Port) (*link.StripedPort, bool) { return under[*link.StripedPort](p) }
+
+// under finds the port of type T that p is or wraps (a secure link, a
+// capture tap: each wrapper has Inner).
+func under[T noc.Port](p noc.Port) (T, bool) {
 	for range 8 {
-		if sp, ok := p.(*link.StripedPort); ok {
-			return sp, true
+		if t, ok := p.(T); ok {
+			return t, true
 		}
 		w, ok := p.(interface{ Inner() noc.Port })
 		if !ok {
-			return nil, false
+			break
 		}
 		p = w.Inner()
 	}
-	return nil, false
+	var zero T
+	return zero, false
 }

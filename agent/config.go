@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -69,6 +70,10 @@ type Config struct {
 	// raised before the hardware timer revokes it (a host fault).
 	RequestTimeout time.Duration
 	PinBound       time.Duration
+	// MetricsListen, when set, is the TCP address (host:port) where the
+	// agent serves Prometheus metrics at /metrics; empty: no metrics
+	// server (the default).
+	MetricsListen string
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
 	GPU ledger.Config
@@ -140,10 +145,13 @@ func (c *Config) LoadFile(path string) error {
 // Load applies a configuration read from r (named name in errors) to c.
 //
 // The format is line oriented: blank lines and lines starting with '#' are
-// ignored; every other line is "key = value". Keys: node, run-dir,
-// log-level, loop (blocking, adaptive or poll), spin (the adaptive
-// loop's budget), poll (= loop poll), heartbeat, dead-interval, socket-group, pages, seed,
-// request-timeout, pin-bound, xdp-pin-dir, gpu-mem-limit, gpu-quota,
+// ignored, and a '#' that follows white space starts a comment to the end
+// of the line (so "heartbeat = 100ms   # link heartbeat" is 100ms; a '#'
+// inside a value, as in "a#b", is part of it); every other line is
+// "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
+// or poll), spin (the adaptive loop's budget), poll (= loop poll),
+// heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
+// pin-bound, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
 // user-conns, and port (repeatable: "port = NAME KIND ARGS...
@@ -155,8 +163,8 @@ func (c *Config) Load(name string, r io.Reader) error {
 	var ports []PortSpec
 	for sc.Scan() {
 		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
+		text := strings.TrimSpace(stripComment(sc.Text()))
+		if text == "" {
 			continue
 		}
 		key, val, ok := strings.Cut(text, "=")
@@ -183,6 +191,17 @@ func (c *Config) Load(name string, r io.Reader) error {
 		c.Ports = ports
 	}
 	return nil
+}
+
+// stripComment cuts a line at its comment: a '#' at the start or after
+// white space.
+func stripComment(line string) string {
+	for i := 0; i < len(line); i++ {
+		if line[i] == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
+			return line[:i]
+		}
+	}
+	return line
 }
 
 // Set applies one key = value setting (also used for command-line flags).
@@ -255,6 +274,11 @@ func (c *Config) Set(key, val string) error {
 		c.XDPPinDir = val
 	case "channels":
 		c.Channels, err = parseChannels(val)
+	case "metrics-listen":
+		if val != "" {
+			_, _, err = net.SplitHostPort(val)
+		}
+		c.MetricsListen = val
 	case "gpu-mem-limit":
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":

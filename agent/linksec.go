@@ -53,7 +53,7 @@ func (a *Agent) peerKey(id noc.PortID) (key, name string) {
 	if int(id) >= len(a.ports) {
 		return "", ""
 	}
-	sp, ok := a.ports[id].port.(*secure.Port)
+	sp, ok := under[*secure.Port](a.ports[id].port)
 	if !ok {
 		return "", ""
 	}

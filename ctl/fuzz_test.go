@@ -111,6 +111,7 @@ func FuzzHandle(f *testing.F) {
 	f.Add(request(CmdSubscribe, flagAck, 21, &group{id: MonitorGroup}))
 	f.Add(request(CmdUnsubscribe, flagAck, 22, &group{id: MonitorGroup}))
 	f.Add(request(CmdGPUSetLimit, flagAck, 23, ext{&probe{id: 4242}}))
+	f.Add(request(CmdCapture, flagDump, 24, &CaptureRequest{Port: "p0", Count: 0}))
 	f.Add(request(CmdRouteGet, flagDump, 24, &Route{Dst: 3})) // attributes a dump ignores
 	f.Add([]byte{})
 	f.Add([]byte{16, 0, 0, 0, 1, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0})
@@ -191,7 +192,8 @@ func FuzzHandle(f *testing.F) {
 func FuzzDecodeReply(f *testing.F) {
 	src := fuzzSource{}
 	for _, o := range []object{&src.Routes()[0], &src.Links()[0], &src.Neighbours()[0], &TopoNode{ID: 1, Neighbours: []noc.NodeID{2}},
-		&src.PathCache()[0], &src.OwnedPages()[0], &Event{Kind: EventHostFault, Page: gva.New(1, 1, 0, 0)}} {
+		&src.PathCache()[0], &src.OwnedPages()[0], &Event{Kind: EventHostFault, Page: gva.New(1, 1, 0, 0)},
+		&CapturedFrame{Port: "p0", Direction: Sent, Length: 3, Data: []byte{1, 2, 3}}} {
 		b, _ := encodeMessage(netlink.Header{Flags: flagMulti, Sequence: 1}, CmdRouteGet, mustAttrs(o))
 		f.Add(b)
 	}
@@ -207,7 +209,7 @@ func FuzzDecodeReply(f *testing.F) {
 			return
 		}
 		for _, o := range []object{&Route{}, &Link{}, &Neighbour{}, &Stats{}, &TopoNode{}, &Event{},
-			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}} {
+			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}, &CaptureRequest{}, &CapturedFrame{}} {
 			if decodeObject(m.attrs, o) != nil {
 				continue
 			}

@@ -73,6 +73,10 @@ func (s *Server) handle(b []byte, r replier) error {
 		if os, ok := s.src.(OwnerSource); ok {
 			return dumpAll(s, r, m, dump, os.OwnedPages)
 		}
+	case CmdCapture:
+		if cs, ok := s.src.(CaptureSource); ok {
+			return s.capture(r, m, dump, cs) // capture.go
+		}
 	case CmdSubscribe, CmdUnsubscribe:
 		var g group
 		if err := decodeObject(m.attrs, &g); err != nil {

@@ -89,7 +89,9 @@ const stateFile = "fabric.json"
 
 // Up starts a fabric and returns once every agent's routes cover every other
 // node, or fails after spec.Timeout with a message naming what is missing.
-func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
+// While it waits it says every second which nodes still miss routes; when
+// it fails after starting anything, it stops what it started (as Down).
+func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	if err := spec.defaults(); err != nil {
 		return nil, err
 	}
@@ -116,7 +118,7 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &State{Links: spec.Links, Topo: spec.Topo, Nodes: spec.Nodes, Seed: spec.Seed, Edges: g.Links(), AgentPath: spec.AgentPath, Args: spec.ExtraArgs, dir: abs}
+	st = &State{Links: spec.Links, Topo: spec.Topo, Nodes: spec.Nodes, Seed: spec.Seed, Edges: g.Links(), AgentPath: spec.AgentPath, Args: spec.ExtraArgs, dir: abs}
 	// the directory holds the agents' sockets, configurations and this
 	// tool's state: refuse one that another user owns or may write
 	if _, err := rundir.Prepare(abs, rundir.Options{}); err != nil {
@@ -127,6 +129,15 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 	if err := st.save(); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			if derr := Down(abs); derr != nil {
+				err = errors.Join(err, fmt.Errorf("fabric: stopping what up started: %w", derr))
+			} else {
+				fmt.Fprintf(log, "up failed: stopped the agents it started under %s\n", abs)
+			}
+		}
+	}()
 	var ports func(i int) string
 	var vf *veth.Fabric
 	if spec.Links == "veth" {
@@ -173,7 +184,7 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (*State, error) {
 	fmt.Fprintf(log, "started %d agents (%s, %s links) under %s\n", spec.Nodes, spec.Topo, spec.Links, abs)
 	wctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	if err := st.WaitConverged(wctx); err != nil {
+	if err := st.waitConverged(wctx, log); err != nil {
 		return st, err
 	}
 	fmt.Fprintf(log, "converged: every agent routes to %d other nodes\n", spec.Nodes-1)
@@ -401,7 +412,12 @@ func (s *State) Dir() string { return s.dir }
 
 // WaitConverged waits until every running agent's route table lists every
 // other running node, or ctx ends.
-func (s *State) WaitConverged(ctx context.Context) error {
+func (s *State) WaitConverged(ctx context.Context) error { return s.waitConverged(ctx, nil) }
+
+// waitConverged is WaitConverged, saying on log (if not nil) every
+// progressEvery which nodes still miss routes.
+func (s *State) waitConverged(ctx context.Context, log io.Writer) error {
+	lastSaid := time.Now()
 	want := 0
 	for _, a := range s.Agents {
 		if !a.Stopped {
@@ -419,21 +435,44 @@ func (s *State) WaitConverged(ctx context.Context) error {
 				return fmt.Errorf("fabric: agent %d (pid %d) exited; see %s", a.Node, a.Pid, a.Log)
 			}
 			n, err := routeCount(ctx, a.Ctl())
-			if err != nil {
-				missing = append(missing, fmt.Sprintf("node %d: %v", a.Node, err))
-			} else if n != want-1 {
-				missing = append(missing, fmt.Sprintf("node %d: %d of %d routes", a.Node, n, want-1))
+			switch {
+			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED):
+				missing = append(missing, fmt.Sprintf("node %d (not serving yet)", a.Node))
+			case err != nil && ctx.Err() != nil:
+				missing = append(missing, fmt.Sprintf("node %d (no answer)", a.Node))
+			case err != nil:
+				missing = append(missing, fmt.Sprintf("node %d (%v)", a.Node, err))
+			case n != want-1:
+				missing = append(missing, fmt.Sprintf("node %d (%d of %d routes)", a.Node, n, want-1))
 			}
 		}
 		if len(missing) == 0 {
 			return nil
 		}
+		if log != nil && time.Since(lastSaid) >= progressEvery {
+			lastSaid = time.Now()
+			fmt.Fprintf(log, "waiting: %s\n", missingText(missing, want))
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %s", ErrNotConverged, strings.Join(missing, "; "))
+			return fmt.Errorf("%w: %s", ErrNotConverged, missingText(missing, want))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// progressEvery is how often up says what it still waits for.
+const progressEvery = time.Second
+
+// missingText names the nodes that still miss routes, the first few with
+// their reason.
+func missingText(missing []string, of int) string {
+	const shown = 6
+	s := fmt.Sprintf("%d of %d nodes still miss routes: ", len(missing), of)
+	if len(missing) <= shown {
+		return s + strings.Join(missing, ", ")
+	}
+	return s + strings.Join(missing[:shown], ", ") + fmt.Sprintf(" and %d more", len(missing)-shown)
 }
 
 func routeCount(ctx context.Context, sock string) (int, error) {

@@ -3,10 +3,17 @@
 // (dpu0.sock) and control socket (ctl.sock).
 //
 //	dpu-agent [--config FILE] [--node N] [--run-dir DIR] [--port "NAME KIND ARGS..."]...
-//	          [--log-level LEVEL] [--poll] [--seed S]
+//	          [--log-level LEVEL] [--poll] [--seed S] [--metrics-listen ADDR] ...
+//	dpu-agent --version | --help
 //
 // Flags override the configuration file; with neither the agent starts a
 // single-node fabric with its sockets in /run/dpu (or $DPU_RUN_DIR).
+//
+// Under systemd (Type=notify) it reports readiness, reloads and shutdown
+// with sd_notify. SIGHUP reloads the configuration file (with the same
+// flags on top): log-level and metrics-listen change at once; the log
+// names every other changed key, which needs a restart. SIGTERM and SIGINT
+// stop it cleanly.
 package main
 
 import (
@@ -22,12 +29,15 @@ import (
 	"syscall"
 
 	"github.com/aitherion/dpu/agent"
+	"github.com/aitherion/dpu/cmd/internal/version"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, hup); err != nil {
 		fmt.Fprintln(os.Stderr, "dpu-agent:", err)
 		os.Exit(1)
 	}
@@ -38,70 +48,146 @@ type portFlags []string
 func (p *portFlags) String() string     { return strings.Join(*p, ", ") }
 func (p *portFlags) Set(s string) error { *p = append(*p, s); return nil }
 
-func run(ctx context.Context, args []string, logOut io.Writer) error {
+// settingFlags are the configuration keys that are also flags.
+var settingFlags = []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed",
+	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "metrics-listen", "loop", "spin"}
+
+// options is a parsed command line.
+type options struct {
+	confPath string
+	settings map[string]*string
+	set      map[string]bool // settings given on the command line
+	poll     bool
+	ports    portFlags
+}
+
+func parseFlags(args []string, stdout, stderr io.Writer) (*options, bool, error) {
 	fs := flag.NewFlagSet("dpu-agent", flag.ContinueOnError)
-	fs.SetOutput(logOut)
-	var (
-		confPath = fs.String("config", "", "configuration `file`")
-		ports    portFlags
-	)
-	settings := map[string]*string{}
-	for _, k := range []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed", "xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "loop", "spin"} {
-		settings[k] = fs.String(k, "", "sets "+k+" (see the configuration file format)")
+	fs.SetOutput(io.Discard)
+	o := &options{settings: map[string]*string{}, set: map[string]bool{}}
+	fs.StringVar(&o.confPath, "config", "", "configuration `file`")
+	for _, k := range settingFlags {
+		o.settings[k] = fs.String(k, "", "sets "+k+" (see the configuration file format)")
 	}
-	poll := fs.Bool("poll", false, "same as --loop poll")
-	fs.Var(&ports, "port", "neighbour link `\"NAME KIND ARGS...\"` (repeatable; replaces the file's ports)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	fs.BoolVar(&o.poll, "poll", false, "same as --loop poll")
+	fs.Var(&o.ports, "port", "neighbour link `\"NAME KIND ARGS...\"` (repeatable; replaces the file's ports)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fmt.Fprintln(stdout, "Usage: dpu-agent [OPTIONS]\n\nThe DPU firmware daemon. Flags override the configuration file (see README.md, \"dpu-agent\").\nSIGHUP reloads the file; SIGTERM or SIGINT stop the agent.\n\nOPTIONS")
+		fs.PrintDefaults()
+		return nil, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("%w (dpu-agent --help lists the options)", err)
+	case *showVersion:
+		fmt.Fprintln(stdout, version.String("dpu-agent"))
+		return nil, true, nil
+	case fs.NArg() > 0:
+		return nil, false, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return o, false, nil
+}
+
+// config builds the configuration: defaults, $DPU_RUN_DIR, the file, then
+// the flags. It runs at start and again on every SIGHUP.
+func (o *options) config() (agent.Config, error) {
 	cfg := agent.DefaultConfig()
 	if d := os.Getenv("DPU_RUN_DIR"); d != "" {
 		cfg.RunDir = d
 	}
-	if *confPath != "" {
-		if err := cfg.LoadFile(*confPath); err != nil {
-			return err
+	if o.confPath != "" {
+		if err := cfg.LoadFile(o.confPath); err != nil {
+			return cfg, err
 		}
 	}
-	var err error
-	fs.Visit(func(f *flag.Flag) {
-		if v, ok := settings[f.Name]; ok && err == nil {
-			if e := cfg.Set(f.Name, *v); e != nil {
-				err = fmt.Errorf("%w: --%s: %w", agent.ErrConfig, f.Name, e)
+	for _, k := range settingFlags {
+		if o.set[k] {
+			if err := cfg.Set(k, *o.settings[k]); err != nil {
+				return cfg, fmt.Errorf("%w: --%s: %w", agent.ErrConfig, k, err)
 			}
 		}
-	})
-	if err != nil {
-		return err
 	}
-	if *poll {
+	if o.poll {
 		cfg.Loop = agent.LoopPoll
 	}
-	if len(ports) > 0 {
+	if len(o.ports) > 0 {
 		cfg.Ports = nil
-		for _, s := range ports {
+		for _, s := range o.ports {
 			p, err := agent.ParsePortSpec(s)
 			if err != nil {
-				return fmt.Errorf("%w: --port: %w", agent.ErrConfig, err)
+				return cfg, fmt.Errorf("%w: --port: %w", agent.ErrConfig, err)
 			}
 			cfg.Ports = append(cfg.Ports, p)
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	return cfg, cfg.Validate()
+}
+
+func run(ctx context.Context, args []string, stdout, logOut io.Writer, hup <-chan os.Signal) error {
+	o, done, err := parseFlags(args, stdout, logOut)
+	if err != nil || done {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: levelOf(cfg.LogLevel)}))
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	var level slog.LevelVar
+	level.Set(levelOf(cfg.LogLevel))
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: &level}))
 	a, err := agent.New(cfg, log)
 	if err != nil {
 		return err
 	}
-	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	sd := newNotifier()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- a.Run(ctx) }()
+	ready := a.Ready()
+	for {
+		select {
+		case <-ready:
+			ready = nil
+			if err := sd.notify("READY=1", "STATUS=serving", fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
+				log.Warn("service manager", "err", err)
+			}
+		case <-hup:
+			reload(a, o, &level, log, sd)
+		case err := <-runDone:
+			sd.notify("STOPPING=1")
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		}
 	}
-	return nil
+}
+
+// reload re-reads the configuration on SIGHUP and applies what can change
+// live; a configuration that does not load changes nothing.
+func reload(a *agent.Agent, o *options, level *slog.LevelVar, log *slog.Logger, sd notifier) {
+	sd.notify("RELOADING=1", monotonicUsec())
+	defer sd.notify("READY=1", "STATUS=serving")
+	cfg, err := o.config()
+	if err != nil {
+		log.Error("reload: configuration not applied", "err", err)
+		return
+	}
+	applied, restart, err := a.Reload(cfg)
+	if err != nil {
+		log.Error("reload: configuration not applied", "err", err)
+		return
+	}
+	level.Set(levelOf(cfg.LogLevel))
+	attrs := []any{"applied", applied}
+	if len(restart) > 0 {
+		attrs = append(attrs, "needs_restart", restart)
+	}
+	log.Info("reloaded", attrs...)
 }
 
 func levelOf(s string) slog.Level {

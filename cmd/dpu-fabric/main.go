@@ -1,14 +1,18 @@
 // Command dpu-fabric stands up a local fabric of dpu-agents.
 //
 //	dpu-fabric up --nodes N --topo ring|line|tree|torus2d|smallworld|random-regular --dir DIR
-//	              [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D]
+//	              [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D] [--agent PATH]
 //	dpu-fabric down --dir DIR
 //	dpu-fabric status --dir DIR
 //	dpu-fabric fault --dir DIR node I kill|restart
 //	dpu-fabric fault --dir DIR link A-B down|up|drop PCT%   (veth fabrics)
 //
+//	dpu-fabric --version | help
+//
 // up returns once every agent's routes cover all nodes and leaves the agents
-// running; down stops them and removes nothing else.
+// running; while it waits it says which nodes still miss routes, and when it
+// fails it stops the agents it started. down stops them and removes nothing
+// else.
 package main
 
 import (
@@ -24,33 +28,54 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aitherion/dpu/cmd/internal/version"
 	"github.com/aitherion/dpu/fabric"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, errHelp) {
 		fmt.Fprintln(os.Stderr, "dpu-fabric:", err)
 		os.Exit(1)
 	}
 }
 
 const usage = `usage:
-  dpu-fabric up --nodes N --topo KIND --dir DIR [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D]
+  dpu-fabric up --nodes N --topo KIND --dir DIR [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D] [--agent PATH]
   dpu-fabric down --dir DIR
   dpu-fabric status --dir DIR
   dpu-fabric fault --dir DIR node I kill|restart
-  dpu-fabric fault --dir DIR link A-B down|up|drop PCT%   (veth fabrics)`
+  dpu-fabric fault --dir DIR link A-B down|up|drop PCT%   (veth fabrics)
+  dpu-fabric --version
+
+KIND: line, ring, tree, torus2d, smallworld, random-regular. "dpu-fabric up --help"
+lists up's options.`
 
 var errUsage = errors.New(usage)
+
+// errHelp ends a run that printed a command's help (exit status 0).
+var errHelp = errors.New("help printed")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errUsage
 	}
 	fs := flag.NewFlagSet("dpu-fabric "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	parse := func() error {
+		err := fs.Parse(args[1:])
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage of dpu-fabric %s:\n", args[0])
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return errHelp
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w\n%s", args[0], err, usage)
+		}
+		return nil
+	}
 	var spec fabric.Spec
 	fs.StringVar(&spec.Dir, "dir", "", "fabric `directory`")
 	switch args[0] {
@@ -63,13 +88,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.DurationVar(&spec.Timeout, "timeout", 30*time.Second, "convergence bound")
 		fs.StringVar(&spec.AgentPath, "agent", "", "dpu-agent binary (default: beside dpu-fabric, then $PATH)")
 		fs.IntVar(&spec.Channels, "channels", 1, "channels each link stripes over (udp links)")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parse(); err != nil {
 			return err
 		}
 		_, err := fabric.Up(ctx, spec, stdout)
 		return err
 	case "down":
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parse(); err != nil {
 			return err
 		}
 		if spec.Dir == "" {
@@ -81,7 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "stopped the fabric in %s\n", spec.Dir)
 		return nil
 	case "status":
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parse(); err != nil {
 			return err
 		}
 		st, err := fabric.Load(spec.Dir)
@@ -98,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	case "fault":
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parse(); err != nil {
 			return err
 		}
 		st, err := fabric.Load(spec.Dir)
@@ -108,6 +133,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fault(st, fs.Args(), stdout)
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
+		return nil
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version.String("dpu-fabric"))
 		return nil
 	}
 	return fmt.Errorf("unknown command %q\n%s", args[0], usage)

@@ -6,10 +6,13 @@
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
 //
 // It prints one summary line (seeds=… ops=… checked=… unchecked=…
-// violations=…) and exits non-zero on any violation, printing the failing
-// seed and the command that replays it. checked counts the atomic and lock
-// operations the linearizability check judged; unchecked those a history
-// could not hold (past --max-history), which fail the run too. A replay prints the run's trace hash: the same seed on
+// violations=…), then a line that says what each counter means, and exits
+// non-zero on any violation, printing the failing seed and the command that
+// replays it. checked counts the atomic and lock operations the
+// linearizability check judged; unchecked those a history could not hold
+// (past --max-history), which fail the run too. On a terminal it shows
+// progress on stderr while it runs (seeds done, ops/s, ETA;
+// --progress=always|never overrides). A replay prints the run's trace hash: the same seed on
 // the same commit gives the same hash.
 package main
 
@@ -23,12 +26,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aitherion/dpu/cmd/internal/version"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/sim"
 )
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, errDone) {
+			return
+		}
 		if !errors.Is(err, errViolations) {
 			fmt.Fprintln(os.Stderr, "dpu-sim:", err)
 		}
@@ -37,6 +44,12 @@ func main() {
 }
 
 var errViolations = errors.New("violations found")
+
+// errDone ends a run that printed what was asked (--help, --version).
+var errDone = errors.New("done")
+
+// legend says what each counter of the summary line means.
+const legend = `ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); violations: broken invariants (must be 0); time: wall-clock time of the run`
 
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dpu-sim", flag.ContinueOnError)
@@ -57,8 +70,31 @@ func run(args []string, stdout, stderr io.Writer) error {
 	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
+	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "Usage: dpu-sim [OPTIONS]\n\nRuns the deterministic fabric simulator (see README.md, \"dpu-sim\").\n\nOPTIONS")
+			fs.PrintDefaults()
+			return errDone
+		}
+		return fmt.Errorf("%w (dpu-sim --help lists the options)", err)
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("dpu-sim"))
+		return errDone
+	}
+	var showProgress bool
+	switch *progressMode {
+	case "auto":
+		showProgress = isTerminal(stderr)
+	case "always":
+		showProgress = true
+	case "never":
+	default:
+		return fmt.Errorf("--progress %q: want auto, always or never", *progressMode)
 	}
 	fl, err := sim.ParseFaults(*faults)
 	if err != nil {
@@ -85,6 +121,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	results := make([]sim.Result, len(list))
 	errs := make([]error, len(list))
 	var wg sync.WaitGroup
+	var prog *progress
+	if showProgress && len(list) > 1 {
+		prog = startProgress(stderr, len(list), start)
+	}
 	next := make(chan int)
 	for range max(1, min(*jobs, len(list))) {
 		wg.Go(func() {
@@ -99,6 +139,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 					cfg.Debug = func(line string) { fmt.Fprintln(stdout, line) }
 				}
 				results[i], errs[i] = sim.Run(cfg)
+				prog.done(results[i].Ops)
 			}
 		})
 	}
@@ -107,6 +148,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	close(next)
 	wg.Wait()
+	prog.stop()
 
 	var ops, errCount, violations, lost, connects, disconnects, aborts, checked, unchecked int
 	var swaps uint64
@@ -131,6 +173,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
+	fmt.Fprintln(stdout, legend)
 	for _, i := range failed {
 		r := results[i]
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --clients %d", r.Seed, *nodes, *topoKind, *faults, *clients)

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSweepSummary(t *testing.T) {
@@ -52,6 +53,50 @@ func TestTruncatedHistoryFails(t *testing.T) {
 	if !regexp.MustCompile(` unchecked=[1-9][0-9]* `).MatchString(out.String()) || !strings.Contains(errb.String(), "went unchecked") ||
 		!strings.Contains(errb.String(), "--max-history 3") {
 		t.Fatalf("stdout %q, stderr %q", out.String(), errb.String())
+	}
+}
+
+// The last line explains every counter of the summary line.
+func TestSummaryCountersExplained(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run([]string{"--seeds", "2", "--nodes", "4", "--topo", "ring", "--faults", "none", "--workload", "5ms", "--quiesce", "50ms", "--progress", "always"}, &out, &errb); err != nil {
+		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	last := lines[len(lines)-1]
+	for _, kv := range strings.Fields(lines[0]) {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "seeds" && !strings.Contains(last, k+": ") {
+			t.Errorf("the last line does not explain %q: %s", k, last)
+		}
+	}
+	if !strings.HasSuffix(errb.String(), "\r\x1b[K") {
+		t.Errorf("progress line not cleared: %q", errb.String())
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := &progress{total: 4, start: t0}
+	if got, want := p.line(t0.Add(time.Second)), "seeds 0/4  ops 0 (0/s)  elapsed 1s  ETA ?"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	p.done(100)
+	p.done(50)
+	if got, want := p.line(t0.Add(3*time.Second)), "seeds 2/4  ops 150 (50/s)  elapsed 3s  ETA 3s"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	var nilp *progress
+	nilp.done(1) // no progress shown: nothing to count
+	nilp.stop()
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "--version"} {
+		var out, errb bytes.Buffer
+		if err := run([]string{arg}, &out, &errb); !errors.Is(err, errDone) || out.Len() == 0 {
+			t.Errorf("%s: %v %q", arg, err, out.String())
+		}
 	}
 }
 

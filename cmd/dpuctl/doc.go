@@ -68,7 +68,9 @@
 // the device) under the caller's own uid and groups, so pages are checked
 // against the person running dpuctl. alloc prints the first GVA alone (for
 // G=$(dpuctl mem alloc)); read prints a hex dump, or the word with --u64;
-// write, cas, add and where print one line; free prints nothing. A GVA may
+// write, cas, add and where print one line; free prints nothing. cas exits
+// with status 1 when the word was not EXPECTED and nothing was swapped (as
+// test(1) does; in mem batch it is no failure). A GVA may
 // carry +OFFSET. With -j every command prints one object with "op" and
 // "gva" (batch: one compact object per line).
 //
@@ -76,7 +78,7 @@
 // connection's locks, so no one-shot dpuctl can leave a page locked. mem
 // lock therefore runs CMD while it holds the lock, with $DPU_LOCKED_GVA set,
 // and exits with CMD's status (as flock(1) does); if the agent revoked the
-// pin meanwhile (a pin outlived its bound, 100ms by default) mem lock says
+// pin meanwhile (a pin outlived its bound, the agent's pin-bound, 5s by default) mem lock says
 // so and fails, because CMD did not run under mutual exclusion. mem batch
 // reads commands from stdin, one per line ("#" comments), on one
 // connection; there lock GVA and unlock GVA are separate commands, a lock

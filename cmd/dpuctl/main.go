@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/aitherion/dpu/cmd/internal/version"
 	"github.com/aitherion/dpu/ctl"
 )
 
@@ -48,6 +49,9 @@ COMMAND defaults to show.
 
   route show                      routing table: destination, next hop, port, hops
   link show                       ports and their reliable links, with counters
+  link capture PORT [-c N] [-w FILE] [--timeout D] [--snaplen N]
+                                  capture a port's datagrams (pcapng with -w)
+  capture read FILE               decode a pcapng (or pcap) of NoC links
   neigh show                      neighbours heard on the ports
   stats                           the agent's counters
   topo show [--dot]               the fabric as the agent sees it
@@ -66,12 +70,15 @@ COMMAND defaults to show.
                                   shared memory through the host socket
                                   ("dpuctl mem help" for details)
   help                            this text
+  completion bash|zsh             shell completion script
+  man                             this manual as a man page (roff)
 
 OPTIONS
   -s PATH   control socket (default $DPU_RUN_DIR/ctl.sock, else /run/dpu/ctl.sock)
   -d PATH   host interface socket, for mem (default $DPU_SOCKET, else
             $DPU_RUN_DIR/dpu0.sock, else /run/dpu/dpu0.sock)
   -j        JSON output (monitor: one object per line)
+  --version print the version
 `
 
 // env is what a command runs with.
@@ -122,7 +129,7 @@ type verb struct {
 
 var objects = []object{
 	{"route", []verb{{"show", routeShow}, {"list", routeShow}}},
-	{"link", []verb{{"show", linkShow}, {"list", linkShow}}},
+	{"link", []verb{{"show", linkShow}, {"list", linkShow}, {"capture", linkCapture}}},
 	{"neigh", []verb{{"show", neighShow}, {"list", neighShow}}},
 	{"stats", []verb{{"show", statsShow}}},
 	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
@@ -130,6 +137,7 @@ var objects = []object{
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"monitor", []verb{{"all", monitor}}},
+	{"capture", []verb{{"read", captureRead}}},
 	{"mem", []verb{{"", mem}}},
 	{"help", []verb{{"", help}}},
 }
@@ -143,6 +151,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	fs.StringVar(&e.device, "d", "", "host interface socket")
 	fs.BoolVar(&e.json, "j", false, "JSON output")
 	fs.BoolVar(&e.json, "json", false, "JSON output")
+	showVersion := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return help(e, nil)
@@ -150,6 +159,10 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		return usagef("%v", err)
 	}
 	args = fs.Args()
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, version.String("dpuctl"))
+		return err
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usagef("no object")
@@ -171,7 +184,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 			e.client.Close()
 		}
 	}()
-	return v.run(e, args)
+	return wrongSocket(ctx, e, v.run(e, args))
 }
 
 // match finds the first item whose name begins with word, as iproute2 does.

@@ -51,7 +51,7 @@ const memUsage = `Usage: dpuctl [-d PATH] [-j] mem COMMAND [ARGS]
 
 GVA is "gva:" + 32 hex digits, optionally followed by +OFFSET (bytes).
 Numbers are decimal or 0x hexadecimal. A lock is held at most the agent's
-pin bound (100ms by default): a lock revoked while CMD ran is reported and
+pin bound (pin-bound, 5s by default): a lock revoked while CMD ran is reported and
 makes mem lock fail.
 
 OPTIONS
@@ -121,7 +121,7 @@ func (s *memSession) exec(args []string) error {
 	if s.batch && v.name == "batch" {
 		return usagef("mem batch: batch inside batch")
 	}
-	return v.run(s, a)
+	return explainMem(a, v.run(s, a))
 }
 
 // parseMem finds the verb and parses its flags (anywhere among the
@@ -201,10 +201,7 @@ func (s *memSession) dial() (*client.Client, error) {
 	if s.client != nil {
 		return s.client, nil
 	}
-	path := s.e.device
-	if path == "" {
-		path = client.DefaultSocket()
-	}
+	path := memSocket(s.e)
 	c, err := client.Dial(s.e.ctx, path, client.Options{Name: "dpuctl"})
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
@@ -492,14 +489,22 @@ func memCAS(s *memSession, a memArgs) error {
 		return err
 	}
 	if s.e.json {
-		return s.out(memResult{Op: "cas", GVA: g, Expected: &exp, Desired: &des, Old: &old, Swapped: &swapped})
+		if err := s.out(memResult{Op: "cas", GVA: g, Expected: &exp, Desired: &des, Old: &old, Swapped: &swapped}); err != nil || swapped || s.batch {
+			return err
+		}
+		return exitStatus{code: 1, what: "mem cas"}
 	}
 	what := "swapped"
 	if !swapped {
 		what = "not swapped"
 	}
-	_, err = fmt.Fprintf(s.e.stdout, "old %d %s\n", old, what)
-	return err
+	if _, err = fmt.Fprintf(s.e.stdout, "old %d %s\n", old, what); err != nil {
+		return err
+	}
+	if !swapped && !s.batch {
+		return exitStatus{code: 1, what: "mem cas"} // as test(1): the word was not EXPECTED
+	}
+	return nil
 }
 
 func memAdd(s *memSession, a memArgs) error {

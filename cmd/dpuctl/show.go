@@ -38,12 +38,13 @@ func routeShow(e *env, args []string) error {
 		return e.writeJSON(routes)
 	}
 	tw := table(e.stdout)
+	fmt.Fprintf(tw, "DST\tVIA\tDEV\tHOPS\n")
 	for _, r := range routes {
 		if r.PortIndex == noc.NoPort && r.Hops == 0 {
-			fmt.Fprintf(tw, "%d\tlocal\n", r.Dst)
+			fmt.Fprintf(tw, "%d\tlocal\t-\t0\n", r.Dst)
 			continue
 		}
-		fmt.Fprintf(tw, "%d\tvia %d\tdev %s\thops %d\n", r.Dst, r.NextHop, r.Port, r.Hops)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\n", r.Dst, r.NextHop, r.Port, r.Hops)
 	}
 	return tw.Flush()
 }
@@ -71,9 +72,16 @@ func linkShow(e *env, args []string) error {
 		return e.writeJSON(links)
 	}
 	w := e.stdout
+	if len(links) == 0 {
+		fmt.Fprintln(e.stderr, "dpuctl: link show: this agent has no ports (a single-node fabric)")
+	}
 	for _, l := range links {
-		fmt.Fprintf(w, "%d: %s: <%s> mtu %d kind %s peer %d session %#x\n",
-			l.Index, l.Name, strings.ToUpper(l.State.String()), l.MTU, l.Kind, l.Peer, l.Session)
+		peer := "none"
+		if l.Peer != noc.BroadcastNode {
+			peer = strconv.FormatUint(uint64(l.Peer), 10)
+		}
+		fmt.Fprintf(w, "%d: %s: <%s> mtu %d kind %s peer %s session %#x\n",
+			l.Index, l.Name, strings.ToUpper(l.State.String()), l.MTU, l.Kind, peer, l.Session)
 		fmt.Fprintf(w, "    rtt %s retransmits %d crc-errors %d duplicates %d\n",
 			duration(l.RTT), l.Retransmits, l.CRCErrors, l.Duplicates)
 		writeColumns(w, "    ", []string{"RX:", "bytes", "datagrams", "messages"},
@@ -144,12 +152,13 @@ func neighShow(e *env, args []string) error {
 		return e.writeJSON(neigh)
 	}
 	tw := table(e.stdout)
+	fmt.Fprintf(tw, "NODE\tDEV\tSTATE\tHEARD\tKEY\n")
 	for _, n := range neigh {
-		id := ""
+		id := "-"
 		if n.Key != "" {
-			id = "\tkey " + n.Key + " (" + n.KeyName + ")"
+			id = n.Key + " (" + n.KeyName + ")"
 		}
-		fmt.Fprintf(tw, "%d\tdev %s\theard %s ago\t%s%s\n", n.Node, n.Port, duration(n.LastHeard), strings.ToUpper(n.State.String()), id)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s ago\t%s\n", n.Node, n.Port, strings.ToUpper(n.State.String()), duration(n.LastHeard), id)
 	}
 	return tw.Flush()
 }
@@ -313,6 +322,7 @@ func pathShow(e *env, args []string) error {
 		return e.writeJSON(entries)
 	}
 	tw := table(e.stdout)
+	fmt.Fprintf(tw, "KEY\tUP\tDOWN\tREPLICA\tVERSION\tUSED\n")
 	for _, p := range entries {
 		down := make([]string, len(p.Down))
 		for i, d := range p.Down {
@@ -321,7 +331,7 @@ func pathShow(e *env, args []string) error {
 		if len(down) == 0 {
 			down = []string{"-"}
 		}
-		fmt.Fprintf(tw, "%s\tup %s\tdown %s\t%s\tversion %d\tused %s ago\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s ago\n",
 			p.Key, portName(p.Up), strings.Join(down, ","), p.Replica, p.Version, duration(p.LastUse))
 	}
 	return tw.Flush()
@@ -358,6 +368,7 @@ func ownerShow(e *env, args []string) error {
 		return e.writeJSON(pages)
 	}
 	tw := table(e.stdout)
+	fmt.Fprintf(tw, "KEY\tVERSION\tSTATE\tQUEUE\n")
 	for _, p := range pages {
 		state := "-"
 		switch {
@@ -373,7 +384,7 @@ func ownerShow(e *env, args []string) error {
 		if len(queue) == 0 {
 			queue = []string{"-"}
 		}
-		fmt.Fprintf(tw, "%s\tversion %d\t%s\tqueue %s\n", p.Key, p.Version, state, strings.Join(queue, "; "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", p.Key, p.Version, state, strings.Join(queue, "; "))
 	}
 	return tw.Flush()
 }
@@ -394,8 +405,9 @@ func gpuShow(e *env, args []string) error {
 		return e.writeJSON(procs)
 	}
 	tw := table(e.stdout)
+	fmt.Fprintf(tw, "PID\tUID\tDEVICE\tCOMMAND\tMEM\tMEM-LIMIT\tKERNEL\tQUOTA\n")
 	for _, p := range procs {
-		line := fmt.Sprintf("%d\tuid %d\tdevice %d\t%s\tmem %s/%s\tkernel %s\tquota %s",
+		line := fmt.Sprintf("%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s",
 			p.PID, p.UID, p.Device, p.Command, size(p.MemoryUsed+p.Others), limit(size(p.MemoryLimit), p.MemoryLimit),
 			duration(p.KernelTime), limit(strconv.Itoa(int(p.KernelQuota))+"%", uint64(p.KernelQuota)))
 		if o := limitOrigin(p); o != "" {

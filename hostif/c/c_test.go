@@ -221,7 +221,8 @@ func TestExportsAndPkgConfig(t *testing.T) {
 			t.Errorf("libdpu.so does not export %s", want)
 		}
 	}
-	pc, err := os.ReadFile("build/dpu.pc")
+	build(t, "build/install/dpu.pc") // what make install installs
+	pc, err := os.ReadFile("build/install/dpu.pc")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/metrics"
+	"github.com/aitherion/dpu/node"
+)
+
+// agentMetrics is the agent's Prometheus exporter and, when metrics-listen
+// is set, the server that answers scrapes. The exporter exists from the
+// first use on, so host requests are counted whether or not anyone
+// scrapes; the server can be moved or stopped by Reload.
+type agentMetrics struct {
+	once sync.Once
+	exp  *metrics.Exporter
+
+	mu     sync.Mutex
+	ctx    context.Context // Run's: ends every server
+	wg     *sync.WaitGroup // Run's: waits for every server
+	listen string
+	srv    *metrics.Server
+}
+
+// HostObserver is what the host data path reports each finished request
+// to (op name, time from arrival to reply, errno): the metrics exporter.
+// It is safe for concurrent use, takes no lock of the agent and allocates
+// nothing on a hot path.
+func (a *Agent) HostObserver() metrics.HostObserver { return a.exporter() }
+
+func (a *Agent) exporter() *metrics.Exporter {
+	a.metrics.once.Do(func() { a.metrics.exp = metrics.New(source{a}, a.cfg.Node) })
+	return a.metrics.exp
+}
+
+// MetricsAddr is where the metrics server listens; nil when it does not.
+func (a *Agent) MetricsAddr() net.Addr {
+	a.metrics.mu.Lock()
+	defer a.metrics.mu.Unlock()
+	if a.metrics.srv == nil {
+		return nil
+	}
+	return a.metrics.srv.Addr()
+}
+
+// startMetrics starts the metrics server if metrics-listen is set; it
+// stops when ctx ends, and wg waits for it.
+func (a *Agent) startMetrics(ctx context.Context, wg *sync.WaitGroup) error {
+	m := &a.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ctx, m.wg = ctx, wg
+	return a.listenMetricsLocked(a.cfg.MetricsListen)
+}
+
+// listenMetricsLocked moves the server to addr ("" stops it).
+func (a *Agent) listenMetricsLocked(addr string) error {
+	m := &a.metrics
+	if m.ctx == nil {
+		return fmt.Errorf("agent: metrics: the agent is not running")
+	}
+	var srv *metrics.Server
+	if addr != "" {
+		var err error
+		if srv, err = metrics.Listen(addr, a.exporter()); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+	}
+	if m.srv != nil {
+		m.srv.Close()
+	}
+	m.srv, m.listen = srv, addr
+	if srv == nil {
+		return nil
+	}
+	a.log.Info("metrics", "listen", srv.Addr().String())
+	m.wg.Go(func() {
+		if err := srv.Serve(m.ctx); err != nil {
+			a.log.Warn("metrics server", "err", err)
+		}
+	})
+	return nil
+}
+
+// EngineCounters implements metrics.EngineSource.
+func (s source) EngineCounters() metrics.EngineCounters {
+	if s.a.engine == nil {
+		return metrics.EngineCounters{}
+	}
+	var ec metrics.EngineCounters
+	s.snap(func(*node.Core) {
+		c := s.a.engine.Stats()
+		ec = metrics.EngineCounters{ReplicaAnswers: c.AnsweredByReplica, Merges: c.Merges, Evictions: c.Evictions,
+			PinRevocations: c.HostFaults, Acquires: c.Acquires, Swaps: c.SwapsCompleted}
+	})
+	return ec
+}
+
+// GPUProcesses implements metrics.GPUSource.
+func (s source) GPUProcesses() []gpuctl.Process {
+	if s.a.gpu == nil {
+		return nil
+	}
+	return s.a.gpu.Processes()
+}

@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readmeBlock returns the fenced block of ../README.md whose first line is
+// first, as written there.
+func readmeBlock(t *testing.T, first string) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```\n"+first+"\n")
+	if !ok {
+		t.Fatalf("README.md has no block starting %q", first)
+	}
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatalf("README.md: the block starting %q is not closed", first)
+	}
+	return first + "\n" + block
+}
+
+// TestReadmeSampleConfig parses the README's sample agent.conf exactly as
+// written there, trailing comments included.
+func TestReadmeSampleConfig(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Load("README.md", strings.NewReader(readmeBlock(t, "# /etc/dpu/agent.conf"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.Node = 3
+	want.RunDir = "/run/dpu"
+	want.Heartbeat = 100 * time.Millisecond
+	want.DeadInterval = time.Second
+	want.MetricsListen = "127.0.0.1:9464"
+	want.Ports = []PortSpec{
+		{Name: "p0", Kind: PortUDP, Args: []string{"10.0.0.3:7000", "10.0.0.4:7000"}},
+		{Name: "p1", Kind: PortXDP, Args: []string{"eth1"}},
+		{Name: "p2", Kind: PortAFPacket, Args: []string{"eth2"}},
+		{Name: "p3", Kind: PortUDP, Args: []string{"10.0.0.3:7010", "10.0.0.4:7010"}, Channels: 4},
+		{Name: "p4", Kind: "rdma", Args: []string{"rxe0", "10.0.1.3:7700", "10.0.1.4:7700"}},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("README sample parsed as\n%+v\nwant\n%+v", c, want)
+	}
+}
+
+func TestConfigComments(t *testing.T) {
+	c := DefaultConfig()
+	in := "  # indented comment\nsocket-group = dpu#1   # a '#' inside a value stays\nheartbeat = 50ms\t# tab before\n"
+	if err := c.Load("c.conf", strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	if c.SocketGroup != "dpu#1" || c.Heartbeat != 50*time.Millisecond {
+		t.Fatalf("got socket-group %q heartbeat %v", c.SocketGroup, c.Heartbeat)
+	}
+	for _, bad := range []string{"metrics-listen = 9464", "metrics-listen = localhost"} {
+		c := DefaultConfig()
+		if err := c.Load("c.conf", strings.NewReader(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package metrics
+
+import (
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/noc"
+)
+
+// Source is what a scrape reads: the control socket's snapshots. The
+// agent's ctl.Source implements it.
+type Source interface {
+	Routes() []ctl.Route
+	Links() []ctl.Link
+	Stats() ctl.Stats
+}
+
+// A Source may also implement ctl.PathCacheSource, ctl.OwnerSource,
+// GPUSource and EngineSource; their metrics are served when it does.
+
+// GPUSource reports the CUDA hook's accounting, per process.
+type GPUSource interface {
+	GPUProcesses() []gpuctl.Process
+}
+
+// EngineSource reports the coherence engine's counters.
+type EngineSource interface {
+	EngineCounters() EngineCounters
+}
+
+// EngineCounters are the coherence engine's counters a scrape exports.
+type EngineCounters struct {
+	ReplicaAnswers uint64 // refs answered by a valid replica on the way
+	Merges         uint64 // refs merged into an open fetch
+	Evictions      uint64 // path cache entries evicted
+	PinRevocations uint64 // pins revoked at their bound (host faults)
+	Acquires       uint64 // ownership acquires handled
+	Swaps          uint64 // ownership transfers completed here
+}
+
+// HostObserver is told of every finished host request: the operation's
+// name (as the host interface names it: "load", "cas", ...), how long it
+// took from arrival to reply, and its errno (0: success). It must be safe
+// for concurrent use and cheap: the host data path calls it per request.
+type HostObserver interface {
+	ObserveHostRequest(op string, d time.Duration, errno syscall.Errno)
+}
+
+// Exporter turns a Source into Prometheus metrics and counts host requests.
+type Exporter struct {
+	src  Source
+	reg  *prometheus.Registry
+	node noc.NodeID
+
+	hostCount   *prometheus.CounterVec
+	hostLatency *prometheus.HistogramVec
+	observers   sync.Map // hostKey → hostObservers
+}
+
+type hostKey struct {
+	op    string
+	errno syscall.Errno
+}
+
+type hostObservers struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// HostLatencyBuckets are the host request histogram's bounds: from a
+// request served inline on an owned page (a few µs) to one that waits for
+// the request timeout (seconds).
+var HostLatencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5}
+
+// New returns an exporter reading src, for node self.
+func New(src Source, self noc.NodeID) *Exporter {
+	e := &Exporter{src: src, reg: prometheus.NewRegistry(), node: self}
+	e.hostCount = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dpu_host_requests_total",
+		Help: "Host interface requests finished, by operation and result (ok or the errno's name).",
+	}, []string{"op", "result"})
+	e.hostLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "dpu_host_request_duration_seconds",
+		Help:    "Time from a host request's arrival to its reply, by operation.",
+		Buckets: HostLatencyBuckets,
+	}, []string{"op"})
+	e.reg.MustRegister(e.hostCount, e.hostLatency, snapshotCollector{e})
+	return e
+}
+
+// Registry is where the exporter's metrics live (to gather them or add
+// more).
+func (e *Exporter) Registry() *prometheus.Registry { return e.reg }
+
+// ObserveHostRequest implements HostObserver.
+func (e *Exporter) ObserveHostRequest(op string, d time.Duration, errno syscall.Errno) {
+	k := hostKey{op, errno}
+	v, ok := e.observers.Load(k)
+	if !ok {
+		result := "ok"
+		if errno != 0 {
+			if result = unix.ErrnoName(errno); result == "" {
+				result = "errno_" + strconv.Itoa(int(errno))
+			}
+		}
+		v, _ = e.observers.LoadOrStore(k, hostObservers{
+			count:   e.hostCount.WithLabelValues(op, result),
+			latency: e.hostLatency.WithLabelValues(op),
+		})
+	}
+	o := v.(hostObservers)
+	o.count.Inc()
+	o.latency.Observe(d.Seconds())
+}
+
+// snapshotCollector reads the Source on every scrape.
+type snapshotCollector struct{ e *Exporter }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	descUp            = desc("dpu_up", "1 while the agent serves.", "node")
+	descUptime        = desc("dpu_uptime_seconds", "Time since the agent started.")
+	descLinkUp        = desc("dpu_link_up", "1 when the port's reliable link is up.", "port", "kind")
+	descLinkPeer      = desc("dpu_link_peer", "Node id of the neighbour on the port.", "port")
+	descTxDatagrams   = desc("dpu_link_tx_datagrams_total", "Datagrams sent on the port.", "port")
+	descRxDatagrams   = desc("dpu_link_rx_datagrams_total", "Datagrams received on the port.", "port")
+	descTxBytes       = desc("dpu_link_tx_bytes_total", "Bytes sent on the port.", "port")
+	descRxBytes       = desc("dpu_link_rx_bytes_total", "Bytes received on the port.", "port")
+	descTxMessages    = desc("dpu_link_tx_messages_total", "Messages (frames) sent over the reliable link.", "port")
+	descRxMessages    = desc("dpu_link_rx_messages_total", "Messages (frames) delivered by the reliable link.", "port")
+	descRetransmits   = desc("dpu_link_retransmits_total", "Datagrams the reliable link sent again.", "port")
+	descCRCErrors     = desc("dpu_link_crc_errors_total", "Datagrams dropped for a bad CRC32C.", "port")
+	descDuplicates    = desc("dpu_link_duplicates_total", "Duplicate datagrams dropped.", "port")
+	descRTT           = desc("dpu_link_rtt_seconds", "Smoothed round-trip time of the reliable link.", "port")
+	descPortCounter   = desc("dpu_port_events_total", "Counters of a port's channels and queues (AF_XDP: per CPU).", "port", "event")
+	descRoutes        = desc("dpu_routes", "Destinations with a route.")
+	descRouteHops     = desc("dpu_route_hops", "Distance in hops to each destination.", "dst")
+	descFrames        = desc("dpu_frames_total", "Frames by path through the node.", "path")
+	descDropped       = desc("dpu_frames_dropped_total", "Frames dropped, by reason.", "reason")
+	descNodeCounter   = desc("dpu_node_events_total", "Other counters of the node core.", "event")
+	descPathEntries   = desc("dpu_pathcache_entries", "Path cache entries by the state of the local replica.", "replica")
+	descPathAnswers   = desc("dpu_pathcache_replica_answers_total", "Refs answered by a valid replica on the way (path cache hits).")
+	descPathMerges    = desc("dpu_pathcache_merges_total", "Refs merged into a fetch already open.")
+	descPathEvictions = desc("dpu_pathcache_evictions_total", "Path cache entries evicted.")
+	descOwned         = desc("dpu_owned_pages", "Pages owned by this node's host.")
+	descPins          = desc("dpu_pins", "Owned pages pinned (locked).")
+	descRevocations   = desc("dpu_pin_revocations_total", "Pins revoked at their bound (host faults).")
+	descQueueDepth    = desc("dpu_arbiter_queue_depth", "Requests waiting at the ownership arbiter, all pages.")
+	descOldestWait    = desc("dpu_arbiter_oldest_wait_seconds", "The longest wait of a request queued at the arbiter.")
+	descAcquires      = desc("dpu_ownership_acquires_total", "Ownership acquires handled.")
+	descSwaps         = desc("dpu_ownership_swaps_total", "Ownership transfers completed at this node.")
+	gpuLabels         = []string{"pid", "uid", "device", "command"}
+	descGPUMem        = desc("dpu_gpu_memory_used_bytes", "GPU memory a process uses.", gpuLabels...)
+	descGPUMemLimit   = desc("dpu_gpu_memory_limit_bytes", "GPU memory limit of a process (0: unlimited).", gpuLabels...)
+	descGPUKernel     = desc("dpu_gpu_kernel_seconds_total", "GPU kernel time a process used.", gpuLabels...)
+	descGPUQuota      = desc("dpu_gpu_kernel_quota_ratio", "Share of the device's time a process may use (0: unlimited).", gpuLabels...)
+)
+
+var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, descTxDatagrams, descRxDatagrams,
+	descTxBytes, descRxBytes, descTxMessages, descRxMessages, descRetransmits, descCRCErrors, descDuplicates, descRTT,
+	descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
+	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
+	descSwaps, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
+
+// Describe implements prometheus.Collector.
+func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one snapshot of each object.
+func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	src := c.e.src
+	st := src.Stats()
+	gauge(descUp, 1, strconv.FormatUint(uint64(st.Node), 10))
+	gauge(descUptime, st.Uptime.Seconds())
+	collectStats(st, counter)
+
+	for _, l := range src.Links() {
+		up := 0.0
+		if l.State == ctl.LinkUp {
+			up = 1
+		}
+		gauge(descLinkUp, up, l.Name, l.Kind)
+		if l.Peer != noc.BroadcastNode {
+			gauge(descLinkPeer, float64(l.Peer), l.Name)
+		}
+		counter(descTxDatagrams, l.TxDatagrams, l.Name)
+		counter(descRxDatagrams, l.RxDatagrams, l.Name)
+		counter(descTxBytes, l.TxBytes, l.Name)
+		counter(descRxBytes, l.RxBytes, l.Name)
+		counter(descTxMessages, l.TxMessages, l.Name)
+		counter(descRxMessages, l.RxMessages, l.Name)
+		counter(descRetransmits, l.Retransmits, l.Name)
+		counter(descCRCErrors, l.CRCErrors, l.Name)
+		counter(descDuplicates, l.Duplicates, l.Name)
+		gauge(descRTT, l.RTT.Seconds(), l.Name)
+		for _, ct := range l.Counters {
+			counter(descPortCounter, ct.Value, l.Name, ct.Name)
+		}
+	}
+
+	routes := src.Routes()
+	n := 0
+	for _, r := range routes {
+		if r.PortIndex == noc.NoPort && r.Hops == 0 {
+			continue // the local node
+		}
+		n++
+		gauge(descRouteHops, float64(r.Hops), strconv.FormatUint(uint64(r.Dst), 10))
+	}
+	gauge(descRoutes, float64(n))
+
+	if p, ok := src.(ctl.PathCacheSource); ok {
+		var by [5]int
+		for _, e := range p.PathCache() {
+			if int(e.Replica) < len(by) {
+				by[e.Replica]++
+			}
+		}
+		for s, v := range by {
+			gauge(descPathEntries, float64(v), ctl.ReplicaState(s).String())
+		}
+	}
+	if o, ok := src.(ctl.OwnerSource); ok {
+		var pins, depth int
+		var oldest time.Duration
+		pages := o.OwnedPages()
+		for _, p := range pages {
+			if p.Pinned {
+				pins++
+			}
+			depth += len(p.Waiters)
+			for _, w := range p.Waiters {
+				oldest = max(oldest, w.Waited)
+			}
+		}
+		gauge(descOwned, float64(len(pages)))
+		gauge(descPins, float64(pins))
+		gauge(descQueueDepth, float64(depth))
+		gauge(descOldestWait, oldest.Seconds())
+	}
+	if en, ok := src.(EngineSource); ok {
+		ec := en.EngineCounters()
+		counter(descPathAnswers, ec.ReplicaAnswers)
+		counter(descPathMerges, ec.Merges)
+		counter(descPathEvictions, ec.Evictions)
+		counter(descRevocations, ec.PinRevocations)
+		counter(descAcquires, ec.Acquires)
+		counter(descSwaps, ec.Swaps)
+	}
+	if g, ok := src.(GPUSource); ok {
+		for _, p := range g.GPUProcesses() {
+			l := []string{strconv.FormatUint(uint64(p.PID), 10), strconv.FormatUint(uint64(p.UID), 10),
+				strconv.FormatUint(uint64(p.Device), 10), p.Command}
+			gauge(descGPUMem, float64(p.MemoryUsed), l...)
+			gauge(descGPUMemLimit, float64(p.MemoryLimit), l...)
+			ch <- prometheus.MustNewConstMetric(descGPUKernel, prometheus.CounterValue, p.KernelTime.Seconds(), l...)
+			gauge(descGPUQuota, float64(p.KernelQuota)/100, l...)
+		}
+	}
+}
+
+// collectStats maps the node's counters (ctl stats) to metrics: frames by
+// path, drops by reason, the rest by name. The per-link sums and the route
+// count have metrics of their own.
+func collectStats(st ctl.Stats, counter func(*prometheus.Desc, uint64, ...string)) {
+	for _, ct := range st.Counters {
+		switch name := ct.Name; {
+		case name == "routes" || len(name) > 5 && name[:5] == "link_":
+		case len(name) > 7 && name[:7] == "frames_":
+			counter(descFrames, ct.Value, name[7:])
+		case len(name) > 5 && name[:5] == "drop_":
+			counter(descDropped, ct.Value, name[5:])
+		default:
+			counter(descNodeCounter, ct.Value, name)
+		}
+	}
+}
