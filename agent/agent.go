@@ -216,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 
 	if a.host != nil {
 		srv, err := hostif.NewServer(a.host, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
-			RingBell: a.ringBell})
+			RingBell: a.ringBell, Observe: a.observeHost})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/metrics"
 	"github.com/aitherion/dpu/node"
 )
@@ -106,4 +109,9 @@ func (s source) GPUProcesses() []gpuctl.Process {
 		return nil
 	}
 	return s.a.gpu.Processes()
+}
+
+// observeHost reports one answered host request to the metrics exporter.
+func (a *Agent) observeHost(op wire.Op, d time.Duration, errno syscall.Errno) {
+	a.exporter().ObserveHostRequest(op.String(), d, errno)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/agent"
+	"github.com/aitherion/dpu/hostif/client"
 )
 
 func get(t *testing.T, url string) string {
@@ -44,7 +45,23 @@ func TestMetricsAndReload(t *testing.T) {
 	if addr == nil {
 		t.Fatal("no metrics server")
 	}
-	a.HostObserver().ObserveHostRequest("cas", 40*time.Microsecond, 0)
+	// two real CASes, one over the ring and one over the socket
+	ctx := ctxT(t, time.Minute)
+	ringC := dialHost(t, nodes[0])
+	sockC, err := client.Dial(ctx, nodes[0].hostSocket(), client.Options{NoRings: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sockC.Close()
+	g, err := sockC.Alloc(ctx, 4096, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*client.Client{ringC, sockC} {
+		if _, swapped, err := c.CompareAndSwap(ctx, g, uint64(i), uint64(i+1)); err != nil || !swapped {
+			t.Fatalf("cas %d: %v %v", i, swapped, err)
+		}
+	}
 	a.HostObserver().ObserveHostRequest("load", time.Millisecond, syscall.ENOENT)
 	body := get(t, "http://"+addr.String()+"/metrics")
 	for _, want := range []string{
@@ -53,9 +70,11 @@ func TestMetricsAndReload(t *testing.T) {
 		"dpu_routes 1",
 		`dpu_route_hops{dst="1"} 1`,
 		`dpu_host_requests_total{op="load",result="ENOENT"} 1`,
-		`dpu_host_request_duration_seconds_count{op="cas"} 1`,
+		`dpu_host_request_duration_seconds_count{op="cas"} 2`,
+		`dpu_host_requests_total{op="cas",result="ok"} 2`,
+		`dpu_host_requests_total{op="alloc",result="ok"} 1`,
 		"dpu_pathcache_evictions_total 0",
-		"dpu_owned_pages 0",
+		"dpu_owned_pages 1",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -68,6 +68,7 @@ type task struct {
 	rep reply
 	ctx opContext
 	rg  *connRing // the ring it came on; nil: the socket
+	at  time.Time // when it arrived (for Options.Observe)
 }
 
 // reply is what an op produces besides its error.
@@ -79,7 +80,7 @@ type reply struct {
 
 // putTask returns t to the pool.
 func putTask(t *task) {
-	t.rg = nil
+	t.rg, t.at = nil, time.Time{}
 	taskPool.Put(t)
 }
 
@@ -191,6 +192,9 @@ func (c *conn) serve() {
 // accept checks one received request. It reports true when t is to be
 // run; otherwise it has answered (or dropped) it and recycled t.
 func (c *conn) accept(t *task, n, flags int, log *slog.Logger) bool {
+	if c.s.opts.Observe != nil {
+		t.at = time.Now()
+	}
 	msg := t.in[:n]
 	var err error
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0 {
@@ -283,6 +287,7 @@ func (c *conn) reply(t *task, err error, flush bool) {
 		}
 	}
 	h.Put(msg)
+	c.s.observe(t, h.Status)
 	werr := c.out.Queue(msg, fds)
 	if werr == nil && flush {
 		werr = c.out.Flush()
@@ -290,6 +295,13 @@ func (c *conn) reply(t *task, err error, flush bool) {
 	if werr != nil {
 		c.abort()
 		c.s.log.Debug("reply not sent", "conn", c.id, "op", t.req.Op, "err", werr)
+	}
+}
+
+// observe tells Options.Observe that t was answered with status.
+func (s *Server) observe(t *task, status uint32) {
+	if s.opts.Observe != nil && !t.at.IsZero() {
+		s.opts.Observe(t.req.Op, time.Since(t.at), syscall.Errno(status))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -161,6 +162,10 @@ func (s *Server) serveRing(rg *connRing, max int) bool {
 		got = true
 		t := taskPool.Get().(*task)
 		t.rg = rg
+		t.at = time.Time{}
+		if s.opts.Observe != nil {
+			t.at = time.Now()
+		}
 		if err := wire.DecodeRequest(rg.buf[:n], &t.req); err != nil {
 			s.ringRefuse(rg, t, wire.PeekID(rg.buf[:n]), err.Error())
 			continue
@@ -237,6 +242,7 @@ func (rg *connRing) answer(t *task, err error) {
 		}
 	}
 	h.Put(msg)
+	rg.c.s.observe(t, h.Status)
 	rg.push(msg)
 }
 

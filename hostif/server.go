@@ -67,6 +67,10 @@ type Options struct {
 	AttrCache int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
+	// Observe, when set, is told of every answered request: its op, the
+	// time from its arrival to its reply and its errno (0: success). It
+	// must not block (the metrics exporter's is a few atomic adds).
+	Observe func(op wire.Op, d time.Duration, errno syscall.Errno)
 	// RingBell, when set, makes the server offer shared-memory ring pairs
 	// (op RINGS): it is told each ring's bell descriptor as the ring
 	// opens (add) and before it closes, for the driver's poll set; the
