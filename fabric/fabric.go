@@ -59,8 +59,9 @@ type Agent struct {
 	// kernel has given to another process since is never taken for the
 	// agent.
 	Start uint64 `json:"start,omitempty"`
-	// Exe is the executable it runs: a pid is signalled only while it
-	// still names that process (start time and executable).
+	// Exe is the executable the process ran when it was started (for the
+	// record: a wrapper may exec the agent later, so it does not identify
+	// the process; the start time does).
 	Exe string `json:"exe,omitempty"`
 }
 
@@ -573,11 +574,6 @@ func (a Agent) running() bool {
 	st, err := readProcStat(a.Pid)
 	if err != nil || a.Start != 0 && st.start != a.Start {
 		return false
-	}
-	if a.Exe != "" {
-		if id, err := identify(a.Pid); err == nil && id.Exe != a.Exe {
-			return false // the pid names another program now
-		}
 	}
 	return !st.dead()
 }

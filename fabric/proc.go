@@ -70,7 +70,7 @@ func signalOurs(pid int, want procIdentity, sig syscall.Signal) error {
 	if err != nil {
 		return nil // exited meanwhile
 	}
-	if got.Start != want.Start || want.Exe != "" && got.Exe != want.Exe {
+	if got.Start != want.Start {
 		return fmt.Errorf("%w: pid %d is %s (started at tick %d), recorded %s (tick %d)", ErrNotOurs, pid, got.Exe, got.Start, want.Exe, want.Start)
 	}
 	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
