@@ -184,10 +184,17 @@ func (a *Agent) park() error {
 		}
 	}
 	a.mu.Lock()
-	next := a.core.NextDeadline()
+	next := min(a.core.NextDeadline(), a.now()+bound)
+	if next <= a.now() {
+		a.mu.Unlock()
+		return nil
+	}
 	a.armed = next
+	err := a.w.setTimer(next - a.now())
 	a.mu.Unlock()
-	err := a.w.wait(min(next-a.now(), bound))
+	if err == nil {
+		err = a.w.wait()
+	}
 	a.mu.Lock()
 	a.armed = -1
 	a.mu.Unlock()
@@ -262,12 +269,22 @@ func (a *Agent) onCore(fn func(c *node.Core)) {
 	fn(a.core)
 	a.settleLocked()
 	done := a.endStepLocked()
-	if a.armed >= 0 && (a.core.NextDeadline() < a.armed || a.cfg.Loop == LoopAdaptive && a.tx.sent > 0) {
-		// The parked loop would sleep past the core's next deadline; or,
-		// adaptive, the step sent datagrams whose answers the loop should
-		// be spinning for when they come (it wakes while they travel).
-		a.armed = -1
-		a.w.ring()
+	if a.armed >= 0 {
+		switch next := a.core.NextDeadline(); {
+		case a.cfg.Loop == LoopAdaptive && a.tx.sent > 0:
+			// the step sent datagrams: the loop should be spinning for
+			// their answers when they come (it wakes while they travel)
+			a.armed = -1
+			a.w.ring()
+		case next < a.armed:
+			// the parked loop would sleep past the core's next deadline:
+			// bring its timer forward (no wake-up now)
+			a.armed = next
+			if err := a.w.setTimer(next - a.now()); err != nil {
+				a.armed = -1
+				a.w.ring()
+			}
+		}
 	}
 	a.mu.Unlock()
 	a.writeTx()

@@ -63,24 +63,30 @@ func (w *waiter) ring() {
 	_, _ = unix.Write(w.kick, one[:])
 }
 
+// setTimer arms the timer to fire d from now (d <= 0: at once). The loop
+// arms it before it parks, and a step that moves the core's next deadline
+// sooner re-arms it, both under the agent's mu, so the parked loop wakes
+// on time without being rung.
+func (w *waiter) setTimer(d time.Duration) error {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(max(d, time.Nanosecond)))}
+	if err := unix.TimerfdSettime(w.timer, 0, &spec, nil); err != nil {
+		return fmt.Errorf("agent: timerfd: %w", err)
+	}
+	return nil
+}
+
 // wait parks until a registered descriptor is readable, the waiter is rung
-// or d passes (d <= 0: do not park). It consumes the kick and the timer.
-func (w *waiter) wait(d time.Duration) error {
-	if d > 0 {
-		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-		if err := unix.TimerfdSettime(w.timer, 0, &spec, nil); err != nil {
-			return fmt.Errorf("agent: timerfd: %w", err)
+// or the timer fires. It consumes the kick and the timer.
+func (w *waiter) wait() error {
+	for {
+		_, err := unix.EpollWait(w.ep, w.evs[:], -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
-		for {
-			_, err := unix.EpollWait(w.ep, w.evs[:], -1)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("agent: epoll wait: %w", err)
-			}
-			break
+		if err != nil {
+			return fmt.Errorf("agent: epoll wait: %w", err)
 		}
+		break
 	}
 	var buf [8]byte
 	_, _ = unix.Read(w.kick, buf[:])
