@@ -10,11 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 	"github.com/aitherion/dpu/hostif/wire"
@@ -29,44 +27,7 @@ import (
 // dpu0.sock; it is stopped when the benchmark ends.
 func liveAgent(b *testing.B) string {
 	b.Helper()
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "dpu-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/aitherion/dpu/cmd/dpu-agent").CombinedOutput(); err != nil {
-		b.Fatalf("building dpu-agent: %v\n%s", err, out)
-	}
-	runDir := filepath.Join(dir, "run")
-	cmd := exec.Command(bin, "--node", "0", "--run-dir", runDir, "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	sock := hostif.SocketPath(runDir)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			return sock
-		}
-		select {
-		case err := <-exited:
-			b.Fatalf("dpu-agent exited: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("dpu0.sock did not appear within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return startAgentProc(b, filepath.Join(b.TempDir(), "run"), "--node", "0")
 }
 
 func liveClient(b *testing.B) (*client.Client, string) {

@@ -158,11 +158,7 @@ func BenchmarkLiveOneHopCAS(b *testing.B) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer echoConn.Close()
+			echoConn := dialEcho(b)
 			var lat, echo []time.Duration
 			i := uint64(0)
 			for b.Loop() {
@@ -239,11 +235,7 @@ func BenchmarkLiveCASPaths(b *testing.B) {
 						}
 						time.Sleep(20 * time.Millisecond)
 					}
-					echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer echoConn.Close()
+					echoConn := dialEcho(b)
 					msg, in := make([]byte, 48), make([]byte, 64)
 					var lat, echo []time.Duration
 					i := uint64(0)
@@ -270,4 +262,16 @@ func BenchmarkLiveCASPaths(b *testing.B) {
 			}
 		}
 	}
+}
+
+// dialEcho connects to a bare SOCK_SEQPACKET echo (the floor every
+// benchmark here compares with), closed at cleanup.
+func dialEcho(b *testing.B) net.Conn {
+	b.Helper()
+	c, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
 }
