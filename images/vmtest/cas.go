@@ -20,9 +20,10 @@ var (
 )
 
 // casFirstPage is the GVA of the first page node allocates (machine index
-// node, page 1), the page the peers compare-and-swap.
+// node; allocation epoch 1, counter 1: a freshly booted agent's first page),
+// the page the peers compare-and-swap.
 func casFirstPage(node int) string {
-	return fmt.Sprintf("gva:%08x%08x%016x", 0, node, 1<<12)
+	return fmt.Sprintf("gva:%08x%08x%016x", 0, node, uint64(1<<32|1)<<12)
 }
 
 // checkCAS checks the "cas" outputs of the owner node and of a peer node

@@ -6,7 +6,7 @@ import (
 )
 
 func TestCheckCAS(t *testing.T) {
-	page := "gva:00000000000000000000000000001000"
+	page := "gva:00000000000000000000100000001000"
 	owner := []string{"owner " + page + " value 6840346601316155434 then 6840346601316155435 after 1.87s"}
 	peer := []string{
 		"cas " + page + " expected 6840346601316155434 desired 6840346601316155435 old 6840346601316155434 swapped after 4 tries 0.35s",
@@ -47,7 +47,7 @@ func TestCheckCAS(t *testing.T) {
 			t.Errorf("%s: err = %v, want one containing %q", b.name, err, b.want)
 		}
 	}
-	if got := casFirstPage(1); got != "gva:00000000000000010000000000001000" {
+	if got := casFirstPage(1); got != "gva:00000000000000010000100000001000" {
 		t.Errorf("casFirstPage(1) = %s", got)
 	}
 }
