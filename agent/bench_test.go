@@ -98,23 +98,9 @@ func BenchmarkLiveRawCASLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	raw, err := net.Dial("unixpacket", sock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer raw.Close()
+	raw := rawSession(b, sock)
 	in := make([]byte, wire.MaxMessage)
-	if _, err := raw.Write(wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := raw.Read(in); err != nil {
-		b.Fatal(err)
-	}
-	echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer echoConn.Close()
+	echoConn := dialEcho(b)
 	msg := make([]byte, 0, 64)
 	var cas, echo []time.Duration
 	i := uint64(0)

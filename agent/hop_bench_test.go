@@ -126,18 +126,8 @@ func BenchmarkLiveOneHopCAS(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			raw, err := net.Dial("unixpacket", s1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer raw.Close()
+			raw := rawSession(b, s1)
 			in := make([]byte, wire.MaxMessage)
-			if _, err := raw.Write(wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := raw.Read(in); err != nil {
-				b.Fatal(err)
-			}
 			// the first CAS waits for the link and routes to come up
 			msg := make([]byte, 0, 64)
 			cas := func(id, old, new uint64) (int, error) {
@@ -274,4 +264,23 @@ func dialEcho(b *testing.B) net.Conn {
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
+}
+
+// rawSession opens a bare dpu0.sock connection and says HELLO (request id
+// 1); the caller writes requests and reads replies itself. It is closed at
+// cleanup.
+func rawSession(b *testing.B, sock string) net.Conn {
+	b.Helper()
+	raw, err := net.Dial("unixpacket", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { raw.Close() })
+	if _, err := raw.Write(wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := raw.Read(make([]byte, wire.MaxMessage)); err != nil {
+		b.Fatal(err)
+	}
+	return raw
 }

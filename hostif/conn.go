@@ -268,8 +268,6 @@ func (c *conn) runInline(t *task) {
 // reply writes (flush) or queues the reply of t: its body, or err's errno
 // and text.
 func (c *conn) reply(t *task, err error, flush bool) {
-	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, ID: t.req.ID, GVA: t.rep.gva}
-	msg := t.out[:wire.HeaderLen]
 	var fds []int
 	if err == nil && len(t.rep.fds) > 0 {
 		// The outbox may send after the replicas are gone: give it copies.
@@ -277,6 +275,22 @@ func (c *conn) reply(t *task, err error, flush bool) {
 			err = fmt.Errorf("passing replica files: %w", err)
 		}
 	}
+	msg := c.s.encodeReply(t, err)
+	werr := c.out.Queue(msg, fds)
+	if werr == nil && flush {
+		werr = c.out.Flush()
+	}
+	if werr != nil {
+		c.abort()
+		c.s.log.Debug("reply not sent", "conn", c.id, "op", t.req.Op, "err", werr)
+	}
+}
+
+// encodeReply encodes t's reply into t.out: its body, or err's errno and
+// text, and tells Options.Observe. The socket and the rings send it.
+func (s *Server) encodeReply(t *task, err error) []byte {
+	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, ID: t.req.ID, GVA: t.rep.gva}
+	msg := t.out[:wire.HeaderLen]
 	if err != nil {
 		h.Status = uint32(errnoOf(err))
 		msg = wire.AppendErrorText(msg, err.Error())
@@ -287,15 +301,8 @@ func (c *conn) reply(t *task, err error, flush bool) {
 		}
 	}
 	h.Put(msg)
-	c.s.observe(t, h.Status)
-	werr := c.out.Queue(msg, fds)
-	if werr == nil && flush {
-		werr = c.out.Flush()
-	}
-	if werr != nil {
-		c.abort()
-		c.s.log.Debug("reply not sent", "conn", c.id, "op", t.req.Op, "err", werr)
-	}
+	s.observe(t, h.Status)
+	return msg
 }
 
 // observe tells Options.Observe that t was answered with status.

@@ -3,6 +3,7 @@ package hostif
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -172,59 +173,36 @@ func (s *Server) checkCached(c *conn, key gva.GVA, need uint32) error {
 // connection it touched once. The backend's driver calls it after a step,
 // holding none of its locks.
 func (s *Server) Complete(ds []Done) {
-	var touched [8]*conn
-	var rgLocal [8]*connRing
-	rgs := rgLocal[:0]
-	more := map[*conn]struct{}(nil)
-	n := 0
+	var connsAt [8]*conn
+	var ringsAt [8]*connRing
+	conns, rings := connsAt[:0], ringsAt[:0]
 	for i := range ds {
 		pd, ok := s.pending.take(ds[i].Token)
 		if !ok {
 			continue
 		}
-		if rg := pd.t.rg; rg != nil {
-			s.finishPipelined(pd.c, pd.t, &ds[i])
-			rgs = appendRing(rgs, rg)
-			continue
+		if rg := pd.t.rg; rg != nil { // read before finishPipelined recycles the task
+			rings = appendOnce(rings, rg)
+		} else {
+			conns = appendOnce(conns, pd.c)
 		}
 		s.finishPipelined(pd.c, pd.t, &ds[i])
-		seen := false
-		for _, c := range touched[:n] {
-			if c == pd.c {
-				seen = true
-				break
-			}
-		}
-		if !seen {
-			if n < len(touched) {
-				touched[n] = pd.c
-				n++
-			} else {
-				if more == nil {
-					more = make(map[*conn]struct{})
-				}
-				more[pd.c] = struct{}{}
-			}
-		}
 	}
-	for _, c := range touched[:n] {
+	for _, c := range conns {
 		c.flush()
 	}
-	for c := range more {
-		c.flush()
-	}
-	for _, rg := range rgs {
+	for _, rg := range rings {
 		rg.flush()
 	}
 }
 
-func appendRing(rgs []*connRing, rg *connRing) []*connRing {
-	for _, x := range rgs {
-		if x == rg {
-			return rgs
-		}
+// appendOnce appends x to xs unless it is there already (the connections
+// of one batch of completions are few).
+func appendOnce[T comparable](xs []T, x T) []T {
+	if slices.Contains(xs, x) {
+		return xs
 	}
-	return append(rgs, rg)
+	return append(xs, x)
 }
 
 // finishPipelined does what exec does after the backend call of a data-path

@@ -227,23 +227,10 @@ func (s *Server) ringRefuse(rg *connRing, t *task, id uint64, why string) {
 
 // answer queues t's reply (or err) on the ring; flush publishes.
 func (rg *connRing) answer(t *task, err error) {
-	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, ID: t.req.ID, GVA: t.rep.gva}
-	msg := t.out[:wire.HeaderLen]
 	if err == nil && len(t.rep.fds) > 0 {
 		err = fmt.Errorf("%s: its reply carries descriptors; ask on the socket: %w", t.req.Op, syscall.EINVAL)
 	}
-	if err != nil {
-		h.Status = uint32(errnoOf(err))
-		msg = wire.AppendErrorText(msg, err.Error())
-	} else {
-		msg = t.out[:wire.HeaderLen+len(t.rep.body)]
-		if len(t.rep.body) > 0 && &t.rep.body[0] != &t.out[:cap(t.out)][wire.HeaderLen] {
-			msg = append(t.out[:wire.HeaderLen], t.rep.body...)
-		}
-	}
-	h.Put(msg)
-	rg.c.s.observe(t, h.Status)
-	rg.push(msg)
+	rg.push(rg.c.s.encodeReply(t, err))
 }
 
 // push queues one reply, holding it when the completion ring is full.
