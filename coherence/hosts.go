@@ -320,7 +320,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostRelease, HostUnlock:
 		if hr.Op == HostRelease && r.s.acquired[key] > 0 {
-			h.release(r.s, key)
+			r.s.unacquireCount(key)
 		}
 		if hr.Op == HostUnlock {
 			delete(r.s.locked, key)
@@ -347,18 +347,17 @@ func (h *Hosts) owned(key gva.GVA) bool {
 	return pg != nil && pg.owner
 }
 
-// release takes one acquisition of key off s; the claim's ref is given
-// back when the engine's release is done.
-func (h *Hosts) release(s *session, key gva.GVA) {
-	if s.acquired[key]--; s.acquired[key] <= 0 {
-		delete(s.acquired, key)
-	}
-}
+// unacquireCount takes one acquisition of key off s; the claim's ref is
+// given back when the engine's release is done.
+func (s *session) unacquireCount(key gva.GVA) { countDown(s.acquired, key) }
 
 // unrefCount takes one ref of key off s.
-func (s *session) unrefCount(key gva.GVA) {
-	if s.refs[key]--; s.refs[key] <= 0 {
-		delete(s.refs, key)
+func (s *session) unrefCount(key gva.GVA) { countDown(s.refs, key) }
+
+// countDown takes one off m[key], forgetting the key at zero.
+func countDown(m map[gva.GVA]int, key gva.GVA) {
+	if m[key]--; m[key] <= 0 {
+		delete(m, key)
 	}
 }
 
@@ -516,7 +515,7 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 				return
 			}
 			if hr.Op == HostAcquire {
-				h.release(r.s, key)
+				r.s.unacquireCount(key)
 			}
 			if r.stage == stFirst {
 				r.s.unrefCount(key)
@@ -592,7 +591,7 @@ func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.G
 		delete(s.locked, key)
 		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: r.s.holder()})
 	case HostRelease:
-		h.release(s, key)
+		s.unacquireCount(key)
 		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: r.s.holder()})
 	}
 }
