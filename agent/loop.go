@@ -229,9 +229,14 @@ func (a *Agent) park() error {
 		return nil
 	}
 	a.armed = next
+	// The timer is re-armed when the deadline comes sooner, or when it
+	// has fired. A deadline that only moved later (a link's retransmission
+	// or ack timer pushed on by every exchange) keeps the timer armed to
+	// the earlier one: the loop then wakes once early and re-arms, instead
+	// of re-arming on every request.
 	var err error
-	if next != a.w.timerAt {
-		err = a.w.setTimer(next, a.now())
+	if now := a.now(); next < a.w.timerAt || a.w.timerAt <= now {
+		err = a.w.setTimer(next, now)
 	}
 	a.mu.Unlock()
 	if err == nil {
