@@ -119,4 +119,3 @@ func (e *Engine) handleAttrQuery(now time.Duration, f *noc.Frame) {
 
 // recordAttr keeps a new page's attributes in its home record.
 func (rec *homeRecord) recordAttr(a Attr) { rec.attr, rec.hasAttr = a, true }
-
