@@ -16,7 +16,8 @@ import (
 // elsewhere (HostStat, which the host interface uses to check its users
 // against the page's mode) asks the home with OpAttrQuery, routed; the home
 // answers with the attributes, ENOENT for a page it freed or never made,
-// or EHOSTDOWN when its record has none (it restarted and learned the
+// ESTALE for a page of an earlier run it has no record of (stale.go), or
+// EHOSTDOWN when its record has none (it restarted and learned the
 // record again from the owner, which does not carry them). So a mode that
 // lets others in on the home lets them in on every node, and a mode that
 // keeps them out keeps them out everywhere.
@@ -78,6 +79,8 @@ func (e *Engine) handleAttrQuery(now time.Duration, f *noc.Frame) {
 		var errno syscall.Errno
 		rec := e.home[key]
 		switch {
+		case homeOf(key) == e.self && rec == nil && e.staleAtHome(key):
+			errno = syscall.ESTALE
 		case homeOf(key) != e.self || rec == nil || rec.freed:
 			errno = syscall.ENOENT
 		case !rec.hasAttr:

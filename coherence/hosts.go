@@ -284,6 +284,9 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		a, ok := h.attrs[key]
 		switch {
 		case ok:
+		case hr.GVA.Machine() == gva.MachineIndex(h.e.self) && h.e.staleAtHome(key):
+			h.fail(now, r, syscall.ESTALE, "stat: a page of an earlier run of this node")
+			return
 		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
 			h.fail(now, r, syscall.ENOENT, "stat: no such page")
 			return
