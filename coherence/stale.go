@@ -14,5 +14,13 @@ import "github.com/aitherion/dpu/gva"
 // staleAtHome reports whether key, homed here, was allocated by an
 // earlier run of this node.
 func (e *Engine) staleAtHome(key gva.GVA) bool {
-	return e.cfg.AllocEpoch != 0 && uint32(uint64(key.Page())>>counterBits) < e.cfg.AllocEpoch
+	return e.cfg.AllocEpoch != 0 && AllocEpochOf(key) < e.cfg.AllocEpoch
 }
+
+// AllocEpochOf is the allocation epoch of the run of its home that
+// allocated key.
+func AllocEpochOf(key gva.GVA) uint32 { return uint32(uint64(key.Page()) >> counterBits) }
+
+// HasHomeRecord reports whether this node, key's home, has a record of
+// it (checkers).
+func (e *Engine) HasHomeRecord(key gva.GVA) bool { return e.home[key] != nil }
