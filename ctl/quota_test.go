@@ -112,3 +112,16 @@ func FuzzQuota(f *testing.F) {
 		}
 	})
 }
+
+// TestCommandNumbersAreDistinct: no two commands share a number (a
+// command defined in a file of its own included).
+func TestCommandNumbersAreDistinct(t *testing.T) {
+	seen := map[Cmd]string{}
+	for _, c := range []Cmd{CmdRouteGet, CmdLinkGet, CmdNeighGet, CmdStatsGet, CmdTopoGet, CmdSubscribe, CmdUnsubscribe,
+		CmdEvent, CmdPathGet, CmdOwnerGet, CmdGPUGet, CmdGPUSetLimit, CmdGPULimitGet, CmdCapture, CmdQuotaGet, CmdQuotaSet} {
+		if other, ok := seen[c]; ok {
+			t.Fatalf("command %d is both %s and %s", c, other, c)
+		}
+		seen[c] = c.String()
+	}
+}

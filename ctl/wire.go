@@ -42,8 +42,9 @@ const (
 	CmdGPUGet      Cmd = 18 // dump: one cuda/gpuctl.Process per message
 	CmdGPUSetLimit Cmd = 19 // do: set one cuda/gpuctl.Limit; acked
 	CmdGPULimitGet Cmd = 20 // dump: one cuda/gpuctl.Limit per message (limits set at run time)
-	CmdQuotaGet    Cmd = 21 // dump: one Quota per message
-	CmdQuotaSet    Cmd = 22 // do: set one uid's Quota; acked; root only
+	CmdQuotaGet    Cmd = 22 // dump: one Quota per message
+	CmdQuotaSet    Cmd = 23 // do: set one uid's Quota; acked; root only
+	// 21 is CmdCapture (capture.go)
 )
 
 var cmdNames = map[Cmd]string{
