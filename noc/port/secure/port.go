@@ -110,6 +110,7 @@ type Port struct {
 	peer    PublicKey
 	peerOK  bool
 	rbuf    []byte
+	rbatch  batchScratch // TryReadDatagrams; reader only
 	rmsg    message
 	bundle  []byte // the reader's opened bundle
 	pend    []byte // what of it is still to be read
