@@ -192,3 +192,69 @@ func FuzzBundle(f *testing.F) {
 		}
 	})
 }
+
+// TestBatchReadOfBundles: a batch read with room for fewer datagrams than
+// a bundle holds keeps the rest (and the sealed datagrams read with it)
+// for the next reads, single or batched: nothing is lost or reordered.
+func TestBatchReadOfBundles(t *testing.T) {
+	a, b, _ := udpPair(t)
+	if !exchange(t, a, b, []byte("up"), 2*time.Second) {
+		t.Fatal("no session")
+	}
+	for drained := false; !drained; { // late copies of "up"
+		n, err := b.TryReadDatagrams([][]byte{make([]byte, 64)}, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		drained = n == 0
+	}
+	var want []string
+	for burst := range 3 {
+		var bufs [][]byte
+		for i := range 30 {
+			bufs = append(bufs, []byte(fmt.Sprintf("burst %d datagram %02d", burst, i)))
+			want = append(want, string(bufs[len(bufs)-1]))
+		}
+		if err := a.WriteDatagrams(bufs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Stats().Bundled < 60 {
+		t.Fatalf("only %d datagrams bundled", a.Stats().Bundled)
+	}
+	var got []string
+	deadline := time.Now().Add(5 * time.Second)
+	buf := make([]byte, 64)
+	for k := 0; len(got) < len(want) && time.Now().Before(deadline); k++ {
+		if k%3 == 2 { // now and then a single read
+			n, ok, err := b.TryReadDatagram(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				got = append(got, string(buf[:n]))
+			}
+			continue
+		}
+		bufs := [][]byte{make([]byte, 64), make([]byte, 64), make([]byte, 64)}
+		lens := make([]int, len(bufs))
+		n, err := b.TryReadDatagrams(bufs, lens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			got = append(got, string(bufs[i][:lens[i]]))
+		}
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d of %d datagrams within 5s", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("datagram %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+}

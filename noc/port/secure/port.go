@@ -389,7 +389,7 @@ func (p *Port) send(b []byte) error {
 // answers handshake messages on the way and drops anything that is not
 // authentic, not fresh or not from a listed key.
 func (p *Port) ReadDatagram(b []byte) (int, error) {
-	if n, ok := p.pending(b); ok {
+	if n, ok := p.nextFromBacklog(b); ok {
 		return n, nil
 	}
 	for {
@@ -410,7 +410,7 @@ func (p *Port) TryReadDatagram(b []byte) (int, bool, error) {
 	if !ok {
 		return 0, false, errors.New("secure: inner port cannot be polled")
 	}
-	if n, ok := p.pending(b); ok {
+	if n, ok := p.nextFromBacklog(b); ok {
 		return n, true, nil
 	}
 	for {
@@ -720,7 +720,10 @@ func (p *Port) Counters() (map[string]uint64, error) {
 
 // ReadyFD is the inner port's (noc.Waitable): it polls readable while the
 // inner port holds a datagram, which TryReadDatagram then opens (or
-// consumes, if it was a handshake message or not authentic).
+// consumes, if it was a handshake message or not authentic). Datagrams of
+// a bundle (or of a batch read) that did not fit the caller's buffers wait
+// in the port, not in the descriptor: a driver reads until a read comes
+// back empty before it waits on the descriptor, as the agent's loop does.
 func (p *Port) ReadyFD() (int, error) {
 	w, ok := p.inner.(noc.Waitable)
 	if !ok {
