@@ -39,6 +39,7 @@ type Agent struct {
 	engine  *coherence.Engine // nil when WithHandler replaced it
 	host    *hostBackend
 	gpu     *ledger.Accountant
+	quotas  hostQuotas
 
 	// mu owns the core. Whoever steps it (the run loop, a connection
 	// that submits host requests, a control snapshot) runs one bounded step

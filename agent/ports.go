@@ -34,7 +34,11 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return udp.Open(local, remote, udpMTU)
+			p, err := udp.Open(local, remote, udpMTU)
+			if err != nil {
+				return nil, explainAddrInUse(err, local)
+			}
+			return p, nil
 		})
 		if err != nil {
 			return nil, "", err

@@ -153,6 +153,15 @@ func TestRestartNeverReusesAGVA(t *testing.T) {
 	} else {
 		t.Logf("CAS on the previous run's GVA: %v", err)
 	}
+	// past the restart's grace (two home refresh periods), the answer is
+	// ESTALE: the handle is dead, not a node down
+	time.Sleep(2500 * time.Millisecond)
+	if _, _, err := c.CompareAndSwap(ctx, old, 1000, 1007); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("CAS on the previous run's GVA after the grace: %v, want ESTALE", err)
+	}
+	if _, err := c.Load64(ctx, old); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("load of the previous run's GVA after the grace: %v, want ESTALE", err)
+	}
 	if v, err := c.Load64(ctx, fresh); err != nil || v != 1000 {
 		t.Fatalf("new page: %d %v", v, err)
 	}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
@@ -199,12 +201,24 @@ func (s source) OwnedPages() []ctl.OwnedPage {
 	return out
 }
 
-// DumpObjects implements ctl.CommandSource: the GPU accounting's objects.
+// DumpObjects implements ctl.CommandSource: the GPU accounting's objects
+// and the host socket's quotas.
 func (s source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
+	if cmd == ctl.CmdQuotaGet {
+		return s.a.quotaObjects(), nil
+	}
 	return gpuctl.Commands(s.a.gpu).DumpObjects(cmd)
 }
 
-// DoCommand implements ctl.CommandSource.
+// DoCommand implements ctl.CommandSource (the control server lets only
+// root and the agent's user run CmdQuotaSet).
 func (s source) DoCommand(cmd ctl.Cmd, attrs []byte) error {
+	if cmd == ctl.CmdQuotaSet {
+		q, err := ctl.DecodeQuota(attrs)
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, syscall.EINVAL)
+		}
+		return s.a.setQuota(q)
+	}
 	return gpuctl.Commands(s.a.gpu).DoCommand(cmd, attrs)
 }

@@ -285,6 +285,8 @@ type homeRecord struct {
 	ownerInc uint64
 	epoch    uint64
 	freed    bool
+	attr     Attr // the page's attributes, fixed at alloc (attrs.go)
+	hasAttr  bool
 }
 
 // unrefMark remembers an unref this node sent up port for a page.
@@ -527,6 +529,8 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {
 			e.handleOwnerMovedAck(f)
 		case OpOwnerQuery:
 			e.handleOwnerQuery(now, f)
+		case OpAttrQuery:
+			e.handleAttrQuery(now, f)
 		default:
 			e.malformed()
 		}

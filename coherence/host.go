@@ -218,7 +218,7 @@ func (e *Engine) Submit(now time.Duration, hr Request, rt noc.Routes) {
 			e.completeErr(now, r, syscall.EINVAL, "atomic address not 8-byte aligned")
 			return
 		}
-	case HostRef, HostUnref, HostAcquire, HostRelease, HostLock, HostUnlock:
+	case HostRef, HostUnref, HostAcquire, HostRelease, HostLock, HostUnlock, HostStat:
 	default:
 		e.completeErr(now, r, syscall.EINVAL, "unknown operation")
 		return
@@ -246,6 +246,8 @@ func (e *Engine) start(now time.Duration, r *request) {
 		e.hostAcquire(now, r)
 	case HostRelease, HostUnlock:
 		e.hostUnlock(now, r)
+	case HostStat:
+		e.hostStat(now, r)
 	}
 }
 
@@ -356,6 +358,7 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 	ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, r.hr.Huge
 	e.pages[key] = &page{key: key, huge: r.hr.Huge, content: content, has: true, owner: true, ownerNode: e.self}
 	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
+	e.home[key].recordAttr(r.hr.Attr)
 	e.arb.Own(key)
 	e.stats.Allocs++
 	e.complete(now, r, Completion{GVA: g})

@@ -274,7 +274,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		}
 		r.results = make([]Completion, 0, n)
 		for range n {
-			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge})
+			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge, Attr: hr.Attr})
 		}
 	case HostFree:
 		n, ok := h.extents[key]
@@ -289,13 +289,16 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		a, ok := h.attrs[key]
 		switch {
 		case ok:
+		case hr.GVA.Machine() == gva.MachineIndex(h.e.self) && h.e.staleAtHome(key):
+			h.fail(now, r, syscall.ESTALE, "stat: a page of an earlier run of this node")
+			return
 		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
 			h.fail(now, r, syscall.ENOENT, "stat: no such page")
 			return
 		default:
-			// attributes do not travel between nodes yet: a page made
-			// elsewhere is root's, mode 0600, until they do (deny by default)
-			a = Attr{Mode: 0o600}
+			// a page homed elsewhere: its home answers (attrs.go)
+			h.step(now, r, Request{Op: HostStat, GVA: key})
+			return
 		}
 		h.finish(now, r, Completion{Attr: a})
 	case HostRef:

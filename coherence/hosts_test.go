@@ -89,8 +89,8 @@ func TestHostsAllocStatFree(t *testing.T) {
 			t.Fatalf("page %d attributes %+v", i, st.Attr)
 		}
 	}
-	if st := x.ok(1, Request{Op: HostStat, GVA: first}); st.Attr.Mode != 0o600 || st.Attr.UID != 0 {
-		t.Fatalf("a page made elsewhere: %+v, want root's 0600", st.Attr)
+	if st := x.ok(1, Request{Op: HostStat, GVA: pageAt(first, 2)}); st.Attr != (Attr{UID: 5, GID: 6, Mode: 0o640}) {
+		t.Fatalf("a page made elsewhere: %+v, want its home's attributes", st.Attr)
 	}
 	x.ok(0, Request{Op: HostFree, GVA: first})
 	if c := x.do(0, Request{Op: HostFree, GVA: first}); !errors.Is(c.Err, syscall.ENOENT) {

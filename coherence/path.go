@@ -121,6 +121,8 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		switch {
 		case rec == nil && e.now < e.born+2*e.cfg.HomeRefresh:
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
+		case rec == nil && e.staleAtHome(key):
+			return 0, 0, 0, syscall.ESTALE // an earlier run's page, lost with it (stale.go)
 		case rec == nil:
 			return 0, 0, 0, syscall.EHOSTDOWN // unknown at its home: lost with a restart
 		case rec.freed:

@@ -12,7 +12,8 @@ import "github.com/aitherion/dpu/gva"
 // earlier run of that node used (Config.AllocEpoch; the agent persists it,
 // the simulator keeps it per node), so a restarted node can never hand out
 // a GVA an earlier incarnation handed out: a client still holding an old
-// GVA reaches no page (EHOSTDOWN: the page was lost with the restart),
+// GVA reaches no page (ESTALE once the restart's grace is over, see
+// stale.go: the page was lost with the restart),
 // never another user's new page. Within a run the counter only grows, so
 // a freed page's GVA is not reused either. A run that exhausts its counter
 // (2^32 allocations) fails further allocations with ENOSPC until the node

@@ -72,6 +72,9 @@ const (
 	// old owner restarted before it confirmed the swap). Routed; the home
 	// answers OpOwnerQuery|FlagReply with the record, or an error.
 	OpOwnerQuery
+	// OpAttrQuery asks a page's home for the page's attributes (see
+	// attrs.go). Routed.
+	OpAttrQuery
 	opControlEnd
 )
 

@@ -20,6 +20,8 @@ import (
 //	                where the CommandSource implements CommandAuthorizer
 //	                and allows it (e.g. an owner tightening its own
 //	                process's limits); anyone else: EPERM
+//	quota set       root or the agent's own user; anyone else: EPERM
+//	                (a CommandAuthorizer must not allow it)
 //
 // The caller is identified by the connection's SO_PEERCRED. Each uid may
 // hold at most DefaultQuota's connections and monitor subscriptions; root
@@ -42,6 +44,9 @@ func authorizeWrite(cs CommandSource, r replier, cmd Cmd, attrs []byte) *wireErr
 	}
 	if uid == 0 || uid == uint32(os.Geteuid()) {
 		return nil
+	}
+	if cmd == CmdQuotaSet {
+		return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("%s: only root or the agent's user may (uid %d)", cmd, uid)}
 	}
 	if a, ok := cs.(CommandAuthorizer); ok {
 		if err := a.AuthorizeCommand(cmd, attrs, uid); err != nil {

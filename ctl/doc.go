@@ -87,9 +87,12 @@
 //	18  CmdGPUGet        dump  -                 gpuctl.Process (CommandSource)
 //	19  CmdGPUSetLimit   do    gpuctl.Limit      ack            (CommandSource)
 //	20  CmdGPULimitGet   dump  -                 gpuctl.Limit   (CommandSource)
+//	21  CmdCapture       dump  CaptureRequest    CapturedFrame  (CaptureSource)
+//	22  CmdQuotaGet      dump  -                 Quota          (CommandSource)
+//	23  CmdQuotaSet      do    Quota             ack            (CommandSource)
 //
-// Numbers 9–15 are kept for fabric commands, 21 and up for later objects.
-// Objects 16–20 are served when the Source implements the matching optional
+// Numbers 9–15 are kept for fabric commands, 24 and up for later objects.
+// Objects 16–23 are served when the Source implements the matching optional
 // interface; an older Source gets EOPNOTSUPP for them. The objects of 18–20
 // are defined by package cuda/gpuctl (Object, Dump, Client.Do), which also
 // documents their attributes; this package only carries them.

@@ -19,8 +19,8 @@ type Object interface {
 }
 
 // CommandSource serves the commands whose objects another package defines
-// (CmdGPUGet, CmdGPULimitGet: dumps; CmdGPUSetLimit: an acknowledged
-// request). A
+// (CmdGPUGet, CmdGPULimitGet, CmdQuotaGet: dumps; CmdGPUSetLimit,
+// CmdQuotaSet: acknowledged requests). A
 // Source that does not implement it answers them EOPNOTSUPP.
 // Errors reach the client: wrap a syscall.Errno to choose its errno
 // (EOPNOTSUPP for a command not served, EINVAL for attributes that do not
@@ -39,9 +39,9 @@ func (e ext) decode(ad *netlink.AttributeDecoder) error { return e.o.DecodeAttrs
 // isExtension reports whether cmd's objects are another package's.
 func isExtension(cmd Cmd) (dump, ok bool) {
 	switch cmd {
-	case CmdGPUGet, CmdGPULimitGet:
+	case CmdGPUGet, CmdGPULimitGet, CmdQuotaGet:
 		return true, true
-	case CmdGPUSetLimit:
+	case CmdGPUSetLimit, CmdQuotaSet:
 		return false, true
 	}
 	return false, false

@@ -42,6 +42,9 @@ const (
 	CmdGPUGet      Cmd = 18 // dump: one cuda/gpuctl.Process per message
 	CmdGPUSetLimit Cmd = 19 // do: set one cuda/gpuctl.Limit; acked
 	CmdGPULimitGet Cmd = 20 // dump: one cuda/gpuctl.Limit per message (limits set at run time)
+	CmdQuotaGet    Cmd = 22 // dump: one Quota per message
+	CmdQuotaSet    Cmd = 23 // do: set one uid's Quota; acked; root only
+	// 21 is CmdCapture (capture.go)
 )
 
 var cmdNames = map[Cmd]string{
@@ -58,6 +61,8 @@ var cmdNames = map[Cmd]string{
 	CmdGPUGet:      "gpu",
 	CmdGPUSetLimit: "gpu set-limit",
 	CmdGPULimitGet: "gpu limits",
+	CmdQuotaGet:    "quota",
+	CmdQuotaSet:    "quota set",
 }
 
 func (c Cmd) String() string {

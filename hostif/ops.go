@@ -174,9 +174,14 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 	if err := s.opts.Quota.Take(attr.UID, quota.Pages, pages); err != nil {
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
+	if err := s.opts.Quota.Take(attr.UID, quota.Bytes, pages*gva.PageSize); err != nil {
+		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
+		return fmt.Errorf("alloc %d pages: %w", pages, err)
+	}
 	g, err := s.be.Alloc(ctx, pages, attr)
 	if err != nil {
 		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
+		s.opts.Quota.Release(attr.UID, quota.Bytes, pages*gva.PageSize)
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
 	key := g.Key()
@@ -220,6 +225,7 @@ func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
 	s.opts.Quota.Release(a.UID, quota.Pages, pages)
+	s.opts.Quota.Release(a.UID, quota.Bytes, pages*gva.PageSize)
 	s.forget(key, pages)
 	return nil
 }

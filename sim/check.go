@@ -250,7 +250,8 @@ func (w *World) final() {
 }
 
 // lostPagesFail checks that requests for a page lost with its owner end
-// with EHOSTDOWN.
+// with EHOSTDOWN, or ESTALE where the page's home has restarted since it
+// allocated the page (a GVA of an earlier run).
 func (w *World) lostPagesFail() {
 	c := w.check
 	for i, key := range c.order {
@@ -262,8 +263,12 @@ func (w *World) lostPagesFail() {
 		w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}},
 			done: func(cp coherence.Completion) { got = cp }})
 		w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
-		if got.Errno() != syscall.EHOSTDOWN {
-			c.violate("page %v lost with its owner: a store from node %v ended with %v, want EHOSTDOWN", key, n.id, got.Err)
+		want := syscall.EHOSTDOWN
+		if home := w.nodes[int(key.Machine())]; home.alive && home.epoch > coherence.AllocEpochOf(key) && !home.hosts.Engine().HasHomeRecord(key) {
+			want = syscall.ESTALE
+		}
+		if got.Errno() != want {
+			c.violate("page %v lost with its owner: a store from node %v ended with %v, want %v", key, n.id, got.Err, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@
 //	dpuctl neigh show            dpuctl pathcache show
 //	dpuctl stats                 dpuctl owner show
 //	dpuctl monitor               dpuctl gpu show | gpu set pid PID [device D] [mem SIZE] [quota PCT]
+//	dpuctl quota show            dpuctl quota set uid U [pages N] [bytes SIZE]
 //
 // OBJECT and COMMAND may be abbreviated to any prefix (the first match in
 // the order above wins: "dpuctl r s", "dpuctl l"); COMMAND defaults to show.
@@ -51,6 +52,8 @@
 //	           waiters [{node, port, request, waited_ns}]
 //	gpu        pid, uid, device, command, memory_used, memory_limit,
 //	           kernel_time_ns, kernel_quota
+//	quota      uid, default?, privileged?, pages_limit, bytes_limit, pages_used,
+//	           bytes_used (limits 0: none)
 //	monitor    kind_id, kind, time, node, port?, next_hop, hops, page?, reason?
 //
 // The golden files in testdata/ pin both the text and the JSON forms.

@@ -65,6 +65,10 @@ COMMAND defaults to show.
                                   and kept across agent restarts; mem 0 quota 0 removes it)
   gpu limits                      the limits set at run time
                                   set a process's GPU limits (0: unlimited)
+  quota show                      allocation quotas of dpu0.sock's users: pages and bytes held and allowed
+  quota set uid U [pages N] [bytes SIZE]
+                                  set a uid's allocation quota (root only; kept across restarts;
+                                  0: back to the default, the agent's user-pages)
   monitor                         print events as they happen, until interrupted
   mem alloc|free|read|write|cas|add|where|lock|batch ...
                                   shared memory through the host socket
@@ -136,6 +140,7 @@ var objects = []object{
 	{"pathcache", []verb{{"show", pathShow}, {"list", pathShow}}},
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
+	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
 	{"monitor", []verb{{"all", monitor}}},
 	{"capture", []verb{{"read", captureRead}}},
 	{"mem", []verb{{"", mem}}},

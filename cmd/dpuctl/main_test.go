@@ -73,6 +73,8 @@ func TestGoldenOutput(t *testing.T) {
 		{"owner.json", []string{"-j", "owner", "show"}},
 		{"gpu", []string{"gpu", "show"}},
 		{"gpu.json", []string{"-j", "gpu", "show"}},
+		{"quota", []string{"quota", "show"}},
+		{"quota.json", []string{"-j", "quota", "show"}},
 		// Abbreviations, a default command, and -j after the command.
 		{"route", []string{"r", "s"}},
 		{"route", []string{"ro"}},
@@ -251,6 +253,13 @@ func TestCommandLineErrors(t *testing.T) {
 		{"gpu", "set", "pid", "12", "color", "red"},
 		{"gpu", "set", "pid", "12", "quota", "150"},
 		{"gpu", "set", "pid", "12", "mem", "lots"},
+		{"quota", "set"},
+		{"quota", "set", "uid", "7"},
+		{"quota", "set", "pages", "7"},
+		{"quota", "set", "uid", "x", "pages", "7"},
+		{"quota", "set", "uid", "7", "pages"},
+		{"quota", "set", "uid", "7", "bytes", "lots"},
+		{"quota", "set", "uid", "7", "files", "3"},
 	} {
 		out, _, err := dpuctl(t, append([]string{"-s", sock}, args...)...)
 		if !isUsage(err) {
@@ -401,5 +410,37 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestQuotaSet: quota set sends the uid's limits (a size for bytes), and
+// quota show lists them.
+func TestQuotaSet(t *testing.T) {
+	_, sock := ctltest.Serve(t, ctltest.NewSource(ctltest.Sample()))
+	if _, errOut, err := dpuctl(t, "-s", sock, "quota", "set", "uid", "1001", "pages", "100", "bytes", "1G"); err != nil {
+		t.Fatalf("%v %s", err, errOut)
+	}
+	if _, errOut, err := dpuctl(t, "-s", sock, "q", "set", "uid", "4242", "pages", "5"); err != nil {
+		t.Fatalf("%v %s", err, errOut)
+	}
+	out, _, err := dpuctl(t, "-s", sock, "-j", "quota", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs []ctl.Quota
+	if err := json.Unmarshal([]byte(out), &qs); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint32]ctl.Quota{}
+	for _, q := range qs {
+		if !q.Default {
+			got[q.UID] = q
+		}
+	}
+	if q := got[1001]; q.PagesLimit != 100 || q.BytesLimit != 1<<30 || q.PagesUsed != 64 {
+		t.Errorf("uid 1001: %+v", q)
+	}
+	if q := got[4242]; q.PagesLimit != 5 || q.BytesLimit != 2048*4096 {
+		t.Errorf("uid 4242 (bytes from the default): %+v", q)
 	}
 }

@@ -646,3 +646,80 @@ func nonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+// quotaShow lists the host socket's allocation quotas: the default, then
+// every uid that holds pages or has a quota of its own.
+func quotaShow(e *env, args []string) error {
+	if err := commandFlags(e, "quota show", args, nil); err != nil {
+		return err
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	qs, err := ctl.Quotas(e.ctx, c)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.writeJSON(qs)
+	}
+	tw := table(e.stdout)
+	fmt.Fprintf(tw, "UID\tPAGES\tPAGES-LIMIT\tBYTES\tBYTES-LIMIT\n")
+	for _, q := range qs {
+		uid := strconv.FormatUint(uint64(q.UID), 10)
+		if q.Default {
+			uid = "default"
+		}
+		pl, bl := limit(strconv.FormatUint(q.PagesLimit, 10), q.PagesLimit), limit(size(q.BytesLimit), q.BytesLimit)
+		if q.Privileged {
+			pl, bl = "unlimited (privileged)", "unlimited (privileged)"
+		}
+		used, usedBytes := strconv.FormatUint(q.PagesUsed, 10), size(q.BytesUsed)
+		if q.Default {
+			used, usedBytes = "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", uid, used, pl, usedBytes, bl)
+	}
+	return tw.Flush()
+}
+
+// quotaSet parses uid U [pages N] [bytes SIZE]: a uid's allocation quota
+// on the host socket (0: back to the default). Root only.
+func quotaSet(e *env, args []string) error {
+	var q ctl.Quota
+	hasUID, limits := false, 0
+	for len(args) > 0 {
+		if len(args) < 2 {
+			return usagef("quota set: %q needs a value", args[0])
+		}
+		key, val := args[0], args[1]
+		args = args[2:]
+		var err error
+		switch key {
+		case "uid":
+			var v uint64
+			v, err = strconv.ParseUint(val, 10, 32)
+			q.UID, hasUID = uint32(v), true
+		case "pages":
+			q.PagesLimit, err = strconv.ParseUint(val, 10, 52)
+			limits++
+		case "bytes":
+			q.BytesLimit, err = parseSize(val)
+			limits++
+		default:
+			return usagef("quota set: unknown keyword %q", key)
+		}
+		if err != nil {
+			return usagef("quota set: %s %q: %v", key, val, err)
+		}
+	}
+	if !hasUID || limits == 0 {
+		return usagef("quota set: want uid U and pages N, bytes SIZE or both")
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	return ctl.SetQuota(e.ctx, c, q)
+}

@@ -34,6 +34,7 @@ type Snapshot struct {
 	OwnedPages   []ctl.OwnedPage
 	GPUProcesses []gpuctl.Process
 	GPULimits    []gpuctl.Limit // set at run time
+	Quotas       []ctl.Quota    // the default first
 }
 
 // Source serves a Snapshot and implements every optional object. It is
@@ -67,13 +68,55 @@ func (s *Source) Topology() ctl.Topology      { return s.get().Topology }
 func (s *Source) PathCache() []ctl.PathEntry  { return s.get().PathCache }
 func (s *Source) OwnedPages() []ctl.OwnedPage { return s.get().OwnedPages }
 
-// DumpObjects implements ctl.CommandSource: the GPU accounting's objects.
+// DumpObjects implements ctl.CommandSource: the GPU accounting's objects
+// and the quotas.
 func (s *Source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
+	if cmd == ctl.CmdQuotaGet {
+		qs := s.get().Quotas
+		out := make([]ctl.Object, len(qs))
+		for i := range qs {
+			out[i] = &qs[i]
+		}
+		return out, nil
+	}
 	return gpuctl.Commands(gpuService{s}).DumpObjects(cmd)
 }
 
-// DoCommand implements ctl.CommandSource.
+// DoCommand implements ctl.CommandSource. A quota set replaces the uid's
+// limits (0: the default's).
 func (s *Source) DoCommand(cmd ctl.Cmd, attrs []byte) error {
+	if cmd == ctl.CmdQuotaSet {
+		q, err := ctl.DecodeQuota(attrs)
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, syscall.EINVAL)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		qs := append([]ctl.Quota(nil), s.snap.Quotas...)
+		var def ctl.Quota
+		found := false
+		for i := range qs {
+			if qs[i].Default {
+				def = qs[i]
+			}
+		}
+		if q.PagesLimit == 0 {
+			q.PagesLimit = def.PagesLimit
+		}
+		if q.BytesLimit == 0 {
+			q.BytesLimit = def.BytesLimit
+		}
+		for i := range qs {
+			if !qs[i].Default && qs[i].UID == q.UID {
+				qs[i].PagesLimit, qs[i].BytesLimit, found = q.PagesLimit, q.BytesLimit, true
+			}
+		}
+		if !found {
+			qs = append(qs, ctl.Quota{UID: q.UID, PagesLimit: q.PagesLimit, BytesLimit: q.BytesLimit})
+		}
+		s.snap.Quotas = qs
+		return nil
+	}
 	return gpuctl.Commands(gpuService{s}).DoCommand(cmd, attrs)
 }
 
@@ -222,6 +265,12 @@ func Sample() Snapshot {
 		GPUProcesses: []gpuctl.Process{
 			{PID: 4242, UID: 1000, Device: 0, Command: "train.py", MemoryUsed: 3 << 30, MemoryLimit: 8 << 30,
 				KernelTime: 1500 * time.Millisecond, KernelQuota: 50},
+		},
+		Quotas: []ctl.Quota{
+			{Default: true, PagesLimit: 2048, BytesLimit: 2048 * 4096},
+			{UID: 0, Privileged: true, PagesUsed: 12, BytesUsed: 12 * 4096},
+			{UID: 1000, PagesLimit: 2048, BytesLimit: 2048 * 4096, PagesUsed: 300, BytesUsed: 300 * 4096},
+			{UID: 1001, PagesLimit: 64, BytesLimit: 1 << 20, PagesUsed: 64, BytesUsed: 64 * 4096},
 		},
 	}
 }

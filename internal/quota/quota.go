@@ -25,10 +25,11 @@ const (
 	Conns Kind = iota // connections to a socket
 	Subs              // monitor subscriptions
 	Pages             // allocated pages (4 KiB each)
+	Bytes             // allocated bytes (whole pages)
 	numKinds
 )
 
-var kindNames = [numKinds]string{"conns", "subs", "pages"}
+var kindNames = [numKinds]string{"conns", "subs", "pages", "bytes"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -195,5 +196,57 @@ func (l *Ledger) Usage() []Usage {
 		}
 		return out[i].Kind < out[j].Kind
 	})
+	return out
+}
+
+// Default is k's PerUID limit for uids without an override (0: none).
+func (l *Ledger) Default(k Kind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limits[k].PerUID
+}
+
+// Override is uid's own PerUID limit of k (0: none, the default applies).
+func (l *Ledger) Override(uid uint32, k Kind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o := l.perUID[uid]; o != nil {
+		return o[k]
+	}
+	return 0
+}
+
+// Used is how much of k uid holds.
+func (l *Ledger) Used(uid uint32, k Kind) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u := l.used[uid]; u != nil {
+		return u[k]
+	}
+	return 0
+}
+
+// Privileged reports whether uid is exempt from per-uid limits.
+func (l *Ledger) Privileged(uid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.privileged[uid]
+}
+
+// UIDs lists, in order, every uid that holds something or has an
+// override.
+func (l *Ledger) UIDs() []uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []uint32
+	for uid := range l.used {
+		out = append(out, uid)
+	}
+	for uid, o := range l.perUID {
+		if _, ok := l.used[uid]; !ok && *o != ([numKinds]int{}) {
+			out = append(out, uid)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }

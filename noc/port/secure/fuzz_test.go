@@ -39,7 +39,7 @@ func FuzzSealedFrame(f *testing.F) {
 		var m message
 		if err := decode(d, &m); err == nil {
 			switch m.typ {
-			case msgInit, msgResponse, msgFinish, msgData:
+			case msgInit, msgResponse, msgFinish, msgData, msgBundle:
 			default:
 				t.Fatalf("decoded type %d", m.typ)
 			}

@@ -83,6 +83,7 @@ type Stats struct {
 	NoSession         uint64 // datagrams for an unknown session
 	DroppedNoSession  uint64 // writes dropped while no session was up
 	HandshakeFailures uint64 // handshake messages that did not verify
+	Bundled           uint64 // datagrams sent sealed together with others
 }
 
 // Port seals every datagram of an inner noc.Port in an authenticated
@@ -97,6 +98,7 @@ type Port struct {
 	wbuf   []byte
 	batch  [][]byte // WriteDatagrams' sealed buffers
 	sealed [][]byte // the slice of them handed to the inner port
+	groups []int    // WriteDatagrams' bundles: the end of each in bufs
 
 	mu      sync.Mutex
 	cur     *session // the session writes use
@@ -110,10 +112,12 @@ type Port struct {
 	rbuf    []byte
 	rbatch  batchScratch // TryReadDatagrams; reader only
 	rmsg    message
+	bundle  []byte // the reader's opened bundle
+	pend    []byte // what of it is still to be read
 
 	stats struct {
 		sealed, opened, handshakes, refused, rateLimited, replayed, unauthentic,
-		malformed, noSession, droppedNoSession, hsFailures atomic.Uint64
+		malformed, noSession, droppedNoSession, hsFailures, bundled atomic.Uint64
 	}
 }
 
@@ -151,6 +155,7 @@ func New(inner noc.Port, cfg Config) (*Port, error) {
 		return nil, fmt.Errorf("secure: inner MTU %d too small", inner.MTU())
 	}
 	p := &Port{inner: inner, cfg: cfg, wbuf: make([]byte, 0, inner.MTU()), rbuf: make([]byte, inner.MTU()),
+		bundle: make([]byte, 0, inner.MTU()),
 		tokens: float64(cfg.HandshakeRate)}
 	return p, nil
 }
@@ -186,7 +191,7 @@ func (p *Port) Stats() Stats {
 	return Stats{Sealed: s.sealed.Load(), Opened: s.opened.Load(), Handshakes: s.handshakes.Load(), Refused: s.refused.Load(),
 		RateLimited: s.rateLimited.Load(), Replayed: s.replayed.Load(), Unauthentic: s.unauthentic.Load(),
 		Malformed: s.malformed.Load(), NoSession: s.noSession.Load(), DroppedNoSession: s.droppedNoSession.Load(),
-		HandshakeFailures: s.hsFailures.Load()}
+		HandshakeFailures: s.hsFailures.Load(), Bundled: s.bundled.Load()}
 }
 
 // WriteDatagram seals b in the current session and sends it. With no
@@ -233,22 +238,22 @@ func seal(buf []byte, s *session, n uint64, b []byte) []byte {
 	return s.send.Encrypt(w, n, w[:dataHeader], b)
 }
 
-// WriteDatagrams seals bufs and hands them to the inner port in one batch
-// when it is a noc.BatchWriter (one lock, one clock read, one system call
-// for the lot); otherwise it writes them one by one.
+// WriteDatagrams seals bufs and hands them to the inner port, in one
+// batch when it is a noc.BatchWriter (one lock, one clock read, one system
+// call for the lot). Consecutive datagrams that fit in one MTU together
+// are sealed together as a bundle (one AEAD operation, one counter, one
+// inner datagram): this is what makes sealing cheap under load, when the
+// link layer has many small datagrams to write at once. Nothing waits for
+// more: what is written now is sealed now, and a lone datagram goes as a
+// plain data message.
 func (p *Port) WriteDatagrams(bufs [][]byte) error {
-	bw, ok := p.inner.(noc.BatchWriter)
-	if !ok {
-		for _, b := range bufs {
-			if err := p.WriteDatagram(b); err != nil {
-				return err
-			}
-		}
+	if len(bufs) == 0 {
 		return nil
 	}
+	mtu := p.MTU()
 	for _, b := range bufs {
-		if len(b) > p.MTU() {
-			return fmt.Errorf("secure: datagram of %d bytes over MTU %d", len(b), p.MTU())
+		if len(b) > mtu {
+			return fmt.Errorf("secure: datagram of %d bytes over MTU %d", len(b), mtu)
 		}
 	}
 	now := p.cfg.Now()
@@ -268,22 +273,65 @@ func (p *Port) WriteDatagrams(bufs [][]byte) error {
 		p.stats.droppedNoSession.Add(uint64(len(bufs)))
 		return nil
 	}
-	first := s.counter.Add(uint64(len(bufs))) - uint64(len(bufs))
-	if first+uint64(len(bufs)) > rejectCounter {
-		return nil
-	}
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	for len(p.batch) < len(bufs) {
+	// group consecutive datagrams greedily: a group ends where the next
+	// one would not fit
+	p.groups = p.groups[:0]
+	for i := 0; i < len(bufs); {
+		j, size := i+1, bundleEntry+len(bufs[i])
+		for j < len(bufs) && size+bundleEntry+len(bufs[j]) <= mtu {
+			size += bundleEntry + len(bufs[j])
+			j++
+		}
+		p.groups = append(p.groups, j)
+		i = j
+	}
+	ng := uint64(len(p.groups))
+	first := s.counter.Add(ng) - ng
+	if first+ng > rejectCounter {
+		return nil
+	}
+	for len(p.batch) < len(p.groups) {
 		p.batch = append(p.batch, make([]byte, 0, p.inner.MTU()))
 	}
 	out := p.sealed[:0]
-	for i, b := range bufs {
-		out = append(out, seal(p.batch[i][:0:cap(p.batch[i])], s, first+uint64(i), b))
+	i := 0
+	for g, j := range p.groups {
+		buf := p.batch[g][:0:cap(p.batch[g])]
+		if j == i+1 {
+			out = append(out, seal(buf, s, first+uint64(g), bufs[i]))
+		} else {
+			out = append(out, sealBundle(buf, s, first+uint64(g), bufs[i:j]))
+			p.stats.bundled.Add(uint64(j - i))
+		}
+		i = j
 	}
 	p.sealed = out[:0]
-	p.stats.sealed.Add(uint64(len(bufs)))
-	return bw.WriteDatagrams(out)
+	p.stats.sealed.Add(ng)
+	if bw, ok := p.inner.(noc.BatchWriter); ok {
+		return bw.WriteDatagrams(out)
+	}
+	for _, w := range out {
+		if err := p.inner.WriteDatagram(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sealBundle writes the bundle message of bufs (which fit in the MTU
+// together) with counter n into buf's storage, sealing it in place.
+func sealBundle(buf []byte, s *session, n uint64, bufs [][]byte) []byte {
+	w := buf[:dataHeader]
+	w[0] = msgBundle
+	binary.BigEndian.PutUint32(w[1:], s.remote)
+	binary.BigEndian.PutUint64(w[5:], n)
+	for _, b := range bufs {
+		w = binary.BigEndian.AppendUint16(w, uint16(len(b)))
+		w = append(w, b...)
+	}
+	return s.send.Encrypt(w[:dataHeader], n, w[:dataHeader], w[dataHeader:])
 }
 
 // sendable is the session writes may use now (nil: none).
@@ -341,6 +389,9 @@ func (p *Port) send(b []byte) error {
 // answers handshake messages on the way and drops anything that is not
 // authentic, not fresh or not from a listed key.
 func (p *Port) ReadDatagram(b []byte) (int, error) {
+	if n, ok := p.nextFromBacklog(b); ok {
+		return n, nil
+	}
 	for {
 		n, err := p.inner.ReadDatagram(p.rbuf)
 		if err != nil {
@@ -359,6 +410,9 @@ func (p *Port) TryReadDatagram(b []byte) (int, bool, error) {
 	if !ok {
 		return 0, false, errors.New("secure: inner port cannot be polled")
 	}
+	if n, ok := p.nextFromBacklog(b); ok {
+		return n, true, nil
+	}
 	for {
 		n, ok, err := pl.TryReadDatagram(p.rbuf)
 		if err != nil || !ok {
@@ -368,6 +422,17 @@ func (p *Port) TryReadDatagram(b []byte) (int, bool, error) {
 			return m, true, nil
 		}
 	}
+}
+
+// pending returns the next datagram of the bundle being read, if any,
+// copied into b (truncated to len(b)).
+func (p *Port) pending(b []byte) (int, bool) {
+	if len(p.pend) == 0 {
+		return 0, false
+	}
+	var d []byte
+	d, p.pend = nextInBundle(p.pend)
+	return copy(b, d), true
 }
 
 // SetReadDeadline bounds ReadDatagram.
@@ -399,7 +464,7 @@ func (p *Port) input(d, b []byte) (int, bool) {
 		p.stats.malformed.Add(1)
 		return 0, false
 	}
-	if m.typ == msgData {
+	if m.typ == msgData || m.typ == msgBundle {
 		return p.open(m, b)
 	}
 	now := p.cfg.Now()
@@ -453,6 +518,25 @@ func (p *Port) open(m *message, b []byte) (int, bool) {
 	plain := len(m.sealed) - tagLen
 	var out []byte
 	var err error
+	if m.typ == msgBundle {
+		// opened into the bundle buffer; delivered only whole and well formed
+		out, err = s.recv.Decrypt(p.bundle[:0], m.counter, m.header, m.sealed)
+		if err != nil {
+			p.stats.unauthentic.Add(1)
+			return 0, false
+		}
+		s.win.accept(m.counter)
+		if s.initiator && !s.confirmed.Load() {
+			s.confirmed.Store(true)
+		}
+		if !checkBundle(out) {
+			p.stats.malformed.Add(1)
+			return 0, false
+		}
+		p.stats.opened.Add(1)
+		p.pend = out
+		return p.pending(b)
+	}
 	if plain <= len(b) {
 		out, err = s.recv.Decrypt(b[:0], m.counter, m.header, m.sealed)
 	} else {
@@ -628,7 +712,7 @@ func (p *Port) Counters() (map[string]uint64, error) {
 	for k, v := range map[string]uint64{"sealed": s.Sealed, "opened": s.Opened, "handshakes": s.Handshakes,
 		"refused": s.Refused, "rate_limited": s.RateLimited, "replayed": s.Replayed, "unauthentic": s.Unauthentic,
 		"malformed": s.Malformed, "no_session": s.NoSession, "dropped_no_session": s.DroppedNoSession,
-		"handshake_failures": s.HandshakeFailures} {
+		"handshake_failures": s.HandshakeFailures, "bundled": s.Bundled} {
 		out["secure_"+k] = v
 	}
 	return out, nil
@@ -636,7 +720,10 @@ func (p *Port) Counters() (map[string]uint64, error) {
 
 // ReadyFD is the inner port's (noc.Waitable): it polls readable while the
 // inner port holds a datagram, which TryReadDatagram then opens (or
-// consumes, if it was a handshake message or not authentic).
+// consumes, if it was a handshake message or not authentic). Datagrams of
+// a bundle (or of a batch read) that did not fit the caller's buffers wait
+// in the port, not in the descriptor: a driver reads until a read comes
+// back empty before it waits on the descriptor, as the agent's loop does.
 func (p *Port) ReadyFD() (int, error) {
 	w, ok := p.inner.(noc.Waitable)
 	if !ok {

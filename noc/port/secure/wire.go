@@ -11,6 +11,7 @@ const (
 	msgResponse = 2 // responder → initiator: message 2 (<- e, ee, s, es)
 	msgFinish   = 3 // initiator → responder: message 3 (-> s, se)
 	msgData     = 4 // a sealed datagram of an established session
+	msgBundle   = 5 // several datagrams sealed together (see bundle)
 )
 
 // Layouts (all integers big-endian):
@@ -19,6 +20,8 @@ const (
 //	response: type(1) sender(4) receiver(4) noise(96)
 //	finish:   type(1) receiver(4) noise(64)
 //	data:     type(1) receiver(4) counter(8) ciphertext(n) tag(16)
+//	bundle:   the same as data, type 5; the plaintext is two or more
+//	          datagrams, each length(2) then its bytes, filling it exactly
 //
 // sender/receiver are session indexes each end picks for itself and tells
 // the other (so a datagram names the receiver's session); the data header
@@ -74,7 +77,7 @@ func decode(b []byte, m *message) error {
 		}
 		m.receiver = binary.BigEndian.Uint32(b[1:])
 		m.noise = b[5:]
-	case msgData:
+	case msgData, msgBundle:
 		if len(b) < dataHeader+tagLen {
 			return errMalformed
 		}
@@ -100,4 +103,32 @@ func appendHandshake(b []byte, typ byte, sender, receiver uint32) []byte {
 		b = binary.BigEndian.AppendUint32(b, receiver)
 	}
 	return b
+}
+
+// bundleEntry is the length prefix of each datagram in a bundle.
+const bundleEntry = 2
+
+// checkBundle reports whether an opened bundle's plaintext is two or more
+// non-empty datagrams, each length-prefixed, that fill it exactly. Only a
+// bundle that passes is delivered (all of it or none).
+func checkBundle(b []byte) bool {
+	n := 0
+	for len(b) > 0 {
+		if len(b) < bundleEntry {
+			return false
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		if l == 0 || l > len(b)-bundleEntry {
+			return false
+		}
+		b = b[bundleEntry+l:]
+		n++
+	}
+	return n >= 2
+}
+
+// nextInBundle splits the first datagram off a checked bundle.
+func nextInBundle(b []byte) (d, rest []byte) {
+	l := int(binary.BigEndian.Uint16(b))
+	return b[bundleEntry : bundleEntry+l], b[bundleEntry+l:]
 }
