@@ -41,9 +41,23 @@ uint64_t vb_now_ns(void) {
 
 /* vb_fail prints why a set-up call failed on stderr (where a program's user
  * looks; DPU_VERBS_QUIET=1 silences it), sets errno and returns err. */
-int vb_fail(int err, const char *fmt, ...) {
+static int quiet(void) {
     const char *q = getenv("DPU_VERBS_QUIET");
-    if (!q || strcmp(q, "1") != 0) {
+    return q && strcmp(q, "1") == 0;
+}
+
+void vb_log(const char *fmt, ...) {
+    if (quiet()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("libdpuverbs: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int vb_fail(int err, const char *fmt, ...) {
+    if (!quiet()) {
         va_list ap;
         va_start(ap, fmt);
         fputs("libdpuverbs: ", stderr);

@@ -193,6 +193,7 @@ struct vb_context {
 struct vb_context *vb_ctx(struct ibv_context *c);
 uint64_t vb_now_ns(void);
 int vb_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void vb_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vb_async(struct vb_context *ctx, enum ibv_event_type type, void *obj);
 int vb_errno(int rc);
 

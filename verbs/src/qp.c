@@ -100,8 +100,7 @@ void vb_cq_push(struct vb_cq *q, const struct ibv_wc *wc) {
     }
     pthread_mutex_unlock(&q->mu);
     if (overflow) {
-        fprintf(stderr, "libdpuverbs: completion queue %p overflowed (%u entries): completions are lost\n",
-                (void *)q, q->cap);
+        vb_log("completion queue %p overflowed (%u entries): completions are lost", (void *)q, q->cap);
         vb_async(vb_ctx(q->cq.context), IBV_EVENT_CQ_ERR, &q->cq);
     }
 }
@@ -296,7 +295,7 @@ static void qp_error(struct vb_qp *q, dpu_t *d, const char *why) {
     if (atomic_exchange(&q->state, IBV_QPS_ERR) == IBV_QPS_ERR) return;
     q->qp.state = IBV_QPS_ERR;
     q->attr.qp_state = IBV_QPS_ERR;
-    fprintf(stderr, "libdpuverbs: QP %u: %s: the queue pair is in the error state\n", q->qp.qp_num, why);
+    vb_log("QP %u: %s: the queue pair is in the error state", q->qp.qp_num, why);
     dpu_store64(d, dpu_gva_add(q->mbox, 8), 1);
 }
 
