@@ -60,7 +60,7 @@ func build() string {
 // need skips when the library could not be built for want of a tool, or
 // when a program is missing, unless DPU_PRIV_TESTS=require (CI), which
 // makes it a failure; a failed build always fails.
-func need(t *testing.T, programs ...string) {
+func need(t testing.TB, programs ...string) {
 	t.Helper()
 	why := buildErr
 	if why == "" {
@@ -82,7 +82,7 @@ func need(t *testing.T, programs ...string) {
 
 // up starts a 2-node line fabric of real agents over UDP links; it is taken
 // down when the test ends.
-func up(t *testing.T) *fabric.State {
+func up(t testing.TB) *fabric.State {
 	t.Helper()
 	dir := t.TempDir()
 	spec := fabric.Spec{Nodes: 2, Topo: "line", Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
@@ -106,7 +106,7 @@ func up(t *testing.T) *fabric.State {
 	return st
 }
 
-func library(t *testing.T) string {
+func library(t testing.TB) string {
 	lib, err := filepath.Abs("build/libdpuverbs.so")
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func library(t *testing.T) string {
 }
 
 // command runs a program with the device preloaded, attached to node.
-func command(ctx context.Context, t *testing.T, st *fabric.State, node int, name string, args ...string) *exec.Cmd {
+func command(ctx context.Context, t testing.TB, st *fabric.State, node int, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+library(t),
 		"DPU_SOCKET="+filepath.Join(st.Agents[node].RunDir, "dpu0.sock"))
@@ -124,7 +124,7 @@ func command(ctx context.Context, t *testing.T, st *fabric.State, node int, name
 }
 
 // freePort is a TCP port for a program's out-of-band exchange on loopback.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func freePort(t *testing.T) string {
 // pair runs a program's server on node 0 and its client on node 1 (the
 // same arguments, the client's ending in the server's address) and
 // returns their outputs; both must exit 0.
-func pair(t *testing.T, st *fabric.State, prog string, args ...string) (server, client string) {
+func pair(t testing.TB, st *fabric.State, prog string, args ...string) (server, client string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

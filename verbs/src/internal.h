@@ -148,6 +148,18 @@ struct vb_qp {
     struct peer_mr mrcache[PEER_MR_CACHE];
     unsigned mrcache_next;
 
+    /* Notices whose slots are reserved (produced counts them) and that the
+     * progress thread stores: a WRITE into an image and an atomic complete
+     * once the image has the bytes; the peer's memory follows. Under nq_mu. */
+    pthread_mutex_t nq_mu;
+    struct vb_notice {
+        uint64_t n;      /* the reserved slot */
+        int op;
+        uint32_t imm, rkey, total;
+        uint64_t addr;
+    } nq[MBOX_SLOTS];
+    unsigned nq_head, nq_len;
+
     /* Receive side, under mu (the queue) and the context's progress lock. */
     pthread_mutex_t mu;
     struct vb_rwr *rq;

@@ -188,6 +188,7 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     }
     pthread_mutex_init(&q->sq_mu, NULL);
     pthread_mutex_init(&q->mu, NULL);
+    pthread_mutex_init(&q->nq_mu, NULL);
     q->ctx = ctx;
     q->sq_sig_all = a->sq_sig_all;
     q->qp.context = pd->context;
@@ -348,6 +349,7 @@ static int connect_peer(struct vb_qp *q, struct ibv_qp_attr *a) {
     q->peer_mbox = (dpu_gva_t){get32le(e + 8), get64le(e)};
     q->peer_qpn = qpn;
     q->produced = q->consumed_seen = 0;
+    q->nq_len = 0;
     memset(q->mrcache, 0, sizeof q->mrcache);
     return 0;
 }
@@ -697,28 +699,30 @@ static int credit(struct vb_qp *q, dpu_t *d) {
 
 static uint64_t slot_seq(uint32_t psn, uint64_t n) { return (uint64_t)(psn & 0xffffff) << 40 | (n + 1); }
 
-static int put_slot(struct vb_qp *q, dpu_t *d, uint8_t *slot, int op, int flags, uint32_t len, uint32_t total,
-                    uint64_t addr, const struct vb_swr *w) {
+/* put_slot stores slot n (reserved) of the peer's mailbox. */
+static int put_slot(struct vb_qp *q, dpu_t *d, uint64_t n, uint8_t *slot, int op, int flags, uint32_t len,
+                    uint32_t total, uint64_t addr, uint32_t imm, uint32_t rkey) {
     memset(slot, 0, SLOT_HDR);
-    put64le(slot, slot_seq(q->attr.sq_psn, q->produced));
+    put64le(slot, slot_seq(q->attr.sq_psn, n));
     put16le(slot + 8, (uint16_t)op);
     put16le(slot + 10, (uint16_t)flags);
     put32le(slot + 12, len);
-    put32le(slot + 16, w->imm);
-    put32le(slot + 20, w->rkey);
+    put32le(slot + 16, imm);
+    put32le(slot + 20, rkey);
     put64le(slot + 24, addr);
     put32le(slot + 32, total);
     put32le(slot + 36, q->qp.qp_num);
-    dpu_gva_t at = dpu_gva_add(q->peer_mbox, PAGE * (1 + q->produced % MBOX_SLOTS));
+    dpu_gva_t at = dpu_gva_add(q->peer_mbox, PAGE * (1 + n % MBOX_SLOTS));
     int rc = dpu_store(d, at, slot, SLOT_HDR + len);
-    if (rc < 0) return status_of(rc);
-    q->produced++;
-    return 0;
+    return rc < 0 ? status_of(rc) : 0;
 }
 
-/* send_slots streams the request's bytes as mailbox slots from w->done on. */
+/* send_slots streams the request's bytes as mailbox slots from w->done on;
+ * local stores reach the images first (the peer may look at them once it
+ * has the message). */
 static int send_slots(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, int *blocked) {
     static _Thread_local uint8_t slot[PAGE];
+    if (w->done == 0 && vb_publish_all(q->ctx, d) < 0) return IBV_WC_GENERAL_ERR;
     do {
         int c = credit(q, d);
         if (c < 0) return -c;
@@ -730,22 +734,55 @@ static int send_slots(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, int *
         int st = gather(q->ctx, w, w->done, slot + SLOT_HDR, n);
         if (st) return st;
         int flags = (w->done == 0 ? SF_FIRST : 0) | (w->done + n == w->len ? SF_LAST : 0);
-        st = put_slot(q, d, slot, op, flags, n, w->len, w->raddr + w->done, w);
+        st = put_slot(q, d, q->produced, slot, op, flags, n, w->len, w->raddr + w->done, w->imm, w->rkey);
         if (st) return st;
+        q->produced++;
         w->done += n;
     } while (w->done < w->len);
     return 0;
 }
 
+/* notice reserves a slot for the notice of a request whose bytes are in
+ * the peer's image and queues it for the progress thread. */
 static int notice(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, uint32_t total, int *blocked) {
-    uint8_t slot[SLOT_HDR];
     int c = credit(q, d);
     if (c < 0) return -c;
     if (c == 0) {
         *blocked = 1;
         return 0;
     }
-    return put_slot(q, d, slot, op, SF_FIRST | SF_LAST | SF_GVA_DATA, 0, total, w->raddr, w);
+    pthread_mutex_lock(&q->nq_mu);
+    q->nq[(q->nq_head + q->nq_len) % MBOX_SLOTS] =
+        (struct vb_notice){.n = q->produced, .op = op, .imm = w->imm, .rkey = w->rkey, .total = total, .addr = w->raddr};
+    q->nq_len++;
+    pthread_mutex_unlock(&q->nq_mu);
+    q->produced++;
+    wake_progress(q->ctx);
+    return 0;
+}
+
+/* store_notices stores the queued notices (progress lock held). */
+static int store_notices(struct vb_qp *q, dpu_t *d) {
+    struct vb_notice batch[MBOX_SLOTS];
+    unsigned n = 0;
+    pthread_mutex_lock(&q->nq_mu);
+    while (q->nq_len > 0) {
+        batch[n++] = q->nq[q->nq_head];
+        q->nq_head = (q->nq_head + 1) % MBOX_SLOTS;
+        q->nq_len--;
+    }
+    pthread_mutex_unlock(&q->nq_mu);
+    if (n == 0) return 0;
+    uint8_t slot[SLOT_HDR];
+    int st = vb_publish_all(q->ctx, d) < 0 ? IBV_WC_GENERAL_ERR : 0;
+    for (unsigned i = 0; i < n && st == 0; i++)
+        st = put_slot(q, d, batch[i].n, slot, batch[i].op, SF_FIRST | SF_LAST | SF_GVA_DATA, 0, batch[i].total,
+                      batch[i].addr, batch[i].imm, batch[i].rkey);
+    if (st) {
+        qp_error(q, d, "storing a notice in the peer's mailbox failed");
+        vb_async(q->ctx, IBV_EVENT_QP_FATAL, &q->qp);
+    }
+    return 1;
 }
 
 /* exec runs one request as far as it can: a completion status, with
@@ -753,13 +790,16 @@ static int notice(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, uint32_t 
 static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
     struct vb_context *ctx = q->ctx;
     static _Thread_local uint8_t buf[64 * 1024];
-    if (!w->started && w->done == 0) {
-        /* Local stores before this request reach the images first. */
-        int rc = vb_publish_all(ctx, d);
-        if (rc < 0) return IBV_WC_GENERAL_ERR;
-    }
     struct peer_mr m;
     int st;
+    /* A READ or an atomic on this context's own regions must see the
+     * program's stores before it: publish them. (A peer learns of this
+     * context's stores only from a message it sends, and those publish
+     * first.) */
+    if ((w->opcode == IBV_WR_RDMA_READ || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) && !w->started &&
+        q->peer_dir.hi == ctx->dir.hi && q->peer_dir.lo == ctx->dir.lo && vb_publish_all(ctx, d) < 0)
+        return IBV_WC_GENERAL_ERR;
     switch (w->opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
@@ -1018,6 +1058,7 @@ int vb_progress(struct vb_context *ctx, dpu_t *d) {
         struct vb_qp *q = list[i];
         int st = atomic_load(&q->state);
         if (st == IBV_QPS_RTR || st == IBV_QPS_RTS) did |= drain(q, d);
+        if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) did |= store_notices(q, d);
         if (q->sq_len > 0 && pthread_mutex_trylock(&q->sq_mu) == 0) {
             did |= run_sq(q, d);
             pthread_mutex_unlock(&q->sq_mu);

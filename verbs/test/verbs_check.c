@@ -191,11 +191,13 @@ int main(void) {
     memset(abuf, 0, sz);
     memset(bbuf, 0, sz);
     struct ibv_mr *amr = ibv_reg_mr(pd, abuf, sz, acc), *bmr = ibv_reg_mr(pd, bbuf, sz, acc);
+    uint8_t *rbuf = aligned_alloc(4096, sz);
+    struct ibv_mr *rmr = ibv_reg_mr(pd, rbuf, sz, IBV_ACCESS_LOCAL_WRITE);
     uint8_t *wbuf = aligned_alloc(4096, 8192);
     memset(wbuf, 0, 8192);
     struct ibv_mr *wmr = ibv_reg_mr(pd, wbuf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    CHECK("reg mr", amr && bmr && wmr, "errno %d", errno);
-    if (!amr || !bmr || !wmr) return 1;
+    CHECK("reg mr", amr && bmr && wmr && rmr, "errno %d", errno);
+    if (!amr || !bmr || !wmr || !rmr) return 1;
 
     struct pair bad_pair, good;
     CHECK("connect", connect_pair(&bad_pair) == 0 && connect_pair(&good) == 0, "errno %d", errno);
@@ -208,11 +210,11 @@ int main(void) {
 
     /* SEND/RECV across slots, checked byte by byte. */
     for (size_t i = 0; i < 9000; i++) abuf[i] = (uint8_t)(i * 7 + 3);
-    post_recv(good.b, 1, bmr, bbuf, (uint32_t)sz);
+    post_recv(good.b, 1, rmr, rbuf, (uint32_t)sz);
     int rc = post(good.a, IBV_WR_SEND, 2, amr, abuf, 9000, 0, 0, 0, 0);
     int ok = rc == 0 && wait_wc(2, &wc) == 0 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND;
     ok = ok && wait_wc(1, &wc) == 0 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.byte_len == 9000;
-    CHECK("send/recv 9000 bytes", ok && memcmp(abuf, bbuf, 9000) == 0, "rc %d status %d len %u", rc, wc.status,
+    CHECK("send/recv 9000 bytes", ok && memcmp(abuf, rbuf, 9000) == 0, "rc %d status %d len %u", rc, wc.status,
           wc.byte_len);
 
     /* RDMA WRITE into a region with an image and into one without. */
@@ -292,7 +294,7 @@ int main(void) {
     ibv_destroy_qp(good.a), ibv_destroy_qp(good.b);
     ibv_destroy_qp(small_pair.a), ibv_destroy_qp(small_pair.b);
     ibv_destroy_qp(atomic_pair.a), ibv_destroy_qp(atomic_pair.b);
-    CHECK("dereg", ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0 && ibv_dereg_mr(wmr) == 0, "dereg failed");
+    CHECK("dereg", ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0 && ibv_dereg_mr(wmr) == 0 && ibv_dereg_mr(rmr) == 0, "dereg failed");
     CHECK("teardown", ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0, "teardown failed");
     ibv_free_device_list(devs);
     printf(failed ? "verbs_check: FAILED\n" : "verbs_check: all checks passed\n");
