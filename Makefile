@@ -25,7 +25,7 @@ rt: clib
 	$(MAKE) -s -C cc
 
 # libdpuverbs, the RC verbs device unmodified verbs programs preload
-# (verbs/README.md); needs rdma-core's headers (Debian: libibverbs-dev).
+# (docs/verbs.md); needs rdma-core's headers (Debian: libibverbs-dev).
 verbs: clib
 	$(MAKE) -s -C verbs
 

@@ -13,7 +13,7 @@
 // WRITE notices are STOREs into the receiving QP's mailbox, fabric pages the
 // receiver owns and its progress thread drains. A port's GID is the GVA of
 // the context's directory, which names its queue pairs and regions. The
-// design, what is supported and what is not: README.md in this directory.
+// design, what is supported and what is not: docs/verbs.md.
 //
 // The tests run programs nobody here wrote (Debian's ibverbs-utils
 // ibv_rc_pingpong and perftest's ib_write_lat, ib_read_lat, ib_atomic_lat)

@@ -1,6 +1,6 @@
 /*
  * internal.h — the verbs device of the dpu fabric (libdpuverbs), shared
- * between its files. The design is in verbs/README.md; in short:
+ * between its files. The design is in docs/verbs.md; in short:
  *
  *   context  = two connections to the node's agent, a progress thread and a
  *              directory (DIR_PAGES fabric pages owned by this node) that
@@ -44,7 +44,7 @@
 #define SLOT_HDR 64u
 #define SLOT_DATA (PAGE - SLOT_HDR) /* 4032 */
 
-/* Slot ops and flags (verbs/README.md "Mailbox"). */
+/* Slot ops and flags (docs/verbs.md "Mailbox slots"). */
 enum { SLOT_SEND = 1, SLOT_SEND_IMM = 2, SLOT_WRITE = 3, SLOT_WRITE_IMM = 4, SLOT_ATOMIC = 5 };
 enum { SF_FIRST = 1, SF_LAST = 2, SF_GVA_DATA = 4 };
 
