@@ -199,6 +199,8 @@ struct vb_context {
     pthread_t thread;
     int thread_started;
     uint64_t last_publish_ns;
+    _Atomic uint64_t next_pass_ns; /* pacing of the passes (qp.c) */
+    uint64_t poll_gap_ns;
 };
 
 /* device.c */
@@ -219,6 +221,7 @@ int vb_sge_ok(struct vb_context *ctx, const struct ibv_sge *s, int need_write);
 
 /* qp.c */
 int vb_progress(struct vb_context *ctx, dpu_t *d);
+int vb_pass(struct vb_context *ctx, dpu_t *d);
 void *vb_progress_thread(void *arg);
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only);

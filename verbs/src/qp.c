@@ -17,6 +17,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,14 +123,17 @@ int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
     if (n < 0) return -1;
     int got = cq_take(q, n, wc);
     if (got > 0 || n == 0) return got;
-    /* Nothing yet: make progress in the caller's thread unless the progress
-     * thread is at it. */
+    /* Nothing yet: make a pass in the caller's thread when one is due and
+     * the progress thread is not at it. Programs poll an empty CQ in a
+     * tight loop: the device's work runs on the same CPUs (the progress
+     * thread, the node's agent), so an empty poll gives the CPU away. */
     struct vb_context *ctx = vb_ctx(cq->context);
-    if (pthread_mutex_trylock(&ctx->prog_mu) == 0) {
-        vb_progress(ctx, ctx->d);
+    if (vb_now_ns() >= atomic_load(&ctx->next_pass_ns) && pthread_mutex_trylock(&ctx->prog_mu) == 0) {
+        vb_pass(ctx, ctx->d);
         pthread_mutex_unlock(&ctx->prog_mu);
         got = cq_take(q, n, wc);
     }
+    if (got == 0) sched_yield();
     return got;
 }
 
@@ -146,6 +150,7 @@ int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only) {
 /* ---- queue pairs ---- */
 
 static void wake_progress(struct vb_context *ctx) {
+    atomic_store(&ctx->next_pass_ns, 0);
     pthread_mutex_lock(&ctx->wake_mu);
     ctx->wake = 1;
     pthread_cond_signal(&ctx->wake_cv);
@@ -1072,40 +1077,61 @@ int vb_progress(struct vb_context *ctx, dpu_t *d) {
     return did;
 }
 
-/* The progress thread: passes back to back while messages come, then
- * passes further apart (up to DPU_VERBS_IDLE_US, default 2000 µs). */
+/* Passes are paced: one that found nothing puts the next further away
+ * (from DPU_VERBS_POLL_US, default 20 µs, growing by half up to
+ * DPU_VERBS_IDLE_US, default 2000 µs); one that did something, or a post,
+ * brings the next back to now. Every empty pass is a LOAD the node's agent
+ * serves: pacing keeps an idle program from loading its agent. */
+static uint64_t poll_min_ns, poll_max_ns;
+
+static void pace_init(void) {
+    if (!poll_min_ns) {
+        poll_max_ns = env_ms("DPU_VERBS_IDLE_US", 2000) * 1000;
+        poll_min_ns = env_ms("DPU_VERBS_POLL_US", 20) * 1000;
+        if (poll_min_ns < 1000) poll_min_ns = 1000;
+        if (poll_max_ns < poll_min_ns) poll_max_ns = poll_min_ns;
+    }
+}
+
+/* vb_pass runs one pass if it is due (progress lock held). */
+int vb_pass(struct vb_context *ctx, dpu_t *d) {
+    uint64_t now = vb_now_ns();
+    if (now < atomic_load(&ctx->next_pass_ns)) return 0;
+    int did = vb_progress(ctx, d);
+    now = vb_now_ns();
+    if (did) {
+        ctx->poll_gap_ns = poll_min_ns;
+        atomic_store(&ctx->next_pass_ns, now);
+    } else {
+        uint64_t g = ctx->poll_gap_ns ? ctx->poll_gap_ns + ctx->poll_gap_ns / 2 : poll_min_ns;
+        ctx->poll_gap_ns = g > poll_max_ns ? poll_max_ns : g;
+        atomic_store(&ctx->next_pass_ns, now + ctx->poll_gap_ns);
+    }
+    return did;
+}
+
 void *vb_progress_thread(void *arg) {
     struct vb_context *ctx = arg;
-    uint64_t idle_max = env_ms("DPU_VERBS_IDLE_US", 2000);
-    uint64_t spin_ns = env_ms("DPU_VERBS_SPIN_US", 2000) * 1000;
-    uint64_t last = vb_now_ns(), sleep_us = 0;
+    pace_init();
     for (;;) {
+        pthread_mutex_lock(&ctx->prog_mu);
+        vb_pass(ctx, ctx->dp);
+        pthread_mutex_unlock(&ctx->prog_mu);
+        uint64_t now = vb_now_ns(), next = atomic_load(&ctx->next_pass_ns);
+        if (!ctx->qps) next = now + 50000000ull;
         pthread_mutex_lock(&ctx->wake_mu);
-        if (ctx->stop) {
-            pthread_mutex_unlock(&ctx->wake_mu);
-            break;
-        }
-        if (sleep_us && !ctx->wake) {
+        if (!ctx->wake && !ctx->stop && next > now) {
             struct timespec dl;
             clock_gettime(CLOCK_REALTIME, &dl);
-            dl.tv_nsec += (long)sleep_us * 1000;
-            dl.tv_sec += dl.tv_nsec / 1000000000;
-            dl.tv_nsec %= 1000000000;
+            uint64_t ns = (uint64_t)dl.tv_nsec + (next - now);
+            dl.tv_sec += (time_t)(ns / 1000000000ull);
+            dl.tv_nsec = (long)(ns % 1000000000ull);
             pthread_cond_timedwait(&ctx->wake_cv, &ctx->wake_mu, &dl);
         }
-        int woken = ctx->wake;
         ctx->wake = 0;
         int stop = ctx->stop;
         pthread_mutex_unlock(&ctx->wake_mu);
         if (stop) break;
-        pthread_mutex_lock(&ctx->prog_mu);
-        int did = vb_progress(ctx, ctx->dp);
-        pthread_mutex_unlock(&ctx->prog_mu);
-        uint64_t now = vb_now_ns();
-        if (did || woken) last = now;
-        if (now - last < spin_ns) sleep_us = 0;
-        else sleep_us = sleep_us ? (sleep_us * 2 > idle_max ? idle_max : sleep_us * 2) : 20;
-        if (!ctx->qps) sleep_us = idle_max > 50000 ? idle_max : 50000;
     }
     return NULL;
 }
