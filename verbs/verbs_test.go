@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +19,35 @@ import (
 )
 
 var (
-	binDir   string // dpu-agent, built for this run
-	buildErr string // why the library could not be built
+	setupOnce sync.Once
+	binDir    string // dpu-agent, built for this run
+	buildErr  string // why the library could not be built
 )
 
-// TestMain builds the agent and, with this directory's Makefile, the
-// library and verbs_check.
+// TestMain removes what setup built.
 func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// setup builds the agent and, with this directory's Makefile, the library,
+// verbs_check and cas_lat, once (the fuzz tests need none of it).
+func setup() {
 	dir, err := os.MkdirTemp("", "dpu-verbs-test")
 	if err != nil {
-		panic(err)
+		buildErr = "make: " + err.Error()
+		return
 	}
 	binDir = dir
 	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/aitherion/dpu/cmd/dpu-agent")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		panic("building dpu-agent: " + err.Error())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		buildErr = fmt.Sprintf("make: building dpu-agent: %v\n%s", err, out)
+		return
 	}
 	buildErr = build()
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
 }
 
 func build() string {
@@ -62,6 +71,7 @@ func build() string {
 // makes it a failure; a failed build always fails.
 func need(t testing.TB, programs ...string) {
 	t.Helper()
+	setupOnce.Do(setup)
 	why := buildErr
 	if why == "" {
 		for _, p := range programs {

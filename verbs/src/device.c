@@ -134,12 +134,8 @@ VB_API struct ibv_context *ibv_open_device(struct ibv_device *device) {
         vb_fail(vb_errno(rc), "open_device: allocating the directory: %s", dpu_last_error());
         goto fail;
     }
-    uint8_t hdr[DIR_HDR] = {0};
-    put64le(hdr, DIR_MAGIC);
-    put32le(hdr + 8, DIR_VERSION);
-    put32le(hdr + 12, DIR_PAGES);
-    put32le(hdr + 16, MAX_QP);
-    put32le(hdr + 20, MAX_MR);
+    uint8_t hdr[DIR_HDR];
+    vb_dir_hdr_put(hdr, &(struct vb_dir_hdr){DIR_MAGIC, DIR_VERSION, DIR_PAGES, MAX_QP, MAX_MR});
     rc = dpu_store(ctx->d, ctx->dir, hdr, sizeof hdr);
     if (rc < 0) {
         vb_fail(vb_errno(rc), "open_device: writing the directory: %s", dpu_last_error());

@@ -23,36 +23,9 @@
 #include <stddef.h>
 
 #include "dpu.h"
+#include "wire.h"
 
 #define VB_API __attribute__((visibility("default")))
-
-#define PAGE 4096u
-
-/* Directory: page 0 = header + QP table, pages 1..DIR_PAGES-1 = MR table. */
-#define DIR_PAGES 4u
-#define DIR_MAGIC 0x5342524556555044ull /* "DPUVERBS" little-endian */
-#define DIR_VERSION 1u
-#define DIR_HDR 64u
-#define QP_ENTRY 32u
-#define MAX_QP ((PAGE - DIR_HDR) / QP_ENTRY) /* 126 */
-#define MR_ENTRY 32u
-#define MAX_MR ((DIR_PAGES - 1) * PAGE / MR_ENTRY) /* 384 */
-
-/* Mailbox: page 0 = header (u64 consumed, u64 error), pages 1..MBOX_SLOTS = slots. */
-#define MBOX_SLOTS 32u
-#define MBOX_PAGES (1u + MBOX_SLOTS)
-#define SLOT_HDR 64u
-#define SLOT_DATA (PAGE - SLOT_HDR) /* 4032 */
-
-/* Slot ops and flags (docs/verbs.md "Mailbox slots"). */
-enum { SLOT_SEND = 1, SLOT_SEND_IMM = 2, SLOT_WRITE = 3, SLOT_WRITE_IMM = 4, SLOT_ATOMIC = 5 };
-enum { SF_FIRST = 1, SF_LAST = 2, SF_GVA_DATA = 4 };
-
-/* The port's GID: 0xfd 'D' 'P' 'U' | machine (BE32) | directory lo (BE64). */
-#define GID_TAG0 0xfd
-#define GID_TAG1 'D'
-#define GID_TAG2 'P'
-#define GID_TAG3 'U'
 
 #define MAX_SGE 16
 #define MAX_INLINE 4032
@@ -228,12 +201,5 @@ int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int vb_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 void vb_cq_push(struct vb_cq *cq, const struct ibv_wc *wc);
-
-static inline void put64le(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static inline void put32le(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static inline void put16le(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static inline uint64_t get64le(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static inline uint32_t get32le(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static inline uint16_t get16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 #endif

@@ -42,25 +42,17 @@ struct vb_mr *vb_mr_by_key(struct vb_context *ctx, uint32_t key) {
 
 static int dir_store_mr(struct vb_context *ctx, struct vb_mr *m, int live) {
     uint8_t e[MR_ENTRY] = {0};
-    if (live) {
-        put64le(e, m->iova);
-        put64le(e + 8, m->mr.length);
-        put64le(e + 16, m->gva.lo);
-        put32le(e + 24, m->mr.rkey);
-        put32le(e + 28, (uint32_t)m->access);
-    }
+    if (live)
+        vb_mr_entry_put(e, &(struct vb_mr_entry){.vaddr = m->iova, .length = m->mr.length, .gva_lo = m->gva.lo,
+                                                 .rkey = m->mr.rkey, .access = (uint32_t)m->access & WIRE_ACCESS_BITS});
     return dpu_store(ctx->d, dpu_gva_add(ctx->dir, PAGE + (uint64_t)m->index * MR_ENTRY), e, sizeof e);
 }
 
 int vb_dir_store_qp(struct vb_context *ctx, uint32_t qpn, dpu_gva_t mbox, int live) {
     uint8_t e[QP_ENTRY] = {0};
-    if (live) {
-        put64le(e, mbox.lo);
-        put32le(e + 8, (uint32_t)mbox.hi);
-        put32le(e + 12, qpn);
-        put32le(e + 16, MBOX_SLOTS);
-        put32le(e + 20, 1);
-    }
+    if (live)
+        vb_qp_entry_put(e, &(struct vb_qp_entry){.mbox_lo = mbox.lo, .mbox_hi = (uint32_t)mbox.hi, .qpn = qpn,
+                                                 .slots = MBOX_SLOTS, .live = 1});
     return dpu_store(ctx->d, dpu_gva_add(ctx->dir, DIR_HDR + (uint64_t)(qpn - 1) * QP_ENTRY), e, sizeof e);
 }
 

@@ -342,16 +342,19 @@ static int connect_peer(struct vb_qp *q, struct ibv_qp_attr *a) {
         vb_fail(vb_errno(rc), "modify_qp to RTR: reading the peer's directory: %s", dpu_last_error());
         return vb_errno(rc);
     }
-    if (get64le(hdr) != DIR_MAGIC || get32le(hdr + 8) != DIR_VERSION) {
+    struct vb_dir_hdr h;
+    if (vb_dir_hdr_get(hdr, sizeof hdr, &h) < 0) {
         vb_fail(EINVAL, "modify_qp to RTR: the destination GID names no dpu verbs directory");
         return EINVAL;
     }
-    if (get32le(e + 20) != 1 || get32le(e + 12) != qpn || get32le(e + 16) != MBOX_SLOTS) {
-        vb_fail(ENOENT, "modify_qp to RTR: the peer has no QP %#x", qpn);
-        return ENOENT;
+    struct vb_qp_entry qe;
+    rc = vb_qp_entry_get(e, sizeof e, &qe);
+    if (rc < 0 || qe.qpn != qpn) {
+        vb_fail(rc == -ENOENT ? ENOENT : EINVAL, "modify_qp to RTR: the peer has no QP %#x", qpn);
+        return rc == -ENOENT ? ENOENT : EINVAL;
     }
     q->peer_dir = dir;
-    q->peer_mbox = (dpu_gva_t){get32le(e + 8), get64le(e)};
+    q->peer_mbox = (dpu_gva_t){qe.mbox_hi, qe.mbox_lo};
     q->peer_qpn = qpn;
     q->produced = q->consumed_seen = 0;
     q->nq_len = 0;
@@ -677,9 +680,10 @@ static int peer_mr(struct vb_qp *q, dpu_t *d, uint32_t rkey, struct peer_mr *out
     uint8_t e[MR_ENTRY];
     int rc = dpu_load(d, dpu_gva_add(q->peer_dir, PAGE + (uint64_t)idx * MR_ENTRY), e, sizeof e);
     if (rc < 0) return status_of(rc);
-    if (get32le(e + 24) != rkey) return IBV_WC_REM_ACCESS_ERR;
-    struct peer_mr m = {.rkey = rkey, .access = (int)get32le(e + 28), .vaddr = get64le(e), .length = get64le(e + 8),
-                        .gva_lo = get64le(e + 16)};
+    struct vb_mr_entry me;
+    if (vb_mr_entry_get(e, sizeof e, &me) < 0 || me.rkey != rkey) return IBV_WC_REM_ACCESS_ERR;
+    struct peer_mr m = {.rkey = rkey, .access = (int)me.access, .vaddr = me.vaddr, .length = me.length,
+                        .gva_lo = me.gva_lo};
     q->mrcache[q->mrcache_next++ % PEER_MR_CACHE] = m;
     *out = m;
     return 0;
@@ -707,16 +711,9 @@ static uint64_t slot_seq(uint32_t psn, uint64_t n) { return (uint64_t)(psn & 0xf
 /* put_slot stores slot n (reserved) of the peer's mailbox. */
 static int put_slot(struct vb_qp *q, dpu_t *d, uint64_t n, uint8_t *slot, int op, int flags, uint32_t len,
                     uint32_t total, uint64_t addr, uint32_t imm, uint32_t rkey) {
-    memset(slot, 0, SLOT_HDR);
-    put64le(slot, slot_seq(q->attr.sq_psn, n));
-    put16le(slot + 8, (uint16_t)op);
-    put16le(slot + 10, (uint16_t)flags);
-    put32le(slot + 12, len);
-    put32le(slot + 16, imm);
-    put32le(slot + 20, rkey);
-    put64le(slot + 24, addr);
-    put32le(slot + 32, total);
-    put32le(slot + 36, q->qp.qp_num);
+    vb_slot_put(slot, &(struct vb_slot){.seq = slot_seq(q->attr.sq_psn, n), .op = (uint16_t)op,
+                                        .flags = (uint16_t)flags, .len = len, .imm = imm, .rkey = rkey, .addr = addr,
+                                        .total = total, .src_qpn = q->qp.qp_num});
     dpu_gva_t at = dpu_gva_add(q->peer_mbox, PAGE * (1 + n % MBOX_SLOTS));
     int rc = dpu_store(d, at, slot, SLOT_HDR + len);
     return rc < 0 ? status_of(rc) : 0;
@@ -970,22 +967,14 @@ static int drain(struct vb_qp *q, dpu_t *d) {
             return 1;
         }
         if (get64le(slot) != slot_seq(q->attr.rq_psn, q->next_in)) break;
-        int op = get16le(slot + 8), flags = get16le(slot + 10);
-        uint32_t len = get32le(slot + 12), imm = get32le(slot + 16), rkey = get32le(slot + 20);
-        uint64_t addr = get64le(slot + 24);
-        uint32_t total = get32le(slot + 32);
-        if (len > SLOT_DATA || op < SLOT_SEND || op > SLOT_ATOMIC || (flags & ~7) ||
-            ((flags & SF_GVA_DATA) && len != 0) || total > MAX_MSG) {
+        struct vb_slot sl;
+        if (vb_slot_get(slot, SLOT_HDR, &sl) < 0) {
             responder_error(q, d, "the peer wrote a malformed mailbox slot", IBV_EVENT_QP_FATAL);
             return 1;
         }
-        if (len > first_load - SLOT_HDR) {
-            rc = dpu_load(d, dpu_gva_add(at, first_load), slot + first_load, SLOT_HDR + len - first_load);
-            if (rc < 0) {
-                responder_error(q, d, "reading the mailbox failed", IBV_EVENT_QP_FATAL);
-                return 1;
-            }
-        }
+        int op = sl.op, flags = sl.flags;
+        uint32_t len = sl.len, imm = sl.imm, rkey = sl.rkey, total = sl.total;
+        uint64_t addr = sl.addr;
         const uint8_t *data = slot + SLOT_HDR;
         int last = flags & SF_LAST;
         if (op == SLOT_SEND || op == SLOT_SEND_IMM) {
