@@ -12,12 +12,15 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "dpu.h"
 
 static int failed;
 
@@ -289,6 +292,54 @@ int main(void) {
     rc = post(good.a, IBV_WR_RDMA_WRITE, 15, amr, abuf, 8, (uintptr_t)bbuf, bmr->rkey, 0, 0);
     ok = rc == 0 && wait_wc(15, &wc) == 0 && wc.status == IBV_WC_WR_FLUSH_ERR;
     CHECK("qp errs after a remote error", ok, "status %d", wc.status);
+
+    /* A peer that writes garbage into a QP's mailbox: the QP errs with an
+     * async event, its receives flush, the other pair goes on. The garbage
+     * is written straight through the node (libdpu), where the directory
+     * the GID names says the mailbox is. */
+    struct pair junk;
+    connect_pair(&junk);
+    post_recv(junk.b, 30, rmr, rbuf, 64);
+    union ibv_gid gid;
+    ibv_query_gid(ctx, 1, 0, &gid);
+    dpu_gva_t dir = {0, 0};
+    for (int i = 0; i < 4; i++) dir.hi = dir.hi << 8 | gid.raw[4 + i];
+    for (int i = 0; i < 8; i++) dir.lo = dir.lo << 8 | gid.raw[8 + i];
+    dpu_t *raw = NULL;
+    uint8_t entry[32], slot[64] = {0};
+    rc = dpu_open(NULL, &raw);
+    if (rc == 0) rc = dpu_load(raw, dpu_gva_add(dir, 64 + 32 * (uint64_t)(junk.b->qp_num - 1)), entry, sizeof entry);
+    dpu_gva_t mbox = {0, 0};
+    for (int i = 7; i >= 0; i--) mbox.lo = mbox.lo << 8 | entry[i];
+    for (int i = 3; i >= 0; i--) mbox.hi = mbox.hi << 8 | entry[8 + i];
+    uint64_t seq = (uint64_t)0x111111 << 40 | 1; /* junk.b's receive PSN, slot 0 */
+    for (int i = 0; i < 8; i++) slot[i] = (uint8_t)(seq >> (8 * i));
+    slot[8] = 99; /* no such op */
+    if (rc == 0) rc = dpu_store(raw, dpu_gva_add(mbox, 4096), slot, sizeof slot);
+    CHECK("garbage written", rc == 0, "%s", dpu_strerror(rc));
+    ok = rc == 0 && wait_wc(30, &wc) == 0 && wc.status == IBV_WC_WR_FLUSH_ERR;
+    CHECK("garbage errs the qp", ok, "status %d", wc.status);
+    struct pollfd pfd = {.fd = ctx->async_fd, .events = POLLIN};
+    struct ibv_async_event ev;
+    int got_event = 0;
+    while (poll(&pfd, 1, 5000) == 1 && ibv_get_async_event(ctx, &ev) == 0) {
+        int mine = ev.event_type == IBV_EVENT_QP_FATAL && ev.element.qp == junk.b;
+        ibv_ack_async_event(&ev);
+        if (mine) {
+            got_event = 1;
+            break;
+        }
+    }
+    CHECK("garbage raises an async event", got_event, "no IBV_EVENT_QP_FATAL for the QP");
+    memcpy(bbuf + 8192, "fabric?", 8);
+    struct pair after;
+    connect_pair(&after);
+    rc = post(after.a, IBV_WR_RDMA_READ, 31, amr, abuf, 8, (uintptr_t)bbuf + 8192, bmr->rkey, 0, 0);
+    ok = rc == 0 && wait_wc(31, &wc) == 0 && wc.status == IBV_WC_SUCCESS && memcmp(abuf, "fabric?", 8) == 0;
+    CHECK("others unaffected by garbage", ok, "status %d", wc.status);
+    if (raw) dpu_close(raw);
+    ibv_destroy_qp(junk.a), ibv_destroy_qp(junk.b);
+    ibv_destroy_qp(after.a), ibv_destroy_qp(after.b);
 
     ibv_destroy_qp(bad_pair.a), ibv_destroy_qp(bad_pair.b);
     ibv_destroy_qp(good.a), ibv_destroy_qp(good.b);
