@@ -84,17 +84,22 @@ static int store_runs(dpu_t *d, struct vb_mr *m, const uint8_t *cur, uint64_t ba
 
 static int publish(dpu_t *d, struct vb_mr *m) {
     if (!m->shadow) return 0;
-    static _Thread_local uint8_t buf[CHUNK];
+    uint8_t *buf = NULL;
     int rc = 0;
     pthread_mutex_lock(&m->mu);
     for (size_t off = 0; off < m->mr.length && rc == 0; off += CHUNK) {
         size_t n = m->mr.length - off < CHUNK ? m->mr.length - off : CHUNK;
         const uint8_t *mem = (const uint8_t *)m->mr.addr + off;
         if (memcmp(mem, m->shadow + off, n) == 0) continue;
+        if (!buf && !(buf = malloc(CHUNK))) {
+            rc = -ENOMEM;
+            break;
+        }
         memcpy(buf, mem, n); /* one snapshot: what is stored is what the shadow takes */
         rc = store_runs(d, m, buf, off, n);
     }
     pthread_mutex_unlock(&m->mu);
+    free(buf);
     return rc;
 }
 
@@ -129,7 +134,8 @@ int vb_apply_bytes(struct vb_context *ctx, struct vb_mr *m, uint64_t addr, const
 int vb_apply_from_image(struct vb_context *ctx, dpu_t *d, struct vb_mr *m, uint64_t addr, uint32_t len) {
     (void)ctx;
     if (!m->shadow) return -EINVAL;
-    static _Thread_local uint8_t buf[CHUNK];
+    uint8_t *buf = malloc(len < CHUNK ? (len ? len : 1) : CHUNK);
+    if (!buf) return -ENOMEM;
     uint64_t off = addr - m->iova;
     int rc = 0;
     pthread_mutex_lock(&m->mu);
@@ -143,6 +149,7 @@ int vb_apply_from_image(struct vb_context *ctx, dpu_t *d, struct vb_mr *m, uint6
         done += n;
     }
     pthread_mutex_unlock(&m->mu);
+    free(buf);
     return rc;
 }
 

@@ -723,7 +723,7 @@ static int put_slot(struct vb_qp *q, dpu_t *d, uint64_t n, uint8_t *slot, int op
  * local stores reach the images first (the peer may look at them once it
  * has the message). */
 static int send_slots(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, int *blocked) {
-    static _Thread_local uint8_t slot[PAGE];
+    uint8_t slot[PAGE];
     if (w->done == 0 && vb_publish_all(q->ctx, d) < 0) return IBV_WC_GENERAL_ERR;
     do {
         int c = credit(q, d);
@@ -791,7 +791,6 @@ static int store_notices(struct vb_qp *q, dpu_t *d) {
  * *blocked set when it waits for mailbox credit. */
 static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
     struct vb_context *ctx = q->ctx;
-    static _Thread_local uint8_t buf[64 * 1024];
     struct peer_mr m;
     int st;
     /* A READ or an atomic on this context's own regions must see the
@@ -814,13 +813,18 @@ static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
         if (!m.gva_lo || w->len == 0) return send_slots(q, d, w, op, blocked);
         if (!w->started) {
             dpu_gva_t at = {q->peer_dir.hi, m.gva_lo + (w->raddr - m.vaddr)};
-            for (uint32_t off = 0; off < w->len;) {
-                uint32_t n = w->len - off < sizeof buf ? w->len - off : (uint32_t)sizeof buf;
-                if ((st = gather(ctx, w, off, buf, n))) return st;
+            const uint32_t chunk = 64 * 1024;
+            uint8_t *buf = malloc(w->len < chunk ? w->len : chunk);
+            if (!buf) return IBV_WC_GENERAL_ERR;
+            for (uint32_t off = 0; off < w->len && st == 0;) {
+                uint32_t n = w->len - off < chunk ? w->len - off : chunk;
+                if ((st = gather(ctx, w, off, buf, n))) break;
                 int rc = dpu_store(d, dpu_gva_add(at, off), buf, n);
-                if (rc < 0) return status_of(rc);
+                if (rc < 0) st = status_of(rc);
                 off += n;
             }
+            free(buf);
+            if (st) return st;
             w->started = 1;
         }
         return notice(q, d, w, op, w->len, blocked);
@@ -954,7 +958,7 @@ static void responder_error(struct vb_qp *q, dpu_t *d, const char *why, enum ibv
 
 static int drain(struct vb_qp *q, dpu_t *d) {
     struct vb_context *ctx = q->ctx;
-    static _Thread_local uint8_t slot[PAGE];
+    uint8_t slot[PAGE];
     const uint32_t first_load = PAGE; /* one LOAD of the whole slot: a local request costs the same */
     int did = 0;
     for (int k = 0; k < 64; k++) {
