@@ -7,13 +7,14 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib rt examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
+.PHONY: all build clib rt verbs verbs-deps examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
 
 all: build
 
-build: clib rt
+build: clib rt verbs
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+	cp verbs/build/libdpuverbs.so $(BIN)/libdpuverbs.so
 
 # The C library of the host interface (libdpu.so, libdpu.a, dpu.pc).
 clib:
@@ -22,6 +23,16 @@ clib:
 # libdpurt, the runtime bin/dpu-cc links into instrumented programs (cc/).
 rt: clib
 	$(MAKE) -s -C cc
+
+# libdpuverbs, the RC verbs device unmodified verbs programs preload
+# (docs/verbs.md); needs rdma-core's headers (Debian: libibverbs-dev).
+verbs: clib
+	$(MAKE) -s -C verbs
+
+# What the verbs device and its tests need from Debian (CI's .ci/run
+# installs the same): the headers, ibv_rc_pingpong and perftest.
+verbs-deps:
+	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends libibverbs-dev ibverbs-utils perftest
 
 # The C examples (shared counters over atomic_cas_remote and dpu_lock; C11
 # atomics built with bin/dpu-cc and with plain cc).
@@ -109,5 +120,6 @@ clean:
 	$(MAKE) -s -C hostif/c clean
 	$(MAKE) -s -C examples clean
 	$(MAKE) -s -C cc clean
+	$(MAKE) -s -C verbs clean
 
 include images/image.mk

@@ -1,0 +1,235 @@
+package verbs_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/fabric"
+)
+
+var (
+	setupOnce sync.Once
+	binDir    string // dpu-agent, built for this run
+	buildErr  string // why the library could not be built
+)
+
+// TestMain removes what setup built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// setup builds the agent and, with this directory's Makefile, the library,
+// verbs_check and cas_lat, once (the fuzz tests need none of it).
+func setup() {
+	dir, err := os.MkdirTemp("", "dpu-verbs-test")
+	if err != nil {
+		buildErr = "make: " + err.Error()
+		return
+	}
+	binDir = dir
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/aitherion/dpu/cmd/dpu-agent")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		buildErr = fmt.Sprintf("make: building dpu-agent: %v\n%s", err, out)
+		return
+	}
+	buildErr = build()
+}
+
+func build() string {
+	for _, tool := range []string{"cc", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return tool + " not found"
+		}
+	}
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		return "the rdma-core headers are not installed (libibverbs-dev)"
+	}
+	out, err := exec.Command("make", "-s").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("make: %v\n%s", err, out)
+	}
+	return ""
+}
+
+// need skips when the library could not be built for want of a tool, or
+// when a program is missing, unless DPU_PRIV_TESTS=require (CI), which
+// makes it a failure; a failed build always fails.
+func need(t testing.TB, programs ...string) {
+	t.Helper()
+	setupOnce.Do(setup)
+	why := buildErr
+	if why == "" {
+		for _, p := range programs {
+			if _, err := exec.LookPath(p); err != nil {
+				why = p + " not found (Debian: ibverbs-utils, perftest)"
+				break
+			}
+		}
+	}
+	switch {
+	case why == "":
+	case strings.HasPrefix(why, "make:") || os.Getenv("DPU_PRIV_TESTS") == "require":
+		t.Fatal(why)
+	default:
+		t.Skip(why)
+	}
+}
+
+// up starts a 2-node line fabric of real agents over UDP links; it is taken
+// down when the test ends.
+func up(t testing.TB) *fabric.State {
+	t.Helper()
+	dir := t.TempDir()
+	spec := fabric.Spec{Nodes: 2, Topo: "line", Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 100 * time.Millisecond, DeadInterval: 3 * time.Second, Timeout: 60 * time.Second}
+	var log bytes.Buffer
+	st, err := fabric.Up(context.Background(), spec, &log)
+	t.Cleanup(func() {
+		if err := fabric.Down(dir); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		if t.Failed() {
+			for i := range spec.Nodes {
+				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node%d", i), "agent.log"))
+				t.Logf("node %d log:\n%s", i, b)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("up: %v\n%s", err, log.String())
+	}
+	return st
+}
+
+func library(t testing.TB) string {
+	lib, err := filepath.Abs("build/libdpuverbs.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lib
+}
+
+// command runs a program with the device preloaded, attached to node.
+func command(ctx context.Context, t testing.TB, st *fabric.State, node int, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+library(t),
+		"DPU_SOCKET="+filepath.Join(st.Agents[node].RunDir, "dpu0.sock"))
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// freePort is a TCP port for a program's out-of-band exchange on loopback.
+func freePort(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// pair runs a program's server on node 0 and its client on node 1 (the
+// same arguments, the client's ending in the server's address) and
+// returns their outputs; both must exit 0.
+func pair(t testing.TB, st *fabric.State, prog string, args ...string) (server, client string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv := command(ctx, t, st, 0, prog, args...)
+	var sout bytes.Buffer
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := srv.Start(); err != nil {
+		t.Fatalf("%s server: %v", prog, err)
+	}
+	// The server listens once it has opened the device; the client retries
+	// its connection for a while (both programs do), so a short head start
+	// is enough.
+	time.Sleep(500 * time.Millisecond)
+	cli := command(ctx, t, st, 1, prog, append(args, "127.0.0.1")...)
+	cout, cerr := cli.CombinedOutput()
+	serr := srv.Wait()
+	if cerr != nil || serr != nil {
+		t.Fatalf("%s: client: %v, server: %v\nclient output:\n%s\nserver output:\n%s", prog, cerr, serr, cout, sout.String())
+	}
+	return sout.String(), string(cout)
+}
+
+// TestVerbsOverFabric runs the programs between processes attached to the
+// two nodes of a fabric, and verbs_check on one of them.
+func TestVerbsOverFabric(t *testing.T) {
+	need(t, "ibv_rc_pingpong", "ib_write_lat", "ib_read_lat", "ib_atomic_lat")
+	st := up(t)
+
+	t.Run("verbs_check", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := command(ctx, t, st, 1, "build/verbs_check").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "verbs_check: all checks passed") {
+			t.Fatalf("verbs_check: %v\n%s", err, out)
+		}
+		if n := strings.Count(string(out), "\nok "); n < 33 {
+			t.Errorf("verbs_check made %d checks, want at least 33\n%s", n, out)
+		}
+	})
+
+	// ibv_rc_pingpong: SEND/RECV of 4 KiB messages (two mailbox slots each)
+	// with the data checked (-c), polling, then with completion events (-e)
+	// and messages of three slots.
+	rate := regexp.MustCompile(`(\d+) iters in [0-9.]+ seconds = ([0-9.]+) usec/iter`)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"rc_pingpong", []string{"-g", "0", "-n", "50", "-c"}},
+		{"rc_pingpong_events", []string{"-g", "0", "-n", "20", "-c", "-e", "-s", "10000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, cli := pair(t, st, "ibv_rc_pingpong", append(tc.args, "-p", freePort(t))...)
+			for _, out := range []string{srv, cli} {
+				m := rate.FindStringSubmatch(out)
+				if m == nil || m[1] != tc.args[3] {
+					t.Fatalf("ibv_rc_pingpong printed no result for %s iterations:\n%s", tc.args[3], out)
+				}
+			}
+			t.Logf("ibv_rc_pingpong %v: %s", tc.args, strings.TrimSpace(rate.FindString(cli)))
+		})
+	}
+
+	// perftest's latency programs: each prints one result row under its
+	// header; the row must name the iterations asked for.
+	row := regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)`)
+	for _, tc := range []struct {
+		prog string
+		args []string
+	}{
+		{"ib_write_lat", []string{"-n", "200"}},
+		{"ib_write_lat", []string{"-n", "50", "-s", "9000"}},
+		{"ib_read_lat", []string{"-n", "200"}},
+		{"ib_atomic_lat", []string{"-n", "200"}},
+		{"ib_atomic_lat", []string{"-n", "100", "-A", "FETCH_AND_ADD"}},
+	} {
+		t.Run(tc.prog+strings.Join(tc.args, ""), func(t *testing.T) {
+			_, cli := pair(t, st, tc.prog, append(tc.args, "-p", freePort(t))...)
+			m := row.FindStringSubmatch(cli)
+			if m == nil || m[2] != tc.args[1] {
+				t.Fatalf("%s printed no result row for %s iterations:\n%s", tc.prog, tc.args[1], cli)
+			}
+			t.Logf("%s %v: %s bytes, t_min %s µs, t_typical %s µs, t_avg %s µs", tc.prog, tc.args, m[1], m[3], m[5], m[6])
+		})
+	}
+}
