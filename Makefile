@@ -25,14 +25,19 @@ rt: clib
 	$(MAKE) -s -C cc
 
 # libdpuverbs, the RC verbs device unmodified verbs programs preload
-# (docs/verbs.md); needs rdma-core's headers (Debian: libibverbs-dev).
+# (docs/verbs.md); needs rdma-core's headers (Debian: libibverbs-dev),
+# installed first when they are missing.
 verbs: clib
+	@[ -f /usr/include/infiniband/verbs.h ] || $(MAKE) -s verbs-deps
 	$(MAKE) -s -C verbs
 
 # What the verbs device and its tests need from Debian (CI's .ci/run
-# installs the same): the headers, ibv_rc_pingpong and perftest.
+# installs the same): the headers, ibv_rc_pingpong and perftest. Waits for
+# a concurrent apt rather than failing; sudo when not root.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 verbs-deps:
-	apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends libibverbs-dev ibverbs-utils perftest
+	$(SUDO) apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends libibverbs-dev ibverbs-utils perftest
 
 # The C examples (shared counters over atomic_cas_remote and dpu_lock; C11
 # atomics built with bin/dpu-cc and with plain cc).
