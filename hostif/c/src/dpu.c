@@ -904,6 +904,13 @@ int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop) {
 
 uint32_t dpu__max_map_pages(const dpu_t *d) { return d->max_map_pages; }
 
+/* Acquire and release without the dpu_mmap hooks: mmap.c takes ownership
+ * of a page it is about to make writable, under its own lock. */
+int dpu__acquire(dpu_t *d, dpu_gva_t page) {
+    return page_op(d, OP_ACQUIRE, page, (uint32_t)d->timeout_ms, 0, wait_for(d, d->timeout_ms));
+}
+int dpu__release(dpu_t *d, dpu_gva_t page) { return page_op(d, OP_RELEASE, page, 0, 0, 0); }
+
 int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len) {
     uint8_t rep[256];
     if (len > MAX_BODY) return -EINVAL;
