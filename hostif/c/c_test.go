@@ -1,15 +1,19 @@
 package libdpu_test
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +122,59 @@ func TestMmap(t *testing.T) {
 				t.Fatalf("mmap_test printed %q", out)
 			}
 			t.Log(strings.TrimSpace(out))
+		})
+	}
+}
+
+// TestMmapNodeStalls: a fault the node never answers (a read that needs a
+// fetch, a write that needs ownership) ends in SIGBUS with a logged reason
+// within the connection's timeout (1 s here), not a hang.
+func TestMmapNodeStalls(t *testing.T) {
+	build(t, "build/mmap_test")
+	for _, mode := range []string{"stall-read", "stall-write"} {
+		t.Run(mode, func(t *testing.T) {
+			fab := hostiftest.NewFabric()
+			be := fab.Node(1)
+			t.Cleanup(be.Close)
+			sock := hostiftest.StartServer(t, be, hostif.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "build/mmap_test", mode)
+			cmd.Env = append(os.Environ(), "DPU_SOCKET="+sock)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var word string
+			if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("mmap_test %s: %q, %v\n%s", mode, word, err, stderr.String())
+			}
+			be.SetStall(true)
+			defer be.SetStall(false)
+			start := time.Now()
+			fmt.Fprintln(stdin, "go")
+			rest, _ := io.ReadAll(stdout)
+			err = cmd.Wait()
+			took := time.Since(start)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGBUS {
+				t.Fatalf("mmap_test %s ended with %v after %v, want SIGBUS\n%s%s", mode, err, took, rest, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "dpu_mmap: SIGBUS to thread") || took > 10*time.Second {
+				t.Fatalf("SIGBUS after %v; logged:\n%s", took, stderr.String())
+			}
+			t.Logf("SIGBUS after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 		})
 	}
 }

@@ -279,8 +279,33 @@ static int hold(void) {
     return 0;
 }
 
+/* stall: map two pages with a 1 s timeout, read the first, say "ready",
+ * and when stdin gives a line (the Go test has stalled the node meanwhile)
+ * touch the second: the fault must end in SIGBUS within the timeout, not
+ * hang. Exits 0 only if the touch went through, which it must not. */
+static int stall(int write) {
+    dpu_t *d = open_at("DPU_SOCKET");
+    dpu_set_timeout(d, 1000);
+    dpu_gva_t g;
+    OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    void *at;
+    OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *w = at;
+    CHECK(w[0] == 0);
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 2;
+    if (write) w[DPU_PAGE_SIZE / 8] = 1;
+    else (void)w[DPU_PAGE_SIZE / 8];
+    printf("touched\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "hold") == 0) return hold();
+    if (argc > 1 && strcmp(argv[1], "stall-read") == 0) return stall(0);
+    if (argc > 1 && strcmp(argv[1], "stall-write") == 0) return stall(1);
     dpu_t *d = open_at("DPU_SOCKET"), *p = open_at("DPU_TEST_PEER_SOCKET");
     test_write_back(d, p);
     test_ownership_lost(d, p);
