@@ -1378,6 +1378,8 @@ const char *dpu_strerror(int err) {
     case ECANCELED: return "canceled";
     case EPIPE: return "broken pipe";
     case ENOTSOCK: return "not a socket";
+    case EHOSTDOWN: return "host is down (the page's owner is unreachable)";
+    case EHOSTUNREACH: return "no route to the page's owner";
     }
     return "unknown error";
 }

@@ -282,12 +282,19 @@ static int hold(void) {
 /* stall: map two pages with a 1 s timeout, read the first, say "ready",
  * and when stdin gives a line (the Go test has stalled the node meanwhile)
  * touch the second: the fault must end in SIGBUS within the timeout, not
- * hang. Exits 0 only if the touch went through, which it must not. */
+ * hang. With DPU_TEST_PEER_SOCKET the pages are the peer's (the Go test
+ * kills the peer's agent instead). Exits 0 only if the touch went through, which it must not. */
 static int stall(int write) {
     dpu_t *d = open_at("DPU_SOCKET");
-    dpu_set_timeout(d, 1000);
     dpu_gva_t g;
-    OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    if (getenv("DPU_TEST_PEER_SOCKET")) { /* the pages' owner is the peer */
+        dpu_t *p = open_at("DPU_TEST_PEER_SOCKET");
+        OK(dpu_alloc_mode(p, 2 * DPU_PAGE_SIZE, 0666, &g));
+        dpu_close(p);
+    } else {
+        OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    }
+    dpu_set_timeout(d, getenv("DPU_TEST_TIMEOUT_MS") ? atoi(getenv("DPU_TEST_TIMEOUT_MS")) : 1000);
     void *at;
     OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
     volatile uint64_t *w = at;
