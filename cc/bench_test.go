@@ -141,11 +141,12 @@ func runSharedBench(b *testing.B, prog, sock, owner string) {
 			m = r
 		}
 	}
-	for _, k := range []string{"direct_fetch_add_ns", "cc_fetch_add_ns", "load64_ns", "load_page_ns", "first_touch_ns", "hook_touch_ns", "resident_read_ns", "private_read_ns"} {
+	for _, k := range []string{"direct_fetch_add_ns", "cc_fetch_add_ns", "load64_ns", "load_page_ns", "first_touch_ns", "touch_load64_ns", "hook_touch_ns", "resident_read_ns", "private_read_ns"} {
 		b.ReportMetric(m[k], k)
 	}
 	b.ReportMetric(m["cc_fetch_add_ns"]/m["direct_fetch_add_ns"], "cc/direct_fetch_add")
 	b.ReportMetric(m["first_touch_ns"]/m["load64_ns"], "first_touch/load64")
+	b.ReportMetric(m["first_touch_ns"]/m["touch_load64_ns"], "first_touch/touch_load64")
 	b.ReportMetric(m["first_touch_ns"]/m["load_page_ns"], "first_touch/load_page")
 	b.ReportMetric(m["hook_touch_ns"]/m["load64_ns"], "hook_touch/load64")
 	b.ReportMetric(m["resident_read_ns"]/m["private_read_ns"], "resident/private_read")
