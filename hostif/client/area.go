@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/aitherion/dpu/gva"
@@ -498,7 +499,22 @@ func (a *Area) serveFault(f uffdFault) {
 
 func (a *Area) serveEvents() {
 	defer a.faults.Done()
-	for ev := range a.priv.Events() {
+	tick := time.NewTicker(reportEvery)
+	defer tick.Stop()
+	var reported reportState
+	a.report(&reported)
+	for {
+		var ev Event
+		var ok bool
+		select {
+		case ev, ok = <-a.priv.Events():
+		case <-tick.C:
+			a.report(&reported)
+			continue
+		}
+		if !ok {
+			break
+		}
 		a.mu.Lock()
 		for i := range a.state {
 			if ev.Type != wire.EventLost && ev.Page != wire.PageAt(a.g, i) {
@@ -518,6 +534,39 @@ func (a *Area) serveEvents() {
 		}
 	}
 	a.mu.Unlock()
+}
+
+// reportEvery is how often an Area's counters reach the agent (dpuctl mem
+// maps) when they changed.
+const reportEvery = 500 * time.Millisecond
+
+// report sends the area and its counters to the agent on its private
+// connection when they changed since the last report (an agent that does
+// not take reports is not asked again).
+func (a *Area) report(r *reportState) {
+	st := a.Stats()
+	if r.refused || (r.sent && st == r.last) {
+		return
+	}
+	prot := uint32(1)
+	if a.write {
+		prot |= 2
+	}
+	ctx, cancel := a.bound()
+	defer cancel()
+	err := a.priv.ReportMaps(ctx, []wire.MapsEntry{{LVA: uint64(a.base), Bytes: uint64(len(a.mem)), GVA: a.g, Prot: prot,
+		ReadFaults: st.ReadFaults, WriteFaults: st.WriteFaults, Writebacks: st.WriteBacks, Drops: st.Drops}})
+	switch {
+	case errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS):
+		r.refused = true
+	case err == nil:
+		r.last, r.sent = st, true
+	}
+}
+
+type reportState struct {
+	last          AreaStats
+	sent, refused bool
 }
 
 // event applies ev to page i.

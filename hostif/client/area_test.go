@@ -265,3 +265,30 @@ func TestMmapConcurrentFaults(t *testing.T) {
 	}
 	t.Logf("stats %+v", a.Stats())
 }
+
+// TestMmapReported: an Area and its counters reach the agent (what dpuctl
+// mem maps lists).
+func TestMmapReported(t *testing.T) {
+	_, c1, _ := twoHosts(t)
+	ctx := context.Background()
+	g, err := c1.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mmap(t, c1, g, 4096, true)
+	defer a.Munmap(ctx)
+	a.Bytes()[0] = 1
+	for end := time.Now().Add(5 * time.Second); ; {
+		_, entries, err := c1.Maps(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) == 1 && entries[0].GVA == g && entries[0].WriteFaults == 1 && entries[0].Prot == 3 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("maps listed %+v", entries)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
