@@ -871,13 +871,21 @@ int dpu_release(dpu_t *d, dpu_gva_t page) {
     dpu__mmap_releasing();
     return page_op(d, OP_RELEASE, page, 0, 0, 0);
 }
+/* A lock this process holds makes its node the page's owner, pinned:
+ * dpu_mmap writes to that page need no acquisition of their own. */
+static int locked(int rc, dpu_gva_t page) {
+    if (rc == 0) dpu__mmap_locked(page, 1);
+    return acquired(rc);
+}
+
 int dpu_lock_timeout(dpu_t *d, dpu_gva_t page, int timeout_ms) {
-    return acquired(page_op(d, OP_LOCK, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms)));
+    return locked(page_op(d, OP_LOCK, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms)), page);
 }
 int dpu_lock(dpu_t *d, dpu_gva_t page) { return dpu_lock_timeout(d, page, 0); }
-int dpu_trylock(dpu_t *d, dpu_gva_t page) { return acquired(page_op(d, OP_LOCK, page, 0, LOCK_TRY, 0)); }
+int dpu_trylock(dpu_t *d, dpu_gva_t page) { return locked(page_op(d, OP_LOCK, page, 0, LOCK_TRY, 0), page); }
 int dpu_unlock(dpu_t *d, dpu_gva_t page) {
     dpu__mmap_releasing();
+    dpu__mmap_locked(page, 0);
     return page_op(d, OP_UNLOCK, page, 0, 0, 0);
 }
 

@@ -19,5 +19,6 @@ int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len); /* a requ
 void dpu__mmap_closing(dpu_t *d); /* dpu_close: write back and drop d's areas */
 void dpu__mmap_acquired(void);    /* after a successful acquire or lock */
 void dpu__mmap_releasing(void);   /* before a release or unlock */
+void dpu__mmap_locked(dpu_gva_t page, int held); /* this process took (1) or is giving up (0) a page's lock */
 
 #endif /* DPU_INTERNAL_H */

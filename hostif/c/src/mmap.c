@@ -86,6 +86,7 @@
 
 enum { PAGE = DPU_PAGE_SIZE };
 enum { ST_ABSENT = 0, ST_CLEAN = 1, ST_DIRTY = 2, ST_DEAD = 3 };
+enum { OWN_NONE = 0, OWN_ACQUIRED = 1, OWN_LOCKED = 2 };
 #define RANGE_PAGES ((size_t)1 << 24) /* 64 GiB of address space */
 #define EVENT_POLL_MS 100
 
@@ -115,7 +116,8 @@ struct area {
     int prot;
     uint8_t **twin;      /* per page, while dirty */
     int *why;            /* per page: errno that made it dead */
-    uint8_t *owned;      /* per page: this process acquired it (c->priv) */
+    uint8_t *owned;      /* per page: OWN_ACQUIRED (c->priv holds an acquisition) or
+                          * OWN_LOCKED (the process holds its dpu_lock) */
     uint64_t read_faults, write_faults, writebacks, drops;
     uint64_t acquisitions, losses;
 };
@@ -351,11 +353,18 @@ static void kill_page(struct area *ar, size_t i, int why) {
 
 /* own makes this node the owner of page i (ownership protocol), unless
  * this process holds an acquisition of it already. */
+static bool locked_here(dpu_gva_t page);
+
 static int own(struct area *ar, size_t i) {
     if (ar->owned[i]) return 0;
-    int rc = dpu__acquire(ar->c->priv, dpu_gva_add(ar->gva, i * PAGE));
+    dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
+    if (locked_here(g)) { /* the process's lock: owned and pinned here already */
+        ar->owned[i] = OWN_LOCKED;
+        return 0;
+    }
+    int rc = dpu__acquire(ar->c->priv, g);
     if (rc < 0) return rc;
-    ar->owned[i] = 1;
+    ar->owned[i] = OWN_ACQUIRED;
     ar->acquisitions++;
     return 0;
 }
@@ -363,8 +372,9 @@ static int own(struct area *ar, size_t i) {
 /* disown ends this process's acquisition of page i (after the node lost
  * it, or when the area goes). */
 static void disown(struct area *ar, size_t i) {
-    if (!ar->owned[i]) return;
-    ar->owned[i] = 0;
+    uint8_t how = ar->owned[i];
+    ar->owned[i] = OWN_NONE;
+    if (how != OWN_ACQUIRED) return;
     int rc = dpu__release(ar->c->priv, dpu_gva_add(ar->gva, i * PAGE));
     if (rc < 0 && rc != -EPERM) {
         char b[DPU_GVA_TEXT_LEN + 1];
@@ -519,6 +529,54 @@ void dpu_mmap_sync(unsigned flags) {
 
 void dpu__mmap_acquired(void) { dpu_mmap_sync(DPU_SYNC_RELEASE | DPU_SYNC_ACQUIRE); }
 void dpu__mmap_releasing(void) { dpu_mmap_sync(DPU_SYNC_RELEASE); }
+
+/* ---- the process's page locks ---- */
+
+/* The pages this process holds dpu_lock on (any connection): a write to
+ * one of them needs no ACQUIRE (the lock made this node the owner and pins
+ * it; an acquisition of another connection would only add a round trip
+ * inside the critical section). Small: a process holds few locks. */
+static dpu_gva_t *held_locks;
+static size_t nheld, capheld;
+
+static bool locked_here(dpu_gva_t page) {
+    for (size_t k = 0; k < nheld; k++)
+        if (held_locks[k].hi == page.hi && held_locks[k].lo == page.lo) return true;
+    return false;
+}
+
+void dpu__mmap_locked(dpu_gva_t page, int held) {
+    page.lo &= ~(uint64_t)(PAGE - 1);
+    pthread_mutex_lock(&mu);
+    if (held) {
+        if (nheld == capheld) {
+            size_t n = capheld ? 2 * capheld : 8;
+            dpu_gva_t *m = realloc(held_locks, n * sizeof *m);
+            if (!m) { /* writes to the page then take an acquisition of their own */
+                pthread_mutex_unlock(&mu);
+                return;
+            }
+            held_locks = m;
+            capheld = n;
+        }
+        held_locks[nheld++] = page;
+    } else {
+        for (size_t k = 0; k < nheld; k++) {
+            if (held_locks[k].hi == page.hi && held_locks[k].lo == page.lo) {
+                held_locks[k] = held_locks[--nheld];
+                break;
+            }
+        }
+        /* Pages owned through the lock are not owned once it goes (their
+         * writes went back at the release point just before). */
+        for (struct area *ar = areas; ar; ar = ar->next)
+            for (size_t i = 0; i < ar->pages; i++) {
+                dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
+                if (ar->owned[i] == OWN_LOCKED && g.hi == page.hi && g.lo == page.lo) ar->owned[i] = OWN_NONE;
+            }
+    }
+    pthread_mutex_unlock(&mu);
+}
 
 /* ---- faults ---- */
 
@@ -1025,6 +1083,7 @@ static void after_fork_child(void) {
     if (stop_fd >= 0) close(stop_fd);
     uffd = stop_fd = -1;
     dirty_pages = present_pages = 0;
+    nheld = 0; /* the locks are the parent's connections' */
     dpu_mmap_span = 0;
     dpu_mmap_lo = 0;
     dpu_mmap_pages = NULL;

@@ -157,6 +157,9 @@ static void test_ownership_lost(dpu_t *d, dpu_t *p) {
     dpu_mmap_sync(DPU_SYNC_RELEASE);
     CHECK(peer_load(p, dpu_gva_add(g, 24)) == 14);
     OK(dpu_munmap(d, at, DPU_PAGE_SIZE));
+    /* The page is owned here now; an agent frees only pages it owns. */
+    OK(dpu_acquire(p, g, 5000));
+    OK(dpu_release(p, g));
     OK(dpu_free(p, g));
 }
 
