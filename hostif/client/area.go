@@ -61,7 +61,7 @@ type Area struct {
 
 	mu    sync.Mutex
 	state []uint8
-	owned []bool
+	owned []uint8 // ownNone, ownAcquired (priv holds an acquisition), ownLocked (the process holds the page's lock)
 	twin  [][]byte
 	why   []error
 	stats AreaStats
@@ -91,9 +91,61 @@ const (
 	pageDead
 )
 
+const (
+	ownNone uint8 = iota
+	ownAcquired
+	ownLocked
+)
+
 var areas struct { // every Area of the process, for the release and acquire points
 	sync.Mutex
 	m map[*Area]struct{}
+}
+
+// heldLocks are the pages this process holds Lock on (any Client): a write
+// to one of them needs no acquisition of its own (the lock made this node
+// the owner and pins the page).
+var heldLocks struct {
+	sync.Mutex
+	m map[gva.GVA]int
+}
+
+func lockHeld(g gva.GVA, held bool) {
+	g = g.Key().WithOffset(0)
+	heldLocks.Lock()
+	if heldLocks.m == nil {
+		heldLocks.m = make(map[gva.GVA]int)
+	}
+	if held {
+		heldLocks.m[g]++
+	} else if heldLocks.m[g]--; heldLocks.m[g] <= 0 {
+		delete(heldLocks.m, g)
+	}
+	heldLocks.Unlock()
+	if held {
+		return
+	}
+	areas.Lock()
+	all := make([]*Area, 0, len(areas.m))
+	for a := range areas.m {
+		all = append(all, a)
+	}
+	areas.Unlock()
+	for _, a := range all {
+		a.mu.Lock()
+		for i := range a.owned {
+			if a.owned[i] == ownLocked && wire.PageAt(a.g, i) == g {
+				a.owned[i] = ownNone
+			}
+		}
+		a.mu.Unlock()
+	}
+}
+
+func lockedHere(g gva.GVA) bool {
+	heldLocks.Lock()
+	defer heldLocks.Unlock()
+	return heldLocks.m[g] > 0
 }
 
 // Mmap maps bytes of shared pages from g (a page start) at an address of
@@ -113,7 +165,7 @@ func (c *Client) Mmap(ctx context.Context, g gva.GVA, bytes int, writable bool) 
 		return nil, err
 	}
 	a := &Area{priv: priv, g: g.Key(), write: writable, uffd: -1, stop: -1,
-		state: make([]uint8, pages), owned: make([]bool, pages), twin: make([][]byte, pages), why: make([]error, pages)}
+		state: make([]uint8, pages), owned: make([]uint8, pages), twin: make([][]byte, pages), why: make([]error, pages)}
 	mask := wire.EventInvalidated.Mask() | wire.EventUpdated.Mask() | wire.EventFreed.Mask() | wire.EventOwnershipLost.Mask()
 	if err = priv.Subscribe(ctx, mask); err == nil {
 		err = a.refs(ctx, pages, false)
@@ -307,7 +359,11 @@ func (a *Area) bound() (context.Context, context.CancelFunc) {
 }
 
 func (a *Area) own(i int) error {
-	if a.owned[i] {
+	if a.owned[i] != ownNone {
+		return nil
+	}
+	if lockedHere(wire.PageAt(a.g, i)) {
+		a.owned[i] = ownLocked
 		return nil
 	}
 	ctx, cancel := a.bound()
@@ -315,16 +371,17 @@ func (a *Area) own(i int) error {
 	if err := a.priv.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpAcquire, GVA: wire.PageAt(a.g, i)}, TimeoutMS: ms(a.priv.opts.Timeout)}); err != nil {
 		return fmt.Errorf("taking ownership: %w", err)
 	}
-	a.owned[i] = true
+	a.owned[i] = ownAcquired
 	a.stats.Acquisitions++
 	return nil
 }
 
 func (a *Area) disown(i int) {
-	if !a.owned[i] {
+	how := a.owned[i]
+	a.owned[i] = ownNone
+	if how != ownAcquired {
 		return
 	}
-	a.owned[i] = false
 	ctx, cancel := a.bound()
 	defer cancel()
 	err := a.priv.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpRelease, GVA: wire.PageAt(a.g, i)}})
@@ -378,7 +435,7 @@ func (a *Area) prepare(i int, write bool) error {
 		if !write {
 			return nil
 		}
-		if !a.owned[i] {
+		if a.owned[i] == ownNone {
 			a.drop(i)
 			a.stats.Drops--
 			return a.fill(i, true)
@@ -574,7 +631,7 @@ func (a *Area) event(i int, ev Event) {
 	st := a.state[i]
 	switch ev.Type {
 	case wire.EventLost, wire.EventOwnershipLost:
-		if !a.owned[i] {
+		if a.owned[i] == ownNone {
 			if ev.Type == wire.EventLost && st == pageClean {
 				a.drop(i)
 			}

@@ -738,6 +738,7 @@ func (c *Client) Release(ctx context.Context, g gva.GVA) error {
 func (c *Client) Lock(ctx context.Context, g gva.GVA, timeout time.Duration) error {
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, TimeoutMS: ms(timeout)})
 	if err == nil {
+		lockHeld(g, true)
 		syncAll(SyncRelease | SyncAcquire)
 	}
 	return err
@@ -748,6 +749,7 @@ func (c *Client) Lock(ctx context.Context, g gva.GVA, timeout time.Duration) err
 func (c *Client) TryLock(ctx context.Context, g gva.GVA) error {
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, Flags: wire.LockTry})
 	if err == nil {
+		lockHeld(g, true)
 		syncAll(SyncRelease | SyncAcquire)
 	}
 	return err
@@ -757,6 +759,7 @@ func (c *Client) TryLock(ctx context.Context, g gva.GVA) error {
 // Areas.
 func (c *Client) Unlock(ctx context.Context, g gva.GVA) error {
 	syncAll(SyncRelease)
+	lockHeld(g, false)
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpUnlock, GVA: g}})
 	return err
 }
