@@ -3,6 +3,7 @@ package examples_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/client"
 )
 
 var (
@@ -296,4 +298,64 @@ func TestCountersFourNodeRing(t *testing.T) {
 	// takes its page's ownership across the fabric, and the message of the
 	// release/acquire pass crosses pages owned away from their home.
 	t.Run("c11-gcc", func(t *testing.T) { runC11(t, st, "c11_shared.gcc-dpu", 1, 0, 2) })
+}
+
+// TestGoMmapTwoNodes: Go programs' shared memory (client.Mmap) on the two
+// nodes of a fabric of real agents: a record of two pages written with
+// plain stores under a lock of its first page, alternately on each node,
+// is read back whole under the lock on the other.
+func TestGoMmapTwoNodes(t *testing.T) {
+	st := up(t, 2, "line")
+	ctx := context.Background()
+	var cs [2]*client.Client
+	var as [2]*client.Area
+	for i := range cs {
+		c, err := client.Dial(ctx, hostSocket(st, i), client.Options{Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	g, err := cs[0].Alloc(ctx, 2*4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range as {
+		a, err := cs[i].Mmap(ctx, g, 2*4096, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Munmap(ctx)
+		as[i] = a
+	}
+	const steps = 20
+	for s := range steps {
+		c, m := cs[s%2], as[s%2].Bytes()
+		if err := c.Lock(ctx, g, 10*time.Second); err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+		if v := binary.LittleEndian.Uint64(m[8:]); v != uint64(s) {
+			t.Fatalf("step %d on node %d: counter %d under the lock", s, s%2, v)
+		}
+		for w := range 64 { // the second page: published by the unlock too
+			if v := binary.LittleEndian.Uint64(m[4096+8*w:]); s > 0 && v != uint64(s*1000+w) {
+				t.Fatalf("step %d on node %d: word %d of the second page is %d", s, s%2, w, v)
+			}
+			binary.LittleEndian.PutUint64(m[4096+8*w:], uint64((s+1)*1000+w))
+		}
+		binary.LittleEndian.PutUint64(m[8:], uint64(s+1))
+		if err := c.Unlock(ctx, g); err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+	}
+	for i, c := range cs {
+		v, err := c.Load64(ctx, gva.GVA{Hi: g.Hi, Lo: g.Lo + 8})
+		if err != nil || v != steps {
+			t.Fatalf("counter through node %d: %d, %v", i, v, err)
+		}
+	}
+	for i, a := range as {
+		t.Logf("node %d: %+v", i, a.Stats())
+	}
 }
