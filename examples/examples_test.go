@@ -3,10 +3,12 @@ package examples_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/hostif/client"
 )
 
 var (
@@ -189,7 +192,7 @@ func TestCountersTwoNodes(t *testing.T) {
 	t.Run("cas", func(t *testing.T) { runCounter(t, st, "counter_cas", 0, 1) })
 	t.Run("lock", func(t *testing.T) { runCounter(t, st, "counter_lock", 0, 1) })
 	for _, cc := range []string{"gcc", "clang"} {
-		t.Run("c11-"+cc, func(t *testing.T) { runC11(t, st, "c11_shared."+cc+"-dpu", 0, 1) })
+		t.Run("c11-"+cc, func(t *testing.T) { runC11(t, st, "c11_shared."+cc+"-dpu", 0, 0, 1) })
 	}
 }
 
@@ -206,11 +209,13 @@ func c11Iterations(t *testing.T) int {
 	return 60
 }
 
+var acquisitions = regexp.MustCompile(`(\d+) ownership acquisitions`)
+
 // runC11 runs the unmodified C11 program built with dpu-cc as two
-// processes, one on node a and one on node b, on one page allocated on
-// node a: both must exit 0, the last to finish must have verified the
+// processes, party 0 on node a and party 1 on node b, on two pages
+// allocated on node home: both must exit 0, the last to finish must have verified the
 // exact result, and the counter must read 2 x iterations through the node.
-func runC11(t *testing.T, st *fabric.State, prog string, a, b int) {
+func runC11(t *testing.T, st *fabric.State, prog string, home, a, b int) {
 	needExamples(t)
 	if _, err := os.Stat(filepath.Join("build", prog)); err != nil {
 		if os.Getenv("DPU_PRIV_TESTS") == "require" {
@@ -219,7 +224,7 @@ func runC11(t *testing.T, st *fabric.State, prog string, a, b int) {
 		t.Skipf("%s not built (no such compiler?)", prog)
 	}
 	n := c11Iterations(t)
-	g := dpuctl(t, st, a, "alloc", "4096")
+	g := dpuctl(t, st, home, "alloc", "8192")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	type result struct {
@@ -245,6 +250,13 @@ func runC11(t *testing.T, st *fabric.State, prog string, a, b int) {
 		}
 		verified += strings.Count(r.out, "c11_shared: verified:")
 		t.Logf("party %d: %s", r.party, strings.TrimSpace(r.out))
+		// Party 0 writes the message on both pages: away from their home
+		// node, its plain writes must have taken their ownership.
+		if m := acquisitions.FindStringSubmatch(r.out); m == nil {
+			t.Errorf("party %d printed no mapping counters", r.party)
+		} else if n, _ := strconv.Atoi(m[1]); r.party == 0 && a != home && n < 2 {
+			t.Errorf("party 0 on node %d (pages of node %d) took ownership %d times, want 2 or more", a, home, n)
+		}
 	}
 	if verified != 1 {
 		t.Errorf("%d parties printed a verified result, want 1", verified)
@@ -282,4 +294,68 @@ func TestCountersFourNodeRing(t *testing.T) {
 	st := up(t, 4, "ring")
 	t.Run("cas", func(t *testing.T) { runCounter(t, st, "counter_cas", 0, 2) })
 	t.Run("lock", func(t *testing.T) { runCounter(t, st, "counter_lock", 0, 2) })
+	// Pages made on node 1, parties on nodes 0 and 2: every plain write
+	// takes its page's ownership across the fabric, and the message of the
+	// release/acquire pass crosses pages owned away from their home.
+	t.Run("c11-gcc", func(t *testing.T) { runC11(t, st, "c11_shared.gcc-dpu", 1, 0, 2) })
+}
+
+// TestGoMmapTwoNodes: Go programs' shared memory (client.Mmap) on the two
+// nodes of a fabric of real agents: a record of two pages written with
+// plain stores under a lock of its first page, alternately on each node,
+// is read back whole under the lock on the other.
+func TestGoMmapTwoNodes(t *testing.T) {
+	st := up(t, 2, "line")
+	ctx := context.Background()
+	var cs [2]*client.Client
+	var as [2]*client.Area
+	for i := range cs {
+		c, err := client.Dial(ctx, hostSocket(st, i), client.Options{Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs[i] = c
+	}
+	g, err := cs[0].Alloc(ctx, 2*4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range as {
+		a, err := cs[i].Mmap(ctx, g, 2*4096, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Munmap(ctx)
+		as[i] = a
+	}
+	const steps = 20
+	for s := range steps {
+		c, m := cs[s%2], as[s%2].Bytes()
+		if err := c.Lock(ctx, g, 10*time.Second); err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+		if v := binary.LittleEndian.Uint64(m[8:]); v != uint64(s) {
+			t.Fatalf("step %d on node %d: counter %d under the lock", s, s%2, v)
+		}
+		for w := range 64 { // the second page: published by the unlock too
+			if v := binary.LittleEndian.Uint64(m[4096+8*w:]); s > 0 && v != uint64(s*1000+w) {
+				t.Fatalf("step %d on node %d: word %d of the second page is %d", s, s%2, w, v)
+			}
+			binary.LittleEndian.PutUint64(m[4096+8*w:], uint64((s+1)*1000+w))
+		}
+		binary.LittleEndian.PutUint64(m[8:], uint64(s+1))
+		if err := c.Unlock(ctx, g); err != nil {
+			t.Fatalf("step %d: %v", s, err)
+		}
+	}
+	for i, c := range cs {
+		v, err := c.Load64(ctx, gva.GVA{Hi: g.Hi, Lo: g.Lo + 8})
+		if err != nil || v != steps {
+			t.Fatalf("counter through node %d: %d, %v", i, v, err)
+		}
+	}
+	for i, a := range as {
+		t.Logf("node %d: %+v", i, a.Stats())
+	}
 }

@@ -9,6 +9,8 @@
  *   load64_ns             dpu_load64 of a page of the owner
  *   load_page_ns          dpu_load of a whole page of the owner (what a fault fetches)
  *   first_touch_ns        the first read of a dpu_mmap page (a userfaultfd fault)
+ *   touch_load64_ns       dpu_load64 of a page of the owner, taken right before
+ *                         each first touch (the touches' own baseline)
  *   hook_touch_ns         the same page brought in by dpu_mmap_touch, as an
  *                         access hook does (no fault), then read
  *   resident_read_ns      a 64-bit read of a present dpu_mmap page (per read)
@@ -33,7 +35,7 @@
 
 #define OPS 2000
 #define BLOCK 100
-#define TOUCH_PAGES 64 /* the first half faults, the second is brought in by the hook's call */
+#define TOUCH_PAGES 256 /* the first half faults, the second is brought in by the hook's call */
 
 static double now_ns(void) {
     struct timespec t;
@@ -123,8 +125,12 @@ int main(void) {
      * settle so the faults are measured alone. */
     struct timespec settle = {0, 300000000};
     nanosleep(&settle, NULL);
-    static double touch[TOUCH_PAGES / 2], hook[TOUCH_PAGES / 2];
+    static double touch[TOUCH_PAGES / 2], hook[TOUCH_PAGES / 2], tload[TOUCH_PAGES / 2];
     for (int i = 0; i < TOUCH_PAGES / 2; i++) {
+        uint64_t v;
+        double tl = now_ns();
+        must(dpu_load64(d, unmapped, &v), "load64");
+        tload[i] = now_ns() - tl;
         const volatile uint64_t *p = (const volatile uint64_t *)((char *)area + (size_t)i * DPU_PAGE_SIZE);
         double t0 = now_ns();
         first_read(p);
@@ -148,9 +154,9 @@ int main(void) {
     double priv_t = now_ns() - t0;
     double reads = (double)REPS * DPU_PAGE_SIZE / 8;
 
-    printf("direct_fetch_add_ns=%.0f cc_fetch_add_ns=%.0f load64_ns=%.0f load_page_ns=%.0f first_touch_ns=%.0f hook_touch_ns=%.0f "
+    printf("direct_fetch_add_ns=%.0f cc_fetch_add_ns=%.0f load64_ns=%.0f load_page_ns=%.0f first_touch_ns=%.0f hook_touch_ns=%.0f touch_load64_ns=%.0f "
            "resident_read_ns=%.3f private_read_ns=%.3f checksum=%llu\n",
-           median(direct, OPS), median(viacc, OPS), median(load, OPS), median(loadpage, OPS), median(touch, TOUCH_PAGES / 2), median(hook, TOUCH_PAGES / 2),
+           median(direct, OPS), median(viacc, OPS), median(load, OPS), median(loadpage, OPS), median(touch, TOUCH_PAGES / 2), median(hook, TOUCH_PAGES / 2), median(tload, TOUCH_PAGES / 2),
            shared_t / reads, priv_t / reads, (unsigned long long)(s1 + s2));
     must(dpu_munmap(d, area, TOUCH_PAGES * DPU_PAGE_SIZE), "munmap");
     must(dpu_munmap(d, page, DPU_PAGE_SIZE), "munmap");

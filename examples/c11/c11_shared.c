@@ -1,16 +1,19 @@
 /*
  * c11_shared — ordinary C11 shared-memory code, nothing dpu-specific in it:
- * every party (a process, see shared_page.h) works on one page at once.
+ * every party (a process, see shared_page.h) works on one shared area of
+ * two pages at once.
  *
  *   - a counter incremented with atomic_fetch_add;
  *   - a spinlock on an atomic_flag, and under it a plain (non-atomic)
  *     counter incremented with ++ and a plain record of the last holder;
  *   - a lock-free (Treiber) stack with atomic_compare_exchange_strong on a
  *     tagged head: every party pushes its own nodes, then pops as many;
- *   - parties 0 and 1 pass messages: 0 writes a plain message, then stores
- *     a round number with memory_order_release; 1 waits for the round with
- *     memory_order_acquire and must see that message (then acknowledges the
- *     same way).
+ *   - parties 0 and 1 pass messages: 0 writes a plain message, and a plain
+ *     block of words on the second page, then stores a round number with
+ *     memory_order_release on the first; 1 waits for the round with
+ *     memory_order_acquire and must see that message and the whole block
+ *     (then acknowledges the same way). Everything else is on the first
+ *     page, so atomics and plain writes meet there.
  *
  * The last party to finish checks the exact sequential result: counter and
  * plain counter at PARTIES x ITERATIONS, every stack node popped exactly
@@ -44,6 +47,13 @@ struct page {
     _Atomic uint64_t next[POOL];             /* stack links */
 };
 _Static_assert(sizeof(struct page) <= PAGE_BYTES, "one page");
+
+/* The second page: a block written with plain stores before the release. */
+#define BLOCK_WORDS 256
+struct block {
+    uint64_t word[BLOCK_WORDS];
+};
+_Static_assert(sizeof(struct block) <= PAGE_BYTES, "one page");
 
 static double now(void) {
     struct timespec t;
@@ -84,6 +94,7 @@ static long pop(struct page *s) {
 
 static int party(void *mem, long me, long parties, long iterations) {
     struct page *s = mem;
+    struct block *blk = (struct block *)((char *)mem + PAGE_BYTES);
     long per = POOL / parties;
     int bad = 0;
     if (parties < 1 || parties > 8 || me >= parties) {
@@ -127,6 +138,7 @@ static int party(void *mem, long me, long parties, long iterations) {
         for (uint64_t r = 1; r <= ROUNDS; r++) {
             if (me == 0) {
                 s->message = 0xC0FFEE00u + r;
+                for (int w = 0; w < BLOCK_WORDS; w++) blk->word[w] = r * 1000 + (uint64_t)w;
                 atomic_store_explicit(&s->round, r, memory_order_release);
                 if (wait_for(&s->ack, r, "the acknowledgement") < 0) return 1;
             } else {
@@ -135,6 +147,14 @@ static int party(void *mem, long me, long parties, long iterations) {
                     fprintf(stderr, "c11_shared: round %llu: message %#llx after the acquire\n",
                             (unsigned long long)r, (unsigned long long)s->message);
                     bad++;
+                }
+                for (int w = 0; w < BLOCK_WORDS; w++) {
+                    if (blk->word[w] != r * 1000 + (uint64_t)w) {
+                        fprintf(stderr, "c11_shared: round %llu: word %d of the second page is %llu after the acquire\n",
+                                (unsigned long long)r, w, (unsigned long long)blk->word[w]);
+                        bad++;
+                        break;
+                    }
                 }
                 atomic_store_explicit(&s->ack, r, memory_order_release);
             }

@@ -3,11 +3,12 @@
  * their parties start. The only part of them that knows about dpu.
  *
  * Built with dpu-cc (__DPU_CC__ defined): the program is one party; its
- * arguments name the page (a GVA) and the party's number, and the page is
- * mapped with dpu_mmap through the node at $DPU_SOCKET. Run one process per
- * party, on any nodes.
+ * arguments name the shared area (the GVA of AREA_BYTES, two pages) and the
+ * party's number, and the area is mapped with dpu_mmap through the node at
+ * $DPU_SOCKET. Run one process per party, on any nodes. At the end each
+ * party prints its area's fault and ownership counters on stderr.
  *
- * Built with plain cc: the page is an anonymous shared mapping and the
+ * Built with plain cc: the area is an anonymous shared mapping and the
  * program forks every party itself, on this host.
  *
  *   PROG PARTIES ITERATIONS [GVA PARTY]
@@ -26,9 +27,10 @@
 #endif
 
 #define PAGE_BYTES 4096
+#define AREA_BYTES (2 * PAGE_BYTES)
 
-/* party runs one party on the page; it returns the exit status. */
-static int party(void *page, long me, long parties, long iterations);
+/* party runs one party on the area; it returns the exit status. */
+static int party(void *area, long me, long parties, long iterations);
 
 static long number(const char *prog, const char *s) {
     char *end;
@@ -53,13 +55,21 @@ int main(int argc, char **argv) {
     void *page;
     int rc = dpu_gva_parse(argv[3], &g);
     if (rc == 0) rc = dpu_open(NULL, &d);
-    if (rc == 0) rc = dpu_mmap(d, g, PAGE_BYTES, PROT_READ | PROT_WRITE, &page);
+    if (rc == 0) rc = dpu_mmap(d, g, AREA_BYTES, PROT_READ | PROT_WRITE, &page);
     if (rc < 0) {
         fprintf(stderr, "%s: mapping %s: %s (%s)\n", argv[0], argv[3], dpu_strerror(rc), dpu_last_error());
         return 1;
     }
     int status = party(page, me, parties, iterations);
-    if ((rc = dpu_munmap(d, page, PAGE_BYTES)) < 0) {
+    dpu_mmap_info_t info;
+    if (dpu_mmap_list(&info, 1) == 1)
+        fprintf(stderr,
+                "%s: party %ld: %llu read faults, %llu write faults, %llu write-backs, %llu drops, "
+                "%llu ownership acquisitions, %llu losses\n",
+                argv[0], me, (unsigned long long)info.read_faults, (unsigned long long)info.write_faults,
+                (unsigned long long)info.writebacks, (unsigned long long)info.drops,
+                (unsigned long long)info.acquisitions, (unsigned long long)info.losses);
+    if ((rc = dpu_munmap(d, page, AREA_BYTES)) < 0) {
         fprintf(stderr, "%s: unmapping: %s\n", argv[0], dpu_strerror(rc));
         status = 1;
     }
@@ -71,7 +81,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     long parties = number(argv[0], argv[1]), iterations = number(argv[0], argv[2]);
-    void *page = mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void *page = mmap(NULL, AREA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED) {
         perror("mmap");
         return 1;

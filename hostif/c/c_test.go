@@ -1,18 +1,24 @@
 package libdpu_test
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
@@ -120,6 +126,120 @@ func TestMmap(t *testing.T) {
 			t.Log(strings.TrimSpace(out))
 		})
 	}
+}
+
+// TestMmapNodeStalls: a fault the node never answers (a read that needs a
+// fetch, a write that needs ownership) ends in SIGBUS with a logged reason
+// within the connection's timeout (1 s here), not a hang.
+func TestMmapNodeStalls(t *testing.T) {
+	build(t, "build/mmap_test")
+	for _, mode := range []string{"stall-read", "stall-write"} {
+		t.Run(mode, func(t *testing.T) {
+			fab := hostiftest.NewFabric()
+			be := fab.Node(1)
+			t.Cleanup(be.Close)
+			sock := hostiftest.StartServer(t, be, hostif.Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "build/mmap_test", mode)
+			cmd.Env = append(os.Environ(), "DPU_SOCKET="+sock)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var word string
+			if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("mmap_test %s: %q, %v\n%s", mode, word, err, stderr.String())
+			}
+			be.SetStall(true)
+			defer be.SetStall(false)
+			start := time.Now()
+			fmt.Fprintln(stdin, "go")
+			rest, _ := io.ReadAll(stdout)
+			err = cmd.Wait()
+			took := time.Since(start)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGBUS {
+				t.Fatalf("mmap_test %s ended with %v after %v, want SIGBUS\n%s%s", mode, err, took, rest, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "dpu_mmap: SIGBUS to thread") || took > 10*time.Second {
+				t.Fatalf("SIGBUS after %v; logged:\n%s", took, stderr.String())
+			}
+			t.Logf("SIGBUS after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr.String()))
+		})
+	}
+}
+
+// TestMmapOwnerLost: on a 2-node fabric of real agents, a process on node
+// 0 maps pages of node 1 and reads one; node 1's agent is killed; a write
+// (which needs the page's ownership from the dead owner) ends in SIGBUS
+// with a logged reason within the bound of its request, not a hang.
+func TestMmapOwnerLost(t *testing.T) {
+	build(t, "build/mmap_test")
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", bin+"/", "github.com/aitherion/dpu/cmd/dpu-agent").CombinedOutput(); err != nil {
+		t.Fatalf("building dpu-agent: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	var log bytes.Buffer
+	st, err := fabric.Up(context.Background(), fabric.Spec{Nodes: 2, Topo: "line", Dir: dir, Seed: 1,
+		AgentPath: filepath.Join(bin, "dpu-agent"), Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond,
+		Timeout: 60 * time.Second}, &log)
+	t.Cleanup(func() { fabric.Down(dir) })
+	if err != nil {
+		t.Fatalf("fabric up: %v\n%s", err, log.String())
+	}
+	sock := func(i int) string { return filepath.Join(st.Agents[i].RunDir, "dpu0.sock") }
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "build/mmap_test", "stall-write")
+	cmd.Env = append(os.Environ(), "DPU_SOCKET="+sock(0), "DPU_TEST_PEER_SOCKET="+sock(1), "DPU_TEST_TIMEOUT_MS=15000")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var word string
+	if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("mmap_test: %q, %v\n%s", word, err, stderr.String())
+	}
+	if err := st.Kill(1, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fmt.Fprintln(stdin, "go")
+	rest, _ := io.ReadAll(stdout)
+	err = cmd.Wait()
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGBUS {
+		t.Fatalf("mmap_test ended with %v after %v, want SIGBUS\n%s%s", err, took, rest, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "dpu_mmap: SIGBUS to thread") || took > 30*time.Second {
+		t.Fatalf("SIGBUS after %v; logged:\n%s", took, stderr.String())
+	}
+	t.Logf("SIGBUS after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 }
 
 // TestMmapReport: a process's dpu_mmap areas and their fault counts reach

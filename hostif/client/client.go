@@ -42,6 +42,7 @@ type Options struct {
 // concurrent use; concurrent calls are pipelined on the connection.
 type Client struct {
 	uc    *net.UnixConn
+	path  string // the socket, for an Area's private connection
 	opts  Options
 	hello wire.Hello
 
@@ -136,7 +137,7 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("hostif client: %w", err)
 	}
 	uc := nc.(*net.UnixConn)
-	c := &Client{uc: uc, opts: opts, pending: make(map[uint64]*call), maps: make(map[*Mapping]struct{}),
+	c := &Client{uc: uc, path: path, opts: opts, pending: make(map[uint64]*call), maps: make(map[*Mapping]struct{}),
 		done: make(chan struct{}), reader: make(chan struct{}), kick: make(chan struct{}, 1),
 		events: make(chan Event, 1), evWake: make(chan struct{}, 1)}
 	if err := c.greet(ctx); err != nil {
@@ -713,22 +714,33 @@ func (c *Client) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint
 
 // Acquire makes this node the owner of the page of g. timeout bounds the
 // wait (0: the server's default).
+// It is an acquire point of the process's Areas.
 func (c *Client) Acquire(ctx context.Context, g gva.GVA, timeout time.Duration) error {
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpAcquire, GVA: g}, TimeoutMS: ms(timeout)})
+	if err == nil {
+		syncAll(SyncRelease | SyncAcquire)
+	}
 	return err
 }
 
-// Release gives up this connection's acquisition of the page of g.
+// Release gives up this connection's acquisition of the page of g. It is a
+// release point of the process's Areas.
 func (c *Client) Release(ctx context.Context, g gva.GVA) error {
+	syncAll(SyncRelease)
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpRelease, GVA: g}})
 	return err
 }
 
 // Lock takes ownership of the page of g and pins it. timeout bounds the
 // wait (0: the server's default); a lock held by another process of this
-// host or another node makes it wait, up to timeout (ETIMEDOUT).
+// host or another node makes it wait, up to timeout (ETIMEDOUT). It is an
+// acquire point of the process's Areas.
 func (c *Client) Lock(ctx context.Context, g gva.GVA, timeout time.Duration) error {
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, TimeoutMS: ms(timeout)})
+	if err == nil {
+		lockHeld(g, true)
+		syncAll(SyncRelease | SyncAcquire)
+	}
 	return err
 }
 
@@ -736,11 +748,18 @@ func (c *Client) Lock(ctx context.Context, g gva.GVA, timeout time.Duration) err
 // this host holds the lock.
 func (c *Client) TryLock(ctx context.Context, g gva.GVA) error {
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpLock, GVA: g}, Flags: wire.LockTry})
+	if err == nil {
+		lockHeld(g, true)
+		syncAll(SyncRelease | SyncAcquire)
+	}
 	return err
 }
 
-// Unlock lowers the pin Lock raised.
+// Unlock lowers the pin Lock raised. It is a release point of the process's
+// Areas.
 func (c *Client) Unlock(ctx context.Context, g gva.GVA) error {
+	syncAll(SyncRelease)
+	lockHeld(g, false)
 	err := c.simple(ctx, &wire.Request{Header: wire.Header{Op: wire.OpUnlock, GVA: g}})
 	return err
 }

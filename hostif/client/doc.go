@@ -21,6 +21,12 @@
 // Map returns a Mapping: the host's replica files mapped read-only into the
 // process. See Mapping for the consistency of its reads.
 //
+// Mmap returns an Area: shared pages at an address of the process, read
+// and written with plain loads and stores, filled by page faults through a
+// userfaultfd (the Go form of libdpu's dpu_mmap). A write takes the page's
+// ownership to this node; Client.Lock/Unlock/Acquire/Release and Area.Sync
+// are its acquire and release points. See Area.
+//
 // The package must never hold a lock across a socket write or a wait, and
 // never touch a Mapping's memory after unmapping it.
 package client

@@ -105,24 +105,30 @@ DPU_API int dpu_read64(dpu_t *d, const void *lva, uint64_t *out); /* lva 8-byte 
  * dpu_mmap maps len bytes of shared pages from gva (a page start) at an
  * address of the process (*addr_out). prot is PROT_READ or
  * PROT_READ|PROT_WRITE (<sys/mman.h>). Pages are filled on first touch: a
- * read of a page not here fetches it through the node, a write makes the
- * page writable here (its first write after a fetch or a write-back keeps a
- * twin copy). Writes reach the page's owner as the bytes that differ from
- * the twin, at release points: dpu_release, dpu_unlock, dpu_mmap_sync with
- * DPU_SYNC_RELEASE (the dpu-cc runtime calls it before every release
- * atomic), dpu_munmap, dpu_close and exit. Acquire points (dpu_acquire,
- * dpu_lock, DPU_SYNC_ACQUIRE) drop the cached pages, so the next touch
- * fetches the current content: programs that write a page under its
- * dpu_lock (or a C11 release/acquire pair on it, under dpu-cc) and read it
- * after taking the lock see sequentially consistent pages. (Other pages are
- * fetched through this node, which serves no version older than it has
- * seen of them, but may not have seen the latest yet.) Between those points a cached page is
- * dropped when the node reports it changed (updated or invalidated).
- * Faults are served by a thread of the library through userfaultfd; a
- * fault that cannot be served (page freed, node lost, a write-back failed)
- * logs its reason on stderr and raises SIGBUS in the faulting thread. The
- * mapping is not inherited by fork (MADV_DONTFORK). Needs the read (and for
- * PROT_WRITE the write) permission of every page. */
+ * read of a page not here fetches it through the node (a replica); a write
+ * to a page this process does not own makes this node the page's owner
+ * (ownership protocol, bounded by the connection's timeout), fetches its
+ * content and makes it writable here. Writes reach the node, which owns the
+ * page, as the bytes that differ from the content the page was made
+ * writable from, at release points: dpu_release, dpu_unlock, dpu_mmap_sync
+ * with DPU_SYNC_RELEASE (the dpu-cc runtime calls it before every release
+ * atomic), dpu_munmap, dpu_close and exit; after one, the next write to a
+ * page still owned here costs a local write-protect fault. When another node
+ * takes a page (it wrote or locked it), what this process wrote to it is
+ * written back and the page is unmapped here; the next touch fetches it
+ * from its new owner. Acquire points (dpu_acquire, dpu_lock,
+ * DPU_SYNC_ACQUIRE) drop the cached pages, so the next touch fetches the
+ * current content. Programs that write shared data under a dpu_lock (or a
+ * C11 release/acquire pair, under dpu-cc) and read it after taking the lock
+ * see sequentially consistent pages, across pages as well: the written
+ * pages are owned by the writer's node, whose updates of them leave it
+ * before the release does. Between those points a cached page is dropped
+ * when the node reports it changed (updated or invalidated). Faults are
+ * served by a thread of the library through userfaultfd; a fault that
+ * cannot be served (page freed, node lost, ownership not granted in time,
+ * a write-back failed) logs its reason on stderr and raises SIGBUS in the
+ * faulting thread. The mapping is not inherited by fork (MADV_DONTFORK).
+ * Needs the read (and for PROT_WRITE the write) permission of every page. */
 enum { DPU_SYNC_RELEASE = 1, DPU_SYNC_ACQUIRE = 2 };
 DPU_API int dpu_mmap(dpu_t *d, dpu_gva_t gva, size_t len, int prot, void **addr_out);
 DPU_API int dpu_munmap(dpu_t *d, void *addr, size_t len);
@@ -149,6 +155,7 @@ typedef struct {
     size_t len;
     int prot;
     uint64_t read_faults, write_faults, writebacks, drops;
+    uint64_t acquisitions, losses; /* ownership taken by writes; taken away by other nodes */
 } dpu_mmap_info_t;
 /* dpu_mmap_list fills up to cap entries and returns how many areas exist. */
 DPU_API int dpu_mmap_list(dpu_mmap_info_t *out, int cap);

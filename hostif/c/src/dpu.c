@@ -871,13 +871,21 @@ int dpu_release(dpu_t *d, dpu_gva_t page) {
     dpu__mmap_releasing();
     return page_op(d, OP_RELEASE, page, 0, 0, 0);
 }
+/* A lock this process holds makes its node the page's owner, pinned:
+ * dpu_mmap writes to that page need no acquisition of their own. */
+static int locked(int rc, dpu_gva_t page) {
+    if (rc == 0) dpu__mmap_locked(page, 1);
+    return acquired(rc);
+}
+
 int dpu_lock_timeout(dpu_t *d, dpu_gva_t page, int timeout_ms) {
-    return acquired(page_op(d, OP_LOCK, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms)));
+    return locked(page_op(d, OP_LOCK, page, timeout_ms > 0 ? (uint32_t)timeout_ms : 0, 0, wait_for(d, timeout_ms)), page);
 }
 int dpu_lock(dpu_t *d, dpu_gva_t page) { return dpu_lock_timeout(d, page, 0); }
-int dpu_trylock(dpu_t *d, dpu_gva_t page) { return acquired(page_op(d, OP_LOCK, page, 0, LOCK_TRY, 0)); }
+int dpu_trylock(dpu_t *d, dpu_gva_t page) { return locked(page_op(d, OP_LOCK, page, 0, LOCK_TRY, 0), page); }
 int dpu_unlock(dpu_t *d, dpu_gva_t page) {
     dpu__mmap_releasing();
+    dpu__mmap_locked(page, 0);
     return page_op(d, OP_UNLOCK, page, 0, 0, 0);
 }
 
@@ -903,6 +911,13 @@ int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop) {
 }
 
 uint32_t dpu__max_map_pages(const dpu_t *d) { return d->max_map_pages; }
+
+/* Acquire and release without the dpu_mmap hooks: mmap.c takes ownership
+ * of a page it is about to make writable, under its own lock. */
+int dpu__acquire(dpu_t *d, dpu_gva_t page) {
+    return page_op(d, OP_ACQUIRE, page, (uint32_t)d->timeout_ms, 0, wait_for(d, d->timeout_ms));
+}
+int dpu__release(dpu_t *d, dpu_gva_t page) { return page_op(d, OP_RELEASE, page, 0, 0, 0); }
 
 int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len) {
     uint8_t rep[256];
@@ -1374,6 +1389,8 @@ const char *dpu_strerror(int err) {
     case ECANCELED: return "canceled";
     case EPIPE: return "broken pipe";
     case ENOTSOCK: return "not a socket";
+    case EHOSTDOWN: return "host is down (the page's owner is unreachable)";
+    case EHOSTUNREACH: return "no route to the page's owner";
     }
     return "unknown error";
 }

@@ -11,11 +11,14 @@
 int dpu__reopen(const dpu_t *d, dpu_t **out);          /* a second connection to d's socket */
 int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop); /* MAP/UNMAP with NOFD: refs only */
 uint32_t dpu__max_map_pages(const dpu_t *d);
+int dpu__acquire(dpu_t *d, dpu_gva_t page);           /* ACQUIRE with d's timeout, no mmap hooks */
+int dpu__release(dpu_t *d, dpu_gva_t page);           /* RELEASE, no mmap hooks */
 int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len); /* a request with no reply body */
 
 /* mmap.c: called by dpu.c */
 void dpu__mmap_closing(dpu_t *d); /* dpu_close: write back and drop d's areas */
 void dpu__mmap_acquired(void);    /* after a successful acquire or lock */
 void dpu__mmap_releasing(void);   /* before a release or unlock */
+void dpu__mmap_locked(dpu_gva_t page, int held); /* this process took (1) or is giving up (0) a page's lock */
 
 #endif /* DPU_INTERNAL_H */

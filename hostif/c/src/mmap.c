@@ -13,20 +13,41 @@
  * Page states:
  *   ABSENT  not here: the next touch faults (missing)
  *   CLEAN   fetched, write-protected: reads are native, a write faults (wp)
- *   DIRTY   writable, with a twin copy of the content it was made writable
- *           from; the bytes that differ from the twin are this process's
- *           writes not yet sent
+ *   DIRTY   writable, owned by this node, with a twin copy of the content
+ *           it was made writable from; the bytes that differ from the twin
+ *           are this process's writes not yet sent to the node
  *   DEAD    unusable (freed, node lost, write-back failed): touching it
  *           raises SIGBUS
+ * and, apart from the state, whether this process holds an acquisition of
+ * the page (owned[]): ownership protocol, on the refs connection.
  *
- * Transitions: a missing fault LOADs the page through the node and fills it
- * (UFFDIO_COPY, write-protected unless the fault was a write); a wp fault
- * takes a twin and lifts the protection. A release point write-protects
- * each dirty page, sends the bytes that differ from its twin (STORE, runs
- * of changed bytes only, so bytes other writers or atomics changed are
- * never overwritten) and makes it clean. An acquire point writes back dirty
- * pages and drops clean ones (MADV_DONTNEED: absent again). An UPDATED or
- * INVALIDATED event for a clean page drops it too.
+ * Transitions: a read fault LOADs the page through the node and fills it
+ * (UFFDIO_COPY, write-protected). A write fault first makes this node the
+ * page's owner (ACQUIRE: the ownership protocol moves the page here, so
+ * every later LOAD and STORE of it is served by this node without a hop),
+ * then fills the page from the node writable, with a twin; a write to a
+ * clean page that is not owned drops it and does the same, one to a clean
+ * page still owned only takes a twin and lifts the protection. A release
+ * point write-protects each dirty page, sends the bytes that differ from its
+ * twin (STORE to this node, the owner: runs of changed bytes only, so what
+ * atomics, which run at the owner, changed meanwhile is never overwritten)
+ * and makes it clean; the page stays owned, so the next write costs a
+ * write-protect fault and no request. OWNERSHIP_LOST (another node took
+ * the page) writes back what is dirty, unmaps the page (absent: the next
+ * touch fetches it from the new owner) and ends the acquisition. An acquire
+ * point writes back dirty pages and drops clean ones (MADV_DONTNEED:
+ * absent again). An UPDATED or INVALIDATED event for a clean page drops it
+ * too.
+ *
+ * Why the twin stays when the page is owned: atomics on a shared page run
+ * at its owner (the node), not in this mapping, and no pin holds the page
+ * here while it is dirty (a pin would stall every other writer until this
+ * process's next release point, and deadlock against its own dpu_lock of
+ * the page). So the node's copy may hold bytes this process did not write
+ * (atomics, and writes of a node that took the page meanwhile); only the
+ * bytes this process changed are sent. Programs free of data races (every
+ * conflicting access ordered by a lock or a release/acquire pair) see
+ * sequentially consistent pages.
  *
  * Threads: one fault thread per process serves the userfaultfd; one event
  * thread per user connection reads the events of a private connection to
@@ -65,6 +86,7 @@
 
 enum { PAGE = DPU_PAGE_SIZE };
 enum { ST_ABSENT = 0, ST_CLEAN = 1, ST_DIRTY = 2, ST_DEAD = 3 };
+enum { OWN_NONE = 0, OWN_ACQUIRED = 1, OWN_LOCKED = 2 };
 #define RANGE_PAGES ((size_t)1 << 24) /* 64 GiB of address space */
 #define EVENT_POLL_MS 100
 
@@ -94,7 +116,10 @@ struct area {
     int prot;
     uint8_t **twin;      /* per page, while dirty */
     int *why;            /* per page: errno that made it dead */
+    uint8_t *owned;      /* per page: OWN_ACQUIRED (c->priv holds an acquisition) or
+                          * OWN_LOCKED (the process holds its dpu_lock) */
     uint64_t read_faults, write_faults, writebacks, drops;
+    uint64_t acquisitions, losses;
 };
 
 struct extent {
@@ -326,13 +351,49 @@ static void kill_page(struct area *ar, size_t i, int why) {
     __atomic_store_n(st, ST_DEAD, __ATOMIC_RELEASE);
 }
 
+/* own makes this node the owner of page i (ownership protocol), unless
+ * this process holds an acquisition of it already. */
+static bool locked_here(dpu_gva_t page);
+
+static int own(struct area *ar, size_t i) {
+    if (ar->owned[i]) return 0;
+    dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
+    if (locked_here(g)) { /* the process's lock: owned and pinned here already */
+        ar->owned[i] = OWN_LOCKED;
+        return 0;
+    }
+    int rc = dpu__acquire(ar->c->priv, g);
+    if (rc < 0) return rc;
+    ar->owned[i] = OWN_ACQUIRED;
+    ar->acquisitions++;
+    return 0;
+}
+
+/* disown ends this process's acquisition of page i (after the node lost
+ * it, or when the area goes). */
+static void disown(struct area *ar, size_t i) {
+    uint8_t how = ar->owned[i];
+    ar->owned[i] = OWN_NONE;
+    if (how != OWN_ACQUIRED) return;
+    int rc = dpu__release(ar->c->priv, dpu_gva_add(ar->gva, i * PAGE));
+    if (rc < 0 && rc != -EPERM) {
+        char b[DPU_GVA_TEXT_LEN + 1];
+        logf_("dpu_mmap: releasing page %s: %s (%s)", gva_text(dpu_gva_add(ar->gva, i * PAGE), b), dpu_strerror(rc),
+              dpu_last_error());
+    }
+}
+
+static void drop(struct area *ar, size_t i);
+
 /* fill fetches page i and installs it: writable (with its twin) when
  * write, else write-protected. */
 static int fill(struct area *ar, size_t i, bool write) {
+    dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
+    int rc = write ? own(ar, i) : 0;
+    if (rc < 0) return rc;
     uint8_t *buf = malloc(PAGE);
     if (!buf) return -ENOMEM;
-    dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
-    int rc = dpu_load(ar->c->io, g, buf, PAGE);
+    rc = dpu_load(ar->c->io, g, buf, PAGE);
     if (rc < 0) {
         free(buf);
         return rc;
@@ -376,12 +437,20 @@ static int unprotect(struct area *ar, size_t i) {
     return 0;
 }
 
-/* prepare brings page i to a state where the access can proceed. */
+/* prepare brings page i to a state where the access can proceed. A write
+ * to a clean page that is not owned here takes ownership and then the
+ * owner's current content (the clean copy may be older). */
 static int prepare(struct area *ar, size_t i, bool write) {
+    write = write && (ar->prot & PROT_WRITE);
     switch (*state(ar, i)) {
     case ST_DEAD: return -ar->why[i];
-    case ST_ABSENT: return fill(ar, i, write && (ar->prot & PROT_WRITE));
-    case ST_CLEAN: return write && (ar->prot & PROT_WRITE) ? unprotect(ar, i) : 0;
+    case ST_ABSENT: return fill(ar, i, write);
+    case ST_CLEAN:
+        if (!write) return 0;
+        if (ar->owned[i]) return unprotect(ar, i);
+        drop(ar, i);
+        ar->drops--; /* not the node's doing */
+        return fill(ar, i, true);
     default: return 0;
     }
 }
@@ -460,6 +529,54 @@ void dpu_mmap_sync(unsigned flags) {
 
 void dpu__mmap_acquired(void) { dpu_mmap_sync(DPU_SYNC_RELEASE | DPU_SYNC_ACQUIRE); }
 void dpu__mmap_releasing(void) { dpu_mmap_sync(DPU_SYNC_RELEASE); }
+
+/* ---- the process's page locks ---- */
+
+/* The pages this process holds dpu_lock on (any connection): a write to
+ * one of them needs no ACQUIRE (the lock made this node the owner and pins
+ * it; an acquisition of another connection would only add a round trip
+ * inside the critical section). Small: a process holds few locks. */
+static dpu_gva_t *held_locks;
+static size_t nheld, capheld;
+
+static bool locked_here(dpu_gva_t page) {
+    for (size_t k = 0; k < nheld; k++)
+        if (held_locks[k].hi == page.hi && held_locks[k].lo == page.lo) return true;
+    return false;
+}
+
+void dpu__mmap_locked(dpu_gva_t page, int held) {
+    page.lo &= ~(uint64_t)(PAGE - 1);
+    pthread_mutex_lock(&mu);
+    if (held) {
+        if (nheld == capheld) {
+            size_t n = capheld ? 2 * capheld : 8;
+            dpu_gva_t *m = realloc(held_locks, n * sizeof *m);
+            if (!m) { /* writes to the page then take an acquisition of their own */
+                pthread_mutex_unlock(&mu);
+                return;
+            }
+            held_locks = m;
+            capheld = n;
+        }
+        held_locks[nheld++] = page;
+    } else {
+        for (size_t k = 0; k < nheld; k++) {
+            if (held_locks[k].hi == page.hi && held_locks[k].lo == page.lo) {
+                held_locks[k] = held_locks[--nheld];
+                break;
+            }
+        }
+        /* Pages owned through the lock are not owned once it goes (their
+         * writes went back at the release point just before). */
+        for (struct area *ar = areas; ar; ar = ar->next)
+            for (size_t i = 0; i < ar->pages; i++) {
+                dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
+                if (ar->owned[i] == OWN_LOCKED && g.hi == page.hi && g.lo == page.lo) ar->owned[i] = OWN_NONE;
+            }
+    }
+    pthread_mutex_unlock(&mu);
+}
 
 /* ---- faults ---- */
 
@@ -646,9 +763,21 @@ static void *serve_events(void *arg) {
                 if (!match) continue;
                 unsigned char st = *state(ar, i);
                 switch (ev.type) {
+                case DPU_EVENT_LOST: /* any of the others may have been dropped */
+                case DPU_EVENT_OWNERSHIP_LOST:
+                    if (!ar->owned[i]) {
+                        if (ev.type == DPU_EVENT_LOST && st == ST_CLEAN) drop(ar, i);
+                        break;
+                    }
+                    /* Another node took the page: what this process wrote
+                     * goes to it, and the next touch fetches from it. */
+                    if (st == ST_DIRTY) writeback_or_kill(ar, i);
+                    if (*state(ar, i) == ST_CLEAN) drop(ar, i);
+                    ar->losses++;
+                    disown(ar, i);
+                    break;
                 case DPU_EVENT_UPDATED:
                 case DPU_EVENT_INVALIDATED:
-                case DPU_EVENT_LOST:
                     if (st == ST_CLEAN) drop(ar, i);
                     break;
                 case DPU_EVENT_FREED:
@@ -684,7 +813,8 @@ static int conn_for(dpu_t *d, struct conn **out) {
     if (rc == 0) rc = dpu__reopen(d, &c->io);
     if (rc == 0)
         rc = dpu_subscribe(c->priv, DPU_EVENT_MASK(DPU_EVENT_INVALIDATED) | DPU_EVENT_MASK(DPU_EVENT_UPDATED) |
-                                        DPU_EVENT_MASK(DPU_EVENT_FREED));
+                                        DPU_EVENT_MASK(DPU_EVENT_FREED) |
+                                        DPU_EVENT_MASK(DPU_EVENT_OWNERSHIP_LOST));
     if (rc == 0) {
         sigset_t all, old;
         sigfillset(&all);
@@ -756,6 +886,7 @@ static void free_area(struct area *ar) {
         for (size_t i = 0; i < ar->pages; i++) free(ar->twin[i]);
     free(ar->twin);
     free(ar->why);
+    free(ar->owned);
     free(ar);
 }
 
@@ -769,8 +900,9 @@ int dpu_mmap(dpu_t *d, dpu_gva_t gva, size_t len, int prot, void **addr_out) {
     if (ar) {
         ar->twin = calloc(pages, sizeof *ar->twin);
         ar->why = calloc(pages, sizeof *ar->why);
+        ar->owned = calloc(pages, 1);
     }
-    if (!ar || !ar->twin || !ar->why) {
+    if (!ar || !ar->twin || !ar->why || !ar->owned) {
         free_area(ar);
         return -ENOMEM;
     }
@@ -840,8 +972,10 @@ fail_extent:
 /* unmap_area writes back, unregisters and forgets ar, which is already off
  * the list; it returns the connection to close, if this was its last. */
 static struct conn *unmap_area(struct area *ar, int *rc) {
-    for (size_t i = 0; i < ar->pages; i++)
+    for (size_t i = 0; i < ar->pages; i++) {
         if (*state(ar, i) == ST_DIRTY) writeback_or_kill(ar, i);
+        disown(ar, i);
+    }
     for (size_t i = 0; i < ar->pages; i++) {
         unsigned char st = *state(ar, i);
         if (st == ST_CLEAN || st == ST_DIRTY) __atomic_sub_fetch(&present_pages, 1, __ATOMIC_RELEASE);
@@ -908,8 +1042,10 @@ int dpu_mmap_list(dpu_mmap_info_t *out, int cap) {
     pthread_mutex_lock(&mu);
     for (struct area *ar = areas; ar; ar = ar->next, n++) {
         if (n < cap)
-            out[n] = (dpu_mmap_info_t){ar->base, ar->gva, ar->pages * PAGE, ar->prot, ar->read_faults,
-                                       ar->write_faults, ar->writebacks, ar->drops};
+            out[n] = (dpu_mmap_info_t){ar->base,        ar->gva,        ar->pages * PAGE,
+                                       ar->prot,        ar->read_faults, ar->write_faults,
+                                       ar->writebacks,  ar->drops,      ar->acquisitions,
+                                       ar->losses};
     }
     pthread_mutex_unlock(&mu);
     return n;
@@ -947,6 +1083,7 @@ static void after_fork_child(void) {
     if (stop_fd >= 0) close(stop_fd);
     uffd = stop_fd = -1;
     dirty_pages = present_pages = 0;
+    nheld = 0; /* the locks are the parent's connections' */
     dpu_mmap_span = 0;
     dpu_mmap_lo = 0;
     dpu_mmap_pages = NULL;

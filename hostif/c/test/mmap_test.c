@@ -97,6 +97,9 @@ static void test_write_back(dpu_t *d, dpu_t *p) {
     uint64_t old;
     OK(dpu_fetch_add64(p, g, 5, &old)); /* the peer, on the same page */
     CHECK(peer_load(p, dpu_gva_add(g, 8)) == 0); /* not yet written back */
+    dpu_location_t loc;
+    OK(dpu_locate(p, g, &loc));
+    CHECK(loc.owner == dpu_machine(d)); /* the write made this node the owner */
     dpu_mmap_sync(DPU_SYNC_RELEASE);
     CHECK(peer_load(p, dpu_gva_add(g, 8)) == 42);
     CHECK(peer_load(p, g) == 5); /* the peer's add survived the write-back */
@@ -118,6 +121,46 @@ static void test_write_back(dpu_t *d, dpu_t *p) {
     CHECK(dpu_mmap_list(info, 4) == 0);
     CHECK(dpu_munmap(d, at, 2 * DPU_PAGE_SIZE) == -EINVAL);
     OK(dpu_free(d, g));
+}
+
+/* A page written here is owned here; when the peer takes it, what was
+ * written reaches the peer, the page is unmapped here, and the next touch
+ * fetches the peer's content. Then a write takes it back. */
+static void test_ownership_lost(dpu_t *d, dpu_t *p) {
+    dpu_gva_t g;
+    OK(dpu_alloc_mode(p, DPU_PAGE_SIZE, 0666, &g)); /* the peer's page */
+    void *at;
+    OK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *w = at;
+    w[1] = 11; /* write fault: ownership moves here */
+    dpu_location_t loc;
+    OK(dpu_locate(d, g, &loc));
+    CHECK(loc.owner == dpu_machine(d));
+    w[2] = 12; /* dirty, not yet written back */
+    OK(dpu_acquire(p, g, 5000)); /* the peer takes the page */
+    dpu_mmap_info_t info;
+    for (int i = 0; i < 500; i++) {
+        CHECK(dpu_mmap_list(&info, 1) == 1);
+        if (info.losses > 0) break;
+        struct timespec t = {0, 10000000};
+        nanosleep(&t, NULL);
+    }
+    CHECK(info.losses == 1 && info.acquisitions == 1);
+    CHECK(peer_load(p, dpu_gva_add(g, 8)) == 11 && peer_load(p, dpu_gva_add(g, 16)) == 12);
+    OK(dpu_store64(p, dpu_gva_add(g, 24), 13));
+    CHECK(w[3] == 13 && w[1] == 11); /* unmapped at the loss: fetched again */
+    OK(dpu_release(p, g));
+    w[3] = 14; /* takes it back */
+    CHECK(dpu_mmap_list(&info, 1) == 1 && info.acquisitions == 2);
+    OK(dpu_locate(p, g, &loc));
+    CHECK(loc.owner == dpu_machine(d));
+    dpu_mmap_sync(DPU_SYNC_RELEASE);
+    CHECK(peer_load(p, dpu_gva_add(g, 24)) == 14);
+    OK(dpu_munmap(d, at, DPU_PAGE_SIZE));
+    /* The page is owned here now; an agent frees only pages it owns. */
+    OK(dpu_acquire(p, g, 5000));
+    OK(dpu_release(p, g));
+    OK(dpu_free(p, g));
 }
 
 /* Unmodified code under dpu_lock on one host, read under the lock on the
@@ -239,10 +282,43 @@ static int hold(void) {
     return 0;
 }
 
+/* stall: map two pages with a 1 s timeout, read the first, say "ready",
+ * and when stdin gives a line (the Go test has stalled the node meanwhile)
+ * touch the second: the fault must end in SIGBUS within the timeout, not
+ * hang. With DPU_TEST_PEER_SOCKET the pages are the peer's (the Go test
+ * kills the peer's agent instead). Exits 0 only if the touch went through, which it must not. */
+static int stall(int write) {
+    dpu_t *d = open_at("DPU_SOCKET");
+    dpu_gva_t g;
+    if (getenv("DPU_TEST_PEER_SOCKET")) { /* the pages' owner is the peer */
+        dpu_t *p = open_at("DPU_TEST_PEER_SOCKET");
+        OK(dpu_alloc_mode(p, 2 * DPU_PAGE_SIZE, 0666, &g));
+        dpu_close(p);
+    } else {
+        OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &g));
+    }
+    dpu_set_timeout(d, getenv("DPU_TEST_TIMEOUT_MS") ? atoi(getenv("DPU_TEST_TIMEOUT_MS")) : 1000);
+    void *at;
+    OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *w = at;
+    CHECK(w[0] == 0);
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 2;
+    if (write) w[DPU_PAGE_SIZE / 8] = 1;
+    else (void)w[DPU_PAGE_SIZE / 8];
+    printf("touched\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "hold") == 0) return hold();
+    if (argc > 1 && strcmp(argv[1], "stall-read") == 0) return stall(0);
+    if (argc > 1 && strcmp(argv[1], "stall-write") == 0) return stall(1);
     dpu_t *d = open_at("DPU_SOCKET"), *p = open_at("DPU_TEST_PEER_SOCKET");
     test_write_back(d, p);
+    test_ownership_lost(d, p);
     test_lock(d, p);
     test_update_event(d, p);
     test_bad(d);
