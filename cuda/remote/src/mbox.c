@@ -1,0 +1,243 @@
+/* mbox.c — fabric mailboxes (mbox.h). */
+#define _GNU_SOURCE
+#include "mbox.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A pool moves the pages of one job at a time: page i of the job goes to
+ * thread i % n. */
+struct pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    int n, stop;
+    uint64_t gen;      /* bumped per job */
+    int pending;       /* threads still working on the job */
+    int err;           /* first error of the job */
+    /* the job */
+    dpu_t *d;
+    int store;
+    dpu_gva_t base;
+    unsigned char *buf;
+    size_t len;
+    pthread_mutex_t jobmu; /* one job at a time */
+    pthread_t *th;
+};
+
+struct worker { struct pool *p; int k; };
+
+static int move_pages(struct pool *p, int k, int n) {
+    size_t pages = (p->len + RW_PAGE - 1) / RW_PAGE;
+    for (size_t i = (size_t)k; i < pages; i += (size_t)n) {
+        size_t off = i * RW_PAGE, m = p->len - off < RW_PAGE ? p->len - off : RW_PAGE;
+        dpu_gva_t g = dpu_gva_add(p->base, off);
+        int r = p->store ? dpu_store(p->d, g, p->buf + off, m) : dpu_load(p->d, g, p->buf + off, m);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static void *worker_main(void *arg) {
+    struct worker w = *(struct worker *)arg;
+    free(arg);
+    struct pool *p = w.p;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->gen == seen)
+            pthread_cond_wait(&p->work, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->gen;
+        pthread_mutex_unlock(&p->mu);
+        int r = move_pages(p, w.k, p->n);
+        pthread_mutex_lock(&p->mu);
+        if (r < 0 && p->err == 0)
+            p->err = r;
+        if (--p->pending == 0)
+            pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+struct pool *pool_new(dpu_t *d, int n) {
+    (void)d;
+    if (n < 1)
+        n = 1;
+    if (n > 64)
+        n = 64;
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->jobmu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->th = calloc((size_t)n, sizeof *p->th);
+    if (!p->th) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        struct worker *w = malloc(sizeof *w);
+        if (!w)
+            break;
+        w->p = p;
+        w->k = i;
+        if (pthread_create(&p->th[i], NULL, worker_main, w) != 0) {
+            free(w);
+            break;
+        }
+        p->n++;
+    }
+    if (p->n == 0) {
+        pool_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void pool_free(struct pool *p) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n; i++)
+        pthread_join(p->th[i], NULL);
+    free(p->th);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->jobmu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    free(p);
+}
+
+static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *buf, size_t len) {
+    if (len == 0)
+        return 0;
+    if (!p || len <= RW_PAGE) {
+        /* One page: no hand-off. */
+        struct pool one = {.d = d, .store = store, .base = base, .buf = buf, .len = len};
+        return move_pages(&one, 0, 1);
+    }
+    pthread_mutex_lock(&p->jobmu);
+    pthread_mutex_lock(&p->mu);
+    p->d = d;
+    p->store = store;
+    p->base = base;
+    p->buf = buf;
+    p->len = len;
+    p->err = 0;
+    p->pending = p->n;
+    p->gen++;
+    pthread_cond_broadcast(&p->work);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu); /* each page op is bounded by the connection's timeout */
+    int r = p->err;
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->jobmu);
+    return r;
+}
+
+int pages_store(struct pool *p, dpu_t *d, dpu_gva_t base, const void *buf, size_t len) {
+    return run_job(p, d, 1, base, (void *)buf, len);
+}
+
+int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len) {
+    return run_job(p, d, 0, base, buf, len);
+}
+
+int mbox_send(struct mbox *m, const struct rw_hdr *h, const void *body, uint32_t len) {
+    if (len > RW_BODY_MAX)
+        return -EMSGSIZE;
+    unsigned char page[RW_PAGE];
+    struct rw_hdr hh = *h;
+    hh.len = len;
+    memcpy(page, &hh, sizeof hh);
+    if (len)
+        memcpy(page + sizeof hh, body, len);
+    /* One STORE: header and body reach the owner as one version of the page. */
+    return dpu_store(m->d, m->peer, page, sizeof hh + len);
+}
+
+static void pause_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint32_t cap, int timeout_ms,
+              int (*alive)(void *), void *arg) {
+    unsigned char page[RW_PAGE];
+    uint64_t start = mono_ms(), next_alive = start + 100;
+    unsigned spins = 0;
+    size_t probe = sizeof(struct rw_hdr) + 256; /* most messages fit; a longer body is loaded whole */
+    for (;;) {
+        int r = dpu_load(m->d, m->own, page, probe);
+        if (r < 0)
+            return r;
+        struct rw_hdr hh;
+        memcpy(&hh, page, sizeof hh);
+        if (hh.seq != 0 && hh.seq != m->last_seen && (want == 0 || hh.seq == want) &&
+            (m->token == 0 || hh.token == m->token)) {
+            if (hh.len > RW_BODY_MAX)
+                return -EPROTO;
+            if (sizeof hh + hh.len > probe) {
+                r = dpu_load(m->d, m->own, page, sizeof hh + hh.len);
+                if (r < 0)
+                    return r;
+                struct rw_hdr again;
+                memcpy(&again, page, sizeof again);
+                if (again.seq != hh.seq || again.len != hh.len)
+                    return -EPROTO; /* the peer sends one message at a time: a change here is a protocol error */
+            }
+            if (hh.len > cap)
+                return -EPROTO;
+            *h = hh;
+            if (hh.len)
+                memcpy(body, page + sizeof hh, hh.len);
+            m->last_seen = hh.seq;
+            return 0;
+        }
+        uint64_t now = mono_ms();
+        if (timeout_ms >= 0 && now - start >= (uint64_t)timeout_ms)
+            return -ETIMEDOUT;
+        if (alive && now >= next_alive) {
+            next_alive = now + 100;
+            int a = alive(arg);
+            if (a)
+                return a;
+        }
+        /* Spin a while (a reply usually follows within tens of
+         * microseconds), then poll every 20 us, then every 200 us. */
+        spins++;
+        if (spins > 2000)
+            pause_us(200);
+        else if (spins > 200)
+            pause_us(20);
+    }
+}
+
+int mbox_put(struct mbox *m, const void *buf, size_t len) {
+    if (len > (size_t)m->staging_pages * RW_PAGE)
+        return -EMSGSIZE;
+    return pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len);
+}
+
+int mbox_get(struct mbox *m, void *buf, size_t len) {
+    if (len > (size_t)m->staging_pages * RW_PAGE)
+        return -EMSGSIZE;
+    return pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len);
+}
