@@ -98,6 +98,8 @@ EXPORT CUresult cuCtxSynchronize(void) { return cur ? CUDA_SUCCESS : CUDA_ERROR_
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     NEED_CTX();
     void *m = NULL;
+    if (n > (8ull << 30))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     if (posix_memalign(&m, 256, n ? n : 1))
         return CUDA_ERROR_OUT_OF_MEMORY;
     *p = (CUdeviceptr)(uintptr_t)m;

@@ -270,8 +270,9 @@ static void connect_once(void) {
     }
     MB = (struct mbox){.d = D, .own = own, .peer = {door.slot[SLOT].srv_hi, door.slot[SLOT].srv_lo},
                        .staging_pages = staging, .pool = pool_new(D, threads), .token = TOKEN};
-    dpu_store64(D, slot_field(offsetof(struct rw_door_slot, cli_hi)), own.hi);
-    dpu_store64(D, slot_field(offsetof(struct rw_door_slot, cli_lo)), own.lo);
+    /* Both words in one STORE: the launcher reads them in one LOAD. */
+    uint64_t cli[2] = {own.hi, own.lo};
+    dpu_store(D, slot_field(offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli);
     atomic_store(&hb_stop, 0);
     if (pthread_create(&hb_thread, NULL, heartbeat_main, NULL) == 0)
         hb_started = 1;
@@ -941,22 +942,38 @@ static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
     NEED_INIT();
     if (!img)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t n = image_size(&img);
-    if (n == 0 || n > (size_t)MB.staging_pages * RW_PAGE) {
-        logf_(1, "module image of %zu bytes: larger than the staging area", n);
+    size_t n = image_size(&img), chunk = (size_t)MB.staging_pages * RW_PAGE;
+    if (n == 0 || n > RW_IMAGE_MAX) {
+        logf_(1, "module image of %zu bytes: too large", n);
         return CUDA_ERROR_INVALID_IMAGE;
     }
+    uint64_t t0 = mono_ns();
     pthread_mutex_lock(&mu);
-    int e = mbox_put(&MB, img, n);
-    CUresult r = e < 0 ? errno_to_cu(e) : CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    uint16_t flags = RW_STAGED;
+    if (n <= chunk) {
+        int e = mbox_put(&MB, img, n);
+        if (e < 0)
+            r = errno_to_cu(e);
+    } else {
+        /* A large image goes in parts, then the load names it. */
+        flags = RW_IMAGE;
+        for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
+            size_t m = n - off < chunk ? n - off : chunk;
+            int e = mbox_put(&MB, (const unsigned char *)img + off, m);
+            uint64_t part[3] = {off, m, n};
+            r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_IMAGE_PUT, 0, part, sizeof part, NULL, 0, NULL);
+        }
+    }
     if (r == CUDA_SUCCESS) {
         uint64_t len = n;
         uint32_t got = 0;
-        r = rpc_locked(op, RW_STAGED, &len, 8, id, 4, &got);
+        r = rpc_locked(op, flags, &len, 8, id, 4, &got);
         if (r == CUDA_SUCCESS && got != 4)
             r = CUDA_ERROR_UNKNOWN;
     }
     pthread_mutex_unlock(&mu);
+    logf_(2, "module image of %zu bytes: %d in %.1f ms", n, r, (double)(mono_ns() - t0) / 1e6);
     return r;
 }
 

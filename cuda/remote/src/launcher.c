@@ -3,7 +3,7 @@
  * (libdpucuda-remote.so) on this node's GPU.
  *
  *   dpu-cuda-launcher [-s SOCK] [-door-file PATH] [-slots N] [-staging PAGES]
- *                     [-threads N] [-mode OCTAL] [-driver LIB]
+ *                     [-threads N] [-mode OCTAL] [-driver LIB] [-dead-ms MS] [-v]
  *
  * It attaches to the node's host interface (SOCK, default $DPU_SOCKET or
  * $DPU_RUN_DIR/dpu0.sock), allocates its door page and one inbox per slot,
@@ -136,9 +136,10 @@ struct obj {
     void *p;
     int dev;       /* K_PRIMARY */
     uint32_t owner; /* K_FUNC: its module; K_KERNEL: its library */
+    void *ctx;      /* the context current when it was made */
 };
 
-struct range { uint64_t base, size; int global; };
+struct range { uint64_t base, size; int global; void *ctx; };
 
 struct session {
     int slot;
@@ -153,18 +154,21 @@ struct session {
     uint64_t hb, hb_at; /* the client's last heartbeat, and when it changed */
     dpu_gva_t door;
     uint64_t calls;
+    void *cur; /* the real context current for the request being served */
+    unsigned char *img; /* a large image being sent in parts (IMAGE_PUT) */
+    uint64_t imgsize, imgfill;
 };
 
 static dpu_t *D;
 static struct pool *POOL;
 static dpu_gva_t DOOR;
-static uint32_t SLOTS = 4, STAGING = STAGING_PAGES_DEFAULT;
+static uint32_t SLOTS = 4, STAGING = STAGING_PAGES_DEFAULT, DEAD_MS = HEARTBEAT_DEAD_MS;
 static atomic_int stopping;
 
 static uint32_t obj_add(struct session *s, int kind, void *p) {
     for (uint32_t i = 0; i < s->nobjs; i++)
         if (s->objs[i].kind == K_FREE) {
-            s->objs[i] = (struct obj){.kind = kind, .p = p};
+            s->objs[i] = (struct obj){.kind = kind, .p = p, .ctx = s->cur};
             return i + 1;
         }
     if (s->nobjs == s->capobjs) {
@@ -177,7 +181,7 @@ static uint32_t obj_add(struct session *s, int kind, void *p) {
         s->objs = n;
         s->capobjs = cap;
     }
-    s->objs[s->nobjs] = (struct obj){.kind = kind, .p = p};
+    s->objs[s->nobjs] = (struct obj){.kind = kind, .p = p, .ctx = s->cur};
     return ++s->nobjs;
 }
 
@@ -199,7 +203,7 @@ static int range_add(struct session *s, uint64_t base, uint64_t size, int global
         s->ranges = n;
         s->capranges = cap;
     }
-    s->ranges[s->nranges++] = (struct range){base, size, global};
+    s->ranges[s->nranges++] = (struct range){base, size, global, s->cur};
     return 0;
 }
 
@@ -245,6 +249,7 @@ static void session_release(struct session *s) {
             struct obj *o = &s->objs[i];
             if (o->kind != order[k])
                 continue;
+            CALL(cuCtxSetCurrent, (CUcontext)o->ctx);
             switch (o->kind) {
             case K_EVENT: CALL(cuEventDestroy_v2, (CUevent)o->p); break;
             case K_STREAM: CALL(cuStreamDestroy_v2, (CUstream)o->p); break;
@@ -254,9 +259,12 @@ static void session_release(struct session *s) {
             o->kind = K_FREE;
         }
     for (size_t i = 0; i < s->nranges; i++)
-        if (!s->ranges[i].global)
+        if (!s->ranges[i].global) {
+            CALL(cuCtxSetCurrent, (CUcontext)s->ranges[i].ctx);
             CALL(cuMemFree_v2, (CUdeviceptr)s->ranges[i].base);
+        }
     s->nranges = 0;
+    CALL(cuCtxSetCurrent, NULL);
     for (uint32_t i = 0; i < s->nobjs; i++) {
         struct obj *o = &s->objs[i];
         if (o->kind == K_CTX)
@@ -267,6 +275,9 @@ static void session_release(struct session *s) {
     }
     CALL(cuCtxSetCurrent, NULL);
     s->nobjs = 0;
+    free(s->img);
+    s->img = NULL;
+    s->imgsize = s->imgfill = 0;
 }
 
 /* params_of asks the driver for a function's (or kernel's) parameter
@@ -341,8 +352,10 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         r = CALL(cuCtxSetCurrent, (CUcontext)c->p);
         if (r)
             return r;
+        s->cur = c->p;
     } else {
         CALL(cuCtxSetCurrent, NULL);
+        s->cur = NULL;
     }
     switch (h->op) {
     case OP_DEVICE_INFO: {
@@ -419,8 +432,21 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         struct obj *o = obj_get(s, u32at(b, 0), K_CTX);
         if (!o || o->kind != K_CTX)
             return CUDA_ERROR_INVALID_CONTEXT;
-        r = CALL(cuCtxDestroy_v2, (CUcontext)o->p);
+        void *dead = o->p;
+        r = CALL(cuCtxSetCurrent, NULL);
+        r = CALL(cuCtxDestroy_v2, (CUcontext)dead);
         o->kind = K_FREE;
+        s->cur = NULL;
+        /* What lived in it went with it. */
+        for (size_t i = 0; i < s->nranges;)
+            if (s->ranges[i].ctx == dead)
+                s->ranges[i] = s->ranges[--s->nranges];
+            else
+                i++;
+        for (uint32_t i = 0; i < s->nobjs; i++)
+            if (s->objs[i].kind != K_FREE && s->objs[i].kind != K_CTX && s->objs[i].kind != K_PRIMARY &&
+                s->objs[i].ctx == dead)
+                s->objs[i].kind = K_FREE;
         return r;
     }
     case OP_CTX_SYNC:
@@ -522,8 +548,14 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
     case OP_LIBRARY_LOAD: {
         NEED(len == 8);
         unsigned char *img;
-        if ((r = staged(s, u64at(b, 0), &img)))
+        if (h->flags & RW_IMAGE) {
+            NEED(s->img && s->imgsize == u64at(b, 0) && s->imgfill == s->imgsize);
+            img = s->img;
+            s->img = NULL;
+            s->imgsize = s->imgfill = 0;
+        } else if ((r = staged(s, u64at(b, 0), &img))) {
             return r;
+        }
         void *handle = NULL;
         if (h->op == OP_MODULE_LOAD)
             r = CALL(cuModuleLoadData, (CUmodule *)&handle, img);
@@ -542,6 +574,26 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         }
         memcpy(rep, &id, 4);
         *rlen = 4;
+        return CUDA_SUCCESS;
+    }
+    case OP_IMAGE_PUT: {
+        /* Parts in order: offset 0 starts an image, each part continues it. */
+        NEED(len == 24);
+        uint64_t off = u64at(b, 0), n = u64at(b, 8), total = u64at(b, 16);
+        NEED(total > 0 && total <= RW_IMAGE_MAX && n > 0 && n <= s->bufsize && off <= total && n <= total - off);
+        if (off == 0) {
+            free(s->img);
+            s->img = malloc(total + 1);
+            if (!s->img)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            s->img[total] = 0;
+            s->imgsize = total;
+            s->imgfill = 0;
+        }
+        NEED(s->img && total == s->imgsize && off == s->imgfill);
+        if (mbox_get(&s->mb, s->img + off, n) < 0)
+            return CUDA_ERROR_UNKNOWN;
+        s->imgfill += n;
         return CUDA_SUCCESS;
     }
     case OP_MODULE_UNLOAD:
@@ -807,7 +859,7 @@ static int session_alive(void *arg) {
     if (atomic_load(&stopping))
         return -ECANCELED;
     uint64_t now = mono_ms();
-    if (now - s->hb_at < 1000)
+    if (now - s->hb_at < 500)
         return 0;
     uint64_t hb;
     if (dpu_load64(D, slot_field(s->slot, offsetof(struct rw_door_slot, heartbeat)), &hb) < 0)
@@ -817,7 +869,7 @@ static int session_alive(void *arg) {
         s->hb_at = now;
         return 0;
     }
-    if (now - s->hb_at > HEARTBEAT_DEAD_MS)
+    if (now - s->hb_at > DEAD_MS)
         return -EPIPE;
     return 0;
 }
@@ -886,8 +938,9 @@ static void *slot_main(void *arg) {
         /* Claimed: wait (bounded) for the client to publish its inbox. */
         uint64_t hi = 0, lo = 0, t0 = mono_ms();
         while (mono_ms() - t0 < 5000 && !atomic_load(&stopping)) {
-            dpu_load64(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), &hi);
-            dpu_load64(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_lo)), &lo);
+            uint64_t cli[2] = {0, 0};
+            if (dpu_load(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli) == 0)
+                hi = cli[0], lo = cli[1];
             if (hi || lo)
                 break;
             usleep(1000);
@@ -905,8 +958,8 @@ static void *slot_main(void *arg) {
         } else {
             logf_("slot %u: claimed but no inbox published; freeing the slot", a.slot);
         }
-        dpu_store64(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), 0);
-        dpu_store64(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_lo)), 0);
+        uint64_t zero[2] = {0, 0};
+        dpu_store(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), zero, sizeof zero);
         uint64_t old;
         dpu_cas64(D, slot_field(a.slot, offsetof(struct rw_door_slot, token)), tok, 0, &old);
     }
@@ -921,6 +974,7 @@ static void on_signal(int sig) {
     atomic_store(&stopping, 1);
 }
 
+#ifndef LAUNCHER_NO_MAIN
 int main(int argc, char **argv) {
     const char *sock = NULL, *door_file = NULL, *driver = "libcuda.so.1";
     unsigned mode = 0600;
@@ -941,11 +995,13 @@ int main(int argc, char **argv) {
             mode = (unsigned)strtoul(v, NULL, 8), i++;
         else if (!strcmp(a, "-driver") && v)
             driver = v, i++;
+        else if (!strcmp(a, "-dead-ms") && v)
+            DEAD_MS = (uint32_t)strtoul(v, NULL, 10), i++;
         else if (!strcmp(a, "-v"))
             verbose = 1;
         else {
             fprintf(stderr, "usage: dpu-cuda-launcher [-s SOCK] [-door-file PATH] [-slots N] [-staging PAGES] "
-                            "[-threads N] [-mode OCTAL] [-driver LIB] [-v]\n");
+                            "[-threads N] [-mode OCTAL] [-driver LIB] [-dead-ms MS] [-v]\n");
             return 2;
         }
     }
@@ -1035,3 +1091,4 @@ int main(int argc, char **argv) {
     dpu_close(D);
     return status;
 }
+#endif /* LAUNCHER_NO_MAIN */

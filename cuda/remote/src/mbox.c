@@ -231,12 +231,16 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
 }
 
 int mbox_put(struct mbox *m, const void *buf, size_t len) {
+    if (!m->d)
+        return -ENOTCONN;
     if (len > (size_t)m->staging_pages * RW_PAGE)
         return -EMSGSIZE;
     return pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len);
 }
 
 int mbox_get(struct mbox *m, void *buf, size_t len) {
+    if (!m->d)
+        return -ENOTCONN;
     if (len > (size_t)m->staging_pages * RW_PAGE)
         return -EMSGSIZE;
     return pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len);

@@ -114,6 +114,7 @@ enum rw_op {
     OP_OCCUPANCY,          /* u32 func, u32 block, u64 shmem -> i32 blocks */
     OP_MEM_RANGE,          /* u64 dptr -> u64 base, u64 size */
     OP_ADVISE,             /* rw_advise: the advise service (prefetch, advice) */
+    OP_IMAGE_PUT,          /* u64 offset, u64 len, u64 total: a part of a large image, in staging */
     OP_MAX
 };
 
@@ -122,6 +123,8 @@ enum rw_op {
 enum { RW_STREAM_LEGACY = 0, RW_STREAM_PER_THREAD = 1 };
 
 #define RW_STAGED 1u /* rw_hdr.flags: the body's bulk part is in staging */
+#define RW_IMAGE 2u  /* rw_hdr.flags (MODULE_LOAD, LIBRARY_LOAD): the image was sent with IMAGE_PUT */
+#define RW_IMAGE_MAX (1ull << 31) /* the largest module image */
 
 struct rw_hello {
     uint32_t version;
