@@ -66,8 +66,10 @@ PIDS+=($!)
 for _ in $(seq 100); do [ -s "$W/door" ] && break; sleep 0.1; done
 check "launcher serving (door $(cat "$W/door" 2>/dev/null))" test -s "$W/door"
 cat "$W/launcher.log"
-remote() {
-    env LD_LIBRARY_PATH="$B/build/remote${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_VISIBLE_DEVICES= \
+remote() { # remote SECONDS COMMAND...: COMMAND as a remote client, bounded
+    local t=$1
+    shift
+    timeout "$t" env LD_LIBRARY_PATH="$B/build/remote${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_VISIBLE_DEVICES= \
         DPU_SOCKET="$W/fab/node0/dpu0.sock" DPU_CUDA_REMOTE="$W/door" DPU_CUDA_REMOTE_MISSING="$W/missing.txt" \
         DPU_CUDA_REMOTE_TIMEOUT_S=120 "$@"
 }
@@ -92,7 +94,7 @@ for p in vecadd matmul streams; do
     section "$p (nvcc, CUDA runtime): local, then remote"
     timeout 120 "./$p" >"$W/$p.local" 2>&1
     cat "$W/$p.local"
-    timeout 300 remote "./$p" >"$W/$p.remote" 2>"$W/$p.remote.err"
+    remote 100 "./$p" >"$W/$p.remote" 2>"$W/$p.remote.err"
     echo "rc=$?"
     cat "$W/$p.remote"
     grep -v '^$' "$W/$p.remote.err" | head -20
@@ -107,7 +109,7 @@ check "streams: every element right remotely" eq "$(kv "$W/streams.remote" strea
 section "driver API probe (rprobe, PTX module): local, then remote"
 timeout 120 "$B/build/rprobe" kernels.ptx >"$W/rprobe.local" 2>&1
 cat "$W/rprobe.local"
-timeout 300 remote "$B/build/rprobe" kernels.ptx >"$W/rprobe.remote" 2>"$W/rprobe.remote.err"
+remote 120 "$B/build/rprobe" kernels.ptx >"$W/rprobe.remote" 2>"$W/rprobe.remote.err"
 cat "$W/rprobe.remote"
 head -20 "$W/rprobe.remote.err"
 compare rprobe vecadd_sum matmul_sum streams_sum vecadd_wrong matmul_wrong streams_wrong streams_elapsed_ok \
@@ -126,7 +128,7 @@ done
 section "PyTorch: CUDA init and a small tensor op, local then remote"
 PYTHONUNBUFFERED=1 timeout 180 python3 "$B/gpu/torch_small.py" >"$W/torch.local" 2>&1
 cat "$W/torch.local"
-PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=1 timeout 240 remote python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
+PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=1 remote 150 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
 echo "rc=$?"
 tail -40 "$W/torch.remote"
 for k in available count name elementwise_sum matmul_sum; do

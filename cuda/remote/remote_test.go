@@ -37,7 +37,12 @@ func build(t *testing.T) string {
 // probe runs rprobe with env and returns its key=value lines.
 func probe(t *testing.T, ctx context.Context, bin string, env []string, args ...string) map[string]string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "rprobe"), append([]string{"fake/module.fake"}, args...)...)
+	return probeModule(t, ctx, bin, env, "fake/module.fake", args...)
+}
+
+func probeModule(t *testing.T, ctx context.Context, bin string, env []string, module string, args ...string) map[string]string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "rprobe"), append([]string{module}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -107,7 +112,7 @@ func startLauncher(t *testing.T, bin, sock string, args ...string) *launcher {
 		go func() { l.cmd.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			l.cmd.Process.Kill()
 			<-done
 			t.Errorf("launcher did not stop on SIGINT\n%s", l.log)
@@ -166,6 +171,13 @@ func TestRemoteMatchesLocal(t *testing.T) {
 	for _, kv := range res {
 		check(kv)
 	}
+	// A module image larger than the staging area goes in parts, whole.
+	big := filepath.Join(t.TempDir(), "big.fake")
+	filler := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	if err := os.WriteFile(big, []byte("fakegpu module\n"+filler+"\nfakegpu-end\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check(probeModule(t, ctx, bin, remoteEnv(bin, cs, l.door), big, args...))
 	if !strings.Contains(l.log.String(), "released after") {
 		t.Errorf("launcher log shows no release:\n%s", l.log)
 	}

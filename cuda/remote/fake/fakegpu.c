@@ -1,7 +1,7 @@
 /*
  * fakegpu.c — a CPU stand-in for libcuda.so.1, the test double behind the
  * launcher's driver interface (tests here have no GPU). Device memory is
- * host memory; a module is a text image "fakegpu" naming kernels that run
+ * host memory; a module is a text image ("fakegpu" ... "fakegpu-end") naming kernels that run
  * on the CPU when launched (vecadd, matmul, scale, spin); streams and
  * events complete at once (events record a timestamp). Enough of the
  * driver API for the launcher and the probe: nothing more.
@@ -127,7 +127,9 @@ EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned v, size_t n) { return cuM
 static struct CUmod_st the_module = {0x66616b65};
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *img) {
     NEED_CTX();
-    if (!img || strncmp(img, "fakegpu", 7) != 0)
+    /* The whole image must arrive: "fakegpu" first, "fakegpu-end\n" last. */
+    size_t n = img ? strlen(img) : 0;
+    if (n < 19 || strncmp(img, "fakegpu", 7) != 0 || strcmp((const char *)img + n - 12, "fakegpu-end\n") != 0)
         return CUDA_ERROR_INVALID_IMAGE;
     *m = &the_module;
     return CUDA_SUCCESS;

@@ -811,11 +811,11 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
         return r;
     if (n && !src)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t chunk = (size_t)MB.staging_pages * RW_PAGE;
+    size_t chunk = mbox_capacity(&MB);
     pthread_mutex_lock(&mu);
     for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
         size_t m = n - off < chunk ? n - off : chunk;
-        int e = mbox_put(&MB, (const unsigned char *)src + off, m);
+        int e = mbox_put(&MB, (const unsigned char *)src + off, m, SEQ + 1);
         if (e < 0) {
             r = errno_to_cu(e);
             break;
@@ -834,14 +834,14 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
         return r;
     if (n && !dst)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t chunk = (size_t)MB.staging_pages * RW_PAGE;
+    size_t chunk = mbox_capacity(&MB);
     pthread_mutex_lock(&mu);
     for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
         size_t m = n - off < chunk ? n - off : chunk;
         struct rw_copy c = {.src = src + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
         r = rpc_locked(OP_DTOH, 0, &c, sizeof c, NULL, 0, NULL);
         if (r == CUDA_SUCCESS) {
-            int e = mbox_get(&MB, (unsigned char *)dst + off, m);
+            int e = mbox_get(&MB, (unsigned char *)dst + off, m, SEQ);
             if (e < 0)
                 r = errno_to_cu(e);
         }
@@ -942,7 +942,7 @@ static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
     NEED_INIT();
     if (!img)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t n = image_size(&img), chunk = (size_t)MB.staging_pages * RW_PAGE;
+    size_t n = image_size(&img), chunk = mbox_capacity(&MB);
     if (n == 0 || n > RW_IMAGE_MAX) {
         logf_(1, "module image of %zu bytes: too large", n);
         return CUDA_ERROR_INVALID_IMAGE;
@@ -952,7 +952,7 @@ static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
     CUresult r = CUDA_SUCCESS;
     uint16_t flags = RW_STAGED;
     if (n <= chunk) {
-        int e = mbox_put(&MB, img, n);
+        int e = mbox_put(&MB, img, n, SEQ + 1);
         if (e < 0)
             r = errno_to_cu(e);
     } else {
@@ -960,7 +960,7 @@ static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
         flags = RW_IMAGE;
         for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
             size_t m = n - off < chunk ? n - off : chunk;
-            int e = mbox_put(&MB, (const unsigned char *)img + off, m);
+            int e = mbox_put(&MB, (const unsigned char *)img + off, m, SEQ + 1);
             uint64_t part[3] = {off, m, n};
             r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_IMAGE_PUT, 0, part, sizeof part, NULL, 0, NULL);
         }
@@ -1266,7 +1266,7 @@ static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3],
             memcpy(body + sizeof l, packed, nbytes);
         r = rpc_locked(OP_LAUNCH, 0, body, (uint32_t)(sizeof l + nbytes), NULL, 0, NULL);
     } else {
-        int e = mbox_put(&MB, packed, nbytes);
+        int e = mbox_put(&MB, packed, nbytes, SEQ + 1);
         r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_LAUNCH, RW_STAGED, &l, sizeof l, NULL, 0, NULL);
     }
     pthread_mutex_unlock(&mu);

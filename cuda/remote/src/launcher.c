@@ -325,13 +325,13 @@ static const char *name_at(const unsigned char *body, uint32_t len, uint32_t off
 
 /* staged_image reads an image of n bytes out of the staging area into a
  * fresh buffer. */
-static CUresult staged(struct session *s, uint64_t n, unsigned char **out) {
-    if (n == 0 || n > (uint64_t)STAGING * RW_PAGE)
+static CUresult staged(struct session *s, uint64_t seq, uint64_t n, unsigned char **out) {
+    if (n == 0 || n > s->bufsize)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned char *img = malloc(n + 1);
     if (!img)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (mbox_get(&s->mb, img, n) < 0) {
+    if (mbox_get(&s->mb, img, n, seq) < 0) {
         free(img);
         return CUDA_ERROR_UNKNOWN;
     }
@@ -527,7 +527,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         NEED(c.bytes <= s->bufsize);
         if (h->op == OP_HTOD) {
             NEED(inside(s, c.dst, c.bytes));
-            if (mbox_get(&s->mb, s->buf, c.bytes) < 0)
+            if (mbox_get(&s->mb, s->buf, c.bytes, h->seq) < 0)
                 return CUDA_ERROR_UNKNOWN;
             /* The bounce buffer is reused by the next request: the copy
              * completes before the reply, in stream order. */
@@ -540,7 +540,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         r = CALL(cuMemcpyDtoHAsync_v2, s->buf, c.src, c.bytes, st);
         if (r == CUDA_SUCCESS)
             r = CALL(cuStreamSynchronize, st);
-        if (r == CUDA_SUCCESS && mbox_put(&s->mb, s->buf, c.bytes) < 0)
+        if (r == CUDA_SUCCESS && mbox_put(&s->mb, s->buf, c.bytes, h->seq) < 0)
             return CUDA_ERROR_UNKNOWN;
         return r;
     }
@@ -553,7 +553,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             img = s->img;
             s->img = NULL;
             s->imgsize = s->imgfill = 0;
-        } else if ((r = staged(s, u64at(b, 0), &img))) {
+        } else if ((r = staged(s, h->seq, u64at(b, 0), &img))) {
             return r;
         }
         void *handle = NULL;
@@ -591,7 +591,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             s->imgfill = 0;
         }
         NEED(s->img && total == s->imgsize && off == s->imgfill);
-        if (mbox_get(&s->mb, s->img + off, n) < 0)
+        if (mbox_get(&s->mb, s->img + off, n, h->seq) < 0)
             return CUDA_ERROR_UNKNOWN;
         s->imgfill += n;
         return CUDA_SUCCESS;
@@ -710,7 +710,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         const unsigned char *args;
         if (h->flags & RW_STAGED) {
             NEED(len == sizeof l && l.argbytes <= s->bufsize);
-            if (mbox_get(&s->mb, s->buf, l.argbytes) < 0)
+            if (mbox_get(&s->mb, s->buf, l.argbytes, h->seq) < 0)
                 return CUDA_ERROR_UNKNOWN;
             args = s->buf;
         } else {
@@ -925,7 +925,7 @@ static void *slot_main(void *arg) {
     struct slot_arg a = *(struct slot_arg *)arg;
     free(arg);
     struct session s = {.slot = (int)a.slot};
-    s.bufsize = (size_t)STAGING * RW_PAGE;
+    s.bufsize = (size_t)STAGING * RW_STAGE_DATA;
     s.buf = malloc(s.bufsize);
     if (!s.buf)
         return NULL;
@@ -1077,16 +1077,23 @@ int main(int argc, char **argv) {
         uint64_t beat = 0;
         while (!atomic_load(&stopping)) {
             dpu_store64(D, dpu_gva_add(DOOR, offsetof(struct rw_door, launcher_heartbeat)), ++beat);
-            usleep(HEARTBEAT_MS * 1000);
+            for (int i = 0; i < 10 && !atomic_load(&stopping); i++)
+                usleep(HEARTBEAT_MS * 100);
         }
+        uint64_t t0 = mono_ms();
         for (uint32_t i = 0; i < started; i++)
             pthread_join(th[i], NULL);
+        if (verbose)
+            logf_("slots stopped in %llu ms", (unsigned long long)(mono_ms() - t0));
     } else {
         status = 1;
     }
+    uint64_t t1 = mono_ms();
     for (uint32_t i = 0; i < made; i++)
         dpu_free(D, inbox[i]);
     dpu_free(D, DOOR);
+    if (verbose)
+        logf_("pages freed in %llu ms", (unsigned long long)(mono_ms() - t1));
     pool_free(POOL);
     dpu_close(D);
     return status;

@@ -29,18 +29,52 @@ struct pool {
     dpu_gva_t base;
     unsigned char *buf;
     size_t len;
+    struct rw_stage_hdr tag;
     pthread_mutex_t jobmu; /* one job at a time */
     pthread_t *th;
 };
 
 struct worker { struct pool *p; int k; };
 
+static void pause_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+#define STALE_WAIT_MS 30000 /* how long a staging page may lag its message */
+
 static int move_pages(struct pool *p, int k, int n) {
-    size_t pages = (p->len + RW_PAGE - 1) / RW_PAGE;
+    size_t pages = (p->len + RW_STAGE_DATA - 1) / RW_STAGE_DATA;
+    unsigned char page[RW_PAGE];
     for (size_t i = (size_t)k; i < pages; i += (size_t)n) {
-        size_t off = i * RW_PAGE, m = p->len - off < RW_PAGE ? p->len - off : RW_PAGE;
-        dpu_gva_t g = dpu_gva_add(p->base, off);
-        int r = p->store ? dpu_store(p->d, g, p->buf + off, m) : dpu_load(p->d, g, p->buf + off, m);
+        size_t off = i * RW_STAGE_DATA, m = p->len - off < RW_STAGE_DATA ? p->len - off : RW_STAGE_DATA;
+        dpu_gva_t g = dpu_gva_add(p->base, i * RW_PAGE);
+        int r;
+        if (p->store) {
+            memcpy(page, &p->tag, sizeof p->tag);
+            memcpy(page + sizeof p->tag, p->buf + off, m);
+            r = dpu_store(p->d, g, page, sizeof p->tag + m);
+        } else {
+            uint64_t start = 0;
+            for (unsigned tries = 0;; tries++) {
+                r = dpu_load(p->d, g, page, sizeof p->tag + m);
+                if (r < 0)
+                    break;
+                struct rw_stage_hdr h;
+                memcpy(&h, page, sizeof h);
+                if (h.seq == p->tag.seq && h.token == p->tag.token) {
+                    memcpy(p->buf + off, page + sizeof h, m);
+                    break;
+                }
+                if (start == 0)
+                    start = mono_ms();
+                else if (mono_ms() - start > STALE_WAIT_MS) {
+                    r = -ETIMEDOUT;
+                    break;
+                }
+                pause_us(tries < 100 ? 20 : 200);
+            }
+        }
         if (r < 0)
             return r;
     }
@@ -125,12 +159,13 @@ void pool_free(struct pool *p) {
     free(p);
 }
 
-static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *buf, size_t len) {
+static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *buf, size_t len,
+                   struct rw_stage_hdr tag) {
     if (len == 0)
         return 0;
-    if (!p || len <= RW_PAGE) {
+    if (!p || len <= RW_STAGE_DATA) {
         /* One page: no hand-off. */
-        struct pool one = {.d = d, .store = store, .base = base, .buf = buf, .len = len};
+        struct pool one = {.d = d, .store = store, .base = base, .buf = buf, .len = len, .tag = tag};
         return move_pages(&one, 0, 1);
     }
     pthread_mutex_lock(&p->jobmu);
@@ -140,6 +175,7 @@ static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *bu
     p->base = base;
     p->buf = buf;
     p->len = len;
+    p->tag = tag;
     p->err = 0;
     p->pending = p->n;
     p->gen++;
@@ -152,13 +188,15 @@ static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *bu
     return r;
 }
 
-int pages_store(struct pool *p, dpu_t *d, dpu_gva_t base, const void *buf, size_t len) {
-    return run_job(p, d, 1, base, (void *)buf, len);
+int pages_store(struct pool *p, dpu_t *d, dpu_gva_t base, const void *buf, size_t len, struct rw_stage_hdr tag) {
+    return run_job(p, d, 1, base, (void *)buf, len, tag);
 }
 
-int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len) {
-    return run_job(p, d, 0, base, buf, len);
+int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len, struct rw_stage_hdr tag) {
+    return run_job(p, d, 0, base, buf, len, tag);
 }
+
+size_t mbox_capacity(const struct mbox *m) { return (size_t)m->staging_pages * RW_STAGE_DATA; }
 
 int mbox_send(struct mbox *m, const struct rw_hdr *h, const void *body, uint32_t len) {
     if (len > RW_BODY_MAX)
@@ -173,10 +211,6 @@ int mbox_send(struct mbox *m, const struct rw_hdr *h, const void *body, uint32_t
     return dpu_store(m->d, m->peer, page, sizeof hh + len);
 }
 
-static void pause_us(long us) {
-    struct timespec ts = {0, us * 1000};
-    nanosleep(&ts, NULL);
-}
 
 int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint32_t cap, int timeout_ms,
               int (*alive)(void *), void *arg) {
@@ -230,18 +264,20 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
     }
 }
 
-int mbox_put(struct mbox *m, const void *buf, size_t len) {
+int mbox_put(struct mbox *m, const void *buf, size_t len, uint64_t seq) {
     if (!m->d)
         return -ENOTCONN;
-    if (len > (size_t)m->staging_pages * RW_PAGE)
+    if (len > mbox_capacity(m))
         return -EMSGSIZE;
-    return pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len);
+    struct rw_stage_hdr tag = {seq, m->token};
+    return pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len, tag);
 }
 
-int mbox_get(struct mbox *m, void *buf, size_t len) {
+int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq) {
     if (!m->d)
         return -ENOTCONN;
-    if (len > (size_t)m->staging_pages * RW_PAGE)
+    if (len > mbox_capacity(m))
         return -EMSGSIZE;
-    return pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len);
+    struct rw_stage_hdr tag = {seq, m->token};
+    return pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len, tag);
 }

@@ -43,14 +43,18 @@ int mbox_send(struct mbox *m, const struct rw_hdr *h, const void *body, uint32_t
 int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint32_t cap, int timeout_ms,
               int (*alive)(void *), void *arg);
 
-/* mbox_put STOREs len bytes into the peer's staging area from offset 0;
- * mbox_get LOADs len bytes of my staging area. len <= staging size. */
-int mbox_put(struct mbox *m, const void *buf, size_t len);
-int mbox_get(struct mbox *m, void *buf, size_t len);
+/* mbox_put STOREs len bytes into the peer's staging area, tagged with the
+ * seq of the message they go with (and the session's token); mbox_get
+ * LOADs len bytes of my staging area, waiting (bounded) until every page
+ * carries that tag. len <= mbox_capacity. */
+int mbox_put(struct mbox *m, const void *buf, size_t len, uint64_t seq);
+int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq);
+size_t mbox_capacity(const struct mbox *m);
 
-/* Page-granular moves at any GVA (the pool's work). */
-int pages_store(struct pool *p, dpu_t *d, dpu_gva_t base, const void *buf, size_t len);
-int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len);
+/* Staging pages at any GVA (the pool's work): each page holds a
+ * rw_stage_hdr and RW_STAGE_DATA bytes. */
+int pages_store(struct pool *p, dpu_t *d, dpu_gva_t base, const void *buf, size_t len, struct rw_stage_hdr tag);
+int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len, struct rw_stage_hdr tag);
 
 uint64_t mono_ms(void);
 

@@ -59,6 +59,16 @@ struct rw_door {
 _Static_assert(sizeof(struct rw_door_slot) == 64, "door slot");
 _Static_assert(sizeof(struct rw_door) <= RW_PAGE, "door page");
 
+/* A staging page: a header naming the message the data belongs to, then
+ * the data. The reader LOADs a page until its header names the message it
+ * is serving (a page written from another node may reach this one after
+ * the message does), so bulk data is never taken stale. */
+struct rw_stage_hdr {
+    uint64_t seq;   /* the seq of the message the data goes with */
+    uint64_t token; /* the session's token */
+};
+#define RW_STAGE_DATA (RW_PAGE - sizeof(struct rw_stage_hdr)) /* data bytes a staging page */
+
 /* The message page: header then body. */
 struct rw_hdr {
     uint64_t seq;     /* 1, 2, ...: a request's; the reply repeats it */

@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     long iters = atol(argv[2]);
     rng = strtoull(argv[3], NULL, 10) * 2654435761u + 1;
     struct session s = {.slot = 0};
-    s.bufsize = 64 * RW_PAGE;
+    s.bufsize = 64 * RW_STAGE_DATA;
     s.buf = malloc(s.bufsize);
     static unsigned char body[RW_PAGE], rep[RW_PAGE];
     long ok = 0, refused = 0;
