@@ -94,7 +94,7 @@ for p in vecadd matmul streams; do
     section "$p (nvcc, CUDA runtime): local, then remote"
     timeout 120 "./$p" >"$W/$p.local" 2>&1
     cat "$W/$p.local"
-    remote 100 "./$p" >"$W/$p.remote" 2>"$W/$p.remote.err"
+    remote 100 stdbuf -oL "./$p" >"$W/$p.remote" 2>"$W/$p.remote.err"
     echo "rc=$?"
     cat "$W/$p.remote"
     grep -v '^$' "$W/$p.remote.err" | head -20
@@ -107,9 +107,9 @@ check "matmul: CPU check passes remotely" eq "$(kv "$W/matmul.remote" matmul_wro
 check "streams: every element right remotely" eq "$(kv "$W/streams.remote" streams_wrong)" 0
 
 section "driver API probe (rprobe, PTX module): local, then remote"
-timeout 120 "$B/build/rprobe" kernels.ptx >"$W/rprobe.local" 2>&1
+timeout 120 "$B/build/rprobe" kernels.ptx -bw 33554432 >"$W/rprobe.local" 2>&1
 cat "$W/rprobe.local"
-remote 120 "$B/build/rprobe" kernels.ptx >"$W/rprobe.remote" 2>"$W/rprobe.remote.err"
+remote 120 stdbuf -oL "$B/build/rprobe" kernels.ptx -bw 33554432 >"$W/rprobe.remote" 2>"$W/rprobe.remote.err"
 cat "$W/rprobe.remote"
 head -20 "$W/rprobe.remote.err"
 compare rprobe vecadd_sum matmul_sum streams_sum vecadd_wrong matmul_wrong streams_wrong streams_elapsed_ok \
@@ -122,7 +122,7 @@ RL=$(kv "$W/streams.local" rt_launch_us) RR=$(kv "$W/streams.remote" rt_launch_u
 echo "runtime launch (<<<>>>, 2000 x empty kernel): local ${RL} us, remote ${RR} us per launch ($(ratio "$RR" "$RL")x)"
 for d in htod dtoh; do
     L=$(kv "$W/rprobe.local" ${d}_MBps) R=$(kv "$W/rprobe.remote" ${d}_MBps)
-    echo "$d 64 MiB pageable: local ${L} MB/s, remote ${R} MB/s ($(ratio "$R" "$L")x)"
+    echo "$d 32 MiB pageable: local ${L} MB/s, remote ${R} MB/s ($(ratio "$R" "$L")x)"
 done
 
 section "PyTorch: CUDA init and a small tensor op, local then remote"

@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -969,6 +970,19 @@ static void *slot_main(void *arg) {
     return NULL;
 }
 
+/* on_fault prints where the launcher crashed (a driver or a request it
+ * did not expect) before dying with the signal's default action. */
+static void on_fault(int sig) {
+    void *bt[64];
+    int n = backtrace(bt, 64);
+    static const char msg[] = "dpu-cuda-launcher: fatal signal; backtrace:\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    backtrace_symbols_fd(bt, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static void on_signal(int sig) {
     (void)sig;
     atomic_store(&stopping, 1);
@@ -1062,6 +1076,9 @@ int main(int argc, char **argv) {
         struct sigaction sa = {.sa_handler = on_signal};
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
+        signal(SIGSEGV, on_fault);
+        signal(SIGBUS, on_fault);
+        signal(SIGABRT, on_fault);
         pthread_t th[DOOR_SLOTS];
         uint32_t started = 0;
         for (; started < SLOTS; started++) {

@@ -14,6 +14,14 @@ uint64_t mono_ms(void) {
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t fnv64(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 /* A pool moves the pages of one job at a time: page i of the job goes to
  * thread i % n. */
 struct pool {
@@ -50,19 +58,24 @@ static int move_pages(struct pool *p, int k, int n) {
         size_t off = i * RW_STAGE_DATA, m = p->len - off < RW_STAGE_DATA ? p->len - off : RW_STAGE_DATA;
         dpu_gva_t g = dpu_gva_add(p->base, i * RW_PAGE);
         int r;
+        size_t whole = sizeof p->tag + m;
         if (p->store) {
             memcpy(page, &p->tag, sizeof p->tag);
             memcpy(page + sizeof p->tag, p->buf + off, m);
-            r = dpu_store(p->d, g, page, sizeof p->tag + m);
+            uint64_t sum = fnv64(page, whole);
+            memcpy(page + whole, &sum, 8);
+            r = dpu_store(p->d, g, page, whole + 8);
         } else {
             uint64_t start = 0;
             for (unsigned tries = 0;; tries++) {
-                r = dpu_load(p->d, g, page, sizeof p->tag + m);
+                r = dpu_load(p->d, g, page, whole + 8);
                 if (r < 0)
                     break;
                 struct rw_stage_hdr h;
+                uint64_t sum;
                 memcpy(&h, page, sizeof h);
-                if (h.seq == p->tag.seq && h.token == p->tag.token) {
+                memcpy(&sum, page + whole, 8);
+                if (h.seq == p->tag.seq && h.token == p->tag.token && sum == fnv64(page, whole)) {
                     memcpy(p->buf + off, page + sizeof h, m);
                     break;
                 }
@@ -207,8 +220,11 @@ int mbox_send(struct mbox *m, const struct rw_hdr *h, const void *body, uint32_t
     memcpy(page, &hh, sizeof hh);
     if (len)
         memcpy(page + sizeof hh, body, len);
-    /* One STORE: header and body reach the owner as one version of the page. */
-    return dpu_store(m->d, m->peer, page, sizeof hh + len);
+    uint64_t sum = fnv64(page, sizeof hh + len);
+    memcpy(page + sizeof hh + len, &sum, 8);
+    /* One STORE; the receiver checks the sum, as the bytes of a write from
+     * another node may reach it in pieces. */
+    return dpu_store(m->d, m->peer, page, sizeof hh + len + 8);
 }
 
 
@@ -217,7 +233,7 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
     unsigned char page[RW_PAGE];
     uint64_t start = mono_ms(), next_alive = start + 100;
     unsigned spins = 0;
-    size_t probe = sizeof(struct rw_hdr) + 256; /* most messages fit; a longer body is loaded whole */
+    size_t probe = sizeof(struct rw_hdr) + 256 + 8; /* most messages fit; a longer body is loaded whole */
     for (;;) {
         int r = dpu_load(m->d, m->own, page, probe);
         if (r < 0)
@@ -225,18 +241,20 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
         struct rw_hdr hh;
         memcpy(&hh, page, sizeof hh);
         if (hh.seq != 0 && hh.seq != m->last_seen && (want == 0 || hh.seq == want) &&
-            (m->token == 0 || hh.token == m->token)) {
-            if (hh.len > RW_BODY_MAX)
-                return -EPROTO;
-            if (sizeof hh + hh.len > probe) {
-                r = dpu_load(m->d, m->own, page, sizeof hh + hh.len);
+            (m->token == 0 || hh.token == m->token) && hh.len <= RW_BODY_MAX) {
+            int whole = 1;
+            if (sizeof hh + hh.len + 8 > probe) {
+                r = dpu_load(m->d, m->own, page, sizeof hh + hh.len + 8);
                 if (r < 0)
                     return r;
-                struct rw_hdr again;
-                memcpy(&again, page, sizeof again);
-                if (again.seq != hh.seq || again.len != hh.len)
-                    return -EPROTO; /* the peer sends one message at a time: a change here is a protocol error */
+                memcpy(&hh, page, sizeof hh);
+                whole = hh.len <= RW_BODY_MAX;
             }
+            uint64_t sum = 0;
+            if (whole)
+                memcpy(&sum, page + sizeof hh + hh.len, 8);
+            if (!whole || sum != fnv64(page, sizeof hh + hh.len))
+                goto wait; /* not all of it is here yet */
             if (hh.len > cap)
                 return -EPROTO;
             *h = hh;
@@ -245,6 +263,7 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
             m->last_seen = hh.seq;
             return 0;
         }
+    wait:;
         uint64_t now = mono_ms();
         if (timeout_ms >= 0 && now - start >= (uint64_t)timeout_ms)
             return -ETIMEDOUT;

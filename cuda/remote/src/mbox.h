@@ -57,5 +57,6 @@ int pages_store(struct pool *p, dpu_t *d, dpu_gva_t base, const void *buf, size_
 int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len, struct rw_stage_hdr tag);
 
 uint64_t mono_ms(void);
+uint64_t fnv64(const void *p, size_t n);
 
 #endif

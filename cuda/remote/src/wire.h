@@ -67,7 +67,9 @@ struct rw_stage_hdr {
     uint64_t seq;   /* the seq of the message the data goes with */
     uint64_t token; /* the session's token */
 };
-#define RW_STAGE_DATA (RW_PAGE - sizeof(struct rw_stage_hdr)) /* data bytes a staging page */
+/* Each staging page ends with a 64-bit FNV-1a of its header and data: a
+ * page whose bytes arrived in pieces is read again until it is whole. */
+#define RW_STAGE_DATA (RW_PAGE - sizeof(struct rw_stage_hdr) - 8) /* data bytes a staging page */
 
 /* The message page: header then body. */
 struct rw_hdr {
@@ -80,7 +82,9 @@ struct rw_hdr {
     uint64_t token;   /* the session's token */
 };
 _Static_assert(sizeof(struct rw_hdr) == 32, "hdr");
-#define RW_BODY_MAX (RW_PAGE - sizeof(struct rw_hdr))
+/* A message ends with a 64-bit FNV-1a of its header and body (the same
+ * check as staging pages). */
+#define RW_BODY_MAX (RW_PAGE - sizeof(struct rw_hdr) - 8)
 
 enum rw_op {
     OP_HELLO = 1,          /* rw_hello -> rw_hello_reply */
