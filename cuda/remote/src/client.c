@@ -187,13 +187,14 @@ static CUresult rpc_id(uint16_t op, const void *body, uint32_t len, uint32_t *id
 }
 
 static void *heartbeat_main(void *arg) {
-    (void)arg;
+    dpu_t *hd = arg; /* its own connection: a connection has one submitter at a time */
     uint64_t beat = 0;
     while (!atomic_load(&hb_stop)) {
-        dpu_store64(D, slot_field(offsetof(struct rw_door_slot, heartbeat)), ++beat);
+        dpu_store64(hd, slot_field(offsetof(struct rw_door_slot, heartbeat)), ++beat);
         for (int i = 0; i < 10 && !atomic_load(&hb_stop); i++)
             usleep(HEARTBEAT_MS * 100);
     }
+    dpu_close(hd);
     return NULL;
 }
 
@@ -269,13 +270,18 @@ static void connect_once(void) {
         goto fail;
     }
     MB = (struct mbox){.d = D, .own = own, .peer = {door.slot[SLOT].srv_hi, door.slot[SLOT].srv_lo},
-                       .staging_pages = staging, .pool = pool_new(D, threads), .token = TOKEN};
+                       .staging_pages = staging, .pool = pool_new(NULL, threads), .token = TOKEN};
     /* Both words in one STORE: the launcher reads them in one LOAD. */
     uint64_t cli[2] = {own.hi, own.lo};
     dpu_store(D, slot_field(offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli);
     atomic_store(&hb_stop, 0);
-    if (pthread_create(&hb_thread, NULL, heartbeat_main, NULL) == 0)
-        hb_started = 1;
+    dpu_t *hd;
+    if (dpu_open(NULL, &hd) == 0) {
+        if (pthread_create(&hb_thread, NULL, heartbeat_main, hd) == 0)
+            hb_started = 1;
+        else
+            dpu_close(hd);
+    }
     struct rw_hello hi = {.version = RW_VERSION, .pid = (uint32_t)getpid()};
     FILE *cf = fopen("/proc/self/comm", "r");
     if (cf) {

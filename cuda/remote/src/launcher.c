@@ -160,7 +160,8 @@ struct session {
     uint64_t imgsize, imgfill;
 };
 
-static dpu_t *D;
+static dpu_t *D; /* the main thread's connection; each slot thread has its own */
+static const char *SOCK;
 static struct pool *POOL;
 static dpu_gva_t DOOR;
 static uint32_t SLOTS = 4, STAGING = STAGING_PAGES_DEFAULT, DEAD_MS = HEARTBEAT_DEAD_MS;
@@ -851,6 +852,8 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
 }
 
 /* ---- slots ---- */
+static __thread dpu_t *SD; /* this slot thread's connection */
+
 static dpu_gva_t slot_field(uint32_t slot, size_t off) {
     return dpu_gva_add(DOOR, offsetof(struct rw_door, slot) + slot * sizeof(struct rw_door_slot) + off);
 }
@@ -863,7 +866,7 @@ static int session_alive(void *arg) {
     if (now - s->hb_at < 500)
         return 0;
     uint64_t hb;
-    if (dpu_load64(D, slot_field(s->slot, offsetof(struct rw_door_slot, heartbeat)), &hb) < 0)
+    if (dpu_load64(SD, slot_field(s->slot, offsetof(struct rw_door_slot, heartbeat)), &hb) < 0)
         return 0;
     if (hb != s->hb) {
         s->hb = hb;
@@ -930,9 +933,15 @@ static void *slot_main(void *arg) {
     s.buf = malloc(s.bufsize);
     if (!s.buf)
         return NULL;
+    int e = dpu_open(SOCK, &SD);
+    if (e < 0) {
+        logf_("slot %u: connection: %s", a.slot, dpu_strerror(e));
+        free(s.buf);
+        return NULL;
+    }
     while (!atomic_load(&stopping)) {
         uint64_t tok = 0;
-        if (dpu_load64(D, slot_field(a.slot, offsetof(struct rw_door_slot, token)), &tok) < 0 || tok == 0) {
+        if (dpu_load64(SD, slot_field(a.slot, offsetof(struct rw_door_slot, token)), &tok) < 0 || tok == 0) {
             usleep(10000);
             continue;
         }
@@ -940,7 +949,7 @@ static void *slot_main(void *arg) {
         uint64_t hi = 0, lo = 0, t0 = mono_ms();
         while (mono_ms() - t0 < 5000 && !atomic_load(&stopping)) {
             uint64_t cli[2] = {0, 0};
-            if (dpu_load(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli) == 0)
+            if (dpu_load(SD, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli) == 0)
                 hi = cli[0], lo = cli[1];
             if (hi || lo)
                 break;
@@ -948,7 +957,7 @@ static void *slot_main(void *arg) {
         }
         if (hi || lo) {
             s.token = tok;
-            s.mb = (struct mbox){.d = D, .own = a.inbox, .peer = {hi, lo}, .staging_pages = STAGING,
+            s.mb = (struct mbox){.d = SD, .own = a.inbox, .peer = {hi, lo}, .staging_pages = STAGING,
                                  .pool = POOL, .token = tok};
             s.hb = 0;
             s.hb_at = mono_ms();
@@ -960,13 +969,14 @@ static void *slot_main(void *arg) {
             logf_("slot %u: claimed but no inbox published; freeing the slot", a.slot);
         }
         uint64_t zero[2] = {0, 0};
-        dpu_store(D, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), zero, sizeof zero);
+        dpu_store(SD, slot_field(a.slot, offsetof(struct rw_door_slot, cli_hi)), zero, sizeof zero);
         uint64_t old;
-        dpu_cas64(D, slot_field(a.slot, offsetof(struct rw_door_slot, token)), tok, 0, &old);
+        dpu_cas64(SD, slot_field(a.slot, offsetof(struct rw_door_slot, token)), tok, 0, &old);
     }
     free(s.buf);
     free(s.objs);
     free(s.ranges);
+    dpu_close(SD);
     return NULL;
 }
 
@@ -1035,7 +1045,8 @@ int main(int argc, char **argv) {
         logf_("dpu_open %s: %s", sock ? sock : "(default)", dpu_strerror(e));
         return 1;
     }
-    POOL = pool_new(D, threads);
+    SOCK = sock;
+    POOL = pool_new(sock, threads);
     struct rw_door door = {.magic = RW_MAGIC, .version = RW_VERSION, .nslots = SLOTS};
     dpu_gva_t inbox[DOOR_SLOTS];
     if ((e = dpu_alloc_mode(D, RW_PAGE, mode, &DOOR)) < 0) {

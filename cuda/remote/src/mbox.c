@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,6 +41,7 @@ struct pool {
     struct rw_stage_hdr tag;
     pthread_mutex_t jobmu; /* one job at a time */
     pthread_t *th;
+    dpu_t **conns; /* one a thread */
 };
 
 struct worker { struct pool *p; int k; };
@@ -51,7 +53,7 @@ static void pause_us(long us) {
 
 #define STALE_WAIT_MS 30000 /* how long a staging page may lag its message */
 
-static int move_pages(struct pool *p, int k, int n) {
+static int move_pages(struct pool *p, dpu_t *d, int k, int n) {
     size_t pages = (p->len + RW_STAGE_DATA - 1) / RW_STAGE_DATA;
     unsigned char page[RW_PAGE];
     for (size_t i = (size_t)k; i < pages; i += (size_t)n) {
@@ -64,11 +66,11 @@ static int move_pages(struct pool *p, int k, int n) {
             memcpy(page + sizeof p->tag, p->buf + off, m);
             uint64_t sum = fnv64(page, whole);
             memcpy(page + whole, &sum, 8);
-            r = dpu_store(p->d, g, page, whole + 8);
+            r = dpu_store(d, g, page, whole + 8);
         } else {
             uint64_t start = 0;
             for (unsigned tries = 0;; tries++) {
-                r = dpu_load(p->d, g, page, whole + 8);
+                r = dpu_load(d, g, page, whole + 8);
                 if (r < 0)
                     break;
                 struct rw_stage_hdr h;
@@ -107,7 +109,7 @@ static void *worker_main(void *arg) {
             break;
         seen = p->gen;
         pthread_mutex_unlock(&p->mu);
-        int r = move_pages(p, w.k, p->n);
+        int r = move_pages(p, p->conns[w.k], w.k, p->n);
         pthread_mutex_lock(&p->mu);
         if (r < 0 && p->err == 0)
             p->err = r;
@@ -118,8 +120,7 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-struct pool *pool_new(dpu_t *d, int n) {
-    (void)d;
+struct pool *pool_new(const char *sock, int n) {
     if (n < 1)
         n = 1;
     if (n > 64)
@@ -132,18 +133,26 @@ struct pool *pool_new(dpu_t *d, int n) {
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);
     p->th = calloc((size_t)n, sizeof *p->th);
-    if (!p->th) {
+    p->conns = calloc((size_t)n, sizeof *p->conns);
+    if (!p->th || !p->conns) {
+        free(p->th);
+        free(p->conns);
         free(p);
         return NULL;
     }
     for (int i = 0; i < n; i++) {
-        struct worker *w = malloc(sizeof *w);
-        if (!w)
+        if (dpu_open(sock, &p->conns[i]) < 0)
             break;
+        struct worker *w = malloc(sizeof *w);
+        if (!w) {
+            dpu_close(p->conns[i]);
+            break;
+        }
         w->p = p;
         w->k = i;
         if (pthread_create(&p->th[i], NULL, worker_main, w) != 0) {
             free(w);
+            dpu_close(p->conns[i]);
             break;
         }
         p->n++;
@@ -162,9 +171,12 @@ void pool_free(struct pool *p) {
     p->stop = 1;
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; i < p->n; i++) {
         pthread_join(p->th[i], NULL);
+        dpu_close(p->conns[i]);
+    }
     free(p->th);
+    free(p->conns);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->jobmu);
     pthread_cond_destroy(&p->work);
@@ -179,7 +191,7 @@ static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *bu
     if (!p || len <= RW_STAGE_DATA) {
         /* One page: no hand-off. */
         struct pool one = {.d = d, .store = store, .base = base, .buf = buf, .len = len, .tag = tag};
-        return move_pages(&one, 0, 1);
+        return move_pages(&one, d, 0, 1);
     }
     pthread_mutex_lock(&p->jobmu);
     pthread_mutex_lock(&p->mu);
@@ -289,7 +301,10 @@ int mbox_put(struct mbox *m, const void *buf, size_t len, uint64_t seq) {
     if (len > mbox_capacity(m))
         return -EMSGSIZE;
     struct rw_stage_hdr tag = {seq, m->token};
-    return pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len, tag);
+    int r = pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len, tag);
+    if (r < 0)
+        fprintf(stderr, "dpucuda mbox: storing %zu staged bytes: %s (%s)\n", len, dpu_strerror(r), dpu_last_error());
+    return r;
 }
 
 int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq) {
@@ -298,5 +313,8 @@ int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq) {
     if (len > mbox_capacity(m))
         return -EMSGSIZE;
     struct rw_stage_hdr tag = {seq, m->token};
-    return pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len, tag);
+    int r = pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len, tag);
+    if (r < 0)
+        fprintf(stderr, "dpucuda mbox: loading %zu staged bytes: %s (%s)\n", len, dpu_strerror(r), dpu_last_error());
+    return r;
 }

@@ -4,7 +4,7 @@
  * inbox (message page + staging pages, on its node) and writes into the
  * peer's inbox. Bulk data is striped over a pool of threads, each moving
  * whole pages with STORE (into the peer's staging) or LOAD (out of its own),
- * pipelined on the one connection.
+ * each thread on its own connection.
  */
 #ifndef DPUCUDA_REMOTE_MBOX_H
 #define DPUCUDA_REMOTE_MBOX_H
@@ -27,8 +27,10 @@ struct mbox {
     struct pool *pool;
 };
 
-/* pool_new starts n threads (1..64) moving pages on d. */
-struct pool *pool_new(dpu_t *d, int n);
+/* pool_new starts n threads (1..64) moving pages, each on its own
+ * connection to sock (NULL: libdpu's default): a connection's requests are
+ * submitted by one thread at a time. */
+struct pool *pool_new(const char *sock, int n);
 void pool_free(struct pool *p);
 
 /* mbox_send STOREs one message (hdr + len bytes of body) into the peer's
