@@ -135,7 +135,7 @@ fi # ONLY
 section "PyTorch: CUDA init and a small tensor op, local then remote"
 PYTHONUNBUFFERED=1 timeout 180 python3 "$B/gpu/torch_small.py" >"$W/torch.local" 2>&1
 cat "$W/torch.local"
-VISIBLE=keep PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=1 remote 150 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
+VISIBLE=keep PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=${TORCH_LOG:-1} remote 150 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
 echo "rc=$?"
 tail -40 "$W/torch.remote"
 for k in available count name elementwise_sum matmul_sum; do

@@ -1385,7 +1385,95 @@ API CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
     *c = (CUcontext)(o && o->ctx ? o->ctx : cur_ctx);
     return CUDA_SUCCESS;
 }
-/* Stream capture (graphs) is not forwarded: no stream is ever capturing. */
+/* Stream capture (graphs) is not forwarded: no stream is ever capturing.
+ * cuStreamGetCaptureInfo says so in both of its signatures (CUDA 11.3's
+ * _v2 and 12.3's _v3, which adds the edge data before the count). */
+API CUresult cuStreamGetCaptureInfo_v2(CUstream s, int *status, cuuint64_t *id, void **graph, const void **deps,
+                                       size_t *ndeps) {
+    (void)s;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = 0;
+    if (id)
+        *id = 0;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamGetCaptureInfo_v3(CUstream s, int *status, cuuint64_t *id, void **graph, const void **deps,
+                                       const void **edges, size_t *ndeps) {
+    if (edges)
+        *edges = NULL;
+    return cuStreamGetCaptureInfo_v2(s, status, id, graph, deps, ndeps);
+}
+
+/* Pointer attributes, from what this process allocated. */
+enum {
+    PA_CONTEXT = 1, PA_MEMORY_TYPE = 2, PA_DEVICE_POINTER = 3, PA_HOST_POINTER = 4, PA_SYNC_MEMOPS = 6,
+    PA_BUFFER_ID = 7, PA_IS_MANAGED = 8, PA_DEVICE_ORDINAL = 9, PA_RANGE_START = 11, PA_RANGE_SIZE = 12,
+    PA_MAPPED = 13
+};
+static int alloc_of(uint64_t p, struct alloc *out) {
+    int yes = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nallocs && !yes; i++)
+        if (p >= allocs[i].base && p - allocs[i].base < allocs[i].size) {
+            *out = allocs[i];
+            yes = 1;
+        }
+    pthread_mutex_unlock(&mu);
+    return yes;
+}
+static CUresult pointer_attr(void *data, int attr, CUdeviceptr p, int lenient) {
+    struct alloc a;
+    int dev = alloc_of(p, &a);
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev) {
+        if (!lenient)
+            return CUDA_ERROR_INVALID_VALUE; /* host memory unknown to the driver */
+        switch (attr) {
+        case PA_MEMORY_TYPE: case PA_DEVICE_ORDINAL: *(int *)data = attr == PA_DEVICE_ORDINAL ? -2 : 0; break;
+        case PA_CONTEXT: case PA_HOST_POINTER: case PA_DEVICE_POINTER: *(void **)data = NULL; break;
+        case PA_RANGE_START: case PA_RANGE_SIZE: case PA_BUFFER_ID: *(uint64_t *)data = 0; break;
+        default: *(int *)data = 0; break;
+        }
+        return CUDA_SUCCESS;
+    }
+    switch (attr) {
+    case PA_CONTEXT: *(CUcontext *)data = (CUcontext)(cur_ctx ? cur_ctx : primary[0]); return CUDA_SUCCESS;
+    case PA_MEMORY_TYPE: *(unsigned *)data = 2; return CUDA_SUCCESS; /* CU_MEMORYTYPE_DEVICE */
+    case PA_DEVICE_POINTER: *(CUdeviceptr *)data = p; return CUDA_SUCCESS;
+    case PA_HOST_POINTER: return CUDA_ERROR_INVALID_VALUE;
+    case PA_SYNC_MEMOPS: case PA_MAPPED: *(int *)data = attr == PA_MAPPED; return CUDA_SUCCESS;
+    case PA_BUFFER_ID: *(uint64_t *)data = a.base; return CUDA_SUCCESS;
+    case PA_IS_MANAGED: *(int *)data = 0; return CUDA_SUCCESS;
+    case PA_DEVICE_ORDINAL: *(int *)data = cur_ctx ? cur_ctx->dev : 0; return CUDA_SUCCESS;
+    case PA_RANGE_START: *(CUdeviceptr *)data = a.base; return CUDA_SUCCESS;
+    case PA_RANGE_SIZE: *(size_t *)data = a.size; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+    NEED_INIT();
+    return pointer_attr(data, attr, p, 0);
+}
+API CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p) {
+    NEED_INIT();
+    if (!attrs || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUresult r = pointer_attr(data[i], attrs[i], p, 1);
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
 API CUresult cuStreamIsCapturing(CUstream s, int *status) {
     (void)s;
     if (!status)
