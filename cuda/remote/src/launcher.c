@@ -76,6 +76,9 @@
     X(cuKernelGetParamInfo, CUresult (*)(CUkernel, size_t, size_t *, size_t *))                             \
     X(cuFuncGetAttribute, CUresult (*)(int *, CUfunction_attribute, CUfunction))                            \
     X(cuFuncSetAttribute, CUresult (*)(CUfunction, CUfunction_attribute, int))                              \
+    X(cuKernelGetAttribute, CUresult (*)(int *, CUfunction_attribute, CUkernel, CUdevice))                  \
+    X(cuKernelSetAttribute, CUresult (*)(CUfunction_attribute, int, CUkernel, CUdevice))                    \
+    X(cuCtxGetDevice, CUresult (*)(CUdevice *))                                                             \
     X(cuLaunchKernel, CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,   \
                                    unsigned, CUstream, void **, void **))                                   \
     X(cuLaunchKernelEx, CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **))                 \
@@ -684,7 +687,15 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         if (!o)
             return CUDA_ERROR_INVALID_HANDLE;
         int v = 0;
-        if (h->op == OP_FUNC_ATTR)
+        CUdevice dev = 0;
+        if (o->kind == K_KERNEL && h->op != OP_OCCUPANCY) {
+            /* A library's kernel has its attributes per device: the current context's. */
+            if ((r = CALL(cuCtxGetDevice, &dev)))
+                return r;
+            if (h->op == OP_FUNC_SET_ATTR)
+                return CALL(cuKernelSetAttribute, (int)u32at(b, 4), (int)u32at(b, 8), (CUkernel)o->p, dev);
+            r = CALL(cuKernelGetAttribute, &v, (int)u32at(b, 4), (CUkernel)o->p, dev);
+        } else if (h->op == OP_FUNC_ATTR)
             r = CALL(cuFuncGetAttribute, &v, (int)u32at(b, 4), (CUfunction)o->p);
         else if (h->op == OP_FUNC_SET_ATTR)
             return CALL(cuFuncSetAttribute, (CUfunction)o->p, (int)u32at(b, 4), (int)u32at(b, 8));
