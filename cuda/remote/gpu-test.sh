@@ -61,7 +61,7 @@ echo "vecadd links: $(ldd ./vecadd | awk '{print $1}' | tr '\n' ' ')"
 
 section "two-node fabric, launcher on node 1"
 "$B/bin/dpu-fabric" up --nodes 2 --topo line --dir "$W/fab" --agent "$B/bin/dpu-agent" || { fail "dpu-fabric up"; exit 1; }
-"$B/build/dpu-cuda-launcher" -s "$W/fab/node1/dpu0.sock" -door-file "$W/door" -slots 4 2>"$W/launcher.log" >/dev/null &
+"$B/build/dpu-cuda-launcher" ${LAUNCHER_FLAGS:-} -s "$W/fab/node1/dpu0.sock" -door-file "$W/door" -slots 4 2>"$W/launcher.log" >/dev/null &
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$W/door" ] && break; sleep 0.1; done
 check "launcher serving (door $(cat "$W/door" 2>/dev/null))" test -s "$W/door"

@@ -166,7 +166,7 @@ static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32
         memcpy(rep, buf, r.len);
     if (rlen)
         *rlen = r.len;
-    logf_(2, "op %u -> %d", op, r.status);
+    logf_(2, "op %u (context %u) -> %d", op, h.ctx, r.status);
     return (CUresult)r.status;
 }
 

@@ -697,8 +697,13 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             r = CALL(cuKernelGetAttribute, &v, (int)u32at(b, 4), (CUkernel)o->p, dev);
         } else if (h->op == OP_FUNC_ATTR)
             r = CALL(cuFuncGetAttribute, &v, (int)u32at(b, 4), (CUfunction)o->p);
-        else if (h->op == OP_FUNC_SET_ATTR)
-            return CALL(cuFuncSetAttribute, (CUfunction)o->p, (int)u32at(b, 4), (int)u32at(b, 8));
+        else if (h->op == OP_FUNC_SET_ATTR) {
+            r = CALL(cuFuncSetAttribute, (CUfunction)o->p, (int)u32at(b, 4), (int)u32at(b, 8));
+            if (r && verbose)
+                logf_("cuFuncSetAttribute(%p, %d, %d) in context %u: %d", o->p, (int)u32at(b, 4), (int)u32at(b, 8),
+                      h->ctx, r);
+            return r;
+        }
         else
             r = CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &v, (CUfunction)o->p, (int)u32at(b, 4),
                      u64at(b, 8));
