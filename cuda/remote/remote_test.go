@@ -193,7 +193,7 @@ func TestKilledClientReaped(t *testing.T) {
 	l := startLauncher(t, bin, gs, "-slots", "1")
 	// A probe with a long bandwidth phase, killed once its session has
 	// started (the launcher logged it) and is busy.
-	cmd := exec.Command(filepath.Join(bin, "rprobe"), "fake/module.fake", "-n", "1000", "-bw", "400000000")
+	cmd := exec.Command(filepath.Join(bin, "rprobe"), "fake/module.fake", "-n", "1000", "-bw", "200000000")
 	cmd.Env = append(os.Environ(), remoteEnv(bin, cs, l.door)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
