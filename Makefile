@@ -7,7 +7,7 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib rt verbs verbs-deps examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
+.PHONY: all build clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
 
 all: build
 
@@ -19,6 +19,11 @@ build: clib rt verbs
 # The C library of the host interface (libdpu.so, libdpu.a, dpu.pc).
 clib:
 	$(MAKE) -s -C hostif/c
+
+# GPU over the fabric: libdpucuda-remote (as libcuda.so.1) and dpu-cuda-launcher
+# (cuda/remote/build/).
+cuda-remote: clib
+	$(MAKE) -s -C cuda/remote
 
 # libdpurt, the runtime bin/dpu-cc links into instrumented programs (cc/).
 rt: clib

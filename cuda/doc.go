@@ -10,4 +10,7 @@
 //	               kernel time, limits and quota tokens (Accountant serves
 //	               hookwire and gpuctl)
 //	cuda/gpuctl    the control socket's GPU objects (dpuctl gpu show|set)
+//	cuda/remote    GPU over the fabric: libdpucuda-remote (stands in for
+//	               libcuda.so.1 on a host without a GPU) and dpu-cuda-launcher
+//	               (runs its calls on a node's GPU), C, with their tests
 package cuda

@@ -1,0 +1,22 @@
+// Package remote is GPU over the fabric: a CUDA driver library for hosts
+// without a GPU, and the launcher that runs its calls on a node that has
+// one. This package holds their tests; the code is C.
+//
+//	src/client.c     libdpucuda-remote.so: installed as libcuda.so.1 (build/remote/),
+//	                 it forwards the driver API — device queries, contexts,
+//	                 memory, copies both ways, modules and libraries, launches,
+//	                 streams, events, synchronisation, cuGetProcAddress and the
+//	                 CUDA runtime's export tables — to a launcher
+//	src/launcher.c   dpu-cuda-launcher: attached to its node's host interface,
+//	                 it serves client sessions on the real driver (memory,
+//	                 transfer and advise services), one thread per slot
+//	src/mbox.c       fabric mailboxes: each side owns an inbox of fabric pages
+//	                 on its node and STOREs messages and bulk data into the
+//	                 peer's; bulk pages are striped over a pool of threads
+//	src/wire.h       the messages
+//	fake/fakegpu.c   a CPU stand-in for libcuda.so.1 (the tests' driver)
+//	test/rprobe.c    a driver API program run locally and remotely
+//	test/dispatchfuzz.c  the launcher's request decoder against random requests
+//	gpu-test.sh      the same on a machine with a GPU, with nvcc-built programs
+//	                 and PyTorch, through a two-node fabric of real agents
+package remote

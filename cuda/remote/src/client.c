@@ -1,0 +1,1593 @@
+/*
+ * libdpucuda-remote.so — stands in for libcuda.so.1 on a host without a
+ * GPU and forwards the CUDA driver API over the fabric to a launcher
+ * (dpu-cuda-launcher) on the node that has one (wire.h, mbox.h).
+ *
+ * Environment:
+ *   DPU_CUDA_REMOTE       the launcher's door GVA (gva:...), or a file holding it
+ *   DPU_SOCKET / DPU_RUN_DIR   this node's host interface (libdpu's defaults)
+ *   DPU_CUDA_REMOTE_TIMEOUT_S  bound of one call (default 600)
+ *   DPU_CUDA_REMOTE_THREADS    threads moving bulk pages (default 8)
+ *   DPU_CUDA_REMOTE_LOG   0 quiet, 1 (default) warnings and entry points
+ *                         asked for but not served, 2 every call
+ *
+ * What runs where: device queries are answered from a per-device snapshot
+ * (one call); contexts are the launcher's (the current one is tracked per
+ * thread here and sent with every call); host allocations ("pinned") are
+ * plain memory here; copies move through the inboxes' staging areas in
+ * chunks; a launch sends its packed arguments (the layout comes from the
+ * driver when the function is looked up). The CUDA runtime's private
+ * export tables (cuGetExportTable) are served here: module loading from a
+ * fat binary goes to the launcher, the rest is local bookkeeping.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cu.h"
+#include "dpu.h"
+#include "mbox.h"
+#include "md2.h"
+#include "wire.h"
+
+#define API __attribute__((visibility("default")))
+
+static int loglevel = 1;
+static void logf_(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(int level, const char *fmt, ...) {
+    if (level > loglevel)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "libdpucuda-remote: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- objects ---- */
+enum { O_CTX = 1, O_MODULE, O_FUNC, O_LIBRARY, O_KERNEL, O_STREAM, O_EVENT };
+#define OBJ_MAGIC 0x6f626a52u
+
+struct robj {
+    uint32_t magic, kind, id;
+    int dev;             /* O_CTX */
+    int primary;         /* O_CTX: a device's primary context */
+    unsigned flags;      /* O_STREAM, O_EVENT, O_CTX */
+    int priority;        /* O_STREAM */
+    struct robj *ctx;    /* O_STREAM: its context */
+    uint32_t nparams, argbytes; /* O_FUNC, O_KERNEL */
+    struct rw_param *param;
+};
+
+static struct robj *obj_new(uint32_t kind, uint32_t id) {
+    struct robj *o = calloc(1, sizeof *o);
+    if (o) {
+        o->magic = OBJ_MAGIC;
+        o->kind = kind;
+        o->id = id;
+    }
+    return o;
+}
+static struct robj *obj_check(const void *p, uint32_t kind) {
+    const struct robj *o = p;
+    if (!o || o->magic != OBJ_MAGIC || o->kind != kind)
+        return NULL;
+    return (struct robj *)o;
+}
+static void obj_free(struct robj *o) {
+    if (!o)
+        return;
+    o->magic = 0;
+    free(o->param);
+    free(o);
+}
+
+/* ---- the session ---- */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+static int initialized;
+static dpu_t *D;
+static struct mbox MB;
+static dpu_gva_t DOOR;
+static uint32_t SLOT;
+static uint64_t TOKEN, SEQ;
+static int timeout_ms = 600000;
+static int driver_version = 13000, device_count;
+static pthread_t hb_thread;
+static atomic_int hb_stop;
+static int hb_started;
+
+static __thread struct robj *cur_ctx;
+#define CTX_STACK 16
+static __thread struct robj *ctx_stack[CTX_STACK];
+static __thread int ctx_depth;
+
+#define MAX_DEV 16
+static struct rw_device_info *devinfo[MAX_DEV];
+static struct robj *primary[MAX_DEV];
+static int primary_refs[MAX_DEV];
+static unsigned primary_flags[MAX_DEV];
+
+/* The device allocations of this process, to tell device from host
+ * pointers in cuMemcpy (unified addressing). */
+struct alloc { uint64_t base, size; };
+static struct alloc *allocs;
+static size_t nallocs, capallocs;
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static dpu_gva_t door_field(size_t off) { return dpu_gva_add(DOOR, off); }
+static dpu_gva_t slot_field(size_t off) {
+    return door_field(offsetof(struct rw_door, slot) + SLOT * sizeof(struct rw_door_slot) + off);
+}
+
+static CUresult errno_to_cu(int e) {
+    switch (e) {
+    case -ETIMEDOUT: return CUDA_ERROR_LAUNCH_FAILED;
+    case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+    default: return CUDA_ERROR_UNKNOWN;
+    }
+}
+
+/* rpc sends one request and waits for its reply. The caller holds mu. */
+static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, void *rep, uint32_t cap,
+                           uint32_t *rlen) {
+    struct rw_hdr h = {.seq = ++SEQ, .op = op, .flags = flags, .ctx = cur_ctx ? cur_ctx->id : 0, .token = TOKEN};
+    int e = mbox_send(&MB, &h, body, len);
+    if (e < 0) {
+        logf_(1, "op %u: send: %s", op, dpu_strerror(e));
+        return errno_to_cu(e);
+    }
+    static __thread unsigned char buf[RW_PAGE];
+    struct rw_hdr r;
+    e = mbox_recv(&MB, h.seq, &r, buf, sizeof buf, timeout_ms, NULL, NULL);
+    if (e < 0) {
+        logf_(1, "op %u: no reply: %s", op, dpu_strerror(e));
+        return errno_to_cu(e);
+    }
+    if (r.len > cap)
+        return CUDA_ERROR_UNKNOWN;
+    if (rep && r.len)
+        memcpy(rep, buf, r.len);
+    if (rlen)
+        *rlen = r.len;
+    logf_(2, "op %u (context %u) -> %d", op, h.ctx, r.status);
+    return (CUresult)r.status;
+}
+
+static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint32_t cap, uint32_t *rlen) {
+    pthread_mutex_lock(&mu);
+    CUresult r = rpc_locked(op, 0, body, len, rep, cap, rlen);
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* rpc_u32 / rpc_id: the common shapes. */
+static CUresult rpc_id(uint16_t op, const void *body, uint32_t len, uint32_t *id) {
+    uint32_t n = 0;
+    CUresult r = rpc(op, body, len, id, sizeof *id, &n);
+    if (r == CUDA_SUCCESS && n != sizeof *id)
+        return CUDA_ERROR_UNKNOWN;
+    return r;
+}
+
+static void *heartbeat_main(void *arg) {
+    dpu_t *hd = arg; /* its own connection: a connection has one submitter at a time */
+    uint64_t beat = 0;
+    while (!atomic_load(&hb_stop)) {
+        dpu_store64(hd, slot_field(offsetof(struct rw_door_slot, heartbeat)), ++beat);
+        for (int i = 0; i < 10 && !atomic_load(&hb_stop); i++)
+            usleep(HEARTBEAT_MS * 100);
+    }
+    dpu_close(hd);
+    return NULL;
+}
+
+static int read_door(const char *v, dpu_gva_t *out) {
+    if (!v || !*v)
+        return -ENOENT;
+    if (strncmp(v, "gva:", 4) == 0)
+        return dpu_gva_parse(v, out);
+    FILE *f = fopen(v, "r");
+    if (!f)
+        return -errno;
+    char line[128] = {0};
+    char *ok = fgets(line, sizeof line, f);
+    fclose(f);
+    if (!ok)
+        return -EINVAL;
+    line[strcspn(line, "\r\n")] = 0;
+    return dpu_gva_parse(line, out);
+}
+
+static void finish(void);
+
+static void connect_once(void) {
+    const char *l = getenv("DPU_CUDA_REMOTE_LOG");
+    if (l)
+        loglevel = atoi(l);
+    const char *t = getenv("DPU_CUDA_REMOTE_TIMEOUT_S");
+    if (t && atoi(t) > 0)
+        timeout_ms = atoi(t) * 1000;
+    int threads = 8;
+    const char *th = getenv("DPU_CUDA_REMOTE_THREADS");
+    if (th && atoi(th) > 0)
+        threads = atoi(th);
+    int e = read_door(getenv("DPU_CUDA_REMOTE"), &DOOR);
+    if (e < 0) {
+        logf_(1, "DPU_CUDA_REMOTE (the launcher's door GVA or a file holding it): %s", dpu_strerror(e));
+        init_result = CUDA_ERROR_NO_DEVICE;
+        return;
+    }
+    if ((e = dpu_open(NULL, &D)) < 0) {
+        logf_(1, "host interface: %s", dpu_strerror(e));
+        init_result = CUDA_ERROR_NO_DEVICE;
+        return;
+    }
+    dpu_set_timeout(D, 30000);
+    struct rw_door door;
+    if ((e = dpu_load(D, DOOR, &door, sizeof door)) < 0 || door.magic != RW_MAGIC || door.version != RW_VERSION ||
+        door.nslots == 0 || door.nslots > DOOR_SLOTS) {
+        logf_(1, "door %s", e < 0 ? dpu_strerror(e) : "is not a launcher's (magic/version)");
+        goto fail;
+    }
+    /* Claim a free slot. */
+    uint64_t rnd = 0;
+    rnd = mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&rnd;
+    TOKEN = rnd | 1;
+    int claimed = 0;
+    for (uint32_t i = 0; i < door.nslots && !claimed; i++) {
+        uint64_t old = 1;
+        SLOT = i;
+        if (door.slot[i].token == 0 && dpu_cas64(D, slot_field(0), 0, TOKEN, &old) == 0 && old == 0)
+            claimed = 1;
+    }
+    if (!claimed) {
+        logf_(1, "the launcher has no free slot (%u)", door.nslots);
+        goto fail;
+    }
+    uint32_t staging = door.slot[SLOT].staging_pages;
+    dpu_gva_t own;
+    if ((e = dpu_alloc_mode(D, (size_t)(1 + staging) * RW_PAGE, 0600, &own)) < 0) {
+        logf_(1, "inbox: %s", dpu_strerror(e));
+        uint64_t old;
+        dpu_cas64(D, slot_field(0), TOKEN, 0, &old);
+        goto fail;
+    }
+    MB = (struct mbox){.d = D, .own = own, .peer = {door.slot[SLOT].srv_hi, door.slot[SLOT].srv_lo},
+                       .staging_pages = staging, .pool = pool_new(NULL, threads), .token = TOKEN};
+    /* Both words in one STORE: the launcher reads them in one LOAD. */
+    uint64_t cli[2] = {own.hi, own.lo};
+    dpu_store(D, slot_field(offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli);
+    atomic_store(&hb_stop, 0);
+    dpu_t *hd;
+    if (dpu_open(NULL, &hd) == 0) {
+        if (pthread_create(&hb_thread, NULL, heartbeat_main, hd) == 0)
+            hb_started = 1;
+        else
+            dpu_close(hd);
+    }
+    struct rw_hello hi = {.version = RW_VERSION, .pid = (uint32_t)getpid()};
+    FILE *cf = fopen("/proc/self/comm", "r");
+    if (cf) {
+        if (fgets(hi.name, sizeof hi.name, cf))
+            hi.name[strcspn(hi.name, "\n")] = 0;
+        fclose(cf);
+    }
+    struct rw_hello_reply hr;
+    uint32_t n = 0;
+    CUresult r = rpc(OP_HELLO, &hi, sizeof hi, &hr, sizeof hr, &n);
+    if (r != CUDA_SUCCESS || n != sizeof hr) {
+        logf_(1, "HELLO: %d", r);
+        init_result = r ? r : CUDA_ERROR_UNKNOWN;
+        finish();
+        return;
+    }
+    driver_version = hr.driver_version;
+    device_count = hr.device_count;
+    logf_(2, "slot %u, driver %d, %d device(s)", SLOT, driver_version, device_count);
+    initialized = 1;
+    init_result = CUDA_SUCCESS;
+    atexit(finish);
+    return;
+fail:
+    dpu_close(D);
+    D = NULL;
+    init_result = CUDA_ERROR_NO_DEVICE;
+}
+
+static void finish(void) {
+    static atomic_int done;
+    if (atomic_exchange(&done, 1))
+        return;
+    if (!D)
+        return;
+    pthread_mutex_lock(&mu);
+    if (initialized)
+        rpc_locked(OP_BYE, 0, NULL, 0, NULL, 0, NULL);
+    initialized = 0;
+    pthread_mutex_unlock(&mu);
+    atomic_store(&hb_stop, 1);
+    if (hb_started)
+        pthread_join(hb_thread, NULL);
+    pool_free(MB.pool);
+    MB.pool = NULL;
+    dpu_free(D, MB.own);
+    dpu_close(D);
+    D = NULL;
+}
+
+#define NEED_INIT()                                                                                         \
+    do {                                                                                                    \
+        if (!initialized)                                                                                   \
+            return init_result == CUDA_SUCCESS ? CUDA_ERROR_NOT_INITIALIZED : init_result;                  \
+    } while (0)
+
+/* ---- initialisation, devices ---- */
+API CUresult cuInit(unsigned flags) {
+    (void)flags;
+    pthread_once(&once, connect_once);
+    return init_result;
+}
+
+API CUresult cuDriverGetVersion(int *v) {
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = driver_version;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetCount(int *n) {
+    NEED_INIT();
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = device_count;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    NEED_INIT();
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static struct rw_device_info *info(CUdevice d) {
+    if (!initialized || d < 0 || d >= device_count || d >= MAX_DEV)
+        return NULL;
+    pthread_mutex_lock(&mu);
+    if (!devinfo[d]) {
+        struct rw_device_info *di = malloc(sizeof *di);
+        uint32_t dev = (uint32_t)d, n = 0;
+        if (di && rpc_locked(OP_DEVICE_INFO, 0, &dev, 4, di, sizeof *di, &n) == CUDA_SUCCESS && n == sizeof *di)
+            devinfo[d] = di;
+        else
+            free(di);
+    }
+    pthread_mutex_unlock(&mu);
+    return devinfo[d];
+}
+
+API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+    NEED_INIT();
+    struct rw_device_info *di = info(d);
+    if (!di)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "%s", di->name);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d) {
+    NEED_INIT();
+    struct rw_device_info *di = info(d);
+    if (!di)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!u)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(u->bytes, di->uuid, 16);
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) { return cuDeviceGetUuid(u, d); }
+
+API CUresult cuDeviceGetLuid(char *luid, unsigned *mask, CUdevice d) {
+    (void)luid, (void)mask, (void)d;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+    NEED_INIT();
+    struct rw_device_info *di = info(d);
+    if (!di)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = di->total_mem;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+    NEED_INIT();
+    struct rw_device_info *di = info(d);
+    if (!di)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!v || a <= 0 || a >= RW_ATTRS || !(di->attr_ok[a / 8] & (1u << (a % 8))))
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = di->attr[a];
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice d) {
+    CUresult r = cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    return r ? r : cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+}
+
+API CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice d) {
+    int dom = 0, bus = 0, dev = 0;
+    CUresult r;
+    if ((r = cuDeviceGetAttribute(&dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d)) ||
+        (r = cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d)) ||
+        (r = cuDeviceGetAttribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d)))
+        return r;
+    if (!buf || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(buf, (size_t)len, "%08x:%02x:%02x.0", dom, bus, dev);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceCanAccessPeer(int *can, CUdevice a, CUdevice b) {
+    (void)a, (void)b;
+    if (!can)
+        return CUDA_ERROR_INVALID_VALUE;
+    *can = 0;
+    return CUDA_SUCCESS;
+}
+
+/* ---- contexts ---- */
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+    NEED_INIT();
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (d < 0 || d >= device_count || d >= MAX_DEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mu);
+    CUresult r = CUDA_SUCCESS;
+    if (!primary[d]) {
+        uint32_t dev = (uint32_t)d, id = 0, n = 0;
+        r = rpc_locked(OP_PRIMARY_RETAIN, 0, &dev, 4, &id, 4, &n);
+        if (r == CUDA_SUCCESS && n == 4) {
+            primary[d] = obj_new(O_CTX, id);
+            if (primary[d]) {
+                primary[d]->dev = d;
+                primary[d]->primary = 1;
+            } else {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            }
+        } else if (r == CUDA_SUCCESS) {
+            r = CUDA_ERROR_UNKNOWN;
+        }
+    }
+    if (r == CUDA_SUCCESS) {
+        primary_refs[d]++;
+        *c = (CUcontext)primary[d];
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+    NEED_INIT();
+    if (d < 0 || d >= device_count || d >= MAX_DEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mu);
+    if (primary_refs[d] > 0)
+        primary_refs[d]--;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS; /* the launcher keeps the session's retain until the session ends */
+}
+API CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    NEED_INIT();
+    if (d < 0 || d >= device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxReset(CUdevice d) { return cuDevicePrimaryCtxReset_v2(d); }
+
+API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active) {
+    NEED_INIT();
+    if (d < 0 || d >= device_count || d >= MAX_DEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = primary_flags[d];
+    *active = primary_refs[d] > 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned flags) {
+    NEED_INIT();
+    if (d < 0 || d >= device_count || d >= MAX_DEV)
+        return CUDA_ERROR_INVALID_DEVICE;
+    primary_flags[d] = flags;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned flags) { return cuDevicePrimaryCtxSetFlags_v2(d, flags); }
+
+API CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d) {
+    NEED_INIT();
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t b[2] = {flags, (uint32_t)d}, id;
+    CUresult r = rpc_id(OP_CTX_CREATE, b, sizeof b, &id);
+    if (r)
+        return r;
+    struct robj *o = obj_new(O_CTX, id);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->dev = d;
+    o->flags = flags;
+    /* cuCtxCreate pushes the new context. */
+    if (cur_ctx && ctx_depth < CTX_STACK)
+        ctx_stack[ctx_depth++] = cur_ctx;
+    cur_ctx = o;
+    *c = (CUcontext)o;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxDestroy_v2(CUcontext c) {
+    NEED_INIT();
+    struct robj *o = obj_check(c, O_CTX);
+    if (!o || o->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = rpc(OP_CTX_DESTROY, &o->id, 4, NULL, 0, NULL);
+    if (cur_ctx == o)
+        cur_ctx = ctx_depth > 0 ? ctx_stack[--ctx_depth] : NULL;
+    obj_free(o);
+    return r;
+}
+
+API CUresult cuCtxSetCurrent(CUcontext c) {
+    NEED_INIT();
+    if (c && !obj_check(c, O_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    cur_ctx = (struct robj *)c;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetCurrent(CUcontext *c) {
+    NEED_INIT();
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    *c = (CUcontext)cur_ctx;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxPushCurrent_v2(CUcontext c) {
+    NEED_INIT();
+    if (!obj_check(c, O_CTX))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == CTX_STACK)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ctx_stack[ctx_depth++] = cur_ctx;
+    cur_ctx = (struct robj *)c;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxPopCurrent_v2(CUcontext *c) {
+    NEED_INIT();
+    if (!cur_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (c)
+        *c = (CUcontext)cur_ctx;
+    cur_ctx = ctx_depth > 0 ? ctx_stack[--ctx_depth] : NULL;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetDevice(CUdevice *d) {
+    NEED_INIT();
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cur_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = cur_ctx->dev;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetFlags(unsigned *flags) {
+    NEED_INIT();
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cur_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *flags = cur_ctx->primary ? primary_flags[cur_ctx->dev] : cur_ctx->flags;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxGetApiVersion(CUcontext c, unsigned *v) {
+    NEED_INIT();
+    (void)c;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 3020;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSynchronize(void) {
+    NEED_INIT();
+    if (!cur_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+}
+API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+    NEED_INIT();
+    if (least)
+        *least = 0;
+    if (greatest)
+        *greatest = -5;
+    return CUDA_SUCCESS;
+}
+/* Cache and shared-memory configuration are hints: accepted, not forwarded. */
+API CUresult cuCtxSetCacheConfig(int cfg) { (void)cfg; return CUDA_SUCCESS; }
+API CUresult cuCtxGetCacheConfig(int *cfg) {
+    if (cfg)
+        *cfg = 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetLimit(int limit, size_t v) {
+    (void)limit, (void)v;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+API CUresult cuCtxGetLimit(size_t *v, int limit) {
+    (void)limit;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- memory (the memory service) ---- */
+static void alloc_note(uint64_t p, uint64_t n) {
+    pthread_mutex_lock(&mu);
+    if (nallocs == capallocs) {
+        size_t cap = capallocs ? capallocs * 2 : 64;
+        struct alloc *a = realloc(allocs, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&mu);
+            return;
+        }
+        allocs = a;
+        capallocs = cap;
+    }
+    allocs[nallocs++] = (struct alloc){p, n};
+    pthread_mutex_unlock(&mu);
+}
+static void alloc_forget(uint64_t p) {
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nallocs; i++)
+        if (allocs[i].base == p) {
+            allocs[i] = allocs[--nallocs];
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+}
+static int is_device(uint64_t p) {
+    int yes = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nallocs && !yes; i++)
+        yes = p >= allocs[i].base && p - allocs[i].base < allocs[i].size;
+    pthread_mutex_unlock(&mu);
+    return yes;
+}
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    NEED_INIT();
+    if (!p || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t n = bytes, dp = 0;
+    uint32_t got = 0;
+    CUresult r = rpc(OP_MEM_ALLOC, &n, 8, &dp, 8, &got);
+    if (r)
+        return r;
+    *p = dp;
+    alloc_note(dp, n);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemFree_v2(CUdeviceptr p) {
+    NEED_INIT();
+    if (p == 0)
+        return CUDA_SUCCESS;
+    uint64_t v = p;
+    CUresult r = rpc(OP_MEM_FREE, &v, 8, NULL, 0, NULL);
+    if (r == CUDA_SUCCESS)
+        alloc_forget(p);
+    return r;
+}
+API CUresult cuMemGetInfo_v2(size_t *fr, size_t *total) {
+    NEED_INIT();
+    uint64_t v[2];
+    uint32_t n = 0;
+    CUresult r = rpc(OP_MEM_INFO, NULL, 0, v, sizeof v, &n);
+    if (r)
+        return r;
+    if (fr)
+        *fr = v[0];
+    if (total)
+        *total = v[1];
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    NEED_INIT();
+    uint64_t v = p, out[2];
+    uint32_t n = 0;
+    CUresult r = rpc(OP_MEM_RANGE, &v, 8, out, sizeof out, &n);
+    if (r)
+        return r;
+    if (base)
+        *base = out[0];
+    if (size)
+        *size = out[1];
+    return CUDA_SUCCESS;
+}
+
+/* Host memory: plain memory here; copies from it are staged anyway. */
+API CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (posix_memalign(p, 4096, bytes ? bytes : 1) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
+    (void)flags;
+    return cuMemAllocHost_v2(p, bytes);
+}
+API CUresult cuMemFreeHost(void *p) {
+    free(p);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+    (void)p, (void)n, (void)flags;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemHostUnregister(void *p) {
+    (void)p;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+    (void)d, (void)p, (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+API CUresult cuMemHostGetFlags(unsigned *flags, void *p) {
+    (void)p;
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = 0;
+    return CUDA_SUCCESS;
+}
+
+static uint32_t stream_id(CUstream s, CUresult *r) {
+    *r = CUDA_SUCCESS;
+    if (s == NULL || s == CU_STREAM_LEGACY)
+        return RW_STREAM_LEGACY;
+    if (s == CU_STREAM_PER_THREAD)
+        return RW_STREAM_PER_THREAD;
+    struct robj *o = obj_check(s, O_STREAM);
+    if (!o) {
+        *r = CUDA_ERROR_INVALID_HANDLE;
+        return 0;
+    }
+    return o->id;
+}
+
+static CUresult memset_(CUdeviceptr p, uint32_t v, uint32_t elem, size_t count, CUstream s, int async) {
+    NEED_INIT();
+    CUresult r;
+    struct rw_memset m = {.dptr = p, .count = count, .value = v, .elem = elem, .stream = stream_id(s, &r),
+                          .async = (uint32_t)async};
+    if (r)
+        return r;
+    return rpc(OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
+}
+API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { return memset_(p, v, 1, n, NULL, 0); }
+API CUresult cuMemsetD16_v2(CUdeviceptr p, unsigned short v, size_t n) { return memset_(p, v, 2, n, NULL, 0); }
+API CUresult cuMemsetD32_v2(CUdeviceptr p, unsigned v, size_t n) { return memset_(p, v, 4, n, NULL, 0); }
+API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) { return memset_(p, v, 1, n, s, 1); }
+API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
+    return memset_(p, v, 2, n, s, 1);
+}
+API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) { return memset_(p, v, 4, n, s, 1); }
+
+/* ---- copies (the transfer service) ---- */
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async) {
+    NEED_INIT();
+    CUresult r;
+    uint32_t sid = stream_id(s, &r);
+    if (r)
+        return r;
+    if (n && !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t chunk = mbox_capacity(&MB);
+    pthread_mutex_lock(&mu);
+    for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        int e = mbox_put(&MB, (const unsigned char *)src + off, m, SEQ + 1);
+        if (e < 0) {
+            r = errno_to_cu(e);
+            break;
+        }
+        struct rw_copy c = {.dst = dst + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
+        r = rpc_locked(OP_HTOD, 0, &c, sizeof c, NULL, 0, NULL);
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async) {
+    NEED_INIT();
+    CUresult r;
+    uint32_t sid = stream_id(s, &r);
+    if (r)
+        return r;
+    if (n && !dst)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t chunk = mbox_capacity(&MB);
+    pthread_mutex_lock(&mu);
+    for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        struct rw_copy c = {.src = src + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
+        r = rpc_locked(OP_DTOH, 0, &c, sizeof c, NULL, 0, NULL);
+        if (r == CUDA_SUCCESS) {
+            int e = mbox_get(&MB, (unsigned char *)dst + off, m, SEQ);
+            if (e < 0)
+                r = errno_to_cu(e);
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async) {
+    NEED_INIT();
+    CUresult r;
+    struct rw_copy c = {.dst = dst, .src = src, .bytes = n, .stream = stream_id(s, &r), .async = (uint32_t)async};
+    if (r)
+        return r;
+    return rpc(OP_DTOD, &c, sizeof c, NULL, 0, NULL);
+}
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, NULL, 0); }
+API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return dtoh(d, s, n, NULL, 0); }
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return dtod(d, s, n, NULL, 0); }
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+    return htod(d, s, n, st, 1);
+}
+API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { return dtoh(d, s, n, st, 1); }
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    return dtod(d, s, n, st, 1);
+}
+static CUresult memcpy_any(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async) {
+    int dd = is_device(dst), sd = is_device(src);
+    if (dd && sd)
+        return dtod(dst, src, n, s, async);
+    if (dd)
+        return htod(dst, (const void *)(uintptr_t)src, n, s, async);
+    if (sd)
+        return dtoh((void *)(uintptr_t)dst, src, n, s, async);
+    if (n)
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return memcpy_any(d, s, n, NULL, 0); }
+API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    return memcpy_any(d, s, n, st, 1);
+}
+
+/* ---- the advise service ---- */
+API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice d, CUstream s) {
+    NEED_INIT();
+    CUresult r;
+    struct rw_advise a = {.dptr = p, .bytes = n, .kind = 0, .device = d, .stream = stream_id(s, &r)};
+    if (r)
+        return r;
+    return rpc(OP_ADVISE, &a, sizeof a, NULL, 0, NULL);
+}
+API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
+    NEED_INIT();
+    struct rw_advise a = {.dptr = p, .bytes = n, .kind = 1, .value = advice, .device = d};
+    return rpc(OP_ADVISE, &a, sizeof a, NULL, 0, NULL);
+}
+
+/* ---- modules and libraries ---- */
+#define FATBIN_MAGIC 0xBA55ED50u
+#define FATBINC_MAGIC 0x466243b1u
+struct fatbinc { uint32_t magic, version; const void *data; const void *filename; };
+
+/* image_size: the bytes of a module image (fat binary, its wrapper, ELF
+ * cubin or PTX text). */
+static size_t image_size(const void **img) {
+    const unsigned char *p = *img;
+    uint32_t magic;
+    memcpy(&magic, p, 4);
+    if (magic == FATBINC_MAGIC) {
+        const struct fatbinc *w = *img;
+        *img = w->data;
+        p = *img;
+        memcpy(&magic, p, 4);
+    }
+    if (magic == FATBIN_MAGIC) {
+        uint16_t hsize;
+        uint64_t fsize;
+        memcpy(&hsize, p + 6, 2);
+        memcpy(&fsize, p + 8, 8);
+        return (size_t)hsize + (size_t)fsize;
+    }
+    if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
+        uint64_t shoff, phoff;
+        uint16_t shentsize, shnum, phentsize, phnum;
+        memcpy(&phoff, p + 32, 8);
+        memcpy(&shoff, p + 40, 8);
+        memcpy(&phentsize, p + 54, 2);
+        memcpy(&phnum, p + 56, 2);
+        memcpy(&shentsize, p + 58, 2);
+        memcpy(&shnum, p + 60, 2);
+        uint64_t end = shoff + (uint64_t)shentsize * shnum, pend = phoff + (uint64_t)phentsize * phnum;
+        return (size_t)(end > pend ? end : pend);
+    }
+    return strlen((const char *)p) + 1;
+}
+
+static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
+    NEED_INIT();
+    if (!img)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t n = image_size(&img), chunk = mbox_capacity(&MB);
+    if (n == 0 || n > RW_IMAGE_MAX) {
+        logf_(1, "module image of %zu bytes: too large", n);
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    uint64_t t0 = mono_ns();
+    pthread_mutex_lock(&mu);
+    CUresult r = CUDA_SUCCESS;
+    uint16_t flags = RW_STAGED;
+    if (n <= chunk) {
+        int e = mbox_put(&MB, img, n, SEQ + 1);
+        if (e < 0)
+            r = errno_to_cu(e);
+    } else {
+        /* A large image goes in parts, then the load names it. */
+        flags = RW_IMAGE;
+        for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
+            size_t m = n - off < chunk ? n - off : chunk;
+            int e = mbox_put(&MB, (const unsigned char *)img + off, m, SEQ + 1);
+            uint64_t part[3] = {off, m, n};
+            r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_IMAGE_PUT, 0, part, sizeof part, NULL, 0, NULL);
+        }
+    }
+    if (r == CUDA_SUCCESS) {
+        uint64_t len = n;
+        uint32_t got = 0;
+        r = rpc_locked(op, flags, &len, 8, id, 4, &got);
+        if (r == CUDA_SUCCESS && got != 4)
+            r = CUDA_ERROR_UNKNOWN;
+    }
+    pthread_mutex_unlock(&mu);
+    logf_(2, "module image of %zu bytes: %d in %.1f ms", n, r, (double)(mono_ns() - t0) / 1e6);
+    return r;
+}
+
+API CUresult cuModuleLoadData(CUmodule *m, const void *img) {
+    if (!m)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t id;
+    CUresult r = load_image(OP_MODULE_LOAD, img, &id);
+    if (r)
+        return r;
+    struct robj *o = obj_new(O_MODULE, id);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *m = (CUmodule)o;
+    return CUDA_SUCCESS;
+}
+API CUresult cuModuleLoadDataEx(CUmodule *m, const void *img, unsigned n, CUjit_option *o, void **v) {
+    (void)n, (void)o, (void)v; /* JIT options are hints; the launcher's driver uses its defaults */
+    return cuModuleLoadData(m, img);
+}
+API CUresult cuModuleLoadFatBinary(CUmodule *m, const void *img) { return cuModuleLoadData(m, img); }
+API CUresult cuModuleUnload(CUmodule m) {
+    NEED_INIT();
+    struct robj *o = obj_check(m, O_MODULE);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = rpc(OP_MODULE_UNLOAD, &o->id, 4, NULL, 0, NULL);
+    obj_free(o);
+    return r;
+}
+
+static CUresult func_from_reply(const unsigned char *rep, uint32_t kind, struct robj **out) {
+    struct rw_func f;
+    memcpy(&f, rep, sizeof f);
+    if (f.nparams > RW_MAX_PARAMS)
+        return CUDA_ERROR_UNKNOWN;
+    struct robj *o = obj_new(kind, f.id);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->nparams = f.nparams;
+    o->argbytes = f.argbytes;
+    o->param = calloc(f.nparams ? f.nparams : 1, sizeof *o->param);
+    if (!o->param) {
+        obj_free(o);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(o->param, rep + sizeof f, f.nparams * sizeof *o->param);
+    *out = o;
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_func(uint16_t op, uint32_t owner, const char *name, uint32_t kind, struct robj **out) {
+    NEED_INIT();
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t nl = strlen(name) + 1;
+    if (4 + nl > RW_BODY_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned char body[RW_PAGE], rep[RW_PAGE];
+    memcpy(body, &owner, 4);
+    memcpy(body + 4, name, nl);
+    uint32_t n = 0;
+    CUresult r = rpc(op, body, (uint32_t)(4 + nl), rep, sizeof rep, &n);
+    if (r)
+        return r;
+    if (n < sizeof(struct rw_func))
+        return CUDA_ERROR_UNKNOWN;
+    return func_from_reply(rep, kind, out);
+}
+
+API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    struct robj *mo = obj_check(m, O_MODULE), *o;
+    if (!f || !mo)
+        return !f ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = get_func(OP_MODULE_FUNCTION, mo->id, name, O_FUNC, &o);
+    if (r)
+        return r;
+    *f = (CUfunction)o;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
+    NEED_INIT();
+    struct robj *mo = obj_check(m, O_MODULE);
+    if (!mo)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t nl = strlen(name) + 1;
+    if (4 + nl > RW_BODY_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned char body[RW_PAGE];
+    memcpy(body, &mo->id, 4);
+    memcpy(body + 4, name, nl);
+    uint64_t v[2];
+    uint32_t n = 0;
+    CUresult r = rpc(OP_MODULE_GLOBAL, body, (uint32_t)(4 + nl), v, sizeof v, &n);
+    if (r)
+        return r;
+    if (p)
+        *p = v[0];
+    if (bytes)
+        *bytes = v[1];
+    if (!is_device(v[0]))
+        alloc_note(v[0], v[1]);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuModuleGetLoadingMode(int *mode) {
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    *mode = 1; /* CU_MODULE_EAGER_LOADING */
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned nj,
+                               CUlibraryOption *lo, void **lv, unsigned nl) {
+    (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+    if (!l)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t id;
+    CUresult r = load_image(OP_LIBRARY_LOAD, code, &id);
+    if (r)
+        return r;
+    struct robj *o = obj_new(O_LIBRARY, id);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *l = (CUlibrary)o;
+    return CUDA_SUCCESS;
+}
+API CUresult cuLibraryUnload(CUlibrary l) {
+    NEED_INIT();
+    struct robj *o = obj_check(l, O_LIBRARY);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = rpc(OP_LIBRARY_UNLOAD, &o->id, 4, NULL, 0, NULL);
+    obj_free(o);
+    return r;
+}
+API CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
+    struct robj *lo = obj_check(l, O_LIBRARY), *o;
+    if (!k || !lo)
+        return !k ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = get_func(OP_LIBRARY_KERNEL, lo->id, name, O_KERNEL, &o);
+    if (r)
+        return r;
+    *k = (CUkernel)o;
+    return CUDA_SUCCESS;
+}
+API CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
+    NEED_INIT();
+    struct robj *ko = obj_check(k, O_KERNEL), *o;
+    if (!f || !ko)
+        return !f ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    unsigned char rep[RW_PAGE];
+    uint32_t n = 0;
+    CUresult r = rpc(OP_KERNEL_FUNCTION, &ko->id, 4, rep, sizeof rep, &n);
+    if (r)
+        return r;
+    if (n < sizeof(struct rw_func))
+        return CUDA_ERROR_UNKNOWN;
+    if ((r = func_from_reply(rep, O_FUNC, &o)))
+        return r;
+    *f = (CUfunction)o;
+    return CUDA_SUCCESS;
+}
+
+static struct robj *func_or_kernel(const void *p) {
+    struct robj *o = obj_check(p, O_FUNC);
+    return o ? o : obj_check(p, O_KERNEL);
+}
+
+API CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
+    NEED_INIT();
+    struct robj *o = func_or_kernel(f);
+    if (!o || !v)
+        return !v ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    uint32_t b[2] = {o->id, (uint32_t)a};
+    uint32_t n = 0;
+    return rpc(OP_FUNC_ATTR, b, sizeof b, v, 4, &n);
+}
+API CUresult cuKernelGetAttribute(int *v, CUfunction_attribute a, CUkernel k, CUdevice d) {
+    (void)d;
+    return cuFuncGetAttribute(v, a, (CUfunction)k);
+}
+API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+    NEED_INIT();
+    struct robj *o = func_or_kernel(f);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint32_t b[3] = {o->id, (uint32_t)a, (uint32_t)v};
+    return rpc(OP_FUNC_SET_ATTR, b, sizeof b, NULL, 0, NULL);
+}
+API CUresult cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevice d) {
+    (void)d;
+    return cuFuncSetAttribute((CUfunction)k, a, v);
+}
+API CUresult cuFuncSetCacheConfig(CUfunction f, int cfg) {
+    (void)cfg;
+    return func_or_kernel(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+API CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t *off, size_t *size) {
+    struct robj *o = func_or_kernel(f);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (i >= o->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (off)
+        *off = o->param[i].offset;
+    if (size)
+        *size = o->param[i].size;
+    return CUDA_SUCCESS;
+}
+API CUresult cuKernelGetParamInfo(CUkernel k, size_t i, size_t *off, size_t *size) {
+    return cuFuncGetParamInfo((CUfunction)k, i, off, size);
+}
+API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction f, int block, size_t shmem) {
+    NEED_INIT();
+    struct robj *o = func_or_kernel(f);
+    if (!o || !n)
+        return !n ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    uint32_t b[4] = {o->id, (uint32_t)block, 0, 0};
+    uint64_t sm = shmem;
+    memcpy(&b[2], &sm, 8);
+    uint32_t got = 0;
+    return rpc(OP_OCCUPANCY, b, sizeof b, n, 4, &got);
+}
+API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction f, int block, size_t shmem,
+                                                                   unsigned flags) {
+    (void)flags;
+    return cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, shmem);
+}
+
+/* ---- launches ---- */
+static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3], unsigned shmem, CUstream s,
+                       void **params, void **extra, const unsigned cluster[3], unsigned flags) {
+    NEED_INIT();
+    CUresult r;
+    struct rw_launch l = {.func = o->id, .grid = {g[0], g[1], g[2]}, .block = {b[0], b[1], b[2]},
+                          .shmem = shmem, .stream = stream_id(s, &r), .flags = flags};
+    if (r)
+        return r;
+    if (cluster) {
+        l.cluster[0] = cluster[0];
+        l.cluster[1] = cluster[1];
+        l.cluster[2] = cluster[2];
+    }
+    static __thread unsigned char *args;
+    static __thread size_t argcap;
+    size_t nbytes = o->argbytes;
+    const void *packed = NULL;
+    if (!params && extra) {
+        /* CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE: the packed buffer as is. */
+        void *buf = NULL;
+        size_t size = 0;
+        for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+                buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+                size = *(size_t *)extra[i + 1];
+            else
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (!buf || size < nbytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        packed = buf;
+        nbytes = size;
+    } else {
+        if (o->nparams && !params)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (argcap < nbytes) {
+            unsigned char *n = realloc(args, nbytes);
+            if (!n)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            args = n;
+            argcap = nbytes;
+        }
+        if (nbytes)
+            memset(args, 0, nbytes);
+        for (uint32_t i = 0; i < o->nparams; i++)
+            memcpy(args + o->param[i].offset, params[i], o->param[i].size);
+        packed = args;
+    }
+    l.argbytes = (uint32_t)nbytes;
+    pthread_mutex_lock(&mu);
+    if (sizeof l + nbytes <= RW_BODY_MAX) {
+        unsigned char body[RW_PAGE];
+        memcpy(body, &l, sizeof l);
+        if (nbytes)
+            memcpy(body + sizeof l, packed, nbytes);
+        r = rpc_locked(OP_LAUNCH, 0, body, (uint32_t)(sizeof l + nbytes), NULL, 0, NULL);
+    } else {
+        int e = mbox_put(&MB, packed, nbytes, SEQ + 1);
+        r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_LAUNCH, RW_STAGED, &l, sizeof l, NULL, 0, NULL);
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                            unsigned bz, unsigned shmem, CUstream s, void **params, void **extra) {
+    struct robj *o = func_or_kernel(f);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+    return launch(o, g, b, shmem, s, params, extra, NULL, 0);
+}
+API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                       unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) {
+    struct robj *o = func_or_kernel(f);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+    return launch(o, g, b, shmem, s, params, NULL, NULL, 1);
+}
+API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    struct robj *o = func_or_kernel(f);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned cluster[3] = {0, 0, 0}, flags = 0;
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        const struct CUlaunchAttribute_st *a = &c->attrs[i];
+        if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            cluster[0] = a->value.clusterDim.x;
+            cluster[1] = a->value.clusterDim.y;
+            cluster[2] = a->value.clusterDim.z;
+        } else if (a->id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
+            flags |= a->value.cooperative ? 1u : 0u;
+        } else {
+            logf_(1, "cuLaunchKernelEx: launch attribute %d is not forwarded", a->id);
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
+    unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ}, b[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+    return launch(o, g, b, c->sharedMemBytes, c->hStream, params, extra, cluster[0] ? cluster : NULL, flags);
+}
+
+/* ---- streams and events ---- */
+API CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) {
+    NEED_INIT();
+    if (!s)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t b[2] = {flags, (uint32_t)prio}, id;
+    CUresult r = rpc_id(OP_STREAM_CREATE, b, sizeof b, &id);
+    if (r)
+        return r;
+    struct robj *o = obj_new(O_STREAM, id);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->flags = flags;
+    o->priority = prio;
+    o->ctx = cur_ctx;
+    *s = (CUstream)o;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamCreate(CUstream *s, unsigned flags) { return cuStreamCreateWithPriority(s, flags, 0); }
+API CUresult cuStreamDestroy_v2(CUstream s) {
+    NEED_INIT();
+    struct robj *o = obj_check(s, O_STREAM);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = rpc(OP_STREAM_DESTROY, &o->id, 4, NULL, 0, NULL);
+    obj_free(o);
+    return r;
+}
+static CUresult stream_op(uint16_t op, CUstream s) {
+    NEED_INIT();
+    CUresult r;
+    uint32_t id = stream_id(s, &r);
+    return r ? r : rpc(op, &id, 4, NULL, 0, NULL);
+}
+API CUresult cuStreamSynchronize(CUstream s) { return stream_op(OP_STREAM_SYNC, s); }
+API CUresult cuStreamQuery(CUstream s) { return stream_op(OP_STREAM_QUERY, s); }
+API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+    NEED_INIT();
+    CUresult r;
+    struct robj *eo = obj_check(e, O_EVENT);
+    uint32_t b[3] = {stream_id(s, &r), eo ? eo->id : 0, flags};
+    if (r || !eo)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return rpc(OP_STREAM_WAIT_EVENT, b, sizeof b, NULL, 0, NULL);
+}
+API CUresult cuStreamGetPriority(CUstream s, int *p) {
+    struct robj *o = obj_check(s, O_STREAM);
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = o ? o->priority : 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamGetFlags(CUstream s, unsigned *f) {
+    struct robj *o = obj_check(s, O_STREAM);
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    *f = o ? o->flags : 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamGetCtx(CUstream s, CUcontext *c) {
+    struct robj *o = obj_check(s, O_STREAM);
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    *c = (CUcontext)(o && o->ctx ? o->ctx : cur_ctx);
+    return CUDA_SUCCESS;
+}
+/* Stream capture (graphs) is not forwarded: no stream is ever capturing.
+ * cuStreamGetCaptureInfo says so in both of its signatures (CUDA 11.3's
+ * _v2 and 12.3's _v3, which adds the edge data before the count). */
+API CUresult cuStreamGetCaptureInfo_v2(CUstream s, int *status, cuuint64_t *id, void **graph, const void **deps,
+                                       size_t *ndeps) {
+    (void)s;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = 0;
+    if (id)
+        *id = 0;
+    if (graph)
+        *graph = NULL;
+    if (deps)
+        *deps = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamGetCaptureInfo_v3(CUstream s, int *status, cuuint64_t *id, void **graph, const void **deps,
+                                       const void **edges, size_t *ndeps) {
+    if (edges)
+        *edges = NULL;
+    return cuStreamGetCaptureInfo_v2(s, status, id, graph, deps, ndeps);
+}
+
+/* Pointer attributes, from what this process allocated. */
+enum {
+    PA_CONTEXT = 1, PA_MEMORY_TYPE = 2, PA_DEVICE_POINTER = 3, PA_HOST_POINTER = 4, PA_SYNC_MEMOPS = 6,
+    PA_BUFFER_ID = 7, PA_IS_MANAGED = 8, PA_DEVICE_ORDINAL = 9, PA_RANGE_START = 11, PA_RANGE_SIZE = 12,
+    PA_MAPPED = 13
+};
+static int alloc_of(uint64_t p, struct alloc *out) {
+    int yes = 0;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nallocs && !yes; i++)
+        if (p >= allocs[i].base && p - allocs[i].base < allocs[i].size) {
+            *out = allocs[i];
+            yes = 1;
+        }
+    pthread_mutex_unlock(&mu);
+    return yes;
+}
+static CUresult pointer_attr(void *data, int attr, CUdeviceptr p, int lenient) {
+    struct alloc a;
+    int dev = alloc_of(p, &a);
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!dev) {
+        if (!lenient)
+            return CUDA_ERROR_INVALID_VALUE; /* host memory unknown to the driver */
+        switch (attr) {
+        case PA_MEMORY_TYPE: case PA_DEVICE_ORDINAL: *(int *)data = attr == PA_DEVICE_ORDINAL ? -2 : 0; break;
+        case PA_CONTEXT: case PA_HOST_POINTER: case PA_DEVICE_POINTER: *(void **)data = NULL; break;
+        case PA_RANGE_START: case PA_RANGE_SIZE: case PA_BUFFER_ID: *(uint64_t *)data = 0; break;
+        default: *(int *)data = 0; break;
+        }
+        return CUDA_SUCCESS;
+    }
+    switch (attr) {
+    case PA_CONTEXT: *(CUcontext *)data = (CUcontext)(cur_ctx ? cur_ctx : primary[0]); return CUDA_SUCCESS;
+    case PA_MEMORY_TYPE: *(unsigned *)data = 2; return CUDA_SUCCESS; /* CU_MEMORYTYPE_DEVICE */
+    case PA_DEVICE_POINTER: *(CUdeviceptr *)data = p; return CUDA_SUCCESS;
+    case PA_HOST_POINTER: return CUDA_ERROR_INVALID_VALUE;
+    case PA_SYNC_MEMOPS: case PA_MAPPED: *(int *)data = attr == PA_MAPPED; return CUDA_SUCCESS;
+    case PA_BUFFER_ID: *(uint64_t *)data = a.base; return CUDA_SUCCESS;
+    case PA_IS_MANAGED: *(int *)data = 0; return CUDA_SUCCESS;
+    case PA_DEVICE_ORDINAL: *(int *)data = cur_ctx ? cur_ctx->dev : 0; return CUDA_SUCCESS;
+    case PA_RANGE_START: *(CUdeviceptr *)data = a.base; return CUDA_SUCCESS;
+    case PA_RANGE_SIZE: *(size_t *)data = a.size; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+    NEED_INIT();
+    return pointer_attr(data, attr, p, 0);
+}
+API CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p) {
+    NEED_INIT();
+    if (!attrs || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUresult r = pointer_attr(data[i], attrs[i], p, 1);
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_SUPPORTED)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    (void)s;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuEventCreate(CUevent *e, unsigned flags) {
+    NEED_INIT();
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t id;
+    CUresult r = rpc_id(OP_EVENT_CREATE, &flags, 4, &id);
+    if (r)
+        return r;
+    struct robj *o = obj_new(O_EVENT, id);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->flags = flags;
+    *e = (CUevent)o;
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventDestroy_v2(CUevent e) {
+    NEED_INIT();
+    struct robj *o = obj_check(e, O_EVENT);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = rpc(OP_EVENT_DESTROY, &o->id, 4, NULL, 0, NULL);
+    obj_free(o);
+    return r;
+}
+API CUresult cuEventRecord(CUevent e, CUstream s) {
+    NEED_INIT();
+    CUresult r;
+    struct robj *o = obj_check(e, O_EVENT);
+    uint32_t b[2] = {o ? o->id : 0, stream_id(s, &r)};
+    if (r || !o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return rpc(OP_EVENT_RECORD, b, sizeof b, NULL, 0, NULL);
+}
+API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) {
+    (void)flags;
+    return cuEventRecord(e, s);
+}
+static CUresult event_op(uint16_t op, CUevent e) {
+    NEED_INIT();
+    struct robj *o = obj_check(e, O_EVENT);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return rpc(op, &o->id, 4, NULL, 0, NULL);
+}
+API CUresult cuEventSynchronize(CUevent e) { return event_op(OP_EVENT_SYNC, e); }
+API CUresult cuEventQuery(CUevent e) { return event_op(OP_EVENT_QUERY, e); }
+API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent z) {
+    NEED_INIT();
+    struct robj *ao = obj_check(a, O_EVENT), *zo = obj_check(z, O_EVENT);
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!ao || !zo)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint32_t b[2] = {ao->id, zo->id}, n = 0;
+    return rpc(OP_EVENT_ELAPSED, b, sizeof b, ms, 4, &n);
+}
+
+/* ---- errors, profiler ---- */
+static const struct { int code; const char *name, *text; } errs[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected (no launcher reachable)"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {600, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure (or the launcher did not answer)"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported (not forwarded by libdpucuda-remote)"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+API CUresult cuGetErrorString(CUresult e, const char **s) {
+    if (!s)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
+        if (errs[i].code == e) {
+            *s = errs[i].text;
+            return CUDA_SUCCESS;
+        }
+    *s = "unrecognized error code";
+    return CUDA_SUCCESS;
+}
+API CUresult cuGetErrorName(CUresult e, const char **s) {
+    if (!s)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
+        if (errs[i].code == e) {
+            *s = errs[i].name;
+            return CUDA_SUCCESS;
+        }
+    *s = "CUDA_ERROR_UNKNOWN";
+    return CUDA_SUCCESS;
+}
+API CUresult cuProfilerStart(void) { return CUDA_SUCCESS; }
+API CUresult cuProfilerStop(void) { return CUDA_SUCCESS; }
+
+#include "export.c.inc"
+#include "procs.c.inc"
