@@ -1382,7 +1382,6 @@ const char *dpu_strerror(int err) {
     case ECONNRESET: return "connection reset";
     case ENOTCONN: return "not connected";
     case ETIMEDOUT: return "timed out";
-    case EHOSTDOWN: return "owner down (the page is lost)";
     case ESTALE: return "stale address (a page of an earlier run of its node)";
     case EDQUOT: return "quota exceeded";
     case ECONNREFUSED: return "connection refused";
