@@ -357,6 +357,7 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 	e.pages[key] = &page{key: key, huge: r.hr.Huge, content: content, has: true, owner: true, ownerNode: e.self}
 	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
 	e.arb.Own(key)
+	e.startReplication(now, e.pages[key])
 	e.stats.Allocs++
 	e.complete(now, r, Completion{GVA: g})
 }
@@ -376,6 +377,7 @@ func (e *Engine) free(now time.Duration, r *request) {
 		e.detachBelow(now, ent)
 		e.cache.Remove(r.key)
 	}
+	e.endReplication(now, pg)
 	e.copyAnswers(e.arb.Disown(now, r.key))
 	e.store.Release(r.key)
 	delete(e.pages, r.key)

@@ -323,6 +323,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
+	e.endReplication(now, pg)
 	ans, err := e.arb.SwapDone(now, key)
 	if err == nil {
 		e.copyAnswers(ans)
@@ -637,6 +638,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 		e.syncReplica(ent, pg)
 	}
 	e.arb.Own(key)
+	e.startReplication(now, pg)
 	e.stats.SwapsCompleted++
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {

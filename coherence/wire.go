@@ -72,6 +72,18 @@ const (
 	// old owner restarted before it confirmed the swap). Routed; the home
 	// answers OpOwnerQuery|FlagReply with the record, or an error.
 	OpOwnerQuery
+	// OpReplicate carries a staged write (or the full content) from a
+	// page's owner to one of its backups (replicas = R > 1). Routed.
+	OpReplicate
+	// OpReplicateAck tells the owner which version a backup holds (or that
+	// it needs the full content). Routed.
+	OpReplicateAck
+	// OpReplicaDrop tells a backup to forget its copy of a page (the owner
+	// handed the page over, freed it, or chose another backup). Routed.
+	OpReplicaDrop
+	// OpFailover announces a backup that took a dead owner's page over:
+	// flooded on every port once per node.
+	OpFailover
 	opControlEnd
 )
 

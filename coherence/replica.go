@@ -1,0 +1,834 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// Replication (Config.Replicas = R > 1): primary-backup. See
+// docs/replication.md and the package documentation ("Replicated owners").
+
+// MaxReplicas bounds Config.Replicas.
+const MaxReplicas = 8
+
+// maxPortScan is how many port numbers the backup placement looks at.
+const maxPortScan = 64
+
+// repQueueLen bounds the granted requests a page keeps waiting behind a
+// staged write; beyond it they are refused with EBUSY (the host retries).
+const repQueueLen = 256
+
+// Replication payloads.
+const (
+	replHead  = 8 + 8 + 1 + 1 + 1 // epoch, owner incarnation, flags, rank, backups n
+	replAckLn = 8 + 8 + 1         // epoch, backup incarnation, flags
+	dropLen   = 8                 // epoch
+	failLen   = 4 + 8 + 8         // owner, incarnation, epoch
+)
+
+// Replicate flags.
+const (
+	replFull  = 1 << 0 // data is the whole content at the header's version
+	replHuge  = 1 << 1
+	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
+)
+
+// Replicate-ack flags.
+const (
+	ackNeedFull = 1 << 0
+)
+
+// ownerRep is the owner's side of a replicated page.
+type ownerRep struct {
+	backups []backupLink
+	staged  *stagedWrite
+	queue   []*ownerOp // granted requests waiting behind the staged write or the sync
+}
+
+// backupLink is one backup of a page as its owner sees it.
+type backupLink struct {
+	node      noc.NodeID
+	inc       uint64      // the backup's incarnation, from its acks
+	acked     gva.Version // the version it holds, at the page's epoch
+	ok        bool        // acked is known (an ack at this epoch arrived)
+	unreachAt time.Duration
+}
+
+// stagedWrite is a write (or swapping atomic) sent to the backups, not yet
+// applied: it commits when every backup holds its version.
+type stagedWrite struct {
+	op      *ownerOp
+	version gva.Version
+	off     int
+	data    []byte
+	res     atomicResult
+}
+
+// backupCopy is a copy of a page this node keeps for its owner.
+type backupCopy struct {
+	key       gva.GVA
+	owner     noc.NodeID
+	ownerInc  uint64
+	epoch     uint64
+	version   gva.Version
+	huge      bool
+	content   []byte
+	rank      int
+	backups   []noc.NodeID // the owner's backups in rank order
+	touched   time.Duration
+	unreachAt time.Duration // when the owner was first seen unreachable (0: reachable)
+}
+
+// ownerHint is the newest failover this node heard of for a page.
+type ownerHint struct {
+	owner noc.NodeID
+	inc   uint64
+	epoch uint64
+}
+
+// maxHints bounds the failover hints a node keeps (oldest forgotten first).
+const maxHints = 1 << 16
+
+func (e *Engine) replicated() bool { return e.cfg.Replicas > 1 }
+
+// repBusy reports whether a page owned here must keep granted writes,
+// atomics, acquires and locks waiting: a write is staged, or a backup does
+// not hold the committed version yet.
+func (e *Engine) repBusy(pg *page) bool {
+	rep := pg.rep
+	if rep == nil {
+		return false
+	}
+	if rep.staged != nil || len(rep.backups) == 0 {
+		return true
+	}
+	for i := range rep.backups {
+		b := &rep.backups[i]
+		if !b.ok || b.acked < pg.version {
+			return true
+		}
+	}
+	return false
+}
+
+// gate is execute's first step on a replicated page: it reports whether
+// it kept op (queued behind a staged write or a sync, or staged it).
+func (e *Engine) gate(now time.Duration, pg *page, op *ownerOp) bool {
+	if !e.replicated() || !pg.owner {
+		return false
+	}
+	if pg.rep == nil {
+		e.startReplication(now, pg)
+	}
+	if e.repBusy(pg) {
+		if len(pg.rep.queue) >= repQueueLen {
+			e.opFail(now, op, syscall.EBUSY)
+			e.freeOwnerOp(op)
+			return true
+		}
+		pg.rep.queue = append(pg.rep.queue, op)
+		e.stats.ReplWaits++
+		return true
+	}
+	f := &op.f
+	var sw stagedWrite
+	switch f.Class {
+	case noc.ClassStore:
+		s, err := decodeStore(f.GVA, f.Payload)
+		if err != nil {
+			return false // execute refuses it
+		}
+		sw.off, sw.data = int(f.GVA.Offset()), slices.Clone(s.data)
+	case noc.ClassAtomic:
+		a, err := decodeAtomic(f.Op, f.GVA, f.Payload)
+		if err != nil {
+			return false
+		}
+		off := int(f.GVA.Offset())
+		cur := binary.LittleEndian.Uint64(pg.content[off:])
+		sw.res = atomicResult{prev: cur, swapped: true}
+		nv := cur + a.operand
+		if f.Op == OpCAS {
+			nv = a.operand
+			sw.res.swapped = cur == a.expected
+		}
+		if !sw.res.swapped {
+			return false // nothing to write: execute answers from the committed word
+		}
+		sw.off, sw.data = off, binary.LittleEndian.AppendUint64(nil, nv)
+	default:
+		return false // acquires and locks run once the backups hold the page
+	}
+	sw.op, sw.version = op, pg.version+1
+	pg.rep.staged = &sw
+	e.stats.ReplStaged++
+	for i := range pg.rep.backups {
+		e.sendDelta(pg, &pg.rep.backups[i])
+	}
+	e.armRepl(now)
+	return true
+}
+
+// commitStaged applies a staged write every backup holds and answers it,
+// then runs what waited behind it.
+func (e *Engine) commitStaged(now time.Duration, pg *page) {
+	sw := pg.rep.staged
+	pg.rep.staged = nil
+	op := sw.op
+	f := &op.f
+	e.applyWrite(now, pg, sw.off, sw.data)
+	switch f.Class {
+	case noc.ClassStore:
+		e.stats.Writes++
+		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil)
+	case noc.ClassAtomic:
+		e.stats.Atomics++
+		var pb [atomicReply]byte
+		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], sw.res))
+	}
+	e.freeOwnerOp(op)
+	e.stats.ReplCommits++
+	e.drainRep(now, pg)
+}
+
+// drainRep runs the granted requests that waited on a page while it is not
+// busy.
+func (e *Engine) drainRep(now time.Duration, pg *page) {
+	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
+		op := pg.rep.queue[0]
+		pg.rep.queue = pg.rep.queue[1:]
+		if !e.execute(now, op) {
+			e.freeOwnerOp(op)
+		}
+		if e.pages[pg.key] != pg {
+			return
+		}
+	}
+}
+
+// endReplication forgets a page's replication at its owner (the page left:
+// handed over, freed): its backups drop their copies, what waited goes on
+// (it follows the page: rerouted).
+func (e *Engine) endReplication(now time.Duration, pg *page) {
+	rep := pg.rep
+	if rep == nil {
+		return
+	}
+	pg.rep = nil
+	for _, b := range rep.backups {
+		e.sendDrop(b.node, pg.key, pg.epoch)
+	}
+	if rep.staged != nil {
+		rep.queue = append([]*ownerOp{rep.staged.op}, rep.queue...)
+	}
+	for _, op := range rep.queue {
+		e.stats.Rerouted++
+		e.reroute(now, op.in, &op.f)
+		e.freeOwnerOp(op)
+	}
+}
+
+// startReplication picks a page's backups and sends them its content.
+func (e *Engine) startReplication(now time.Duration, pg *page) {
+	if !e.replicated() {
+		return
+	}
+	pg.rep = &ownerRep{}
+	e.fillBackups(now, pg)
+	e.armRepl(now)
+}
+
+// fillBackups adds backups up to R−1: neighbours first, one per port in
+// port order (each behind its own link), reachable and not yet chosen.
+func (e *Engine) fillBackups(now time.Duration, pg *page) {
+	rep := pg.rep
+	want := e.cfg.Replicas - 1
+	for p := noc.PortID(0); p < maxPortScan && len(rep.backups) < want; p++ {
+		nb, ok := e.rt.Neighbour(p)
+		if !ok || nb == e.self || nb == noc.BroadcastNode {
+			continue
+		}
+		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == nb }) {
+			continue
+		}
+		if _, _, reach := e.rt.NextHop(nb); !reach {
+			continue
+		}
+		rep.backups = append(rep.backups, backupLink{node: nb})
+		e.stats.ReplBackupsChosen++
+		e.sendFull(pg, len(rep.backups)-1)
+	}
+}
+
+// sendFull sends backup i the page's committed content (and the staged
+// write on top of it).
+func (e *Engine) sendFull(pg *page, i int) {
+	rep := pg.rep
+	b := &rep.backups[i]
+	e.sendReplicate(pg, b.node, i, replFull, pg.version, 0, pg.content)
+	e.stats.ReplFullSent++
+	if rep.staged != nil {
+		e.sendDelta(pg, b)
+	}
+}
+
+// sendDelta sends a backup the staged write.
+func (e *Engine) sendDelta(pg *page, b *backupLink) {
+	sw := pg.rep.staged
+	i := slices.IndexFunc(pg.rep.backups, func(x backupLink) bool { return x.node == b.node })
+	e.sendReplicate(pg, b.node, i, 0, sw.version, sw.off, sw.data)
+	e.stats.ReplDeltaSent++
+}
+
+func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v gva.Version, off int, data []byte) {
+	rep := pg.rep
+	if pg.huge {
+		flags |= replHuge
+	}
+	p := binary.BigEndian.AppendUint64(e.pay[:0], pg.epoch)
+	p = binary.BigEndian.AppendUint64(p, e.inc)
+	p = append(p, flags, uint8(rank), uint8(len(rep.backups)))
+	for _, b := range rep.backups {
+		p = binary.BigEndian.AppendUint32(p, uint32(b.node))
+	}
+	p = binary.BigEndian.AppendUint16(p, uint16(off))
+	p = append(p, data...)
+	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, 0, pg.key, v, p)
+	e.sendNode(&f)
+}
+
+func (e *Engine) sendDrop(to noc.NodeID, key gva.GVA, epoch uint64) {
+	var b [dropLen]byte
+	binary.BigEndian.PutUint64(b[:], epoch)
+	f := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, to, 0, key, 0, b[:])
+	e.sendNode(&f)
+	e.stats.ReplDrops++
+}
+
+// replMsg is a decoded OpReplicate.
+type replMsg struct {
+	epoch, ownerInc uint64
+	flags           uint8
+	rank            int
+	backups         []noc.NodeID
+	off             int
+	data            []byte
+}
+
+func decodeReplicate(p []byte) (replMsg, error) {
+	var m replMsg
+	if len(p) < replHead {
+		return m, errMalformed
+	}
+	m.epoch = binary.BigEndian.Uint64(p)
+	m.ownerInc = binary.BigEndian.Uint64(p[8:])
+	m.flags, m.rank = p[16], int(p[17])
+	n := int(p[18])
+	p = p[replHead:]
+	if n > MaxReplicas || m.rank >= max(n, 1) || len(p) < 4*n+2 {
+		return m, errMalformed
+	}
+	for i := range n {
+		m.backups = append(m.backups, noc.NodeID(binary.BigEndian.Uint32(p[4*i:])))
+	}
+	p = p[4*n:]
+	m.off = int(binary.BigEndian.Uint16(p))
+	m.data = p[2:]
+	switch {
+	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
+		return m, errMalformed
+	case m.flags&replTouch != 0 && len(m.data) != 0:
+		return m, errMalformed
+	case m.flags&(replFull|replTouch) == 0 && (len(m.data) == 0 || m.off+len(m.data) > gva.PageSize):
+		return m, errMalformed
+	}
+	return m, nil
+}
+
+// handleReplicate runs at a backup.
+func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
+	m, err := decodeReplicate(f.Payload)
+	if err != nil || f.Src == e.self {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	if pg := e.pages[key]; pg != nil && pg.owner {
+		e.stats.Stale++ // we own it: a stale owner's frame
+		e.sendDrop(f.Src, key, m.epoch)
+		return
+	}
+	if h, ok := e.hints[key]; ok && h.epoch > m.epoch {
+		e.stats.Stale++
+		return
+	}
+	c := e.copies[key]
+	if c != nil && (m.epoch < c.epoch || m.epoch == c.epoch && f.Src != c.owner) {
+		e.stats.Stale++
+		return
+	}
+	needFull := false
+	switch {
+	case m.flags&replFull != 0:
+		if c == nil {
+			c = &backupCopy{key: key, content: make([]byte, gva.PageSize)}
+			e.copies[key] = c
+			e.stats.ReplCopies++
+		}
+		e.setCopyOwner(c, f.Src)
+		copy(c.content, m.data)
+		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
+	case c == nil || c.epoch != m.epoch:
+		needFull = true
+	case m.flags&replTouch != 0:
+		needFull = c.version != f.PageVersion
+	case f.PageVersion == c.version+1:
+		copy(c.content[m.off:], m.data)
+		c.version = f.PageVersion
+	case f.PageVersion <= c.version:
+		// a duplicate: acknowledge what we hold
+	default:
+		needFull = true
+	}
+	if c != nil && !needFull {
+		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
+	}
+	var b [replAckLn]byte
+	binary.BigEndian.PutUint64(b[:], m.epoch)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
+	v := gva.Version(0)
+	if needFull {
+		b[16] = ackNeedFull
+	} else {
+		v = c.version
+	}
+	a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, 0, key, v, b[:])
+	e.sendNode(&a)
+}
+
+// setCopyOwner files a copy under its owner node (promotion checks go by
+// owner).
+func (e *Engine) setCopyOwner(c *backupCopy, owner noc.NodeID) {
+	if c.owner == owner && e.copiesBy[owner][c.key] {
+		return
+	}
+	if set := e.copiesBy[c.owner]; set != nil {
+		delete(set, c.key)
+		if len(set) == 0 {
+			delete(e.copiesBy, c.owner)
+		}
+	}
+	c.owner = owner
+	if e.copiesBy[owner] == nil {
+		e.copiesBy[owner] = map[gva.GVA]bool{}
+	}
+	e.copiesBy[owner][c.key] = true
+}
+
+func (e *Engine) dropCopy(c *backupCopy) {
+	delete(e.copies, c.key)
+	if set := e.copiesBy[c.owner]; set != nil {
+		delete(set, c.key)
+		if len(set) == 0 {
+			delete(e.copiesBy, c.owner)
+		}
+	}
+}
+
+// handleReplicateAck runs at the owner.
+func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
+	if len(f.Payload) != replAckLn {
+		e.malformed()
+		return
+	}
+	epoch := binary.BigEndian.Uint64(f.Payload)
+	inc := binary.BigEndian.Uint64(f.Payload[8:])
+	flags := f.Payload[16]
+	key := f.GVA.Key()
+	pg := e.pages[key]
+	if pg == nil || !pg.owner || pg.rep == nil {
+		e.stats.Stale++
+		if pg == nil || !pg.owner {
+			e.sendDrop(f.Src, key, epoch)
+		}
+		return
+	}
+	i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == f.Src })
+	if i < 0 {
+		e.sendDrop(f.Src, key, epoch) // a backup we gave up
+		return
+	}
+	if epoch != pg.epoch {
+		e.stats.Stale++
+		return
+	}
+	b := &pg.rep.backups[i]
+	if flags&ackNeedFull != 0 {
+		b.ok, b.inc = false, inc
+		e.sendFull(pg, i)
+		return
+	}
+	if b.inc != inc || !b.ok || f.PageVersion > b.acked {
+		b.inc, b.acked, b.ok = inc, f.PageVersion, true
+	}
+	e.repProgress(now, pg)
+}
+
+// repProgress commits the staged write once every backup holds it, and
+// runs what waited.
+func (e *Engine) repProgress(now time.Duration, pg *page) {
+	rep := pg.rep
+	if rep == nil {
+		return
+	}
+	if sw := rep.staged; sw != nil && len(rep.backups) > 0 {
+		for _, b := range rep.backups {
+			if !b.ok || b.acked < sw.version {
+				return
+			}
+		}
+		e.commitStaged(now, pg)
+		return
+	}
+	e.drainRep(now, pg)
+}
+
+// handleReplicaDrop runs at a backup.
+func (e *Engine) handleReplicaDrop(f *noc.Frame) {
+	if len(f.Payload) != dropLen {
+		e.malformed()
+		return
+	}
+	epoch := binary.BigEndian.Uint64(f.Payload)
+	if c := e.copies[f.GVA.Key()]; c != nil && c.owner == f.Src && c.epoch <= epoch {
+		e.dropCopy(c)
+		e.stats.ReplCopiesDropped++
+	}
+}
+
+// armRepl keeps the replication timer running.
+func (e *Engine) armRepl(now time.Duration) {
+	if e.replTimer == 0 {
+		e.replTimer = e.schedule(now+e.cfg.RetryInterval, timer{kind: tRepl})
+	}
+}
+
+// replTick re-sends what backups have not acknowledged, replaces backups
+// that routing lost, and promotes copies whose owner is gone.
+func (e *Engine) replTick(now time.Duration) {
+	e.replTimer = 0
+	grace := e.cfg.FailoverGrace
+	busy := false
+	// Owner side.
+	keys := make([]gva.GVA, 0, 8)
+	for key, pg := range e.pages {
+		if pg.owner && pg.rep != nil {
+			keys = append(keys, key)
+		}
+	}
+	slices.SortFunc(keys, gva.Compare)
+	for _, key := range keys {
+		pg := e.pages[key]
+		rep := pg.rep
+		changed := false
+		for i := 0; i < len(rep.backups); i++ {
+			b := &rep.backups[i]
+			if _, _, ok := e.rt.NextHop(b.node); ok {
+				b.unreachAt = 0
+				continue
+			}
+			if b.unreachAt == 0 {
+				b.unreachAt = now
+			}
+			if now-b.unreachAt >= grace {
+				e.sendDrop(b.node, key, pg.epoch) // if it ever comes back
+				rep.backups = slices.Delete(rep.backups, i, i+1)
+				e.stats.ReplBackupsLost++
+				i--
+				changed = true
+			}
+		}
+		if changed || len(rep.backups) < e.cfg.Replicas-1 {
+			e.fillBackups(now, pg)
+		}
+		if !e.repBusy(pg) {
+			e.drainRep(now, pg)
+			continue
+		}
+		busy = true
+		for i := range rep.backups {
+			b := &rep.backups[i]
+			switch {
+			case !b.ok || b.acked < pg.version:
+				e.sendFull(pg, i)
+			case rep.staged != nil && b.acked < rep.staged.version:
+				e.sendDelta(pg, b)
+			}
+		}
+	}
+	// Backup side: copies whose owner routing lost.
+	owners := make([]noc.NodeID, 0, len(e.copiesBy))
+	for o := range e.copiesBy {
+		owners = append(owners, o)
+	}
+	slices.Sort(owners)
+	for _, o := range owners {
+		if _, _, ok := e.rt.NextHop(o); ok {
+			for key := range e.copiesBy[o] {
+				c := e.copies[key]
+				c.unreachAt = 0
+				if now-c.touched > e.cfg.CopyLease {
+					// Its owner lives and has stopped counting on it.
+					e.dropCopy(c)
+					e.stats.ReplCopiesExpired++
+				}
+			}
+			continue
+		}
+		busy = true
+		ks := make([]gva.GVA, 0, len(e.copiesBy[o]))
+		for key := range e.copiesBy[o] {
+			ks = append(ks, key)
+		}
+		slices.SortFunc(ks, gva.Compare)
+		for _, key := range ks {
+			c := e.copies[key]
+			if c.unreachAt == 0 {
+				c.unreachAt = now
+			}
+			if now-c.unreachAt < grace {
+				continue
+			}
+			if c.unreachAt-c.touched > e.cfg.CopyLease {
+				e.dropCopy(c) // the owner had stopped counting on it before it died
+				e.stats.ReplCopiesExpired++
+				continue
+			}
+			if e.lowerRankAlive(c) {
+				continue
+			}
+			e.promote(now, c)
+		}
+	}
+	if busy || len(keys) > 0 || len(e.copies) > 0 {
+		e.armRepl(now)
+	}
+}
+
+// lowerRankAlive reports whether a backup ranked before this one is still
+// reachable: that one takes the page over.
+func (e *Engine) lowerRankAlive(c *backupCopy) bool {
+	for i := 0; i < c.rank && i < len(c.backups); i++ {
+		if c.backups[i] == e.self {
+			continue
+		}
+		if _, _, ok := e.rt.NextHop(c.backups[i]); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// promote makes this node the owner of a page whose owner died, from its
+// backup copy.
+func (e *Engine) promote(now time.Duration, c *backupCopy) {
+	key := c.key
+	pg := e.pages[key]
+	if pg != nil && pg.swap != nil {
+		return // try again at the next tick
+	}
+	if pg == nil {
+		content, err := e.store.Alloc(key, c.huge)
+		if err != nil {
+			e.stats.ReplPromoteFailed++
+			return
+		}
+		pg = &page{key: key, huge: c.huge, content: content}
+		e.pages[key] = pg
+	}
+	if pg.has && pg.version > c.version {
+		// A replica here is newer than the copy: a write was committed
+		// that this backup did not hold. It cannot happen while backups
+		// acknowledge before commits; keep the newer content.
+		e.stats.PathAnomalies++
+	} else {
+		copy(pg.content, c.content)
+		pg.version = c.version
+	}
+	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, c.epoch+1, e.self
+	e.dropCopy(c)
+	e.stats.Promotions++
+	if e.dbg != nil {
+		e.debugf(key, "promoted from backup at version %d epoch %d", pg.version, pg.epoch)
+	}
+	var ent *pathcache.Entry
+	if x, ok := e.cache.Peek(key); ok {
+		ent = x
+	} else {
+		ent, _ = e.upsert(now, key)
+	}
+	if ent != nil {
+		behind := ent.Version < pg.version
+		ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
+		ent.Down = ent.Down.Remove(noc.LocalPort)
+		if behind {
+			fl := noc.FlagPath
+			if pg.huge {
+				fl |= noc.FlagHuge
+			}
+			f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
+			for p := range ent.Down.All() {
+				e.sendPort(p, &f)
+				e.stats.InvalidatesSent++
+			}
+		}
+		ent.Version = pg.version
+		e.syncReplica(ent, pg)
+	}
+	e.arb.Own(key)
+	if e.cfg.Tracer != nil {
+		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
+			pt.Promoted(e.self, key, pg.version, pg.content)
+		}
+	}
+	if homeOf(key) == e.self {
+		rec := e.home[key]
+		if rec == nil {
+			rec = &homeRecord{}
+			e.home[key] = rec
+		}
+		rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, pg.epoch, false
+	} else if _, _, ok := e.rt.NextHop(homeOf(key)); ok {
+		e.notify(now, key, &notice{owner: e.self, ownerInc: e.inc, epoch: pg.epoch})
+	}
+	e.setHint(key, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+	e.floodFailover(noc.NoPort, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+	e.closeFetch(key)
+	e.startReplication(now, pg)
+	e.wake(now, pg)
+}
+
+// PromotionTracer is implemented by tracers that check failovers: a backup
+// took a page over at version v with content.
+type PromotionTracer interface {
+	Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content []byte)
+}
+
+func (e *Engine) setHint(key gva.GVA, h ownerHint) {
+	if _, ok := e.hints[key]; !ok {
+		if len(e.hintOrder) >= maxHints {
+			delete(e.hints, e.hintOrder[0])
+			e.hintOrder = e.hintOrder[1:]
+		}
+		e.hintOrder = append(e.hintOrder, key)
+	}
+	e.hints[key] = h
+}
+
+// floodFailover sends OpFailover on every port but except.
+func (e *Engine) floodFailover(except noc.PortID, key gva.GVA, v gva.Version, h ownerHint) {
+	var b [failLen]byte
+	binary.BigEndian.PutUint32(b[:], uint32(h.owner))
+	binary.BigEndian.PutUint64(b[4:], h.inc)
+	binary.BigEndian.PutUint64(b[12:], h.epoch)
+	f := newFrame(noc.ClassControl, OpFailover, 0, h.owner, noc.BroadcastNode, 0, key, v, b[:])
+	for p := noc.PortID(0); p < maxPortScan; p++ {
+		if p == except {
+			continue
+		}
+		if _, ok := e.rt.Neighbour(p); ok {
+			e.sendPort(p, &f)
+		}
+	}
+}
+
+// handleFailover keeps the newest failover of a page as the first guess of
+// its owner and passes it on once.
+func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) {
+	if len(f.Payload) != failLen {
+		e.malformed()
+		return
+	}
+	h := ownerHint{
+		owner: noc.NodeID(binary.BigEndian.Uint32(f.Payload)),
+		inc:   binary.BigEndian.Uint64(f.Payload[4:]),
+		epoch: binary.BigEndian.Uint64(f.Payload[12:]),
+	}
+	key := f.GVA.Key()
+	if old, ok := e.hints[key]; ok && old.epoch >= h.epoch {
+		return
+	}
+	e.setHint(key, h)
+	if c := e.copies[key]; c != nil && c.epoch < h.epoch {
+		e.dropCopy(c) // a copy of an epoch that ended
+		e.stats.ReplCopiesDropped++
+	}
+	if homeOf(key) == e.self {
+		if rec := e.home[key]; rec == nil || rec.epoch < h.epoch {
+			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+		}
+	}
+	if pg := e.pages[key]; pg != nil && !pg.owner && pg.swap == nil {
+		pg.ownerNode = h.owner
+	}
+	e.floodFailover(in, key, f.PageVersion, h)
+}
+
+// hintOwner returns the owner a failover named for key, if routing
+// reaches it.
+func (e *Engine) hintOwner(key gva.GVA) (noc.NodeID, bool) {
+	h, ok := e.hints[key]
+	if !ok || h.owner == e.self {
+		return 0, false
+	}
+	if _, _, reach := e.rt.NextHop(h.owner); !reach {
+		return 0, false
+	}
+	return h.owner, true
+}
+
+// touchBackups tells every backup of every page owned here that the owner
+// still counts on its copy (run with the homes' refresh): a copy not
+// touched within Config.CopyLease is dropped, never promoted.
+func (e *Engine) touchBackups(keys []gva.GVA) {
+	for _, key := range keys {
+		pg := e.pages[key]
+		if pg == nil || !pg.owner || pg.rep == nil {
+			continue
+		}
+		for i, b := range pg.rep.backups {
+			e.sendReplicate(pg, b.node, i, replTouch, pg.version, 0, nil)
+			e.stats.ReplTouches++
+		}
+	}
+}
+
+// Backing reports, for checkers, whether this node keeps a backup copy of
+// key, and its version.
+func (e *Engine) Backing(key gva.GVA) (gva.Version, bool) {
+	c := e.copies[key]
+	if c == nil {
+		return 0, false
+	}
+	return c.version, true
+}
+
+// Backups returns the nodes a page owned here is replicated to (nil if it
+// is not owned here or not replicated).
+func (e *Engine) Backups(key gva.GVA) []noc.NodeID {
+	pg := e.pages[key]
+	if pg == nil || !pg.owner || pg.rep == nil {
+		return nil
+	}
+	out := make([]noc.NodeID, 0, len(pg.rep.backups))
+	for _, b := range pg.rep.backups {
+		out = append(out, b.node)
+	}
+	return out
+}
