@@ -472,6 +472,7 @@ func (e *Engine) refreshHomes(now time.Duration) {
 	}
 	slices.SortFunc(keys, gva.Compare)
 	e.touchBackups(keys)
+	e.expireCopies(now)
 	for _, key := range keys {
 		if homeOf(key) == e.self {
 			continue

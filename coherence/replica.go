@@ -29,6 +29,7 @@ const (
 	replHead  = 8 + 8 + 1 + 1 + 1 // epoch, owner incarnation, flags, rank, backups n
 	replAckLn = 8 + 8 + 1         // epoch, backup incarnation, flags
 	dropLen   = 8                 // epoch
+	handLen   = 8 + 4             // epoch, heir (the node the page was handed to)
 	failLen   = 4 + 8 + 8         // owner, incarnation, epoch
 )
 
@@ -49,6 +50,9 @@ type ownerRep struct {
 	backups []backupLink
 	staged  *stagedWrite
 	queue   []*ownerOp // granted requests waiting behind the staged write or the sync
+	// oldBackups: the backups of the owner that handed the page to us;
+	// they keep their copies until ours hold the page.
+	oldBackups []noc.NodeID
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -82,7 +86,23 @@ type backupCopy struct {
 	rank      int
 	backups   []noc.NodeID // the owner's backups in rank order
 	touched   time.Duration
-	unreachAt time.Duration // when the owner was first seen unreachable (0: reachable)
+	unreachAt time.Duration // when the watched node was first seen unreachable (0: reachable)
+	// heir: the owner handed the page over to this node; the copy stands
+	// in for the page until the heir's backups hold it, and is promoted
+	// only if the heir dies.
+	heir    noc.NodeID
+	hasHeir bool
+
+	indexed   bool
+	indexedAt noc.NodeID
+}
+
+// watched is the node whose death promotes the copy.
+func (c *backupCopy) watched() noc.NodeID {
+	if c.hasHeir {
+		return c.heir
+	}
+	return c.owner
 }
 
 // ownerHint is the newest failover this node heard of for a page.
@@ -200,6 +220,9 @@ func (e *Engine) commitStaged(now time.Duration, pg *page) {
 // drainRep runs the granted requests that waited on a page while it is not
 // busy.
 func (e *Engine) drainRep(now time.Duration, pg *page) {
+	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && !e.repBusy(pg) {
+		e.releaseOldBackups(pg)
+	}
 	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
 		op := pg.rep.queue[0]
 		pg.rep.queue = pg.rep.queue[1:]
@@ -212,18 +235,50 @@ func (e *Engine) drainRep(now time.Duration, pg *page) {
 	}
 }
 
-// endReplication forgets a page's replication at its owner (the page left:
-// handed over, freed): its backups drop their copies, what waited goes on
-// (it follows the page: rerouted).
+// endReplication forgets a page's replication at its owner (the page was
+// freed): its backups drop their copies, what waited goes on (rerouted).
 func (e *Engine) endReplication(now time.Duration, pg *page) {
 	rep := pg.rep
 	if rep == nil {
 		return
 	}
-	pg.rep = nil
 	for _, b := range rep.backups {
 		e.sendDrop(b.node, pg.key, pg.epoch)
 	}
+	for _, n := range rep.oldBackups {
+		e.sendDrop(n, pg.key, pg.epoch)
+	}
+	e.releaseRep(now, pg)
+}
+
+// handOverReplication ends a page's replication at an old owner that
+// committed a swap to heir: its backups keep their copies for the heir
+// until the heir's own backups hold the page (the heir tells them then);
+// they are promoted only if the heir dies first.
+func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeID, epoch uint64) {
+	rep := pg.rep
+	if rep == nil {
+		return
+	}
+	for _, b := range rep.backups {
+		var p [handLen]byte
+		binary.BigEndian.PutUint64(p[:], pg.epoch)
+		binary.BigEndian.PutUint32(p[8:], uint32(heir))
+		f := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, b.node, 0, pg.key, 0, p[:])
+		e.sendNode(&f)
+		e.stats.ReplDrops++
+	}
+	for _, n := range rep.oldBackups {
+		e.sendDrop(n, pg.key, epoch) // never confirmed to the previous owner: ours stand in
+	}
+	e.releaseRep(now, pg)
+}
+
+// releaseRep forgets a page's replication state; requests that waited on
+// it follow the page (rerouted).
+func (e *Engine) releaseRep(now time.Duration, pg *page) {
+	rep := pg.rep
+	pg.rep = nil
 	if rep.staged != nil {
 		rep.queue = append([]*ownerOp{rep.staged.op}, rep.queue...)
 	}
@@ -381,7 +436,8 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 			e.copies[key] = c
 			e.stats.ReplCopies++
 		}
-		e.setCopyOwner(c, f.Src)
+		c.owner, c.hasHeir = f.Src, false
+		e.indexCopy(c)
 		copy(c.content, m.data)
 		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
 	case c == nil || c.epoch != m.epoch:
@@ -412,33 +468,34 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	e.sendNode(&a)
 }
 
-// setCopyOwner files a copy under its owner node (promotion checks go by
-// owner).
-func (e *Engine) setCopyOwner(c *backupCopy, owner noc.NodeID) {
-	if c.owner == owner && e.copiesBy[owner][c.key] {
+// indexCopy files a copy under the node it watches (its owner, or the heir
+// it was handed to): promotion checks go by that node's reachability.
+func (e *Engine) indexCopy(c *backupCopy) {
+	e.unindexCopy(c)
+	w := c.watched()
+	if e.copiesBy[w] == nil {
+		e.copiesBy[w] = map[gva.GVA]bool{}
+	}
+	e.copiesBy[w][c.key] = true
+	c.indexed, c.indexedAt = true, w
+}
+
+func (e *Engine) unindexCopy(c *backupCopy) {
+	if !c.indexed {
 		return
 	}
-	if set := e.copiesBy[c.owner]; set != nil {
+	if set := e.copiesBy[c.indexedAt]; set != nil {
 		delete(set, c.key)
 		if len(set) == 0 {
-			delete(e.copiesBy, c.owner)
+			delete(e.copiesBy, c.indexedAt)
 		}
 	}
-	c.owner = owner
-	if e.copiesBy[owner] == nil {
-		e.copiesBy[owner] = map[gva.GVA]bool{}
-	}
-	e.copiesBy[owner][c.key] = true
+	c.indexed = false
 }
 
 func (e *Engine) dropCopy(c *backupCopy) {
 	delete(e.copies, c.key)
-	if set := e.copiesBy[c.owner]; set != nil {
-		delete(set, c.key)
-		if len(set) == 0 {
-			delete(e.copiesBy, c.owner)
-		}
-	}
+	e.unindexCopy(c)
 }
 
 // handleReplicateAck runs at the owner.
@@ -499,14 +556,41 @@ func (e *Engine) repProgress(now time.Duration, pg *page) {
 	e.drainRep(now, pg)
 }
 
-// handleReplicaDrop runs at a backup.
+// releaseOldBackups tells the previous owner's backups, once ours hold the
+// page, that their copies are no longer needed.
+func (e *Engine) releaseOldBackups(pg *page) {
+	rep := pg.rep
+	for _, n := range rep.oldBackups {
+		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) || n == e.self {
+			continue // one of ours: our epoch replaced its copy
+		}
+		e.sendDrop(n, pg.key, pg.epoch)
+	}
+	rep.oldBackups = nil
+}
+
+// handleReplicaDrop runs at a backup: a plain drop from the copy's owner
+// (or from the heir it was handed to) forgets the copy; a drop naming an
+// heir keeps it for the heir.
 func (e *Engine) handleReplicaDrop(f *noc.Frame) {
-	if len(f.Payload) != dropLen {
+	if len(f.Payload) != dropLen && len(f.Payload) != handLen {
 		e.malformed()
 		return
 	}
 	epoch := binary.BigEndian.Uint64(f.Payload)
-	if c := e.copies[f.GVA.Key()]; c != nil && c.owner == f.Src && c.epoch <= epoch {
+	c := e.copies[f.GVA.Key()]
+	if c == nil || c.epoch > epoch {
+		return
+	}
+	if len(f.Payload) == handLen {
+		if c.owner == f.Src && !c.hasHeir {
+			c.heir, c.hasHeir = noc.NodeID(binary.BigEndian.Uint32(f.Payload[8:])), true
+			c.unreachAt = 0
+			e.indexCopy(c)
+		}
+		return
+	}
+	if c.owner == f.Src || c.hasHeir && c.heir == f.Src || epoch > c.epoch {
 		e.dropCopy(c)
 		e.stats.ReplCopiesDropped++
 	}
@@ -581,13 +665,7 @@ func (e *Engine) replTick(now time.Duration) {
 	for _, o := range owners {
 		if _, _, ok := e.rt.NextHop(o); ok {
 			for key := range e.copiesBy[o] {
-				c := e.copies[key]
-				c.unreachAt = 0
-				if now-c.touched > e.cfg.CopyLease {
-					// Its owner lives and has stopped counting on it.
-					e.dropCopy(c)
-					e.stats.ReplCopiesExpired++
-				}
+				e.copies[key].unreachAt = 0
 			}
 			continue
 		}
@@ -602,7 +680,13 @@ func (e *Engine) replTick(now time.Duration) {
 			if c.unreachAt == 0 {
 				c.unreachAt = now
 			}
-			if now-c.unreachAt < grace {
+			wait := grace
+			if c.hasHeir {
+				// The heir's own backups, if it had any yet, go first: their
+				// failover (a newer epoch) drops this copy.
+				wait = 2 * grace
+			}
+			if now-c.unreachAt < wait {
 				continue
 			}
 			if c.unreachAt-c.touched > e.cfg.CopyLease {
@@ -618,6 +702,26 @@ func (e *Engine) replTick(now time.Duration) {
 	}
 	if busy || len(keys) > 0 || len(e.copies) > 0 {
 		e.armRepl(now)
+	}
+}
+
+// expireCopies drops the copies whose owner (or heir), still reached by
+// routing, has not confirmed them within CopyLease: it stopped counting on
+// them (run with the homes' refresh).
+func (e *Engine) expireCopies(now time.Duration) {
+	keys := make([]gva.GVA, 0, len(e.copies))
+	for key, c := range e.copies {
+		if now-c.touched > e.cfg.CopyLease && c.unreachAt == 0 {
+			keys = append(keys, key)
+		}
+	}
+	slices.SortFunc(keys, gva.Compare)
+	for _, key := range keys {
+		c := e.copies[key]
+		if _, _, ok := e.rt.NextHop(c.watched()); ok {
+			e.dropCopy(c)
+			e.stats.ReplCopiesExpired++
+		}
 	}
 }
 

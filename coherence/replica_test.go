@@ -212,3 +212,50 @@ func TestReplicateDecoderRefusesGarbage(t *testing.T) {
 		}
 	}
 }
+
+func TestHandedOverPageSurvivesTheNewOwnersDeathBeforeItsBackups(t *testing.T) {
+	// The old owner's backup keeps its copy for the new owner until the
+	// new owner's backups hold the page: if the new owner dies at once,
+	// the old backup takes the page over with every acknowledged write.
+	x := newFab(t, ringGraph(t, 6), replicas(2))
+	p := x.alloc(0)
+	x.ok(3, Request{Op: HostRef, GVA: p})
+	x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 9})
+	old := x.eng[0].Backups(p.Key())[0]
+	id := x.submit(3, Request{Op: HostAcquire, GVA: p})
+	// Run until node 3 owns the page, then kill it before anything else.
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { o, _ := x.eng[3].Holding(p.Key()); return o }) {
+		t.Fatal("node 3 never owned the page")
+	}
+	x.f.Kill(3)
+	_ = id
+	var c Completion
+	for try := 0; try < 400; try++ {
+		c = x.do(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		if c.Err == nil {
+			break
+		}
+		x.f.Run(2 * time.Millisecond)
+	}
+	if c.Err != nil || c.Value != 9 {
+		t.Fatalf("add after the new owner died: %v", c)
+	}
+	owners := 0
+	for i, e := range x.eng {
+		if i == 3 {
+			continue
+		}
+		if o, _ := e.Holding(p.Key()); o {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("%d owners after the failover", owners)
+	}
+	t.Logf("old backup %v; promotions: %v", old, func() (s []uint64) {
+		for _, e := range x.eng {
+			s = append(s, e.Stats().Promotions)
+		}
+		return
+	}())
+}
