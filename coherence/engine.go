@@ -596,11 +596,12 @@ func (e *Engine) malformed() { e.stats.Malformed++ }
 // PortState implements node.Handler. A port going down cuts every tree
 // branch through it: entries whose up port it was are reset (their subtree
 // is detached and re-refs), and it leaves every down set.
-func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, rt noc.Routes) {
+func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, nb noc.NodeID, rt noc.Routes) {
 	e.rt = rt
 	if e.dbg != nil {
 		e.debugf(gva.GVA{}, "port %d up=%v", p, up)
 	}
+	e.neighbourChanged(now, nb)
 	if up {
 		return
 	}

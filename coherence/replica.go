@@ -30,6 +30,7 @@ const (
 	replAckLn = 8 + 8 + 1         // epoch, backup incarnation, flags
 	dropLen   = 8                 // epoch
 	handLen   = 8 + 4             // epoch, heir (the node the page was handed to)
+	goneLen   = 8 + 8             // epoch, the answering node's incarnation (a probe's answer)
 	failLen   = 4 + 8 + 8         // owner, incarnation, epoch
 )
 
@@ -43,6 +44,7 @@ const (
 // Replicate-ack flags.
 const (
 	ackNeedFull = 1 << 0
+	ackProbe    = 1 << 1 // a backup asks whether its owner still counts on its copy
 )
 
 // ownerRep is the owner's side of a replicated page.
@@ -92,6 +94,11 @@ type backupCopy struct {
 	// only if the heir dies.
 	heir    noc.NodeID
 	hasHeir bool
+	// ownerGone: the owner's node answered a probe as a later incarnation
+	// (it restarted before routing declared it dead): promote.
+	ownerGone bool
+	probedAt  time.Duration
+	probeDue  time.Duration // probe the owner at this time (0: not due)
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -511,7 +518,16 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	pg := e.pages[key]
 	if pg == nil || !pg.owner || pg.rep == nil {
 		e.stats.Stale++
-		if pg == nil || !pg.owner {
+		switch {
+		case flags&ackProbe != 0:
+			// Not ours: tell the prober who we are (a restarted node is a
+			// later incarnation: its backups take the page over).
+			var b [goneLen]byte
+			binary.BigEndian.PutUint64(b[:], epoch)
+			binary.BigEndian.PutUint64(b[8:], e.inc)
+			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, b[:])
+			e.sendNode(&d)
+		case pg == nil || !pg.owner:
 			e.sendDrop(f.Src, key, epoch)
 		}
 		return
@@ -573,13 +589,26 @@ func (e *Engine) releaseOldBackups(pg *page) {
 // (or from the heir it was handed to) forgets the copy; a drop naming an
 // heir keeps it for the heir.
 func (e *Engine) handleReplicaDrop(f *noc.Frame) {
-	if len(f.Payload) != dropLen && len(f.Payload) != handLen {
+	if len(f.Payload) != dropLen && len(f.Payload) != handLen && len(f.Payload) != goneLen {
 		e.malformed()
 		return
 	}
 	epoch := binary.BigEndian.Uint64(f.Payload)
 	c := e.copies[f.GVA.Key()]
 	if c == nil || c.epoch > epoch {
+		return
+	}
+	if len(f.Payload) == goneLen {
+		if c.owner != f.Src || c.hasHeir {
+			return
+		}
+		if binary.BigEndian.Uint64(f.Payload[8:]) != c.ownerInc {
+			c.ownerGone = true // restarted: what it owned died with it
+			e.stats.ReplOwnersGone++
+			return
+		}
+		e.dropCopy(c) // the same run no longer owns it
+		e.stats.ReplCopiesDropped++
 		return
 	}
 	if len(f.Payload) == handLen {
@@ -656,6 +685,27 @@ func (e *Engine) replTick(now time.Duration) {
 			}
 		}
 	}
+	// Backup side: probes due, owners found restarted.
+	if len(e.copies) > 0 {
+		ks := make([]gva.GVA, 0, 4)
+		for key, c := range e.copies {
+			if c.ownerGone || c.probeDue != 0 && now >= c.probeDue {
+				ks = append(ks, key)
+			}
+		}
+		slices.SortFunc(ks, gva.Compare)
+		for _, key := range ks {
+			c := e.copies[key]
+			if c.ownerGone {
+				if !e.lowerRankAlive(c) {
+					e.promote(now, c)
+				}
+				continue
+			}
+			c.probeDue = 0
+			e.probe(now, c)
+		}
+	}
 	// Backup side: copies whose owner routing lost.
 	owners := make([]noc.NodeID, 0, len(e.copiesBy))
 	for o := range e.copiesBy {
@@ -705,6 +755,40 @@ func (e *Engine) replTick(now time.Duration) {
 	}
 }
 
+// probe asks a copy's owner whether it still counts on the copy.
+func (e *Engine) probe(now time.Duration, c *backupCopy) {
+	if c.hasHeir || now-c.probedAt < e.cfg.RetryInterval && c.probedAt != 0 {
+		return
+	}
+	c.probedAt = now
+	var b [replAckLn]byte
+	binary.BigEndian.PutUint64(b[:], c.epoch)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
+	b[16] = ackProbe
+	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, c.owner, 0, c.key, c.version, b[:])
+	e.sendNode(&f)
+	e.stats.ReplProbes++
+}
+
+// neighbourChanged probes the owner of every copy kept for the node
+// behind a port that went down or came up: it may have restarted.
+func (e *Engine) neighbourChanged(now time.Duration, nb noc.NodeID) {
+	if !e.replicated() || len(e.copiesBy[nb]) == 0 {
+		return
+	}
+	keys := make([]gva.GVA, 0, len(e.copiesBy[nb]))
+	for key := range e.copiesBy[nb] {
+		keys = append(keys, key)
+	}
+	slices.SortFunc(keys, gva.Compare)
+	for _, key := range keys {
+		c := e.copies[key]
+		c.probedAt = 0
+		c.probeDue = now + e.cfg.RetryInterval
+	}
+	e.armRepl(now)
+}
+
 // expireCopies drops the copies whose owner (or heir), still reached by
 // routing, has not confirmed them within CopyLease: it stopped counting on
 // them (run with the homes' refresh).
@@ -713,6 +797,9 @@ func (e *Engine) expireCopies(now time.Duration) {
 	for key, c := range e.copies {
 		if now-c.touched > e.cfg.CopyLease && c.unreachAt == 0 {
 			keys = append(keys, key)
+		} else if now-c.touched > 2*e.cfg.HomeRefresh && c.probeDue == 0 {
+			c.probeDue = now // its owner missed a confirmation: still there?
+			e.armRepl(now)
 		}
 	}
 	slices.SortFunc(keys, gva.Compare)

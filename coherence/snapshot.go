@@ -56,6 +56,7 @@ type Counters struct {
 	ReplCopiesDropped             uint64 // copies dropped on the owner's word or a newer epoch
 	ReplCopiesExpired             uint64 // copies dropped unconfirmed past CopyLease
 	Promotions, ReplPromoteFailed uint64 // pages taken over from a dead owner; refused for want of room
+	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
 
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64
