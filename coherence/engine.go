@@ -121,6 +121,10 @@ const (
 	// replica and writes the new value through as a plain store: the
 	// compare and the swap are no longer one atomic step at the owner.
 	BugStaleCAS
+	// BugEarlyAck answers a replicated write (replicas > 1) as soon as it
+	// is sent to the backups, without waiting for them to hold it: an
+	// owner that fails can take acknowledged writes with it.
+	BugEarlyAck
 )
 
 // Defaults.

@@ -199,6 +199,9 @@ func (e *Engine) gate(now time.Duration, pg *page, op *ownerOp) bool {
 		e.sendDelta(pg, &pg.rep.backups[i])
 	}
 	e.armRepl(now)
+	if bugsCompiled && e.cfg.Bug == BugEarlyAck {
+		e.commitStaged(now, pg) // the planted bug: answered before the backups hold it
+	}
 	return true
 }
 
@@ -278,6 +281,23 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	for _, n := range rep.oldBackups {
 		e.sendDrop(n, pg.key, epoch) // never confirmed to the previous owner: ours stand in
 	}
+	// This node stands in too, first in rank (its backups may include the
+	// heir itself): it keeps a copy until the heir's backups hold the page,
+	// and takes the page back if the heir dies before that.
+	old := e.copies[pg.key]
+	if old != nil {
+		e.dropCopy(old)
+	}
+	list := make([]noc.NodeID, 0, 1+len(rep.backups))
+	list = append(list, e.self)
+	for _, b := range rep.backups {
+		list = append(list, b.node)
+	}
+	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
+		content: slices.Clone(pg.content), backups: list, touched: now, heir: heir, hasHeir: true}
+	e.copies[pg.key] = c
+	e.indexCopy(c)
+	e.stats.ReplCopies++
 	e.releaseRep(now, pg)
 }
 
@@ -615,6 +635,9 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 		if c.owner == f.Src && !c.hasHeir {
 			c.heir, c.hasHeir = noc.NodeID(binary.BigEndian.Uint32(f.Payload[8:])), true
 			c.unreachAt = 0
+			// The old owner keeps a copy too and ranks first.
+			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
+			c.rank++
 			e.indexCopy(c)
 		}
 		return
@@ -998,6 +1021,17 @@ func (e *Engine) touchBackups(keys []gva.GVA) {
 			e.stats.ReplTouches++
 		}
 	}
+}
+
+// standIns lists the nodes that keep a page for its next owner until the
+// next owner's backups hold it: this node (the old owner), then its
+// backups. Nil when the page is not replicated.
+func (e *Engine) standIns(key gva.GVA) []noc.NodeID {
+	bs := e.Backups(key)
+	if bs == nil {
+		return nil
+	}
+	return append([]noc.NodeID{e.self}, bs...)
 }
 
 // Backing reports, for checkers, whether this node keeps a backup copy of

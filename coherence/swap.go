@@ -149,7 +149,7 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	if pg.huge {
 		fl, df = noc.FlagHuge, dataHuge
 	}
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content, backups: e.Backups(pg.key)})
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content, backups: e.standIns(pg.key)})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})

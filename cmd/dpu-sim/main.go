@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas (in a dpu-sim built with go build -tags dpubug)")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, or early-ack (with --replicas 2: writes answered before the backups hold them) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
@@ -106,8 +106,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "":
 	case "stale-cas":
 		bug = coherence.BugStaleCAS
+	case "early-ack":
+		bug = coherence.BugEarlyAck
 	default:
-		return fmt.Errorf("unknown --plant-bug %q (want stale-cas)", *plant)
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas or early-ack)", *plant)
 	}
 	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas}
 	list := make([]uint64, 0, *seeds)
