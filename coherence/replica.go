@@ -926,6 +926,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	e.closeFetch(key)
 	e.startReplication(now, pg)
 	e.wake(now, pg)
+	e.failInFlight(now, key)
 }
 
 // PromotionTracer is implemented by tracers that check failovers: a backup
@@ -992,6 +993,30 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 		pg.ownerNode = h.owner
 	}
 	e.floodFailover(in, key, f.PageVersion, h)
+	e.failInFlight(now, key)
+}
+
+// failInFlight ends this node's host writes and atomics in flight for a
+// page that just failed over: they went to an owner that died, whether it
+// applied them is unknown (ETIMEDOUT), and sending them again could apply
+// them twice. Their callers learn it now instead of at their bound.
+func (e *Engine) failInFlight(now time.Duration, key gva.GVA) {
+	var ids []uint64
+	for id, r := range e.reqs {
+		switch r.hr.Op {
+		case HostStore, HostCAS, HostFetchAdd:
+			if r.key == key && !r.waiting {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if r := e.reqs[id]; r != nil {
+			e.stats.ReplFailedInFlight++
+			e.completeErr(now, r, syscall.ETIMEDOUT, "the page's owner failed and a backup took the page over: outcome unknown")
+		}
+	}
 }
 
 // hintOwner returns the owner a failover named for key, if routing

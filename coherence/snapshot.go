@@ -57,6 +57,7 @@ type Counters struct {
 	ReplCopiesExpired             uint64 // copies dropped unconfirmed past CopyLease
 	Promotions, ReplPromoteFailed uint64 // pages taken over from a dead owner; refused for want of room
 	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
+	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover
 
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64
