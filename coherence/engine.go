@@ -248,6 +248,12 @@ type Engine struct {
 	hints     map[gva.GVA]ownerHint
 	hintOrder []gva.GVA
 	replTimer arbiter.TimerID
+	// owner side: owned pages by backup node, when routing first lost
+	// each backup node, pages the replication timer must look at
+	backedBy      map[noc.NodeID]map[gva.GVA]bool
+	backupUnreach map[noc.NodeID]time.Duration
+	attention     map[gva.GVA]bool
+	probing       map[gva.GVA]bool // copies with a probe due or an owner found restarted
 
 	nextReq  uint64
 	swapSeq  uint64
@@ -423,8 +429,13 @@ func New(cfg Config) (*Engine, error) {
 		copies:   make(map[gva.GVA]*backupCopy),
 		copiesBy: make(map[noc.NodeID]map[gva.GVA]bool),
 		hints:    make(map[gva.GVA]ownerHint),
-		pay:      make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
-		hostPay:  make([]byte, 0, gva.PageSize+64),
+
+		backedBy:      make(map[noc.NodeID]map[gva.GVA]bool),
+		backupUnreach: make(map[noc.NodeID]time.Duration),
+		attention:     make(map[gva.GVA]bool),
+		probing:       make(map[gva.GVA]bool),
+		pay:           make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
+		hostPay:       make([]byte, 0, gva.PageSize+64),
 	}
 	e.dbg, _ = cfg.Tracer.(debugTracer)
 	return e, nil

@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"encoding/binary"
+	"maps"
 	"slices"
 	"syscall"
 	"time"
@@ -29,7 +30,7 @@ const (
 	replHead  = 8 + 8 + 1 + 1 + 1 // epoch, owner incarnation, flags, rank, backups n
 	replAckLn = 8 + 8 + 1         // epoch, backup incarnation, flags
 	dropLen   = 8                 // epoch
-	handLen   = 8 + 4             // epoch, heir (the node the page was handed to)
+	handLen   = 8 + 4 + 8         // epoch, heir (the node the page was handed to), its incarnation
 	goneLen   = 8 + 8             // epoch, the answering node's incarnation (a probe's answer)
 	failLen   = 4 + 8 + 8         // owner, incarnation, epoch
 )
@@ -93,6 +94,7 @@ type backupCopy struct {
 	// in for the page until the heir's backups hold it, and is promoted
 	// only if the heir dies.
 	heir    noc.NodeID
+	heirInc uint64
 	hasHeir bool
 	// ownerGone: the owner's node answered a probe as a later incarnation
 	// (it restarted before routing declared it dead): promote.
@@ -142,6 +144,27 @@ func (e *Engine) repBusy(pg *page) bool {
 		}
 	}
 	return false
+}
+
+// attend marks an owned page for the replication timer's attention.
+func (e *Engine) attend(key gva.GVA) { e.attention[key] = true }
+
+// indexBackup files an owned page under one of its backups (the timer
+// checks routing once per backup node, not once per page).
+func (e *Engine) indexBackup(n noc.NodeID, key gva.GVA) {
+	if e.backedBy[n] == nil {
+		e.backedBy[n] = map[gva.GVA]bool{}
+	}
+	e.backedBy[n][key] = true
+}
+
+func (e *Engine) unindexBackup(n noc.NodeID, key gva.GVA) {
+	if set := e.backedBy[n]; set != nil {
+		delete(set, key)
+		if len(set) == 0 {
+			delete(e.backedBy, n)
+		}
+	}
 }
 
 // gate is execute's first step on a replicated page: it reports whether
@@ -194,6 +217,7 @@ func (e *Engine) gate(now time.Duration, pg *page, op *ownerOp) bool {
 	}
 	sw.op, sw.version = op, pg.version+1
 	pg.rep.staged = &sw
+	e.attend(pg.key)
 	e.stats.ReplStaged++
 	for i := range pg.rep.backups {
 		e.sendDelta(pg, &pg.rep.backups[i])
@@ -265,7 +289,7 @@ func (e *Engine) endReplication(now time.Duration, pg *page) {
 // committed a swap to heir: its backups keep their copies for the heir
 // until the heir's own backups hold the page (the heir tells them then);
 // they are promoted only if the heir dies first.
-func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeID, epoch uint64) {
+func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeID, heirInc, epoch uint64) {
 	rep := pg.rep
 	if rep == nil {
 		return
@@ -274,6 +298,7 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 		var p [handLen]byte
 		binary.BigEndian.PutUint64(p[:], pg.epoch)
 		binary.BigEndian.PutUint32(p[8:], uint32(heir))
+		binary.BigEndian.PutUint64(p[12:], heirInc)
 		f := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, b.node, 0, pg.key, 0, p[:])
 		e.sendNode(&f)
 		e.stats.ReplDrops++
@@ -294,7 +319,7 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 		list = append(list, b.node)
 	}
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
-		content: slices.Clone(pg.content), backups: list, touched: now, heir: heir, hasHeir: true}
+		content: slices.Clone(pg.content), backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
 	e.stats.ReplCopies++
@@ -306,6 +331,10 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 func (e *Engine) releaseRep(now time.Duration, pg *page) {
 	rep := pg.rep
 	pg.rep = nil
+	for _, b := range rep.backups {
+		e.unindexBackup(b.node, pg.key)
+	}
+	delete(e.attention, pg.key)
 	if rep.staged != nil {
 		rep.queue = append([]*ownerOp{rep.staged.op}, rep.queue...)
 	}
@@ -322,6 +351,7 @@ func (e *Engine) startReplication(now time.Duration, pg *page) {
 		return
 	}
 	pg.rep = &ownerRep{}
+	e.attend(pg.key)
 	e.fillBackups(now, pg)
 	e.armRepl(now)
 }
@@ -343,6 +373,8 @@ func (e *Engine) fillBackups(now time.Duration, pg *page) {
 			continue
 		}
 		rep.backups = append(rep.backups, backupLink{node: nb})
+		e.indexBackup(nb, pg.key)
+		e.attend(pg.key)
 		e.stats.ReplBackupsChosen++
 		e.sendFull(pg, len(rep.backups)-1)
 	}
@@ -565,6 +597,8 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	if flags&ackNeedFull != 0 {
 		b.ok, b.inc = false, inc
 		e.sendFull(pg, i)
+		e.attend(key)
+		e.armRepl(now)
 		return
 	}
 	if b.inc != inc || !b.ok || f.PageVersion > b.acked {
@@ -619,11 +653,21 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 		return
 	}
 	if len(f.Payload) == goneLen {
-		if c.owner != f.Src || c.hasHeir {
+		inc := binary.BigEndian.Uint64(f.Payload[8:])
+		if c.hasHeir {
+			if f.Src == c.heir && inc != c.heirInc {
+				c.ownerGone = true // the heir restarted before it took the page
+				e.probing[c.key] = true
+				e.stats.ReplOwnersGone++
+			}
+			return // else the heir lives and may still take the page
+		}
+		if c.owner != f.Src {
 			return
 		}
-		if binary.BigEndian.Uint64(f.Payload[8:]) != c.ownerInc {
+		if inc != c.ownerInc {
 			c.ownerGone = true // restarted: what it owned died with it
+			e.probing[c.key] = true
 			e.stats.ReplOwnersGone++
 			return
 		}
@@ -634,6 +678,7 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 	if len(f.Payload) == handLen {
 		if c.owner == f.Src && !c.hasHeir {
 			c.heir, c.hasHeir = noc.NodeID(binary.BigEndian.Uint32(f.Payload[8:])), true
+			c.heirInc = binary.BigEndian.Uint64(f.Payload[12:])
 			c.unreachAt = 0
 			// The old owner keeps a copy too and ranks first.
 			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
@@ -661,40 +706,63 @@ func (e *Engine) replTick(now time.Duration) {
 	e.replTimer = 0
 	grace := e.cfg.FailoverGrace
 	busy := false
-	// Owner side.
-	keys := make([]gva.GVA, 0, 8)
-	for key, pg := range e.pages {
-		if pg.owner && pg.rep != nil {
-			keys = append(keys, key)
-		}
+	// Owner side: backups routing lost, by backup node.
+	nodes := make([]noc.NodeID, 0, len(e.backedBy))
+	for n := range e.backedBy {
+		nodes = append(nodes, n)
 	}
-	slices.SortFunc(keys, gva.Compare)
-	for _, key := range keys {
-		pg := e.pages[key]
-		rep := pg.rep
-		changed := false
-		for i := 0; i < len(rep.backups); i++ {
-			b := &rep.backups[i]
-			if _, _, ok := e.rt.NextHop(b.node); ok {
-				b.unreachAt = 0
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		if _, _, ok := e.rt.NextHop(n); ok {
+			delete(e.backupUnreach, n)
+			continue
+		}
+		since, seen := e.backupUnreach[n]
+		if !seen {
+			e.backupUnreach[n] = now
+			busy = true
+			continue
+		}
+		if now-since < grace {
+			busy = true
+			continue
+		}
+		delete(e.backupUnreach, n)
+		ks := slices.SortedFunc(maps.Keys(e.backedBy[n]), gva.Compare)
+		for _, key := range ks {
+			pg := e.pages[key]
+			if pg == nil || pg.rep == nil {
 				continue
 			}
-			if b.unreachAt == 0 {
-				b.unreachAt = now
-			}
-			if now-b.unreachAt >= grace {
-				e.sendDrop(b.node, key, pg.epoch) // if it ever comes back
-				rep.backups = slices.Delete(rep.backups, i, i+1)
+			if i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == n }); i >= 0 {
+				e.sendDrop(n, key, pg.epoch) // if it ever comes back
+				pg.rep.backups = slices.Delete(pg.rep.backups, i, i+1)
+				e.unindexBackup(n, key)
 				e.stats.ReplBackupsLost++
-				i--
-				changed = true
+				e.attend(key)
 			}
 		}
-		if changed || len(rep.backups) < e.cfg.Replicas-1 {
+	}
+	// Owner side: pages with something pending (a staged write, a backup
+	// to sync, too few backups).
+	keys := slices.SortedFunc(maps.Keys(e.attention), gva.Compare)
+	for _, key := range keys {
+		pg := e.pages[key]
+		if pg == nil || !pg.owner || pg.rep == nil {
+			delete(e.attention, key)
+			continue
+		}
+		rep := pg.rep
+		if len(rep.backups) < e.cfg.Replicas-1 {
 			e.fillBackups(now, pg)
 		}
 		if !e.repBusy(pg) {
 			e.drainRep(now, pg)
+			if pg.rep != nil && len(pg.rep.backups) >= e.cfg.Replicas-1 {
+				delete(e.attention, key)
+			} else {
+				busy = true
+			}
 			continue
 		}
 		busy = true
@@ -709,24 +777,25 @@ func (e *Engine) replTick(now time.Duration) {
 		}
 	}
 	// Backup side: probes due, owners found restarted.
-	if len(e.copies) > 0 {
-		ks := make([]gva.GVA, 0, 4)
-		for key, c := range e.copies {
-			if c.ownerGone || c.probeDue != 0 && now >= c.probeDue {
-				ks = append(ks, key)
-			}
-		}
-		slices.SortFunc(ks, gva.Compare)
-		for _, key := range ks {
+	if len(e.probing) > 0 {
+		busy = true
+		for _, key := range slices.SortedFunc(maps.Keys(e.probing), gva.Compare) {
 			c := e.copies[key]
-			if c.ownerGone {
+			switch {
+			case c == nil:
+				delete(e.probing, key)
+			case c.ownerGone:
 				if !e.lowerRankAlive(c) {
+					delete(e.probing, key)
 					e.promote(now, c)
 				}
-				continue
+			case c.probeDue == 0:
+				delete(e.probing, key)
+			case now >= c.probeDue:
+				c.probeDue = 0
+				delete(e.probing, key)
+				e.probe(now, c)
 			}
-			c.probeDue = 0
-			e.probe(now, c)
 		}
 	}
 	// Backup side: copies whose owner routing lost.
@@ -773,14 +842,14 @@ func (e *Engine) replTick(now time.Duration) {
 			e.promote(now, c)
 		}
 	}
-	if busy || len(keys) > 0 || len(e.copies) > 0 {
+	if busy || len(e.backedBy) > 0 || len(e.copies) > 0 {
 		e.armRepl(now)
 	}
 }
 
 // probe asks a copy's owner whether it still counts on the copy.
 func (e *Engine) probe(now time.Duration, c *backupCopy) {
-	if c.hasHeir || now-c.probedAt < e.cfg.RetryInterval && c.probedAt != 0 {
+	if now-c.probedAt < e.cfg.RetryInterval && c.probedAt != 0 {
 		return
 	}
 	c.probedAt = now
@@ -788,7 +857,7 @@ func (e *Engine) probe(now time.Duration, c *backupCopy) {
 	binary.BigEndian.PutUint64(b[:], c.epoch)
 	binary.BigEndian.PutUint64(b[8:], e.inc)
 	b[16] = ackProbe
-	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, c.owner, 0, c.key, c.version, b[:])
+	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, c.watched(), 0, c.key, c.version, b[:])
 	e.sendNode(&f)
 	e.stats.ReplProbes++
 }
@@ -808,6 +877,7 @@ func (e *Engine) neighbourChanged(now time.Duration, nb noc.NodeID) {
 		c := e.copies[key]
 		c.probedAt = 0
 		c.probeDue = now + e.cfg.RetryInterval
+		e.probing[key] = true
 	}
 	e.armRepl(now)
 }
@@ -822,6 +892,7 @@ func (e *Engine) expireCopies(now time.Duration) {
 			keys = append(keys, key)
 		} else if now-c.touched > 2*e.cfg.HomeRefresh && c.probeDue == 0 {
 			c.probeDue = now // its owner missed a confirmation: still there?
+			e.probing[key] = true
 			e.armRepl(now)
 		}
 	}

@@ -327,7 +327,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
-	e.handOverReplication(now, pg, sw.peer, sw.epoch)
+	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch)
 	ans, err := e.arb.SwapDone(now, key)
 	if err == nil {
 		e.copyAnswers(ans)
