@@ -405,14 +405,11 @@ func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v
 	if pg.huge {
 		flags |= replHuge
 	}
-	p := binary.BigEndian.AppendUint64(e.pay[:0], pg.epoch)
-	p = binary.BigEndian.AppendUint64(p, e.inc)
-	p = append(p, flags, uint8(rank), uint8(len(rep.backups)))
+	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data}
 	for _, b := range rep.backups {
-		p = binary.BigEndian.AppendUint32(p, uint32(b.node))
+		m.backups = append(m.backups, b.node)
 	}
-	p = binary.BigEndian.AppendUint16(p, uint16(off))
-	p = append(p, data...)
+	p := appendReplicate(e.pay[:0], m)
 	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, 0, pg.key, v, p)
 	e.sendNode(&f)
 }
@@ -435,6 +432,17 @@ type replMsg struct {
 	data            []byte
 }
 
+func appendReplicate(b []byte, m replMsg) []byte {
+	b = binary.BigEndian.AppendUint64(b, m.epoch)
+	b = binary.BigEndian.AppendUint64(b, m.ownerInc)
+	b = append(b, m.flags, uint8(m.rank), uint8(len(m.backups)))
+	for _, n := range m.backups {
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(m.off))
+	return append(b, m.data...)
+}
+
 func decodeReplicate(p []byte) (replMsg, error) {
 	var m replMsg
 	if len(p) < replHead {
@@ -455,6 +463,8 @@ func decodeReplicate(p []byte) (replMsg, error) {
 	m.off = int(binary.BigEndian.Uint16(p))
 	m.data = p[2:]
 	switch {
+	case m.flags&^(replFull|replHuge|replTouch) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+		return m, errMalformed
 	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
 		return m, errMalformed
 	case m.flags&replTouch != 0 && len(m.data) != 0:
