@@ -99,8 +99,14 @@ type backupCopy struct {
 	// ownerGone: the owner's node answered a probe as a later incarnation
 	// (it restarted before routing declared it dead): promote.
 	ownerGone bool
-	probedAt  time.Duration
-	probeDue  time.Duration // probe the owner at this time (0: not due)
+	// query: the id of an OpOwnerQuery asking the page's home, before a
+	// promotion, whether the page moved on past this copy's owner
+	// (queries: how many were sent, queryAt: when the last was).
+	query    uint64
+	queries  int
+	queryAt  time.Duration
+	probedAt time.Duration
+	probeDue time.Duration // probe the owner at this time (0: not due)
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -506,6 +512,8 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 			e.stats.ReplCopies++
 		}
 		c.owner, c.hasHeir = f.Src, false
+		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries = false, 0, 0, 0, 0
+		delete(e.probing, key)
 		e.indexCopy(c)
 		copy(c.content, m.data)
 		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
@@ -664,6 +672,9 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 	}
 	if len(f.Payload) == goneLen {
 		inc := binary.BigEndian.Uint64(f.Payload[8:])
+		if e.dbg != nil {
+			e.debugf(c.key, "probe answer from %v inc %d: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+		}
 		if c.hasHeir {
 			if f.Src == c.heir && inc != c.heirInc {
 				c.ownerGone = true // the heir restarted before it took the page
@@ -796,8 +807,7 @@ func (e *Engine) replTick(now time.Duration) {
 				delete(e.probing, key)
 			case c.ownerGone:
 				if !e.lowerRankAlive(c) {
-					delete(e.probing, key)
-					e.promote(now, c)
+					e.tryPromote(now, c) // the copy leaves e.probing when it goes
 				}
 			case c.probeDue == 0:
 				delete(e.probing, key)
@@ -841,6 +851,9 @@ func (e *Engine) replTick(now time.Duration) {
 			if now-c.unreachAt < wait {
 				continue
 			}
+			if e.dbg != nil {
+				e.debugf(key, "copy's node %v unreachable since %v (owner %v heir %v/%v)", o, c.unreachAt, c.owner, c.heir, c.hasHeir)
+			}
 			if c.unreachAt-c.touched > e.cfg.CopyLease {
 				e.dropCopy(c) // the owner had stopped counting on it before it died
 				e.stats.ReplCopiesExpired++
@@ -849,7 +862,7 @@ func (e *Engine) replTick(now time.Duration) {
 			if e.lowerRankAlive(c) {
 				continue
 			}
-			e.promote(now, c)
+			e.tryPromote(now, c)
 		}
 	}
 	if busy || len(e.backedBy) > 0 || len(e.copies) > 0 {
@@ -1008,6 +1021,73 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	e.startReplication(now, pg)
 	e.wake(now, pg)
 	e.failInFlight(now, key)
+}
+
+// maxQueries bounds the questions a backup asks a page's home before it
+// takes the page over.
+const maxQueries = 3
+
+// queryBit marks the request ids of a backup's questions to a page's home
+// (swap ids are host request ids, far below it).
+const queryBit = 1 << 62
+
+// tryPromote takes a page over from a dead owner unless the page's home
+// says the page moved on past this copy's owner (a handover whose word
+// to this backup died with its sender). It asks the home first when the
+// home is another live node; without an answer after maxQueries tries, or
+// with no home to ask, it takes the page over.
+func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
+	h := homeOf(c.key)
+	if h == e.self {
+		if e.movedOn(c, e.home[c.key]) {
+			e.dropCopy(c)
+			e.stats.ReplCopiesDropped++
+			return
+		}
+		e.promote(now, c)
+		return
+	}
+	_, _, reach := e.rt.NextHop(h)
+	if !reach || h == c.owner || c.hasHeir && h == c.heir || c.queries >= maxQueries {
+		e.promote(now, c)
+		return
+	}
+	if c.query != 0 && now-c.queryAt < 2*e.cfg.RetryInterval {
+		return // an answer may still come
+	}
+	e.nextReq++
+	c.query, c.queryAt = queryBit|e.nextReq, now
+	c.queries++
+	f := newFrame(noc.ClassControl, OpOwnerQuery, 0, e.self, h, c.query, c.key, 0, nil)
+	e.sendNode(&f)
+	e.stats.ReplQueries++
+}
+
+// movedOn reports whether a home record names a later owner than the one
+// this copy stands for (its owner's epoch, or the heir's: one more).
+func (e *Engine) movedOn(c *backupCopy, rec *homeRecord) bool {
+	if rec == nil {
+		return false
+	}
+	want := c.epoch
+	if c.hasHeir {
+		want++
+	}
+	return rec.freed || rec.epoch > want
+}
+
+// queryAnswered acts on the home's answer to a backup's question.
+func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord) {
+	c.query = 0
+	if e.movedOn(c, rec) {
+		if e.dbg != nil {
+			e.debugf(c.key, "home says the page moved on (epoch %d, owner %v): copy of epoch %d dropped", rec.epoch, rec.owner, c.epoch)
+		}
+		e.dropCopy(c)
+		e.stats.ReplCopiesDropped++
+		return
+	}
+	c.queries = maxQueries // decided: take it over at the next tick
 }
 
 // PromotionTracer is implemented by tracers that check failovers: a backup

@@ -58,6 +58,7 @@ type Counters struct {
 	Promotions, ReplPromoteFailed uint64 // pages taken over from a dead owner; refused for want of room
 	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
 	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover
+	ReplQueries                   uint64 // questions to a page's home before a takeover
 
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64

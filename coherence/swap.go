@@ -480,6 +480,10 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		}
 		rec = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
 	}
+	if c := e.copies[key]; c != nil && c.query != 0 && c.query == f.RequestID {
+		e.queryAnswered(now, c, rec)
+		return
+	}
 	pg, sw := e.swapIn(f)
 	if sw == nil || sw.stage != stageQuerying {
 		e.stats.Stale++

@@ -227,6 +227,7 @@ func (c *checker) Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content 
 		return
 	}
 	c.failovers++
+	g.maybeLost = false
 	if c.debug != nil {
 		c.debug(key, fmt.Sprintf("%v node %v took the page over at version %d (committed %d)", c.w.now, self, v, g.version))
 	}
@@ -274,11 +275,14 @@ func (c *checker) owners(final bool) {
 		if g.lost {
 			continue
 		}
-		owners, swapping := 0, false
+		owners, swapping, backed := 0, false, false
 		desc := ""
 		for _, n := range c.w.nodes {
 			if !n.alive {
 				continue
+			}
+			if c.w.cfg.Replicas > 1 && !backed {
+				_, backed = n.eng.Backing(key)
 			}
 			o, s := n.eng.Holding(key)
 			if o {
@@ -296,8 +300,9 @@ func (c *checker) owners(final bool) {
 		switch {
 		case owners > 1:
 			c.violate("page %v has %d owners", key, owners)
-		case owners == 0 && g.failingOver && !final:
-			// its owner crashed; a backup takes it over
+		case owners == 0 && (g.failingOver || g.maybeLost && backed) && !final:
+			// its owner crashed (or a swap's side did); a backup or a
+			// stand-in takes it over
 		case owners == 0 && g.failingOver && !g.maybeLost:
 			c.violate("page %v: its owner crashed and no backup took it over", key)
 		case owners == 0 && g.maybeLost && (!swapping || final):
