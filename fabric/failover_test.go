@@ -17,13 +17,14 @@ import (
 // closes, counting the increments acknowledged and the calls whose outcome
 // is unknown (an error after the request may have reached the owner).
 type casCounter struct {
-	node      int
-	acked     int
-	unknown   int
-	firstAck  time.Time // first acknowledged increment after the kill (zero: none yet)
-	killed    *time.Time
-	mu        *sync.Mutex
-	lastError error
+	node         int
+	acked        int
+	unknown      int
+	firstAck     time.Time // first acknowledged increment issued after the kill (zero: none yet)
+	firstStarted time.Time // when that call was issued
+	killed       *time.Time
+	mu           *sync.Mutex
+	lastError    error
 }
 
 func (cc *casCounter) run(ctx context.Context, c *client.Client, g gva.GVA, stop <-chan struct{}) {
@@ -34,6 +35,10 @@ func (cc *casCounter) run(ctx context.Context, c *client.Client, g gva.GVA, stop
 			return
 		default:
 		}
+		cc.mu.Lock()
+		started := time.Now()
+		after := !cc.killed.IsZero() // issued after the owner was gone
+		cc.mu.Unlock()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		old, swapped, err := c.CompareAndSwap(cctx, g, expected, expected+1)
 		cancel()
@@ -41,8 +46,9 @@ func (cc *casCounter) run(ctx context.Context, c *client.Client, g gva.GVA, stop
 		case err == nil && swapped:
 			cc.mu.Lock()
 			cc.acked++
-			if !cc.killed.IsZero() && cc.firstAck.IsZero() {
+			if after && cc.firstAck.IsZero() {
 				cc.firstAck = time.Now()
+				cc.firstStarted = started
 			}
 			cc.mu.Unlock()
 			expected = old + 1
@@ -105,12 +111,14 @@ func TestOwnerKilledUnderCASLoad(t *testing.T) {
 		wg.Wait()
 		t.Fatal("no increment before the kill")
 	}
-	mu.Lock()
-	killed = time.Now()
-	mu.Unlock()
+	start := time.Now()
 	if err := st.Kill(0, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
+	killed = time.Now() // Kill returns once the process is gone
+	mu.Unlock()
+	t.Logf("SIGKILL took %v to end the owner's process", killed.Sub(start).Round(time.Millisecond))
 	// Run until every survivor has incremented again (bounded).
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -144,7 +152,7 @@ func TestOwnerKilledUnderCASLoad(t *testing.T) {
 		}
 	}
 	failover := first.Sub(killed)
-	t.Logf("failover: SIGKILL of the owner to the first acknowledged CAS from another node: %v", failover.Round(time.Millisecond))
+	t.Logf("failover: the owner's process gone to the first acknowledged CAS from another node (issued after): %v", failover.Round(time.Millisecond))
 	final, err := clients[1].Load64(ctx, g)
 	if err != nil {
 		t.Fatalf("final load through a survivor: %v", err)
