@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/fabric"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/client"
+	"github.com/aitherion/dpu/internal/privtest"
 )
 
 // casCounter increments the word at g with CAS from one client until stop
@@ -81,6 +85,37 @@ func (cc *casCounter) run(ctx context.Context, c *client.Client, g gva.GVA, stop
 // the kill).
 func TestOwnerKilledUnderCASLoad(t *testing.T) {
 	st, _ := upShared(t, 4, "ring", "--replicas", "2")
+	ownerKilledUnderCASLoad(t, st)
+}
+
+// TestOwnerKilledUnderCASLoadVeth is the same on a veth fabric (network
+// namespaces, AF_XDP links), its agents configured by dpu-fabric's
+// replicas (privileged).
+func TestOwnerKilledUnderCASLoadVeth(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	spec := fabric.Spec{Nodes: 4, Topo: "ring", Dir: dir, Links: "veth", Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Replicas: 2}
+	st, err := fabric.Up(context.Background(), spec, testWriter{t})
+	t.Cleanup(func() {
+		if t.Failed() && st != nil {
+			for _, a := range st.Agents {
+				b, _ := os.ReadFile(a.Log)
+				t.Logf("node %d log:\n%s", a.Node, b)
+			}
+		}
+		if err := fabric.Down(dir); err != nil {
+			t.Errorf("down: %v", err)
+		}
+		assertNoNamespaces(t, dir)
+	})
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	ownerKilledUnderCASLoad(t, st)
+}
+
+func ownerKilledUnderCASLoad(t *testing.T, st *fabric.State) {
 	ctx := ctxFor(t, 3*time.Minute)
 	clients := make([]*client.Client, 4)
 	for i := range clients {
