@@ -117,6 +117,7 @@ func seedFrames() [][]byte {
 	add(noc.ClassControl, OpReplicateAck, 0, 10, 1, 0, rep, 1, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, ackProbe})
 	add(noc.ClassControl, OpReplicaDrop, 0, 2, 1, 0, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1})
 	add(noc.ClassControl, OpReplicaDrop, 0, 2, 1, 0, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9})
+	add(noc.ClassControl, OpReplicaDrop, 0, 2, 1, 0, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0})
 	add(noc.ClassControl, OpFailover, 0, 3, noc.BroadcastNode, 0, rep, 4, []byte{0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 2})
 	return out
 }

@@ -31,7 +31,7 @@ const (
 	replAckLn = 8 + 8 + 1         // epoch, backup incarnation, flags
 	dropLen   = 8                 // epoch
 	handLen   = 8 + 4 + 8         // epoch, heir (the node the page was handed to), its incarnation
-	goneLen   = 8 + 8             // epoch, the answering node's incarnation (a probe's answer)
+	goneLen   = 8 + 8 + 1         // epoch, the answering node's incarnation, flags (a probe's answer)
 	failLen   = 4 + 8 + 8         // owner, incarnation, epoch
 )
 
@@ -40,6 +40,11 @@ const (
 	replFull  = 1 << 0 // data is the whole content at the header's version
 	replHuge  = 1 << 1
 	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
+)
+
+// Probe-answer flags.
+const (
+	goneAcquiring = 1 << 0 // the answering node is acquiring the page
 )
 
 // Replicate-ack flags.
@@ -105,6 +110,7 @@ type backupCopy struct {
 	query    uint64
 	queries  int
 	queryAt  time.Duration
+	queryErr bool
 	probedAt time.Duration
 	probeDue time.Duration // probe the owner at this time (0: not due)
 
@@ -512,7 +518,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 			e.stats.ReplCopies++
 		}
 		c.owner, c.hasHeir = f.Src, false
-		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries = false, 0, 0, 0, 0
+		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr = false, 0, 0, 0, 0, 0, false
 		delete(e.probing, key)
 		e.indexCopy(c)
 		copy(c.content, m.data)
@@ -595,6 +601,9 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 			var b [goneLen]byte
 			binary.BigEndian.PutUint64(b[:], epoch)
 			binary.BigEndian.PutUint64(b[8:], e.inc)
+			if pg != nil && pg.swap != nil && !pg.swap.out {
+				b[16] = goneAcquiring // taking it over right now
+			}
 			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, b[:])
 			e.sendNode(&d)
 		case pg == nil || !pg.owner:
@@ -676,12 +685,15 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 			e.debugf(c.key, "probe answer from %v inc %d: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
 		}
 		if c.hasHeir {
-			if f.Src == c.heir && inc != c.heirInc {
-				c.ownerGone = true // the heir restarted before it took the page
+			if f.Src == c.heir && (inc != c.heirInc || f.Payload[16]&goneAcquiring == 0) {
+				// The heir restarted before it took the page, or lives
+				// without it: either it handed the page on (the home knows)
+				// or it never took it. tryPromote asks the home.
+				c.ownerGone = true
 				e.probing[c.key] = true
 				e.stats.ReplOwnersGone++
 			}
-			return // else the heir lives and may still take the page
+			return // else the heir is still taking the page
 		}
 		if c.owner != f.Src {
 			return
@@ -1048,11 +1060,17 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		return
 	}
 	_, _, reach := e.rt.NextHop(h)
-	if !reach || h == c.owner || c.hasHeir && h == c.heir || c.queries >= maxQueries {
+	if !reach || c.queries >= maxQueries {
 		e.promote(now, c)
 		return
 	}
-	if c.query != 0 && now-c.queryAt < 2*e.cfg.RetryInterval {
+	wait := 2 * e.cfg.RetryInterval
+	if c.queryErr {
+		// The home has no record (it restarted lately, say): the page's
+		// owner, if any lives, tells it within a refresh period.
+		wait = e.cfg.HomeRefresh
+	}
+	if c.queryAt != 0 && now-c.queryAt < wait {
 		return // an answer may still come
 	}
 	e.nextReq++
@@ -1079,6 +1097,10 @@ func (e *Engine) movedOn(c *backupCopy, rec *homeRecord) bool {
 // queryAnswered acts on the home's answer to a backup's question.
 func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord) {
 	c.query = 0
+	if rec == nil {
+		c.queryErr = true // ask again later, or take it over after maxQueries
+		return
+	}
 	if e.movedOn(c, rec) {
 		if e.dbg != nil {
 			e.debugf(c.key, "home says the page moved on (epoch %d, owner %v): copy of epoch %d dropped", rec.epoch, rec.owner, c.epoch)
