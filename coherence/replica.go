@@ -107,6 +107,7 @@ type backupCopy struct {
 	// query: the id of an OpOwnerQuery asking the page's home, before a
 	// promotion, whether the page moved on past this copy's owner
 	// (queries: how many were sent, queryAt: when the last was).
+	goneAt   time.Duration // when ownerGone was first acted on
 	query    uint64
 	queries  int
 	queryAt  time.Duration
@@ -518,7 +519,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 			e.stats.ReplCopies++
 		}
 		c.owner, c.hasHeir = f.Src, false
-		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr = false, 0, 0, 0, 0, 0, false
+		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr, c.goneAt = false, 0, 0, 0, 0, 0, false, 0
 		delete(e.probing, key)
 		e.indexCopy(c)
 		copy(c.content, m.data)
@@ -818,6 +819,14 @@ func (e *Engine) replTick(now time.Duration) {
 			case c == nil:
 				delete(e.probing, key)
 			case c.ownerGone:
+				if c.goneAt == 0 {
+					c.goneAt = now
+				}
+				if c.hasHeir && now-c.goneAt < 2*e.cfg.FailoverGrace {
+					// The heir's own backups, if any, go first (their
+					// failover names a newer epoch and drops this copy).
+					continue
+				}
 				if !e.lowerRankAlive(c) {
 					e.tryPromote(now, c) // the copy leaves e.probing when it goes
 				}
@@ -961,7 +970,8 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	key := c.key
 	pg := e.pages[key]
 	if pg != nil && pg.swap != nil {
-		return // try again at the next tick
+		c.queries, c.queryAt, c.query = 0, 0, 0 // ask again then: the answer may be stale
+		return                                  // try again at the next tick
 	}
 	if pg == nil {
 		content, err := e.store.Alloc(key, c.huge)
@@ -981,7 +991,11 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		copy(pg.content, c.content)
 		pg.version = c.version
 	}
-	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, c.epoch+1, e.self
+	epoch := c.epoch + 1
+	if c.hasHeir {
+		epoch++ // the heir's epoch was c.epoch+1: ours follows it
+	}
+	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
 	e.dropCopy(c)
 	e.stats.Promotions++
 	if e.dbg != nil {
