@@ -325,6 +325,9 @@ func (a *Agent) newEngine() error {
 	}
 	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
+		// A backup copy must outlive the dead interval that declares its
+		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
+		Replicas: a.cfg.Replicas, CopyLease: max(coherence.DefaultCopyLease, 2*a.cfg.DeadInterval+time.Second),
 		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

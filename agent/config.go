@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/noc"
 )
@@ -71,6 +72,12 @@ type Config struct {
 	// raised before the hardware timer revokes it (a host fault).
 	RequestTimeout time.Duration
 	PinBound       time.Duration
+	// Replicas is the replication factor R (key replicas, default 1):
+	// every page owned here has R−1 backups on neighbouring nodes, a
+	// write is answered only once they hold it, and a backup takes the
+	// page over when this node dies (docs/replication.md). Every node of
+	// a fabric should use the same R.
+	Replicas int
 	// MetricsListen, when set, is the TCP address (host:port) where the
 	// agent serves Prometheus metrics at /metrics; empty: no metrics
 	// server (the default).
@@ -152,7 +159,7 @@ func (c *Config) LoadFile(path string) error {
 // "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
 // or poll), spin (the adaptive loop's budget), poll (= loop poll),
 // heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
-// pin-bound, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
+// pin-bound, replicas, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
 // user-conns, and port (repeatable: "port = NAME KIND ARGS...
@@ -271,6 +278,13 @@ func (c *Config) Set(key, val string) error {
 		c.RequestTimeout, err = parsePositiveDuration(val)
 	case "pin-bound":
 		c.PinBound, err = parsePositiveDuration(val)
+	case "replicas":
+		var n int
+		n, err = strconv.Atoi(val)
+		if err == nil && (n < 1 || n > coherence.MaxReplicas) {
+			err = fmt.Errorf("must be 1..%d", coherence.MaxReplicas)
+		}
+		c.Replicas = n
 	case "xdp-pin-dir":
 		c.XDPPinDir = val
 	case "channels":

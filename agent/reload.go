@@ -47,6 +47,7 @@ func (a *Agent) Reload(next Config) (applied, restart []string, err error) {
 		"seed":            next.Seed != cur.Seed,
 		"request-timeout": next.RequestTimeout != cur.RequestTimeout,
 		"pin-bound":       next.PinBound != cur.PinBound,
+		"replicas":        next.Replicas != cur.Replicas,
 		"xdp-pin-dir":     next.XDPPinDir != cur.XDPPinDir,
 		"gpu-*":           next.GPU.Default != cur.GPU.Default || !maps.Equal(next.GPU.Devices, cur.GPU.Devices),
 	} {

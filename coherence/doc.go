@@ -139,7 +139,7 @@
 //
 // # Failures
 //
-// A node that fails loses what it owned (and its home records). Its
+// Without replication (Replicas = 1), a node that fails loses what it owned (and its home records). Its
 // neighbours' links go down: entries whose up port it was are reset and
 // detach their subtrees. Requests for its pages then reach the home (or the
 // owner's restarted incarnation, whose incarnation no longer matches) and
@@ -154,6 +154,33 @@
 //
 // Every host request ends with a result or an error within
 // Config.RequestTimeout.
+//
+// # Replicated owners
+//
+// With Config.Replicas = R > 1 (primary-backup; docs/replication.md) the
+// owner of every page keeps R−1 backups among its neighbours (one per port,
+// in port order), each holding a copy (content, version, ownership epoch)
+// that is never served. A granted write or swapping atomic is staged: its
+// result is computed from the committed content, OpReplicate carries it to
+// every backup, and the page takes nothing else until every backup
+// acknowledges the version (OpReplicateAck); then it commits (applied,
+// propagated, answered). A backup applies a write only on top of the
+// version before it and otherwise asks for the full content. The owner
+// re-sends what is not acknowledged every RetryInterval, replaces a backup
+// routing lost for FailoverGrace, and confirms its copies every
+// HomeRefresh (a copy left unconfirmed for CopyLease is dropped).
+//
+// A backup whose owner routing lost for FailoverGrace — or whose owner
+// answers a probe as a later incarnation (it restarted before routing
+// noticed) — and whose lower-ranked fellow backups are gone too, takes the
+// page over (promotion): next epoch, its copy's content and version, its
+// host's replica and subtree kept, the home told, OpFailover flooded to
+// every node (each keeps it as its first guess of the owner), the host
+// writes in flight to the dead owner ended as unknown (ETIMEDOUT), new
+// backups chosen. A swap's old owner tells its backups the heir's name
+// (OpReplicaDrop with an heir) and keeps a stand-in copy itself, ranked
+// first: they keep the page until the heir's own backups hold it (the heir
+// then drops them) and take it over if the heir dies first.
 //
 // # Capacity
 //
@@ -199,10 +226,19 @@
 //	Control/OpAbort       routed  -            -                           seq (8)
 //	Control/OpOwnerMoved  routed  -            request id = epoch or 0     owner (4; 0xFFFFFFFF: freed), incarnation (8), epoch (8)
 //	Control/OpOwnerMovedAck routed -           request id = epoch          -
+//	Control/OpData (R > 1)  routed  [Huge]     version                     as above, then n (1), n stand-ins (4 each)
+//	Control/OpReplicate   routed  -            version after               epoch (8), owner incarnation (8), flags (1: bit0 full,
+//	                                                                       bit1 huge, bit2 touch), rank (1), n (1), n backups (4 each),
+//	                                                                       offset (2), data (delta; full: 4096; touch: none)
+//	Control/OpReplicateAck routed -            version held                epoch (8), sender incarnation (8), flags (1: bit0 need
+//	                                                                       full, bit1 probe)
+//	Control/OpReplicaDrop routed  -            -                           epoch (8) [, heir (4), heir incarnation (8)]
+//	                                                                       or epoch (8), answering incarnation (8) (probe answer)
+//	Control/OpFailover    flooded -            version                     owner (4), incarnation (8), epoch (8)
 //
 // The request id of a swap's frames is the acquirer's request id; with the
 // acquirer's node id it names the swap. Ownership ops are
-// noc.OpCoherenceFirst (16) … 24. Frames that fail to decode are dropped and
+// noc.OpCoherenceFirst (16) … 25, replication ops 26 … 29. Frames that fail to decode are dropped and
 // counted (Counters.Malformed); no input panics the engine.
 //
 // # Host API

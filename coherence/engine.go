@@ -66,6 +66,23 @@ type Config struct {
 	// answers "retry" for pages it has no record of during two refresh
 	// periods, "host down" after.
 	HomeRefresh time.Duration
+	// Replicas is the replication factor R (default 1: a page lives only
+	// at its owner). With R > 1 every owned page has R−1 backups among the
+	// owner's neighbours; a write, atomic or swap is answered only once
+	// they hold it, and a backup takes a dead owner's page over (see
+	// docs/replication.md). At most MaxReplicas.
+	Replicas int
+	// FailoverGrace is how long routing must have lost a page's owner
+	// before its backup takes the page over, and a backup before its owner
+	// replaces it (default 4 × RetryInterval).
+	FailoverGrace time.Duration
+	// CopyLease: a backup copy its owner has not confirmed for this long
+	// (while routing still reached the owner) is dropped, never promoted
+	// (default the larger of 3 × HomeRefresh and DefaultCopyLease; owners
+	// confirm their copies every HomeRefresh). It must exceed the links'
+	// dead interval plus HomeRefresh, or a dead owner's copies expire
+	// before routing declares it dead.
+	CopyLease time.Duration
 	// PinBound bounds a lock's pin (0: the arbiter's MaxPin).
 	PinBound time.Duration
 	// MaxHops drops page-keyed messages that crossed more nodes (default 64).
@@ -104,6 +121,10 @@ const (
 	// replica and writes the new value through as a plain store: the
 	// compare and the swap are no longer one atomic step at the owner.
 	BugStaleCAS
+	// BugEarlyAck answers a replicated write (replicas > 1) as soon as it
+	// is sent to the backups, without waiting for them to hold it: an
+	// owner that fails can take acknowledged writes with it.
+	BugEarlyAck
 )
 
 // Defaults.
@@ -117,6 +138,7 @@ const (
 	DefaultSwapGiveUp       = time.Second
 	DefaultTimerGranularity = 10 * time.Microsecond
 	DefaultMaxHops          = 64
+	DefaultCopyLease        = 3 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -180,6 +202,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxHops == 0 {
 		c.MaxHops = DefaultMaxHops
 	}
+	if c.Replicas < 0 || c.Replicas > MaxReplicas {
+		return c, fmt.Errorf("coherence: replicas %d outside 1..%d", c.Replicas, MaxReplicas)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.FailoverGrace <= 0 {
+		c.FailoverGrace = 4 * c.RetryInterval
+	}
+	if c.CopyLease <= 0 {
+		c.CopyLease = max(3*c.HomeRefresh, DefaultCopyLease)
+	}
 	return c, nil
 }
 
@@ -207,6 +241,19 @@ type Engine struct {
 	handed   map[gva.GVA]*commitRecord // the latest commit per page: where it went
 	unrefd   map[gva.GVA]unrefMark     // the last unref sent per page (see OpAttach)
 	notices  map[gva.GVA]*notice
+
+	// replication (replica.go)
+	copies    map[gva.GVA]*backupCopy
+	copiesBy  map[noc.NodeID]map[gva.GVA]bool // copies by owner node
+	hints     map[gva.GVA]ownerHint
+	hintOrder []gva.GVA
+	replTimer arbiter.TimerID
+	// owner side: owned pages by backup node, when routing first lost
+	// each backup node, pages the replication timer must look at
+	backedBy      map[noc.NodeID]map[gva.GVA]bool
+	backupUnreach map[noc.NodeID]time.Duration
+	attention     map[gva.GVA]bool
+	probing       map[gva.GVA]bool // copies with a probe due or an owner found restarted
 
 	nextReq  uint64
 	swapSeq  uint64
@@ -266,6 +313,7 @@ type page struct {
 	// settleUntil: the page became ours by a re-sent done; its route's done
 	// may still come: no swap before then.
 	settleUntil time.Duration
+	rep         *ownerRep // replication at the owner (Replicas > 1)
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
@@ -332,6 +380,7 @@ const (
 	tCommit                        // forget a committed swap
 	tNotice                        // re-send OpOwnerMoved
 	tRefresh                       // tell the homes of the pages owned here who owns them
+	tRepl                          // replication: re-send, replace backups, promote copies
 )
 
 type timer struct {
@@ -379,8 +428,16 @@ func New(cfg Config) (*Engine, error) {
 		handed:   make(map[gva.GVA]*commitRecord),
 		unrefd:   make(map[gva.GVA]unrefMark),
 		notices:  make(map[gva.GVA]*notice),
-		pay:      make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
-		hostPay:  make([]byte, 0, gva.PageSize+64),
+		copies:   make(map[gva.GVA]*backupCopy),
+		copiesBy: make(map[noc.NodeID]map[gva.GVA]bool),
+		hints:    make(map[gva.GVA]ownerHint),
+
+		backedBy:      make(map[noc.NodeID]map[gva.GVA]bool),
+		backupUnreach: make(map[noc.NodeID]time.Duration),
+		attention:     make(map[gva.GVA]bool),
+		probing:       make(map[gva.GVA]bool),
+		pay:           make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
+		hostPay:       make([]byte, 0, gva.PageSize+64),
 	}
 	e.dbg, _ = cfg.Tracer.(debugTracer)
 	return e, nil
@@ -426,12 +483,17 @@ func (e *Engine) refreshHomes(now time.Duration) {
 	e.schedule(now+e.cfg.HomeRefresh, timer{kind: tRefresh})
 	keys := make([]gva.GVA, 0, 8)
 	for key, pg := range e.pages {
-		if pg.owner && homeOf(key) != e.self {
+		if pg.owner && (homeOf(key) != e.self || pg.rep != nil) {
 			keys = append(keys, key)
 		}
 	}
 	slices.SortFunc(keys, gva.Compare)
+	e.touchBackups(keys)
+	e.expireCopies(now)
 	for _, key := range keys {
+		if homeOf(key) == e.self {
+			continue
+		}
 		pg := e.pages[key]
 		var b [movedLen]byte
 		binary.BigEndian.PutUint32(b[:], uint32(e.self))
@@ -531,6 +593,15 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {
 			e.handleOwnerQuery(now, f)
 		case OpAttrQuery:
 			e.handleAttrQuery(now, f)
+		case OpReplicate:
+			e.handleReplicate(now, f)
+			e.armRepl(now)
+		case OpReplicateAck:
+			e.handleReplicateAck(now, f)
+		case OpReplicaDrop:
+			e.handleReplicaDrop(f)
+		case OpFailover:
+			e.handleFailover(now, in, f)
 		default:
 			e.malformed()
 		}
@@ -544,11 +615,12 @@ func (e *Engine) malformed() { e.stats.Malformed++ }
 // PortState implements node.Handler. A port going down cuts every tree
 // branch through it: entries whose up port it was are reset (their subtree
 // is detached and re-refs), and it leaves every down set.
-func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, _ noc.NodeID, rt noc.Routes) {
+func (e *Engine) PortState(now time.Duration, p noc.PortID, up bool, nb noc.NodeID, rt noc.Routes) {
 	e.rt = rt
 	if e.dbg != nil {
 		e.debugf(gva.GVA{}, "port %d up=%v", p, up)
 	}
+	e.neighbourChanged(now, nb)
 	if up {
 		return
 	}
@@ -639,6 +711,10 @@ func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer]) {
 		}
 	case tRefresh:
 		e.refreshHomes(now)
+	case tRepl:
+		if e.replTimer == f.ID {
+			e.replTick(now)
+		}
 	case tNotice:
 		if n := e.notices[t.key]; n != nil && n.timer == f.ID {
 			e.sendNotice(now, t.key, n)

@@ -48,10 +48,13 @@ func (s *fakeSender) Neighbour(p noc.PortID) (noc.NodeID, bool) { return noc.Nod
 
 // fuzzEngine returns an engine (node 1) that owns page 1, maps a replica
 // of page 2 homed on node 2 and has an entry for page 3 homed on node 3.
-func fuzzEngine(tb testing.TB) (*Engine, *fakeSender) {
+func fuzzEngine(tb testing.TB) (*Engine, *fakeSender) { return fuzzEngineR(tb, 1) }
+
+// fuzzEngineR is fuzzEngine with replicas = r.
+func fuzzEngineR(tb testing.TB, r int) (*Engine, *fakeSender) {
 	tb.Helper()
 	s := &recordSink{done: map[uint64]Completion{}}
-	e, err := New(Config{Self: 1, Incarnation: 5, Sink: s, Pages: 16})
+	e, err := New(Config{Self: 1, Incarnation: 5, Sink: s, Pages: 16, Replicas: r})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -105,6 +108,17 @@ func seedFrames() [][]byte {
 	add(noc.ClassControl, OpOwnerQuery, noc.FlagReply, 2, 1, 2, rep, 0, appendMoved(nil, movedMsg{owner: 1, ownerInc: 5, epoch: 1}))
 	add(noc.ClassControl, OpOwnerMoved, 0, 4, 1, 1, own, 0, []byte{0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9})
 	add(noc.ClassControl, OpOwnerMovedAck, 0, 2, 1, 1, rep, 0, nil)
+	// Replication (replicas > 1).
+	add(noc.ClassControl, OpData, 0, 2, 1, 2, rep, 3, appendData(nil, dataMsg{epoch: 1, seq: 1, content: content, backups: []noc.NodeID{2, 3}}))
+	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 3, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replFull, backups: []noc.NodeID{1}, data: content}))
+	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep.WithOffset(8), 4, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, backups: []noc.NodeID{1}, off: 8, data: []byte{5}}))
+	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 4, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replTouch, backups: []noc.NodeID{1}}))
+	add(noc.ClassControl, OpReplicateAck, 0, 10, 1, 0, own, 1, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0})
+	add(noc.ClassControl, OpReplicateAck, 0, 10, 1, 0, rep, 1, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, ackProbe})
+	add(noc.ClassControl, OpReplicaDrop, 0, 2, 1, 0, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1})
+	add(noc.ClassControl, OpReplicaDrop, 0, 2, 1, 0, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9})
+	add(noc.ClassControl, OpReplicaDrop, 0, 2, 1, 0, rep, 0, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0})
+	add(noc.ClassControl, OpFailover, 0, 3, noc.BroadcastNode, 0, rep, 4, []byte{0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 2})
 	return out
 }
 
@@ -132,6 +146,28 @@ func FuzzHandleFrame(f *testing.F) {
 		out.take(e)
 		e.HandleFrame(3*time.Second, noc.PortID((in+1)%4), &fr, out)
 		e.Tick(4*time.Second, out)
+		out.take(e)
+	})
+}
+
+// FuzzHandleFrameReplicated is FuzzHandleFrame on an engine with
+// replicas = 2 (its pages staged, backed up, failed over).
+func FuzzHandleFrameReplicated(f *testing.F) {
+	for _, b := range seedFrames() {
+		f.Add(b, uint16(1))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, in uint16) {
+		var fr noc.Frame
+		if err := fr.Decode(data); err != nil {
+			return
+		}
+		e, out := fuzzEngineR(t, 2)
+		e.HandleFrame(2*time.Microsecond, noc.PortID(in%4), &fr, out)
+		out.take(e)
+		e.Tick(time.Second, out)
+		out.take(e)
+		e.HandleFrame(3*time.Second, noc.PortID((in+1)%4), &fr, out)
+		e.Tick(10*time.Second, out)
 		out.take(e)
 	})
 }
@@ -178,6 +214,9 @@ func FuzzPayloadDecoders(f *testing.F) {
 		_, _ = decodeStore(gva.GVA{}, p)
 		_, _ = decodeUpdate(gva.GVA{}, p)
 		_, _, _ = decodeAbort(p)
+		if m, err := decodeReplicate(p); err == nil && !bytes.Equal(appendReplicate(nil, m), p) {
+			t.Fatal("replicate round trip")
+		}
 		if m, err := decodeMoved(p); err == nil && !bytes.Equal(appendMoved(nil, m), p) {
 			t.Fatal("moved round trip")
 		}

@@ -360,6 +360,7 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
 	e.home[key].recordAttr(r.hr.Attr)
 	e.arb.Own(key)
+	e.startReplication(now, e.pages[key])
 	e.stats.Allocs++
 	e.complete(now, r, Completion{GVA: g})
 }
@@ -379,6 +380,7 @@ func (e *Engine) free(now time.Duration, r *request) {
 		e.detachBelow(now, ent)
 		e.cache.Remove(r.key)
 	}
+	e.endReplication(now, pg)
 	e.copyAnswers(e.arb.Disown(now, r.key))
 	e.store.Release(r.key)
 	delete(e.pages, r.key)

@@ -139,10 +139,11 @@ func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer) {
 		return
 	}
 	delete(e.ownerOps, k)
-	defer e.freeOwnerOp(op)
 	switch a.Outcome {
 	case arbiter.OutcomeGrant:
-		e.execute(now, op)
+		if e.execute(now, op) {
+			return // kept: staged, or waiting behind a staged write
+		}
 	case arbiter.OutcomeDeny:
 		switch a.Reason {
 		case arbiter.ReasonMoved, arbiter.ReasonNotOwner:
@@ -158,6 +159,7 @@ func (e *Engine) onAnswer(now time.Duration, a arbiter.Answer) {
 			e.opFail(now, op, syscall.EINVAL)
 		}
 	}
+	e.freeOwnerOp(op)
 }
 
 // reroute sends on a request that waited at this node while the page
@@ -182,20 +184,25 @@ func (e *Engine) opFail(now time.Duration, op *ownerOp, errno syscall.Errno) {
 	e.fail(now, &op.f, errno)
 }
 
-// execute carries out a granted request at the owner.
-func (e *Engine) execute(now time.Duration, op *ownerOp) {
+// execute carries out a granted request at the owner. It reports whether
+// it kept op (a replicated page stages writes until its backups hold them,
+// see replica.go); otherwise the caller frees op.
+func (e *Engine) execute(now time.Duration, op *ownerOp) bool {
 	f := &op.f
 	pg := e.pages[f.GVA.Key()]
 	if pg == nil || !pg.owner {
 		e.reroute(now, op.in, f)
-		return
+		return false
+	}
+	if e.gate(now, pg, op) {
+		return true
 	}
 	switch f.Class {
 	case noc.ClassStore:
 		s, err := decodeStore(f.GVA, f.Payload)
 		if err != nil {
 			e.opFail(now, op, syscall.EINVAL)
-			return
+			return false
 		}
 		off := int(f.GVA.Offset())
 		e.applyWrite(now, pg, off, s.data)
@@ -205,7 +212,7 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) {
 		a, err := decodeAtomic(f.Op, f.GVA, f.Payload)
 		if err != nil {
 			e.opFail(now, op, syscall.EINVAL)
-			return
+			return false
 		}
 		off := int(f.GVA.Offset())
 		cur := binary.LittleEndian.Uint64(pg.content[off:])
@@ -228,10 +235,11 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) {
 	case noc.ClassControl:
 		if op.in == noc.LocalPort {
 			e.grantLocal(now, pg, f.RequestID)
-			return
+			return false
 		}
 		e.startSwapOut(now, pg, op)
 	}
+	return false
 }
 
 // applyWrite applies a write at the owner: next version, then propagation

@@ -98,6 +98,9 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 	if dst == e.self && target == 0 && homeOf(key) != e.self {
 		// Sent here as the last known owner; it is not here: ask the home.
 		dst, redirected = homeOf(key), true
+		if h, ok := e.hintOwner(key); ok {
+			dst = h // a failover named the owner lately
+		}
 	}
 	if dst == e.self {
 		if target != 0 {
@@ -135,7 +138,15 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 	}
 	p, _, ok := e.rt.NextHop(dst)
 	if !ok {
-		return 0, 0, 0, syscall.EHOSTUNREACH
+		h, hok := e.hintOwner(key)
+		if !hok || h == dst {
+			return 0, 0, 0, syscall.EHOSTUNREACH
+		}
+		// The owner we were sent to is gone; a failover named its heir.
+		dst, target, redirected = h, 0, true
+		if p, _, ok = e.rt.NextHop(dst); !ok {
+			return 0, 0, 0, syscall.EHOSTUNREACH
+		}
 	}
 	if p == in && !redirected {
 		e.stats.PathAnomalies++

@@ -197,6 +197,9 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 // guessOwner is where a request without a path is sent first: the owner
 // this node last heard of, else the page's home (which knows the owner).
 func (e *Engine) guessOwner(key gva.GVA) noc.NodeID {
+	if h, ok := e.hintOwner(key); ok {
+		return h // a failover named it lately
+	}
 	if pg := e.pages[key]; pg != nil && pg.ownerNode != e.self {
 		return pg.ownerNode
 	}

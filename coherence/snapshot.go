@@ -45,6 +45,21 @@ type Counters struct {
 	Locks, Unlocks, HostFaults, NoticesLost    uint64
 	Refreshes                                  uint64 // owner-to-home record refreshes sent
 
+	// Replication (Replicas > 1).
+	ReplStaged, ReplCommits       uint64 // writes sent to the backups; committed once they held them
+	ReplWaits                     uint64 // granted requests that waited behind a staged write or a sync
+	ReplDeltaSent, ReplFullSent   uint64 // writes and full contents sent to backups
+	ReplTouches, ReplDrops        uint64 // copy confirmations and drop orders sent
+	ReplBackupsChosen             uint64 // backups picked (first placement and re-replication)
+	ReplBackupsLost               uint64 // backups given up because routing lost them
+	ReplCopies                    uint64 // copies created at this node as a backup
+	ReplCopiesDropped             uint64 // copies dropped on the owner's word or a newer epoch
+	ReplCopiesExpired             uint64 // copies dropped unconfirmed past CopyLease
+	Promotions, ReplPromoteFailed uint64 // pages taken over from a dead owner; refused for want of room
+	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
+	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover
+	ReplQueries                   uint64 // questions to a page's home before a takeover
+
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64
 	SendErrors, CacheFull, PortsDown                      uint64

@@ -40,6 +40,9 @@ type swapState struct {
 	held     []heldMsg
 	upBroken bool
 	giveUp   time.Duration
+	// oldBackups: the old owner's backups, told to drop their copies once
+	// ours hold the page (replicas > 1)
+	oldBackups []noc.NodeID
 }
 
 // heldMsg is a path message that reached the acquirer during its swap.
@@ -146,7 +149,7 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	if pg.huge {
 		fl, df = noc.FlagHuge, dataHuge
 	}
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content})
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content, backups: e.standIns(pg.key)})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -236,6 +239,7 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	copy(pg.content, d.content)
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
 	sw.epoch = d.epoch
+	sw.oldBackups = append(sw.oldBackups[:0], d.backups...)
 	// The entry's version stays what came down the tree: becomeOwner
 	// compares it with the content's.
 	sw.stage = stageCommitting
@@ -323,6 +327,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
+	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch)
 	ans, err := e.arb.SwapDone(now, key)
 	if err == nil {
 		e.copyAnswers(ans)
@@ -474,6 +479,10 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 			return
 		}
 		rec = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
+	}
+	if c := e.copies[key]; c != nil && c.query != 0 && c.query == f.RequestID {
+		e.queryAnswered(now, c, rec)
+		return
 	}
 	pg, sw := e.swapIn(f)
 	if sw == nil || sw.stage != stageQuerying {
@@ -637,6 +646,10 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 		e.syncReplica(ent, pg)
 	}
 	e.arb.Own(key)
+	e.startReplication(now, pg)
+	if pg.rep != nil {
+		pg.rep.oldBackups = sw.oldBackups
+	}
 	e.stats.SwapsCompleted++
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {

@@ -75,6 +75,18 @@ const (
 	// OpAttrQuery asks a page's home for the page's attributes (see
 	// attrs.go). Routed.
 	OpAttrQuery
+	// OpReplicate carries a staged write (or the full content) from a
+	// page's owner to one of its backups (replicas = R > 1). Routed.
+	OpReplicate
+	// OpReplicateAck tells the owner which version a backup holds (or that
+	// it needs the full content). Routed.
+	OpReplicateAck
+	// OpReplicaDrop tells a backup to forget its copy of a page (the owner
+	// handed the page over, freed it, or chose another backup). Routed.
+	OpReplicaDrop
+	// OpFailover announces a backup that took a dead owner's page over:
+	// flooded on every port once per node.
+	OpFailover
 	opControlEnd
 )
 
@@ -327,20 +339,41 @@ type dataMsg struct {
 	seq     uint64
 	flags   uint8
 	content []byte
+	// backups: the old owner's backups (replicas > 1), which keep their
+	// copies until the new owner's backups hold the page. Absent when
+	// empty.
+	backups []noc.NodeID
 }
 
 func decodeData(p []byte) (dataMsg, error) {
-	if len(p) != dataHead+gva.PageSize || p[16]&^dataHuge != 0 {
+	if len(p) < dataHead+gva.PageSize || p[16]&^dataHuge != 0 {
 		return dataMsg{}, errMalformed
 	}
-	return dataMsg{epoch: binary.BigEndian.Uint64(p), seq: binary.BigEndian.Uint64(p[8:]), flags: p[16], content: p[dataHead:]}, nil
+	d := dataMsg{epoch: binary.BigEndian.Uint64(p), seq: binary.BigEndian.Uint64(p[8:]), flags: p[16], content: p[dataHead : dataHead+gva.PageSize]}
+	if rest := p[dataHead+gva.PageSize:]; len(rest) > 0 {
+		n := int(rest[0])
+		if n == 0 || n > MaxReplicas || len(rest) != 1+4*n {
+			return dataMsg{}, errMalformed
+		}
+		for i := range n {
+			d.backups = append(d.backups, noc.NodeID(binary.BigEndian.Uint32(rest[1+4*i:])))
+		}
+	}
+	return d, nil
 }
 
 func appendData(b []byte, d dataMsg) []byte {
 	b = binary.BigEndian.AppendUint64(b, d.epoch)
 	b = binary.BigEndian.AppendUint64(b, d.seq)
 	b = append(b, d.flags)
-	return append(b, d.content...)
+	b = append(b, d.content...)
+	if len(d.backups) > 0 {
+		b = append(b, uint8(len(d.backups)))
+		for _, n := range d.backups {
+			b = binary.BigEndian.AppendUint32(b, uint32(n))
+		}
+	}
+	return b
 }
 
 // dataAckMsg is a decoded OpDataAck payload.

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/internal/rundir"
@@ -43,6 +44,9 @@ type Spec struct {
 	// Channels is how many channels each link stripes over (udp links;
 	// 0 or 1: one).
 	Channels int
+	// Replicas is every agent's replication factor (key replicas; 0 or 1:
+	// no backups).
+	Replicas int
 }
 
 // Agent is one agent of a running fabric.
@@ -217,6 +221,9 @@ func (s *Spec) defaults() error {
 	if s.DeadInterval == 0 {
 		s.DeadInterval = time.Second
 	}
+	if s.Replicas < 0 || s.Replicas > coherence.MaxReplicas {
+		return fmt.Errorf("fabric: --replicas must be 1..%d", coherence.MaxReplicas)
+	}
 	if s.AgentPath == "" {
 		p, err := FindAgent()
 		if err != nil {
@@ -308,6 +315,9 @@ func agentConf(i int, runDir string, spec Spec) string {
 	fmt.Fprintf(&b, "node = %d\nrun-dir = %s\nheartbeat = %v\ndead-interval = %v\nseed = %d\n", i, runDir, spec.Heartbeat, spec.DeadInterval, uint64(spec.Seed)*1000003+uint64(i)+1)
 	if spec.Channels > 1 {
 		fmt.Fprintf(&b, "channels = %d\n", spec.Channels)
+	}
+	if spec.Replicas > 1 {
+		fmt.Fprintf(&b, "replicas = %d\n", spec.Replicas)
 	}
 	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -90,5 +91,22 @@ func TestKillStopsAndReaps(t *testing.T) {
 	}
 	if err := syscall.Kill(cmd2.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("Kill left a process recorded as stopped running: %v", err)
+	}
+}
+
+// TestAgentConfReplicas: --replicas R becomes every agent's replicas key
+// (none for the default, 1).
+func TestAgentConfReplicas(t *testing.T) {
+	spec := Spec{Nodes: 2, Topo: "line", Links: "udp", Dir: t.TempDir(), Replicas: 2}
+	if c := agentConf(1, "/run/x", spec); !strings.Contains(c, "\nreplicas = 2\n") {
+		t.Fatalf("agent.conf with --replicas 2:\n%s", c)
+	}
+	spec.Replicas = 1
+	if c := agentConf(1, "/run/x", spec); strings.Contains(c, "replicas") {
+		t.Fatalf("agent.conf with --replicas 1:\n%s", c)
+	}
+	spec.Replicas = 9
+	if err := spec.defaults(); err == nil || !strings.Contains(err.Error(), "replicas") {
+		t.Fatalf("--replicas 9: %v", err)
 	}
 }

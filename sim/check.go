@@ -30,6 +30,8 @@ type checker struct {
 	locks      map[int]*history
 	violations []string
 	debug      func(key gva.GVA, line string)
+	// failovers counts the pages a backup took over (replicas > 1).
+	failovers int
 }
 
 type ghost struct {
@@ -39,7 +41,10 @@ type ghost struct {
 	log       map[gva.Version]uint64 // version -> hash of (offset, data)
 	lost      bool
 	maybeLost bool
-	lastDesc  string
+	// failingOver: the owner crashed and a live backup holds the page:
+	// it must take the page over (no owner until then is no violation).
+	failingOver bool
+	lastDesc    string
 }
 
 type history struct {
@@ -166,20 +171,91 @@ func (c *checker) acked(key gva.GVA, v gva.Version, off int, data []byte) {
 	}
 }
 
-// crashed marks the pages a failing node takes with it.
+// crashed marks the pages a failing node takes with it. With replicas,
+// a page it owned must fail over to a live backup that holds every
+// version the owner committed (every acknowledged write).
 func (c *checker) crashed(n *simNode) {
 	for _, key := range c.order {
 		owner, swapping := n.eng.Holding(key)
 		g := c.ghosts[key]
-		if owner {
+		backed := c.backedElsewhere(n, key)
+		switch {
+		case owner && backed:
+			g.failingOver = true
+		case owner:
 			g.lost = true
-		} else if swapping || n.eng.HandedOver(key) && c.w.ownerOf(key) == nil {
+		case swapping || n.eng.HandedOver(key) && c.w.ownerOf(key) == nil:
 			// In a swap, or handed over to a node that has not taken it yet
 			// (the done may die with this node).
 			g.maybeLost = true
+			g.failingOver = g.failingOver || backed
 		}
 	}
 }
+
+// backedElsewhere reports whether a live node other than n keeps a backup
+// copy of key. When n owns key, its backups must hold the committed
+// version (every acknowledged write): none that does is a violation.
+func (c *checker) backedElsewhere(n *simNode, key gva.GVA) bool {
+	if c.w.cfg.Replicas <= 1 {
+		return false
+	}
+	g := c.ghosts[key]
+	backed, current := false, false
+	for _, m := range c.w.nodes {
+		if m == n || !m.alive {
+			continue
+		}
+		if v, ok := m.eng.Backing(key); ok {
+			backed = true
+			current = current || v >= g.version
+		}
+	}
+	if owner, _ := n.eng.Holding(key); owner && !current && g.version > 0 {
+		c.violate("page %v: its owner %v crashed and no live backup (of %v) holds committed version %d", key, n.id, n.eng.Backups(key), g.version)
+	}
+	return backed
+}
+
+// Promoted implements coherence.PromotionTracer: a backup took the page
+// over. It must hold every version the failed owner committed (no
+// acknowledged write lost); it may hold one more, the write the owner had
+// staged (its writer saw a timeout: unknown outcome).
+func (c *checker) Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content []byte) {
+	g := c.ghosts[key]
+	if g == nil {
+		return
+	}
+	c.failovers++
+	g.maybeLost = false
+	if c.debug != nil {
+		c.debug(key, fmt.Sprintf("%v node %v took the page over at version %d (committed %d)", c.w.now, self, v, g.version))
+	}
+	g.failingOver = false
+	if g.lost {
+		c.violate("page %v: node %v took over a page whose owner held its only copy", key, self)
+		return
+	}
+	switch {
+	case v < g.version:
+		c.violate("page %v: node %v took the page over at version %d, version %d was committed: acknowledged writes lost", key, self, v, g.version)
+	case v == g.version:
+		if !bytes.Equal(content, g.content[:]) {
+			c.violate("page %v: node %v took the page over at version %d with content other than the committed writes", key, self, v)
+		}
+	case v == g.version+1:
+		// The staged write survived on the backup: it happened.
+		copy(g.content[:], content)
+		g.version = v
+		g.log[v] = stagedWrite
+	default:
+		c.violate("page %v: node %v took the page over at version %d, only %d were applied", key, self, v, g.version)
+	}
+}
+
+// stagedWrite marks in a ghost's log a version a backup took over from a
+// failed owner's staged write: no acknowledgement can name it.
+const stagedWrite = ^uint64(0)
 
 func (c *checker) lostCount() int {
 	n := 0
@@ -199,11 +275,14 @@ func (c *checker) owners(final bool) {
 		if g.lost {
 			continue
 		}
-		owners, swapping := 0, false
+		owners, swapping, backed := 0, false, false
 		desc := ""
 		for _, n := range c.w.nodes {
 			if !n.alive {
 				continue
+			}
+			if c.w.cfg.Replicas > 1 && !backed {
+				_, backed = n.eng.Backing(key)
 			}
 			o, s := n.eng.Holding(key)
 			if o {
@@ -221,6 +300,11 @@ func (c *checker) owners(final bool) {
 		switch {
 		case owners > 1:
 			c.violate("page %v has %d owners", key, owners)
+		case owners == 0 && (g.failingOver || g.maybeLost && backed) && !final:
+			// its owner crashed (or a swap's side did); a backup or a
+			// stand-in takes it over
+		case owners == 0 && g.failingOver && !g.maybeLost:
+			c.violate("page %v: its owner crashed and no backup took it over", key)
 		case owners == 0 && g.maybeLost && (!swapping || final):
 			g.lost = true // its swap's other side failed holding it
 		case owners == 0 && !swapping:
@@ -442,6 +526,9 @@ func (c *checker) finish(op *histOp, cp coherence.Completion, errno syscall.Errn
 
 // abandon marks an operation whose node failed: its outcome is unknown.
 func (c *checker) abandon(op *histOp) {
+	if op == nil {
+		return // past MaxHistory: counted as unrecorded
+	}
 	op.finished = true
 	op.out = opOutput{unknown: true}
 	op.ret = math.MaxInt64

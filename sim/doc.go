@@ -23,7 +23,15 @@
 //   - every request ends within the engine's request bound;
 //   - a write at the owner sends one update per live branch of the tree;
 //   - CAS, fetch-add and lock histories are linearizable (porcupine, one
-//     model per atomic word and per lock).
+//     model per atomic word and per lock), across failovers too;
+//   - with Config.Replicas = R > 1: when an owner crashes, a live backup
+//     holds every version it committed (every acknowledged write); the
+//     backup that takes the page over holds the committed version (or the
+//     one write after it the owner had staged), its content equals the
+//     applied writes, and from then on its versions follow on; a page
+//     whose owner crashed and that no backup took over by the end is a
+//     violation. A crashed node's locks count as released (an unlock of
+//     unknown time).
 //
 // The same seed replays exactly: Result.TraceHash hashes every completion
 // and fault in order. Config.DebugPage (dpu-sim --debug-page) traces every

@@ -26,3 +26,22 @@ func TestPlantedBugIsCaught(t *testing.T) {
 	}
 	t.Fatal("the planted non-atomic CAS went unnoticed")
 }
+
+// TestPlantedEarlyAckIsCaught plants replication that answers writes
+// before the backups hold them: with owner crashes, the failover checks
+// must find acknowledged writes missing from the backups.
+func TestPlantedEarlyAckIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = FaultCrash
+	cfg.Replicas = 2
+	cfg.Bug = coherence.BugEarlyAck
+	for _, r := range sweep(t, cfg, 16) {
+		for _, v := range r.Violations {
+			if strings.Contains(v, "holds committed version") || strings.Contains(v, "acknowledged writes lost") {
+				t.Logf("seed %d caught it: %s", r.Seed, v)
+				return
+			}
+		}
+	}
+	t.Fatal("writes acknowledged before the backups held them went unnoticed")
+}

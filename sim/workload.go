@@ -404,6 +404,16 @@ func (w *World) crashClients(n *simNode) {
 		if po := c.pending; po != nil && po.hist != nil {
 			w.check.abandon(po.hist)
 		}
+		if po := c.pending; po != nil && po.req.Op == coherence.HostLock {
+			w.check.abandon(w.check.lockOp(po.page, c.holder, false, w.now))
+		}
+		if c.locked >= 0 {
+			// A lock is a pin at the locker's own node, which is the page's
+			// owner: the pin died with the node. With replicas the page
+			// lives on at a backup without it: the lock was released at some
+			// point after the crash.
+			w.check.abandon(w.check.lockOp(c.locked, c.holder, false, w.now))
+		}
 		c.pending = nil
 		c.locked = -1
 		c.mapped = map[int]bool{}

@@ -99,6 +99,10 @@ type Config struct {
 	// a request; by default clients now and then give up on a request
 	// (abort) or close their session and open a new one (disconnect).
 	NoChurn bool
+	// Replicas is the engines' replication factor R (default 1): with
+	// R > 1 a crashed owner's pages fail over to a backup, and the checks
+	// require that no acknowledged write is lost.
+	Replicas int
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
@@ -157,6 +161,7 @@ type Result struct {
 	Swaps      uint64 // ownership transfers completed
 	Evictions  int    // path cache entries aged out
 	Lost       int    // pages lost with a failed owner
+	Failovers  int    // pages a backup took over from a failed owner (replicas > 1)
 	// Host sessions: opened, closed by their client (everything they held
 	// released by the core), requests abandoned by their caller.
 	Connects, Disconnects, Aborts int
@@ -408,6 +413,7 @@ func (w *World) boot(n *simNode) error {
 	}
 	ec.Tracer = w.check
 	ec.Bug = w.cfg.Bug
+	ec.Replicas = w.cfg.Replicas
 	h, err := coherence.NewHosts(ec, nodeSink{w, n})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
@@ -572,6 +578,7 @@ func (w *World) Finish() Result {
 		}
 	}
 	w.res.Lost = w.check.lostCount()
+	w.res.Failovers = w.check.failovers
 	if w.check.debug != nil {
 		w.dumpTrees()
 	}

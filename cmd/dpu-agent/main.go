@@ -50,7 +50,7 @@ func (p *portFlags) Set(s string) error { *p = append(*p, s); return nil }
 
 // settingFlags are the configuration keys that are also flags.
 var settingFlags = []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed",
-	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "metrics-listen", "loop", "spin"}
+	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "replicas", "metrics-listen", "loop", "spin"}
 
 // options is a parsed command line.
 type options struct {

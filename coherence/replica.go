@@ -1,0 +1,1281 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
+)
+
+// Replication (Config.Replicas = R > 1): primary-backup. See
+// docs/replication.md and the package documentation ("Replicated owners").
+
+// MaxReplicas bounds Config.Replicas.
+const MaxReplicas = 8
+
+// maxPortScan is how many port numbers the backup placement looks at.
+const maxPortScan = 64
+
+// repQueueLen bounds the granted requests a page keeps waiting behind a
+// staged write; beyond it they are refused with EBUSY (the host retries).
+const repQueueLen = 256
+
+// Replication payloads.
+const (
+	replHead  = 8 + 8 + 1 + 1 + 1 // epoch, owner incarnation, flags, rank, backups n
+	replAckLn = 8 + 8 + 1         // epoch, backup incarnation, flags
+	dropLen   = 8                 // epoch
+	handLen   = 8 + 4 + 8         // epoch, heir (the node the page was handed to), its incarnation
+	goneLen   = 8 + 8 + 1         // epoch, the answering node's incarnation, flags (a probe's answer)
+	failLen   = 4 + 8 + 8         // owner, incarnation, epoch
+)
+
+// Replicate flags.
+const (
+	replFull  = 1 << 0 // data is the whole content at the header's version
+	replHuge  = 1 << 1
+	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
+)
+
+// Probe-answer flags.
+const (
+	goneAcquiring = 1 << 0 // the answering node is acquiring the page
+)
+
+// Replicate-ack flags.
+const (
+	ackNeedFull = 1 << 0
+	ackProbe    = 1 << 1 // a backup asks whether its owner still counts on its copy
+)
+
+// ownerRep is the owner's side of a replicated page.
+type ownerRep struct {
+	backups []backupLink
+	staged  *stagedWrite
+	queue   []*ownerOp // granted requests waiting behind the staged write or the sync
+	// oldBackups: the backups of the owner that handed the page to us;
+	// they keep their copies until ours hold the page.
+	oldBackups []noc.NodeID
+}
+
+// backupLink is one backup of a page as its owner sees it.
+type backupLink struct {
+	node      noc.NodeID
+	inc       uint64      // the backup's incarnation, from its acks
+	acked     gva.Version // the version it holds, at the page's epoch
+	ok        bool        // acked is known (an ack at this epoch arrived)
+	unreachAt time.Duration
+}
+
+// stagedWrite is a write (or swapping atomic) sent to the backups, not yet
+// applied: it commits when every backup holds its version.
+type stagedWrite struct {
+	op      *ownerOp
+	version gva.Version
+	off     int
+	data    []byte
+	res     atomicResult
+}
+
+// backupCopy is a copy of a page this node keeps for its owner.
+type backupCopy struct {
+	key       gva.GVA
+	owner     noc.NodeID
+	ownerInc  uint64
+	epoch     uint64
+	version   gva.Version
+	huge      bool
+	content   []byte
+	rank      int
+	backups   []noc.NodeID // the owner's backups in rank order
+	touched   time.Duration
+	unreachAt time.Duration // when the watched node was first seen unreachable (0: reachable)
+	// heir: the owner handed the page over to this node; the copy stands
+	// in for the page until the heir's backups hold it, and is promoted
+	// only if the heir dies.
+	heir    noc.NodeID
+	heirInc uint64
+	hasHeir bool
+	// ownerGone: the owner's node answered a probe as a later incarnation
+	// (it restarted before routing declared it dead): promote.
+	ownerGone bool
+	// query: the id of an OpOwnerQuery asking the page's home, before a
+	// promotion, whether the page moved on past this copy's owner
+	// (queries: how many were sent, queryAt: when the last was).
+	goneAt   time.Duration // when ownerGone was first acted on
+	query    uint64
+	queries  int
+	queryAt  time.Duration
+	queryErr bool
+	probedAt time.Duration
+	probeDue time.Duration // probe the owner at this time (0: not due)
+
+	indexed   bool
+	indexedAt noc.NodeID
+}
+
+// watched is the node whose death promotes the copy.
+func (c *backupCopy) watched() noc.NodeID {
+	if c.hasHeir {
+		return c.heir
+	}
+	return c.owner
+}
+
+// ownerHint is the newest failover this node heard of for a page.
+type ownerHint struct {
+	owner noc.NodeID
+	inc   uint64
+	epoch uint64
+}
+
+// maxHints bounds the failover hints a node keeps (oldest forgotten first).
+const maxHints = 1 << 16
+
+func (e *Engine) replicated() bool { return e.cfg.Replicas > 1 }
+
+// repBusy reports whether a page owned here must keep granted writes,
+// atomics, acquires and locks waiting: a write is staged, or a backup does
+// not hold the committed version yet.
+func (e *Engine) repBusy(pg *page) bool {
+	rep := pg.rep
+	if rep == nil {
+		return false
+	}
+	if rep.staged != nil || len(rep.backups) == 0 {
+		return true
+	}
+	for i := range rep.backups {
+		b := &rep.backups[i]
+		if !b.ok || b.acked < pg.version {
+			return true
+		}
+	}
+	return false
+}
+
+// attend marks an owned page for the replication timer's attention.
+func (e *Engine) attend(key gva.GVA) { e.attention[key] = true }
+
+// indexBackup files an owned page under one of its backups (the timer
+// checks routing once per backup node, not once per page).
+func (e *Engine) indexBackup(n noc.NodeID, key gva.GVA) {
+	if e.backedBy[n] == nil {
+		e.backedBy[n] = map[gva.GVA]bool{}
+	}
+	e.backedBy[n][key] = true
+}
+
+func (e *Engine) unindexBackup(n noc.NodeID, key gva.GVA) {
+	if set := e.backedBy[n]; set != nil {
+		delete(set, key)
+		if len(set) == 0 {
+			delete(e.backedBy, n)
+		}
+	}
+}
+
+// gate is execute's first step on a replicated page: it reports whether
+// it kept op (queued behind a staged write or a sync, or staged it).
+func (e *Engine) gate(now time.Duration, pg *page, op *ownerOp) bool {
+	if !e.replicated() || !pg.owner {
+		return false
+	}
+	if pg.rep == nil {
+		e.startReplication(now, pg)
+	}
+	if e.repBusy(pg) {
+		if len(pg.rep.queue) >= repQueueLen {
+			e.opFail(now, op, syscall.EBUSY)
+			e.freeOwnerOp(op)
+			return true
+		}
+		pg.rep.queue = append(pg.rep.queue, op)
+		e.stats.ReplWaits++
+		return true
+	}
+	f := &op.f
+	var sw stagedWrite
+	switch f.Class {
+	case noc.ClassStore:
+		s, err := decodeStore(f.GVA, f.Payload)
+		if err != nil {
+			return false // execute refuses it
+		}
+		sw.off, sw.data = int(f.GVA.Offset()), slices.Clone(s.data)
+	case noc.ClassAtomic:
+		a, err := decodeAtomic(f.Op, f.GVA, f.Payload)
+		if err != nil {
+			return false
+		}
+		off := int(f.GVA.Offset())
+		cur := binary.LittleEndian.Uint64(pg.content[off:])
+		sw.res = atomicResult{prev: cur, swapped: true}
+		nv := cur + a.operand
+		if f.Op == OpCAS {
+			nv = a.operand
+			sw.res.swapped = cur == a.expected
+		}
+		if !sw.res.swapped {
+			return false // nothing to write: execute answers from the committed word
+		}
+		sw.off, sw.data = off, binary.LittleEndian.AppendUint64(nil, nv)
+	default:
+		return false // acquires and locks run once the backups hold the page
+	}
+	sw.op, sw.version = op, pg.version+1
+	pg.rep.staged = &sw
+	e.attend(pg.key)
+	e.stats.ReplStaged++
+	for i := range pg.rep.backups {
+		e.sendDelta(pg, &pg.rep.backups[i])
+	}
+	e.armRepl(now)
+	if bugsCompiled && e.cfg.Bug == BugEarlyAck {
+		e.commitStaged(now, pg) // the planted bug: answered before the backups hold it
+	}
+	return true
+}
+
+// commitStaged applies a staged write every backup holds and answers it,
+// then runs what waited behind it.
+func (e *Engine) commitStaged(now time.Duration, pg *page) {
+	sw := pg.rep.staged
+	pg.rep.staged = nil
+	op := sw.op
+	f := &op.f
+	e.applyWrite(now, pg, sw.off, sw.data)
+	switch f.Class {
+	case noc.ClassStore:
+		e.stats.Writes++
+		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil)
+	case noc.ClassAtomic:
+		e.stats.Atomics++
+		var pb [atomicReply]byte
+		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], sw.res))
+	}
+	e.freeOwnerOp(op)
+	e.stats.ReplCommits++
+	e.drainRep(now, pg)
+}
+
+// drainRep runs the granted requests that waited on a page while it is not
+// busy.
+func (e *Engine) drainRep(now time.Duration, pg *page) {
+	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && !e.repBusy(pg) {
+		e.releaseOldBackups(pg)
+	}
+	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
+		op := pg.rep.queue[0]
+		pg.rep.queue = pg.rep.queue[1:]
+		if !e.execute(now, op) {
+			e.freeOwnerOp(op)
+		}
+		if e.pages[pg.key] != pg {
+			return
+		}
+	}
+}
+
+// endReplication forgets a page's replication at its owner (the page was
+// freed): its backups drop their copies, what waited goes on (rerouted).
+func (e *Engine) endReplication(now time.Duration, pg *page) {
+	rep := pg.rep
+	if rep == nil {
+		return
+	}
+	for _, b := range rep.backups {
+		e.sendDrop(b.node, pg.key, pg.epoch)
+	}
+	for _, n := range rep.oldBackups {
+		e.sendDrop(n, pg.key, pg.epoch)
+	}
+	e.releaseRep(now, pg)
+}
+
+// handOverReplication ends a page's replication at an old owner that
+// committed a swap to heir: its backups keep their copies for the heir
+// until the heir's own backups hold the page (the heir tells them then);
+// they are promoted only if the heir dies first.
+func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeID, heirInc, epoch uint64) {
+	rep := pg.rep
+	if rep == nil {
+		return
+	}
+	for _, b := range rep.backups {
+		var p [handLen]byte
+		binary.BigEndian.PutUint64(p[:], pg.epoch)
+		binary.BigEndian.PutUint32(p[8:], uint32(heir))
+		binary.BigEndian.PutUint64(p[12:], heirInc)
+		f := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, b.node, 0, pg.key, 0, p[:])
+		e.sendNode(&f)
+		e.stats.ReplDrops++
+	}
+	for _, n := range rep.oldBackups {
+		e.sendDrop(n, pg.key, epoch) // never confirmed to the previous owner: ours stand in
+	}
+	// This node stands in too, first in rank (its backups may include the
+	// heir itself): it keeps a copy until the heir's backups hold the page,
+	// and takes the page back if the heir dies before that.
+	old := e.copies[pg.key]
+	if old != nil {
+		e.dropCopy(old)
+	}
+	list := make([]noc.NodeID, 0, 1+len(rep.backups))
+	list = append(list, e.self)
+	for _, b := range rep.backups {
+		list = append(list, b.node)
+	}
+	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
+		content: slices.Clone(pg.content), backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
+	e.copies[pg.key] = c
+	e.indexCopy(c)
+	e.stats.ReplCopies++
+	e.releaseRep(now, pg)
+}
+
+// releaseRep forgets a page's replication state; requests that waited on
+// it follow the page (rerouted).
+func (e *Engine) releaseRep(now time.Duration, pg *page) {
+	rep := pg.rep
+	pg.rep = nil
+	for _, b := range rep.backups {
+		e.unindexBackup(b.node, pg.key)
+	}
+	delete(e.attention, pg.key)
+	if rep.staged != nil {
+		rep.queue = append([]*ownerOp{rep.staged.op}, rep.queue...)
+	}
+	for _, op := range rep.queue {
+		e.stats.Rerouted++
+		e.reroute(now, op.in, &op.f)
+		e.freeOwnerOp(op)
+	}
+}
+
+// startReplication picks a page's backups and sends them its content.
+func (e *Engine) startReplication(now time.Duration, pg *page) {
+	if !e.replicated() {
+		return
+	}
+	pg.rep = &ownerRep{}
+	e.attend(pg.key)
+	e.fillBackups(now, pg)
+	e.armRepl(now)
+}
+
+// fillBackups adds backups up to R−1: neighbours first, one per port in
+// port order (each behind its own link), reachable and not yet chosen.
+func (e *Engine) fillBackups(now time.Duration, pg *page) {
+	rep := pg.rep
+	want := e.cfg.Replicas - 1
+	for p := noc.PortID(0); p < maxPortScan && len(rep.backups) < want; p++ {
+		nb, ok := e.rt.Neighbour(p)
+		if !ok || nb == e.self || nb == noc.BroadcastNode {
+			continue
+		}
+		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == nb }) {
+			continue
+		}
+		if _, _, reach := e.rt.NextHop(nb); !reach {
+			continue
+		}
+		rep.backups = append(rep.backups, backupLink{node: nb})
+		e.indexBackup(nb, pg.key)
+		e.attend(pg.key)
+		e.stats.ReplBackupsChosen++
+		e.sendFull(pg, len(rep.backups)-1)
+	}
+}
+
+// sendFull sends backup i the page's committed content (and the staged
+// write on top of it).
+func (e *Engine) sendFull(pg *page, i int) {
+	rep := pg.rep
+	b := &rep.backups[i]
+	e.sendReplicate(pg, b.node, i, replFull, pg.version, 0, pg.content)
+	e.stats.ReplFullSent++
+	if rep.staged != nil {
+		e.sendDelta(pg, b)
+	}
+}
+
+// sendDelta sends a backup the staged write.
+func (e *Engine) sendDelta(pg *page, b *backupLink) {
+	sw := pg.rep.staged
+	i := slices.IndexFunc(pg.rep.backups, func(x backupLink) bool { return x.node == b.node })
+	e.sendReplicate(pg, b.node, i, 0, sw.version, sw.off, sw.data)
+	e.stats.ReplDeltaSent++
+}
+
+func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v gva.Version, off int, data []byte) {
+	rep := pg.rep
+	if pg.huge {
+		flags |= replHuge
+	}
+	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data}
+	for _, b := range rep.backups {
+		m.backups = append(m.backups, b.node)
+	}
+	p := appendReplicate(e.pay[:0], m)
+	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, 0, pg.key, v, p)
+	e.sendNode(&f)
+}
+
+func (e *Engine) sendDrop(to noc.NodeID, key gva.GVA, epoch uint64) {
+	var b [dropLen]byte
+	binary.BigEndian.PutUint64(b[:], epoch)
+	f := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, to, 0, key, 0, b[:])
+	e.sendNode(&f)
+	e.stats.ReplDrops++
+}
+
+// replMsg is a decoded OpReplicate.
+type replMsg struct {
+	epoch, ownerInc uint64
+	flags           uint8
+	rank            int
+	backups         []noc.NodeID
+	off             int
+	data            []byte
+}
+
+func appendReplicate(b []byte, m replMsg) []byte {
+	b = binary.BigEndian.AppendUint64(b, m.epoch)
+	b = binary.BigEndian.AppendUint64(b, m.ownerInc)
+	b = append(b, m.flags, uint8(m.rank), uint8(len(m.backups)))
+	for _, n := range m.backups {
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(m.off))
+	return append(b, m.data...)
+}
+
+func decodeReplicate(p []byte) (replMsg, error) {
+	var m replMsg
+	if len(p) < replHead {
+		return m, errMalformed
+	}
+	m.epoch = binary.BigEndian.Uint64(p)
+	m.ownerInc = binary.BigEndian.Uint64(p[8:])
+	m.flags, m.rank = p[16], int(p[17])
+	n := int(p[18])
+	p = p[replHead:]
+	if n > MaxReplicas || m.rank >= max(n, 1) || len(p) < 4*n+2 {
+		return m, errMalformed
+	}
+	for i := range n {
+		m.backups = append(m.backups, noc.NodeID(binary.BigEndian.Uint32(p[4*i:])))
+	}
+	p = p[4*n:]
+	m.off = int(binary.BigEndian.Uint16(p))
+	m.data = p[2:]
+	switch {
+	case m.flags&^(replFull|replHuge|replTouch) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+		return m, errMalformed
+	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
+		return m, errMalformed
+	case m.flags&replTouch != 0 && len(m.data) != 0:
+		return m, errMalformed
+	case m.flags&(replFull|replTouch) == 0 && (len(m.data) == 0 || m.off+len(m.data) > gva.PageSize):
+		return m, errMalformed
+	}
+	return m, nil
+}
+
+// handleReplicate runs at a backup.
+func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
+	m, err := decodeReplicate(f.Payload)
+	if err != nil || f.Src == e.self {
+		e.malformed()
+		return
+	}
+	key := f.GVA.Key()
+	if pg := e.pages[key]; pg != nil && pg.owner {
+		e.stats.Stale++ // we own it: a stale owner's frame
+		e.sendDrop(f.Src, key, m.epoch)
+		return
+	}
+	if h, ok := e.hints[key]; ok && h.epoch > m.epoch {
+		e.stats.Stale++
+		return
+	}
+	c := e.copies[key]
+	if c != nil && (m.epoch < c.epoch || m.epoch == c.epoch && f.Src != c.owner) {
+		e.stats.Stale++
+		return
+	}
+	needFull := false
+	switch {
+	case m.flags&replFull != 0:
+		if c == nil {
+			c = &backupCopy{key: key, content: make([]byte, gva.PageSize)}
+			e.copies[key] = c
+			e.stats.ReplCopies++
+		}
+		c.owner, c.hasHeir = f.Src, false
+		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr, c.goneAt = false, 0, 0, 0, 0, 0, false, 0
+		delete(e.probing, key)
+		e.indexCopy(c)
+		copy(c.content, m.data)
+		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
+	case c == nil || c.epoch != m.epoch:
+		needFull = true
+	case m.flags&replTouch != 0:
+		needFull = c.version != f.PageVersion
+	case f.PageVersion == c.version+1:
+		copy(c.content[m.off:], m.data)
+		c.version = f.PageVersion
+	case f.PageVersion <= c.version:
+		// a duplicate: acknowledge what we hold
+	default:
+		needFull = true
+	}
+	if c != nil && !needFull {
+		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
+	}
+	var b [replAckLn]byte
+	binary.BigEndian.PutUint64(b[:], m.epoch)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
+	v := gva.Version(0)
+	if needFull {
+		b[16] = ackNeedFull
+	} else {
+		v = c.version
+	}
+	a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, 0, key, v, b[:])
+	e.sendNode(&a)
+}
+
+// indexCopy files a copy under the node it watches (its owner, or the heir
+// it was handed to): promotion checks go by that node's reachability.
+func (e *Engine) indexCopy(c *backupCopy) {
+	e.unindexCopy(c)
+	w := c.watched()
+	if e.copiesBy[w] == nil {
+		e.copiesBy[w] = map[gva.GVA]bool{}
+	}
+	e.copiesBy[w][c.key] = true
+	c.indexed, c.indexedAt = true, w
+}
+
+func (e *Engine) unindexCopy(c *backupCopy) {
+	if !c.indexed {
+		return
+	}
+	if set := e.copiesBy[c.indexedAt]; set != nil {
+		delete(set, c.key)
+		if len(set) == 0 {
+			delete(e.copiesBy, c.indexedAt)
+		}
+	}
+	c.indexed = false
+}
+
+func (e *Engine) dropCopy(c *backupCopy) {
+	delete(e.copies, c.key)
+	e.unindexCopy(c)
+}
+
+// handleReplicateAck runs at the owner.
+func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
+	if len(f.Payload) != replAckLn {
+		e.malformed()
+		return
+	}
+	epoch := binary.BigEndian.Uint64(f.Payload)
+	inc := binary.BigEndian.Uint64(f.Payload[8:])
+	flags := f.Payload[16]
+	key := f.GVA.Key()
+	pg := e.pages[key]
+	if pg == nil || !pg.owner || pg.rep == nil {
+		e.stats.Stale++
+		switch {
+		case flags&ackProbe != 0:
+			// Not ours: tell the prober who we are (a restarted node is a
+			// later incarnation: its backups take the page over).
+			var b [goneLen]byte
+			binary.BigEndian.PutUint64(b[:], epoch)
+			binary.BigEndian.PutUint64(b[8:], e.inc)
+			if pg != nil && pg.swap != nil && !pg.swap.out {
+				b[16] = goneAcquiring // taking it over right now
+			}
+			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, b[:])
+			e.sendNode(&d)
+		case pg == nil || !pg.owner:
+			e.sendDrop(f.Src, key, epoch)
+		}
+		return
+	}
+	i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == f.Src })
+	if i < 0 {
+		e.sendDrop(f.Src, key, epoch) // a backup we gave up
+		return
+	}
+	if epoch != pg.epoch {
+		e.stats.Stale++
+		return
+	}
+	b := &pg.rep.backups[i]
+	if flags&ackNeedFull != 0 {
+		b.ok, b.inc = false, inc
+		e.sendFull(pg, i)
+		e.attend(key)
+		e.armRepl(now)
+		return
+	}
+	if b.inc != inc || !b.ok || f.PageVersion > b.acked {
+		b.inc, b.acked, b.ok = inc, f.PageVersion, true
+	}
+	e.repProgress(now, pg)
+}
+
+// repProgress commits the staged write once every backup holds it, and
+// runs what waited.
+func (e *Engine) repProgress(now time.Duration, pg *page) {
+	rep := pg.rep
+	if rep == nil {
+		return
+	}
+	if sw := rep.staged; sw != nil && len(rep.backups) > 0 {
+		for _, b := range rep.backups {
+			if !b.ok || b.acked < sw.version {
+				return
+			}
+		}
+		e.commitStaged(now, pg)
+		return
+	}
+	e.drainRep(now, pg)
+}
+
+// releaseOldBackups tells the previous owner's backups, once ours hold the
+// page, that their copies are no longer needed.
+func (e *Engine) releaseOldBackups(pg *page) {
+	rep := pg.rep
+	for _, n := range rep.oldBackups {
+		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) || n == e.self {
+			continue // one of ours: our epoch replaced its copy
+		}
+		e.sendDrop(n, pg.key, pg.epoch)
+	}
+	rep.oldBackups = nil
+}
+
+// handleReplicaDrop runs at a backup: a plain drop from the copy's owner
+// (or from the heir it was handed to) forgets the copy; a drop naming an
+// heir keeps it for the heir.
+func (e *Engine) handleReplicaDrop(f *noc.Frame) {
+	if len(f.Payload) != dropLen && len(f.Payload) != handLen && len(f.Payload) != goneLen {
+		e.malformed()
+		return
+	}
+	epoch := binary.BigEndian.Uint64(f.Payload)
+	c := e.copies[f.GVA.Key()]
+	if c == nil || c.epoch > epoch {
+		return
+	}
+	if len(f.Payload) == goneLen {
+		inc := binary.BigEndian.Uint64(f.Payload[8:])
+		if e.dbg != nil {
+			e.debugf(c.key, "probe answer from %v inc %d: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+		}
+		if c.hasHeir {
+			if f.Src == c.heir && (inc != c.heirInc || f.Payload[16]&goneAcquiring == 0) {
+				// The heir restarted before it took the page, or lives
+				// without it: either it handed the page on (the home knows)
+				// or it never took it. tryPromote asks the home.
+				c.ownerGone = true
+				e.probing[c.key] = true
+				e.stats.ReplOwnersGone++
+			}
+			return // else the heir is still taking the page
+		}
+		if c.owner != f.Src {
+			return
+		}
+		if inc != c.ownerInc {
+			c.ownerGone = true // restarted: what it owned died with it
+			e.probing[c.key] = true
+			e.stats.ReplOwnersGone++
+			return
+		}
+		e.dropCopy(c) // the same run no longer owns it
+		e.stats.ReplCopiesDropped++
+		return
+	}
+	if len(f.Payload) == handLen {
+		if c.owner == f.Src && !c.hasHeir {
+			c.heir, c.hasHeir = noc.NodeID(binary.BigEndian.Uint32(f.Payload[8:])), true
+			c.heirInc = binary.BigEndian.Uint64(f.Payload[12:])
+			c.unreachAt = 0
+			// The old owner keeps a copy too and ranks first.
+			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
+			c.rank++
+			e.indexCopy(c)
+		}
+		return
+	}
+	if c.owner == f.Src || c.hasHeir && c.heir == f.Src || epoch > c.epoch {
+		e.dropCopy(c)
+		e.stats.ReplCopiesDropped++
+	}
+}
+
+// armRepl keeps the replication timer running.
+func (e *Engine) armRepl(now time.Duration) {
+	if e.replTimer == 0 {
+		e.replTimer = e.schedule(now+e.cfg.RetryInterval, timer{kind: tRepl})
+	}
+}
+
+// replTick re-sends what backups have not acknowledged, replaces backups
+// that routing lost, and promotes copies whose owner is gone.
+func (e *Engine) replTick(now time.Duration) {
+	e.replTimer = 0
+	grace := e.cfg.FailoverGrace
+	busy := false
+	// Owner side: backups routing lost, by backup node.
+	nodes := make([]noc.NodeID, 0, len(e.backedBy))
+	for n := range e.backedBy {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		if _, _, ok := e.rt.NextHop(n); ok {
+			delete(e.backupUnreach, n)
+			continue
+		}
+		since, seen := e.backupUnreach[n]
+		if !seen {
+			e.backupUnreach[n] = now
+			busy = true
+			continue
+		}
+		if now-since < grace {
+			busy = true
+			continue
+		}
+		delete(e.backupUnreach, n)
+		ks := slices.SortedFunc(maps.Keys(e.backedBy[n]), gva.Compare)
+		for _, key := range ks {
+			pg := e.pages[key]
+			if pg == nil || pg.rep == nil {
+				continue
+			}
+			if i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == n }); i >= 0 {
+				e.sendDrop(n, key, pg.epoch) // if it ever comes back
+				pg.rep.backups = slices.Delete(pg.rep.backups, i, i+1)
+				e.unindexBackup(n, key)
+				e.stats.ReplBackupsLost++
+				e.attend(key)
+			}
+		}
+	}
+	// Owner side: pages with something pending (a staged write, a backup
+	// to sync, too few backups).
+	keys := slices.SortedFunc(maps.Keys(e.attention), gva.Compare)
+	for _, key := range keys {
+		pg := e.pages[key]
+		if pg == nil || !pg.owner || pg.rep == nil {
+			delete(e.attention, key)
+			continue
+		}
+		rep := pg.rep
+		if len(rep.backups) < e.cfg.Replicas-1 {
+			e.fillBackups(now, pg)
+		}
+		if !e.repBusy(pg) {
+			e.drainRep(now, pg)
+			if pg.rep != nil && len(pg.rep.backups) >= e.cfg.Replicas-1 {
+				delete(e.attention, key)
+			} else {
+				busy = true
+			}
+			continue
+		}
+		busy = true
+		for i := range rep.backups {
+			b := &rep.backups[i]
+			switch {
+			case !b.ok || b.acked < pg.version:
+				e.sendFull(pg, i)
+			case rep.staged != nil && b.acked < rep.staged.version:
+				e.sendDelta(pg, b)
+			}
+		}
+	}
+	// Backup side: probes due, owners found restarted.
+	if len(e.probing) > 0 {
+		busy = true
+		for _, key := range slices.SortedFunc(maps.Keys(e.probing), gva.Compare) {
+			c := e.copies[key]
+			switch {
+			case c == nil:
+				delete(e.probing, key)
+			case c.ownerGone:
+				if c.goneAt == 0 {
+					c.goneAt = now
+				}
+				if c.hasHeir && now-c.goneAt < 2*e.cfg.FailoverGrace {
+					// The heir's own backups, if any, go first (their
+					// failover names a newer epoch and drops this copy).
+					continue
+				}
+				if !e.lowerRankAlive(c) {
+					e.tryPromote(now, c) // the copy leaves e.probing when it goes
+				}
+			case c.probeDue == 0:
+				delete(e.probing, key)
+			case now >= c.probeDue:
+				c.probeDue = 0
+				delete(e.probing, key)
+				e.probe(now, c)
+			}
+		}
+	}
+	// Backup side: copies whose owner routing lost.
+	owners := make([]noc.NodeID, 0, len(e.copiesBy))
+	for o := range e.copiesBy {
+		owners = append(owners, o)
+	}
+	slices.Sort(owners)
+	for _, o := range owners {
+		if _, _, ok := e.rt.NextHop(o); ok {
+			for key := range e.copiesBy[o] {
+				e.copies[key].unreachAt = 0
+			}
+			continue
+		}
+		busy = true
+		ks := make([]gva.GVA, 0, len(e.copiesBy[o]))
+		for key := range e.copiesBy[o] {
+			ks = append(ks, key)
+		}
+		slices.SortFunc(ks, gva.Compare)
+		for _, key := range ks {
+			c := e.copies[key]
+			if c.unreachAt == 0 {
+				c.unreachAt = now
+			}
+			wait := grace
+			if c.hasHeir {
+				// The heir's own backups, if it had any yet, go first: their
+				// failover (a newer epoch) drops this copy.
+				wait = 2 * grace
+			}
+			if now-c.unreachAt < wait {
+				continue
+			}
+			if e.dbg != nil {
+				e.debugf(key, "copy's node %v unreachable since %v (owner %v heir %v/%v)", o, c.unreachAt, c.owner, c.heir, c.hasHeir)
+			}
+			if c.unreachAt-c.touched > e.cfg.CopyLease {
+				e.dropCopy(c) // the owner had stopped counting on it before it died
+				e.stats.ReplCopiesExpired++
+				continue
+			}
+			if e.lowerRankAlive(c) {
+				continue
+			}
+			e.tryPromote(now, c)
+		}
+	}
+	if busy || len(e.backedBy) > 0 || len(e.copies) > 0 {
+		e.armRepl(now)
+	}
+}
+
+// probe asks a copy's owner whether it still counts on the copy.
+func (e *Engine) probe(now time.Duration, c *backupCopy) {
+	if now-c.probedAt < e.cfg.RetryInterval && c.probedAt != 0 {
+		return
+	}
+	c.probedAt = now
+	var b [replAckLn]byte
+	binary.BigEndian.PutUint64(b[:], c.epoch)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
+	b[16] = ackProbe
+	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, c.watched(), 0, c.key, c.version, b[:])
+	e.sendNode(&f)
+	e.stats.ReplProbes++
+}
+
+// neighbourChanged probes the owner of every copy kept for the node
+// behind a port that went down or came up: it may have restarted.
+func (e *Engine) neighbourChanged(now time.Duration, nb noc.NodeID) {
+	if !e.replicated() || len(e.copiesBy[nb]) == 0 {
+		return
+	}
+	keys := make([]gva.GVA, 0, len(e.copiesBy[nb]))
+	for key := range e.copiesBy[nb] {
+		keys = append(keys, key)
+	}
+	slices.SortFunc(keys, gva.Compare)
+	for _, key := range keys {
+		c := e.copies[key]
+		c.probedAt = 0
+		c.probeDue = now + e.cfg.RetryInterval
+		e.probing[key] = true
+	}
+	e.armRepl(now)
+}
+
+// expireCopies drops the copies whose owner (or heir), still reached by
+// routing, has not confirmed them within CopyLease: it stopped counting on
+// them (run with the homes' refresh).
+func (e *Engine) expireCopies(now time.Duration) {
+	keys := make([]gva.GVA, 0, len(e.copies))
+	for key, c := range e.copies {
+		if now-c.touched > e.cfg.CopyLease && c.unreachAt == 0 {
+			keys = append(keys, key)
+		} else if now-c.touched > 2*e.cfg.HomeRefresh && c.probeDue == 0 {
+			c.probeDue = now // its owner missed a confirmation: still there?
+			e.probing[key] = true
+			e.armRepl(now)
+		}
+	}
+	slices.SortFunc(keys, gva.Compare)
+	for _, key := range keys {
+		c := e.copies[key]
+		if _, _, ok := e.rt.NextHop(c.watched()); ok {
+			e.dropCopy(c)
+			e.stats.ReplCopiesExpired++
+		}
+	}
+}
+
+// lowerRankAlive reports whether a backup ranked before this one is still
+// reachable: that one takes the page over.
+func (e *Engine) lowerRankAlive(c *backupCopy) bool {
+	for i := 0; i < c.rank && i < len(c.backups); i++ {
+		if c.backups[i] == e.self {
+			continue
+		}
+		if _, _, ok := e.rt.NextHop(c.backups[i]); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// promote makes this node the owner of a page whose owner died, from its
+// backup copy.
+func (e *Engine) promote(now time.Duration, c *backupCopy) {
+	key := c.key
+	pg := e.pages[key]
+	if pg != nil && pg.swap != nil {
+		c.queries, c.queryAt, c.query = 0, 0, 0 // ask again then: the answer may be stale
+		return                                  // try again at the next tick
+	}
+	if pg == nil {
+		content, err := e.store.Alloc(key, c.huge)
+		if err != nil {
+			e.stats.ReplPromoteFailed++
+			return
+		}
+		pg = &page{key: key, huge: c.huge, content: content}
+		e.pages[key] = pg
+	}
+	if pg.has && pg.version > c.version {
+		// A replica here is newer than the copy: a write was committed
+		// that this backup did not hold. It cannot happen while backups
+		// acknowledge before commits; keep the newer content.
+		e.stats.PathAnomalies++
+	} else {
+		copy(pg.content, c.content)
+		pg.version = c.version
+	}
+	epoch := c.epoch + 1
+	if c.hasHeir {
+		epoch++ // the heir's epoch was c.epoch+1: ours follows it
+	}
+	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	e.dropCopy(c)
+	e.stats.Promotions++
+	if e.dbg != nil {
+		e.debugf(key, "promoted from backup at version %d epoch %d", pg.version, pg.epoch)
+	}
+	var ent *pathcache.Entry
+	if x, ok := e.cache.Peek(key); ok {
+		ent = x
+	} else {
+		ent, _ = e.upsert(now, key)
+	}
+	if ent != nil {
+		behind := ent.Version < pg.version
+		ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
+		ent.Down = ent.Down.Remove(noc.LocalPort)
+		if behind {
+			fl := noc.FlagPath
+			if pg.huge {
+				fl |= noc.FlagHuge
+			}
+			f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
+			for p := range ent.Down.All() {
+				e.sendPort(p, &f)
+				e.stats.InvalidatesSent++
+			}
+		}
+		ent.Version = pg.version
+		e.syncReplica(ent, pg)
+	}
+	e.arb.Own(key)
+	if e.cfg.Tracer != nil {
+		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
+			pt.Promoted(e.self, key, pg.version, pg.content)
+		}
+	}
+	if homeOf(key) == e.self {
+		rec := e.home[key]
+		if rec == nil {
+			rec = &homeRecord{}
+			e.home[key] = rec
+		}
+		rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, pg.epoch, false
+	} else if _, _, ok := e.rt.NextHop(homeOf(key)); ok {
+		e.notify(now, key, &notice{owner: e.self, ownerInc: e.inc, epoch: pg.epoch})
+	}
+	e.setHint(key, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+	e.floodFailover(noc.NoPort, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+	e.closeFetch(key)
+	e.startReplication(now, pg)
+	e.wake(now, pg)
+	e.failInFlight(now, key)
+}
+
+// maxQueries bounds the questions a backup asks a page's home before it
+// takes the page over.
+const maxQueries = 3
+
+// queryBit marks the request ids of a backup's questions to a page's home
+// (swap ids are host request ids, far below it).
+const queryBit = 1 << 62
+
+// tryPromote takes a page over from a dead owner unless the page's home
+// says the page moved on past this copy's owner (a handover whose word
+// to this backup died with its sender). It asks the home first when the
+// home is another live node; without an answer after maxQueries tries, or
+// with no home to ask, it takes the page over.
+func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
+	h := homeOf(c.key)
+	if h == e.self {
+		if e.movedOn(c, e.home[c.key]) {
+			e.dropCopy(c)
+			e.stats.ReplCopiesDropped++
+			return
+		}
+		e.promote(now, c)
+		return
+	}
+	_, _, reach := e.rt.NextHop(h)
+	if !reach || c.queries >= maxQueries {
+		e.promote(now, c)
+		return
+	}
+	wait := 2 * e.cfg.RetryInterval
+	if c.queryErr {
+		// The home has no record (it restarted lately, say): the page's
+		// owner, if any lives, tells it within a refresh period.
+		wait = e.cfg.HomeRefresh
+	}
+	if c.queryAt != 0 && now-c.queryAt < wait {
+		return // an answer may still come
+	}
+	e.nextReq++
+	c.query, c.queryAt = queryBit|e.nextReq, now
+	c.queries++
+	f := newFrame(noc.ClassControl, OpOwnerQuery, 0, e.self, h, c.query, c.key, 0, nil)
+	e.sendNode(&f)
+	e.stats.ReplQueries++
+}
+
+// movedOn reports whether a home record names a later owner than the one
+// this copy stands for (its owner's epoch, or the heir's: one more).
+func (e *Engine) movedOn(c *backupCopy, rec *homeRecord) bool {
+	if rec == nil {
+		return false
+	}
+	want := c.epoch
+	if c.hasHeir {
+		want++
+	}
+	return rec.freed || rec.epoch > want
+}
+
+// queryAnswered acts on the home's answer to a backup's question.
+func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord) {
+	c.query = 0
+	if rec == nil {
+		c.queryErr = true // ask again later, or take it over after maxQueries
+		return
+	}
+	if e.movedOn(c, rec) {
+		if e.dbg != nil {
+			e.debugf(c.key, "home says the page moved on (epoch %d, owner %v): copy of epoch %d dropped", rec.epoch, rec.owner, c.epoch)
+		}
+		e.dropCopy(c)
+		e.stats.ReplCopiesDropped++
+		return
+	}
+	c.queries = maxQueries // decided: take it over at the next tick
+}
+
+// PromotionTracer is implemented by tracers that check failovers: a backup
+// took a page over at version v with content.
+type PromotionTracer interface {
+	Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content []byte)
+}
+
+func (e *Engine) setHint(key gva.GVA, h ownerHint) {
+	if _, ok := e.hints[key]; !ok {
+		if len(e.hintOrder) >= maxHints {
+			delete(e.hints, e.hintOrder[0])
+			e.hintOrder = e.hintOrder[1:]
+		}
+		e.hintOrder = append(e.hintOrder, key)
+	}
+	e.hints[key] = h
+}
+
+// floodFailover sends OpFailover on every port but except.
+func (e *Engine) floodFailover(except noc.PortID, key gva.GVA, v gva.Version, h ownerHint) {
+	var b [failLen]byte
+	binary.BigEndian.PutUint32(b[:], uint32(h.owner))
+	binary.BigEndian.PutUint64(b[4:], h.inc)
+	binary.BigEndian.PutUint64(b[12:], h.epoch)
+	f := newFrame(noc.ClassControl, OpFailover, 0, h.owner, noc.BroadcastNode, 0, key, v, b[:])
+	for p := noc.PortID(0); p < maxPortScan; p++ {
+		if p == except {
+			continue
+		}
+		if _, ok := e.rt.Neighbour(p); ok {
+			e.sendPort(p, &f)
+		}
+	}
+}
+
+// handleFailover keeps the newest failover of a page as the first guess of
+// its owner and passes it on once.
+func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) {
+	if len(f.Payload) != failLen {
+		e.malformed()
+		return
+	}
+	h := ownerHint{
+		owner: noc.NodeID(binary.BigEndian.Uint32(f.Payload)),
+		inc:   binary.BigEndian.Uint64(f.Payload[4:]),
+		epoch: binary.BigEndian.Uint64(f.Payload[12:]),
+	}
+	key := f.GVA.Key()
+	if old, ok := e.hints[key]; ok && old.epoch >= h.epoch {
+		return
+	}
+	e.setHint(key, h)
+	if c := e.copies[key]; c != nil && c.epoch < h.epoch {
+		e.dropCopy(c) // a copy of an epoch that ended
+		e.stats.ReplCopiesDropped++
+	}
+	if homeOf(key) == e.self {
+		if rec := e.home[key]; rec == nil || rec.epoch < h.epoch {
+			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+		}
+	}
+	if pg := e.pages[key]; pg != nil && !pg.owner && pg.swap == nil {
+		pg.ownerNode = h.owner
+	}
+	e.floodFailover(in, key, f.PageVersion, h)
+	e.failInFlight(now, key)
+}
+
+// failInFlight ends this node's host writes and atomics in flight for a
+// page that just failed over: they went to an owner that died, whether it
+// applied them is unknown (ETIMEDOUT), and sending them again could apply
+// them twice. Their callers learn it now instead of at their bound.
+func (e *Engine) failInFlight(now time.Duration, key gva.GVA) {
+	var ids []uint64
+	for id, r := range e.reqs {
+		switch r.hr.Op {
+		case HostStore, HostCAS, HostFetchAdd:
+			if r.key == key && !r.waiting {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if r := e.reqs[id]; r != nil {
+			e.stats.ReplFailedInFlight++
+			e.completeErr(now, r, syscall.ETIMEDOUT, "the page's owner failed and a backup took the page over: outcome unknown")
+		}
+	}
+}
+
+// hintOwner returns the owner a failover named for key, if routing
+// reaches it.
+func (e *Engine) hintOwner(key gva.GVA) (noc.NodeID, bool) {
+	h, ok := e.hints[key]
+	if !ok || h.owner == e.self {
+		return 0, false
+	}
+	if _, _, reach := e.rt.NextHop(h.owner); !reach {
+		return 0, false
+	}
+	return h.owner, true
+}
+
+// touchBackups tells every backup of every page owned here that the owner
+// still counts on its copy (run with the homes' refresh): a copy not
+// touched within Config.CopyLease is dropped, never promoted.
+func (e *Engine) touchBackups(keys []gva.GVA) {
+	for _, key := range keys {
+		pg := e.pages[key]
+		if pg == nil || !pg.owner || pg.rep == nil {
+			continue
+		}
+		for i, b := range pg.rep.backups {
+			e.sendReplicate(pg, b.node, i, replTouch, pg.version, 0, nil)
+			e.stats.ReplTouches++
+		}
+	}
+}
+
+// standIns lists the nodes that keep a page for its next owner until the
+// next owner's backups hold it: this node (the old owner), then its
+// backups. Nil when the page is not replicated.
+func (e *Engine) standIns(key gva.GVA) []noc.NodeID {
+	bs := e.Backups(key)
+	if bs == nil {
+		return nil
+	}
+	return append([]noc.NodeID{e.self}, bs...)
+}
+
+// Backing reports, for checkers, whether this node keeps a backup copy of
+// key, and its version.
+func (e *Engine) Backing(key gva.GVA) (gva.Version, bool) {
+	c := e.copies[key]
+	if c == nil {
+		return 0, false
+	}
+	return c.version, true
+}
+
+// Backups returns the nodes a page owned here is replicated to (nil if it
+// is not owned here or not replicated).
+func (e *Engine) Backups(key gva.GVA) []noc.NodeID {
+	pg := e.pages[key]
+	if pg == nil || !pg.owner || pg.rep == nil {
+		return nil
+	}
+	out := make([]noc.NodeID, 0, len(pg.rep.backups))
+	for _, b := range pg.rep.backups {
+		out = append(out, b.node)
+	}
+	return out
+}

@@ -1,0 +1,261 @@
+package coherence
+
+import (
+	"encoding/binary"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+)
+
+func replicas(r int) func(*Config) {
+	return func(c *Config) {
+		c.Replicas = r
+		c.RequestTimeout = 50 * time.Millisecond
+		c.HomeRefresh = 10 * time.Millisecond
+	}
+}
+
+// word reads the 64-bit word at the start of content.
+func word(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+func TestReplicasBackupHoldsEveryAcknowledgedWrite(t *testing.T) {
+	x := newFab(t, ringGraph(t, 5), replicas(2))
+	p := x.alloc(0)
+	x.settle()
+	bs := x.eng[0].Backups(p.Key())
+	if len(bs) != 1 || bs[0] == 0 {
+		t.Fatalf("backups of node 0's page: %v", bs)
+	}
+	// The backup is a neighbour.
+	nb := false
+	for port := noc.PortID(0); port < 4; port++ {
+		if peer, ok := x.g.Peer(0, port); ok && peer.Node == bs[0] {
+			nb = true
+		}
+	}
+	if !nb {
+		t.Fatalf("backup %v is not a neighbour of node 0", bs[0])
+	}
+	for i := range 20 {
+		c := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		// Acknowledged: the backup already holds that version.
+		v, ok := x.eng[bs[0]].Backing(p.Key())
+		if !ok || v < c.Version {
+			t.Fatalf("add %d acknowledged at version %d, backup holds %d (%v)", i, c.Version, v, ok)
+		}
+	}
+	// A CAS that does not swap writes nothing and needs no backup round.
+	before := x.eng[0].Stats().ReplStaged
+	if c := x.ok(3, Request{Op: HostCAS, GVA: p, Expected: 99, Operand: 1}); c.Swapped || c.Value != 20 {
+		t.Fatalf("failing CAS: %v", c)
+	}
+	if x.eng[0].Stats().ReplStaged != before {
+		t.Fatal("a CAS that did not swap was staged")
+	}
+}
+
+func TestReplicasOneIsTodaysBehaviour(t *testing.T) {
+	x := newFab(t, ringGraph(t, 4), replicas(1))
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	for i, e := range x.eng {
+		if _, ok := e.Backing(p.Key()); ok {
+			t.Fatalf("node %d keeps a backup copy with replicas = 1", i)
+		}
+		if st := e.Stats(); st.ReplStaged+st.ReplFullSent != 0 {
+			t.Fatalf("node %d replicated with replicas = 1: %+v", i, st)
+		}
+	}
+}
+
+func TestFailoverKeepsAcknowledgedCountAndServesSurvivors(t *testing.T) {
+	x := newFab(t, ringGraph(t, 6), replicas(2))
+	p := x.alloc(0)
+	x.ok(3, Request{Op: HostRef, GVA: p})
+	acked := uint64(0)
+	for range 25 {
+		x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+	}
+	x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1}) // from the owner's own host too
+	acked++
+	backup := x.eng[0].Backups(p.Key())[0]
+	killed := x.f.Now()
+	x.f.Kill(0)
+	// Clients on other nodes keep going on the same GVA: errors only until
+	// the backup took the page over.
+	var first time.Duration
+	for try := 0; try < 400 && first == 0; try++ {
+		c := x.do(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		switch {
+		case c.Err == nil:
+			first = x.f.Now()
+			if c.Value != acked {
+				t.Fatalf("first add after the failover read %d, %d were acknowledged", c.Value, acked)
+			}
+			acked++
+		case errno(c) == syscall.ETIMEDOUT || errno(c) == syscall.EAGAIN || errno(c) == syscall.EHOSTUNREACH || errno(c) == syscall.EHOSTDOWN || errno(c) == syscall.EBUSY:
+			x.f.Run(2 * time.Millisecond)
+		default:
+			t.Fatalf("add during failover: %v", c.Err)
+		}
+	}
+	if first == 0 {
+		t.Fatal("no add succeeded after the owner died")
+	}
+	t.Logf("failover: kill to first successful add from node 3: %v", first-killed)
+	if o, _ := x.eng[backup].Holding(p.Key()); !o {
+		t.Fatalf("backup %v did not take the page over", backup)
+	}
+	if x.eng[backup].Stats().Promotions != 1 {
+		t.Fatalf("promotions at the backup: %d", x.eng[backup].Stats().Promotions)
+	}
+	// Re-replicated: the new owner has a live backup again.
+	x.settle()
+	nbs := x.eng[backup].Backups(p.Key())
+	if len(nbs) != 1 || nbs[0] == 0 {
+		t.Fatalf("new owner's backups: %v", nbs)
+	}
+	// Every survivor reaches the page, and reads the count.
+	for _, n := range []int{1, 2, 4, 5} {
+		x.ok(n, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+	}
+	if got := word(x.load(3, p, 8)); got != acked {
+		t.Fatalf("counter %d after the failover, %d acknowledged", got, acked)
+	}
+	// The dead node returns as a new incarnation: it does not own the page
+	// again, and the page keeps working.
+	if err := x.f.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	if !x.f.RunUntil(x.f.Now()+10*time.Second, x.f.Converged) {
+		t.Fatal("no convergence after the restart")
+	}
+	x.f.Run(100 * time.Millisecond)
+	if o, _ := x.eng[0].Holding(p.Key()); o {
+		t.Fatal("the restarted node owns the page again")
+	}
+	c := x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	if c.Value != acked {
+		t.Fatalf("add from the restarted node read %d, want %d", c.Value, acked)
+	}
+	owners := 0
+	for _, e := range x.eng {
+		if o, _ := e.Holding(p.Key()); o {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("%d owners", owners)
+	}
+}
+
+func TestBackupFailureIsReplaced(t *testing.T) {
+	x := newFab(t, ringGraph(t, 6), replicas(2))
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 5})
+	old := x.eng[0].Backups(p.Key())[0]
+	x.f.Kill(old)
+	x.f.Run(2 * time.Second)
+	nbs := x.eng[0].Backups(p.Key())
+	if len(nbs) != 1 || nbs[0] == old {
+		t.Fatalf("backups after backup %v died: %v", old, nbs)
+	}
+	c := x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	if c.Value != 5 {
+		t.Fatalf("add read %d", c.Value)
+	}
+	if v, ok := x.eng[nbs[0]].Backing(p.Key()); !ok || v < c.Version {
+		t.Fatalf("new backup holds %d (%v), acknowledged %d", v, ok, c.Version)
+	}
+}
+
+func TestOwnershipTransferMovesBackups(t *testing.T) {
+	x := newFab(t, ringGraph(t, 6), replicas(2))
+	p := x.alloc(0)
+	x.ok(3, Request{Op: HostRef, GVA: p})
+	x.ok(3, Request{Op: HostAcquire, GVA: p})
+	x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 7})
+	x.settle()
+	bs := x.eng[3].Backups(p.Key())
+	if len(bs) != 1 {
+		t.Fatalf("new owner's backups: %v", bs)
+	}
+	for i, e := range x.eng {
+		if _, ok := e.Backing(p.Key()); ok && !slices.Contains(bs, noc.NodeID(i)) {
+			t.Fatalf("node %d keeps the old owner's copy", i)
+		}
+	}
+	x.f.Kill(3)
+	var c Completion
+	for try := 0; try < 400; try++ {
+		c = x.do(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		if c.Err == nil {
+			break
+		}
+		x.f.Run(2 * time.Millisecond)
+	}
+	if c.Err != nil || c.Value != 7 {
+		t.Fatalf("add after the new owner died: %v", c)
+	}
+}
+
+func TestReplicateDecoderRefusesGarbage(t *testing.T) {
+	for _, p := range [][]byte{nil, make([]byte, replHead-1), append(make([]byte, 18), 9), append(make([]byte, replHead), 0, 0)} {
+		if _, err := decodeReplicate(p); err == nil {
+			t.Fatalf("decodeReplicate(%x) accepted", p)
+		}
+	}
+}
+
+func TestHandedOverPageSurvivesTheNewOwnersDeathBeforeItsBackups(t *testing.T) {
+	// The old owner's backup keeps its copy for the new owner until the
+	// new owner's backups hold the page: if the new owner dies at once,
+	// the old backup takes the page over with every acknowledged write.
+	x := newFab(t, ringGraph(t, 6), replicas(2))
+	p := x.alloc(0)
+	x.ok(3, Request{Op: HostRef, GVA: p})
+	x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 9})
+	old := x.eng[0].Backups(p.Key())[0]
+	id := x.submit(3, Request{Op: HostAcquire, GVA: p})
+	// Run until node 3 owns the page, then kill it before anything else.
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { o, _ := x.eng[3].Holding(p.Key()); return o }) {
+		t.Fatal("node 3 never owned the page")
+	}
+	x.f.Kill(3)
+	_ = id
+	var c Completion
+	for try := 0; try < 400; try++ {
+		c = x.do(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		if c.Err == nil {
+			break
+		}
+		x.f.Run(2 * time.Millisecond)
+	}
+	if c.Err != nil || c.Value != 9 {
+		t.Fatalf("add after the new owner died: %v", c)
+	}
+	owners := 0
+	for i, e := range x.eng {
+		if i == 3 {
+			continue
+		}
+		if o, _ := e.Holding(p.Key()); o {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("%d owners after the failover", owners)
+	}
+	t.Logf("old backup %v; promotions: %v", old, func() (s []uint64) {
+		for _, e := range x.eng {
+			s = append(s, e.Stats().Promotions)
+		}
+		return
+	}())
+}
