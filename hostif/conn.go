@@ -105,6 +105,7 @@ func (c *conn) serve() {
 	if c.out, err = seqpacket.NewOutbox(c.uc, c.s.opts.WriteTimeout); err != nil {
 		return
 	}
+	c.out.OnFail = c.abort
 	batch, err := seqpacket.NewBatch(c.uc, readBatch)
 	if err != nil {
 		return
@@ -312,10 +313,12 @@ func (s *Server) observe(t *task, status uint32) {
 	}
 }
 
-// flush writes the replies queued on c; a client that cannot take them is
-// disconnected.
+// flush writes the replies queued on c without waiting (the driver's loop
+// calls it for every connection a step answered): what the client has no
+// room for is written by the outbox's own goroutine, and a client that
+// cannot take it within WriteTimeout is disconnected.
 func (c *conn) flush() {
-	if c.out.Flush() != nil {
+	if c.out.FlushNow() != nil {
 		c.abort()
 	}
 }

@@ -116,6 +116,10 @@ type Outbox struct {
 	rc      syscall.RawConn
 	timeout time.Duration
 
+	// OnFail, when set, is called (holding no lock of the Outbox) when a
+	// write FlushNow left to the Outbox's goroutine fails.
+	OnFail func()
+
 	// Used by the writer only.
 	hdrs []mmsghdr
 	iovs []unix.Iovec
@@ -194,15 +198,12 @@ func (o *Outbox) Flush() error {
 		batch := o.q
 		o.q, o.spare = o.spare.reset(), queue{}
 		o.mu.Unlock()
-		err := o.write(&batch)
+		_, err := o.write(&batch, 0, true)
 		closeAll(batch.fds)
 		o.mu.Lock()
 		o.spare = batch
 		if err != nil {
-			o.err = err
-			o.writing = false
-			closeAll(o.q.fds)
-			o.q = o.q.reset()
+			o.fail(err)
 			o.mu.Unlock()
 			return err
 		}
@@ -212,6 +213,78 @@ func (o *Outbox) Flush() error {
 			return nil
 		}
 	}
+}
+
+// FlushNow is Flush for a caller that must not wait, such as a driver's
+// loop serving many connections: what the socket takes at once is sent;
+// when the peer has no room for the rest, a goroutine of the Outbox
+// finishes the write (bounded by the timeout, like Flush) while FlushNow
+// returns. A write that fails there fails the Outbox and calls OnFail.
+func (o *Outbox) FlushNow() error {
+	o.mu.Lock()
+	if o.err != nil {
+		o.mu.Unlock()
+		return ErrClosed
+	}
+	if o.writing || len(o.q.msgs) == 0 {
+		o.mu.Unlock()
+		return nil
+	}
+	o.writing = true
+	for {
+		batch := o.q
+		o.q, o.spare = o.spare.reset(), queue{}
+		o.mu.Unlock()
+		sent, err := o.write(&batch, 0, false)
+		if err == nil && sent < len(batch.msgs) {
+			go o.finish(batch, sent)
+			return nil
+		}
+		closeAll(batch.fds)
+		o.mu.Lock()
+		o.spare = batch
+		if err != nil {
+			o.fail(err)
+			o.mu.Unlock()
+			return err
+		}
+		if len(o.q.msgs) == 0 {
+			o.writing = false
+			o.mu.Unlock()
+			return nil
+		}
+	}
+}
+
+// finish writes the rest of a batch FlushNow could not (from message
+// sent on), waiting for room, then whatever was queued meanwhile.
+func (o *Outbox) finish(batch queue, sent int) {
+	_, err := o.write(&batch, sent, true)
+	closeAll(batch.fds)
+	o.mu.Lock()
+	o.spare = batch
+	if err != nil {
+		o.fail(err)
+		o.mu.Unlock()
+		if o.OnFail != nil {
+			o.OnFail()
+		}
+		return
+	}
+	o.writing = false
+	more := len(o.q.msgs) > 0
+	o.mu.Unlock()
+	if more && o.Flush() != nil && o.OnFail != nil {
+		o.OnFail()
+	}
+}
+
+// fail records err and drops what is queued (under mu).
+func (o *Outbox) fail(err error) {
+	o.err = err
+	o.writing = false
+	closeAll(o.q.fds)
+	o.q = o.q.reset()
 }
 
 func (q *queue) add(msg []byte, fds []int) {
@@ -232,7 +305,7 @@ func (q queue) reset() queue {
 
 // write sends every message of q, in order. The first attempt does not
 // wait; only a write that would block arms the deadline and waits.
-func (o *Outbox) write(q *queue) error {
+func (o *Outbox) write(q *queue, sent int, mayWait bool) (int, error) {
 	n := len(q.msgs)
 	if cap(o.hdrs) < n {
 		o.hdrs, o.iovs = make([]mmsghdr, n), make([]unix.Iovec, n)
@@ -249,7 +322,7 @@ func (o *Outbox) write(q *queue) error {
 			hdrs[i].hdr.SetControllen(s.cmN)
 		}
 	}
-	sent, wait := 0, false
+	wait := false
 	for sent < n {
 		var opErr error
 		blocked := false
@@ -271,9 +344,12 @@ func (o *Outbox) write(q *queue) error {
 			err = opErr
 		}
 		if err != nil {
-			return err
+			return sent, err
 		}
 		if (blocked || sent < n) && !wait {
+			if !mayWait {
+				return sent, nil
+			}
 			wait = true
 			_ = o.uc.SetWriteDeadline(time.Now().Add(o.timeout))
 		}
@@ -281,7 +357,7 @@ func (o *Outbox) write(q *queue) error {
 	if wait {
 		_ = o.uc.SetWriteDeadline(time.Time{})
 	}
-	return nil
+	return sent, nil
 }
 
 func closeAll(fds []int) {

@@ -180,3 +180,63 @@ func TestOutboxQueueFlushAndBoundedWrites(t *testing.T) {
 		t.Fatalf("send after a failed write: %v", err)
 	}
 }
+
+// TestOutboxFlushNowNeverWaits: FlushNow returns at once when the peer has
+// no room; the Outbox's goroutine delivers the rest, in order, once the
+// peer reads, and fails the Outbox (OnFail) when the peer never does.
+func TestOutboxFlushNowNeverWaits(t *testing.T) {
+	a, b := pair(t)
+	out, err := NewOutbox(a, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte{7}, 30000)
+	const msgs = 40 // far beyond the socket's buffer
+	start := time.Now()
+	for i := range msgs {
+		big[0] = byte(i)
+		if err := out.Queue(big, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.FlushNow(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("FlushNow waited %v for a peer that does not read", d)
+	}
+	buf := make([]byte, len(big))
+	for i := range msgs {
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := b.Read(buf)
+		if err != nil || n != len(big) || buf[0] != byte(i) {
+			t.Fatalf("message %d: %d bytes, first %d: %v", i, n, buf[0], err)
+		}
+	}
+
+	// a peer that never reads: the Outbox fails within its timeout and
+	// says so through OnFail
+	c, _ := pair(t)
+	out2, err := NewOutbox(c, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan struct{})
+	out2.OnFail = func() { close(failed) }
+	for range msgs {
+		if err := out2.Queue(big, nil); err != nil {
+			break
+		}
+		if err := out2.FlushNow(); err != nil {
+			break
+		}
+	}
+	select {
+	case <-failed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no OnFail within 5s for a peer that never reads")
+	}
+	if err := out2.Send([]byte{1}, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("send after a failed write: %v", err)
+	}
+}
