@@ -187,3 +187,55 @@ func TestRingStoresFromManyGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// TestClientThatDoesNotReadHurtsNoOne: a client that sends requests on a
+// page one hop away and never reads the replies fills its socket; the
+// loop, which delivers the answers from the other node, must not wait for
+// it: another client's one-hop requests go on at their usual pace.
+func TestClientThatDoesNotReadHurtsNoOne(t *testing.T) {
+	nodes := startLine(t, 2, nil)
+	ctx := ctxT(t, time.Minute)
+	owner, good := dialHost(t, nodes[1]), dialHost(t, nodes[0])
+	g, err := owner.Alloc(ctx, 4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: nodes[0].hostSocket(), Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write(wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Read(make([]byte, wire.MaxMessage)); err != nil {
+		t.Fatal(err)
+	}
+	// fetch-adds, which run at the owner (their answers come back through
+	// the loop), never read: a few hundred replies fill the socket
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for id := uint64(2); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = raw.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = raw.Write(wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpFetchAdd, ID: id, GVA: g.WithOffset(64)}, Delta: 1}))
+		}
+	}()
+	time.Sleep(time.Second) // the hostile client's socket fills
+	for i := range uint64(100) {
+		start := time.Now()
+		if _, swapped, err := good.CompareAndSwap(ctx, g.WithOffset(8), i, i+1); err != nil || !swapped {
+			t.Fatalf("cas %d: %v", i, err)
+		}
+		// the outbox's bound is 5 s: a loop that waited for the hostile
+		// client would show it here
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("cas %d took %v while another client did not read", i, d)
+		}
+	}
+}
