@@ -65,3 +65,16 @@ func BenchmarkFabric(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/mix=read-mostly/local", n), func(b *testing.B) { benchFabric(b, n, local) })
 	}
 }
+
+// BenchmarkLinks compares the two link modes on 1,024 nodes with the same
+// workload (clients on the pages of their neighbourhood, as
+// BenchmarkFabric's large runs): abstract links, which carry whole frames,
+// against the real link layer over datagram wires. Each reports host
+// requests per wall second of one core.
+func BenchmarkLinks(b *testing.B) {
+	const n = 1024
+	for _, links := range []Links{LinksAbstract, LinksReal} {
+		cfg := Config{HotPages: 4, ColdPages: n / 2, Neighbourhood: 4, Links: links}
+		b.Run(fmt.Sprintf("nodes=%d/links=%v", n, links), func(b *testing.B) { benchFabric(b, n, cfg) })
+	}
+}

@@ -4,6 +4,15 @@
 //
 //	dpu-sim --seeds 1000 --nodes 16 --topo smallworld --faults all
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
+//	dpu-sim --nodes 1024 --links abstract --workload 20ms
+//
+// --links says what the nodes' ports talk through: real (the default) runs
+// the link layer over wires that carry its datagrams, which every fault kind
+// needs; abstract delivers whole frames in order with a seeded delay and no
+// link-layer datagrams, acks or retransmissions, for large fabrics (routing,
+// path cache, coherence engine and host sessions are the same code). With
+// abstract links only the faults flap and crash make sense (they drop the
+// carrier), and they are the default; drop and delay are refused.
 //
 // It prints one summary line (seeds=… ops=… checked=… unchecked=…
 // violations=…), then a line that says what each counter means, and exits
@@ -59,7 +68,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract the default is flap,crash)")
+	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires: every fault kind) or abstract (whole frames delivered in order, no link-layer datagrams: for large fabrics, about ten times faster; faults flap and crash only)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
@@ -96,9 +106,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--progress %q: want auto, always or never", *progressMode)
 	}
+	lm, err := sim.ParseLinks(*links)
+	if err != nil {
+		return fmt.Errorf("--links: %w", err)
+	}
+	faultsSet := false
+	fs.Visit(func(f *flag.Flag) { faultsSet = faultsSet || f.Name == "faults" })
+	if lm == sim.LinksAbstract && !faultsSet {
+		*faults = "flap,crash"
+	}
 	fl, err := sim.ParseFaults(*faults)
 	if err != nil {
 		return err
+	}
+	if lm == sim.LinksAbstract && fl&sim.DatagramFaults != 0 {
+		return fmt.Errorf("--faults %s with --links abstract: drop and delay act on the link layer's datagrams, and abstract links carry whole frames without loss; use --links real for them, or --faults flap,crash", *faults)
 	}
 	var bug coherence.PlantedBug
 	switch *plant {
@@ -108,7 +130,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -177,6 +199,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, i := range failed {
 		r := results[i]
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --clients %d", r.Seed, *nodes, *topoKind, *faults, *clients)
+		if lm == sim.LinksAbstract {
+			replay += " --links abstract"
+		}
 		if *workload != 0 {
 			replay += " --workload " + workload.String()
 		}
