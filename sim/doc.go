@@ -4,9 +4,20 @@
 // in virtual time, with one seeded PCG source per run derived per component
 // (wires, faults, workload, nodes, each client).
 //
-// The wires delay every datagram (and, with faults, drop, duplicate and
-// hold some back); links are cut and restored; nodes fail-stop and restart
-// as a new incarnation. Host clients on every node ref, load, store, CAS,
+// The wires are node/nodetest's (nodetest.Wires, the same as the node and
+// coherence tests'): they delay every datagram (and, with faults, drop,
+// duplicate and hold some back); links are cut and restored; nodes
+// fail-stop and restart as a new incarnation.
+//
+// Config.Links picks what the ports talk through. LinksReal (the default)
+// runs the real link layer (noc/link) over those datagrams, and every fault
+// kind works. LinksAbstract, for large fabrics, gives every port a
+// nodetest.AbstractLink: a wire carries whole frames in order with the same
+// seeded delay, and there are no link-layer datagrams, acks, heartbeats or
+// retransmissions, so a remote request costs a few events instead of a few
+// tens. Routing, the path cache, the coherence engine and the host
+// sessions are the same code. A cut wire or a crashed neighbour drops the
+// carrier at once; drop and delay, which act on datagrams, are refused. Host clients on every node ref, load, store, CAS,
 // fetch-add, lock, unlock, acquire and unref a few hot pages and more cold
 // ones.
 //
