@@ -16,8 +16,8 @@
 // seeded delay, and there are no link-layer datagrams, acks, heartbeats or
 // retransmissions, so a remote request costs a few events instead of a few
 // tens. Routing, the path cache, the coherence engine and the host
-// sessions are the same code. A cut wire or a crashed neighbour drops the
-// carrier at once; drop and delay, which act on datagrams, are refused. Host clients on every node ref, load, store, CAS,
+// sessions are the same code. Faults need the real link layer and are
+// refused on abstract links. Host clients on every node ref, load, store, CAS,
 // fetch-add, lock, unlock, acquire and unref a few hot pages and more cold
 // ones.
 //

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,10 +23,10 @@ const (
 	// loss, after a delay drawn from the seeded source. Routing, the path
 	// cache, the coherence engine and the host sessions are the same code;
 	// only the link layer is left out, which makes a remote request a few
-	// events instead of a few tens. A cut wire or a crashed neighbour
-	// drops the carrier at once (the real link notices after its dead
-	// interval). The faults that act on datagrams (drop, delay) have
-	// nothing to act on: flap and crash work.
+	// events instead of a few tens. It is for large fabrics without
+	// faults: the faults are the real link layer's to carry (drop and delay
+	// act on its datagrams; a flap or a crash is seen by its dead interval
+	// and its handshake), so they are refused here.
 	LinksAbstract
 )
 
@@ -47,14 +48,13 @@ func (l Links) String() string {
 	return "real"
 }
 
-// DatagramFaults are the faults that act on the link layer's datagrams:
-// abstract links have none.
-const DatagramFaults = FaultDrop | FaultDelay
+// ErrFaultsNeedRealLinks refuses faults on abstract links.
+var ErrFaultsNeedRealLinks = errors.New("sim: faults need the real link layer: drop and delay act on its datagrams, and a flap or crash is seen through its dead interval and handshake; abstract links carry whole frames without loss (run faults on real links)")
 
 // check refuses a configuration that makes no sense.
 func (c Config) check() error {
-	if c.Links == LinksAbstract && c.Faults&DatagramFaults != 0 {
-		return fmt.Errorf("sim: faults drop and delay act on the link layer's datagrams, which abstract links do not have (they carry whole frames without loss): use real links for them, or only flap and crash")
+	if c.Links == LinksAbstract && c.Faults != 0 {
+		return ErrFaultsNeedRealLinks
 	}
 	return nil
 }
@@ -86,19 +86,17 @@ func (w *World) settle(n *simNode) {
 	if !n.alive {
 		return
 	}
-	from := nodetest.End{Node: n.id}
-	for p := 0; p < n.ports; p++ {
-		from.Port = noc.PortID(p)
-		for {
-			k, ok := n.core.Output(w.now, from.Port, w.buf)
-			if !ok {
-				break
-			}
-			w.res.Frames++
-			w.wires.Put(w.now, from, w.buf[:k])
-		}
+	var d time.Duration
+	if w.wires.Abstract() {
+		// NextDeadline moves what the engine emitted onto the links, and
+		// an abstract link's output changes no deadline: only the ports
+		// with frames queued are asked for them.
+		d = n.core.NextDeadline()
+		w.flush(n, true)
+	} else {
+		w.flush(n, false)
+		d = n.core.NextDeadline()
 	}
-	d := n.core.NextDeadline()
 	if d == time.Duration(1<<63-1) {
 		return
 	}
@@ -108,6 +106,26 @@ func (w *World) settle(n *simNode) {
 	}
 	n.wakeAt = d
 	w.push(event{at: d, kind: evWake, node: n.id})
+}
+
+// flush moves a node's output onto the wires (with queued, only from the
+// abstract links that hold some).
+func (w *World) flush(n *simNode, queued bool) {
+	from := nodetest.End{Node: n.id}
+	for p := 0; p < n.ports; p++ {
+		from.Port = noc.PortID(p)
+		if queued && w.wires.Link(from).Queued() == 0 {
+			continue
+		}
+		for {
+			k, ok := n.core.Output(w.now, from.Port, w.buf)
+			if !ok {
+				break
+			}
+			w.res.Frames++
+			w.wires.Put(w.now, from, w.buf[:k])
+		}
+	}
 }
 
 // deliver hands what the wires deliver now to its node.

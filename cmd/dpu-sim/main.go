@@ -10,9 +10,9 @@
 // the link layer over wires that carry its datagrams, which every fault kind
 // needs; abstract delivers whole frames in order with a seeded delay and no
 // link-layer datagrams, acks or retransmissions, for large fabrics (routing,
-// path cache, coherence engine and host sessions are the same code). With
-// abstract links only the faults flap and crash make sense (they drop the
-// carrier), and they are the default; drop and delay are refused.
+// path cache, coherence engine and host sessions are the same code). Faults
+// need the real link layer: with abstract links --faults defaults to none,
+// and any other value is refused.
 //
 // It prints one summary line (seeds=… ops=… checked=… unchecked=…
 // violations=…), then a line that says what each counter means, and exits
@@ -68,8 +68,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract the default is flap,crash)")
-	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires: every fault kind) or abstract (whole frames delivered in order, no link-layer datagrams: for large fabrics, about ten times faster; faults flap and crash only)")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there)")
+	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics, without faults)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
@@ -113,14 +113,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	faultsSet := false
 	fs.Visit(func(f *flag.Flag) { faultsSet = faultsSet || f.Name == "faults" })
 	if lm == sim.LinksAbstract && !faultsSet {
-		*faults = "flap,crash"
+		*faults = "none"
 	}
 	fl, err := sim.ParseFaults(*faults)
 	if err != nil {
 		return err
 	}
-	if lm == sim.LinksAbstract && fl&sim.DatagramFaults != 0 {
-		return fmt.Errorf("--faults %s with --links abstract: drop and delay act on the link layer's datagrams, and abstract links carry whole frames without loss; use --links real for them, or --faults flap,crash", *faults)
+	if lm == sim.LinksAbstract && fl != 0 {
+		return fmt.Errorf("--faults %s with --links abstract: faults need the real link layer (drop and delay act on its datagrams; a flap or crash is seen through its dead interval and handshake), and abstract links carry whole frames without loss; use --links real for faults, or --faults none", *faults)
 	}
 	var bug coherence.PlantedBug
 	switch *plant {
