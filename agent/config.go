@@ -53,7 +53,8 @@ type Config struct {
 	Ports    []PortSpec
 	LogLevel string // debug, info, warn, error
 	// Loop is how the run loop waits for work (blocking, adaptive, poll);
-	// Spin is the adaptive loop's spin budget after its last work.
+	// Spin is the adaptive loop's spin budget after the last request on
+	// a host ring.
 	Loop         LoopMode
 	Spin         time.Duration
 	Heartbeat    time.Duration
@@ -125,7 +126,7 @@ func DefaultConfig() Config {
 		RequestTimeout: 2 * time.Second,
 		PinBound:       5 * time.Second,
 		Loop:           LoopBlocking,
-		Spin:           50 * time.Microsecond,
+		Spin:           200 * time.Microsecond,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/internal/nbio"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/node"
 )
@@ -61,36 +62,56 @@ type datagram struct {
 // loop drives the core until ctx ends: it drains every port it reads
 // itself (and what reader goroutines queued), runs the core's due timers,
 // writes the step's output and hands its host completions over; when a
-// pass finds nothing it spins (adaptive, within the budget; poll, always)
-// or parks until a port is readable, the core's next deadline, or a ring.
+// pass finds nothing it spins (adaptive, within the budget after the last
+// ring request; poll, always) or parks until a port is readable, the
+// core's next deadline, or a ring.
+//
+// The adaptive loop spins only for host programs on rings: they submit
+// without a system call, and a spinning loop answers them without any.
+// After other work (port input, socket requests) it parks at once, as the
+// blocking loop does: there a wake-up is paid anyway, and a loop that
+// spins on a machine with few cores takes the CPU from the neighbour or
+// the host program whose answer it waits for.
 func (a *Agent) loop(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, a.w.ring)
 	defer stop()
-	idle := a.now()
+	var ringAt time.Duration = -1 // the last ring request (adaptive)
 	for ctx.Err() == nil {
-		if a.drain() {
-			idle = a.now()
-			continue
-		}
+		work, ringWork := a.drain()
 		switch a.cfg.Loop {
 		case LoopPoll:
+			if !work {
+				nbio.Yield()
+			}
 			continue
 		case LoopAdaptive:
-			if a.now()-idle < a.cfg.Spin {
+			now := a.now()
+			if ringWork {
+				ringAt = now
+			}
+			if ringAt >= 0 && now-ringAt < a.cfg.Spin {
+				if !work {
+					// let whoever this loop waits for run on this CPU
+					// (a neighbour agent, the host program): a spin that
+					// never yields delays the very answer it waits for
+					nbio.Yield()
+				}
 				continue
 			}
 		}
+		// park at once after work too: park looks at every descriptor
+		// before it sleeps (one epoll call for all of them), cheaper than
+		// another pass that reads each port to find it empty
 		if err := a.park(); err != nil {
 			return err
 		}
-		idle = a.now()
 	}
 	return ctx.Err()
 }
 
 // drain is one pass of the loop as one step of the core. It reports
-// whether it found work.
-func (a *Agent) drain() bool {
+// whether it found work, and whether host rings brought some.
+func (a *Agent) drain() (work, ringWork bool) {
 	a.mu.Lock()
 	now := a.now()
 	got := false
@@ -150,9 +171,9 @@ func (a *Agent) drain() bool {
 	a.writeTx()
 	a.deliver(done)
 	if a.srv != nil && a.srv.ServeRings(maxBatch) {
-		got = true
+		got, ringWork = true, true
 	}
-	return got || len(done) > 0
+	return got || len(done) > 0, ringWork
 }
 
 // ringBell puts a host ring's bell into the loop's poll set (or takes it
@@ -190,7 +211,10 @@ func (a *Agent) park() error {
 		return nil
 	}
 	a.armed = next
-	err := a.w.setTimer(next - a.now())
+	var err error
+	if next != a.w.timerAt {
+		err = a.w.setTimer(next, a.now())
+	}
 	a.mu.Unlock()
 	if err == nil {
 		err = a.w.wait()
@@ -270,17 +294,17 @@ func (a *Agent) onCore(fn func(c *node.Core)) {
 	a.settleLocked()
 	done := a.endStepLocked()
 	if a.armed >= 0 {
+		// A parked loop is not woken to spin for the answers of what this
+		// step sent: the wake-up costs as much as the answer's own, and a
+		// second busy thread slows the neighbour that must answer on a
+		// machine with few cores. The loop spins after work it did itself
+		// (ring requests, port input), where no wake-up is involved.
 		switch next := a.core.NextDeadline(); {
-		case a.cfg.Loop == LoopAdaptive && a.tx.sent > 0:
-			// the step sent datagrams: the loop should be spinning for
-			// their answers when they come (it wakes while they travel)
-			a.armed = -1
-			a.w.ring()
 		case next < a.armed:
 			// the parked loop would sleep past the core's next deadline:
 			// bring its timer forward (no wake-up now)
 			a.armed = next
-			if err := a.w.setTimer(next - a.now()); err != nil {
+			if err := a.w.setTimer(next, a.now()); err != nil {
 				a.armed = -1
 				a.w.ring()
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/internal/nbio"
 )
 
 // seals are the seals a ring memfd carries: its size is fixed (so neither
@@ -96,7 +98,7 @@ func newBell() (agent, host int, err error) {
 // wakeups are pending already, and a closed peer is the connection's
 // business, not the ring's.
 func ring(fd int) {
-	_ = unix.Sendto(fd, bellByte[:], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+	_, _ = nbio.Send(fd, bellByte[:])
 }
 
 var bellByte = [1]byte{1}
@@ -107,7 +109,7 @@ func drain(fd, max int) int {
 	var b [8]byte
 	n := 0
 	for n < max {
-		if _, _, err := unix.Recvfrom(fd, b[:], unix.MSG_DONTWAIT); err != nil {
+		if _, err := nbio.Recv(fd, b[:]); err != nil {
 			break
 		}
 		n++

@@ -70,7 +70,7 @@ func (b *Batch) Read(max int) (int, error) {
 	var got int
 	var opErr error
 	err := b.rc.Read(func(fd uintptr) bool {
-		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(max),
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(max),
 			unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC, 0, 0)
 		if e == unix.EAGAIN || e == unix.EINTR {
 			return false
@@ -254,7 +254,7 @@ func (o *Outbox) write(q *queue) error {
 		var opErr error
 		blocked := false
 		err := o.rc.Write(func(fd uintptr) bool {
-			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[sent])), uintptr(n-sent),
+			r, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[sent])), uintptr(n-sent),
 				unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
 			switch {
 			case e == unix.EAGAIN || e == unix.EINTR:

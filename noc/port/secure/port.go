@@ -108,6 +108,7 @@ type Port struct {
 	peer    PublicKey
 	peerOK  bool
 	rbuf    []byte
+	rbatch  batchScratch // TryReadDatagrams; reader only
 	rmsg    message
 
 	stats struct {

@@ -8,10 +8,13 @@
 // restarts on the same address keeps working, and strays never reach the
 // link layer.
 //
-// Port also implements noc.Poller: on Linux TryReadDatagram is one
-// recvfrom(2) with MSG_DONTWAIT through syscall.RawConn, allocation-free,
-// for drivers that busy-poll; elsewhere it is a read with an expired
-// deadline.
+// Port also implements noc.Poller, noc.BatchPoller, noc.BatchWriter and
+// noc.Waitable: TryReadDatagram is one recvfrom(2) with MSG_DONTWAIT,
+// allocation-free, TryReadDatagrams one recvmmsg(2), WriteDatagrams
+// sendmmsg(2), and ReadyFD the descriptor a driver's own epoll set waits
+// for. The socket is taken out of the Go runtime's network poller when the
+// Port is made: a datagram wakes only the driver that waits for it, never a
+// poller thread as well (blocking reads wait in poll(2) instead).
 //
 // # What it must never do
 //

@@ -56,7 +56,7 @@ func (p *Port) WriteDatagrams(bufs [][]byte) error {
 	w := &p.wbatch
 	if w.fn == nil {
 		w.fn = func(fd uintptr) bool {
-			r, _, e := syscall.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[0])), uintptr(w.n), 0, 0, 0)
+			r, _, e := syscall.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[0])), uintptr(w.n), 0, 0, 0)
 			if e == syscall.EAGAIN {
 				return false // wait for room
 			}
@@ -106,7 +106,7 @@ func (p *Port) TryReadDatagrams(bufs [][]byte, lens []int) (int, error) {
 	if r.fn == nil {
 		r.fn = func(fd uintptr) bool {
 			for {
-				n, _, e := syscall.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.n), unix.MSG_DONTWAIT, 0, 0)
+				n, _, e := syscall.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.n), unix.MSG_DONTWAIT, 0, 0)
 				if e == syscall.EINTR {
 					continue
 				}

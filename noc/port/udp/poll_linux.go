@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"syscall"
-	"time"
 	"unsafe"
 )
 
@@ -16,6 +15,7 @@ import (
 type poller struct {
 	raw    syscall.RawConn
 	fn     func(fd uintptr) bool
+	block  bool // wait for a datagram (ReadDatagram) rather than report none
 	b      []byte
 	empty  [1]byte
 	n      int
@@ -31,9 +31,19 @@ func (q *poller) init(p *Port) {
 	q.fn = q.recv
 }
 
-func (q *poller) setDeadline(time.Time) {}
-
 func (q *poller) try(b []byte) (n int, from netip.AddrPort, ok bool, err error) {
+	q.block = false
+	return q.read(b)
+}
+
+// wait reads one datagram, waiting for it (up to the read deadline).
+func (q *poller) wait(b []byte) (n int, from netip.AddrPort, err error) {
+	q.block = true
+	n, from, _, err = q.read(b)
+	return n, from, err
+}
+
+func (q *poller) read(b []byte) (n int, from netip.AddrPort, ok bool, err error) {
 	q.b, q.ok, q.errno = b, false, 0
 	err = q.raw.Read(q.fn)
 	q.b = nil
@@ -54,7 +64,7 @@ func (q *poller) recv(fd uintptr) bool {
 	}
 	for {
 		q.rsaLen = syscall.SizeofSockaddrAny
-		r, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(buf), uintptr(len(q.b)),
+		r, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(buf), uintptr(len(q.b)),
 			syscall.MSG_DONTWAIT, uintptr(unsafe.Pointer(&q.rsa)), uintptr(unsafe.Pointer(&q.rsaLen)))
 		switch e {
 		case 0:
@@ -64,7 +74,7 @@ func (q *poller) recv(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
-			return true
+			return !q.block
 		default:
 			q.errno = e
 			return true

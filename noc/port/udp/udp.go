@@ -34,8 +34,8 @@ type Stats struct {
 // concurrent writer (plus SetReadDeadline and Close from anywhere).
 type Port struct {
 	name    string
-	conn    *net.UDPConn
-	raw     syscall.RawConn
+	conn    *sock
+	raw     syscall.RawConn // conn
 	remote  netip.AddrPort
 	mtu     int
 	foreign atomic.Uint64
@@ -74,7 +74,9 @@ func Open(local, remote string, mtu int) (*Port, error) {
 	return p, nil
 }
 
-// New makes a Port of a bound socket, which it takes over (Close closes it).
+// New makes a Port of a bound socket, which it takes over: it takes the
+// socket out of the runtime's network poller (c is closed; the Port keeps a
+// duplicate of its descriptor, which Close closes).
 func New(c *net.UDPConn, remote netip.AddrPort, mtu int) (*Port, error) {
 	remote = netip.AddrPortFrom(remote.Addr().Unmap(), remote.Port())
 	if !remote.IsValid() || remote.Addr().IsUnspecified() || remote.Port() == 0 {
@@ -83,14 +85,14 @@ func New(c *net.UDPConn, remote netip.AddrPort, mtu int) (*Port, error) {
 	if mtu < 1 || mtu > MaxMTU {
 		return nil, fmt.Errorf("%w: MTU %d outside [1, %d]", ErrAddress, mtu, MaxMTU)
 	}
-	raw, err := c.SyscallConn()
+	s, err := detach(c)
 	if err != nil {
-		return nil, fmt.Errorf("udp: %w", err)
+		return nil, err
 	}
 	p := &Port{
-		name:   fmt.Sprintf("udp:%v->%v", c.LocalAddr(), remote),
-		conn:   c,
-		raw:    raw,
+		name:   fmt.Sprintf("udp:%v->%v", s.local, remote),
+		conn:   s,
+		raw:    s,
 		remote: remote,
 		mtu:    mtu,
 	}
@@ -105,7 +107,7 @@ func (p *Port) Name() string { return p.name }
 func (p *Port) MTU() int { return p.mtu }
 
 // LocalAddr returns the bound address.
-func (p *Port) LocalAddr() netip.AddrPort { return p.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+func (p *Port) LocalAddr() netip.AddrPort { return p.conn.local }
 
 // Remote returns the address every datagram goes to.
 func (p *Port) Remote() netip.AddrPort { return p.remote }
@@ -118,16 +120,14 @@ func (p *Port) WriteDatagram(b []byte) error {
 	if len(b) > p.mtu {
 		return fmt.Errorf("%w: %d > %d", ErrTooLarge, len(b), p.mtu)
 	}
-	if _, err := p.conn.WriteToUDPAddrPort(b, p.remote); err != nil {
-		return p.opError("write", err)
-	}
-	return nil
+	one := [1][]byte{b}
+	return p.WriteDatagrams(one[:])
 }
 
 // ReadDatagram implements noc.Port.
 func (p *Port) ReadDatagram(b []byte) (int, error) {
 	for {
-		n, from, err := p.conn.ReadFromUDPAddrPort(b)
+		n, from, err := p.poll.wait(b)
 		if err != nil {
 			return 0, p.opError("read", err)
 		}
@@ -157,16 +157,13 @@ func (p *Port) TryReadDatagram(b []byte) (int, bool, error) {
 
 // SetReadDeadline implements noc.Port.
 func (p *Port) SetReadDeadline(t time.Time) error {
-	p.poll.setDeadline(t)
-	if err := p.conn.SetReadDeadline(t); err != nil {
-		return p.opError("set deadline", err)
-	}
+	p.conn.setReadDeadline(t)
 	return nil
 }
 
 // Close implements noc.Port.
 func (p *Port) Close() error {
-	if err := p.conn.Close(); err != nil {
+	if err := p.conn.close(); err != nil {
 		return p.opError("close", err)
 	}
 	return nil

@@ -283,7 +283,7 @@ func (p *Port) kick() error {
 }
 
 func (p *Port) kickTx(fd uintptr) {
-	if _, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0); e != 0 {
+	if _, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0); e != 0 {
 		p.kickErr = e
 	}
 }
@@ -341,7 +341,7 @@ func (p *Port) TryReadDatagram(b []byte) (int, bool, error) {
 // wakeRx tells a driver that sleeps on an empty fill ring that it has
 // frames again (XDP_USE_NEED_WAKEUP).
 func (p *Port) wakeRx(fd uintptr) {
-	unix.Syscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	unix.RawSyscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
 }
 
 // receive takes the next accepted frame off the RX ring and copies its
