@@ -67,6 +67,9 @@ func (l *AbstractLink) setCarrier(now time.Duration, up bool, epoch uint32, peer
 	l.events = append(l.events, link.Event{At: now, Up: false, Reason: link.ReasonDead, PeerSession: l.peer, PeerEpoch: epoch})
 }
 
+// Queued is the number of frames sent and not yet moved onto the wire.
+func (l *AbstractLink) Queued() int { return len(l.out) - l.outHead }
+
 // Up reports whether the carrier is up.
 func (l *AbstractLink) Up() bool { return l.up }
 
