@@ -108,13 +108,23 @@ func (w *World) settle(n *simNode) {
 	w.push(event{at: d, kind: evWake, node: n.id})
 }
 
-// flush moves a node's output onto the wires (with queued, only from the
-// abstract links that hold some).
-func (w *World) flush(n *simNode, queued bool) {
+// flush moves a node's output onto the wires (with abstract, the frames
+// its abstract links hold, handed over without a copy; the node's
+// NextDeadline has moved the engine's frames onto them).
+func (w *World) flush(n *simNode, abstract bool) {
 	from := nodetest.End{Node: n.id}
 	for p := 0; p < n.ports; p++ {
 		from.Port = noc.PortID(p)
-		if queued && w.wires.Link(from).Queued() == 0 {
+		if abstract {
+			l := w.wires.Link(from)
+			for {
+				b, ok := l.Take()
+				if !ok {
+					break
+				}
+				w.res.Frames++
+				w.wires.PutFrame(w.now, from, b)
+			}
 			continue
 		}
 		for {

@@ -28,8 +28,8 @@ type AbstractLink struct {
 	in            [][]byte // arrived, not yet received (from inHead)
 	outHead       int
 	inHead        int
-	spare         [][]byte
-	recv          []byte // the message Receive returned last
+	pool          *framePool // shared with the wires and the other links
+	recv          []byte     // the message Receive returned last
 	events        []link.Event
 	stats         link.Stats
 }
@@ -40,8 +40,8 @@ const abstractMTU = noc.HeaderLen + noc.MaxPayload
 
 var _ node.Link = (*AbstractLink)(nil)
 
-func newAbstractLink(session uint64) *AbstractLink {
-	return &AbstractLink{session: session}
+func newAbstractLink(session uint64, pool *framePool) *AbstractLink {
+	return &AbstractLink{session: session, pool: pool}
 }
 
 // setCarrier raises or drops the link at now, in link epoch epoch, facing
@@ -60,6 +60,12 @@ func (l *AbstractLink) setCarrier(now time.Duration, up bool, epoch uint32, peer
 	}
 	l.stats.Abandoned += uint64(len(l.out) - l.outHead)
 	l.stats.Discarded += uint64(len(l.in) - l.inHead)
+	for _, b := range l.out[l.outHead:] {
+		l.pool.put(b)
+	}
+	for _, b := range l.in[l.inHead:] {
+		l.pool.put(b)
+	}
 	clear(l.out)
 	clear(l.in)
 	l.out, l.in, l.outHead, l.inHead = l.out[:0], l.in[:0], 0, 0
@@ -81,20 +87,24 @@ func (l *AbstractLink) Send(now time.Duration, msg []byte) error {
 	if !l.up {
 		return link.ErrDown
 	}
-	l.out = append(l.out, append(l.buf(), msg...))
+	l.out = append(l.out, append(l.pool.get(len(msg)), msg...))
 	l.stats.TxMessages++
 	return nil
 }
 
-// Input takes one frame the wire delivered.
+// Input takes one frame the wire delivered, and keeps d itself: abstract
+// wires hand every frame they deliver over to the receiving link
+// (Wires.Pop), which gives the buffer back to the wires' pool once the
+// frame was received.
 func (l *AbstractLink) Input(now time.Duration, d []byte) error {
 	if !l.up {
 		l.stats.Stale++
+		l.pool.put(d)
 		return nil
 	}
 	l.stats.RxDatagrams++
 	l.stats.RxBytes += uint64(len(d))
-	l.in = append(l.in, append(l.buf(), d...))
+	l.in = append(l.in, d)
 	return nil
 }
 
@@ -104,22 +114,32 @@ func (l *AbstractLink) Output(now time.Duration, buf []byte) (int, bool) {
 	if l.outHead == len(l.out) || len(buf) < len(l.out[l.outHead]) {
 		return 0, false
 	}
-	m := l.out[l.outHead]
+	m, _ := l.Take()
 	n := copy(buf, m)
-	l.free(m)
+	l.pool.put(m)
+	return n, true
+}
+
+// Take is Output without the copy: it hands over the oldest queued frame
+// itself, for Wires.PutFrame.
+func (l *AbstractLink) Take() ([]byte, bool) {
+	if l.outHead == len(l.out) {
+		return nil, false
+	}
+	m := l.out[l.outHead]
 	l.out[l.outHead] = nil
 	if l.outHead++; l.outHead == len(l.out) {
 		l.out, l.outHead = l.out[:0], 0
 	}
 	l.stats.TxDatagrams++
-	l.stats.TxBytes += uint64(n)
-	return n, true
+	l.stats.TxBytes += uint64(len(m))
+	return m, true
 }
 
 // Receive returns the next message, valid until the next Receive.
 func (l *AbstractLink) Receive() ([]byte, bool) {
 	if l.recv != nil {
-		l.free(l.recv)
+		l.pool.put(l.recv)
 		l.recv = nil
 	}
 	if l.inHead == len(l.in) {
@@ -170,19 +190,30 @@ func (l *AbstractLink) Stats() link.Stats {
 	return s
 }
 
-// buf returns an empty buffer for a message, reusing a spare one.
-func (l *AbstractLink) buf() []byte {
-	if n := len(l.spare); n > 0 {
-		b := l.spare[n-1][:0]
-		l.spare = l.spare[:n-1]
-		return b
+// framePool keeps frame buffers for reuse: the abstract links of one set
+// of wires and the wires themselves pass buffers around instead of copying
+// frames from one to the next.
+type framePool struct{ free [][]byte }
+
+// poolMax bounds the buffers a pool keeps.
+const poolMax = 1 << 14
+
+// get returns an empty buffer that holds n bytes.
+func (p *framePool) get(n int) []byte {
+	if k := len(p.free); k > 0 {
+		b := p.free[k-1]
+		p.free[k-1] = nil
+		p.free = p.free[:k-1]
+		if cap(b) >= n {
+			return b[:0]
+		}
 	}
-	return nil
+	return make([]byte, 0, max(n, 256))
 }
 
-// free keeps a message buffer for reuse (a few per link).
-func (l *AbstractLink) free(b []byte) {
-	if len(l.spare) < 8 {
-		l.spare = append(l.spare, b)
+// put gives a buffer back.
+func (p *framePool) put(b []byte) {
+	if b != nil && len(p.free) < poolMax {
+		p.free = append(p.free, b)
 	}
 }

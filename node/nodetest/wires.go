@@ -59,8 +59,8 @@ type Wires struct {
 
 	q       deliveries
 	seq     uint64
-	pool    [][]byte
-	popped  []byte // the data of the last Pop, recycled by the next
+	pool    framePool
+	popped  []byte // the data of the last Pop, recycled by the next (datagrams)
 	session uint64 // abstract link sessions handed out
 
 	// Sent counts datagrams written to the wires (lost ones included);
@@ -70,9 +70,11 @@ type Wires struct {
 
 // Delivery is what arrives at an end.
 type Delivery struct {
-	At   time.Duration
-	To   End
-	Data []byte // valid until the next Pop
+	At time.Duration
+	To End
+	// Data is valid until the next Pop; on abstract wires it is handed
+	// over to the receiving end (AbstractLink.Input keeps it).
+	Data []byte
 }
 
 type delivery struct {
@@ -156,10 +158,24 @@ func (w *Wires) Link(e End) *AbstractLink {
 // Put writes b from end from onto its wire (a copy is kept). Nothing
 // crosses a cut wire, leaves or reaches a killed node.
 func (w *Wires) Put(now time.Duration, from End, b []byte) {
+	w.put(now, from, b, false)
+}
+
+// PutFrame is Put of a frame taken from an abstract link (AbstractLink.Take):
+// the wire keeps b itself rather than a copy.
+func (w *Wires) PutFrame(now time.Duration, from End, b []byte) {
+	w.put(now, from, b, true)
+}
+
+func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 	w.Sent++
+	if !owned {
+		b = append(w.pool.get(len(b)), b...)
+	}
 	to := w.peer[from.Node][from.Port]
 	wire := w.index[from.Node][from.Port]
 	if wire < 0 || w.cut[wire] || w.down[from.Node] || w.down[to.Node] {
+		w.pool.put(b)
 		return
 	}
 	copies := 1
@@ -167,12 +183,17 @@ func (w *Wires) Put(now time.Duration, from End, b []byte) {
 		r := w.rng.Float64()
 		switch {
 		case r < w.cfg.Drop:
+			w.pool.put(b)
 			return
 		case r < w.cfg.Drop+w.cfg.Duplicate:
 			copies = 2
 		}
 	}
-	for range copies {
+	for c := range copies {
+		data := b
+		if c > 0 {
+			data = append(w.pool.get(len(b)), b...)
+		}
 		at := now + w.cfg.Delay
 		if w.cfg.Jitter > 0 {
 			at += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter)))
@@ -188,7 +209,7 @@ func (w *Wires) Put(now time.Duration, from End, b []byte) {
 			*last = at
 		}
 		w.seq++
-		w.q.push(delivery{at: at, seq: w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: w.copyBuf(b)})
+		w.q.push(delivery{at: at, seq: w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
 }
 
@@ -204,17 +225,19 @@ func (w *Wires) Next() (time.Duration, bool) {
 // killed node, and frames of an older carrier, are discarded on the way.
 func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 	if w.popped != nil {
-		w.freeBuf(w.popped)
+		w.pool.put(w.popped)
 		w.popped = nil
 	}
 	for len(w.q) > 0 && w.q[0].at <= limit {
 		d := w.q.pop()
 		if w.down[d.to.Node] || (w.cfg.Abstract && d.epoch != w.epoch[d.wire]) {
-			w.freeBuf(d.data)
+			w.pool.put(d.data)
 			continue
 		}
 		w.Delivered++
-		w.popped = d.data
+		if !w.cfg.Abstract {
+			w.popped = d.data
+		}
 		return Delivery{At: d.at, To: d.to, Data: d.data}, true
 	}
 	return Delivery{}, false
@@ -287,22 +310,7 @@ func (w *Wires) carrier(now time.Duration, i int, up bool) {
 
 func (w *Wires) newLink() *AbstractLink {
 	w.session++
-	return newAbstractLink(w.session)
-}
-
-func (w *Wires) copyBuf(b []byte) []byte {
-	var c []byte
-	if n := len(w.pool); n > 0 {
-		c = w.pool[n-1][:0]
-		w.pool = w.pool[:n-1]
-	}
-	return append(c, b...)
-}
-
-func (w *Wires) freeBuf(b []byte) {
-	if len(w.pool) < 4096 {
-		w.pool = append(w.pool, b)
-	}
+	return newAbstractLink(w.session, &w.pool)
 }
 
 // deliveries is a binary min-heap by (at, seq), typed so that pushing
