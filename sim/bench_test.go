@@ -46,7 +46,7 @@ func benchFabric(b *testing.B, n int, cfg Config) {
 	}
 	w := prepared(b, cfg)
 	b.ResetTimer()
-	start := w.Ops()
+	start, frames := w.Ops(), w.res.Frames
 	for range b.N {
 		w.RunFor(time.Millisecond)
 	}
@@ -54,6 +54,7 @@ func benchFabric(b *testing.B, n int, cfg Config) {
 	ops := w.Ops() - start
 	b.ReportMetric(float64(ops)/b.Elapsed().Seconds(), "ops/s")
 	b.ReportMetric(float64(ops)/float64(b.N), "ops/vms")
+	b.ReportMetric(float64(w.res.Frames-frames)/float64(max(ops, 1)), "frames/op")
 }
 
 // BenchmarkFabric runs the default mix of the sweeps (a quarter loads,
@@ -82,15 +83,17 @@ func BenchmarkFabric(b *testing.B) {
 	}
 }
 
-// BenchmarkLinks compares the two link modes on 1,024 nodes with the same
-// workload (clients on the pages of their neighbourhood, as
+// BenchmarkLinks compares the two link modes on 256 and 1,024 nodes with
+// the same workload (clients on the pages of their neighbourhood, as
 // BenchmarkFabric's large runs): abstract links, which carry whole frames,
 // against the real link layer over datagram wires. Each reports host
-// requests per wall second of one core.
+// requests per wall second of one core, and frames put on the wires per
+// request.
 func BenchmarkLinks(b *testing.B) {
-	const n = 1024
-	for _, links := range []Links{LinksAbstract, LinksReal} {
-		cfg := Config{HotPages: 4, ColdPages: n / 2, Neighbourhood: 4, Links: links}
-		b.Run(fmt.Sprintf("nodes=%d/links=%v", n, links), func(b *testing.B) { benchFabric(b, n, cfg) })
+	for _, n := range []int{256, 1024} {
+		for _, links := range []Links{LinksAbstract, LinksReal} {
+			cfg := Config{HotPages: 4, ColdPages: n / 2, Neighbourhood: 4, Links: links}
+			b.Run(fmt.Sprintf("nodes=%d/links=%v", n, links), func(b *testing.B) { benchFabric(b, n, cfg) })
+		}
 	}
 }
