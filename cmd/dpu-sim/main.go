@@ -4,7 +4,7 @@
 //
 //	dpu-sim --seeds 1000 --nodes 16 --topo smallworld --faults all
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
-//	dpu-sim --nodes 1024 --links abstract --workload 20ms
+//	dpu-sim --nodes 128 --links abstract --cold 64 --workload 10ms
 //
 // --links says what the nodes' ports talk through: real (the default) runs
 // the link layer over wires that carry its datagrams, which every fault kind
