@@ -76,21 +76,31 @@ func (a *Agent) loop(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, a.w.ring)
 	defer stop()
 	var ringAt time.Duration = -1 // the last ring request (adaptive)
+	var sysAt time.Duration       // the last pass that made system calls
+	ports := true
 	for ctx.Err() == nil {
-		work, ringWork := a.drain()
+		work, ringWork := a.drain(ports)
+		now := a.now()
+		if ports {
+			sysAt = now
+		}
+		// While it spins, the loop reads the ports (and yields the CPU)
+		// at most every spinSysEvery: the rings are shared memory, a look
+		// at them costs no system call, and a port's answer waits a few
+		// microseconds at most.
+		ports = now-sysAt >= spinSysEvery
 		switch a.cfg.Loop {
 		case LoopPoll:
-			if !work {
+			if !work && ports {
 				nbio.Yield()
 			}
 			continue
 		case LoopAdaptive:
-			now := a.now()
 			if ringWork {
 				ringAt = now
 			}
 			if ringAt >= 0 && now-ringAt < a.cfg.Spin {
-				if !work {
+				if !work && ports {
 					// let whoever this loop waits for run on this CPU
 					// (a neighbour agent, the host program): a spin that
 					// never yields delays the very answer it waits for
@@ -99,6 +109,7 @@ func (a *Agent) loop(ctx context.Context) error {
 				continue
 			}
 		}
+		ports = true
 		// park at once after work too: park looks at every descriptor
 		// before it sleeps (one epoll call for all of them), cheaper than
 		// another pass that reads each port to find it empty
@@ -109,13 +120,20 @@ func (a *Agent) loop(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// drain is one pass of the loop as one step of the core. It reports
-// whether it found work, and whether host rings brought some.
-func (a *Agent) drain() (work, ringWork bool) {
+// spinSysEvery is how often a spinning loop reads its ports and yields.
+const spinSysEvery = 5 * time.Microsecond
+
+// drain is one pass of the loop as one step of the core; it reads the
+// ports when ports is set. It reports whether it found work, and whether
+// host rings brought some.
+func (a *Agent) drain(ports bool) (work, ringWork bool) {
 	a.mu.Lock()
 	now := a.now()
 	got := false
 	for i := range a.ports {
+		if !ports {
+			break
+		}
 		p := &a.ports[i]
 		if p.poller == nil {
 			continue
@@ -211,9 +229,14 @@ func (a *Agent) park() error {
 		return nil
 	}
 	a.armed = next
+	// The timer is re-armed when the deadline comes sooner, or when it
+	// has fired. A deadline that only moved later (a link's retransmission
+	// or ack timer pushed on by every exchange) keeps the timer armed to
+	// the earlier one: the loop then wakes once early and re-arms, instead
+	// of re-arming on every request.
 	var err error
-	if next != a.w.timerAt {
-		err = a.w.setTimer(next, a.now())
+	if now := a.now(); next < a.w.timerAt || a.w.timerAt <= now {
+		err = a.w.setTimer(next, now)
 	}
 	a.mu.Unlock()
 	if err == nil {

@@ -106,6 +106,10 @@ type hostReq struct {
 	done     bool
 	lastErr  syscall.Errno // the last failure of one of its engine requests
 	drop     bool          // a Load of a page it ref'd: drop after
+	// bound is the timer of the request's bound, in the session layer's
+	// timer heap from Submit until it fires or the request finishes (a
+	// finished request takes it out: the heap holds only live timers).
+	bound hostTimer
 }
 
 type readyStep struct {
@@ -166,7 +170,7 @@ func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Routes) {
 	h.e.rt = rt
 	s := h.sessions[id]
-	r := &hostReq{s: s, hr: hr}
+	r := &hostReq{s: s, hr: hr, bound: hostTimer{idx: -1}}
 	bound := hr.Timeout
 	if bound <= 0 {
 		bound = h.e.cfg.RequestTimeout
@@ -177,7 +181,8 @@ func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Route
 		return
 	}
 	s.reqs[hr.ID] = r
-	heap.Push(&h.timers, hostTimer{at: r.deadline, r: r, bound: true})
+	r.bound = hostTimer{at: r.deadline, r: r, bound: true}
+	heap.Push(&h.timers, &r.bound)
 	h.start(now, r)
 	h.endStep(now)
 }
@@ -582,7 +587,8 @@ func (h *Hosts) startDrop(now time.Duration, s *session, key gva.GVA) {
 // startRelease runs an undo or a Close's release as a request of its own:
 // unlock, release or unref of key, then (unlock, release) the unref.
 func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.GVA) {
-	r := &hostReq{s: s, hr: Request{Op: op, GVA: key}, abandon: true, deadline: now + h.e.cfg.RequestTimeout}
+	r := &hostReq{s: s, hr: Request{Op: op, GVA: key}, abandon: true, deadline: now + h.e.cfg.RequestTimeout,
+		bound: hostTimer{idx: -1}}
 	switch op {
 	case HostUnref:
 		s.unrefCount(key)
@@ -620,6 +626,9 @@ func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 		return
 	}
 	r.done = true
+	if r.bound.idx >= 0 {
+		heap.Remove(&h.timers, r.bound.idx)
+	}
 	if r.abandon {
 		if c.Err == nil && r.hr.ID != 0 {
 			h.undo(now, r)
@@ -659,7 +668,7 @@ func (h *Hosts) expire(now time.Duration, r *hostReq) {
 // retryLater re-submits er for r after claimPause.
 func (h *Hosts) retryLater(now time.Duration, r *hostReq, er Request) {
 	r.pending++ // the retry is outstanding
-	heap.Push(&h.timers, hostTimer{at: now + claimPause, r: r, req: er})
+	heap.Push(&h.timers, &hostTimer{at: now + claimPause, r: r, req: er})
 }
 
 // HandleFrame implements node.Handler.
@@ -680,7 +689,7 @@ func (h *Hosts) Tick(now time.Duration, rt noc.Routes) {
 	h.e.Tick(now, rt)
 	h.endStep(now)
 	for h.timers.Len() > 0 && h.timers[0].at <= now {
-		t := heap.Pop(&h.timers).(hostTimer)
+		t := heap.Pop(&h.timers).(*hostTimer)
 		if t.bound {
 			h.expire(now, t.r)
 			continue
@@ -716,17 +725,31 @@ type hostTimer struct {
 	r     *hostReq
 	req   Request
 	bound bool // the request's bound, not a retry
+	idx   int  // its index in the heap; -1 when out of it
 }
 
-type hostTimers []hostTimer
+// hostTimers is a heap of timers that know their index, so that a finished
+// request's bound leaves the heap at once: lazily deleted bounds would
+// pile up (a request bound of seconds times tens of thousands of requests
+// a second) and wake the loop at each stale deadline.
+type hostTimers []*hostTimer
 
 func (t hostTimers) Len() int           { return len(t) }
 func (t hostTimers) Less(i, j int) bool { return t[i].at < t[j].at }
-func (t hostTimers) Swap(i, j int)      { t[i], t[j] = t[j], t[i] }
-func (t *hostTimers) Push(x any)        { *t = append(*t, x.(hostTimer)) }
+func (t hostTimers) Swap(i, j int) {
+	t[i], t[j] = t[j], t[i]
+	t[i].idx, t[j].idx = i, j
+}
+func (t *hostTimers) Push(x any) {
+	ht := x.(*hostTimer)
+	ht.idx = len(*t)
+	*t = append(*t, ht)
+}
 func (t *hostTimers) Pop() any {
 	old := *t
 	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	x.idx = -1
 	*t = old[:len(old)-1]
 	return x
 }

@@ -211,3 +211,31 @@ func TestHostsLoadUnmapped(t *testing.T) {
 	}
 	_ = gva.PageSize
 }
+
+// TestHostsFinishedBoundsLeaveTheTimers: a finished request's bound leaves
+// the timer heap at once, so completed requests neither pile up there nor
+// set the node's next deadline; a running one's bound stays.
+func TestHostsFinishedBoundsLeaveTheTimers(t *testing.T) {
+	x := newHostFab(t, 2)
+	a := x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{Mode: 0o600}}).GVA
+	for i := range 200 {
+		x.ok(0, Request{Op: HostCAS, GVA: a, Expected: uint64(i), Operand: uint64(i + 1)})
+		x.ok(1, Request{Op: HostFetchAdd, GVA: a, Operand: 0})
+	}
+	for n, h := range x.h {
+		if len(h.timers) != 0 {
+			t.Fatalf("node %d: %d timers left after every request finished", n, len(h.timers))
+		}
+	}
+	id := x.submit(1, Request{Op: HostCAS, GVA: a, Expected: 200, Operand: 201})
+	if len(x.h[1].timers) != 1 || x.h[1].timers[0].r.hr.ID != id {
+		t.Fatalf("a running request's bound is not in the heap: %d timers", len(x.h[1].timers))
+	}
+	x.f.RunUntil(x.f.Now()+3*time.Second, func() bool { _, ok := x.sinks[1].done[id]; return ok })
+	if c := x.sinks[1].done[id]; c.Err != nil || c.Value != 200 {
+		t.Fatalf("CAS: %+v", c)
+	}
+	if len(x.h[1].timers) != 0 {
+		t.Fatalf("%d timers left", len(x.h[1].timers))
+	}
+}
