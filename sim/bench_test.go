@@ -99,16 +99,19 @@ func BenchmarkFabric(b *testing.B) {
 }
 
 // BenchmarkLinks compares the two link modes on 256 and 1,024 nodes with
-// the same workload (clients on the pages of their neighbourhood, as
-// BenchmarkFabric's large runs): abstract links, which carry whole frames,
-// against the real link layer over datagram wires. Each reports host
-// requests per wall second of one core, and frames put on the wires per
+// the same workloads (clients on the pages of their neighbourhood, as
+// BenchmarkFabric's large runs; the default mix and the read-mostly one):
+// abstract links, which carry whole frames, against the real link layer
+// over datagram wires. Each reports host requests per wall second and per
+// second of the process's CPU time, and frames put on the wires per
 // request.
 func BenchmarkLinks(b *testing.B) {
 	for _, n := range []int{256, 1024} {
-		for _, links := range []Links{LinksAbstract, LinksReal} {
-			cfg := Config{HotPages: 4, ColdPages: n / 2, Neighbourhood: 4, Links: links}
-			b.Run(fmt.Sprintf("nodes=%d/links=%v", n, links), func(b *testing.B) { benchFabric(b, n, cfg) })
+		for _, mix := range []string{"default", "read-mostly"} {
+			for _, links := range []Links{LinksAbstract, LinksReal} {
+				cfg := Config{HotPages: 4, ColdPages: n / 2, Neighbourhood: 4, Links: links, ReadMostly: mix == "read-mostly"}
+				b.Run(fmt.Sprintf("nodes=%d/mix=%s/links=%v", n, mix, links), func(b *testing.B) { benchFabric(b, n, cfg) })
+			}
 		}
 	}
 }
