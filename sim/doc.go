@@ -14,12 +14,13 @@
 // kind works. LinksAbstract, for large fabrics, gives every port a
 // nodetest.AbstractLink: a wire carries whole frames in order with the same
 // seeded delay, and there are no link-layer datagrams, acks, heartbeats or
-// retransmissions, so a remote request costs a few events instead of a few
-// tens. Routing, the path cache, the coherence engine and the host
+// retransmissions, so a request puts less than half as many frames on the
+// wires. Routing, the path cache, the coherence engine and the host
 // sessions are the same code. Faults need the real link layer and are
-// refused on abstract links. Host clients on every node ref, load, store, CAS,
-// fetch-add, lock, unlock, acquire and unref a few hot pages and more cold
-// ones.
+// refused on abstract links.
+//
+// Host clients on every node ref, load, store, CAS, fetch-add, lock,
+// unlock, acquire and unref a few hot pages and more cold ones.
 //
 // Checks, while running and at the end:
 //   - at most one owner per page, and none only inside a swap (or once the

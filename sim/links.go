@@ -22,8 +22,9 @@ const (
 	// carries whole NoC frames from one to the other, in order and without
 	// loss, after a delay drawn from the seeded source. Routing, the path
 	// cache, the coherence engine and the host sessions are the same code;
-	// only the link layer is left out, which makes a remote request a few
-	// events instead of a few tens. It is for large fabrics without
+	// only the link layer is left out, so a request puts less than half
+	// as many frames on the wires (no acks, heartbeats or retransmissions)
+	// and there are no link timers to run. It is for large fabrics without
 	// faults: the faults are the real link layer's to carry (drop and delay
 	// act on its datagrams; a flap or a crash is seen by its dead interval
 	// and its handshake), so they are refused here.
