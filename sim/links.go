@@ -68,7 +68,7 @@ func wiring(cfg Config) nodetest.Wiring {
 		wr.Drop, wr.Duplicate = 0.01, 0.005
 	}
 	if cfg.Faults&FaultDelay != 0 {
-		wr.Hold, wr.HoldMax = 0.01, 2*time.Millisecond
+		wr.HoldOneIn, wr.HoldMax = 100, 2*time.Millisecond
 	}
 	return wr
 }

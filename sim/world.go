@@ -365,6 +365,7 @@ func New(cfg Config) (*World, error) {
 		buf: make([]byte, frameBuf(cfg.Links)), trace: fnv.New64a(),
 	}
 	w.res.Seed = cfg.Seed
+	wires.ShareSequence(&w.seq)
 	w.check = newChecker(w)
 	if cfg.Debug != nil && cfg.DebugPage != "" {
 		w.check.debug = func(key gva.GVA, line string) {
@@ -518,9 +519,10 @@ func (w *World) runUntil(limit time.Duration, done func() bool) bool {
 			}
 			next = w.now + doneEvery
 		}
-		// The wires' deliveries go first among what is due at one time.
-		at, ok := w.wires.Next()
-		if ok && at <= limit && (len(w.q) == 0 || at <= w.q[0].at) {
+		// Deliveries and events share one sequence: what is due at one
+		// time runs in the order it was scheduled.
+		at, seq, ok := w.wires.NextSeq()
+		if ok && at <= limit && (len(w.q) == 0 || at < w.q[0].at || (at == w.q[0].at && seq < w.q[0].seq)) {
 			w.now = at
 			w.deliver()
 			continue

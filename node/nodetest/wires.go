@@ -23,15 +23,16 @@ type Wiring struct {
 	// Drop and Duplicate are per-datagram probabilities (one draw: below
 	// Drop the datagram is lost, below Drop+Duplicate it arrives twice).
 	Drop, Duplicate float64
-	// Hold is the probability that a datagram is held back a further
-	// uniform share of HoldMax (a delay far beyond the usual jitter).
-	Hold    float64
-	HoldMax time.Duration
+	// HoldOneIn, if positive, holds one datagram in HoldOneIn (drawn) back
+	// a further uniform share of HoldMax (a delay far beyond the usual
+	// jitter).
+	HoldOneIn int
+	HoldMax   time.Duration
 	// Abstract makes every port an AbstractLink and every wire carry whole
 	// NoC frames from one to the other, in order and without loss: no
 	// link-layer datagrams, acks or retransmissions. A wire that is cut,
 	// or whose far node is killed, drops its carrier; frames in flight
-	// from before a carrier change are discarded. Drop, Duplicate and Hold
+	// from before a carrier change are discarded. Drop, Duplicate and HoldOneIn
 	// act on datagrams and must be zero.
 	Abstract bool
 }
@@ -58,7 +59,8 @@ type Wires struct {
 	links [][]*AbstractLink // abstract: node, port -> its link
 
 	q       deliveries
-	seq     uint64
+	seq     *uint64 // numbers deliveries in the order they were put
+	ownSeq  uint64
 	pool    framePool
 	popped  []byte // the data of the last Pop, recycled by the next (datagrams)
 	session uint64 // abstract link sessions handed out
@@ -89,14 +91,15 @@ type delivery struct {
 // NewWires wires the ports of g as g's links say. rng is the wires' own
 // source; the wires draw from it only when something crosses them.
 func NewWires(g *topo.Graph, cfg Wiring, rng *rand.Rand) (*Wires, error) {
-	if cfg.Abstract && (cfg.Drop > 0 || cfg.Duplicate > 0 || cfg.Hold > 0) {
+	if cfg.Abstract && (cfg.Drop > 0 || cfg.Duplicate > 0 || cfg.HoldOneIn > 0) {
 		return nil, fmt.Errorf("nodetest: abstract links carry frames, not datagrams: they cannot drop, duplicate or hold one back")
 	}
-	if cfg.Drop < 0 || cfg.Duplicate < 0 || cfg.Hold < 0 || cfg.Drop+cfg.Duplicate > 1 || cfg.Hold > 1 {
+	if cfg.Drop < 0 || cfg.Duplicate < 0 || cfg.HoldOneIn < 0 || cfg.Drop+cfg.Duplicate > 1 || (cfg.HoldOneIn > 0 && cfg.HoldMax <= 0) {
 		return nil, fmt.Errorf("nodetest: wire probabilities out of range")
 	}
 	n := g.N()
 	w := &Wires{cfg: cfg, rng: rng, peer: make([][]End, n), index: make([][]int32, n), down: make([]bool, n)}
+	w.seq = &w.ownSeq
 	for i := range n {
 		ports := g.Ports(noc.NodeID(i))
 		w.peer[i] = make([]End, ports)
@@ -198,7 +201,7 @@ func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 		if w.cfg.Jitter > 0 {
 			at += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter)))
 		}
-		if w.cfg.Hold > 0 && w.rng.Float64() < w.cfg.Hold {
+		if w.cfg.HoldOneIn > 0 && w.rng.IntN(w.cfg.HoldOneIn) == 0 {
 			at += time.Duration(w.rng.Int64N(int64(w.cfg.HoldMax)))
 		}
 		if w.cfg.Abstract {
@@ -208,18 +211,31 @@ func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 			at = max(at, *last)
 			*last = at
 		}
-		w.seq++
-		w.q.push(delivery{at: at, seq: w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: data})
+		*w.seq++
+		w.q.push(delivery{at: at, seq: *w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
 }
 
 // Next is the time of the earliest delivery in flight.
 func (w *Wires) Next() (time.Duration, bool) {
-	if len(w.q) == 0 {
-		return 0, false
-	}
-	return w.q[0].at, true
+	at, _, ok := w.NextSeq()
+	return at, ok
 }
+
+// NextSeq is the time and sequence number of the earliest delivery in
+// flight.
+func (w *Wires) NextSeq() (at time.Duration, seq uint64, ok bool) {
+	if len(w.q) == 0 {
+		return 0, 0, false
+	}
+	return w.q[0].at, w.q[0].seq, true
+}
+
+// ShareSequence numbers deliveries from seq, a counter the driver also
+// numbers its own events from: a driver that merges its queue with the
+// wires' by (time, sequence) then takes what is due at one time in the
+// order it was scheduled.
+func (w *Wires) ShareSequence(seq *uint64) { w.seq = seq }
 
 // Pop takes the earliest delivery due at or before limit. Deliveries to a
 // killed node, and frames of an older carrier, are discarded on the way.

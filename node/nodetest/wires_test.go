@@ -58,7 +58,7 @@ func TestAbstractWiresKeepOrder(t *testing.T) {
 
 func TestAbstractWiresRefuseDatagramFaults(t *testing.T) {
 	g, _ := topo.Generate("line", 2, topo.Options{Seed: 1})
-	for _, c := range []nodetest.Wiring{{Drop: 0.1}, {Duplicate: 0.1}, {Hold: 0.1, HoldMax: time.Millisecond}} {
+	for _, c := range []nodetest.Wiring{{Drop: 0.1}, {Duplicate: 0.1}, {HoldOneIn: 10, HoldMax: time.Millisecond}} {
 		c.Abstract = true
 		if _, err := nodetest.NewWires(g, c, rand.New(rand.NewPCG(1, 2))); err == nil {
 			t.Errorf("%+v accepted", c)
