@@ -110,6 +110,13 @@ func (a *Agent) loop(ctx context.Context) error {
 			}
 		}
 		ports = true
+		if work {
+			// What the pass wrote (an answer to a neighbour, a reply to a
+			// host program) woke its reader, often onto this CPU: let it
+			// run now rather than after this loop has parked, which takes
+			// a few system calls that are nobody's critical path.
+			nbio.Yield()
+		}
 		// park at once after work too: park looks at every descriptor
 		// before it sleeps (one epoll call for all of them), cheaper than
 		// another pass that reads each port to find it empty

@@ -132,3 +132,58 @@ func TestHostileRing(t *testing.T) {
 		}
 	}
 }
+
+// TestRingStoresFromManyGoroutines: stores of different bytes submitted at
+// once on one ring pair (several in one pass of the loop) each write their
+// own bytes.
+func TestRingStoresFromManyGoroutines(t *testing.T) {
+	nodes := startLine(t, 1, nil)
+	ctx := ctxT(t, time.Minute)
+	c := dialHost(t, nodes[0])
+	if !c.Rings() {
+		t.Fatal("no rings")
+	}
+	g, err := c.Alloc(ctx, 4096, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, rounds, size = 16, 40, 64
+	pattern := func(w, r int) []byte {
+		b := make([]byte, size)
+		for i := range b {
+			b[i] = byte(w*31 + r*7 + i)
+		}
+		return b
+	}
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for r := range rounds {
+				if _, err := c.Store(ctx, g.WithOffset(uint16(w*size)), pattern(w, r)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, err := client.Dial(ctx, nodes[0].hostSocket(), client.Options{NoRings: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	for w := range writers {
+		got := make([]byte, size)
+		if _, err := plain.Load(ctx, g.WithOffset(uint16(w*size)), got); err != nil {
+			t.Fatal(err)
+		}
+		if want := pattern(w, rounds-1); string(got) != string(want) {
+			t.Fatalf("writer %d's slot holds %x, want %x", w, got, want)
+		}
+	}
+}

@@ -166,8 +166,16 @@ func (s *Server) serveRing(rg *connRing, max int) bool {
 		if s.opts.Observe != nil {
 			t.at = time.Now()
 		}
-		if err := wire.DecodeRequest(rg.buf[:n], &t.req); err != nil {
-			s.ringRefuse(rg, t, wire.PeekID(rg.buf[:n]), err.Error())
+		// The request is decoded from the task's own buffer: its payload
+		// (a STORE's bytes) is read until the request completes, long
+		// after the next submission has replaced rg.buf.
+		if n > len(t.in) {
+			s.ringRefuse(rg, t, wire.PeekID(rg.buf[:n]), "message longer than a request")
+			continue
+		}
+		msg := t.in[:copy(t.in[:], rg.buf[:n])]
+		if err := wire.DecodeRequest(msg, &t.req); err != nil {
+			s.ringRefuse(rg, t, wire.PeekID(msg), err.Error())
 			continue
 		}
 		switch {
