@@ -71,7 +71,7 @@ type Core struct {
 
 type port struct {
 	name      string
-	ep        *link.Endpoint
+	ep        Link
 	up        bool
 	neighbour noc.NodeID
 	known     bool          // neighbour learned from routing

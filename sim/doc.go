@@ -4,11 +4,23 @@
 // in virtual time, with one seeded PCG source per run derived per component
 // (wires, faults, workload, nodes, each client).
 //
-// The wires delay every datagram (and, with faults, drop, duplicate and
-// hold some back); links are cut and restored; nodes fail-stop and restart
-// as a new incarnation. Host clients on every node ref, load, store, CAS,
-// fetch-add, lock, unlock, acquire and unref a few hot pages and more cold
-// ones.
+// The wires are node/nodetest's (nodetest.Wires, the same as the node and
+// coherence tests'): they delay every datagram (and, with faults, drop,
+// duplicate and hold some back); links are cut and restored; nodes
+// fail-stop and restart as a new incarnation.
+//
+// Config.Links picks what the ports talk through. LinksReal (the default)
+// runs the real link layer (noc/link) over those datagrams, and every fault
+// kind works. LinksAbstract, for large fabrics, gives every port a
+// nodetest.AbstractLink: a wire carries whole frames in order with the same
+// seeded delay, and there are no link-layer datagrams, acks, heartbeats or
+// retransmissions, so a request puts less than half as many frames on the
+// wires. Routing, the path cache, the coherence engine and the host
+// sessions are the same code. Faults need the real link layer and are
+// refused on abstract links.
+//
+// Host clients on every node ref, load, store, CAS, fetch-add, lock,
+// unlock, acquire and unref a few hot pages and more cold ones.
 //
 // Checks, while running and at the end:
 //   - at most one owner per page, and none only inside a swap (or once the

@@ -29,9 +29,9 @@ func (w *World) scheduleFaults(start time.Duration) {
 		w.faults = append(w.faults, f)
 		w.push(event{at: at, kind: evFault, n: len(w.faults) - 1})
 	}
-	if w.cfg.Faults&FaultFlap != 0 && len(w.cut) > 0 {
+	if w.cfg.Faults&FaultFlap != 0 && w.wires.NumWires() > 0 {
 		for range 1 + r.IntN(3) {
-			l := r.IntN(len(w.cut))
+			l := r.IntN(w.wires.NumWires())
 			at := start + time.Duration(r.Int64N(span*3/4))
 			d := 2*time.Millisecond + time.Duration(r.Int64N(int64(25*time.Millisecond)))
 			add(at, fault{kind: fCut, link: l})
@@ -52,11 +52,11 @@ func (w *World) fault(i int) {
 	switch f.kind {
 	case fCut:
 		if !w.ending {
-			w.cut[f.link] = true
+			w.setWire(f.link, false)
 			w.tracef("cut link %d", f.link)
 		}
 	case fRestore:
-		w.cut[f.link] = false
+		w.setWire(f.link, true)
 		w.tracef("restore link %d", f.link)
 	case fCrash:
 		n := w.nodes[f.node]
@@ -66,6 +66,7 @@ func (w *World) fault(i int) {
 		w.tracef("crash node %d", f.node)
 		w.check.crashed(n)
 		n.alive = false
+		w.kill(n)
 		w.crashClients(n)
 	case fRestart:
 		w.restart(w.nodes[f.node])
@@ -77,6 +78,7 @@ func (w *World) restart(n *simNode) {
 		return
 	}
 	w.tracef("restart node %d", n.id)
+	w.revive(n)
 	if err := w.boot(n); err != nil {
 		w.check.violate("restart of node %d: %v", n.id, err)
 		return
@@ -101,9 +103,9 @@ func (w *World) allocAfterRestart(n *simNode) {
 // healAll ends every fault: links restored, failed nodes restarted.
 func (w *World) healAll() {
 	w.ending = true
-	for i := range w.cut {
-		if w.cut[i] {
-			w.cut[i] = false
+	for i := range w.wires.NumWires() {
+		if w.wires.Cut(i) {
+			w.setWire(i, true)
 			w.tracef("restore link %d", i)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aitherion/dpu/noc/route"
 	"github.com/aitherion/dpu/noc/topo"
 	"github.com/aitherion/dpu/node"
+	"github.com/aitherion/dpu/node/nodetest"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -62,6 +63,10 @@ type Config struct {
 	Nodes  int    // default 16
 	Topo   string // a noc/topo kind, default "smallworld"
 	Faults Faults
+	// Links is what the nodes' ports talk through: the real link layer
+	// over datagram wires (the default), or abstract links that carry
+	// whole frames (see Links).
+	Links Links
 	// ClientsPerNode host clients run on every node (default 2); HotPages
 	// are shared by everyone (default 4), ColdPages spread the rest
 	// (default 12).
@@ -157,7 +162,7 @@ type Result struct {
 	Errors     int // of which errors
 	Violations []string
 	TraceHash  uint64
-	Frames     uint64 // datagrams put on wires
+	Frames     uint64 // datagrams (frames, with abstract links) put on wires
 	Swaps      uint64 // ownership transfers completed
 	Evictions  int    // path cache entries aged out
 	Lost       int    // pages lost with a failed owner
@@ -228,14 +233,10 @@ type World struct {
 	q     eventQueue
 	seq   uint64
 
-	netRNG, faultRNG, workRNG, nodeRNG *rand.Rand
+	faultRNG, workRNG, nodeRNG *rand.Rand
 
-	cut    []bool // per link index
-	linkOf map[end]int
-	wires  map[end]end
-
-	buf   []byte
-	pool  [][]byte
+	wires *nodetest.Wires // the virtual wires, with their own source
+	buf   []byte          // a datagram (or frame) on its way to a wire
 	trace hash.Hash64
 	res   Result
 
@@ -251,11 +252,6 @@ type World struct {
 	check     *checker
 	stopped   bool // workload over
 	ending    bool
-}
-
-type end struct {
-	node noc.NodeID
-	port noc.PortID
 }
 
 type simNode struct {
@@ -274,8 +270,7 @@ type simNode struct {
 type evKind uint8
 
 const (
-	evDatagram evKind = iota + 1
-	evWake
+	evWake evKind = iota + 1
 	evClient
 	evAbort
 	evFault
@@ -286,8 +281,7 @@ type event struct {
 	at   time.Duration
 	seq  uint64
 	kind evKind
-	to   end
-	data []byte
+	node noc.NodeID // evWake: the node
 	n    int        // client index, fault index
 	op   *pendingOp // evAbort: the request given up
 }
@@ -359,22 +353,24 @@ func derive(seed uint64, component uint64) *rand.Rand {
 // clients.
 func New(cfg Config) (*World, error) {
 	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	g, err := topo.Generate(cfg.Topo, cfg.Nodes, topo.Options{Seed: int64(cfg.Seed)})
 	if err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
+	wires, err := nodetest.NewWires(g, wiring(cfg), derive(cfg.Seed, 1))
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
 	w := &World{
-		cfg: cfg, graph: g,
-		netRNG: derive(cfg.Seed, 1), faultRNG: derive(cfg.Seed, 2), workRNG: derive(cfg.Seed, 3), nodeRNG: derive(cfg.Seed, 4),
-		linkOf: map[end]int{}, wires: map[end]end{}, buf: make([]byte, mtu), trace: fnv.New64a(),
+		cfg: cfg, graph: g, wires: wires,
+		faultRNG: derive(cfg.Seed, 2), workRNG: derive(cfg.Seed, 3), nodeRNG: derive(cfg.Seed, 4),
+		buf: make([]byte, frameBuf(cfg.Links)), trace: fnv.New64a(),
 	}
 	w.res.Seed = cfg.Seed
-	for i, l := range g.Links() {
-		a, b := end{l.A, l.PortA}, end{l.B, l.PortB}
-		w.wires[a], w.wires[b] = b, a
-		w.linkOf[a], w.linkOf[b] = i, i
-	}
-	w.cut = make([]bool, len(g.Links()))
+	wires.ShareSequence(&w.seq)
 	w.check = newChecker(w)
 	if cfg.Debug != nil && cfg.DebugPage != "" {
 		w.check.debug = func(key gva.GVA, line string) {
@@ -426,10 +422,8 @@ func (w *World) boot(n *simNode) error {
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	for p := 0; p < n.ports; p++ {
-		if err := c.AddPort(w.now, noc.PortID(p), fmt.Sprintf("p%d", p), mtu); err != nil {
-			return fmt.Errorf("sim: %w", err)
-		}
+	if err := nodetest.AddPorts(c, w.wires, w.now, n.ports, mtu); err != nil {
+		return fmt.Errorf("sim: %w", err)
 	}
 	n.core, n.hosts, n.eng, n.alive, n.wakeAt = c, h, e, true, -1
 	n.reqs = map[uint64]*pendingOp{}
@@ -447,75 +441,6 @@ type nodeSink struct {
 
 func (s nodeSink) Complete(c coherence.Completion) { s.w.completed(s.n, c) }
 func (s nodeSink) Event(coherence.Event)           {}
-
-// settle moves a node's output onto the wires and schedules its next wake.
-func (w *World) settle(n *simNode) {
-	if !n.alive {
-		return
-	}
-	from := end{node: n.id}
-	for p := 0; p < n.ports; p++ {
-		from.port = noc.PortID(p)
-		for {
-			k, ok := n.core.Output(w.now, from.port, w.buf)
-			if !ok {
-				break
-			}
-			w.put(from, w.buf[:k])
-		}
-	}
-	d := n.core.NextDeadline()
-	if d == time.Duration(1<<63-1) {
-		return
-	}
-	d = max(d, w.now)
-	if n.wakeAt >= w.now && n.wakeAt <= d {
-		return // an earlier (or the same) wake is already queued
-	}
-	n.wakeAt = d
-	w.push(event{at: d, kind: evWake, to: end{node: n.id}})
-}
-
-// put sends one datagram from an end onto its wire.
-func (w *World) put(from end, b []byte) {
-	w.res.Frames++
-	to, ok := w.wires[from]
-	if !ok || w.cut[w.linkOf[from]] || !w.nodes[to.node].alive {
-		return
-	}
-	copies := 1
-	if w.cfg.Faults&FaultDrop != 0 {
-		r := w.netRNG.Float64()
-		switch {
-		case r < 0.01:
-			return
-		case r < 0.015:
-			copies = 2
-		}
-	}
-	for range copies {
-		at := w.now + wireDelay + time.Duration(w.netRNG.Int64N(int64(wireJitter)))
-		if w.cfg.Faults&FaultDelay != 0 && w.netRNG.IntN(100) == 0 {
-			at += time.Duration(w.netRNG.Int64N(int64(2 * time.Millisecond)))
-		}
-		w.push(event{at: at, kind: evDatagram, to: to, data: w.copyBuf(b)})
-	}
-}
-
-func (w *World) copyBuf(b []byte) []byte {
-	var c []byte
-	if n := len(w.pool); n > 0 {
-		c = w.pool[n-1][:0]
-		w.pool = w.pool[:n-1]
-	}
-	return append(c, b...)
-}
-
-func (w *World) freeBuf(b []byte) {
-	if cap(b) >= mtu && len(w.pool) < 4096 {
-		w.pool = append(w.pool, b)
-	}
-}
 
 // Run executes the whole run: convergence, workload with faults, quiet
 // period, final checks.
@@ -594,14 +519,22 @@ func (w *World) Ops() int { return w.res.Ops }
 func (w *World) runUntil(limit time.Duration, done func() bool) bool {
 	const doneEvery = 250 * time.Microsecond
 	next := w.now
-	for len(w.q) > 0 {
+	for {
 		if done != nil && w.now >= next {
 			if done() {
 				return true
 			}
 			next = w.now + doneEvery
 		}
-		if w.q[0].at > limit {
+		// Deliveries and events share one sequence: what is due at one
+		// time runs in the order it was scheduled.
+		at, seq, ok := w.wires.NextSeq()
+		if ok && at <= limit && (len(w.q) == 0 || at < w.q[0].at || (at == w.q[0].at && seq < w.q[0].seq)) {
+			w.now = at
+			w.deliver()
+			continue
+		}
+		if len(w.q) == 0 || w.q[0].at > limit {
 			break
 		}
 		ev := w.q.pop()
@@ -617,15 +550,8 @@ func (w *World) runUntil(limit time.Duration, done func() bool) bool {
 
 func (w *World) handle(ev event) {
 	switch ev.kind {
-	case evDatagram:
-		n := w.nodes[ev.to.node]
-		if n.alive {
-			_ = n.core.Input(w.now, ev.to.port, ev.data)
-			w.settle(n)
-		}
-		w.freeBuf(ev.data)
 	case evWake:
-		n := w.nodes[ev.to.node]
+		n := w.nodes[ev.node]
 		if !n.alive || n.wakeAt != ev.at {
 			return
 		}

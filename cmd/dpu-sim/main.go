@@ -4,6 +4,15 @@
 //
 //	dpu-sim --seeds 1000 --nodes 16 --topo smallworld --faults all
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
+//	dpu-sim --nodes 128 --links abstract --cold 64 --workload 10ms
+//
+// --links says what the nodes' ports talk through: real (the default) runs
+// the link layer over wires that carry its datagrams, which every fault kind
+// needs; abstract delivers whole frames in order with a seeded delay and no
+// link-layer datagrams, acks or retransmissions, for large fabrics (routing,
+// path cache, coherence engine and host sessions are the same code). Faults
+// need the real link layer: with abstract links --faults defaults to none,
+// and any other value is refused.
 //
 // It prints one summary line (seeds=… ops=… checked=… unchecked=…
 // violations=…), then a line that says what each counter means, and exits
@@ -59,7 +68,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there)")
+	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics, without faults)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
@@ -97,9 +107,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--progress %q: want auto, always or never", *progressMode)
 	}
+	lm, err := sim.ParseLinks(*links)
+	if err != nil {
+		return fmt.Errorf("--links: %w", err)
+	}
+	faultsSet := false
+	fs.Visit(func(f *flag.Flag) { faultsSet = faultsSet || f.Name == "faults" })
+	if lm == sim.LinksAbstract && !faultsSet {
+		*faults = "none"
+	}
 	fl, err := sim.ParseFaults(*faults)
 	if err != nil {
 		return err
+	}
+	if lm == sim.LinksAbstract && fl != 0 {
+		return fmt.Errorf("--faults %s with --links abstract: faults need the real link layer (drop and delay act on its datagrams; a flap or crash is seen through its dead interval and handshake), and abstract links carry whole frames without loss; use --links real for faults, or --faults none", *faults)
 	}
 	var bug coherence.PlantedBug
 	switch *plant {
@@ -111,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas or early-ack)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -181,6 +203,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, i := range failed {
 		r := results[i]
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --clients %d", r.Seed, *nodes, *topoKind, *faults, *clients)
+		if lm == sim.LinksAbstract {
+			replay += " --links abstract"
+		}
 		if *workload != 0 {
 			replay += " --workload " + workload.String()
 		}

@@ -1,7 +1,6 @@
 package nodetest
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -21,6 +20,10 @@ type Config struct {
 	Delay, Jitter time.Duration
 	// Drop and Duplicate are per-datagram probabilities.
 	Drop, Duplicate float64
+	// Abstract gives every port an AbstractLink over abstract wires (see
+	// Wiring.Abstract) instead of a link endpoint; Drop and Duplicate must
+	// be zero.
+	Abstract bool
 	// Link is the link template (default link.DefaultConfig()).
 	Link *link.Config
 	// Handler, if set, makes the engine of each node.
@@ -33,44 +36,11 @@ type Fabric struct {
 	rng   *rand.Rand
 	now   time.Duration
 	Cores []*node.Core
-	wires map[end]end // port end -> far end
-	cut   map[end]bool
-	down  map[noc.NodeID]bool
-	q     events
-	seq   uint64
+	wires *Wires
 	buf   []byte
-	// Datagrams counts datagrams put on wires.
+	// Datagrams counts datagrams (frames, on abstract wires) written to
+	// the wires.
 	Datagrams uint64
-}
-
-type end struct {
-	node noc.NodeID
-	port noc.PortID
-}
-
-type event struct {
-	at   time.Duration
-	seq  uint64
-	to   end
-	data []byte
-}
-
-type events []event
-
-func (e events) Len() int { return len(e) }
-func (e events) Less(i, j int) bool {
-	if e[i].at != e[j].at {
-		return e[i].at < e[j].at
-	}
-	return e[i].seq < e[j].seq
-}
-func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
-func (e *events) Push(x any)   { *e = append(*e, x.(event)) }
-func (e *events) Pop() any {
-	old := *e
-	x := old[len(old)-1]
-	*e = old[:len(old)-1]
-	return x
 }
 
 // New builds one core per node of g with g's wiring.
@@ -81,18 +51,18 @@ func New(g *topo.Graph, cfg Config) (*Fabric, error) {
 	if cfg.Delay == 0 {
 		cfg.Delay = 10 * time.Microsecond
 	}
-	f := &Fabric{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e6f64657465)), wires: map[end]end{},
-		cut: map[end]bool{}, down: map[noc.NodeID]bool{}, buf: make([]byte, 1<<16)}
+	f := &Fabric{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x6e6f64657465)), buf: make([]byte, max(cfg.MTU, abstractMTU))}
+	w, err := NewWires(g, Wiring{Delay: cfg.Delay, Jitter: cfg.Jitter, Drop: cfg.Drop, Duplicate: cfg.Duplicate, Abstract: cfg.Abstract}, f.rng)
+	if err != nil {
+		return nil, err
+	}
+	f.wires = w
 	for i := 0; i < g.N(); i++ {
 		c, err := f.newCore(noc.NodeID(i), g.Ports(noc.NodeID(i)))
 		if err != nil {
 			return nil, err
 		}
 		f.Cores = append(f.Cores, c)
-	}
-	for _, l := range g.Links() {
-		a, b := end{l.A, l.PortA}, end{l.B, l.PortB}
-		f.wires[a], f.wires[b] = b, a
 	}
 	return f, nil
 }
@@ -110,39 +80,57 @@ func (f *Fabric) newCore(id noc.NodeID, ports int) (*node.Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	for p := 0; p < ports; p++ {
-		if err := c.AddPort(f.now, noc.PortID(p), fmt.Sprintf("p%d", p), f.cfg.MTU); err != nil {
-			return nil, err
-		}
+	if err := AddPorts(c, f.wires, f.now, ports, f.cfg.MTU); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// AddPorts adds ports 0..ports-1 to core c: link endpoints with the given
+// datagram MTU, or the wires' abstract links.
+func AddPorts(c *node.Core, w *Wires, now time.Duration, ports, mtu int) error {
+	for p := 0; p < ports; p++ {
+		name := fmt.Sprintf("p%d", p)
+		var err error
+		if w.Abstract() {
+			err = c.AddLink(noc.PortID(p), name, w.Link(End{c.Self(), noc.PortID(p)}))
+		} else {
+			err = c.AddPort(now, noc.PortID(p), name, mtu)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Now is the fabric's virtual time.
 func (f *Fabric) Now() time.Duration { return f.now }
 
+// Wires are the fabric's wires.
+func (f *Fabric) Wires() *Wires { return f.wires }
+
 // SetLink cuts (up=false) or restores the wire between a and b.
 func (f *Fabric) SetLink(a, b noc.NodeID, up bool) error {
-	for e, far := range f.wires {
-		if e.node == a && far.node == b {
-			f.cut[e], f.cut[far] = !up, !up
-			return nil
-		}
+	i, ok := f.wires.Wire(a, b)
+	if !ok {
+		return fmt.Errorf("nodetest: no link %v-%v", a, b)
 	}
-	return fmt.Errorf("nodetest: no link %v-%v", a, b)
+	f.wires.SetWire(f.now, i, up)
+	return nil
 }
 
 // Kill stops node id: it sends and receives nothing until Restart.
-func (f *Fabric) Kill(id noc.NodeID) { f.down[id] = true }
+func (f *Fabric) Kill(id noc.NodeID) { f.wires.Kill(f.now, id) }
 
 // Restart replaces node id with a fresh core (a new incarnation).
 func (f *Fabric) Restart(id noc.NodeID) error {
+	f.wires.Revive(f.now, id)
 	c, err := f.newCore(id, f.Cores[id].NumPorts())
 	if err != nil {
 		return err
 	}
 	f.Cores[id] = c
-	delete(f.down, id)
 	return nil
 }
 
@@ -161,27 +149,28 @@ func (f *Fabric) RunUntil(limit time.Duration, done func() bool) bool {
 		}
 		next := limit
 		for i, c := range f.Cores {
-			if !f.down[noc.NodeID(i)] {
+			if !f.wires.Down(noc.NodeID(i)) {
 				next = min(next, c.NextDeadline())
 			}
 		}
-		if len(f.q) > 0 && f.q[0].at < next {
-			next = f.q[0].at
+		at, inFlight := f.wires.Next()
+		if inFlight && at < next {
+			next = at
 		}
-		if next >= limit && (len(f.q) == 0 || f.q[0].at >= limit) {
+		if next >= limit && (!inFlight || at >= limit) {
 			f.now = limit
 			return done != nil && done()
 		}
 		f.now = max(f.now, next)
-		for len(f.q) > 0 && f.q[0].at <= f.now {
-			ev := heap.Pop(&f.q).(event)
-			if f.down[ev.to.node] {
-				continue
+		for {
+			d, ok := f.wires.Pop(f.now)
+			if !ok {
+				break
 			}
-			_ = f.Cores[ev.to.node].Input(f.now, ev.to.port, ev.data)
+			_ = f.Cores[d.To.Node].Input(f.now, d.To.Port, d.Data)
 		}
 		for i, c := range f.Cores {
-			if !f.down[noc.NodeID(i)] && c.NextDeadline() <= f.now {
+			if !f.wires.Down(noc.NodeID(i)) && c.NextDeadline() <= f.now {
 				c.Tick(f.now)
 			}
 		}
@@ -190,44 +179,23 @@ func (f *Fabric) RunUntil(limit time.Duration, done func() bool) bool {
 
 // flushAll moves every core's output datagrams onto the wires.
 func (f *Fabric) flushAll() {
+	buf := f.buf
+	if !f.cfg.Abstract {
+		buf = buf[:f.cfg.MTU]
+	}
 	for i, c := range f.Cores {
 		id := noc.NodeID(i)
 		for p := 0; p < c.NumPorts(); p++ {
-			from := end{id, noc.PortID(p)}
+			from := End{id, noc.PortID(p)}
 			for {
-				n, ok := c.Output(f.now, from.port, f.buf[:f.cfg.MTU])
+				n, ok := c.Output(f.now, from.Port, buf)
 				if !ok {
 					break
 				}
-				if f.down[id] {
-					continue
-				}
-				f.put(from, f.buf[:n])
+				f.Datagrams++
+				f.wires.Put(f.now, from, buf[:n])
 			}
 		}
-	}
-}
-
-func (f *Fabric) put(from end, b []byte) {
-	to, ok := f.wires[from]
-	if !ok || f.cut[from] {
-		return
-	}
-	if f.cfg.Drop > 0 && f.rng.Float64() < f.cfg.Drop {
-		return
-	}
-	copies := 1
-	if f.cfg.Duplicate > 0 && f.rng.Float64() < f.cfg.Duplicate {
-		copies = 2
-	}
-	for range copies {
-		at := f.now + f.cfg.Delay
-		if f.cfg.Jitter > 0 {
-			at += time.Duration(f.rng.Int64N(int64(f.cfg.Jitter)))
-		}
-		f.seq++
-		f.Datagrams++
-		heap.Push(&f.q, event{at: at, seq: f.seq, to: to, data: append([]byte(nil), b...)})
 	}
 }
 
@@ -236,17 +204,17 @@ func (f *Fabric) put(from end, b []byte) {
 func (f *Fabric) Converged() bool {
 	live := 0
 	for i := range f.Cores {
-		if !f.down[noc.NodeID(i)] {
+		if !f.wires.Down(noc.NodeID(i)) {
 			live++
 		}
 	}
 	for i, c := range f.Cores {
-		if f.down[noc.NodeID(i)] {
+		if f.wires.Down(noc.NodeID(i)) {
 			continue
 		}
 		n := 0
 		for _, r := range c.Routing().Routes() {
-			if r.Dst != c.Self() && !f.down[r.Dst] {
+			if r.Dst != c.Self() && !f.wires.Down(r.Dst) {
 				n++
 			} else if r.Dst != c.Self() {
 				return false // still routes to a dead node

@@ -1,0 +1,219 @@
+package nodetest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/node"
+)
+
+// AbstractLink is a node.Link that carries whole NoC frames over abstract
+// wires (Wiring.Abstract): every message is one "datagram" on the wire, and
+// the wire delivers them in order and without loss, so there are no link
+// headers, acks, windows, heartbeats or retransmissions. Its carrier is
+// raised and dropped by the wires (a cut wire, a killed neighbour), which
+// stands in for the real link's handshake and dead interval; messages not
+// yet delivered when the carrier drops are lost, as a real link abandons
+// them when it goes down.
+//
+// Send never refuses for room: the driver moves the queue onto the wire
+// after every step of the core.
+type AbstractLink struct {
+	session, peer uint64
+	epoch         uint32
+	up            bool
+	out           [][]byte // sent, not yet on the wire (from outHead)
+	in            [][]byte // arrived, not yet received (from inHead)
+	outHead       int
+	inHead        int
+	pool          *framePool // shared with the wires and the other links
+	recv          []byte     // the message Receive returned last
+	events        []link.Event
+	stats         link.Stats
+}
+
+// abstractMTU is the largest message an abstract link carries: a whole
+// frame with the largest payload.
+const abstractMTU = noc.HeaderLen + noc.MaxPayload
+
+var _ node.Link = (*AbstractLink)(nil)
+
+func newAbstractLink(session uint64, pool *framePool) *AbstractLink {
+	return &AbstractLink{session: session, pool: pool}
+}
+
+// setCarrier raises or drops the link at now, in link epoch epoch, facing
+// the peer link with session peer.
+func (l *AbstractLink) setCarrier(now time.Duration, up bool, epoch uint32, peer uint64) {
+	l.epoch = epoch
+	if up == l.up {
+		return
+	}
+	l.up = up
+	if up {
+		l.peer = peer
+		l.stats.Ups++
+		l.events = append(l.events, link.Event{At: now, Up: true, Reason: link.ReasonHandshake, PeerSession: peer, PeerEpoch: epoch})
+		return
+	}
+	l.stats.Abandoned += uint64(len(l.out) - l.outHead)
+	l.stats.Discarded += uint64(len(l.in) - l.inHead)
+	for _, b := range l.out[l.outHead:] {
+		l.pool.put(b)
+	}
+	for _, b := range l.in[l.inHead:] {
+		l.pool.put(b)
+	}
+	clear(l.out)
+	clear(l.in)
+	l.out, l.in, l.outHead, l.inHead = l.out[:0], l.in[:0], 0, 0
+	l.stats.Downs++
+	l.events = append(l.events, link.Event{At: now, Up: false, Reason: link.ReasonDead, PeerSession: l.peer, PeerEpoch: epoch})
+}
+
+// Queued is the number of frames sent and not yet moved onto the wire.
+func (l *AbstractLink) Queued() int { return len(l.out) - l.outHead }
+
+// Up reports whether the carrier is up.
+func (l *AbstractLink) Up() bool { return l.up }
+
+// Send queues a copy of msg for the peer.
+func (l *AbstractLink) Send(now time.Duration, msg []byte) error {
+	if len(msg) > abstractMTU {
+		return fmt.Errorf("%w: %d > %d bytes", link.ErrTooLarge, len(msg), abstractMTU)
+	}
+	if !l.up {
+		return link.ErrDown
+	}
+	l.out = append(l.out, append(l.pool.get(len(msg)), msg...))
+	l.stats.TxMessages++
+	return nil
+}
+
+// Input takes one frame the wire delivered, and keeps d itself: abstract
+// wires hand every frame they deliver over to the receiving link
+// (Wires.Pop), which gives the buffer back to the wires' pool once the
+// frame was received.
+func (l *AbstractLink) Input(now time.Duration, d []byte) error {
+	if !l.up {
+		l.stats.Stale++
+		l.pool.put(d)
+		return nil
+	}
+	l.stats.RxDatagrams++
+	l.stats.RxBytes += uint64(len(d))
+	l.in = append(l.in, d)
+	return nil
+}
+
+// Output moves the oldest queued message into buf, which must hold it
+// (Config().MTU bytes hold any).
+func (l *AbstractLink) Output(now time.Duration, buf []byte) (int, bool) {
+	if l.outHead == len(l.out) || len(buf) < len(l.out[l.outHead]) {
+		return 0, false
+	}
+	m, _ := l.Take()
+	n := copy(buf, m)
+	l.pool.put(m)
+	return n, true
+}
+
+// Take is Output without the copy: it hands over the oldest queued frame
+// itself, for Wires.PutFrame.
+func (l *AbstractLink) Take() ([]byte, bool) {
+	if l.outHead == len(l.out) {
+		return nil, false
+	}
+	m := l.out[l.outHead]
+	l.out[l.outHead] = nil
+	if l.outHead++; l.outHead == len(l.out) {
+		l.out, l.outHead = l.out[:0], 0
+	}
+	l.stats.TxDatagrams++
+	l.stats.TxBytes += uint64(len(m))
+	return m, true
+}
+
+// Receive returns the next message, valid until the next Receive.
+func (l *AbstractLink) Receive() ([]byte, bool) {
+	if l.recv != nil {
+		l.pool.put(l.recv)
+		l.recv = nil
+	}
+	if l.inHead == len(l.in) {
+		return nil, false
+	}
+	l.recv = l.in[l.inHead]
+	l.in[l.inHead] = nil
+	if l.inHead++; l.inHead == len(l.in) {
+		l.in, l.inHead = l.in[:0], 0
+	}
+	l.stats.RxMessages++
+	return l.recv, true
+}
+
+// Tick does nothing: an abstract link has no timers.
+func (l *AbstractLink) Tick(time.Duration) {}
+
+// NextDeadline is when a carrier change waits to be polled, else never.
+func (l *AbstractLink) NextDeadline() time.Duration {
+	if len(l.events) > 0 {
+		return l.events[0].At
+	}
+	return time.Duration(1<<63 - 1)
+}
+
+// PollEvent returns the oldest carrier change not yet returned.
+func (l *AbstractLink) PollEvent() (link.Event, bool) {
+	if len(l.events) == 0 {
+		return link.Event{}, false
+	}
+	ev := l.events[0]
+	l.events = l.events[1:]
+	return ev, true
+}
+
+// Session returns the link's session and its carrier's epoch.
+func (l *AbstractLink) Session() (uint64, uint32) { return l.session, l.epoch }
+
+// Config says the link's MTU (the largest frame) and message size.
+func (l *AbstractLink) Config() link.Config {
+	return link.Config{MTU: abstractMTU, MaxMessage: abstractMTU, Session: l.session}
+}
+
+// Stats returns the link's counters.
+func (l *AbstractLink) Stats() link.Stats {
+	s := l.stats
+	s.Queued = len(l.out) - l.outHead
+	return s
+}
+
+// framePool keeps frame buffers for reuse: the abstract links of one set
+// of wires and the wires themselves pass buffers around instead of copying
+// frames from one to the next.
+type framePool struct{ free [][]byte }
+
+// poolMax bounds the buffers a pool keeps.
+const poolMax = 1 << 14
+
+// get returns an empty buffer that holds n bytes.
+func (p *framePool) get(n int) []byte {
+	if k := len(p.free); k > 0 {
+		b := p.free[k-1]
+		p.free[k-1] = nil
+		p.free = p.free[:k-1]
+		if cap(b) >= n {
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, max(n, 256))
+}
+
+// put gives a buffer back.
+func (p *framePool) put(b []byte) {
+	if b != nil && len(p.free) < poolMax {
+		p.free = append(p.free, b)
+	}
+}
