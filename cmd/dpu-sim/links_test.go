@@ -15,7 +15,7 @@ func TestAbstractLinks(t *testing.T) {
 	if err := run(append([]string{"--seeds", "3"}, args...), &out, &errb); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
-	if !regexp.MustCompile(`^seeds=3 ops=[1-9][0-9]* .* violations=0 `).MatchString(out.String()) {
+	if !regexp.MustCompile(`^seeds=3 replicas=1 ops=[1-9][0-9]* .* violations=0 `).MatchString(out.String()) {
 		t.Fatalf("summary line: %q", out.String())
 	}
 	hash := func() string {

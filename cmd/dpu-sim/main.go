@@ -14,7 +14,7 @@
 // need the real link layer: with abstract links --faults defaults to none,
 // and any other value is refused.
 //
-// It prints one summary line (seeds=… ops=… checked=… unchecked=…
+// It prints one summary line (seeds=… replicas=… ops=… checked=… unchecked=…
 // violations=…), then a line that says what each counter means, and exits
 // non-zero on any violation, printing the failing seed and the command that
 // replays it. checked counts the atomic and lock operations the
