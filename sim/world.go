@@ -12,6 +12,7 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/internal/timeq"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/noc/route"
@@ -230,7 +231,7 @@ type World struct {
 	graph *topo.Graph
 	nodes []*simNode
 	now   time.Duration
-	q     eventQueue
+	q     timeq.Queue[event]
 	seq   uint64
 
 	faultRNG, workRNG, nodeRNG *rand.Rand
@@ -286,62 +287,10 @@ type event struct {
 	op   *pendingOp // evAbort: the request given up
 }
 
-// eventQueue is a binary min-heap of events by (at, seq), typed so that
-// pushing allocates nothing.
-type eventQueue []event
-
-func (q eventQueue) less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
-}
-
-func (q *eventQueue) push(ev event) {
-	*q = append(*q, ev)
-	h := *q
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *eventQueue) pop() event {
-	h := *q
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h[n] = event{}
-	h = h[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	*q = h
-	return top
-}
-
 func (w *World) push(ev event) {
 	w.seq++
 	ev.seq = w.seq
-	w.q.push(ev)
+	w.q.Push(timeq.Key{At: ev.at, Seq: ev.seq}, ev)
 }
 
 // derive returns a PCG source for one component of the run.
@@ -529,15 +478,16 @@ func (w *World) runUntil(limit time.Duration, done func() bool) bool {
 		// Deliveries and events share one sequence: what is due at one
 		// time runs in the order it was scheduled.
 		at, seq, ok := w.wires.NextSeq()
-		if ok && at <= limit && (len(w.q) == 0 || at < w.q[0].at || (at == w.q[0].at && seq < w.q[0].seq)) {
+		first, queued := w.q.Min()
+		if ok && at <= limit && (!queued || (timeq.Key{At: at, Seq: seq}).Before(first)) {
 			w.now = at
 			w.deliver()
 			continue
 		}
-		if len(w.q) == 0 || w.q[0].at > limit {
+		if !queued || first.At > limit {
 			break
 		}
-		ev := w.q.pop()
+		_, ev := w.q.Pop()
 		w.now = ev.at
 		w.handle(ev)
 	}

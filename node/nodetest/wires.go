@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/aitherion/dpu/internal/timeq"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -58,7 +59,7 @@ type Wires struct {
 	last  [][]time.Duration // abstract: node, port -> last delivery time (in order)
 	links [][]*AbstractLink // abstract: node, port -> its link
 
-	q       deliveries
+	q       timeq.Queue[delivery]
 	seq     *uint64 // numbers deliveries in the order they were put
 	ownSeq  uint64
 	pool    framePool
@@ -212,7 +213,7 @@ func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 			*last = at
 		}
 		*w.seq++
-		w.q.push(delivery{at: at, seq: *w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: data})
+		w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{at: at, seq: *w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
 }
 
@@ -225,10 +226,8 @@ func (w *Wires) Next() (time.Duration, bool) {
 // NextSeq is the time and sequence number of the earliest delivery in
 // flight.
 func (w *Wires) NextSeq() (at time.Duration, seq uint64, ok bool) {
-	if len(w.q) == 0 {
-		return 0, 0, false
-	}
-	return w.q[0].at, w.q[0].seq, true
+	k, ok := w.q.Min()
+	return k.At, k.Seq, ok
 }
 
 // ShareSequence numbers deliveries from seq, a counter the driver also
@@ -244,8 +243,8 @@ func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 		w.pool.put(w.popped)
 		w.popped = nil
 	}
-	for len(w.q) > 0 && w.q[0].at <= limit {
-		d := w.q.pop()
+	for k, ok := w.q.Min(); ok && k.At <= limit; k, ok = w.q.Min() {
+		_, d := w.q.Pop()
 		if w.down[d.to.Node] || (w.cfg.Abstract && d.epoch != w.epoch[d.wire]) {
 			w.pool.put(d.data)
 			continue
@@ -327,56 +326,4 @@ func (w *Wires) carrier(now time.Duration, i int, up bool) {
 func (w *Wires) newLink() *AbstractLink {
 	w.session++
 	return newAbstractLink(w.session, &w.pool)
-}
-
-// deliveries is a binary min-heap by (at, seq), typed so that pushing
-// allocates nothing.
-type deliveries []delivery
-
-func (q deliveries) less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
-}
-
-func (q *deliveries) push(d delivery) {
-	*q = append(*q, d)
-	h := *q
-	i := len(h) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (q *deliveries) pop() delivery {
-	h := *q
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h[n] = delivery{}
-	h = h[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	*q = h
-	return top
 }
