@@ -183,44 +183,16 @@ func (o *Outbox) Queue(msg []byte, fds []int) error {
 
 // Flush writes the queue unless someone is writing already (who will then
 // write it).
-func (o *Outbox) Flush() error {
-	o.mu.Lock()
-	if o.err != nil {
-		o.mu.Unlock()
-		return ErrClosed
-	}
-	if o.writing || len(o.q.msgs) == 0 {
-		o.mu.Unlock()
-		return nil
-	}
-	o.writing = true
-	for {
-		batch := o.q
-		o.q, o.spare = o.spare.reset(), queue{}
-		o.mu.Unlock()
-		_, err := o.write(&batch, 0, true)
-		closeAll(batch.fds)
-		o.mu.Lock()
-		o.spare = batch
-		if err != nil {
-			o.fail(err)
-			o.mu.Unlock()
-			return err
-		}
-		if len(o.q.msgs) == 0 {
-			o.writing = false
-			o.mu.Unlock()
-			return nil
-		}
-	}
-}
+func (o *Outbox) Flush() error { return o.flush(true) }
 
 // FlushNow is Flush for a caller that must not wait, such as a driver's
 // loop serving many connections: what the socket takes at once is sent;
 // when the peer has no room for the rest, a goroutine of the Outbox
 // finishes the write (bounded by the timeout, like Flush) while FlushNow
 // returns. A write that fails there fails the Outbox and calls OnFail.
-func (o *Outbox) FlushNow() error {
+func (o *Outbox) FlushNow() error { return o.flush(false) }
+
+func (o *Outbox) flush(mayWait bool) error {
 	o.mu.Lock()
 	if o.err != nil {
 		o.mu.Unlock()
@@ -235,8 +207,8 @@ func (o *Outbox) FlushNow() error {
 		batch := o.q
 		o.q, o.spare = o.spare.reset(), queue{}
 		o.mu.Unlock()
-		sent, err := o.write(&batch, 0, false)
-		if err == nil && sent < len(batch.msgs) {
+		sent, err := o.write(&batch, 0, mayWait)
+		if err == nil && sent < len(batch.msgs) { // FlushNow, and no room
 			go o.finish(batch, sent)
 			return nil
 		}
