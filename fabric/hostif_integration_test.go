@@ -41,8 +41,7 @@ func asUser(t *testing.T, st *fabric.State, dpuctl string, node int, uid, gid ui
 // access to a page root allocated 0600 — on the page's node and across the
 // fabric — and EPERM for free; nothing it asked for happens (content,
 // version, owner and lock unchanged). A page readable by others (0604) is
-// readable on its own node; on the other node it is refused too, because
-// attributes do not travel with pages yet (deny by default).
+// readable, not writable, on every node: its attributes travel with it.
 func TestOtherUsersRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		privtest.Require(t) // skips, or fails under DPU_PRIV_TESTS=require
@@ -119,8 +118,12 @@ func TestOtherUsersRefused(t *testing.T) {
 	if _, errOut, code := asUser(t, st, dpuctl, 0, nobody, nogroup, "add", shared.String(), "1"); code != 1 || !strings.Contains(errOut, "permission denied") {
 		t.Errorf("nobody adding to a 0604 page: exit %d %q", code, errOut)
 	}
-	if _, errOut, code := asUser(t, st, dpuctl, 1, nobody, nogroup, "read", shared.String()); code != 1 || !strings.Contains(errOut, "permission denied") {
-		t.Errorf("nobody reading a 0604 page through another node: exit %d %q (attributes do not travel: want EACCES)", code, errOut)
+	// The page's attributes travel with it: the same on every node.
+	if out, errOut, code := asUser(t, st, dpuctl, 1, nobody, nogroup, "read", shared.String(), "--u64"); code != 0 || out != "1234\n" {
+		t.Errorf("nobody reading a 0604 page through another node: exit %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := asUser(t, st, dpuctl, 1, nobody, nogroup, "add", shared.String(), "1"); code != 1 || !strings.Contains(errOut, "permission denied") {
+		t.Errorf("nobody adding to a 0604 page through another node: exit %d %q", code, errOut)
 	}
 	if v, err := c1.Load64(ctx, shared); err != nil || v != 1234 {
 		t.Errorf("root reading the 0604 page through node 1: %d %v", v, err)
