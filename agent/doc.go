@@ -10,17 +10,21 @@
 // the ports, its events are published, and the mutex is let go. Every
 // holder does bounded work, so every wait for the core is bounded.
 //
-// In the default blocking mode every port has a reader goroutine that hands
-// datagrams to the loop goroutine over a bounded channel; the loop sleeps
-// until a datagram, a kick or the core's next deadline. With poll = true the
-// loop instead busy-polls every port that implements noc.Poller (DPU
-// firmware polls; a blocking wake-up costs tens of microseconds on small
-// machines) and never sleeps; it burns one core.
+// One loop goroutine (loop.go) drains the ports that have a ready
+// descriptor itself (recvmmsg, AF_XDP rings), runs the core's due timers,
+// serves the host rings and writes each step's output after the step. It
+// parks in the Go runtime's network poller on one epoll set (waiter.go):
+// the ports' descriptors, an eventfd and a timerfd armed to the core's next
+// deadline. Ports without a descriptor get a reader goroutine that hands
+// datagrams over a bounded channel. Modes (Config.Loop): blocking parks at
+// once; adaptive spins for Config.Spin after a request on a host ring;
+// poll never parks and burns a core. The hot path's non-blocking system
+// calls are raw (package internal/nbio).
 //
 // Host requests (dpu0.sock) and control requests (dpuctl) take the core
 // step themselves on their connection's goroutine: a CAS on a page owned
 // here completes without any hand-off between goroutines. A step that moves
-// the core's next deadline earlier kicks the loop awake.
+// the core's next deadline sooner re-arms the loop's timer.
 //
 // # Configuration
 //
