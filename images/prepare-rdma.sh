@@ -16,7 +16,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if ! [ -f /usr/include/infiniband/verbs.h ] || ! [ -f /etc/libibverbs.d/rxe.driver ]; then
 	echo "prepare-rdma: installing libibverbs-dev ibverbs-providers"
-	as_root apt-get update -q >/dev/null
+	as_root apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
 		--no-install-recommends libibverbs-dev ibverbs-providers >/dev/null
 fi

@@ -23,9 +23,17 @@ esac
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 apt_updated=
+# apt_update refreshes the package lists once, waiting for a concurrent apt
+# and trying again after a failed fetch (a mirror's hiccup).
 apt_update() {
 	[ -n "$apt_updated" ] && return 0
-	as_root apt-get update -q >/dev/null
+	local try
+	for try in 1 2 3; do
+		as_root apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null && break
+		[ "$try" = 3 ] && return 1
+		echo "prepare-vmtest: apt-get update failed, again in 10 s" >&2
+		sleep 10
+	done
 	apt_updated=1
 }
 
