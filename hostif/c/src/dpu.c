@@ -102,11 +102,6 @@ struct mapping {
     size_t first, pages;   /* region page index and count */
 };
 
-struct extent {
-    struct extent *next;
-    size_t start, len;
-};
-
 struct dpu {
     int fd;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the socket, for dpu__reopen */
@@ -1052,9 +1047,9 @@ static int reserve_region(dpu_t *d) {
     return 0;
 }
 
-/* take_extent finds pages free region pages (first fit). d->mu held. */
-static long take_extent(dpu_t *d, size_t pages) {
-    for (struct extent **p = &d->free_ext; *p; p = &(*p)->next) {
+/* dpu__extent_take takes pages free page indices from list (first fit). */
+long dpu__extent_take(struct extent **list, size_t pages) {
+    for (struct extent **p = list; *p; p = &(*p)->next) {
         struct extent *e = *p;
         if (e->len < pages) continue;
         size_t start = e->start;
@@ -1069,12 +1064,12 @@ static long take_extent(dpu_t *d, size_t pages) {
     return -1;
 }
 
-/* give_extent returns region pages, merging neighbours. d->mu held. */
-static void give_extent(dpu_t *d, size_t start, size_t pages) {
-    struct extent **p = &d->free_ext;
+/* dpu__extent_give returns page indices to list, merging neighbours. */
+void dpu__extent_give(struct extent **list, size_t start, size_t pages) {
+    struct extent **p = list;
     while (*p && (*p)->start < start) p = &(*p)->next;
     struct extent *prev = NULL;
-    for (struct extent *e = d->free_ext; e && e->start < start; e = e->next) prev = e;
+    for (struct extent *e = *list; e && e->start < start; e = e->next) prev = e;
     if (prev && prev->start + prev->len == start) {
         prev->len += pages;
         if (*p && prev->start + prev->len == (*p)->start) {
@@ -1124,7 +1119,7 @@ int dpu_map(dpu_t *d, dpu_gva_t gva, size_t bytes, const void **lva_out) {
     if (!m) return -ENOMEM;
     pthread_mutex_lock(&d->mu);
     int rc = reserve_region(d);
-    long first = rc < 0 ? -1 : take_extent(d, pages);
+    long first = rc < 0 ? -1 : dpu__extent_take(&d->free_ext, pages);
     pthread_mutex_unlock(&d->mu);
     if (rc < 0 || first < 0) {
         free(m);
@@ -1166,7 +1161,7 @@ int dpu_map(dpu_t *d, dpu_gva_t gva, size_t bytes, const void **lva_out) {
     if (rc < 0) {
         if (mapped) unmap_range(d, gva, (size_t)first, mapped);
         pthread_mutex_lock(&d->mu);
-        give_extent(d, (size_t)first, pages);
+        dpu__extent_give(&d->free_ext, (size_t)first, pages);
         pthread_mutex_unlock(&d->mu);
         free(m);
         return rc;
@@ -1196,7 +1191,7 @@ int dpu_unmap(dpu_t *d, dpu_gva_t gva) {
     if (!m) return fail(EINVAL, "dpu unmap: no mapping starts at that gva%s", NULL);
     int rc = unmap_range(d, m->gva, m->first, m->pages);
     pthread_mutex_lock(&d->mu);
-    give_extent(d, m->first, m->pages);
+    dpu__extent_give(&d->free_ext, m->first, m->pages);
     pthread_mutex_unlock(&d->mu);
     free(m);
     return rc;

@@ -7,6 +7,17 @@
 
 #include "dpu.h"
 
+#include <stddef.h>
+
+/* extent: a run of free page indices in a free list kept sorted by start
+ * (the pages of a mapping region). The caller serialises use of a list. */
+struct extent {
+    struct extent *next;
+    size_t start, len;
+};
+long dpu__extent_take(struct extent **list, size_t pages);            /* first fit; -1: none */
+void dpu__extent_give(struct extent **list, size_t start, size_t pages); /* merges neighbours */
+
 /* dpu.c */
 int dpu__reopen(const dpu_t *d, dpu_t **out);          /* a second connection to d's socket */
 int dpu__refs(dpu_t *d, dpu_gva_t gva, size_t pages, int drop); /* MAP/UNMAP with NOFD: refs only */

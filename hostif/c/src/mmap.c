@@ -122,11 +122,6 @@ struct area {
     uint64_t acquisitions, losses;
 };
 
-struct extent {
-    struct extent *next;
-    size_t start, len;
-};
-
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct area *areas;
 static struct conn *conns;
@@ -179,48 +174,6 @@ static int reserve_range(void) {
     atomic_thread_fence(memory_order_release);
     dpu_mmap_span = RANGE_PAGES * PAGE;
     return 0;
-}
-
-static long take_extent(size_t pages) {
-    for (struct extent **p = &free_ext; *p; p = &(*p)->next) {
-        struct extent *e = *p;
-        if (e->len < pages) continue;
-        size_t start = e->start;
-        e->start += pages;
-        e->len -= pages;
-        if (e->len == 0) {
-            *p = e->next;
-            free(e);
-        }
-        return (long)start;
-    }
-    return -1;
-}
-
-static void give_extent(size_t start, size_t pages) {
-    struct extent **p = &free_ext;
-    while (*p && (*p)->start < start) p = &(*p)->next;
-    struct extent *prev = NULL;
-    for (struct extent *e = free_ext; e && e->start < start; e = e->next) prev = e;
-    if (prev && prev->start + prev->len == start) {
-        prev->len += pages;
-        if (*p && prev->start + prev->len == (*p)->start) {
-            struct extent *n = *p;
-            prev->len += n->len;
-            prev->next = n->next;
-            free(n);
-        }
-        return;
-    }
-    if (*p && start + pages == (*p)->start) {
-        (*p)->start = start;
-        (*p)->len += pages;
-        return;
-    }
-    struct extent *e = malloc(sizeof *e);
-    if (!e) return; /* those pages stay reserved, unused */
-    *e = (struct extent){*p, start, pages};
-    *p = e;
 }
 
 static uint8_t *range_at(size_t idx) { return (uint8_t *)dpu_mmap_lo + idx * PAGE; }
@@ -913,7 +866,7 @@ int dpu_mmap(dpu_t *d, dpu_gva_t gva, size_t len, int prot, void **addr_out) {
     pthread_mutex_lock(&mu);
     int rc = reserve_range();
     if (rc == 0) rc = start_uffd();
-    long first = rc == 0 ? take_extent(pages) : -1;
+    long first = rc == 0 ? dpu__extent_take(&free_ext, pages) : -1;
     if (rc == 0 && first < 0) rc = -ENOMEM;
     pthread_mutex_unlock(&mu);
     struct conn *c = NULL;
@@ -962,7 +915,7 @@ fail_conn:
 fail_extent:
     if (first >= 0) {
         pthread_mutex_lock(&mu);
-        give_extent((size_t)first, pages);
+        dpu__extent_give(&free_ext, (size_t)first, pages);
         pthread_mutex_unlock(&mu);
     }
     free_area(ar);
@@ -985,7 +938,7 @@ static struct conn *unmap_area(struct area *ar, int *rc) {
     ioctl(uffd, UFFDIO_UNREGISTER, &r);
     mmap(ar->base, ar->pages * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     memset(&dpu_mmap_pages[ar->first], ST_ABSENT, ar->pages);
-    give_extent(ar->first, ar->pages);
+    dpu__extent_give(&free_ext, ar->first, ar->pages);
     int r2 = take_refs(ar->c->priv, ar->gva, ar->pages, true);
     if (r2 < 0 && *rc == 0) *rc = r2;
     return conn_put(ar->c);
