@@ -9,7 +9,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/pathcache"
 )
 
 // Replication (Config.Replicas = R > 1): primary-backup. See
@@ -1001,30 +1000,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	if e.dbg != nil {
 		e.debugf(key, "promoted from backup at version %d epoch %d", pg.version, pg.epoch)
 	}
-	var ent *pathcache.Entry
-	if x, ok := e.cache.Peek(key); ok {
-		ent = x
-	} else {
-		ent, _ = e.upsert(now, key)
-	}
-	if ent != nil {
-		behind := ent.Version < pg.version
-		ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
-		ent.Down = ent.Down.Remove(noc.LocalPort)
-		if behind {
-			fl := noc.FlagPath
-			if pg.huge {
-				fl |= noc.FlagHuge
-			}
-			f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
-			for p := range ent.Down.All() {
-				e.sendPort(p, &f)
-				e.stats.InvalidatesSent++
-			}
-		}
-		ent.Version = pg.version
-		e.syncReplica(ent, pg)
-	}
+	e.ownEntry(now, pg, noc.NoPort)
 	e.arb.Own(key)
 	if e.cfg.Tracer != nil {
 		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {

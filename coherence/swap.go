@@ -614,37 +614,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
 	pg.doneSwap, pg.doneSeq = opKey{sw.peer, sw.id}, sw.seq
-	var ent *pathcache.Entry
-	if x, ok := e.cache.Peek(key); ok {
-		ent = x
-	} else {
-		ent, _ = e.upsert(now, key)
-	}
-	if ent != nil {
-		// The content came by the transfer; updates up to its version that
-		// were still on their way down to us will be dropped now that we
-		// are the owner. If the tree below us has not been sent them, it
-		// is invalidated to the content's version.
-		behind := ent.Version < pg.version
-		ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
-		ent.Down = ent.Down.Remove(noc.LocalPort)
-		if behind {
-			fl := noc.FlagPath
-			if pg.huge {
-				fl |= noc.FlagHuge
-			}
-			f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
-			for p := range ent.Down.All() {
-				e.sendPort(p, &f)
-				e.stats.InvalidatesSent++
-			}
-		}
-		if graft != noc.NoPort {
-			ent.Down, _ = ent.Down.Add(graft)
-		}
-		ent.Version = pg.version
-		e.syncReplica(ent, pg)
-	}
+	ent := e.ownEntry(now, pg, graft)
 	e.arb.Own(key)
 	e.startReplication(now, pg)
 	if pg.rep != nil {
@@ -758,4 +728,42 @@ func (e *Engine) handleOwnerMovedAck(f *noc.Frame) {
 		e.cancel(n.timer)
 		delete(e.notices, key)
 	}
+}
+
+// ownEntry makes this node's path-cache entry of pg the owner's, at pg's
+// version, when pg's content has just become this node's (a transfer, a
+// backup's promotion). Updates up to that version still on their way down
+// to this node are dropped now that it owns the page; a tree below it that
+// was not sent them is invalidated to the content's version. graft, unless
+// NoPort, joins the tree below. It returns the entry (nil when the cache
+// had no room).
+func (e *Engine) ownEntry(now time.Duration, pg *page, graft noc.PortID) *pathcache.Entry {
+	key := pg.key
+	ent, ok := e.cache.Peek(key)
+	if !ok {
+		ent, _ = e.upsert(now, key)
+	}
+	if ent == nil {
+		return nil
+	}
+	behind := ent.Version < pg.version
+	ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
+	ent.Down = ent.Down.Remove(noc.LocalPort)
+	if behind {
+		fl := noc.FlagPath
+		if pg.huge {
+			fl |= noc.FlagHuge
+		}
+		f := newFrame(noc.ClassStore, OpInvalidate, fl, e.self, noc.BroadcastNode, 0, key, pg.version, nil)
+		for p := range ent.Down.All() {
+			e.sendPort(p, &f)
+			e.stats.InvalidatesSent++
+		}
+	}
+	if graft != noc.NoPort {
+		ent.Down, _ = ent.Down.Add(graft)
+	}
+	ent.Version = pg.version
+	e.syncReplica(ent, pg)
+	return ent
 }
