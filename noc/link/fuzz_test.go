@@ -105,9 +105,15 @@ func crc(b []byte) uint32 {
 
 // TestFuzzCorpus keeps testdata/fuzz/FuzzInput in step with fuzzSeeds
 // (go test -run FuzzCorpus -update-corpus rewrites it).
-func TestFuzzCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzInput")
-	for _, s := range fuzzSeeds(t) {
+func TestFuzzCorpus(t *testing.T) { checkCorpus(t, "FuzzInput", "FuzzCorpus", fuzzSeeds(t)) }
+
+// checkCorpus checks (or, with -update-corpus, writes) the seed corpus of
+// fuzz target target in testdata/fuzz against seeds; test names the test
+// that rewrites it.
+func checkCorpus(t *testing.T, target, test string, seeds [][]byte) {
+	t.Helper()
+	dir := filepath.Join("testdata", "fuzz", target)
+	for _, s := range seeds {
 		name, contents := corpusFile(s, false)
 		path := filepath.Join(dir, name)
 		if *updateCorpus {
@@ -121,7 +127,7 @@ func TestFuzzCorpus(t *testing.T) {
 		}
 		got, err := os.ReadFile(path)
 		if err != nil || !bytes.Equal(got, contents) {
-			t.Errorf("seed corpus out of date (%v): run go test -run FuzzCorpus -update-corpus ./noc/link", err)
+			t.Errorf("seed corpus out of date (%v): run go test -run %s -update-corpus ./noc/link", err, test)
 		}
 	}
 }

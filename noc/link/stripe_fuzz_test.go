@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -58,24 +56,7 @@ func stripeFuzzSeeds(tb testing.TB) [][]byte {
 // TestStripeFuzzCorpus keeps testdata/fuzz/FuzzStripeInput in step with
 // stripeFuzzSeeds (go test -run StripeFuzzCorpus -update-corpus).
 func TestStripeFuzzCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzStripeInput")
-	for _, s := range stripeFuzzSeeds(t) {
-		name, contents := corpusFile(s, false)
-		path := filepath.Join(dir, name)
-		if *updateCorpus {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, contents, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(path)
-		if err != nil || !bytes.Equal(got, contents) {
-			t.Errorf("seed corpus out of date (%v): run go test -run StripeFuzzCorpus -update-corpus ./noc/link", err)
-		}
-	}
+	checkCorpus(t, "FuzzStripeInput", "StripeFuzzCorpus", stripeFuzzSeeds(t))
 }
 
 // FuzzStripeInput feeds channel datagrams to a stripe whose channels are
