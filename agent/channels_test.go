@@ -1,19 +1,15 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aitherion/dpu/agent"
 	"github.com/aitherion/dpu/ctl"
-	"github.com/aitherion/dpu/noc"
 )
 
 // freeRun returns a port p such that p .. p+n-1 are free UDP ports on
@@ -49,51 +45,14 @@ func freeRun(tb testing.TB, n int) int {
 func TestMultiChannelLink(t *testing.T) {
 	const k = 3
 	base := freeRun(t, 2*k)
-	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	nodes := make([]*liveNode, 2)
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		if t.Failed() {
-			for i, nd := range nodes {
-				if nd != nil {
-					t.Logf("node %d log:\n%s", i, nd.log.String())
-				}
-			}
-		}
-	})
-	for i := range 2 {
-		cfg := agent.DefaultConfig()
-		cfg.Node = noc.NodeID(i)
-		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
-		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
-		cfg.Seed = uint64(i) + 1
+	nodes := startNodes(t, 2, func(i int, cfg *agent.Config) {
 		local, remote := base+i*k, base+(1-i)*k
 		spec, err := agent.ParsePortSpec(fmt.Sprintf("p0 udp 127.0.0.1:%d 127.0.0.1:%d channels=%d", local, remote, k))
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.Ports = []agent.PortSpec{spec}
-		logBuf := &syncBuffer{}
-		a, err := agent.New(cfg, slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelInfo})))
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = &liveNode{a: a, runDir: cfg.RunDir, log: logBuf}
-		wg.Go(func() {
-			if err := a.Run(ctx); err != nil {
-				t.Errorf("agent %d: %v", i, err)
-			}
-		})
-		select {
-		case <-a.Ready():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("agent %d not ready", i)
-		}
-	}
-	waitRoutes(t, nodes)
+	})
 
 	tctx := ctxT(t, time.Minute)
 	c0, c1 := dialHost(t, nodes[0]), dialHost(t, nodes[1])

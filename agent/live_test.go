@@ -53,13 +53,6 @@ func (s *syncBuffer) String() string {
 // Everything stops when the test ends.
 func startLine(tb testing.TB, n int, configure func(*agent.Config)) []*liveNode {
 	tb.Helper()
-	dir, err := os.MkdirTemp("", "agent-live")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
 	// one loopback address per port end: link i joins node i (its port
 	// "right") and node i+1 (its port "left")
 	addrs := make([][2]string, n-1)
@@ -76,6 +69,33 @@ func startLine(tb testing.TB, n int, configure func(*agent.Config)) []*liveNode 
 	}
 	for _, c := range held {
 		c.Close()
+	}
+	return startNodes(tb, n, func(i int, cfg *agent.Config) {
+		if i > 0 {
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "left", Kind: agent.PortUDP, Args: []string{addrs[i-1][1], addrs[i-1][0]}})
+		}
+		if i < n-1 {
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "right", Kind: agent.PortUDP, Args: []string{addrs[i][0], addrs[i][1]}})
+		}
+		if configure != nil {
+			configure(cfg)
+		}
+	})
+}
+
+// startNodes starts n agents in this process, each with its run directory
+// (mode 0755, so that other users reach the sockets) under one fresh
+// directory; setup gives node i its ports and anything else. It waits
+// until every agent routes to every other. Everything stops when the test
+// ends.
+func startNodes(tb testing.TB, n int, setup func(i int, cfg *agent.Config)) []*liveNode {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "agent-live")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		tb.Fatal(err)
 	}
 	nodes := make([]*liveNode, n)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,15 +118,7 @@ func startLine(tb testing.TB, n int, configure func(*agent.Config)) []*liveNode 
 		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
 		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
 		cfg.Seed = uint64(i) + 1
-		if i > 0 {
-			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "left", Kind: agent.PortUDP, Args: []string{addrs[i-1][1], addrs[i-1][0]}})
-		}
-		if i < n-1 {
-			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "right", Kind: agent.PortUDP, Args: []string{addrs[i][0], addrs[i][1]}})
-		}
-		if configure != nil {
-			configure(&cfg)
-		}
+		setup(i, &cfg)
 		logBuf := &syncBuffer{}
 		a, err := agent.New(cfg, slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelInfo})))
 		if err != nil {
