@@ -186,6 +186,18 @@ static CUresult rpc_id(uint16_t op, const void *body, uint32_t len, uint32_t *id
     return r;
 }
 
+/* rpc_obj: a request that creates a remote object, and the client's handle
+ * of it. */
+static CUresult rpc_obj(uint16_t op, const void *body, uint32_t len, uint32_t kind, struct robj **out) {
+    uint32_t id;
+    CUresult r = rpc_id(op, body, len, &id);
+    if (r)
+        return r;
+    if (!(*out = obj_new(kind, id)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
 static void *heartbeat_main(void *arg) {
     dpu_t *hd = arg; /* its own connection: a connection has one submitter at a time */
     uint64_t beat = 0;
@@ -536,13 +548,11 @@ API CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d) {
     NEED_INIT();
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
-    uint32_t b[2] = {flags, (uint32_t)d}, id;
-    CUresult r = rpc_id(OP_CTX_CREATE, b, sizeof b, &id);
+    uint32_t b[2] = {flags, (uint32_t)d};
+    struct robj *o;
+    CUresult r = rpc_obj(OP_CTX_CREATE, b, sizeof b, O_CTX, &o);
     if (r)
         return r;
-    struct robj *o = obj_new(O_CTX, id);
-    if (!o)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     o->dev = d;
     o->flags = flags;
     /* cuCtxCreate pushes the new context. */
@@ -1324,13 +1334,11 @@ API CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio) {
     NEED_INIT();
     if (!s)
         return CUDA_ERROR_INVALID_VALUE;
-    uint32_t b[2] = {flags, (uint32_t)prio}, id;
-    CUresult r = rpc_id(OP_STREAM_CREATE, b, sizeof b, &id);
+    uint32_t b[2] = {flags, (uint32_t)prio};
+    struct robj *o;
+    CUresult r = rpc_obj(OP_STREAM_CREATE, b, sizeof b, O_STREAM, &o);
     if (r)
         return r;
-    struct robj *o = obj_new(O_STREAM, id);
-    if (!o)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     o->flags = flags;
     o->priority = prio;
     o->ctx = cur_ctx;
@@ -1491,13 +1499,10 @@ API CUresult cuEventCreate(CUevent *e, unsigned flags) {
     NEED_INIT();
     if (!e)
         return CUDA_ERROR_INVALID_VALUE;
-    uint32_t id;
-    CUresult r = rpc_id(OP_EVENT_CREATE, &flags, 4, &id);
+    struct robj *o;
+    CUresult r = rpc_obj(OP_EVENT_CREATE, &flags, 4, O_EVENT, &o);
     if (r)
         return r;
-    struct robj *o = obj_new(O_EVENT, id);
-    if (!o)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     o->flags = flags;
     *e = (CUevent)o;
     return CUDA_SUCCESS;
