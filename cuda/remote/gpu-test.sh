@@ -162,7 +162,7 @@ section "cuBLAS (plain C: cublasCreate, SGEMM, BF16 GEMM against a CPU reference
 timeout 120 ./cublas_check >"$W/cublas.local" 2>&1
 echo "rc=$?"
 cat "$W/cublas.local"
-DPU_CUDA_REMOTE_LOG=${CUBLAS_LOG:-3} remote 200 stdbuf -oL ./cublas_check >"$W/cublas.remote" 2>"$W/cublas.remote.err"
+DPU_CUDA_REMOTE_LOG=${CUBLAS_LOG:-3} remote 150 stdbuf -oL ./cublas_check >"$W/cublas.remote" 2>"$W/cublas.remote.err"
 echo "rc=$?"
 cat "$W/cublas.remote"
 grep -v 'cuGetProcAddress .*: served\|^libdpucuda-remote: op \|module image of' "$W/cublas.remote.err" | head -60
@@ -177,7 +177,7 @@ done
 section "PyTorch: CUDA init and a small tensor op, local then remote"
 PYTHONUNBUFFERED=1 timeout 180 python3 "$B/gpu/torch_small.py" >"$W/torch.local" 2>&1
 cat "$W/torch.local"
-VISIBLE=keep PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=${TORCH_LOG:-2} remote 240 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
+VISIBLE=keep PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=${TORCH_LOG:-2} remote 200 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
 echo "rc=$?"
 grep -v '^libdpucuda-remote: op \|module image of\|export table: \(context storage\|tools tls\)' "$W/torch.remote" | tail -60
 gzip -c "$W/torch.remote" >"$LOGDIR/torch-remote.log.gz"

@@ -444,8 +444,10 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     struct rw_device_info *di = info(d);
     if (!di)
         return CUDA_ERROR_INVALID_DEVICE;
-    if (!v || a <= 0 || a >= RW_ATTRS || !(di->attr_ok[a / 8] & (1u << (a % 8))))
+    if (!v || a <= 0 || a >= RW_ATTRS || !(di->attr_ok[a / 8] & (1u << (a % 8)))) {
+        logf_(2, "cuDeviceGetAttribute %d: not known", a);
         return CUDA_ERROR_INVALID_VALUE;
+    }
     *v = di->attr[a];
     return CUDA_SUCCESS;
 }
@@ -657,15 +659,26 @@ API CUresult cuCtxGetCacheConfig(int *cfg) {
         *cfg = 0;
     return CUDA_SUCCESS;
 }
-API CUresult cuCtxSetLimit(int limit, size_t v) {
-    (void)limit, (void)v;
-    return CUDA_ERROR_NOT_SUPPORTED;
+static CUresult ctx_limit(uint32_t set, int limit, size_t *v) {
+    NEED_INIT();
+    if (!cur_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    unsigned char b[16];
+    uint64_t w = *v;
+    memcpy(b, &set, 4);
+    memcpy(b + 4, &limit, 4);
+    memcpy(b + 8, &w, 8);
+    uint32_t n = 0;
+    CUresult r = rpc(OP_CTX_LIMIT, b, sizeof b, set ? NULL : &w, set ? 0 : 8, &n);
+    if (r == CUDA_SUCCESS && !set)
+        *v = (size_t)w;
+    return r;
 }
+API CUresult cuCtxSetLimit(int limit, size_t v) { return ctx_limit(1, limit, &v); }
 API CUresult cuCtxGetLimit(size_t *v, int limit) {
-    (void)limit;
     if (!v)
         return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return ctx_limit(0, limit, v);
 }
 
 /* ---- memory (the memory service) ---- */

@@ -53,6 +53,8 @@
     X(cuCtxDestroy_v2, CUresult (*)(CUcontext))                                                             \
     X(cuCtxSetCurrent, CUresult (*)(CUcontext))                                                             \
     X(cuCtxSynchronize, CUresult (*)(void))                                                                 \
+    X(cuCtxGetLimit, CUresult (*)(size_t *, int))                                                           \
+    X(cuCtxSetLimit, CUresult (*)(int, size_t))                                                             \
     X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t))                                                   \
     X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                                              \
     X(cuMemGetInfo_v2, CUresult (*)(size_t *, size_t *))                                                    \
@@ -897,6 +899,22 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             return r;
         uint64_t v = n;
         memcpy(rep, &v, 8);
+        *rlen = 8;
+        return CUDA_SUCCESS;
+    }
+    case OP_CTX_LIMIT: {
+        /* In the request's context (a primary context is shared by the
+         * launcher's sessions, and so are its limits, as in one process). */
+        NEED(len == 16 && u32at(b, 0) <= 1);
+        if (!s->cur)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        if (u32at(b, 0))
+            return CALL(cuCtxSetLimit, (int)u32at(b, 4), (size_t)u64at(b, 8));
+        size_t v = 0;
+        if ((r = CALL(cuCtxGetLimit, &v, (int)u32at(b, 4))))
+            return r;
+        uint64_t w = v;
+        memcpy(rep, &w, 8);
         *rlen = 8;
         return CUDA_SUCCESS;
     }

@@ -133,6 +133,7 @@ enum rw_op {
     OP_CLUSTER_OCC,        /* rw_launch (reserved: 0 max active clusters, 1 max cluster size) + attrs -> i32 */
     OP_DYN_SMEM,           /* u32 func, i32 blocks, i32 block size -> u64 bytes */
     OP_LIBRARY_GLOBAL,     /* u32 library, name -> u64 dptr, u64 bytes */
+    OP_CTX_LIMIT,          /* u32 set, i32 limit, u64 value -> u64 value (get) */
     OP_MAX
 };
 
