@@ -97,13 +97,15 @@ remote() {
     local t=$1 vis=CUDA_VISIBLE_DEVICES=
     shift
     [ "${VISIBLE:-}" = keep ] && vis=DPU_CUDA_REMOTE_VISIBLE=unchanged
-    timeout "$t" env LD_LIBRARY_PATH="$B/build/remote${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$vis" \
+    timeout "$t" env LD_LIBRARY_PATH="${REMOTE_LIB:-$B/build/remote}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$vis" \
         DPU_SOCKET="$W/fab/node0/dpu0.sock" DPU_CUDA_REMOTE="$W/door" DPU_CUDA_REMOTE_MISSING="$W/missing.txt" \
         DPU_CUDA_REMOTE_PROCS="$W/procs.txt" \
         DPU_CUDA_REMOTE_TIMEOUT_S=120 "$@"
 }
 
-if [ "${ONLY:-}" != torch ]; then
+# ONLY=programs,cublas,torch (default all) picks the sections to run.
+want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+if want programs; then
 section "the local driver sees no GPU with CUDA_VISIBLE_DEVICES empty"
 CUDA_VISIBLE_DEVICES= timeout 60 ./vecadd >"$W/novis.txt" 2>&1
 cat "$W/novis.txt"
@@ -156,16 +158,22 @@ for d in htod dtoh; do
     echo "$d 32 MiB pageable: local ${L} MB/s, remote ${R} MB/s ($(ratio "$R" "$L")x)"
 done
 
-fi # ONLY
+fi # programs
 
+if want cublas; then
 section "cuBLAS (plain C: cublasCreate, SGEMM, BF16 GEMM against a CPU reference): local, then remote"
 timeout 120 ./cublas_check >"$W/cublas.local" 2>&1
 echo "rc=$?"
 cat "$W/cublas.local"
-DPU_CUDA_REMOTE_LOG=${CUBLAS_LOG:-3} remote 150 stdbuf -oL ./cublas_check >"$W/cublas.remote" 2>"$W/cublas.remote.err"
+# The trace build of the client logs every entry point called (a failure
+# on an answer served in the client shows as the calls before it).
+DPU_CUDA_REMOTE_TRACE=1 REMOTE_LIB=$B/build/trace DPU_CUDA_REMOTE_LOG=${CUBLAS_LOG:-3} remote 150 \
+    stdbuf -oL ./cublas_check >"$W/cublas.remote" 2>"$W/cublas.remote.err"
 echo "rc=$?"
 cat "$W/cublas.remote"
-grep -v 'cuGetProcAddress .*: served\|^libdpucuda-remote: op \|module image of' "$W/cublas.remote.err" | head -60
+grep -v 'cuGetProcAddress .*: served\|^libdpucuda-remote: op \|module image of\|: call \|storage get' "$W/cublas.remote.err" | head -60
+echo "the last entry points called:"
+grep -v 'cuGetProcAddress .*: served\|module image of\|storage get' "$W/cublas.remote.err" | grep -B60 'entry points asked for and not served' | head -60
 gzip -c "$W/cublas.remote.err" >"$LOGDIR/cublas-remote.log.gz"
 check "cuBLAS: every result right locally" eq "$(kv "$W/cublas.local" done)" 1
 check "cuBLAS: every result right remotely" eq "$(kv "$W/cublas.remote" done)" 1
@@ -174,6 +182,9 @@ for k in sgemm_64x64x64_sum sgemm_513x257x129_sum bf16_1024x1024x1024_sum; do
     if eq "$l" "$r"; then echo "cublas $k: identical ($r)"; else echo "cublas $k: local '$l', remote '${r:-not reached}'"; fi
 done
 
+fi # cublas
+
+if want torch; then
 section "PyTorch: CUDA init and a small tensor op, local then remote"
 PYTHONUNBUFFERED=1 timeout 180 python3 "$B/gpu/torch_small.py" >"$W/torch.local" 2>&1
 cat "$W/torch.local"
@@ -189,6 +200,8 @@ for k in available count name elementwise_sum matmul_sum matmul_64_float32_reler
     l=$(kv "$W/torch.local" $k) r=$(kv "$W/torch.remote" $k)
     if eq "$l" "$r"; then echo "torch $k: identical ($r)"; else echo "torch $k: local '$l', remote '${r:-not reached}'"; fi
 done
+
+fi # torch
 
 section "entry points asked for (cuGetProcAddress) and not served, per process"
 cat "$W/missing.txt" 2>/dev/null | tr ' ' '\n' | sort | uniq -c | sort -rn | awk '{print $2}' | tr '\n' ' '

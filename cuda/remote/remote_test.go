@@ -148,7 +148,8 @@ func TestRemoteMatchesLocal(t *testing.T) {
 	defer cancel()
 	args := []string{"-n", "20000", "-m", "48", "-launches", "50", "-bw", "600000"}
 	local := probe(t, ctx, bin, []string{"LD_LIBRARY_PATH=" + filepath.Join(bin, "fake")}, args...)
-	if local["vecadd_wrong"] != "0" || local["matmul_wrong"] != "0" || local["streams_wrong"] != "0" {
+	if local["vecadd_wrong"] != "0" || local["matmul_wrong"] != "0" || local["streams_wrong"] != "0" ||
+		local["launch_ex_wrong"] != "0" {
 		t.Fatalf("local run is wrong: %v", local)
 	}
 	cs, gs := twoNodes(t)

@@ -224,9 +224,12 @@ int main(int argc, char **argv) {
         CK(cuMemsetD32_v2(dc, 0, (size_t)n));
         CK(cuLaunchKernelEx(&lc, fadd, pa, NULL));
         CK(cuMemcpyDtoH_v2(c, dc, vb));
+        /* da holds the scaled halves, db the ones written above. */
         bad = 0;
-        for (int i = 0; i < n; i++)
-            bad += c[i] != a[i] + b[i];
+        for (int i = 0; i < n; i++) {
+            float want = a[i] * (i < half ? f1 : f2);
+            bad += c[i] != want + b[i];
+        }
         printf("launch_ex_wrong=%d\n", bad);
         int clusters = 0;
         lc.numAttrs = 1;
