@@ -168,10 +168,13 @@ cat "$W/cublas.local"
 # The trace build of the client logs every entry point called (a failure
 # on an answer served in the client shows as the calls before it).
 DPU_CUDA_REMOTE_TRACE=1 REMOTE_LIB=$B/build/trace DPU_CUDA_REMOTE_LOG=${CUBLAS_LOG:-3} remote 150 \
+    env LD_PRELOAD="$B/build/trace/libcuda.so.1" CUBLASLT_LOG_LEVEL=5 CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr \
     stdbuf -oL ./cublas_check >"$W/cublas.remote" 2>"$W/cublas.remote.err"
 echo "rc=$?"
 cat "$W/cublas.remote"
-grep -v 'cuGetProcAddress .*: served\|^libdpucuda-remote: op \|module image of\|: call \|storage get' "$W/cublas.remote.err" | head -60
+grep -v 'cuGetProcAddress .*: served\|^libdpucuda-remote: op \|module image of\|: call \|storage get' "$W/cublas.remote.err" | grep -iv 'not served$' | head -60
+echo "dlopen, and driver names dlsym did not find:"
+grep ': dlopen \|: dlsym .*NOT FOUND' "$W/cublas.remote.err" | sort | uniq -c | head -40
 echo "the last entry points called:"
 grep -v 'cuGetProcAddress .*: served\|module image of\|storage get' "$W/cublas.remote.err" | grep -B60 'entry points asked for and not served' | head -60
 gzip -c "$W/cublas.remote.err" >"$LOGDIR/cublas-remote.log.gz"

@@ -68,6 +68,7 @@ struct robj {
     uint32_t nparams, argbytes; /* O_FUNC, O_KERNEL */
     struct rw_param *param;
     char *name;          /* O_FUNC, O_KERNEL: the name it was looked up by */
+    struct robj *lib;    /* O_KERNEL: its library */
 };
 
 static struct robj *obj_new(uint32_t kind, uint32_t id) {
@@ -1187,6 +1188,7 @@ API CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
     CUresult r = get_func(OP_LIBRARY_KERNEL, lo->id, name, O_KERNEL, &o);
     if (r)
         return r;
+    o->lib = lo;
     *k = (CUkernel)o;
     return CUDA_SUCCESS;
 }
@@ -2012,6 +2014,70 @@ API CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *id) {
     return CUDA_ERROR_INVALID_DEVICE;
 }
 
+/* ---- CUDA 13 forms, a kernel's library, device resources ---- */
+API CUresult cuCtxGetDevice_v2(CUdevice *d, CUcontext c) {
+    NEED_INIT();
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = o->dev;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSynchronize_v2(CUcontext c) {
+    NEED_INIT();
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct robj *was = cur_ctx;
+    cur_ctx = o; /* the call names its context in the request */
+    CUresult r = rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+    cur_ctx = was;
+    return r;
+}
+/* CUDA 10.1's form: status and id only. */
+API CUresult cuStreamGetCaptureInfo(CUstream s, int *status, cuuint64_t *id) {
+    return cuStreamGetCaptureInfo_v2(s, status, id, NULL, NULL, NULL);
+}
+API CUresult cuKernelGetLibrary(CUlibrary *l, CUkernel k) {
+    struct robj *o = obj_check(k, O_KERNEL);
+    if (!l)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!o || !o->lib)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *l = (CUlibrary)o->lib;
+    return CUDA_SUCCESS;
+}
+/* A device's or a context's resources (CUdevResource, 144 bytes), as the
+ * launcher's driver describes them; splitting them into green contexts is
+ * not forwarded. */
+#define DEV_RESOURCE_BYTES 144
+static CUresult dev_resource(uint32_t which, uint32_t id, void *res, int type) {
+    NEED_INIT();
+    if (!res)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t b[3] = {which, id, (uint32_t)type}, n = 0;
+    unsigned char out[DEV_RESOURCE_BYTES];
+    CUresult r = rpc(OP_DEV_RESOURCE, b, sizeof b, out, sizeof out, &n);
+    if (r == CUDA_SUCCESS && n != sizeof out)
+        r = CUDA_ERROR_UNKNOWN;
+    if (r == CUDA_SUCCESS)
+        memcpy(res, out, sizeof out);
+    return r;
+}
+API CUresult cuDeviceGetDevResource(CUdevice d, void *res, int type) {
+    if (d < 0 || d >= device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return dev_resource(0, (uint32_t)d, res, type);
+}
+API CUresult cuCtxGetDevResource(CUcontext c, void *res, int type) {
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return dev_resource(1, o->id, res, type);
+}
+
 /* ---- errors, profiler ---- */
 static const struct { int code; const char *name, *text; } errs[] = {
     {0, "CUDA_SUCCESS", "no error"},
@@ -2058,4 +2124,5 @@ API CUresult cuProfilerStart(void) { return CUDA_SUCCESS; }
 API CUresult cuProfilerStop(void) { return CUDA_SUCCESS; }
 
 #include "export.c.inc"
+#include "names.c.inc"
 #include "procs.c.inc"

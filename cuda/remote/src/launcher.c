@@ -54,6 +54,8 @@
     X(cuCtxSetCurrent, CUresult (*)(CUcontext))                                                             \
     X(cuCtxSynchronize, CUresult (*)(void))                                                                 \
     X(cuCtxGetLimit, CUresult (*)(size_t *, int))                                                           \
+    X(cuDeviceGetDevResource, CUresult (*)(CUdevice, void *, int))                                          \
+    X(cuCtxGetDevResource, CUresult (*)(CUcontext, void *, int))                                            \
     X(cuCtxSetLimit, CUresult (*)(int, size_t))                                                             \
     X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t))                                                   \
     X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                                              \
@@ -916,6 +918,30 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         uint64_t w = v;
         memcpy(rep, &w, 8);
         *rlen = 8;
+        return CUDA_SUCCESS;
+    }
+    case OP_DEV_RESOURCE: {
+        /* CUdevResource: 144 bytes; its last 8 (the next resource of a
+         * list) are a pointer here and are not sent. */
+        NEED(len == 12 && u32at(b, 0) <= 1);
+        _Alignas(8) unsigned char res[144];
+        memset(res, 0, sizeof res);
+        if (u32at(b, 0) == 0) {
+            CUdevice dev;
+            if ((r = CALL(cuDeviceGet, &dev, (int)u32at(b, 4))))
+                return r;
+            r = CALL(cuDeviceGetDevResource, dev, res, (int)u32at(b, 8));
+        } else {
+            struct obj *c = obj_get(s, u32at(b, 4), K_CTX);
+            if (!c)
+                return CUDA_ERROR_INVALID_CONTEXT;
+            r = CALL(cuCtxGetDevResource, (CUcontext)c->p, res, (int)u32at(b, 8));
+        }
+        if (r)
+            return r;
+        memset(res + 136, 0, 8);
+        memcpy(rep, res, sizeof res);
+        *rlen = sizeof res;
         return CUDA_SUCCESS;
     }
     case OP_TENSOR_MAP: {

@@ -30,3 +30,45 @@ void __cyg_profile_func_enter(void *fn, void *site) {
 }
 
 void __cyg_profile_func_exit(void *fn, void *site) { (void)fn, (void)site; }
+
+/* With the trace build preloaded (LD_PRELOAD), the dynamic symbol lookups a
+ * program's libraries make are logged too: dlopen of any file, dlsym of
+ * driver names (cu...), with whether they were found. */
+typedef void *(*dlsym_fn)(void *, const char *);
+typedef void *(*dlopen_fn)(const char *, int);
+static dlsym_fn real_dlsym(void) __attribute__((no_instrument_function));
+static dlsym_fn real_dlsym(void) {
+    static dlsym_fn f;
+    if (!f)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!f)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    return f;
+}
+void *dlsym(void *h, const char *name) __attribute__((no_instrument_function, visibility("default")));
+void *dlsym(void *h, const char *name) {
+    void *p = real_dlsym()(h, name);
+    if (tracing < 0) {
+        const char *v = getenv("DPU_CUDA_REMOTE_TRACE");
+        tracing = v && *v == '1';
+    }
+    if (tracing && name[0] == 'c' && name[1] == 'u')
+        fprintf(stderr, "libdpucuda-remote: dlsym %s: %s\n", name, p ? "found" : "NOT FOUND");
+    return p;
+}
+void *dlopen(const char *file, int mode) __attribute__((no_instrument_function, visibility("default")));
+void *dlopen(const char *file, int mode) {
+    static dlopen_fn f;
+    if (!f)
+        f = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.34");
+    if (!f)
+        f = (dlopen_fn)dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.2.5");
+    void *h = f(file, mode);
+    if (tracing < 0) {
+        const char *v = getenv("DPU_CUDA_REMOTE_TRACE");
+        tracing = v && *v == '1';
+    }
+    if (tracing)
+        fprintf(stderr, "libdpucuda-remote: dlopen %s: %s\n", file ? file : "(self)", h ? "loaded" : "failed");
+    return h;
+}

@@ -134,6 +134,7 @@ enum rw_op {
     OP_DYN_SMEM,           /* u32 func, i32 blocks, i32 block size -> u64 bytes */
     OP_LIBRARY_GLOBAL,     /* u32 library, name -> u64 dptr, u64 bytes */
     OP_CTX_LIMIT,          /* u32 set, i32 limit, u64 value -> u64 value (get) */
+    OP_DEV_RESOURCE,       /* u32 which (0 device, 1 context), u32 device or context, i32 type -> 144 bytes */
     OP_MAX
 };
 
