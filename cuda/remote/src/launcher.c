@@ -399,6 +399,8 @@ static CUresult launch_config(struct session *s, const struct rw_launch *l, cons
         case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
         case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
         case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        case 15: /* CUDA 13's scheduling preferences: plain values */
+        case 16:
             break;
         case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
         case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT: {
@@ -418,31 +420,19 @@ static CUresult launch_config(struct session *s, const struct rw_launch *l, cons
     return CUDA_SUCCESS;
 }
 
-/* tensor_map encodes a tensor map on the real driver after checking that
- * the tensor lies inside the session's memory. (Kernels are the client's
- * code and may pass any bytes as a map: the check is for clear errors, the
- * isolation is the driver's context.) */
-static CUresult tensor_map(struct session *s, const struct rw_tmap *t, CUtensorMap *map) {
-    /* Element sizes in bits by CUtensorMapDataType (CUDA 12/13). */
-    static const uint8_t bits[] = {8, 16, 32, 32, 64, 64, 16, 32, 64, 16, 32, 32, 32, 4, 4, 6};
+/* tensor_map encodes a tensor map on the real driver. Like the driver, it
+ * takes any global address: a library may encode a map with a placeholder
+ * address and set the real one later (cuTensorMapReplaceAddress), and the
+ * map is bytes the client's own kernels use, which may read any address of
+ * the session's context anyway (the isolation is the driver's context).
+ * Shapes the driver would refuse are refused here. */
+static CUresult tensor_map(const struct rw_tmap *t, CUtensorMap *map) {
     memset(map, 0, sizeof *map);
     if (t->kind == 2) {
-        if (!inside(s, t->addr, 1))
-            return CUDA_ERROR_INVALID_VALUE;
         memcpy(map, t->map, sizeof *map);
         return CALL(cuTensorMapReplaceAddress, map, (void *)(uintptr_t)t->addr);
     }
-    if (t->kind > 1 || t->rank < 1 || t->rank > 5 || (t->kind == 1 && t->rank < 3) ||
-        t->dtype >= sizeof bits / sizeof bits[0])
-        return CUDA_ERROR_INVALID_VALUE;
-    /* The tensor's last byte: the first dimension packed, the others strided. */
-    unsigned __int128 end = ((unsigned __int128)t->dim[0] * bits[t->dtype] + 7) / 8;
-    for (uint32_t i = 1; i < t->rank; i++) {
-        if (t->dim[i] == 0)
-            return CUDA_ERROR_INVALID_VALUE;
-        end += (unsigned __int128)(t->dim[i] - 1) * t->stride[i - 1];
-    }
-    if (t->dim[0] == 0 || end > UINT64_MAX || !inside(s, t->addr, (uint64_t)end))
+    if (t->kind > 1 || t->rank < 1 || t->rank > 5 || (t->kind == 1 && t->rank < 3))
         return CUDA_ERROR_INVALID_VALUE;
     void *addr = (void *)(uintptr_t)t->addr;
     if (t->kind == 0)
@@ -949,7 +939,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         NEED(len == sizeof t);
         memcpy(&t, b, sizeof t);
         _Alignas(64) CUtensorMap map;
-        if ((r = tensor_map(s, &t, &map)))
+        if ((r = tensor_map(&t, &map)))
             return r;
         memcpy(rep, &map, sizeof map);
         *rlen = sizeof map;
