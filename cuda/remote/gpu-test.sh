@@ -4,7 +4,8 @@
 #   gpu-test.sh [BUNDLE]
 #
 # BUNDLE (default: this directory's build/ and the repository's bin/) holds
-# bin/{dpu-agent,dpu-fabric}, build/{dpu-cuda-launcher,rprobe,remote/libcuda.so.1}
+# bin/{dpu-agent,dpu-fabric}, build/{dpu-cuda-launcher,rprobe,etprobe,
+# remote/libcuda.so.1,trace/libcuda.so.1} (make all trace)
 # and gpu/. It builds the kernels and the CUDA runtime programs with nvcc,
 # stands up a two-node fabric of real agents (UDP loopback), starts the
 # launcher on node 1 (real driver) and runs every program twice: locally,
@@ -103,8 +104,18 @@ remote() {
         DPU_CUDA_REMOTE_TIMEOUT_S=120 "$@"
 }
 
-# ONLY=programs,cublas,torch (default all) picks the sections to run.
+# ONLY=tables,programs,cublas,torch (default all) picks the sections to run.
 want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
+if want tables; then
+section "the real driver's private export tables (etprobe), beside what the client serves"
+# cudart interface, tools tls, tools callbacks, context storage, context checks,
+# integrity, context identity, then three the client does not serve.
+timeout 60 "$B/build/etprobe" 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9 42d85a81-23f6-cb47-8298-f6e78a3aecdc \
+    a094798c-2e74-2e74-93f2-0800200c0a66 c693336e-1121-df11-a8c3-68f355d89593 263e8860-7cd2-6143-92f6-bbd5006dfa7e \
+    d4082055-bde6-704b-8d34-ba123c66e1f2 21318c60-9714-3248-8ca6-41ff7324c8f2 1734dc26-800d-4745-8726-c0f1e7dd8bca \
+    69a28e9f-2449-8b47-b030-c5da330ea4e9 f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 2>&1 | head -400
+fi # tables
 if want programs; then
 section "the local driver sees no GPU with CUDA_VISIBLE_DEVICES empty"
 CUDA_VISIBLE_DEVICES= timeout 60 ./vecadd >"$W/novis.txt" 2>&1
