@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -147,13 +148,34 @@ static int gemm_bf16(cublasHandle_t h, int m, int n, int k) {
     return 0;
 }
 
+/* gemm_us: the time of one 256^3 SGEMM call, over 200 calls then a
+ * synchronisation (launch cost dominates: what GPU-over-IP adds). */
+static int gemm_us(cublasHandle_t h) {
+    const int n = 256, calls = 200;
+    float *d;
+    CUDA(cudaMalloc((void **)&d, (size_t)3 * n * n * 4));
+    CUDA(cudaMemset(d, 0, (size_t)3 * n * n * 4));
+    float alpha = 1.0f, beta = 0.0f;
+    BLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, d, n, d + n * n, n, &beta, d + 2 * n * n, n));
+    CUDA(cudaDeviceSynchronize());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < calls; i++)
+        BLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, d, n, d + n * n, n, &beta, d + 2 * n * n, n));
+    CUDA(cudaDeviceSynchronize());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("sgemm_256_us=%.1f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / calls);
+    cudaFree(d);
+    return 0;
+}
+
 int main(void) {
     cublasHandle_t h;
     int v = 0;
     BLAS(cublasCreate(&h));
     BLAS(cublasGetVersion(h, &v));
     printf("cublas_create=ok\ncublas_version=%d\n", v);
-    if (sgemm(h, 64, 64, 64) || sgemm(h, 513, 257, 129) || gemm_bf16(h, 1024, 1024, 1024)) {
+    if (sgemm(h, 64, 64, 64) || sgemm(h, 513, 257, 129) || gemm_bf16(h, 1024, 1024, 1024) || gemm_us(h)) {
         printf("done=0\n");
         return 1;
     }
