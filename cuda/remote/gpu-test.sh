@@ -194,8 +194,9 @@ for k in sgemm_64x64x64_sum sgemm_513x257x129_sum bf16_1024x1024x1024_sum; do
     l=$(kv "$W/cublas.local" $k) r=$(kv "$W/cublas.remote" $k)
     if eq "$l" "$r"; then echo "cublas $k: identical ($r)"; else echo "cublas $k: local '$l', remote '${r:-not reached}'"; fi
 done
+echo "cuBLAS SGEMM 256^3 with cuBLAS's own workspace: status local $(kv "$W/cublas.local" sgemm_256_own_workspace_status), remote $(kv "$W/cublas.remote" sgemm_256_own_workspace_status)"
 L=$(kv "$W/cublas.local" sgemm_256_us) R=$(kv "$W/cublas.remote" sgemm_256_us)
-echo "cuBLAS SGEMM 256^3 (200 calls, then synchronize): local ${L} us, remote ${R} us per call ($(ratio "$R" "$L")x)"
+echo "cuBLAS SGEMM 256^3 (workspace set, 200 calls, then synchronize): local ${L} us, remote ${R} us per call ($(ratio "$R" "$L")x)"
 
 fi # cublas
 

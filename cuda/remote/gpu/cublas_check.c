@@ -149,13 +149,21 @@ static int gemm_bf16(cublasHandle_t h, int m, int n, int k) {
 }
 
 /* gemm_us: the time of one 256^3 SGEMM call, over 200 calls then a
- * synchronisation (launch cost dominates: what GPU-over-IP adds). */
+ * synchronisation (launch cost dominates: what GPU-over-IP adds). The
+ * first call uses cuBLAS's own workspace and its status is printed; then
+ * the handle gets a workspace of the program's (as PyTorch gives it). */
 static int gemm_us(cublasHandle_t h) {
     const int n = 256, calls = 200;
     float *d;
+    void *ws;
     CUDA(cudaMalloc((void **)&d, (size_t)3 * n * n * 4));
+    CUDA(cudaMalloc(&ws, 32u << 20));
     CUDA(cudaMemset(d, 0, (size_t)3 * n * n * 4));
     float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t st =
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, d, n, d + n * n, n, &beta, d + 2 * n * n, n);
+    printf("sgemm_256_own_workspace_status=%d\n", (int)st);
+    BLAS(cublasSetWorkspace(h, ws, 32u << 20));
     BLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, d, n, d + n * n, n, &beta, d + 2 * n * n, n));
     CUDA(cudaDeviceSynchronize());
     struct timespec t0, t1;
@@ -166,6 +174,7 @@ static int gemm_us(cublasHandle_t h) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("sgemm_256_us=%.1f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / calls);
     cudaFree(d);
+    cudaFree(ws);
     return 0;
 }
 
