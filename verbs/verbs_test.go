@@ -182,8 +182,8 @@ func TestVerbsOverFabric(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), "verbs_check: all checks passed") {
 			t.Fatalf("verbs_check: %v\n%s", err, out)
 		}
-		if n := strings.Count(string(out), "\nok "); n < 33 {
-			t.Errorf("verbs_check made %d checks, want at least 33\n%s", n, out)
+		if n := strings.Count(string(out), "\nok "); n < 36 {
+			t.Errorf("verbs_check made %d checks, want at least 36\n%s", n, out)
 		}
 	})
 
