@@ -207,6 +207,7 @@ VB_API int ibv_close_device(struct ibv_context *c) {
     pthread_cond_signal(&ctx->wake_cv);
     pthread_mutex_unlock(&ctx->wake_mu);
     if (ctx->thread_started) pthread_join(ctx->thread, NULL);
+    vb_print_stats(ctx);
     dpu_free(ctx->d, ctx->dir);
     dpu_close(ctx->d);
     dpu_close(ctx->dp);
