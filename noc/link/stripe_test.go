@@ -24,11 +24,19 @@ type wire struct {
 // stripePair returns two stripes of k channels whose channels are all up.
 func stripePair(t testing.TB, k int) (a, b *link.Stripe) {
 	t.Helper()
-	a, err := link.NewStripe(stripeConfig(k, 0xA), 0)
+	return stripePairShared(t, k, false)
+}
+
+// stripePairShared is stripePair with SharedMedium set as asked.
+func stripePairShared(t testing.TB, k int, shared bool) (a, b *link.Stripe) {
+	t.Helper()
+	ca, cb := stripeConfig(k, 0xA), stripeConfig(k, 0xB)
+	ca.SharedMedium, cb.SharedMedium = shared, shared
+	a, err := link.NewStripe(ca, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = link.NewStripe(stripeConfig(k, 0xB), 0); err != nil {
+	if b, err = link.NewStripe(cb, 0); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/internal/privtest"
+	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/port/xdp"
 	"github.com/aitherion/dpu/noc/port/xdp/bpf"
 	"github.com/vishvananda/netlink"
@@ -177,5 +178,32 @@ func TestQueuePortsFewerQueues(t *testing.T) {
 	single.Do(1, func() error { _, err = xdp.NewQueuePorts(veth.PortName(0), 0, xdp.Options{}); return nil })
 	if err == nil {
 		t.Fatal("0 queues accepted")
+	}
+}
+
+// OpenQueues gives K AF_XDP ports where AF_XDP works, and one AF_PACKET
+// port (an AF_PACKET socket sees every queue) where it falls back.
+func TestOpenQueuesFallsBackToOneChannel(t *testing.T) {
+	f := queuePair(t, 4)
+	for _, force := range []bool{false, true} {
+		var ps []noc.Port
+		var kind xdp.Kind
+		err := f.Do(0, func() (err error) {
+			ps, kind, err = xdp.OpenQueues(veth.PortName(0), 4, xdp.Options{ForceAFPacket: force})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantKind := 4, xdp.KindXDP
+		if force {
+			want, wantKind = 1, xdp.KindAFPacket
+		}
+		if len(ps) != want || kind != wantKind {
+			t.Errorf("force AF_PACKET %v: %d ports of kind %v, want %d of %v", force, len(ps), kind, want, wantKind)
+		}
+		for _, p := range ps {
+			p.Close()
+		}
 	}
 }
