@@ -66,8 +66,6 @@ struct vb_cq {
     int armed, overflowed;
     uint32_t events, acked;
     int nqps;
-    pthread_cond_t pushed;   /* a completion came (signalled while waiters > 0) */
-    int waiters;
     _Atomic uint64_t empty_since; /* ns: when polls began to find the CQ empty; 0 while not */
 };
 
@@ -188,6 +186,12 @@ struct vb_context {
     uint64_t last_publish_ns;
     _Atomic uint64_t next_pass_ns; /* pacing of the passes (qp.c) */
     uint64_t poll_gap_ns;
+    /* Empty ibv_poll_cq calls wait here for a completion on any of the
+     * context's CQs (a program may poll one CQ while the other gets it). */
+    pthread_mutex_t poll_mu;
+    pthread_cond_t poll_cv;      /* CLOCK_MONOTONIC */
+    _Atomic uint64_t cq_pushes;  /* completions pushed, ever */
+    _Atomic int poll_waiters;
     struct vb_stats stats;
 };
 

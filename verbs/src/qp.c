@@ -52,11 +52,6 @@ VB_API struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_con
     }
     q->cap = (unsigned)cqe;
     pthread_mutex_init(&q->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&q->pushed, &ca);
-    pthread_condattr_destroy(&ca);
     q->cq.context = c;
     q->cq.channel = channel;
     q->cq.cq_context = cq_context;
@@ -82,7 +77,6 @@ VB_API int ibv_destroy_cq(struct ibv_cq *cq) {
     ctx->ncqs--;
     if (cq->channel) cq->channel->refcnt--;
     pthread_mutex_unlock(&ctx->mu);
-    pthread_cond_destroy(&q->pushed);
     free(q->ring);
     free(q);
     return 0;
@@ -97,7 +91,6 @@ void vb_cq_push(struct vb_cq *q, const struct ibv_wc *wc) {
     } else {
         q->ring[(q->head + q->len) % q->cap] = *wc;
         q->len++;
-        if (q->waiters) pthread_cond_signal(&q->pushed);
         if (q->armed && q->cq.channel) {
             q->armed = 0;
             q->events++;
@@ -107,6 +100,16 @@ void vb_cq_push(struct vb_cq *q, const struct ibv_wc *wc) {
         }
     }
     pthread_mutex_unlock(&q->mu);
+    /* Wake the pollers waiting in the context (see vb_poll_cq: a waiter
+     * counts itself before it looks at cq_pushes, a pusher counts the push
+     * before it looks at the waiters, so one of them sees the other). */
+    struct vb_context *ctx = vb_ctx(q->cq.context);
+    atomic_fetch_add(&ctx->cq_pushes, 1);
+    if (atomic_load(&ctx->poll_waiters) > 0) {
+        pthread_mutex_lock(&ctx->poll_mu);
+        pthread_cond_broadcast(&ctx->poll_cv);
+        pthread_mutex_unlock(&ctx->poll_mu);
+    }
     if (overflow) {
         vb_log("completion queue %p overflowed (%u entries): completions are lost", (void *)q, q->cap);
         vb_async(vb_ctx(q->cq.context), IBV_EVENT_CQ_ERR, &q->cq);
@@ -136,6 +139,8 @@ static const uint64_t pollWait = 200000;
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
     struct vb_cq *q = (struct vb_cq *)cq;
     if (n < 0) return -1;
+    struct vb_context *ctx = vb_ctx(cq->context);
+    uint64_t pushes = atomic_load(&ctx->cq_pushes);
     int got = cq_take(q, n, wc);
     if (got > 0 || n == 0) {
         atomic_store(&q->empty_since, 0);
@@ -143,7 +148,6 @@ int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
     }
     /* Nothing yet: make a pass in the caller's thread when one is due and
      * the progress thread is not at it. */
-    struct vb_context *ctx = vb_ctx(cq->context);
     uint64_t now = vb_now_ns();
     if (now >= atomic_load(&ctx->next_pass_ns) && pthread_mutex_trylock(&ctx->prog_mu) == 0) {
         atomic_fetch_add(&ctx->stats.poll_passes, 1);
@@ -161,7 +165,9 @@ int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
      * answers every fabric request): a program that spins takes the CPU
      * that would bring its completion. So an empty poll yields the CPU,
      * and once the CQ has been empty for the spin time it sleeps until a
-     * completion comes, the next pass is due, or pollWait has passed. */
+     * completion comes to any CQ of the context (the program may be
+     * waiting for another CQ than this one), the next pass is due, or
+     * pollWait has passed. */
     if (spin_ns == UINT64_MAX) spin_ns = env_ms("DPU_VERBS_SPIN_US", 50) * 1000;
     uint64_t since = atomic_load(&q->empty_since);
     if (!since) atomic_store(&q->empty_since, since = now);
@@ -174,12 +180,12 @@ int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
     if (next > now && next < until) until = next;
     struct timespec dl = {.tv_sec = (time_t)(until / 1000000000ull), .tv_nsec = (long)(until % 1000000000ull)};
     atomic_fetch_add(&ctx->stats.poll_waits, 1);
-    pthread_mutex_lock(&q->mu);
-    q->waiters++;
-    while (q->len == 0 && pthread_cond_timedwait(&q->pushed, &q->mu, &dl) == 0) {
+    pthread_mutex_lock(&ctx->poll_mu);
+    atomic_fetch_add(&ctx->poll_waiters, 1);
+    while (atomic_load(&ctx->cq_pushes) == pushes && pthread_cond_timedwait(&ctx->poll_cv, &ctx->poll_mu, &dl) == 0) {
     }
-    q->waiters--;
-    pthread_mutex_unlock(&q->mu);
+    atomic_fetch_sub(&ctx->poll_waiters, 1);
+    pthread_mutex_unlock(&ctx->poll_mu);
     got = cq_take(q, n, wc);
     if (got > 0) atomic_store(&q->empty_since, 0);
     return got;
