@@ -23,6 +23,9 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	pg := e.pages[key]
+	if e.dbg != nil && f.Class != noc.ClassLoad {
+		e.debugf(key, "up %v/%d in=%d src=%v dst=%v", f.Class, f.Op, in, f.Src, f.Dst)
+	}
 	if pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted {
 		e.hold(pg, in, f)
 		return

@@ -42,6 +42,7 @@ type Counters struct {
 	SwapsRecovered                             uint64 // taken after the old owner failed, on its home's word
 	Flips, Held, Rerouted, DoneResent          uint64
 	LateGrafts                                 uint64 // done branches grafted after the swap ended
+	FlipsCut                                   uint64 // dones stopped by a link already down (that branch re-refs)
 	Locks, Unlocks, HostFaults, NoticesLost    uint64
 	Refreshes                                  uint64 // owner-to-home record refreshes sent
 

@@ -367,6 +367,14 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 		}
 		ent.Version = pg.version
 		e.syncReplica(ent, pg)
+		if _, live := e.rt.Neighbour(toward); !live {
+			// The acquire's last link went down since it came: the done
+			// is lost on it and nothing would reset an entry turned
+			// toward it. Our branch re-refs; the acquirer learns of the
+			// commit from its re-sent confirmation.
+			e.stats.FlipsCut++
+			e.resetEntry(now, ent)
+		}
 	}
 	if pg.maps == 0 {
 		e.store.Release(key)
@@ -564,6 +572,10 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	}
 	n := len(d.route) / 2
 	next := routePort(d.route, n-1)
+	_, live := e.rt.Neighbour(next)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "flip next=%d live=%v", next, live)
+	}
 	senderFlipped := d.flags&doneBroken == 0
 	ent, ok := e.cache.Peek(f.GVA.Key())
 	flipped := ok && !ent.Owner && ent.Up == in
@@ -575,6 +587,22 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	}
 	switch {
 	case next == in:
+	case !live:
+		// The route's next link is down: the done goes no further, and an
+		// entry turned toward that link would lead nowhere (its port-down
+		// has passed: nothing would reset it). Our branch, and the
+		// sender's, which now counts on us as its way up, leave the tree
+		// and re-ref.
+		e.stats.FlipsCut++
+		if senderFlipped {
+			x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
+			e.sendPort(in, &x)
+			e.stats.Detaches++
+		}
+		if flipped {
+			e.resetEntry(now, ent)
+		}
+		return
 	case flipped:
 		ent.Up = next
 		ent.Down = ent.Down.Remove(next)
