@@ -45,9 +45,11 @@ func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 func newFabLinks(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config)) *fab {
 	t.Helper()
 	x := &fab{t: t, g: g, eng: make([]*Engine, g.N()), sinks: make([]*recordSink, g.N())}
+	runs := make([]uint64, g.N()) // a restarted node is a new incarnation
 	mk := func(id noc.NodeID) node.Handler {
 		s := &recordSink{done: map[uint64]Completion{}}
-		cfg := Config{Self: id, Incarnation: uint64(id) + 100, Sink: s, Pages: 64, Seed: 7}
+		cfg := Config{Self: id, Incarnation: uint64(id) + 100 + 1000*runs[id], Sink: s, Pages: 64, Seed: 7}
+		runs[id]++
 		if tune != nil {
 			tune(&cfg)
 		}

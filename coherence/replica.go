@@ -44,6 +44,7 @@ const (
 // Probe-answer flags.
 const (
 	goneAcquiring = 1 << 0 // the answering node is acquiring the page
+	goneHolds     = 1 << 1 // the answering node keeps a copy of the page, of the probe's epoch or later
 )
 
 // Replicate-ack flags.
@@ -113,6 +114,11 @@ type backupCopy struct {
 	queryErr bool
 	probedAt time.Duration
 	probeDue time.Duration // probe the owner at this time (0: not due)
+	// fellowsGone: nodes ranked before this copy that answered a probe
+	// without a copy of the page (they restarted, or dropped it): they
+	// will not take the page over, so they do not hold this copy back.
+	fellowsGone     []noc.NodeID
+	fellowsProbedAt time.Duration
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -519,6 +525,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		}
 		c.owner, c.hasHeir = f.Src, false
 		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr, c.goneAt = false, 0, 0, 0, 0, 0, false, 0
+		c.fellowsGone, c.fellowsProbedAt = c.fellowsGone[:0], 0
 		delete(e.probing, key)
 		e.indexCopy(c)
 		copy(c.content, m.data)
@@ -604,6 +611,9 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 			if pg != nil && pg.swap != nil && !pg.swap.out {
 				b[16] = goneAcquiring // taking it over right now
 			}
+			if c := e.copies[key]; c != nil && c.epoch >= epoch {
+				b[16] |= goneHolds // a fellow backup that still stands for the page
+			}
 			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, b[:])
 			e.sendNode(&d)
 		case pg == nil || !pg.owner:
@@ -613,7 +623,10 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	}
 	i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == f.Src })
 	if i < 0 {
-		e.sendDrop(f.Src, key, epoch) // a backup we gave up
+		// A backup we gave up, or a fellow of an earlier epoch's backup
+		// asking whether we still hold its copy: we own the page, at
+		// this epoch, which ends its copy.
+		e.sendDrop(f.Src, key, max(epoch, pg.epoch))
 		return
 	}
 	if epoch != pg.epoch {
@@ -682,7 +695,11 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 	if len(f.Payload) == goneLen {
 		inc := binary.BigEndian.Uint64(f.Payload[8:])
 		if e.dbg != nil {
-			e.debugf(c.key, "probe answer from %v inc %d: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+			e.debugf(c.key, "probe answer from %v inc %d flags %x: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, f.Payload[16], c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+		}
+		if f.Payload[16]&goneHolds == 0 && slices.Contains(c.backups[:min(c.rank, len(c.backups))], f.Src) &&
+			!slices.Contains(c.fellowsGone, f.Src) {
+			c.fellowsGone = append(c.fellowsGone, f.Src) // it will not take the page over
 		}
 		if c.hasHeir {
 			if f.Src == c.heir && (inc != c.heirInc || f.Payload[16]&goneAcquiring == 0) {
@@ -716,6 +733,7 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 			// The old owner keeps a copy too and ranks first.
 			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
 			c.rank++
+			c.fellowsGone = c.fellowsGone[:0]
 			e.indexCopy(c)
 		}
 		return
@@ -826,7 +844,7 @@ func (e *Engine) replTick(now time.Duration) {
 					// failover names a newer epoch and drops this copy).
 					continue
 				}
-				if !e.lowerRankAlive(c) {
+				if !e.lowerRankAlive(now, c) {
 					e.tryPromote(now, c) // the copy leaves e.probing when it goes
 				}
 			case c.probeDue == 0:
@@ -879,7 +897,7 @@ func (e *Engine) replTick(now time.Duration) {
 				e.stats.ReplCopiesExpired++
 				continue
 			}
-			if e.lowerRankAlive(c) {
+			if e.lowerRankAlive(now, c) {
 				continue
 			}
 			e.tryPromote(now, c)
@@ -896,11 +914,36 @@ func (e *Engine) probe(now time.Duration, c *backupCopy) {
 		return
 	}
 	c.probedAt = now
+	e.sendProbe(c, c.watched())
+}
+
+// tellStandIns tells the stand-ins of a swap this node confirmed but
+// gives up as lost (its old owner failed, and its home has no word of the
+// commit) that it does not take the page: the answer a probe of the heir
+// would get. If the old owner did commit, they keep the page and the first
+// of them alive takes it over; if it did not, they hold no heir and ignore
+// it.
+func (e *Engine) tellStandIns(key gva.GVA, sw *swapState) {
+	var b [goneLen]byte
+	binary.BigEndian.PutUint64(b[:], sw.epoch)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
+	for _, n := range sw.oldBackups {
+		if n != e.self {
+			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, n, 0, key, 0, b[:])
+			e.sendNode(&d)
+		}
+	}
+}
+
+// sendProbe asks node n about c's page: an owner that counts on the copy
+// ignores it; any other node answers with its incarnation and whether it
+// is acquiring the page or keeps a copy of it (OpReplicaDrop, goneLen).
+func (e *Engine) sendProbe(c *backupCopy, n noc.NodeID) {
 	var b [replAckLn]byte
 	binary.BigEndian.PutUint64(b[:], c.epoch)
 	binary.BigEndian.PutUint64(b[8:], e.inc)
 	b[16] = ackProbe
-	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, c.watched(), 0, c.key, c.version, b[:])
+	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, n, 0, c.key, c.version, b[:])
 	e.sendNode(&f)
 	e.stats.ReplProbes++
 }
@@ -950,17 +993,31 @@ func (e *Engine) expireCopies(now time.Duration) {
 }
 
 // lowerRankAlive reports whether a backup ranked before this one is still
-// reachable: that one takes the page over.
-func (e *Engine) lowerRankAlive(c *backupCopy) bool {
+// reachable and has not answered that it lacks the copy: that one takes
+// the page over. Such a node is probed (once per RetryInterval): a node
+// that restarted, or dropped its copy, answers without one and stops
+// holding this copy back (the first-ranked stand-in of a handover is the
+// old owner, which may have restarted as fast as routing noticed).
+func (e *Engine) lowerRankAlive(now time.Duration, c *backupCopy) bool {
+	alive := false
+	probe := c.fellowsProbedAt == 0 || now-c.fellowsProbedAt >= e.cfg.RetryInterval
 	for i := 0; i < c.rank && i < len(c.backups); i++ {
-		if c.backups[i] == e.self {
+		n := c.backups[i]
+		if n == e.self || slices.Contains(c.fellowsGone, n) {
 			continue
 		}
-		if _, _, ok := e.rt.NextHop(c.backups[i]); ok {
-			return true
+		if _, _, ok := e.rt.NextHop(n); !ok {
+			continue
+		}
+		alive = true
+		if probe {
+			e.sendProbe(c, n)
 		}
 	}
-	return false
+	if alive && probe {
+		c.fellowsProbedAt = now
+	}
+	return alive
 }
 
 // promote makes this node the owner of a page whose owner died, from its

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
 )
 
 func replicas(r int) func(*Config) {
@@ -258,4 +259,78 @@ func TestHandedOverPageSurvivesTheNewOwnersDeathBeforeItsBackups(t *testing.T) {
 		}
 		return
 	}())
+}
+
+// TestStandInTakesOverWhenTheOldOwnerRestartsAndTheHeirGivesUp: the old
+// owner commits a handover (its backup now stands in for the heir, behind
+// the old owner itself, ranked first), but the done never reaches the heir:
+// the heir's links are cut and declared dead. The old owner restarts at
+// once (routing reaches it again, as a new incarnation without the page)
+// and the heir, back, gives the swap up. The stand-in must learn that the
+// first-ranked stand-in no longer holds the page and take it over with
+// every acknowledged write; a stand-in held back by a reachable node that
+// lost its copy leaves the page with no owner.
+func TestStandInTakesOverWhenTheOldOwnerRestartsAndTheHeirGivesUp(t *testing.T) {
+	lc := link.DefaultConfig()
+	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	x := newFabLinks(t, ringGraph(t, 4), &lc, replicas(2))
+	p := x.alloc(0)
+	acked := uint64(0)
+	for range 5 {
+		x.ok(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+	}
+	x.settle()
+	standIn := x.eng[0].Backups(p.Key())[0]
+	const heir = 2 // ring 0-1-2-3: node 0's neighbours are 1 and 3
+	x.ok(heir, Request{Op: HostRef, GVA: p})
+	x.submit(heir, Request{Op: HostAcquire, GVA: p, Timeout: time.Second})
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].Stats().SwapsCommitted > 0 }) {
+		t.Fatal("the old owner did not commit the handover")
+	}
+	// The done is on its way: the heir is cut off before it arrives.
+	for _, nb := range []noc.NodeID{1, 3} {
+		if err := x.f.SetLink(heir, nb, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.f.Run(time.Millisecond)
+	if _, swapping := x.eng[heir].Holding(p.Key()); !swapping {
+		t.Fatal("the heir is not waiting for its done")
+	}
+	if v, ok := x.eng[standIn].Backing(p.Key()); !ok || v == 0 {
+		t.Fatalf("stand-in %v keeps no copy", standIn)
+	}
+	x.f.Kill(0)
+	if err := x.f.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	x.f.Run(60 * time.Millisecond) // the heir's links are declared dead
+	for _, nb := range []noc.NodeID{1, 3} {
+		if err := x.f.SetLink(heir, nb, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var owners []int
+	x.f.RunUntil(x.f.Now()+2*time.Second, func() bool {
+		owners = owners[:0]
+		for i, e := range x.eng {
+			if o, _ := e.Holding(p.Key()); o {
+				owners = append(owners, i)
+			}
+		}
+		return len(owners) > 0
+	})
+	if len(owners) != 1 {
+		t.Fatalf("owners after the handover's old owner restarted: %v", owners)
+	}
+	if owners[0] == 0 {
+		t.Fatal("the restarted old owner owns the page again")
+	}
+	x.settle()
+	c := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	if c.Value != acked {
+		t.Fatalf("add after the takeover read %d, %d were acknowledged", c.Value, acked)
+	}
 }

@@ -267,6 +267,7 @@ func (e *Engine) swapInTimer(now time.Duration, pg *page) {
 		e.queryHome(now, pg) // the old owner is silent: ask its home
 	case sw.stage == stageQuerying:
 		e.stats.SwapsLost++
+		e.tellStandIns(pg.key, sw)
 		e.revertIn(now, pg)
 	default:
 		e.revertIn(now, pg)
@@ -282,6 +283,9 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame) {
 		return
 	}
 	key := f.GVA.Key()
+	if e.dbg != nil {
+		e.debugf(key, "data ack from %v seq=%d flags=%x", f.Src, m.seq, f.Flags)
+	}
 	pg := e.pages[key]
 	var sw *swapState
 	if pg != nil && pg.swap != nil && pg.swap.out && pg.swap.id == f.RequestID && pg.swap.peer == f.Src && pg.swap.seq == m.seq {
@@ -450,6 +454,7 @@ func (e *Engine) settleQuery(now time.Duration, pg *page, rec *homeRecord) {
 		return
 	}
 	e.stats.SwapsLost++
+	e.tellStandIns(pg.key, sw)
 	e.revertIn(now, pg)
 }
 
@@ -532,6 +537,9 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	path := f.Flags&noc.FlagPath != 0
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "done from %v in=%d path=%v route=%d flags=%x seq=%d", f.Src, in, path, len(d.route)/2, d.flags, d.seq)
+	}
 	if path && len(d.route) > 0 {
 		e.flip(now, in, f, d)
 		return

@@ -26,7 +26,8 @@ func TestReplicasSurviveOwnerCrashes(t *testing.T) {
 }
 
 // TestReplicaSeedsFromSweeps replays seeds of the 1000-seed dpu-sim sweep
-// that once broke an invariant, with the sweep's own configuration.
+// that once broke an invariant or lost a page with a single crash, with the
+// sweep's own configuration.
 func TestReplicaSeedsFromSweeps(t *testing.T) {
 	for _, c := range []struct {
 		seed     uint64
@@ -34,11 +35,17 @@ func TestReplicaSeedsFromSweeps(t *testing.T) {
 		why      string
 	}{
 		{87, 2, "a swap's done cut by a link already down left a branch at the versions before the swap"},
+		{731, 2, "a handover's old owner restarted before its heir took the page: the reachable restarted node held the stand-in back (lost)"},
+		{734, 2, "the same, with the old owner the page's home"},
+		{745, 2, "the same"},
 	} {
 		cfg := Config{Seed: c.seed, Nodes: 16, Topo: "smallworld", Faults: FaultsAll, Replicas: c.replicas}
 		r, err := Run(cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if r.Lost > 0 {
+			t.Errorf("seed %d (replicas %d; %s): %d pages lost", c.seed, c.replicas, c.why, r.Lost)
 		}
 		if !r.OK() {
 			t.Errorf("seed %d (replicas %d; %s): %d violations; replay: dpu-sim --seed %d --nodes 16 --topo smallworld --faults all --replicas %d\n%v",
