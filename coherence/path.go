@@ -275,15 +275,9 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	ent, ok := e.cache.Peek(key)
-	if !ok || ent.Owner {
-		e.stats.Stale++
-		return
-	}
-	if ent.Up != in {
+	if !ok || ent.Owner || ent.Up != in {
 		// The sender still counts us as a branch; we are not one.
-		e.stats.Stale++
-		u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-		e.sendPort(in, &u)
+		e.notBranch(now, key, in)
 		return
 	}
 	v := f.PageVersion
@@ -312,6 +306,21 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 			e.sendPort(p, &g)
 		}
 	}
+}
+
+// notBranch answers a down-going message from a node that counts this one
+// as a branch of the page's tree when it is none (it has no entry, owns
+// the page, or hangs below another port): an unref, so that the sender
+// drops the branch, remembered so that a re-join under the sender tells it
+// again (OpAttach).
+func (e *Engine) notBranch(now time.Duration, key gva.GVA, in noc.PortID) {
+	e.stats.Stale++
+	if in == noc.LocalPort {
+		return
+	}
+	u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+	e.sendPort(in, &u)
+	e.markUnref(now, key, in)
 }
 
 // handleUnref removes the arrival port from the page's down set.

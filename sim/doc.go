@@ -30,6 +30,10 @@
 //     write is the write the owner applied at its version; at the end the
 //     owner holds exactly the applied writes;
 //   - every replica's versions only grow and never pass the owner's;
+//   - after the quiet period every page's path-cache entries form one
+//     tree rooted at its owner: each up port leads to a node that counts
+//     the link as a branch, each branch leads to a node hanging below it,
+//     and no chain of up ports goes round a cycle;
 //   - after the quiet period every mapped replica reads the owner's
 //     content (convergence);
 //   - every request ends within the engine's request bound;
