@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"syscall"
 	"time"
 
@@ -415,18 +416,20 @@ func (w *World) treeShape() {
 				c.violate("page %v: node %v hangs below node %v, which does not count it as a branch (entry %v)", key, n.id, pe.Node, ok)
 			}
 		}
-		for id := range ents {
-			at, steps := id, 0
-			for steps <= len(w.nodes) {
+	cycles:
+		for _, n := range w.nodes {
+			var path []noc.NodeID
+			for at := n.id; ; {
 				h, ok := ents[at]
 				if !ok || h.owner {
 					break
 				}
+				if i := slices.Index(path, at); i >= 0 {
+					c.violate("page %v: the up ports go round a cycle %v", key, path[i:])
+					break cycles // once per page
+				}
+				path = append(path, at)
 				at = h.up.Node
-				steps++
-			}
-			if steps > len(w.nodes) {
-				c.violate("page %v: the up ports from node %v go round a cycle", key, id)
 			}
 		}
 	}

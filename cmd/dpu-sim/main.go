@@ -10,9 +10,10 @@
 // the link layer over wires that carry its datagrams, which every fault kind
 // needs; abstract delivers whole frames in order with a seeded delay and no
 // link-layer datagrams, acks or retransmissions, for large fabrics (routing,
-// path cache, coherence engine and host sessions are the same code). Faults
-// need the real link layer: with abstract links --faults defaults to none,
-// and any other value is refused.
+// path cache, coherence engine and host sessions are the same code). With
+// abstract links --faults defaults to none; flap and crash work there (a
+// cut or a failure drops the carrier at once), drop and delay act on
+// link-layer datagrams and are refused.
 //
 // It prints one summary line (seeds=… replicas=… ops=… checked=… unchecked=…
 // violations=…), then a line that says what each counter means, and exits
@@ -68,8 +69,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there)")
-	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics, without faults)")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there, or flap,crash)")
+	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics; flap and crash faults only)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
@@ -120,8 +121,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if lm == sim.LinksAbstract && fl != 0 {
-		return fmt.Errorf("--faults %s with --links abstract: faults need the real link layer (drop and delay act on its datagrams; a flap or crash is seen through its dead interval and handshake), and abstract links carry whole frames without loss; use --links real for faults, or --faults none", *faults)
+	if lm == sim.LinksAbstract && fl&(sim.FaultDrop|sim.FaultDelay) != 0 {
+		return fmt.Errorf("--faults %s with --links abstract: drop and delay need the real link layer (they act on its datagrams), and abstract links carry whole frames without loss; use --links real for them, or --faults flap,crash or none", *faults)
 	}
 	var bug coherence.PlantedBug
 	switch *plant {
