@@ -37,6 +37,7 @@ type hostBackend struct {
 	// done collects pipelined completions during a step; it is taken at
 	// the step's end (under the agent's mu, which every step holds).
 	done     []hostif.Done
+	doneFree [][]hostif.Done // delivered slices, for the next steps (under mu)
 	complete func([]hostif.Done)
 
 	events   chan hostif.Event
@@ -246,7 +247,7 @@ func (b *hostBackend) Attach(complete func([]hostif.Done)) { b.complete = comple
 
 // Accepts implements hostif.Pipeline: every data-path op (the core refs a
 // page it reads without holding, for the read).
-func (b *hostBackend) Accepts(op *hostif.Op) bool {
+func (b *hostBackend) Accepts(op hostif.Op) bool {
 	switch op.Kind {
 	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere:
 		return true
@@ -296,15 +297,28 @@ func (b *hostBackend) takeDone() []hostif.Done {
 		return nil
 	}
 	d := b.done
-	b.done = nil
+	b.mu.Lock()
+	if n := len(b.doneFree); n > 0 {
+		b.done, b.doneFree = b.doneFree[n-1], b.doneFree[:n-1]
+	} else {
+		b.done = nil
+	}
+	b.mu.Unlock()
 	return d
 }
 
-// deliver hands completions to the host socket (outside the agent's locks).
+// deliver hands completions to the host socket (outside the agent's locks),
+// then keeps their slice for a later step.
 func (b *hostBackend) deliver(ds []hostif.Done) {
 	if b.complete != nil {
 		b.complete(ds)
 	}
+	clear(ds)
+	b.mu.Lock()
+	if len(b.doneFree) < 8 {
+		b.doneFree = append(b.doneFree, ds[:0])
+	}
+	b.mu.Unlock()
 }
 
 func doneOf(token uint64, c *coherence.Completion) hostif.Done {

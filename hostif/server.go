@@ -138,6 +138,9 @@ type Server struct {
 	pipe    Pipeline // the backend's, if it has one
 	pending pendingTable
 	rings   ringSet
+	// ringOps is ServeRings' batch of pipelined requests (only the
+	// driver's loop serves rings, so one buffer serves every pass).
+	ringOps [16]Op
 
 	locks  *lockTable
 	owners *ownerTable
