@@ -9,6 +9,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/route"
 )
 
 // Replication (Config.Replicas = R > 1): primary-backup. See
@@ -51,6 +52,7 @@ const (
 const (
 	ackNeedFull = 1 << 0
 	ackProbe    = 1 << 1 // a backup asks whether its owner still counts on its copy
+	ackNoRoom   = 1 << 2 // the node has no physical page left for a copy (capacity rule)
 )
 
 // ownerRep is the owner's side of a replicated page.
@@ -61,6 +63,9 @@ type ownerRep struct {
 	// oldBackups: the backups of the owner that handed the page to us;
 	// they keep their copies until ours hold the page.
 	oldBackups []noc.NodeID
+	// full: nodes that refused a copy for want of room, and when; they
+	// are not asked again within a HomeRefresh.
+	full map[noc.NodeID]time.Duration
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -152,8 +157,8 @@ func (e *Engine) repBusy(pg *page) bool {
 	if rep == nil {
 		return false
 	}
-	if rep.staged != nil || len(rep.backups) == 0 {
-		return true
+	if rep.staged != nil || len(rep.backups) < e.cfg.Replicas-1 {
+		return true // R copies or no write
 	}
 	for i := range rep.backups {
 		b := &rep.backups[i]
@@ -331,13 +336,21 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	if old != nil {
 		e.dropCopy(old)
 	}
+	content, err := e.store.Alloc(copyKey(pg.key), pg.huge)
+	if err != nil {
+		// No room for the stand-in copy: the backups stand in alone.
+		e.stats.ReplNoRoom++
+		e.releaseRep(now, pg)
+		return
+	}
+	copy(content, pg.content)
 	list := make([]noc.NodeID, 0, 1+len(rep.backups))
 	list = append(list, e.self)
 	for _, b := range rep.backups {
 		list = append(list, b.node)
 	}
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
-		content: slices.Clone(pg.content), backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
+		content: content, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
 	e.stats.ReplCopies++
@@ -375,27 +388,75 @@ func (e *Engine) startReplication(now time.Duration, pg *page) {
 }
 
 // fillBackups adds backups up to R−1: neighbours first, one per port in
-// port order (each behind its own link), reachable and not yet chosen.
+// port order (each behind its own link), then, for a node with fewer
+// live neighbours than that (a leaf, the end of a line, a node whose
+// neighbours died), the nodes routing reaches beyond them, nearest first;
+// reachable and not yet chosen.
 func (e *Engine) fillBackups(now time.Duration, pg *page) {
 	rep := pg.rep
 	want := e.cfg.Replicas - 1
-	for p := noc.PortID(0); p < maxPortScan && len(rep.backups) < want; p++ {
-		nb, ok := e.rt.Neighbour(p)
-		if !ok || nb == e.self || nb == noc.BroadcastNode {
-			continue
+	add := func(n noc.NodeID) {
+		if n == e.self || n == noc.BroadcastNode || slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) {
+			return
 		}
-		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == nb }) {
-			continue
+		if at, ok := rep.full[n]; ok && now-at < e.cfg.HomeRefresh {
+			return
 		}
-		if _, _, reach := e.rt.NextHop(nb); !reach {
-			continue
+		if _, _, reach := e.rt.NextHop(n); !reach {
+			return
 		}
-		rep.backups = append(rep.backups, backupLink{node: nb})
-		e.indexBackup(nb, pg.key)
+		rep.backups = append(rep.backups, backupLink{node: n})
+		e.indexBackup(n, pg.key)
 		e.attend(pg.key)
 		e.stats.ReplBackupsChosen++
 		e.sendFull(pg, len(rep.backups)-1)
 	}
+	for p := noc.PortID(0); p < maxPortScan && len(rep.backups) < want; p++ {
+		if nb, ok := e.rt.Neighbour(p); ok {
+			add(nb)
+		}
+	}
+	for _, n := range e.farNodes() {
+		if len(rep.backups) >= want {
+			break
+		}
+		add(n)
+	}
+}
+
+// routeTable is implemented by the node core: its routing state lists
+// every node it reaches.
+type routeTable interface{ Routing() *route.State }
+
+// farNodes lists the nodes routing reaches beyond this node's neighbours,
+// nearest first (hops, then node id); the list is kept until routing
+// changes.
+func (e *Engine) farNodes() []noc.NodeID {
+	rt, ok := e.rt.(routeTable)
+	if !ok {
+		return nil
+	}
+	st := rt.Routing()
+	if st == nil {
+		return nil
+	}
+	if v := st.Version(); v != e.farVersion || e.far == nil {
+		routes := st.Routes()
+		slices.SortFunc(routes, func(a, b route.Route) int {
+			if a.Hops != b.Hops {
+				return a.Hops - b.Hops
+			}
+			return int(a.Dst) - int(b.Dst)
+		})
+		e.far = make([]noc.NodeID, 0, len(routes))
+		for _, r := range routes {
+			if r.Hops >= 2 && r.Dst != e.self {
+				e.far = append(e.far, r.Dst)
+			}
+		}
+		e.farVersion = v
+	}
+	return e.far
 }
 
 // sendFull sends backup i the page's committed content (and the staged
@@ -519,7 +580,20 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	switch {
 	case m.flags&replFull != 0:
 		if c == nil {
-			c = &backupCopy{key: key, content: make([]byte, gva.PageSize)}
+			content, err := e.store.Alloc(copyKey(key), m.flags&replHuge != 0)
+			if err != nil {
+				// The capacity rule: no physical page for the copy. The
+				// owner places it elsewhere.
+				e.stats.ReplNoRoom++
+				var b [replAckLn]byte
+				binary.BigEndian.PutUint64(b[:], m.epoch)
+				binary.BigEndian.PutUint64(b[8:], e.inc)
+				b[16] = ackNoRoom
+				a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, 0, key, 0, b[:])
+				e.sendNode(&a)
+				return
+			}
+			c = &backupCopy{key: key, content: content}
 			e.copies[key] = c
 			e.stats.ReplCopies++
 		}
@@ -586,7 +660,14 @@ func (e *Engine) unindexCopy(c *backupCopy) {
 func (e *Engine) dropCopy(c *backupCopy) {
 	delete(e.copies, c.key)
 	e.unindexCopy(c)
+	e.store.Release(copyKey(c.key))
 }
+
+// copyKey is the page store's key of this node's backup copy of key: the
+// page's key with the highest ref index, which no page's key has (page
+// keys carry none), so that a copy and a replica the host maps of the same
+// page are two physical pages, both counted by the capacity rule.
+func copyKey(key gva.GVA) gva.GVA { return key.WithRefIndex(^uint32(0)) }
 
 // handleReplicateAck runs at the owner.
 func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
@@ -634,6 +715,19 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		return
 	}
 	b := &pg.rep.backups[i]
+	if flags&ackNoRoom != 0 {
+		// No room there for a copy: another node takes it.
+		if pg.rep.full == nil {
+			pg.rep.full = map[noc.NodeID]time.Duration{}
+		}
+		pg.rep.full[f.Src] = now
+		pg.rep.backups = slices.Delete(pg.rep.backups, i, i+1)
+		e.unindexBackup(f.Src, key)
+		e.attend(key)
+		e.fillBackups(now, pg)
+		e.armRepl(now)
+		return
+	}
 	if flags&ackNeedFull != 0 {
 		b.ok, b.inc = false, inc
 		e.sendFull(pg, i)
@@ -1030,11 +1124,19 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		return                                  // try again at the next tick
 	}
 	if pg == nil {
+		// The copy's physical page becomes the page's: its slot is given
+		// back first, so that a full store still takes the page.
+		held := slices.Clone(c.content)
+		e.store.Release(copyKey(key))
 		content, err := e.store.Alloc(key, c.huge)
 		if err != nil {
+			if c.content, err = e.store.Alloc(copyKey(key), c.huge); err == nil {
+				copy(c.content, held)
+			}
 			e.stats.ReplPromoteFailed++
 			return
 		}
+		c.content = held
 		pg = &page{key: key, huge: c.huge, content: content}
 		e.pages[key] = pg
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 )
@@ -332,5 +333,81 @@ func TestStandInTakesOverWhenTheOldOwnerRestartsAndTheHeirGivesUp(t *testing.T) 
 	c := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
 	if c.Value != acked {
 		t.Fatalf("add after the takeover read %d, %d were acknowledged", c.Value, acked)
+	}
+}
+
+// TestReplicasBeyondTheNeighbours: a node with fewer neighbours than R−1
+// (the end of a line) places its other backups on the nearest nodes beyond
+// them, and acknowledges a write only once all R−1 hold it; with fewer
+// than R nodes to hold the page, no write is acknowledged.
+func TestReplicasBeyondTheNeighbours(t *testing.T) {
+	x := newFab(t, lineGraph(t, 4), replicas(3))
+	p := x.alloc(0)
+	x.settle()
+	bs := x.eng[0].Backups(p.Key())
+	if !slices.Equal(bs, []noc.NodeID{1, 2}) {
+		t.Fatalf("backups of the line's end: %v, want the neighbour then the node two hops away", bs)
+	}
+	for range 5 {
+		c := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		for _, b := range bs {
+			if v, ok := x.eng[b].Backing(p.Key()); !ok || v < c.Version {
+				t.Fatalf("add acknowledged at version %d, backup %v holds %d (%v)", c.Version, b, v, ok)
+			}
+		}
+	}
+	// Node 2 dies, cutting node 3 off: node 0 keeps one backup.
+	x.f.Kill(2)
+	x.f.Run(2 * time.Second)
+	if bs := x.eng[0].Backups(p.Key()); len(bs) != 1 || bs[0] != 1 {
+		t.Fatalf("backups with node 2 dead and node 3 cut off: %v", bs)
+	}
+	// Two of the four nodes reachable from node 0: no write is acknowledged.
+	if c := x.do(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1}); errno(c) != syscall.ETIMEDOUT {
+		t.Fatalf("add with two copies possible at replicas 3: %v", c)
+	}
+}
+
+// TestBackupCopiesCountAgainstPages: a backup copy takes one of the node's
+// physical pages (the capacity rule). Ring 0-1-2-3, node 0's neighbours 1
+// and 3 have one page each: the first two pages' copies fill them, the
+// third page's copy is refused there and placed on node 2, two hops away;
+// a node full of copies maps nothing more.
+func TestBackupCopiesCountAgainstPages(t *testing.T) {
+	x := newFab(t, ringGraph(t, 4), func(c *Config) {
+		replicas(2)(c)
+		if c.Self == 1 || c.Self == 3 {
+			c.Pages = 1
+		}
+	})
+	var pages []gva.GVA
+	var placed []noc.NodeID
+	for range 3 {
+		p := x.alloc(0)
+		x.settle()
+		bs := x.eng[0].Backups(p.Key())
+		if len(bs) != 1 {
+			t.Fatalf("backups of page %d: %v", len(pages), bs)
+		}
+		pages, placed = append(pages, p), append(placed, bs[0])
+	}
+	slices.Sort(placed[:2])
+	if !slices.Equal(placed, []noc.NodeID{1, 3, 2}) {
+		t.Fatalf("copies placed on %v, want the two neighbours, then node 2 once they are full", placed)
+	}
+	for _, n := range []int{1, 3} {
+		if u := x.eng[n].PageUse(); u.Backups != 1 || u.Capacity != 1 {
+			t.Fatalf("node %d's pages: %+v", n, u)
+		}
+		if x.eng[n].Stats().ReplNoRoom == 0 {
+			t.Fatalf("node %d refused no copy", n)
+		}
+	}
+	c := x.ok(1, Request{Op: HostFetchAdd, GVA: pages[2], Operand: 1})
+	if c := x.do(3, Request{Op: HostRef, GVA: pages[2]}); errno(c) != syscall.ENOMEM {
+		t.Fatalf("node 3, full of copies, mapped a page: %v", c.Err)
+	}
+	if v, ok := x.eng[2].Backing(pages[2].Key()); !ok || v < c.Version {
+		t.Fatalf("node 2 holds %d (%v), acknowledged %d", v, ok, c.Version)
 	}
 }
