@@ -77,7 +77,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 // links, where a cut or a failure drops the carrier at once, with replicas
 // 1 and 2.
 func TestAbstractLinksWithFlapsAndCrashes(t *testing.T) {
-	n := seedsToRun(t, 40)
+	n := seedsToRun(t, 30)
 	for _, r := range []int{1, 2} {
 		cfg := Config{Nodes: 16, Topo: "smallworld", Faults: FaultFlap | FaultCrash, Links: LinksAbstract, Replicas: r}
 		for _, res := range sweep(t, cfg, n) {
