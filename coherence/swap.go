@@ -602,13 +602,11 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 		// sender's, which now counts on us as its way up, leave the tree
 		// and re-ref.
 		e.stats.FlipsCut++
-		if senderFlipped {
-			x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
-			e.sendPort(in, &x)
-			e.stats.Detaches++
-		}
 		if flipped {
 			e.resetEntry(now, ent)
+		}
+		if senderFlipped {
+			e.detachSender(now, in, f.GVA.Key())
 		}
 		return
 	case flipped:
@@ -621,9 +619,7 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	case senderFlipped:
 		// The sender now counts on us as its way up; we are not on its
 		// path, so its side must re-ref.
-		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
-		e.sendPort(in, &x)
-		e.stats.Detaches++
+		e.detachSender(now, in, f.GVA.Key())
 	}
 	var fl uint8
 	if !flipped {
@@ -635,6 +631,23 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	g.Payload = b
 	e.sendPort(next, &g)
 	if flipped && ent != nil {
+		e.prune(now, ent)
+	}
+}
+
+// detachSender detaches the side of a done's sender that turned its entry
+// toward this node, which is not on its path: it re-refs, and it is no
+// longer a branch here either (a detached node resets its entry and sends
+// no unref).
+func (e *Engine) detachSender(now time.Duration, in noc.PortID, key gva.GVA) {
+	x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+	e.sendPort(in, &x)
+	e.stats.Detaches++
+	if ent, ok := e.cache.Peek(key); ok && ent.Down.Has(in) {
+		ent.Down = ent.Down.Remove(in)
+		if fe := e.fetches[key]; fe != nil {
+			fe.ports = fe.ports.Remove(in)
+		}
 		e.prune(now, ent)
 	}
 }

@@ -50,6 +50,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{real, 165, 2, "a ref held through a swap, answered after its sender left the tree, left a branch no node hung below"},
 		{real, 269, 2, "the same"},
 		{real, 295, 2, "the same"},
+		{real, 976, 1, "a node that detached a done's sender kept it as a branch"},
 		{flaps, 5, 1, "an old owner whose swap's last link was down at its commit turned its entry toward it: the page's tree became a cycle"},
 		{flaps, 6, 1, "the same"},
 	} {
