@@ -144,97 +144,48 @@ func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Co
 	}
 }
 
-// Alloc implements hostif.Backend.
-func (b *hostBackend) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA, error) {
-	if pages <= 0 {
-		return gva.GVA{}, syscall.EINVAL
+// hostOps maps the host interface's verbs to the host session's requests.
+var hostOps = [...]coherence.HostOp{
+	hostif.VerbAlloc: coherence.HostAlloc, hostif.VerbFree: coherence.HostFree, hostif.VerbStat: coherence.HostStat,
+	hostif.VerbRef: coherence.HostRef, hostif.VerbUnref: coherence.HostUnref, hostif.VerbLoad: coherence.HostLoad,
+	hostif.VerbStore: coherence.HostStore, hostif.VerbCAS: coherence.HostCAS, hostif.VerbFetchAdd: coherence.HostFetchAdd,
+	hostif.VerbAcquire: coherence.HostAcquire, hostif.VerbRelease: coherence.HostRelease, hostif.VerbLock: coherence.HostLock,
+	hostif.VerbUnlock: coherence.HostUnlock, hostif.VerbWhere: coherence.HostWhere,
+}
+
+// Do implements hostif.Backend: the call becomes one request of the host
+// session, and its completion fills the call in.
+func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
+	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
+		return syscall.EINVAL
 	}
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostAlloc, Pages: pages,
-		Attr: coherence.Attr{UID: attr.UID, GID: attr.GID, Mode: attr.Mode}})
-	return c.GVA, err
-}
-
-// Free implements hostif.Backend.
-func (b *hostBackend) Free(ctx context.Context, first gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostFree, GVA: first.Key()})
-	return err
-}
-
-// Stat implements hostif.Backend.
-func (b *hostBackend) Stat(ctx context.Context, page gva.GVA) (hostif.Attr, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostStat, GVA: page.Key()})
-	return hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}, err
-}
-
-// Ref implements hostif.Backend.
-func (b *hostBackend) Ref(ctx context.Context, page gva.GVA, dst []byte) (gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostRef, GVA: page.Key()})
-	copy(dst, c.Data)
-	return c.Version, err
-}
-
-// Unref implements hostif.Backend.
-func (b *hostBackend) Unref(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostUnref, GVA: page.Key()})
-	return err
-}
-
-// Load implements hostif.Backend.
-func (b *hostBackend) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostLoad, GVA: addr, Len: len(dst)})
-	copy(dst, c.Data)
-	return c.Version, err
-}
-
-// Store implements hostif.Backend.
-func (b *hostBackend) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostStore, GVA: addr, Data: src})
-	return c.Version, err
-}
-
-// CompareAndSwap implements hostif.Backend.
-func (b *hostBackend) CompareAndSwap(ctx context.Context, addr gva.GVA, expected, desired uint64) (uint64, gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostCAS, GVA: addr, Expected: expected, Operand: desired})
-	return c.Value, c.Version, err
-}
-
-// FetchAdd implements hostif.Backend.
-func (b *hostBackend) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint64, gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostFetchAdd, GVA: addr, Operand: delta})
-	return c.Value, c.Version, err
-}
-
-// Acquire implements hostif.Backend.
-func (b *hostBackend) Acquire(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostAcquire, GVA: page.Key()})
-	return err
-}
-
-// Release implements hostif.Backend.
-func (b *hostBackend) Release(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostRelease, GVA: page.Key()})
-	return err
-}
-
-// Lock implements hostif.Backend: acquire + pin.
-func (b *hostBackend) Lock(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostLock, GVA: page.Key()})
-	return err
-}
-
-// Unlock implements hostif.Backend.
-func (b *hostBackend) Unlock(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostUnlock, GVA: page.Key()})
-	return err
-}
-
-// Where implements hostif.Backend.
-func (b *hostBackend) Where(ctx context.Context, addr gva.GVA) (hostif.Location, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostWhere, GVA: addr})
-	if err != nil {
-		return hostif.Location{}, err
+	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand}
+	switch call.Verb {
+	case hostif.VerbAlloc:
+		if call.Pages <= 0 {
+			return syscall.EINVAL
+		}
+		r.Pages, r.Attr = call.Pages, coherence.Attr{UID: call.Attr.UID, GID: call.Attr.GID, Mode: call.Attr.Mode}
+	case hostif.VerbLoad:
+		r.Len = len(call.Data)
+	case hostif.VerbStore:
+		r.Data = call.Data
 	}
-	return locationOf(&c), nil
+	c, err := b.do(ctx, r)
+	switch call.Verb {
+	case hostif.VerbAlloc:
+		call.GVA = c.GVA
+	case hostif.VerbStat:
+		call.Attr = hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}
+	case hostif.VerbRef, hostif.VerbLoad:
+		copy(call.Data, c.Data)
+	case hostif.VerbWhere:
+		if err == nil {
+			call.Where = locationOf(&c)
+		}
+	}
+	call.Version, call.Value = c.Version, c.Value
+	return err
 }
 
 var (

@@ -97,7 +97,7 @@ func (cr *credentials) allowed(a Attr, need uint32) bool {
 }
 
 // check fails with EACCES unless c may access page key as need. The
-// attributes come from the server's cache, or from Backend.Stat.
+// attributes come from the server's cache, or from the Backend (VerbStat).
 func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) error {
 	if c.cred.UID == 0 {
 		return nil
@@ -118,7 +118,7 @@ func (s *Server) attr(ctx context.Context, key gva.GVA) (Attr, error) {
 	if a, ok := s.attrs.Get(key); ok {
 		return a, nil
 	}
-	a, err := s.be.Stat(ctx, key)
+	a, err := s.call.Stat(ctx, key)
 	if err != nil {
 		return Attr{}, fmt.Errorf("stat %v: %w", key, err)
 	}

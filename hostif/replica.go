@@ -125,7 +125,7 @@ type replica struct {
 
 // replicaTable is every replica file of the node.
 type replicaTable struct {
-	be      Backend
+	be      verbs
 	status  *statusTable
 	timeout time.Duration
 	ctx     context.Context // ends when the server stops; bounds refetches
@@ -137,7 +137,7 @@ type replicaTable struct {
 }
 
 func newReplicaTable(ctx context.Context, be Backend, status *statusTable, timeout time.Duration) *replicaTable {
-	return &replicaTable{be: be, status: status, timeout: timeout, ctx: ctx,
+	return &replicaTable{be: verbs{be}, status: status, timeout: timeout, ctx: ctx,
 		m: make(map[gva.GVA]*replica), closing: make(map[gva.GVA]chan struct{})}
 }
 
@@ -184,7 +184,7 @@ func (t *replicaTable) ref(c *conn, key gva.GVA) (*replica, error) {
 	}
 }
 
-// load creates r's file and fills it through Backend.Ref.
+// load creates r's file and fills it through the Backend (VerbRef).
 func (t *replicaTable) load(r *replica) error {
 	f, err := newSharedFile("dpu-replica", wire.PageSize)
 	if err != nil {
