@@ -142,7 +142,10 @@
 // re-sends it for each page it owns every Config.HomeRefresh (request id
 // 0, not acknowledged), so a home that restarted learns its records again;
 // for two refresh periods after it started, a home without a record answers
-// "retry" (EAGAIN), then "host down". Requests without a path go first to
+// "retry" (EAGAIN), then "host down" (with replicas, half a refresh period
+// and two FailoverGrace more, the time a backup takes to take over a page
+// the restarted node owned and tell the home; a backup asking the home
+// gets EAGAIN during the two periods, then EHOSTDOWN: no live owner). Requests without a path go first to
 // the owner the requester last heard of (replicas learn it from every
 // update's source), which sends them on to the home if it no longer has the
 // page; the home redirects them toward the owner on record, carrying the
@@ -184,7 +187,8 @@
 // A backup whose owner routing lost for FailoverGrace — or whose owner
 // answers a probe as a later incarnation (it restarted before routing
 // noticed) — and whose lower-ranked fellow backups are gone too, takes the
-// page over (promotion): next epoch, its copy's content and version, its
+// page over (promotion); until it does, a request the home redirects to
+// the restarted owner is answered "retry" (EAGAIN), not "host down": next epoch, its copy's content and version, its
 // host's replica and subtree kept, the home told, OpFailover flooded to
 // every node (each keeps it as its first guess of the owner), the host
 // writes in flight to the dead owner ended as unknown (ETIMEDOUT), new

@@ -109,6 +109,11 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		if target != 0 {
 			// Directed here as the owner, but the page is not here.
 			if target != e.inc {
+				if e.replicated() {
+					// The owner restarted: a backup takes the page over
+					// and tells the home, whose redirect then finds it.
+					return 0, 0, 0, syscall.EAGAIN
+				}
 				return 0, 0, 0, syscall.EHOSTDOWN // the owner restarted: the page is lost
 			}
 			c := e.handed[key]
@@ -125,7 +130,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			e.debugf(key, "home lookup %+v born=%v", rec, e.born)
 		}
 		switch {
-		case rec == nil && e.now < e.born+2*e.cfg.HomeRefresh:
+		case rec == nil && e.learning():
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
 		case rec == nil && e.staleAtHome(key):
 			return 0, 0, 0, syscall.ESTALE // an earlier run's page, lost with it (stale.go)

@@ -1243,11 +1243,18 @@ func (e *Engine) movedOn(c *backupCopy, rec *homeRecord) bool {
 	return rec.freed || rec.epoch > want
 }
 
-// queryAnswered acts on the home's answer to a backup's question.
-func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord) {
+// queryAnswered acts on the home's answer to a backup's question: a
+// record, or an errno (EAGAIN: the home restarted lately and is still
+// learning its records; EHOSTDOWN: it has none, and every live owner must
+// have told it: no node owns the page).
+func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord, errno syscall.Errno) {
 	c.query = 0
-	if rec == nil {
+	if rec == nil && errno == syscall.EAGAIN {
 		c.queryErr = true // ask again later, or take it over after maxQueries
+		return
+	}
+	if rec == nil {
+		c.queries = maxQueries // no owner on record: take it over at the next tick
 		return
 	}
 	if e.movedOn(c, rec) {

@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
@@ -409,5 +410,65 @@ func TestBackupCopiesCountAgainstPages(t *testing.T) {
 	}
 	if v, ok := x.eng[2].Backing(pages[2].Key()); !ok || v < c.Version {
 		t.Fatalf("node 2 holds %d (%v), acknowledged %d", v, ok, c.Version)
+	}
+}
+
+// TestOwnerRestartsFast: the owner of a page restarts faster than its
+// links' dead interval. Its backup learns of the restart by a probe and
+// takes the page over; until then requests for the page wait (the page is
+// coming back): they never end as if it were gone (EHOSTDOWN from the
+// restarted owner the home redirects them to, or ESTALE from a restarted
+// home), and the count survives. Pages homed elsewhere and at the
+// restarted node itself.
+func TestOwnerRestartsFast(t *testing.T) {
+	for _, home := range []int{1, 0} {
+		t.Run(fmt.Sprintf("home %d", home), func(t *testing.T) {
+			x := newFab(t, ringGraph(t, 4), func(c *Config) {
+				replicas(2)(c)
+				c.AllocEpoch = uint32(1 + c.Incarnation/1000) // a restart is a new allocation epoch
+			})
+			p := x.alloc(home)
+			if home != 0 {
+				x.ok(0, Request{Op: HostRef, GVA: p})
+				x.ok(0, Request{Op: HostAcquire, GVA: p})
+			}
+			acked := uint64(0)
+			for range 5 {
+				x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+				acked++
+			}
+			x.settle()
+			if o, _ := x.eng[0].Holding(p.Key()); !o {
+				t.Fatal("node 0 does not own the page")
+			}
+			backup := x.eng[0].Backups(p.Key())[0]
+			x.f.Kill(0)
+			if err := x.f.Restart(0); err != nil {
+				t.Fatal(err)
+			}
+			start := x.f.Now()
+			var done bool
+			for try := 0; try < 200 && !done; try++ {
+				c := x.do(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+				switch errno(c) {
+				case 0:
+					if c.Value != acked {
+						t.Fatalf("add after the takeover read %d, %d were acknowledged", c.Value, acked)
+					}
+					done = true
+				case syscall.ETIMEDOUT, syscall.EAGAIN:
+					x.f.Run(time.Millisecond)
+				default:
+					t.Fatalf("add %v after the owner's restart: %v", x.f.Now()-start, c.Err)
+				}
+			}
+			if !done {
+				t.Fatal("no add succeeded after the owner restarted")
+			}
+			if o, _ := x.eng[backup].Holding(p.Key()); !o {
+				t.Fatalf("backup %v did not take the page over", backup)
+			}
+			t.Logf("restart to the first add: %v", x.f.Now()-start)
+		})
 	}
 }

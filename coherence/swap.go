@@ -467,8 +467,12 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		}
 		rec := e.home[key]
 		if rec == nil || homeOf(key) != e.self {
+			errno := syscall.EHOSTDOWN
+			if homeOf(key) == e.self {
+				errno = e.homeAnswer()
+			}
 			var b [errnoLen]byte
-			binary.BigEndian.PutUint32(b[:], uint32(syscall.EHOSTDOWN))
+			binary.BigEndian.PutUint32(b[:], uint32(errno))
 			a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply|noc.FlagError, e.self, f.Src, f.RequestID, key, 0, b[:])
 			e.sendNode(&a)
 			return
@@ -480,8 +484,10 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		return
 	}
 	var rec *homeRecord
+	var errno syscall.Errno
 	if f.Flags&noc.FlagError != 0 {
-		if _, err := decodeErrno(f.Payload); err != nil {
+		var err error
+		if errno, err = decodeErrno(f.Payload); err != nil {
 			e.malformed()
 			return
 		}
@@ -494,12 +500,12 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		rec = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
 	}
 	if c := e.copies[key]; c != nil && c.query != 0 && c.query == f.RequestID {
-		e.queryAnswered(now, c, rec)
+		e.queryAnswered(now, c, rec, errno)
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage != stageQuerying {
-		e.stats.Stale++
+	if sw == nil || sw.stage != stageQuerying || errno == syscall.EAGAIN {
+		e.stats.Stale++ // (a home still learning its records: asked again)
 		return
 	}
 	e.settleQuery(now, pg, rec)

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"syscall"
 	"testing"
 )
 
@@ -51,6 +52,8 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{real, 269, 2, "the same"},
 		{real, 295, 2, "the same"},
 		{real, 976, 1, "a node that detached a done's sender kept it as a branch"},
+		{real, 27, 2, "requests for a page whose owner (its home) restarted ended with ESTALE before the backup took it over"},
+		{real, 200, 2, "requests redirected to a restarted owner ended with EHOSTDOWN before the backup took the page over"},
 		{flaps, 5, 1, "an old owner whose swap's last link was down at its commit turned its entry toward it: the page's tree became a cycle"},
 		{flaps, 6, 1, "the same"},
 	} {
@@ -67,6 +70,10 @@ func TestSeedsFromSweeps(t *testing.T) {
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes 16 --topo smallworld --faults %s --links %v --replicas %d", c.seed, faults, cfg.Links, c.replicas)
 		if c.replicas > 1 && r.Lost > 0 {
 			t.Errorf("seed %d (%s): %d pages lost; replay: %s", c.seed, c.why, r.Lost, replay)
+		}
+		if gone := r.ErrorsBy[syscall.EHOSTDOWN] + r.ErrorsBy[syscall.ESTALE]; c.replicas > 1 && gone > 0 {
+			// No page is lost: none may be answered as if it were.
+			t.Errorf("seed %d (%s): %d requests ended with EHOSTDOWN or ESTALE; replay: %s", c.seed, c.why, gone, replay)
 		}
 		if !r.OK() {
 			t.Errorf("seed %d (%s): %d violations; replay: %s\n%v", c.seed, c.why, len(r.Violations), replay, r.Violations)
