@@ -254,6 +254,8 @@ type Engine struct {
 	backupUnreach map[noc.NodeID]time.Duration
 	attention     map[gva.GVA]bool
 	probing       map[gva.GVA]bool // copies with a probe due or an owner found restarted
+	far           []noc.NodeID     // nodes beyond the neighbours, nearest first (farNodes)
+	farVersion    uint64           // the routing version far was listed at
 
 	nextReq  uint64
 	swapSeq  uint64
