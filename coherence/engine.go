@@ -253,7 +253,7 @@ type Engine struct {
 	backedBy      map[noc.NodeID]map[gva.GVA]bool
 	backupUnreach map[noc.NodeID]time.Duration
 	attention     map[gva.GVA]bool
-	probing       map[gva.GVA]bool // copies with a probe due or an owner found restarted
+	probing       map[gva.GVA]bool          // copies with a probe due or an owner found restarted
 	attrAsks      map[gva.GVA]time.Duration // pages whose attributes were asked of their home, and when (cred.go)
 
 	nextReq  uint64

@@ -94,19 +94,19 @@ const (
 const (
 	prefixLen    = 8 // target incarnation of an up-going request
 	errnoLen     = 4
-	refBody      = 1             // after prefix and credentials: flags
-	refReplyHead = 1 + 4         // flags, owner node id before the attributes (if any) and the content
-	casBody      = 16            // after prefix and credentials: expected, desired
-	faddBody     = 8             // after prefix and credentials: delta
+	refBody      = 1     // after prefix and credentials: flags
+	refReplyHead = 1 + 4 // flags, owner node id before the attributes (if any) and the content
+	casBody      = 16    // after prefix and credentials: expected, desired
+	faddBody     = 8     // after prefix and credentials: delta
 	atomicReply  = 9
 	acquireBody  = 1 + 2 + 8 + 8 + 1 // after prefix and credentials: flags, losses, wait start, requester incarnation, route length
-	grantLen     = 8 + 8 + 8                     // owner incarnation, epoch, swap sequence
-	dataHead     = 8 + 8 + 1                     // epoch, swap sequence, flags
-	dataAckLen   = 8 + 8 + 8                     // requester incarnation, expected owner incarnation, swap sequence
-	doneHead     = 1 + 8 + 1                     // flags, swap sequence, route length
-	abortLen     = 8 + 8                         // swap sequence, sender's incarnation
-	movedLen     = 4 + 8 + 8                     // owner, owner incarnation, epoch
-	maxRoute     = 64                            // most ports an acquire's route may record
+	grantLen     = 8 + 8 + 8         // owner incarnation, epoch, swap sequence
+	dataHead     = 8 + 8 + 1         // epoch, swap sequence, flags
+	dataAckLen   = 8 + 8 + 8         // requester incarnation, expected owner incarnation, swap sequence
+	doneHead     = 1 + 8 + 1         // flags, swap sequence, route length
+	abortLen     = 8 + 8             // swap sequence, sender's incarnation
+	movedLen     = 4 + 8 + 8         // owner, owner incarnation, epoch
+	maxRoute     = 64                // most ports an acquire's route may record
 )
 
 // Ref and ref reply flags.
@@ -263,7 +263,7 @@ func appendRef(b []byte, target uint64, c Cred, flags uint8) []byte {
 type refReply struct {
 	flags   uint8
 	owner   noc.NodeID
-	attr    Attr // with refAttr
+	attr    Attr   // with refAttr
 	content []byte // aliases the frame
 }
 
