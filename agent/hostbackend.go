@@ -114,8 +114,13 @@ func (b *hostBackend) Events() <-chan hostif.Event { return b.events }
 func (b *hostBackend) Machine() gva.MachineIndex { return gva.MachineIndex(b.a.cfg.Node) }
 
 // do runs one host request in the core and waits for its completion or
-// ctx; a request whose caller gives up is abandoned in the core.
+// ctx; a request whose caller gives up is abandoned in the core. It is
+// made for the user ctx carries (hostif.WithCred; none: the node's own
+// request, as root).
 func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Completion, error) {
+	if cr, ok := hostif.CredOf(ctx); ok {
+		r.Cred = coherence.Cred(cr)
+	}
 	if dl, ok := ctx.Deadline(); ok && r.Timeout == 0 {
 		r.Timeout = max(time.Until(dl), time.Millisecond)
 	}
@@ -265,7 +270,7 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 		op := &ops[i]
 		b.nextID++
 		b.async[b.nextID] = op.Token
-		r := coherence.Request{ID: b.nextID, GVA: op.GVA}
+		r := coherence.Request{ID: b.nextID, GVA: op.GVA, Cred: coherence.Cred(op.Cred)}
 		switch op.Kind {
 		case wire.OpLoad:
 			r.Op, r.Len = coherence.HostLoad, op.Len

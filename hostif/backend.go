@@ -80,6 +80,31 @@ type Backend interface {
 	Events() <-chan Event
 }
 
+// Cred is the user a Backend call is made for: the connection's peer
+// credentials, with the page's group first among the supplementary groups
+// when the user is in it (the nodes beyond see a bounded number of them).
+// The server puts it in the context of every call that reads or writes a
+// page (WithCred) and in every pipelined Op; the backend passes it on to
+// the nodes that serve the request, which check it against the page's
+// attributes as the server did.
+type Cred struct {
+	UID, GID uint32
+	Groups   []uint32
+}
+
+type credKey struct{}
+
+// WithCred returns ctx carrying cred.
+func WithCred(ctx context.Context, cred Cred) context.Context {
+	return context.WithValue(ctx, credKey{}, cred)
+}
+
+// CredOf returns the Cred ctx carries; ok is false when it carries none.
+func CredOf(ctx context.Context) (cred Cred, ok bool) {
+	cred, ok = ctx.Value(credKey{}).(Cred)
+	return cred, ok
+}
+
 // Attr is the owner and permission of a page, fixed at Alloc.
 type Attr struct {
 	UID, GID uint32
