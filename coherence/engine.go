@@ -125,6 +125,9 @@ const (
 	// is sent to the backups, without waiting for them to hold it: an
 	// owner that fails can take acknowledged writes with it.
 	BugEarlyAck
+	// BugTrustVouched serves every request another node vouches for
+	// without checking its user against the page's attributes (cred.go).
+	BugTrustVouched
 )
 
 // Defaults.

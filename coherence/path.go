@@ -578,6 +578,10 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 			r.losses++
 		}
 		e.retryLater(now, r, errno)
+	case syscall.EACCES, syscall.EPERM:
+		// This request's user is refused; other waiters of the page keep
+		// theirs (a re-sent ref carries their own credentials).
+		e.completeErr(now, r, errno, "refused by the node that serves the page")
 	default:
 		if r.hr.Op == HostRef || r.hr.Op == HostLoad {
 			// The page itself is gone: every waiter of it learns so.
