@@ -243,3 +243,42 @@ func FuzzCred(f *testing.F) {
 		}
 	})
 }
+
+// TestPromotedOwnerKeepsAttributes: a backup's copy carries the page's
+// attributes, so a backup that takes over a page whose owner was also its
+// home (dead with it) still checks other nodes' users, and serves the
+// allowed ones without asking anyone.
+func TestPromotedOwnerKeepsAttributes(t *testing.T) {
+	x := newFab(t, ringGraph(t, 6), replicas(2))
+	g := x.ok(0, Request{Op: HostAlloc, Attr: attr0640}).GVA
+	for range 3 {
+		x.ok(3, Request{Op: HostFetchAdd, GVA: g, Operand: 1, Cred: owner1000})
+	}
+	backup := x.eng[0].Backups(g.Key())[0]
+	x.f.Kill(0)
+	ok := false
+	for try := 0; try < 400 && !ok; try++ {
+		c := x.do(3, Request{Op: HostFetchAdd, GVA: g, Operand: 1, Cred: owner1000})
+		switch errno(c) {
+		case 0:
+			ok = true
+		case syscall.ETIMEDOUT, syscall.EAGAIN, syscall.EHOSTUNREACH, syscall.EHOSTDOWN, syscall.EBUSY:
+			x.f.Run(2 * time.Millisecond)
+		default:
+			t.Fatalf("add during the failover: %v", c.Err)
+		}
+	}
+	if !ok {
+		t.Fatal("the page's owner's user never reached it after the failover")
+	}
+	e := x.eng[backup]
+	if o, _ := e.Holding(g.Key()); !o {
+		t.Fatalf("backup %v did not take the page over", backup)
+	}
+	if c := x.do(3, Request{Op: HostStore, GVA: g, Data: []byte{1}, Cred: other2000}); errno(c) != syscall.EACCES {
+		t.Fatalf("store by another user at the promoted owner: %v, want EACCES", c.Err)
+	}
+	if s := e.Stats(); s.AttrUnknown != 0 || s.Refused != 1 {
+		t.Fatalf("promoted owner: attributes unknown %d times, refused %d", s.AttrUnknown, s.Refused)
+	}
+}

@@ -245,8 +245,9 @@
 //	Control/OpOwnerMovedAck routed -           request id = epoch          -
 //	Control/OpData (R > 1)  routed  [Huge]     version                     as above, then n (1), n stand-ins (4 each)
 //	Control/OpReplicate   routed  -            version after               epoch (8), owner incarnation (8), flags (1: bit0 full,
-//	                                                                       bit1 huge, bit2 touch), rank (1), n (1), n backups (4 each),
-//	                                                                       offset (2), data (delta; full: 4096; touch: none)
+//	                                                                       bit1 huge, bit2 touch, bit3 attr: full only), rank (1), n (1),
+//	                                                                       n backups (4 each), offset (2), data (delta; full: 4096;
+//	                                                                       touch: none) [, attr]
 //	Control/OpReplicateAck routed -            version held                epoch (8), sender incarnation (8), flags (1: bit0 need
 //	                                                                       full, bit1 probe)
 //	Control/OpReplicaDrop routed  -            -                           epoch (8) [, heir (4), heir incarnation (8)]

@@ -121,6 +121,7 @@ func seedFrames() [][]byte {
 	// Replication (replicas > 1).
 	add(noc.ClassControl, OpData, 0, 2, 1, 2, rep, 3, appendData(nil, dataMsg{epoch: 1, seq: 1, content: content, backups: []noc.NodeID{2, 3}}))
 	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 3, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replFull, backups: []noc.NodeID{1}, data: content}))
+	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 3, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replFull | replAttr, backups: []noc.NodeID{1}, data: content, attr: attr}))
 	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep.WithOffset(8), 4, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, backups: []noc.NodeID{1}, off: 8, data: []byte{5}}))
 	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 4, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replTouch, backups: []noc.NodeID{1}}))
 	add(noc.ClassControl, OpReplicateAck, 0, 10, 1, 0, own, 1, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0})
