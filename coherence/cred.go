@@ -30,9 +30,14 @@ import (
 // back to the requester as EACCES, like any routed error. So a node that
 // skips its own users' check (a bug, or a node that lies about its check
 // but not about its users) gets neither content nor updates nor writes of
-// a page its users may not use. The node's own users are checked at the
-// host socket before they get here (requests from noc.LocalPort are not
-// checked again).
+// a page its users may not use.
+//
+// A node's own users are checked at the host socket before they get
+// here, and again at Submit (localAllowed) where the node knows the
+// page's attributes: it holds the page, or relays it on its tree, and
+// would otherwise serve them from what it holds (a relay installs the
+// content that passes by into a replica its host asked for). Requests
+// from noc.LocalPort are not checked again on the way up.
 //
 // Attributes travel with content: the ref answer, the transfer of
 // ownership (OpData) and the owner's re-registration at the home
@@ -189,6 +194,33 @@ func (e *Engine) vouched(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 		return false
 	}
 	return true
+}
+
+// localAllowed checks a request of this node's own host against the
+// page's attributes, where this node knows them (it holds the page, or
+// relays it on its tree): the host socket checked it already, but the
+// node serves it from what it holds, so a broken or skipped host check
+// must not hand its users what the page's mode keeps from them. Where
+// the node does not know them, the request goes out and the node that
+// serves it checks it (vouched).
+func (e *Engine) localAllowed(r *request) bool {
+	var need uint32
+	switch r.hr.Op {
+	case HostRef, HostLoad:
+		need = AccessRead
+	case HostStore:
+		need = AccessWrite
+	case HostCAS, HostFetchAdd, HostAcquire, HostLock:
+		need = AccessRead | AccessWrite
+	default:
+		return true
+	}
+	if r.hr.Cred.UID == 0 {
+		return true
+	}
+	ent, _ := e.cache.Peek(r.key)
+	a, ok := e.attrOf(e.pages[r.key], ent)
+	return !ok || Allows(a, r.hr.Cred, need)
 }
 
 // attrOf returns the attributes this node knows for a page: its page's,

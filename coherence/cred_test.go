@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -55,10 +56,23 @@ func TestAllows(t *testing.T) {
 	}
 }
 
+// forget makes node n forget what it knows of a page's attributes, as a
+// node that does not check its own users (its host socket's check and
+// the engine's check of what it holds both skipped) would behave.
+func forget(x *fab, n int, key gva.GVA) {
+	if pg := x.eng[n].pages[key]; pg != nil {
+		pg.attr, pg.hasAttr = Attr{}, false
+	}
+	if ent, ok := x.eng[n].cache.Peek(key); ok {
+		ent.Attr, ent.HasAttr = Attr{}, false
+	}
+}
+
 // TestOwnerChecksCredentials: the owner refuses, with EACCES, every
 // request another node vouches for whose user the page's mode keeps out
 // (as a node that skipped its own users' check would send), and serves
-// the users it lets in.
+// the users it lets in. A node that knows the attributes (it holds the
+// page) refuses its own users itself.
 func TestOwnerChecksCredentials(t *testing.T) {
 	x := newFab(t, lineGraph(t, 3), nil)
 	g := x.ok(0, Request{Op: HostAlloc, Attr: attr0640}).GVA
@@ -88,17 +102,32 @@ func TestOwnerChecksCredentials(t *testing.T) {
 	}
 	x.ok(2, Request{Op: HostCAS, GVA: g, Expected: 42, Operand: 43, Cred: owner1000})
 	x.ok(2, Request{Op: HostFetchAdd, GVA: g, Operand: 1})
-	// Ownership: the acquirer's user must be allowed to write.
-	if c := x.do(2, Request{Op: HostAcquire, GVA: g, Cred: member}); errno(c) != syscall.EACCES {
-		t.Fatalf("acquire by a reader: %v, want EACCES", c.Err)
+	// Node 2 holds the page now, with its attributes: it refuses its own
+	// users itself. Forgetting them, it sends them on: the owner refuses.
+	refused := []Request{
+		{Op: HostStore, GVA: g, Data: []byte{1}, Cred: member},
+		{Op: HostAcquire, GVA: g, Cred: member}, // ownership needs write
+		{Op: HostLock, GVA: g, Holder: 1, Cred: other2000},
 	}
-	if c := x.do(2, Request{Op: HostLock, GVA: g, Holder: 1, Cred: other2000}); errno(c) != syscall.EACCES {
-		t.Fatalf("lock by another user: %v, want EACCES", c.Err)
+	for _, r := range refused {
+		if c := x.do(2, r); errno(c) != syscall.EACCES {
+			t.Fatalf("%v as %+v at a node that knows the attributes: %v, want EACCES", r.Op, r.Cred, c.Err)
+		}
+	}
+	forget(x, 2, g.Key())
+	for _, r := range refused {
+		if c := x.do(2, r); errno(c) != syscall.EACCES {
+			t.Fatalf("%v as %+v: %v, want EACCES", r.Op, r.Cred, c.Err)
+		}
+	}
+	if l, o := x.eng[2].Stats().RefusedLocal, x.eng[0].Stats().Refused; l != 3 || o != 8 {
+		t.Fatalf("node 2 refused %d of its own, the owner %d in all; want 3 and 8", l, o)
 	}
 	x.ok(2, Request{Op: HostAcquire, GVA: g, Cred: owner1000})
 
 	// The new owner knows the attributes (they came with the content):
 	// it refuses node 0's other users in turn.
+	forget(x, 0, g.Key())
 	if c := x.do(0, Request{Op: HostStore, GVA: g, Data: []byte{9}, Cred: other2000}); errno(c) != syscall.EACCES {
 		t.Fatalf("store at the new owner: %v, want EACCES", c.Err)
 	}

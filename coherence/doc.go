@@ -145,7 +145,8 @@
 // that would serve or merge a ref, check them against the page's
 // attributes (uid, gid, mode), which travel with content and ownership,
 // and refuse with EACCES. Requests of the node's own host are checked at
-// the host socket. See cred.go.
+// the host socket, and at Submit where the node knows the attributes. See
+// cred.go.
 //
 // # Failures
 //

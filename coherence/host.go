@@ -226,6 +226,11 @@ func (e *Engine) Submit(now time.Duration, hr Request, rt noc.Routes) {
 		e.completeErr(now, r, syscall.EINVAL, "unknown operation")
 		return
 	}
+	if !e.localAllowed(r) {
+		e.stats.RefusedLocal++
+		e.completeErr(now, r, syscall.EACCES, "refused by the page's attributes")
+		return
+	}
 	e.nextReq++
 	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
 	e.reqs[r.id] = r

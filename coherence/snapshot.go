@@ -46,7 +46,8 @@ type Counters struct {
 	Refreshes                                  uint64 // owner-to-home record refreshes sent
 
 	// Credentials (cred.go).
-	Refused     uint64 // requests of other nodes refused by the page's attributes (EACCES)
+	Refused      uint64 // requests of other nodes refused by the page's attributes (EACCES)
+	RefusedLocal uint64 // requests of this node's host refused by the attributes it knows
 	AttrUnknown uint64 // requests of other nodes held back (EAGAIN) while the page's attributes were asked for
 
 	// Replication (Replicas > 1).

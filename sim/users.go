@@ -160,11 +160,8 @@ func (w *World) guardedDone(n *simNode, po *pendingOp, cp coherence.Completion, 
 	case errno == 0 && !allowed:
 		owner, _ := n.eng.Holding(key)
 		_, onTree := n.eng.Entry(key)
-		onTree = onTree || op.onTree
-		if !owner && (!onTree || op.need&coherence.AccessWrite != 0) {
-			w.check.violate("node %v: %v of guarded page %v as uid %d succeeded, though its mode forbids it and the node does not own the page (on its tree: %v)",
-				n.id, po.req.Op, key, op.user.UID, onTree)
-		}
+		w.check.violate("node %v: %v of guarded page %v as uid %d succeeded, though its mode forbids it (owner %v, on its tree %v, at the start %v)",
+			n.id, po.req.Op, key, op.user.UID, owner, onTree, op.onTree)
 	}
 	if errno != 0 {
 		return
