@@ -18,21 +18,19 @@ import (
 // users: their owner (read and write), a member of group 100 (read) and
 // an intruder (nothing). The clients of every node but one act as the
 // owner or the member (alternately) and now and then load, store,
-// fetch-add or acquire a guarded page. The other node, intruderNode, is
-// one that does not check its users (no host socket check, as a modified
-// node): its regular clients never touch the guarded pages, and one more
-// client there does nothing but try them as the intruder.
+// fetch-add or acquire a guarded page. On the other node, intruderNode,
+// the regular clients never touch the guarded pages (it holds them only
+// as a relay on their trees or as a backup, never for a user allowed
+// in), and one more client does nothing but try them as the intruder.
 //
 // Every answer is checked against the page's mode: a request the mode
 // allows must never be refused (EACCES), and one it forbids must never
-// succeed, unless the requesting node owned the page when it completed,
-// or, for a read, was on the page's tree when it started or completed (it
-// relays the page's content and updates to replicas below it, so it holds
-// them anyway, and its own users read what it holds). The engine
-// checks only what other nodes vouch for; a node's own users are its
-// host socket's to check, and the simulator has none. Guarded
-// pages are homed away from intruderNode, and it can own one only by
-// taking it over as a backup (replicas > 1). Their writes are checked
+// succeed. The simulator has no host socket (as a node whose socket
+// check is broken): a node's own users are checked only by its core,
+// where it knows the page's attributes (it holds or relays the page), and
+// otherwise by the node that serves them. Guarded pages are homed away
+// from intruderNode, and it owns one only after taking it over as a
+// backup (replicas > 1). Their writes are checked
 // like every page's (the owner's versions, acknowledged writes,
 // convergence); they have no linearizability history.
 
