@@ -37,6 +37,7 @@ type hostBackend struct {
 	// done collects pipelined completions during a step; it is taken at
 	// the step's end (under the agent's mu, which every step holds).
 	done     []hostif.Done
+	doneFree [][]hostif.Done // delivered slices, for the next steps (under mu)
 	complete func([]hostif.Done)
 
 	events   chan hostif.Event
@@ -114,13 +115,8 @@ func (b *hostBackend) Events() <-chan hostif.Event { return b.events }
 func (b *hostBackend) Machine() gva.MachineIndex { return gva.MachineIndex(b.a.cfg.Node) }
 
 // do runs one host request in the core and waits for its completion or
-// ctx; a request whose caller gives up is abandoned in the core. It is
-// made for the user ctx carries (hostif.WithCred; none: the node's own
-// request, as root).
+// ctx; a request whose caller gives up is abandoned in the core.
 func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Completion, error) {
-	if cr, ok := hostif.CredOf(ctx); ok {
-		r.Cred = coherence.Cred(cr)
-	}
 	if dl, ok := ctx.Deadline(); ok && r.Timeout == 0 {
 		r.Timeout = max(time.Until(dl), time.Millisecond)
 	}
@@ -148,97 +144,49 @@ func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Co
 	}
 }
 
-// Alloc implements hostif.Backend.
-func (b *hostBackend) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA, error) {
-	if pages <= 0 {
-		return gva.GVA{}, syscall.EINVAL
+// hostOps maps the host interface's verbs to the host session's requests.
+var hostOps = [...]coherence.HostOp{
+	hostif.VerbAlloc: coherence.HostAlloc, hostif.VerbFree: coherence.HostFree, hostif.VerbStat: coherence.HostStat,
+	hostif.VerbRef: coherence.HostRef, hostif.VerbUnref: coherence.HostUnref, hostif.VerbLoad: coherence.HostLoad,
+	hostif.VerbStore: coherence.HostStore, hostif.VerbCAS: coherence.HostCAS, hostif.VerbFetchAdd: coherence.HostFetchAdd,
+	hostif.VerbAcquire: coherence.HostAcquire, hostif.VerbRelease: coherence.HostRelease, hostif.VerbLock: coherence.HostLock,
+	hostif.VerbUnlock: coherence.HostUnlock, hostif.VerbWhere: coherence.HostWhere,
+}
+
+// Do implements hostif.Backend: the call becomes one request of the host
+// session, and its completion fills the call in.
+func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
+	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
+		return syscall.EINVAL
 	}
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostAlloc, Pages: pages,
-		Attr: coherence.Attr{UID: attr.UID, GID: attr.GID, Mode: attr.Mode}})
-	return c.GVA, err
-}
-
-// Free implements hostif.Backend.
-func (b *hostBackend) Free(ctx context.Context, first gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostFree, GVA: first.Key()})
-	return err
-}
-
-// Stat implements hostif.Backend.
-func (b *hostBackend) Stat(ctx context.Context, page gva.GVA) (hostif.Attr, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostStat, GVA: page.Key()})
-	return hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}, err
-}
-
-// Ref implements hostif.Backend.
-func (b *hostBackend) Ref(ctx context.Context, page gva.GVA, dst []byte) (gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostRef, GVA: page.Key()})
-	copy(dst, c.Data)
-	return c.Version, err
-}
-
-// Unref implements hostif.Backend.
-func (b *hostBackend) Unref(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostUnref, GVA: page.Key()})
-	return err
-}
-
-// Load implements hostif.Backend.
-func (b *hostBackend) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostLoad, GVA: addr, Len: len(dst)})
-	copy(dst, c.Data)
-	return c.Version, err
-}
-
-// Store implements hostif.Backend.
-func (b *hostBackend) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostStore, GVA: addr, Data: src})
-	return c.Version, err
-}
-
-// CompareAndSwap implements hostif.Backend.
-func (b *hostBackend) CompareAndSwap(ctx context.Context, addr gva.GVA, expected, desired uint64) (uint64, gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostCAS, GVA: addr, Expected: expected, Operand: desired})
-	return c.Value, c.Version, err
-}
-
-// FetchAdd implements hostif.Backend.
-func (b *hostBackend) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint64, gva.Version, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostFetchAdd, GVA: addr, Operand: delta})
-	return c.Value, c.Version, err
-}
-
-// Acquire implements hostif.Backend.
-func (b *hostBackend) Acquire(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostAcquire, GVA: page.Key()})
-	return err
-}
-
-// Release implements hostif.Backend.
-func (b *hostBackend) Release(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostRelease, GVA: page.Key()})
-	return err
-}
-
-// Lock implements hostif.Backend: acquire + pin.
-func (b *hostBackend) Lock(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostLock, GVA: page.Key()})
-	return err
-}
-
-// Unlock implements hostif.Backend.
-func (b *hostBackend) Unlock(ctx context.Context, page gva.GVA) error {
-	_, err := b.do(ctx, coherence.Request{Op: coherence.HostUnlock, GVA: page.Key()})
-	return err
-}
-
-// Where implements hostif.Backend.
-func (b *hostBackend) Where(ctx context.Context, addr gva.GVA) (hostif.Location, error) {
-	c, err := b.do(ctx, coherence.Request{Op: coherence.HostWhere, GVA: addr})
-	if err != nil {
-		return hostif.Location{}, err
+	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand,
+		Cred: coherence.Cred(call.Cred)}
+	switch call.Verb {
+	case hostif.VerbAlloc:
+		if call.Pages <= 0 {
+			return syscall.EINVAL
+		}
+		r.Pages, r.Attr = call.Pages, coherence.Attr{UID: call.Attr.UID, GID: call.Attr.GID, Mode: call.Attr.Mode}
+	case hostif.VerbLoad:
+		r.Len = len(call.Data)
+	case hostif.VerbStore:
+		r.Data = call.Data
 	}
-	return locationOf(&c), nil
+	c, err := b.do(ctx, r)
+	switch call.Verb {
+	case hostif.VerbAlloc:
+		call.GVA = c.GVA
+	case hostif.VerbStat:
+		call.Attr = hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}
+	case hostif.VerbRef, hostif.VerbLoad:
+		copy(call.Data, c.Data)
+	case hostif.VerbWhere:
+		if err == nil {
+			call.Where = locationOf(&c)
+		}
+	}
+	call.Version, call.Value = c.Version, c.Value
+	return err
 }
 
 var (
@@ -251,7 +199,7 @@ func (b *hostBackend) Attach(complete func([]hostif.Done)) { b.complete = comple
 
 // Accepts implements hostif.Pipeline: every data-path op (the core refs a
 // page it reads without holding, for the read).
-func (b *hostBackend) Accepts(op *hostif.Op) bool {
+func (b *hostBackend) Accepts(op hostif.Op) bool {
 	switch op.Kind {
 	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere:
 		return true
@@ -301,15 +249,28 @@ func (b *hostBackend) takeDone() []hostif.Done {
 		return nil
 	}
 	d := b.done
-	b.done = nil
+	b.mu.Lock()
+	if n := len(b.doneFree); n > 0 {
+		b.done, b.doneFree = b.doneFree[n-1], b.doneFree[:n-1]
+	} else {
+		b.done = nil
+	}
+	b.mu.Unlock()
 	return d
 }
 
-// deliver hands completions to the host socket (outside the agent's locks).
+// deliver hands completions to the host socket (outside the agent's locks),
+// then keeps their slice for a later step.
 func (b *hostBackend) deliver(ds []hostif.Done) {
 	if b.complete != nil {
 		b.complete(ds)
 	}
+	clear(ds)
+	b.mu.Lock()
+	if len(b.doneFree) < 8 {
+		b.doneFree = append(b.doneFree, ds[:0])
+	}
+	b.mu.Unlock()
 }
 
 func doneOf(token uint64, c *coherence.Completion) hostif.Done {

@@ -54,6 +54,7 @@ type Hosts struct {
 	extents  map[gva.GVA]int
 	timers   hostTimers
 	revoked  []revokedPin // pins revoked in the step: their claims' refs go back at its end
+	free     []*hostReq   // finished requests, for reuse (a request a step: no garbage)
 }
 
 type revokedPin struct {
@@ -170,7 +171,7 @@ func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Routes) {
 	h.e.rt = rt
 	s := h.sessions[id]
-	r := &hostReq{s: s, hr: hr, bound: hostTimer{idx: -1}}
+	r := h.newReq(s, hr)
 	bound := hr.Timeout
 	if bound <= 0 {
 		bound = h.e.cfg.RequestTimeout
@@ -427,17 +428,22 @@ func (s *engineSinkOf) Event(ev Event) {
 // endStep acts on the step's engine completions (which may start more
 // engine requests, whose completions join the list) and fires due timers.
 func (h *Hosts) endStep(now time.Duration) {
-	for len(h.ready) > 0 || len(h.revoked) > 0 {
-		if len(h.revoked) > 0 {
-			rp := h.revoked[0]
-			h.revoked = h.revoked[1:]
+	// Indexed, not re-sliced: acting on one may append more, and the
+	// lists keep their capacity from step to step.
+	ri, vi := 0, 0
+	for ri < len(h.ready) || vi < len(h.revoked) {
+		if vi < len(h.revoked) {
+			rp := h.revoked[vi]
+			vi++
 			h.startDrop(now, rp.s, rp.key)
 			continue
 		}
-		rs := h.ready[0]
-		h.ready = h.ready[1:]
+		rs := h.ready[ri]
+		h.ready[ri] = readyStep{}
+		ri++
 		h.advance(now, rs.r, rs.c)
 	}
+	clear(h.revoked)
 	h.ready = h.ready[:0]
 	h.revoked = h.revoked[:0]
 }
@@ -591,8 +597,8 @@ func (h *Hosts) startDrop(now time.Duration, s *session, key gva.GVA) {
 // startRelease runs an undo or a Close's release as a request of its own:
 // unlock, release or unref of key, then (unlock, release) the unref.
 func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.GVA) {
-	r := &hostReq{s: s, hr: Request{Op: op, GVA: key}, abandon: true, deadline: now + h.e.cfg.RequestTimeout,
-		bound: hostTimer{idx: -1}}
+	r := h.newReq(s, Request{Op: op, GVA: key})
+	r.abandon, r.deadline = true, now+h.e.cfg.RequestTimeout
 	switch op {
 	case HostUnref:
 		s.unrefCount(key)
@@ -638,11 +644,38 @@ func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 			h.undo(now, r)
 		}
 		h.reap(r.s)
+		h.recycle(r)
 		return
 	}
 	delete(r.s.reqs, r.hr.ID)
 	h.deliver(now, r, c)
 	h.reap(r.s)
+	h.recycle(r)
+}
+
+// newReq returns a request of session s (nil: none) for hr, reusing a
+// finished one.
+func (h *Hosts) newReq(s *session, hr Request) *hostReq {
+	var r *hostReq
+	if n := len(h.free); n > 0 {
+		r, h.free = h.free[n-1], h.free[:n-1]
+	} else {
+		r = &hostReq{}
+	}
+	r.s, r.hr, r.bound = s, hr, hostTimer{idx: -1}
+	return r
+}
+
+// recycle keeps a finished request for reuse once nothing refers to it:
+// no engine request or retry pause outstanding (pending counts both), out
+// of its session's requests and out of the timer heap (finish saw to
+// those).
+func (h *Hosts) recycle(r *hostReq) {
+	if r.pending != 0 || len(h.free) >= 256 {
+		return
+	}
+	*r = hostReq{}
+	h.free = append(h.free, r)
 }
 
 func (h *Hosts) deliver(now time.Duration, r *hostReq, c Completion) {

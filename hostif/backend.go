@@ -8,101 +8,135 @@ import (
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-// Backend is the coherence engine as the host interface sees it: the verbs
-// of one node's host-facing API. The agent adapts the engine to it; package
-// hostiftest has an in-memory twin.
+// Backend is the node's core as the host interface sees it: one verb, Do,
+// that takes a request and returns with its completion (Call), plus the
+// core's event stream. The agent hands every Call to the core's host
+// session as it is; package hostiftest has an in-memory twin. The
+// data-path requests may also go through the optional Pipeline extension,
+// as values without a goroutine per request.
 //
 // Contract (what an implementation must guarantee):
 //
-//   - Every method returns once ctx is done, with ctx.Err() (wrapped) or a
-//     result. The server gives every call a deadline.
+//   - Do returns once ctx is done, with ctx.Err() (wrapped) or a result.
+//     The server gives every call a deadline.
 //   - Failures the host should see are syscall.Errno values (wrapped with %w
 //     is fine): ENOENT no such page, EBUSY, ETIMEDOUT, ENOMEM / ENOSPC
 //     capacity, EFAULT an address beyond its allocation, ... Any other
 //     error reaches the host as EIO.
 //   - Page arguments are page keys ([gva.GVA.Key]); address arguments keep
 //     their byte offset. 64-bit values in pages are little-endian.
-//   - The server aggregates the node's users: per page it calls Ref and
-//     Unref strictly alternately (one node-level ref), Lock and Unlock
-//     strictly alternately (one local holder at a time), Acquire any number
-//     of times and Release when the last local acquirer releases. Release and
-//     Unlock of a page the node no longer owns or pins fail without effect.
-//   - Read-your-writes per node: Load and Ref never return a version older
-//     than one that this node's Store/CompareAndSwap/FetchAdd already
-//     returned (the host's consistency guarantee rests on it).
+//   - The server aggregates the node's users: per page it asks VerbRef and
+//     VerbUnref strictly alternately (one node-level ref), VerbLock and
+//     VerbUnlock strictly alternately (one local holder at a time),
+//     VerbAcquire any number of times and VerbRelease when the last local
+//     acquirer releases. A release or an unlock of a page the node no
+//     longer owns or pins fails without effect.
+//   - Read-your-writes per node: a load or a ref never returns a version
+//     older than one that this node's store, compare-and-swap or fetch-add
+//     already returned (the host's consistency guarantee rests on it).
 //   - Events: every new version of a page this node refs is reported, as
 //     EventUpdate (with the written bytes) or EventInvalidate, in increasing
 //     version order per page. Versions written through this node's own
-//     Store/CompareAndSwap/FetchAdd may be reported or not (the server
-//     already applied them). Events never block the engine: when the
-//     channel is full the backend drops them and later sends EventOverflow.
+//     writes may be reported or not (the server already applied them).
+//     Events never block the engine: when the channel is full the backend
+//     drops them and later sends EventOverflow.
 type Backend interface {
 	// Machine is this node's machine index.
 	Machine() gva.MachineIndex
-	// Alloc creates pages zero-filled pages owned by this node with the
-	// given attributes and returns the first; the others follow it at
-	// consecutive page numbers.
-	Alloc(ctx context.Context, pages int, attr Attr) (gva.GVA, error)
-	// Free deletes the allocation that starts at page first.
-	Free(ctx context.Context, first gva.GVA) error
-	// Stat returns the attributes given to page at Alloc.
-	Stat(ctx context.Context, page gva.GVA) (Attr, error)
-	// Ref makes this node a holder of a replica of page (a branch of its
-	// tree), fills dst (one page) with the content and returns its version.
-	Ref(ctx context.Context, page gva.GVA, dst []byte) (gva.Version, error)
-	// Unref drops this node's replica of page.
-	Unref(ctx context.Context, page gva.GVA) error
-	// Load reads len(dst) bytes at addr (within one page) and returns the
-	// version they were read at.
-	Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error)
-	// Store writes src at addr (within one page) through the owner and
-	// returns the page version that write created.
-	Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version, error)
-	// CompareAndSwap replaces the 64-bit word at addr (8-byte aligned) by
-	// desired if it equals expected, at the owner, and returns the word it
-	// found and the page version after the operation.
-	CompareAndSwap(ctx context.Context, addr gva.GVA, expected, desired uint64) (old uint64, v gva.Version, err error)
-	// FetchAdd adds delta to the 64-bit word at addr at the owner and
-	// returns the word it found and the new page version.
-	FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (old uint64, v gva.Version, err error)
-	// Acquire makes this node the owner of page (ownership protocol).
-	Acquire(ctx context.Context, page gva.GVA) error
-	// Release tells the engine this node no longer needs to own page.
-	Release(ctx context.Context, page gva.GVA) error
-	// Lock makes this node the owner of page and raises its pin.
-	Lock(ctx context.Context, page gva.GVA) error
-	// Unlock lowers the pin raised by Lock.
-	Unlock(ctx context.Context, page gva.GVA) error
-	// Where says where the page of addr lives as seen from this node.
-	Where(ctx context.Context, addr gva.GVA) (Location, error)
+	// Do runs c (its Verb and arguments) and fills in its results.
+	Do(ctx context.Context, c *Call) error
 	// Events is the backend's event stream; it is closed when the backend
 	// stops.
 	Events() <-chan Event
 }
 
-// Cred is the user a Backend call is made for: the connection's peer
+// Verb is what a Call asks of the core.
+type Verb uint8
+
+// Verbs, with what each reads from the Call and what it fills in.
+const (
+	// VerbAlloc creates Pages zero-filled pages owned by this node with
+	// Attr; GVA is set to the first, the others follow it at consecutive
+	// page numbers.
+	VerbAlloc Verb = iota + 1
+	// VerbFree deletes the allocation that starts at page GVA.
+	VerbFree
+	// VerbStat sets Attr to the attributes page GVA was given at its
+	// allocation.
+	VerbStat
+	// VerbRef makes this node a holder of a replica of page GVA (a branch
+	// of its tree), copies the content into Data (one page) and sets
+	// Version.
+	VerbRef
+	// VerbUnref drops this node's replica of page GVA.
+	VerbUnref
+	// VerbLoad reads len(Data) bytes at GVA (within one page) into Data
+	// and sets the Version they were read at.
+	VerbLoad
+	// VerbStore writes Data at GVA (within one page) through the owner and
+	// sets the Version that write created.
+	VerbStore
+	// VerbCAS replaces the 64-bit word at GVA (8-byte aligned) by Operand
+	// if it equals Expected, at the owner; Value is the word it found,
+	// Version the page version after the operation.
+	VerbCAS
+	// VerbFetchAdd adds Operand to the 64-bit word at GVA at the owner;
+	// Value is the word it found, Version the new page version.
+	VerbFetchAdd
+	// VerbAcquire makes this node the owner of page GVA (ownership
+	// protocol).
+	VerbAcquire
+	// VerbRelease tells the core this node no longer needs to own page GVA.
+	VerbRelease
+	// VerbLock makes this node the owner of page GVA and raises its pin.
+	VerbLock
+	// VerbUnlock lowers the pin raised by VerbLock.
+	VerbUnlock
+	// VerbWhere sets Where to where the page of GVA lives as seen from
+	// this node.
+	VerbWhere
+)
+
+var verbNames = [...]string{"", "alloc", "free", "stat", "ref", "unref", "load", "store", "cas", "fetch-add",
+	"acquire", "release", "lock", "unlock", "where"}
+
+func (v Verb) String() string {
+	if int(v) < len(verbNames) && v != 0 {
+		return verbNames[v]
+	}
+	return "verb(?)"
+}
+
+// Call is one request to the Backend and, once Do has returned, its
+// completion. Which fields a verb reads and fills is said at the verb.
+type Call struct {
+	Verb  Verb
+	GVA   gva.GVA // the page key or the address; VerbAlloc: set to the first page
+	Pages int     // VerbAlloc
+	Attr  Attr    // VerbAlloc: given; VerbStat: filled
+	// Data is VerbStore's bytes, and the buffer VerbLoad and VerbRef fill
+	// (their length is what they read).
+	Data              []byte
+	Expected, Operand uint64 // VerbCAS: expected, desired; VerbFetchAdd: Operand is the delta
+
+	// Cred is the user the call is made for (every verb that reads or
+	// writes a page; zero: the node's own call, as root).
+	Cred Cred
+
+	Version gva.Version // VerbRef, VerbLoad, VerbStore, VerbCAS, VerbFetchAdd
+	Value   uint64      // VerbCAS, VerbFetchAdd: the word found
+	Where   Location    // VerbWhere
+}
+
+// Cred is the user a call is made for: the connection's peer
 // credentials, with the page's group first among the supplementary groups
 // when the user is in it (the nodes beyond see a bounded number of them).
-// The server puts it in the context of every call that reads or writes a
-// page (WithCred) and in every pipelined Op; the backend passes it on to
-// the nodes that serve the request, which check it against the page's
-// attributes as the server did.
+// The server sets it in every Call and pipelined Op that reads or writes
+// a page; the backend passes it on to the nodes that serve the request,
+// which check it against the page's attributes as the server did.
 type Cred struct {
 	UID, GID uint32
 	Groups   []uint32
-}
-
-type credKey struct{}
-
-// WithCred returns ctx carrying cred.
-func WithCred(ctx context.Context, cred Cred) context.Context {
-	return context.WithValue(ctx, credKey{}, cred)
-}
-
-// CredOf returns the Cred ctx carries; ok is false when it carries none.
-func CredOf(ctx context.Context) (cred Cred, ok bool) {
-	cred, ok = ctx.Value(credKey{}).(Cred)
-	return cred, ok
 }
 
 // Attr is the owner and permission of a page, fixed at Alloc.

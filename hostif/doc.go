@@ -11,8 +11,9 @@
 // events on the same socket. hostif/PROTOCOL.md is the byte-by-byte
 // description; package hostif/wire is its code.
 //
-// The server is in front of a [Backend], the coherence engine's host-facing
-// verbs. Between the two it owns what is per host rather than per page:
+// The server is in front of a [Backend], the node's core behind one verb
+// ([Backend.Do] takes a [Call]: a [Verb] and its arguments). Between the
+// two it owns what is per host rather than per page:
 //
 //   - credentials: SO_PEERCRED/SO_PEERGROUPS of every connection, checked
 //     against the owner uid/gid/mode every page gets at alloc;

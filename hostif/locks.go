@@ -14,7 +14,7 @@ import (
 // lock of a page, so the Backend sees Lock and Unlock strictly alternate.
 // Other local lockers wait, bounded by their lock timeout.
 type lockTable struct {
-	be Backend
+	be verbs
 	mu sync.Mutex
 	m  map[gva.GVA]*pageLock
 }
@@ -22,9 +22,9 @@ type lockTable struct {
 type lockState uint8
 
 const (
-	lockGranting lockState = iota + 1 // Backend.Lock in flight
+	lockGranting lockState = iota + 1 // VerbLock in flight
 	lockHeld
-	lockReleasing // Backend.Unlock in flight
+	lockReleasing // VerbUnlock in flight
 )
 
 type pageLock struct {
@@ -34,7 +34,7 @@ type pageLock struct {
 }
 
 func newLockTable(be Backend) *lockTable {
-	return &lockTable{be: be, m: make(map[gva.GVA]*pageLock)}
+	return &lockTable{be: verbs{be}, m: make(map[gva.GVA]*pageLock)}
 }
 
 // lock takes the node's lock of page key for c. ctx bounds the wait for a
@@ -155,13 +155,13 @@ func (t *lockTable) dropLocked(key gva.GVA, pl *pageLock) {
 // Acquire always reaches the Backend (it is idempotent there); Release
 // reaches it when the node's last acquirer releases.
 type ownerTable struct {
-	be Backend
+	be verbs
 	mu sync.Mutex
 	m  map[gva.GVA]map[*conn]int
 }
 
 func newOwnerTable(be Backend) *ownerTable {
-	return &ownerTable{be: be, m: make(map[gva.GVA]map[*conn]int)}
+	return &ownerTable{be: verbs{be}, m: make(map[gva.GVA]map[*conn]int)}
 }
 
 func (t *ownerTable) acquire(ctx context.Context, c *conn, key gva.GVA) error {

@@ -46,7 +46,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 			return err
 		}
 		rep.body = rep.body[:8+r.Len]
-		v, err := s.be.Load(ctx, r.GVA, rep.body[8:])
+		v, err := s.call.Load(ctx, r.GVA, rep.body[8:])
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -60,7 +60,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessWrite); err != nil {
 			return err
 		}
-		v, err := s.be.Store(ctx, r.GVA, r.Data)
+		v, err := s.call.Store(ctx, r.GVA, r.Data)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -72,7 +72,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
-		old, v, err := s.be.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
+		old, v, err := s.call.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -89,7 +89,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
-		old, v, err := s.be.FetchAdd(ctx, r.GVA, r.Delta)
+		old, v, err := s.call.FetchAdd(ctx, r.GVA, r.Delta)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -117,7 +117,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessRead); err != nil {
 			return err
 		}
-		loc, err := s.be.Where(ctx, r.GVA)
+		loc, err := s.call.Where(ctx, r.GVA)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -179,7 +179,7 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
-	g, err := s.be.Alloc(ctx, pages, attr)
+	g, err := s.call.Alloc(ctx, pages, attr)
 	if err != nil {
 		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
 		s.opts.Quota.Release(attr.UID, quota.Bytes, pages*gva.PageSize)
@@ -222,7 +222,7 @@ func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 	if s.locks.anyHeld(in) {
 		return fmt.Errorf("free %v: a page is locked on this host: %w", key, syscall.EBUSY)
 	}
-	if err := s.be.Free(ctx, key); err != nil {
+	if err := s.call.Free(ctx, key); err != nil {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
 	s.opts.Quota.Release(a.UID, quota.Pages, pages)

@@ -97,8 +97,8 @@ func (cr *credentials) allowed(a Attr, need uint32) bool {
 }
 
 // check fails with EACCES unless c may access page key as need. The
-// attributes come from the server's cache, or from Backend.Stat. It
-// returns ctx carrying c's credentials for the Backend call (WithCred):
+// attributes come from the server's cache, or from the Backend (VerbStat). It
+// returns ctx carrying c's credentials for the Backend call (withCred):
 // the nodes that serve the call check them again.
 func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) (context.Context, error) {
 	if c.cred.UID != 0 && !(bugsCompiled && bugSkipChecks(s.be.Machine())) {
@@ -110,7 +110,7 @@ func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) (
 			return ctx, fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
 		}
 	}
-	return WithCred(ctx, s.credFor(c, key)), nil
+	return withCred(ctx, s.credFor(c, key)), nil
 }
 
 // maxCredGroups is the most supplementary groups a Cred carries (the
@@ -145,10 +145,24 @@ func (s *Server) attr(ctx context.Context, key gva.GVA) (Attr, error) {
 	if a, ok := s.attrs.Get(key); ok {
 		return a, nil
 	}
-	a, err := s.be.Stat(ctx, key)
+	a, err := s.call.Stat(ctx, key)
 	if err != nil {
 		return Attr{}, fmt.Errorf("stat %v: %w", key, err)
 	}
 	s.attrs.Add(key, a)
 	return a, nil
+}
+
+type credKey struct{}
+
+// withCred returns ctx carrying cred: the verbs of the Backend (verbs.go)
+// put it in their Call.
+func withCred(ctx context.Context, cred Cred) context.Context {
+	return context.WithValue(ctx, credKey{}, cred)
+}
+
+// credOf returns the Cred ctx carries (zero: none, the node's own call).
+func credOf(ctx context.Context) Cred {
+	cred, _ := ctx.Value(credKey{}).(Cred)
+	return cred
 }

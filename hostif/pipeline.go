@@ -32,7 +32,7 @@ type Pipeline interface {
 	// Accepts reports whether op can go through Submit (the backend can
 	// run it without a blocking verb: a load of a page not held here needs
 	// a ref first, for one).
-	Accepts(op *Op) bool
+	Accepts(op Op) bool
 	// Submit starts ops. It keeps nothing of them after it returns (Data
 	// is copied).
 	Submit(ops []Op)
@@ -107,8 +107,7 @@ func (s *Server) pipelined(c *conn, r *wire.Request) bool {
 	if c.cred.UID != 0 && !s.attrs.Contains(r.GVA.Key()) {
 		return false // the first access asks the backend for the attributes
 	}
-	op := pipeOp(r, 0)
-	return s.pipe.Accepts(&op)
+	return s.pipe.Accepts(pipeOp(r, 0))
 }
 
 func pipeOp(r *wire.Request, token uint64) Op {

@@ -126,7 +126,7 @@ type replica struct {
 
 // replicaTable is every replica file of the node.
 type replicaTable struct {
-	be      Backend
+	be      verbs
 	status  *statusTable
 	timeout time.Duration
 	ctx     context.Context // ends when the server stops; bounds refetches
@@ -138,7 +138,7 @@ type replicaTable struct {
 }
 
 func newReplicaTable(ctx context.Context, be Backend, status *statusTable, timeout time.Duration) *replicaTable {
-	return &replicaTable{be: be, status: status, timeout: timeout, ctx: ctx,
+	return &replicaTable{be: verbs{be}, status: status, timeout: timeout, ctx: ctx,
 		m: make(map[gva.GVA]*replica), closing: make(map[gva.GVA]chan struct{})}
 }
 
@@ -186,7 +186,7 @@ func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 	}
 }
 
-// load creates r's file and fills it through Backend.Ref.
+// load creates r's file and fills it through the Backend (VerbRef).
 func (t *replicaTable) load(r *replica) error {
 	f, err := newSharedFile("dpu-replica", wire.PageSize)
 	if err != nil {
@@ -200,7 +200,7 @@ func (t *replicaTable) load(r *replica) error {
 	r.entry.end(0, wire.SlotLoading)
 	r.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(WithCred(t.ctx, r.cred), t.timeout)
+	ctx, cancel := context.WithTimeout(withCred(t.ctx, r.cred), t.timeout)
 	defer cancel()
 	// No client has the file yet: Ref may write into it directly.
 	v, err := t.be.Ref(ctx, r.key, f.mem)
@@ -422,7 +422,7 @@ func (t *replicaTable) refetch(r *replica) {
 	buf := make([]byte, wire.PageSize)
 	backoff := time.Millisecond
 	for range 6 {
-		ctx, cancel := context.WithTimeout(WithCred(t.ctx, r.cred), t.timeout)
+		ctx, cancel := context.WithTimeout(withCred(t.ctx, r.cred), t.timeout)
 		v, err := t.be.Load(ctx, r.key, buf)
 		cancel()
 		r.mu.Lock()

@@ -139,8 +139,7 @@ func (s *Server) ServeRings(max int) bool {
 // serveRing takes and starts the submissions of one ring.
 func (s *Server) serveRing(rg *connRing, max int) bool {
 	c := rg.c
-	var ops [16]Op
-	batch := ops[:0]
+	batch := s.ringOps[:0]
 	got := false
 	for range max {
 		rg.mu.Lock()

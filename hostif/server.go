@@ -131,6 +131,7 @@ func (o *Options) setDefaults() {
 // socket. A Server serves once: NewServer, then ListenAndServe or Serve.
 type Server struct {
 	be   Backend
+	call verbs // be's one verb, a typed call per request
 	opts Options
 	log  *slog.Logger
 
@@ -138,6 +139,9 @@ type Server struct {
 	pipe    Pipeline // the backend's, if it has one
 	pending pendingTable
 	rings   ringSet
+	// ringOps is ServeRings' batch of pipelined requests (only the
+	// driver's loop serves rings, so one buffer serves every pass).
+	ringOps [16]Op
 
 	locks  *lockTable
 	owners *ownerTable
@@ -184,7 +188,7 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("hostif: %w", err)
 	}
 	s := &Server{
-		be: be, opts: opts, log: opts.Logger, attrs: attrs,
+		be: be, call: verbs{be}, opts: opts, log: opts.Logger, attrs: attrs,
 		locks: newLockTable(be), owners: newOwnerTable(be), spaces: newAddressSpaces(),
 		allocs: make(map[gva.GVA]int), conns: make(map[*conn]struct{}),
 	}

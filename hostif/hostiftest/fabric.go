@@ -278,13 +278,52 @@ func (n *Node) Quick(op wire.Op, _ gva.GVA) bool {
 	return op != wire.OpLock && op != wire.OpAcquire && !n.stalled.Load()
 }
 
+// Do implements hostif.Backend: the call runs as the twin's verb of the
+// same name.
+func (n *Node) Do(ctx context.Context, c *hostif.Call) error {
+	var err error
+	switch c.Verb {
+	case hostif.VerbAlloc:
+		c.GVA, err = n.Alloc(ctx, c.Pages, c.Attr)
+	case hostif.VerbFree:
+		err = n.Free(ctx, c.GVA)
+	case hostif.VerbStat:
+		c.Attr, err = n.Stat(ctx, c.GVA)
+	case hostif.VerbRef:
+		c.Version, err = n.Ref(ctx, c.GVA, c.Data)
+	case hostif.VerbUnref:
+		err = n.Unref(ctx, c.GVA)
+	case hostif.VerbLoad:
+		c.Version, err = n.Load(ctx, c.GVA, c.Data)
+	case hostif.VerbStore:
+		c.Version, err = n.Store(ctx, c.GVA, c.Data)
+	case hostif.VerbCAS:
+		c.Value, c.Version, err = n.CompareAndSwap(ctx, c.GVA, c.Expected, c.Operand)
+	case hostif.VerbFetchAdd:
+		c.Value, c.Version, err = n.FetchAdd(ctx, c.GVA, c.Operand)
+	case hostif.VerbAcquire:
+		err = n.Acquire(ctx, c.GVA)
+	case hostif.VerbRelease:
+		err = n.Release(ctx, c.GVA)
+	case hostif.VerbLock:
+		err = n.Lock(ctx, c.GVA)
+	case hostif.VerbUnlock:
+		err = n.Unlock(ctx, c.GVA)
+	case hostif.VerbWhere:
+		c.Where, err = n.Where(ctx, c.GVA)
+	default:
+		err = fmt.Errorf("hostiftest: %v: %w", c.Verb, syscall.EINVAL)
+	}
+	return err
+}
+
 // Machine implements hostif.Backend.
 func (n *Node) Machine() gva.MachineIndex { return n.machine }
 
 // Events implements hostif.Backend.
 func (n *Node) Events() <-chan hostif.Event { return n.events }
 
-// Alloc implements hostif.Backend.
+// Alloc is the twin's Alloc verb (through Do, and for tests that act as the node).
 func (n *Node) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA, error) {
 	if err := n.enter(ctx); err != nil {
 		return gva.GVA{}, err
@@ -310,7 +349,7 @@ func (n *Node) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA,
 	return first, nil
 }
 
-// Free implements hostif.Backend.
+// Free is the twin's Free verb (through Do, and for tests that act as the node).
 func (n *Node) Free(ctx context.Context, first gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
@@ -365,7 +404,7 @@ func inPage(addr gva.GVA, n int) error {
 	return nil
 }
 
-// Stat implements hostif.Backend.
+// Stat is the twin's Stat verb (through Do, and for tests that act as the node).
 func (n *Node) Stat(ctx context.Context, pg gva.GVA) (hostif.Attr, error) {
 	if err := n.enter(ctx); err != nil {
 		return hostif.Attr{}, err
@@ -379,7 +418,7 @@ func (n *Node) Stat(ctx context.Context, pg gva.GVA) (hostif.Attr, error) {
 	return p.attr, nil
 }
 
-// Ref implements hostif.Backend.
+// Ref is the twin's Ref verb (through Do, and for tests that act as the node).
 func (n *Node) Ref(ctx context.Context, pg gva.GVA, dst []byte) (gva.Version, error) {
 	if err := n.enter(ctx); err != nil {
 		return 0, err
@@ -395,7 +434,7 @@ func (n *Node) Ref(ctx context.Context, pg gva.GVA, dst []byte) (gva.Version, er
 	return p.version, nil
 }
 
-// Unref implements hostif.Backend.
+// Unref is the twin's Unref verb (through Do, and for tests that act as the node).
 func (n *Node) Unref(ctx context.Context, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
@@ -413,7 +452,7 @@ func (n *Node) Unref(ctx context.Context, pg gva.GVA) error {
 	return nil
 }
 
-// Load implements hostif.Backend.
+// Load is the twin's Load verb (through Do, and for tests that act as the node).
 func (n *Node) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
 	if err := n.enter(ctx); err != nil {
 		return 0, err
@@ -431,7 +470,7 @@ func (n *Node) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version,
 	return p.version, nil
 }
 
-// Store implements hostif.Backend.
+// Store is the twin's Store verb (through Do, and for tests that act as the node).
 func (n *Node) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version, error) {
 	if err := n.enter(ctx); err != nil {
 		return 0, err
@@ -448,12 +487,12 @@ func (n *Node) Store(ctx context.Context, addr gva.GVA, src []byte) (gva.Version
 	return n.f.writeLocked(n, p, addr, src), nil
 }
 
-// CompareAndSwap implements hostif.Backend.
+// CompareAndSwap is the twin's CompareAndSwap verb (through Do, and for tests that act as the node).
 func (n *Node) CompareAndSwap(ctx context.Context, addr gva.GVA, expected, desired uint64) (uint64, gva.Version, error) {
 	return n.atomic(ctx, addr, func(old uint64) (uint64, bool) { return desired, old == expected })
 }
 
-// FetchAdd implements hostif.Backend.
+// FetchAdd is the twin's FetchAdd verb (through Do, and for tests that act as the node).
 func (n *Node) FetchAdd(ctx context.Context, addr gva.GVA, delta uint64) (uint64, gva.Version, error) {
 	return n.atomic(ctx, addr, func(old uint64) (uint64, bool) { return old + delta, true })
 }
@@ -521,7 +560,7 @@ func (n *Node) takeOwnershipLocked(pg gva.GVA, p *page) {
 	n.f.signalLocked()
 }
 
-// Acquire implements hostif.Backend: it waits while another node holds the
+// Acquire is the twin's Acquire verb (through Do, and for tests that act as the node): it waits while another node holds the
 // page locked.
 func (n *Node) Acquire(ctx context.Context, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
@@ -538,7 +577,7 @@ func (n *Node) Acquire(ctx context.Context, pg gva.GVA) error {
 	return nil
 }
 
-// Release implements hostif.Backend.
+// Release is the twin's Release verb (through Do, and for tests that act as the node).
 func (n *Node) Release(ctx context.Context, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
@@ -556,7 +595,7 @@ func (n *Node) Release(ctx context.Context, pg gva.GVA) error {
 	return nil
 }
 
-// Lock implements hostif.Backend: ownership plus pin, waiting while another
+// Lock is the twin's Lock verb (through Do, and for tests that act as the node): ownership plus pin, waiting while another
 // node holds the pin.
 func (n *Node) Lock(ctx context.Context, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
@@ -576,7 +615,7 @@ func (n *Node) Lock(ctx context.Context, pg gva.GVA) error {
 	return nil
 }
 
-// Unlock implements hostif.Backend.
+// Unlock is the twin's Unlock verb (through Do, and for tests that act as the node).
 func (n *Node) Unlock(ctx context.Context, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
@@ -595,7 +634,7 @@ func (n *Node) Unlock(ctx context.Context, pg gva.GVA) error {
 	return nil
 }
 
-// Where implements hostif.Backend: the owner's machine is one hop from
+// Where is the twin's Where verb (through Do, and for tests that act as the node): the owner's machine is one hop from
 // every other (a fully connected fabric).
 func (n *Node) Where(ctx context.Context, addr gva.GVA) (hostif.Location, error) {
 	if err := n.enter(ctx); err != nil {
