@@ -162,7 +162,8 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
 		return syscall.EINVAL
 	}
-	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand}
+	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand,
+		Cred: coherence.Cred(call.Cred)}
 	switch call.Verb {
 	case hostif.VerbAlloc:
 		if call.Pages <= 0 {
@@ -217,7 +218,7 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 	rs := reqs[:0]
 	for i := range ops {
 		op := &ops[i]
-		r := coherence.Request{ID: pipelined | op.Token, GVA: op.GVA}
+		r := coherence.Request{ID: pipelined | op.Token, GVA: op.GVA, Cred: coherence.Cred(op.Cred)}
 		switch op.Kind {
 		case wire.OpLoad:
 			r.Op, r.Len = coherence.HostLoad, op.Len

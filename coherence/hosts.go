@@ -10,6 +10,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
 )
 
 // Hosts is the host-session half of a node's core: it sits in front of the
@@ -64,11 +65,10 @@ type revokedPin struct {
 // SessionID names a host session of a node.
 type SessionID uint32
 
-// Attr is the owner and permission of a page, fixed at Alloc.
-type Attr struct {
-	UID, GID uint32
-	Mode     uint32 // permission bits: read 4, write 2
-}
+// Attr is the owner and permission of a page, fixed at Alloc (mode: the
+// permission bits, 0o777; read 4, write 2 per class). Path cache entries
+// carry it (cred.go).
+type Attr = pathcache.PageAttr
 
 // Host-session operations beyond the Engine's.
 const (
@@ -388,6 +388,7 @@ func countDown(m map[gva.GVA]int, key gva.GVA) {
 func (h *Hosts) step(now time.Duration, r *hostReq, er Request) {
 	h.nextStep++
 	er.ID = h.nextStep
+	er.Cred = r.hr.Cred
 	h.steps[er.ID] = r
 	r.pending++
 	h.e.Submit(now, er, h.e.rt)

@@ -47,6 +47,7 @@ type Op struct {
 	Data     []byte  // OpStore: bytes to write (valid during Submit)
 	Expected uint64  // OpCAS
 	Operand  uint64  // OpCAS: desired; OpFetchAdd: delta
+	Cred     Cred    // the user it is made for (see Cred)
 }
 
 // Done is the completion of an Op.
@@ -158,7 +159,9 @@ func (s *Server) admitPipelined(c *conn, t *task) (Op, bool) {
 		}
 		return Op{}, false
 	}
-	return pipeOp(r, s.pending.add(c, t)), true
+	op := pipeOp(r, s.pending.add(c, t))
+	op.Cred = s.credFor(c, r.GVA.Key())
+	return op, true
 }
 
 func accessFor(op wire.Op) uint32 {
@@ -174,7 +177,7 @@ func accessFor(op wire.Op) uint32 {
 // checkCached is check for a page whose attributes are cached (pipelined
 // ensured it, and attributes leave the cache only at Free).
 func (s *Server) checkCached(c *conn, key gva.GVA, need uint32) error {
-	if c.cred.UID == 0 {
+	if c.cred.UID == 0 || bugsCompiled && bugSkipChecks(s.be.Machine()) {
 		return nil
 	}
 	a, ok := s.attrs.Get(key)
