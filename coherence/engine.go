@@ -609,7 +609,7 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {
 		case OpReplicateAck:
 			e.handleReplicateAck(now, f)
 		case OpReplicaDrop:
-			e.handleReplicaDrop(f)
+			e.handleReplicaDrop(now, f)
 		case OpFailover:
 			e.handleFailover(now, in, f)
 		default:

@@ -44,6 +44,27 @@ func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 // newFabLinks is newFab with the link template lc (nil: the default).
 func newFabLinks(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config)) *fab {
 	t.Helper()
+	return newFabFilter(t, g, lc, tune, nil)
+}
+
+// lossFilter is a test double between a node core and its engine: the
+// frames it reports true for are lost on their way to the engine.
+type lossFilter struct {
+	*Engine
+	lose func(self noc.NodeID, f *noc.Frame) bool
+}
+
+func (l lossFilter) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt noc.Routes) {
+	if l.lose(l.self, f) {
+		return
+	}
+	l.Engine.HandleFrame(now, in, f, rt)
+}
+
+// newFabFilter is newFabLinks with the frames lose reports true for lost
+// before they reach their engine (nil: none).
+func newFabFilter(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config), lose func(self noc.NodeID, f *noc.Frame) bool) *fab {
+	t.Helper()
 	x := &fab{t: t, g: g, eng: make([]*Engine, g.N()), sinks: make([]*recordSink, g.N())}
 	runs := make([]uint64, g.N()) // a restarted node is a new incarnation
 	mk := func(id noc.NodeID) node.Handler {
@@ -58,6 +79,9 @@ func newFabLinks(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config
 			t.Fatal(err)
 		}
 		x.eng[id], x.sinks[id] = e, s
+		if lose != nil {
+			return lossFilter{e, lose}
+		}
 		return e
 	}
 	f, err := nodetest.New(g, nodetest.Config{Seed: 1, Handler: mk, Link: lc})

@@ -61,9 +61,16 @@ type ownerRep struct {
 	backups []backupLink
 	staged  *stagedWrite
 	queue   []*ownerOp // granted requests waiting behind the staged write or the sync
-	// oldBackups: the backups of the owner that handed the page to us;
-	// they keep their copies until ours hold the page.
+	// oldBackups: the stand-ins of the handover that gave us the page
+	// (the old owner and its backups) that have not confirmed yet that
+	// they dropped their copies. They keep them until ours hold the page;
+	// then they are told to drop them, and the page takes no write until
+	// each has confirmed it (or routing lost it for FailoverGrace): a
+	// stand-in that missed the word would otherwise take the page over at
+	// the old epoch's version if we die, losing what we committed.
 	oldBackups []noc.NodeID
+	oldUnreach map[noc.NodeID]time.Duration // when routing first lost a stand-in still to confirm
+	oldSent    time.Duration                // when the stand-ins were last told
 	// full: nodes that refused a copy for want of room, and when; they
 	// are not asked again within a HomeRefresh.
 	full map[noc.NodeID]time.Duration
@@ -153,23 +160,31 @@ const maxHints = 1 << 16
 func (e *Engine) replicated() bool { return e.cfg.Replicas > 1 }
 
 // repBusy reports whether a page owned here must keep granted writes,
-// atomics, acquires and locks waiting: a write is staged, or a backup does
-// not hold the committed version yet.
+// atomics, acquires and locks waiting: a write is staged, a backup does
+// not hold the committed version yet, or a stand-in of the handover that
+// gave us the page has not confirmed it dropped its copy.
 func (e *Engine) repBusy(pg *page) bool {
 	rep := pg.rep
 	if rep == nil {
 		return false
 	}
+	return len(rep.oldBackups) > 0 || !e.repSynced(pg)
+}
+
+// repSynced reports whether no write is staged on a replicated page owned
+// here and R−1 backups hold its committed version.
+func (e *Engine) repSynced(pg *page) bool {
+	rep := pg.rep
 	if rep.staged != nil || len(rep.backups) < e.cfg.Replicas-1 {
-		return true // R copies or no write
+		return false // R copies or no write
 	}
 	for i := range rep.backups {
 		b := &rep.backups[i]
 		if !b.ok || b.acked < pg.version {
-			return true
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // attend marks an owned page for the replication timer's attention.
@@ -280,8 +295,8 @@ func (e *Engine) commitStaged(now time.Duration, pg *page) {
 // drainRep runs the granted requests that waited on a page while it is not
 // busy.
 func (e *Engine) drainRep(now time.Duration, pg *page) {
-	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && !e.repBusy(pg) {
-		e.releaseOldBackups(pg)
+	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && e.repSynced(pg) {
+		e.releaseOldBackups(now, pg)
 	}
 	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
 		op := pg.rep.queue[0]
@@ -784,28 +799,85 @@ func (e *Engine) repProgress(now time.Duration, pg *page) {
 	e.drainRep(now, pg)
 }
 
-// releaseOldBackups tells the previous owner's backups, once ours hold the
-// page, that their copies are no longer needed.
-func (e *Engine) releaseOldBackups(pg *page) {
+// releaseOldBackups tells the stand-ins of the handover that gave us the
+// page, once our backups hold it, that their copies are no longer needed,
+// and asks each whether it still keeps one (a probe: its answer without
+// goneHolds confirms the drop, standInReleased). Re-sent every
+// RetryInterval until each has confirmed; a stand-in routing has lost for
+// FailoverGrace is taken for dead (as a lost backup is) and told once
+// more, for if it ever comes back.
+func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 	rep := pg.rep
+	if rep.oldSent != 0 && now-rep.oldSent < e.cfg.RetryInterval {
+		return
+	}
+	rep.oldSent = now
+	keep := make([]noc.NodeID, 0, len(rep.oldBackups))
 	for _, n := range rep.oldBackups {
 		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) || n == e.self {
 			continue // one of ours: our epoch replaced its copy
 		}
+		if _, _, ok := e.rt.NextHop(n); !ok {
+			since, seen := rep.oldUnreach[n]
+			switch {
+			case !seen:
+				if rep.oldUnreach == nil {
+					rep.oldUnreach = map[noc.NodeID]time.Duration{}
+				}
+				rep.oldUnreach[n] = now
+			case now-since >= e.cfg.FailoverGrace:
+				delete(rep.oldUnreach, n)
+				e.sendDrop(n, pg.key, pg.epoch)
+				continue
+			}
+			keep = append(keep, n)
+			continue
+		}
+		delete(rep.oldUnreach, n)
 		e.sendDrop(n, pg.key, pg.epoch)
+		// Epoch 0 in the probe: the answer says whether n keeps any copy.
+		var b [replAckLn]byte
+		binary.BigEndian.PutUint64(b[8:], e.inc)
+		b[16] = ackProbe
+		f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, n, 0, pg.key, pg.version, b[:])
+		e.sendNode(&f)
+		e.stats.ReplProbes++
+		keep = append(keep, n)
 	}
-	rep.oldBackups = nil
+	rep.oldBackups = keep
+}
+
+// standInReleased takes a probe's answer from node n without a copy of
+// the page (of any epoch) as n's confirmation that it dropped its
+// stand-in copy of a page owned here; writes go on once every stand-in
+// has confirmed.
+func (e *Engine) standInReleased(now time.Duration, key gva.GVA, n noc.NodeID) {
+	pg := e.pages[key]
+	if pg == nil || !pg.owner || pg.rep == nil || !slices.Contains(pg.rep.oldBackups, n) {
+		return
+	}
+	if e.dbg != nil {
+		e.debugf(key, "stand-in %v dropped its copy", n)
+	}
+	pg.rep.oldBackups = slices.DeleteFunc(pg.rep.oldBackups, func(x noc.NodeID) bool { return x == n })
+	delete(pg.rep.oldUnreach, n)
+	if len(pg.rep.oldBackups) == 0 {
+		e.drainRep(now, pg)
+	}
 }
 
 // handleReplicaDrop runs at a backup: a plain drop from the copy's owner
 // (or from the heir it was handed to) forgets the copy; a drop naming an
 // heir keeps it for the heir.
-func (e *Engine) handleReplicaDrop(f *noc.Frame) {
+func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 	if len(f.Payload) != dropLen && len(f.Payload) != handLen && len(f.Payload) != goneLen {
 		e.malformed()
 		return
 	}
 	epoch := binary.BigEndian.Uint64(f.Payload)
+	if len(f.Payload) == goneLen && epoch == 0 && f.Payload[16]&goneHolds == 0 {
+		e.standInReleased(now, f.GVA.Key(), f.Src) // no copy of any epoch there
+	}
 	c := e.copies[f.GVA.Key()]
 	if c == nil || c.epoch > epoch {
 		return
@@ -924,6 +996,9 @@ func (e *Engine) replTick(now time.Duration) {
 		rep := pg.rep
 		if len(rep.backups) < e.cfg.Replicas-1 {
 			e.fillBackups(now, pg)
+		}
+		if len(rep.oldBackups) > 0 && e.repSynced(pg) {
+			e.releaseOldBackups(now, pg) // stand-ins yet to confirm
 		}
 		if !e.repBusy(pg) {
 			e.drainRep(now, pg)

@@ -472,3 +472,66 @@ func TestOwnerRestartsFast(t *testing.T) {
 		})
 	}
 }
+
+// TestHeirWritesOnlyOnceTheStandInsDroppedTheirCopies: the stand-ins of a
+// handover (the old owner and its backup) keep their copies, of the old
+// epoch, until the heir's own backup holds the page; the heir then tells
+// them to drop them. That word is lost here (the first drop from the heir
+// to each node). Had the heir gone on writing, a stand-in would keep its
+// old copy and, the heir dead, could take the page over at the old
+// version, losing what the heir acknowledged. The heir must re-send until
+// each stand-in confirms, and acknowledge no write before: once a write is
+// acknowledged, only the heir's own backups keep a copy.
+func TestHeirWritesOnlyOnceTheStandInsDroppedTheirCopies(t *testing.T) {
+	const heir = 3
+	lost := map[noc.NodeID]bool{}
+	x := newFabFilter(t, ringGraph(t, 6), nil, replicas(2), func(self noc.NodeID, f *noc.Frame) bool {
+		if f.Class == noc.ClassControl && f.Op == OpReplicaDrop && f.Src == heir && len(f.Payload) == dropLen && !lost[self] {
+			lost[self] = true
+			return true
+		}
+		return false
+	})
+	p := x.alloc(0)
+	x.ok(heir, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	standIns := append([]noc.NodeID{0}, x.eng[0].Backups(p.Key())...)
+	for _, n := range standIns {
+		if _, ok := x.eng[n].Backing(p.Key()); n != 0 && !ok {
+			t.Fatalf("backup %v of the old owner keeps no copy", n)
+		}
+	}
+	x.ok(heir, Request{Op: HostRef, GVA: p})
+	x.ok(heir, Request{Op: HostAcquire, GVA: p})
+	acked := uint64(1)
+	for range 3 {
+		c := x.ok(heir, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+		bs := x.eng[heir].Backups(p.Key())
+		for i, e := range x.eng {
+			if _, ok := e.Backing(p.Key()); ok && !slices.Contains(bs, noc.NodeID(i)) {
+				t.Fatalf("add acknowledged at version %d while node %d (stand-ins %v, the heir's backups %v) keeps a copy",
+					c.Version, i, standIns, bs)
+			}
+		}
+	}
+	for _, n := range standIns {
+		if !lost[n] {
+			t.Fatalf("the heir's first drop to stand-in %v was not lost (lost: %v): the test lost nothing", n, lost)
+		}
+	}
+	// The heir dies: its backup takes the page over with every
+	// acknowledged add.
+	x.f.Kill(heir)
+	var c Completion
+	for try := 0; try < 400; try++ {
+		c = x.do(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		if c.Err == nil {
+			break
+		}
+		x.f.Run(2 * time.Millisecond)
+	}
+	if c.Err != nil || c.Value != acked {
+		t.Fatalf("add after the heir died: %v, %d were acknowledged", c, acked)
+	}
+}
