@@ -206,7 +206,10 @@
 // backups chosen. A swap's old owner tells its backups the heir's name
 // (OpReplicaDrop with an heir) and keeps a stand-in copy itself, ranked
 // first: they keep the page until the heir's own backups hold it (the heir
-// then drops them) and take it over if the heir dies first, or lives
+// then drops them, and writes nothing until each confirmed it, answering a
+// probe without a copy, or routing lost it for FailoverGrace: a stand-in
+// that missed the word would take the page over at the old version if the
+// heir died) and take it over if the heir dies first, or lives
 // without the page (an heir that gives a confirmed swap up as lost tells
 // them so). A copy about to be promoted probes every reachable node ranked
 // before it: one that answers without a copy of the page (it restarted, as
