@@ -109,6 +109,13 @@ func (s source) Stats() ctl.Stats {
 		add("link_rx_datagrams", rx)
 		add("link_retransmits", rt)
 		add("routes", uint64(len(c.Routing().Routes())))
+		if s.a.engine != nil {
+			es := s.a.engine.Stats()
+			add("coherence_malformed", es.Malformed)        // payloads dropped (another build's format, or forged)
+			add("coherence_refused", es.Refused)            // other nodes' requests refused by the pages' attributes
+			add("coherence_refused_local", es.RefusedLocal) // this node's requests refused by the attributes it holds
+			add("coherence_attr_unknown", es.AttrUnknown)   // requests held back while the attributes were asked for
+		}
 	})
 	return st
 }
