@@ -66,7 +66,11 @@
 //   - Self-healing: a node detaches a sender whose ref followed its entry
 //     into a node off the tree; a node whose up neighbour routed a request
 //     to it (the prefix's routed bit) resets its own cut-off branch; an
-//     update from a port that is not our up port is answered with an unref.
+//     update, invalidate or ref answer from a port that is not our up port
+//     (or reaching a node with no entry, or the owner) is answered with an
+//     unref. No branch is added toward a port whose link is down (routing
+//     may still name it for a while): a graft answer goes only by a live
+//     port, and a hop with none ends it and unrefs the sender.
 //
 // # Ownership protocol
 //
@@ -114,8 +118,15 @@
 // the done "broken" (the next node must not graft the sender) and detaches
 // the sender's side, which re-refs; a route that turns back on itself (an
 // acquire that waited at an old owner and went on up its flipped path)
-// passes the turning node unchanged. A new owner whose tree below was not
-// sent every version up to the transferred content invalidates it.
+// passes the turning node unchanged. A done whose next link on the route
+// is already down (its port-down passed, so nothing would reset an entry
+// turned toward it) goes no further: that node resets its entry (its
+// branch re-refs) and detaches the sender's side; an old owner whose
+// acquire's last link is down at its commit does the same. Otherwise the
+// branch would keep valid replicas that no update reaches, and a node
+// re-joining through it could close the tree into a cycle. A new owner
+// whose tree below was not sent every version up to the transferred
+// content invalidates it.
 //
 // Locks are acquire + pin (arbiter.Pin, bounded by a hardware timer:
 // Config.PinBound); unlock is unpin. When a pin outlives its bound the
@@ -132,7 +143,10 @@
 // 0, not acknowledged, with the page's attributes), so a home that
 // restarted learns its records and the pages' attributes again;
 // for two refresh periods after it started, a home without a record answers
-// "retry" (EAGAIN), then "host down". Requests without a path go first to
+// "retry" (EAGAIN), then "host down" (with replicas, half a refresh period
+// and two FailoverGrace more, the time a backup takes to take over a page
+// the restarted node owned and tell the home; a backup asking the home
+// gets EAGAIN during the two periods, then EHOSTDOWN: no live owner). Requests without a path go first to
 // the owner the requester last heard of (replicas learn it from every
 // update's source), which sends them on to the home if it no longer has the
 // page; the home redirects them toward the owner on record, carrying the
@@ -184,14 +198,19 @@
 // A backup whose owner routing lost for FailoverGrace — or whose owner
 // answers a probe as a later incarnation (it restarted before routing
 // noticed) — and whose lower-ranked fellow backups are gone too, takes the
-// page over (promotion): next epoch, its copy's content and version, its
+// page over (promotion); until it does, a request the home redirects to
+// the restarted owner is answered "retry" (EAGAIN), not "host down": next epoch, its copy's content and version, its
 // host's replica and subtree kept, the home told, OpFailover flooded to
 // every node (each keeps it as its first guess of the owner), the host
 // writes in flight to the dead owner ended as unknown (ETIMEDOUT), new
 // backups chosen. A swap's old owner tells its backups the heir's name
 // (OpReplicaDrop with an heir) and keeps a stand-in copy itself, ranked
 // first: they keep the page until the heir's own backups hold it (the heir
-// then drops them) and take it over if the heir dies first.
+// then drops them) and take it over if the heir dies first, or lives
+// without the page (an heir that gives a confirmed swap up as lost tells
+// them so). A copy about to be promoted probes every reachable node ranked
+// before it: one that answers without a copy of the page (it restarted, as
+// an old owner may faster than routing notices) no longer holds it back.
 //
 // # Capacity
 //
@@ -252,7 +271,8 @@
 //	Control/OpReplicateAck routed -            version held                epoch (8), sender incarnation (8), flags (1: bit0 need
 //	                                                                       full, bit1 probe)
 //	Control/OpReplicaDrop routed  -            -                           epoch (8) [, heir (4), heir incarnation (8)]
-//	                                                                       or epoch (8), answering incarnation (8) (probe answer)
+//	                                                                       or epoch (8), answering incarnation (8), flags (1: bit0
+//	                                                                       acquiring, bit1 holds a copy) (probe answer)
 //	Control/OpFailover    flooded -            version                     owner (4), incarnation (8), epoch (8)
 //
 // The request id of a swap's frames is the acquirer's request id; with the

@@ -257,6 +257,8 @@ type Engine struct {
 	backupUnreach map[noc.NodeID]time.Duration
 	attention     map[gva.GVA]bool
 	probing       map[gva.GVA]bool          // copies with a probe due or an owner found restarted
+	far           []noc.NodeID              // nodes beyond the neighbours, nearest first (farNodes)
+	farVersion    uint64                    // the routing version far was listed at
 	attrAsks      map[gva.GVA]time.Duration // pages whose attributes were asked of their home, and when (cred.go)
 
 	nextReq  uint64

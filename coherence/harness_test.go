@@ -8,6 +8,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/noc/topo"
 	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/node/nodetest"
@@ -37,10 +38,18 @@ type fab struct {
 
 func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 	t.Helper()
+	return newFabLinks(t, g, nil, tune)
+}
+
+// newFabLinks is newFab with the link template lc (nil: the default).
+func newFabLinks(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config)) *fab {
+	t.Helper()
 	x := &fab{t: t, g: g, eng: make([]*Engine, g.N()), sinks: make([]*recordSink, g.N())}
+	runs := make([]uint64, g.N()) // a restarted node is a new incarnation
 	mk := func(id noc.NodeID) node.Handler {
 		s := &recordSink{done: map[uint64]Completion{}}
-		cfg := Config{Self: id, Incarnation: uint64(id) + 100, Sink: s, Pages: 64, Seed: 7}
+		cfg := Config{Self: id, Incarnation: uint64(id) + 100 + 1000*runs[id], Sink: s, Pages: 64, Seed: 7}
+		runs[id]++
 		if tune != nil {
 			tune(&cfg)
 		}
@@ -51,7 +60,7 @@ func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 		x.eng[id], x.sinks[id] = e, s
 		return e
 	}
-	f, err := nodetest.New(g, nodetest.Config{Seed: 1, Handler: mk})
+	f, err := nodetest.New(g, nodetest.Config{Seed: 1, Handler: mk, Link: lc})
 	if err != nil {
 		t.Fatal(err)
 	}

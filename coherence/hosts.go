@@ -182,8 +182,12 @@ func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Route
 		return
 	}
 	s.reqs[hr.ID] = r
-	r.bound = hostTimer{at: r.deadline, r: r, bound: true}
-	heap.Push(&h.timers, &r.bound)
+	if hr.Timeout > 0 || !oneStep(hr.Op) {
+		// A request of one engine step within the engine's own bound
+		// needs no bound here: the engine completes it by then.
+		r.bound = hostTimer{at: r.deadline, r: r, bound: true}
+		heap.Push(&h.timers, &r.bound)
+	}
 	h.start(now, r)
 	h.endStep(now)
 }
@@ -338,6 +342,16 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	default:
 		h.step(now, r, hr.engineCopy())
 	}
+}
+
+// oneStep reports whether requests of op are one engine request (start's
+// default case).
+func oneStep(op HostOp) bool {
+	switch op {
+	case HostStore, HostCAS, HostFetchAdd, HostWhere:
+		return true
+	}
+	return false
 }
 
 // holder names the session as pin holder.

@@ -23,6 +23,9 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	pg := e.pages[key]
+	if e.dbg != nil && f.Class != noc.ClassLoad {
+		e.debugf(key, "up %v/%d in=%d src=%v dst=%v", f.Class, f.Op, in, f.Src, f.Dst)
+	}
 	if pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted {
 		e.hold(pg, in, f)
 		return
@@ -107,6 +110,11 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		if target != 0 {
 			// Directed here as the owner, but the page is not here.
 			if target != e.inc {
+				if e.replicated() {
+					// The owner restarted: a backup takes the page over
+					// and tells the home, whose redirect then finds it.
+					return 0, 0, 0, syscall.EAGAIN
+				}
 				return 0, 0, 0, syscall.EHOSTDOWN // the owner restarted: the page is lost
 			}
 			c := e.handed[key]
@@ -123,7 +131,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			e.debugf(key, "home lookup %+v born=%v", rec, e.born)
 		}
 		switch {
-		case rec == nil && e.now < e.born+2*e.cfg.HomeRefresh:
+		case rec == nil && e.learning():
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
 		case rec == nil && e.staleAtHome(key):
 			return 0, 0, 0, syscall.ESTALE // an earlier run's page, lost with it (stale.go)
@@ -275,15 +283,9 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	ent, ok := e.cache.Peek(key)
-	if !ok || ent.Owner {
-		e.stats.Stale++
-		return
-	}
-	if ent.Up != in {
+	if !ok || ent.Owner || ent.Up != in {
 		// The sender still counts us as a branch; we are not one.
-		e.stats.Stale++
-		u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-		e.sendPort(in, &u)
+		e.notBranch(now, key, in)
 		return
 	}
 	v := f.PageVersion
@@ -312,6 +314,21 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 			e.sendPort(p, &g)
 		}
 	}
+}
+
+// notBranch answers a down-going message from a node that counts this one
+// as a branch of the page's tree when it is none (it has no entry, owns
+// the page, or hangs below another port): an unref, so that the sender
+// drops the branch, remembered so that a re-join under the sender tells it
+// again (OpAttach).
+func (e *Engine) notBranch(now time.Duration, key gva.GVA, in noc.PortID) {
+	e.stats.Stale++
+	if in == noc.LocalPort {
+		return
+	}
+	u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+	e.sendPort(in, &u)
+	e.markUnref(now, key, in)
 }
 
 // handleUnref removes the arrival port from the page's down set.

@@ -172,7 +172,10 @@ func (e *Engine) sendContent(ent *pathcache.Entry, p noc.PortID, id uint64, v gv
 // sendGraft answers a ref of a requester without a path: the answer is
 // routed to it, and every node on the way joins the tree.
 func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
-	next, _, ok := e.rt.NextHop(dst)
+	next, ok := e.liveHop(dst)
+	if e.dbg != nil {
+		e.debugf(key, "graft to %v by port %d (%v)", dst, next, ok)
+	}
 	if !ok {
 		return // the requester re-sends
 	}
@@ -197,6 +200,21 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 		e.sendPort(next, &x)
 		e.stats.InvalidatesSent++
 	}
+}
+
+// liveHop returns the port routing sends frames for dst by, if that port's
+// link is up: routing may still name a link whose port-down this engine
+// has already handled, and a branch added toward it would never be
+// removed.
+func (e *Engine) liveHop(dst noc.NodeID) (noc.PortID, bool) {
+	p, _, ok := e.rt.NextHop(dst)
+	if !ok {
+		return 0, false
+	}
+	if _, up := e.rt.Neighbour(p); !up {
+		return 0, false
+	}
+	return p, true
 }
 
 // guessOwner is where a request without a path is sent first: the owner
@@ -242,7 +260,7 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) 
 	} else {
 		var ok bool
 		if ent, ok = e.cache.Peek(key); !ok || ent.Owner {
-			e.stats.Stale++
+			e.notBranch(now, key, in) // a ref we forwarded, answered after we left the tree
 			return
 		}
 		if rr.flags&refAttr != 0 {
@@ -297,16 +315,20 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	key := f.GVA.Key()
 	last := f.Dst == e.self
 	next := noc.LocalPort
+	stop := last // the answer goes no further
 	if last {
 		if pg := e.pages[key]; pg == nil || pg.maps == 0 || pg.owner {
 			next = noc.NoPort // nothing to attach here any more
 		}
-	} else {
-		p, _, ok := e.rt.NextHop(f.Dst)
-		if !ok {
-			return nil, false
-		}
+	} else if p, ok := e.liveHop(f.Dst); ok {
 		next = p
+	} else {
+		// No way on (routing lost the requester, or still names a link
+		// that is down): the answer ends here, the requester re-sends.
+		next, stop = noc.NoPort, true
+	}
+	if e.dbg != nil {
+		e.debugf(key, "graft hop in=%d next=%d flags=%x", in, next, rr.flags)
 	}
 	added := rr.flags&refNotAdded == 0
 	ent, found := e.cache.Peek(key)
@@ -327,6 +349,12 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 		}
 	case !found:
 		attached = false
+		if added {
+			// The sender counts us as its branch: we are none.
+			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+			e.sendPort(in, &u)
+			e.markUnref(now, key, in)
+		}
 	case ent.Owner || ent.Up != in:
 		if added {
 			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
@@ -353,12 +381,12 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	} else {
 		rf |= refNotAdded
 	}
-	if last {
+	if stop {
 		if attached && next == noc.NoPort {
 			e.prune(now, ent)
 			return ent, false
 		}
-		return ent, attached
+		return ent, attached && last
 	}
 	g := *f
 	g.Hops++

@@ -273,6 +273,7 @@ func (e *Engine) swapInTimer(now time.Duration, pg *page) {
 		e.queryHome(now, pg) // the old owner is silent: ask its home
 	case sw.stage == stageQuerying:
 		e.stats.SwapsLost++
+		e.tellStandIns(pg.key, sw)
 		e.revertIn(now, pg)
 	default:
 		e.revertIn(now, pg)
@@ -288,6 +289,9 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame) {
 		return
 	}
 	key := f.GVA.Key()
+	if e.dbg != nil {
+		e.debugf(key, "data ack from %v seq=%d flags=%x", f.Src, m.seq, f.Flags)
+	}
 	pg := e.pages[key]
 	var sw *swapState
 	if pg != nil && pg.swap != nil && pg.swap.out && pg.swap.id == f.RequestID && pg.swap.peer == f.Src && pg.swap.seq == m.seq {
@@ -373,6 +377,14 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 		}
 		ent.Version = pg.version
 		e.syncReplica(ent, pg)
+		if _, live := e.rt.Neighbour(toward); !live {
+			// The acquire's last link went down since it came: the done
+			// is lost on it and nothing would reset an entry turned
+			// toward it. Our branch re-refs; the acquirer learns of the
+			// commit from its re-sent confirmation.
+			e.stats.FlipsCut++
+			e.resetEntry(now, ent)
+		}
 	}
 	if pg.maps == 0 {
 		e.store.Release(key)
@@ -448,6 +460,7 @@ func (e *Engine) settleQuery(now time.Duration, pg *page, rec *homeRecord) {
 		return
 	}
 	e.stats.SwapsLost++
+	e.tellStandIns(pg.key, sw)
 	e.revertIn(now, pg)
 }
 
@@ -460,8 +473,12 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		}
 		rec := e.home[key]
 		if rec == nil || homeOf(key) != e.self {
+			errno := syscall.EHOSTDOWN
+			if homeOf(key) == e.self {
+				errno = e.homeAnswer()
+			}
 			var b [errnoLen]byte
-			binary.BigEndian.PutUint32(b[:], uint32(syscall.EHOSTDOWN))
+			binary.BigEndian.PutUint32(b[:], uint32(errno))
 			a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply|noc.FlagError, e.self, f.Src, f.RequestID, key, 0, b[:])
 			e.sendNode(&a)
 			return
@@ -473,8 +490,10 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		return
 	}
 	var rec *homeRecord
+	var errno syscall.Errno
 	if f.Flags&noc.FlagError != 0 {
-		if _, err := decodeErrno(f.Payload); err != nil {
+		var err error
+		if errno, err = decodeErrno(f.Payload); err != nil {
 			e.malformed()
 			return
 		}
@@ -487,12 +506,12 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		rec = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
 	}
 	if c := e.copies[key]; c != nil && c.query != 0 && c.query == f.RequestID {
-		e.queryAnswered(now, c, rec)
+		e.queryAnswered(now, c, rec, errno)
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage != stageQuerying {
-		e.stats.Stale++
+	if sw == nil || sw.stage != stageQuerying || errno == syscall.EAGAIN {
+		e.stats.Stale++ // (a home still learning its records: asked again)
 		return
 	}
 	e.settleQuery(now, pg, rec)
@@ -530,6 +549,9 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	path := f.Flags&noc.FlagPath != 0
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "done from %v in=%d path=%v route=%d flags=%x seq=%d", f.Src, in, path, len(d.route)/2, d.flags, d.seq)
+	}
 	if path && len(d.route) > 0 {
 		e.flip(now, in, f, d)
 		return
@@ -570,6 +592,10 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	}
 	n := len(d.route) / 2
 	next := routePort(d.route, n-1)
+	_, live := e.rt.Neighbour(next)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "flip next=%d live=%v", next, live)
+	}
 	senderFlipped := d.flags&doneBroken == 0
 	ent, ok := e.cache.Peek(f.GVA.Key())
 	flipped := ok && !ent.Owner && ent.Up == in
@@ -581,6 +607,20 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	}
 	switch {
 	case next == in:
+	case !live:
+		// The route's next link is down: the done goes no further, and an
+		// entry turned toward that link would lead nowhere (its port-down
+		// has passed: nothing would reset it). Our branch, and the
+		// sender's, which now counts on us as its way up, leave the tree
+		// and re-ref.
+		e.stats.FlipsCut++
+		if flipped {
+			e.resetEntry(now, ent)
+		}
+		if senderFlipped {
+			e.detachSender(now, in, f.GVA.Key())
+		}
+		return
 	case flipped:
 		ent.Up = next
 		ent.Down = ent.Down.Remove(next)
@@ -591,9 +631,7 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	case senderFlipped:
 		// The sender now counts on us as its way up; we are not on its
 		// path, so its side must re-ref.
-		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
-		e.sendPort(in, &x)
-		e.stats.Detaches++
+		e.detachSender(now, in, f.GVA.Key())
 	}
 	var fl uint8
 	if !flipped {
@@ -605,6 +643,23 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	g.Payload = b
 	e.sendPort(next, &g)
 	if flipped && ent != nil {
+		e.prune(now, ent)
+	}
+}
+
+// detachSender detaches the side of a done's sender that turned its entry
+// toward this node, which is not on its path: it re-refs, and it is no
+// longer a branch here either (a detached node resets its entry and sends
+// no unref).
+func (e *Engine) detachSender(now time.Duration, in noc.PortID, key gva.GVA) {
+	x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+	e.sendPort(in, &x)
+	e.stats.Detaches++
+	if ent, ok := e.cache.Peek(key); ok && ent.Down.Has(in) {
+		ent.Down = ent.Down.Remove(in)
+		if fe := e.fetches[key]; fe != nil {
+			fe.ports = fe.ports.Remove(in)
+		}
 		e.prune(now, ent)
 	}
 }

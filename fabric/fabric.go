@@ -41,8 +41,9 @@ type Spec struct {
 	Heartbeat    time.Duration // link heartbeat (default 100 ms)
 	DeadInterval time.Duration // link dead interval (default 1 s)
 	ExtraArgs    []string      // appended to every agent's command line
-	// Channels is how many channels each link stripes over (udp links;
-	// 0 or 1: one).
+	// Channels is how many channels each link stripes over (0 or 1: one):
+	// consecutive UDP ports, or the queues of the veth devices (AF_XDP
+	// multi-queue).
 	Channels int
 	// Replicas is every agent's replication factor (key replicas; 0 or 1:
 	// no backups).
@@ -103,9 +104,6 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	switch spec.Links {
 	case "udp":
 	case "veth":
-		if spec.Channels > 1 {
-			return nil, fmt.Errorf("fabric: --channels needs udp links (a veth link is one device)")
-		}
 		if os.Geteuid() != 0 {
 			return nil, fmt.Errorf("fabric: --links veth creates network namespaces and needs root")
 		}
@@ -147,7 +145,13 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	var vf *veth.Fabric
 	if spec.Links == "veth" {
 		_ = veth.Down(abs) // leftovers of an earlier crash
-		vf, err = veth.Up(veth.Spec{Dir: abs, Nodes: spec.Nodes, Edges: vethEdges(st.Edges)})
+		// channels of a veth link are its devices' queues (AF_XDP
+		// multi-queue), one per channel
+		queues := 0
+		if spec.Channels > 1 {
+			queues = spec.Channels
+		}
+		vf, err = veth.Up(veth.Spec{Dir: abs, Nodes: spec.Nodes, Edges: vethEdges(st.Edges), Queues: queues})
 		if err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}

@@ -40,7 +40,7 @@ type Pipeline interface {
 
 // Op is one data-path request handed to a Pipeline.
 type Op struct {
-	Token    uint64  // the server's; echoed in the Done
+	Token    uint64  // the server's, below 1<<63; echoed in the Done
 	Kind     wire.Op // OpLoad, OpStore, OpCAS, OpFetchAdd or OpWhere
 	GVA      gva.GVA // with its byte offset
 	Len      int     // OpLoad: bytes to read
@@ -67,30 +67,50 @@ type pending struct {
 	t *task
 }
 
-// pendingTable maps pipeline tokens to their requests.
+// pendingTable maps pipeline tokens to their requests: a slot array with
+// a free list, the token being the slot's index and its generation (a
+// token whose slot was taken and reused is no longer found). Tokens stay
+// below 1<<63.
 type pendingTable struct {
-	mu   sync.Mutex
-	next uint64
-	m    map[uint64]pending
+	mu    sync.Mutex
+	slots []pendingSlot
+	free  []uint32
+}
+
+type pendingSlot struct {
+	pending
+	gen  uint32 // bumped when the slot is taken
+	used bool
 }
 
 func (p *pendingTable) add(c *conn, t *task) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = make(map[uint64]pending)
+	var i uint32
+	if n := len(p.free); n > 0 {
+		i, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		i = uint32(len(p.slots))
+		p.slots = append(p.slots, pendingSlot{})
 	}
-	p.next++
-	p.m[p.next] = pending{c: c, t: t}
-	return p.next
+	sl := &p.slots[i]
+	sl.pending, sl.used = pending{c: c, t: t}, true
+	return uint64(sl.gen&(1<<31-1))<<32 | uint64(i)
 }
 
 func (p *pendingTable) take(token uint64) (pending, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pd, ok := p.m[token]
-	delete(p.m, token)
-	return pd, ok
+	i, gen := uint32(token), uint32(token>>32)
+	if int(i) >= len(p.slots) || !p.slots[i].used || p.slots[i].gen&(1<<31-1) != gen {
+		return pending{}, false
+	}
+	sl := &p.slots[i]
+	pd := sl.pending
+	sl.pending, sl.used = pending{}, false
+	sl.gen++
+	p.free = append(p.free, i)
+	return pd, true
 }
 
 // pipelined reports whether r of c goes through the backend's Pipeline:

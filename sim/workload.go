@@ -330,6 +330,10 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 	w.res.Ops++
 	if errno != 0 {
 		w.res.Errors++
+		if w.res.ErrorsBy == nil {
+			w.res.ErrorsBy = map[syscall.Errno]int{}
+		}
+		w.res.ErrorsBy[errno]++
 	}
 	w.tracef("n%d %v %v e=%d v=%d x=%d s=%v", n.id, po.req.Op, po.req.GVA, errno, cp.Version, cp.Value, cp.Swapped)
 	if bound := engineTiming.RequestTimeout + time.Millisecond; cp.At-po.start > bound {

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/arbiter"
@@ -167,8 +168,9 @@ func (c Config) withDefaults() Config {
 // Result is the outcome of one run.
 type Result struct {
 	Seed       uint64
-	Ops        int // host requests completed (results and errors)
-	Errors     int // of which errors
+	Ops        int                   // host requests completed (results and errors)
+	Errors     int                   // of which errors
+	ErrorsBy   map[syscall.Errno]int // the errors by errno
 	Violations []string
 	TraceHash  uint64
 	Frames     uint64 // datagrams (frames, with abstract links) put on wires

@@ -10,12 +10,14 @@
 // the link layer over wires that carry its datagrams, which every fault kind
 // needs; abstract delivers whole frames in order with a seeded delay and no
 // link-layer datagrams, acks or retransmissions, for large fabrics (routing,
-// path cache, coherence engine and host sessions are the same code). Faults
-// need the real link layer: with abstract links --faults defaults to none,
-// and any other value is refused.
+// path cache, coherence engine and host sessions are the same code). With
+// abstract links --faults defaults to none; flap and crash work there (a
+// cut or a failure drops the carrier at once), drop and delay act on
+// link-layer datagrams and are refused.
 //
 // It prints one summary line (seeds=… replicas=… ops=… checked=… unchecked=…
-// violations=…), then a line that says what each counter means, and exits
+// violations=…), a line breaking errors down by errno (errors by errno:
+// ETIMEDOUT=… …), then a line that says what each counter means, and exits
 // non-zero on any violation, printing the failing seed and the command that
 // replays it. checked counts the atomic and lock operations the
 // linearizability check judged; unchecked those a history could not hold
@@ -32,8 +34,13 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/cmd/internal/version"
 	"github.com/aitherion/dpu/coherence"
@@ -60,6 +67,30 @@ var errDone = errors.New("done")
 // legend says what each counter of the summary line means.
 const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run`
 
+// errorsLine breaks the errors counter down by errno, most frequent first.
+func errorsLine(by map[syscall.Errno]int) string {
+	es := make([]syscall.Errno, 0, len(by))
+	for e := range by {
+		es = append(es, e)
+	}
+	slices.SortFunc(es, func(a, b syscall.Errno) int {
+		if by[a] != by[b] {
+			return by[b] - by[a]
+		}
+		return int(a) - int(b)
+	})
+	var b strings.Builder
+	b.WriteString("errors by errno:")
+	for _, e := range es {
+		name := unix.ErrnoName(e)
+		if name == "" {
+			name = fmt.Sprintf("errno%d", int(e))
+		}
+		fmt.Fprintf(&b, " %s=%d", name, by[e])
+	}
+	return b.String()
+}
+
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dpu-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -68,8 +99,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there)")
-	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics, without faults)")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there, or flap,crash)")
+	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics; flap and crash faults only)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
 	quiesce := fs.Duration("quiesce", 0, "virtual quiet time before the final checks (default 150ms)")
@@ -121,8 +152,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if lm == sim.LinksAbstract && fl != 0 {
-		return fmt.Errorf("--faults %s with --links abstract: faults need the real link layer (drop and delay act on its datagrams; a flap or crash is seen through its dead interval and handshake), and abstract links carry whole frames without loss; use --links real for faults, or --faults none", *faults)
+	if lm == sim.LinksAbstract && fl&(sim.FaultDrop|sim.FaultDelay) != 0 {
+		return fmt.Errorf("--faults %s with --links abstract: drop and delay need the real link layer (they act on its datagrams), and abstract links carry whole frames without loss; use --links real for them, or --faults flap,crash or none", *faults)
 	}
 	var bug coherence.PlantedBug
 	switch *plant {
@@ -180,6 +211,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused int
 	var swaps uint64
+	errorsBy := map[syscall.Errno]int{}
 	var failed []int
 	for i, r := range results {
 		if errs[i] != nil {
@@ -187,6 +219,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		ops += r.Ops
 		errCount += r.Errors
+		for e, n := range r.ErrorsBy {
+			errorsBy[e] += n
+		}
 		swaps += r.Swaps
 		lost += r.Lost
 		failovers += r.Failovers
@@ -203,6 +238,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
+	fmt.Fprintln(stdout, errorsLine(errorsBy))
 	fmt.Fprintln(stdout, legend)
 	for _, i := range failed {
 		r := results[i]
