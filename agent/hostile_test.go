@@ -3,9 +3,13 @@
 package agent_test
 
 import (
+	"context"
+	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/internal/privtest"
 )
@@ -15,12 +19,13 @@ import (
 // every user through without checking, and passes the users'
 // credentials on as it should. The page's owner, node 0, checks them
 // itself: uid B still gets EACCES for uid A's 0600 page and for writes to
-// its 0644 page, on the modified node, and uid A still works there. On
-// the old code (the owner trusting its neighbours' checks) uid B read and
-// overwrote the 0600 page.
+// its 0644 page, on the modified node, and uid A still works there; the
+// owner's counters say it refused them. On the old code (the owner
+// trusting its neighbours' checks) uid B read and overwrote the 0600
+// page.
 func TestPlantedBugSkippedCheckRefusedByOwner(t *testing.T) {
 	privtest.Require(t)
-	run := permPair(t)
+	run, nodes := permPair(t)
 	a := run(uidA, 0, "alloc 600", "alloc 644")
 	p600, p644 := gvaOfAlloc(t, a[0]), gvaOfAlloc(t, a[1])
 	hostif.BugSkipChecks(1, true)
@@ -42,4 +47,30 @@ func TestPlantedBugSkippedCheckRefusedByOwner(t *testing.T) {
 			t.Errorf("got %q, want %q", c.got, c.want)
 		}
 	}
+	if n := counter(t, nodes[0], "coherence_refused"); n < 4 {
+		t.Errorf("the owner refused %d of node 1's requests, want at least 4", n)
+	}
+}
+
+// counter reads one counter of dpuctl stats from a node.
+func counter(t *testing.T, nd *liveNode, name string) uint64 {
+	t.Helper()
+	c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range st.Counters {
+		if k.Name == name {
+			return k.Value
+		}
+	}
+	t.Fatalf("no counter %s in %+v", name, st.Counters)
+	return 0
 }

@@ -79,7 +79,7 @@ func TestHelperPageClient(t *testing.T) {
 // is refused it, and uid B may read the 0644 page but not write it.
 func TestPagePermissionsTravel(t *testing.T) {
 	privtest.Require(t)
-	run := permPair(t)
+	run, _ := permPair(t)
 	a := run(uidA, 0, "alloc 600", "alloc 644")
 	p600, p644 := gvaOfAlloc(t, a[0]), gvaOfAlloc(t, a[1])
 	want := func(got, want string) {
@@ -110,15 +110,15 @@ const uidA, uidB, permGroup = 4242, 4343, 65534
 
 // permPair starts two agents over an authenticated link, whose sockets
 // users A and B may reach, and returns run, which runs a script of
-// TestHelperPageClient as a user on a node and returns its answers.
-func permPair(t *testing.T) (run func(uid uint32, node int, script ...string) []string) {
+// TestHelperPageClient as a user on a node and returns its answers, and
+// the nodes.
+func permPair(t *testing.T) (run func(uid uint32, node int, script ...string) []string, nodes []*liveNode) {
 	cfgs, dir := securePair(t)
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var nodes []*liveNode
 	for i := range cfgs {
 		cfgs[i].SocketGroup = strconv.Itoa(permGroup)
 		nd, _ := runAgent(t, cfgs[i])
@@ -136,7 +136,7 @@ func permPair(t *testing.T) (run func(uid uint32, node int, script ...string) []
 	if err := os.WriteFile(bin, self, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return func(uid uint32, node int, script ...string) []string {
+	run = func(uid uint32, node int, script ...string) []string {
 		t.Helper()
 		cmd := exec.Command(bin, "-test.run=^TestHelperPageClient$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nodes[node].hostSocket(),
@@ -157,6 +157,7 @@ func permPair(t *testing.T) (run func(uid uint32, node int, script ...string) []
 		}
 		return lines
 	}
+	return run, nodes
 }
 
 // gvaOfAlloc is the GVA of a helper's "alloc" answer.
