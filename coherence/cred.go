@@ -33,8 +33,8 @@ import (
 // a page its users may not use.
 //
 // A node's own users are checked at the host socket before they get
-// here, and again at Submit (localAllowed) where the node knows the
-// page's attributes: it holds the page, or relays it on its tree, and
+// here, and again at Submit and at every retry (localAllowed) where the
+// node knows the page's attributes: it holds the page, or relays it on its tree, and
 // would otherwise serve them from what it holds (a relay installs the
 // content that passes by into a replica its host asked for). Requests
 // from noc.LocalPort are not checked again on the way up.

@@ -238,8 +238,17 @@ func (e *Engine) Submit(now time.Duration, hr Request, rt noc.Routes) {
 	e.start(now, r)
 }
 
-// start runs (or re-runs, after a retryable failure) a request.
+// start runs (or re-runs, after a retryable failure) a request. A re-run
+// is checked again against the page's attributes: the node may have
+// learned them since Submit (it took the page, or joined its tree), and
+// would otherwise serve its own user unchecked (requests from
+// noc.LocalPort are not checked on the way up).
 func (e *Engine) start(now time.Duration, r *request) {
+	if r.attempts > 0 && !e.localAllowed(r) {
+		e.stats.RefusedLocal++
+		e.completeErr(now, r, syscall.EACCES, "refused by the page's attributes")
+		return
+	}
 	r.attempts++
 	switch r.hr.Op {
 	case HostRef:
