@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -31,11 +32,15 @@ func liveSocketClient(b *testing.B) (*client.Client, string) {
 	return c, sock
 }
 
-// BenchmarkLiveSocketCASLatency: one goroutine, a CAS through the Go
-// client on the socket, then the same CAS on a bare connection (write,
-// read) through Go's net package, then on a bare blocking descriptor
-// (write(2), blocking read(2) in the caller's thread, as a C program does),
-// then a bare echo, per iteration.
+// BenchmarkLiveSocketCASLatency: one goroutine doing CASes four ways, in
+// turns of socketTurn round trips each, in one loop: through the Go client
+// on the socket (client), on a bare connection through Go's net package
+// (raw: write, then a read parked in the runtime's poller), on a bare
+// blocking descriptor (blocking: write(2), then read(2) in the caller's
+// thread, as a C program does), and a bare SOCK_SEQPACKET echo of the
+// request in this process (echo). Each way runs socketTurn round trips in
+// a row, so that each is measured in its steady state, not in the wake of
+// another. client/blocking is the Go client's price over C's shape.
 func BenchmarkLiveSocketCASLatency(b *testing.B) {
 	c, sock := liveSocketClient(b)
 	ctx := context.Background()
@@ -43,50 +48,62 @@ func BenchmarkLiveSocketCASLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rawPage := g
-	rawPage.Lo += 4096
+	page := func(i int) gva.GVA { p := g; p.Lo += uint64(i) * 4096; return p }
 	raw := rawSession(b, sock)
 	sys := blockingSession(b, sock)
-	sysPage := g
-	sysPage.Lo += 2 * 4096
 	echoConn := dialEcho(b)
 	in := make([]byte, wire.MaxMessage)
 	msg := make([]byte, 0, 64)
-	var cl, rw, sc, echo []time.Duration
-	i := uint64(0)
+	const (
+		client = iota
+		rawWay
+		blocking
+		echoWay
+		ways
+	)
+	var lat [ways][]time.Duration
+	var next [ways]uint64 // the next expected value of each way's page
+	n := 0
 	for b.Loop() {
+		way := n / socketTurn % ways
+		n++
+		i := next[way]
+		req := wire.AppendRequest(msg[:0], &wire.Request{Header: wire.Header{Op: wire.OpCAS, ID: i + 2, GVA: page(way % 3)}, Expected: i, Desired: i + 1})
 		t0 := time.Now()
-		if _, swapped, err := c.CompareAndSwap(ctx, g, i, i+1); err != nil || !swapped {
-			b.Fatalf("cas %d: swapped %v, %v", i, swapped, err)
+		switch way {
+		case client:
+			if _, swapped, err := c.CompareAndSwap(ctx, g, i, i+1); err != nil || !swapped {
+				b.Fatalf("cas %d: swapped %v, %v", i, swapped, err)
+			}
+		case rawWay:
+			if _, err := raw.Write(req); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := raw.Read(in); err != nil || n != wire.HeaderLen+16 || in[4] != 0 {
+				b.Fatalf("cas reply of %d bytes, status %d: %v", n, in[4], err)
+			}
+		case blocking:
+			if _, err := unix.Write(sys, req); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := unix.Read(sys, in); err != nil || n != wire.HeaderLen+16 || in[4] != 0 {
+				b.Fatalf("cas reply of %d bytes, status %d: %v", n, in[4], err)
+			}
+		case echoWay:
+			if _, err := echoConn.Write(req); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := echoConn.Read(in); err != nil {
+				b.Fatal(err)
+			}
 		}
-		t1 := time.Now()
-		req := wire.AppendRequest(msg[:0], &wire.Request{Header: wire.Header{Op: wire.OpCAS, ID: i + 2, GVA: rawPage}, Expected: i, Desired: i + 1})
-		if _, err := raw.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if n, err := raw.Read(in); err != nil || n != wire.HeaderLen+16 || in[4] != 0 {
-			b.Fatalf("cas reply of %d bytes, status %d: %v", n, in[4], err)
-		}
-		t2 := time.Now()
-		req = wire.AppendRequest(msg[:0], &wire.Request{Header: wire.Header{Op: wire.OpCAS, ID: i + 2, GVA: sysPage}, Expected: i, Desired: i + 1})
-		if _, err := unix.Write(sys, req); err != nil {
-			b.Fatal(err)
-		}
-		if n, err := unix.Read(sys, in); err != nil || n != wire.HeaderLen+16 || in[4] != 0 {
-			b.Fatalf("cas reply of %d bytes, status %d: %v", n, in[4], err)
-		}
-		t3 := time.Now()
-		if _, err := echoConn.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := echoConn.Read(in); err != nil {
-			b.Fatal(err)
-		}
-		t4 := time.Now()
-		cl, rw, sc, echo = append(cl, t1.Sub(t0)), append(rw, t2.Sub(t1)), append(sc, t3.Sub(t2)), append(echo, t4.Sub(t3))
-		i++
+		lat[way] = append(lat[way], time.Since(t0))
+		next[way]++
 	}
-	pc, pr, ps, pe := median(cl), median(rw), median(sc), median(echo)
+	if len(lat[echoWay]) == 0 {
+		return // too few rounds for every way
+	}
+	pc, pr, ps, pe := median(lat[client]), median(lat[rawWay]), median(lat[blocking]), median(lat[echoWay])
 	b.ReportMetric(pc, "client-p50-ns")
 	b.ReportMetric(pr, "raw-p50-ns")
 	b.ReportMetric(ps, "blocking-p50-ns")
@@ -94,31 +111,9 @@ func BenchmarkLiveSocketCASLatency(b *testing.B) {
 	b.ReportMetric(pc/ps, "client/blocking")
 }
 
-// blockingSession is rawSession on a blocking descriptor of its own (out of
-// the runtime's poller), for write(2) and read(2) in the caller's thread.
-// It is closed at cleanup.
-func blockingSession(b *testing.B, sock string) int {
-	b.Helper()
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		b.Fatal(err)
-	}
-	tv := unix.NsecToTimeval(int64(10 * time.Second)) // every wait bounded
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := unix.Write(fd, wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := unix.Read(fd, make([]byte, wire.MaxMessage)); err != nil {
-		b.Fatal(err)
-	}
-	return fd
-}
+// socketTurn is how many round trips each way of
+// BenchmarkLiveSocketCASLatency makes in a row.
+const socketTurn = 256
 
 // BenchmarkLiveSocketPipelined16: 16 goroutines share one socket Client,
 // each CASing its own page; ops/s is the connection's throughput and
@@ -161,4 +156,30 @@ func BenchmarkLiveSocketPipelined16(b *testing.B) {
 	if len(all) > 0 {
 		b.ReportMetric(median(all), "p50-ns")
 	}
+}
+
+// blockingSession is rawSession on a blocking descriptor of its own (out of
+// the runtime's poller), for write(2) and read(2) in the caller's thread.
+// It is closed at cleanup.
+func blockingSession(b *testing.B, sock string) int {
+	b.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		b.Fatal(err)
+	}
+	tv := unix.NsecToTimeval(int64(10 * time.Second)) // every wait bounded
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := unix.Write(fd, wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := unix.Read(fd, make([]byte, wire.MaxMessage)); err != nil {
+		b.Fatal(err)
+	}
+	return fd
 }
