@@ -22,9 +22,23 @@ func start(t *testing.T, opts hostif.Options) (*hostiftest.Node, string) {
 
 // TestTimeoutWithoutDeadline: a call whose context has no deadline is
 // still bounded, by Options.Timeout.
+// Both transports: rings and the socket.
 func TestTimeoutWithoutDeadline(t *testing.T) {
+	for _, noRings := range []bool{false, true} {
+		t.Run(transport(noRings), func(t *testing.T) { testTimeoutWithoutDeadline(t, noRings) })
+	}
+}
+
+func transport(noRings bool) string {
+	if noRings {
+		return "socket"
+	}
+	return "rings"
+}
+
+func testTimeoutWithoutDeadline(t *testing.T, noRings bool) {
 	be, path := start(t, hostif.Options{OpTimeout: 5 * time.Second})
-	c, err := client.Dial(context.Background(), path, client.Options{Timeout: 200 * time.Millisecond})
+	c, err := client.Dial(context.Background(), path, client.Options{Timeout: 200 * time.Millisecond, NoRings: noRings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +67,15 @@ func TestTimeoutWithoutDeadline(t *testing.T) {
 }
 
 func TestCloseEndsEverything(t *testing.T) {
+	for _, noRings := range []bool{false, true} {
+		t.Run(transport(noRings), func(t *testing.T) { testCloseEndsEverything(t, noRings) })
+	}
+}
+
+func testCloseEndsEverything(t *testing.T, noRings bool) {
 	be, path := start(t, hostif.Options{})
 	ctx := context.Background()
-	c, err := client.Dial(ctx, path, client.Options{})
+	c, err := client.Dial(ctx, path, client.Options{NoRings: noRings})
 	if err != nil {
 		t.Fatal(err)
 	}
