@@ -38,7 +38,10 @@ func transport(noRings bool) string {
 
 func testTimeoutWithoutDeadline(t *testing.T, noRings bool) {
 	be, path := start(t, hostif.Options{OpTimeout: 5 * time.Second})
-	c, err := client.Dial(context.Background(), path, client.Options{Timeout: 200 * time.Millisecond, NoRings: noRings})
+	// Dial's own context bounds HELLO, not the short Timeout.
+	dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Dial(dctx, path, client.Options{Timeout: 200 * time.Millisecond, NoRings: noRings})
 	if err != nil {
 		t.Fatal(err)
 	}
