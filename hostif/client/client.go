@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -494,6 +495,11 @@ func (c *Client) sockWait(ctx context.Context, cl *call) error {
 			if dl, ok := ctx.Deadline(); ok {
 				slice = min(slice, time.Until(dl))
 			}
+		}
+		if len(c.sem) > 1 {
+			// Others have calls in flight: let the goroutines this
+			// turn woke run (and send) before this thread blocks.
+			runtime.Gosched()
 		}
 		if slice > 0 {
 			if _, err := c.s.waitIn(slice); err != nil {
