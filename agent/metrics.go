@@ -97,8 +97,10 @@ func (s source) EngineCounters() metrics.EngineCounters {
 	var ec metrics.EngineCounters
 	s.snap(func(*node.Core) {
 		c := s.a.engine.Stats()
+		u := s.a.engine.PageUse()
 		ec = metrics.EngineCounters{ReplicaAnswers: c.AnsweredByReplica, Merges: c.Merges, Evictions: c.Evictions,
-			PinRevocations: c.HostFaults, Acquires: c.Acquires, Swaps: c.SwapsCompleted}
+			PinRevocations: c.HostFaults, Acquires: c.Acquires, Swaps: c.SwapsCompleted,
+			PagesOwned: u.Owned, PagesReplica: u.Replicas, PagesBackup: u.Backups, PagesCapacity: u.Capacity}
 	})
 	return ec
 }

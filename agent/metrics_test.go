@@ -75,6 +75,9 @@ func TestMetricsAndReload(t *testing.T) {
 		`dpu_host_requests_total{op="alloc",result="ok"} 1`,
 		"dpu_pathcache_evictions_total 0",
 		"dpu_owned_pages 1",
+		`dpu_pages{kind="owned"} 1`,
+		`dpu_pages{kind="backup"} 0`,
+		"dpu_pages_capacity ",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -66,7 +66,11 @@
 //   - Self-healing: a node detaches a sender whose ref followed its entry
 //     into a node off the tree; a node whose up neighbour routed a request
 //     to it (the prefix's routed bit) resets its own cut-off branch; an
-//     update from a port that is not our up port is answered with an unref.
+//     update, invalidate or ref answer from a port that is not our up port
+//     (or reaching a node with no entry, or the owner) is answered with an
+//     unref. No branch is added toward a port whose link is down (routing
+//     may still name it for a while): a graft answer goes only by a live
+//     port, and a hop with none ends it and unrefs the sender.
 //
 // # Ownership protocol
 //
@@ -114,8 +118,15 @@
 // the done "broken" (the next node must not graft the sender) and detaches
 // the sender's side, which re-refs; a route that turns back on itself (an
 // acquire that waited at an old owner and went on up its flipped path)
-// passes the turning node unchanged. A new owner whose tree below was not
-// sent every version up to the transferred content invalidates it.
+// passes the turning node unchanged. A done whose next link on the route
+// is already down (its port-down passed, so nothing would reset an entry
+// turned toward it) goes no further: that node resets its entry (its
+// branch re-refs) and detaches the sender's side; an old owner whose
+// acquire's last link is down at its commit does the same. Otherwise the
+// branch would keep valid replicas that no update reaches, and a node
+// re-joining through it could close the tree into a cycle. A new owner
+// whose tree below was not sent every version up to the transferred
+// content invalidates it.
 //
 // Locks are acquire + pin (arbiter.Pin, bounded by a hardware timer:
 // Config.PinBound); unlock is unpin. When a pin outlives its bound the
@@ -129,13 +140,27 @@
 // when it is the home, the new owner when it is; otherwise the new owner
 // sends OpOwnerMoved (routed, re-sent until acknowledged). Every owner also
 // re-sends it for each page it owns every Config.HomeRefresh (request id
-// 0, not acknowledged), so a home that restarted learns its records again;
+// 0, not acknowledged, with the page's attributes), so a home that
+// restarted learns its records and the pages' attributes again;
 // for two refresh periods after it started, a home without a record answers
-// "retry" (EAGAIN), then "host down". Requests without a path go first to
+// "retry" (EAGAIN), then "host down" (with replicas, half a refresh period
+// and two FailoverGrace more, the time a backup takes to take over a page
+// the restarted node owned and tell the home; a backup asking the home
+// gets EAGAIN during the two periods, then EHOSTDOWN: no live owner). Requests without a path go first to
 // the owner the requester last heard of (replicas learn it from every
 // update's source), which sends them on to the home if it no longer has the
 // page; the home redirects them toward the owner on record, carrying the
 // owner's incarnation in their first 8 payload bytes.
+//
+// # Credentials
+//
+// Every up-going request carries the credentials of the user it is made
+// for, as its node vouches; the owner, and any node on the page's tree
+// that would serve or merge a ref, check them against the page's
+// attributes (uid, gid, mode), which travel with content and ownership,
+// and refuse with EACCES. Requests of the node's own host are checked at
+// the host socket, and at Submit where the node knows the attributes. See
+// cred.go.
 //
 // # Failures
 //
@@ -173,14 +198,22 @@
 // A backup whose owner routing lost for FailoverGrace — or whose owner
 // answers a probe as a later incarnation (it restarted before routing
 // noticed) — and whose lower-ranked fellow backups are gone too, takes the
-// page over (promotion): next epoch, its copy's content and version, its
+// page over (promotion); until it does, a request the home redirects to
+// the restarted owner is answered "retry" (EAGAIN), not "host down": next epoch, its copy's content and version, its
 // host's replica and subtree kept, the home told, OpFailover flooded to
 // every node (each keeps it as its first guess of the owner), the host
 // writes in flight to the dead owner ended as unknown (ETIMEDOUT), new
 // backups chosen. A swap's old owner tells its backups the heir's name
 // (OpReplicaDrop with an heir) and keeps a stand-in copy itself, ranked
 // first: they keep the page until the heir's own backups hold it (the heir
-// then drops them) and take it over if the heir dies first.
+// then drops them, and writes nothing until each confirmed it, answering a
+// probe without a copy, or routing lost it for FailoverGrace: a stand-in
+// that missed the word would take the page over at the old version if the
+// heir died) and take it over if the heir dies first, or lives
+// without the page (an heir that gives a confirmed swap up as lost tells
+// them so). A copy about to be promoted probes every reachable node ranked
+// before it: one that answers without a copy of the page (it restarted, as
+// an old owner may faster than routing notices) no longer holds it back.
 //
 // # Capacity
 //
@@ -197,43 +230,52 @@
 // "prefix" is the 8 bytes that start every up-going request: bit 63 set
 // when the last node sent it by routing, off the page's tree; bits 0..62
 // the target incarnation (0 unless the home redirected it toward the
-// owner; incarnations are 63-bit).
+// owner; incarnations are 63-bit). "cred" follows the prefix of every
+// up-going request: the credentials of the user it is made for (cred.go):
+// uid (4), gid (4), n (1), n supplementary groups (4 each, n ≤ 16).
+// "attr" is a page's attributes: uid (4), gid (4), mode (4).
 //
 //	class/op              dir     flags        header fields               payload
-//	Load/OpRef            up      Path         version = min version       prefix, flags (1: bit0 graft = sent off the tree)
+//	Load/OpRef            up      Path         version = min version       prefix, cred, flags (1: bit0 graft = sent off the tree)
 //	Load/OpRef reply      down    Path|Reply   version = content version   flags (1: bit0 graft = routed to Dst,
-//	                      (graft: routed)                                  bit1 not added), owner node (4), content (4096)
+//	                      (graft: routed)                                  bit1 not added, bit2 attr follows), owner node (4),
+//	                                                                       [attr], content (4096)
 //	Load/OpUnref          up      Path         -                           -
 //	Load/OpDetach         down    Path         version                     -
 //	Load/OpAttach         up, 1 hop Path       version = sender's entry    -
-//	Store/OpStore         up      Path         gva with offset             prefix, data (1..4096, within the page)
+//	Store/OpStore         up      Path         gva with offset             prefix, cred, data (1..4096, within the page)
 //	Store/OpStore reply   routed  Reply        version = new version       -
 //	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold); Src = the owner
 //	Store/OpInvalidate    down    Path         version                     -
-//	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, expected (8), desired (8)
-//	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, delta (8)
+//	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, cred, expected (8), desired (8)
+//	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, cred, delta (8)
 //	Atomic/* reply        routed  Reply        version after               previous value (8), swapped (1)
 //	any request's error   routed  Reply|Error  -                           errno (4)
-//	Control/OpAcquire     up      Path         priority                    prefix, flags (1: bit0 lock), losses (2),
+//	Control/OpAcquire     up      Path         priority                    prefix, cred, flags (1: bit0 lock), losses (2),
 //	                                                                       wait start (8), requester incarnation (8),
 //	                                                                       route length n (1), n arrival ports (2 each)
 //	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8), seq (8)
 //	Control/OpDeny        routed  -            -                           errno (4)
-//	Control/OpData        routed  [Huge]       version                     epoch (8), seq (8), flags (1: bit0 huge), content (4096)
+//	Control/OpData        routed  [Huge]       version                     epoch (8), seq (8), flags (1: bit0 huge, bit1 attr
+//	                                                                       follows), [attr], content (4096)
 //	Control/OpDataAck     routed  [Error]      version                     requester incarnation (8), owner incarnation (8), seq (8)
 //	Control/OpDone        route   Path         version                     flags (1: bit0 broken, bit1 routed), seq (8),
 //	                      or routed                                        route length n (1), n ports (2 each)
 //	Control/OpAbort       routed  -            -                           seq (8)
 //	Control/OpOwnerMoved  routed  -            request id = epoch or 0     owner (4; 0xFFFFFFFF: freed), incarnation (8), epoch (8)
+//	                                                                       [, attr: refreshes (request id 0)]
+//	Control/OpAttrQuery   routed  -            request id (0: a node's own) -; reply: attr, or errno (4) with Error
 //	Control/OpOwnerMovedAck routed -           request id = epoch          -
 //	Control/OpData (R > 1)  routed  [Huge]     version                     as above, then n (1), n stand-ins (4 each)
 //	Control/OpReplicate   routed  -            version after               epoch (8), owner incarnation (8), flags (1: bit0 full,
-//	                                                                       bit1 huge, bit2 touch), rank (1), n (1), n backups (4 each),
-//	                                                                       offset (2), data (delta; full: 4096; touch: none)
+//	                                                                       bit1 huge, bit2 touch, bit3 attr: full only), rank (1), n (1),
+//	                                                                       n backups (4 each), offset (2), data (delta; full: 4096;
+//	                                                                       touch: none) [, attr]
 //	Control/OpReplicateAck routed -            version held                epoch (8), sender incarnation (8), flags (1: bit0 need
 //	                                                                       full, bit1 probe)
 //	Control/OpReplicaDrop routed  -            -                           epoch (8) [, heir (4), heir incarnation (8)]
-//	                                                                       or epoch (8), answering incarnation (8) (probe answer)
+//	                                                                       or epoch (8), answering incarnation (8), flags (1: bit0
+//	                                                                       acquiring, bit1 holds a copy) (probe answer)
 //	Control/OpFailover    flooded -            version                     owner (4), incarnation (8), epoch (8)
 //
 // The request id of a swap's frames is the acquirer's request id; with the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -199,5 +200,88 @@ func TestWhereAndSnapshots(t *testing.T) {
 	pc := x.eng[2].PathCacheSnapshot()
 	if len(pc) != 1 || pc[0].Key != p.Key() || !pc[0].HasPage || !pc[0].Down.Has(noc.LocalPort) {
 		t.Fatalf("path cache snapshot %+v", pc)
+	}
+}
+
+// TestDoneCutByADeadLinkResetsTheBranch: a swap's done travels the
+// acquire's route back from the old owner, turning every entry on it
+// toward the new owner. When a link of that route went down after the
+// acquire crossed it (its port-down has passed), the node before that
+// link must not turn its entry toward it: nothing would ever reset it,
+// and the branch below (its own replica included) would stay valid at the
+// versions before the swap while the new owner writes. Ring 0-1-2-3-4:
+// node 0 owns and locks the page, node 2 acquires along 2-1-0 and waits
+// at the lock; the link is cut (1-2: the done stops at node 1; 0-1: at the
+// old owner itself), routing goes the other way round, node 0 unlocks and
+// the swap completes by the routed done.
+func TestDoneCutByADeadLinkResetsTheBranch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cut      [2]noc.NodeID
+		stranded int // the node whose replica the done stranded
+	}{
+		{"done stops on the route", [2]noc.NodeID{1, 2}, 1},
+		{"done stops at the old owner", [2]noc.NodeID{0, 1}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lc := link.DefaultConfig()
+			lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+			lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+			x := newFabLinks(t, ringGraph(t, 5), &lc, func(c *Config) {
+				c.Arbiter.MaxWait, c.Arbiter.MaxPin = time.Second, time.Second
+				c.SwapTimeout, c.RequestTimeout = 200*time.Millisecond, 2*time.Second
+			})
+			p := x.alloc(0)
+			x.ok(0, Request{Op: HostRef, GVA: p})
+			x.ok(1, Request{Op: HostRef, GVA: p})
+			x.ok(2, Request{Op: HostRef, GVA: p})
+			if ent, _ := x.eng[2].Entry(p.Key()); func() bool { nb, _ := x.g.Peer(2, ent.Up); return nb.Node != 1 }() {
+				t.Fatal("node 2 is not below node 1")
+			}
+			x.ok(0, Request{Op: HostStore, GVA: p, Data: []byte("old")})
+			x.ok(0, Request{Op: HostLock, GVA: p, Holder: 1})
+			acq := x.submit(2, Request{Op: HostAcquire, GVA: p, Timeout: 2 * time.Second})
+			x.f.Run(2 * time.Millisecond) // the acquire waits at the lock
+			if _, ok := x.sinks[2].done[acq]; ok {
+				t.Fatalf("acquire ended under the lock: %v", x.result(2, acq))
+			}
+			if err := x.f.SetLink(tc.cut[0], tc.cut[1], false); err != nil {
+				t.Fatal(err)
+			}
+			x.f.Run(100 * time.Millisecond) // dead interval, routes go round the other way
+			x.ok(0, Request{Op: HostUnlock, GVA: p, Holder: 1})
+			x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[2].done[acq]; return ok })
+			if c := x.result(2, acq); c.Err != nil {
+				t.Fatalf("acquire: %v", c.Err)
+			}
+			if owner, _ := x.eng[2].Holding(p.Key()); !owner {
+				t.Fatal("node 2 does not own the page after its acquire")
+			}
+			cut := uint64(0)
+			for _, e := range x.eng {
+				cut += e.Stats().FlipsCut
+			}
+			if cut == 0 {
+				t.Fatal("no done was cut by the dead link")
+			}
+			x.ok(2, Request{Op: HostStore, GVA: p, Data: []byte("new")})
+			x.settle()
+			if got := x.load(tc.stranded, p, 3); string(got) != "new" {
+				t.Fatalf("node %d reads %q after the new owner wrote", tc.stranded, got)
+			}
+			// With the link back, every replica follows the new owner's
+			// writes.
+			if err := x.f.SetLink(tc.cut[0], tc.cut[1], true); err != nil {
+				t.Fatal(err)
+			}
+			x.f.Run(100 * time.Millisecond)
+			x.ok(2, Request{Op: HostStore, GVA: p, Data: []byte("end")})
+			x.settle()
+			for n := range 3 {
+				if got := x.load(n, p, 3); string(got) != "end" {
+					t.Fatalf("node %d reads %q at the end", n, got)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/noc/topo"
 	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/node/nodetest"
@@ -37,10 +38,39 @@ type fab struct {
 
 func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 	t.Helper()
+	return newFabLinks(t, g, nil, tune)
+}
+
+// newFabLinks is newFab with the link template lc (nil: the default).
+func newFabLinks(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config)) *fab {
+	t.Helper()
+	return newFabFilter(t, g, lc, tune, nil)
+}
+
+// lossFilter is a test double between a node core and its engine: the
+// frames it reports true for are lost on their way to the engine.
+type lossFilter struct {
+	*Engine
+	lose func(self noc.NodeID, f *noc.Frame) bool
+}
+
+func (l lossFilter) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt noc.Routes) {
+	if l.lose(l.self, f) {
+		return
+	}
+	l.Engine.HandleFrame(now, in, f, rt)
+}
+
+// newFabFilter is newFabLinks with the frames lose reports true for lost
+// before they reach their engine (nil: none).
+func newFabFilter(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config), lose func(self noc.NodeID, f *noc.Frame) bool) *fab {
+	t.Helper()
 	x := &fab{t: t, g: g, eng: make([]*Engine, g.N()), sinks: make([]*recordSink, g.N())}
+	runs := make([]uint64, g.N()) // a restarted node is a new incarnation
 	mk := func(id noc.NodeID) node.Handler {
 		s := &recordSink{done: map[uint64]Completion{}}
-		cfg := Config{Self: id, Incarnation: uint64(id) + 100, Sink: s, Pages: 64, Seed: 7}
+		cfg := Config{Self: id, Incarnation: uint64(id) + 100 + 1000*runs[id], Sink: s, Pages: 64, Seed: 7}
+		runs[id]++
 		if tune != nil {
 			tune(&cfg)
 		}
@@ -49,9 +79,12 @@ func newFab(t *testing.T, g *topo.Graph, tune func(*Config)) *fab {
 			t.Fatal(err)
 		}
 		x.eng[id], x.sinks[id] = e, s
+		if lose != nil {
+			return lossFilter{e, lose}
+		}
 		return e
 	}
-	f, err := nodetest.New(g, nodetest.Config{Seed: 1, Handler: mk})
+	f, err := nodetest.New(g, nodetest.Config{Seed: 1, Handler: mk, Link: lc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,9 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	pg := e.pages[key]
+	if e.dbg != nil && f.Class != noc.ClassLoad {
+		e.debugf(key, "up %v/%d in=%d src=%v dst=%v", f.Class, f.Op, in, f.Src, f.Dst)
+	}
 	if pg != nil && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted {
 		e.hold(pg, in, f)
 		return
@@ -60,7 +63,8 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 // the page's tree (it routed the request).
 func routedHere(f *noc.Frame) bool {
 	if f.Class == noc.ClassLoad {
-		return len(f.Payload) == refLen && f.Payload[prefixLen]&refGraft != 0
+		_, rf, err := decodeRef(f.Payload)
+		return err == nil && rf&refGraft != 0
 	}
 	_, routed := upPrefix(f.Payload)
 	return routed
@@ -106,6 +110,11 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		if target != 0 {
 			// Directed here as the owner, but the page is not here.
 			if target != e.inc {
+				if e.replicated() {
+					// The owner restarted: a backup takes the page over
+					// and tells the home, whose redirect then finds it.
+					return 0, 0, 0, syscall.EAGAIN
+				}
 				return 0, 0, 0, syscall.EHOSTDOWN // the owner restarted: the page is lost
 			}
 			c := e.handed[key]
@@ -122,7 +131,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			e.debugf(key, "home lookup %+v born=%v", rec, e.born)
 		}
 		switch {
-		case rec == nil && e.now < e.born+2*e.cfg.HomeRefresh:
+		case rec == nil && e.learning():
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
 		case rec == nil && e.staleAtHome(key):
 			return 0, 0, 0, syscall.ESTALE // an earlier run's page, lost with it (stale.go)
@@ -168,17 +177,19 @@ func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, rou
 	}
 	cur := binary.BigEndian.Uint64(f.Payload)
 	rec := f.Class == noc.ClassControl && in != noc.LocalPort
-	ref := f.Class == noc.ClassLoad && f.Payload[prefixLen] != refFlags
+	body := upBody(f.Payload) // validUp accepted the payload
+	ref := f.Class == noc.ClassLoad && f.Payload[body] != refFlags
 	if cur != target || rec || ref {
 		p := append(e.pay[:0], f.Payload...)
 		binary.BigEndian.PutUint64(p, target)
 		if f.Class == noc.ClassLoad {
-			p[prefixLen] = refFlags
+			p[body] = refFlags
 		}
 		if rec {
-			p[acquireHead-1]++
+			n := acquireRouteLen(p)
+			p[n]++
 			p = binary.BigEndian.AppendUint16(p, uint16(in))
-			if int(p[acquireHead-1]) > maxRoute {
+			if int(p[n]) > maxRoute {
 				e.stats.HopLimit++
 				return
 			}
@@ -272,15 +283,9 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	ent, ok := e.cache.Peek(key)
-	if !ok || ent.Owner {
-		e.stats.Stale++
-		return
-	}
-	if ent.Up != in {
+	if !ok || ent.Owner || ent.Up != in {
 		// The sender still counts us as a branch; we are not one.
-		e.stats.Stale++
-		u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
-		e.sendPort(in, &u)
+		e.notBranch(now, key, in)
 		return
 	}
 	v := f.PageVersion
@@ -309,6 +314,21 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 			e.sendPort(p, &g)
 		}
 	}
+}
+
+// notBranch answers a down-going message from a node that counts this one
+// as a branch of the page's tree when it is none (it has no entry, owns
+// the page, or hangs below another port): an unref, so that the sender
+// drops the branch, remembered so that a re-join under the sender tells it
+// again (OpAttach).
+func (e *Engine) notBranch(now time.Duration, key gva.GVA, in noc.PortID) {
+	e.stats.Stale++
+	if in == noc.LocalPort {
+		return
+	}
+	u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+	e.sendPort(in, &u)
+	e.markUnref(now, key, in)
 }
 
 // handleUnref removes the arrival port from the page's down set.
@@ -438,7 +458,7 @@ func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry) {
 			for _, r := range pg.waiters {
 				min = max(min, r.min)
 			}
-			e.sendRef(now, pg, pg.waiters[0].id, min)
+			e.sendRef(now, pg, pg.waiters[0].id, pg.waiters[0].hr.Cred, min)
 		}
 	}
 }
@@ -575,6 +595,10 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 			r.losses++
 		}
 		e.retryLater(now, r, errno)
+	case syscall.EACCES, syscall.EPERM:
+		// This request's user is refused; other waiters of the page keep
+		// theirs (a re-sent ref carries their own credentials).
+		e.completeErr(now, r, errno, "refused by the node that serves the page")
 	default:
 		if r.hr.Op == HostRef || r.hr.Op == HostLoad {
 			// The page itself is gone: every waiter of it learns so.

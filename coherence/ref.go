@@ -1,7 +1,6 @@
 package coherence
 
 import (
-	"encoding/binary"
 	"syscall"
 	"time"
 
@@ -21,7 +20,8 @@ type graftWaiter struct {
 // entry (nil: the node is not on the page's tree).
 func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry) {
 	if e.dbg != nil {
-		e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, f.Payload[prefixLen], ent != nil)
+		_, rf, _ := decodeRef(f.Payload)
+		e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, rf, ent != nil)
 	}
 	key := f.GVA.Key()
 	_, rf, _ := decodeRef(f.Payload)
@@ -55,6 +55,12 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		e.forwardUp(in, up, dst, target, true, refGraft, f)
 		return
 	}
+	if in != ent.Up && !e.vouched(now, in, f, pg, ent) {
+		// On the tree, this node serves the ref (from its replica, or by
+		// merging it into a fetch and adding the sender below it): the
+		// sender's user must be allowed to read the page.
+		return
+	}
 	if !graft {
 		if ent.Up == in {
 			// A ref that followed the sender's entry into our up port: a
@@ -72,7 +78,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		if graft {
 			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
 		} else {
-			e.sendContent(in, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
+			e.sendContent(ent, in, f.RequestID, pg.version, e.ownerOf(pg), pg.huge, pg.content)
 		}
 		return
 	}
@@ -141,33 +147,35 @@ func (e *Engine) closeFetch(key gva.GVA) {
 }
 
 // sendRef sends (or merges) a ref for pg from this node's host, on behalf
-// of request id (errors come back to it).
-func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version) {
+// of request id, made for cred (errors come back to it).
+func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, cred Cred, min gva.Version) {
 	var fl noc.Flags = noc.FlagPath
 	if pg.huge {
 		fl |= noc.FlagHuge
 	}
-	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
-	p = append(p, 0)
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, e.guessOwner(pg.key), id, pg.key, min, p)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, e.guessOwner(pg.key), id, pg.key, min, appendRef(e.hostPay[:0], 0, cred, 0))
 	e.handleUp(now, noc.LocalPort, &f)
 }
 
-// sendContent answers a ref that came up port p.
-func (e *Engine) sendContent(p noc.PortID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
+// sendContent answers a ref that came up port p, with the attributes of
+// ent's page when this node knows them.
+func (e *Engine) sendContent(ent *pathcache.Entry, p noc.PortID, id uint64, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
 	fl := noc.FlagPath | noc.FlagReply
 	if huge {
 		fl |= noc.FlagHuge
 	}
-	b := appendRefReply(e.pay[:0], 0, owner, content)
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, key, v, b)
+	b := appendRefReply(e.pay[:0], 0, owner, ent.Attr, ent.HasAttr, content)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, ent.Key, v, b)
 	e.sendPort(p, &f)
 }
 
 // sendGraft answers a ref of a requester without a path: the answer is
 // routed to it, and every node on the way joins the tree.
 func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
-	next, _, ok := e.rt.NextHop(dst)
+	next, ok := e.liveHop(dst)
+	if e.dbg != nil {
+		e.debugf(key, "graft to %v by port %d (%v)", dst, next, ok)
+	}
 	if !ok {
 		return // the requester re-sends
 	}
@@ -181,7 +189,7 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 	if huge {
 		fl |= noc.FlagHuge
 	}
-	b := appendRefReply(e.pay[:0], rf, owner, content)
+	b := appendRefReply(e.pay[:0], rf, owner, ent.Attr, ent.HasAttr, content)
 	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, dst, id, key, v, b)
 	e.sendPort(next, &f)
 	e.stats.Grafts++
@@ -192,6 +200,21 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 		e.sendPort(next, &x)
 		e.stats.InvalidatesSent++
 	}
+}
+
+// liveHop returns the port routing sends frames for dst by, if that port's
+// link is up: routing may still name a link whose port-down this engine
+// has already handled, and a branch added toward it would never be
+// removed.
+func (e *Engine) liveHop(dst noc.NodeID) (noc.PortID, bool) {
+	p, _, ok := e.rt.NextHop(dst)
+	if !ok {
+		return 0, false
+	}
+	if _, up := e.rt.Neighbour(p); !up {
+		return 0, false
+	}
+	return p, true
 }
 
 // guessOwner is where a request without a path is sent first: the owner
@@ -237,8 +260,11 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) 
 	} else {
 		var ok bool
 		if ent, ok = e.cache.Peek(key); !ok || ent.Owner {
-			e.stats.Stale++
+			e.notBranch(now, key, in) // a ref we forwarded, answered after we left the tree
 			return
+		}
+		if rr.flags&refAttr != 0 {
+			e.learnAttr(key, rr.attr)
 		}
 	}
 	w := f.PageVersion
@@ -267,7 +293,7 @@ func (e *Engine) deliver(now time.Duration, key gva.GVA, ent *pathcache.Entry, e
 	}
 	for p := range fe.ports.All() {
 		if p != noc.LocalPort && p != except {
-			e.sendContent(p, 0, key, w, owner, huge, content)
+			e.sendContent(ent, p, 0, w, owner, huge, content)
 		}
 	}
 	for _, g := range fe.grafts {
@@ -289,16 +315,20 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	key := f.GVA.Key()
 	last := f.Dst == e.self
 	next := noc.LocalPort
+	stop := last // the answer goes no further
 	if last {
 		if pg := e.pages[key]; pg == nil || pg.maps == 0 || pg.owner {
 			next = noc.NoPort // nothing to attach here any more
 		}
-	} else {
-		p, _, ok := e.rt.NextHop(f.Dst)
-		if !ok {
-			return nil, false
-		}
+	} else if p, ok := e.liveHop(f.Dst); ok {
 		next = p
+	} else {
+		// No way on (routing lost the requester, or still names a link
+		// that is down): the answer ends here, the requester re-sends.
+		next, stop = noc.NoPort, true
+	}
+	if e.dbg != nil {
+		e.debugf(key, "graft hop in=%d next=%d flags=%x", in, next, rr.flags)
 	}
 	added := rr.flags&refNotAdded == 0
 	ent, found := e.cache.Peek(key)
@@ -319,10 +349,22 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 		}
 	case !found:
 		attached = false
+		if added {
+			// The sender counts us as its branch: we are none.
+			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+			e.sendPort(in, &u)
+			e.markUnref(now, key, in)
+		}
 	case ent.Owner || ent.Up != in:
 		if added {
 			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
 			e.sendPort(in, &u)
+		}
+	}
+	if attached && rr.flags&refAttr != 0 {
+		ent.Attr, ent.HasAttr = rr.attr, true
+		if pg := e.pages[key]; pg != nil {
+			pg.attr, pg.hasAttr = rr.attr, true
 		}
 	}
 	rf := rr.flags &^ refNotAdded
@@ -339,18 +381,19 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	} else {
 		rf |= refNotAdded
 	}
-	if last {
+	if stop {
 		if attached && next == noc.NoPort {
 			e.prune(now, ent)
 			return ent, false
 		}
-		return ent, attached
+		return ent, attached && last
 	}
 	g := *f
 	g.Hops++
 	if pg := e.pages[key]; stale && pg != nil && pg.has && (pg.owner || pg.version >= ent.Version) {
 		// We hold the newer content: pass it on instead.
-		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), pg.content)
+		a, aok := e.attrOf(pg, ent)
+		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), a, aok, pg.content)
 		g.PageVersion = pg.version
 		stale = false
 	} else {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/route"
 )
 
 // Replication (Config.Replicas = R > 1): primary-backup. See
@@ -39,17 +40,20 @@ const (
 	replFull  = 1 << 0 // data is the whole content at the header's version
 	replHuge  = 1 << 1
 	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
+	replAttr  = 1 << 3 // (with replFull) the page's attributes (12 bytes) follow the content
 )
 
 // Probe-answer flags.
 const (
 	goneAcquiring = 1 << 0 // the answering node is acquiring the page
+	goneHolds     = 1 << 1 // the answering node keeps a copy of the page, of the probe's epoch or later
 )
 
 // Replicate-ack flags.
 const (
 	ackNeedFull = 1 << 0
 	ackProbe    = 1 << 1 // a backup asks whether its owner still counts on its copy
+	ackNoRoom   = 1 << 2 // the node has no physical page left for a copy (capacity rule)
 )
 
 // ownerRep is the owner's side of a replicated page.
@@ -57,9 +61,19 @@ type ownerRep struct {
 	backups []backupLink
 	staged  *stagedWrite
 	queue   []*ownerOp // granted requests waiting behind the staged write or the sync
-	// oldBackups: the backups of the owner that handed the page to us;
-	// they keep their copies until ours hold the page.
+	// oldBackups: the stand-ins of the handover that gave us the page
+	// (the old owner and its backups) that have not confirmed yet that
+	// they dropped their copies. They keep them until ours hold the page;
+	// then they are told to drop them, and the page takes no write until
+	// each has confirmed it (or routing lost it for FailoverGrace): a
+	// stand-in that missed the word would otherwise take the page over at
+	// the old epoch's version if we die, losing what we committed.
 	oldBackups []noc.NodeID
+	oldUnreach map[noc.NodeID]time.Duration // when routing first lost a stand-in still to confirm
+	oldSent    time.Duration                // when the stand-ins were last told
+	// full: nodes that refused a copy for want of room, and when; they
+	// are not asked again within a HomeRefresh.
+	full map[noc.NodeID]time.Duration
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -90,6 +104,8 @@ type backupCopy struct {
 	version   gva.Version
 	huge      bool
 	content   []byte
+	attr      Attr // the page's attributes, when the owner sent them
+	hasAttr   bool
 	rank      int
 	backups   []noc.NodeID // the owner's backups in rank order
 	touched   time.Duration
@@ -113,6 +129,11 @@ type backupCopy struct {
 	queryErr bool
 	probedAt time.Duration
 	probeDue time.Duration // probe the owner at this time (0: not due)
+	// fellowsGone: nodes ranked before this copy that answered a probe
+	// without a copy of the page (they restarted, or dropped it): they
+	// will not take the page over, so they do not hold this copy back.
+	fellowsGone     []noc.NodeID
+	fellowsProbedAt time.Duration
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -139,23 +160,31 @@ const maxHints = 1 << 16
 func (e *Engine) replicated() bool { return e.cfg.Replicas > 1 }
 
 // repBusy reports whether a page owned here must keep granted writes,
-// atomics, acquires and locks waiting: a write is staged, or a backup does
-// not hold the committed version yet.
+// atomics, acquires and locks waiting: a write is staged, a backup does
+// not hold the committed version yet, or a stand-in of the handover that
+// gave us the page has not confirmed it dropped its copy.
 func (e *Engine) repBusy(pg *page) bool {
 	rep := pg.rep
 	if rep == nil {
 		return false
 	}
-	if rep.staged != nil || len(rep.backups) == 0 {
-		return true
+	return len(rep.oldBackups) > 0 || !e.repSynced(pg)
+}
+
+// repSynced reports whether no write is staged on a replicated page owned
+// here and R−1 backups hold its committed version.
+func (e *Engine) repSynced(pg *page) bool {
+	rep := pg.rep
+	if rep.staged != nil || len(rep.backups) < e.cfg.Replicas-1 {
+		return false // R copies or no write
 	}
 	for i := range rep.backups {
 		b := &rep.backups[i]
 		if !b.ok || b.acked < pg.version {
-			return true
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // attend marks an owned page for the replication timer's attention.
@@ -266,8 +295,8 @@ func (e *Engine) commitStaged(now time.Duration, pg *page) {
 // drainRep runs the granted requests that waited on a page while it is not
 // busy.
 func (e *Engine) drainRep(now time.Duration, pg *page) {
-	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && !e.repBusy(pg) {
-		e.releaseOldBackups(pg)
+	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && e.repSynced(pg) {
+		e.releaseOldBackups(now, pg)
 	}
 	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
 		op := pg.rep.queue[0]
@@ -325,13 +354,21 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	if old != nil {
 		e.dropCopy(old)
 	}
+	content, err := e.store.Alloc(copyKey(pg.key), pg.huge)
+	if err != nil {
+		// No room for the stand-in copy: the backups stand in alone.
+		e.stats.ReplNoRoom++
+		e.releaseRep(now, pg)
+		return
+	}
+	copy(content, pg.content)
 	list := make([]noc.NodeID, 0, 1+len(rep.backups))
 	list = append(list, e.self)
 	for _, b := range rep.backups {
 		list = append(list, b.node)
 	}
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
-		content: slices.Clone(pg.content), backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
+		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
 	e.stats.ReplCopies++
@@ -369,27 +406,75 @@ func (e *Engine) startReplication(now time.Duration, pg *page) {
 }
 
 // fillBackups adds backups up to R−1: neighbours first, one per port in
-// port order (each behind its own link), reachable and not yet chosen.
+// port order (each behind its own link), then, for a node with fewer
+// live neighbours than that (a leaf, the end of a line, a node whose
+// neighbours died), the nodes routing reaches beyond them, nearest first;
+// reachable and not yet chosen.
 func (e *Engine) fillBackups(now time.Duration, pg *page) {
 	rep := pg.rep
 	want := e.cfg.Replicas - 1
-	for p := noc.PortID(0); p < maxPortScan && len(rep.backups) < want; p++ {
-		nb, ok := e.rt.Neighbour(p)
-		if !ok || nb == e.self || nb == noc.BroadcastNode {
-			continue
+	add := func(n noc.NodeID) {
+		if n == e.self || n == noc.BroadcastNode || slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) {
+			return
 		}
-		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == nb }) {
-			continue
+		if at, ok := rep.full[n]; ok && now-at < e.cfg.HomeRefresh {
+			return
 		}
-		if _, _, reach := e.rt.NextHop(nb); !reach {
-			continue
+		if _, _, reach := e.rt.NextHop(n); !reach {
+			return
 		}
-		rep.backups = append(rep.backups, backupLink{node: nb})
-		e.indexBackup(nb, pg.key)
+		rep.backups = append(rep.backups, backupLink{node: n})
+		e.indexBackup(n, pg.key)
 		e.attend(pg.key)
 		e.stats.ReplBackupsChosen++
 		e.sendFull(pg, len(rep.backups)-1)
 	}
+	for p := noc.PortID(0); p < maxPortScan && len(rep.backups) < want; p++ {
+		if nb, ok := e.rt.Neighbour(p); ok {
+			add(nb)
+		}
+	}
+	for _, n := range e.farNodes() {
+		if len(rep.backups) >= want {
+			break
+		}
+		add(n)
+	}
+}
+
+// routeTable is implemented by the node core: its routing state lists
+// every node it reaches.
+type routeTable interface{ Routing() *route.State }
+
+// farNodes lists the nodes routing reaches beyond this node's neighbours,
+// nearest first (hops, then node id); the list is kept until routing
+// changes.
+func (e *Engine) farNodes() []noc.NodeID {
+	rt, ok := e.rt.(routeTable)
+	if !ok {
+		return nil
+	}
+	st := rt.Routing()
+	if st == nil {
+		return nil
+	}
+	if v := st.Version(); v != e.farVersion || e.far == nil {
+		routes := st.Routes()
+		slices.SortFunc(routes, func(a, b route.Route) int {
+			if a.Hops != b.Hops {
+				return a.Hops - b.Hops
+			}
+			return int(a.Dst) - int(b.Dst)
+		})
+		e.far = make([]noc.NodeID, 0, len(routes))
+		for _, r := range routes {
+			if r.Hops >= 2 && r.Dst != e.self {
+				e.far = append(e.far, r.Dst)
+			}
+		}
+		e.farVersion = v
+	}
+	return e.far
 }
 
 // sendFull sends backup i the page's committed content (and the staged
@@ -417,7 +502,10 @@ func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v
 	if pg.huge {
 		flags |= replHuge
 	}
-	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data}
+	if flags&replFull != 0 && pg.hasAttr {
+		flags |= replAttr // a copy taken over keeps the page's attributes (cred.go)
+	}
+	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data, attr: pg.attr}
 	for _, b := range rep.backups {
 		m.backups = append(m.backups, b.node)
 	}
@@ -442,6 +530,7 @@ type replMsg struct {
 	backups         []noc.NodeID
 	off             int
 	data            []byte
+	attr            Attr // with replAttr
 }
 
 func appendReplicate(b []byte, m replMsg) []byte {
@@ -452,7 +541,11 @@ func appendReplicate(b []byte, m replMsg) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(n))
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(m.off))
-	return append(b, m.data...)
+	b = append(b, m.data...)
+	if m.flags&replAttr != 0 {
+		b = appendAttr(b, m.attr)
+	}
+	return b
 }
 
 func decodeReplicate(p []byte) (replMsg, error) {
@@ -474,8 +567,18 @@ func decodeReplicate(p []byte) (replMsg, error) {
 	p = p[4*n:]
 	m.off = int(binary.BigEndian.Uint16(p))
 	m.data = p[2:]
+	if m.flags&replAttr != 0 {
+		if m.flags&replFull == 0 || len(m.data) < attrLen {
+			return m, errMalformed
+		}
+		a, err := decodeAttr(m.data[len(m.data)-attrLen:])
+		if err != nil {
+			return m, err
+		}
+		m.attr, m.data = a, m.data[:len(m.data)-attrLen]
+	}
 	switch {
-	case m.flags&^(replFull|replHuge|replTouch) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+	case m.flags&^(replFull|replHuge|replTouch|replAttr) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
 		return m, errMalformed
 	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
 		return m, errMalformed
@@ -513,16 +616,33 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	switch {
 	case m.flags&replFull != 0:
 		if c == nil {
-			c = &backupCopy{key: key, content: make([]byte, gva.PageSize)}
+			content, err := e.store.Alloc(copyKey(key), m.flags&replHuge != 0)
+			if err != nil {
+				// The capacity rule: no physical page for the copy. The
+				// owner places it elsewhere.
+				e.stats.ReplNoRoom++
+				var b [replAckLn]byte
+				binary.BigEndian.PutUint64(b[:], m.epoch)
+				binary.BigEndian.PutUint64(b[8:], e.inc)
+				b[16] = ackNoRoom
+				a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, 0, key, 0, b[:])
+				e.sendNode(&a)
+				return
+			}
+			c = &backupCopy{key: key, content: content}
 			e.copies[key] = c
 			e.stats.ReplCopies++
 		}
 		c.owner, c.hasHeir = f.Src, false
 		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr, c.goneAt = false, 0, 0, 0, 0, 0, false, 0
+		c.fellowsGone, c.fellowsProbedAt = c.fellowsGone[:0], 0
 		delete(e.probing, key)
 		e.indexCopy(c)
 		copy(c.content, m.data)
 		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
+		if m.flags&replAttr != 0 {
+			c.attr, c.hasAttr = m.attr, true
+		}
 	case c == nil || c.epoch != m.epoch:
 		needFull = true
 	case m.flags&replTouch != 0:
@@ -579,7 +699,14 @@ func (e *Engine) unindexCopy(c *backupCopy) {
 func (e *Engine) dropCopy(c *backupCopy) {
 	delete(e.copies, c.key)
 	e.unindexCopy(c)
+	e.store.Release(copyKey(c.key))
 }
+
+// copyKey is the page store's key of this node's backup copy of key: the
+// page's key with the highest ref index, which no page's key has (page
+// keys carry none), so that a copy and a replica the host maps of the same
+// page are two physical pages, both counted by the capacity rule.
+func copyKey(key gva.GVA) gva.GVA { return key.WithRefIndex(^uint32(0)) }
 
 // handleReplicateAck runs at the owner.
 func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
@@ -604,6 +731,9 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 			if pg != nil && pg.swap != nil && !pg.swap.out {
 				b[16] = goneAcquiring // taking it over right now
 			}
+			if c := e.copies[key]; c != nil && c.epoch >= epoch {
+				b[16] |= goneHolds // a fellow backup that still stands for the page
+			}
 			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, b[:])
 			e.sendNode(&d)
 		case pg == nil || !pg.owner:
@@ -613,7 +743,10 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	}
 	i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == f.Src })
 	if i < 0 {
-		e.sendDrop(f.Src, key, epoch) // a backup we gave up
+		// A backup we gave up, or a fellow of an earlier epoch's backup
+		// asking whether we still hold its copy: we own the page, at
+		// this epoch, which ends its copy.
+		e.sendDrop(f.Src, key, max(epoch, pg.epoch))
 		return
 	}
 	if epoch != pg.epoch {
@@ -621,6 +754,19 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		return
 	}
 	b := &pg.rep.backups[i]
+	if flags&ackNoRoom != 0 {
+		// No room there for a copy: another node takes it.
+		if pg.rep.full == nil {
+			pg.rep.full = map[noc.NodeID]time.Duration{}
+		}
+		pg.rep.full[f.Src] = now
+		pg.rep.backups = slices.Delete(pg.rep.backups, i, i+1)
+		e.unindexBackup(f.Src, key)
+		e.attend(key)
+		e.fillBackups(now, pg)
+		e.armRepl(now)
+		return
+	}
 	if flags&ackNeedFull != 0 {
 		b.ok, b.inc = false, inc
 		e.sendFull(pg, i)
@@ -653,28 +799,85 @@ func (e *Engine) repProgress(now time.Duration, pg *page) {
 	e.drainRep(now, pg)
 }
 
-// releaseOldBackups tells the previous owner's backups, once ours hold the
-// page, that their copies are no longer needed.
-func (e *Engine) releaseOldBackups(pg *page) {
+// releaseOldBackups tells the stand-ins of the handover that gave us the
+// page, once our backups hold it, that their copies are no longer needed,
+// and asks each whether it still keeps one (a probe: its answer without
+// goneHolds confirms the drop, standInReleased). Re-sent every
+// RetryInterval until each has confirmed; a stand-in routing has lost for
+// FailoverGrace is taken for dead (as a lost backup is) and told once
+// more, for if it ever comes back.
+func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 	rep := pg.rep
+	if rep.oldSent != 0 && now-rep.oldSent < e.cfg.RetryInterval {
+		return
+	}
+	rep.oldSent = now
+	keep := make([]noc.NodeID, 0, len(rep.oldBackups))
 	for _, n := range rep.oldBackups {
 		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) || n == e.self {
 			continue // one of ours: our epoch replaced its copy
 		}
+		if _, _, ok := e.rt.NextHop(n); !ok {
+			since, seen := rep.oldUnreach[n]
+			switch {
+			case !seen:
+				if rep.oldUnreach == nil {
+					rep.oldUnreach = map[noc.NodeID]time.Duration{}
+				}
+				rep.oldUnreach[n] = now
+			case now-since >= e.cfg.FailoverGrace:
+				delete(rep.oldUnreach, n)
+				e.sendDrop(n, pg.key, pg.epoch)
+				continue
+			}
+			keep = append(keep, n)
+			continue
+		}
+		delete(rep.oldUnreach, n)
 		e.sendDrop(n, pg.key, pg.epoch)
+		// Epoch 0 in the probe: the answer says whether n keeps any copy.
+		var b [replAckLn]byte
+		binary.BigEndian.PutUint64(b[8:], e.inc)
+		b[16] = ackProbe
+		f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, n, 0, pg.key, pg.version, b[:])
+		e.sendNode(&f)
+		e.stats.ReplProbes++
+		keep = append(keep, n)
 	}
-	rep.oldBackups = nil
+	rep.oldBackups = keep
+}
+
+// standInReleased takes a probe's answer from node n without a copy of
+// the page (of any epoch) as n's confirmation that it dropped its
+// stand-in copy of a page owned here; writes go on once every stand-in
+// has confirmed.
+func (e *Engine) standInReleased(now time.Duration, key gva.GVA, n noc.NodeID) {
+	pg := e.pages[key]
+	if pg == nil || !pg.owner || pg.rep == nil || !slices.Contains(pg.rep.oldBackups, n) {
+		return
+	}
+	if e.dbg != nil {
+		e.debugf(key, "stand-in %v dropped its copy", n)
+	}
+	pg.rep.oldBackups = slices.DeleteFunc(pg.rep.oldBackups, func(x noc.NodeID) bool { return x == n })
+	delete(pg.rep.oldUnreach, n)
+	if len(pg.rep.oldBackups) == 0 {
+		e.drainRep(now, pg)
+	}
 }
 
 // handleReplicaDrop runs at a backup: a plain drop from the copy's owner
 // (or from the heir it was handed to) forgets the copy; a drop naming an
 // heir keeps it for the heir.
-func (e *Engine) handleReplicaDrop(f *noc.Frame) {
+func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 	if len(f.Payload) != dropLen && len(f.Payload) != handLen && len(f.Payload) != goneLen {
 		e.malformed()
 		return
 	}
 	epoch := binary.BigEndian.Uint64(f.Payload)
+	if len(f.Payload) == goneLen && epoch == 0 && f.Payload[16]&goneHolds == 0 {
+		e.standInReleased(now, f.GVA.Key(), f.Src) // no copy of any epoch there
+	}
 	c := e.copies[f.GVA.Key()]
 	if c == nil || c.epoch > epoch {
 		return
@@ -682,7 +885,11 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 	if len(f.Payload) == goneLen {
 		inc := binary.BigEndian.Uint64(f.Payload[8:])
 		if e.dbg != nil {
-			e.debugf(c.key, "probe answer from %v inc %d: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+			e.debugf(c.key, "probe answer from %v inc %d flags %x: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, f.Payload[16], c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+		}
+		if f.Payload[16]&goneHolds == 0 && slices.Contains(c.backups[:min(c.rank, len(c.backups))], f.Src) &&
+			!slices.Contains(c.fellowsGone, f.Src) {
+			c.fellowsGone = append(c.fellowsGone, f.Src) // it will not take the page over
 		}
 		if c.hasHeir {
 			if f.Src == c.heir && (inc != c.heirInc || f.Payload[16]&goneAcquiring == 0) {
@@ -716,6 +923,7 @@ func (e *Engine) handleReplicaDrop(f *noc.Frame) {
 			// The old owner keeps a copy too and ranks first.
 			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
 			c.rank++
+			c.fellowsGone = c.fellowsGone[:0]
 			e.indexCopy(c)
 		}
 		return
@@ -789,6 +997,9 @@ func (e *Engine) replTick(now time.Duration) {
 		if len(rep.backups) < e.cfg.Replicas-1 {
 			e.fillBackups(now, pg)
 		}
+		if len(rep.oldBackups) > 0 && e.repSynced(pg) {
+			e.releaseOldBackups(now, pg) // stand-ins yet to confirm
+		}
 		if !e.repBusy(pg) {
 			e.drainRep(now, pg)
 			if pg.rep != nil && len(pg.rep.backups) >= e.cfg.Replicas-1 {
@@ -826,7 +1037,7 @@ func (e *Engine) replTick(now time.Duration) {
 					// failover names a newer epoch and drops this copy).
 					continue
 				}
-				if !e.lowerRankAlive(c) {
+				if !e.lowerRankAlive(now, c) {
 					e.tryPromote(now, c) // the copy leaves e.probing when it goes
 				}
 			case c.probeDue == 0:
@@ -879,7 +1090,7 @@ func (e *Engine) replTick(now time.Duration) {
 				e.stats.ReplCopiesExpired++
 				continue
 			}
-			if e.lowerRankAlive(c) {
+			if e.lowerRankAlive(now, c) {
 				continue
 			}
 			e.tryPromote(now, c)
@@ -896,11 +1107,36 @@ func (e *Engine) probe(now time.Duration, c *backupCopy) {
 		return
 	}
 	c.probedAt = now
+	e.sendProbe(c, c.watched())
+}
+
+// tellStandIns tells the stand-ins of a swap this node confirmed but
+// gives up as lost (its old owner failed, and its home has no word of the
+// commit) that it does not take the page: the answer a probe of the heir
+// would get. If the old owner did commit, they keep the page and the first
+// of them alive takes it over; if it did not, they hold no heir and ignore
+// it.
+func (e *Engine) tellStandIns(key gva.GVA, sw *swapState) {
+	var b [goneLen]byte
+	binary.BigEndian.PutUint64(b[:], sw.epoch)
+	binary.BigEndian.PutUint64(b[8:], e.inc)
+	for _, n := range sw.oldBackups {
+		if n != e.self {
+			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, n, 0, key, 0, b[:])
+			e.sendNode(&d)
+		}
+	}
+}
+
+// sendProbe asks node n about c's page: an owner that counts on the copy
+// ignores it; any other node answers with its incarnation and whether it
+// is acquiring the page or keeps a copy of it (OpReplicaDrop, goneLen).
+func (e *Engine) sendProbe(c *backupCopy, n noc.NodeID) {
 	var b [replAckLn]byte
 	binary.BigEndian.PutUint64(b[:], c.epoch)
 	binary.BigEndian.PutUint64(b[8:], e.inc)
 	b[16] = ackProbe
-	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, c.watched(), 0, c.key, c.version, b[:])
+	f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, n, 0, c.key, c.version, b[:])
 	e.sendNode(&f)
 	e.stats.ReplProbes++
 }
@@ -950,17 +1186,31 @@ func (e *Engine) expireCopies(now time.Duration) {
 }
 
 // lowerRankAlive reports whether a backup ranked before this one is still
-// reachable: that one takes the page over.
-func (e *Engine) lowerRankAlive(c *backupCopy) bool {
+// reachable and has not answered that it lacks the copy: that one takes
+// the page over. Such a node is probed (once per RetryInterval): a node
+// that restarted, or dropped its copy, answers without one and stops
+// holding this copy back (the first-ranked stand-in of a handover is the
+// old owner, which may have restarted as fast as routing noticed).
+func (e *Engine) lowerRankAlive(now time.Duration, c *backupCopy) bool {
+	alive := false
+	probe := c.fellowsProbedAt == 0 || now-c.fellowsProbedAt >= e.cfg.RetryInterval
 	for i := 0; i < c.rank && i < len(c.backups); i++ {
-		if c.backups[i] == e.self {
+		n := c.backups[i]
+		if n == e.self || slices.Contains(c.fellowsGone, n) {
 			continue
 		}
-		if _, _, ok := e.rt.NextHop(c.backups[i]); ok {
-			return true
+		if _, _, ok := e.rt.NextHop(n); !ok {
+			continue
+		}
+		alive = true
+		if probe {
+			e.sendProbe(c, n)
 		}
 	}
-	return false
+	if alive && probe {
+		c.fellowsProbedAt = now
+	}
+	return alive
 }
 
 // promote makes this node the owner of a page whose owner died, from its
@@ -973,11 +1223,19 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		return                                  // try again at the next tick
 	}
 	if pg == nil {
+		// The copy's physical page becomes the page's: its slot is given
+		// back first, so that a full store still takes the page.
+		held := slices.Clone(c.content)
+		e.store.Release(copyKey(key))
 		content, err := e.store.Alloc(key, c.huge)
 		if err != nil {
+			if c.content, err = e.store.Alloc(copyKey(key), c.huge); err == nil {
+				copy(c.content, held)
+			}
 			e.stats.ReplPromoteFailed++
 			return
 		}
+		c.content = held
 		pg = &page{key: key, huge: c.huge, content: content}
 		e.pages[key] = pg
 	}
@@ -995,6 +1253,9 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		epoch++ // the heir's epoch was c.epoch+1: ours follows it
 	}
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	if c.hasAttr {
+		pg.attr, pg.hasAttr = c.attr, true
+	}
 	e.dropCopy(c)
 	e.stats.Promotions++
 	if e.dbg != nil {
@@ -1084,11 +1345,18 @@ func (e *Engine) movedOn(c *backupCopy, rec *homeRecord) bool {
 	return rec.freed || rec.epoch > want
 }
 
-// queryAnswered acts on the home's answer to a backup's question.
-func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord) {
+// queryAnswered acts on the home's answer to a backup's question: a
+// record, or an errno (EAGAIN: the home restarted lately and is still
+// learning its records; EHOSTDOWN: it has none, and every live owner must
+// have told it: no node owns the page).
+func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord, errno syscall.Errno) {
 	c.query = 0
-	if rec == nil {
+	if rec == nil && errno == syscall.EAGAIN {
 		c.queryErr = true // ask again later, or take it over after maxQueries
+		return
+	}
+	if rec == nil {
+		c.queries = maxQueries // no owner on record: take it over at the next tick
 		return
 	}
 	if e.movedOn(c, rec) {

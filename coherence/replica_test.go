@@ -2,12 +2,15 @@ package coherence
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
 )
 
 func replicas(r int) func(*Config) {
@@ -258,4 +261,277 @@ func TestHandedOverPageSurvivesTheNewOwnersDeathBeforeItsBackups(t *testing.T) {
 		}
 		return
 	}())
+}
+
+// TestStandInTakesOverWhenTheOldOwnerRestartsAndTheHeirGivesUp: the old
+// owner commits a handover (its backup now stands in for the heir, behind
+// the old owner itself, ranked first), but the done never reaches the heir:
+// the heir's links are cut and declared dead. The old owner restarts at
+// once (routing reaches it again, as a new incarnation without the page)
+// and the heir, back, gives the swap up. The stand-in must learn that the
+// first-ranked stand-in no longer holds the page and take it over with
+// every acknowledged write; a stand-in held back by a reachable node that
+// lost its copy leaves the page with no owner.
+func TestStandInTakesOverWhenTheOldOwnerRestartsAndTheHeirGivesUp(t *testing.T) {
+	lc := link.DefaultConfig()
+	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	x := newFabLinks(t, ringGraph(t, 4), &lc, replicas(2))
+	p := x.alloc(0)
+	acked := uint64(0)
+	for range 5 {
+		x.ok(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+	}
+	x.settle()
+	standIn := x.eng[0].Backups(p.Key())[0]
+	const heir = 2 // ring 0-1-2-3: node 0's neighbours are 1 and 3
+	x.ok(heir, Request{Op: HostRef, GVA: p})
+	x.submit(heir, Request{Op: HostAcquire, GVA: p, Timeout: time.Second})
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].Stats().SwapsCommitted > 0 }) {
+		t.Fatal("the old owner did not commit the handover")
+	}
+	// The done is on its way: the heir is cut off before it arrives.
+	for _, nb := range []noc.NodeID{1, 3} {
+		if err := x.f.SetLink(heir, nb, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.f.Run(time.Millisecond)
+	if _, swapping := x.eng[heir].Holding(p.Key()); !swapping {
+		t.Fatal("the heir is not waiting for its done")
+	}
+	if v, ok := x.eng[standIn].Backing(p.Key()); !ok || v == 0 {
+		t.Fatalf("stand-in %v keeps no copy", standIn)
+	}
+	x.f.Kill(0)
+	if err := x.f.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	x.f.Run(60 * time.Millisecond) // the heir's links are declared dead
+	for _, nb := range []noc.NodeID{1, 3} {
+		if err := x.f.SetLink(heir, nb, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var owners []int
+	x.f.RunUntil(x.f.Now()+2*time.Second, func() bool {
+		owners = owners[:0]
+		for i, e := range x.eng {
+			if o, _ := e.Holding(p.Key()); o {
+				owners = append(owners, i)
+			}
+		}
+		return len(owners) > 0
+	})
+	if len(owners) != 1 {
+		t.Fatalf("owners after the handover's old owner restarted: %v", owners)
+	}
+	if owners[0] == 0 {
+		t.Fatal("the restarted old owner owns the page again")
+	}
+	x.settle()
+	c := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	if c.Value != acked {
+		t.Fatalf("add after the takeover read %d, %d were acknowledged", c.Value, acked)
+	}
+}
+
+// TestReplicasBeyondTheNeighbours: a node with fewer neighbours than R−1
+// (the end of a line) places its other backups on the nearest nodes beyond
+// them, and acknowledges a write only once all R−1 hold it; with fewer
+// than R nodes to hold the page, no write is acknowledged.
+func TestReplicasBeyondTheNeighbours(t *testing.T) {
+	x := newFab(t, lineGraph(t, 4), replicas(3))
+	p := x.alloc(0)
+	x.settle()
+	bs := x.eng[0].Backups(p.Key())
+	if !slices.Equal(bs, []noc.NodeID{1, 2}) {
+		t.Fatalf("backups of the line's end: %v, want the neighbour then the node two hops away", bs)
+	}
+	for range 5 {
+		c := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		for _, b := range bs {
+			if v, ok := x.eng[b].Backing(p.Key()); !ok || v < c.Version {
+				t.Fatalf("add acknowledged at version %d, backup %v holds %d (%v)", c.Version, b, v, ok)
+			}
+		}
+	}
+	// Node 2 dies, cutting node 3 off: node 0 keeps one backup.
+	x.f.Kill(2)
+	x.f.Run(2 * time.Second)
+	if bs := x.eng[0].Backups(p.Key()); len(bs) != 1 || bs[0] != 1 {
+		t.Fatalf("backups with node 2 dead and node 3 cut off: %v", bs)
+	}
+	// Two of the four nodes reachable from node 0: no write is acknowledged.
+	if c := x.do(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1}); errno(c) != syscall.ETIMEDOUT {
+		t.Fatalf("add with two copies possible at replicas 3: %v", c)
+	}
+}
+
+// TestBackupCopiesCountAgainstPages: a backup copy takes one of the node's
+// physical pages (the capacity rule). Ring 0-1-2-3, node 0's neighbours 1
+// and 3 have one page each: the first two pages' copies fill them, the
+// third page's copy is refused there and placed on node 2, two hops away;
+// a node full of copies maps nothing more.
+func TestBackupCopiesCountAgainstPages(t *testing.T) {
+	x := newFab(t, ringGraph(t, 4), func(c *Config) {
+		replicas(2)(c)
+		if c.Self == 1 || c.Self == 3 {
+			c.Pages = 1
+		}
+	})
+	var pages []gva.GVA
+	var placed []noc.NodeID
+	for range 3 {
+		p := x.alloc(0)
+		x.settle()
+		bs := x.eng[0].Backups(p.Key())
+		if len(bs) != 1 {
+			t.Fatalf("backups of page %d: %v", len(pages), bs)
+		}
+		pages, placed = append(pages, p), append(placed, bs[0])
+	}
+	slices.Sort(placed[:2])
+	if !slices.Equal(placed, []noc.NodeID{1, 3, 2}) {
+		t.Fatalf("copies placed on %v, want the two neighbours, then node 2 once they are full", placed)
+	}
+	for _, n := range []int{1, 3} {
+		if u := x.eng[n].PageUse(); u.Backups != 1 || u.Capacity != 1 {
+			t.Fatalf("node %d's pages: %+v", n, u)
+		}
+		if x.eng[n].Stats().ReplNoRoom == 0 {
+			t.Fatalf("node %d refused no copy", n)
+		}
+	}
+	c := x.ok(1, Request{Op: HostFetchAdd, GVA: pages[2], Operand: 1})
+	if c := x.do(3, Request{Op: HostRef, GVA: pages[2]}); errno(c) != syscall.ENOMEM {
+		t.Fatalf("node 3, full of copies, mapped a page: %v", c.Err)
+	}
+	if v, ok := x.eng[2].Backing(pages[2].Key()); !ok || v < c.Version {
+		t.Fatalf("node 2 holds %d (%v), acknowledged %d", v, ok, c.Version)
+	}
+}
+
+// TestOwnerRestartsFast: the owner of a page restarts faster than its
+// links' dead interval. Its backup learns of the restart by a probe and
+// takes the page over; until then requests for the page wait (the page is
+// coming back): they never end as if it were gone (EHOSTDOWN from the
+// restarted owner the home redirects them to, or ESTALE from a restarted
+// home), and the count survives. Pages homed elsewhere and at the
+// restarted node itself.
+func TestOwnerRestartsFast(t *testing.T) {
+	for _, home := range []int{1, 0} {
+		t.Run(fmt.Sprintf("home %d", home), func(t *testing.T) {
+			x := newFab(t, ringGraph(t, 4), func(c *Config) {
+				replicas(2)(c)
+				c.AllocEpoch = uint32(1 + c.Incarnation/1000) // a restart is a new allocation epoch
+			})
+			p := x.alloc(home)
+			if home != 0 {
+				x.ok(0, Request{Op: HostRef, GVA: p})
+				x.ok(0, Request{Op: HostAcquire, GVA: p})
+			}
+			acked := uint64(0)
+			for range 5 {
+				x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+				acked++
+			}
+			x.settle()
+			if o, _ := x.eng[0].Holding(p.Key()); !o {
+				t.Fatal("node 0 does not own the page")
+			}
+			backup := x.eng[0].Backups(p.Key())[0]
+			x.f.Kill(0)
+			if err := x.f.Restart(0); err != nil {
+				t.Fatal(err)
+			}
+			start := x.f.Now()
+			var done bool
+			for try := 0; try < 200 && !done; try++ {
+				c := x.do(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+				switch errno(c) {
+				case 0:
+					if c.Value != acked {
+						t.Fatalf("add after the takeover read %d, %d were acknowledged", c.Value, acked)
+					}
+					done = true
+				case syscall.ETIMEDOUT, syscall.EAGAIN:
+					x.f.Run(time.Millisecond)
+				default:
+					t.Fatalf("add %v after the owner's restart: %v", x.f.Now()-start, c.Err)
+				}
+			}
+			if !done {
+				t.Fatal("no add succeeded after the owner restarted")
+			}
+			if o, _ := x.eng[backup].Holding(p.Key()); !o {
+				t.Fatalf("backup %v did not take the page over", backup)
+			}
+			t.Logf("restart to the first add: %v", x.f.Now()-start)
+		})
+	}
+}
+
+// TestHeirWritesOnlyOnceTheStandInsDroppedTheirCopies: the stand-ins of a
+// handover (the old owner and its backup) keep their copies, of the old
+// epoch, until the heir's own backup holds the page; the heir then tells
+// them to drop them. That word is lost here (the first drop from the heir
+// to each node). Had the heir gone on writing, a stand-in would keep its
+// old copy and, the heir dead, could take the page over at the old
+// version, losing what the heir acknowledged. The heir must re-send until
+// each stand-in confirms, and acknowledge no write before: once a write is
+// acknowledged, only the heir's own backups keep a copy.
+func TestHeirWritesOnlyOnceTheStandInsDroppedTheirCopies(t *testing.T) {
+	const heir = 3
+	lost := map[noc.NodeID]bool{}
+	x := newFabFilter(t, ringGraph(t, 6), nil, replicas(2), func(self noc.NodeID, f *noc.Frame) bool {
+		if f.Class == noc.ClassControl && f.Op == OpReplicaDrop && f.Src == heir && len(f.Payload) == dropLen && !lost[self] {
+			lost[self] = true
+			return true
+		}
+		return false
+	})
+	p := x.alloc(0)
+	x.ok(heir, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	standIns := append([]noc.NodeID{0}, x.eng[0].Backups(p.Key())...)
+	for _, n := range standIns {
+		if _, ok := x.eng[n].Backing(p.Key()); n != 0 && !ok {
+			t.Fatalf("backup %v of the old owner keeps no copy", n)
+		}
+	}
+	x.ok(heir, Request{Op: HostRef, GVA: p})
+	x.ok(heir, Request{Op: HostAcquire, GVA: p})
+	acked := uint64(1)
+	for range 3 {
+		c := x.ok(heir, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+		bs := x.eng[heir].Backups(p.Key())
+		for i, e := range x.eng {
+			if _, ok := e.Backing(p.Key()); ok && !slices.Contains(bs, noc.NodeID(i)) {
+				t.Fatalf("add acknowledged at version %d while node %d (stand-ins %v, the heir's backups %v) keeps a copy",
+					c.Version, i, standIns, bs)
+			}
+		}
+	}
+	for _, n := range standIns {
+		if !lost[n] {
+			t.Fatalf("the heir's first drop to stand-in %v was not lost (lost: %v): the test lost nothing", n, lost)
+		}
+	}
+	// The heir dies: its backup takes the page over with every
+	// acknowledged add.
+	x.f.Kill(heir)
+	var c Completion
+	for try := 0; try < 400; try++ {
+		c = x.do(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		if c.Err == nil {
+			break
+		}
+		x.f.Run(2 * time.Millisecond)
+	}
+	if c.Err != nil || c.Value != acked {
+		t.Fatalf("add after the heir died: %v, %d were acknowledged", c, acked)
+	}
 }

@@ -42,8 +42,14 @@ type Counters struct {
 	SwapsRecovered                             uint64 // taken after the old owner failed, on its home's word
 	Flips, Held, Rerouted, DoneResent          uint64
 	LateGrafts                                 uint64 // done branches grafted after the swap ended
+	FlipsCut                                   uint64 // dones stopped by a link already down (that branch re-refs)
 	Locks, Unlocks, HostFaults, NoticesLost    uint64
 	Refreshes                                  uint64 // owner-to-home record refreshes sent
+
+	// Credentials (cred.go).
+	Refused      uint64 // requests of other nodes refused by the page's attributes (EACCES)
+	RefusedLocal uint64 // requests of this node's host refused by the attributes it knows
+	AttrUnknown  uint64 // requests of other nodes held back (EAGAIN) while the page's attributes were asked for
 
 	// Replication (Replicas > 1).
 	ReplStaged, ReplCommits       uint64 // writes sent to the backups; committed once they held them
@@ -56,6 +62,7 @@ type Counters struct {
 	ReplCopiesDropped             uint64 // copies dropped on the owner's word or a newer epoch
 	ReplCopiesExpired             uint64 // copies dropped unconfirmed past CopyLease
 	Promotions, ReplPromoteFailed uint64 // pages taken over from a dead owner; refused for want of room
+	ReplNoRoom                    uint64 // copies refused here for want of a physical page (capacity rule)
 	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
 	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover
 	ReplQueries                   uint64 // questions to a page's home before a takeover
@@ -214,6 +221,27 @@ func (e *Engine) Entry(key gva.GVA) (pathcache.Entry, bool) {
 		return pathcache.Entry{}, false
 	}
 	return *ent, true
+}
+
+// PageUse is how a node's physical pages (Config.Pages, the capacity rule)
+// are used.
+type PageUse struct {
+	Owned, Replicas, Backups int // primaries owned here, replicas the host maps, backup copies kept for other owners
+	Capacity                 int
+}
+
+// PageUse counts the physical pages in use by kind.
+func (e *Engine) PageUse() PageUse {
+	u := PageUse{Backups: len(e.copies), Capacity: e.store.Cap()}
+	for _, pg := range e.pages {
+		switch {
+		case pg.owner:
+			u.Owned++
+		case pg.has || pg.maps > 0:
+			u.Replicas++
+		}
+	}
+	return u
 }
 
 // InFlight is the number of host requests not yet completed.

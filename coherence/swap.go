@@ -115,7 +115,7 @@ func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request) {
 	if r.hr.Op == HostLock {
 		fl = acquireLock
 	}
-	p := appendAcquire(e.hostPay[:0], acquireReq{flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
+	p := appendAcquire(e.hostPay[:0], acquireReq{cred: r.hr.Cred, flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
 	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.key, 0, p)
 	f.Priority = r.hr.Priority
 	e.stats.Acquires++
@@ -149,7 +149,10 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	if pg.huge {
 		fl, df = noc.FlagHuge, dataHuge
 	}
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content, backups: e.standIns(pg.key)})
+	if pg.hasAttr {
+		df |= dataAttr // attributes travel with ownership
+	}
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, backups: e.standIns(pg.key)})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -238,6 +241,9 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	}
 	copy(pg.content, d.content)
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
+	if d.flags&dataAttr != 0 {
+		pg.attr, pg.hasAttr = d.attr, true
+	}
 	sw.epoch = d.epoch
 	sw.oldBackups = append(sw.oldBackups[:0], d.backups...)
 	// The entry's version stays what came down the tree: becomeOwner
@@ -267,6 +273,7 @@ func (e *Engine) swapInTimer(now time.Duration, pg *page) {
 		e.queryHome(now, pg) // the old owner is silent: ask its home
 	case sw.stage == stageQuerying:
 		e.stats.SwapsLost++
+		e.tellStandIns(pg.key, sw)
 		e.revertIn(now, pg)
 	default:
 		e.revertIn(now, pg)
@@ -282,6 +289,9 @@ func (e *Engine) handleDataAck(now time.Duration, f *noc.Frame) {
 		return
 	}
 	key := f.GVA.Key()
+	if e.dbg != nil {
+		e.debugf(key, "data ack from %v seq=%d flags=%x", f.Src, m.seq, f.Flags)
+	}
 	pg := e.pages[key]
 	var sw *swapState
 	if pg != nil && pg.swap != nil && pg.swap.out && pg.swap.id == f.RequestID && pg.swap.peer == f.Src && pg.swap.seq == m.seq {
@@ -367,6 +377,14 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 		}
 		ent.Version = pg.version
 		e.syncReplica(ent, pg)
+		if _, live := e.rt.Neighbour(toward); !live {
+			// The acquire's last link went down since it came: the done
+			// is lost on it and nothing would reset an entry turned
+			// toward it. Our branch re-refs; the acquirer learns of the
+			// commit from its re-sent confirmation.
+			e.stats.FlipsCut++
+			e.resetEntry(now, ent)
+		}
 	}
 	if pg.maps == 0 {
 		e.store.Release(key)
@@ -442,6 +460,7 @@ func (e *Engine) settleQuery(now time.Duration, pg *page, rec *homeRecord) {
 		return
 	}
 	e.stats.SwapsLost++
+	e.tellStandIns(pg.key, sw)
 	e.revertIn(now, pg)
 }
 
@@ -454,8 +473,12 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		}
 		rec := e.home[key]
 		if rec == nil || homeOf(key) != e.self {
+			errno := syscall.EHOSTDOWN
+			if homeOf(key) == e.self {
+				errno = e.homeAnswer()
+			}
 			var b [errnoLen]byte
-			binary.BigEndian.PutUint32(b[:], uint32(syscall.EHOSTDOWN))
+			binary.BigEndian.PutUint32(b[:], uint32(errno))
 			a := newFrame(noc.ClassControl, OpOwnerQuery, noc.FlagReply|noc.FlagError, e.self, f.Src, f.RequestID, key, 0, b[:])
 			e.sendNode(&a)
 			return
@@ -467,8 +490,10 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		return
 	}
 	var rec *homeRecord
+	var errno syscall.Errno
 	if f.Flags&noc.FlagError != 0 {
-		if _, err := decodeErrno(f.Payload); err != nil {
+		var err error
+		if errno, err = decodeErrno(f.Payload); err != nil {
 			e.malformed()
 			return
 		}
@@ -481,12 +506,12 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 		rec = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
 	}
 	if c := e.copies[key]; c != nil && c.query != 0 && c.query == f.RequestID {
-		e.queryAnswered(now, c, rec)
+		e.queryAnswered(now, c, rec, errno)
 		return
 	}
 	pg, sw := e.swapIn(f)
-	if sw == nil || sw.stage != stageQuerying {
-		e.stats.Stale++
+	if sw == nil || sw.stage != stageQuerying || errno == syscall.EAGAIN {
+		e.stats.Stale++ // (a home still learning its records: asked again)
 		return
 	}
 	e.settleQuery(now, pg, rec)
@@ -511,7 +536,7 @@ func (e *Engine) revertIn(now time.Duration, pg *page) {
 		e.retryLater(now, r, syscall.EBUSY)
 	}
 	if len(pg.waiters) > 0 {
-		e.sendRef(now, pg, pg.waiters[0].id, pg.seen)
+		e.sendRef(now, pg, pg.waiters[0].id, pg.waiters[0].hr.Cred, pg.seen)
 	}
 }
 
@@ -524,6 +549,9 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame) {
 		return
 	}
 	path := f.Flags&noc.FlagPath != 0
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "done from %v in=%d path=%v route=%d flags=%x seq=%d", f.Src, in, path, len(d.route)/2, d.flags, d.seq)
+	}
 	if path && len(d.route) > 0 {
 		e.flip(now, in, f, d)
 		return
@@ -564,6 +592,10 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	}
 	n := len(d.route) / 2
 	next := routePort(d.route, n-1)
+	_, live := e.rt.Neighbour(next)
+	if e.dbg != nil {
+		e.debugf(f.GVA.Key(), "flip next=%d live=%v", next, live)
+	}
 	senderFlipped := d.flags&doneBroken == 0
 	ent, ok := e.cache.Peek(f.GVA.Key())
 	flipped := ok && !ent.Owner && ent.Up == in
@@ -575,6 +607,20 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	}
 	switch {
 	case next == in:
+	case !live:
+		// The route's next link is down: the done goes no further, and an
+		// entry turned toward that link would lead nowhere (its port-down
+		// has passed: nothing would reset it). Our branch, and the
+		// sender's, which now counts on us as its way up, leave the tree
+		// and re-ref.
+		e.stats.FlipsCut++
+		if flipped {
+			e.resetEntry(now, ent)
+		}
+		if senderFlipped {
+			e.detachSender(now, in, f.GVA.Key())
+		}
+		return
 	case flipped:
 		ent.Up = next
 		ent.Down = ent.Down.Remove(next)
@@ -585,9 +631,7 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	case senderFlipped:
 		// The sender now counts on us as its way up; we are not on its
 		// path, so its side must re-ref.
-		x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, f.GVA.Key(), 0, nil)
-		e.sendPort(in, &x)
-		e.stats.Detaches++
+		e.detachSender(now, in, f.GVA.Key())
 	}
 	var fl uint8
 	if !flipped {
@@ -599,6 +643,23 @@ func (e *Engine) flip(now time.Duration, in noc.PortID, f *noc.Frame, d doneMsg)
 	g.Payload = b
 	e.sendPort(next, &g)
 	if flipped && ent != nil {
+		e.prune(now, ent)
+	}
+}
+
+// detachSender detaches the side of a done's sender that turned its entry
+// toward this node, which is not on its path: it re-refs, and it is no
+// longer a branch here either (a detached node resets its entry and sends
+// no unref).
+func (e *Engine) detachSender(now time.Duration, in noc.PortID, key gva.GVA) {
+	x := newFrame(noc.ClassLoad, OpDetach, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
+	e.sendPort(in, &x)
+	e.stats.Detaches++
+	if ent, ok := e.cache.Peek(key); ok && ent.Down.Has(in) {
+		ent.Down = ent.Down.Remove(in)
+		if fe := e.fetches[key]; fe != nil {
+			fe.ports = fe.ports.Remove(in)
+		}
 		e.prune(now, ent)
 	}
 }
@@ -708,7 +769,13 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame) {
 	if rec := e.home[key]; rec == nil && homeOf(key) == e.self && m.owner != noc.BroadcastNode {
 		// A home that restarted learns its record again from the owner.
 		e.home[key] = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
-	} else if rec != nil && m.epoch > rec.epoch {
+		if m.hasAttr && f.Src == m.owner {
+			e.home[key].recordAttr(m.attr) // and the page's attributes
+		}
+	} else if rec != nil && !rec.freed && !rec.hasAttr && m.hasAttr && f.Src == m.owner && m.owner == rec.owner {
+		rec.recordAttr(m.attr) // a record learned from a notice: the owner's refresh brings the attributes
+	}
+	if rec := e.home[key]; rec != nil && m.epoch > rec.epoch {
 		rec.epoch = m.epoch
 		if m.owner == noc.BroadcastNode {
 			rec.freed = true
@@ -748,6 +815,9 @@ func (e *Engine) ownEntry(now time.Duration, pg *page, graft noc.PortID) *pathca
 	}
 	behind := ent.Version < pg.version
 	ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
+	if pg.hasAttr {
+		ent.Attr, ent.HasAttr = pg.attr, true
+	}
 	ent.Down = ent.Down.Remove(noc.LocalPort)
 	if behind {
 		fl := noc.FlagPath

@@ -43,6 +43,10 @@ type EngineCounters struct {
 	PinRevocations uint64 // pins revoked at their bound (host faults)
 	Acquires       uint64 // ownership acquires handled
 	Swaps          uint64 // ownership transfers completed here
+	// Physical pages in use (the capacity rule: Capacity in all): primaries
+	// owned here, replicas the host maps, backup copies kept for owners
+	// elsewhere (replicas > 1).
+	PagesOwned, PagesReplica, PagesBackup, PagesCapacity int
 }
 
 // HostObserver is told of every finished host request: the operation's
@@ -159,6 +163,8 @@ var (
 	descOldestWait    = desc("dpu_arbiter_oldest_wait_seconds", "The longest wait of a request queued at the arbiter.")
 	descAcquires      = desc("dpu_ownership_acquires_total", "Ownership acquires handled.")
 	descSwaps         = desc("dpu_ownership_swaps_total", "Ownership transfers completed at this node.")
+	descPages         = desc("dpu_pages", "Physical pages in use, by kind (owned, replica, backup); all count against the capacity.", "kind")
+	descPagesCap      = desc("dpu_pages_capacity", "Physical pages this node may hold (config pages).")
 	gpuLabels         = []string{"pid", "uid", "device", "command"}
 	descGPUMem        = desc("dpu_gpu_memory_used_bytes", "GPU memory a process uses.", gpuLabels...)
 	descGPUMemLimit   = desc("dpu_gpu_memory_limit_bytes", "GPU memory limit of a process (0: unlimited).", gpuLabels...)
@@ -170,7 +176,7 @@ var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, 
 	descTxBytes, descRxBytes, descTxMessages, descRxMessages, descRetransmits, descCRCErrors, descDuplicates, descRTT,
 	descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
-	descSwaps, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
+	descSwaps, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
 
 // Describe implements prometheus.Collector.
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -265,6 +271,12 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRevocations, ec.PinRevocations)
 		counter(descAcquires, ec.Acquires)
 		counter(descSwaps, ec.Swaps)
+		if ec.PagesCapacity > 0 {
+			gauge(descPages, float64(ec.PagesOwned), "owned")
+			gauge(descPages, float64(ec.PagesReplica), "replica")
+			gauge(descPages, float64(ec.PagesBackup), "backup")
+			gauge(descPagesCap, float64(ec.PagesCapacity))
+		}
 	}
 	if g, ok := src.(GPUSource); ok {
 		for _, p := range g.GPUProcesses() {
@@ -279,12 +291,12 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectStats maps the node's counters (ctl stats) to metrics: frames by
-// path, drops by reason, the rest by name. The per-link sums and the route
-// count have metrics of their own.
+// path, drops by reason, the rest by name. The per-link sums, the route
+// count and the pages in use have metrics of their own.
 func collectStats(st ctl.Stats, counter func(*prometheus.Desc, uint64, ...string)) {
 	for _, ct := range st.Counters {
 		switch name := ct.Name; {
-		case name == "routes" || len(name) > 5 && name[:5] == "link_":
+		case name == "routes" || len(name) > 5 && name[:5] == "link_" || len(name) > 6 && name[:6] == "pages_":
 		case len(name) > 7 && name[:7] == "frames_":
 			counter(descFrames, ct.Value, name[7:])
 		case len(name) > 5 && name[:5] == "drop_":

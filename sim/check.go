@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"syscall"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/topo"
 )
 
 // maxViolations bounds the violations one run reports.
@@ -327,6 +329,7 @@ func (w *World) final() {
 		}
 	}
 	c.owners(true)
+	w.treeShape()
 	w.lostPagesFail()
 	w.convergence()
 	w.branchCost()
@@ -353,6 +356,81 @@ func (w *World) lostPagesFail() {
 		}
 		if got.Errno() != want {
 			c.violate("page %v lost with its owner: a store from node %v ended with %v, want %v", key, n.id, got.Err, want)
+		}
+	}
+}
+
+// treeShape checks, on the quiet fabric, that every page's path-cache
+// entries form one tree rooted at its owner: every entry's up port leads to
+// a live node whose entry counts the link as a down port, following up
+// ports from any entry reaches the owner (no cycle), and every down port
+// leads to an entry whose up port is that link.
+func (w *World) treeShape() {
+	c := w.check
+	for _, key := range c.order {
+		if c.ghosts[key].lost {
+			continue
+		}
+		if w.ownerOf(key) == nil {
+			continue // reported by owners
+		}
+		type hop struct {
+			up    topo.Peer
+			owner bool
+		}
+		ents := map[noc.NodeID]hop{}
+		for _, n := range w.nodes {
+			if !n.alive {
+				continue
+			}
+			ent, ok := n.eng.Entry(key)
+			if !ok {
+				continue
+			}
+			for p := range ent.Down.All() {
+				if p == noc.LocalPort {
+					continue
+				}
+				pe, ok := w.graph.Peer(n.id, p)
+				if !ok {
+					c.violate("page %v: node %v counts port %d as a branch: no link there", key, n.id, p)
+					continue
+				}
+				below, ok := w.nodes[pe.Node].eng.Entry(key)
+				if !w.nodes[pe.Node].alive || !ok || below.Owner || below.Up != pe.Port {
+					c.violate("page %v: node %v counts node %v as a branch, which is not below it (entry %v, up %d)", key, n.id, pe.Node, ok, below.Up)
+				}
+			}
+			if ent.Owner {
+				ents[n.id] = hop{owner: true}
+				continue
+			}
+			pe, ok := w.graph.Peer(n.id, ent.Up)
+			if !ok {
+				c.violate("page %v: node %v's up port %d has no link", key, n.id, ent.Up)
+				continue
+			}
+			ents[n.id] = hop{up: pe}
+			above, ok := w.nodes[pe.Node].eng.Entry(key)
+			if !w.nodes[pe.Node].alive || !ok || !above.Down.Has(pe.Port) {
+				c.violate("page %v: node %v hangs below node %v, which does not count it as a branch (entry %v)", key, n.id, pe.Node, ok)
+			}
+		}
+	cycles:
+		for _, n := range w.nodes {
+			var path []noc.NodeID
+			for at := n.id; ; {
+				h, ok := ents[at]
+				if !ok || h.owner {
+					break
+				}
+				if i := slices.Index(path, at); i >= 0 {
+					c.violate("page %v: the up ports go round a cycle %v", key, path[i:])
+					break cycles // once per page
+				}
+				path = append(path, at)
+				at = h.up.Node
+			}
 		}
 	}
 }

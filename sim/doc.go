@@ -16,8 +16,12 @@
 // seeded delay, and there are no link-layer datagrams, acks, heartbeats or
 // retransmissions, so a request puts less than half as many frames on the
 // wires. Routing, the path cache, the coherence engine and the host
-// sessions are the same code. Faults need the real link layer and are
-// refused on abstract links.
+// sessions are the same code. Flaps and crashes work on abstract links
+// too: a cut wire or a failed node drops the carrier at once, losing the
+// frames queued on it, which is harsher on the engines than the real
+// link layer's dead interval (the cycles in a page's tree that a swap's
+// done stopped by a dead link used to make were found this way). Drop and
+// delay act on link-layer datagrams and are refused on abstract links.
 //
 // Host clients on every node ref, load, store, CAS, fetch-add, lock,
 // unlock, acquire and unref a few hot pages and more cold ones.
@@ -30,6 +34,10 @@
 //     write is the write the owner applied at its version; at the end the
 //     owner holds exactly the applied writes;
 //   - every replica's versions only grow and never pass the owner's;
+//   - after the quiet period every page's path-cache entries form one
+//     tree rooted at its owner: each up port leads to a node that counts
+//     the link as a branch, each branch leads to a node hanging below it,
+//     and no chain of up ports goes round a cycle;
 //   - after the quiet period every mapped replica reads the owner's
 //     content (convergence);
 //   - every request ends within the engine's request bound;

@@ -24,10 +24,12 @@ const (
 	// cache, the coherence engine and the host sessions are the same code;
 	// only the link layer is left out, so a request puts less than half
 	// as many frames on the wires (no acks, heartbeats or retransmissions)
-	// and there are no link timers to run. It is for large fabrics without
-	// faults: the faults are the real link layer's to carry (drop and delay
-	// act on its datagrams; a flap or a crash is seen by its dead interval
-	// and its handshake), so they are refused here.
+	// and there are no link timers to run. It is for large fabrics. Flaps
+	// and crashes work: a cut wire or a failed node drops the carrier of
+	// its links at once (the frames queued on them are lost, and each side
+	// sees its port go down), and a restored wire or a restarted node
+	// raises it with the peer's session. Drop and delay act on link-layer
+	// datagrams and are refused here.
 	LinksAbstract
 )
 
@@ -49,12 +51,12 @@ func (l Links) String() string {
 	return "real"
 }
 
-// ErrFaultsNeedRealLinks refuses faults on abstract links.
-var ErrFaultsNeedRealLinks = errors.New("sim: faults need the real link layer: drop and delay act on its datagrams, and a flap or crash is seen through its dead interval and handshake; abstract links carry whole frames without loss (run faults on real links)")
+// ErrFaultsNeedRealLinks refuses the datagram faults on abstract links.
+var ErrFaultsNeedRealLinks = errors.New("sim: drop and delay need the real link layer: they act on its datagrams, and abstract links carry whole frames without loss (run them on real links; flap and crash work on both)")
 
 // check refuses a configuration that makes no sense.
 func (c Config) check() error {
-	if c.Links == LinksAbstract && c.Faults != 0 {
+	if c.Links == LinksAbstract && c.Faults&(FaultDrop|FaultDelay) != 0 {
 		return ErrFaultsNeedRealLinks
 	}
 	return nil

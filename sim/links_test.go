@@ -38,12 +38,15 @@ func TestSeedsOnAbstractLinks(t *testing.T) {
 	t.Logf("%d seeds: %d ops, %d errors; frames per request, seed 1: %.1f abstract, %.1f real", n, ops, errs, perOp(abstract), perOp(real))
 }
 
-func TestAbstractLinksRefuseFaults(t *testing.T) {
-	for _, f := range []Faults{FaultDrop, FaultDelay, FaultFlap, FaultCrash, FaultsAll} {
+func TestAbstractLinksRefuseDatagramFaults(t *testing.T) {
+	for _, f := range []Faults{FaultDrop, FaultDelay, FaultsAll, FaultFlap | FaultDrop} {
 		_, err := New(Config{Seed: 1, Nodes: 4, Faults: f, Links: LinksAbstract})
 		if !errors.Is(err, ErrFaultsNeedRealLinks) {
 			t.Errorf("faults %b on abstract links: %v", f, err)
 		}
+	}
+	if _, err := New(Config{Seed: 1, Nodes: 4, Faults: FaultFlap | FaultCrash, Links: LinksAbstract}); err != nil {
+		t.Errorf("flaps and crashes on abstract links: %v", err)
 	}
 	if _, err := ParseLinks("ideal"); err == nil {
 		t.Error("unknown link mode parsed")
