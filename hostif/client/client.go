@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,7 +43,8 @@ type Options struct {
 // Client is one connection to a node's host interface. It is safe for
 // concurrent use; concurrent calls are pipelined on the connection.
 type Client struct {
-	uc    *net.UnixConn
+	uc    *net.UnixConn // until HELLO (and RINGS) are done; then s
+	s     *sock
 	path  string // the socket, for an Area's private connection
 	opts  Options
 	hello wire.Hello
@@ -56,10 +59,22 @@ type Client struct {
 	pending map[uint64]*call
 	maps    map[*Mapping]struct{}
 	closed  bool
+	ended   bool // done is closed
+
+	// The read turn: who reads the socket (PROTOCOL.md's replies and
+	// events), guarded by mu. A caller waiting for a reply on the socket
+	// takes it when free and reads for everybody (handing the others
+	// theirs) until its own reply comes, then passes it to the first
+	// follower; the listener takes it only for a batch, while no call
+	// waits. Whoever holds it owns rd.
+	turn    *call
+	follow  []*call // callers waiting for their reply, not reading
+	rd      *seqpacket.Batch
+	sockOps atomic.Uint64 // socket calls started (the listener backs off while it moves)
 
 	done    chan struct{} // closed when the connection is gone
 	doneErr error         // why (set before done closes)
-	reader  chan struct{} // closed when the reader goroutine ends
+	reader  chan struct{} // closed when the listener goroutine ends
 	kick    chan struct{} // wakes the writer goroutine
 	helpers sync.WaitGroup
 
@@ -152,19 +167,30 @@ func Dial(ctx context.Context, path string, opts Options) (*Client, error) {
 		}
 	}
 	c.sem = make(chan struct{}, c.hello.MaxOutstanding)
-	batch, err := seqpacket.NewBatch(uc, readBatch)
+	c.s, err = detach(uc)
 	if err == nil {
-		c.out, err = seqpacket.NewOutbox(uc, opts.Timeout)
+		c.rd, err = seqpacket.NewBatch(c.s, readBatch)
+	}
+	if err == nil {
+		c.out, err = seqpacket.NewOutbox(c.s, opts.Timeout)
 	}
 	if err != nil {
 		_ = unix.Munmap(c.status)
-		_ = uc.Close()
+		if c.s != nil {
+			c.s.close()
+		} else {
+			_ = uc.Close()
+		}
 		if c.rings != nil {
 			c.rings.close()
 		}
 		return nil, fmt.Errorf("hostif client: %w", err)
 	}
-	go c.read(batch)
+	for i := range c.rd.Bufs {
+		c.rd.Bufs[i] = make([]byte, wire.MaxMessage)
+		c.rd.OOB[i] = make([]byte, unix.CmsgSpace(wire.MaxMapPages*4))
+	}
+	go c.listen()
 	if c.rings != nil {
 		c.helpers.Go(c.reaper)
 	}
@@ -232,11 +258,9 @@ func (c *Client) Close() error {
 		for m := range maps {
 			m.release()
 		}
-		_ = c.uc.Close()
-		if c.out != nil {
-			<-c.reader
-			c.helpers.Wait()
-		}
+		c.fail(net.ErrClosed)
+		<-c.reader
+		c.helpers.Wait()
 		if c.rings != nil {
 			c.rings.close()
 		}
@@ -257,6 +281,7 @@ func (c *Client) Events() <-chan Event { return c.events }
 type call struct {
 	req  wire.Request // what was asked (Data not kept)
 	done chan struct{}
+	lead chan struct{} // the read turn was passed to this call
 	h    wire.Header
 	body []byte
 	fds  []int
@@ -266,12 +291,18 @@ type call struct {
 	deadline  time.Time // when the watchdog gives up on it (no ctx deadline)
 	abandoned bool
 	timedOut  bool // given up by the watchdog
+	ready     bool // its reply (or its timeout) was delivered
+	following bool // in Client.follow
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1), lead: make(chan struct{}, 1)} }}
 
 func putCall(cl *call) {
 	cl.fds = nil
+	select {
+	case <-cl.lead: // a turn passed as the call ended (passed on since)
+	default:
+	}
 	callPool.Put(cl)
 }
 
@@ -316,7 +347,7 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 	cl := callPool.Get().(*call)
 	cl.req = *r
 	cl.req.Data = nil
-	cl.abandoned, cl.timedOut, cl.deadline = false, false, time.Time{}
+	cl.abandoned, cl.timedOut, cl.ready, cl.following, cl.deadline = false, false, false, false, time.Time{}
 	if _, ok := ctx.Deadline(); !ok {
 		cl.deadline = time.Now().Add(c.opts.Timeout)
 	}
@@ -345,31 +376,17 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 			<-c.sem
 			putCall(cl)
 		}
-		_ = c.uc.Close() // a failed write leaves the connection unusable
+		c.fail(err) // a failed write leaves the connection unusable
 		return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, err)
 	}
 	if viaRing {
 		c.spin(cl)
+		err = c.wait(ctx, cl)
+	} else {
+		err = c.sockWait(ctx, cl)
 	}
-	select {
-	case <-cl.done:
-	case <-c.done:
-		select {
-		case <-cl.done:
-		default:
-			return result{}, c.closedErr()
-		}
-	case <-ctx.Done():
-		c.mu.Lock()
-		_, still := c.pending[r.ID]
-		if still {
-			cl.abandoned = true
-		}
-		c.mu.Unlock()
-		if still {
-			return result{}, fmt.Errorf("hostif client: %s: %w", r.Op, ctx.Err())
-		}
-		<-cl.done // the reader or the watchdog took it and is about to deliver
+	if err != nil {
+		return result{}, err
 	}
 	if cl.timedOut {
 		// The watchdog gave up; the reader owns the call now.
@@ -386,6 +403,191 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 		cl.fds = nil
 	}
 	return result{h: cl.h, body: cl.body, fds: cl.fds, cl: cl}, nil
+}
+
+// wait waits on cl.done for a reply someone else reads (the ring's
+// reapers), bounded by ctx and the watchdog. nil: cl.done came.
+func (c *Client) wait(ctx context.Context, cl *call) error {
+	select {
+	case <-cl.done:
+	case <-c.done:
+		select {
+		case <-cl.done:
+		default:
+			return c.closedErr()
+		}
+	case <-ctx.Done():
+		return c.abandon(ctx, cl)
+	}
+	return nil
+}
+
+// abandon gives up on cl after ctx ended: a reply that comes later is
+// undone. nil if the reply (or the watchdog's verdict) came first.
+func (c *Client) abandon(ctx context.Context, cl *call) error {
+	c.mu.Lock()
+	_, still := c.pending[cl.req.ID]
+	if still {
+		cl.abandoned = true
+	}
+	c.leave(cl)
+	c.mu.Unlock()
+	if still {
+		return fmt.Errorf("hostif client: %s: %w", cl.req.Op, ctx.Err())
+	}
+	<-cl.done // the reader or the watchdog took it and is about to deliver
+	return nil
+}
+
+// Waits of a caller holding the read turn, in poll(2): while its context
+// can be cancelled it looks at it every leadSlice; else it wakes every
+// idleSlice (Close and the watchdog are seen at once or by then).
+const (
+	leadSlice = 5 * time.Millisecond
+	idleSlice = 100 * time.Millisecond
+)
+
+// sockWait waits for the reply of cl, sent on the socket. The first caller
+// to wait takes the read turn and reads replies (and events) for everyone,
+// handing the others theirs, until its own comes; then it passes the turn
+// to the first caller still waiting, who carries on. Meanwhile the others
+// sleep on their calls. So a lone caller reads its own reply from its own
+// thread: one wake-up per round trip, as a blocking recv(2) has.
+func (c *Client) sockWait(ctx context.Context, cl *call) error {
+	c.sockOps.Add(1)
+	c.mu.Lock()
+	switch {
+	case cl.ready:
+	case c.turn == nil && !c.closed:
+		c.turn = cl
+	default:
+		cl.following = true
+		c.follow = append(c.follow, cl)
+	}
+	lead := c.turn == cl
+	c.mu.Unlock()
+	for {
+		if !lead {
+			select {
+			case <-cl.done:
+				c.mu.Lock()
+				c.leave(cl)
+				c.mu.Unlock()
+				return nil
+			case <-cl.lead:
+				lead = true
+				continue
+			case <-c.done:
+				select {
+				case <-cl.done:
+					return nil
+				default:
+					return c.closedErr()
+				}
+			case <-ctx.Done():
+				return c.abandon(ctx, cl)
+			}
+		}
+		// Holding the turn: nobody else reads the socket.
+		slice := idleSlice
+		if ctx.Done() != nil {
+			slice = leadSlice
+			if dl, ok := ctx.Deadline(); ok {
+				slice = min(slice, time.Until(dl))
+			}
+		}
+		if len(c.sem) > 1 {
+			// Others have calls in flight: let the goroutines this
+			// turn woke run (and send) before this thread blocks.
+			runtime.Gosched()
+		}
+		if slice > 0 {
+			if _, err := c.s.waitIn(slice); err != nil {
+				c.fail(err)
+			}
+		}
+		if err := c.readSock(); err != nil {
+			c.fail(err)
+		}
+		select {
+		case <-cl.done:
+			c.mu.Lock()
+			c.leave(cl)
+			c.mu.Unlock()
+			return nil
+		default:
+		}
+		select {
+		case <-c.done:
+			c.mu.Lock()
+			c.leave(cl)
+			c.mu.Unlock()
+			select {
+			case <-cl.done:
+				return nil
+			default:
+				return c.closedErr()
+			}
+		default:
+		}
+		if ctx.Err() != nil {
+			return c.abandon(ctx, cl)
+		}
+	}
+}
+
+// leave takes cl out of the followers and passes the read turn on if cl
+// holds it. Called with mu held.
+func (c *Client) leave(cl *call) {
+	if cl.following {
+		cl.following = false
+		if i := slices.Index(c.follow, cl); i >= 0 {
+			c.follow = slices.Delete(c.follow, i, i+1)
+		}
+	}
+	if c.turn == cl {
+		c.passTurn()
+	}
+}
+
+// passTurn gives the read turn to the first follower, or frees it. Called
+// with mu held by the turn's holder.
+func (c *Client) passTurn() {
+	c.turn = nil
+	if c.closed {
+		return
+	}
+	for len(c.follow) > 0 {
+		next := c.follow[0]
+		c.follow[0] = nil
+		c.follow = c.follow[1:]
+		next.following = false
+		if next.ready || next.abandoned {
+			continue
+		}
+		c.turn = next
+		select {
+		case next.lead <- struct{}{}:
+		default:
+		}
+		return
+	}
+}
+
+// readSock reads what the socket holds, up to readBatch messages, without
+// waiting, and hands each out. The caller holds the read turn.
+func (c *Client) readSock() error {
+	n, err := c.rd.Read(readBatch)
+	if err == errAgain {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		c.take(c.rd.Bufs[i][:c.rd.Len[i]], parseRights(c.rd.OOB[i][:c.rd.OOBN[i]]))
+	}
+	return nil
 }
 
 // send writes a request. Alone, the caller writes it at once (the shortest
@@ -413,7 +615,7 @@ func (c *Client) write() {
 			return
 		case <-c.kick:
 			if err := c.out.Flush(); err != nil {
-				_ = c.uc.Close()
+				c.fail(err)
 				return
 			}
 		}
@@ -434,7 +636,7 @@ func (c *Client) watch() {
 			c.mu.Lock()
 			for _, cl := range c.pending {
 				if !cl.abandoned && !cl.deadline.IsZero() && now.After(cl.deadline) {
-					cl.abandoned, cl.timedOut = true, true
+					cl.abandoned, cl.timedOut, cl.ready = true, true, true
 					cl.done <- struct{}{}
 				}
 			}
@@ -451,32 +653,85 @@ func (c *Client) closedErr() error {
 	return ErrClosed
 }
 
-// read is the reader goroutine: it matches replies to calls by id and
-// delivers events, until the connection ends. It reads up to readBatch
-// messages per system call.
-func (c *Client) read(batch *seqpacket.Batch) {
+// Waits of the listener: it looks at the socket only once no socket call
+// has started for listenGap (while calls come, their readers deliver the
+// events too), in waits of up to idleSlice.
+const listenGap = 2 * time.Millisecond
+
+// listen is the listener goroutine: while no call waits on the socket it
+// reads it, for events and for the replies of abandoned calls. It takes the
+// read turn only to read a batch, never to wait, and keeps off the socket
+// while calls come (it would wake with every reply for nothing).
+func (c *Client) listen() {
 	defer close(c.reader)
-	for i := range batch.Bufs {
-		batch.Bufs[i] = make([]byte, wire.MaxMessage)
-		batch.OOB[i] = make([]byte, unix.CmsgSpace(wire.MaxMapPages*4))
-	}
-	var err error
+	t := time.NewTimer(listenGap)
+	defer t.Stop()
+	seen := c.sockOps.Load()
 	for {
-		var n int
-		if n, err = batch.Read(readBatch); err != nil {
-			break
+		c.mu.Lock()
+		busy, ended := c.turn != nil || len(c.follow) > 0, c.ended
+		c.mu.Unlock()
+		if ended {
+			return
 		}
-		for i := range n {
-			c.take(batch.Bufs[i][:batch.Len[i]], parseRights(batch.OOB[i][:batch.OOBN[i]]))
+		if now := c.sockOps.Load(); busy || now != seen {
+			seen = now
+			t.Reset(listenGap)
+			select {
+			case <-t.C:
+			case <-c.done:
+				return
+			}
+			continue
+		}
+		ready, err := c.s.waitIn(idleSlice)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if !ready {
+			continue
+		}
+		c.mu.Lock()
+		free := c.turn == nil && !c.closed
+		if free {
+			c.turn = bgTurn
+		}
+		c.mu.Unlock()
+		if !free {
+			seen-- // a caller reads: back off
+			continue
+		}
+		err = c.readSock()
+		c.mu.Lock()
+		c.passTurn()
+		c.mu.Unlock()
+		if err != nil {
+			c.fail(err)
+			return
 		}
 	}
+}
+
+// bgTurn stands for the listener in Client.turn.
+var bgTurn = &call{}
+
+// fail ends the connection (once): the socket is shut down and closed,
+// every call waiting fails with ErrClosed (err says why), slots come back.
+func (c *Client) fail(err error) {
 	c.mu.Lock()
-	c.closed = true
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	c.closed, c.ended = true, true
 	c.doneErr = err
 	pending := c.pending
 	c.pending = map[uint64]*call{}
+	c.follow = nil
 	c.mu.Unlock()
 	close(c.done)
+	c.s.close()
 	for range pending {
 		<-c.sem
 	}
@@ -500,6 +755,9 @@ func (c *Client) take(msg []byte, fds []int) {
 	cl := c.pending[h.ID]
 	delete(c.pending, h.ID)
 	abandoned := cl != nil && cl.abandoned
+	if cl != nil {
+		cl.ready = true
+	}
 	c.mu.Unlock()
 	if cl == nil {
 		closeAll(fds)

@@ -22,9 +22,26 @@ func start(t *testing.T, opts hostif.Options) (*hostiftest.Node, string) {
 
 // TestTimeoutWithoutDeadline: a call whose context has no deadline is
 // still bounded, by Options.Timeout.
+// Both transports: rings and the socket.
 func TestTimeoutWithoutDeadline(t *testing.T) {
+	for _, noRings := range []bool{false, true} {
+		t.Run(transport(noRings), func(t *testing.T) { testTimeoutWithoutDeadline(t, noRings) })
+	}
+}
+
+func transport(noRings bool) string {
+	if noRings {
+		return "socket"
+	}
+	return "rings"
+}
+
+func testTimeoutWithoutDeadline(t *testing.T, noRings bool) {
 	be, path := start(t, hostif.Options{OpTimeout: 5 * time.Second})
-	c, err := client.Dial(context.Background(), path, client.Options{Timeout: 200 * time.Millisecond})
+	// Dial's own context bounds HELLO, not the short Timeout.
+	dctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Dial(dctx, path, client.Options{Timeout: 200 * time.Millisecond, NoRings: noRings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +70,15 @@ func TestTimeoutWithoutDeadline(t *testing.T) {
 }
 
 func TestCloseEndsEverything(t *testing.T) {
+	for _, noRings := range []bool{false, true} {
+		t.Run(transport(noRings), func(t *testing.T) { testCloseEndsEverything(t, noRings) })
+	}
+}
+
+func testCloseEndsEverything(t *testing.T, noRings bool) {
 	be, path := start(t, hostif.Options{})
 	ctx := context.Background()
-	c, err := client.Dial(ctx, path, client.Options{})
+	c, err := client.Dial(ctx, path, client.Options{NoRings: noRings})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,16 @@
 //
 // A Client is one connection (one "open" of the device). It is safe for
 // concurrent use: calls from several goroutines are pipelined on the
-// connection, up to the server's limit of requests in flight, and one reader
-// goroutine matches replies to calls by request id. Every call is bounded:
+// connection, up to the server's limit of requests in flight, and replies
+// are matched to calls by request id. The socket is read by the callers
+// themselves, in poll(2) on a descriptor kept out of the Go runtime's
+// network poller: a caller waiting for its reply takes the read turn if
+// nobody holds it and reads for everyone, handing the others their replies,
+// until its own comes; then it passes the turn to the next caller still
+// waiting. A lone caller thus writes its request and reads its reply in its
+// own thread, with one wake-up per round trip, as a C program does. While
+// no call waits, a listener goroutine reads the socket for events and for
+// replies nobody waits for any more. Every call is bounded:
 // by its context, or by Options.Timeout when the context has no deadline. A
 // call abandoned before its reply arrives is undone when the reply comes (a
 // MAP is unmapped, a LOCK unlocked, an ALLOC freed), so nothing leaks.

@@ -111,7 +111,7 @@ func (c *Client) reap() {
 	for g.rc != nil {
 		n, ok, err := g.rc.Reap(g.buf)
 		if err != nil {
-			_ = c.uc.Close() // a broken ring: the connection is unusable
+			c.fail(err) // a broken ring: the connection is unusable
 			return
 		}
 		if !ok {
@@ -182,7 +182,7 @@ func (c *Client) reaper() {
 			c.reap()
 			if g.spinning.Load() == 0 && g.inflight.Load() > 0 {
 				if _, err := g.rc.Wait(100 * time.Millisecond); err != nil && !errors.Is(err, ring.ErrClosed) {
-					_ = c.uc.Close()
+					c.fail(err)
 				}
 				c.reap()
 			}

@@ -10,7 +10,6 @@ package seqpacket
 
 import (
 	"errors"
-	"net"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +23,13 @@ type mmsghdr struct {
 	hdr unix.Msghdr
 	n   uint32
 	_   [4]byte
+}
+
+// Conn is the socket a Batch reads and an Outbox writes: a
+// *net.UnixConn, or a socket of the caller's own that waits its own way.
+type Conn interface {
+	SyscallConn() (syscall.RawConn, error)
+	SetWriteDeadline(t time.Time) error
 }
 
 // Batch receives up to len(Bufs) messages per call.
@@ -40,7 +46,7 @@ type Batch struct {
 
 // NewBatch returns a Batch of n message slots for uc; the caller fills
 // Bufs (and OOB if it wants descriptors).
-func NewBatch(uc *net.UnixConn, n int) (*Batch, error) {
+func NewBatch(uc Conn, n int) (*Batch, error) {
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func (b *Batch) Read(max int) (int, error) {
 // with sendmmsg, then returns. Descriptors given to Send are owned by the
 // Outbox from then on and closed once sent (or dropped).
 type Outbox struct {
-	uc      *net.UnixConn
+	uc      Conn
 	rc      syscall.RawConn
 	timeout time.Duration
 
@@ -147,7 +153,7 @@ type span struct {
 // NewOutbox returns an Outbox writing to uc. A write that cannot complete
 // within timeout (the peer does not read) fails, and so does every Send
 // after it.
-func NewOutbox(uc *net.UnixConn, timeout time.Duration) (*Outbox, error) {
+func NewOutbox(uc Conn, timeout time.Duration) (*Outbox, error) {
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		return nil, err
