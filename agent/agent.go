@@ -233,6 +233,12 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		// a host socket that cannot start stops the agent: hosts need it
 		select {
 		case err := <-hostDone:
+			if err == nil {
+				if ctx.Err() != nil {
+					return ctx.Err() // stopped as it started
+				}
+				err = errors.New("stopped at once")
+			}
 			return fmt.Errorf("agent: host socket: %w", err)
 		case <-time.After(50 * time.Millisecond):
 		}
