@@ -1002,7 +1002,10 @@ func (e *Engine) replTick(now time.Duration) {
 		}
 		if !e.repBusy(pg) {
 			e.drainRep(now, pg)
-			if pg.rep != nil && len(pg.rep.backups) >= e.cfg.Replicas-1 {
+			// What drainRep ran may have staged a write: the page stays in
+			// attention until its backups hold it (a lost delta is sent
+			// again below at the next tick).
+			if pg.rep != nil && len(pg.rep.backups) >= e.cfg.Replicas-1 && !e.repBusy(pg) {
 				delete(e.attention, key)
 			} else {
 				busy = true

@@ -56,6 +56,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{real, 200, 2, "requests redirected to a restarted owner ended with EHOSTDOWN before the backup took the page over"},
 		{real, 292, 1, "a node's own store, let through at Submit while the node did not know the page's attributes (a restarted home), was served unchecked once the node took the page"},
 		{real, 156, 2, "the same, the page taken back from the backup that took it over"},
+		{real, 718, 2, "a write staged as the replication timer ran the page's waiting requests left the timer's attention: its delta, lost, was never sent again and the page took no more writes"},
 		{flaps, 5, 1, "an old owner whose swap's last link was down at its commit turned its entry toward it: the page's tree became a cycle"},
 		{flaps, 6, 1, "the same"},
 	} {
