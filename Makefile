@@ -73,7 +73,7 @@ stop:
 test: lint build
 	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS)
 	# the simulator's checkers against the planted bugs (compiled only with -tags dpubug)
-	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'PlantedBug|ViolationsFail' ./sim/ ./cmd/dpu-sim/
+	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'PlantedBug|ViolationsFail' ./sim/ ./cmd/dpu-sim/ ./agent/
 
 lint: fmt vet
 

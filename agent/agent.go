@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aitherion/dpu/arbiter"
@@ -50,6 +51,7 @@ type Agent struct {
 	armed time.Duration  // when the parked loop wakes next; -1 while it runs (under mu)
 	rxBuf []byte         // the loop's receive buffer (under mu)
 	tx    txOut          // output datagrams between a step and their write
+	sent  atomic.Uint64  // datagrams the steps handed to the ports, ever
 	w     *waiter        // where the loop parks (from New to Close)
 	srv   *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 

@@ -18,8 +18,12 @@ import (
 // channel ports and joins them with link.StripedPort. Per kind:
 //
 //	udp       channel i binds LOCAL's port + i and sends to REMOTE's port + i
-//	xdp       DEV is a comma-separated list of K devices (several NICs),
-//	afpacket  one channel each
+//	xdp       DEV is a comma-separated list of K devices (several NICs), one
+//	          channel each; or one device, whose queues 0..K-1 are the
+//	          channels (one AF_XDP socket each; fewer where the device has
+//	          fewer queues, logged)
+//	afpacket  DEV lists K devices, one channel each (one device: one
+//	          channel, logged)
 //
 // Both ends of a link must be configured with channels; the stripe's
 // bootstrap agrees on the smaller count.
@@ -63,6 +67,18 @@ func openChannels(spec PortSpec, cfg *Config, k int, open func(i int) (noc.Port,
 	return link.NewStripedPort(spec.Name, chans, stripeConfig(cfg, k))
 }
 
+// joinQueues joins the ports of one device's queues; one is returned as it
+// is. The receiving NIC picks a frame's queue, so a datagram is accounted
+// to the channel its header names (SharedMedium).
+func joinQueues(spec PortSpec, cfg *Config, chans []noc.Port) (noc.Port, error) {
+	if len(chans) == 1 {
+		return chans[0], nil
+	}
+	sc := stripeConfig(cfg, len(chans))
+	sc.SharedMedium = true
+	return link.NewStripedPort(spec.Name, chans, sc)
+}
+
 // stripeConfig derives a stripe's timers from the link's: a channel is
 // dropped well before the link would be declared dead.
 func stripeConfig(cfg *Config, k int) link.StripeConfig {
@@ -93,13 +109,11 @@ func offsetAddr(addr string, i int) (string, error) {
 }
 
 // netdevChannels splits a netdev port's DEV argument into one device per
-// channel.
+// channel; one device with k > 1 is returned alone (its queues are the
+// channels).
 func netdevChannels(spec PortSpec, k int) ([]string, error) {
 	devs := strings.Split(spec.Args[0], ",")
-	if len(devs) == 1 && k > 1 {
-		return nil, fmt.Errorf("%d channels on one device: list one device per channel (DEV1,DEV2,...); queues of one device are not channels yet", k)
-	}
-	if len(devs) != k {
+	if len(devs) != k && len(devs) != 1 {
 		return nil, fmt.Errorf("%d devices for %d channels", len(devs), k)
 	}
 	return devs, nil

@@ -32,7 +32,6 @@ type hostBackend struct {
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan coherence.Completion // blocking verbs
-	async   map[uint64]uint64                    // pipelined: request id -> server token
 
 	// done collects pipelined completions during a step; it is taken at
 	// the step's end (under the agent's mu, which every step holds).
@@ -44,25 +43,29 @@ type hostBackend struct {
 	overflow bool // an event was dropped; EventOverflow is owed (under mu)
 }
 
+// pipelined marks the ids of pipelined requests: the rest of the id is the
+// server's token (the server counts its tokens from 1, far below the
+// mark), so a completion finds its token without a table. The blocking
+// verbs number their requests from 1 too, without the mark.
+const pipelined = 1 << 63
+
 // hostSession is the core session of the host socket: the server
 // aggregates the node's processes (one node-level ref, lock holder and
 // acquirer per page), so the node has one host session.
 const hostSession coherence.SessionID = 1
 
 func newHostBackend(a *Agent) *hostBackend {
-	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{}, async: map[uint64]uint64{},
+	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{},
 		events: make(chan hostif.Event, 1024)}
 }
 
 // Complete implements coherence.Sink (inside a core step).
 func (b *hostBackend) Complete(c coherence.Completion) {
-	b.mu.Lock()
-	if token, ok := b.async[c.ID]; ok {
-		delete(b.async, c.ID)
-		b.mu.Unlock()
-		b.done = append(b.done, doneOf(token, &c))
+	if c.ID&pipelined != 0 {
+		b.done = append(b.done, doneOf(c.ID&^pipelined, &c))
 		return
 	}
+	b.mu.Lock()
 	ch := b.waiting[c.ID]
 	delete(b.waiting, c.ID)
 	b.mu.Unlock()
@@ -159,7 +162,8 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
 		return syscall.EINVAL
 	}
-	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand}
+	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand,
+		Cred: coherence.Cred(call.Cred)}
 	switch call.Verb {
 	case hostif.VerbAlloc:
 		if call.Pages <= 0 {
@@ -212,12 +216,9 @@ func (b *hostBackend) Accepts(op hostif.Op) bool {
 func (b *hostBackend) Submit(ops []hostif.Op) {
 	var reqs [16]coherence.Request
 	rs := reqs[:0]
-	b.mu.Lock()
 	for i := range ops {
 		op := &ops[i]
-		b.nextID++
-		b.async[b.nextID] = op.Token
-		r := coherence.Request{ID: b.nextID, GVA: op.GVA}
+		r := coherence.Request{ID: pipelined | op.Token, GVA: op.GVA, Cred: coherence.Cred(op.Cred)}
 		switch op.Kind {
 		case wire.OpLoad:
 			r.Op, r.Len = coherence.HostLoad, op.Len
@@ -232,7 +233,6 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 		}
 		rs = append(rs, r)
 	}
-	b.mu.Unlock()
 	b.a.onCore(func(c *node.Core) {
 		now := b.a.now()
 		for i := range rs {

@@ -76,22 +76,46 @@ func (a *Agent) loop(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, a.w.ring)
 	defer stop()
 	var ringAt time.Duration = -1 // the last ring request (adaptive)
-	var sysAt time.Duration       // the last pass that made system calls
+	var sysAt time.Duration       // the last pass that read the ports
+	every := spinSysEvery         // how often a spinning loop reads the ports
 	ports := true
+	sent, sentAt := a.sent.Load(), time.Duration(0)
 	for ctx.Err() == nil {
-		work, ringWork := a.drain(ports)
+		work, ringWork, portWork := a.drain(ports)
 		now := a.now()
+		// A spinning loop that finds nothing yields the CPU when it reads
+		// the ports: let whoever it waits for run on this CPU (a
+		// neighbour agent, a host program); a spin that never yields
+		// delays the very answer it waits for.
+		yield := !work && ports
 		if ports {
 			sysAt = now
+			// Ports that keep coming up empty are read less and less
+			// often while the loop spins for its rings (up to
+			// spinSysMax): each read is a system call, and with many ring
+			// clients and quiet links it took a third of the loop.
+			// Anything read or sent brings the interval back down.
+			if portWork {
+				every = spinSysEvery
+			} else {
+				every = min(2*every, spinSysMax)
+			}
 		}
-		// While it spins, the loop reads the ports (and yields the CPU)
-		// at most every spinSysEvery: the rings are shared memory, a look
-		// at them costs no system call, and a port's answer waits a few
-		// microseconds at most.
-		ports = now-sysAt >= spinSysEvery
+		if s := a.sent.Load(); s != sent {
+			sent, sentAt = s, now
+		}
+		if now-sentAt < spinAnswer {
+			// it sent datagrams lately (a ring request to another node,
+			// say): their answers come on the ports
+			every = spinSysEvery
+		}
+		// While it spins, the loop reads the ports at most every `every`:
+		// the rings are shared memory, a look at them costs no system
+		// call, and a port's answer waits a few microseconds at most.
+		ports = now-sysAt >= every
 		switch a.cfg.Loop {
 		case LoopPoll:
-			if !work && ports {
+			if yield {
 				nbio.Yield()
 			}
 			continue
@@ -100,10 +124,7 @@ func (a *Agent) loop(ctx context.Context) error {
 				ringAt = now
 			}
 			if ringAt >= 0 && now-ringAt < a.cfg.Spin {
-				if !work && ports {
-					// let whoever this loop waits for run on this CPU
-					// (a neighbour agent, the host program): a spin that
-					// never yields delays the very answer it waits for
+				if yield {
 					nbio.Yield()
 				}
 				continue
@@ -127,13 +148,21 @@ func (a *Agent) loop(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// spinSysEvery is how often a spinning loop reads its ports and yields.
-const spinSysEvery = 5 * time.Microsecond
+// spinSysEvery is how often a spinning loop reads its ports and yields
+// while they bring datagrams, spinSysMax while they bring none and it sent
+// nothing lately.
+// A loop that sent datagrams within spinAnswer keeps reading its ports
+// every spinSysEvery (their answers are due).
+const (
+	spinSysEvery = 5 * time.Microsecond
+	spinSysMax   = 40 * time.Microsecond
+	spinAnswer   = time.Millisecond
+)
 
 // drain is one pass of the loop as one step of the core; it reads the
-// ports when ports is set. It reports whether it found work, and whether
-// host rings brought some.
-func (a *Agent) drain(ports bool) (work, ringWork bool) {
+// ports when ports is set. It reports whether it found work, whether host
+// rings brought some, and whether the ports did.
+func (a *Agent) drain(ports bool) (work, ringWork, portWork bool) {
 	a.mu.Lock()
 	now := a.now()
 	got := false
@@ -185,6 +214,7 @@ func (a *Agent) drain(ports bool) (work, ringWork bool) {
 		}
 		break
 	}
+	portWork = got
 	if now := a.now(); now >= a.core.NextDeadline() {
 		a.core.Tick(now)
 	}
@@ -198,7 +228,7 @@ func (a *Agent) drain(ports bool) (work, ringWork bool) {
 	if a.srv != nil && a.srv.ServeRings(maxBatch) {
 		got, ringWork = true, true
 	}
-	return got || len(done) > 0, ringWork
+	return got || len(done) > 0, ringWork, portWork
 }
 
 // ringBell puts a host ring's bell into the loop's poll set (or takes it
@@ -372,6 +402,9 @@ func (a *Agent) endStepLocked() []hostif.Done {
 			tp.n++
 		}
 		a.tx.sent += tp.n
+	}
+	if a.tx.sent > 0 {
+		a.sent.Add(uint64(a.tx.sent))
 	}
 	a.publish()
 	if a.host == nil {

@@ -79,60 +79,9 @@ func TestHelperPageClient(t *testing.T) {
 // is refused it, and uid B may read the 0644 page but not write it.
 func TestPagePermissionsTravel(t *testing.T) {
 	privtest.Require(t)
-	const uidA, uidB, group = 4242, 4343, 65534
-	cfgs, dir := securePair(t)
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var nodes []*liveNode
-	for i := range cfgs {
-		cfgs[i].SocketGroup = strconv.Itoa(group)
-		nd, _ := runAgent(t, cfgs[i])
-		if err := os.Chmod(cfgs[i].RunDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, nd)
-	}
-	waitRoutes(t, nodes)
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run := func(uid uint32, node int, script ...string) []string {
-		cmd := exec.Command(bin, "-test.run=^TestHelperPageClient$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nodes[node].hostSocket(),
-			"DPU_TEST_SCRIPT="+strings.Join(script, ";"))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{group}}}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("helper as uid %d on node %d: %v\n%s", uid, node, err, out)
-		}
-		var lines []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, "alloc ") || strings.HasPrefix(l, "load ") || strings.HasPrefix(l, "store ") {
-				lines = append(lines, l)
-			}
-		}
-		if len(lines) != len(script) {
-			t.Fatalf("helper as uid %d on node %d: %d answers to %d commands\n%s", uid, node, len(lines), len(script), out)
-		}
-		return lines
-	}
+	run, _ := permPair(t)
 	a := run(uidA, 0, "alloc 600", "alloc 644")
-	gvaOf := func(line string) string {
-		f := strings.Fields(line)
-		if len(f) != 4 || f[2] != "ok" {
-			t.Fatalf("alloc: %q", line)
-		}
-		return f[3]
-	}
-	p600, p644 := gvaOf(a[0]), gvaOf(a[1])
+	p600, p644 := gvaOfAlloc(t, a[0]), gvaOfAlloc(t, a[1])
 	want := func(got, want string) {
 		t.Helper()
 		if got != want {
@@ -153,4 +102,70 @@ func TestPagePermissionsTravel(t *testing.T) {
 	got = run(uidB, 0, "load "+p600, "load "+p644)
 	want(got[0], "load "+p600+" err "+perm+" 0")
 	want(got[1], "load "+p644+" ok 1420")
+}
+
+// Users of the permission tests: A allocates, B is another user; both
+// are in permGroup, the agents' socket group.
+const uidA, uidB, permGroup = 4242, 4343, 65534
+
+// permPair starts two agents over an authenticated link, whose sockets
+// users A and B may reach, and returns run, which runs a script of
+// TestHelperPageClient as a user on a node and returns its answers, and
+// the nodes.
+func permPair(t *testing.T) (run func(uid uint32, node int, script ...string) []string, nodes []*liveNode) {
+	cfgs, dir := securePair(t)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range cfgs {
+		cfgs[i].SocketGroup = strconv.Itoa(permGroup)
+		nd, _ := runAgent(t, cfgs[i])
+		if err := os.Chmod(cfgs[i].RunDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, nd)
+	}
+	waitRoutes(t, nodes)
+	bin := filepath.Join(dir, "agent.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run = func(uid uint32, node int, script ...string) []string {
+		t.Helper()
+		cmd := exec.Command(bin, "-test.run=^TestHelperPageClient$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nodes[node].hostSocket(),
+			"DPU_TEST_SCRIPT="+strings.Join(script, ";"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{permGroup}}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper as uid %d on node %d: %v\n%s", uid, node, err, out)
+		}
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "alloc ") || strings.HasPrefix(l, "load ") || strings.HasPrefix(l, "store ") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) != len(script) {
+			t.Fatalf("helper as uid %d on node %d: %d answers to %d commands\n%s", uid, node, len(lines), len(script), out)
+		}
+		return lines
+	}
+	return run, nodes
+}
+
+// gvaOfAlloc is the GVA of a helper's "alloc" answer.
+func gvaOfAlloc(t *testing.T, line string) string {
+	t.Helper()
+	f := strings.Fields(line)
+	if len(f) != 4 || f[2] != "ok" {
+		t.Fatalf("alloc: %q", line)
+	}
+	return f[3]
 }

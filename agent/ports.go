@@ -53,6 +53,22 @@ func init() {
 			if err != nil {
 				return nil, "", err
 			}
+			if len(devs) < k { // one device: its queues are the channels
+				opts := xdp.Options{Name: spec.Name, ForceAFPacket: force, Logger: log, TxBatch: txBatch}
+				if cfg.XDPPinDir != "" {
+					opts.PinDir = filepath.Join(cfg.XDPPinDir, devs[0])
+				}
+				chans, kind, err := xdp.OpenQueues(devs[0], k, opts)
+				if err != nil {
+					return nil, "", err
+				}
+				p, err := joinQueues(spec, cfg, chans)
+				if err != nil {
+					return nil, "", err
+				}
+				logChannels(log, spec, p)
+				return p, kind.String(), nil
+			}
 			kinds := make([]string, k)
 			p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
 				dev := devs[i]

@@ -49,6 +49,7 @@ func TestReadmeSampleConfig(t *testing.T) {
 		{Name: "p2", Kind: PortAFPacket, Args: []string{"eth2"}},
 		{Name: "p3", Kind: PortUDP, Args: []string{"10.0.0.3:7010", "10.0.0.4:7010"}, Channels: 4},
 		{Name: "p4", Kind: "rdma", Args: []string{"rxe0", "10.0.1.3:7700", "10.0.1.4:7700"}},
+		{Name: "p5", Kind: PortXDP, Args: []string{"eth3"}, Channels: 4},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("README sample parsed as\n%+v\nwant\n%+v", c, want)

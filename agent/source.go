@@ -117,6 +117,11 @@ func (s source) Stats() ctl.Stats {
 			add("pages_replica", uint64(u.Replicas))
 			add("pages_backup", uint64(u.Backups))
 			add("pages_capacity", uint64(u.Capacity))
+			es := s.a.engine.Stats()
+			add("coherence_malformed", es.Malformed)        // payloads dropped (another build's format, or forged)
+			add("coherence_refused", es.Refused)            // other nodes' requests refused by the pages' attributes
+			add("coherence_refused_local", es.RefusedLocal) // this node's requests refused by the attributes it holds
+			add("coherence_attr_unknown", es.AttrUnknown)   // requests held back while the attributes were asked for
 		}
 	})
 	return st

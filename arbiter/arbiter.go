@@ -251,13 +251,24 @@ func (a *Arbiter) dropPage(now time.Duration, p *page, o Outcome, r Reason) {
 // Submit hands a request to the arbiter at now, which becomes its Arrival
 // (a now earlier than the arbiter's clock counts as the clock). It is
 // decided when its arrival tick closes, by the first Advance at or after
-// that time (NextDeadline says when). If too many requests are pending,
-// Submit answers at once (deny, ReasonBusy) and reports immediate true.
+// that time (NextDeadline says when), with two exceptions that Submit
+// answers at once (immediate true): too many requests pending (deny,
+// ReasonBusy), and an uncontended write or atomic (grant: its page is owned
+// here, not swapping, and no request of the page waits for a tick).
 func (a *Arbiter) Submit(now time.Duration, req Request) (ans Answer, immediate bool) {
 	now = a.clock(now)
 	req.Arrival = now
 	if len(a.pending)-a.head >= a.cfg.MaxPending {
 		return Answer{Request: req, Outcome: OutcomeDeny, Reason: ReasonBusy, At: now}, true
+	}
+	if req.Kind == KindWrite || req.Kind == KindAtomic {
+		// Uncontended: nothing of its page waits for a tick and the page
+		// does not block it. No request can be ordered before it (none
+		// has arrived), and a write or an atomic denies nobody, so it is
+		// decided now rather than at its tick's close.
+		if p, ok := a.pages[req.Page]; ok && !p.blocks(req.Kind) && !a.pendingFor(req.Page) {
+			return Answer{Request: req, Outcome: OutcomeGrant, Reason: ReasonNone, At: now}, true
+		}
 	}
 	if a.head > 0 && a.head == len(a.pending) {
 		a.pending, a.head = a.pending[:0], 0
@@ -265,6 +276,16 @@ func (a *Arbiter) Submit(now time.Duration, req Request) (ans Answer, immediate 
 	a.pending = append(a.pending, pendingRequest{req: req, tick: a.tickOf(now), seq: a.seq})
 	a.seq++
 	return Answer{}, false
+}
+
+// pendingFor reports whether a request for key waits for its tick.
+func (a *Arbiter) pendingFor(key gva.GVA) bool {
+	for i := a.head; i < len(a.pending); i++ {
+		if a.pending[i].req.Page == key {
+			return true
+		}
+	}
+	return false
 }
 
 // NextDeadline is when Advance next has work: the close of the oldest

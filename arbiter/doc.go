@@ -24,10 +24,19 @@
 // state, so the order is also the order the owner executes writes and
 // atomics in, and the order in which acquires win.
 //
+// An uncontended write or atomic does not wait for its tick: when its page
+// is owned here, not swapping, and no request of the page waits for a tick,
+// Submit grants it at once. Nothing can be ordered before it (nothing of
+// its page has arrived), and granting a write or an atomic denies no one;
+// a request of the same tick that arrives after it is simply decided after
+// it. This is the owner's fast path: a compare-and-swap on an idle page
+// costs no tick.
+//
 // # Answers and bounds
 //
-// Every request gets its first answer when its arrival tick closes, at most
-// one TickLen after it arrived (AnswerBound): Grant, Deny (with a Reason,
+// Every request gets its first answer when its arrival tick closes (or at
+// once, on the fast path), at most one TickLen after it arrived
+// (AnswerBound): Grant, Deny (with a Reason,
 // meaning "retry"), Exception (with a Reason), or Queued. A Queued request
 // gets exactly one final answer no later than Answer.Deadline, which is
 // at most Config.MaxWait (rounded up to the timer granularity) after it was

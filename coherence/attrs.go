@@ -17,8 +17,10 @@ import (
 // against the page's mode) asks the home with OpAttrQuery, routed; the home
 // answers with the attributes, ENOENT for a page it freed or never made,
 // ESTALE for a page of an earlier run it has no record of (stale.go), or
-// EHOSTDOWN when its record has none (it restarted and learned the
-// record again from the owner, which does not carry them). So a mode that
+// EHOSTDOWN when its record has none (it restarted and has not yet heard
+// from the owner, whose refresh carries them again, or the owner too lost
+// them). The owner and the nodes on the page's tree ask the same question
+// with request id 0 when they must check another node's user (cred.go). So a mode that
 // lets others in on the home lets them in on every node, and a mode that
 // keeps them out keeps them out everywhere.
 //
@@ -55,6 +57,10 @@ func (e *Engine) hostStat(now time.Duration, r *request) {
 	home := homeOf(r.key)
 	if home == e.self {
 		rec := e.home[r.key]
+		if (rec == nil && e.staleAtHome(r.key) || rec != nil && !rec.hasAttr) && e.inGrace() {
+			e.retryLater(now, r, syscall.EHOSTDOWN) // restarted lately: the owner's refresh brings them
+			return
+		}
 		if rec == nil || rec.freed || !rec.hasAttr {
 			e.completeErr(now, r, syscall.ENOENT, "stat: no such page")
 			return
@@ -79,10 +85,14 @@ func (e *Engine) handleAttrQuery(now time.Duration, f *noc.Frame) {
 		var errno syscall.Errno
 		rec := e.home[key]
 		switch {
+		case homeOf(key) == e.self && rec == nil && e.staleAtHome(key) && e.inGrace():
+			errno = syscall.EAGAIN // restarted lately: the owner's refresh brings the record and the attributes
 		case homeOf(key) == e.self && rec == nil && e.staleAtHome(key):
 			errno = syscall.ESTALE
 		case homeOf(key) != e.self || rec == nil || rec.freed:
 			errno = syscall.ENOENT
+		case !rec.hasAttr && e.inGrace():
+			errno = syscall.EAGAIN
 		case !rec.hasAttr:
 			errno = syscall.EHOSTDOWN
 		}
@@ -98,6 +108,23 @@ func (e *Engine) handleAttrQuery(now time.Duration, f *noc.Frame) {
 		e.sendNode(&a)
 		return
 	}
+	if f.RequestID == 0 && f.Src == homeOf(key) {
+		// The answer to this node's own question (askAttr, cred.go).
+		if f.Flags&noc.FlagError != 0 {
+			if _, err := decodeErrno(f.Payload); err != nil {
+				e.malformed()
+			}
+			return // asked again at the next request that needs them
+		}
+		a, err := decodeAttr(f.Payload)
+		if err != nil {
+			e.malformed()
+			return
+		}
+		delete(e.attrAsks, key)
+		e.learnAttr(key, a)
+		return
+	}
 	r := e.reqs[f.RequestID]
 	if r == nil || r.hr.Op != HostStat || r.key != key || f.Src != homeOf(key) {
 		e.stats.Stale++
@@ -107,6 +134,10 @@ func (e *Engine) handleAttrQuery(now time.Duration, f *noc.Frame) {
 		errno, err := decodeErrno(f.Payload)
 		if err != nil {
 			e.malformed()
+			return
+		}
+		if errno == syscall.EAGAIN {
+			e.retryLater(now, r, errno) // the home restarted lately
 			return
 		}
 		e.completeErr(now, r, errno, "stat: the page's home answered")
@@ -122,3 +153,8 @@ func (e *Engine) handleAttrQuery(now time.Duration, f *noc.Frame) {
 
 // recordAttr keeps a new page's attributes in its home record.
 func (rec *homeRecord) recordAttr(a Attr) { rec.attr, rec.hasAttr = a, true }
+
+// inGrace: this node started less than two home refresh periods ago, so
+// owners elsewhere may not yet have told it their records (and the
+// pages' attributes) again.
+func (e *Engine) inGrace() bool { return e.now < e.born+2*e.cfg.HomeRefresh }

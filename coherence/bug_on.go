@@ -32,7 +32,7 @@ func (e *Engine) staleCAS(now time.Duration, r *request) bool {
 	r.min = gva.Version(cur) // remembered for the completion below
 	r.hr.Expected = cur
 	r.hr.Op = HostCAS
-	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
+	p := appendUpHead(e.hostPay[:0], 0, r.hr.Cred)
 	p = append(p, r.data...)
 	f := newFrame(noc.ClassStore, OpStore, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.hr.GVA, 0, p)
 	e.handleUp(now, noc.LocalPort, &f)

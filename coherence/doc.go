@@ -140,7 +140,8 @@
 // when it is the home, the new owner when it is; otherwise the new owner
 // sends OpOwnerMoved (routed, re-sent until acknowledged). Every owner also
 // re-sends it for each page it owns every Config.HomeRefresh (request id
-// 0, not acknowledged), so a home that restarted learns its records again;
+// 0, not acknowledged, with the page's attributes), so a home that
+// restarted learns its records and the pages' attributes again;
 // for two refresh periods after it started, a home without a record answers
 // "retry" (EAGAIN), then "host down" (with replicas, half a refresh period
 // and two FailoverGrace more, the time a backup takes to take over a page
@@ -150,6 +151,16 @@
 // update's source), which sends them on to the home if it no longer has the
 // page; the home redirects them toward the owner on record, carrying the
 // owner's incarnation in their first 8 payload bytes.
+//
+// # Credentials
+//
+// Every up-going request carries the credentials of the user it is made
+// for, as its node vouches; the owner, and any node on the page's tree
+// that would serve or merge a ref, check them against the page's
+// attributes (uid, gid, mode), which travel with content and ownership,
+// and refuse with EACCES. Requests of the node's own host are checked at
+// the host socket, and at Submit where the node knows the attributes. See
+// cred.go.
 //
 // # Failures
 //
@@ -216,39 +227,47 @@
 // "prefix" is the 8 bytes that start every up-going request: bit 63 set
 // when the last node sent it by routing, off the page's tree; bits 0..62
 // the target incarnation (0 unless the home redirected it toward the
-// owner; incarnations are 63-bit).
+// owner; incarnations are 63-bit). "cred" follows the prefix of every
+// up-going request: the credentials of the user it is made for (cred.go):
+// uid (4), gid (4), n (1), n supplementary groups (4 each, n ≤ 16).
+// "attr" is a page's attributes: uid (4), gid (4), mode (4).
 //
 //	class/op              dir     flags        header fields               payload
-//	Load/OpRef            up      Path         version = min version       prefix, flags (1: bit0 graft = sent off the tree)
+//	Load/OpRef            up      Path         version = min version       prefix, cred, flags (1: bit0 graft = sent off the tree)
 //	Load/OpRef reply      down    Path|Reply   version = content version   flags (1: bit0 graft = routed to Dst,
-//	                      (graft: routed)                                  bit1 not added), owner node (4), content (4096)
+//	                      (graft: routed)                                  bit1 not added, bit2 attr follows), owner node (4),
+//	                                                                       [attr], content (4096)
 //	Load/OpUnref          up      Path         -                           -
 //	Load/OpDetach         down    Path         version                     -
 //	Load/OpAttach         up, 1 hop Path       version = sender's entry    -
-//	Store/OpStore         up      Path         gva with offset             prefix, data (1..4096, within the page)
+//	Store/OpStore         up      Path         gva with offset             prefix, cred, data (1..4096, within the page)
 //	Store/OpStore reply   routed  Reply        version = new version       -
 //	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold); Src = the owner
 //	Store/OpInvalidate    down    Path         version                     -
-//	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, expected (8), desired (8)
-//	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, delta (8)
+//	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, cred, expected (8), desired (8)
+//	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, cred, delta (8)
 //	Atomic/* reply        routed  Reply        version after               previous value (8), swapped (1)
 //	any request's error   routed  Reply|Error  -                           errno (4)
-//	Control/OpAcquire     up      Path         priority                    prefix, flags (1: bit0 lock), losses (2),
+//	Control/OpAcquire     up      Path         priority                    prefix, cred, flags (1: bit0 lock), losses (2),
 //	                                                                       wait start (8), requester incarnation (8),
 //	                                                                       route length n (1), n arrival ports (2 each)
 //	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8), seq (8)
 //	Control/OpDeny        routed  -            -                           errno (4)
-//	Control/OpData        routed  [Huge]       version                     epoch (8), seq (8), flags (1: bit0 huge), content (4096)
+//	Control/OpData        routed  [Huge]       version                     epoch (8), seq (8), flags (1: bit0 huge, bit1 attr
+//	                                                                       follows), [attr], content (4096)
 //	Control/OpDataAck     routed  [Error]      version                     requester incarnation (8), owner incarnation (8), seq (8)
 //	Control/OpDone        route   Path         version                     flags (1: bit0 broken, bit1 routed), seq (8),
 //	                      or routed                                        route length n (1), n ports (2 each)
 //	Control/OpAbort       routed  -            -                           seq (8)
 //	Control/OpOwnerMoved  routed  -            request id = epoch or 0     owner (4; 0xFFFFFFFF: freed), incarnation (8), epoch (8)
+//	                                                                       [, attr: refreshes (request id 0)]
+//	Control/OpAttrQuery   routed  -            request id (0: a node's own) -; reply: attr, or errno (4) with Error
 //	Control/OpOwnerMovedAck routed -           request id = epoch          -
 //	Control/OpData (R > 1)  routed  [Huge]     version                     as above, then n (1), n stand-ins (4 each)
 //	Control/OpReplicate   routed  -            version after               epoch (8), owner incarnation (8), flags (1: bit0 full,
-//	                                                                       bit1 huge, bit2 touch), rank (1), n (1), n backups (4 each),
-//	                                                                       offset (2), data (delta; full: 4096; touch: none)
+//	                                                                       bit1 huge, bit2 touch, bit3 attr: full only), rank (1), n (1),
+//	                                                                       n backups (4 each), offset (2), data (delta; full: 4096;
+//	                                                                       touch: none) [, attr]
 //	Control/OpReplicateAck routed -            version held                epoch (8), sender incarnation (8), flags (1: bit0 need
 //	                                                                       full, bit1 probe)
 //	Control/OpReplicaDrop routed  -            -                           epoch (8) [, heir (4), heir incarnation (8)]

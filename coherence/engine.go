@@ -125,6 +125,9 @@ const (
 	// is sent to the backups, without waiting for them to hold it: an
 	// owner that fails can take acknowledged writes with it.
 	BugEarlyAck
+	// BugTrustVouched serves every request another node vouches for
+	// without checking its user against the page's attributes (cred.go).
+	BugTrustVouched
 )
 
 // Defaults.
@@ -253,9 +256,10 @@ type Engine struct {
 	backedBy      map[noc.NodeID]map[gva.GVA]bool
 	backupUnreach map[noc.NodeID]time.Duration
 	attention     map[gva.GVA]bool
-	probing       map[gva.GVA]bool // copies with a probe due or an owner found restarted
-	far           []noc.NodeID     // nodes beyond the neighbours, nearest first (farNodes)
-	farVersion    uint64           // the routing version far was listed at
+	probing       map[gva.GVA]bool          // copies with a probe due or an owner found restarted
+	far           []noc.NodeID              // nodes beyond the neighbours, nearest first (farNodes)
+	farVersion    uint64                    // the routing version far was listed at
+	attrAsks      map[gva.GVA]time.Duration // pages whose attributes were asked of their home, and when (cred.go)
 
 	nextReq  uint64
 	swapSeq  uint64
@@ -316,6 +320,9 @@ type page struct {
 	// may still come: no swap before then.
 	settleUntil time.Duration
 	rep         *ownerRep // replication at the owner (Replicas > 1)
+	// attr: the page's attributes, as learned with its content (cred.go).
+	attr    Attr
+	hasAttr bool
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
@@ -438,8 +445,9 @@ func New(cfg Config) (*Engine, error) {
 		backupUnreach: make(map[noc.NodeID]time.Duration),
 		attention:     make(map[gva.GVA]bool),
 		probing:       make(map[gva.GVA]bool),
-		pay:           make([]byte, 0, noc.HeaderLen+gva.PageSize+64),
-		hostPay:       make([]byte, 0, gva.PageSize+64),
+		attrAsks:      make(map[gva.GVA]time.Duration),
+		pay:           make([]byte, 0, noc.HeaderLen+gva.PageSize+256),
+		hostPay:       make([]byte, 0, gva.PageSize+256),
 	}
 	e.dbg, _ = cfg.Tracer.(debugTracer)
 	return e, nil
@@ -497,11 +505,11 @@ func (e *Engine) refreshHomes(now time.Duration) {
 			continue
 		}
 		pg := e.pages[key]
-		var b [movedLen]byte
-		binary.BigEndian.PutUint32(b[:], uint32(e.self))
-		binary.BigEndian.PutUint64(b[4:], e.inc)
-		binary.BigEndian.PutUint64(b[12:], pg.epoch)
-		f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), 0, key, 0, b[:])
+		var b [movedLen + attrLen]byte
+		// The page's attributes go with the record: a home that restarted
+		// learns them again (cred.go).
+		p := appendMoved(b[:0], movedMsg{owner: e.self, ownerInc: e.inc, epoch: pg.epoch, attr: pg.attr, hasAttr: pg.hasAttr})
+		f := newFrame(noc.ClassControl, OpOwnerMoved, 0, e.self, homeOf(key), 0, key, 0, p)
 		e.sendNode(&f)
 		e.stats.Refreshes++
 	}

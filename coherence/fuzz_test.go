@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -82,24 +83,30 @@ func seedFrames() [][]byte {
 		}
 		out = append(out, b)
 	}
-	add(noc.ClassLoad, OpRef, noc.FlagPath, 4, 1, 11, own, 0, make([]byte, refLen))
-	add(noc.ClassLoad, OpRef, noc.FlagPath, 4, 1, 12, rep, 0, append(make([]byte, prefixLen), refGraft))
-	add(noc.ClassLoad, OpRef, noc.FlagPath|noc.FlagReply, 2, 1, 13, rep, 3, appendRefReply(nil, 0, 2, content))
-	add(noc.ClassLoad, OpRef, noc.FlagPath|noc.FlagReply, 2, 1, 14, rep, 3, appendRefReply(nil, refGraft, 2, content))
+	user := Cred{UID: 1000, GID: 100, Groups: []uint32{10, 20}}
+	attr := Attr{UID: 1000, GID: 100, Mode: 0o640}
+	add(noc.ClassLoad, OpRef, noc.FlagPath, 4, 1, 11, own, 0, appendRef(nil, 0, Cred{}, 0))
+	add(noc.ClassLoad, OpRef, noc.FlagPath, 4, 1, 12, rep, 0, appendRef(nil, 0, user, refGraft))
+	add(noc.ClassLoad, OpRef, noc.FlagPath, 4, 1, 19, own, 0, appendRef(nil, 0, Cred{UID: 7, GID: 7}, 0))
+	add(noc.ClassLoad, OpRef, noc.FlagPath|noc.FlagReply, 2, 1, 13, rep, 3, appendRefReply(nil, 0, 2, Attr{}, false, content))
+	add(noc.ClassLoad, OpRef, noc.FlagPath|noc.FlagReply, 2, 1, 14, rep, 3, appendRefReply(nil, refGraft, 2, attr, true, content))
 	add(noc.ClassLoad, OpUnref, noc.FlagPath, 4, 1, 0, own, 0, nil)
 	add(noc.ClassLoad, OpDetach, noc.FlagPath, 2, 1, 0, rep, 0, nil)
-	add(noc.ClassStore, OpStore, noc.FlagPath, 4, 1, 15, own.WithOffset(100), 0, append(make([]byte, prefixLen), 1, 2, 3))
+	add(noc.ClassStore, OpStore, noc.FlagPath, 4, 1, 15, own.WithOffset(100), 0, append(appendUpHead(nil, 0, Cred{}), 1, 2, 3))
+	add(noc.ClassStore, OpStore, noc.FlagPath, 4, 1, 20, own.WithOffset(100), 0, append(appendUpHead(nil, 0, user), 1, 2, 3))
 	add(noc.ClassStore, OpStore, noc.FlagReply, 2, 1, 2, rep, 4, nil)
 	add(noc.ClassStore, OpUpdate, noc.FlagPath, 2, 1, 0, rep.WithOffset(8), 4, []byte{1, 2})
 	add(noc.ClassStore, OpInvalidate, noc.FlagPath, 2, 1, 0, rep, 5, nil)
-	add(noc.ClassAtomic, OpCAS, noc.FlagPath, 4, 1, 16, own.WithOffset(8), 0, appendAtomic(nil, OpCAS, 0, 0, 5))
-	add(noc.ClassAtomic, OpFetchAdd, noc.FlagPath, 4, 1, 17, own.WithOffset(16), 0, appendAtomic(nil, OpFetchAdd, 0, 0, 5))
+	add(noc.ClassAtomic, OpCAS, noc.FlagPath, 4, 1, 16, own.WithOffset(8), 0, appendAtomic(nil, OpCAS, 0, Cred{}, 0, 5))
+	add(noc.ClassAtomic, OpFetchAdd, noc.FlagPath, 4, 1, 17, own.WithOffset(16), 0, appendAtomic(nil, OpFetchAdd, 0, user, 0, 5))
 	add(noc.ClassAtomic, OpCAS, noc.FlagReply, 2, 1, 2, rep, 4, appendAtomicReply(nil, atomicResult{prev: 3, swapped: true}))
 	add(noc.ClassLoad, OpRef, noc.FlagReply|noc.FlagError, 2, 1, 2, rep, 0, []byte{0, 0, 0, 112})
 	add(noc.ClassControl, OpAcquire, noc.FlagPath, 4, 1, 18, own, 0, appendAcquire(nil, acquireReq{inc: 3, route: []byte{0, 1, 0, 2}}))
+	add(noc.ClassControl, OpAcquire, noc.FlagPath, 4, 1, 21, own, 0, appendAcquire(nil, acquireReq{cred: user, inc: 3}))
 	add(noc.ClassControl, OpGrant, 0, 2, 1, 2, rep, 3, appendGrant(nil, grantMsg{ownerInc: 1, epoch: 1, seq: 1}))
 	add(noc.ClassControl, OpDeny, 0, 2, 1, 2, rep, 0, []byte{0, 0, 0, 16})
 	add(noc.ClassControl, OpData, 0, 2, 1, 2, rep, 3, appendData(nil, dataMsg{epoch: 1, seq: 1, content: content}))
+	add(noc.ClassControl, OpData, 0, 2, 1, 2, rep, 3, appendData(nil, dataMsg{epoch: 1, seq: 1, flags: dataAttr, attr: attr, content: content}))
 	add(noc.ClassControl, OpDataAck, 0, 4, 1, 18, own, 0, appendDataAck(nil, dataAckMsg{inc: 3, ownerInc: 5, seq: 1}))
 	add(noc.ClassControl, OpDone, noc.FlagPath, 2, 1, 2, rep, 3, appendDone(nil, doneMsg{seq: 1, route: []byte{0, 1}}))
 	add(noc.ClassControl, OpDone, 0, 2, 1, 2, rep, 3, appendDone(nil, doneMsg{flags: doneRouted, seq: 1}))
@@ -107,10 +114,14 @@ func seedFrames() [][]byte {
 	add(noc.ClassControl, OpOwnerQuery, 0, 4, 1, 18, own, 0, nil)
 	add(noc.ClassControl, OpOwnerQuery, noc.FlagReply, 2, 1, 2, rep, 0, appendMoved(nil, movedMsg{owner: 1, ownerInc: 5, epoch: 1}))
 	add(noc.ClassControl, OpOwnerMoved, 0, 4, 1, 1, own, 0, []byte{0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9})
+	add(noc.ClassControl, OpOwnerMoved, 0, 4, 1, 0, own, 0, appendMoved(nil, movedMsg{owner: 4, ownerInc: 3, epoch: 9, attr: attr, hasAttr: true}))
 	add(noc.ClassControl, OpOwnerMovedAck, 0, 2, 1, 1, rep, 0, nil)
+	add(noc.ClassControl, OpAttrQuery, 0, 4, 1, 0, own, 0, nil)
+	add(noc.ClassControl, OpAttrQuery, noc.FlagReply, 2, 1, 0, rep, 0, appendAttr(nil, attr))
 	// Replication (replicas > 1).
 	add(noc.ClassControl, OpData, 0, 2, 1, 2, rep, 3, appendData(nil, dataMsg{epoch: 1, seq: 1, content: content, backups: []noc.NodeID{2, 3}}))
 	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 3, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replFull, backups: []noc.NodeID{1}, data: content}))
+	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 3, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replFull | replAttr, backups: []noc.NodeID{1}, data: content, attr: attr}))
 	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep.WithOffset(8), 4, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, backups: []noc.NodeID{1}, off: 8, data: []byte{5}}))
 	add(noc.ClassControl, OpReplicate, 0, 2, 1, 0, rep, 4, appendReplicate(nil, replMsg{epoch: 1, ownerInc: 9, flags: replTouch, backups: []noc.NodeID{1}}))
 	add(noc.ClassControl, OpReplicateAck, 0, 10, 1, 0, own, 1, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0})
@@ -199,19 +210,49 @@ func FuzzPayloadDecoders(f *testing.F) {
 		if d, err := decodeDone(p); err == nil && !bytes.Equal(appendDone(nil, d), p) {
 			t.Fatal("done round trip")
 		}
-		if r, err := decodeRefReply(p); err == nil && !bytes.Equal(appendRefReply(nil, r.flags, r.owner, r.content), p) {
+		if r, err := decodeRefReply(p); err == nil && !bytes.Equal(appendRefReply(nil, r.flags, r.owner, r.attr, r.flags&refAttr != 0, r.content), p) {
 			t.Fatal("ref reply round trip")
 		}
 		if r, err := decodeAtomicReply(p); err == nil && !bytes.Equal(appendAtomicReply(nil, r), p) {
 			t.Fatal("atomic reply round trip")
 		}
 		for _, op := range []noc.Op{OpCAS, OpFetchAdd} {
-			if a, err := decodeAtomic(op, gva.GVA{}, p); err == nil && !bytes.Equal(appendAtomic(nil, op, a.target, a.expected, a.operand), p) {
-				t.Fatal("atomic round trip")
+			if a, err := decodeAtomic(op, gva.GVA{}, p); err == nil {
+				c, err := decodeCred(p)
+				if err != nil {
+					t.Fatalf("atomic decoded without credentials: %x", p)
+				}
+				if !bytes.Equal(appendAtomic(nil, op, a.target, c, a.expected, a.operand), p) {
+					t.Fatal("atomic round trip")
+				}
 			}
 		}
-		_, _, _ = decodeRef(p)
-		_, _ = decodeStore(gva.GVA{}, p)
+		if c, err := decodeCred(p); err == nil {
+			// The credentials re-encode to the same bytes, and the check
+			// on the encoded form agrees with the one on the decoded.
+			if got := appendUpHead(nil, binary.BigEndian.Uint64(p), c); !bytes.Equal(got, p[:upBody(p)]) {
+				t.Fatalf("credentials round trip: %x != %x", got, p[:upBody(p)])
+			}
+			for _, a := range []Attr{{UID: 1000, GID: 100, Mode: 0o640}, {UID: c.UID, GID: 5, Mode: 0o604}, {UID: 1, GID: c.GID, Mode: 0o060}} {
+				for _, need := range []uint32{AccessRead, AccessWrite, AccessRead | AccessWrite} {
+					if credAllows(a, p, need) != Allows(a, c, need) {
+						t.Fatalf("%+v %+v need %d: encoded and decoded checks differ", c, a, need)
+					}
+				}
+			}
+		}
+		if _, rf, err := decodeRef(p); err == nil {
+			c, _ := decodeCred(p)
+			if !bytes.Equal(appendRef(nil, binary.BigEndian.Uint64(p), c, rf), p) {
+				t.Fatal("ref round trip")
+			}
+		}
+		if s, err := decodeStore(gva.GVA{}, p); err == nil {
+			c, _ := decodeCred(p)
+			if !bytes.Equal(append(appendUpHead(nil, binary.BigEndian.Uint64(p), c), s.data...), p) {
+				t.Fatal("store round trip")
+			}
+		}
 		_, _ = decodeUpdate(gva.GVA{}, p)
 		_, _, _ = decodeAbort(p)
 		if m, err := decodeReplicate(p); err == nil && !bytes.Equal(appendReplicate(nil, m), p) {

@@ -1,7 +1,6 @@
 package coherence
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"syscall"
@@ -68,6 +67,10 @@ type Request struct {
 	Pages   int
 	Attr    Attr
 	Timeout time.Duration
+	// Cred is the user the request is made for, as this node vouches; the
+	// nodes that serve it check it against the page's attributes
+	// (cred.go). The zero Cred is root.
+	Cred Cred
 }
 
 // Location answers HostWhere.
@@ -223,6 +226,11 @@ func (e *Engine) Submit(now time.Duration, hr Request, rt noc.Routes) {
 		e.completeErr(now, r, syscall.EINVAL, "unknown operation")
 		return
 	}
+	if !e.localAllowed(r) {
+		e.stats.RefusedLocal++
+		e.completeErr(now, r, syscall.EACCES, "refused by the page's attributes")
+		return
+	}
 	e.nextReq++
 	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
 	e.reqs[r.id] = r
@@ -356,7 +364,9 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 	}
 	e.evictedLater(evs)
 	ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, r.hr.Huge
-	e.pages[key] = &page{key: key, huge: r.hr.Huge, content: content, has: true, owner: true, ownerNode: e.self}
+	ent.Attr, ent.HasAttr = r.hr.Attr, true
+	e.pages[key] = &page{key: key, huge: r.hr.Huge, content: content, has: true, owner: true, ownerNode: e.self,
+		attr: r.hr.Attr, hasAttr: true}
 	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
 	e.home[key].recordAttr(r.hr.Attr)
 	e.arb.Own(key)
@@ -486,7 +496,7 @@ func (e *Engine) awaitContent(now time.Duration, pg *page, r *request) {
 	if r.attempts > 1 {
 		e.closeFetch(r.key) // a re-sent ref must not merge into a lost one
 	}
-	e.sendRef(now, pg, r.id, r.min)
+	e.sendRef(now, pg, r.id, r.hr.Cred, r.min)
 	e.retryLater(now, r, 0)
 }
 
@@ -581,7 +591,7 @@ func (e *Engine) hostWrite(now time.Duration, r *request) {
 	var f noc.Frame
 	switch r.hr.Op {
 	case HostStore:
-		p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
+		p := appendUpHead(e.hostPay[:0], 0, r.hr.Cred)
 		p = append(p, r.data...)
 		f = newFrame(noc.ClassStore, OpStore, 0, e.self, e.guessOwner(r.key), r.id, g, 0, p)
 	case HostCAS:
@@ -589,10 +599,10 @@ func (e *Engine) hostWrite(now time.Duration, r *request) {
 			return
 		}
 		f = newFrame(noc.ClassAtomic, OpCAS, 0, e.self, e.guessOwner(r.key), r.id, g, 0,
-			appendAtomic(e.hostPay[:0], OpCAS, 0, r.hr.Expected, r.hr.Operand))
+			appendAtomic(e.hostPay[:0], OpCAS, 0, r.hr.Cred, r.hr.Expected, r.hr.Operand))
 	case HostFetchAdd:
 		f = newFrame(noc.ClassAtomic, OpFetchAdd, 0, e.self, e.guessOwner(r.key), r.id, g, 0,
-			appendAtomic(e.hostPay[:0], OpFetchAdd, 0, 0, r.hr.Operand))
+			appendAtomic(e.hostPay[:0], OpFetchAdd, 0, r.hr.Cred, 0, r.hr.Operand))
 	}
 	f.Flags |= noc.FlagPath
 	if g.Huge() {

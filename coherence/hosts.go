@@ -10,6 +10,7 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
 )
 
 // Hosts is the host-session half of a node's core: it sits in front of the
@@ -64,11 +65,10 @@ type revokedPin struct {
 // SessionID names a host session of a node.
 type SessionID uint32
 
-// Attr is the owner and permission of a page, fixed at Alloc.
-type Attr struct {
-	UID, GID uint32
-	Mode     uint32 // permission bits: read 4, write 2
-}
+// Attr is the owner and permission of a page, fixed at Alloc (mode: the
+// permission bits, 0o777; read 4, write 2 per class). Path cache entries
+// carry it (cred.go).
+type Attr = pathcache.PageAttr
 
 // Host-session operations beyond the Engine's.
 const (
@@ -182,8 +182,12 @@ func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Route
 		return
 	}
 	s.reqs[hr.ID] = r
-	r.bound = hostTimer{at: r.deadline, r: r, bound: true}
-	heap.Push(&h.timers, &r.bound)
+	if hr.Timeout > 0 || !oneStep(hr.Op) {
+		// A request of one engine step within the engine's own bound
+		// needs no bound here: the engine completes it by then.
+		r.bound = hostTimer{at: r.deadline, r: r, bound: true}
+		heap.Push(&h.timers, &r.bound)
+	}
 	h.start(now, r)
 	h.endStep(now)
 }
@@ -340,6 +344,16 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	}
 }
 
+// oneStep reports whether requests of op are one engine request (start's
+// default case).
+func oneStep(op HostOp) bool {
+	switch op {
+	case HostStore, HostCAS, HostFetchAdd, HostWhere:
+		return true
+	}
+	return false
+}
+
 // holder names the session as pin holder.
 func (s *session) holder() uint64 { return uint64(s.id) }
 
@@ -374,6 +388,7 @@ func countDown(m map[gva.GVA]int, key gva.GVA) {
 func (h *Hosts) step(now time.Duration, r *hostReq, er Request) {
 	h.nextStep++
 	er.ID = h.nextStep
+	er.Cred = r.hr.Cred
 	h.steps[er.ID] = r
 	r.pending++
 	h.e.Submit(now, er, h.e.rt)

@@ -227,15 +227,52 @@ func TestHostsFinishedBoundsLeaveTheTimers(t *testing.T) {
 			t.Fatalf("node %d: %d timers left after every request finished", n, len(h.timers))
 		}
 	}
+	// A request of one engine step within the engine's bound is bounded
+	// by the engine alone; one with a bound of its own keeps it here.
 	id := x.submit(1, Request{Op: HostCAS, GVA: a, Expected: 200, Operand: 201})
-	if len(x.h[1].timers) != 1 || x.h[1].timers[0].r.hr.ID != id {
-		t.Fatalf("a running request's bound is not in the heap: %d timers", len(x.h[1].timers))
+	if len(x.h[1].timers) != 0 {
+		t.Fatalf("a one-step request put %d timers in the heap", len(x.h[1].timers))
 	}
 	x.f.RunUntil(x.f.Now()+3*time.Second, func() bool { _, ok := x.sinks[1].done[id]; return ok })
 	if c := x.sinks[1].done[id]; c.Err != nil || c.Value != 200 {
 		t.Fatalf("CAS: %+v", c)
 	}
+	id = x.submit(1, Request{Op: HostCAS, GVA: a, Expected: 201, Operand: 202, Timeout: time.Second})
+	if len(x.h[1].timers) != 1 || x.h[1].timers[0].r.hr.ID != id {
+		t.Fatalf("a running request's bound is not in the heap: %d timers", len(x.h[1].timers))
+	}
+	x.f.RunUntil(x.f.Now()+3*time.Second, func() bool { _, ok := x.sinks[1].done[id]; return ok })
+	if c := x.sinks[1].done[id]; c.Err != nil || c.Value != 201 {
+		t.Fatalf("CAS: %+v", c)
+	}
 	if len(x.h[1].timers) != 0 {
 		t.Fatalf("%d timers left", len(x.h[1].timers))
+	}
+}
+
+// TestHostsOneStepBoundedByTheEngine: a one-step request (no bound of its
+// own in the session layer) to an owner that stopped answering still
+// completes, with ETIMEDOUT or EHOSTDOWN, by the engine's request bound.
+func TestHostsOneStepBoundedByTheEngine(t *testing.T) {
+	x := newHostFab(t, 2)
+	a := x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{Mode: 0o666}}).GVA
+	x.ok(1, Request{Op: HostCAS, GVA: a, Expected: 0, Operand: 1})
+	x.f.Kill(0)
+	start := x.f.Now()
+	for _, op := range []HostOp{HostCAS, HostStore, HostFetchAdd} {
+		r := Request{Op: op, GVA: a, Expected: 1, Operand: 2}
+		if op == HostStore {
+			r.Data = []byte{1}
+		}
+		c := x.do(1, r)
+		if !errors.Is(c.Err, syscall.ETIMEDOUT) && !errors.Is(c.Err, syscall.EHOSTDOWN) {
+			t.Fatalf("%v to a dead owner: %v", op, c.Err)
+		}
+		if len(x.h[1].timers) != 0 {
+			t.Fatalf("%v left %d timers", op, len(x.h[1].timers))
+		}
+	}
+	if took := x.f.Now() - start; took > 3*(DefaultRequestTimeout+10*time.Millisecond) {
+		t.Fatalf("three requests to a dead owner took %v", took)
 	}
 }

@@ -28,7 +28,7 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 			e.wake(now, pg)
 			return
 		}
-		if ent == nil {
+		if ent == nil || !e.vouched(now, in, f, pg, ent) {
 			return
 		}
 		if _, rf, _ := decodeRef(f.Payload); rf&refGraft != 0 {
@@ -36,11 +36,14 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 			return
 		}
 		ent.Down, _ = ent.Down.Add(in)
-		e.sendContent(in, f.RequestID, key, pg.version, e.self, pg.huge, pg.content)
+		e.sendContent(ent, in, f.RequestID, pg.version, e.self, pg.huge, pg.content)
 		return
 	}
 	if f.Class == noc.ClassControl && f.Src == e.self && in != noc.LocalPort {
 		e.stats.PathAnomalies++ // our own acquire came back to us
+		return
+	}
+	if !e.vouched(now, in, f, pg, nil) {
 		return
 	}
 	k := opKey{f.Src, f.RequestID}
@@ -102,6 +105,7 @@ func (e *Engine) ownerEntry(now time.Duration, pg *page) *pathcache.Entry {
 		return nil
 	}
 	ent.Owner, ent.Up, ent.Huge, ent.Version = true, noc.NoPort, pg.huge, pg.version
+	ent.Attr, ent.HasAttr = pg.attr, pg.hasAttr
 	return ent
 }
 

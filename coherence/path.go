@@ -63,7 +63,8 @@ func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 // the page's tree (it routed the request).
 func routedHere(f *noc.Frame) bool {
 	if f.Class == noc.ClassLoad {
-		return len(f.Payload) == refLen && f.Payload[prefixLen]&refGraft != 0
+		_, rf, err := decodeRef(f.Payload)
+		return err == nil && rf&refGraft != 0
 	}
 	_, routed := upPrefix(f.Payload)
 	return routed
@@ -176,17 +177,19 @@ func (e *Engine) forwardUp(in, up noc.PortID, dst noc.NodeID, target uint64, rou
 	}
 	cur := binary.BigEndian.Uint64(f.Payload)
 	rec := f.Class == noc.ClassControl && in != noc.LocalPort
-	ref := f.Class == noc.ClassLoad && f.Payload[prefixLen] != refFlags
+	body := upBody(f.Payload) // validUp accepted the payload
+	ref := f.Class == noc.ClassLoad && f.Payload[body] != refFlags
 	if cur != target || rec || ref {
 		p := append(e.pay[:0], f.Payload...)
 		binary.BigEndian.PutUint64(p, target)
 		if f.Class == noc.ClassLoad {
-			p[prefixLen] = refFlags
+			p[body] = refFlags
 		}
 		if rec {
-			p[acquireHead-1]++
+			n := acquireRouteLen(p)
+			p[n]++
 			p = binary.BigEndian.AppendUint16(p, uint16(in))
-			if int(p[acquireHead-1]) > maxRoute {
+			if int(p[n]) > maxRoute {
 				e.stats.HopLimit++
 				return
 			}
@@ -455,7 +458,7 @@ func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry) {
 			for _, r := range pg.waiters {
 				min = max(min, r.min)
 			}
-			e.sendRef(now, pg, pg.waiters[0].id, min)
+			e.sendRef(now, pg, pg.waiters[0].id, pg.waiters[0].hr.Cred, min)
 		}
 	}
 }
@@ -592,6 +595,10 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 			r.losses++
 		}
 		e.retryLater(now, r, errno)
+	case syscall.EACCES, syscall.EPERM:
+		// This request's user is refused; other waiters of the page keep
+		// theirs (a re-sent ref carries their own credentials).
+		e.completeErr(now, r, errno, "refused by the node that serves the page")
 	default:
 		if r.hr.Op == HostRef || r.hr.Op == HostLoad {
 			// The page itself is gone: every waiter of it learns so.

@@ -1,7 +1,6 @@
 package coherence
 
 import (
-	"encoding/binary"
 	"syscall"
 	"time"
 
@@ -21,7 +20,8 @@ type graftWaiter struct {
 // entry (nil: the node is not on the page's tree).
 func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry) {
 	if e.dbg != nil {
-		e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, f.Payload[prefixLen], ent != nil)
+		_, rf, _ := decodeRef(f.Payload)
+		e.debugf(f.GVA.Key(), "ref in=%d src=%v min=%d flags=%x entry=%v", in, f.Src, f.PageVersion, rf, ent != nil)
 	}
 	key := f.GVA.Key()
 	_, rf, _ := decodeRef(f.Payload)
@@ -55,6 +55,12 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		e.forwardUp(in, up, dst, target, true, refGraft, f)
 		return
 	}
+	if in != ent.Up && !e.vouched(now, in, f, pg, ent) {
+		// On the tree, this node serves the ref (from its replica, or by
+		// merging it into a fetch and adding the sender below it): the
+		// sender's user must be allowed to read the page.
+		return
+	}
 	if !graft {
 		if ent.Up == in {
 			// A ref that followed the sender's entry into our up port: a
@@ -72,7 +78,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		if graft {
 			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
 		} else {
-			e.sendContent(in, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
+			e.sendContent(ent, in, f.RequestID, pg.version, e.ownerOf(pg), pg.huge, pg.content)
 		}
 		return
 	}
@@ -141,26 +147,25 @@ func (e *Engine) closeFetch(key gva.GVA) {
 }
 
 // sendRef sends (or merges) a ref for pg from this node's host, on behalf
-// of request id (errors come back to it).
-func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, min gva.Version) {
+// of request id, made for cred (errors come back to it).
+func (e *Engine) sendRef(now time.Duration, pg *page, id uint64, cred Cred, min gva.Version) {
 	var fl noc.Flags = noc.FlagPath
 	if pg.huge {
 		fl |= noc.FlagHuge
 	}
-	p := binary.BigEndian.AppendUint64(e.hostPay[:0], 0)
-	p = append(p, 0)
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, e.guessOwner(pg.key), id, pg.key, min, p)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, e.guessOwner(pg.key), id, pg.key, min, appendRef(e.hostPay[:0], 0, cred, 0))
 	e.handleUp(now, noc.LocalPort, &f)
 }
 
-// sendContent answers a ref that came up port p.
-func (e *Engine) sendContent(p noc.PortID, id uint64, key gva.GVA, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
+// sendContent answers a ref that came up port p, with the attributes of
+// ent's page when this node knows them.
+func (e *Engine) sendContent(ent *pathcache.Entry, p noc.PortID, id uint64, v gva.Version, owner noc.NodeID, huge bool, content []byte) {
 	fl := noc.FlagPath | noc.FlagReply
 	if huge {
 		fl |= noc.FlagHuge
 	}
-	b := appendRefReply(e.pay[:0], 0, owner, content)
-	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, key, v, b)
+	b := appendRefReply(e.pay[:0], 0, owner, ent.Attr, ent.HasAttr, content)
+	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, noc.BroadcastNode, id, ent.Key, v, b)
 	e.sendPort(p, &f)
 }
 
@@ -184,7 +189,7 @@ func (e *Engine) sendGraft(ent *pathcache.Entry, dst noc.NodeID, id uint64, key 
 	if huge {
 		fl |= noc.FlagHuge
 	}
-	b := appendRefReply(e.pay[:0], rf, owner, content)
+	b := appendRefReply(e.pay[:0], rf, owner, ent.Attr, ent.HasAttr, content)
 	f := newFrame(noc.ClassLoad, OpRef, fl, e.self, dst, id, key, v, b)
 	e.sendPort(next, &f)
 	e.stats.Grafts++
@@ -258,6 +263,9 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) 
 			e.notBranch(now, key, in) // a ref we forwarded, answered after we left the tree
 			return
 		}
+		if rr.flags&refAttr != 0 {
+			e.learnAttr(key, rr.attr)
+		}
 	}
 	w := f.PageVersion
 	ent.Version = max(ent.Version, w)
@@ -285,7 +293,7 @@ func (e *Engine) deliver(now time.Duration, key gva.GVA, ent *pathcache.Entry, e
 	}
 	for p := range fe.ports.All() {
 		if p != noc.LocalPort && p != except {
-			e.sendContent(p, 0, key, w, owner, huge, content)
+			e.sendContent(ent, p, 0, w, owner, huge, content)
 		}
 	}
 	for _, g := range fe.grafts {
@@ -353,6 +361,12 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 			e.sendPort(in, &u)
 		}
 	}
+	if attached && rr.flags&refAttr != 0 {
+		ent.Attr, ent.HasAttr = rr.attr, true
+		if pg := e.pages[key]; pg != nil {
+			pg.attr, pg.hasAttr = rr.attr, true
+		}
+	}
 	rf := rr.flags &^ refNotAdded
 	// A node already on the tree may know a newer version than the answer
 	// carries: the branch it now grafts never got the updates between.
@@ -378,7 +392,8 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	g.Hops++
 	if pg := e.pages[key]; stale && pg != nil && pg.has && (pg.owner || pg.version >= ent.Version) {
 		// We hold the newer content: pass it on instead.
-		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), pg.content)
+		a, aok := e.attrOf(pg, ent)
+		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), a, aok, pg.content)
 		g.PageVersion = pg.version
 		stale = false
 	} else {

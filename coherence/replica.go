@@ -40,6 +40,7 @@ const (
 	replFull  = 1 << 0 // data is the whole content at the header's version
 	replHuge  = 1 << 1
 	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
+	replAttr  = 1 << 3 // (with replFull) the page's attributes (12 bytes) follow the content
 )
 
 // Probe-answer flags.
@@ -96,6 +97,8 @@ type backupCopy struct {
 	version   gva.Version
 	huge      bool
 	content   []byte
+	attr      Attr // the page's attributes, when the owner sent them
+	hasAttr   bool
 	rank      int
 	backups   []noc.NodeID // the owner's backups in rank order
 	touched   time.Duration
@@ -350,7 +353,7 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 		list = append(list, b.node)
 	}
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
-		content: content, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
+		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
 	e.stats.ReplCopies++
@@ -484,7 +487,10 @@ func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v
 	if pg.huge {
 		flags |= replHuge
 	}
-	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data}
+	if flags&replFull != 0 && pg.hasAttr {
+		flags |= replAttr // a copy taken over keeps the page's attributes (cred.go)
+	}
+	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data, attr: pg.attr}
 	for _, b := range rep.backups {
 		m.backups = append(m.backups, b.node)
 	}
@@ -509,6 +515,7 @@ type replMsg struct {
 	backups         []noc.NodeID
 	off             int
 	data            []byte
+	attr            Attr // with replAttr
 }
 
 func appendReplicate(b []byte, m replMsg) []byte {
@@ -519,7 +526,11 @@ func appendReplicate(b []byte, m replMsg) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(n))
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(m.off))
-	return append(b, m.data...)
+	b = append(b, m.data...)
+	if m.flags&replAttr != 0 {
+		b = appendAttr(b, m.attr)
+	}
+	return b
 }
 
 func decodeReplicate(p []byte) (replMsg, error) {
@@ -541,8 +552,18 @@ func decodeReplicate(p []byte) (replMsg, error) {
 	p = p[4*n:]
 	m.off = int(binary.BigEndian.Uint16(p))
 	m.data = p[2:]
+	if m.flags&replAttr != 0 {
+		if m.flags&replFull == 0 || len(m.data) < attrLen {
+			return m, errMalformed
+		}
+		a, err := decodeAttr(m.data[len(m.data)-attrLen:])
+		if err != nil {
+			return m, err
+		}
+		m.attr, m.data = a, m.data[:len(m.data)-attrLen]
+	}
 	switch {
-	case m.flags&^(replFull|replHuge|replTouch) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+	case m.flags&^(replFull|replHuge|replTouch|replAttr) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
 		return m, errMalformed
 	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
 		return m, errMalformed
@@ -604,6 +625,9 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		e.indexCopy(c)
 		copy(c.content, m.data)
 		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
+		if m.flags&replAttr != 0 {
+			c.attr, c.hasAttr = m.attr, true
+		}
 	case c == nil || c.epoch != m.epoch:
 		needFull = true
 	case m.flags&replTouch != 0:
@@ -1154,6 +1178,9 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		epoch++ // the heir's epoch was c.epoch+1: ours follows it
 	}
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	if c.hasAttr {
+		pg.attr, pg.hasAttr = c.attr, true
+	}
 	e.dropCopy(c)
 	e.stats.Promotions++
 	if e.dbg != nil {

@@ -32,7 +32,29 @@ func BenchmarkReplicatedCAS(b *testing.B) {
 	}
 }
 
-func benchCAS(b *testing.B, from, replicas int) {
+// BenchmarkCheckedCAS is BenchmarkReplicatedCAS's one-hop chain (R=1) as
+// root and as an ordinary user whose access the owner decides by the
+// group class, found last of 16 supplementary groups: the price of the
+// credentials on the wire and of the owner's check.
+func BenchmarkCheckedCAS(b *testing.B) {
+	user := Cred{UID: 2000, GID: 2000}
+	for g := range uint32(MaxCredGroups) {
+		user.Groups = append(user.Groups, 3000+g)
+	}
+	user.Groups[MaxCredGroups-1] = 100
+	for _, c := range []struct {
+		name string
+		cred Cred
+	}{{"root", Cred{}}, {"user", user}} {
+		b.Run(c.name, func(b *testing.B) { benchCASAs(b, 1, 1, c.cred) })
+	}
+}
+
+func benchCAS(b *testing.B, from, replicas int) { benchCASAs(b, from, replicas, Cred{}) }
+
+// benchCASAs runs the chain for cred, on a page of uid 1000, group 100,
+// mode 0660.
+func benchCASAs(b *testing.B, from, replicas int, cred Cred) {
 	g := ringGraphTB(b, 4)
 	sinks := make([]*recordSink, g.N())
 	engines := make([]*Engine, g.N())
@@ -66,11 +88,11 @@ func benchCAS(b *testing.B, from, replicas int) {
 		delete(s.done, r.ID)
 		return c
 	}
-	p := do(0, Request{Op: HostAlloc}).GVA
+	p := do(0, Request{Op: HostAlloc, Attr: Attr{UID: 1000, GID: 100, Mode: 0o660}}).GVA
 	if from != 0 {
-		do(from, Request{Op: HostRef, GVA: p})
+		do(from, Request{Op: HostRef, GVA: p, Cred: cred})
 	}
-	do(from, Request{Op: HostCAS, GVA: p, Expected: 0, Operand: 1})
+	do(from, Request{Op: HostCAS, GVA: p, Expected: 0, Operand: 1, Cred: cred})
 	f.Run(20 * time.Millisecond)
 	frames := func() (n uint64) {
 		for _, e := range engines {
@@ -86,7 +108,7 @@ func benchCAS(b *testing.B, from, replicas int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		c := do(from, Request{Op: HostCAS, GVA: p, Expected: uint64(i + 1), Operand: uint64(i + 2)})
+		c := do(from, Request{Op: HostCAS, GVA: p, Expected: uint64(i + 1), Operand: uint64(i + 2), Cred: cred})
 		if !c.Swapped {
 			b.Fatalf("CAS %d did not swap (saw %d)", i, c.Value)
 		}

@@ -46,6 +46,11 @@ type Counters struct {
 	Locks, Unlocks, HostFaults, NoticesLost    uint64
 	Refreshes                                  uint64 // owner-to-home record refreshes sent
 
+	// Credentials (cred.go).
+	Refused      uint64 // requests of other nodes refused by the page's attributes (EACCES)
+	RefusedLocal uint64 // requests of this node's host refused by the attributes it knows
+	AttrUnknown  uint64 // requests of other nodes held back (EAGAIN) while the page's attributes were asked for
+
 	// Replication (Replicas > 1).
 	ReplStaged, ReplCommits       uint64 // writes sent to the backups; committed once they held them
 	ReplWaits                     uint64 // granted requests that waited behind a staged write or a sync

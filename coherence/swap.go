@@ -115,7 +115,7 @@ func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request) {
 	if r.hr.Op == HostLock {
 		fl = acquireLock
 	}
-	p := appendAcquire(e.hostPay[:0], acquireReq{flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
+	p := appendAcquire(e.hostPay[:0], acquireReq{cred: r.hr.Cred, flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
 	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.key, 0, p)
 	f.Priority = r.hr.Priority
 	e.stats.Acquires++
@@ -149,7 +149,10 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	if pg.huge {
 		fl, df = noc.FlagHuge, dataHuge
 	}
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, content: pg.content, backups: e.standIns(pg.key)})
+	if pg.hasAttr {
+		df |= dataAttr // attributes travel with ownership
+	}
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, backups: e.standIns(pg.key)})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -238,6 +241,9 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	}
 	copy(pg.content, d.content)
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
+	if d.flags&dataAttr != 0 {
+		pg.attr, pg.hasAttr = d.attr, true
+	}
 	sw.epoch = d.epoch
 	sw.oldBackups = append(sw.oldBackups[:0], d.backups...)
 	// The entry's version stays what came down the tree: becomeOwner
@@ -530,7 +536,7 @@ func (e *Engine) revertIn(now time.Duration, pg *page) {
 		e.retryLater(now, r, syscall.EBUSY)
 	}
 	if len(pg.waiters) > 0 {
-		e.sendRef(now, pg, pg.waiters[0].id, pg.seen)
+		e.sendRef(now, pg, pg.waiters[0].id, pg.waiters[0].hr.Cred, pg.seen)
 	}
 }
 
@@ -763,7 +769,13 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame) {
 	if rec := e.home[key]; rec == nil && homeOf(key) == e.self && m.owner != noc.BroadcastNode {
 		// A home that restarted learns its record again from the owner.
 		e.home[key] = &homeRecord{owner: m.owner, ownerInc: m.ownerInc, epoch: m.epoch}
-	} else if rec != nil && m.epoch > rec.epoch {
+		if m.hasAttr && f.Src == m.owner {
+			e.home[key].recordAttr(m.attr) // and the page's attributes
+		}
+	} else if rec != nil && !rec.freed && !rec.hasAttr && m.hasAttr && f.Src == m.owner && m.owner == rec.owner {
+		rec.recordAttr(m.attr) // a record learned from a notice: the owner's refresh brings the attributes
+	}
+	if rec := e.home[key]; rec != nil && m.epoch > rec.epoch {
 		rec.epoch = m.epoch
 		if m.owner == noc.BroadcastNode {
 			rec.freed = true
@@ -803,6 +815,9 @@ func (e *Engine) ownEntry(now time.Duration, pg *page, graft noc.PortID) *pathca
 	}
 	behind := ent.Version < pg.version
 	ent.Owner, ent.Up, ent.Huge = true, noc.NoPort, pg.huge
+	if pg.hasAttr {
+		ent.Attr, ent.HasAttr = pg.attr, true
+	}
 	ent.Down = ent.Down.Remove(noc.LocalPort)
 	if behind {
 		fl := noc.FlagPath

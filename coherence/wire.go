@@ -94,19 +94,19 @@ const (
 const (
 	prefixLen    = 8 // target incarnation of an up-going request
 	errnoLen     = 4
-	refLen       = prefixLen + 1 // prefix, flags
-	refReplyHead = 1 + 4         // flags, owner node id before the content
-	casLen       = prefixLen + 16
-	faddLen      = prefixLen + 8
+	refBody      = 1     // after prefix and credentials: flags
+	refReplyHead = 1 + 4 // flags, owner node id before the attributes (if any) and the content
+	casBody      = 16    // after prefix and credentials: expected, desired
+	faddBody     = 8     // after prefix and credentials: delta
 	atomicReply  = 9
-	acquireHead  = prefixLen + 1 + 2 + 8 + 8 + 1 // prefix, flags, losses, wait start, requester incarnation, route length
-	grantLen     = 8 + 8 + 8                     // owner incarnation, epoch, swap sequence
-	dataHead     = 8 + 8 + 1                     // epoch, swap sequence, flags
-	dataAckLen   = 8 + 8 + 8                     // requester incarnation, expected owner incarnation, swap sequence
-	doneHead     = 1 + 8 + 1                     // flags, swap sequence, route length
-	abortLen     = 8 + 8                         // swap sequence, sender's incarnation
-	movedLen     = 4 + 8 + 8                     // owner, owner incarnation, epoch
-	maxRoute     = 64                            // most ports an acquire's route may record
+	acquireBody  = 1 + 2 + 8 + 8 + 1 // after prefix and credentials: flags, losses, wait start, requester incarnation, route length
+	grantLen     = 8 + 8 + 8         // owner incarnation, epoch, swap sequence
+	dataHead     = 8 + 8 + 1         // epoch, swap sequence, flags
+	dataAckLen   = 8 + 8 + 8         // requester incarnation, expected owner incarnation, swap sequence
+	doneHead     = 1 + 8 + 1         // flags, swap sequence, route length
+	abortLen     = 8 + 8             // swap sequence, sender's incarnation
+	movedLen     = 4 + 8 + 8         // owner, owner incarnation, epoch
+	maxRoute     = 64                // most ports an acquire's route may record
 )
 
 // Ref and ref reply flags.
@@ -118,6 +118,9 @@ const (
 	// refNotAdded (replies only): the sender could not add the receiver to
 	// its down set (the receiver is its up neighbour).
 	refNotAdded = 1 << 1
+	// refAttr (replies only): the page's attributes (12 bytes) come
+	// before the content.
+	refAttr = 1 << 2
 )
 
 // Acquire flags.
@@ -134,6 +137,7 @@ const (
 // Data flags.
 const (
 	dataHuge = 1 << 0
+	dataAttr = 1 << 1 // the page's attributes (12 bytes) come before the content
 )
 
 // errMalformed is wrapped by every payload decoder's error.
@@ -161,11 +165,12 @@ type storeReq struct {
 }
 
 func decodeStore(g gva.GVA, p []byte) (storeReq, error) {
-	if len(p) < prefixLen {
+	body := upBody(p)
+	if body < 0 {
 		return storeReq{}, errMalformed
 	}
 	t, _ := upPrefix(p)
-	d := p[prefixLen:]
+	d := p[body:]
 	if len(d) == 0 || int(g.Offset())+len(d) > gva.PageSize {
 		return storeReq{}, errMalformed
 	}
@@ -187,30 +192,31 @@ type atomicReq struct {
 }
 
 func decodeAtomic(op noc.Op, g gva.GVA, p []byte) (atomicReq, error) {
-	if g.Offset()%8 != 0 {
+	body := upBody(p)
+	if g.Offset()%8 != 0 || body < 0 {
 		return atomicReq{}, errMalformed
 	}
 	switch op {
 	case OpCAS:
-		if len(p) != casLen {
+		if len(p) != body+casBody {
 			return atomicReq{}, errMalformed
 		}
 		return atomicReq{
 			target:   binary.BigEndian.Uint64(p),
-			expected: binary.BigEndian.Uint64(p[8:]),
-			operand:  binary.BigEndian.Uint64(p[16:]),
+			expected: binary.BigEndian.Uint64(p[body:]),
+			operand:  binary.BigEndian.Uint64(p[body+8:]),
 		}, nil
 	case OpFetchAdd:
-		if len(p) != faddLen {
+		if len(p) != body+faddBody {
 			return atomicReq{}, errMalformed
 		}
-		return atomicReq{target: binary.BigEndian.Uint64(p), operand: binary.BigEndian.Uint64(p[8:])}, nil
+		return atomicReq{target: binary.BigEndian.Uint64(p), operand: binary.BigEndian.Uint64(p[body:])}, nil
 	}
 	return atomicReq{}, errMalformed
 }
 
-func appendAtomic(b []byte, op noc.Op, target, expected, operand uint64) []byte {
-	b = binary.BigEndian.AppendUint64(b, target)
+func appendAtomic(b []byte, op noc.Op, target uint64, c Cred, expected, operand uint64) []byte {
+	b = appendUpHead(b, target, c)
 	if op == OpCAS {
 		b = binary.BigEndian.AppendUint64(b, expected)
 	}
@@ -240,36 +246,70 @@ func appendAtomicReply(b []byte, r atomicResult) []byte {
 
 // decodeRef reads an OpRef request payload.
 func decodeRef(p []byte) (target uint64, flags uint8, err error) {
-	if len(p) != refLen || p[prefixLen]&^refGraft != 0 {
+	body := upBody(p)
+	if body < 0 || len(p) != body+refBody || p[body]&^refGraft != 0 {
 		return 0, 0, errMalformed
 	}
-	return binary.BigEndian.Uint64(p), p[prefixLen], nil
+	return binary.BigEndian.Uint64(p), p[body], nil
+}
+
+// appendRef encodes an OpRef request payload.
+func appendRef(b []byte, target uint64, c Cred, flags uint8) []byte {
+	return append(appendUpHead(b, target, c), flags)
 }
 
 // refReply is a decoded OpRef reply: the page's content at the frame's
-// version.
+// version, and its attributes when the sender knows them.
 type refReply struct {
 	flags   uint8
 	owner   noc.NodeID
+	attr    Attr   // with refAttr
 	content []byte // aliases the frame
 }
 
 func decodeRefReply(p []byte) (refReply, error) {
-	if len(p) != refReplyHead+gva.PageSize || p[0]&^(refGraft|refNotAdded) != 0 {
+	if len(p) < refReplyHead || p[0]&^(refGraft|refNotAdded|refAttr) != 0 {
 		return refReply{}, errMalformed
 	}
-	return refReply{flags: p[0], owner: noc.NodeID(binary.BigEndian.Uint32(p[1:])), content: p[refReplyHead:]}, nil
+	r := refReply{flags: p[0], owner: noc.NodeID(binary.BigEndian.Uint32(p[1:]))}
+	rest := p[refReplyHead:]
+	if r.flags&refAttr != 0 {
+		if len(rest) < attrLen {
+			return refReply{}, errMalformed
+		}
+		a, err := decodeAttr(rest[:attrLen])
+		if err != nil {
+			return refReply{}, err
+		}
+		r.attr, rest = a, rest[attrLen:]
+	}
+	if len(rest) != gva.PageSize {
+		return refReply{}, errMalformed
+	}
+	r.content = rest
+	return r, nil
 }
 
-func appendRefReply(b []byte, flags uint8, owner noc.NodeID, content []byte) []byte {
+// appendRefReply encodes a ref answer; the attributes go with it when
+// the sender knows them (ok).
+func appendRefReply(b []byte, flags uint8, owner noc.NodeID, a Attr, ok bool, content []byte) []byte {
+	if ok {
+		flags |= refAttr
+	} else {
+		flags &^= refAttr
+	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint32(b, uint32(owner))
+	if ok {
+		b = appendAttr(b, a)
+	}
 	return append(b, content...)
 }
 
 // acquireReq is a decoded OpAcquire payload.
 type acquireReq struct {
 	target    uint64
+	cred      Cred
 	flags     uint8
 	losses    uint16
 	waitStart int64
@@ -278,25 +318,37 @@ type acquireReq struct {
 }
 
 func decodeAcquire(p []byte) (acquireReq, error) {
-	if len(p) < acquireHead {
+	c, err := decodeCred(p)
+	if err != nil {
+		return acquireReq{}, err
+	}
+	body := upBody(p)
+	head := body + acquireBody
+	if len(p) < head {
 		return acquireReq{}, errMalformed
 	}
-	n := int(p[acquireHead-1])
-	if n > maxRoute || len(p) != acquireHead+2*n {
+	n := int(p[head-1])
+	if n > maxRoute || len(p) != head+2*n {
 		return acquireReq{}, errMalformed
 	}
+	q := p[body:]
 	return acquireReq{
 		target:    binary.BigEndian.Uint64(p),
-		flags:     p[8],
-		losses:    binary.BigEndian.Uint16(p[9:]),
-		waitStart: int64(binary.BigEndian.Uint64(p[11:])),
-		inc:       binary.BigEndian.Uint64(p[19:]),
-		route:     p[acquireHead:],
+		cred:      c,
+		flags:     q[0],
+		losses:    binary.BigEndian.Uint16(q[1:]),
+		waitStart: int64(binary.BigEndian.Uint64(q[3:])),
+		inc:       binary.BigEndian.Uint64(q[11:]),
+		route:     p[head:],
 	}, nil
 }
 
+// acquireRouteLen is the offset of an acquire's route length (valid after
+// validUp).
+func acquireRouteLen(p []byte) int { return upBody(p) + acquireBody - 1 }
+
 func appendAcquire(b []byte, a acquireReq) []byte {
-	b = binary.BigEndian.AppendUint64(b, a.target)
+	b = appendUpHead(b, a.target, a.cred)
 	b = append(b, a.flags)
 	b = binary.BigEndian.AppendUint16(b, a.losses)
 	b = binary.BigEndian.AppendUint64(b, uint64(a.waitStart))
@@ -338,6 +390,7 @@ type dataMsg struct {
 	epoch   uint64
 	seq     uint64
 	flags   uint8
+	attr    Attr // with dataAttr
 	content []byte
 	// backups: the old owner's backups (replicas > 1), which keep their
 	// copies until the new owner's backups hold the page. Absent when
@@ -346,11 +399,26 @@ type dataMsg struct {
 }
 
 func decodeData(p []byte) (dataMsg, error) {
-	if len(p) < dataHead+gva.PageSize || p[16]&^dataHuge != 0 {
+	if len(p) < dataHead || p[16]&^(dataHuge|dataAttr) != 0 {
 		return dataMsg{}, errMalformed
 	}
-	d := dataMsg{epoch: binary.BigEndian.Uint64(p), seq: binary.BigEndian.Uint64(p[8:]), flags: p[16], content: p[dataHead : dataHead+gva.PageSize]}
-	if rest := p[dataHead+gva.PageSize:]; len(rest) > 0 {
+	d := dataMsg{epoch: binary.BigEndian.Uint64(p), seq: binary.BigEndian.Uint64(p[8:]), flags: p[16]}
+	at := dataHead
+	if d.flags&dataAttr != 0 {
+		if len(p) < at+attrLen {
+			return dataMsg{}, errMalformed
+		}
+		a, err := decodeAttr(p[at : at+attrLen])
+		if err != nil {
+			return dataMsg{}, err
+		}
+		d.attr, at = a, at+attrLen
+	}
+	if len(p) < at+gva.PageSize {
+		return dataMsg{}, errMalformed
+	}
+	d.content = p[at : at+gva.PageSize]
+	if rest := p[at+gva.PageSize:]; len(rest) > 0 {
 		n := int(rest[0])
 		if n == 0 || n > MaxReplicas || len(rest) != 1+4*n {
 			return dataMsg{}, errMalformed
@@ -366,6 +434,9 @@ func appendData(b []byte, d dataMsg) []byte {
 	b = binary.BigEndian.AppendUint64(b, d.epoch)
 	b = binary.BigEndian.AppendUint64(b, d.seq)
 	b = append(b, d.flags)
+	if d.flags&dataAttr != 0 {
+		b = appendAttr(b, d.attr)
+	}
 	b = append(b, d.content...)
 	if len(d.backups) > 0 {
 		b = append(b, uint8(len(d.backups)))
@@ -433,25 +504,42 @@ func decodeAbort(p []byte) (seq, inc uint64, err error) {
 func appendMoved(b []byte, m movedMsg) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(m.owner))
 	b = binary.BigEndian.AppendUint64(b, m.ownerInc)
-	return binary.BigEndian.AppendUint64(b, m.epoch)
+	b = binary.BigEndian.AppendUint64(b, m.epoch)
+	if m.hasAttr {
+		b = appendAttr(b, m.attr)
+	}
+	return b
 }
 
-// movedMsg is a decoded OpOwnerMoved payload.
+// movedMsg is a decoded OpOwnerMoved payload (also the answer of
+// OpOwnerQuery).
 type movedMsg struct {
 	owner    noc.NodeID
 	ownerInc uint64
 	epoch    uint64
+	// attr: the page's attributes, when the owner knows them: a home
+	// that restarted learns them again with the record.
+	attr    Attr
+	hasAttr bool
 }
 
 func decodeMoved(p []byte) (movedMsg, error) {
-	if len(p) != movedLen {
+	if len(p) != movedLen && len(p) != movedLen+attrLen {
 		return movedMsg{}, errMalformed
 	}
-	return movedMsg{
+	m := movedMsg{
 		owner:    noc.NodeID(binary.BigEndian.Uint32(p)),
 		ownerInc: binary.BigEndian.Uint64(p[4:]),
 		epoch:    binary.BigEndian.Uint64(p[12:]),
-	}, nil
+	}
+	if len(p) > movedLen {
+		a, err := decodeAttr(p[movedLen:])
+		if err != nil {
+			return movedMsg{}, err
+		}
+		m.attr, m.hasAttr = a, true
+	}
+	return m, nil
 }
 
 // decodeErrno reads an error reply's errno; unknown or zero values become

@@ -41,8 +41,9 @@ type Spec struct {
 	Heartbeat    time.Duration // link heartbeat (default 100 ms)
 	DeadInterval time.Duration // link dead interval (default 1 s)
 	ExtraArgs    []string      // appended to every agent's command line
-	// Channels is how many channels each link stripes over (udp links;
-	// 0 or 1: one).
+	// Channels is how many channels each link stripes over (0 or 1: one):
+	// consecutive UDP ports, or the queues of the veth devices (AF_XDP
+	// multi-queue).
 	Channels int
 	// Replicas is every agent's replication factor (key replicas; 0 or 1:
 	// no backups).
@@ -103,9 +104,6 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	switch spec.Links {
 	case "udp":
 	case "veth":
-		if spec.Channels > 1 {
-			return nil, fmt.Errorf("fabric: --channels needs udp links (a veth link is one device)")
-		}
 		if os.Geteuid() != 0 {
 			return nil, fmt.Errorf("fabric: --links veth creates network namespaces and needs root")
 		}
@@ -147,15 +145,26 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	var vf *veth.Fabric
 	if spec.Links == "veth" {
 		_ = veth.Down(abs) // leftovers of an earlier crash
-		vf, err = veth.Up(veth.Spec{Dir: abs, Nodes: spec.Nodes, Edges: vethEdges(st.Edges)})
+		// channels of a veth link are its devices' queues (AF_XDP
+		// multi-queue), one per channel
+		queues := 0
+		if spec.Channels > 1 {
+			queues = spec.Channels
+		}
+		vf, err = veth.Up(veth.Spec{Dir: abs, Nodes: spec.Nodes, Edges: vethEdges(st.Edges), Queues: queues})
 		if err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
 		ports = func(i int) string { return vethPorts(vf, i) }
 	} else {
-		addrs, err := loopbackAddrs(st.Edges, max(spec.Channels, 1))
+		addrs, privileged, err := loopbackAddrs(st.Edges, max(spec.Channels, 1))
 		if err != nil {
 			return nil, err
+		}
+		if privileged {
+			fmt.Fprintf(log, "link ports below %d: only root (or CAP_NET_BIND_SERVICE) may bind a stopped node's addresses\n", unprivilegedPortStart())
+		} else {
+			fmt.Fprintf(log, "link ports are unprivileged: any local user may bind a stopped node's addresses and keep it from restarting (run up as root for ports below %d; SECURITY.md)\n", unprivilegedPortStart())
 		}
 		ports = func(i int) string { return udpPorts(noc.NodeID(i), st.Edges, addrs) }
 	}
@@ -252,7 +261,28 @@ func FindAgent() (string, error) {
 
 // loopbackAddrs reserves one UDP loopback address per port end, with k
 // consecutive ports (one per channel; the agent adds the channel index).
-func loopbackAddrs(edges []topo.Link, k int) (map[portEnd]string, error) {
+// Where this process may bind privileged ports (root, CAP_NET_BIND_SERVICE)
+// the ports are privileged ones, so that no unprivileged user can take a
+// stopped node's addresses and keep it from restarting (the agents run as
+// this user and can bind them again); privileged reports it. Otherwise, or
+// when the privileged range is full, any free ports.
+func loopbackAddrs(edges []topo.Link, k int) (addrs map[portEnd]string, privileged bool, err error) {
+	lo, hi := privilegedRange()
+	for _, priv := range []bool{true, false} {
+		if priv && hi-lo < k {
+			continue
+		}
+		addrs, err = reserveEnds(edges, k, priv, lo, hi)
+		if err == nil {
+			return addrs, priv, nil
+		}
+	}
+	return nil, false, err
+}
+
+// reserveEnds reserves the addresses of every port end (privileged ones
+// in [lo, hi) when priv), holding them until all are found.
+func reserveEnds(edges []topo.Link, k int, priv bool, lo, hi int) (map[portEnd]string, error) {
 	addrs := map[portEnd]string{}
 	var held []*net.UDPConn
 	defer func() {
@@ -262,7 +292,13 @@ func loopbackAddrs(edges []topo.Link, k int) (map[portEnd]string, error) {
 	}()
 	for _, e := range edges {
 		for _, end := range []portEnd{{e.A, e.PortA}, {e.B, e.PortB}} {
-			cs, err := reservePorts(k)
+			var cs []*net.UDPConn
+			var err error
+			if priv {
+				cs, err = reservePorts(k, lo, hi)
+			} else {
+				cs, err = reservePorts(k, 20000, 60000)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("fabric: reserving a loopback port: %w", err)
 			}
@@ -273,10 +309,32 @@ func loopbackAddrs(edges []topo.Link, k int) (map[portEnd]string, error) {
 	return addrs, nil
 }
 
-// reservePorts binds k consecutive loopback UDP ports (any one port when
-// k is 1).
-func reservePorts(k int) ([]*net.UDPConn, error) {
-	if k == 1 {
+// unprivilegedPortStart is the first port any user may bind
+// (net.ipv4.ip_unprivileged_port_start, 1024 when unreadable).
+func unprivilegedPortStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+	if err != nil {
+		return 1024
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 {
+		return 1024
+	}
+	return n
+}
+
+// privilegedRange is where privileged link ports are picked: the upper
+// half of the privileged ports, above the common well-known services.
+func privilegedRange() (lo, hi int) {
+	hi = min(unprivilegedPortStart(), 65536)
+	return max(hi/2, 1), hi
+}
+
+// reservePorts binds k consecutive free loopback UDP ports in [lo, hi)
+// (any one free port when k is 1 and the range is the unprivileged
+// default).
+func reservePorts(k, lo, hi int) ([]*net.UDPConn, error) {
+	if k == 1 && lo == 20000 {
 		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			return nil, err
@@ -284,10 +342,16 @@ func reservePorts(k int) ([]*net.UDPConn, error) {
 		return []*net.UDPConn{c}, nil
 	}
 	for range 200 {
-		base := 20000 + rand.IntN(40000)
+		base := lo + rand.IntN(hi-lo-k+1)
 		var cs []*net.UDPConn
 		for i := range k {
 			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: base + i})
+			if errors.Is(err, syscall.EACCES) {
+				for _, c := range cs {
+					c.Close()
+				}
+				return nil, err // not allowed to bind this range at all
+			}
 			if err != nil {
 				break
 			}
@@ -300,7 +364,7 @@ func reservePorts(k int) ([]*net.UDPConn, error) {
 			c.Close()
 		}
 	}
-	return nil, fmt.Errorf("no %d consecutive free ports", k)
+	return nil, fmt.Errorf("no %d consecutive free ports in [%d, %d)", k, lo, hi)
 }
 
 // portEnd is one end of a link: a node and its port.

@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric"
+	"github.com/aitherion/dpu/internal/privtest"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
 )
@@ -22,6 +24,9 @@ var binDir string
 // TestMain builds the real binaries once: these tests run real agent
 // processes over UDP loopback.
 func TestMain(m *testing.M) {
+	if os.Getenv("DPU_TEST_BIND") != "" {
+		os.Exit(m.Run()) // a helper process (TestHelperBind): nothing to build
+	}
 	dir, err := os.MkdirTemp("", "dpu-fabric-test")
 	if err != nil {
 		panic(err)
@@ -193,11 +198,33 @@ func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return le
 // TestMultiChannelFabric: a ring whose links stripe over two UDP channels
 // each converges, and every link lists both channels up.
 func TestMultiChannelFabric(t *testing.T) {
+	spec := fabric.Spec{Nodes: 3, Topo: "ring", Channels: 2}
+	checkChannels(t, upChannels(t, spec), 2, "")
+}
+
+// TestQueueChannelFabric: over veth, the channels are the devices' queues
+// (AF_XDP multi-queue): a ring whose links stripe over four queues each
+// converges, every link lists four channels up, named after their queues,
+// and carries data on each.
+func TestQueueChannelFabric(t *testing.T) {
+	privtest.Require(t)
+	spec := fabric.Spec{Nodes: 3, Topo: "ring", Channels: 4, Links: "veth"}
+	checkChannels(t, upChannels(t, spec), 4, "/q")
+}
+
+func upChannels(t *testing.T, spec fabric.Spec) *fabric.State {
+	t.Helper()
 	dir := t.TempDir()
-	spec := fabric.Spec{Nodes: 3, Topo: "ring", Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
-		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Channels: 2}
+	spec.Dir, spec.Seed, spec.AgentPath = dir, 1, filepath.Join(binDir, "dpu-agent")
+	spec.Heartbeat, spec.DeadInterval, spec.Timeout = 50*time.Millisecond, 600*time.Millisecond, 60*time.Second
 	st, err := fabric.Up(context.Background(), spec, testWriter{t})
 	t.Cleanup(func() {
+		if t.Failed() && st != nil {
+			for _, a := range st.Agents {
+				b, _ := os.ReadFile(a.Log)
+				t.Logf("node %d log:\n%s", a.Node, b)
+			}
+		}
 		if err := fabric.Down(dir); err != nil {
 			t.Errorf("down: %v", err)
 		}
@@ -205,11 +232,19 @@ func TestMultiChannelFabric(t *testing.T) {
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
+	return st
+}
+
+// checkChannels waits until every agent's two links list k channels up
+// (named with nameHas when it is not empty) that have each carried data.
+func checkChannels(t *testing.T, st *fabric.State, k int, nameHas string) {
+	t.Helper()
 	for _, a := range st.Agents {
 		c, err := ctl.Dial(a.Ctl())
 		if err != nil {
 			t.Fatal(err)
 		}
+		var last []ctl.Link
 		ok := eventually(10*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -217,16 +252,31 @@ func TestMultiChannelFabric(t *testing.T) {
 			if err != nil || len(links) != 2 {
 				return false
 			}
+			last = links
 			for _, l := range links {
-				if len(l.Channels) != 2 || l.Channels[0].State != ctl.LinkUp || l.Channels[1].State != ctl.LinkUp {
+				if len(l.Channels) != k {
 					return false
+				}
+				for _, ch := range l.Channels {
+					if ch.State != ctl.LinkUp || !strings.Contains(ch.Name, nameHas) || counter(ch.Counters, "rx_datagrams") == 0 {
+						return false
+					}
 				}
 			}
 			return true
 		})
 		c.Close()
 		if !ok {
-			t.Fatalf("node %d: links do not list two channels up", a.Node)
+			t.Fatalf("node %d: links do not list %d channels up, each with data: %+v", a.Node, k, last)
 		}
 	}
+}
+
+func counter(cs []ctl.Counter, name string) uint64 {
+	for _, c := range cs {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
 }

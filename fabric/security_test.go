@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,4 +142,94 @@ func editState(t *testing.T, dir string, edit func(map[string]any)) {
 	if err := rundir.WriteFile(p, b, 0o644, -1, -1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestLinkPortsArePrivileged: a fabric brought up by root puts its links
+// on privileged ports, so that once a node stops, an unprivileged user
+// cannot bind its addresses (and keep it from restarting): the bind fails
+// with EACCES. (Up run by an unprivileged user picks unprivileged ports
+// and says so.)
+func TestLinkPortsArePrivileged(t *testing.T) {
+	privtest.Require(t)
+	st := up(t, 2, "line")
+	start := 1024
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			start = n
+		}
+	}
+	var addrs []string
+	for _, a := range st.Agents {
+		conf, err := os.ReadFile(a.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(conf), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 6 && f[0] == "port" && f[3] == "udp" {
+				addrs = append(addrs, f[4])
+			}
+		}
+	}
+	if len(addrs) != 2 {
+		t.Fatalf("link addresses %v", addrs)
+	}
+	for _, ad := range addrs {
+		_, p, _ := strings.Cut(ad, ":")
+		if n, _ := strconv.Atoi(p); n <= 0 || n >= start {
+			t.Fatalf("link address %s: not a privileged port (below %d)", ad, start)
+		}
+	}
+	if err := fabric.Down(st.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "fabric-bind") // 0700 under a world-searchable /tmp
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "fabric.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, ad := range addrs {
+		cmd := exec.Command(bin, "-test.run=^TestHelperBind$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DPU_TEST_BIND="+ad)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "bind "+ad+": "+syscall.EACCES.Error()) {
+			t.Fatalf("nobody binding a stopped node's address %s:\n%s", ad, out)
+		}
+	}
+}
+
+// TestHelperBind is not a test: TestLinkPortsArePrivileged runs it as
+// another user to bind DPU_TEST_BIND and print the outcome.
+func TestHelperBind(t *testing.T) {
+	addr := os.Getenv("DPU_TEST_BIND")
+	if addr == "" {
+		t.Skip("helper process only")
+	}
+	c, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			fmt.Printf("bind %s: %s\n", addr, errno.Error())
+			return
+		}
+		fmt.Printf("bind %s: %v\n", addr, err)
+		return
+	}
+	c.Close()
+	fmt.Printf("bind %s: ok\n", addr)
 }

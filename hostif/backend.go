@@ -119,9 +119,24 @@ type Call struct {
 	Data              []byte
 	Expected, Operand uint64 // VerbCAS: expected, desired; VerbFetchAdd: Operand is the delta
 
+	// Cred is the user the call is made for (every verb that reads or
+	// writes a page; zero: the node's own call, as root).
+	Cred Cred
+
 	Version gva.Version // VerbRef, VerbLoad, VerbStore, VerbCAS, VerbFetchAdd
 	Value   uint64      // VerbCAS, VerbFetchAdd: the word found
 	Where   Location    // VerbWhere
+}
+
+// Cred is the user a call is made for: the connection's peer
+// credentials, with the page's group first among the supplementary groups
+// when the user is in it (the nodes beyond see a bounded number of them).
+// The server sets it in every Call and pipelined Op that reads or writes
+// a page; the backend passes it on to the nodes that serve the request,
+// which check it against the page's attributes as the server did.
+type Cred struct {
+	UID, GID uint32
+	Groups   []uint32
 }
 
 // Attr is the owner and permission of a page, fixed at Alloc.

@@ -25,6 +25,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 	oc.start(c.ctx, timeout)
 	defer oc.end()
 	var ctx context.Context = oc
+	var err error
 	key := r.GVA.Key()
 	le := binary.LittleEndian
 
@@ -41,7 +42,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return s.translate(c, r, rep)
 
 	case wire.OpLoad:
-		if err := s.check(ctx, c, key, accessRead); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessRead); err != nil {
 			return err
 		}
 		rep.body = rep.body[:8+r.Len]
@@ -56,7 +57,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpStore:
-		if err := s.check(ctx, c, key, accessWrite); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessWrite); err != nil {
 			return err
 		}
 		v, err := s.call.Store(ctx, r.GVA, r.Data)
@@ -68,7 +69,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpCAS:
-		if err := s.check(ctx, c, key, accessRead|accessWrite); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
 		old, v, err := s.call.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
@@ -85,7 +86,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpFetchAdd:
-		if err := s.check(ctx, c, key, accessRead|accessWrite); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
 		old, v, err := s.call.FetchAdd(ctx, r.GVA, r.Delta)
@@ -98,14 +99,14 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpAcquire:
-		if err := s.check(ctx, c, key, accessWrite); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
 		return s.owners.acquire(ctx, c, key)
 	case wire.OpRelease:
 		return s.owners.release(ctx, c, key)
 	case wire.OpLock:
-		if err := s.check(ctx, c, key, accessWrite); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
 		return s.locks.lock(ctx, c, key, r.Flags&wire.LockTry != 0)
@@ -113,7 +114,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return s.locks.unlock(ctx, c, key)
 
 	case wire.OpWhere:
-		if err := s.check(ctx, c, key, accessRead); err != nil {
+		if ctx, err = s.check(ctx, c, key, accessRead); err != nil {
 			return err
 		}
 		loc, err := s.call.Where(ctx, r.GVA)
@@ -251,7 +252,7 @@ func inRange(p, first gva.GVA, pages int) bool {
 func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
 	n := r.Pages()
 	for i := range n {
-		if err := s.check(ctx, c, wire.PageAt(r.GVA, i), accessRead); err != nil {
+		if _, err := s.check(ctx, c, wire.PageAt(r.GVA, i), accessRead); err != nil {
 			return err
 		}
 	}
@@ -264,7 +265,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 	var fds [wire.MaxMapPages]int
 	for i := range n {
 		page := wire.PageAt(r.GVA, i)
-		rp, err := s.replicas.ref(c, page)
+		rp, err := s.replicas.ref(c, page, s.credFor(c, page))
 		if err != nil {
 			for j := range i {
 				_ = s.replicas.unref(ctx, c, wire.PageAt(r.GVA, j))

@@ -97,19 +97,46 @@ func (cr *credentials) allowed(a Attr, need uint32) bool {
 }
 
 // check fails with EACCES unless c may access page key as need. The
-// attributes come from the server's cache, or from the Backend (VerbStat).
-func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) error {
-	if c.cred.UID == 0 {
-		return nil
+// attributes come from the server's cache, or from the Backend (VerbStat). It
+// returns ctx carrying c's credentials for the Backend call (withCred):
+// the nodes that serve the call check them again.
+func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) (context.Context, error) {
+	if c.cred.UID != 0 && !(bugsCompiled && bugSkipChecks(s.be.Machine())) {
+		a, err := s.attr(ctx, key)
+		if err != nil {
+			return ctx, err
+		}
+		if !c.cred.allowed(a, need) {
+			return ctx, fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
+		}
 	}
-	a, err := s.attr(ctx, key)
-	if err != nil {
-		return err
+	return withCred(ctx, s.credFor(c, key)), nil
+}
+
+// maxCredGroups is the most supplementary groups a Cred carries (the
+// engine's wire bound).
+const maxCredGroups = 16
+
+// credFor is c's Cred for a request on page key: the page's group
+// first among the supplementary groups when c is in it (its attributes
+// are cached once check has passed).
+func (s *Server) credFor(c *conn, key gva.GVA) Cred {
+	cr := Cred{UID: c.cred.UID, GID: c.cred.GID, Groups: c.cred.Groups}
+	if cr.UID == 0 || len(cr.Groups) <= maxCredGroups {
+		return cr
 	}
-	if !c.cred.allowed(a, need) {
-		return fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
+	a, ok := s.attrs.Get(key)
+	if !ok {
+		return cr
 	}
-	return nil
+	i := slices.Index(cr.Groups, a.GID)
+	if i < maxCredGroups {
+		return cr // not a member, or among the groups that travel
+	}
+	gs := make([]uint32, 0, maxCredGroups)
+	gs = append(gs, a.GID)
+	cr.Groups = append(gs, cr.Groups[:maxCredGroups-1]...)
+	return cr
 }
 
 // attr returns the attributes of page key. They never change after Alloc,
@@ -124,4 +151,18 @@ func (s *Server) attr(ctx context.Context, key gva.GVA) (Attr, error) {
 	}
 	s.attrs.Add(key, a)
 	return a, nil
+}
+
+type credKey struct{}
+
+// withCred returns ctx carrying cred: the verbs of the Backend (verbs.go)
+// put it in their Call.
+func withCred(ctx context.Context, cred Cred) context.Context {
+	return context.WithValue(ctx, credKey{}, cred)
+}
+
+// credOf returns the Cred ctx carries (zero: none, the node's own call).
+func credOf(ctx context.Context) Cred {
+	cred, _ := ctx.Value(credKey{}).(Cred)
+	return cred
 }

@@ -40,13 +40,14 @@ type Pipeline interface {
 
 // Op is one data-path request handed to a Pipeline.
 type Op struct {
-	Token    uint64  // the server's; echoed in the Done
+	Token    uint64  // the server's, below 1<<63; echoed in the Done
 	Kind     wire.Op // OpLoad, OpStore, OpCAS, OpFetchAdd or OpWhere
 	GVA      gva.GVA // with its byte offset
 	Len      int     // OpLoad: bytes to read
 	Data     []byte  // OpStore: bytes to write (valid during Submit)
 	Expected uint64  // OpCAS
 	Operand  uint64  // OpCAS: desired; OpFetchAdd: delta
+	Cred     Cred    // the user it is made for (see Cred)
 }
 
 // Done is the completion of an Op.
@@ -66,30 +67,50 @@ type pending struct {
 	t *task
 }
 
-// pendingTable maps pipeline tokens to their requests.
+// pendingTable maps pipeline tokens to their requests: a slot array with
+// a free list, the token being the slot's index and its generation (a
+// token whose slot was taken and reused is no longer found). Tokens stay
+// below 1<<63.
 type pendingTable struct {
-	mu   sync.Mutex
-	next uint64
-	m    map[uint64]pending
+	mu    sync.Mutex
+	slots []pendingSlot
+	free  []uint32
+}
+
+type pendingSlot struct {
+	pending
+	gen  uint32 // bumped when the slot is taken
+	used bool
 }
 
 func (p *pendingTable) add(c *conn, t *task) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = make(map[uint64]pending)
+	var i uint32
+	if n := len(p.free); n > 0 {
+		i, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		i = uint32(len(p.slots))
+		p.slots = append(p.slots, pendingSlot{})
 	}
-	p.next++
-	p.m[p.next] = pending{c: c, t: t}
-	return p.next
+	sl := &p.slots[i]
+	sl.pending, sl.used = pending{c: c, t: t}, true
+	return uint64(sl.gen&(1<<31-1))<<32 | uint64(i)
 }
 
 func (p *pendingTable) take(token uint64) (pending, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pd, ok := p.m[token]
-	delete(p.m, token)
-	return pd, ok
+	i, gen := uint32(token), uint32(token>>32)
+	if int(i) >= len(p.slots) || !p.slots[i].used || p.slots[i].gen&(1<<31-1) != gen {
+		return pending{}, false
+	}
+	sl := &p.slots[i]
+	pd := sl.pending
+	sl.pending, sl.used = pending{}, false
+	sl.gen++
+	p.free = append(p.free, i)
+	return pd, true
 }
 
 // pipelined reports whether r of c goes through the backend's Pipeline:
@@ -138,7 +159,9 @@ func (s *Server) admitPipelined(c *conn, t *task) (Op, bool) {
 		}
 		return Op{}, false
 	}
-	return pipeOp(r, s.pending.add(c, t)), true
+	op := pipeOp(r, s.pending.add(c, t))
+	op.Cred = s.credFor(c, r.GVA.Key())
+	return op, true
 }
 
 func accessFor(op wire.Op) uint32 {
@@ -154,7 +177,7 @@ func accessFor(op wire.Op) uint32 {
 // checkCached is check for a page whose attributes are cached (pipelined
 // ensured it, and attributes leave the cache only at Free).
 func (s *Server) checkCached(c *conn, key gva.GVA, need uint32) error {
-	if c.cred.UID == 0 {
+	if c.cred.UID == 0 || bugsCompiled && bugSkipChecks(s.be.Machine()) {
 		return nil
 	}
 	a, ok := s.attrs.Get(key)

@@ -107,6 +107,7 @@ type replica struct {
 	slot  uint32
 	entry statusEntry
 	file  *sharedFile
+	cred  Cred // the user of the first ref: the node's loads of the file are made for it
 
 	// Guarded by replicaTable.mu.
 	refs    int
@@ -142,8 +143,9 @@ func newReplicaTable(ctx context.Context, be Backend, status *statusTable, timeo
 }
 
 // ref adds one ref of c on page key, creating and loading its replica file
-// on the node's first ref. Waits are bounded by the table's timeout.
-func (t *replicaTable) ref(c *conn, key gva.GVA) (*replica, error) {
+// on the node's first ref, for cred (c's user, whom the server checked).
+// Waits are bounded by the table's timeout.
+func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 	for {
 		t.mu.Lock()
 		if ch, ok := t.closing[key]; ok {
@@ -166,7 +168,7 @@ func (t *replicaTable) ref(c *conn, key gva.GVA) (*replica, error) {
 			t.mu.Unlock()
 			return nil, fmt.Errorf("replica status table full: %w", syscall.ENOSPC)
 		}
-		r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1,
+		r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1, cred: cred,
 			holders: map[*conn]int{c: 1}, ready: make(chan struct{}), state: wire.SlotLoading}
 		t.m[key] = r
 		t.mu.Unlock()
@@ -198,7 +200,7 @@ func (t *replicaTable) load(r *replica) error {
 	r.entry.end(0, wire.SlotLoading)
 	r.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(t.ctx, t.timeout)
+	ctx, cancel := context.WithTimeout(withCred(t.ctx, r.cred), t.timeout)
 	defer cancel()
 	// No client has the file yet: Ref may write into it directly.
 	v, err := t.be.Ref(ctx, r.key, f.mem)
@@ -420,7 +422,7 @@ func (t *replicaTable) refetch(r *replica) {
 	buf := make([]byte, wire.PageSize)
 	backoff := time.Millisecond
 	for range 6 {
-		ctx, cancel := context.WithTimeout(t.ctx, t.timeout)
+		ctx, cancel := context.WithTimeout(withCred(t.ctx, r.cred), t.timeout)
 		v, err := t.be.Load(ctx, r.key, buf)
 		cancel()
 		r.mu.Lock()

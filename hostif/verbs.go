@@ -10,7 +10,11 @@ import (
 // request, each one Call through Do.
 type verbs struct{ be Backend }
 
-func (v verbs) do(ctx context.Context, c *Call) error { return v.be.Do(ctx, c) }
+// do runs c for the user ctx carries (withCred).
+func (v verbs) do(ctx context.Context, c *Call) error {
+	c.Cred = credOf(ctx)
+	return v.be.Do(ctx, c)
+}
 
 func (v verbs) Alloc(ctx context.Context, pages int, attr Attr) (gva.GVA, error) {
 	c := Call{Verb: VerbAlloc, Pages: pages, Attr: attr}

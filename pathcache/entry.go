@@ -57,6 +57,11 @@ type Entry struct {
 	Fetching bool
 	// Huge is set for a 2 MiB page.
 	Huge bool
+	// Attr is the page's owner and mode as this node learned them with
+	// its content (HasAttr unset: not learned): the coherence engine
+	// checks the requests other nodes vouch for against them.
+	Attr    PageAttr
+	HasAttr bool
 
 	// stamp is when the entry was last moved to the front of the LRU list
 	// (a promoting hit, its creation, or being kept alive while exempt); the
@@ -160,4 +165,11 @@ func (ev *Eviction) AppendNotices(dst []Notice) []Notice {
 		dst = append(dst, Notice{Port: ev.Up, Op: NoticeUnref})
 	}
 	return dst
+}
+
+// PageAttr is a page's owner and permission bits (0o777), fixed when the
+// page is allocated.
+type PageAttr struct {
+	UID, GID uint32
+	Mode     uint32 // permission bits: read 4, write 2 per class
 }

@@ -45,3 +45,21 @@ func TestPlantedEarlyAckIsCaught(t *testing.T) {
 	}
 	t.Fatal("writes acknowledged before the backups held them went unnoticed")
 }
+
+// TestPlantedTrustVouchedIsCaught plants owners and tree nodes that serve
+// other nodes' requests without checking their users: the guarded pages'
+// checks must find the intruder served.
+func TestPlantedTrustVouchedIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Bug = coherence.BugTrustVouched
+	for _, r := range sweep(t, cfg, 4) {
+		for _, v := range r.Violations {
+			if strings.Contains(v, "though its mode forbids it") {
+				t.Logf("seed %d caught it: %s", r.Seed, v)
+				return
+			}
+		}
+	}
+	t.Fatal("requests served without checking their users went unnoticed")
+}

@@ -40,6 +40,10 @@ type client struct {
 	lockOps int
 	pending *pendingOp
 	last    map[[2]int]uint64 // last value seen per (page, word)
+	// ur draws the client's requests on the guarded pages (users.go);
+	// intruder: the client tries them as a user their mode keeps out.
+	ur       *rand.Rand
+	intruder bool
 }
 
 // pendingOp is a request in flight.
@@ -49,6 +53,7 @@ type pendingOp struct {
 	page  int
 	start time.Duration
 	hist  *histOp // linearizability history entry, if recorded
+	guard *guardedOp
 	done  func(coherence.Completion)
 }
 
@@ -226,6 +231,11 @@ func (w *World) clientStep(c *client) {
 		w.submit(n, po)
 		return
 	}
+	if w.guardedStep(c, po) {
+		c.pending = po
+		w.submit(n, po)
+		return
+	}
 	pi := w.pickPage(c, r)
 	p := w.pages[pi]
 	po.page = pi
@@ -351,6 +361,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 	}
 	if po.hist != nil {
 		w.check.finish(po.hist, cp, errno, w.now)
+	}
+	if po.guard != nil {
+		w.guardedDone(n, po, cp, errno)
 	}
 	c := po.c
 	if c == nil || c.pending != po {

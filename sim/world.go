@@ -110,6 +110,11 @@ type Config struct {
 	// R > 1 a crashed owner's pages fail over to a backup, and the checks
 	// require that no acknowledged write is lost.
 	Replicas int
+	// Guarded is how many pages of an ordinary user (mode 0640) the
+	// workload has besides the shared ones; clients reach them as their
+	// owner, a group member and an intruder, and every answer is checked
+	// against the mode (users.go). Default 2; negative: none.
+	Guarded int
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
@@ -154,6 +159,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxHistory <= 0 {
 		c.MaxHistory = 1 << 14
 	}
+	if c.Guarded == 0 {
+		c.Guarded = 2
+	}
 	return c
 }
 
@@ -178,6 +186,8 @@ type Result struct {
 	// check judged; Unchecked how many it did not, because their history
 	// overflowed MaxHistory (each such history is a violation).
 	Checked, Unchecked int
+	// Refused is how many requests on guarded pages ended with EACCES.
+	Refused int
 }
 
 // OK reports whether the run found no violation.
@@ -252,6 +262,7 @@ type World struct {
 	reqID     uint64
 	closed    []closedSession
 	pages     []*simPage
+	guarded   []*simPage // pages of user 1000, mode 0640 (users.go)
 	check     *checker
 	stopped   bool // workload over
 	ending    bool
@@ -423,6 +434,9 @@ func (w *World) Prepare() error {
 		return errNoConvergence
 	}
 	if err := w.setup(); err != nil {
+		return err
+	}
+	if err := w.setupGuarded(); err != nil {
 		return err
 	}
 	w.startClients()

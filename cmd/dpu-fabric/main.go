@@ -87,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Int64Var(&spec.Seed, "seed", 1, "seed for generated topologies")
 		fs.DurationVar(&spec.Timeout, "timeout", 30*time.Second, "convergence bound")
 		fs.StringVar(&spec.AgentPath, "agent", "", "dpu-agent binary (default: beside dpu-fabric, then $PATH)")
-		fs.IntVar(&spec.Channels, "channels", 1, "channels each link stripes over (udp links)")
+		fs.IntVar(&spec.Channels, "channels", 1, "channels each link stripes over (udp: consecutive ports; veth: device queues)")
 		fs.IntVar(&spec.Replicas, "replicas", 1, "replication factor: every page has replicas-1 backups that take it over when its owner dies")
 		if err := parse(); err != nil {
 			return err

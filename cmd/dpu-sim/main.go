@@ -65,7 +65,7 @@ var errViolations = errors.New("violations found")
 var errDone = errors.New("done")
 
 // legend says what each counter of the summary line means.
-const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); violations: broken invariants (must be 0); time: wall-clock time of the run`
+const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run`
 
 // errorsLine breaks the errors counter down by errno, most frequent first.
 func errorsLine(by map[syscall.Errno]int) string {
@@ -108,8 +108,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
+	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, or early-ack (with --replicas 2: writes answered before the backups hold them) (in a dpu-sim built with go build -tags dpubug)")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), or trust-vouched (requests of other nodes served without checking their users) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
@@ -161,10 +162,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bug = coherence.BugStaleCAS
 	case "early-ack":
 		bug = coherence.BugEarlyAck
+	case "trust-vouched":
+		bug = coherence.BugTrustVouched
 	default:
-		return fmt.Errorf("unknown --plant-bug %q (want stale-cas or early-ack)", *plant)
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack or trust-vouched)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, Guarded: *guarded}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -206,7 +209,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	wg.Wait()
 	prog.stop()
 
-	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked int
+	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused int
 	var swaps uint64
 	errorsBy := map[syscall.Errno]int{}
 	var failed []int
@@ -224,13 +227,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		failovers += r.Failovers
 		connects, disconnects, aborts = connects+r.Connects, disconnects+r.Disconnects, aborts+r.Aborts
 		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
+		refused += r.Refused
 		violations += len(r.Violations)
 		if !r.OK() {
 			failed = append(failed, i)
 		}
 	}
-	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d checked=%d unchecked=%d violations=%d time=%v\n",
-		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d refused=%d checked=%d unchecked=%d violations=%d time=%v\n",
+		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, refused, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
@@ -247,6 +251,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *quiesce != 0 {
 			replay += " --quiesce " + quiesce.String()
+		}
+		if *guarded != 0 {
+			replay += fmt.Sprintf(" --guarded %d", *guarded)
 		}
 		if *replicas > 1 {
 			replay += fmt.Sprintf(" --replicas %d", *replicas)

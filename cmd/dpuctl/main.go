@@ -60,9 +60,10 @@ COMMAND defaults to show.
   pathcache show                  path cache entries
   owner show                      pages owned by this host, pins, arbiter queues
   gpu show                        GPU use and limits of the host's processes
-  gpu set pid PID|cgroup PATH|pod UID|container ID [device D] [mem SIZE] [quota PERCENT]
+  gpu set pid PID|cgroup PATH|pod UID|container ID [device D|host] [mem SIZE] [quota PERCENT]
                                   (a cgroup's, pod's or container's limit is shared by its processes
-                                  and kept across agent restarts; mem 0 quota 0 removes it)
+                                  and kept across agent restarts; mem 0 quota 0 removes it;
+                                  device host: the pinned host memory, mem only)
   gpu limits                      the limits set at run time
                                   set a process's GPU limits (0: unlimited)
   quota show                      allocation quotas of dpu0.sock's users: pages and bytes held and allowed

@@ -253,6 +253,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"gpu", "set", "pid", "12", "color", "red"},
 		{"gpu", "set", "pid", "12", "quota", "150"},
 		{"gpu", "set", "pid", "12", "mem", "lots"},
+		{"gpu", "set", "pid", "12", "device", "64", "mem", "1G"},
 		{"quota", "set"},
 		{"quota", "set", "uid", "7"},
 		{"quota", "set", "pages", "7"},

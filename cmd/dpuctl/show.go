@@ -407,8 +407,8 @@ func gpuShow(e *env, args []string) error {
 	tw := table(e.stdout)
 	fmt.Fprintf(tw, "PID\tUID\tDEVICE\tCOMMAND\tMEM\tMEM-LIMIT\tKERNEL\tQUOTA\n")
 	for _, p := range procs {
-		line := fmt.Sprintf("%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s",
-			p.PID, p.UID, p.Device, p.Command, size(p.MemoryUsed+p.Others), limit(size(p.MemoryLimit), p.MemoryLimit),
+		line := fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s",
+			p.PID, p.UID, deviceName(p.Device), p.Command, size(p.MemoryUsed+p.Others), limit(size(p.MemoryLimit), p.MemoryLimit),
 			duration(p.KernelTime), limit(strconv.Itoa(int(p.KernelQuota))+"%", uint64(p.KernelQuota)))
 		if o := limitOrigin(p); o != "" {
 			line += "\t" + o
@@ -466,7 +466,11 @@ func gpuSet(e *env, args []string) error {
 			targets++
 		case "device":
 			var v uint64
-			v, err = strconv.ParseUint(val, 10, 32)
+			if val == "host" {
+				v = gpuctl.HostDevice
+			} else if v, err = strconv.ParseUint(val, 10, 32); err == nil && v >= gpuctl.HostDevice {
+				err = errors.New("out of range")
+			}
 			l.Device = uint32(v)
 		case "mem":
 			l.MemoryLimit, err = parseSize(val)
@@ -521,14 +525,26 @@ func gpuLimits(e *env, args []string) error {
 		case l.Container != "":
 			target = "container " + l.Container
 		}
-		dev := "device " + strconv.Itoa(int(l.Device))
-		if l.Device == gpuctl.AnyDevice {
+		dev := "device " + deviceName(l.Device)
+		switch l.Device {
+		case gpuctl.AnyDevice:
 			dev = "every device"
+		case gpuctl.HostDevice:
+			dev = "host memory"
 		}
 		fmt.Fprintf(tw, "%s\t%s\tmem %s\tquota %s\n", target, dev, limit(size(l.MemoryLimit), l.MemoryLimit),
 			limit(strconv.Itoa(int(l.KernelQuota))+"%", uint64(l.KernelQuota)))
 	}
 	return tw.Flush()
+}
+
+// deviceName is a device ordinal as dpuctl shows it ("host": pinned host
+// memory).
+func deviceName(d uint32) string {
+	if d == gpuctl.HostDevice {
+		return "host"
+	}
+	return strconv.Itoa(int(d))
 }
 
 // parseSize reads a byte count with an optional K, M, G or T suffix

@@ -32,6 +32,11 @@ type Process struct {
 // AnyDevice as a Limit's device means each device of its target.
 const AnyDevice = ^uint32(0)
 
+// HostDevice as a device is the host's pinned memory (page-locked through
+// the driver): a Limit on it is a host limit (memory only), and a Process
+// on it shows the pinned memory in use. AnyDevice does not cover it.
+const HostDevice = 64
+
 // Limit is a limit set at run time: of one process (PID), of the processes
 // of a cgroup (Cgroup: a cgroup v2 path, the cgroups below included), of a
 // Kubernetes pod (Pod: its UID) or container (Container: its id, or a

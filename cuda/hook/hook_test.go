@@ -619,13 +619,15 @@ func TestExports(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{"cuArray3DCreate", "cuArray3DCreate_v2", "cuArrayCreate", "cuArrayCreate_v2", "cuArrayDestroy",
-		"cuCtxCreate_v2", "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2",
+		"cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2",
 		"cuDevicePrimaryCtxRetain", "cuDeviceTotalMem", "cuDeviceTotalMem_v2", "cuGetProcAddress", "cuGetProcAddress_v2",
 		"cuGraphLaunch", "cuGraphLaunch_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuLaunchKernel", "cuLaunchKernelEx",
 		"cuLaunchKernelEx_ptsz", "cuLaunchKernel_ptsz", "cuMemAlloc", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
-		"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocManaged", "cuMemAllocPitch",
+		"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocHost", "cuMemAllocHost_v2",
+		"cuMemAllocManaged", "cuMemAllocPitch",
 		"cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemCreate", "cuMemFree", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
-		"cuMemFree_v2", "cuMemGetInfo", "cuMemGetInfo_v2", "cuMemRelease", "cuMipmappedArrayCreate",
+		"cuMemFreeHost", "cuMemFree_v2", "cuMemGetInfo", "cuMemGetInfo_v2", "cuMemHostAlloc", "cuMemHostRegister",
+		"cuMemHostRegister_v2", "cuMemHostUnregister", "cuMemRelease", "cuMipmappedArrayCreate",
 		"cuMipmappedArrayDestroy", "dlsym", "dpucuda_version",
 		"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2",
 		"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetCount", "nvmlDeviceGetCount_v2",
@@ -714,4 +716,82 @@ func TestSanitizers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPinnedHostMemory: pinned host memory (cuMemHostAlloc, cuMemAllocHost,
+// cuMemHostRegister) is charged to the process's host account by the pages
+// it pins, refused past a host limit, released by cuMemFreeHost and
+// cuMemHostUnregister; a GPU limit (the default, every device) does not
+// cover it, and a host limit set at run time applies to the next one.
+func TestPinnedHostMemory(t *testing.T) {
+	for _, mode := range []string{"link", "dlsym", "proc"} {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgent(t, tempSocket(t), ledger.Config{
+				Default: ledger.Limit{Memory: mib}, // a GPU limit: not the host's
+				Devices: map[string]ledger.Limit{"host": {Memory: 8 * mib}},
+			})
+			p := startProbe(t, a.sock, true, nil, "-m", mode)
+			p.ok("init")
+			host := func(what string, want uint64) {
+				t.Helper()
+				if ac, ok := a.account(p.pid, hookwire.HostDevice); !ok || ac.Memory != want || ac.Limit.Memory != 8*mib {
+					t.Fatalf("%s: host account %+v, want %d bytes under 8 MiB", what, ac, want)
+				}
+			}
+			h1 := p.ok(fmt.Sprint("hostalloc ", 4*mib))[0]
+			host("cuMemHostAlloc", 4*mib)
+			h2 := p.ok(fmt.Sprint("allochost ", 3*mib+1))[0] // pins whole pages
+			host("cuMemAllocHost", 7*mib+4096)
+			if ans := p.do(fmt.Sprint("hostalloc ", mib)); ans != cudaOutOfMemory {
+				t.Fatalf("past the host limit: %q", ans)
+			}
+			r := p.ok(fmt.Sprint("hostregister ", mib-4096))[0]
+			host("cuMemHostRegister", 8*mib)
+			p.ok("freehost " + h1)
+			host("cuMemFreeHost", 4*mib)
+			p.ok("hostunregister " + r)
+			host("cuMemHostUnregister", 3*mib+4096)
+			p.ok("freehost " + h2)
+			host("all freed", 0)
+			// An unregister the driver refuses releases nothing.
+			if ans := p.do("hostunregister 0x1000"); ans == "ok" {
+				t.Fatalf("unregister of memory never registered: %q", ans)
+			}
+			// The GPU limit is untouched by host memory, and the other way round.
+			p.ok(fmt.Sprint("alloc ", mib/2))
+			if ans := p.do(fmt.Sprint("alloc ", mib)); ans != cudaOutOfMemory {
+				t.Fatalf("past the GPU limit: %q", ans)
+			}
+			// A host limit set at run time (dpuctl gpu set pid P device host mem 2M).
+			if err := a.acc.SetLimit(gpuctl.Limit{PID: uint32(p.pid), Device: gpuctl.HostDevice, MemoryLimit: 2 * mib}); err != nil {
+				t.Fatal(err)
+			}
+			if ans := p.do(fmt.Sprint("hostalloc ", 3*mib)); ans != cudaOutOfMemory {
+				t.Fatalf("past the run-time host limit: %q", ans)
+			}
+			p.ok(fmt.Sprint("hostalloc ", 2*mib))
+			if ac, _ := a.account(p.pid, hookwire.HostDevice); ac.Memory != 2*mib || ac.Limit.Memory != 2*mib {
+				t.Fatalf("after the run-time limit: %+v", ac)
+			}
+		})
+	}
+}
+
+// TestContextCreateV3V4: contexts made with cuCtxCreate_v3 and _v4 are
+// charged as _v2's and released when destroyed.
+func TestContextCreateV3V4(t *testing.T) {
+	a := startAgent(t, tempSocket(t), ledger.Config{})
+	p := startProbe(t, a.sock, true, []string{"FAKECUDA_CTX_MEM=48M"}, "-m", "proc", "-v", "12080")
+	p.ok("init 0") // a _v2 context, charged and released first
+	waitFor(t, "the _v2 context charged", memoryIs(a, p.pid, 0, 48*mib))
+	p.ok("ctxdestroy 0")
+	waitFor(t, "the _v2 context released", memoryIs(a, p.pid, 0, 0))
+	p.ok("ctx3 0")
+	waitFor(t, "the _v3 context charged", memoryIs(a, p.pid, 0, 48*mib))
+	p.ok("ctx4 1")
+	waitFor(t, "the _v4 context charged", memoryIs(a, p.pid, 1, 48*mib))
+	p.ok("ctxdestroy 0")
+	waitFor(t, "the _v3 context released", memoryIs(a, p.pid, 0, 0))
+	p.ok("ctxdestroy 1")
+	waitFor(t, "the _v4 context released", memoryIs(a, p.pid, 1, 0))
 }

@@ -16,9 +16,12 @@ import (
 // Every request starts with the device it is about (24 bytes):
 //
 //	off len
-//	0   4   device ordinal, as the process numbers its devices
+//	0   4   device ordinal, as the process numbers its devices; HostDevice
+//	        (64) is the host's pinned memory (cuMemHostAlloc,
+//	        cuMemAllocHost, cuMemHostRegister), accounted like a device
 //	4   4   reserved
-//	8   16  device UUID (cuDeviceGetUuid); all zero when unknown
+//	8   16  device UUID (cuDeviceGetUuid); all zero when unknown (and for
+//	        HostDevice)
 //
 // GPU_MEM_LIMIT (64) request: the device (24 bytes). Reply: Limits.
 //
@@ -144,6 +147,11 @@ type Token struct {
 const (
 	// MaxDevices bounds device ordinals (0..MaxDevices-1).
 	MaxDevices = 64
+	// HostDevice is the ordinal of the host's pinned memory: the page-locked
+	// host memory a process takes through the driver, charged against a
+	// host limit when one is set (a GPU limit of every device does not
+	// cover it).
+	HostDevice = MaxDevices
 	// MaxBytes bounds byte counts (1 PiB).
 	MaxBytes = 1 << 50
 	// MaxDuration bounds durations in requests (one day).
@@ -164,8 +172,9 @@ func DecodeDevice(b []byte) (Device, error) {
 	if le.Uint32(b[4:]) != 0 {
 		return Device{}, fmt.Errorf("%w: reserved device field %#x", ErrMalformed, le.Uint32(b[4:]))
 	}
-	if d.Ordinal >= MaxDevices {
-		return Device{}, fmt.Errorf("%w: device %d (0..%d)", ErrMalformed, d.Ordinal, MaxDevices-1)
+	if d.Ordinal > HostDevice {
+		return Device{}, fmt.Errorf("%w: device %d (0..%d, or %d for host memory)", ErrMalformed, d.Ordinal,
+			MaxDevices-1, HostDevice)
 	}
 	return d, nil
 }

@@ -61,7 +61,7 @@ func TestWireRejects(t *testing.T) {
 		"short":             valid[:UpdateRequest-1],
 		"long":              append(bytes.Clone(valid), 0),
 		"device reserved":   mutate(func(b []byte) { b[4] = 1 }),
-		"device range":      mutate(func(b []byte) { le.PutUint32(b, MaxDevices) }),
+		"device range":      mutate(func(b []byte) { le.PutUint32(b, HostDevice+1) }),
 		"kind 0":            mutate(func(b []byte) { le.PutUint32(b[24:], 0) }),
 		"kind 4":            mutate(func(b []byte) { le.PutUint32(b[24:], 4) }),
 		"reserved":          mutate(func(b []byte) { b[28] = 1 }),

@@ -14,7 +14,9 @@ type Config struct {
 	Default Limit
 	// Devices are per-device limits, keyed by the device's UUID as
 	// nvidia-smi prints it ("GPU-…") or by its ordinal ("0"). A process
-	// sees ordinals through CUDA_VISIBLE_DEVICES; UUIDs are stable.
+	// sees ordinals through CUDA_VISIBLE_DEVICES; UUIDs are stable. "host"
+	// is the limit of a process's pinned host memory (Default does not
+	// apply to it; no entry: unlimited).
 	Devices map[string]Limit
 	// Window is the quota window: a process with quota q% may run q% of
 	// it as one burst (default 100ms).
@@ -50,8 +52,11 @@ func (c *Config) check() error {
 		if lim.Quota > 100 {
 			return fmt.Errorf("gpu config: device %s: quota %d%% above 100", k, lim.Quota)
 		}
-		if _, err := strconv.ParseUint(k, 10, 32); err != nil && !strings.HasPrefix(k, "GPU-") {
-			return fmt.Errorf("gpu config: device %q is neither an ordinal nor a GPU-… UUID", k)
+		if _, err := strconv.ParseUint(k, 10, 32); err != nil && !strings.HasPrefix(k, "GPU-") && k != "host" {
+			return fmt.Errorf("gpu config: device %q is neither an ordinal, a GPU-… UUID nor host", k)
+		}
+		if k == "host" && lim.Quota != 0 {
+			return fmt.Errorf("gpu config: host memory has no kernel quota")
 		}
 	}
 	if c.Window < 0 || c.Window > time.Minute {

@@ -270,7 +270,7 @@ func (l *Ledger) SetTargetLimit(t Target, dev uint32, lim Limit) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if lim.Quota > 100 || (dev >= hookwire.MaxDevices && dev != AnyDevice) {
+	if lim.Quota > 100 || (dev > hookwire.HostDevice && dev != AnyDevice) || (dev == hookwire.HostDevice && lim.Quota != 0) {
 		return fmt.Errorf("gpu limit of %s on device %d: quota %d%%: %w", t, dev, lim.Quota, syscall.EINVAL)
 	}
 	if t.PID != 0 && l.pids[t.PID] == 0 {
@@ -296,7 +296,7 @@ func (l *Ledger) RestoreLimits(saved []SetLimit, alive func(pid int32) bool) err
 		if err := s.Target.check(); err != nil {
 			return err
 		}
-		if s.Quota > 100 || (s.Device >= hookwire.MaxDevices && s.Device != AnyDevice) {
+		if s.Quota > 100 || (s.Device > hookwire.HostDevice && s.Device != AnyDevice) {
 			return fmt.Errorf("gpu limit of %s on device %d: %w", s.Target, s.Device, syscall.EINVAL)
 		}
 		if s.PID != 0 && !alive(s.PID) {
@@ -392,8 +392,15 @@ func (l *Ledger) applyLimit(a *account) {
 }
 
 // limitOf is the configured limit of k: the device's (by UUID, then
-// ordinal), else the default; and where it comes from.
+// ordinal), else the default; and where it comes from. Host memory has
+// only its own ("host"): the default is a GPU's.
 func (l *Ledger) limitOf(k Key, uuid hookwire.UUID) (Limit, string) {
+	if k.Device == hookwire.HostDevice {
+		if lim, ok := l.cfg.Devices["host"]; ok {
+			return lim, "host"
+		}
+		return Limit{}, "host"
+	}
 	if !uuid.IsZero() {
 		if lim, ok := l.cfg.Devices[uuid.String()]; ok {
 			return lim, "device " + uuid.String()

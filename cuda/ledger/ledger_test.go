@@ -73,8 +73,11 @@ func TestSetLimitErrors(t *testing.T) {
 	if err := l.SetLimit(proc.PID, 0, Limit{Quota: 101}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("quota 101: %v", err)
 	}
-	if err := l.SetLimit(proc.PID, hookwire.MaxDevices, Limit{}); !errors.Is(err, syscall.EINVAL) {
+	if err := l.SetLimit(proc.PID, hookwire.HostDevice+1, Limit{}); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("device out of range: %v", err)
+	}
+	if err := l.SetLimit(proc.PID, hookwire.HostDevice, Limit{Memory: 1 << 20, Quota: 10}); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("a kernel quota on host memory: %v", err)
 	}
 	// A known process may get a limit on a device it has not used yet.
 	if err := l.SetLimit(proc.PID, 3, Limit{Memory: 1 << 20}); err != nil {
@@ -258,5 +261,38 @@ func TestConfigCheck(t *testing.T) {
 		if _, err := NewLedger(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
+	}
+}
+
+// Host memory (HostDevice) has its own limit: the configured "host" one or
+// one set at run time on HostDevice; neither the default nor a limit of
+// every device applies to it.
+func TestHostLimit(t *testing.T) {
+	host := hookwire.Device{Ordinal: hookwire.HostDevice}
+	l := newLedger(t, Config{Default: Limit{Memory: 1 << 30, Quota: 50}})
+	if got, err := l.Limits(0, proc, host); err != nil || got.Memory != 0 || got.Quota != 0 {
+		t.Fatalf("host under a GPU default: %+v %v", got, err)
+	}
+	if err := l.SetTargetLimit(Target{PID: proc.PID}, AnyDevice, Limit{Memory: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.Limits(0, proc, host); got.Memory != 0 {
+		t.Fatalf("host under a limit of every device: %+v", got)
+	}
+	if got, _ := l.Limits(0, proc, dev0); got.Memory != 4096 {
+		t.Fatalf("device 0 under a limit of every device: %+v", got)
+	}
+	if err := l.SetLimit(proc.PID, hookwire.HostDevice, Limit{Memory: 8192}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.Limits(0, proc, host); got.Memory != 8192 {
+		t.Fatalf("host limit set at run time: %+v", got)
+	}
+	c := newLedger(t, Config{Default: Limit{Memory: 1 << 30}, Devices: map[string]Limit{"host": {Memory: 1 << 20}}})
+	if got, _ := c.Limits(0, proc, host); got.Memory != 1<<20 {
+		t.Fatalf("configured host limit: %+v", got)
+	}
+	if _, err := NewLedger(Config{Devices: map[string]Limit{"host": {Memory: 1, Quota: 5}}}); err == nil {
+		t.Fatal("a kernel quota on host memory was accepted")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+
+	"github.com/aitherion/dpu/cuda/hookwire"
 )
 
 // AnyDevice in a limit's device means every device of its target.
@@ -176,8 +178,8 @@ func (l *Ledger) governing(a *account) (limitKey, Limit, bool) {
 		score     = 0
 	)
 	for k, lim := range l.limits {
-		if k.Device != a.Device && k.Device != AnyDevice {
-			continue
+		if k.Device != a.Device && (k.Device != AnyDevice || a.Device == hookwire.HostDevice) {
+			continue // a limit of every device is a GPU limit: host memory has its own
 		}
 		s := k.matches(a.PID, a.Identity) * 2
 		if s == 0 {

@@ -114,7 +114,7 @@ func TestPodAndContainerLimits(t *testing.T) {
 			t.Errorf("%+v: %v, want EINVAL", bad, err)
 		}
 	}
-	if err := l.SetTargetLimit(Target{Cgroup: "/a"}, hookwire.MaxDevices, Limit{Memory: 1}); !errors.Is(err, syscall.EINVAL) {
+	if err := l.SetTargetLimit(Target{Cgroup: "/a"}, hookwire.HostDevice+1, Limit{Memory: 1}); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("device out of range: %v", err)
 	}
 }

@@ -4,7 +4,8 @@
 #   gpu-test.sh [BUNDLE]
 #
 # BUNDLE (default: this directory's build/ and the repository's bin/) holds
-# bin/{dpu-agent,dpu-fabric}, build/{dpu-cuda-launcher,rprobe,remote/libcuda.so.1}
+# bin/{dpu-agent,dpu-fabric}, build/{dpu-cuda-launcher,rprobe,etprobe,
+# remote/libcuda.so.1,trace/libcuda.so.1} (make all trace)
 # and gpu/. It builds the kernels and the CUDA runtime programs with nvcc,
 # stands up a two-node fabric of real agents (UDP loopback), starts the
 # launcher on node 1 (real driver) and runs every program twice: locally,
@@ -12,8 +13,13 @@
 # CUDA_VISIBLE_DEVICES empty (a local driver would see no GPU). It checks
 # that the results are identical, reports launch cost and copy bandwidth
 # against local, then tries PyTorch's CUDA init and a small tensor op and
-# lists the entry points asked for and not served. PASS/FAIL lines; the log
-# goes to $OUT/remote-gpu-test.log (default the work directory).
+# lists the entry points asked for and not served. A plain C program runs
+# cuBLAS (cublasCreate, SGEMM, a BF16 GEMM) against a CPU reference, locally
+# and remotely, and PyTorch's matrix products are checked against the CPU.
+# PASS/FAIL lines; the log goes to $OUT/remote-gpu-test.log (default the
+# work directory), with the remote runs' own logs (*.log.gz), every entry
+# point looked up (procs.txt) and the driver names the cuBLAS libraries
+# hold (cublas-driver-names.txt) beside it.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -57,6 +63,25 @@ nvcc -ptx -arch=sm_90 -o kernels.ptx "$B/gpu/kernels.cu" || fail "nvcc kernels.p
 for p in vecadd matmul streams; do
     nvcc -O2 -arch=sm_90 -o "$p" "$B/gpu/$p.cu" || fail "nvcc $p"
 done
+# cuBLAS: the toolkit's, else the one PyTorch ships.
+CUBLAS_LIB=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so* 2>/dev/null | head -1)" 2>/dev/null)
+if [ -z "$CUBLAS_LIB" ] || [ "$CUBLAS_LIB" = . ]; then
+    CUBLAS_LIB=$(dirname "$(find / -xdev -name 'libcublas.so.*' 2>/dev/null | head -1)")
+fi
+echo "cuBLAS from $CUBLAS_LIB: $(ls "$CUBLAS_LIB" | grep -i cublas | tr '\n' ' ')"
+nvcc -O2 -o cublas_check "$B/gpu/cublas_check.c" -L"$CUBLAS_LIB" -lcublas -Xlinker -rpath="$CUBLAS_LIB" ||
+    fail "nvcc cublas_check"
+echo "cublas_check links: $(ldd ./cublas_check | awk '{print $1}' | tr '\n' ' ')"
+# The driver entry points the cuBLAS libraries name (looked up at run time).
+python3 - "$CUBLAS_LIB" >"$LOGDIR/cublas-driver-names.txt" <<'PY'
+import glob, re, sys
+names = set()
+for f in glob.glob(sys.argv[1] + "/libcublas*.so*"):
+    data = open(f, "rb").read()
+    names.update(m.decode() for m in re.findall(rb"(?<=\x00)(cu[A-Z][A-Za-z0-9_]{2,60})(?=\x00)", data))
+print("\n".join(sorted(names)))
+PY
+echo "cuBLAS libraries name $(wc -l <"$LOGDIR/cublas-driver-names.txt") driver entry points"
 echo "vecadd links: $(ldd ./vecadd | awk '{print $1}' | tr '\n' ' ')"
 
 section "two-node fabric, launcher on node 1"
@@ -73,12 +98,25 @@ remote() {
     local t=$1 vis=CUDA_VISIBLE_DEVICES=
     shift
     [ "${VISIBLE:-}" = keep ] && vis=DPU_CUDA_REMOTE_VISIBLE=unchanged
-    timeout "$t" env LD_LIBRARY_PATH="$B/build/remote${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$vis" \
+    timeout "$t" env LD_LIBRARY_PATH="${REMOTE_LIB:-$B/build/remote}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$vis" \
         DPU_SOCKET="$W/fab/node0/dpu0.sock" DPU_CUDA_REMOTE="$W/door" DPU_CUDA_REMOTE_MISSING="$W/missing.txt" \
+        DPU_CUDA_REMOTE_PROCS="$W/procs.txt" \
         DPU_CUDA_REMOTE_TIMEOUT_S=120 "$@"
 }
 
-if [ "${ONLY:-}" != torch ]; then
+# ONLY=tables,programs,cublas,torch (default all) picks the sections to run.
+want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+
+if want tables; then
+section "the real driver's private export tables (etprobe), beside what the client serves"
+# cudart interface, tools tls, tools callbacks, context storage, context checks,
+# integrity, context identity, then three the client does not serve.
+timeout 60 "$B/build/etprobe" 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9 42d85a81-23f6-cb47-8298-f6e78a3aecdc \
+    a094798c-2e74-2e74-93f2-0800200c0a66 c693336e-1121-df11-a8c3-68f355d89593 263e8860-7cd2-6143-92f6-bbd5006dfa7e \
+    d4082055-bde6-704b-8d34-ba123c66e1f2 21318c60-9714-3248-8ca6-41ff7324c8f2 1734dc26-800d-4745-8726-c0f1e7dd8bca \
+    69a28e9f-2449-8b47-b030-c5da330ea4e9 f8cff951-2146-8b4e-b9e2-fb469e7c0dd9 2>&1 | head -400
+fi # tables
+if want programs; then
 section "the local driver sees no GPU with CUDA_VISIBLE_DEVICES empty"
 CUDA_VISIBLE_DEVICES= timeout 60 ./vecadd >"$W/novis.txt" 2>&1
 cat "$W/novis.txt"
@@ -118,7 +156,7 @@ remote 120 stdbuf -oL "$B/build/rprobe" kernels.ptx -bw 33554432 >"$W/rprobe.rem
 cat "$W/rprobe.remote"
 head -20 "$W/rprobe.remote.err"
 compare rprobe vecadd_sum matmul_sum streams_sum vecadd_wrong matmul_wrong streams_wrong streams_elapsed_ok \
-    memset_dtod_wrong bw_roundtrip_ok
+    memset_dtod_wrong bw_roundtrip_ok launch_ex_wrong clusters_ok tensor_map_ok tensor_map_rank6_refused
 
 section "overhead against local"
 LL=$(kv "$W/rprobe.local" launch_us) LR=$(kv "$W/rprobe.remote" launch_us)
@@ -130,25 +168,67 @@ for d in htod dtoh; do
     echo "$d 32 MiB pageable: local ${L} MB/s, remote ${R} MB/s ($(ratio "$R" "$L")x)"
 done
 
-fi # ONLY
+fi # programs
 
+if want cublas; then
+section "cuBLAS (plain C: cublasCreate, SGEMM, BF16 GEMM against a CPU reference): local, then remote"
+timeout 120 ./cublas_check >"$W/cublas.local" 2>&1
+echo "rc=$?"
+cat "$W/cublas.local"
+# The trace build of the client logs every entry point called (a failure
+# on an answer served in the client shows as the calls before it).
+DPU_CUDA_REMOTE_TRACE=1 REMOTE_LIB=$B/build/trace DPU_CUDA_REMOTE_LOG=${CUBLAS_LOG:-3} remote 150 \
+    env LD_PRELOAD="$B/build/trace/libcuda.so.1" CUBLASLT_LOG_LEVEL=5 CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr \
+    stdbuf -oL ./cublas_check >"$W/cublas.remote" 2>"$W/cublas.remote.err"
+echo "rc=$?"
+cat "$W/cublas.remote"
+grep -v 'cuGetProcAddress .*: served\|^libdpucuda-remote: op \|module image of\|: call \|storage get' "$W/cublas.remote.err" | grep -iv 'not served$' | head -60
+echo "dlopen, and driver names dlsym did not find:"
+grep ': dlopen \|: dlsym .*NOT FOUND' "$W/cublas.remote.err" | sort | uniq -c | head -40
+echo "the last entry points called:"
+grep -v 'cuGetProcAddress .*: served\|module image of\|storage get' "$W/cublas.remote.err" | grep -B60 'entry points asked for and not served' | head -60
+gzip -c "$W/cublas.remote.err" >"$LOGDIR/cublas-remote.log.gz"
+check "cuBLAS: every result right locally" eq "$(kv "$W/cublas.local" done)" 1
+check "cuBLAS: every result right remotely" eq "$(kv "$W/cublas.remote" done)" 1
+for k in sgemm_64x64x64_sum sgemm_513x257x129_sum bf16_1024x1024x1024_sum; do
+    l=$(kv "$W/cublas.local" $k) r=$(kv "$W/cublas.remote" $k)
+    if eq "$l" "$r"; then echo "cublas $k: identical ($r)"; else echo "cublas $k: local '$l', remote '${r:-not reached}'"; fi
+done
+echo "cuBLAS SGEMM 256^3 with cuBLAS's own workspace: status local $(kv "$W/cublas.local" sgemm_256_own_workspace_status), remote $(kv "$W/cublas.remote" sgemm_256_own_workspace_status)"
+L=$(kv "$W/cublas.local" sgemm_256_us) R=$(kv "$W/cublas.remote" sgemm_256_us)
+echo "cuBLAS SGEMM 256^3 (workspace set, 200 calls, then synchronize): local ${L} us, remote ${R} us per call ($(ratio "$R" "$L")x)"
+
+fi # cublas
+
+if want torch; then
 section "PyTorch: CUDA init and a small tensor op, local then remote"
 PYTHONUNBUFFERED=1 timeout 180 python3 "$B/gpu/torch_small.py" >"$W/torch.local" 2>&1
 cat "$W/torch.local"
-VISIBLE=keep PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=${TORCH_LOG:-1} remote 150 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
+VISIBLE=keep PYTHONUNBUFFERED=1 DPU_CUDA_REMOTE_LOG=${TORCH_LOG:-2} remote 200 python3 "$B/gpu/torch_small.py" >"$W/torch.remote" 2>&1
 echo "rc=$?"
-tail -40 "$W/torch.remote"
-for k in available count name elementwise_sum matmul_sum; do
+grep -v '^libdpucuda-remote: op \|module image of\|export table: \(context storage\|tools tls\)' "$W/torch.remote" | tail -60
+gzip -c "$W/torch.remote" >"$LOGDIR/torch-remote.log.gz"
+for k in matmul_64_float32_ok matmul_1024_float32_ok matmul_1024_bfloat16_ok; do
+    check "torch $k remotely (against the CPU)" eq "$(kv "$W/torch.remote" $k)" 1
+done
+for k in available count name elementwise_sum matmul_sum matmul_64_float32_relerr matmul_1024_float32_relerr \
+    matmul_1024_bfloat16_relerr; do
     l=$(kv "$W/torch.local" $k) r=$(kv "$W/torch.remote" $k)
     if eq "$l" "$r"; then echo "torch $k: identical ($r)"; else echo "torch $k: local '$l', remote '${r:-not reached}'"; fi
 done
+
+fi # torch
 
 section "entry points asked for (cuGetProcAddress) and not served, per process"
 cat "$W/missing.txt" 2>/dev/null | tr ' ' '\n' | sort | uniq -c | sort -rn | awk '{print $2}' | tr '\n' ' '
 echo
 
+sort -u "$W/procs.txt" >"$LOGDIR/procs.txt" 2>/dev/null
+echo "entry points looked up: $(wc -l <"$LOGDIR/procs.txt"), not served: $(grep -c ' missing$' "$LOGDIR/procs.txt")"
+
 section "launcher log"
-cat "$W/launcher.log"
+grep -v '^dpu-cuda-launcher: slot [0-9]*: op ' "$W/launcher.log" | tail -40
+gzip -c "$W/launcher.log" >"$LOGDIR/launcher.log.gz"
 
 section "summary"
 if [ "$FAILS" -eq 0 ]; then echo "all checks passed"; else echo "$FAILS check(s) failed"; fi

@@ -136,7 +136,8 @@ func remoteEnv(bin, sock, door string) []string {
 }
 
 var same = []string{"device", "vecadd_wrong", "vecadd_sum", "matmul_wrong", "matmul_sum", "streams_wrong",
-	"streams_sum", "streams_elapsed_ok", "memset_dtod_wrong", "bw_roundtrip_ok"}
+	"streams_sum", "streams_elapsed_ok", "memset_dtod_wrong", "bw_roundtrip_ok", "launch_ex_wrong", "clusters_ok",
+	"tensor_map_ok", "tensor_map_rank6_refused"}
 
 // An unmodified driver API program gives the same results through the
 // fabric (client and launcher on different nodes) as on the local driver,
@@ -147,7 +148,8 @@ func TestRemoteMatchesLocal(t *testing.T) {
 	defer cancel()
 	args := []string{"-n", "20000", "-m", "48", "-launches", "50", "-bw", "600000"}
 	local := probe(t, ctx, bin, []string{"LD_LIBRARY_PATH=" + filepath.Join(bin, "fake")}, args...)
-	if local["vecadd_wrong"] != "0" || local["matmul_wrong"] != "0" || local["streams_wrong"] != "0" {
+	if local["vecadd_wrong"] != "0" || local["matmul_wrong"] != "0" || local["streams_wrong"] != "0" ||
+		local["launch_ex_wrong"] != "0" {
 		t.Fatalf("local run is wrong: %v", local)
 	}
 	cs, gs := twoNodes(t)
@@ -158,6 +160,7 @@ func TestRemoteMatchesLocal(t *testing.T) {
 				t.Errorf("%s: remote %q, local %q", k, kv[k], local[k])
 			}
 		}
+
 	}
 	check(probe(t, ctx, bin, remoteEnv(bin, cs, l.door), args...))
 	// Again (the slot was released), then two at once.

@@ -56,15 +56,20 @@ type Spec struct {
 	Edges []Edge
 	// MTU is the device MTU of every link (DefaultMTU when 0).
 	MTU int
+	// Queues is the number of receive and transmit queues of every veth
+	// device (the kernel's default when 0): a link can stripe its channels
+	// over them (AF_XDP multi-queue channels).
+	Queues int
 }
 
 // Fabric is a fabric that is up (or was being brought up).
 type Fabric struct {
-	Dir   string // absolute
-	ID    string
-	Nodes int
-	Edges []Edge
-	MTU   int
+	Dir    string // absolute
+	ID     string
+	Nodes  int
+	Edges  []Edge
+	MTU    int
+	Queues int
 }
 
 // IDFor is the id of the fabric in dir: 8 hex digits of the SHA-256 of the
@@ -119,6 +124,9 @@ func (s Spec) validate() error {
 	if s.MTU != 0 && (s.MTU < 68 || s.MTU > 65535) {
 		return fmt.Errorf("%w: MTU %d outside [68, 65535]", ErrSpec, s.MTU)
 	}
+	if s.Queues < 0 || s.Queues > 64 {
+		return fmt.Errorf("%w: %d queues outside [0, 64]", ErrSpec, s.Queues)
+	}
 	type end struct{ node, port int }
 	used := map[end]bool{}
 	for _, e := range s.Edges {
@@ -165,8 +173,8 @@ func Up(spec Spec) (*Fabric, error) {
 	if _, err := os.Stat(statePath(abs)); err == nil {
 		return nil, fmt.Errorf("%w: %s", ErrFabricExists, abs)
 	}
-	f := &Fabric{Dir: abs, ID: id, Nodes: spec.Nodes, Edges: append([]Edge(nil), spec.Edges...), MTU: spec.MTU}
-	st := &state{ID: id, Nodes: f.Nodes, Edges: f.Edges, MTU: f.MTU}
+	f := &Fabric{Dir: abs, ID: id, Nodes: spec.Nodes, Edges: append([]Edge(nil), spec.Edges...), MTU: spec.MTU, Queues: spec.Queues}
+	st := &state{ID: id, Nodes: f.Nodes, Edges: f.Edges, MTU: f.MTU, Queues: f.Queues}
 	if err := st.write(abs); err != nil {
 		return nil, err
 	}
@@ -197,7 +205,7 @@ func (f *Fabric) build(st *state) error {
 		if err := st.record(f.Dir, o); err != nil {
 			return err
 		}
-		if err := createVeth(o, f.MTU); err != nil {
+		if err := createVeth(o, f.MTU, f.Queues); err != nil {
 			return err
 		}
 	}
@@ -235,7 +243,7 @@ func Load(dir string) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fabric{Dir: abs, ID: st.ID, Nodes: st.Nodes, Edges: st.Edges, MTU: st.MTU}, nil
+	return &Fabric{Dir: abs, ID: st.ID, Nodes: st.Nodes, Edges: st.Edges, MTU: st.MTU, Queues: st.Queues}, nil
 }
 
 // Down removes everything the state file in dir records, newest first,
@@ -287,7 +295,7 @@ func remove(o object) error {
 
 // createVeth creates the pair o in its two namespaces at once, so neither
 // end ever appears in the caller's namespace.
-func createVeth(o object, mtu int) error {
+func createVeth(o object, mtu, queues int) error {
 	nsA, err := netns.GetFromName(o.NS)
 	if err != nil {
 		return fmt.Errorf("veth: open namespace %s: %w", o.NS, err)
@@ -306,7 +314,9 @@ func createVeth(o object, mtu int) error {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = o.Name
 	attrs.MTU = mtu
-	link := &netlink.Veth{LinkAttrs: attrs, PeerName: o.Peer, PeerNamespace: netlink.NsFd(nsB), PeerMTU: uint32(mtu)}
+	attrs.NumTxQueues, attrs.NumRxQueues = queues, queues
+	link := &netlink.Veth{LinkAttrs: attrs, PeerName: o.Peer, PeerNamespace: netlink.NsFd(nsB), PeerMTU: uint32(mtu),
+		PeerNumTxQueues: uint32(queues), PeerNumRxQueues: uint32(queues)}
 	if err := h.LinkAdd(link); err != nil {
 		return fmt.Errorf("veth: create %s/%s <-> %s/%s: %w", o.NS, o.Name, o.PeerNS, o.Peer, err)
 	}

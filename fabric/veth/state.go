@@ -35,6 +35,7 @@ type state struct {
 	Nodes   int      `json:"nodes"`
 	Edges   []Edge   `json:"edges"`
 	MTU     int      `json:"mtu"`
+	Queues  int      `json:"queues,omitempty"`
 	Objects []object `json:"objects"`
 }
 

@@ -132,7 +132,10 @@
 // Bootstrap: each channel greets on its own until it hears the peer name
 // this end's session; the channel set both ends agree on is the first
 // min(offered, own) channels (a datagram naming another channel than the
-// one it arrived on is refused: a miswired channel never joins). Each link
+// one it arrived on is refused: a miswired channel never joins; except
+// with SharedMedium, for the queues of one network device, where the
+// receiving NIC and not the sender picks the queue: a datagram then counts
+// for the channel its header names, whichever queue it came in on). Each link
 // datagram goes out on the up channel with the fewest datagrams in flight
 // (LeastQueued, taking channels in turn among equals) or on each in turn
 // (RoundRobin), within that channel's window: every channel keeps its own

@@ -154,6 +154,13 @@ type StripeConfig struct {
 	// Session identifies this incarnation; non-zero.
 	Session uint64
 	Policy  StripePolicy
+	// SharedMedium says the channels are paths of one medium that may
+	// deliver a datagram to another channel's reader than the one it was
+	// sent on: the queues of one network device, where the receiving NIC
+	// picks the queue (RSS or flow steering, not the sender). A datagram is
+	// then accounted to the channel its header names. Without it, a
+	// datagram naming another channel is refused.
+	SharedMedium bool
 }
 
 // DefaultStripeConfig returns a configuration for k channels of the given
@@ -422,16 +429,20 @@ func (s *Stripe) fill(h *ChannelHeader, c int) {
 }
 
 // Input processes one datagram read from channel c. A datagram that fails
-// to decode or names another channel is counted and reported with an error
-// wrapping ErrMalformed, ErrVersion or ErrChecksum.
+// to decode or names another channel (one this end does not have, with
+// SharedMedium) is counted and reported with an error wrapping
+// ErrMalformed, ErrVersion or ErrChecksum.
 func (s *Stripe) Input(now time.Duration, c int, d []byte) error {
 	s.now = now
 	if c < 0 || c >= len(s.ch) {
 		return fmt.Errorf("link: stripe input: no channel %d", c)
 	}
-	ch := &s.ch[c]
 	h := &s.in
 	payload, err := h.Decode(d)
+	if err == nil && s.cfg.SharedMedium && int(h.Channel) < len(s.ch) {
+		c = int(h.Channel)
+	}
+	ch := &s.ch[c]
 	if err == nil && int(h.Channel) != c {
 		err = fmt.Errorf("%w: channel %d datagram arrived on channel %d", ErrMalformed, h.Channel, c)
 	}

@@ -60,57 +60,63 @@ func TestStripeFuzzCorpus(t *testing.T) {
 }
 
 // FuzzStripeInput feeds channel datagrams to a stripe whose channels are
-// up. Input never panics; a refused datagram delivers nothing; what is
-// delivered fits the MTU; the stripe's own output always decodes.
+// up, strict and with SharedMedium. Input never panics; a refused datagram
+// delivers nothing; what is delivered fits the MTU; the stripe's own output
+// always decodes.
 func FuzzStripeInput(f *testing.F) {
 	for _, s := range stripeFuzzSeeds(f) {
 		f.Add(s, false)
 		f.Add(s, true)
 	}
 	out := make([]byte, 1500)
-	f.Fuzz(func(t *testing.T, in []byte, seal bool) {
-		in = bytes.Clone(in)
-		a, _ := stripePair(t, 3)
-		now := time.Duration(0)
-		for len(in) >= 3 {
-			c := int(in[0] % 4) // channel 3 does not exist
-			n := min(int(binary.BigEndian.Uint16(in[1:])), len(in)-3)
-			d := in[3 : 3+n]
-			in = in[3+n:]
-			if seal {
-				resealChannel(d)
-			}
-			a.Tick(now)
-			for range 1 << 16 {
-				if _, ok := a.Receive(); !ok {
-					break
-				}
-			}
-			if err := a.Input(now, c, d); err != nil {
-				if m, ok := a.Receive(); ok {
-					t.Fatalf("refused datagram (%v) delivered %d bytes", err, len(m))
-				}
-			}
-			for range 1 << 16 {
-				m, ok := a.Receive()
-				if !ok {
-					break
-				}
-				if len(m) > a.MTU() {
-					t.Fatalf("delivered %d bytes, MTU %d", len(m), a.MTU())
-				}
-			}
-			for c := range 3 {
-				k, ok := a.Output(now, c, out)
-				if !ok {
-					continue
-				}
-				var h link.ChannelHeader
-				if _, err := h.Decode(out[:k]); err != nil {
-					t.Fatalf("stripe wrote an invalid datagram: %v", err)
-				}
-			}
-			now += 3 * time.Millisecond
+	f.Fuzz(func(t *testing.T, input []byte, seal bool) {
+		for _, shared := range []bool{false, true} {
+			fuzzStripe(t, bytes.Clone(input), seal, shared, out)
 		}
 	})
+}
+
+func fuzzStripe(t *testing.T, in []byte, seal, shared bool, out []byte) {
+	a, _ := stripePairShared(t, 3, shared)
+	now := time.Duration(0)
+	for len(in) >= 3 {
+		c := int(in[0] % 4) // channel 3 does not exist
+		n := min(int(binary.BigEndian.Uint16(in[1:])), len(in)-3)
+		d := in[3 : 3+n]
+		in = in[3+n:]
+		if seal {
+			resealChannel(d)
+		}
+		a.Tick(now)
+		for range 1 << 16 {
+			if _, ok := a.Receive(); !ok {
+				break
+			}
+		}
+		if err := a.Input(now, c, d); err != nil {
+			if m, ok := a.Receive(); ok {
+				t.Fatalf("refused datagram (%v) delivered %d bytes", err, len(m))
+			}
+		}
+		for range 1 << 16 {
+			m, ok := a.Receive()
+			if !ok {
+				break
+			}
+			if len(m) > a.MTU() {
+				t.Fatalf("delivered %d bytes, MTU %d", len(m), a.MTU())
+			}
+		}
+		for c := range 3 {
+			k, ok := a.Output(now, c, out)
+			if !ok {
+				continue
+			}
+			var h link.ChannelHeader
+			if _, err := h.Decode(out[:k]); err != nil {
+				t.Fatalf("stripe wrote an invalid datagram: %v", err)
+			}
+		}
+		now += 3 * time.Millisecond
+	}
 }

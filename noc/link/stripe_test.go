@@ -24,11 +24,19 @@ type wire struct {
 // stripePair returns two stripes of k channels whose channels are all up.
 func stripePair(t testing.TB, k int) (a, b *link.Stripe) {
 	t.Helper()
-	a, err := link.NewStripe(stripeConfig(k, 0xA), 0)
+	return stripePairShared(t, k, false)
+}
+
+// stripePairShared is stripePair with SharedMedium set as asked.
+func stripePairShared(t testing.TB, k int, shared bool) (a, b *link.Stripe) {
+	t.Helper()
+	ca, cb := stripeConfig(k, 0xA), stripeConfig(k, 0xB)
+	ca.SharedMedium, cb.SharedMedium = shared, shared
+	a, err := link.NewStripe(ca, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = link.NewStripe(stripeConfig(k, 0xB), 0); err != nil {
+	if b, err = link.NewStripe(cb, 0); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -375,5 +383,79 @@ func TestStripeWindowAndPolicy(t *testing.T) {
 				t.Fatalf("9th datagram: err %v, want ErrChannelsFull", err)
 			}
 		})
+	}
+}
+
+// With SharedMedium, a datagram read from another channel's port (a NIC
+// that puts every frame on one queue) is accounted to the channel its
+// header names: every channel comes up and the order is restored. Without
+// it the same datagram is refused.
+func TestStripeSharedMedium(t *testing.T) {
+	const k = 4
+	mk := func(session uint64, shared bool) *link.Stripe {
+		c := stripeConfig(k, session)
+		c.SharedMedium = shared
+		s, err := link.NewStripe(c, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := mk(0xA, true), mk(0xB, true)
+	buf := make([]byte, 1500)
+	// every datagram, control or data, arrives on the receiver's channel 0
+	allOnZero := func(from, to *link.Stripe) {
+		for c := range k {
+			for {
+				n, ok := from.Output(0, c, buf)
+				if !ok {
+					break
+				}
+				if err := to.Input(0, 0, buf[:n]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for range 3 {
+		allOnZero(a, b)
+		allOnZero(b, a)
+	}
+	for c := range k {
+		if !a.ChannelStats(c).Up || !b.ChannelStats(c).Up {
+			t.Fatalf("channel %d not up when every datagram arrives on channel 0", c)
+		}
+	}
+	ws := sendN(t, a, 0, 0, 40)
+	used := map[int]bool{}
+	for i := len(ws) - 1; i >= 0; i-- { // backwards: the stripe restores the order
+		used[ws[i].c] = true
+		if err := b.Input(0, 0, ws[i].b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := receiveAll(b)
+	if len(used) != k || len(got) != len(ws) {
+		t.Fatalf("sent on %d channels; delivered %d of %d", len(used), len(got), len(ws))
+	}
+	for i, v := range got {
+		if v != uint64(i) {
+			t.Fatalf("delivered %v, want 0..%d in order", got, len(ws)-1)
+		}
+	}
+	for c := range k {
+		if b.ChannelStats(c).RxDatagrams == 0 {
+			t.Errorf("channel %d accounted no datagram", c)
+		}
+	}
+	// The strict stripe refuses the same thing.
+	x, y := stripePair(t, 2)
+	w := sendN(t, x, 0, 100, 2)
+	for _, d := range w {
+		if d.c != 0 {
+			if err := y.Input(0, 0, d.b); !errors.Is(err, link.ErrMalformed) {
+				t.Fatalf("strict stripe: %v, want ErrMalformed", err)
+			}
+		}
 	}
 }

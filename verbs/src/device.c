@@ -154,6 +154,12 @@ VB_API struct ibv_context *ibv_open_device(struct ibv_device *device) {
     pthread_mutex_init(&ctx->prog_mu, NULL);
     pthread_mutex_init(&ctx->wake_mu, NULL);
     pthread_cond_init(&ctx->wake_cv, NULL);
+    pthread_mutex_init(&ctx->poll_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ctx->poll_cv, &ca);
+    pthread_condattr_destroy(&ca);
 
     struct verbs_context *v = &ctx->vctx;
     struct ibv_context *c = &v->context;
@@ -207,11 +213,14 @@ VB_API int ibv_close_device(struct ibv_context *c) {
     pthread_cond_signal(&ctx->wake_cv);
     pthread_mutex_unlock(&ctx->wake_mu);
     if (ctx->thread_started) pthread_join(ctx->thread, NULL);
+    vb_print_stats(ctx);
     dpu_free(ctx->d, ctx->dir);
     dpu_close(ctx->d);
     dpu_close(ctx->dp);
     close(ctx->async_pipe[0]);
     close(ctx->async_pipe[1]);
+    pthread_cond_destroy(&ctx->poll_cv);
+    pthread_mutex_destroy(&ctx->poll_mu);
     free(ctx);
     return 0;
 }

@@ -66,6 +66,7 @@ struct vb_cq {
     int armed, overflowed;
     uint32_t events, acked;
     int nqps;
+    _Atomic uint64_t empty_since; /* ns: when polls began to find the CQ empty; 0 while not */
 };
 
 /* A send work request in the queue, with its own copy of the gather list
@@ -147,6 +148,17 @@ struct vb_qp {
     struct vb_qp *next;
 };
 
+/* Where the device's time goes; DPU_VERBS_STATS=1 prints them on stderr
+ * when the context closes. */
+struct vb_stats {
+    _Atomic uint64_t slot_stores, slot_store_ns; /* slots stored into peers' mailboxes */
+    _Atomic uint64_t slot_loads, slot_load_ns;   /* LOADs of this context's mailbox slots */
+    _Atomic uint64_t slot_empty;                 /* ... that found no new slot */
+    _Atomic uint64_t passes, passes_idle;        /* progress passes; those that found nothing */
+    _Atomic uint64_t poll_passes, poll_yields;   /* passes made by ibv_poll_cq; empty polls that yielded */
+    _Atomic uint64_t poll_waits;                 /* empty polls that waited for a completion */
+};
+
 struct vb_context {
     struct verbs_context vctx;   /* must be first: ibv_context is its last field */
     dpu_t *d;                    /* the program's calls */
@@ -174,6 +186,13 @@ struct vb_context {
     uint64_t last_publish_ns;
     _Atomic uint64_t next_pass_ns; /* pacing of the passes (qp.c) */
     uint64_t poll_gap_ns;
+    /* Empty ibv_poll_cq calls wait here for a completion on any of the
+     * context's CQs (a program may poll one CQ while the other gets it). */
+    pthread_mutex_t poll_mu;
+    pthread_cond_t poll_cv;      /* CLOCK_MONOTONIC */
+    _Atomic uint64_t cq_pushes;  /* completions pushed, ever */
+    _Atomic int poll_waiters;
+    struct vb_stats stats;
 };
 
 /* device.c */
@@ -198,6 +217,7 @@ int vb_pass(struct vb_context *ctx, dpu_t *d);
 void *vb_progress_thread(void *arg);
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void vb_print_stats(struct vb_context *ctx);
 int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int vb_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 void vb_cq_push(struct vb_cq *cq, const struct ibv_wc *wc);

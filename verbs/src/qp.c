@@ -100,6 +100,16 @@ void vb_cq_push(struct vb_cq *q, const struct ibv_wc *wc) {
         }
     }
     pthread_mutex_unlock(&q->mu);
+    /* Wake the pollers waiting in the context (see vb_poll_cq: a waiter
+     * counts itself before it looks at cq_pushes, a pusher counts the push
+     * before it looks at the waiters, so one of them sees the other). */
+    struct vb_context *ctx = vb_ctx(q->cq.context);
+    atomic_fetch_add(&ctx->cq_pushes, 1);
+    if (atomic_load(&ctx->poll_waiters) > 0) {
+        pthread_mutex_lock(&ctx->poll_mu);
+        pthread_cond_broadcast(&ctx->poll_cv);
+        pthread_mutex_unlock(&ctx->poll_mu);
+    }
     if (overflow) {
         vb_log("completion queue %p overflowed (%u entries): completions are lost", (void *)q, q->cap);
         vb_async(vb_ctx(q->cq.context), IBV_EVENT_CQ_ERR, &q->cq);
@@ -118,22 +128,66 @@ static int cq_take(struct vb_cq *q, int n, struct ibv_wc *wc) {
     return got;
 }
 
+/* How long an empty ibv_poll_cq keeps spinning (yielding the CPU each
+ * time) before it waits for a completion (DPU_VERBS_SPIN_US, default 50). */
+static uint64_t spin_ns = UINT64_MAX;
+
+/* pollWait bounds one wait of an empty ibv_poll_cq: the program gets its
+ * 0 back within it and polls again (or does other work). */
+static const uint64_t pollWait = 200000;
+
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
     struct vb_cq *q = (struct vb_cq *)cq;
     if (n < 0) return -1;
-    int got = cq_take(q, n, wc);
-    if (got > 0 || n == 0) return got;
-    /* Nothing yet: make a pass in the caller's thread when one is due and
-     * the progress thread is not at it. Programs poll an empty CQ in a
-     * tight loop: the device's work runs on the same CPUs (the progress
-     * thread, the node's agent), so an empty poll gives the CPU away. */
     struct vb_context *ctx = vb_ctx(cq->context);
-    if (vb_now_ns() >= atomic_load(&ctx->next_pass_ns) && pthread_mutex_trylock(&ctx->prog_mu) == 0) {
+    uint64_t pushes = atomic_load(&ctx->cq_pushes);
+    int got = cq_take(q, n, wc);
+    if (got > 0 || n == 0) {
+        atomic_store(&q->empty_since, 0);
+        return got;
+    }
+    /* Nothing yet: make a pass in the caller's thread when one is due and
+     * the progress thread is not at it. */
+    uint64_t now = vb_now_ns();
+    if (now >= atomic_load(&ctx->next_pass_ns) && pthread_mutex_trylock(&ctx->prog_mu) == 0) {
+        atomic_fetch_add(&ctx->stats.poll_passes, 1);
         vb_pass(ctx, ctx->d);
         pthread_mutex_unlock(&ctx->prog_mu);
         got = cq_take(q, n, wc);
+        if (got > 0) {
+            atomic_store(&q->empty_since, 0);
+            return got;
+        }
+        now = vb_now_ns();
     }
-    if (got == 0) sched_yield();
+    /* Programs poll an empty CQ in a tight loop, and the device's work runs
+     * on the same CPUs (the progress thread, the node's agent, which
+     * answers every fabric request): a program that spins takes the CPU
+     * that would bring its completion. So an empty poll yields the CPU,
+     * and once the CQ has been empty for the spin time it sleeps until a
+     * completion comes to any CQ of the context (the program may be
+     * waiting for another CQ than this one), the next pass is due, or
+     * pollWait has passed. */
+    if (spin_ns == UINT64_MAX) spin_ns = env_ms("DPU_VERBS_SPIN_US", 50) * 1000;
+    uint64_t since = atomic_load(&q->empty_since);
+    if (!since) atomic_store(&q->empty_since, since = now);
+    if (now - since < spin_ns) {
+        atomic_fetch_add(&ctx->stats.poll_yields, 1);
+        sched_yield();
+        return 0;
+    }
+    uint64_t until = now + pollWait, next = atomic_load(&ctx->next_pass_ns);
+    if (next > now && next < until) until = next;
+    struct timespec dl = {.tv_sec = (time_t)(until / 1000000000ull), .tv_nsec = (long)(until % 1000000000ull)};
+    atomic_fetch_add(&ctx->stats.poll_waits, 1);
+    pthread_mutex_lock(&ctx->poll_mu);
+    atomic_fetch_add(&ctx->poll_waiters, 1);
+    while (atomic_load(&ctx->cq_pushes) == pushes && pthread_cond_timedwait(&ctx->poll_cv, &ctx->poll_mu, &dl) == 0) {
+    }
+    atomic_fetch_sub(&ctx->poll_waiters, 1);
+    pthread_mutex_unlock(&ctx->poll_mu);
+    got = cq_take(q, n, wc);
+    if (got > 0) atomic_store(&q->empty_since, 0);
     return got;
 }
 
@@ -715,7 +769,10 @@ static int put_slot(struct vb_qp *q, dpu_t *d, uint64_t n, uint8_t *slot, int op
                                         .flags = (uint16_t)flags, .len = len, .imm = imm, .rkey = rkey, .addr = addr,
                                         .total = total, .src_qpn = q->qp.qp_num});
     dpu_gva_t at = dpu_gva_add(q->peer_mbox, PAGE * (1 + n % MBOX_SLOTS));
+    uint64_t t0 = vb_now_ns();
     int rc = dpu_store(d, at, slot, SLOT_HDR + len);
+    atomic_fetch_add(&q->ctx->stats.slot_stores, 1);
+    atomic_fetch_add(&q->ctx->stats.slot_store_ns, vb_now_ns() - t0);
     return rc < 0 ? status_of(rc) : 0;
 }
 
@@ -965,12 +1022,18 @@ static int drain(struct vb_qp *q, dpu_t *d) {
         int st = atomic_load(&q->state);
         if (st != IBV_QPS_RTR && st != IBV_QPS_RTS) break;
         dpu_gva_t at = dpu_gva_add(q->mbox, PAGE * (1 + q->next_in % MBOX_SLOTS));
+        uint64_t t0 = vb_now_ns();
         int rc = dpu_load(d, at, slot, first_load);
+        atomic_fetch_add(&ctx->stats.slot_loads, 1);
+        atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
         if (rc < 0) {
             responder_error(q, d, "reading the mailbox failed", IBV_EVENT_QP_FATAL);
             return 1;
         }
-        if (get64le(slot) != slot_seq(q->attr.rq_psn, q->next_in)) break;
+        if (get64le(slot) != slot_seq(q->attr.rq_psn, q->next_in)) {
+            atomic_fetch_add(&ctx->stats.slot_empty, 1);
+            break;
+        }
         struct vb_slot sl;
         if (vb_slot_get(slot, SLOT_HDR, &sl) < 0) {
             responder_error(q, d, "the peer wrote a malformed mailbox slot", IBV_EVENT_QP_FATAL);
@@ -1091,6 +1154,8 @@ int vb_pass(struct vb_context *ctx, dpu_t *d) {
     uint64_t now = vb_now_ns();
     if (now < atomic_load(&ctx->next_pass_ns)) return 0;
     int did = vb_progress(ctx, d);
+    atomic_fetch_add(&ctx->stats.passes, 1);
+    if (!did) atomic_fetch_add(&ctx->stats.passes_idle, 1);
     now = vb_now_ns();
     if (did) {
         ctx->poll_gap_ns = poll_min_ns;
@@ -1127,4 +1192,19 @@ void *vb_progress_thread(void *arg) {
         if (stop) break;
     }
     return NULL;
+}
+
+void vb_print_stats(struct vb_context *ctx) {
+    const char *v = getenv("DPU_VERBS_STATS");
+    if (!v || strcmp(v, "1") != 0) return;
+    struct vb_stats *s = &ctx->stats;
+    uint64_t st = atomic_load(&s->slot_stores), ld = atomic_load(&s->slot_loads);
+    fprintf(stderr,
+            "dpuverbs: slots stored %llu (mean %.1f us), mailbox loads %llu (mean %.1f us, %llu empty), "
+            "passes %llu (%llu idle), ibv_poll_cq passes %llu, empty polls %llu yielded, %llu waited\n",
+            (unsigned long long)st, st ? (double)atomic_load(&s->slot_store_ns) / (double)st / 1e3 : 0.0,
+            (unsigned long long)ld, ld ? (double)atomic_load(&s->slot_load_ns) / (double)ld / 1e3 : 0.0,
+            (unsigned long long)atomic_load(&s->slot_empty), (unsigned long long)atomic_load(&s->passes),
+            (unsigned long long)atomic_load(&s->passes_idle), (unsigned long long)atomic_load(&s->poll_passes),
+            (unsigned long long)atomic_load(&s->poll_yields), (unsigned long long)atomic_load(&s->poll_waits));
 }

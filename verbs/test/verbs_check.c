@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,16 +25,24 @@
 
 static int failed;
 
+static double now_s(void);
+static double since; /* when the previous check ended */
+
+/* CHECK prints "ok NAME (seconds)" or "FAIL NAME (seconds): why"; the
+ * seconds are the time since the previous check, so a wait that ran to
+ * its bound shows. */
 #define CHECK(name, cond, ...)                                \
     do {                                                      \
-        if (cond) printf("ok %s\n", name);                    \
+        double t_ = now_s();                                  \
+        if (cond) printf("ok %s (%.3f s)\n", name, t_ - since); \
         else {                                                \
-            printf("FAIL %s: ", name);                        \
+            printf("FAIL %s (%.3f s): ", name, t_ - since);   \
             printf(__VA_ARGS__);                              \
             printf("\n");                                     \
             failed = 1;                                       \
         }                                                     \
         fflush(stdout);                                       \
+        since = now_s();                                      \
     } while (0)
 
 static struct ibv_context *ctx;
@@ -98,8 +107,21 @@ static int connect_pair(struct pair *p) {
     return to_rts(p->b, p->a, &gid, 0x222222, 0x111111);
 }
 
+/* Completions polled while waiting for another request's are kept here
+ * and handed out by a later wait_wc: a receive may complete before the send
+ * that caused it (the CQ is shared), and RC gives no order between them. */
+static struct ibv_wc stash[64];
+static int nstash;
+
 /* wait_wc polls the CQ for the completion of wr_id (10 s bound). */
 static int wait_wc(uint64_t wr_id, struct ibv_wc *out) {
+    for (int i = 0; i < nstash; i++)
+        if (stash[i].wr_id == wr_id) {
+            *out = stash[i];
+            memmove(&stash[i], &stash[i + 1], sizeof *stash * (size_t)(nstash - i - 1));
+            nstash--;
+            return 0;
+        }
     double end = now_s() + 10;
     while (now_s() < end) {
         struct ibv_wc wc;
@@ -110,10 +132,28 @@ static int wait_wc(uint64_t wr_id, struct ibv_wc *out) {
                 *out = wc;
                 return 0;
             }
-            continue; /* another request's completion (flushes) */
+            printf("# stray completion wr_id %llu status %d opcode %d len %u while waiting for %llu\n",
+                   (unsigned long long)wc.wr_id, wc.status, wc.opcode, wc.byte_len, (unsigned long long)wr_id);
+            if (nstash < (int)(sizeof stash / sizeof *stash)) stash[nstash++] = wc;
+            continue;
         }
         usleep(100);
     }
+    return -1;
+}
+
+/* first_diff: the first offset where a and b differ, or -1. */
+static long first_diff(const uint8_t *a, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return (long)i;
+    return -1;
+}
+
+/* first_not: the first offset below n where buf is not in at [off, off+len)
+ * and out elsewhere, or -1. */
+static long first_not(const uint8_t *buf, size_t off, size_t len, uint8_t in, uint8_t out, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != (i >= off && i < off + len ? in : out)) return (long)i;
     return -1;
 }
 
@@ -140,8 +180,34 @@ static int post_recv(struct ibv_qp *qp, uint64_t wr_id, struct ibv_mr *mr, void 
     return ibv_post_recv(qp, &wr, &bad);
 }
 
+static struct ibv_mr *fmr;
+static uint8_t fbuf[16];
+
+/* fence SENDs 8 bytes on p->a into a receive posted on p->b (ids id and
+ * id+1) and waits for both completions: once the receive has completed,
+ * what p->a's earlier requests put in p->b's memory is there (RC). */
+static int fence(struct pair *p, uint64_t id) {
+    struct ibv_sge rs = {.addr = (uintptr_t)(fbuf + 8), .length = 8, .lkey = fmr->lkey};
+    struct ibv_recv_wr rw = {.wr_id = id, .sg_list = &rs, .num_sge = 1}, *rbad;
+    struct ibv_sge ss = {.addr = (uintptr_t)fbuf, .length = 8, .lkey = fmr->lkey};
+    struct ibv_send_wr sw = {.wr_id = id + 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED}, *sbad;
+    struct ibv_wc w1, w2;
+    if (ibv_post_recv(p->b, &rw, &rbad) || ibv_post_send(p->a, &sw, &sbad)) return -1;
+    if (wait_wc(id + 1, &w1) || wait_wc(id, &w2)) {
+        printf("# fence %llu: no completion\n", (unsigned long long)id);
+        return -1;
+    }
+    if (w1.status != IBV_WC_SUCCESS || w2.status != IBV_WC_SUCCESS) {
+        printf("# fence %llu: send status %d, receive status %d\n", (unsigned long long)id, w1.status, w2.status);
+        return -1;
+    }
+    return 0;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    since = now_s();
     int n = 0;
     struct ibv_device **devs = ibv_get_device_list(&n);
     CHECK("device list", devs && n == 1 && strcmp(ibv_get_device_name(devs[0]), "dpu0") == 0, "n=%d", n);
@@ -199,8 +265,12 @@ int main(void) {
     uint8_t *wbuf = aligned_alloc(4096, 8192);
     memset(wbuf, 0, 8192);
     struct ibv_mr *wmr = ibv_reg_mr(pd, wbuf, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    CHECK("reg mr", amr && bmr && wmr && rmr, "errno %d", errno);
-    if (!amr || !bmr || !wmr || !rmr) return 1;
+    uint8_t *xbuf = aligned_alloc(4096, sz);
+    memset(xbuf, 0, sz);
+    struct ibv_mr *xmr = ibv_reg_mr(pd, xbuf, sz, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    fmr = ibv_reg_mr(pd, fbuf, sizeof fbuf, IBV_ACCESS_LOCAL_WRITE);
+    CHECK("reg mr", amr && bmr && wmr && rmr && xmr && fmr, "errno %d", errno);
+    if (!amr || !bmr || !wmr || !rmr || !xmr || !fmr) return 1;
 
     struct pair bad_pair, good;
     CHECK("connect", connect_pair(&bad_pair) == 0 && connect_pair(&good) == 0, "errno %d", errno);
@@ -215,24 +285,75 @@ int main(void) {
     for (size_t i = 0; i < 9000; i++) abuf[i] = (uint8_t)(i * 7 + 3);
     post_recv(good.b, 1, rmr, rbuf, (uint32_t)sz);
     int rc = post(good.a, IBV_WR_SEND, 2, amr, abuf, 9000, 0, 0, 0, 0);
-    int ok = rc == 0 && wait_wc(2, &wc) == 0 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_SEND;
-    ok = ok && wait_wc(1, &wc) == 0 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.byte_len == 9000;
-    CHECK("send/recv 9000 bytes", ok && memcmp(abuf, rbuf, 9000) == 0, "rc %d status %d len %u", rc, wc.status,
-          wc.byte_len);
+    struct ibv_wc swc = {0}, rwc = {0};
+    int sgot = rc == 0 ? wait_wc(2, &swc) : -1;
+    int rgot = rc == 0 ? wait_wc(1, &rwc) : -1;
+    long diff = first_diff(abuf, rbuf, 9000);
+    CHECK("send/recv 9000 bytes",
+          sgot == 0 && swc.status == IBV_WC_SUCCESS && swc.opcode == IBV_WC_SEND && rgot == 0 &&
+              rwc.status == IBV_WC_SUCCESS && rwc.opcode == IBV_WC_RECV && rwc.byte_len == 9000 && diff < 0,
+          "post rc %d; send: %s status %d opcode %d; recv: %s status %d opcode %d len %u; first differing byte %ld",
+          rc, sgot ? "no completion" : "completed", swc.status, swc.opcode, rgot ? "no completion" : "completed",
+          rwc.status, rwc.opcode, rwc.byte_len, diff);
+    if (diff >= 0)
+        printf("# at %ld: sent %02x received %02x (slot %ld, byte %ld of its data)\n", diff, abuf[diff], rbuf[diff],
+               diff / 4032, diff % 4032);
 
-    /* RDMA WRITE into a region with an image and into one without. */
+    /* RDMA WRITE into a region with an image and into one without. A
+     * WRITE's completion at the requester says nothing of when the bytes
+     * are in the responder's memory; RC's ordering does: a SEND after it
+     * completes at the responder only once they are. So each WRITE is
+     * followed by a SEND (fence), and the memory is checked when its
+     * receive has completed, every byte, with nothing polled. */
     memset(abuf, 0x5a, 5000);
     rc = post(good.a, IBV_WR_RDMA_WRITE, 3, amr, abuf, 5000, (uintptr_t)bbuf + 100, bmr->rkey, 0, 0);
-    ok = rc == 0 && wait_wc(3, &wc) == 0 && wc.status == IBV_WC_SUCCESS;
-    double end = now_s() + 10;
-    while (ok && bbuf[5099] != 0x5a && now_s() < end) usleep(100);
-    CHECK("write to an image", ok && bbuf[100] == 0x5a && bbuf[5099] == 0x5a && bbuf[5100] != 0x5a, "status %d", wc.status);
+    int ok = rc == 0 && wait_wc(3, &wc) == 0 && wc.status == IBV_WC_SUCCESS;
+    int fenced = ok && fence(&good, 100) == 0;
+    diff = first_not(bbuf, 100, 5000, 0x5a, 0, sz);
+    CHECK("write to an image", ok && fenced && diff < 0,
+          "post rc %d status %d; fence %s; byte %ld is %02x (want %02x)", rc, wc.status, fenced ? "done" : "failed",
+          diff, diff >= 0 ? bbuf[diff] : 0, diff >= 100 && diff < 5100 ? 0x5a : 0);
     rc = post(good.a, IBV_WR_RDMA_WRITE, 4, amr, abuf, 5000, (uintptr_t)wbuf + 7, wmr->rkey, 0, 0);
     ok = rc == 0 && wait_wc(4, &wc) == 0 && wc.status == IBV_WC_SUCCESS;
-    end = now_s() + 10;
-    while (ok && wbuf[5006] != 0x5a && now_s() < end) usleep(100);
-    CHECK("write through the mailbox", ok && wbuf[7] == 0x5a && wbuf[5006] == 0x5a && wbuf[6] == 0, "status %d",
-          wc.status);
+    fenced = ok && fence(&good, 110) == 0;
+    diff = first_not(wbuf, 7, 5000, 0x5a, 0, 8192);
+    CHECK("write through the mailbox", ok && fenced && diff < 0,
+          "post rc %d status %d; fence %s; byte %ld is %02x (want %02x)", rc, wc.status, fenced ? "done" : "failed",
+          diff, diff >= 0 ? wbuf[diff] : 0, diff >= 7 && diff < 5007 ? 0x5a : 0);
+
+    /* WRITE_WITH_IMM through the mailbox over three slots: the receive
+     * completes with the immediate once every byte is in place. */
+    for (size_t i = 0; i < 9000; i++) abuf[i] = (uint8_t)(i * 13 + 1);
+    post_recv(good.b, 40, rmr, rbuf, 8);
+    struct ibv_sge isge = {.addr = (uintptr_t)abuf, .length = 9000, .lkey = amr->lkey};
+    struct ibv_send_wr iwr = {.wr_id = 41, .sg_list = &isge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                              .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(0x12345678)};
+    iwr.wr.rdma.remote_addr = (uintptr_t)xbuf + 3;
+    iwr.wr.rdma.rkey = xmr->rkey;
+    rc = ibv_post_send(good.a, &iwr, &badwr);
+    sgot = rc == 0 ? wait_wc(41, &swc) : -1;
+    rgot = rc == 0 ? wait_wc(40, &rwc) : -1;
+    diff = first_diff(abuf, xbuf + 3, 9000);
+    CHECK("write with immediate, 9000 bytes",
+          sgot == 0 && swc.status == IBV_WC_SUCCESS && swc.opcode == IBV_WC_RDMA_WRITE && rgot == 0 &&
+              rwc.status == IBV_WC_SUCCESS && rwc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+              (rwc.wc_flags & IBV_WC_WITH_IMM) && ntohl(rwc.imm_data) == 0x12345678 && xbuf[2] == 0 &&
+              xbuf[9003] == 0 && diff < 0,
+          "post rc %d; write: %s status %d opcode %d; recv: %s status %d opcode %d flags %#x imm %#x; first "
+          "differing byte %ld (edges %02x %02x)",
+          rc, sgot ? "no completion" : "completed", swc.status, swc.opcode, rgot ? "no completion" : "completed",
+          rwc.status, rwc.opcode, rwc.wc_flags, ntohl(rwc.imm_data), diff, xbuf[2], xbuf[9003]);
+
+    /* READ of three pages of the target's image, stored locally before the
+     * post (published then). */
+    for (size_t i = 0; i < 9000; i++) bbuf[1000 + i] = (uint8_t)(i * 11 + 5);
+    memset(rbuf, 0, 9000);
+    rc = post(good.a, IBV_WR_RDMA_READ, 42, rmr, rbuf, 9000, (uintptr_t)bbuf + 1000, bmr->rkey, 0, 0);
+    ok = rc == 0 && wait_wc(42, &wc) == 0 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ;
+    diff = first_diff(bbuf + 1000, rbuf, 9000);
+    CHECK("read 9000 bytes", ok && diff < 0, "post rc %d status %d opcode %d; first differing byte %ld", rc,
+          wc.status, wc.opcode, diff);
+    memset(bbuf, 0, sz);
 
     /* READ sees what the target stored locally (published before the post). */
     memcpy(bbuf + 8192, "fabric!", 8);
@@ -249,10 +370,9 @@ int main(void) {
     CHECK("fetch and add", ok, "status %d old %llu", wc.status, (unsigned long long)*old);
     rc = post(good.a, IBV_WR_ATOMIC_CMP_AND_SWP, 7, amr, old, 8, (uintptr_t)word, bmr->rkey, 42, 99);
     ok = rc == 0 && wait_wc(7, &wc) == 0 && wc.status == IBV_WC_SUCCESS && *old == 42;
-    end = now_s() + 10;
-    while (ok && *(volatile uint64_t *)word != 99 && now_s() < end) usleep(100);
-    CHECK("compare and swap", ok && *word == 99, "status %d old %llu word %llu", wc.status, (unsigned long long)*old,
-          (unsigned long long)*word);
+    fenced = ok && fence(&good, 120) == 0; /* the target's memory follows before a later SEND */
+    CHECK("compare and swap", ok && fenced && *word == 99, "status %d old %llu word %llu fence %s", wc.status,
+          (unsigned long long)*old, (unsigned long long)*word, fenced ? "done" : "failed");
     rc = post(good.a, IBV_WR_ATOMIC_CMP_AND_SWP, 8, amr, old, 8, (uintptr_t)word, bmr->rkey, 42, 7);
     ok = rc == 0 && wait_wc(8, &wc) == 0 && wc.status == IBV_WC_SUCCESS && *old == 99;
     CHECK("compare and swap misses", ok && *word == 99, "status %d old %llu", wc.status, (unsigned long long)*old);
@@ -345,7 +465,8 @@ int main(void) {
     ibv_destroy_qp(good.a), ibv_destroy_qp(good.b);
     ibv_destroy_qp(small_pair.a), ibv_destroy_qp(small_pair.b);
     ibv_destroy_qp(atomic_pair.a), ibv_destroy_qp(atomic_pair.b);
-    CHECK("dereg", ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0 && ibv_dereg_mr(wmr) == 0 && ibv_dereg_mr(rmr) == 0, "dereg failed");
+    CHECK("dereg", ibv_dereg_mr(amr) == 0 && ibv_dereg_mr(bmr) == 0 && ibv_dereg_mr(wmr) == 0 && ibv_dereg_mr(rmr) == 0 &&
+                     ibv_dereg_mr(xmr) == 0 && ibv_dereg_mr(fmr) == 0, "dereg failed");
     CHECK("teardown", ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0 && ibv_close_device(ctx) == 0, "teardown failed");
     ibv_free_device_list(devs);
     printf(failed ? "verbs_check: FAILED\n" : "verbs_check: all checks passed\n");

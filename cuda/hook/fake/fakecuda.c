@@ -284,6 +284,78 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
     return CUDA_SUCCESS;
 }
 
+/* The later forms: execution affinity and creation parameters are not
+ * modelled; without them they are cuCtxCreate_v2. */
+EXPORT CUresult cuCtxCreate_v3(CUcontext *c, void *affinity, int n, unsigned int flags, CUdevice d) {
+    if (affinity || n)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return cuCtxCreate_v2(c, flags, d);
+}
+EXPORT CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned int flags, CUdevice d) {
+    if (params)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return cuCtxCreate_v2(c, flags, d);
+}
+
+/* Pinned host memory: page-aligned host memory; registration is noted and
+ * refused twice for the same address, as the driver does. */
+#define MAX_REGISTERED 64
+static void *registered[MAX_REGISTERED];
+EXPORT CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    if (!p || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (posix_memalign(p, 4096, bytes) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    trace("cuMemHostAlloc %zu", bytes);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
+EXPORT CUresult cuMemAllocHost(void **p, unsigned int bytes) { return cuMemHostAlloc(p, bytes, 0); }
+EXPORT CUresult cuMemFreeHost(void *p) {
+    NEED_INIT();
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(p);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags) {
+    (void)flags;
+    NEED_INIT();
+    if (!p || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    int free_slot = -1;
+    for (int i = 0; i < MAX_REGISTERED; i++) {
+        if (registered[i] == p) {
+            pthread_mutex_unlock(&mu);
+            return 712; /* CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED */
+        }
+        if (!registered[i] && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot >= 0)
+        registered[free_slot] = p;
+    pthread_mutex_unlock(&mu);
+    return free_slot >= 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuMemHostRegister(void *p, size_t bytes, unsigned int flags) {
+    return cuMemHostRegister_v2(p, bytes, flags);
+}
+EXPORT CUresult cuMemHostUnregister(void *p) {
+    NEED_INIT();
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_REGISTERED; i++)
+        if (p && registered[i] == p) {
+            registered[i] = NULL;
+            pthread_mutex_unlock(&mu);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&mu);
+    return 713; /* CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED */
+}
+
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) {
     NEED_INIT();
     if (!c)
@@ -1009,6 +1081,15 @@ static const struct proc procs[] = {
     P("cuDeviceTotalMem", 2000, cuDeviceTotalMem),
     P("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
     P("cuCtxCreate", 3020, cuCtxCreate_v2),
+    P("cuCtxCreate", 11040, cuCtxCreate_v3),
+    P("cuCtxCreate", 12050, cuCtxCreate_v4),
+    P("cuMemAllocHost", 2000, cuMemAllocHost),
+    P("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    P("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    P("cuMemFreeHost", 2000, cuMemFreeHost),
+    P("cuMemHostRegister", 4000, cuMemHostRegister),
+    P("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    P("cuMemHostUnregister", 4000, cuMemHostUnregister),
     P("cuCtxDestroy", 4000, cuCtxDestroy_v2),
     P("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
     P("cuCtxGetCurrent", 4000, cuCtxGetCurrent),

@@ -136,8 +136,8 @@ static int connect_locked(void) {
     conn = d;
     unsupported = 0;
     int synced = 0;
-    for (int i = 0; i < DPUCUDA_MAX_DEVICES && conn; i++) {
-        struct device *dev = device_peek(i);
+    for (int i = 0; i < DPUCUDA_ACCOUNTS && conn; i++) {
+        struct device *dev = i == DPUCUDA_HOST_DEVICE ? host_memory() : device_peek(i);
         if (!atomic_load(&dev->seen))
             continue;
         if (report_locked(dev, UPDATE_SYNC, 0) == 0)
@@ -160,8 +160,8 @@ static void *bg_main(void *arg) {
         if (!conn) {
             connect_locked();
         } else {
-            for (int i = 0; i < DPUCUDA_MAX_DEVICES && conn; i++) {
-                struct device *d = device_peek(i);
+            for (int i = 0; i < DPUCUDA_ACCOUNTS && conn; i++) {
+                struct device *d = i == DPUCUDA_HOST_DEVICE ? host_memory() : device_peek(i);
                 if (atomic_load(&d->seen))
                     refresh_locked(d);
             }

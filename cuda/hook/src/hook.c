@@ -323,11 +323,11 @@ DPUCUDA_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver
 
 /* ---- devices ---- */
 
-static struct device devices[DPUCUDA_MAX_DEVICES];
+static struct device devices[DPUCUDA_ACCOUNTS]; /* the devices, then pinned host memory */
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 
 static void devices_init(void) {
-    for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
+    for (int i = 0; i < DPUCUDA_ACCOUNTS; i++) {
         devices[i].ordinal = i;
         pthread_mutex_init(&devices[i].mu, NULL);
         pthread_mutex_init(&devices[i].umu, NULL);
@@ -339,6 +339,11 @@ struct device *device_peek(int ordinal) {
         return NULL;
     pthread_once(&devices_once, devices_init);
     return &devices[ordinal];
+}
+
+struct device *host_memory(void) {
+    pthread_once(&devices_once, devices_init);
+    return &devices[DPUCUDA_HOST_DEVICE];
 }
 
 struct device *device_at(int ordinal) {
@@ -369,7 +374,7 @@ struct device *current_device(void) {
 
 void devices_reset_after_fork(void) {
     pthread_once(&devices_once, devices_init);
-    for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
+    for (int i = 0; i < DPUCUDA_ACCOUNTS; i++) {
         struct device *d = &devices[i];
         pthread_mutex_init(&d->mu, NULL);
         pthread_mutex_init(&d->umu, NULL);

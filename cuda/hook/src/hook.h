@@ -27,6 +27,10 @@
 
 #define DPUCUDA_EXPORT __attribute__((visibility("default")))
 #define DPUCUDA_MAX_DEVICES 64
+/* The account of the host's pinned memory, after the devices' (the agent's
+ * HostDevice ordinal). */
+#define DPUCUDA_HOST_DEVICE DPUCUDA_MAX_DEVICES
+#define DPUCUDA_ACCOUNTS (DPUCUDA_MAX_DEVICES + 1)
 
 /* The intercepted entry points, by exported name. X(name, api, version,
  * ptds): api is the name cuGetProcAddress is asked for, version the first
@@ -70,6 +74,15 @@
     X(cuGraphLaunch, "cuGraphLaunch", 10000, 0)                                                    \
     X(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, 1)                                               \
     X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                                                      \
+    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0)                                                     \
+    X(cuCtxCreate_v4, "cuCtxCreate", 12050, 0)                                                     \
+    X(cuMemAllocHost, "cuMemAllocHost", 2000, 0)                                                   \
+    X(cuMemAllocHost_v2, "cuMemAllocHost", 3020, 0)                                                \
+    X(cuMemHostAlloc, "cuMemHostAlloc", 2020, 0)                                                   \
+    X(cuMemFreeHost, "cuMemFreeHost", 2000, 0)                                                     \
+    X(cuMemHostRegister, "cuMemHostRegister", 4000, 0)                                             \
+    X(cuMemHostRegister_v2, "cuMemHostRegister", 6050, 0)                                          \
+    X(cuMemHostUnregister, "cuMemHostUnregister", 4000, 0)                                         \
     X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, 0)                                                    \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                               \
     X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0)                             \
@@ -148,6 +161,7 @@ struct device {
 
 struct device *device_at(int ordinal);   /* NULL when out of range; learns the UUID */
 struct device *device_peek(int ordinal); /* the same without touching the driver */
+struct device *host_memory(void);        /* the account of pinned host memory */
 struct device *current_device(void);   /* the calling thread's context's device, or NULL */
 void device_set_quota(struct device *d, uint32_t quota, uint64_t window_ns);
 void devices_reset_after_fork(void);
@@ -167,7 +181,8 @@ int agent_token(struct device *d, uint64_t want_ns, uint64_t overuse_ns, struct 
 void agent_after_fork(void);
 
 /* Allocation table (table.c). */
-enum { ALLOC_PTR = 1, ALLOC_ARRAY = 2, ALLOC_MIPMAP = 3, ALLOC_HANDLE = 4, ALLOC_CONTEXT = 5, ALLOC_CHUNK = 6 };
+enum { ALLOC_PTR = 1, ALLOC_ARRAY = 2, ALLOC_MIPMAP = 3, ALLOC_HANDLE = 4, ALLOC_CONTEXT = 5, ALLOC_CHUNK = 6,
+       ALLOC_HOST = 7 };
 struct allocation {
     uint64_t key;
     uint32_t kind;
@@ -239,6 +254,15 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream);
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream);
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev);
+CUresult cuMemAllocHost(void **p, unsigned int bytesize);
+CUresult cuMemAllocHost_v2(void **p, size_t bytesize);
+CUresult cuMemHostAlloc(void **p, size_t bytesize, unsigned int flags);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
+CUresult cuMemHostUnregister(void *p);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev);

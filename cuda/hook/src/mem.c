@@ -35,6 +35,13 @@
  * up to 512 bytes) and recorded as the driver made them after it. Managed,
  * async and pool allocations are charged to the calling thread's current
  * device; cuMemFreeAsync releases when it is enqueued.
+ *
+ * Pinned host memory (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister)
+ * is charged to the process's host account (the agent's HostDevice) by the
+ * pages it pins, against the host limit when one is set (dpuctl gpu set
+ * ... device host mem SIZE, or gpu-device = host SIZE 0); a limit of every
+ * device does not cover it. cuMemFreeHost and cuMemHostUnregister release
+ * it. Contexts made with cuCtxCreate_v3 and _v4 are charged as _v2's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -181,7 +188,7 @@ static void commit(struct device *d, uint64_t reserved, uint32_t kind, uint64_t 
 }
 
 static void released(const struct allocation *a) {
-    struct device *d = device_peek(a->device);
+    struct device *d = a->device == DPUCUDA_HOST_DEVICE ? host_memory() : device_peek(a->device);
     if (!d)
         return;
     uint64_t bytes = a->size ? chunks(d, a->key, a->size, -1) : a->bytes;
@@ -563,4 +570,94 @@ DPUCUDA_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
     if (r == CUDA_SUCCESS)
         primary_released(dev);
     return r;
+}
+
+DPUCUDA_EXPORT CUresult cuCtxCreate_v3(CUcontext *ctx, void *affinity, int n, unsigned int flags, CUdevice dev) {
+    NEED_REAL(cuCtxCreate_v3);
+    struct device *d = device_at(dev);
+    uint64_t before = 0;
+    int measured = context_before(d, &before);
+    CUresult r = real(ctx, affinity, n, flags, dev);
+    if (r == CUDA_SUCCESS && d && ctx)
+        charge_context(d, (uint64_t)(uintptr_t)*ctx, measured, before);
+    return r;
+}
+
+DPUCUDA_EXPORT CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev) {
+    NEED_REAL(cuCtxCreate_v4);
+    struct device *d = device_at(dev);
+    uint64_t before = 0;
+    int measured = context_before(d, &before);
+    CUresult r = real(ctx, params, flags, dev);
+    if (r == CUDA_SUCCESS && d && ctx)
+        charge_context(d, (uint64_t)(uintptr_t)*ctx, measured, before);
+    return r;
+}
+
+/* ---- pinned host memory: charged by the pages it pins ---- */
+
+#define HOST_PAGE 4096ull
+
+/* pinned is what pinning [p, p+n) takes: the pages the range touches. */
+static uint64_t pinned(uint64_t p, uint64_t n) {
+    if (!n)
+        return 0;
+    uint64_t end;
+    if (__builtin_add_overflow(p, n, &end))
+        return UINT64_MAX;
+    return round_up(end, HOST_PAGE) - p / HOST_PAGE * HOST_PAGE;
+}
+
+/* HOST_BODY admits bytes on the host account, calls the driver and charges
+ * the pages of the memory at key. */
+#define HOST_BODY(real_call, bytes, key, what)                                                     \
+    do {                                                                                           \
+        struct device *h_ = host_memory();                                                         \
+        uint64_t b_ = (bytes);                                                                     \
+        CUresult r_ = admit(h_, b_, what);                                                         \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return r_;                                                                             \
+        r_ = real_call;                                                                            \
+        if (r_ == CUDA_SUCCESS)                                                                    \
+            commit(h_, b_, ALLOC_HOST, key, b_, 0);                                                \
+        else                                                                                       \
+            cancel(h_, b_);                                                                        \
+        return r_;                                                                                 \
+    } while (0)
+
+DPUCUDA_EXPORT CUresult cuMemAllocHost_v2(void **p, size_t bytesize) {
+    NEED_REAL(cuMemAllocHost_v2);
+    HOST_BODY(real(p, bytesize), pinned(0, bytesize), (uint64_t)(uintptr_t)*p, "cuMemAllocHost");
+}
+
+DPUCUDA_EXPORT CUresult cuMemAllocHost(void **p, unsigned int bytesize) {
+    NEED_REAL(cuMemAllocHost);
+    HOST_BODY(real(p, bytesize), pinned(0, bytesize), (uint64_t)(uintptr_t)*p, "cuMemAllocHost");
+}
+
+DPUCUDA_EXPORT CUresult cuMemHostAlloc(void **p, size_t bytesize, unsigned int flags) {
+    NEED_REAL(cuMemHostAlloc);
+    HOST_BODY(real(p, bytesize, flags), pinned(0, bytesize), (uint64_t)(uintptr_t)*p, "cuMemHostAlloc");
+}
+
+DPUCUDA_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
+    NEED_REAL(cuMemHostRegister_v2);
+    HOST_BODY(real(p, bytesize, flags), pinned((uint64_t)(uintptr_t)p, bytesize), (uint64_t)(uintptr_t)p,
+              "cuMemHostRegister");
+}
+
+DPUCUDA_EXPORT CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags) {
+    NEED_REAL(cuMemHostRegister);
+    HOST_BODY(real(p, bytesize, flags), pinned((uint64_t)(uintptr_t)p, bytesize), (uint64_t)(uintptr_t)p,
+              "cuMemHostRegister");
+}
+
+DPUCUDA_EXPORT CUresult cuMemFreeHost(void *p) {
+    NEED_REAL(cuMemFreeHost);
+    FREE_BODY(real(p), ALLOC_HOST, (uint64_t)(uintptr_t)p);
+}
+
+DPUCUDA_EXPORT CUresult cuMemHostUnregister(void *p) {
+    NEED_REAL(cuMemHostUnregister);
+    FREE_BODY(real(p), ALLOC_HOST, (uint64_t)(uintptr_t)p);
 }

@@ -21,7 +21,11 @@
  * "ok ALLOCATED REFUSED"), fork BYTES (a child allocates BYTES, holds them
  * 300 ms and exits: "ok CHILDPID"), wait PID, exit;
  * contexts: primary DEV (retain the primary context and make it current),
- * unprimary DEV, ctxdestroy DEV;
+ * unprimary DEV, ctxdestroy DEV, ctx3 DEV and ctx4 DEV (made with
+ * cuCtxCreate_v3/_v4, no affinity or parameters);
+ * pinned host memory: hostalloc N, allochost N ("ok PTR"), freehost P,
+ * hostregister N (page-aligned memory of N bytes, registered: "ok PTR"),
+ * hostunregister P;
  * graphs: graph N (capture N launches of the current kernel on a new
  * stream and instantiate them), graphlaunch N (launch the graph N times:
  * "ok NS");
@@ -51,6 +55,13 @@
 CUresult cuInit(unsigned int);
 CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
+CUresult cuCtxCreate_v3(CUcontext *, void *, int, unsigned int, CUdevice);
+CUresult cuCtxCreate_v4(CUcontext *, void *, unsigned int, CUdevice);
+CUresult cuMemAllocHost_v2(void **, size_t);
+CUresult cuMemHostAlloc(void **, size_t, unsigned int);
+CUresult cuMemFreeHost(void *);
+CUresult cuMemHostRegister_v2(void *, size_t, unsigned int);
+CUresult cuMemHostUnregister(void *);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
@@ -155,6 +166,13 @@ struct api {
     CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*PrimaryCtxRelease)(CUdevice);
     CUresult (*CtxDestroy)(CUcontext);
+    CUresult (*CtxCreate3)(CUcontext *, void *, int, unsigned int, CUdevice);
+    CUresult (*CtxCreate4)(CUcontext *, void *, unsigned int, CUdevice);
+    CUresult (*MemAllocHost)(void **, size_t);
+    CUresult (*MemHostAlloc)(void **, size_t, unsigned int);
+    CUresult (*MemFreeHost)(void *);
+    CUresult (*MemHostRegister)(void *, size_t, unsigned int);
+    CUresult (*MemHostUnregister)(void *);
 };
 
 static struct api cu;
@@ -195,6 +213,13 @@ static void resolve_link(void) {
     LINK(PrimaryCtxRetain, cuDevicePrimaryCtxRetain);
     LINK(PrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2);
     LINK(CtxDestroy, cuCtxDestroy_v2);
+    LINK(CtxCreate3, cuCtxCreate_v3);
+    LINK(CtxCreate4, cuCtxCreate_v4);
+    LINK(MemAllocHost, cuMemAllocHost_v2);
+    LINK(MemHostAlloc, cuMemHostAlloc);
+    LINK(MemFreeHost, cuMemFreeHost);
+    LINK(MemHostRegister, cuMemHostRegister_v2);
+    LINK(MemHostUnregister, cuMemHostUnregister);
 #define NVLINK(field, fn) nv.field = (__typeof__(nv.field))fn
     NVLINK(Init, nvmlInit_v2);
     NVLINK(GetCount, nvmlDeviceGetCount_v2);
@@ -252,6 +277,13 @@ static void resolve_dlsym(void) {
     SYM(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     SYM(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
     SYM(CtxDestroy, "cuCtxDestroy_v2");
+    SYM(CtxCreate3, "cuCtxCreate_v3");
+    SYM(CtxCreate4, "cuCtxCreate_v4");
+    SYM(MemAllocHost, "cuMemAllocHost_v2");
+    SYM(MemHostAlloc, "cuMemHostAlloc");
+    SYM(MemFreeHost, "cuMemFreeHost");
+    SYM(MemHostRegister, "cuMemHostRegister_v2");
+    SYM(MemHostUnregister, "cuMemHostUnregister");
 #undef SYM
 }
 
@@ -362,6 +394,13 @@ static void resolve_proc(int v2) {
     PROC(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
     PROC(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
     PROC(CtxDestroy, "cuCtxDestroy");
+    cu.CtxCreate3 = (__typeof__(cu.CtxCreate3))proc("cuCtxCreate", 11040);
+    cu.CtxCreate4 = (__typeof__(cu.CtxCreate4))proc("cuCtxCreate", 12050);
+    PROC(MemAllocHost, "cuMemAllocHost");
+    PROC(MemHostAlloc, "cuMemHostAlloc");
+    PROC(MemFreeHost, "cuMemFreeHost");
+    PROC(MemHostRegister, "cuMemHostRegister");
+    PROC(MemHostUnregister, "cuMemHostUnregister");
 #undef PROC
 }
 
@@ -635,6 +674,31 @@ int main(int argc, char **argv) {
             reply(r, NULL);
         } else if (!strcmp(cmd, "unprimary")) {
             reply(cu.PrimaryCtxRelease((CUdevice)num(a1)), NULL);
+        } else if (!strcmp(cmd, "ctx3") || !strcmp(cmd, "ctx4")) {
+            int dev = (int)num(a1);
+            r = dev >= 0 && dev < 16 && !ctxs[dev] ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+            if (r == CUDA_SUCCESS)
+                r = cmd[3] == '3' ? cu.CtxCreate3(&ctxs[dev], NULL, 0, 0, (CUdevice)dev)
+                                  : cu.CtxCreate4(&ctxs[dev], NULL, 0, (CUdevice)dev);
+            reply(r, NULL);
+        } else if (!strcmp(cmd, "hostalloc") || !strcmp(cmd, "allochost")) {
+            void *h = NULL;
+            r = cmd[0] == 'h' ? cu.MemHostAlloc(&h, num(a1), 0) : cu.MemAllocHost(&h, num(a1));
+            reply(r, "%p", h);
+        } else if (!strcmp(cmd, "freehost")) {
+            reply(cu.MemFreeHost((void *)(uintptr_t)num(a1)), NULL);
+        } else if (!strcmp(cmd, "hostregister")) {
+            void *h = aligned_alloc(4096, (num(a1) + 4095) / 4096 * 4096);
+            r = h ? cu.MemHostRegister(h, num(a1), 0) : CUDA_ERROR_OUT_OF_MEMORY;
+            if (r != CUDA_SUCCESS)
+                free(h);
+            reply(r, "%p", h);
+        } else if (!strcmp(cmd, "hostunregister")) {
+            void *h = (void *)(uintptr_t)num(a1);
+            r = cu.MemHostUnregister(h);
+            if (r == CUDA_SUCCESS)
+                free(h);
+            reply(r, NULL);
         } else if (!strcmp(cmd, "ctxdestroy")) {
             int dev = (int)num(a1);
             r = dev >= 0 && dev < 16 && ctxs[dev] ? cu.CtxDestroy(ctxs[dev]) : CUDA_ERROR_INVALID_CONTEXT;

@@ -227,4 +227,47 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     *ms = (float)((double)(b->at - a->at) / 1e6);
     return CUDA_SUCCESS;
 }
+/* Launches with attributes: the attributes a GPU would schedule by are
+ * checked for shape, then the kernel runs as cuLaunchKernel's does. */
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **extra) {
+    if (!c || (c->numAttrs && !c->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION &&
+            (c->attrs[i].value.clusterDim.x == 0 || c->gridDimX % c->attrs[i].value.clusterDim.x))
+            return CUDA_ERROR_INVALID_VALUE;
+    return cuLaunchKernel(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                          c->sharedMemBytes, c->hStream, p, extra);
+}
+EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c) {
+    NEED_CTX();
+    if (!n || !f || !c)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned cl = 1;
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+            cl = c->attrs[i].value.clusterDim.x;
+    *n = (int)(132 / (cl ? cl : 1));
+    return CUDA_SUCCESS;
+}
+/* A tensor map here records the address, the rank and the dimensions. */
+EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *m, int dtype, uint32_t rank, void *addr, const uint64_t *dim,
+                                       const uint64_t *stride, const uint32_t *box, const uint32_t *es, int il,
+                                       int sw, int l2, int oob) {
+    (void)stride, (void)box, (void)es, (void)il, (void)sw, (void)l2, (void)oob;
+    if (!m || rank < 1 || rank > 5 || ((uintptr_t)addr & 15))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(m, 0, sizeof *m);
+    m->opaque[0] = (uint64_t)(uintptr_t)addr;
+    m->opaque[1] = (uint64_t)rank << 32 | (uint32_t)dtype;
+    for (uint32_t i = 0; i < rank; i++)
+        m->opaque[2 + i] = dim[i];
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *m, void *addr) {
+    if (!m || ((uintptr_t)addr & 15))
+        return CUDA_ERROR_INVALID_VALUE;
+    m->opaque[0] = (uint64_t)(uintptr_t)addr;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "fakegpu error"; return CUDA_SUCCESS; }

@@ -67,6 +67,8 @@ struct robj {
     struct robj *ctx;    /* O_STREAM: its context */
     uint32_t nparams, argbytes; /* O_FUNC, O_KERNEL */
     struct rw_param *param;
+    char *name;          /* O_FUNC, O_KERNEL: the name it was looked up by */
+    struct robj *lib;    /* O_KERNEL: its library */
 };
 
 static struct robj *obj_new(uint32_t kind, uint32_t id) {
@@ -89,6 +91,7 @@ static void obj_free(struct robj *o) {
         return;
     o->magic = 0;
     free(o->param);
+    free(o->name);
     free(o);
 }
 
@@ -442,8 +445,10 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     struct rw_device_info *di = info(d);
     if (!di)
         return CUDA_ERROR_INVALID_DEVICE;
-    if (!v || a <= 0 || a >= RW_ATTRS || !(di->attr_ok[a / 8] & (1u << (a % 8))))
+    if (!v || a <= 0 || a >= RW_ATTRS || !(di->attr_ok[a / 8] & (1u << (a % 8)))) {
+        logf_(2, "cuDeviceGetAttribute %d: not known", a);
         return CUDA_ERROR_INVALID_VALUE;
+    }
     *v = di->attr[a];
     return CUDA_SUCCESS;
 }
@@ -655,15 +660,26 @@ API CUresult cuCtxGetCacheConfig(int *cfg) {
         *cfg = 0;
     return CUDA_SUCCESS;
 }
-API CUresult cuCtxSetLimit(int limit, size_t v) {
-    (void)limit, (void)v;
-    return CUDA_ERROR_NOT_SUPPORTED;
+static CUresult ctx_limit(uint32_t set, int limit, size_t *v) {
+    NEED_INIT();
+    if (!cur_ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    unsigned char b[16];
+    uint64_t w = *v;
+    memcpy(b, &set, 4);
+    memcpy(b + 4, &limit, 4);
+    memcpy(b + 8, &w, 8);
+    uint32_t n = 0;
+    CUresult r = rpc(OP_CTX_LIMIT, b, sizeof b, set ? NULL : &w, set ? 0 : 8, &n);
+    if (r == CUDA_SUCCESS && !set)
+        *v = (size_t)w;
+    return r;
 }
+API CUresult cuCtxSetLimit(int limit, size_t v) { return ctx_limit(1, limit, &v); }
 API CUresult cuCtxGetLimit(size_t *v, int limit) {
-    (void)limit;
     if (!v)
         return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    return ctx_limit(0, limit, v);
 }
 
 /* ---- memory (the memory service) ---- */
@@ -921,8 +937,11 @@ API CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, CUdevice d) {
 struct fatbinc { uint32_t magic, version; const void *data; const void *filename; };
 
 /* image_size: the bytes of a module image (fat binary, its wrapper, ELF
- * cubin or PTX text). */
-static size_t image_size(const void **img) {
+ * cubin or PTX text). With chain, fat binary containers that follow the
+ * first one back to back are counted too (a library's kernels for some
+ * architectures can sit in a later container); the driver is asked with
+ * the chain only when the first container alone has no code for the GPU. */
+static size_t image_size(const void **img, int chain) {
     const unsigned char *p = *img;
     uint32_t magic;
     memcpy(&magic, p, 4);
@@ -933,11 +952,20 @@ static size_t image_size(const void **img) {
         memcpy(&magic, p, 4);
     }
     if (magic == FATBIN_MAGIC) {
-        uint16_t hsize;
-        uint64_t fsize;
-        memcpy(&hsize, p + 6, 2);
-        memcpy(&fsize, p + 8, 8);
-        return (size_t)hsize + (size_t)fsize;
+        size_t total = 0;
+        do {
+            uint16_t hsize;
+            uint64_t fsize;
+            memcpy(&hsize, p + total + 6, 2);
+            memcpy(&fsize, p + total + 8, 8);
+            if (hsize < 16 || fsize > RW_IMAGE_MAX || total + hsize + fsize > RW_IMAGE_MAX)
+                break;
+            total += (size_t)hsize + (size_t)fsize;
+            if (!chain)
+                break;
+            memcpy(&magic, p + total, 4);
+        } while (magic == FATBIN_MAGIC);
+        return total;
     }
     if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') {
         uint64_t shoff, phoff;
@@ -954,11 +982,8 @@ static size_t image_size(const void **img) {
     return strlen((const char *)p) + 1;
 }
 
-static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
-    NEED_INIT();
-    if (!img)
-        return CUDA_ERROR_INVALID_VALUE;
-    size_t n = image_size(&img), chunk = mbox_capacity(&MB);
+static CUresult load_image_n(uint16_t op, const void *img, size_t n, uint32_t *id) {
+    size_t chunk = mbox_capacity(&MB);
     if (n == 0 || n > RW_IMAGE_MAX) {
         logf_(1, "module image of %zu bytes: too large", n);
         return CUDA_ERROR_INVALID_IMAGE;
@@ -990,6 +1015,24 @@ static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
     }
     pthread_mutex_unlock(&mu);
     logf_(2, "module image of %zu bytes: %d in %.1f ms", n, r, (double)(mono_ns() - t0) / 1e6);
+    return r;
+}
+
+static CUresult load_image(uint16_t op, const void *img, uint32_t *id) {
+    NEED_INIT();
+    if (!img)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *chained = img;
+    size_t n = image_size(&img, 0);
+    CUresult r = load_image_n(op, img, n, id);
+    if (r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_IMAGE) {
+        size_t all = image_size(&chained, 1);
+        if (all > n) {
+            logf_(1, "module image: %d with its first fat binary container (%zu bytes), again with the %zu bytes "
+                     "of those that follow it", r, n, all);
+            r = load_image_n(op, chained, all, id);
+        }
+    }
     return r;
 }
 
@@ -1057,7 +1100,10 @@ static CUresult get_func(uint16_t op, uint32_t owner, const char *name, uint32_t
         return r;
     if (n < sizeof(struct rw_func))
         return CUDA_ERROR_UNKNOWN;
-    return func_from_reply(rep, kind, out);
+    if ((r = func_from_reply(rep, kind, out)))
+        return r;
+    (*out)->name = strdup(name);
+    return CUDA_SUCCESS;
 }
 
 API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
@@ -1071,24 +1117,22 @@ API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
     return CUDA_SUCCESS;
 }
 
-API CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
-    NEED_INIT();
-    struct robj *mo = obj_check(m, O_MODULE);
-    if (!mo)
-        return CUDA_ERROR_INVALID_HANDLE;
+static CUresult get_global(uint16_t op, uint32_t owner, const char *name, CUdeviceptr *p, size_t *bytes) {
     if (!name)
         return CUDA_ERROR_INVALID_VALUE;
     size_t nl = strlen(name) + 1;
     if (4 + nl > RW_BODY_MAX)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned char body[RW_PAGE];
-    memcpy(body, &mo->id, 4);
+    memcpy(body, &owner, 4);
     memcpy(body + 4, name, nl);
     uint64_t v[2];
     uint32_t n = 0;
-    CUresult r = rpc(OP_MODULE_GLOBAL, body, (uint32_t)(4 + nl), v, sizeof v, &n);
+    CUresult r = rpc(op, body, (uint32_t)(4 + nl), v, sizeof v, &n);
     if (r)
         return r;
+    if (n != sizeof v)
+        return CUDA_ERROR_UNKNOWN;
     if (p)
         *p = v[0];
     if (bytes)
@@ -1096,6 +1140,14 @@ API CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, con
     if (!is_device(v[0]))
         alloc_note(v[0], v[1]);
     return CUDA_SUCCESS;
+}
+
+API CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *bytes, CUmodule m, const char *name) {
+    NEED_INIT();
+    struct robj *mo = obj_check(m, O_MODULE);
+    if (!mo)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return get_global(OP_MODULE_GLOBAL, mo->id, name, p, bytes);
 }
 
 API CUresult cuModuleGetLoadingMode(int *mode) {
@@ -1136,6 +1188,7 @@ API CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
     CUresult r = get_func(OP_LIBRARY_KERNEL, lo->id, name, O_KERNEL, &o);
     if (r)
         return r;
+    o->lib = lo;
     *k = (CUkernel)o;
     return CUDA_SUCCESS;
 }
@@ -1153,6 +1206,8 @@ API CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
         return CUDA_ERROR_UNKNOWN;
     if ((r = func_from_reply(rep, O_FUNC, &o)))
         return r;
+    if (ko->name)
+        o->name = strdup(ko->name);
     *f = (CUfunction)o;
     return CUDA_SUCCESS;
 }
@@ -1224,19 +1279,42 @@ API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunc
 }
 
 /* ---- launches ---- */
+/* attrs_encode turns cuLaunchKernelEx's attributes into the wire's: events
+ * become the session's event ids. */
+static CUresult attrs_encode(const CUlaunchAttribute *in, unsigned n, struct rw_attr *out) {
+    if (n > RW_MAX_ATTRS)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    for (unsigned i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].id = (uint32_t)in[i].id;
+        memcpy(out[i].value, in[i].value.raw, sizeof out[i].value);
+        if (in[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || in[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
+            void *ev;
+            memcpy(&ev, in[i].value.raw, sizeof ev);
+            struct robj *eo = obj_check(ev, O_EVENT);
+            if (!eo)
+                return CUDA_ERROR_INVALID_HANDLE;
+            uint64_t id = eo->id;
+            memcpy(out[i].value, &id, 8);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3], unsigned shmem, CUstream s,
-                       void **params, void **extra, const unsigned cluster[3], unsigned flags) {
+                       void **params, void **extra, const CUlaunchAttribute *attrs, unsigned nattrs) {
     NEED_INIT();
     CUresult r;
     struct rw_launch l = {.func = o->id, .grid = {g[0], g[1], g[2]}, .block = {b[0], b[1], b[2]},
-                          .shmem = shmem, .stream = stream_id(s, &r), .flags = flags};
+                          .shmem = shmem, .stream = stream_id(s, &r), .nattrs = nattrs};
     if (r)
         return r;
-    if (cluster) {
-        l.cluster[0] = cluster[0];
-        l.cluster[1] = cluster[1];
-        l.cluster[2] = cluster[2];
+    struct rw_attr at[RW_MAX_ATTRS];
+    if ((r = attrs_encode(attrs, nattrs, at))) {
+        logf_(1, "cuLaunchKernelEx: %u launch attributes: %d", nattrs, r);
+        return r;
     }
+    size_t head = sizeof l + nattrs * sizeof at[0];
     static __thread unsigned char *args;
     static __thread size_t argcap;
     size_t nbytes = o->argbytes;
@@ -1274,16 +1352,18 @@ static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3],
         packed = args;
     }
     l.argbytes = (uint32_t)nbytes;
+    unsigned char body[RW_PAGE];
+    memcpy(body, &l, sizeof l);
+    if (nattrs)
+        memcpy(body + sizeof l, at, nattrs * sizeof at[0]);
     pthread_mutex_lock(&mu);
-    if (sizeof l + nbytes <= RW_BODY_MAX) {
-        unsigned char body[RW_PAGE];
-        memcpy(body, &l, sizeof l);
+    if (head + nbytes <= RW_BODY_MAX) {
         if (nbytes)
-            memcpy(body + sizeof l, packed, nbytes);
-        r = rpc_locked(OP_LAUNCH, 0, body, (uint32_t)(sizeof l + nbytes), NULL, 0, NULL);
+            memcpy(body + head, packed, nbytes);
+        r = rpc_locked(OP_LAUNCH, 0, body, (uint32_t)(head + nbytes), NULL, 0, NULL);
     } else {
         int e = mbox_put(&MB, packed, nbytes, SEQ + 1);
-        r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_LAUNCH, RW_STAGED, &l, sizeof l, NULL, 0, NULL);
+        r = e < 0 ? errno_to_cu(e) : rpc_locked(OP_LAUNCH, RW_STAGED, body, (uint32_t)head, NULL, 0, NULL);
     }
     pthread_mutex_unlock(&mu);
     return r;
@@ -1303,30 +1383,61 @@ API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, u
     if (!o)
         return CUDA_ERROR_INVALID_HANDLE;
     unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-    return launch(o, g, b, shmem, s, params, NULL, NULL, 1);
+    CUlaunchAttribute coop;
+    memset(&coop, 0, sizeof coop);
+    coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    coop.value.cooperative = 1;
+    return launch(o, g, b, shmem, s, params, NULL, &coop, 1);
 }
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
     struct robj *o = func_or_kernel(f);
     if (!o)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!c)
+    if (!c || (c->numAttrs && !c->attrs))
         return CUDA_ERROR_INVALID_VALUE;
-    unsigned cluster[3] = {0, 0, 0}, flags = 0;
-    for (unsigned i = 0; i < c->numAttrs; i++) {
-        const struct CUlaunchAttribute_st *a = &c->attrs[i];
-        if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-            cluster[0] = a->value.clusterDim.x;
-            cluster[1] = a->value.clusterDim.y;
-            cluster[2] = a->value.clusterDim.z;
-        } else if (a->id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
-            flags |= a->value.cooperative ? 1u : 0u;
-        } else {
-            logf_(1, "cuLaunchKernelEx: launch attribute %d is not forwarded", a->id);
-            return CUDA_ERROR_NOT_SUPPORTED;
-        }
-    }
     unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ}, b[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
-    return launch(o, g, b, c->sharedMemBytes, c->hStream, params, extra, cluster[0] ? cluster : NULL, flags);
+    return launch(o, g, b, c->sharedMemBytes, c->hStream, params, extra, c->attrs, c->numAttrs);
+}
+
+/* Cluster occupancy: the launch configuration goes as a launch does. */
+static CUresult cluster_occ(int *out, CUfunction f, const CUlaunchConfig *c, uint32_t which) {
+    NEED_INIT();
+    struct robj *o = func_or_kernel(f);
+    if (!o)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!out || !c || (c->numAttrs && !c->attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r;
+    struct rw_launch l = {.func = o->id, .grid = {c->gridDimX, c->gridDimY, c->gridDimZ},
+                          .block = {c->blockDimX, c->blockDimY, c->blockDimZ}, .shmem = c->sharedMemBytes,
+                          .stream = stream_id(c->hStream, &r), .nattrs = c->numAttrs, .reserved = which};
+    if (r)
+        return r;
+    unsigned char body[sizeof l + RW_MAX_ATTRS * sizeof(struct rw_attr)];
+    if ((r = attrs_encode(c->attrs, c->numAttrs, (struct rw_attr *)(void *)(body + sizeof l))))
+        return r;
+    memcpy(body, &l, sizeof l);
+    uint32_t n = 0;
+    return rpc(OP_CLUSTER_OCC, body, (uint32_t)(sizeof l + c->numAttrs * sizeof(struct rw_attr)), out, 4, &n);
+}
+API CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c) {
+    return cluster_occ(n, f, c, 0);
+}
+API CUresult cuOccupancyMaxPotentialClusterSize(int *n, CUfunction f, const CUlaunchConfig *c) {
+    return cluster_occ(n, f, c, 1);
+}
+API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction f, int blocks, int block) {
+    NEED_INIT();
+    struct robj *o = func_or_kernel(f);
+    if (!o || !bytes)
+        return !bytes ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    uint32_t b[3] = {o->id, (uint32_t)blocks, (uint32_t)block};
+    uint64_t v = 0;
+    uint32_t n = 0;
+    CUresult r = rpc(OP_DYN_SMEM, b, sizeof b, &v, 8, &n);
+    if (r == CUDA_SUCCESS)
+        *bytes = (size_t)v;
+    return r;
 }
 
 /* ---- streams and events ---- */
@@ -1549,6 +1660,424 @@ API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent z) {
     return rpc(OP_EVENT_ELAPSED, b, sizeof b, ms, 4, &n);
 }
 
+/* ---- tensor maps (TMA descriptors), encoded by the launcher's driver ---- */
+static CUresult tmap_rpc(struct rw_tmap *t, CUtensorMap *map) {
+    NEED_INIT();
+    uint32_t n = 0;
+    _Alignas(64) unsigned char out[sizeof(CUtensorMap)];
+    CUresult r = rpc(OP_TENSOR_MAP, t, sizeof *t, out, sizeof out, &n);
+    if (r == CUDA_SUCCESS && n != sizeof out)
+        r = CUDA_ERROR_UNKNOWN;
+    if (r == CUDA_SUCCESS)
+        memcpy(map, out, sizeof out);
+    return r;
+}
+static CUresult tmap_common(struct rw_tmap *t, CUtensorMap *map, int dtype, uint32_t rank, void *addr,
+                            const cuuint64_t *dim, const cuuint64_t *stride, const uint32_t *estride, int interleave,
+                            int swizzle, int l2, int oob) {
+    if (!map || !dim || !estride || rank < 1 || rank > 5 || (rank > 1 && !stride))
+        return CUDA_ERROR_INVALID_VALUE;
+    t->dtype = (uint32_t)dtype, t->rank = rank, t->addr = (uint64_t)(uintptr_t)addr;
+    t->interleave = (uint32_t)interleave, t->swizzle = (uint32_t)swizzle, t->l2promo = (uint32_t)l2;
+    t->oobfill = (uint32_t)oob;
+    for (uint32_t i = 0; i < rank; i++) {
+        t->dim[i] = dim[i];
+        t->elem_stride[i] = estride[i];
+        if (i + 1 < rank)
+            t->stride[i] = stride[i];
+    }
+    return CUDA_SUCCESS;
+}
+API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, int dtype, uint32_t rank, void *addr, const cuuint64_t *dim,
+                                    const cuuint64_t *stride, const uint32_t *box, const uint32_t *estride,
+                                    int interleave, int swizzle, int l2, int oob) {
+    struct rw_tmap t;
+    memset(&t, 0, sizeof t);
+    CUresult r = tmap_common(&t, map, dtype, rank, addr, dim, stride, estride, interleave, swizzle, l2, oob);
+    if (r || !box)
+        return r ? r : CUDA_ERROR_INVALID_VALUE;
+    for (uint32_t i = 0; i < rank; i++)
+        t.box[i] = box[i];
+    return tmap_rpc(&t, map);
+}
+API CUresult cuTensorMapEncodeIm2col(CUtensorMap *map, int dtype, uint32_t rank, void *addr, const cuuint64_t *dim,
+                                     const cuuint64_t *stride, const int *lower, const int *upper, uint32_t cpp,
+                                     uint32_t ppc, const uint32_t *estride, int interleave, int swizzle, int l2,
+                                     int oob) {
+    struct rw_tmap t;
+    memset(&t, 0, sizeof t);
+    t.kind = 1;
+    CUresult r = tmap_common(&t, map, dtype, rank, addr, dim, stride, estride, interleave, swizzle, l2, oob);
+    if (r || rank < 3 || !lower || !upper)
+        return r ? r : CUDA_ERROR_INVALID_VALUE;
+    for (uint32_t i = 0; i + 2 < rank; i++) {
+        t.lower[i] = lower[i];
+        t.upper[i] = upper[i];
+    }
+    t.channels_per_pixel = cpp;
+    t.pixels_per_column = ppc;
+    return tmap_rpc(&t, map);
+}
+API CUresult cuTensorMapReplaceAddress(CUtensorMap *map, void *addr) {
+    if (!map)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct rw_tmap t;
+    memset(&t, 0, sizeof t);
+    t.kind = 2;
+    t.addr = (uint64_t)(uintptr_t)addr;
+    memcpy(t.map, map, sizeof t.map);
+    return tmap_rpc(&t, map);
+}
+
+/* ---- more of the driver API, on the services above ---- */
+API CUresult cuCtxGetId(CUcontext c, unsigned long long *id) {
+    NEED_INIT();
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *id = o->id; /* the launcher's context ids are unique within the session */
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxCreate_v3(CUcontext *c, void *affinity, int n, unsigned flags, CUdevice d) {
+    if (affinity || n)
+        return CUDA_ERROR_NOT_SUPPORTED; /* execution affinity (green contexts) is not forwarded */
+    return cuCtxCreate_v2(c, flags, d);
+}
+API CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned flags, CUdevice d) {
+    if (params)
+        return CUDA_ERROR_NOT_SUPPORTED; /* execution affinity and CIG are not forwarded */
+    return cuCtxCreate_v2(c, flags, d);
+}
+/* Shared-memory bank configuration is a hint on every GPU CUDA 12 runs on. */
+API CUresult cuCtxGetSharedMemConfig(int *cfg) {
+    if (!cfg)
+        return CUDA_ERROR_INVALID_VALUE;
+    *cfg = 1; /* CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE */
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSetSharedMemConfig(int cfg) { (void)cfg; return CUDA_SUCCESS; }
+API CUresult cuFuncSetSharedMemConfig(CUfunction f, int cfg) {
+    (void)cfg;
+    return func_or_kernel(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+API CUresult cuKernelSetCacheConfig(CUkernel k, int cfg, CUdevice d) {
+    (void)cfg, (void)d;
+    return func_or_kernel(k) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+API CUresult cuFuncGetName(const char **name, CUfunction f) {
+    struct robj *o = func_or_kernel(f);
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!o || !o->name)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = o->name;
+    return CUDA_SUCCESS;
+}
+API CUresult cuKernelGetName(const char **name, CUkernel k) { return cuFuncGetName(name, (CUfunction)k); }
+
+API CUresult cuStreamGetId(CUstream s, unsigned long long *id) {
+    CUresult r;
+    uint32_t sid = stream_id(s, &r);
+    if (r)
+        return r;
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    *id = sid;
+    return CUDA_SUCCESS;
+}
+API CUresult cuStreamGetDevice(CUstream s, CUdevice *d) {
+    NEED_INIT();
+    struct robj *o = obj_check(s, O_STREAM);
+    struct robj *c = o && o->ctx ? o->ctx : cur_ctx;
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = c->dev;
+    return CUDA_SUCCESS;
+}
+
+/* Host functions run here once the stream's earlier work is done: the
+ * stream is synchronised, then the function is called, so later work on
+ * the stream (submitted after this returns) follows it. */
+API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuStreamSynchronize(s);
+    if (r == CUDA_SUCCESS)
+        fn(data);
+    return r;
+}
+API CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *data, unsigned flags) {
+    if (!cb || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuStreamSynchronize(s);
+    cb(s, r, data);
+    return CUDA_SUCCESS;
+}
+
+/* Stream-ordered allocation: an allocation is usable at once (earlier than
+ * the stream needs it); a free waits for the stream's earlier work. */
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) {
+    CUresult r;
+    stream_id(s, &r);
+    return r ? r : cuMemAlloc_v2(p, bytes);
+}
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    CUresult r = cuStreamSynchronize(s);
+    return r ? r : cuMemFree_v2(p);
+}
+
+API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned elem) {
+    if (!p || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pt = (width + 511) & ~(size_t)511;
+    if (pt < width || height > SIZE_MAX / pt)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuMemAlloc_v2(p, pt * height);
+    if (r == CUDA_SUCCESS)
+        *pitch = pt;
+    return r;
+}
+
+/* 2D copies: contiguous rows go as one copy, others row by row. */
+static int mem_kind(int t, const void *host, CUdeviceptr dev) {
+    if (t == CU_MEMORYTYPE_UNIFIED)
+        return is_device(dev) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    if (t == CU_MEMORYTYPE_HOST)
+        return host ? CU_MEMORYTYPE_HOST : 0;
+    return t == CU_MEMORYTYPE_DEVICE ? t : 0;
+}
+static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async) {
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    int sk = mem_kind(c->srcMemoryType, c->srcHost, c->srcDevice);
+    int dk = mem_kind(c->dstMemoryType, c->dstHost, c->dstDevice);
+    if (!sk || !dk)
+        return c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY
+                   ? CUDA_ERROR_NOT_SUPPORTED
+                   : CUDA_ERROR_INVALID_VALUE;
+    size_t w = c->WidthInBytes, h = c->Height;
+    if ((h > 1 && (c->srcPitch < w || c->dstPitch < w)) || !w || !h)
+        return w && h ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    uint64_t sbase = (sk == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)c->srcHost : c->srcDevice) + c->srcXInBytes +
+                     c->srcY * c->srcPitch;
+    uint64_t dbase = (dk == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)c->dstHost : c->dstDevice) + c->dstXInBytes +
+                     c->dstY * c->dstPitch;
+    size_t sp = h > 1 ? c->srcPitch : w, dp = h > 1 ? c->dstPitch : w;
+    /* Both packed: one copy. */
+    if (sp == w && dp == w) {
+        if (sk == CU_MEMORYTYPE_DEVICE && dk == CU_MEMORYTYPE_DEVICE)
+            return dtod(dbase, sbase, w * h, s, async);
+        if (dk == CU_MEMORYTYPE_DEVICE)
+            return htod(dbase, (const void *)(uintptr_t)sbase, w * h, s, async);
+        if (sk == CU_MEMORYTYPE_DEVICE)
+            return dtoh((void *)(uintptr_t)dbase, sbase, w * h, s, async);
+        memmove((void *)(uintptr_t)dbase, (const void *)(uintptr_t)sbase, w * h);
+        return CUDA_SUCCESS;
+    }
+    /* Host rows packed into one buffer and sent or fetched in one copy when
+     * the device side is packed. */
+    if (dk == CU_MEMORYTYPE_DEVICE && sk == CU_MEMORYTYPE_HOST && dp == w && w * h / h == w) {
+        unsigned char *buf = malloc(w * h);
+        if (!buf)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        for (size_t y = 0; y < h; y++)
+            memcpy(buf + y * w, (const void *)(uintptr_t)(sbase + y * sp), w);
+        CUresult r = htod(dbase, buf, w * h, s, async);
+        free(buf);
+        return r;
+    }
+    if (sk == CU_MEMORYTYPE_DEVICE && dk == CU_MEMORYTYPE_HOST && sp == w && w * h / h == w) {
+        unsigned char *buf = malloc(w * h);
+        if (!buf)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = dtoh(buf, sbase, w * h, s, async);
+        if (r == CUDA_SUCCESS)
+            for (size_t y = 0; y < h; y++)
+                memcpy((void *)(uintptr_t)(dbase + y * dp), buf + y * w, w);
+        free(buf);
+        return r;
+    }
+    for (size_t y = 0; y < h; y++) {
+        CUresult r = memcpy_any(dbase + y * dp, sbase + y * sp, w, s, async);
+        if (r)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, 0); }
+API CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, 0); }
+API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, 1); }
+
+/* The CUDA 12.2 forms of prefetch and advice name a location. */
+typedef struct { int type, id; } rloc;
+static CUresult loc_device(rloc l, CUdevice *d) {
+    switch (l.type) {
+    case 1: *d = l.id; return CUDA_SUCCESS;  /* CU_MEM_LOCATION_TYPE_DEVICE */
+    case 2: *d = -1; return CUDA_SUCCESS;    /* CU_MEM_LOCATION_TYPE_HOST: CU_DEVICE_CPU */
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, rloc l, unsigned flags, CUstream s) {
+    CUdevice d;
+    CUresult r = loc_device(l, &d);
+    if (r || flags)
+        return r ? r : CUDA_ERROR_INVALID_VALUE;
+    return cuMemPrefetchAsync(p, n, d, s);
+}
+API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, rloc l) {
+    CUdevice d;
+    CUresult r = loc_device(l, &d);
+    return r ? r : cuMemAdvise(p, n, advice, d);
+}
+
+/* Modules and libraries from files: the image is read here and sent. */
+static void *read_file(const char *path) {
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    if (!f)
+        return NULL;
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len + 65536 + 1 > cap) {
+            cap = (len + 65536 + 1) * 2;
+            unsigned char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, 65536, f);
+        len += got;
+    } while (got > 0);
+    fclose(f);
+    buf[len] = 0; /* PTX text ends with its NUL */
+    return buf;
+}
+API CUresult cuModuleLoad(CUmodule *m, const char *path) {
+    void *img = read_file(path);
+    if (!img)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    CUresult r = cuModuleLoadData(m, img);
+    free(img);
+    return r;
+}
+API CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *path, CUjit_option *jo, void **jv, unsigned nj,
+                                   CUlibraryOption *lo, void **lv, unsigned nl) {
+    void *img = read_file(path);
+    if (!img)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    CUresult r = cuLibraryLoadData(l, img, jo, jv, nj, lo, lv, nl);
+    free(img);
+    return r;
+}
+API CUresult cuLibraryGetGlobal(CUdeviceptr *p, size_t *bytes, CUlibrary l, const char *name) {
+    NEED_INIT();
+    struct robj *lo = obj_check(l, O_LIBRARY);
+    if (!lo)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return get_global(OP_LIBRARY_GLOBAL, lo->id, name, p, bytes);
+}
+
+/* One device, no peers. */
+API CUresult cuDeviceGetP2PAttribute(int *v, CUdevice_P2PAttribute a, CUdevice src, CUdevice dst) {
+    (void)a;
+    NEED_INIT();
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (src < 0 || dst < 0 || src >= device_count || dst >= device_count || src == dst)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *v = 0;
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *id) {
+    NEED_INIT();
+    if (!d || !id)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned dom = 0, bus = 0, dev = 0;
+    if (sscanf(id, "%x:%x:%x", &dom, &bus, &dev) != 3 && (dom = 0, sscanf(id, "%x:%x", &bus, &dev) != 2))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < device_count && i < MAX_DEV; i++) {
+        struct rw_device_info *di = info(i);
+        if (di && (unsigned)di->attr[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID] == dom &&
+            (unsigned)di->attr[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID] == bus &&
+            (unsigned)di->attr[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID] == dev) {
+            *d = i;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* ---- CUDA 13 forms, a kernel's library, device resources ---- */
+API CUresult cuCtxGetDevice_v2(CUdevice *d, CUcontext c) {
+    NEED_INIT();
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = o->dev;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxSynchronize_v2(CUcontext c) {
+    NEED_INIT();
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct robj *was = cur_ctx;
+    cur_ctx = o; /* the call names its context in the request */
+    CUresult r = rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+    cur_ctx = was;
+    return r;
+}
+/* CUDA 10.1's form: status and id only. */
+API CUresult cuStreamGetCaptureInfo(CUstream s, int *status, cuuint64_t *id) {
+    return cuStreamGetCaptureInfo_v2(s, status, id, NULL, NULL, NULL);
+}
+API CUresult cuKernelGetLibrary(CUlibrary *l, CUkernel k) {
+    struct robj *o = obj_check(k, O_KERNEL);
+    if (!l)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!o || !o->lib)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *l = (CUlibrary)o->lib;
+    return CUDA_SUCCESS;
+}
+/* A device's or a context's resources (CUdevResource, 144 bytes), as the
+ * launcher's driver describes them; splitting them into green contexts is
+ * not forwarded. */
+#define DEV_RESOURCE_BYTES 144
+static CUresult dev_resource(uint32_t which, uint32_t id, void *res, int type) {
+    NEED_INIT();
+    if (!res)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint32_t b[3] = {which, id, (uint32_t)type}, n = 0;
+    unsigned char out[DEV_RESOURCE_BYTES];
+    CUresult r = rpc(OP_DEV_RESOURCE, b, sizeof b, out, sizeof out, &n);
+    if (r == CUDA_SUCCESS && n != sizeof out)
+        r = CUDA_ERROR_UNKNOWN;
+    if (r == CUDA_SUCCESS)
+        memcpy(res, out, sizeof out);
+    return r;
+}
+API CUresult cuDeviceGetDevResource(CUdevice d, void *res, int type) {
+    if (d < 0 || d >= device_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return dev_resource(0, (uint32_t)d, res, type);
+}
+API CUresult cuCtxGetDevResource(CUcontext c, void *res, int type) {
+    struct robj *o = c ? obj_check(c, O_CTX) : cur_ctx;
+    if (!o)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return dev_resource(1, o->id, res, type);
+}
+
 /* ---- errors, profiler ---- */
 static const struct { int code; const char *name, *text; } errs[] = {
     {0, "CUDA_SUCCESS", "no error"},
@@ -1595,4 +2124,5 @@ API CUresult cuProfilerStart(void) { return CUDA_SUCCESS; }
 API CUresult cuProfilerStop(void) { return CUDA_SUCCESS; }
 
 #include "export.c.inc"
+#include "names.c.inc"
 #include "procs.c.inc"

@@ -23,7 +23,9 @@ enum {
     CUDA_ERROR_OPERATING_SYSTEM = 304,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
-    CUDA_ERROR_STUB_LIBRARY = 34
+    CUDA_ERROR_STUB_LIBRARY = 34,
+    CUDA_ERROR_FILE_NOT_FOUND = 301,
+    CUDA_ERROR_NO_BINARY_FOR_GPU = 209
 };
 
 /* CUlaunchAttribute (cuLaunchKernelEx): id then a 64-byte value union. */
@@ -36,7 +38,52 @@ struct CUlaunchAttribute_st {
         int cooperative;
     } value;
 };
-enum { CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY = 8,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP = 9,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN = 10,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11,
+    CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,
+    CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 14
+};
+
+/* CUtensorMap: 128 opaque bytes, 64-byte aligned. */
+typedef struct CUtensorMap_st {
+    _Alignas(64) uint64_t opaque[16];
+} CUtensorMap;
+
+/* cuMemcpy2D's description (CUDA_MEMCPY2D_v2). */
+enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3, CU_MEMORYTYPE_UNIFIED = 4 };
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+
+/* Host functions enqueued on streams. */
+typedef void (*CUhostFn)(void *userData);
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+
+/* cuDeviceGetP2PAttribute */
+typedef int CUdevice_P2PAttribute;
 
 /* cuLaunchKernel's extra array. */
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
@@ -58,7 +105,8 @@ enum {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
-    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT = 51
 };
 
 #endif

@@ -53,6 +53,10 @@
     X(cuCtxDestroy_v2, CUresult (*)(CUcontext))                                                             \
     X(cuCtxSetCurrent, CUresult (*)(CUcontext))                                                             \
     X(cuCtxSynchronize, CUresult (*)(void))                                                                 \
+    X(cuCtxGetLimit, CUresult (*)(size_t *, int))                                                           \
+    X(cuDeviceGetDevResource, CUresult (*)(CUdevice, void *, int))                                          \
+    X(cuCtxGetDevResource, CUresult (*)(CUcontext, void *, int))                                            \
+    X(cuCtxSetLimit, CUresult (*)(int, size_t))                                                             \
     X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t))                                                   \
     X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                                              \
     X(cuMemGetInfo_v2, CUresult (*)(size_t *, size_t *))                                                    \
@@ -95,7 +99,18 @@
     X(cuEventElapsedTime, CUresult (*)(float *, CUevent, CUevent))                                          \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUresult (*)(int *, CUfunction, int, size_t))            \
     X(cuMemPrefetchAsync, CUresult (*)(CUdeviceptr, size_t, CUdevice, CUstream))                            \
-    X(cuMemAdvise, CUresult (*)(CUdeviceptr, size_t, int, CUdevice))
+    X(cuMemAdvise, CUresult (*)(CUdeviceptr, size_t, int, CUdevice))                                       \
+    X(cuOccupancyMaxActiveClusters, CUresult (*)(int *, CUfunction, const CUlaunchConfig *))                 \
+    X(cuOccupancyMaxPotentialClusterSize, CUresult (*)(int *, CUfunction, const CUlaunchConfig *))           \
+    X(cuOccupancyAvailableDynamicSMemPerBlock, CUresult (*)(size_t *, CUfunction, int, int))                 \
+    X(cuLibraryGetGlobal, CUresult (*)(CUdeviceptr *, size_t *, CUlibrary, const char *))                    \
+    X(cuTensorMapEncodeTiled, CUresult (*)(CUtensorMap *, int, uint32_t, void *, const uint64_t *,           \
+                                           const uint64_t *, const uint32_t *, const uint32_t *, int, int, int, \
+                                           int))                                                            \
+    X(cuTensorMapEncodeIm2col, CUresult (*)(CUtensorMap *, int, uint32_t, void *, const uint64_t *,          \
+                                            const uint64_t *, const int *, const int *, uint32_t, uint32_t,    \
+                                            const uint32_t *, int, int, int, int))                          \
+    X(cuTensorMapReplaceAddress, CUresult (*)(CUtensorMap *, void *))
 
 static struct {
 #define FIELD(name, type) __typeof__(type) name;
@@ -343,6 +358,89 @@ static CUresult staged(struct session *s, uint64_t seq, uint64_t n, unsigned cha
     img[n] = 0;
     *out = img;
     return CUDA_SUCCESS;
+}
+
+/* func_of: a session's function or library kernel. */
+static struct obj *func_of(struct session *s, uint32_t id) {
+    struct obj *o = obj_get(s, id, K_FUNC);
+    return o ? o : obj_get(s, id, K_KERNEL);
+}
+
+/* launch_config builds a launch's configuration from the wire: only
+ * attributes that hold plain values are forwarded, and events are the
+ * session's. */
+static CUresult launch_config(struct session *s, const struct rw_launch *l, const unsigned char *wire,
+                              CUlaunchConfig *cfg, CUlaunchAttribute *at) {
+    int ok;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->gridDimX = l->grid[0], cfg->gridDimY = l->grid[1], cfg->gridDimZ = l->grid[2];
+    cfg->blockDimX = l->block[0], cfg->blockDimY = l->block[1], cfg->blockDimZ = l->block[2];
+    cfg->sharedMemBytes = l->shmem;
+    cfg->hStream = stream_of(s, l->stream, &ok);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    cfg->attrs = at;
+    for (uint32_t i = 0; i < l->nattrs; i++) {
+        struct rw_attr a;
+        memcpy(&a, wire + i * sizeof a, sizeof a);
+        memset(&at[i], 0, sizeof at[i]);
+        at[i].id = (int)a.id;
+        memcpy(at[i].value.raw, a.value, sizeof a.value);
+        switch (a.id) {
+        case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+        case 15: /* CUDA 13's scheduling preferences: plain values */
+        case 16:
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+        case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT: {
+            uint64_t id;
+            memcpy(&id, a.value, 8);
+            struct obj *e = id <= UINT32_MAX ? obj_get(s, (uint32_t)id, K_EVENT) : NULL;
+            if (!e)
+                return CUDA_ERROR_INVALID_HANDLE;
+            memcpy(at[i].value.raw, &e->p, sizeof e->p);
+            break;
+        }
+        default:
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
+    cfg->numAttrs = l->nattrs;
+    return CUDA_SUCCESS;
+}
+
+/* tensor_map encodes a tensor map on the real driver. Like the driver, it
+ * takes any global address: a library may encode a map with a placeholder
+ * address and set the real one later (cuTensorMapReplaceAddress), and the
+ * map is bytes the client's own kernels use, which may read any address of
+ * the session's context anyway (the isolation is the driver's context).
+ * Shapes the driver would refuse are refused here. */
+static CUresult tensor_map(const struct rw_tmap *t, CUtensorMap *map) {
+    memset(map, 0, sizeof *map);
+    if (t->kind == 2) {
+        memcpy(map, t->map, sizeof *map);
+        return CALL(cuTensorMapReplaceAddress, map, (void *)(uintptr_t)t->addr);
+    }
+    if (t->kind > 1 || t->rank < 1 || t->rank > 5 || (t->kind == 1 && t->rank < 3))
+        return CUDA_ERROR_INVALID_VALUE;
+    void *addr = (void *)(uintptr_t)t->addr;
+    if (t->kind == 0)
+        return CALL(cuTensorMapEncodeTiled, map, (int)t->dtype, t->rank, addr, t->dim, t->stride, t->box,
+                    t->elem_stride, (int)t->interleave, (int)t->swizzle, (int)t->l2promo, (int)t->oobfill);
+    return CALL(cuTensorMapEncodeIm2col, map, (int)t->dtype, t->rank, addr, t->dim, t->stride, t->lower, t->upper,
+                t->channels_per_pixel, t->pixels_per_column, t->elem_stride, (int)t->interleave, (int)t->swizzle,
+                (int)t->l2promo, (int)t->oobfill);
 }
 
 static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsigned char *b, uint32_t len,
@@ -658,16 +756,21 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         *rlen = params_of(fn, NULL, f, RW_BODY_MAX);
         return CUDA_SUCCESS;
     }
-    case OP_MODULE_GLOBAL: {
+    case OP_MODULE_GLOBAL:
+    case OP_LIBRARY_GLOBAL: {
         NEED(len > 4);
         const char *name = name_at(b, len, 4);
         NEED(name);
-        struct obj *o = obj_get(s, u32at(b, 0), K_MODULE);
+        struct obj *o = obj_get(s, u32at(b, 0), h->op == OP_MODULE_GLOBAL ? K_MODULE : K_LIBRARY);
         if (!o)
             return CUDA_ERROR_INVALID_HANDLE;
         CUdeviceptr p;
         size_t n;
-        if ((r = CALL(cuModuleGetGlobal_v2, &p, &n, (CUmodule)o->p, name)))
+        if (h->op == OP_MODULE_GLOBAL)
+            r = CALL(cuModuleGetGlobal_v2, &p, &n, (CUmodule)o->p, name);
+        else
+            r = CALL(cuLibraryGetGlobal, &p, &n, (CUlibrary)o->p, name);
+        if (r)
             return r;
         if (!inside(s, p, n))
             range_add(s, p, n, 1);
@@ -717,23 +820,24 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         struct rw_launch l;
         NEED(len >= sizeof l);
         memcpy(&l, b, sizeof l);
-        struct obj *o = obj_get(s, l.func, K_FUNC);
-        if (!o)
-            o = obj_get(s, l.func, K_KERNEL);
+        NEED(l.nattrs <= RW_MAX_ATTRS && len >= sizeof l + l.nattrs * sizeof(struct rw_attr));
+        size_t head = sizeof l + l.nattrs * sizeof(struct rw_attr);
+        struct obj *o = func_of(s, l.func);
         if (!o)
             return CUDA_ERROR_INVALID_HANDLE;
-        CUstream st = stream_of(s, l.stream, &ok);
-        if (!ok)
-            return CUDA_ERROR_INVALID_HANDLE;
+        CUlaunchConfig cfg;
+        CUlaunchAttribute at[RW_MAX_ATTRS];
+        if ((r = launch_config(s, &l, b + sizeof l, &cfg, at)))
+            return r;
         const unsigned char *args;
         if (h->flags & RW_STAGED) {
-            NEED(len == sizeof l && l.argbytes <= s->bufsize);
+            NEED(len == head && l.argbytes <= s->bufsize);
             if (mbox_get(&s->mb, s->buf, l.argbytes, h->seq) < 0)
                 return CUDA_ERROR_UNKNOWN;
             args = s->buf;
         } else {
-            NEED(len == sizeof l + l.argbytes);
-            args = b + sizeof l;
+            NEED(len == head + l.argbytes);
+            args = b + head;
         }
         /* The parameters' layout comes from the driver, not the client. */
         struct {
@@ -745,28 +849,101 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         void *argv[RW_MAX_PARAMS];
         for (uint32_t i = 0; i < lay.f.nparams; i++)
             argv[i] = (void *)(args + lay.p[i].offset);
-        if (l.cluster[0] || l.flags) {
-            struct CUlaunchAttribute_st at[2];
-            unsigned na = 0;
-            memset(at, 0, sizeof at);
-            if (l.cluster[0]) {
-                at[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-                at[na].value.clusterDim.x = l.cluster[0];
-                at[na].value.clusterDim.y = l.cluster[1];
-                at[na].value.clusterDim.z = l.cluster[2];
-                na++;
-            }
-            if (l.flags & 1) {
-                at[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-                at[na].value.cooperative = 1;
-                na++;
-            }
-            CUlaunchConfig cfg = {l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
-                                  l.shmem,   st,        at,        na};
+        if (cfg.numAttrs)
             return CALL(cuLaunchKernelEx, &cfg, (CUfunction)o->p, argv, NULL);
-        }
         return CALL(cuLaunchKernel, (CUfunction)o->p, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
-                    l.block[2], l.shmem, st, argv, NULL);
+                    l.block[2], l.shmem, cfg.hStream, argv, NULL);
+    }
+    case OP_CLUSTER_OCC: {
+        struct rw_launch l;
+        NEED(len >= sizeof l);
+        memcpy(&l, b, sizeof l);
+        NEED(l.nattrs <= RW_MAX_ATTRS && len == sizeof l + l.nattrs * sizeof(struct rw_attr) && l.reserved <= 1);
+        struct obj *o = func_of(s, l.func);
+        if (!o)
+            return CUDA_ERROR_INVALID_HANDLE;
+        CUfunction fn = (CUfunction)o->p;
+        if (o->kind == K_KERNEL && (r = CALL(cuKernelGetFunction, &fn, (CUkernel)o->p)))
+            return r;
+        CUlaunchConfig cfg;
+        CUlaunchAttribute at[RW_MAX_ATTRS];
+        if ((r = launch_config(s, &l, b + sizeof l, &cfg, at)))
+            return r;
+        int v = 0;
+        r = l.reserved == 0 ? CALL(cuOccupancyMaxActiveClusters, &v, fn, &cfg)
+                            : CALL(cuOccupancyMaxPotentialClusterSize, &v, fn, &cfg);
+        if (r)
+            return r;
+        memcpy(rep, &v, 4);
+        *rlen = 4;
+        return CUDA_SUCCESS;
+    }
+    case OP_DYN_SMEM: {
+        NEED(len == 12);
+        struct obj *o = func_of(s, u32at(b, 0));
+        if (!o)
+            return CUDA_ERROR_INVALID_HANDLE;
+        CUfunction fn = (CUfunction)o->p;
+        if (o->kind == K_KERNEL && (r = CALL(cuKernelGetFunction, &fn, (CUkernel)o->p)))
+            return r;
+        size_t n = 0;
+        if ((r = CALL(cuOccupancyAvailableDynamicSMemPerBlock, &n, fn, (int)u32at(b, 4), (int)u32at(b, 8))))
+            return r;
+        uint64_t v = n;
+        memcpy(rep, &v, 8);
+        *rlen = 8;
+        return CUDA_SUCCESS;
+    }
+    case OP_CTX_LIMIT: {
+        /* In the request's context (a primary context is shared by the
+         * launcher's sessions, and so are its limits, as in one process). */
+        NEED(len == 16 && u32at(b, 0) <= 1);
+        if (!s->cur)
+            return CUDA_ERROR_INVALID_CONTEXT;
+        if (u32at(b, 0))
+            return CALL(cuCtxSetLimit, (int)u32at(b, 4), (size_t)u64at(b, 8));
+        size_t v = 0;
+        if ((r = CALL(cuCtxGetLimit, &v, (int)u32at(b, 4))))
+            return r;
+        uint64_t w = v;
+        memcpy(rep, &w, 8);
+        *rlen = 8;
+        return CUDA_SUCCESS;
+    }
+    case OP_DEV_RESOURCE: {
+        /* CUdevResource: 144 bytes; its last 8 (the next resource of a
+         * list) are a pointer here and are not sent. */
+        NEED(len == 12 && u32at(b, 0) <= 1);
+        _Alignas(8) unsigned char res[144];
+        memset(res, 0, sizeof res);
+        if (u32at(b, 0) == 0) {
+            CUdevice dev;
+            if ((r = CALL(cuDeviceGet, &dev, (int)u32at(b, 4))))
+                return r;
+            r = CALL(cuDeviceGetDevResource, dev, res, (int)u32at(b, 8));
+        } else {
+            struct obj *c = obj_get(s, u32at(b, 4), K_CTX);
+            if (!c)
+                return CUDA_ERROR_INVALID_CONTEXT;
+            r = CALL(cuCtxGetDevResource, (CUcontext)c->p, res, (int)u32at(b, 8));
+        }
+        if (r)
+            return r;
+        memset(res + 136, 0, 8);
+        memcpy(rep, res, sizeof res);
+        *rlen = sizeof res;
+        return CUDA_SUCCESS;
+    }
+    case OP_TENSOR_MAP: {
+        struct rw_tmap t;
+        NEED(len == sizeof t);
+        memcpy(&t, b, sizeof t);
+        _Alignas(64) CUtensorMap map;
+        if ((r = tensor_map(&t, &map)))
+            return r;
+        memcpy(rep, &map, sizeof map);
+        *rlen = sizeof map;
+        return CUDA_SUCCESS;
     }
     case OP_STREAM_CREATE: {
         NEED(len == 8);

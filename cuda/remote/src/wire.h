@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #define RW_MAGIC 0x44505552454d4f54ull /* "TOMERUPD": door page magic */
-#define RW_VERSION 1u
+#define RW_VERSION 2u
 #define RW_PAGE 4096u
 #define DOOR_SLOTS 16u
 #define STAGING_PAGES_DEFAULT 1024u /* 4 MiB a direction */
@@ -129,6 +129,12 @@ enum rw_op {
     OP_MEM_RANGE,          /* u64 dptr -> u64 base, u64 size */
     OP_ADVISE,             /* rw_advise: the advise service (prefetch, advice) */
     OP_IMAGE_PUT,          /* u64 offset, u64 len, u64 total: a part of a large image, in staging */
+    OP_TENSOR_MAP,         /* rw_tmap -> 128 bytes (the encoded CUtensorMap) */
+    OP_CLUSTER_OCC,        /* rw_launch (reserved: 0 max active clusters, 1 max cluster size) + attrs -> i32 */
+    OP_DYN_SMEM,           /* u32 func, i32 blocks, i32 block size -> u64 bytes */
+    OP_LIBRARY_GLOBAL,     /* u32 library, name -> u64 dptr, u64 bytes */
+    OP_CTX_LIMIT,          /* u32 set, i32 limit, u64 value -> u64 value (get) */
+    OP_DEV_RESOURCE,       /* u32 which (0 device, 1 context), u32 device or context, i32 type -> 144 bytes */
     OP_MAX
 };
 
@@ -196,9 +202,36 @@ struct rw_launch {
     uint32_t block[3];
     uint32_t shmem;
     uint32_t stream;
-    uint32_t argbytes;  /* the packed argument buffer that follows (or is staged) */
-    uint32_t cluster[3]; /* 0: none (cuLaunchKernelEx cluster dimension attribute) */
-    uint32_t flags;      /* 1: cooperative */
+    uint32_t argbytes;  /* the packed argument buffer that follows the attributes (or is staged) */
+    uint32_t nattrs;    /* launch attributes (rw_attr) that follow this struct, at most RW_MAX_ATTRS */
+    uint32_t reserved;
+};
+
+/* A launch attribute (CUlaunchAttribute): its id and its 64-byte value as
+ * the client passed it, except that an event (programmatic event, launch
+ * completion event) is named by the session's event id in its first 8
+ * bytes. The launcher forwards only the ids it knows to hold plain values. */
+#define RW_MAX_ATTRS 8
+struct rw_attr {
+    uint32_t id;
+    uint32_t reserved;
+    uint8_t value[64];
+};
+_Static_assert(sizeof(struct rw_attr) == 72, "attr");
+
+/* cuTensorMapEncodeTiled (kind 0), cuTensorMapEncodeIm2col (kind 1) and
+ * cuTensorMapReplaceAddress (kind 2, map holds the map to change). */
+struct rw_tmap {
+    uint32_t kind, dtype, rank, interleave;
+    uint32_t swizzle, l2promo, oobfill, channels_per_pixel;
+    uint32_t pixels_per_column, reserved;
+    uint64_t addr;
+    uint64_t dim[5];
+    uint64_t stride[5];   /* rank - 1 used */
+    uint32_t box[5];
+    uint32_t elem_stride[5];
+    int32_t lower[5], upper[5]; /* im2col corners, rank - 2 used */
+    uint8_t map[128];
 };
 
 struct rw_advise {

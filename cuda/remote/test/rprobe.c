@@ -46,6 +46,11 @@ CUresult cuEventSynchronize(CUevent);
 CUresult cuEventElapsedTime(float *, CUevent, CUevent);
 CUresult cuEventDestroy_v2(CUevent);
 CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuOccupancyMaxActiveClusters(int *, CUfunction, const CUlaunchConfig *);
+CUresult cuTensorMapEncodeTiled(CUtensorMap *, int, uint32_t, void *, const uint64_t *, const uint64_t *,
+                                const uint32_t *, const uint32_t *, int, int, int, int);
+CUresult cuTensorMapReplaceAddress(CUtensorMap *, void *);
 
 static int fails;
 #define CK(x)                                                                                               \
@@ -204,6 +209,41 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++)
         bad += b[i] != 1.0f;
     printf("memset_dtod_wrong=%d\n", bad);
+
+    /* a launch with attributes (a cluster of 2, programmatic stream
+     * serialization), the cluster occupancy, a tensor map */
+    {
+        CUlaunchAttribute at[2];
+        memset(at, 0, sizeof at);
+        at[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        at[0].value.clusterDim.x = 2, at[0].value.clusterDim.y = 1, at[0].value.clusterDim.z = 1;
+        at[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        at[1].value.raw[0] = 1;
+        unsigned grid = (unsigned)((n + 255) / 256 + 1) & ~1u;
+        CUlaunchConfig lc = {grid, 1, 1, 256, 1, 1, 0, NULL, at, 2};
+        CK(cuMemsetD32_v2(dc, 0, (size_t)n));
+        CK(cuLaunchKernelEx(&lc, fadd, pa, NULL));
+        CK(cuMemcpyDtoH_v2(c, dc, vb));
+        /* da holds the scaled halves, db the ones written above. */
+        bad = 0;
+        for (int i = 0; i < n; i++) {
+            float want = a[i] * (i < half ? f1 : f2);
+            bad += c[i] != want + b[i];
+        }
+        printf("launch_ex_wrong=%d\n", bad);
+        int clusters = 0;
+        lc.numAttrs = 1;
+        CK(cuOccupancyMaxActiveClusters(&clusters, fadd, &lc));
+        printf("clusters_ok=%d\n", clusters > 0);
+        CUtensorMap tm;
+        uint64_t dim[2] = {256, (uint64_t)n / 256}, stride[1] = {256 * sizeof(float)};
+        uint32_t box[2] = {32, 8}, es[2] = {1, 1};
+        CK(cuTensorMapEncodeTiled(&tm, 7 /* FLOAT32 */, 2, (void *)(uintptr_t)da, dim, stride, box, es, 0, 0, 0, 0));
+        CK(cuTensorMapReplaceAddress(&tm, (void *)(uintptr_t)db));
+        /* A shape the driver refuses is refused through the fabric too. */
+        CUresult r = cuTensorMapEncodeTiled(&tm, 7, 6, (void *)(uintptr_t)dc, dim, stride, box, es, 0, 0, 0, 0);
+        printf("tensor_map_ok=1\ntensor_map_rank6_refused=%d\n", r != CUDA_SUCCESS);
+    }
 
     /* timings */
     int loops = 0;

@@ -59,6 +59,20 @@
 // or use one combined channel; NoC frames on other queues are counted as
 // "unbound" and passed to the kernel.
 //
+// [NewQueuePorts] and [OpenQueues] open one port per queue 0..K-1 of one
+// device, the channels of a multi-channel link: one AF_XDP socket (and
+// UMEM) per queue, one XDP program for the device (its socket map holds
+// every queue's socket; the last port to close detaches it). A socket
+// sends on its own transmit queue and receives what arrives on its
+// receive queue. veth keeps a frame's queue from one end to the other, so
+// channel i runs on queue i both ways; a NIC puts a frame where its RSS or
+// flow steering says, so a channel's datagrams may be read from another
+// queue's socket, and the link's stripe then accounts them by the channel
+// their header names (link.StripeConfig.SharedMedium). A device with fewer
+// queues than asked (the smaller of its receive and transmit queues, or
+// the first queue the kernel will not bind) gets one port per queue, with a
+// warning; an AF_PACKET fallback has one channel per device.
+//
 // This package never touches frames of other ethertypes and never changes
 // a device's settings beyond attaching its XDP program.
 package xdp

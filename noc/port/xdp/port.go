@@ -45,7 +45,7 @@ type Port struct {
 	mtu     int
 	nb      *ether.Neighbour
 	sock    *socket
-	prog    *bpf.Program
+	prog    *sharedProgram // the device's XDP program, shared by its queues' ports
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -77,77 +77,129 @@ type portStats struct {
 
 // NewPort opens an AF_XDP port on dev (in the calling thread's network
 // namespace) without falling back to AF_PACKET; see [Open].
-func NewPort(dev string, opts Options) (_ *Port, err error) {
+func NewPort(dev string, opts Options) (*Port, error) {
 	opts = opts.withDefaults(dev)
+	d, err := lookupDevice(dev)
+	if err != nil {
+		return nil, err
+	}
+	if d.rxQueues > 0 && int(opts.Queue) >= d.rxQueues {
+		return nil, fmt.Errorf("xdp: device %s has %d receive queues, no queue %d", dev, d.rxQueues, opts.Queue)
+	}
+	prog, err := attachShared(d, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newQueuePort(d, opts.Queue, opts.Name, opts, prog)
+	prog.release() // the port holds its own reference
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// device is what a port needs to know of its network device.
+type device struct {
+	name               string
+	index, mtu         int
+	rxQueues, txQueues int // as the kernel reports them; 0: unknown
+	own, peer          ether.MAC
+}
+
+func lookupDevice(dev string) (device, error) {
 	link, err := netlink.LinkByName(dev)
 	if err != nil {
-		return nil, fmt.Errorf("xdp: device %q: %w", dev, err)
+		return device{}, fmt.Errorf("xdp: device %q: %w", dev, err)
 	}
 	attrs := link.Attrs()
 	if attrs.MTU <= ether.HeaderLen {
-		return nil, fmt.Errorf("xdp: device %s MTU %d too small", dev, attrs.MTU)
-	}
-	if attrs.NumRxQueues > 0 && int(opts.Queue) >= attrs.NumRxQueues {
-		return nil, fmt.Errorf("xdp: device %s has %d receive queues, no queue %d", dev, attrs.NumRxQueues, opts.Queue)
+		return device{}, fmt.Errorf("xdp: device %s MTU %d too small", dev, attrs.MTU)
 	}
 	own, err := ether.MACFrom(attrs.HardwareAddr)
 	if err != nil {
-		return nil, fmt.Errorf("xdp: device %s: %w", dev, err)
+		return device{}, fmt.Errorf("xdp: device %s: %w", dev, err)
 	}
-	var peer ether.MAC
+	return device{name: dev, index: attrs.Index, mtu: attrs.MTU, rxQueues: attrs.NumRxQueues,
+		txQueues: attrs.NumTxQueues, own: own}, nil
+}
+
+// sharedProgram is the XDP program of a device, shared by the ports bound
+// to its queues; the last port to close detaches it.
+type sharedProgram struct {
+	*bpf.Program
+	refs atomic.Int32
+}
+
+// attachShared attaches the NoC program to d (one reference held) and pins
+// its control maps when opts asks.
+func attachShared(d device, opts Options) (*sharedProgram, error) {
+	prog, err := bpf.Attach(d.index, bpf.Options{Mode: opts.AttachMode, ReplaceForeign: opts.ReplaceForeign})
+	if err != nil {
+		return nil, err
+	}
+	if opts.PinDir != "" {
+		if err := prog.Pin(opts.PinDir); err != nil {
+			prog.Close()
+			return nil, err
+		}
+	}
+	sp := &sharedProgram{Program: prog}
+	sp.refs.Store(1)
+	return sp, nil
+}
+
+func (sp *sharedProgram) acquire() { sp.refs.Add(1) }
+
+// release drops one reference; the last one closes the program.
+func (sp *sharedProgram) release() error {
+	if sp.refs.Add(-1) == 0 {
+		return sp.Program.Close()
+	}
+	return nil
+}
+
+// newQueuePort opens the AF_XDP socket of one queue of d and registers it
+// with prog (the port takes a reference of its own).
+func newQueuePort(d device, queue uint32, name string, opts Options, prog *sharedProgram) (_ *Port, err error) {
+	peer := d.peer
 	if len(opts.PeerMAC) > 0 {
 		if peer, err = ether.MACFrom(opts.PeerMAC); err != nil {
 			return nil, err
 		}
 	}
-
 	// A frame of the device MTU fits one UMEM frame, or it needs
 	// multi-buffer descriptors.
-	wantSG := attrs.MTU > rxFrameCapacity
-	sock, err := openSocket(attrs.Index, opts.Queue, opts.RingSize, opts.ZeroCopy, wantSG)
+	wantSG := d.mtu > rxFrameCapacity
+	sock, err := openSocket(d.index, queue, opts.RingSize, opts.ZeroCopy, wantSG)
 	if err != nil {
 		return nil, err
 	}
 	p := &Port{
-		name:    opts.Name,
-		dev:     dev,
-		ifindex: attrs.Index,
-		queue:   opts.Queue,
-		mtu:     attrs.MTU - ether.HeaderLen,
-		nb:      ether.NewNeighbour(own, peer),
+		name:    name,
+		dev:     d.name,
+		ifindex: d.index,
+		queue:   queue,
+		mtu:     d.mtu - ether.HeaderLen,
+		nb:      ether.NewNeighbour(d.own, peer),
 		sock:    sock,
-		txDescs: make([]unix.XDPDesc, 0, (attrs.MTU+frameSize-1)/frameSize),
+		txDescs: make([]unix.XDPDesc, 0, (d.mtu+frameSize-1)/frameSize),
 		txBatch: max(opts.TxBatch, 1),
 	}
 	if wantSG && !sock.sg {
 		p.mtu = rxFrameCapacity - ether.HeaderLen
 		opts.Logger.Warn("xdp: kernel has no multi-buffer AF_XDP; port MTU reduced",
-			"dev", dev, "device_mtu", attrs.MTU, "port_mtu", p.mtu)
+			"dev", d.name, "device_mtu", d.mtu, "port_mtu", p.mtu)
 	}
 	p.readFn = p.readReady
 	p.wakeFn = p.wakeRx
 	p.kickFn = p.kickTx
-	defer func() {
-		if err != nil {
-			p.closed.Store(true)
-			if p.prog != nil {
-				p.prog.Close()
-			}
-			p.sock.close()
-		}
-	}()
-
-	if p.prog, err = bpf.Attach(attrs.Index, bpf.Options{Mode: opts.AttachMode, ReplaceForeign: opts.ReplaceForeign}); err != nil {
+	if err := prog.Register(queue, sock.fd); err != nil {
+		p.closed.Store(true)
+		sock.close()
 		return nil, err
 	}
-	if err = p.prog.Register(opts.Queue, sock.fd); err != nil {
-		return nil, err
-	}
-	if opts.PinDir != "" {
-		if err = p.prog.Pin(opts.PinDir); err != nil {
-			return nil, err
-		}
-	}
+	prog.acquire()
+	p.prog = prog
 	return p, nil
 }
 
@@ -486,15 +538,15 @@ func (p *Port) Counters() (map[string]uint64, error) {
 	return out, nil
 }
 
-// Close detaches the XDP program and releases the socket, its rings and
-// its UMEM. A blocked ReadDatagram returns noc.ErrPortClosed.
+// Close releases the socket, its rings and its UMEM, and detaches the XDP
+// program when no other queue's port of the device uses it. A blocked ReadDatagram returns noc.ErrPortClosed.
 func (p *Port) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
 		errs := []error{p.sock.closeFile()} // wakes a blocked reader
 		p.rxMu.Lock()
 		p.txMu.Lock()
-		errs = append(errs, p.prog.Close(), p.sock.close())
+		errs = append(errs, p.prog.release(), p.sock.close())
 		p.txMu.Unlock()
 		p.rxMu.Unlock()
 		p.closeErr = errors.Join(errs...)
