@@ -173,8 +173,19 @@ func accessOf(c noc.Class) uint32 {
 // a node on the tree). It answers f itself and returns false when f may
 // not go on: EACCES, or EAGAIN while the attributes are being asked for.
 // Requests of this node's own host (in == noc.LocalPort) were checked at
-// the host socket.
+// the host socket, and at submission where this node knew the page's
+// attributes; one that went out without them and is served here after
+// all (held at this node through a swap that made it the owner) is
+// checked now that the node holds the page and its attributes.
 func (e *Engine) vouched(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry) bool {
+	if in == noc.LocalPort && !credRoot(f.Payload) {
+		if a, ok := e.attrOf(pg, ent); ok && !credAllows(a, f.Payload, accessOf(f.Class)) {
+			e.stats.Refused++
+			e.fail(now, f, syscall.EACCES)
+			return false
+		}
+		return true
+	}
 	if in == noc.LocalPort || credRoot(f.Payload) || bugsCompiled && e.cfg.Bug == BugTrustVouched {
 		return true
 	}

@@ -263,6 +263,12 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) 
 			e.notBranch(now, key, in) // a ref we forwarded, answered after we left the tree
 			return
 		}
+		if ent.Up != in && in != noc.LocalPort {
+			// Answered by the node our ref went up to before we moved (a
+			// reset and a re-join elsewhere): it added us as a branch, we
+			// hang below another node now. The content is as good.
+			e.notBranch(now, key, in)
+		}
 		if rr.flags&refAttr != 0 {
 			e.learnAttr(key, rr.attr)
 		}
