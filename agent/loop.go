@@ -384,7 +384,7 @@ func (a *Agent) endStepLocked() []hostif.Done {
 	if len(a.tx.ports) != len(a.ports) {
 		a.tx.ports = make([]txPort, len(a.ports))
 	}
-	a.tx.sent = 0
+	sent := 0
 	for i := range a.ports {
 		tp := &a.tx.ports[i]
 		tp.n = 0
@@ -401,10 +401,10 @@ func (a *Agent) endStepLocked() []hostif.Done {
 			tp.bufs[tp.n] = b[:n]
 			tp.n++
 		}
-		a.tx.sent += tp.n
+		sent += tp.n
 	}
-	if a.tx.sent > 0 {
-		a.sent.Add(uint64(a.tx.sent))
+	if sent > 0 {
+		a.sent.Add(uint64(sent))
 	}
 	a.publish()
 	if a.host == nil {
@@ -419,7 +419,6 @@ func (a *Agent) endStepLocked() []hostif.Done {
 type txOut struct {
 	mu    sync.Mutex
 	ports []txPort
-	sent  int // datagrams in the batch
 }
 
 type txPort struct {
