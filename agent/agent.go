@@ -48,12 +48,16 @@ type Agent struct {
 	// writes them and hands the step's host completions to the host
 	// socket: no hand-off between goroutines, no I/O under mu.
 	mu    sync.Mutex
-	armed time.Duration  // when the parked loop wakes next; -1 while it runs (under mu)
-	rxBuf []byte         // the loop's receive buffer (under mu)
-	tx    txOut          // output datagrams between a step and their write
-	sent  atomic.Uint64  // datagrams the steps handed to the ports, ever
-	w     *waiter        // where the loop parks (from New to Close)
-	srv   *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
+	armed time.Duration // when the parked loop wakes next; -1 while it runs (under mu)
+	// stepAt is the time of the last step (under mu): a step never runs
+	// earlier than the one before it, though the loop reads the clock
+	// once per pass, before it takes mu.
+	stepAt time.Duration
+	rxBuf  []byte         // the loop's receive buffer (under mu)
+	tx     txOut          // output datagrams between a step and their write
+	sent   atomic.Uint64  // datagrams the steps handed to the ports, ever
+	w      *waiter        // where the loop parks (from New to Close)
+	srv    *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -423,4 +427,6 @@ func (a *Agent) publishFault(ev coherence.Event) {
 
 // Exec runs fn as one step of the agent's core, then writes the step's
 // output. fn must not block.
-func (a *Agent) Exec(fn func(c *node.Core)) { a.onCore(fn) }
+func (a *Agent) Exec(fn func(c *node.Core)) {
+	a.onCore(func(c *node.Core, _ time.Duration) { fn(c) })
+}

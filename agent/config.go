@@ -132,8 +132,10 @@ func DefaultConfig() Config {
 		// fail over; a lock is a host program's critical section.
 		RequestTimeout: 2 * time.Second,
 		PinBound:       5 * time.Second,
-		Loop:           LoopBlocking,
-		Spin:           200 * time.Microsecond,
+		Loop:           LoopAdaptive,
+		// long enough for a host program's next ring request, short enough
+		// not to hold a core through a transfer a neighbour must answer
+		Spin: 50 * time.Microsecond,
 	}
 }
 

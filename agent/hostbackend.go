@@ -129,7 +129,7 @@ func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Co
 	r.ID = b.nextID
 	b.waiting[r.ID] = ch
 	b.mu.Unlock()
-	b.a.onCore(func(c *node.Core) { b.hosts.Submit(b.a.now(), hostSession, r, c) })
+	b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Submit(now, hostSession, r, c) })
 	select {
 	case cp := <-ch:
 		return cp, cp.Err
@@ -139,7 +139,7 @@ func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Co
 		delete(b.waiting, r.ID)
 		b.mu.Unlock()
 		if pending {
-			b.a.onCore(func(c *node.Core) { b.hosts.Abandon(b.a.now(), hostSession, r.ID, c) })
+			b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Abandon(now, hostSession, r.ID, c) })
 		} else if cp := <-ch; cp.Err == nil {
 			return cp, nil // it completed as the caller gave up: take it
 		}
@@ -233,8 +233,7 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 		}
 		rs = append(rs, r)
 	}
-	b.a.onCore(func(c *node.Core) {
-		now := b.a.now()
+	b.a.onCore(func(c *node.Core, now time.Duration) {
 		for i := range rs {
 			b.hosts.Submit(now, hostSession, rs[i], c)
 		}

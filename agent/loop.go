@@ -27,8 +27,9 @@ type LoopMode uint8
 const (
 	// LoopBlocking parks in epoll at once (the least CPU).
 	LoopBlocking LoopMode = iota
-	// LoopAdaptive spins for Config.Spin after the last piece of work,
-	// then parks: an answer that comes within the budget costs no wake-up.
+	// LoopAdaptive, the default, spins for Config.Spin after the last ring
+	// request, then parks: a ring request that comes within the budget
+	// costs no wake-up, and an idle agent takes no CPU.
 	LoopAdaptive
 	// LoopPoll never parks (a core of its own).
 	LoopPoll
@@ -81,8 +82,8 @@ func (a *Agent) loop(ctx context.Context) error {
 	ports := true
 	sent, sentAt := a.sent.Load(), time.Duration(0)
 	for ctx.Err() == nil {
-		work, ringWork, portWork := a.drain(ports)
-		now := a.now()
+		now := a.now() // the pass's one clock reading
+		work, ringWork, portWork := a.drain(now, ports)
 		// A spinning loop that finds nothing yields the CPU when it reads
 		// the ports: let whoever it waits for run on this CPU (a
 		// neighbour agent, a host program); a spin that never yields
@@ -117,6 +118,8 @@ func (a *Agent) loop(ctx context.Context) error {
 		case LoopPoll:
 			if yield {
 				nbio.Yield()
+			} else if !work {
+				nbio.Pause()
 			}
 			continue
 		case LoopAdaptive:
@@ -126,6 +129,8 @@ func (a *Agent) loop(ctx context.Context) error {
 			if ringAt >= 0 && now-ringAt < a.cfg.Spin {
 				if yield {
 					nbio.Yield()
+				} else if !work {
+					nbio.Pause()
 				}
 				continue
 			}
@@ -159,12 +164,12 @@ const (
 	spinAnswer   = time.Millisecond
 )
 
-// drain is one pass of the loop as one step of the core; it reads the
-// ports when ports is set. It reports whether it found work, whether host
-// rings brought some, and whether the ports did.
-func (a *Agent) drain(ports bool) (work, ringWork, portWork bool) {
+// drain is one pass of the loop as one step of the core, at now; it reads
+// the ports when ports is set. It reports whether it found work, whether
+// host rings brought some, and whether the ports did.
+func (a *Agent) drain(now time.Duration, ports bool) (work, ringWork, portWork bool) {
 	a.mu.Lock()
-	now := a.now()
+	now = max(now, a.stepAt) // another goroutine's step may have run since the reading
 	got := false
 	for i := range a.ports {
 		if !ports {
@@ -215,17 +220,17 @@ func (a *Agent) drain(ports bool) (work, ringWork, portWork bool) {
 		break
 	}
 	portWork = got
-	if now := a.now(); now >= a.core.NextDeadline() {
+	if now >= a.core.NextDeadline() {
 		a.core.Tick(now)
 	}
 	if got {
-		a.settleLocked()
+		now = a.settleLocked(now)
 	}
-	done := a.endStepLocked()
+	done := a.endStepLocked(now)
 	a.mu.Unlock()
 	a.writeTx()
 	a.deliver(done)
-	if a.srv != nil && a.srv.ServeRings(maxBatch) {
+	if a.srv != nil && a.srv.ServeRings(maxBatch, a.start.Add(now)) {
 		got, ringWork = true, true
 	}
 	return got || len(done) > 0, ringWork, portWork
@@ -250,8 +255,9 @@ func (a *Agent) ringBell(fd int, add bool) {
 func (a *Agent) park() error {
 	bound := idleTick
 	if a.srv != nil {
+		a.w.got = 0 // no event of an earlier wait counts as a bell that rang
 		pending, held := a.srv.ParkRings()
-		defer a.srv.WakeRings()
+		defer a.srv.WakeRings(a.w.rang)
 		if pending {
 			return nil // a host submitted while the loop decided to sleep
 		}
@@ -332,27 +338,31 @@ func (a *Agent) input(d datagram) {
 const spinBound = 20 * time.Microsecond
 
 // settleLocked runs the core's deadlines that fall within spinBound of now,
-// a few at most.
-func (a *Agent) settleLocked() {
+// a few at most, and returns the time it reached.
+func (a *Agent) settleLocked(now time.Duration) time.Duration {
 	for range 4 {
 		d := a.core.NextDeadline()
-		if d-a.now() > spinBound {
-			return
+		if d-now > spinBound {
+			return now
 		}
-		for a.now() < d {
+		for now < d {
+			nbio.Pause()
+			now = a.now()
 		}
-		a.core.Tick(a.now())
+		a.core.Tick(now)
 	}
+	return now
 }
 
 // onCore runs fn as one step of the core, then writes the step's output
 // and hands its host completions over, all on the calling goroutine. Every
 // holder of a.mu does bounded work, so the wait for it is bounded too.
-func (a *Agent) onCore(fn func(c *node.Core)) {
+func (a *Agent) onCore(fn func(c *node.Core, now time.Duration)) {
 	a.mu.Lock()
-	fn(a.core)
-	a.settleLocked()
-	done := a.endStepLocked()
+	now := max(a.now(), a.stepAt)
+	fn(a.core, now)
+	now = a.settleLocked(now)
+	done := a.endStepLocked(now)
 	if a.armed >= 0 {
 		// A parked loop is not woken to spin for the answers of what this
 		// step sent: the wake-up costs as much as the answer's own, and a
@@ -364,7 +374,7 @@ func (a *Agent) onCore(fn func(c *node.Core)) {
 			// the parked loop would sleep past the core's next deadline:
 			// bring its timer forward (no wake-up now)
 			a.armed = next
-			if err := a.w.setTimer(next, a.now()); err != nil {
+			if err := a.w.setTimer(next, now); err != nil {
 				a.armed = -1
 				a.w.ring()
 			}
@@ -378,9 +388,9 @@ func (a *Agent) onCore(fn func(c *node.Core)) {
 // endStepLocked ends a step under a.mu: it takes the transmit batch (held
 // until writeTx), copies the step's datagrams into it, publishes the
 // core's events and returns the host completions the step produced.
-func (a *Agent) endStepLocked() []hostif.Done {
+func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
+	a.stepAt = now
 	a.tx.mu.Lock()
-	now := a.now()
 	if len(a.tx.ports) != len(a.ports) {
 		a.tx.ports = make([]txPort, len(a.ports))
 	}

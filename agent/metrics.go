@@ -100,6 +100,7 @@ func (s source) EngineCounters() metrics.EngineCounters {
 		u := s.a.engine.PageUse()
 		ec = metrics.EngineCounters{ReplicaAnswers: c.AnsweredByReplica, Merges: c.Merges, Evictions: c.Evictions,
 			PinRevocations: c.HostFaults, Acquires: c.Acquires, Swaps: c.SwapsCompleted,
+			Failovers: c.Promotions, FailoversRefused: c.ReplPromoteFailed, AcquiresStoppedByFailover: c.ReplAcquiresStopped,
 			PagesOwned: u.Owned, PagesReplica: u.Replicas, PagesBackup: u.Backups, PagesCapacity: u.Capacity}
 	})
 	return ec

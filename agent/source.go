@@ -16,7 +16,9 @@ import (
 // of the core.
 type source struct{ a *Agent }
 
-func (s source) snap(fn func(c *node.Core)) { s.a.onCore(fn) }
+func (s source) snap(fn func(c *node.Core)) {
+	s.a.onCore(func(c *node.Core, _ time.Duration) { fn(c) })
+}
 
 func (s source) portName(p noc.PortID) string {
 	if int(p) < len(s.a.ports) {

@@ -38,6 +38,7 @@ type waiter struct {
 	// clock); the loop re-arms it only when the deadline changes.
 	timerAt time.Duration
 	fn      func(uintptr) bool // poll, allocated once
+	rang    func(int) bool     // fired, allocated once
 }
 
 func newWaiter() (*waiter, error) {
@@ -56,7 +57,7 @@ func newWaiter() (*waiter, error) {
 		w.close()
 		return nil, fmt.Errorf("agent: epoll: %w", err)
 	}
-	w.fn = w.poll
+	w.fn, w.rang = w.poll, w.fired
 	if w.kick, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		w.close()
 		return nil, fmt.Errorf("agent: eventfd: %w", err)
@@ -138,6 +139,16 @@ func (w *waiter) wait() error {
 		}
 	}
 	return nil
+}
+
+// fired reports whether the last wait saw fd readable.
+func (w *waiter) fired(fd int) bool {
+	for _, ev := range w.evs[:w.got] {
+		if int(ev.Fd) == fd {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *waiter) close() {

@@ -69,6 +69,7 @@ type task struct {
 	ctx opContext
 	rg  *connRing // the ring it came on; nil: the socket
 	at  time.Time // when it arrived (for Options.Observe)
+	end time.Time // when its completion was taken, if known (zero: read the clock)
 }
 
 // reply is what an op produces besides its error.
@@ -80,7 +81,7 @@ type reply struct {
 
 // putTask returns t to the pool.
 func putTask(t *task) {
-	t.rg, t.at = nil, time.Time{}
+	t.rg, t.at, t.end = nil, time.Time{}, time.Time{}
 	taskPool.Put(t)
 }
 
@@ -308,9 +309,14 @@ func (s *Server) encodeReply(t *task, err error) []byte {
 
 // observe tells Options.Observe that t was answered with status.
 func (s *Server) observe(t *task, status uint32) {
-	if s.opts.Observe != nil && !t.at.IsZero() {
-		s.opts.Observe(t.req.Op, time.Since(t.at), syscall.Errno(status))
+	if s.opts.Observe == nil || t.at.IsZero() {
+		return
 	}
+	end := t.end
+	if end.IsZero() {
+		end = time.Now()
+	}
+	s.opts.Observe(t.req.Op, end.Sub(t.at), syscall.Errno(status))
 }
 
 // flush writes the replies queued on c without waiting (the driver's loop

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
@@ -198,11 +199,16 @@ func (s *Server) Complete(ds []Done) {
 	var connsAt [8]*conn
 	var ringsAt [8]*connRing
 	conns, rings := connsAt[:0], ringsAt[:0]
+	var end time.Time // one clock reading for the batch (Options.Observe)
+	if s.opts.Observe != nil && len(ds) > 0 {
+		end = time.Now()
+	}
 	for i := range ds {
 		pd, ok := s.pending.take(ds[i].Token)
 		if !ok {
 			continue
 		}
+		pd.t.end = end
 		if rg := pd.t.rg; rg != nil { // read before finishPipelined recycles the task
 			rings = appendOnce(rings, rg)
 		} else {

@@ -3,6 +3,7 @@ package hostif
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,31 +38,44 @@ type connRing struct {
 
 // ringSet is the server's rings, for the driver's loop.
 type ringSet struct {
-	mu    sync.Mutex
-	rings []*connRing
+	mu    sync.Mutex                  // serialises add and remove
+	rings atomic.Pointer[[]*connRing] // copied on write: the loop reads it every pass without a lock
 }
 
 func (rs *ringSet) add(r *connRing) {
 	rs.mu.Lock()
-	rs.rings = append(rs.rings, r)
-	rs.mu.Unlock()
+	defer rs.mu.Unlock()
+	var next []*connRing
+	if cur := rs.rings.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	next = append(next, r)
+	rs.rings.Store(&next)
 }
 
 func (rs *ringSet) remove(r *connRing) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	for i, x := range rs.rings {
-		if x == r {
-			rs.rings = append(rs.rings[:i], rs.rings[i+1:]...)
-			return
+	cur := rs.rings.Load()
+	if cur == nil {
+		return
+	}
+	next := make([]*connRing, 0, len(*cur))
+	for _, x := range *cur {
+		if x != r {
+			next = append(next, x)
 		}
 	}
+	rs.rings.Store(&next)
 }
 
-func (rs *ringSet) snapshot(dst []*connRing) []*connRing {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return append(dst[:0], rs.rings...)
+// snapshot returns the rings as they are now; the caller must not modify
+// the slice.
+func (rs *ringSet) snapshot() []*connRing {
+	if cur := rs.rings.Load(); cur != nil {
+		return *cur
+	}
+	return nil
 }
 
 // openRings answers RINGS: a ring pair for c, its descriptors in the reply.
@@ -122,14 +136,15 @@ func (s *Server) closeRing(c *conn) {
 
 // ServeRings takes the waiting submissions of every ring (up to max each)
 // and starts them: data-path requests through the Pipeline in one batch,
-// the others as on the socket. It reports whether it found any. Only the
-// driver's loop calls it.
-func (s *Server) ServeRings(max int) bool {
-	var local [16]*connRing
-	rings := s.rings.snapshot(local[:0])
+// the others as on the socket. now is the driver's pass time, taken as
+// their arrival (Options.Observe): reading the clock per request cost more
+// than the rest of a ring request's bookkeeping. It reports whether it
+// found any. Only the driver's loop calls it.
+func (s *Server) ServeRings(max int, now time.Time) bool {
+	rings := s.rings.snapshot()
 	got := false
 	for _, rg := range rings {
-		if s.serveRing(rg, max) {
+		if s.serveRing(rg, max, now) {
 			got = true
 		}
 	}
@@ -137,13 +152,14 @@ func (s *Server) ServeRings(max int) bool {
 }
 
 // serveRing takes and starts the submissions of one ring.
-func (s *Server) serveRing(rg *connRing, max int) bool {
+func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 	c := rg.c
 	batch := s.ringOps[:0]
-	got := false
+	got, held := false, false
 	for range max {
 		rg.mu.Lock()
 		if rg.closed || rg.inflight >= s.opts.MaxOutstanding || len(rg.held) > 0 {
+			held = len(rg.held) > 0
 			rg.mu.Unlock()
 			break
 		}
@@ -163,7 +179,7 @@ func (s *Server) serveRing(rg *connRing, max int) bool {
 		t.rg = rg
 		t.at = time.Time{}
 		if s.opts.Observe != nil {
-			t.at = time.Now()
+			t.at = now
 		}
 		// The request is decoded from the task's own buffer: its payload
 		// (a STORE's bytes) is read until the request completes, long
@@ -212,7 +228,11 @@ func (s *Server) serveRing(rg *connRing, max int) bool {
 	if len(batch) > 0 {
 		s.pipe.Submit(batch)
 	}
-	rg.flush()
+	if got || held {
+		// a pass that took nothing has nothing to publish: the empty Pop
+		// handed the slots back, and whoever queued a reply flushed it
+		rg.flush()
+	}
 	return got
 }
 
@@ -289,8 +309,7 @@ func (rg *connRing) flush() {
 // that a full completion ring holds back (the driver should sleep briefly:
 // hosts do not ring when they reap).
 func (s *Server) ParkRings() (pending, held bool) {
-	var local [16]*connRing
-	for _, rg := range s.rings.snapshot(local[:0]) {
+	for _, rg := range s.rings.snapshot() {
 		rg.mu.Lock()
 		if !rg.closed && rg.p.SetNeedWakeup(true) {
 			pending = true
@@ -303,14 +322,19 @@ func (s *Server) ParkRings() (pending, held bool) {
 	return pending, held
 }
 
-// WakeRings undoes ParkRings after the driver woke: bells are drained and
-// hosts stop ringing.
-func (s *Server) WakeRings() {
-	var local [16]*connRing
-	for _, rg := range s.rings.snapshot(local[:0]) {
+// WakeRings undoes ParkRings after the driver woke: hosts stop ringing,
+// and the bells that rang are drained. rang reports whether a bell's
+// descriptor was seen readable (nil: drain every bell). A bell rung but
+// not reported stays readable and wakes the next park at once, which then
+// drains it; draining only the bells that rang saves a system call per
+// idle ring on every wake-up.
+func (s *Server) WakeRings(rang func(bell int) bool) {
+	for _, rg := range s.rings.snapshot() {
 		rg.mu.Lock()
 		if !rg.closed {
-			rg.p.DrainBell()
+			if rang == nil || rang(rg.p.Bell()) {
+				rg.p.DrainBell()
+			}
 			rg.p.SetNeedWakeup(false)
 		}
 		rg.mu.Unlock()

@@ -41,6 +41,9 @@
 //	dpu_arbiter_queue_depth                requests waiting at the arbiter, all pages
 //	dpu_arbiter_oldest_wait_seconds        the longest of their waits
 //	dpu_ownership_acquires_total, dpu_ownership_swaps_total
+//	dpu_failovers_total                    pages taken over from a dead owner (replicas > 1)
+//	dpu_failovers_refused_total            takeovers refused for want of room
+//	dpu_failover_acquires_answered_total   own acquires a takeover stopped and answered
 //	dpu_host_requests_total{op,result}     result: ok or the errno's name (ENOENT, ...)
 //	dpu_host_request_duration_seconds{op}  histogram
 //	dpu_gpu_memory_used_bytes{pid,uid,device,command}

@@ -43,6 +43,10 @@ type EngineCounters struct {
 	PinRevocations uint64 // pins revoked at their bound (host faults)
 	Acquires       uint64 // ownership acquires handled
 	Swaps          uint64 // ownership transfers completed here
+	// Failover (replicas > 1): pages this node took over from a dead owner,
+	// takeovers refused for want of room, and this node's own acquires of
+	// a page that its takeover stopped and answered.
+	Failovers, FailoversRefused, AcquiresStoppedByFailover uint64
 	// Physical pages in use (the capacity rule: Capacity in all): primaries
 	// owned here, replicas the host maps, backup copies kept for owners
 	// elsewhere (replicas > 1).
@@ -163,6 +167,9 @@ var (
 	descOldestWait    = desc("dpu_arbiter_oldest_wait_seconds", "The longest wait of a request queued at the arbiter.")
 	descAcquires      = desc("dpu_ownership_acquires_total", "Ownership acquires handled.")
 	descSwaps         = desc("dpu_ownership_swaps_total", "Ownership transfers completed at this node.")
+	descFailovers     = desc("dpu_failovers_total", "Pages this node took over from a dead owner as their backup (replicas > 1).")
+	descFailRefused   = desc("dpu_failovers_refused_total", "Takeovers this node refused for want of room.")
+	descFailAcquires  = desc("dpu_failover_acquires_answered_total", "This node's acquires of a page its takeover stopped and answered.")
 	descPages         = desc("dpu_pages", "Physical pages in use, by kind (owned, replica, backup); all count against the capacity.", "kind")
 	descPagesCap      = desc("dpu_pages_capacity", "Physical pages this node may hold (config pages).")
 	gpuLabels         = []string{"pid", "uid", "device", "command"}
@@ -176,7 +183,7 @@ var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, 
 	descTxBytes, descRxBytes, descTxMessages, descRxMessages, descRetransmits, descCRCErrors, descDuplicates, descRTT,
 	descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
-	descSwaps, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
+	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
 
 // Describe implements prometheus.Collector.
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -271,6 +278,9 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRevocations, ec.PinRevocations)
 		counter(descAcquires, ec.Acquires)
 		counter(descSwaps, ec.Swaps)
+		counter(descFailovers, ec.Failovers)
+		counter(descFailRefused, ec.FailoversRefused)
+		counter(descFailAcquires, ec.AcquiresStoppedByFailover)
 		if ec.PagesCapacity > 0 {
 			gauge(descPages, float64(ec.PagesOwned), "owned")
 			gauge(descPages, float64(ec.PagesReplica), "replica")

@@ -36,7 +36,7 @@ func sample() engineSource {
 	snap := ctltest.Sample()
 	snap.Links = append(snap.Links, ctl.Link{Index: 2, Name: "p2", Kind: "udp", Peer: noc.BroadcastNode})
 	snap.Stats.Counters = append(snap.Stats.Counters, ctl.Counter{Name: "drop_no_route", Value: 2}, ctl.Counter{Name: "link_retransmits", Value: 9}, ctl.Counter{Name: "routes", Value: 3})
-	return engineSource{ctltest.NewSource(snap), EngineCounters{ReplicaAnswers: 7, Merges: 3, Evictions: 2, PinRevocations: 1, Acquires: 5, Swaps: 4,
+	return engineSource{ctltest.NewSource(snap), EngineCounters{ReplicaAnswers: 7, Merges: 3, Evictions: 2, PinRevocations: 1, Acquires: 5, Swaps: 4, Failovers: 6, FailoversRefused: 1, AcquiresStoppedByFailover: 2,
 		PagesOwned: 2, PagesReplica: 5, PagesBackup: 3, PagesCapacity: 64}}
 }
 
@@ -145,6 +145,9 @@ func TestScrape(t *testing.T) {
 		{"dpu_pages", map[string]string{"kind": "backup"}, 3},
 		{"dpu_pages", map[string]string{"kind": "replica"}, 5},
 		{"dpu_pages_capacity", nil, 64},
+		{"dpu_failovers_total", nil, 6},
+		{"dpu_failovers_refused_total", nil, 1},
+		{"dpu_failover_acquires_answered_total", nil, 2},
 		{"dpu_arbiter_queue_depth", nil, 1},
 		{"dpu_gpu_memory_used_bytes", map[string]string{"pid": "4242", "command": "train.py"}, 3 << 30},
 		{"dpu_gpu_kernel_quota_ratio", map[string]string{"pid": "4242"}, 0.5},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/aitherion/dpu/hostif/ring"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/nbio"
 )
 
 // rings is the client's side of a ring pair (PROTOCOL.md §12), when the
@@ -150,7 +151,13 @@ func (c *Client) spin(cl *call) bool {
 			return false
 		}
 		if i < 256 {
-			runtime.Gosched()
+			// a PAUSE per look, and now and then the other goroutines of
+			// this P (a round through the scheduler per look cost more
+			// than the agent's whole answer)
+			nbio.Pause()
+			if i%16 == 15 {
+				runtime.Gosched()
+			}
 		} else {
 			// On a machine with fewer cores than busy threads the agent
 			// may need this core: let the kernel run it.

@@ -107,9 +107,8 @@ func (c *Client) Reap(dst []byte) (n int, ok bool, err error) {
 	if c.mem == nil {
 		return 0, false, ErrClosed
 	}
-	avail, err := c.cq.available()
-	if err != nil || avail == 0 {
-		return 0, false, err
+	if c.cq.available() == 0 {
+		return 0, false, nil
 	}
 	if n, err = c.cq.take(dst); err != nil {
 		return 0, false, err
@@ -123,8 +122,7 @@ func (c *Client) Ready() (bool, error) {
 	if c.mem == nil {
 		return false, ErrClosed
 	}
-	n, err := c.cq.available()
-	return n > 0, err
+	return c.cq.available() > 0, nil
 }
 
 // Wait blocks until a completion is ready or timeout passes, and reports

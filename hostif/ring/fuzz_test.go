@@ -34,8 +34,8 @@ func fzOp(kind int, a, b uint32) []byte {
 // agent's calls. The agent never panics (Go bounds checks turn any read
 // outside the mapping into a panic), Pop returns exactly what an oracle
 // reading the same memory predicts (the message in the slot, nothing, or
-// ErrCorrupt for an impossible index or length), and corruption is
-// sticky. Seeds: testdata/fuzz/FuzzPop plus the ones below.
+// ErrCorrupt for an impossible index, sequence word or length), and
+// corruption is sticky. Seeds: testdata/fuzz/FuzzPop plus the ones below.
 func FuzzPop(f *testing.F) {
 	seq := func(ops ...[]byte) []byte { return bytes.Join(ops, nil) }
 	f.Add(seq(fzOp(fzSubmit, 48, 0), fzOp(fzPop, 0, 0), fzOp(fzPush, 48, 0), fzOp(fzFlush, 0, 0), fzOp(fzReap, 0, 0)))
@@ -93,23 +93,26 @@ func checkPop(t *testing.T, p *Pair, c *Client, dst []byte) {
 	sticky := p.err
 	var want []byte
 	wantOK, wantCorrupt := false, false
-	prod := p.sq.ready
-	if prod == p.sq.next {
-		prod = c.sq.producer.Load()
-	}
-	switch n := prod - p.sq.next; {
-	case sticky != nil:
-	case n > p.cfg.Entries:
-		wantCorrupt = true
-	case n == 0:
-	default:
+	slot := func() {
 		s := c.sq.slot(p.sq.next)
 		l := binary.LittleEndian.Uint32(s)
-		if l == 0 || l > uint32(p.cfg.MaxMessage()) {
+		switch {
+		case binary.LittleEndian.Uint32(s[slotSeq:]) != p.sq.next+1:
 			wantCorrupt = true
-		} else {
+		case l == 0 || l > uint32(p.cfg.MaxMessage()):
+			wantCorrupt = true
+		default:
 			wantOK, want = true, append([]byte(nil), s[SlotHeader:SlotHeader+l]...)
 		}
+	}
+	switch {
+	case sticky != nil:
+	case p.sq.ready != p.sq.next:
+		// a refresh (SetNeedWakeup) found submissions: the slot must be one
+		slot()
+	case binary.LittleEndian.Uint32(c.sq.slot(p.sq.next)[slotSeq:]) == p.sq.next+1:
+		// the slot's sequence word says it is ready
+		slot()
 	}
 	n, ok, err := p.Pop(dst)
 	switch {

@@ -30,11 +30,19 @@ import (
 //
 // Each index and flag word sits alone in a 128-byte block so that the two
 // sides never write the same cache line (nor an adjacent-line prefetch
-// pair). A slot is a 4-byte message length, 4 reserved bytes, then the
-// message.
+// pair). A slot is a 4-byte message length, a 4-byte sequence word, then
+// the message. The producer writes the length and the message, then the
+// sequence word (the slot's index + 1, a release store), then the
+// producer index. A consumer waiting for slot i polls that slot's
+// sequence word for i + 1 rather than the producer index: the message and
+// the sign that it is there share one cache line, so a request crosses
+// between the CPUs as one line each way instead of two (the index is for
+// the wakeup protocol and for consumers that come back from sleep).
 const (
-	Magic         = 0x52555044 // "DPUR" little-endian
-	LayoutVersion = 1
+	Magic = 0x52555044 // "DPUR" little-endian
+	// LayoutVersion 2 added the slot's sequence word (version 1 left it
+	// zero and had consumers poll the producer index).
+	LayoutVersion = 2
 
 	offMagic    = 0
 	offVersion  = 4
@@ -51,8 +59,9 @@ const (
 
 	// ControlSize is the control page before the slots.
 	ControlSize = 4096
-	// SlotHeader is the length word and reserved word before a message.
+	// SlotHeader is the length word and sequence word before a message.
 	SlotHeader = 8
+	slotSeq    = 4 // offset of the sequence word in a slot
 )
 
 // Flags.

@@ -103,11 +103,7 @@ func (p *Pair) Pop(dst []byte) (n int, ok bool, err error) {
 	if p.err != nil {
 		return 0, false, p.err
 	}
-	avail, err := p.sq.available()
-	if err != nil {
-		return 0, false, p.fail(err)
-	}
-	if avail == 0 {
+	if p.sq.available() == 0 {
 		if p.sq.unreleased() {
 			p.sq.release()
 		}

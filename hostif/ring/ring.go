@@ -85,12 +85,14 @@ func (p *producer) free() (uint32, error) {
 	return p.limit - p.next, nil
 }
 
-// put writes msg into the next slot; the caller checked free and the size.
+// put writes msg into the next slot and marks it with its sequence word
+// (a consumer polling the slot may take it from then on); the caller
+// checked free and the size.
 func (p *producer) put(msg []byte) {
 	s := p.slot(p.next)
 	binary.LittleEndian.PutUint32(s[0:], uint32(len(msg)))
-	binary.LittleEndian.PutUint32(s[4:], 0)
 	copy(s[SlotHeader:], msg)
+	storeRelease(seqWord(s), p.next+1)
 	p.next++
 }
 
@@ -122,20 +124,31 @@ func newConsumer(w words, s slots) consumer {
 	return c
 }
 
-// available returns the number of slots ready to read, loading the
-// producer's index only when none are known.
-func (c *consumer) available() (uint32, error) {
+// available returns the number of slots ready to read. When none are
+// known it looks at the next slot's sequence word, not at the producer's
+// index: the slot's own cache line brings the message with the news.
+func (c *consumer) available() uint32 {
 	if n := c.ready - c.next; n > 0 {
-		return n, nil
+		return n
 	}
-	return c.refresh()
+	if seqWord(c.slot(c.next)).Load() == c.next+1 {
+		c.ready = c.next + 1
+		return 1
+	}
+	return 0
 }
 
-// refresh loads and checks the producer's index.
+// refresh loads and checks the producer's index. It may lag behind the
+// slots the consumer took through their sequence words (the producer
+// publishes the index after the slots), by at most entries.
 func (c *consumer) refresh() (uint32, error) {
 	prod := c.producer.Load()
 	n := prod - c.next
 	if n > c.entries {
+		if c.next-prod <= c.entries {
+			c.ready = c.next
+			return 0, nil
+		}
 		return 0, fmt.Errorf("%w: producer index %d, consumer at %d, %d entries", ErrCorrupt, prod, c.next, c.entries)
 	}
 	c.ready = prod
@@ -143,10 +156,15 @@ func (c *consumer) refresh() (uint32, error) {
 }
 
 // take copies the next ready message into dst; the caller checked
-// available. The length word is loaded once and checked before the copy,
-// so whatever the peer writes meanwhile can only change the bytes copied.
+// available. The sequence word must name the slot's index (a producer
+// index that ran ahead of the slots is corruption), and the length word is
+// loaded once and checked before the copy, so whatever the peer writes
+// meanwhile can only change the bytes copied.
 func (c *consumer) take(dst []byte) (int, error) {
 	s := c.slot(c.next)
+	if seq := seqWord(s).Load(); seq != c.next+1 {
+		return 0, fmt.Errorf("%w: slot %d has sequence %d, want %d", ErrCorrupt, c.next, seq, c.next+1)
+	}
 	n := binary.LittleEndian.Uint32(s[0:])
 	if n == 0 || n > c.size-SlotHeader {
 		return 0, fmt.Errorf("%w: slot %d holds a %d-byte message (1..%d)", ErrCorrupt, c.next, n, c.size-SlotHeader)

@@ -209,8 +209,14 @@ func TestHostileIndices(t *testing.T) {
 		spoil func(c *Client)
 		agent func(p *Pair) error
 	}{
-		{"producer too far ahead", func(c *Client) { c.sq.producer.Store(5) }, popErr},
-		{"producer behind", func(c *Client) { c.sq.producer.Store(^uint32(0)) }, popErr},
+		{"producer too far ahead", func(c *Client) { c.sq.producer.Store(5) }, wakeErr},
+		{"producer far behind", func(c *Client) { c.sq.producer.Store(1 << 31) }, wakeErr},
+		{"producer index ahead of the slot's sequence", func(c *Client) { c.sq.producer.Store(1) }, wakePopErr},
+		{"sequence word of another turn", func(c *Client) {
+			c.Submit(msg(0, 40))
+			binary.LittleEndian.PutUint32(c.sq.slot(0)[slotSeq:], 5)
+			c.sq.producer.Store(1)
+		}, wakePopErr},
 		{"zero length", func(c *Client) {
 			c.Submit(msg(0, 40))
 			binary.LittleEndian.PutUint32(c.sq.slot(0), 0)
@@ -241,6 +247,18 @@ func TestHostileIndices(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wakeErr raises NEED_WAKEUP, which loads the producer index.
+func wakeErr(p *Pair) error {
+	p.SetNeedWakeup(true)
+	return p.Err()
+}
+
+// wakePopErr pops what a refresh of the producer index announced.
+func wakePopErr(p *Pair) error {
+	p.SetNeedWakeup(true)
+	return popErr(p)
 }
 
 func popErr(p *Pair) error {
@@ -323,5 +341,34 @@ func TestFit(t *testing.T) {
 	}
 	if c := Fit(100, 0); c.Entries != 128 {
 		t.Errorf("Fit(100) = %d entries", c.Entries)
+	}
+}
+
+// TestSequenceWordAheadOfTheIndex: the agent takes a submission as soon as
+// its slot's sequence word is written, before the host publishes the
+// producer index; the index, when it comes, lagging behind is no
+// corruption, and a check before sleeping sees nothing pending.
+func TestSequenceWordAheadOfTheIndex(t *testing.T) {
+	p, c := newPair(t, Config{Entries: 4, SlotSize: MinSlotSize})
+	dst := make([]byte, p.Config().MaxMessage())
+	for i := range 6 { // wraps the ring
+		c.sq.put(msg(i, 40))
+		n, ok, err := p.Pop(dst)
+		if err != nil || !ok || !bytes.Equal(dst[:n], msg(i, 40)) {
+			t.Fatalf("message %d: ok %v err %v", i, ok, err)
+		}
+		if _, ok, err := p.Pop(dst); ok || err != nil {
+			t.Fatalf("after message %d: a second pop gave ok %v err %v", i, ok, err)
+		}
+		if p.SetNeedWakeup(true) {
+			t.Fatalf("after message %d: pending with the index behind", i)
+		}
+		if err := p.Err(); err != nil {
+			t.Fatalf("after message %d: %v", i, err)
+		}
+		p.SetNeedWakeup(false)
+		if i%2 == 1 {
+			c.sq.publish()
+		}
 	}
 }

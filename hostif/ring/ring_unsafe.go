@@ -31,3 +31,9 @@ func ringWords(mem []byte, producer, consumer, flags int) (words, error) {
 	w.flags, err = wordAt(mem, flags)
 	return w, err
 }
+
+// seqWord views a slot's sequence word (bytes 4..8 of the slot; slots are
+// 64-byte aligned in a page-aligned mapping).
+func seqWord(slot []byte) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&slot[slotSeq]))
+}

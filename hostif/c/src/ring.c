@@ -22,12 +22,12 @@
 
 enum {
     MAGIC = 0x52555044, /* "DPUR" */
-    LAYOUT_VERSION = 1,
+    LAYOUT_VERSION = 2,
     OFF_MAGIC = 0, OFF_VERSION = 4, OFF_ENTRIES = 8, OFF_SLOT_SIZE = 12, OFF_MAP_SIZE = 16,
     OFF_SQ_PRODUCER = 128, OFF_SQ_CONSUMER = 256, OFF_SQ_FLAGS = 384,
     OFF_CQ_PRODUCER = 512, OFF_CQ_CONSUMER = 640, OFF_CQ_FLAGS = 768,
     CONTROL_SIZE = 4096,
-    SLOT_HEADER = 8,
+    SLOT_HEADER = 8, SLOT_SEQ = 4,
     MIN_ENTRIES = 2, MAX_ENTRIES = 256,
     MIN_SLOT = 4160, MAX_SLOT = 8192,
     NEED_WAKEUP = 1, HOST_WAITING = 1,
@@ -54,6 +54,10 @@ static uint32_t rd32(const uint8_t *b) { uint32_t v; memcpy(&v, b, 4); return v;
 static uint64_t rd64(const uint8_t *b) { uint64_t v; memcpy(&v, b, 8); return v; }
 
 static _Atomic uint32_t *word(uint8_t *mem, size_t off) { return (_Atomic uint32_t *)(void *)(mem + off); }
+
+/* slot_seq is a slot's sequence word: its index + 1 once the message is
+ * in it. */
+static _Atomic uint32_t *slot_seq(uint8_t *slot) { return (_Atomic uint32_t *)(void *)(slot + SLOT_SEQ); }
 
 int dpu_ring_attach(int memfd, int bell, uint32_t entries, uint32_t slot_size, uint64_t map_size,
                     struct dpu_ring **out) {
@@ -131,10 +135,12 @@ int dpu_ring_submit(struct dpu_ring *r, const uint8_t *msg, size_t n) {
         if (r->sq_limit == r->sq_next) return -EAGAIN;
     }
     uint8_t *s = r->sq_slots + (size_t)(r->sq_next & r->mask) * r->slot;
-    uint32_t len = (uint32_t)n, zero = 0;
+    uint32_t len = (uint32_t)n;
     memcpy(s, &len, 4);
-    memcpy(s + 4, &zero, 4);
     memcpy(s + SLOT_HEADER, msg, n);
+    /* The sequence word last (release): an agent polling the slot takes
+     * the message with the same cache line. */
+    atomic_store_explicit(slot_seq(s), r->sq_next + 1, memory_order_release);
     r->sq_next++;
     /* Publish, then look at the agent's flag: seq_cst on both, the
      * store-load pair of the wakeup protocol. */
@@ -144,21 +150,32 @@ int dpu_ring_submit(struct dpu_ring *r, const uint8_t *msg, size_t n) {
 }
 
 /* refresh loads and checks the completion producer index: the number of
- * ready completions, or -EPROTO. */
+ * ready completions, or -EPROTO. The index may lag behind the slots taken
+ * through their sequence words (the agent publishes it after the slots),
+ * by at most the ring's size. */
 static int64_t refresh(struct dpu_ring *r, memory_order mo) {
     uint32_t prod = atomic_load_explicit(r->cq.producer, mo);
     uint32_t n = prod - r->cq_next;
-    if (n > r->entries) return -EPROTO;
+    if (n > r->entries) {
+        if (r->cq_next - prod > r->entries) return -EPROTO;
+        r->cq_ready = r->cq_next;
+        return 0;
+    }
     r->cq_ready = prod;
     return n;
 }
 
 ssize_t dpu_ring_reap(struct dpu_ring *r, uint8_t *dst, size_t cap) {
+    uint8_t *s = r->cq_slots + (size_t)(r->cq_next & r->mask) * r->slot;
+    /* Poll the next slot's sequence word, not the producer index: the
+     * completion and the sign that it is there share a cache line. */
+    uint32_t seq = atomic_load_explicit(slot_seq(s), memory_order_acquire);
     if (r->cq_ready == r->cq_next) {
-        int64_t n = refresh(r, memory_order_acquire);
-        if (n <= 0) return (ssize_t)n;
+        if (seq != r->cq_next + 1) return 0;
+        r->cq_ready = r->cq_next + 1;
+    } else if (seq != r->cq_next + 1) {
+        return -EPROTO; /* the producer index ran ahead of the slots */
     }
-    const uint8_t *s = r->cq_slots + (size_t)(r->cq_next & r->mask) * r->slot;
     uint32_t len = rd32(s);
     if (len == 0 || len > r->slot - SLOT_HEADER || len > cap) return -EPROTO;
     memcpy(dst, s + SLOT_HEADER, len);
