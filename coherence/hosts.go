@@ -84,8 +84,14 @@ const (
 // session is one user of the node.
 type session struct {
 	id       SessionID
-	refs     map[gva.GVA]int  // engine refs held (maps, and the refs claims take)
-	acquired map[gva.GVA]int  // acquisitions held
+	refs     map[gva.GVA]int // engine refs held (maps, and the refs claims take)
+	acquired map[gva.GVA]int // acquisitions held
+	// owedRefs, owedAcq: of refs and acquired, those that requests still
+	// running give back themselves (or hand to the session) when they
+	// finish, whether or not the caller abandoned them: Close leaves them
+	// to those requests.
+	owedRefs map[gva.GVA]int
+	owedAcq  map[gva.GVA]int
 	locked   map[gva.GVA]bool // locks held
 	reqs     map[uint64]*hostReq
 	closed   bool
@@ -107,6 +113,8 @@ type hostReq struct {
 	done     bool
 	lastErr  syscall.Errno // the last failure of one of its engine requests
 	drop     bool          // a Load of a page it ref'd: drop after
+	owesRef  bool          // counted in its session's owedRefs until it finishes
+	owesAcq  bool          // counted in its session's owedAcq until it finishes
 	// bound is the timer of the request's bound, in the session layer's
 	// timer heap from Submit until it fires or the request finishes (a
 	// finished request takes it out: the heap holds only live timers).
@@ -141,6 +149,7 @@ func (h *Hosts) Open(id SessionID) error {
 		return fmt.Errorf("coherence: session %d already open", id)
 	}
 	h.sessions[id] = &session{id: id, refs: map[gva.GVA]int{}, acquired: map[gva.GVA]int{},
+		owedRefs: map[gva.GVA]int{}, owedAcq: map[gva.GVA]int{},
 		locked: map[gva.GVA]bool{}, reqs: map[uint64]*hostReq{}}
 	return nil
 }
@@ -222,16 +231,18 @@ func (h *Hosts) Close(now time.Duration, id SessionID, rt noc.Routes) {
 	locked := slices.SortedFunc(maps.Keys(s.locked), gva.Compare)
 	acquired := slices.SortedFunc(maps.Keys(s.acquired), gva.Compare)
 	refs := slices.SortedFunc(maps.Keys(s.refs), gva.Compare)
+	// A ref or an acquisition a running request took (or gives back
+	// after its release or unlock) is that request's to give back.
 	drops := make([]int, len(refs))
 	for i, key := range refs {
-		drops[i] = s.refs[key] - s.acquired[key]
+		drops[i] = (s.refs[key] - s.owedRefs[key]) - (s.acquired[key] - s.owedAcq[key])
 		if s.locked[key] {
 			drops[i]--
 		}
 	}
 	acqs := make([]int, len(acquired))
 	for i, key := range acquired {
-		acqs[i] = s.acquired[key]
+		acqs[i] = s.acquired[key] - s.owedAcq[key]
 	}
 	for _, key := range locked {
 		h.startRelease(now, s, HostUnlock, key)
@@ -307,7 +318,8 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		}
 		h.finish(now, r, Completion{Attr: a})
 	case HostRef:
-		r.s.refs[key]++ // held from now: Close drops it whatever comes back
+		r.s.refs[key]++ // held from now; the request gives it back if it fails or was abandoned
+		r.owe(true, false)
 		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostUnref:
 		if r.s.refs[key] == 0 {
@@ -320,6 +332,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		if r.s.refs[key] == 0 && !h.owned(key) {
 			r.drop = true
 			r.s.refs[key]++
+			r.owe(true, false)
 			h.step(now, r, Request{Op: HostRef, GVA: key})
 			return
 		}
@@ -330,6 +343,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			r.s.acquired[key]++ // before the grant: a loss right after it is heard
 		}
 		r.s.refs[key]++
+		r.owe(true, hr.Op == HostAcquire)
 		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostRelease, HostUnlock:
 		if hr.Op == HostRelease && r.s.acquired[key] > 0 {
@@ -338,6 +352,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		if hr.Op == HostUnlock {
 			delete(r.s.locked, key)
 		}
+		r.owe(true, false) // the claim's ref: given back after the engine's release
 		h.step(now, r, Request{Op: hr.Op, GVA: key, Holder: r.s.holder()})
 	default:
 		h.step(now, r, hr.engineCopy())
@@ -376,6 +391,37 @@ func (s *session) unacquireCount(key gva.GVA) { countDown(s.acquired, key) }
 
 // unrefCount takes one ref of key off s.
 func (s *session) unrefCount(key gva.GVA) { countDown(s.refs, key) }
+
+// owe counts the ref (and the acquisition) r took, or gives back after
+// its release, as r's own until it finishes.
+func (r *hostReq) owe(ref, acq bool) {
+	key := r.hr.GVA.Key()
+	if ref && !r.owesRef {
+		r.owesRef = true
+		r.s.owedRefs[key]++
+	}
+	if acq && !r.owesAcq {
+		r.owesAcq = true
+		r.s.owedAcq[key]++
+	}
+}
+
+// settle ends what r owed: by the time it finishes, it gave its ref and
+// acquisition back, handed them to the session, or left them to an undo
+// that starts now.
+func (r *hostReq) settle() {
+	if r.s == nil {
+		return
+	}
+	key := r.hr.GVA.Key()
+	if r.owesRef {
+		countDown(r.s.owedRefs, key)
+	}
+	if r.owesAcq {
+		countDown(r.s.owedAcq, key)
+	}
+	r.owesRef, r.owesAcq = false, false
+}
 
 // countDown takes one off m[key], forgetting the key at zero.
 func countDown(m map[gva.GVA]int, key gva.GVA) {
@@ -619,9 +665,11 @@ func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.G
 		h.step(now, r, Request{Op: HostUnref, GVA: key})
 	case HostUnlock:
 		delete(s.locked, key)
+		r.owe(true, false)
 		h.step(now, r, Request{Op: HostUnlock, GVA: key, Holder: r.s.holder()})
 	case HostRelease:
 		s.unacquireCount(key)
+		r.owe(true, false)
 		h.step(now, r, Request{Op: HostRelease, GVA: key, Holder: r.s.holder()})
 	}
 }
@@ -650,6 +698,7 @@ func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 		return
 	}
 	r.done = true
+	r.settle()
 	if r.bound.idx >= 0 {
 		heap.Remove(&h.timers, r.bound.idx)
 	}

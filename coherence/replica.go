@@ -329,13 +329,22 @@ func (e *Engine) endReplication(now time.Duration, pg *page) {
 // handOverReplication ends a page's replication at an old owner that
 // committed a swap to heir: its backups keep their copies for the heir
 // until the heir's own backups hold the page (the heir tells them then);
-// they are promoted only if the heir dies first.
-func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeID, heirInc, epoch uint64) {
+// they are promoted only if the heir dies first. Only the stand-ins the
+// content named (standIns) stand in: the heir releases those and no
+// other, so a backup chosen since (one lost during the swap, replaced)
+// drops its copy now.
+func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeID, heirInc, epoch uint64, standIns []noc.NodeID) {
 	rep := pg.rep
 	if rep == nil {
 		return
 	}
+	kept := rep.backups[:0:0]
 	for _, b := range rep.backups {
+		if !slices.Contains(standIns, b.node) {
+			e.sendDrop(b.node, pg.key, pg.epoch)
+			continue
+		}
+		kept = append(kept, b)
 		var p [handLen]byte
 		binary.BigEndian.PutUint64(p[:], pg.epoch)
 		binary.BigEndian.PutUint32(p[8:], uint32(heir))
@@ -362,9 +371,9 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 		return
 	}
 	copy(content, pg.content)
-	list := make([]noc.NodeID, 0, 1+len(rep.backups))
+	list := make([]noc.NodeID, 0, 1+len(kept))
 	list = append(list, e.self)
-	for _, b := range rep.backups {
+	for _, b := range kept {
 		list = append(list, b.node)
 	}
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
@@ -1221,9 +1230,35 @@ func (e *Engine) lowerRankAlive(now time.Duration, c *backupCopy) bool {
 func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	key := c.key
 	pg := e.pages[key]
+	var stopped *swapState
 	if pg != nil && pg.swap != nil {
-		c.queries, c.queryAt, c.query = 0, 0, 0 // ask again then: the answer may be stale
-		return                                  // try again at the next tick
+		sw := pg.swap
+		if sw.out || sw.stage > stageGranted || sw.stage == stageGranted && sw.peer != c.watched() {
+			// A transfer of the page to this node that a live owner may
+			// have committed (the content came), or one granted by
+			// another node: it ends first, by its own rules.
+			c.queries, c.queryAt, c.query = 0, 0, 0 // ask again then: the answer may be stale
+			return                                  // try again at the next tick
+		}
+		// This node's own acquire, not granted yet or granted by the dead
+		// node before it sent the content: no owner can commit it, and
+		// waiting for it to end would leave the page without an owner
+		// until the request's bound. It stops here; its request is
+		// answered by the page owned here once the takeover is done.
+		e.cancel(sw.timer)
+		pg.swap = nil
+		stopped = sw
+		e.stats.ReplAcquiresStopped++
+	}
+	if stopped != nil {
+		defer func() {
+			e.replay(now, stopped.held)
+			if r := stopped.req; r != nil && e.reqs[r.id] == r {
+				e.cancel(r.retry)
+				r.retry = 0
+				e.hostAcquire(now, r)
+			}
+		}()
 	}
 	if pg == nil {
 		// The copy's physical page becomes the page's: its slot is given

@@ -535,3 +535,131 @@ func TestHeirWritesOnlyOnceTheStandInsDroppedTheirCopies(t *testing.T) {
 		t.Fatalf("add after the heir died: %v, %d were acknowledged", c, acked)
 	}
 }
+
+// TestBackupPromotesWhileItsOwnAcquireIsInFlight: the owner dies while the
+// backup's host is acquiring the page (the acquire went to the dead owner
+// and waits for an answer that never comes). The backup holds every
+// committed version and is first in rank: it takes the page over at once,
+// and its host's acquire is answered by the page now owned there, instead
+// of the page staying without an owner until the acquire ends at its bound.
+func TestBackupPromotesWhileItsOwnAcquireIsInFlight(t *testing.T) {
+	lc := link.DefaultConfig()
+	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	x := newFabLinks(t, ringGraph(t, 6), &lc, func(c *Config) {
+		replicas(2)(c)
+		c.RequestTimeout = 2 * time.Second
+	})
+	p := x.alloc(0)
+	acked := uint64(0)
+	for range 5 {
+		x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+	}
+	x.settle()
+	backup := int(x.eng[0].Backups(p.Key())[0])
+	x.ok(backup, Request{Op: HostRef, GVA: p})
+	x.f.Kill(0)
+	killed := x.f.Now()
+	id := x.submit(backup, Request{Op: HostAcquire, GVA: p})
+	if !x.f.RunUntil(killed+3*time.Second, func() bool { _, ok := x.sinks[backup].done[id]; return ok }) {
+		t.Fatal("the acquire never completed")
+	}
+	c := x.result(backup, id)
+	took := x.f.Now() - killed
+	if c.Err != nil {
+		t.Fatalf("acquire at the backup after %v: %v", took, c.Err)
+	}
+	if o, _ := x.eng[backup].Holding(p.Key()); !o {
+		t.Fatal("the backup does not own the page after its acquire")
+	}
+	if took > 200*time.Millisecond { // the link's dead interval is 12 ms, the request's bound 2 s
+		t.Fatalf("the acquire took %v: the takeover waited for it", took)
+	}
+	t.Logf("acquire answered %v after the kill", took)
+	x.settle() // the failover's word reaches every node
+	if got := x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1}).Value; got != acked {
+		t.Fatalf("add after the takeover read %d, %d were acknowledged", got, acked)
+	}
+}
+
+// TestBackupAddedDuringAHandoverIsDropped: the old owner replaces a backup
+// it lost while it hands the page over (after it sent the content, which
+// names its stand-ins then). The heir does not know the new backup: once
+// its own backups hold the page, no node but them keeps a copy, the new
+// backup included (it kept it until CopyLease, a stand-in for the heir no
+// one would release).
+func TestBackupAddedDuringAHandoverIsDropped(t *testing.T) {
+	lc := link.DefaultConfig()
+	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	holdAcks := false
+	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) {
+		replicas(2)(c)
+		c.SwapTimeout = 300 * time.Millisecond
+		c.RequestTimeout = 2 * time.Second
+		c.HomeRefresh = time.Second // copies are confirmed (and their owners probed) seldom
+	}, func(self noc.NodeID, f *noc.Frame) bool {
+		return holdAcks && self == 0 && f.Class == noc.ClassControl && f.Op == OpDataAck
+	})
+	p := x.alloc(0)
+	x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 4})
+	x.settle()
+	first := x.eng[0].Backups(p.Key())[0]
+	// Ring 0-1-2-3-4-5: the heir's route to node 0 avoids the backup.
+	heir := 4
+	if first == 5 {
+		heir = 2
+	}
+	if first != 1 && first != 5 {
+		t.Fatalf("node 0's backup %v is not a neighbour", first)
+	}
+	x.ok(heir, Request{Op: HostRef, GVA: p})
+	holdAcks = true // the old owner waits for the heir's confirmation
+	id := x.submit(heir, Request{Op: HostAcquire, GVA: p})
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, s := x.eng[0].Holding(p.Key()); return s }) {
+		t.Fatal("node 0 never started handing the page over")
+	}
+	x.f.Kill(first)
+	var second noc.NodeID
+	if !x.f.RunUntil(x.f.Now()+200*time.Millisecond, func() bool {
+		bs := x.eng[0].Backups(p.Key())
+		if len(bs) == 1 && bs[0] != first {
+			second = bs[0]
+			return true
+		}
+		return false
+	}) {
+		t.Fatalf("node 0 did not replace its dead backup %v during the handover: %v", first, x.eng[0].Backups(p.Key()))
+	}
+	if _, s := x.eng[0].Holding(p.Key()); !s {
+		t.Fatal("the handover ended before the backup was replaced")
+	}
+	if !x.f.RunUntil(x.f.Now()+50*time.Millisecond, func() bool { _, ok := x.eng[second].Backing(p.Key()); return ok }) {
+		t.Fatalf("the new backup %v holds no copy", second)
+	}
+	if _, s := x.eng[0].Holding(p.Key()); !s {
+		t.Fatal("the handover ended before the new backup held a copy")
+	}
+	holdAcks = false
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[heir].done[id]; return ok }) {
+		t.Fatal("the acquire never completed")
+	}
+	if c := x.result(heir, id); c.Err != nil {
+		t.Fatalf("acquire: %v", c.Err)
+	}
+	if c := x.ok(heir, Request{Op: HostFetchAdd, GVA: p, Operand: 1}); c.Value != 4 {
+		t.Fatalf("add at the heir read %d", c.Value)
+	}
+	x.f.Run(100 * time.Millisecond) // far below CopyLease
+	hb := x.eng[heir].Backups(p.Key())
+	t.Logf("first %v second %v heir %v heir's backups %v", first, second, heir, hb)
+	for i, e := range x.eng {
+		if i == int(first) {
+			continue
+		}
+		if _, ok := e.Backing(p.Key()); ok && !slices.Contains(hb, noc.NodeID(i)) {
+			t.Errorf("node %d keeps a copy; the heir's backups are %v (the old owner's were %v, then %v)", i, hb, first, second)
+		}
+	}
+}

@@ -66,6 +66,7 @@ type Counters struct {
 	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
 	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover
 	ReplQueries                   uint64 // questions to a page's home before a takeover
+	ReplAcquiresStopped           uint64 // this node's acquires of a page it took over, stopped and answered by the takeover
 
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64

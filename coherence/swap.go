@@ -43,6 +43,9 @@ type swapState struct {
 	// oldBackups: the old owner's backups, told to drop their copies once
 	// ours hold the page (replicas > 1)
 	oldBackups []noc.NodeID
+	// out only: the stand-ins the content named (this node, then its
+	// backups when it sent it): those the acquirer will release
+	standIns []noc.NodeID
 }
 
 // heldMsg is a path message that reached the acquirer during its swap.
@@ -152,7 +155,8 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	if pg.hasAttr {
 		df |= dataAttr // attributes travel with ownership
 	}
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, backups: e.standIns(pg.key)})
+	sw.standIns = e.standIns(pg.key)
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, backups: sw.standIns})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -337,7 +341,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	sw := pg.swap
 	key := pg.key
 	e.cancel(sw.timer)
-	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch)
+	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch, sw.standIns)
 	ans, err := e.arb.SwapDone(now, key)
 	if err == nil {
 		e.copyAnswers(ans)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/noc"
 )
 
 type faultKind uint8
@@ -45,6 +46,41 @@ func (w *World) scheduleFaults(start time.Duration) {
 		add(at, fault{kind: fCrash, node: n})
 		add(at+d, fault{kind: fRestart, node: n})
 	}
+	if w.cfg.Faults&FaultPartition != 0 && w.wires.NumWires() > 0 {
+		// One side: the half of the nodes nearest a random node (breadth
+		// first); every link to the other side is cut for longer than the
+		// link layer's dead interval and the failover grace together.
+		side := w.nearestHalf(noc.NodeID(r.IntN(w.graph.N())))
+		at := start + time.Duration(span/5+r.Int64N(span/2))
+		d := 30*time.Millisecond + time.Duration(r.Int64N(int64(30*time.Millisecond)))
+		for i, l := range w.graph.Links() {
+			if side[l.A] != side[l.B] {
+				add(at, fault{kind: fCut, link: i})
+				add(at+d, fault{kind: fRestore, link: i})
+			}
+		}
+	}
+}
+
+// nearestHalf marks the half of the nodes (rounded down) nearest from,
+// breadth first in node order.
+func (w *World) nearestHalf(from noc.NodeID) []bool {
+	side := make([]bool, w.graph.N())
+	want := w.graph.N() / 2
+	side[from] = true
+	queue := []noc.NodeID{from}
+	for n := 1; len(queue) > 0 && n < want; {
+		a := queue[0]
+		queue = queue[1:]
+		for _, b := range w.graph.Neighbours(a) {
+			if !side[b] && n < want {
+				side[b] = true
+				n++
+				queue = append(queue, b)
+			}
+		}
+	}
+	return side
 }
 
 func (w *World) fault(i int) {

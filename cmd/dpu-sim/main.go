@@ -99,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash (with --links abstract: none, the default there, or flap,crash)")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash,partition (all: the first four; partition splits the fabric in two halves for 30-60 ms, which without a quorum rule may leave two owners of a page; with --links abstract: none, the default there, or flap,crash)")
 	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics; flap and crash faults only)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
