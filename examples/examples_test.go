@@ -192,7 +192,7 @@ func TestCountersTwoNodes(t *testing.T) {
 	t.Run("cas", func(t *testing.T) { runCounter(t, st, "counter_cas", 0, 1) })
 	t.Run("lock", func(t *testing.T) { runCounter(t, st, "counter_lock", 0, 1) })
 	for _, cc := range []string{"gcc", "clang"} {
-		t.Run("c11-"+cc, func(t *testing.T) { runC11(t, st, "c11_shared."+cc+"-dpu", 0, 0, 1) })
+		t.Run("c11-"+cc, func(t *testing.T) { runC11(t, st, "c11_shared."+cc+"-dpu", 0, -1, 0, 1) })
 	}
 }
 
@@ -213,9 +213,11 @@ var acquisitions = regexp.MustCompile(`(\d+) ownership acquisitions`)
 
 // runC11 runs the unmodified C11 program built with dpu-cc as two
 // processes, party 0 on node a and party 1 on node b, on two pages
-// allocated on node home: both must exit 0, the last to finish must have verified the
-// exact result, and the counter must read 2 x iterations through the node.
-func runC11(t *testing.T, st *fabric.State, prog string, home, a, b int) {
+// allocated on node home (with blockHome >= 0, the second page, the block
+// the message pass publishes, is allocated on node blockHome): both must
+// exit 0, the last to finish must have verified the exact result, and the
+// counter must read 2 x iterations through the node.
+func runC11(t *testing.T, st *fabric.State, prog string, home, blockHome, a, b int) {
 	needExamples(t)
 	if _, err := os.Stat(filepath.Join("build", prog)); err != nil {
 		if os.Getenv("DPU_PRIV_TESTS") == "require" {
@@ -224,7 +226,11 @@ func runC11(t *testing.T, st *fabric.State, prog string, home, a, b int) {
 		t.Skipf("%s not built (no such compiler?)", prog)
 	}
 	n := c11Iterations(t)
-	g := dpuctl(t, st, home, "alloc", "8192")
+	g, args := dpuctl(t, st, home, "alloc", "8192"), []string(nil)
+	if blockHome >= 0 {
+		g = dpuctl(t, st, home, "alloc", "4096")
+		args = []string{dpuctl(t, st, blockHome, "alloc", "4096")}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	type result struct {
@@ -235,7 +241,7 @@ func runC11(t *testing.T, st *fabric.State, prog string, home, a, b int) {
 	results := make(chan result, 2)
 	start := time.Now()
 	for party, node := range []int{a, b} {
-		cmd := exec.CommandContext(ctx, filepath.Join("build", prog), "2", strconv.Itoa(n), g, strconv.Itoa(party))
+		cmd := exec.CommandContext(ctx, filepath.Join("build", prog), append([]string{"2", strconv.Itoa(n), g, strconv.Itoa(party)}, args...)...)
 		cmd.Env = append(os.Environ(), "DPU_SOCKET="+hostSocket(st, node))
 		go func() {
 			out, err := cmd.CombinedOutput()
@@ -297,7 +303,21 @@ func TestCountersFourNodeRing(t *testing.T) {
 	// Pages made on node 1, parties on nodes 0 and 2: every plain write
 	// takes its page's ownership across the fabric, and the message of the
 	// release/acquire pass crosses pages owned away from their home.
-	t.Run("c11-gcc", func(t *testing.T) { runC11(t, st, "c11_shared.gcc-dpu", 1, 0, 2) })
+	t.Run("c11-gcc", func(t *testing.T) { runC11(t, st, "c11_shared.gcc-dpu", 1, -1, 0, 2) })
+}
+
+// TestC11CrossPath: the C11 program on a 5-node ring, party 0 on node 0
+// and party 1 on node 1, its first page made on node 1 and the block its
+// release publishes on node 3. Both parties map the block first through
+// its home (node 1 below node 3 by node 2, node 0 by node 4); party 0's
+// writes make node 0 the block's owner, so the block's updates reach node
+// 1 by 0-4-3-2-1 while the release on the first page takes 0-1. Party 1
+// must still see every round's block after its acquire.
+func TestC11CrossPath(t *testing.T) {
+	st := up(t, 5, "ring")
+	for _, cc := range []string{"gcc", "clang"} {
+		t.Run("c11-"+cc, func(t *testing.T) { runC11(t, st, "c11_shared."+cc+"-dpu", 1, 3, 0, 1) })
+	}
 }
 
 // TestGoMmapTwoNodes: Go programs' shared memory (client.Mmap) on the two

@@ -5,7 +5,10 @@
 //
 // Links are UDP sockets on loopback (no root needed) or, with Links = "veth",
 // veth pairs between one network namespace per node with AF_XDP ports
-// (package fabric/veth; root only).
+// (package fabric/veth; root only). UDP link ports are reserved, let go and
+// bound again by the agents; concurrent Ups on one machine take a lock
+// (TMPDIR/dpu-fabric-ports.lock, waited for at most 10 s) from the choice
+// until their agents hold the ports, so that they never pick the same ones.
 //
 // Up records what it starts in DIR/fabric.json before it starts it, so Down
 // stops exactly those agents, also after Up failed halfway. An agent is

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -143,6 +144,8 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	}()
 	var ports func(i int) string
 	var vf *veth.Fabric
+	unlock := func() {}
+	defer func() { unlock() }()
 	if spec.Links == "veth" {
 		_ = veth.Down(abs) // leftovers of an earlier crash
 		// channels of a veth link are its devices' queues (AF_XDP
@@ -157,6 +160,10 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 		}
 		ports = func(i int) string { return vethPorts(vf, i) }
 	} else {
+		// Ports are reserved, let go, then bound again by the agents: hold
+		// the machine's port lock until they have bound them, so that a
+		// concurrent up does not pick the same ports in between.
+		unlock = lockPortChoice(portLockPath, portBindBound)
 		addrs, privileged, err := loopbackAddrs(st.Edges, max(spec.Channels, 1))
 		if err != nil {
 			return nil, err
@@ -195,6 +202,10 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 			return st, err
 		}
 	}
+	if vf == nil {
+		st.waitBound(portBindBound)
+	}
+	unlock()
 	fmt.Fprintf(log, "started %d agents (%s, %s links) under %s\n", spec.Nodes, spec.Topo, spec.Links, abs)
 	wctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
@@ -365,6 +376,52 @@ func reservePorts(k, lo, hi int) ([]*net.UDPConn, error) {
 		}
 	}
 	return nil, fmt.Errorf("no %d consecutive free ports in [%d, %d)", k, lo, hi)
+}
+
+// portLockPath is the lock every up of this machine takes while it picks
+// loopback link ports and its agents bind them.
+var portLockPath = filepath.Join(os.TempDir(), "dpu-fabric-ports.lock")
+
+// portBindBound bounds the wait for started agents to bind their ports.
+const portBindBound = 10 * time.Second
+
+// lockPortChoice takes the port lock at path (flock, released when the
+// returned function first runs or the process ends), waiting up to bound
+// for it. Where the lock file cannot be opened or the lock
+// is not had in time (a holder that never lets go), up goes on without it.
+func lockPortChoice(path string, bound time.Duration) (unlock func()) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o666)
+	if err != nil {
+		return func() {}
+	}
+	for end := time.Now().Add(bound); ; time.Sleep(5 * time.Millisecond) {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			var once sync.Once
+			return func() { once.Do(func() { f.Close() }) } // closing the description releases the lock
+		}
+		if (err != unix.EWOULDBLOCK && err != unix.EINTR) || time.Now().After(end) {
+			f.Close()
+			return func() {}
+		}
+	}
+}
+
+// waitBound waits, up to bound, until every started agent serves its
+// control socket (an agent opens its ports before it) or has exited.
+func (s *State) waitBound(bound time.Duration) {
+	end := time.Now().Add(bound)
+	for _, a := range s.Agents {
+		if a.Stopped {
+			continue
+		}
+		for a.running() && time.Now().Before(end) {
+			if _, err := os.Stat(a.Ctl()); err == nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 // portEnd is one end of a link: a node and its port.

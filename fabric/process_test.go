@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // sleeper starts a process that would run for a minute and returns it
@@ -108,5 +109,38 @@ func TestAgentConfReplicas(t *testing.T) {
 	spec.Replicas = 9
 	if err := spec.defaults(); err == nil || !strings.Contains(err.Error(), "replicas") {
 		t.Fatalf("--replicas 9: %v", err)
+	}
+}
+
+// TestPortChoiceLock: a second up waits for the first to let the port
+// lock go, and gives up waiting after its bound (then goes on unlocked).
+func TestPortChoiceLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ports.lock")
+	unlock := lockPortChoice(path, time.Second)
+	got := make(chan time.Time, 1)
+	go func() {
+		u := lockPortChoice(path, 10*time.Second)
+		got <- time.Now()
+		u()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("a second holder got the lock while the first held it")
+	default:
+	}
+	released := time.Now()
+	unlock()
+	unlock() // a second call does nothing
+	if at := <-got; at.Before(released) {
+		t.Fatalf("second holder got the lock at %v, before the release at %v", at, released)
+	}
+	// a holder that never lets go delays an up by the bound, no more
+	hold := lockPortChoice(path, time.Second)
+	defer hold()
+	start := time.Now()
+	lockPortChoice(path, 50*time.Millisecond)()
+	if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("waiting for a held lock took %v, want its 50ms bound", d)
 	}
 }

@@ -92,9 +92,9 @@ static long pop(struct page *s) {
     }
 }
 
-static int party(void *mem, long me, long parties, long iterations) {
+static int party(void *mem, void *second, long me, long parties, long iterations) {
     struct page *s = mem;
-    struct block *blk = (struct block *)((char *)mem + PAGE_BYTES);
+    struct block *blk = second;
     long per = POOL / parties;
     int bad = 0;
     if (parties < 1 || parties > 8 || me >= parties) {

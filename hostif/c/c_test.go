@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/fabric"
+	"github.com/aitherion/dpu/fabric/fabrictest"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
@@ -108,14 +109,18 @@ func TestCLibrary(t *testing.T) {
 }
 
 // TestMmap runs the dpu_mmap test program against two live hosts, with the
-// userfaultfd this process may open and with the user-mode-only kind that
-// vm.unprivileged_userfaultfd=0 leaves to unprivileged processes.
+// userfaultfd this process may open, with the user-mode-only kind that
+// vm.unprivileged_userfaultfd=0 leaves to unprivileged processes, and with
+// faults served in the faulting thread (DPU_MMAP_FAULTS=signal).
 func TestMmap(t *testing.T) {
 	build(t, "build/mmap_test", "build/asan/mmap_test")
-	for _, mode := range []string{"full", "user", "asan"} {
+	for _, mode := range []string{"full", "user", "signal", "asan"} {
 		t.Run(mode, func(t *testing.T) {
 			h1, h2 := hosts(t)
 			bin, env := "build/mmap_test", []string{"DPU_UFFD=" + mode}
+			if mode == "signal" {
+				env = []string{"DPU_MMAP_FAULTS=signal"}
+			}
 			if mode == "asan" {
 				bin, env = "build/asan/mmap_test", []string{"ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_segv=0:handle_sigbus=0", "UBSAN_OPTIONS=halt_on_error=1"}
 			}
@@ -128,34 +133,43 @@ func TestMmap(t *testing.T) {
 	}
 }
 
+// startMmapTest starts build/mmap_test MODE with env added to this
+// process's, its stdin and stdout piped to the test and its stderr kept.
+func startMmapTest(t *testing.T, ctx context.Context, mode string, env ...string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "build/mmap_test", mode)
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, stdout, stderr
+}
+
 // TestMmapNodeStalls: a fault the node never answers (a read that needs a
 // fetch, a write that needs ownership) ends in SIGBUS with a logged reason
 // within the connection's timeout (1 s here), not a hang.
 func TestMmapNodeStalls(t *testing.T) {
 	build(t, "build/mmap_test")
-	for _, mode := range []string{"stall-read", "stall-write"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, name := range []string{"stall-read", "stall-write", "stall-read/signal", "stall-write/signal"} {
+		t.Run(name, func(t *testing.T) {
+			mode, faults, _ := strings.Cut(name, "/")
 			fab := hostiftest.NewFabric()
 			be := fab.Node(1)
 			t.Cleanup(be.Close)
 			sock := hostiftest.StartServer(t, be, hostif.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "build/mmap_test", mode)
-			cmd.Env = append(os.Environ(), "DPU_SOCKET="+sock)
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
+			cmd, stdin, stdout, stderr := startMmapTest(t, ctx, mode, "DPU_SOCKET="+sock, "DPU_MMAP_FAULTS="+faults)
 			var word string
 			if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
 				cmd.Process.Kill()
@@ -167,7 +181,7 @@ func TestMmapNodeStalls(t *testing.T) {
 			start := time.Now()
 			fmt.Fprintln(stdin, "go")
 			rest, _ := io.ReadAll(stdout)
-			err = cmd.Wait()
+			err := cmd.Wait()
 			took := time.Since(start)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGBUS {
@@ -187,37 +201,11 @@ func TestMmapNodeStalls(t *testing.T) {
 // with a logged reason within the bound of its request, not a hang.
 func TestMmapOwnerLost(t *testing.T) {
 	build(t, "build/mmap_test")
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+"/", "github.com/aitherion/dpu/cmd/dpu-agent").CombinedOutput(); err != nil {
-		t.Fatalf("building dpu-agent: %v\n%s", err, out)
-	}
-	dir := t.TempDir()
-	var log bytes.Buffer
-	st, err := fabric.Up(context.Background(), fabric.Spec{Nodes: 2, Topo: "line", Dir: dir, Seed: 1,
-		AgentPath: filepath.Join(bin, "dpu-agent"), Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond,
-		Timeout: 60 * time.Second}, &log)
-	t.Cleanup(func() { fabric.Down(dir) })
-	if err != nil {
-		t.Fatalf("fabric up: %v\n%s", err, log.String())
-	}
-	sock := func(i int) string { return filepath.Join(st.Agents[i].RunDir, "dpu0.sock") }
+	st := fabrictest.Up(t, fabric.Spec{Nodes: 2, Topo: "line", Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond})
+	sock := func(i int) string { return fabrictest.Sock(st, i) }
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "build/mmap_test", "stall-write")
-	cmd.Env = append(os.Environ(), "DPU_SOCKET="+sock(0), "DPU_TEST_PEER_SOCKET="+sock(1), "DPU_TEST_TIMEOUT_MS=15000")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startMmapTest(t, ctx, "stall-write", "DPU_SOCKET="+sock(0), "DPU_TEST_PEER_SOCKET="+sock(1), "DPU_TEST_TIMEOUT_MS=15000")
 	var word string
 	if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
 		cmd.Process.Kill()
@@ -230,7 +218,7 @@ func TestMmapOwnerLost(t *testing.T) {
 	start := time.Now()
 	fmt.Fprintln(stdin, "go")
 	rest, _ := io.ReadAll(stdout)
-	err = cmd.Wait()
+	err := cmd.Wait()
 	took := time.Since(start)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGBUS {
@@ -242,6 +230,210 @@ func TestMmapOwnerLost(t *testing.T) {
 	t.Logf("SIGBUS after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(stderr.String()))
 }
 
+// TestMmapFork: children forked next to a mapping map the same pages on
+// connections of their own; one exits without unmapping (its writes reach
+// the node, and closing the handle it inherited leaves the parent's
+// connection alone), one is killed. Afterwards the node holds exactly the
+// parent's refs, and after the parent's dpu_munmap none, and no
+// acquisition (no stale owner).
+func TestMmapFork(t *testing.T) {
+	build(t, "build/mmap_test")
+	fab := hostiftest.NewFabric()
+	var paths [2]string
+	for i := range paths {
+		be := fab.Node(gva.MachineIndex(i + 1))
+		t.Cleanup(be.Close)
+		paths[i] = hostiftest.StartServer(t, be, hostif.Options{})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd, stdin, stdout, stderr := startMmapTest(t, ctx, "fork", "DPU_SOCKET="+paths[0], "DPU_TEST_PEER_SOCKET="+paths[1])
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var word, text string
+	if _, err := fmt.Fscanln(stdout, &word, &text); err != nil || word != "mapped" {
+		t.Fatalf("mmap_test fork: %q, %v\n%s", word, err, stderr.String())
+	}
+	g, err := gva.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := []gva.GVA{g, {Hi: g.Hi, Lo: g.Lo + gva.PageSize}}
+	// refs waits until node 1 holds want refs of every page (a closed
+	// connection's refs go once the server has seen it close).
+	refs := func(when string, want int) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			got := []int{fab.Refs(pages[0], 1), fab.Refs(pages[1], 1)}
+			if got[0] == want && got[1] == want {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s: node 1 holds %v refs of the two pages, want %d each", when, got, want)
+			}
+		}
+	}
+	step := func(want string) {
+		t.Helper()
+		fmt.Fprintln(stdin, "go")
+		if _, err := fmt.Fscanln(stdout, &word); err != nil || word != want {
+			t.Fatalf("mmap_test fork: %q (want %q), %v\n%s", word, want, err, stderr.String())
+		}
+	}
+	refs("mapped", 1)
+	if !fab.Acquired(pages[0], 1) {
+		t.Fatal("the parent's write took no acquisition")
+	}
+	step("children")
+	refs("after the children", 1)
+	step("unmapped")
+	refs("after dpu_munmap", 0)
+	for _, pg := range pages {
+		if fab.Acquired(pg, 1) {
+			t.Errorf("page %v still acquired by node 1 with nothing mapped", pg)
+		}
+	}
+	fmt.Fprintln(stdin, "go")
+	rest, _ := io.ReadAll(stdout)
+	if err := cmd.Wait(); err != nil || !strings.HasPrefix(string(rest), "ok ") {
+		t.Fatalf("mmap_test fork: %v, %q\n%s", err, rest, stderr.String())
+	}
+	t.Log(strings.TrimSpace(string(rest)))
+}
+
+// TestMmapReadOnlyUser: a user who may read a page but not write it maps
+// it PROT_READ; after an acquire point the read's fence (a compare-and-swap
+// at the owner) is refused, and the read still succeeds, unfenced, with a
+// warning. Root's fenced read of the same page gives no warning.
+func TestMmapReadOnlyUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		if os.Getenv("DPU_PRIV_TESTS") == "require" {
+			t.Fatal("needs root (DPU_PRIV_TESTS=require)")
+		}
+		t.Skip("needs root to run a process as another user")
+	}
+	build(t, "build/mmap_test")
+	const nobody, nogroup = 65534, 65534
+	dir, err := os.MkdirTemp("", "libdpu-ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prog, err := os.ReadFile("build/mmap_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "mmap_test")
+	if err := os.WriteFile(bin, prog, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fab := hostiftest.NewFabric()
+	be := fab.Node(1)
+	t.Cleanup(be.Close)
+	srv, err := hostif.NewServer(be, hostif.Options{SocketGroup: fmt.Sprint(nogroup)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, hostif.SocketName)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.ListenAndServe(ctx, path) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no socket")
+		}
+	}
+	c, err := client.Dial(ctx, path, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g, err := c.Alloc(ctx, gva.PageSize, 0o604)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Store64(ctx, g, 4321); err != nil {
+		t.Fatal(err)
+	}
+	for _, cred := range []*syscall.Credential{{Uid: nobody, Gid: nogroup}, nil} {
+		cmd := exec.CommandContext(ctx, bin, "readonly", g.String())
+		cmd.Env = append(os.Environ(), "DPU_SOCKET="+path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil || strings.TrimSpace(stdout.String()) != "read 4321" {
+			t.Fatalf("as %v: %v, %q\n%s", cred, err, stdout.String(), stderr.String())
+		}
+		warned := strings.Contains(stderr.String(), "cannot be fenced")
+		if warned != (cred != nil) {
+			t.Errorf("as %v: warned %v:\n%s", cred, warned, stderr.String())
+		}
+	}
+}
+
+// TestMmapCrossPageOrder: release/acquire order across two pages on a
+// 5-node ring of real agents, where the data page's updates reach the
+// reader by a longer path than the flag. The data page is made on node 3
+// and the flag page on node 1; the writer runs on node 0, the reader on
+// node 1. Both map the data page first (node 1 below node 3 by node 2,
+// node 0 by node 4); the writer's first write makes node 0 its owner, so
+// the page's updates go 0-4-3-2-1 while the flag's store goes 0-1. After
+// the acquire the reader must see each round's block all the same.
+func TestMmapCrossPageOrder(t *testing.T) {
+	build(t, "build/mmap_test")
+	st := fabrictest.Up(t, fabric.Spec{Nodes: 5, Topo: "ring"})
+	sock := func(i int) string { return fabrictest.Sock(st, i) }
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	alloc := func(node int) gva.GVA {
+		c, err := client.Dial(ctx, sock(node), client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		g, err := c.Alloc(ctx, gva.PageSize, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	data, flag := alloc(3), alloc(1)
+	rounds := "100"
+	type result struct {
+		who string
+		out string
+		err error
+	}
+	results := make(chan result, 2)
+	for _, p := range []struct {
+		who  string
+		node int
+	}{{"pass-write", 0}, {"pass-read", 1}} {
+		cmd := exec.CommandContext(ctx, "build/mmap_test", p.who, data.String(), flag.String(), rounds)
+		cmd.Env = append(os.Environ(), "DPU_SOCKET="+sock(p.node))
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results <- result{p.who, string(out), err}
+		}()
+	}
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Errorf("mmap_test %s: %v\n%s", r.who, r.err, r.out)
+			continue
+		}
+		t.Logf("%s: %s", r.who, strings.TrimSpace(r.out))
+	}
+}
+
 // TestMmapReport: a process's dpu_mmap areas and their fault counts reach
 // the agent (what dpuctl mem maps shows) and go when it unmaps.
 func TestMmapReport(t *testing.T) {
@@ -249,25 +441,14 @@ func TestMmapReport(t *testing.T) {
 	h1, _ := hosts(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "build/mmap_test", "hold")
-	cmd.Env = append(os.Environ(), "DPU_SOCKET="+h1)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := startMmapTest(t, ctx, "hold", "DPU_SOCKET="+h1)
 	defer cmd.Wait()
 	defer stdin.Close()
 	var addr, gvaText string
 	if _, err := fmt.Fscanf(stdout, "mapped %s %s\n", &addr, &gvaText); err != nil {
-		t.Fatalf("reading what mmap_test hold mapped: %v", err)
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("reading what mmap_test hold mapped: %v\n%s", err, stderr.String())
 	}
 	c, err := client.Dial(ctx, h1, client.Options{Name: "watcher"})
 	if err != nil {
@@ -294,7 +475,7 @@ func TestMmapReport(t *testing.T) {
 	}
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	for {
 		total, _, err := c.Maps(ctx)

@@ -35,6 +35,15 @@ import (
 // sequentially consistent pages. Between those points a cached page is
 // dropped when the node reports it changed.
 //
+// Order across pages: a release waits for the owner's acknowledgement of
+// every write-back, but the owner's updates of other nodes' replicas may
+// reach this node by another path than the release. So the first read
+// fault of a page after an acquire point fences it first: a
+// compare-and-swap at the owner that leaves the word as it is returns the
+// owner's version, below which the node then never answers this host
+// (libdpu's mmap.c says more). Fencing needs the page's write permission;
+// without it reads stay unfenced (logged once).
+//
 // Faults are served by a goroutine on its own OS thread through a
 // userfaultfd (a full one, or one for user-mode faults only where
 // vm.unprivileged_userfaultfd=0: system calls that write into an absent
@@ -66,6 +75,11 @@ type Area struct {
 	why   []error
 	stats AreaStats
 	gone  bool
+	// epoch counts the area's acquire points; fenced is, per page, the
+	// epoch its last fence was for (see fence).
+	epoch    uint64
+	fenced   []uint64
+	unfenced bool // the owner refused the fence (no write permission)
 
 	faults sync.WaitGroup // the fault and event goroutines
 }
@@ -165,7 +179,8 @@ func (c *Client) Mmap(ctx context.Context, g gva.GVA, bytes int, writable bool) 
 		return nil, err
 	}
 	a := &Area{priv: priv, g: g.Key(), write: writable, uffd: -1, stop: -1,
-		state: make([]uint8, pages), owned: make([]uint8, pages), twin: make([][]byte, pages), why: make([]error, pages)}
+		state: make([]uint8, pages), owned: make([]uint8, pages), twin: make([][]byte, pages), why: make([]error, pages),
+		fenced: make([]uint64, pages)}
 	mask := wire.EventInvalidated.Mask() | wire.EventUpdated.Mask() | wire.EventFreed.Mask() | wire.EventOwnershipLost.Mask()
 	if err = priv.Subscribe(ctx, mask); err == nil {
 		err = a.refs(ctx, pages, false)
@@ -286,6 +301,9 @@ func (a *Area) Sync(flags SyncFlags) error {
 }
 
 func (a *Area) syncLocked(flags SyncFlags) error {
+	if flags&SyncAcquire != 0 {
+		a.epoch++
+	}
 	var first error
 	for i, st := range a.state {
 		if st == pageDirty {
@@ -390,13 +408,47 @@ func (a *Area) disown(i int) {
 	}
 }
 
+// fenceWord is the word a fence compares and stores: equal or not, the
+// word stays what it was.
+const fenceWord = 0x6a09e667f3bcc909
+
+// fence makes the node's next loads of page i return at least the content
+// its owner holds now: the failed (or same-value) compare-and-swap runs at
+// the owner and its reply carries the owner's page version, which the node
+// then never serves this host below.
+func (a *Area) fence(i int) error {
+	if a.unfenced {
+		return nil
+	}
+	ctx, cancel := a.bound()
+	defer cancel()
+	_, _, err := a.priv.CompareAndSwap(ctx, wire.PageAt(a.g, i), fenceWord, fenceWord)
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		a.unfenced = true
+		slog.Warn("dpu mmap: the area cannot be fenced: after an acquire its reads may miss writes whose updates are still on their way to this node",
+			"gva", a.g, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fencing the page: %w", err)
+	}
+	return nil
+}
+
 // fill fetches page i and installs it: writable (owned, with a twin) for a
-// write, else write-protected.
+// write, else write-protected. A write first makes this node the owner,
+// so its load reads the primary; a read after an acquire point first
+// fences the page (once per epoch; not a page locked here).
 func (a *Area) fill(i int, write bool) error {
 	if write {
 		if err := a.own(i); err != nil {
 			return err
 		}
+	} else if a.epoch > 0 && a.fenced[i] != a.epoch && a.owned[i] != ownLocked {
+		if err := a.fence(i); err != nil {
+			return err
+		}
+		a.fenced[i] = a.epoch
 	}
 	buf := make([]byte, wire.PageSize)
 	ctx, cancel := a.bound()

@@ -120,11 +120,18 @@ DPU_API int dpu_read64(dpu_t *d, const void *lva, uint64_t *out); /* lva 8-byte 
  * DPU_SYNC_ACQUIRE) drop the cached pages, so the next touch fetches the
  * current content. Programs that write shared data under a dpu_lock (or a
  * C11 release/acquire pair, under dpu-cc) and read it after taking the lock
- * see sequentially consistent pages, across pages as well: the written
- * pages are owned by the writer's node, whose updates of them leave it
- * before the release does. Between those points a cached page is dropped
+ * see sequentially consistent pages, across pages as well: the release
+ * waits for the owner's acknowledgement of every write-back, and the first
+ * read of a page after an acquire point first asks the page's owner for
+ * its version (a compare-and-swap that leaves the word as it is, so a
+ * PROT_WRITE-less user without write permission gets unfenced reads, with
+ * a logged warning), so this node's replica, whose updates may come by
+ * another path than the release, is not read below it. Between those points a cached page is dropped
  * when the node reports it changed (updated or invalidated). Faults are
- * served by a thread of the library through userfaultfd; a fault that
+ * served by a thread of the library through userfaultfd (on x86_64,
+ * DPU_MMAP_FAULTS=signal serves them in the faulting thread, from a SIGBUS
+ * handler, which saves two thread hand-offs per fault; system calls that
+ * touch an absent page then fail with EFAULT); a fault that
  * cannot be served (page freed, node lost, ownership not granted in time,
  * a write-back failed) logs its reason on stderr and raises SIGBUS in the
  * faulting thread. The mapping is not inherited by fork (MADV_DONTFORK).

@@ -104,6 +104,7 @@ struct mapping {
 
 struct dpu {
     int fd;
+    pid_t pid;              /* the process that opened it (a forked child's dpu_close only closes) */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the socket, for dpu__reopen */
     int timeout_ms;
     pthread_mutex_t mu;
@@ -412,10 +413,10 @@ static const char *op_name(uint16_t op) {
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
-/* do_call sends one request and waits for its reply. */
-static int do_call(dpu_t *d, struct call *c) {
-    int ms = c->timeout_ms > 0 ? c->timeout_ms : d->timeout_ms;
-    struct timespec dl = deadline_in(ms);
+/* call_send takes a request slot for c and sends c; call_wait waits for
+ * its reply (by dl). A thread may send several calls before it waits for
+ * them: whichever it waits for first reads the replies of all. */
+static int call_send(dpu_t *d, struct call *c, const struct timespec *dl, struct waiter **wp) {
     pthread_mutex_lock(&d->mu);
     struct waiter *w = NULL;
     while (!w) {
@@ -432,7 +433,7 @@ static int do_call(dpu_t *d, struct call *c) {
                 break;
             }
         }
-        if (!w && pthread_cond_timedwait(&d->slot_cv, &d->mu, &dl) == ETIMEDOUT) {
+        if (!w && pthread_cond_timedwait(&d->slot_cv, &d->mu, dl) == ETIMEDOUT) {
             pthread_mutex_unlock(&d->mu);
             return fail(ETIMEDOUT, "dpu %s: no request slot free in time", op_name(c->op));
         }
@@ -465,13 +466,20 @@ static int do_call(dpu_t *d, struct call *c) {
         pthread_mutex_unlock(&d->mu);
         return fail(serr, "dpu %s: send failed", op_name(c->op));
     }
+    pthread_mutex_unlock(&d->mu);
+    *wp = w;
+    return 0;
+}
+
+static int call_wait(dpu_t *d, struct call *c, struct waiter *w, const struct timespec *dl) {
+    pthread_mutex_lock(&d->mu);
     int rc = 0;
     while (w->state == W_WAITING) {
         if (d->broken) {
             rc = -d->broken;
             break;
         }
-        if (past(&dl)) {
+        if (past(dl)) {
             rc = -ETIMEDOUT;
             break;
         }
@@ -479,7 +487,7 @@ static int do_call(dpu_t *d, struct call *c) {
             read_once(d);
             continue;
         }
-        pthread_cond_timedwait(&w->cv, &d->mu, &dl);
+        pthread_cond_timedwait(&w->cv, &d->mu, dl);
     }
     if (w->state == W_WAITING) {
         /* Gave up: the slot stays taken until the reply comes, and a
@@ -514,6 +522,15 @@ static int do_call(dpu_t *d, struct call *c) {
         return -(int)status;
     }
     return 0;
+}
+
+/* do_call sends one request and waits for its reply. */
+static int do_call(dpu_t *d, struct call *c) {
+    int ms = c->timeout_ms > 0 ? c->timeout_ms : d->timeout_ms;
+    struct timespec dl = deadline_in(ms);
+    struct waiter *w;
+    int rc = call_send(d, c, &dl, &w);
+    return rc < 0 ? rc : call_wait(d, c, w, &dl);
 }
 
 /* send_undo reverses a successful request whose caller gave up, without
@@ -648,6 +665,7 @@ int dpu_open(const char *sock_path, dpu_t **out) {
     if (!d) return -ENOMEM;
     memcpy(d->path, sa.sun_path, sizeof d->path); /* NUL-terminated: checked above */
     d->timeout_ms = 30000;
+    d->pid = getpid();
     d->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (d->fd < 0) {
         int e = errno;
@@ -697,7 +715,10 @@ void dpu_close(dpu_t *d) {
     if (!d) return;
     dpu__mmap_closing(d); /* mmap.c: write back and drop dpu_mmap areas of d */
     if (d->fd >= 0) {
-        shutdown(d->fd, SHUT_RDWR);
+        /* shutdown ends the connection for every process that holds it:
+         * only its opener's close may (a forked child's closes its own
+         * descriptor and leaves the parent's connection alone). */
+        if (getpid() == d->pid) shutdown(d->fd, SHUT_RDWR);
         close(d->fd);
     }
     if (d->status) munmap((void *)d->status, d->status_len);
@@ -757,7 +778,9 @@ int dpu_free(dpu_t *d, dpu_gva_t gva) {
 
 /* ---- accesses through the node ---- */
 
-static int load_in_page(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
+/* load_in_page loads n bytes at addr (within one page) into buf, and the
+ * page version the node answered with into *version (when not NULL). */
+static int load_in_page(dpu_t *d, dpu_gva_t addr, void *buf, size_t n, uint64_t *version) {
     uint8_t body[8], rep[8 + PAGE];
     put32(body, (uint32_t)n);
     put32(body + 4, 0);
@@ -765,7 +788,36 @@ static int load_in_page(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
     int rc = do_call(d, &c);
     if (rc < 0) return rc;
     if (c.len != 8 + n) return fail(EPROTO, "dpu load: reply of the wrong size%s", NULL);
+    if (version) *version = get64(rep);
     memcpy(buf, rep + 8, n);
+    return 0;
+}
+
+/* dpu__load_fenced loads the page at page into buf (PAGE bytes). With
+ * fence it also sends, before the load and without waiting for it, a
+ * compare-and-swap of the page's first word that leaves the word as it is
+ * (expected = desired = fence_word): it runs at the page's owner and its
+ * reply carries the owner's version. A load answered below that version
+ * (the node served it before the fence's answer raised its floor) is made
+ * again. *fence_rc is the fence's own result (0 when not asked for). */
+int dpu__load_fenced(dpu_t *d, dpu_gva_t page, void *buf, int fence, uint64_t fence_word, int *fence_rc) {
+    struct timespec dl = deadline_in(d->timeout_ms);
+    uint8_t fbody[16], frep[256];
+    put64(fbody, fence_word);
+    put64(fbody + 8, fence_word);
+    struct call fc = {.op = OP_CAS, .gva = page, .body = fbody, .blen = 16, .out = frep, .cap = sizeof frep};
+    struct waiter *fw = NULL;
+    *fence_rc = fence ? call_send(d, &fc, &dl, &fw) : 0;
+
+    uint64_t version = 0;
+    int rc = load_in_page(d, page, buf, PAGE, &version);
+    if (fw) {
+        *fence_rc = call_wait(d, &fc, fw, &dl);
+        if (*fence_rc == 0 && fc.len != 16) *fence_rc = fail(EPROTO, "dpu cas: reply of the wrong size%s", NULL);
+    }
+    if (rc < 0) return rc;
+    if (fw && *fence_rc == 0 && version < get64(frep + 8)) /* served below the owner's version */
+        return load_in_page(d, page, buf, PAGE, NULL);
     return 0;
 }
 
@@ -773,7 +825,7 @@ int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
     uint8_t *p = buf;
     while (n > 0) {
         size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
-        int rc = load_in_page(d, addr, p, k);
+        int rc = load_in_page(d, addr, p, k, NULL);
         if (rc < 0) return rc;
         addr.lo += k;
         p += k;
@@ -799,7 +851,7 @@ int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n) {
 
 int dpu_load64(dpu_t *d, dpu_gva_t addr, uint64_t *out) {
     uint8_t b[8];
-    int rc = load_in_page(d, addr, b, 8);
+    int rc = load_in_page(d, addr, b, 8, NULL);
     if (rc == 0 && out) *out = get64(b);
     return rc;
 }
@@ -1267,7 +1319,7 @@ int dpu_read(dpu_t *d, const void *lva, void *buf, size_t n) {
             int rc = gva_of(d, idx, &g);
             if (rc < 0) return fail(EFAULT, "dpu read: not a mapped address%s", NULL);
             g.lo += in;
-            if ((rc = load_in_page(d, g, out, k)) < 0) return rc;
+            if ((rc = load_in_page(d, g, out, k, NULL)) < 0) return rc;
         }
         a += k;
         out += k;

@@ -25,6 +25,9 @@ uint32_t dpu__max_map_pages(const dpu_t *d);
 int dpu__acquire(dpu_t *d, dpu_gva_t page);           /* ACQUIRE with d's timeout, no mmap hooks */
 int dpu__release(dpu_t *d, dpu_gva_t page);           /* RELEASE, no mmap hooks */
 int dpu__request(dpu_t *d, uint16_t op, const void *body, size_t len); /* a request with no reply body */
+/* LOAD of a whole page, with (fence) a CAS that leaves its first word as it is sent ahead of it
+ * without waiting: the load is made again if answered below the CAS's version (the owner's). */
+int dpu__load_fenced(dpu_t *d, dpu_gva_t page, void *buf, int fence, uint64_t fence_word, int *fence_rc);
 
 /* mmap.c: called by dpu.c */
 void dpu__mmap_closing(dpu_t *d); /* dpu_close: write back and drop d's areas */

@@ -21,6 +21,28 @@
  * and, apart from the state, whether this process holds an acquisition of
  * the page (owned[]): ownership protocol, on the refs connection.
  *
+ * Order across pages. A release point writes back every dirty page and
+ * waits for each STORE's acknowledgement by the owner before the release
+ * itself (the atomic that follows) is sent; the owner applies the write
+ * before it answers. But the owner's updates to other nodes' replicas are
+ * not acknowledged: they travel down the page's tree, which need not be
+ * the path the release (a store to another page, at that page's owner)
+ * takes to the acquirer. So an acquire point alone cannot trust its node's
+ * replica of another page. The rule: every acquire point starts a new
+ * epoch (acquire_epoch), and the first read fault of a page in an epoch
+ * fences it: a compare-and-swap at the page's owner that never changes
+ * the word, sent just ahead of the page's LOAD. Its reply carries the
+ * owner's version, which is at least that of every write acknowledged
+ * before the release the acquire saw; the node never answers this host
+ * below a version it was told of, and a LOAD answered below it (before the
+ * fence's reply came) is made again, so the page waits for the update on
+ * its way (or is fetched).
+ * Write faults need no fence (they take ownership: the load reads the
+ * primary), nor do pages locked here, nor a process's faults before its
+ * first acquire point (nothing it synchronised with can be missed). The
+ * cost is one request to the owner per page read after an acquire, in
+ * parallel with the LOAD.
+ *
  * Transitions: a read fault LOADs the page through the node and fills it
  * (UFFDIO_COPY, write-protected). A write fault first makes this node the
  * page's owner (ACQUIRE: the ownership protocol moves the page here, so
@@ -49,7 +71,9 @@
  * conflicting access ordered by a lock or a release/acquire pair) see
  * sequentially consistent pages.
  *
- * Threads: one fault thread per process serves the userfaultfd; one event
+ * Threads: one fault thread per process serves the userfaultfd (or, with
+ * DPU_MMAP_FAULTS=signal on x86_64, each faulting thread serves its own
+ * fault in a SIGBUS handler: on_sigbus); one event
  * thread per user connection reads the events of a private connection to
  * the same socket, which holds the areas' refs (MAP with NOFD); a second
  * private connection serves the fault LOADs and write-back STOREs. All
@@ -75,6 +99,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #ifndef UFFD_USER_MODE_ONLY
@@ -118,6 +143,8 @@ struct area {
     int *why;            /* per page: errno that made it dead */
     uint8_t *owned;      /* per page: OWN_ACQUIRED (c->priv holds an acquisition) or
                           * OWN_LOCKED (the process holds its dpu_lock) */
+    uint64_t *fenced;    /* per page: the acquire epoch its last fence was for */
+    bool unfenced;       /* the owner refused the fence (no write permission): logged once */
     uint64_t read_faults, write_faults, writebacks, drops;
     uint64_t acquisitions, losses;
 };
@@ -127,10 +154,17 @@ static struct area *areas;
 static struct conn *conns;
 static struct extent *free_ext;
 static size_t dirty_pages, present_pages; /* short cuts for sync */
+/* acquire_epoch counts this process's acquire points (0: none yet). A read
+ * fault of a page in an epoch it was not fenced in first fences it (see
+ * fence). Changed and read outside mu, seq_cst: see fill_read. */
+static uint64_t acquire_epoch;
 static int uffd = -1;
 static int stop_fd = -1;
 static pthread_t fault_thread;
 static bool user_mode_only; /* the kernel refused full userfaultfd */
+static bool in_signal;      /* faults are served in the faulting thread (see on_sigbus) */
+static bool no_signal;      /* the kernel refused UFFD_FEATURE_SIGBUS */
+static struct sigaction prev_sigbus;
 static bool hooks_set;
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -217,6 +251,21 @@ static int open_uffd(void) {
     }
     struct uffdio_api api = {.api = UFFD_API,
                              .features = UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP};
+#if defined(__x86_64__)
+    const char *how = getenv("DPU_MMAP_FAULTS");
+    if (how && strcmp(how, "signal") == 0 && !no_signal) {
+        struct uffdio_api sig = {.api = UFFD_API, .features = UFFD_FEATURE_SIGBUS | UFFD_FEATURE_PAGEFAULT_FLAG_WP};
+        if (ioctl(fd, UFFDIO_API, &sig) == 0) {
+            in_signal = true;
+            return fd;
+        }
+        logf_("dpu_mmap: DPU_MMAP_FAULTS=signal: the kernel refused UFFD_FEATURE_SIGBUS (%s): faults go to a thread",
+              strerror(errno));
+        close(fd); /* the handshake is once per descriptor: start again */
+        no_signal = true;
+        return open_uffd();
+    }
+#endif
     if (ioctl(fd, UFFDIO_API, &api) < 0) {
         int e = errno;
         close(fd);
@@ -227,6 +276,9 @@ static int open_uffd(void) {
 }
 
 static void *serve_faults(void *arg);
+#if defined(__x86_64__)
+static void on_sigbus(int sig, siginfo_t *si, void *ctx);
+#endif
 static void at_exit(void);
 static void before_fork(void);
 static void after_fork_parent(void);
@@ -260,6 +312,13 @@ static int start_uffd(void) {
         hooks_set = true;
         atexit(at_exit);
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+#if defined(__x86_64__)
+        if (in_signal) {
+            struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_RESTART};
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGBUS, &sa, &prev_sigbus);
+        }
+#endif
     }
     return 0;
 }
@@ -338,15 +397,65 @@ static void disown(struct area *ar, size_t i) {
 
 static void drop(struct area *ar, size_t i);
 
+/* A fence makes a load of page i return at least the content its owner
+ * holds now: a compare-and-swap at the owner that never changes the word
+ * (expected = desired), whose reply carries the owner's page version; the
+ * node never serves this host below the newest version it was told of,
+ * and a load answered before that is made again (dpu__load_fenced), so the
+ * page is never read from a replica whose updates are still on their way.
+ * fenced takes the fence's result: a user who may not write the page gets
+ * unfenced loads of the area from then on (logged once). */
+#define FENCE_WORD 0x6a09e667f3bcc909ULL /* any value: equal or not, the word stays */
+static int fenced(struct area *ar, int rc) {
+    if (rc == -EACCES || rc == -EPERM) { /* a read-only user: loads stay unfenced */
+        char b[DPU_GVA_TEXT_LEN + 1];
+        ar->unfenced = true;
+        logf_("dpu_mmap: the area at %p (%s) cannot be fenced (%s): after an acquire its reads may miss writes "
+              "whose updates are still on their way to this node",
+              (void *)ar->base, gva_text(ar->gva, b), dpu_strerror(rc));
+        return 0;
+    }
+    return rc;
+}
+
 /* fill fetches page i and installs it: writable (with its twin) when
- * write, else write-protected. */
-static int fill(struct area *ar, size_t i, bool write) {
+ * write, else write-protected. A write first makes this node the owner,
+ * so its load reads the primary. A read after an acquire point fences the
+ * page (once per epoch; not a page locked here, whose primary is here and
+ * pinned): the node's replica may lag writes that happened before the
+ * acquire, when their updates reach this node by another path than the
+ * release did. The fence is sent ahead of the load, which is made again
+ * if it was answered below the fence's version (dpu__load_fenced). */
+static int fill(struct area *ar, size_t i, bool write, bool fence);
+
+static int fill_read(struct area *ar, size_t i) {
+    for (int tries = 0;; tries++) {
+        uint64_t e = __atomic_load_n(&acquire_epoch, __ATOMIC_SEQ_CST);
+        bool fence = e && ar->fenced[i] != e && ar->owned[i] != OWN_LOCKED && !ar->unfenced;
+        int rc = fill(ar, i, false, fence);
+        if (fence && rc == 0) ar->fenced[i] = e;
+        if (rc < 0) return rc;
+        /* An acquire point of another thread meanwhile may have found no
+         * page present (its short cut) and dropped nothing: look again,
+         * after counting this page present (both seq_cst), and fetch it
+         * again fenced for the new epoch. Bounded: a thread acquiring
+         * without pause gets the page of the last try. */
+        if (__atomic_load_n(&acquire_epoch, __ATOMIC_SEQ_CST) == e || tries == 8) return 0;
+        drop(ar, i);
+        ar->drops--;
+        ar->read_faults--;
+    }
+}
+
+static int fill(struct area *ar, size_t i, bool write, bool fence) {
     dpu_gva_t g = dpu_gva_add(ar->gva, i * PAGE);
     int rc = write ? own(ar, i) : 0;
     if (rc < 0) return rc;
     uint8_t *buf = malloc(PAGE);
     if (!buf) return -ENOMEM;
-    rc = dpu_load(ar->c->io, g, buf, PAGE);
+    int frc = 0;
+    rc = dpu__load_fenced(ar->c->io, g, buf, fence, FENCE_WORD, &frc);
+    if (rc == 0) rc = fenced(ar, frc);
     if (rc < 0) {
         free(buf);
         return rc;
@@ -369,7 +478,7 @@ static int fill(struct area *ar, size_t i, bool write) {
         __atomic_store_n(state(ar, i), ST_CLEAN, __ATOMIC_RELEASE);
         ar->read_faults++;
     }
-    __atomic_add_fetch(&present_pages, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&present_pages, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
 
@@ -397,13 +506,13 @@ static int prepare(struct area *ar, size_t i, bool write) {
     write = write && (ar->prot & PROT_WRITE);
     switch (*state(ar, i)) {
     case ST_DEAD: return -ar->why[i];
-    case ST_ABSENT: return fill(ar, i, write);
+    case ST_ABSENT: return write ? fill(ar, i, true, false) : fill_read(ar, i);
     case ST_CLEAN:
         if (!write) return 0;
         if (ar->owned[i]) return unprotect(ar, i);
         drop(ar, i);
         ar->drops--; /* not the node's doing */
-        return fill(ar, i, true);
+        return fill(ar, i, true, false);
     default: return 0;
     }
 }
@@ -469,10 +578,11 @@ static void sync_locked(unsigned flags, struct conn *only) {
 
 void dpu_mmap_sync(unsigned flags) {
     if (!dpu_mmap_span) return;
+    if (flags & DPU_SYNC_ACQUIRE) __atomic_add_fetch(&acquire_epoch, 1, __ATOMIC_SEQ_CST);
     /* Short cut without mu: this thread's own writes made their pages
      * dirty before it got here (the fault thread counted them before it
      * woke it). */
-    size_t need = (flags & DPU_SYNC_ACQUIRE) ? __atomic_load_n(&present_pages, __ATOMIC_ACQUIRE)
+    size_t need = (flags & DPU_SYNC_ACQUIRE) ? __atomic_load_n(&present_pages, __ATOMIC_SEQ_CST)
                                              : __atomic_load_n(&dirty_pages, __ATOMIC_ACQUIRE);
     if (need == 0) return;
     pthread_mutex_lock(&mu);
@@ -567,6 +677,54 @@ static void serve_fault(const struct uffd_msg *m) {
     pthread_mutex_unlock(&mu);
     wake(page); /* after the state and counters: the thread's next release sees them */
 }
+
+#if defined(__x86_64__)
+/* on_sigbus serves a fault in the thread that took it (DPU_MMAP_FAULTS=
+ * signal: UFFD_FEATURE_SIGBUS makes the kernel raise SIGBUS instead of
+ * queueing the fault for the fault thread): no hand-off to that thread and
+ * back. The page-fault error code tells a write (bit 1). When the access
+ * returns, it is made again on the page now in place. A fault outside the
+ * areas, a SIGBUS somebody sent, or a page that cannot be served gets what
+ * SIGBUS did before (by default the access faults again and ends the
+ * process with SIGBUS). The fault thread still starts, and gets nothing.
+ * Faults in system calls fail with EFAULT, as with a user-mode-only
+ * userfaultfd. The handler takes mu and allocates, like the fault thread:
+ * the library never touches an absent page under mu, and a program's
+ * accesses to shared pages do not happen inside malloc. A program that
+ * sets its own SIGBUS handler after the first dpu_mmap must not use this
+ * mode (its handler would get the faults). */
+static void on_sigbus(int sig, siginfo_t *si, void *ctx) {
+    int saved = errno;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    if (si->si_code == BUS_ADRERR && a - dpu_mmap_lo < dpu_mmap_span) {
+        bool write = ((ucontext_t *)ctx)->uc_mcontext.gregs[REG_ERR] & 2;
+        pthread_mutex_lock(&mu);
+        size_t i = 0;
+        struct area *ar = area_of(a, &i);
+        int rc = ar ? prepare(ar, i, write) : -EFAULT;
+        if (rc < 0 && ar && *state(ar, i) != ST_DEAD) kill_page(ar, i, -rc);
+        char b[DPU_GVA_TEXT_LEN + 1] = "?";
+        if (ar) gva_text(dpu_gva_add(ar->gva, i * PAGE), b);
+        pthread_mutex_unlock(&mu);
+        if (rc == 0) {
+            errno = saved;
+            return;
+        }
+        logf_("dpu_mmap: SIGBUS to thread %d at %p (page %s): %s: %s", (int)syscall(SYS_gettid), (void *)a, b,
+              dpu_strerror(rc), ar ? dpu_last_error() : "not a dpu_mmap area (unmapped meanwhile)");
+    }
+    if ((prev_sigbus.sa_flags & SA_SIGINFO) && prev_sigbus.sa_sigaction) {
+        prev_sigbus.sa_sigaction(sig, si, ctx);
+    } else if (!(prev_sigbus.sa_flags & SA_SIGINFO) && prev_sigbus.sa_handler != SIG_DFL &&
+               prev_sigbus.sa_handler != SIG_IGN) {
+        prev_sigbus.sa_handler(sig);
+    } else {
+        signal(SIGBUS, SIG_DFL);
+        if (si->si_code <= 0) raise(SIGBUS); /* sent, not a fault: send it again */
+    }
+    errno = saved;
+}
+#endif
 
 static void *serve_faults(void *arg) {
     (void)arg;
@@ -840,6 +998,7 @@ static void free_area(struct area *ar) {
     free(ar->twin);
     free(ar->why);
     free(ar->owned);
+    free(ar->fenced);
     free(ar);
 }
 
@@ -854,8 +1013,9 @@ int dpu_mmap(dpu_t *d, dpu_gva_t gva, size_t len, int prot, void **addr_out) {
         ar->twin = calloc(pages, sizeof *ar->twin);
         ar->why = calloc(pages, sizeof *ar->why);
         ar->owned = calloc(pages, 1);
+        ar->fenced = calloc(pages, sizeof *ar->fenced);
     }
-    if (!ar || !ar->twin || !ar->why || !ar->owned) {
+    if (!ar || !ar->twin || !ar->why || !ar->owned || !ar->fenced) {
         free_area(ar);
         return -ENOMEM;
     }

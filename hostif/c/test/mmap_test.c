@@ -312,10 +312,189 @@ static int stall(int write) {
     return 0;
 }
 
+/* forked: fork and exit next to a mapping. The process maps two pages of
+ * the peer and writes the first (ownership and an acquisition here), then
+ * forks children that map the same pages on a connection of their own:
+ * one writes both pages, closes the handle it inherited (which must not
+ * end the parent's connection) and exits without unmapping (exit writes
+ * back); the other writes and is killed (its writes are lost, its refs and
+ * acquisitions go with its connections). Between the steps it prints a
+ * line and waits for one on stdin, so that the Go test can count the
+ * node's refs and acquisitions:
+ *   "mapped GVA"    the parent's mapping alone
+ *   "children"      both children gone
+ *   "unmapped"      nothing mapped any more */
+static void wait_line(const char *say) {
+    printf("%s\n", say);
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) exit(2);
+}
+
+static int fork_child(dpu_t *inherited, dpu_gva_t g, int kill_self) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dpu_t *c = open_at("DPU_SOCKET");
+        void *at;
+        OK(dpu_mmap(c, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+        volatile uint64_t *w = at;
+        w[1] = kill_self ? 99 : 2;
+        w[DPU_PAGE_SIZE / 8 + 1] = kill_self ? 99 : 3;
+        if (kill_self) raise(SIGKILL);
+        dpu_close(inherited); /* the parent's connection: only this process's handle goes */
+        exit(0);              /* no dpu_munmap, no dpu_close(c): exit writes back */
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    if (WIFSIGNALED(st)) return WTERMSIG(st);
+    return WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static int forked(void) {
+    dpu_t *d = open_at("DPU_SOCKET"), *p = open_at("DPU_TEST_PEER_SOCKET");
+    dpu_gva_t g;
+    OK(dpu_alloc_mode(p, 2 * DPU_PAGE_SIZE, 0666, &g));
+    void *at;
+    OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *w = at;
+    w[0] = 1;                           /* owned here, dirty */
+    (void)w[DPU_PAGE_SIZE / 8];         /* present, clean */
+    char text[DPU_GVA_TEXT_LEN + 8];
+    memcpy(text, "mapped ", 7);
+    dpu_gva_format(g, text + 7, DPU_GVA_TEXT_LEN + 1);
+    wait_line(text);
+
+    CHECK(fork_child(d, g, 0) == 0);
+    CHECK(fork_child(d, g, 1) == SIGKILL);
+    dpu_mmap_sync(DPU_SYNC_RELEASE | DPU_SYNC_ACQUIRE);
+    CHECK(w[0] == 1);                                     /* the parent's own write */
+    CHECK(w[1] == 2 && w[DPU_PAGE_SIZE / 8 + 1] == 3);   /* the exited child's, written back at its exit */
+    w[2] = 4;                                             /* the parent's connection still works */
+    dpu_mmap_sync(DPU_SYNC_RELEASE);
+    CHECK(peer_load(p, dpu_gva_add(g, 16)) == 4 && peer_load(p, dpu_gva_add(g, 8)) == 2);
+    CHECK(peer_load(d, dpu_gva_add(g, 16)) == 4); /* and so does the handle a child closed */
+    dpu_mmap_info_t info;
+    CHECK(dpu_mmap_list(&info, 1) == 1 && info.acquisitions >= 1);
+    wait_line("children");
+
+    OK(dpu_munmap(d, at, 2 * DPU_PAGE_SIZE));
+    CHECK(dpu_mmap_list(&info, 1) == 0);
+    wait_line("unmapped");
+    OK(dpu_acquire(p, g, 5000)); /* the peer frees only pages it owns */
+    OK(dpu_release(p, g));
+    OK(dpu_acquire(p, dpu_gva_add(g, DPU_PAGE_SIZE), 5000));
+    OK(dpu_release(p, dpu_gva_add(g, DPU_PAGE_SIZE)));
+    OK(dpu_free(p, g));
+    dpu_close(d);
+    dpu_close(p);
+    printf("ok %d checks\n", checks);
+    return 0;
+}
+
+/* readonly: map one page PROT_READ, pass an acquire point and read the
+ * page (a fenced fault), printing "read VALUE". Run by the Go test as a
+ * user who may read the page but not write it: the fence (a CAS) is
+ * refused, the read goes on unfenced, with a logged warning. */
+static int readonly(int argc, char **argv) {
+    if (argc != 3) return 2;
+    dpu_gva_t g;
+    OK(dpu_gva_parse(argv[2], &g));
+    dpu_t *d = open_at("DPU_SOCKET");
+    void *at;
+    OK(dpu_mmap(d, g, DPU_PAGE_SIZE, PROT_READ, &at));
+    dpu_mmap_sync(DPU_SYNC_ACQUIRE);
+    printf("read %llu\n", (unsigned long long)*(volatile uint64_t *)at);
+    OK(dpu_munmap(d, at, DPU_PAGE_SIZE));
+    dpu_close(d);
+    return 0;
+}
+
+/* pass: release/acquire across two pages, as C11 code does it through
+ * dpu-cc. The writer fills a block on the data page with plain stores, then
+ * (a release) writes the block back and stores the round number in the flag
+ * page; the reader waits for the round with loads of the flag (an acquire
+ * after it), then reads the block through its mapping: every word must be
+ * the round's. The Go test puts the data page's owner, the flag page's
+ * owner and the two processes where the data page's updates take a longer
+ * path to the reader than the flag does.
+ *
+ *   mmap_test pass-write|pass-read DATA-GVA FLAG-GVA ROUNDS
+ *
+ * The reader prints "stale K of N rounds" and exits 1 if K > 0. */
+#define PASS_WORDS 256
+
+static int wait64(dpu_t *d, dpu_gva_t g, uint64_t want) {
+    for (int i = 0; i < 200000; i++) { /* 200000 x 50 us: 10 s at least */
+        uint64_t v = 0;
+        OK(dpu_load64(d, g, &v));
+        if (v >= want) return 0;
+        struct timespec t = {0, 50000};
+        nanosleep(&t, NULL);
+    }
+    fprintf(stderr, "mmap_test: gave up waiting for %llu\n", (unsigned long long)want);
+    return -1;
+}
+
+static int pass(int argc, char **argv, int writer) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: mmap_test pass-write|pass-read DATA-GVA FLAG-GVA ROUNDS\n");
+        return 2;
+    }
+    dpu_gva_t data, flag;
+    OK(dpu_gva_parse(argv[2], &data));
+    OK(dpu_gva_parse(argv[3], &flag));
+    int rounds = atoi(argv[4]);
+    dpu_t *d = open_at("DPU_SOCKET");
+    void *at;
+    OK(dpu_mmap(d, data, DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
+    volatile uint64_t *blk = at;
+    dpu_gva_t round = flag, ack = dpu_gva_add(flag, 8);
+    (void)blk[0]; /* both nodes hold the data page before the first round */
+    OK(dpu_store64(d, writer ? dpu_gva_add(flag, 16) : dpu_gva_add(flag, 24), 1));
+    if (wait64(d, writer ? dpu_gva_add(flag, 24) : dpu_gva_add(flag, 16), 1) < 0) return 1;
+    int stale = 0;
+    for (uint64_t r = 1; r <= (uint64_t)rounds; r++) {
+        if (writer) {
+            for (int w = 0; w < PASS_WORDS; w++) blk[w] = r * 1000 + (uint64_t)w;
+            dpu_mmap_sync(DPU_SYNC_RELEASE); /* release: the block first */
+            OK(dpu_store64(d, round, r));
+            if (wait64(d, ack, r) < 0) return 1;
+            dpu_mmap_sync(DPU_SYNC_RELEASE | DPU_SYNC_ACQUIRE);
+        } else {
+            if (wait64(d, round, r) < 0) return 1;
+            dpu_mmap_sync(DPU_SYNC_RELEASE | DPU_SYNC_ACQUIRE); /* acquire */
+            for (int w = 0; w < PASS_WORDS; w++) {
+                if (blk[w] != r * 1000 + (uint64_t)w) {
+                    if (stale++ < 5)
+                        fprintf(stderr, "mmap_test: round %llu: word %d is %llu after the acquire\n",
+                                (unsigned long long)r, w, (unsigned long long)blk[w]);
+                    break;
+                }
+            }
+            dpu_mmap_sync(DPU_SYNC_RELEASE);
+            OK(dpu_store64(d, ack, r));
+        }
+    }
+    dpu_mmap_info_t info;
+    CHECK(dpu_mmap_list(&info, 1) == 1);
+    printf("%s: stale %d of %d rounds; %llu read faults, %llu write faults, %llu acquisitions\n",
+           writer ? "writer" : "reader", stale, rounds, (unsigned long long)info.read_faults,
+           (unsigned long long)info.write_faults, (unsigned long long)info.acquisitions);
+    OK(dpu_munmap(d, at, DPU_PAGE_SIZE));
+    dpu_close(d);
+    return stale ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "hold") == 0) return hold();
     if (argc > 1 && strcmp(argv[1], "stall-read") == 0) return stall(0);
     if (argc > 1 && strcmp(argv[1], "stall-write") == 0) return stall(1);
+    if (argc > 1 && strcmp(argv[1], "fork") == 0) return forked();
+    if (argc > 1 && strcmp(argv[1], "readonly") == 0) return readonly(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "pass-write") == 0) return pass(argc, argv, 1);
+    if (argc > 1 && strcmp(argv[1], "pass-read") == 0) return pass(argc, argv, 0);
     dpu_t *d = open_at("DPU_SOCKET"), *p = open_at("DPU_TEST_PEER_SOCKET");
     test_write_back(d, p);
     test_ownership_lost(d, p);
