@@ -239,8 +239,10 @@ func TestQuickRun(t *testing.T) {
 			want = append(want, p+"/-/-/-/-/"+c)
 		}
 		for _, o := range []string{"local", "1 hop", "2 hops"} {
-			want = append(want, "dpu CAS/udp/blocking/socket/"+o+"/"+c)
+			want = append(want, "dpu CAS/udp/blocking/socket/"+o+"/"+c, "dpu CAS, replicas = 2/udp/blocking/socket/"+o+"/"+c)
 		}
+		want = append(want, "dpu 4 KiB ownership transfer/udp/blocking/socket/1 hop/"+c,
+			"dpu 4 KiB ownership transfer, replicas = 2/udp/blocking/socket/1 hop/"+c)
 	}
 	for _, w := range want {
 		if !have[w] {

@@ -14,6 +14,11 @@
 #              agent offers rings)
 #   owner      local, 1 hop, 2 hops
 #   clients    1 and 16 (threads, one connection each)
+#   replicas   1 and 2 (dpu-fabric up --replicas: with 2, every write and
+#              transfer is held by a backup before it is acknowledged)
+# and, for each fabric, 4 KiB ownership transfers between node 0 and node 1
+# (peerload transfer: dpu_acquire at the node that does not own the page,
+# then dpu_release),
 # beside a SOCK_SEQPACKET echo between two processes (the floor), Redis Lua
 # CAS (EVALSHA, and redis-benchmark's eval as a cross-check) and memcached
 # gets+cas. Every figure is also given as a ratio to Redis with the same
@@ -22,7 +27,8 @@
 #
 # Environment: BENCH_QUICK=1 (a short smoke run), BENCH_SECS (seconds per
 # measurement), BENCH_LINKS (default "udp veth"), BENCH_MODES (default
-# "blocking adaptive poll"), BENCH_CLIENTS (default "1 16").
+# "blocking adaptive poll"), BENCH_CLIENTS (default "1 16"), BENCH_REPLICAS
+# (default "1 2").
 # Everything it starts is stopped on exit, failure or interrupt.
 set -euo pipefail
 
@@ -38,9 +44,13 @@ fi
 LINKS=${BENCH_LINKS:-udp veth}
 MODES=${BENCH_MODES:-blocking adaptive poll}
 CLIENTS=${BENCH_CLIENTS:-1 16}
+REPLICAS=${BENCH_REPLICAS:-1 2}
 OWNERS=(local "1 hop" "2 hops")
 for l in $LINKS; do
 	[[ $l == udp || $l == veth ]] || { echo "bench-peers: BENCH_LINKS: $l is neither udp nor veth" >&2; exit 2; }
+done
+for r in $REPLICAS; do
+	[[ $r =~ ^[1-9][0-9]?$ && $r -le 3 ]] || { echo "bench-peers: BENCH_REPLICAS: $r is not 1, 2 or 3 (a 3-node fabric)" >&2; exit 2; }
 done
 for m in $MODES; do
 	[[ $m == blocking || $m == adaptive || $m == poll ]] || { echo "bench-peers: BENCH_MODES: $m is not blocking, adaptive or poll" >&2; exit 2; }
@@ -243,7 +253,13 @@ agent_for() { # a dpu-agent that adds mode $1's line to the configuration dpu-fa
 # ---- the fabrics ----
 for links in $LINKS; do
 	for mode in $MODES; do
+	for replicas in $REPLICAS; do
 		path="dpu CAS"
+		xfer="dpu 4 KiB ownership transfer"
+		if [[ $replicas != 1 ]]; then
+			path="$path, replicas = $replicas"
+			xfer="$xfer, replicas = $replicas"
+		fi
 		if [[ $links == veth && $(id -u) -ne 0 ]]; then
 			na "$path" "$links" "$mode" all all all "veth links need root"
 			continue
@@ -257,12 +273,12 @@ for links in $LINKS; do
 			measure "SOCK_SEQPACKET echo (floor), again" - - - - "$c" -- "${PL[@]}" -c "$c" echo "$WORK/echo.sock"
 			measure "Redis Lua CAS (EVALSHA), again" - - - - "$c" -- "${PL[@]}" -c "$c" redis "$HOST:$REDIS_PORT"
 		done
-		dir=$WORK/fabric-$links-$mode
+		dir=$WORK/fabric-$links-$mode-r$replicas
 		FABRICS+=("$dir")
-		log "fabric: 3 nodes, line, $links links, $(mode_line "$mode")"
+		log "fabric: 3 nodes, line, $links links, $(mode_line "$mode"), replicas $replicas"
 		if ! bounded 120 "$BIN/dpu-fabric" up --nodes 3 --topo line --links "$links" --dir "$dir" \
-			--agent "$(agent_for "$mode")" >"$WORK/fabric-$links-$mode.log" 2>&1; then
-			na "$path" "$links" "$mode" all all all "fabric did not come up: $(tail -n 1 "$WORK/fabric-$links-$mode.log")"
+			--replicas "$replicas" --agent "$(agent_for "$mode")" >"$dir.log" 2>&1; then
+			na "$path" "$links" "$mode" all all all "fabric did not come up: $(tail -n 1 "$dir.log")"
 			[[ ! -f $dir/fabric.json ]] || timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || true
 			FABRICS=()
 			continue
@@ -291,9 +307,15 @@ for links in $LINKS; do
 						dpu "$dir/node0/dpu0.sock" "$dir/node$o/dpu0.sock"
 				done
 			done
+			for c in $CLIENTS; do
+				measure "$xfer" "$links" "$mode" "$transport" "1 hop" "$c" -- \
+					env "${rings_env[@]}" "${PL[@]}" -c "$c" \
+					transfer "$dir/node0/dpu0.sock" "$dir/node1/dpu0.sock"
+			done
 		done
 		timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || log "dpu-fabric down --dir $dir failed"
 		FABRICS=()
+	done
 	done
 done
 

@@ -4,7 +4,9 @@
  * One measuring loop for every system compared, so that the dpu and its
  * peers are timed the same way: N client threads, each with its own
  * connection, issue one compare-and-swap after another on a word of their
- * own (so every CAS succeeds), for a fixed time after a warm-up. Every
+ * own (so every CAS succeeds; or, for the dpu's ownership transfers, one
+ * transfer after another of a page of their own), for a fixed time after a
+ * warm-up. Every
  * operation that starts and ends inside the measured window is timed; the
  * report is the p50 and p99 of those round trips over all clients and the
  * operations per second of all clients together.
@@ -12,6 +14,12 @@
  *   peerload dpu SOCK OWNER_SOCK   dpu_cas64 through libdpu at the node whose
  *                                  host socket is SOCK, on a page allocated
  *                                  through OWNER_SOCK (so owned by that node)
+ *   peerload transfer SOCK_A SOCK_B  4 KiB ownership transfers: each client owns
+ *                                  a page of its own and moves it back and
+ *                                  forth, one operation being dpu_acquire of
+ *                                  the page at the node that does not own it
+ *                                  (the page's 4 KiB travel to it), then
+ *                                  dpu_release there
  *   peerload echo PATH             SOCK_SEQPACKET echo of a 48-byte message
  *   peerload echo-server PATH      the echo's other process (runs until killed)
  *   peerload redis HOST:PORT       Redis: EVALSHA of a compare-and-swap Lua script
@@ -74,7 +82,7 @@ static void die(const char *fmt, const char *arg) {
 /* ---- the measuring loop ---- */
 
 struct client;
-typedef int (*op_fn)(struct client *c); /* one CAS; 0 ok, <0 failed */
+typedef int (*op_fn)(struct client *c); /* one operation; 0 ok, <0 failed */
 
 struct client {
     int id;
@@ -296,6 +304,59 @@ static void run_dpu(const char *sock, const char *owner_sock, int n, double secs
     }
     (void)dpu_free(owner, page);
     dpu_close(owner);
+}
+
+/* ---- dpu ownership transfers ---- */
+
+struct xfer_conn {
+    dpu_t *d[2]; /* a connection at each node */
+    dpu_gva_t page;
+    int at; /* the node (0 or 1) that owns the page */
+};
+
+static int xfer_op(struct client *c) {
+    struct xfer_conn *x = c->conn;
+    int to = 1 - x->at;
+    int rc = dpu_acquire(x->d[to], x->page, OP_TIMEOUT_MS);
+    if (rc < 0) {
+        snprintf(c->err, sizeof c->err, "dpu_acquire: %s (%s)", dpu_strerror(rc), dpu_last_error());
+        return rc;
+    }
+    x->at = to;
+    if ((rc = dpu_release(x->d[to], x->page)) < 0) {
+        snprintf(c->err, sizeof c->err, "dpu_release: %s (%s)", dpu_strerror(rc), dpu_last_error());
+        return rc;
+    }
+    return 0;
+}
+
+static void run_transfer(const char *sock_a, const char *sock_b, int n, double secs, double warm) {
+    struct client cs[MAX_CLIENTS] = {0};
+    struct xfer_conn xs[MAX_CLIENTS] = {0};
+    for (int i = 0; i < n; i++) {
+        xs[i].d[0] = dpu_connect(sock_a);
+        xs[i].d[1] = dpu_connect(sock_b);
+        int rc = dpu_alloc(xs[i].d[1], DPU_PAGE_SIZE, &xs[i].page); /* owned at B */
+        if (rc < 0) die("dpu_alloc: %s", dpu_last_error());
+        xs[i].at = 1;
+        cs[i] = (struct client){.id = i, .op = xfer_op, .conn = &xs[i]};
+    }
+    /* How far the page is from the node that takes it next, before and
+     * after the run. */
+    int hops = -1, hops_after = -1, tier = -1;
+    if (dpu_where(xs[0].d[0], xs[0].page, &tier, &hops) < 0) die("dpu_where: %s", dpu_last_error());
+    int ring = ring_in_use();
+    struct result r = measure(cs, n, secs, warm);
+    (void)dpu_where(xs[0].d[1 - xs[0].at], xs[0].page, &tier, &hops_after);
+    char extra[96];
+    snprintf(extra, sizeof extra, "transport=%s hops=%d hops_after=%d", ring ? "ring" : "socket", hops, hops_after);
+    report(r, n, extra);
+    for (int i = 0; i < n; i++) {
+        (void)dpu_free(xs[i].d[xs[i].at], xs[i].page);
+        dpu_close(xs[i].d[0]);
+        dpu_close(xs[i].d[1]);
+        free(cs[i].lat);
+    }
 }
 
 static void run_transport(const char *sock) {
@@ -635,7 +696,7 @@ static void run_freeport(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: peerload [-c CLIENTS] [-t SECONDS] [-w WARMUP] [-e EXTEND] "
-                    "dpu SOCK OWNER_SOCK | echo PATH | echo-server PATH | redis HOST:PORT | "
+                    "dpu SOCK OWNER_SOCK | transfer SOCK_A SOCK_B | echo PATH | echo-server PATH | redis HOST:PORT | "
                     "memcached HOST:PORT | transport SOCK | freeport\n");
     exit(2);
 }
@@ -660,6 +721,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     kind_name = argv[0];
     if (strcmp(argv[0], "dpu") == 0 && argc == 3) run_dpu(argv[1], argv[2], clients, secs, warm);
+    else if (strcmp(argv[0], "transfer") == 0 && argc == 3) run_transfer(argv[1], argv[2], clients, secs, warm);
     else if (strcmp(argv[0], "echo") == 0 && argc == 2) run_echo(argv[1], clients, secs, warm);
     else if (strcmp(argv[0], "echo-server") == 0 && argc == 2) run_echo_server(argv[1]);
     else if (strcmp(argv[0], "redis") == 0 && argc == 2) run_redis(argv[1], clients, secs, warm);
