@@ -273,3 +273,29 @@ func TestHostsLocalLockAfterAbandon(t *testing.T) {
 		t.Fatal("the abandoned lock completed")
 	}
 }
+
+// TestHostsOwnershipLostPerSession: when another node takes a page, every
+// session of this node that acquired it hears EventOwnershipLost, once, in
+// session order, and no other session does.
+func TestHostsOwnershipLostPerSession(t *testing.T) {
+	x := newHostFab(t, 3)
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
+	x.open(1, 2, 3, 4)
+	x.okAs(1, 3, Request{Op: HostAcquire, GVA: g, Timeout: 2 * time.Second})
+	x.okAs(1, 2, Request{Op: HostAcquire, GVA: g, Timeout: 2 * time.Second})
+	x.okAs(1, 4, Request{Op: HostRef, GVA: g})
+	x.ok(2, Request{Op: HostAcquire, GVA: g, Timeout: 2 * time.Second})
+	x.f.Run(50 * time.Millisecond)
+	var heard []SessionID
+	for _, ev := range x.sinks[1].events {
+		if ev.Kind == EventOwnershipLost && ev.GVA.Key() == g.Key() {
+			heard = append(heard, ev.Session)
+		}
+	}
+	if len(heard) != 2 || heard[0] != 2 || heard[1] != 3 {
+		t.Fatalf("ownership-lost heard by sessions %v, want [2 3]", heard)
+	}
+	if c := x.doAs(1, 2, Request{Op: HostRelease, GVA: g}); !errors.Is(c.Err, syscall.EPERM) {
+		t.Fatalf("release after the loss: %v", c.Err)
+	}
+}
