@@ -33,7 +33,8 @@ import (
 //     ref. Release and Unlock drop it after; an unref refused during a
 //     swap (EBUSY) is retried within unrefBound. Refs and acquisitions are
 //     counted per session (the engine counts the node's refs), so one
-//     session's unref or close never drops what another still holds; a
+//     session's unref or close never drops what another still holds (the
+//     engine's release comes with the node's last acquiring session's); a
 //     Release without an acquisition of the session, an Unlock of a lock
 //     it does not hold, fail with EPERM and reach no engine.
 //   - Locks between the node's sessions: at most one session holds, is
@@ -425,6 +426,14 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 				return
 			}
 			r.s.unacquireCount(key)
+			if h.acquiredBy(key) {
+				// The node's claim stays for its other acquirers: the
+				// engine's release waits for the last; only the claim's
+				// ref goes back.
+				h.startDrop(now, r.s, key)
+				h.finish(now, r, Completion{})
+				return
+			}
 		}
 		if hr.Op == HostUnlock {
 			if nl := h.locks[key]; nl == nil || nl.holder != r.s || !r.s.locked[key] {
@@ -438,6 +447,17 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	default:
 		h.step(now, r, hr.engineCopy())
 	}
+}
+
+// acquiredBy reports whether a session of the node holds an acquisition of
+// key.
+func (h *Hosts) acquiredBy(key gva.GVA) bool {
+	for _, s := range h.sessions {
+		if s.acquired[key] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // startLock starts the claim of a Lock whose session holds the node's lock

@@ -299,3 +299,32 @@ func TestHostsOwnershipLostPerSession(t *testing.T) {
 		t.Fatalf("release after the loss: %v", c.Err)
 	}
 }
+
+// TestHostsReleaseAtTheLastAcquirer: the engine's release of a page comes
+// with the release of the node's last acquiring session; the others give
+// back only their claim's ref.
+func TestHostsReleaseAtTheLastAcquirer(t *testing.T) {
+	x := newHostFab(t, 2)
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
+	x.open(1, 2)
+	x.okAs(1, 1, Request{Op: HostAcquire, GVA: g, Timeout: 2 * time.Second})
+	x.okAs(1, 2, Request{Op: HostAcquire, GVA: g, Timeout: 2 * time.Second})
+	engineRequests := func() uint64 { return x.h[1].Engine().Stats().HostRequests }
+	before := engineRequests()
+	x.okAs(1, 2, Request{Op: HostRelease, GVA: g})
+	x.f.Run(10 * time.Millisecond)
+	if n := engineRequests() - before; n != 1 {
+		t.Fatalf("a release with another acquirer left made %d engine requests, want 1 (the unref)", n)
+	}
+	before = engineRequests()
+	x.okAs(1, 1, Request{Op: HostRelease, GVA: g})
+	x.f.Run(10 * time.Millisecond)
+	if n := engineRequests() - before; n != 2 {
+		t.Fatalf("the last release made %d engine requests, want 2 (release, unref)", n)
+	}
+	for _, s := range []SessionID{1, 2} {
+		if refs, acq, locks := x.h[1].Held(s); refs+acq+locks != 0 {
+			t.Fatalf("session %d holds %d refs, %d acquisitions, %d locks", s, refs, acq, locks)
+		}
+	}
+}
