@@ -344,9 +344,6 @@ func (a *Agent) newEngine() error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	if err := h.Open(hostSession); err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
 	a.host.hosts, a.engine, a.handler = h, h.Engine(), h
 	return nil
 }

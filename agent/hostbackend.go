@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -14,10 +15,13 @@ import (
 )
 
 // hostBackend is the host socket's view of the node's core: every host
-// request becomes one request of the core's host session
-// (coherence.Hosts) and its completion comes back as a value. Everything a
-// host session holds (refs, acquisitions, locks, allocations), its retries
-// and the undo of requests whose caller gave up live in the core, on the
+// connection is a session of the core (coherence.Hosts: opened at HELLO,
+// closed when the connection ends, the server's own calls in one more),
+// every host request becomes one request of its connection's session and
+// its completion comes back as a value. Everything a session holds (refs,
+// acquisitions, locks), the node's lock of a page between its sessions
+// (who holds it, who waits, in order, within their bounds), retries and
+// the undo of requests whose caller gave up live in the core, on the
 // core's clock; what is left here is "request id → completion".
 //
 // Data-path requests go through hostif.Pipeline: submitted in batches,
@@ -49,11 +53,6 @@ type hostBackend struct {
 // verbs number their requests from 1 too, without the mark.
 const pipelined = 1 << 63
 
-// hostSession is the core session of the host socket: the server
-// aggregates the node's processes (one node-level ref, lock holder and
-// acquirer per page), so the node has one host session.
-const hostSession coherence.SessionID = 1
-
 func newHostBackend(a *Agent) *hostBackend {
 	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{},
 		events: make(chan hostif.Event, 1024)}
@@ -82,7 +81,7 @@ func (b *hostBackend) Complete(c coherence.Completion) {
 // host events, dropped with a later EventOverflow when the host interface
 // falls behind.
 func (b *hostBackend) Event(ev coherence.Event) {
-	he := hostif.Event{Page: ev.GVA.Key(), Version: ev.Version}
+	he := hostif.Event{Page: ev.GVA.Key(), Version: ev.Version, Session: hostif.Session(ev.Session)}
 	switch ev.Kind {
 	case coherence.EventInvalidated:
 		he.Kind = hostif.EventInvalidate
@@ -90,7 +89,7 @@ func (b *hostBackend) Event(ev coherence.Event) {
 		he.Kind, he.Reason = hostif.EventHostFault, syscall.ETIMEDOUT
 		b.a.publishFault(ev)
 	case coherence.EventOwnershipLost:
-		he.Kind = hostif.EventOwnershipLost // the core reports only acquired pages
+		he.Kind = hostif.EventOwnershipLost // the core reports only acquired pages, once per acquiring session
 	default:
 		return
 	}
@@ -117,9 +116,10 @@ func (b *hostBackend) Events() <-chan hostif.Event { return b.events }
 // Machine implements hostif.Backend.
 func (b *hostBackend) Machine() gva.MachineIndex { return gva.MachineIndex(b.a.cfg.Node) }
 
-// do runs one host request in the core and waits for its completion or
-// ctx; a request whose caller gives up is abandoned in the core.
-func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Completion, error) {
+// do runs one host request of session sess in the core and waits for its
+// completion or ctx; a request whose caller gives up is abandoned in the
+// core.
+func (b *hostBackend) do(ctx context.Context, sess coherence.SessionID, r coherence.Request) (coherence.Completion, error) {
 	if dl, ok := ctx.Deadline(); ok && r.Timeout == 0 {
 		r.Timeout = max(time.Until(dl), time.Millisecond)
 	}
@@ -129,7 +129,7 @@ func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Co
 	r.ID = b.nextID
 	b.waiting[r.ID] = ch
 	b.mu.Unlock()
-	b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Submit(now, hostSession, r, c) })
+	b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Submit(now, sess, r, c) })
 	select {
 	case cp := <-ch:
 		return cp, cp.Err
@@ -139,7 +139,7 @@ func (b *hostBackend) do(ctx context.Context, r coherence.Request) (coherence.Co
 		delete(b.waiting, r.ID)
 		b.mu.Unlock()
 		if pending {
-			b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Abandon(now, hostSession, r.ID, c) })
+			b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Abandon(now, sess, r.ID, c) })
 		} else if cp := <-ch; cp.Err == nil {
 			return cp, nil // it completed as the caller gave up: take it
 		}
@@ -156,14 +156,28 @@ var hostOps = [...]coherence.HostOp{
 	hostif.VerbUnlock: coherence.HostUnlock, hostif.VerbWhere: coherence.HostWhere,
 }
 
-// Do implements hostif.Backend: the call becomes one request of the host
+// Do implements hostif.Backend: VerbOpen and VerbClose open and close the
+// call's session in the core; every other call becomes one request of its
 // session, and its completion fills the call in.
 func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
+	sess := coherence.SessionID(call.Session)
+	switch call.Verb {
+	case hostif.VerbOpen:
+		var err error
+		b.a.onCore(func(*node.Core, time.Duration) { err = b.hosts.Open(sess) })
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, syscall.EEXIST)
+		}
+		return nil
+	case hostif.VerbClose:
+		b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Close(now, sess, c) })
+		return nil
+	}
 	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
 		return syscall.EINVAL
 	}
 	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand,
-		Cred: coherence.Cred(call.Cred)}
+		Cred: coherence.Cred(call.Cred), Try: call.Try}
 	switch call.Verb {
 	case hostif.VerbAlloc:
 		if call.Pages <= 0 {
@@ -175,7 +189,7 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 	case hostif.VerbStore:
 		r.Data = call.Data
 	}
-	c, err := b.do(ctx, r)
+	c, err := b.do(ctx, sess, r)
 	switch call.Verb {
 	case hostif.VerbAlloc:
 		call.GVA = c.GVA
@@ -210,11 +224,17 @@ func (b *hostBackend) Accepts(op hostif.Op) bool {
 	return false
 }
 
-// Submit implements hostif.Pipeline: ops become requests of the host
-// session in one core step; their completions are taken at the end of
-// whichever step produces them (takeDone) and delivered after it.
+// sessionReq is a pipelined request and its session.
+type sessionReq struct {
+	s coherence.SessionID
+	r coherence.Request
+}
+
+// Submit implements hostif.Pipeline: ops become requests of their sessions
+// in one core step; their completions are taken at the end of whichever
+// step produces them (takeDone) and delivered after it.
 func (b *hostBackend) Submit(ops []hostif.Op) {
-	var reqs [16]coherence.Request
+	var reqs [16]sessionReq
 	rs := reqs[:0]
 	for i := range ops {
 		op := &ops[i]
@@ -231,11 +251,11 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 		case wire.OpWhere:
 			r.Op = coherence.HostWhere
 		}
-		rs = append(rs, r)
+		rs = append(rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
 	}
 	b.a.onCore(func(c *node.Core, now time.Duration) {
 		for i := range rs {
-			b.hosts.Submit(now, hostSession, rs[i], c)
+			b.hosts.Submit(now, rs[i].s, rs[i].r, c)
 		}
 	})
 }

@@ -1,9 +1,11 @@
 package agent_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,5 +108,83 @@ func faults(c *client.Client) string {
 		default:
 			return b.String()
 		}
+	}
+}
+
+// TestLocalSessionsShareALock: processes of one node contend for a lock
+// through the agent's core, each connection a session of its own: a try
+// of a held lock is EBUSY, a second lock by the holder EDEADLK, an unlock
+// by another EPERM, a wait past its bound ETIMEDOUT; waiters get the lock
+// in the order they asked, and a holder that disconnects hands it on.
+func TestLocalSessionsShareALock(t *testing.T) {
+	nodes := startLine(t, 2, nil)
+	ctx := ctxT(t, time.Minute)
+	a, b, c := dialHost(t, nodes[0]), dialHost(t, nodes[0]), dialHost(t, nodes[0])
+	g, err := a.Alloc(ctx, 4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Lock(ctx, g, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno := func(what string, err error, want syscall.Errno) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+	}
+	wantErrno("try-lock of a held lock", b.TryLock(ctx, g), syscall.EBUSY)
+	wantErrno("second lock by the holder", a.Lock(ctx, g, time.Second), syscall.EDEADLK)
+	wantErrno("unlock by another process", b.Unlock(ctx, g), syscall.EPERM)
+	start := time.Now()
+	wantErrno("a wait past its bound", b.Lock(ctx, g, 50*time.Millisecond), syscall.ETIMEDOUT)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("a 50ms wait failed after %v", took)
+	}
+
+	// b asks before c: b gets the lock at a's unlock, c at b's disconnect.
+	got := make(chan string, 2)
+	go func() {
+		if err := b.Lock(ctx, g, 10*time.Second); err != nil {
+			t.Errorf("b: %v", err)
+		}
+		got <- "b"
+	}()
+	time.Sleep(50 * time.Millisecond)
+	go func() {
+		if err := c.Lock(ctx, g, 10*time.Second); err != nil {
+			t.Errorf("c: %v", err)
+		}
+		got <- "c"
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := a.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if first := <-got; first != "b" {
+		t.Fatalf("%s got the lock first, b asked first", first)
+	}
+	select {
+	case who := <-got:
+		t.Fatalf("%s got the lock while b holds it", who)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := b.FetchAdd(ctx, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	select {
+	case who := <-got:
+		if who != "c" {
+			t.Fatalf("%s after b disconnected", who)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("c did not get the lock within 5s of the holder's disconnect")
+	}
+	if v, err := c.Load64(ctx, g); err != nil || v != 1 {
+		t.Fatalf("word under the lock: %d %v", v, err)
+	}
+	if err := c.Unlock(ctx, g); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -95,3 +95,40 @@ func BenchmarkUpdatePropagation(b *testing.B) {
 		b.Fatalf("%d frames for %d writes on 4 branches", out.sent, b.N)
 	}
 }
+
+// BenchmarkHostsLocalCAS is BenchmarkLocalCAS through the session layer,
+// with 64 sessions open on the node: the cost of finding the request's
+// session and bookkeeping it there on top of the engine's.
+func BenchmarkHostsLocalCAS(b *testing.B) {
+	s := &countSink{}
+	h, err := NewHosts(Config{Self: 1, Pages: 4}, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for id := range SessionID(64) {
+		if err := h.Open(id + 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	out := &fakeSender{self: 1}
+	h.Submit(0, 1, Request{ID: 1, Op: HostAlloc, Pages: 1}, out)
+	out.take(h.e)
+	g := gva.New(1, 1, 8, 0)
+	tick := h.e.arb.AnswerBound()
+	now := time.Duration(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		now += tick
+		h.Submit(now, SessionID(1+i%64), Request{ID: uint64(i), Op: HostCAS, GVA: g, Expected: uint64(i), Operand: uint64(i + 1)}, out)
+		out.take(h.e)
+		now += tick
+		h.Tick(now, out)
+		out.take(h.e)
+	}
+	b.StopTimer()
+	if s.n != b.N+1 || s.errs != 0 || s.swapped != b.N || s.prevNotID != 0 {
+		b.Fatalf("%d CAS: %d completions (alloc included), %d errors, %d swapped, %d saw another previous value",
+			b.N, s.n, s.errs, s.swapped, s.prevNotID)
+	}
+}

@@ -62,11 +62,14 @@ type Request struct {
 	// Priority is the arbitration priority of acquire and lock.
 	Priority uint8
 
-	// For the session layer (Hosts): Pages and Attr of an alloc, and the
-	// request's bound (zero: the engine's RequestTimeout).
+	// For the session layer (Hosts): Pages and Attr of an alloc, the
+	// request's bound (zero: the engine's RequestTimeout), and Try: a lock
+	// that another session of this node holds fails with EBUSY at once
+	// instead of waiting its turn.
 	Pages   int
 	Attr    Attr
 	Timeout time.Duration
+	Try     bool
 	// Cred is the user the request is made for, as this node vouches; the
 	// nodes that serve it check it against the page's attributes
 	// (cred.go). The zero Cred is root.
@@ -157,6 +160,10 @@ type Event struct {
 	Version gva.Version
 	Holder  uint64              // EventHostFault
 	Fault   arbiter.FaultReport // EventHostFault
+	// Session is the host session the event concerns (set by Hosts):
+	// EventHostFault, the session whose lock was revoked; EventOwnershipLost,
+	// one event per session that acquired the page.
+	Session SessionID
 	At      time.Duration
 }
 

@@ -15,9 +15,11 @@ import (
 
 // Hosts is the host-session half of a node's core: it sits in front of the
 // Engine, inside the same step, and turns what a host asks for into the
-// engine's primitive requests. A session is one user of the node (the host
-// socket opens one per node); it holds refs, acquisitions and locks, and
-// Hosts keeps what is per allocation (attributes, extents).
+// engine's primitive requests. A session is one user of the node: the host
+// socket opens one per connection, the simulator one per client. A session
+// holds refs, acquisitions and locks of its own; Hosts keeps what is per
+// allocation (attributes, extents) and the node's lock of each page
+// between its sessions.
 //
 // What it adds to the Engine's requests:
 //
@@ -29,13 +31,29 @@ import (
 //     the cached path), then retry a busy page (EBUSY, EAGAIN, ETIMEDOUT)
 //     with a pause until the request's own bound; a failed claim drops its
 //     ref. Release and Unlock drop it after; an unref refused during a
-//     swap (EBUSY) is retried within unrefBound.
+//     swap (EBUSY) is retried within unrefBound. Refs and acquisitions are
+//     counted per session (the engine counts the node's refs), so one
+//     session's unref or close never drops what another still holds (the
+//     engine's release comes with the node's last acquiring session's); a
+//     Release without an acquisition of the session, an Unlock of a lock
+//     it does not hold, fail with EPERM and reach no engine.
+//   - Locks between the node's sessions: at most one session holds, is
+//     being granted or is giving back the node's lock of a page. A Lock
+//     of a page another session holds waits here, first come first
+//     served, within its own bound (ETIMEDOUT at the bound), and is handed
+//     the lock when the holder's unlock completes, its claim fails, its
+//     pin is revoked or its session closes (Close gives the lock back).
+//     A Try lock of such a page fails with EBUSY at once; a session that
+//     locks a page it holds (or is being granted) fails with EDEADLK. A
+//     waiter whose caller gives up (Abandon) or whose session closes
+//     leaves the queue. Free of an allocation with a page locked here
+//     fails with EBUSY.
 //   - Abandon: a request whose caller gave up completes no more; if it
 //     succeeds later, what it took (a ref, a lock, an acquisition) is given
 //     back. Close releases everything a session holds.
-//   - Events: EventOwnershipLost reaches the host only for pages it
-//     acquired (a lock's loss after its unlock would otherwise revoke the
-//     next lock of the page).
+//   - Events: EventOwnershipLost reaches the host only for pages a
+//     session acquired, once per such session (Event.Session, in session
+//     order); EventHostFault names the session whose pin was revoked.
 //
 // Hosts is a node core's handler wrapping the Engine: the node core steps it, and
 // the continuations of compound requests run at the end of each step with
@@ -47,7 +65,8 @@ type Hosts struct {
 	sink Sink
 
 	sessions map[SessionID]*session
-	steps    map[uint64]*hostReq // engine request id -> the compound request waiting for it
+	locks    map[gva.GVA]*nodeLock // the node's locks between its sessions
+	steps    map[uint64]*hostReq   // engine request id -> the compound request waiting for it
 	nextStep uint64
 	ready    []readyStep // completions to act on at the end of the step
 	attrs    map[gva.GVA]Attr
@@ -55,7 +74,19 @@ type Hosts struct {
 	timers   hostTimers
 	revoked  []revokedPin // pins revoked in the step: their claims' refs go back at its end
 	free     []*hostReq   // finished requests, for reuse (a request a step: no garbage)
+	lockStat LocalLockStats
 }
+
+// LocalLockStats counts what the node's locks between its sessions did.
+type LocalLockStats struct {
+	Waits    uint64 // Lock requests that queued behind another session
+	HandOffs uint64 // locks handed to the first waiter as their holder let go
+	Expired  uint64 // waiters whose bound passed in the queue
+	Left     uint64 // waiters that left the queue: abandoned, or their session closed
+}
+
+// LocalLocks returns the counts of the node's locks between its sessions.
+func (h *Hosts) LocalLocks() LocalLockStats { return h.lockStat }
 
 type revokedPin struct {
 	s   *session
@@ -63,7 +94,17 @@ type revokedPin struct {
 }
 
 // SessionID names a host session of a node.
-type SessionID uint32
+type SessionID uint64
+
+// nodeLock is the node's lock of one page between its sessions: the
+// session that holds it (or is being granted it, or is giving it back),
+// the Lock request being granted it (nil once it holds it), and the Lock
+// requests waiting for it, in arrival order.
+type nodeLock struct {
+	holder  *session
+	claim   *hostReq
+	waiters []*hostReq
+}
 
 // Attr is the owner and permission of a page, fixed at Alloc (mode: the
 // permission bits, 0o777; read 4, write 2 per class). Path cache entries
@@ -115,6 +156,7 @@ type hostReq struct {
 	drop     bool          // a Load of a page it ref'd: drop after
 	owesRef  bool          // counted in its session's owedRefs until it finishes
 	owesAcq  bool          // counted in its session's owedAcq until it finishes
+	waiting  bool          // a Lock in its page's nodeLock waiters
 	// bound is the timer of the request's bound, in the session layer's
 	// timer heap from Submit until it fires or the request finishes (a
 	// finished request takes it out: the heap holds only live timers).
@@ -129,7 +171,7 @@ type readyStep struct {
 // NewHosts builds a node's engine with the session layer in front of it;
 // sink receives the sessions' completions and the events.
 func NewHosts(cfg Config, sink Sink) (*Hosts, error) {
-	h := &Hosts{sink: sink, sessions: map[SessionID]*session{}, steps: map[uint64]*hostReq{},
+	h := &Hosts{sink: sink, sessions: map[SessionID]*session{}, locks: map[gva.GVA]*nodeLock{}, steps: map[uint64]*hostReq{},
 		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}}
 	cfg.Sink = h.engineSink()
 	e, err := New(cfg)
@@ -209,6 +251,9 @@ func (h *Hosts) Abandon(now time.Duration, id SessionID, reqID uint64, rt noc.Ro
 		if r := s.reqs[reqID]; r != nil {
 			r.abandon = true
 			delete(s.reqs, reqID)
+			if r.waiting {
+				h.leaveQueue(now, r) // it took nothing yet
+			}
 		}
 	}
 }
@@ -223,8 +268,12 @@ func (h *Hosts) Close(now time.Duration, id SessionID, rt noc.Routes) {
 	}
 	s.closed = true
 	for _, rid := range slices.Sorted(maps.Keys(s.reqs)) {
-		s.reqs[rid].abandon = true
+		r := s.reqs[rid]
+		r.abandon = true
 		delete(s.reqs, rid)
+		if r.waiting {
+			h.leaveQueue(now, r) // it took nothing yet
+		}
 	}
 	// Counted before anything is given back, and in key order (the core
 	// must replay exactly): the refs of claims go back with their release.
@@ -299,6 +348,12 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			return
 		}
 		for i := range n {
+			if h.locks[pageAt(key, i)] != nil {
+				h.fail(now, r, syscall.EBUSY, fmt.Sprintf("free: page %v is locked on this node", pageAt(key, i)))
+				return
+			}
+		}
+		for i := range n {
 			h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)})
 		}
 	case HostStat:
@@ -338,18 +393,53 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		}
 		r.stage = stSecond
 		h.step(now, r, hr.engineCopy())
-	case HostAcquire, HostLock:
-		if hr.Op == HostAcquire {
-			r.s.acquired[key]++ // before the grant: a loss right after it is heard
-		}
+	case HostAcquire:
+		r.s.acquired[key]++ // before the grant: a loss right after it is heard
 		r.s.refs[key]++
-		r.owe(true, hr.Op == HostAcquire)
+		r.owe(true, true)
 		h.step(now, r, Request{Op: HostRef, GVA: key})
+	case HostLock:
+		nl := h.locks[key]
+		switch {
+		case nl == nil:
+			h.locks[key] = &nodeLock{holder: r.s, claim: r}
+		case nl.holder == r.s && (r.s.locked[key] || nl.claim != nil && !nl.claim.abandon):
+			// (A lock of its own that it gave up on, or is giving back,
+			// it waits for like any other.)
+			h.fail(now, r, syscall.EDEADLK, "lock: this session holds the lock already")
+			return
+		case hr.Try:
+			h.fail(now, r, syscall.EBUSY, "lock: held by another session of this node")
+			return
+		default:
+			// Its turn comes when the holder lets go (within its bound).
+			r.waiting = true
+			nl.waiters = append(nl.waiters, r)
+			h.lockStat.Waits++
+			return
+		}
+		h.startLock(now, r)
 	case HostRelease, HostUnlock:
-		if hr.Op == HostRelease && r.s.acquired[key] > 0 {
+		if hr.Op == HostRelease {
+			if r.s.acquired[key] == 0 {
+				h.fail(now, r, syscall.EPERM, "release: not acquired by this session")
+				return
+			}
 			r.s.unacquireCount(key)
+			if h.acquiredBy(key) {
+				// The node's claim stays for its other acquirers: the
+				// engine's release waits for the last; only the claim's
+				// ref goes back.
+				h.startDrop(now, r.s, key)
+				h.finish(now, r, Completion{})
+				return
+			}
 		}
 		if hr.Op == HostUnlock {
+			if nl := h.locks[key]; nl == nil || nl.holder != r.s || !r.s.locked[key] {
+				h.fail(now, r, syscall.EPERM, "unlock: not locked by this session")
+				return
+			}
 			delete(r.s.locked, key)
 		}
 		r.owe(true, false) // the claim's ref: given back after the engine's release
@@ -357,6 +447,74 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	default:
 		h.step(now, r, hr.engineCopy())
 	}
+}
+
+// acquiredBy reports whether a session of the node holds an acquisition of
+// key.
+func (h *Hosts) acquiredBy(key gva.GVA) bool {
+	for _, s := range h.sessions {
+		if s.acquired[key] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// startLock starts the claim of a Lock whose session holds the node's lock
+// of the page: ref, then the engine's lock.
+func (h *Hosts) startLock(now time.Duration, r *hostReq) {
+	r.s.refs[r.hr.GVA.Key()]++
+	r.owe(true, false)
+	h.step(now, r, Request{Op: HostRef, GVA: r.hr.GVA.Key()})
+}
+
+// letGo ends session s's hold of the node's lock of key (its unlock
+// completed, its claim failed, its pin was revoked) and hands the lock to
+// the first waiter. A session that has more than one Lock of the page
+// waiting gets the lock once: its others fail with EDEADLK.
+func (h *Hosts) letGo(now time.Duration, s *session, key gva.GVA) {
+	nl := h.locks[key]
+	if nl == nil || nl.holder != s {
+		return
+	}
+	if len(nl.waiters) == 0 {
+		delete(h.locks, key)
+		return
+	}
+	w := nl.waiters[0]
+	nl.waiters = slices.Delete(nl.waiters, 0, 1)
+	w.waiting = false
+	nl.holder, nl.claim = w.s, w
+	h.lockStat.HandOffs++
+	for i := 0; i < len(nl.waiters); {
+		if o := nl.waiters[i]; o.s == w.s {
+			nl.waiters = slices.Delete(nl.waiters, i, i+1)
+			o.waiting = false
+			h.fail(now, o, syscall.EDEADLK, "lock: this session holds the lock already")
+			continue
+		}
+		i++
+	}
+	h.startLock(now, w)
+}
+
+// leaveQueue takes a waiting Lock out of its page's queue and ends it: its
+// bound passed (the caller is told ETIMEDOUT), its caller gave up or its
+// session closed (abandoned: nothing is told).
+func (h *Hosts) leaveQueue(now time.Duration, r *hostReq) {
+	key := r.hr.GVA.Key()
+	if nl := h.locks[key]; nl != nil {
+		if i := slices.Index(nl.waiters, r); i >= 0 {
+			nl.waiters = slices.Delete(nl.waiters, i, i+1)
+		}
+	}
+	r.waiting = false
+	if r.abandon {
+		h.lockStat.Left++
+	} else {
+		h.lockStat.Expired++
+	}
+	h.fail(now, r, syscall.ETIMEDOUT, "lock: waited its bound for another session of this node to unlock")
 }
 
 // oneStep reports whether requests of op are one engine request (start's
@@ -462,25 +620,33 @@ func (s *engineSinkOf) Complete(c Completion) {
 // Event implements Sink.
 func (s *engineSinkOf) Event(ev Event) {
 	h := (*Hosts)(s)
-	if ev.Kind == EventHostFault {
+	key := ev.GVA.Key()
+	switch ev.Kind {
+	case EventHostFault:
 		// The pin outlived its bound: the lock is no longer the session's,
-		// and the ref its claim took goes back.
-		if ss := h.sessions[SessionID(ev.Holder)]; ss != nil && ss.locked[ev.GVA.Key()] {
-			delete(ss.locked, ev.GVA.Key())
-			h.revoked = append(h.revoked, revokedPin{s: ss, key: ev.GVA.Key()})
+		// and the ref its claim took goes back (at the end of the step,
+		// where the node's lock passes to the next waiter).
+		ev.Session = SessionID(ev.Holder)
+		if ss := h.sessions[ev.Session]; ss != nil && ss.locked[key] {
+			delete(ss.locked, key)
+			h.revoked = append(h.revoked, revokedPin{s: ss, key: key})
 		}
-	}
-	if ev.Kind == EventOwnershipLost {
-		heard := false
-		for _, ss := range h.sessions {
-			if ss.acquired[ev.GVA.Key()] > 0 {
-				heard = true
-				delete(ss.acquired, ev.GVA.Key())
+	case EventOwnershipLost:
+		// Told to every session that acquired the page, in session order
+		// (the core replays exactly).
+		var heard []SessionID
+		for id, ss := range h.sessions {
+			if ss.acquired[key] > 0 {
+				heard = append(heard, id)
+				delete(ss.acquired, key)
 			}
 		}
-		if !heard {
-			return
+		slices.Sort(heard)
+		for _, id := range heard {
+			ev.Session = id
+			h.sink.Event(ev)
 		}
+		return
 	}
 	h.sink.Event(ev)
 }
@@ -496,6 +662,7 @@ func (h *Hosts) endStep(now time.Duration) {
 			rp := h.revoked[vi]
 			vi++
 			h.startDrop(now, rp.s, rp.key)
+			h.letGo(now, rp.s, rp.key)
 			continue
 		}
 		rs := h.ready[ri]
@@ -597,6 +764,9 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 			} else {
 				h.startDrop(now, r.s, key)
 			}
+			if hr.Op == HostLock {
+				h.letGo(now, r.s, key)
+			}
 			h.finish(now, r, c)
 			return
 		}
@@ -607,6 +777,9 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 		}
 		if hr.Op == HostLock {
 			r.s.locked[key] = true
+			if nl := h.locks[key]; nl != nil && nl.claim == r {
+				nl.claim = nil
+			}
 		}
 		h.finish(now, r, c)
 	case HostRelease, HostUnlock:
@@ -614,6 +787,9 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 		// an undo gives it back whatever the engine said.
 		if errno == 0 || r.abandon {
 			h.startDrop(now, r.s, key)
+		}
+		if hr.Op == HostUnlock {
+			h.letGo(now, r.s, key) // whatever the engine said: the pin is not this session's now
 		}
 		h.finish(now, r, c)
 	default:
@@ -754,6 +930,10 @@ func (h *Hosts) deliver(now time.Duration, r *hostReq, c Completion) {
 // it takes by succeeding later is given back.
 func (h *Hosts) expire(now time.Duration, r *hostReq) {
 	if r.done || r.abandon {
+		return
+	}
+	if r.waiting {
+		h.leaveQueue(now, r)
 		return
 	}
 	r.abandon = true

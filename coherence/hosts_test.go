@@ -24,10 +24,20 @@ type hostFab struct {
 
 func newHostFab(t *testing.T, n int) *hostFab {
 	t.Helper()
+	return newHostFabTuned(t, n, nil)
+}
+
+// newHostFabTuned is newHostFab with tune applied to every node's Config.
+func newHostFabTuned(t *testing.T, n int, tune func(*Config)) *hostFab {
+	t.Helper()
 	x := &hostFab{t: t, h: make([]*Hosts, n), sinks: make([]*recordSink, n)}
 	mk := func(id noc.NodeID) node.Handler {
 		s := &recordSink{done: map[uint64]Completion{}}
-		h, err := NewHosts(Config{Self: id, Incarnation: uint64(id) + 100, Pages: 64, Seed: 7, PinBound: 10 * time.Second, Arbiter: arbiter.Config{MaxPin: 10 * time.Second}}, s)
+		cfg := Config{Self: id, Incarnation: uint64(id) + 100, Pages: 64, Seed: 7, PinBound: 10 * time.Second, Arbiter: arbiter.Config{MaxPin: 10 * time.Second}}
+		if tune != nil {
+			tune(&cfg)
+		}
+		h, err := NewHosts(cfg, s)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,10 +10,13 @@ import (
 
 // Backend is the node's core as the host interface sees it: one verb, Do,
 // that takes a request and returns with its completion (Call), plus the
-// core's event stream. The agent hands every Call to the core's host
-// session as it is; package hostiftest has an in-memory twin. The
-// data-path requests may also go through the optional Pipeline extension,
-// as values without a goroutine per request.
+// core's event stream. Every Call names the host session it is made in
+// (Call.Session): the server opens one session per connection (VerbOpen
+// once HELLO is answered, VerbClose when the connection ends) and one for
+// its own calls. The agent hands every Call to that session of the core
+// (coherence.Hosts) as it is; package hostiftest has an in-memory twin.
+// The data-path requests may also go through the optional Pipeline
+// extension, as values without a goroutine per request.
 //
 // Contract (what an implementation must guarantee):
 //
@@ -25,16 +28,31 @@ import (
 //     error reaches the host as EIO.
 //   - Page arguments are page keys ([gva.GVA.Key]); address arguments keep
 //     their byte offset. 64-bit values in pages are little-endian.
-//   - The server aggregates the node's users: per page it asks VerbRef and
-//     VerbUnref strictly alternately (one node-level ref), VerbLock and
-//     VerbUnlock strictly alternately (one local holder at a time),
-//     VerbAcquire any number of times and VerbRelease when the last local
-//     acquirer releases. A release or an unlock of a page the node no
-//     longer owns or pins fails without effect.
+//   - Sessions: what a session holds is the backend's to count, per
+//     session: refs (VerbRef any number of times, VerbUnref as many;
+//     one session's unref never drops another's), acquisitions (VerbRelease
+//     of a page the session has not acquired fails with EPERM), locks. The
+//     server aggregates nothing: it hands each connection's calls to its
+//     session as they come. VerbClose gives back everything the session
+//     holds (locks, acquisitions, refs) and abandons its calls still in
+//     flight (they complete no more: pipelined ones included), whatever
+//     its other sessions hold. A call of a session that is not open fails
+//     with EBADF.
+//   - Locks between the node's sessions are the backend's: one session
+//     holds a page's lock at a time. VerbLock of a page another session
+//     holds waits, in arrival order, until that session unlocks, closes
+//     or has its pin revoked, or until the call's deadline (ETIMEDOUT);
+//     with Try it fails with EBUSY at once. VerbLock by the session that
+//     holds the lock fails with EDEADLK, VerbUnlock by any other with
+//     EPERM. A release or an unlock of a page the node no longer owns or
+//     pins fails without effect.
 //   - Read-your-writes per node: a load or a ref never returns a version
 //     older than one that this node's store, compare-and-swap or fetch-add
 //     already returned (the host's consistency guarantee rests on it).
-//   - Events: every new version of a page this node refs is reported, as
+//   - Events: EventHostFault and EventOwnershipLost name the session they
+//     concern (Event.Session: the one whose pin was revoked; one event per
+//     session that acquired the page); the others concern the node.
+//     Every new version of a page this node refs is reported, as
 //     EventUpdate (with the written bytes) or EventInvalidate, in increasing
 //     version order per page. Versions written through this node's own
 //     writes may be reported or not (the server already applied them).
@@ -95,10 +113,16 @@ const (
 	// VerbWhere sets Where to where the page of GVA lives as seen from
 	// this node.
 	VerbWhere
+	// VerbOpen opens Session (a fresh one: an open one is an error).
+	VerbOpen
+	// VerbClose closes Session: everything it holds is given back and its
+	// calls in flight are abandoned. It returns once the backend has
+	// started the give-back (it completes within the backend's bounds).
+	VerbClose
 )
 
 var verbNames = [...]string{"", "alloc", "free", "stat", "ref", "unref", "load", "store", "cas", "fetch-add",
-	"acquire", "release", "lock", "unlock", "where"}
+	"acquire", "release", "lock", "unlock", "where", "open", "close"}
 
 func (v Verb) String() string {
 	if int(v) < len(verbNames) && v != 0 {
@@ -110,7 +134,13 @@ func (v Verb) String() string {
 // Call is one request to the Backend and, once Do has returned, its
 // completion. Which fields a verb reads and fills is said at the verb.
 type Call struct {
-	Verb  Verb
+	Verb Verb
+	// Session is the host session the call is made in (every verb).
+	Session Session
+	// Try makes VerbLock of a page another session of this node holds fail
+	// with EBUSY at once instead of waiting.
+	Try bool
+
 	GVA   gva.GVA // the page key or the address; VerbAlloc: set to the first page
 	Pages int     // VerbAlloc
 	Attr  Attr    // VerbAlloc: given; VerbStat: filled
@@ -127,6 +157,14 @@ type Call struct {
 	Value   uint64      // VerbCAS, VerbFetchAdd: the word found
 	Where   Location    // VerbWhere
 }
+
+// Session names a host session of the node: the server opens one per
+// connection (its connection id) and ServerSession for its own calls.
+type Session uint64
+
+// ServerSession is the session of the server's own calls (attributes of
+// pages, refetches of stale replica files).
+const ServerSession Session = 0
 
 // Cred is the user a call is made for: the connection's peer
 // credentials, with the page's group first among the supplementary groups
@@ -171,7 +209,10 @@ const (
 
 // Event is something the engine reports about a page.
 type Event struct {
-	Kind    EventKind
+	Kind EventKind
+	// Session is the session the event concerns (EventHostFault,
+	// EventOwnershipLost); the other kinds concern the node.
+	Session Session
 	Page    gva.GVA // page key
 	Version gva.Version
 	Offset  int    // EventUpdate: where Data was written in the page

@@ -24,6 +24,7 @@ type conn struct {
 	s      *Server
 	uc     *net.UnixConn
 	id     uint64
+	call   verbs // the Backend in the connection's session (its id)
 	cred   credentials
 	ctx    context.Context // ends when the connection closes
 	cancel context.CancelFunc
@@ -53,7 +54,7 @@ type conn struct {
 func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
 	ctx, cancel := context.WithCancel(ctx)
 	return &conn{
-		s: s, uc: uc, id: id, cred: cred, ctx: ctx, cancel: cancel,
+		s: s, uc: uc, id: id, cred: cred, ctx: ctx, cancel: cancel, call: verbs{be: s.be, session: Session(id)},
 		sem:    make(chan struct{}, s.opts.MaxOutstanding),
 		events: make(chan wire.Event, s.opts.EventQueue),
 		evDone: make(chan struct{}),
@@ -373,12 +374,25 @@ func (c *conn) greet(t *task, log *slog.Logger) {
 		c.abort()
 		return
 	}
+	// The connection's session opens before the reply: the requests that
+	// follow it are made in the session.
+	octx, cancel := context.WithTimeout(c.ctx, s.opts.OpTimeout)
+	err := c.call.Open(octx)
+	cancel()
+	if err != nil {
+		h.Status = uint32(errnoOf(err))
+		h.Put(msg)
+		_ = c.write(wire.AppendErrorText(msg, fmt.Sprintf("opening the connection's session: %v", err)), nil)
+		log.Warn("hello: opening the session", "err", err)
+		c.abort()
+		return
+	}
+	c.hello = true
 	fds, err := dupAll([]int{s.status.file.fd})
 	if err != nil || c.write(msg, fds) != nil {
 		c.abort()
 		return
 	}
-	c.hello = true
 	_ = c.uc.SetReadDeadline(time.Time{})
 	if c.aborted.Load() {
 		_ = c.uc.SetReadDeadline(time.Unix(1, 0)) // keep an abort that raced the clear
@@ -423,8 +437,9 @@ func (c *conn) abort() {
 	_ = c.uc.SetReadDeadline(time.Unix(1, 0))
 }
 
-// close releases everything the connection held, through the Backend,
-// within ReleaseTimeout (plus OpTimeout for requests still in flight).
+// close ends the connection's session: the Backend gives back everything
+// it held (locks, acquisitions, refs) and abandons its requests still in
+// flight, whose tasks the server then takes back.
 func (c *conn) close(log *slog.Logger) {
 	s := c.s
 	c.aborted.Store(true)
@@ -433,25 +448,14 @@ func (c *conn) close(log *slog.Logger) {
 	c.inflight.Wait()
 	if c.hello {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReleaseTimeout)
-		defer cancel()
-		var errs []error
-		for _, key := range s.locks.heldBy(c) {
-			errs = append(errs, s.locks.unlock(ctx, c, key))
+		err := c.call.Close(ctx)
+		cancel()
+		if err != nil {
+			log.Warn("closing the session of a closed connection", "conn", c.id, "err", err)
 		}
-		for key, n := range s.owners.heldBy(c) {
-			for range n {
-				errs = append(errs, s.owners.release(ctx, c, key))
-			}
-		}
-		for key, n := range s.replicas.heldBy(c) {
-			for range n {
-				errs = append(errs, s.replicas.unref(ctx, c, key))
-			}
-		}
+		s.pending.dropConn(c)
+		s.replicas.dropConn(c)
 		s.spaces.leave(c)
-		if err := errors.Join(errs...); err != nil {
-			log.Warn("releasing a closed connection", "conn", c.id, "err", err)
-		}
 	}
 	if c.gpuUsed.Load() {
 		s.opts.GPU.GPUClosed(c.gpuPeer())

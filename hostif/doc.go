@@ -12,8 +12,15 @@
 // description; package hostif/wire is its code.
 //
 // The server is in front of a [Backend], the node's core behind one verb
-// ([Backend.Do] takes a [Call]: a [Verb] and its arguments). Between the
-// two it owns what is per host rather than per page:
+// ([Backend.Do] takes a [Call]: a [Verb] and its arguments, in a
+// [Session]). Every connection is a session of the Backend, opened when
+// HELLO is answered and closed when the connection ends; every request of
+// the connection, on its socket or its ring, pipelined or not, is a call
+// in that session. What a session holds (refs, acquisitions, locks) and
+// the node's lock of a page between its sessions (one holder, the others
+// waiting in order within their bounds, TRY and EDEADLK) are the
+// Backend's: the server aggregates nothing. It owns what is per host and
+// is a view rather than protocol state:
 //
 //   - credentials: SO_PEERCRED/SO_PEERGROUPS of every connection, checked
 //     against the owner uid/gid/mode every page gets at alloc;
@@ -21,11 +28,13 @@
 //     read-only with every process that maps it, kept current from the
 //     server's own writes and the Backend's events, with a status table
 //     (seqlock, version, valid/stale) so a library read is a memory load;
-//   - aggregation: one node-level ref, lock holder and acquirer count per
-//     page for all local processes, so the Backend sees balanced calls;
 //   - the LVA↔GVA map of each host process (TRANSLATE);
-//   - cleanup: a connection that ends has its refs, locks and acquisitions
-//     released through the Backend within ReleaseTimeout.
+//   - which connection a session is, so that the events naming a session
+//     (a revoked pin, a lost ownership) reach that connection;
+//   - cleanup: a connection that ends closes its session (the Backend gives
+//     back its refs, locks and acquisitions and abandons its requests in
+//     flight), and the server drops its holds on the replica files and its
+//     LVA↔GVA entries.
 //
 // # I/O
 //

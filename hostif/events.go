@@ -7,8 +7,8 @@ import (
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-// dispatchEvents applies the Backend's events to the replica files and the
-// lock table and forwards them to the connections concerned, until ctx ends
+// dispatchEvents applies the Backend's events to the replica files and
+// forwards them to the connections concerned, until ctx ends
 // or the Backend closes its stream. It never blocks on a client.
 func (s *Server) dispatchEvents(ctx context.Context) {
 	events := s.be.Events()
@@ -37,19 +37,14 @@ func (s *Server) handleEvent(ev Event) {
 			s.announce(key, rp.invalidate(s.replicas, ev.Version, false), ev.Version, 0, 0)
 		}
 	case EventHostFault:
-		if c := s.locks.revoke(key); c != nil {
+		// The backend took the lock back from the session; its connection
+		// is told.
+		if c := s.connOf(ev.Session); c != nil {
 			c.queueEvent(wire.Event{Type: wire.EventHostFault, Page: key, Version: ev.Version, Reason: ev.Reason})
 		}
 	case EventOwnershipLost:
-		out := wire.Event{Type: wire.EventOwnershipLost, Page: key, Version: ev.Version, Reason: ev.Reason}
-		holder := s.locks.revoke(key)
-		if holder != nil {
-			holder.queueEvent(out)
-		}
-		for _, c := range s.owners.acquirers(key) {
-			if c != holder {
-				c.queueEvent(out)
-			}
+		if c := s.connOf(ev.Session); c != nil {
+			c.queueEvent(wire.Event{Type: wire.EventOwnershipLost, Page: key, Version: ev.Version, Reason: ev.Reason})
 		}
 	case EventFreed:
 		s.forget(key, 1)

@@ -46,7 +46,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 			return err
 		}
 		rep.body = rep.body[:8+r.Len]
-		v, err := s.call.Load(ctx, r.GVA, rep.body[8:])
+		v, err := c.call.Load(ctx, r.GVA, rep.body[8:])
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -60,7 +60,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessWrite); err != nil {
 			return err
 		}
-		v, err := s.call.Store(ctx, r.GVA, r.Data)
+		v, err := c.call.Store(ctx, r.GVA, r.Data)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -72,7 +72,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
-		old, v, err := s.call.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
+		old, v, err := c.call.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -89,7 +89,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
-		old, v, err := s.call.FetchAdd(ctx, r.GVA, r.Delta)
+		old, v, err := c.call.FetchAdd(ctx, r.GVA, r.Delta)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -102,22 +102,22 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
-		return s.owners.acquire(ctx, c, key)
+		return c.call.Acquire(ctx, key) // the backend's error names the op and the page
 	case wire.OpRelease:
-		return s.owners.release(ctx, c, key)
+		return c.call.Release(ctx, key)
 	case wire.OpLock:
 		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
 			return err
 		}
-		return s.locks.lock(ctx, c, key, r.Flags&wire.LockTry != 0)
+		return c.call.Lock(ctx, key, r.Flags&wire.LockTry != 0)
 	case wire.OpUnlock:
-		return s.locks.unlock(ctx, c, key)
+		return c.call.Unlock(ctx, key)
 
 	case wire.OpWhere:
 		if ctx, err = s.check(ctx, c, key, accessRead); err != nil {
 			return err
 		}
-		loc, err := s.call.Where(ctx, r.GVA)
+		loc, err := c.call.Where(ctx, r.GVA)
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
@@ -179,7 +179,7 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
-	g, err := s.call.Alloc(ctx, pages, attr)
+	g, err := c.call.Alloc(ctx, pages, attr)
 	if err != nil {
 		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
 		s.opts.Quota.Release(attr.UID, quota.Bytes, pages*gva.PageSize)
@@ -198,7 +198,8 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 }
 
 // free deletes an allocation; only its owner (or root) may, and not while
-// a process of this host maps or locks one of its pages.
+// a process of this host maps one of its pages (or locks one: the backend
+// refuses that).
 func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 	a, err := s.attr(ctx, key)
 	if err != nil {
@@ -219,10 +220,7 @@ func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 			return fmt.Errorf("free %v: page %v is mapped on this host: %w", key, rp.key, syscall.EBUSY)
 		}
 	}
-	if s.locks.anyHeld(in) {
-		return fmt.Errorf("free %v: a page is locked on this host: %w", key, syscall.EBUSY)
-	}
-	if err := s.call.Free(ctx, key); err != nil {
+	if err := c.call.Free(ctx, key); err != nil {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
 	s.opts.Quota.Release(a.UID, quota.Pages, pages)

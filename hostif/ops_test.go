@@ -515,3 +515,68 @@ func TestConcurrentClient(t *testing.T) {
 		t.Fatalf("counter %d %v", v, err)
 	}
 }
+
+// TestSessionPerConnection: every connection is a session of the backend:
+// its refs are its own (one connection's close leaves a page another maps
+// mapped), a release of a page only another connection acquired is EPERM,
+// and ownership-lost reaches only the connections that acquired the page.
+func TestSessionPerConnection(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h := startNode(t, fab, 1, hostif.Options{ReleaseTimeout: time.Second})
+	ctx := ctxT(t)
+	a, b := dial(t, h.path), dial(t, h.path)
+	g, err := a.Alloc(ctx, 4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := client.Dial(ctx, h.path, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma, err := a.Map(ctx, g, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.Map(ctx, g, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if n := fab.Refs(g, 1); n != 2 {
+		t.Fatalf("two maps: %d refs at the backend", n)
+	}
+	gone.Close()
+	waitFor(t, "the closed connection's ref to go", func() bool { return fab.Refs(g, 1) == 1 })
+	if v, valid := ma.Version(0); !valid {
+		t.Fatalf("the other connection's replica is no longer valid (version %d)", v)
+	}
+	if err := ma.Unmap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := fab.Refs(g, 1); n != 0 {
+		t.Fatalf("after the last unmap: %d refs", n)
+	}
+
+	// acquisitions per connection
+	for _, x := range []*client.Client{a, b} {
+		if err := x.Subscribe(ctx, wire.AllEvents); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Acquire(ctx, g, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantErrno(t, b.Release(ctx, g), syscall.EPERM)
+	h2 := startNode(t, fab, 2, hostif.Options{})
+	if err := dial(t, h2.path).Acquire(ctx, g, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, a, wire.EventOwnershipLost); ev.Page != g {
+		t.Fatalf("ownership event %+v", ev)
+	}
+	select {
+	case ev := <-b.Events():
+		if ev.Type == wire.EventOwnershipLost {
+			t.Fatal("a connection that did not acquire the page heard ownership-lost")
+		}
+	case <-time.After(50 * time.Millisecond):
+	}
+}

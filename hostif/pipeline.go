@@ -25,7 +25,8 @@ import (
 // completes on whichever goroutine steps the core when the answer arrives.
 //
 // Every request submitted is completed exactly once, within the backend's
-// request bound.
+// request bound, unless its session closes first (VerbClose abandons it:
+// the server takes its task back itself).
 type Pipeline interface {
 	// Attach gives the backend the server's completion entry point; the
 	// server calls it once, before its first Submit.
@@ -42,6 +43,7 @@ type Pipeline interface {
 // Op is one data-path request handed to a Pipeline.
 type Op struct {
 	Token    uint64  // the server's, below 1<<63; echoed in the Done
+	Session  Session // the session it is made in (its connection's)
 	Kind     wire.Op // OpLoad, OpStore, OpCAS, OpFetchAdd or OpWhere
 	GVA      gva.GVA // with its byte offset
 	Len      int     // OpLoad: bytes to read
@@ -97,6 +99,27 @@ func (p *pendingTable) add(c *conn, t *task) uint64 {
 	sl := &p.slots[i]
 	sl.pending, sl.used = pending{c: c, t: t}, true
 	return uint64(sl.gen&(1<<31-1))<<32 | uint64(i)
+}
+
+// dropConn takes back the requests of c still in the table (its session
+// closed: they complete no more) and recycles their tasks.
+func (p *pendingTable) dropConn(c *conn) {
+	p.mu.Lock()
+	var tasks []*task
+	for i := range p.slots {
+		sl := &p.slots[i]
+		if !sl.used || sl.c != c {
+			continue
+		}
+		tasks = append(tasks, sl.t)
+		sl.pending, sl.used = pending{}, false
+		sl.gen++
+		p.free = append(p.free, uint32(i))
+	}
+	p.mu.Unlock()
+	for _, t := range tasks {
+		putTask(t)
+	}
 }
 
 func (p *pendingTable) take(token uint64) (pending, bool) {
@@ -161,6 +184,7 @@ func (s *Server) admitPipelined(c *conn, t *task) (Op, bool) {
 		return Op{}, false
 	}
 	op := pipeOp(r, s.pending.add(c, t))
+	op.Session = c.call.session
 	op.Cred = s.credFor(c, r.GVA.Key())
 	return op, true
 }

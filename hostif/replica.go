@@ -31,8 +31,11 @@ import (
 //   - every rewrite is bracketed by the entry's sequence counter (a seqlock)
 //     so a library read is a snapshot of one version.
 //
-// One node-level Backend ref stands for all the connections that map the
-// page; the last unmap drops it.
+// The file is a view of the node, not protocol state: every MAP takes a
+// ref of the page in the mapping connection's own session (VerbRef) and
+// every UNMAP drops one (VerbUnref), so a connection's close never drops a
+// page another connection still maps; the file lives while a connection
+// maps the page.
 
 // statusTable is the replica status table shared with clients.
 type statusTable struct {
@@ -107,7 +110,7 @@ type replica struct {
 	slot  uint32
 	entry statusEntry
 	file  *sharedFile
-	cred  Cred // the user of the first ref: the node's loads of the file are made for it
+	cred  Cred // the user of the first ref: the server's refetches of the file are made for it
 
 	// Guarded by replicaTable.mu.
 	refs    int
@@ -126,68 +129,87 @@ type replica struct {
 
 // replicaTable is every replica file of the node.
 type replicaTable struct {
-	be      verbs
+	be      verbs // the server's own session: refetches
 	status  *statusTable
 	timeout time.Duration
 	ctx     context.Context // ends when the server stops; bounds refetches
 	wg      sync.WaitGroup  // refetches in flight
 
-	mu      sync.RWMutex
-	m       map[gva.GVA]*replica
-	closing map[gva.GVA]chan struct{} // pages whose node ref is being dropped
+	mu sync.RWMutex
+	m  map[gva.GVA]*replica
 }
 
-func newReplicaTable(ctx context.Context, be Backend, status *statusTable, timeout time.Duration) *replicaTable {
-	return &replicaTable{be: verbs{be}, status: status, timeout: timeout, ctx: ctx,
-		m: make(map[gva.GVA]*replica), closing: make(map[gva.GVA]chan struct{})}
+func newReplicaTable(ctx context.Context, be verbs, status *statusTable, timeout time.Duration) *replicaTable {
+	return &replicaTable{be: be, status: status, timeout: timeout, ctx: ctx, m: make(map[gva.GVA]*replica)}
 }
 
-// ref adds one ref of c on page key, creating and loading its replica file
-// on the node's first ref, for cred (c's user, whom the server checked).
+// ref takes a ref of page key in c's session and adds c as a holder of the
+// page's replica file, creating the file and loading it with that ref on
+// the node's first map, for cred (c's user, whom the server checked).
 // Waits are bounded by the table's timeout.
 func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
-	for {
-		t.mu.Lock()
-		if ch, ok := t.closing[key]; ok {
-			t.mu.Unlock()
-			<-ch // the teardown is bounded by t.timeout
-			continue
-		}
-		if r := t.m[key]; r != nil {
-			r.refs++
-			r.holders[c]++
-			t.mu.Unlock()
-			<-r.ready // the loader is bounded by t.timeout
-			if r.err != nil {
-				return nil, r.err
-			}
-			return r, nil
-		}
-		slot, ok := t.status.alloc()
-		if !ok {
-			t.mu.Unlock()
-			return nil, fmt.Errorf("replica status table full: %w", syscall.ENOSPC)
-		}
-		r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1, cred: cred,
-			holders: map[*conn]int{c: 1}, ready: make(chan struct{}), state: wire.SlotLoading}
-		t.m[key] = r
+	t.mu.Lock()
+	if r := t.m[key]; r != nil {
+		r.refs++
+		r.holders[c]++
 		t.mu.Unlock()
-		if err := t.load(r); err != nil {
-			t.mu.Lock()
-			delete(t.m, key)
-			t.mu.Unlock()
-			r.err = err
-			close(r.ready)
-			r.destroy(t.status)
-			return nil, err
+		<-r.ready // the loader is bounded by t.timeout
+		if r.err != nil {
+			return nil, r.err // its holders went with it
 		}
-		close(r.ready)
+		// The file is loaded: the session's ref need not read the page.
+		ctx, cancel := context.WithTimeout(withCred(c.ctx, cred), t.timeout)
+		_, err := c.call.Ref(ctx, key, nil)
+		cancel()
+		if err != nil {
+			t.leave(c, r)
+			return nil, fmt.Errorf("ref %v: %w", key, err)
+		}
 		return r, nil
+	}
+	slot, ok := t.status.alloc()
+	if !ok {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("replica status table full: %w", syscall.ENOSPC)
+	}
+	r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1, cred: cred,
+		holders: map[*conn]int{c: 1}, ready: make(chan struct{}), state: wire.SlotLoading}
+	t.m[key] = r
+	t.mu.Unlock()
+	if err := t.load(c, r); err != nil {
+		t.mu.Lock()
+		if t.m[key] == r {
+			delete(t.m, key)
+		}
+		t.mu.Unlock()
+		r.err = err
+		close(r.ready)
+		r.destroy(t.status)
+		return nil, err
+	}
+	close(r.ready)
+	return r, nil
+}
+
+// leave takes one hold of c off r, retiring the file at its last.
+func (t *replicaTable) leave(c *conn, r *replica) {
+	t.mu.Lock()
+	if r.holders[c]--; r.holders[c] <= 0 {
+		delete(r.holders, c)
+	}
+	r.refs--
+	last := r.refs <= 0 && t.m[r.key] == r
+	if last {
+		delete(t.m, r.key)
+	}
+	t.mu.Unlock()
+	if last {
+		r.destroy(t.status)
 	}
 }
 
-// load creates r's file and fills it through the Backend (VerbRef).
-func (t *replicaTable) load(r *replica) error {
+// load creates r's file and fills it with a ref of c's session (VerbRef).
+func (t *replicaTable) load(c *conn, r *replica) error {
 	f, err := newSharedFile("dpu-replica", wire.PageSize)
 	if err != nil {
 		return err
@@ -200,10 +222,10 @@ func (t *replicaTable) load(r *replica) error {
 	r.entry.end(0, wire.SlotLoading)
 	r.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(withCred(t.ctx, r.cred), t.timeout)
+	ctx, cancel := context.WithTimeout(withCred(c.ctx, r.cred), t.timeout)
 	defer cancel()
 	// No client has the file yet: Ref may write into it directly.
-	v, err := t.be.Ref(ctx, r.key, f.mem)
+	v, err := c.call.Ref(ctx, r.key, f.mem)
 	if err != nil {
 		return fmt.Errorf("ref %v: %w", r.key, err)
 	}
@@ -233,10 +255,10 @@ func (t *replicaTable) get(key gva.GVA) *replica {
 	return r
 }
 
-// unref drops one ref of c on page key; the node's last ref drops the
-// Backend ref and the file. The Backend call is bounded by ctx's deadline
-// (else the table's timeout) but not cancelled with ctx: once the node's
-// ref is going, the engine must hear of it even if the client has gone.
+// unref drops one ref of c on page key in c's session; c's last hold of
+// the file leaves it, the node's last retires it. The Backend call is
+// bounded by ctx's deadline (else the table's timeout) but not cancelled
+// with ctx: once the hold is gone, the session's ref must go too.
 func (t *replicaTable) unref(ctx context.Context, c *conn, key gva.GVA) error {
 	t.mu.Lock()
 	r := t.m[key]
@@ -244,34 +266,42 @@ func (t *replicaTable) unref(ctx context.Context, c *conn, key gva.GVA) error {
 		t.mu.Unlock()
 		return fmt.Errorf("%v is not mapped by this connection: %w", key, syscall.EINVAL)
 	}
-	if r.holders[c]--; r.holders[c] == 0 {
-		delete(r.holders, c)
-	}
-	if r.refs--; r.refs > 0 {
-		t.mu.Unlock()
-		return nil
-	}
-	delete(t.m, key)
-	done := make(chan struct{})
-	t.closing[key] = done
 	t.mu.Unlock()
+	t.leave(c, r)
 
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(t.timeout)
 	}
 	bctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	err := t.be.Unref(bctx, key)
+	err := c.call.Unref(bctx, key)
 	cancel()
-	r.destroy(t.status)
-	t.mu.Lock()
-	delete(t.closing, key)
-	t.mu.Unlock()
-	close(done)
 	if err != nil {
 		return fmt.Errorf("unref %v: %w", key, err)
 	}
 	return nil
+}
+
+// dropConn takes every hold of c off the files (its session's close gave
+// its refs back).
+func (t *replicaTable) dropConn(c *conn) {
+	var gone []*replica
+	t.mu.Lock()
+	for key, r := range t.m {
+		n := r.holders[c]
+		if n == 0 {
+			continue
+		}
+		delete(r.holders, c)
+		if r.refs -= n; r.refs <= 0 {
+			delete(t.m, key)
+			gone = append(gone, r)
+		}
+	}
+	t.mu.Unlock()
+	for _, r := range gone {
+		r.destroy(t.status)
+	}
 }
 
 // heldBy returns the pages c holds refs on, with their counts.
@@ -303,15 +333,6 @@ func (t *replicaTable) holdersOf(key gva.GVA) []*conn {
 		out = append(out, c)
 	}
 	return out
-}
-
-// busy reports whether any connection maps key.
-func (t *replicaTable) busy(key gva.GVA) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, mapped := t.m[key]
-	_, closing := t.closing[key]
-	return mapped || closing
 }
 
 // all returns every live replica.

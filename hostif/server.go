@@ -131,7 +131,7 @@ func (o *Options) setDefaults() {
 // socket. A Server serves once: NewServer, then ListenAndServe or Serve.
 type Server struct {
 	be   Backend
-	call verbs // be's one verb, a typed call per request
+	call verbs // be's one verb in the server's own session (ServerSession)
 	opts Options
 	log  *slog.Logger
 
@@ -143,8 +143,6 @@ type Server struct {
 	// driver's loop serves rings, so one buffer serves every pass).
 	ringOps [16]Op
 
-	locks  *lockTable
-	owners *ownerTable
 	spaces *addressSpaces
 
 	allocMu sync.Mutex
@@ -159,6 +157,7 @@ type Server struct {
 
 	connMu   sync.Mutex
 	conns    map[*conn]struct{}
+	bySess   map[Session]*conn // the open connections by session (events name one)
 	nextConn uint64
 	connWG   sync.WaitGroup
 }
@@ -188,9 +187,9 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("hostif: %w", err)
 	}
 	s := &Server{
-		be: be, call: verbs{be}, opts: opts, log: opts.Logger, attrs: attrs,
-		locks: newLockTable(be), owners: newOwnerTable(be), spaces: newAddressSpaces(),
-		allocs: make(map[gva.GVA]int), conns: make(map[*conn]struct{}),
+		be: be, call: verbs{be: be, session: ServerSession}, opts: opts, log: opts.Logger, attrs: attrs,
+		spaces: newAddressSpaces(), allocs: make(map[gva.GVA]int), conns: make(map[*conn]struct{}),
+		bySess: make(map[Session]*conn),
 	}
 	if p, ok := be.(Pipeline); ok {
 		s.pipe = p
@@ -235,7 +234,11 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.status = status
-	s.replicas = newReplicaTable(ctx, s.be, status, s.opts.OpTimeout)
+	if err := s.openSession(ctx); err != nil {
+		return err
+	}
+	defer s.closeSession()
+	s.replicas = newReplicaTable(ctx, s.call, status, s.opts.OpTimeout)
 
 	var bg sync.WaitGroup
 	bg.Go(func() { s.dispatchEvents(ctx) })
@@ -294,6 +297,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 	s.nextConn++
 	c := newConn(ctx, s, uc, cred, s.nextConn)
 	s.conns[c] = struct{}{}
+	s.bySess[c.call.session] = c
 	s.connWG.Add(1)
 	s.connMu.Unlock()
 	go func() {
@@ -301,9 +305,36 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		c.serve()
 		s.connMu.Lock()
 		delete(s.conns, c)
+		delete(s.bySess, c.call.session)
 		s.connMu.Unlock()
 		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
+}
+
+// openSession opens the server's own session in the Backend.
+func (s *Server) openSession(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
+	defer cancel()
+	if err := s.call.Open(ctx); err != nil {
+		return fmt.Errorf("hostif: opening the server's session: %w", err)
+	}
+	return nil
+}
+
+// closeSession closes the server's own session (the server stops).
+func (s *Server) closeSession() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReleaseTimeout)
+	defer cancel()
+	if err := s.call.Close(ctx); err != nil {
+		s.log.Warn("closing the server's session", "err", err)
+	}
+}
+
+// connOf returns the open connection of session id, or nil.
+func (s *Server) connOf(id Session) *conn {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	return s.bySess[id]
 }
 
 // listen binds a SOCK_SEQPACKET socket at path with the given mode and

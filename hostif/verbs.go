@@ -6,14 +6,27 @@ import (
 	"github.com/aitherion/dpu/gva"
 )
 
-// verbs is the server's side of the Backend's one verb: a typed call per
-// request, each one Call through Do.
-type verbs struct{ be Backend }
+// verbs is the server's side of the Backend's one verb for one session (a
+// connection's, or the server's own): a typed call per request, each one
+// Call through Do.
+type verbs struct {
+	be      Backend
+	session Session
+}
 
-// do runs c for the user ctx carries (withCred).
+// do runs c in the session for the user ctx carries (withCred).
 func (v verbs) do(ctx context.Context, c *Call) error {
+	c.Session = v.session
 	c.Cred = credOf(ctx)
 	return v.be.Do(ctx, c)
+}
+
+func (v verbs) Open(ctx context.Context) error {
+	return v.do(ctx, &Call{Verb: VerbOpen})
+}
+
+func (v verbs) Close(ctx context.Context) error {
+	return v.do(ctx, &Call{Verb: VerbClose})
 }
 
 func (v verbs) Alloc(ctx context.Context, pages int, attr Attr) (gva.GVA, error) {
@@ -74,8 +87,8 @@ func (v verbs) Release(ctx context.Context, page gva.GVA) error {
 	return v.do(ctx, &Call{Verb: VerbRelease, GVA: page})
 }
 
-func (v verbs) Lock(ctx context.Context, page gva.GVA) error {
-	return v.do(ctx, &Call{Verb: VerbLock, GVA: page})
+func (v verbs) Lock(ctx context.Context, page gva.GVA, try bool) error {
+	return v.do(ctx, &Call{Verb: VerbLock, GVA: page, Try: try})
 }
 
 func (v verbs) Unlock(ctx context.Context, page gva.GVA) error {

@@ -24,7 +24,11 @@
 // delay act on link-layer datagrams and are refused on abstract links.
 //
 // Host clients on every node ref, load, store, CAS, fetch-add, lock,
-// unlock, acquire and unref a few hot pages and more cold ones.
+// unlock, acquire and unref a few hot pages and more cold ones. Each client
+// is a host session of its node's core, as each connection is in the
+// agent: the clients of one node contend for the node's lock of a page in
+// the core (waiting in order, within their bounds), give up on requests
+// (abandon) and go away, waiting or holding (close).
 //
 // Checks, while running and at the end:
 //   - at most one owner per page, and none only inside a swap (or once the
@@ -43,7 +47,10 @@
 //   - every request ends within the engine's request bound;
 //   - a write at the owner sends one update per live branch of the tree;
 //   - CAS, fetch-add and lock histories are linearizable (porcupine, one
-//     model per atomic word and per lock), across failovers too;
+//     model per atomic word and per lock), across failovers too; no two
+//     clients of one node ever both hold a lock; a closed session holds
+//     nothing and is forgotten, an open one holds no lock its client does
+//     not know of;
 //   - with Config.Replicas = R > 1: when an owner crashes, a live backup
 //     holds every version it committed (every acknowledged write); the
 //     backup that takes the page over holds the committed version (or the

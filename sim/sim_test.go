@@ -180,3 +180,24 @@ func TestTruncatedHistoryFails(t *testing.T) {
 	}
 	t.Logf("seed 3: %d operations checked; with MaxHistory 5, %d checked and %d unchecked", full.Checked, short.Checked, short.Unchecked)
 }
+
+// TestSeedsWithLocalLockContention: many clients per node on one hot page,
+// so that sessions of one node queue for the node's lock in the core:
+// FIFO hand-offs, waits that reach their bound, waiters that give up or
+// whose client goes away, holders that go away. The lock histories are
+// linearizable and no two clients of a node ever both hold the lock.
+func TestSeedsWithLocalLockContention(t *testing.T) {
+	cfg := Config{Nodes: 4, Topo: "ring", Faults: FaultsAll, ClientsPerNode: 6, HotPages: 1, ColdPages: 2,
+		Workload: 30 * time.Millisecond, Quiesce: 120 * time.Millisecond}
+	var waits, handOffs, expired, left, checked int
+	for _, r := range sweep(t, cfg, seedsToRun(t, 24)) {
+		if !r.OK() {
+			t.Errorf("seed %d: %v (replay: this test's Config with that Seed)", r.Seed, r.Violations)
+		}
+		waits, handOffs, expired, left, checked = waits+r.LockWaits, handOffs+r.LockHandOffs, expired+r.LockWaitsExpired, left+r.LockWaitsLeft, checked+r.Checked
+	}
+	if waits == 0 || handOffs == 0 || left == 0 {
+		t.Fatalf("the workload did not exercise the node's lock queue: %d waits, %d hand-offs, %d expired, %d left", waits, handOffs, expired, left)
+	}
+	t.Logf("%d waits, %d hand-offs, %d expired, %d left; %d operations checked", waits, handOffs, expired, left, checked)
+}

@@ -389,6 +389,7 @@ func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, er
 		}
 	case coherence.HostLock:
 		if errno == 0 {
+			w.checkOneLocker(c, po.page)
 			c.locked, c.lockOps = po.page, 1+c.rng.IntN(3)
 		}
 	case coherence.HostUnlock:
@@ -408,6 +409,31 @@ func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, er
 	}
 	if errno == syscall.EHOSTDOWN && po.req.Op == coherence.HostRef {
 		delete(c.mapped, po.page)
+	}
+}
+
+// checkOneLocker checks, as c is granted the lock of page, that no other
+// client of its node believes it holds that lock: the core hands a node's
+// lock to one of its sessions at a time.
+func (w *World) checkOneLocker(c *client, page int) {
+	for _, o := range w.clients {
+		if o != c && o.node == c.node && o.locked == page {
+			w.check.violate("node %v: client %d granted the lock of page %d that client %d of the node holds", c.node, c.idx, page, o.idx)
+		}
+	}
+}
+
+// event takes a node's host events: a revoked pin (EventHostFault) ends
+// the lock of the client whose session held it, at an unknown time.
+func (w *World) event(n *simNode, ev coherence.Event) {
+	if ev.Kind != coherence.EventHostFault {
+		return
+	}
+	for _, c := range w.clients {
+		if c.node == n.id && c.session == ev.Session && c.locked >= 0 && w.pages[c.locked].g.Key() == ev.GVA.Key() {
+			w.check.abandon(w.check.lockOp(c.locked, c.holder, false, w.now))
+			c.locked = -1
+		}
 	}
 }
 

@@ -189,7 +189,12 @@ type Result struct {
 	// Host sessions: opened, closed by their client (everything they held
 	// released by the core), requests abandoned by their caller.
 	Connects, Disconnects, Aborts int
-	Virtual                       time.Duration
+	// Locks between the sessions of one node (the nodes alive at the end):
+	// lock requests that queued behind another session of their node,
+	// locks handed to the first waiter, waiters whose bound passed in the
+	// queue and waiters that left it (abandoned, or their session closed).
+	LockWaits, LockHandOffs, LockWaitsExpired, LockWaitsLeft int
+	Virtual                                                  time.Duration
 	// Checked is how many atomic and lock operations the linearizability
 	// check judged; Unchecked how many it did not, because their history
 	// overflowed MaxHistory (each such history is a violation).
@@ -410,7 +415,7 @@ type nodeSink struct {
 }
 
 func (s nodeSink) Complete(c coherence.Completion) { s.w.completed(s.n, c) }
-func (s nodeSink) Event(coherence.Event)           {}
+func (s nodeSink) Event(ev coherence.Event)        { s.w.event(s.n, ev) }
 
 // Run executes the whole run: convergence, workload with faults, quiet
 // period, final checks.
@@ -473,6 +478,11 @@ func (w *World) Finish() Result {
 			st := n.eng.Stats()
 			w.res.Swaps += st.SwapsCompleted
 			w.res.Evictions += int(st.Evictions)
+			ls := n.hosts.LocalLocks()
+			w.res.LockWaits += int(ls.Waits)
+			w.res.LockHandOffs += int(ls.HandOffs)
+			w.res.LockWaitsExpired += int(ls.Expired)
+			w.res.LockWaitsLeft += int(ls.Left)
 		}
 	}
 	w.res.Lost = w.check.lostCount()
@@ -536,6 +546,14 @@ func (w *World) handle(ev event) {
 		w.clientStep(w.clients[ev.n])
 	case evAbort:
 		if c := w.clients[ev.n]; c.pending == ev.op && w.nodes[c.node].alive && !w.stopped {
+			if ev.op.req.Op == coherence.HostLock && c.rng.IntN(2) == 0 {
+				// The client goes away while its lock waits (or is being
+				// granted): the core takes it out of the queue, or gives
+				// back what it is granted.
+				w.disconnect(c)
+				w.push(event{at: w.now + time.Duration(c.rng.Int64N(int64(w.cfg.Think))), kind: evClient, n: c.idx})
+				break
+			}
 			w.abort(c)
 		}
 	case evFault:

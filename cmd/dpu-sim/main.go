@@ -65,7 +65,7 @@ var errViolations = errors.New("violations found")
 var errDone = errors.New("done")
 
 // legend says what each counter of the summary line means.
-const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run`
+const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run`
 
 // errorsLine breaks the errors counter down by errno, most frequent first.
 func errorsLine(by map[syscall.Errno]int) string {
@@ -209,7 +209,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	wg.Wait()
 	prog.stop()
 
-	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused int
+	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, lockWaits, handOffs int
 	var swaps uint64
 	errorsBy := map[syscall.Errno]int{}
 	var failed []int
@@ -226,6 +226,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		lost += r.Lost
 		failovers += r.Failovers
 		connects, disconnects, aborts = connects+r.Connects, disconnects+r.Disconnects, aborts+r.Aborts
+		lockWaits, handOffs = lockWaits+r.LockWaits, handOffs+r.LockHandOffs
 		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
 		refused += r.Refused
 		violations += len(r.Violations)
@@ -233,8 +234,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 			failed = append(failed, i)
 		}
 	}
-	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d refused=%d checked=%d unchecked=%d violations=%d time=%v\n",
-		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, refused, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d checked=%d unchecked=%d violations=%d time=%v\n",
+		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}

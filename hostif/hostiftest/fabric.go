@@ -4,7 +4,11 @@
 // A Fabric holds every page's one true copy (4 KiB, a version, the owner
 // attributes, the owner node, the lock holder and which nodes hold replicas)
 // behind one mutex, so every operation is atomic and linearizable; its Nodes
-// are the Backends of the machines that share it. A write through any node
+// are the Backends of the machines that share it. A Node keeps the host
+// sessions the Backend contract asks for: refs and acquisitions counted per
+// session, one session of the node holding a lock at a time (others wait,
+// not necessarily in order: the twin does not promise the core's FIFO),
+// and everything a session holds given back at VerbClose. A write through any node
 // bumps the page version and sends every node that refs the page an
 // EventUpdate (writes up to UpdateThreshold bytes, with the bytes) or an
 // EventInvalidate (larger writes): the write-update / write-invalidate split
@@ -50,8 +54,15 @@ type page struct {
 	owner    gva.MachineIndex
 	locked   bool
 	lockedBy gva.MachineIndex
+	lockedIn hostif.Session // the session of lockedBy holding the lock
 	refs     map[gva.MachineIndex]int
-	acquired map[gva.MachineIndex]bool
+	acquired map[gva.MachineIndex]bool // a session of the node acquired the page
+}
+
+// session is one host session of a Node (under the fabric's mutex).
+type session struct {
+	refs     map[gva.GVA]int
+	acquired map[gva.GVA]int
 }
 
 // NewFabric returns an empty fabric.
@@ -69,7 +80,7 @@ func (f *Fabric) Node(m gva.MachineIndex) *Node {
 		return n
 	}
 	n := &Node{f: f, machine: m, events: make(chan hostif.Event, 64), wake: make(chan struct{}, 1),
-		done: make(chan struct{}), pumped: make(chan struct{})}
+		done: make(chan struct{}), pumped: make(chan struct{}), sessions: make(map[hostif.Session]*session)}
 	f.nodes[m] = n
 	go n.pump()
 	return n
@@ -125,7 +136,7 @@ func (f *Fabric) Fault(pg gva.GVA, reason syscall.Errno) bool {
 	p.locked = false
 	f.signalLocked()
 	if n := f.nodes[p.lockedBy]; n != nil {
-		n.post(hostif.Event{Kind: hostif.EventHostFault, Page: pg.Key(), Version: p.version, Reason: reason})
+		n.post(hostif.Event{Kind: hostif.EventHostFault, Session: p.lockedIn, Page: pg.Key(), Version: p.version, Reason: reason})
 	}
 	return true
 }
@@ -173,6 +184,8 @@ type Node struct {
 	closed   bool
 	capacity int // pages; 0 = unbounded
 	used     int
+
+	sessions map[hostif.Session]*session // under f.mu
 }
 
 // maxQueue bounds a node's undelivered events; beyond it they are replaced
@@ -279,8 +292,22 @@ func (n *Node) Quick(op wire.Op, _ gva.GVA) bool {
 }
 
 // Do implements hostif.Backend: the call runs as the twin's verb of the
-// same name.
+// same name, in its session.
 func (n *Node) Do(ctx context.Context, c *hostif.Call) error {
+	switch c.Verb {
+	case hostif.VerbOpen:
+		return n.open(c.Session)
+	case hostif.VerbClose:
+		n.close(c.Session)
+		return nil
+	}
+	n.f.mu.Lock()
+	_, open := n.sessions[c.Session]
+	n.f.mu.Unlock()
+	if !open {
+		return fmt.Errorf("hostiftest: %v in session %d: %w", c.Verb, c.Session, syscall.EBADF)
+	}
+	s := c.Session
 	var err error
 	switch c.Verb {
 	case hostif.VerbAlloc:
@@ -290,9 +317,9 @@ func (n *Node) Do(ctx context.Context, c *hostif.Call) error {
 	case hostif.VerbStat:
 		c.Attr, err = n.Stat(ctx, c.GVA)
 	case hostif.VerbRef:
-		c.Version, err = n.Ref(ctx, c.GVA, c.Data)
+		c.Version, err = n.Ref(ctx, s, c.GVA, c.Data)
 	case hostif.VerbUnref:
-		err = n.Unref(ctx, c.GVA)
+		err = n.Unref(ctx, s, c.GVA)
 	case hostif.VerbLoad:
 		c.Version, err = n.Load(ctx, c.GVA, c.Data)
 	case hostif.VerbStore:
@@ -302,13 +329,13 @@ func (n *Node) Do(ctx context.Context, c *hostif.Call) error {
 	case hostif.VerbFetchAdd:
 		c.Value, c.Version, err = n.FetchAdd(ctx, c.GVA, c.Operand)
 	case hostif.VerbAcquire:
-		err = n.Acquire(ctx, c.GVA)
+		err = n.Acquire(ctx, s, c.GVA)
 	case hostif.VerbRelease:
-		err = n.Release(ctx, c.GVA)
+		err = n.Release(ctx, s, c.GVA)
 	case hostif.VerbLock:
-		err = n.Lock(ctx, c.GVA)
+		err = n.Lock(ctx, s, c.GVA, c.Try)
 	case hostif.VerbUnlock:
-		err = n.Unlock(ctx, c.GVA)
+		err = n.Unlock(ctx, s, c.GVA)
 	case hostif.VerbWhere:
 		c.Where, err = n.Where(ctx, c.GVA)
 	default:
@@ -319,6 +346,56 @@ func (n *Node) Do(ctx context.Context, c *hostif.Call) error {
 
 // Machine implements hostif.Backend.
 func (n *Node) Machine() gva.MachineIndex { return n.machine }
+
+// open opens session s.
+func (n *Node) open(s hostif.Session) error {
+	n.f.mu.Lock()
+	defer n.f.mu.Unlock()
+	if _, ok := n.sessions[s]; ok {
+		return fmt.Errorf("hostiftest: session %d already open: %w", s, syscall.EEXIST)
+	}
+	n.sessions[s] = &session{refs: make(map[gva.GVA]int), acquired: make(map[gva.GVA]int)}
+	return nil
+}
+
+// close closes session s: its locks, acquisitions and refs are given back.
+func (n *Node) close(s hostif.Session) {
+	f := n.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ss := n.sessions[s]
+	if ss == nil {
+		return
+	}
+	delete(n.sessions, s)
+	for _, p := range f.pages {
+		if p.locked && p.lockedBy == n.machine && p.lockedIn == s {
+			p.locked = false
+			f.signalLocked()
+		}
+	}
+	for key := range ss.acquired {
+		if p := f.pages[key]; p != nil && !n.acquiredLocked(key) {
+			delete(p.acquired, n.machine)
+		}
+	}
+	for key, k := range ss.refs {
+		if p := f.pages[key]; p != nil {
+			p.refs[n.machine] -= k
+		}
+	}
+}
+
+// acquiredLocked reports whether an open session of n acquired key (under
+// f.mu).
+func (n *Node) acquiredLocked(key gva.GVA) bool {
+	for _, ss := range n.sessions {
+		if ss.acquired[key] > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // Events implements hostif.Backend.
 func (n *Node) Events() <-chan hostif.Event { return n.events }
@@ -418,8 +495,9 @@ func (n *Node) Stat(ctx context.Context, pg gva.GVA) (hostif.Attr, error) {
 	return p.attr, nil
 }
 
-// Ref is the twin's Ref verb (through Do, and for tests that act as the node).
-func (n *Node) Ref(ctx context.Context, pg gva.GVA, dst []byte) (gva.Version, error) {
+// Ref is the twin's Ref verb (through Do, and for tests that act as the
+// node in session s).
+func (n *Node) Ref(ctx context.Context, s hostif.Session, pg gva.GVA, dst []byte) (gva.Version, error) {
 	if err := n.enter(ctx); err != nil {
 		return 0, err
 	}
@@ -429,13 +507,19 @@ func (n *Node) Ref(ctx context.Context, pg gva.GVA, dst []byte) (gva.Version, er
 	if err != nil {
 		return 0, err
 	}
+	ss, err := n.sessionLocked(s)
+	if err != nil {
+		return 0, err
+	}
+	ss.refs[pg.Key()]++
 	p.refs[n.machine]++
 	copy(dst, p.data[:])
 	return p.version, nil
 }
 
-// Unref is the twin's Unref verb (through Do, and for tests that act as the node).
-func (n *Node) Unref(ctx context.Context, pg gva.GVA) error {
+// Unref is the twin's Unref verb (through Do, and for tests that act as
+// the node in session s).
+func (n *Node) Unref(ctx context.Context, s hostif.Session, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
 	}
@@ -445,11 +529,27 @@ func (n *Node) Unref(ctx context.Context, pg gva.GVA) error {
 	if err != nil {
 		return err
 	}
-	if p.refs[n.machine] == 0 {
-		return fmt.Errorf("unref %v: no ref: %w", pg, syscall.EINVAL)
+	ss, err := n.sessionLocked(s)
+	if err != nil {
+		return err
+	}
+	if ss.refs[pg.Key()] == 0 {
+		return fmt.Errorf("unref %v: no ref in session %d: %w", pg, s, syscall.EINVAL)
+	}
+	if ss.refs[pg.Key()]--; ss.refs[pg.Key()] == 0 {
+		delete(ss.refs, pg.Key())
 	}
 	p.refs[n.machine]--
 	return nil
+}
+
+// sessionLocked returns open session s of n (under f.mu).
+func (n *Node) sessionLocked(s hostif.Session) (*session, error) {
+	ss := n.sessions[s]
+	if ss == nil {
+		return nil, fmt.Errorf("hostiftest: session %d: %w", s, syscall.EBADF)
+	}
+	return ss, nil
 }
 
 // Load is the twin's Load verb (through Do, and for tests that act as the node).
@@ -554,15 +654,21 @@ func (n *Node) takeOwnershipLocked(pg gva.GVA, p *page) {
 	if p.acquired[old] {
 		delete(p.acquired, old)
 		if on := n.f.nodes[old]; on != nil {
-			on.post(hostif.Event{Kind: hostif.EventOwnershipLost, Page: pg.Key(), Version: p.version})
+			for s, ss := range on.sessions {
+				if ss.acquired[pg.Key()] > 0 {
+					delete(ss.acquired, pg.Key())
+					on.post(hostif.Event{Kind: hostif.EventOwnershipLost, Session: s, Page: pg.Key(), Version: p.version})
+				}
+			}
 		}
 	}
 	n.f.signalLocked()
 }
 
-// Acquire is the twin's Acquire verb (through Do, and for tests that act as the node): it waits while another node holds the
-// page locked.
-func (n *Node) Acquire(ctx context.Context, pg gva.GVA) error {
+// Acquire is the twin's Acquire verb (through Do, and for tests that act
+// as the node in session s): it waits while another node holds the page
+// locked.
+func (n *Node) Acquire(ctx context.Context, s hostif.Session, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
 	}
@@ -572,13 +678,20 @@ func (n *Node) Acquire(ctx context.Context, pg gva.GVA) error {
 	if err != nil {
 		return err
 	}
+	ss, err := n.sessionLocked(s)
+	if err != nil {
+		return err
+	}
 	n.takeOwnershipLocked(pg, p)
 	p.acquired[n.machine] = true
+	ss.acquired[pg.Key()]++
 	return nil
 }
 
-// Release is the twin's Release verb (through Do, and for tests that act as the node).
-func (n *Node) Release(ctx context.Context, pg gva.GVA) error {
+// Release is the twin's Release verb (through Do, and for tests that act
+// as the node in session s): the node's claim ends with its last
+// acquiring session's release.
+func (n *Node) Release(ctx context.Context, s hostif.Session, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
 	}
@@ -588,35 +701,59 @@ func (n *Node) Release(ctx context.Context, pg gva.GVA) error {
 	if err != nil {
 		return err
 	}
-	if !p.acquired[n.machine] {
-		return fmt.Errorf("release %v: not acquired by machine %d: %w", pg, n.machine, syscall.EPERM)
+	ss, err := n.sessionLocked(s)
+	if err != nil {
+		return err
 	}
-	delete(p.acquired, n.machine)
+	key := pg.Key()
+	if ss.acquired[key] == 0 {
+		return fmt.Errorf("release %v: not acquired in session %d: %w", pg, s, syscall.EPERM)
+	}
+	if ss.acquired[key]--; ss.acquired[key] == 0 {
+		delete(ss.acquired, key)
+	}
+	if !n.acquiredLocked(key) {
+		delete(p.acquired, n.machine)
+	}
 	return nil
 }
 
-// Lock is the twin's Lock verb (through Do, and for tests that act as the node): ownership plus pin, waiting while another
-// node holds the pin.
-func (n *Node) Lock(ctx context.Context, pg gva.GVA) error {
+// Lock is the twin's Lock verb (through Do, and for tests that act as the
+// node in session s): ownership plus pin, waiting while another session
+// (of this node or another) holds the pin; with try, a pin held by another
+// session of this node is EBUSY at once.
+func (n *Node) Lock(ctx context.Context, s hostif.Session, pg gva.GVA, try bool) error {
 	if err := n.enter(ctx); err != nil {
 		return err
 	}
 	n.f.mu.Lock()
 	defer n.f.mu.Unlock()
+	if _, err := n.sessionLocked(s); err != nil {
+		return err
+	}
 	if p, err := n.f.lookup(pg); err == nil && p.locked && p.lockedBy == n.machine {
-		return fmt.Errorf("lock %v: machine %d holds it already: %w", pg, n.machine, syscall.EDEADLK)
+		if p.lockedIn == s {
+			return fmt.Errorf("lock %v: session %d holds it already: %w", pg, s, syscall.EDEADLK)
+		}
+		if try {
+			return fmt.Errorf("lock %v: held by another session of machine %d: %w", pg, n.machine, syscall.EBUSY)
+		}
 	}
 	p, err := n.waitLocked(ctx, pg, func(p *page) bool { return !p.locked })
 	if err != nil {
 		return err
 	}
+	if _, err := n.sessionLocked(s); err != nil {
+		return err // closed while it waited
+	}
 	n.takeOwnershipLocked(pg, p)
-	p.locked, p.lockedBy = true, n.machine
+	p.locked, p.lockedBy, p.lockedIn = true, n.machine, s
 	return nil
 }
 
-// Unlock is the twin's Unlock verb (through Do, and for tests that act as the node).
-func (n *Node) Unlock(ctx context.Context, pg gva.GVA) error {
+// Unlock is the twin's Unlock verb (through Do, and for tests that act as
+// the node in session s).
+func (n *Node) Unlock(ctx context.Context, s hostif.Session, pg gva.GVA) error {
 	if err := n.enter(ctx); err != nil {
 		return err
 	}
@@ -626,8 +763,8 @@ func (n *Node) Unlock(ctx context.Context, pg gva.GVA) error {
 	if err != nil {
 		return err
 	}
-	if !p.locked || p.lockedBy != n.machine {
-		return fmt.Errorf("unlock %v: not pinned by machine %d: %w", pg, n.machine, syscall.EPERM)
+	if !p.locked || p.lockedBy != n.machine || p.lockedIn != s {
+		return fmt.Errorf("unlock %v: not pinned by session %d of machine %d: %w", pg, s, n.machine, syscall.EPERM)
 	}
 	p.locked = false
 	n.f.signalLocked()
