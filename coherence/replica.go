@@ -74,6 +74,10 @@ type ownerRep struct {
 	// full: nodes that refused a copy for want of room, and when; they
 	// are not asked again within a HomeRefresh.
 	full map[noc.NodeID]time.Duration
+	// term: the majority term the page was last confirmed in (split.go);
+	// checkSent: when its backups were last asked to confirm it.
+	term      uint64
+	checkSent time.Duration
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -83,6 +87,7 @@ type backupLink struct {
 	acked     gva.Version // the version it holds, at the page's epoch
 	ok        bool        // acked is known (an ack at this epoch arrived)
 	unreachAt time.Duration
+	term      uint64 // the majority term it last confirmed the page in (split.go)
 }
 
 // stagedWrite is a write (or swapping atomic) sent to the backups, not yet
@@ -168,7 +173,7 @@ func (e *Engine) repBusy(pg *page) bool {
 	if rep == nil {
 		return false
 	}
-	return len(rep.oldBackups) > 0 || !e.repSynced(pg)
+	return len(rep.oldBackups) > 0 || !e.repSynced(pg) || e.fenced(pg)
 }
 
 // repSynced reports whether no write is staged on a replicated page owned
@@ -408,7 +413,7 @@ func (e *Engine) startReplication(now time.Duration, pg *page) {
 	if !e.replicated() {
 		return
 	}
-	pg.rep = &ownerRep{}
+	pg.rep = &ownerRep{term: e.split.term}
 	e.attend(pg.key)
 	e.fillBackups(now, pg)
 	e.armRepl(now)
@@ -507,6 +512,12 @@ func (e *Engine) sendDelta(pg *page, b *backupLink) {
 }
 
 func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v gva.Version, off int, data []byte) {
+	e.sendReplicateID(pg, to, 0, rank, flags, v, off, data)
+}
+
+// sendReplicateID is sendReplicate with a request id, which the backup's
+// acknowledgement carries back (a confirmation after a minority, split.go).
+func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, flags uint8, v gva.Version, off int, data []byte) {
 	rep := pg.rep
 	if pg.huge {
 		flags |= replHuge
@@ -519,7 +530,7 @@ func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v
 		m.backups = append(m.backups, b.node)
 	}
 	p := appendReplicate(e.pay[:0], m)
-	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, 0, pg.key, v, p)
+	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, id, pg.key, v, p)
 	e.sendNode(&f)
 }
 
@@ -610,10 +621,18 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	if pg := e.pages[key]; pg != nil && pg.owner {
 		e.stats.Stale++ // we own it: a stale owner's frame
 		e.sendDrop(f.Src, key, m.epoch)
+		if e.splitRule() && pg.epoch >= m.epoch {
+			// An owner fenced by a split, asking its backups to confirm:
+			// this node took the page over (split.go).
+			e.sendSuperseded(f.Src, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+		}
 		return
 	}
 	if h, ok := e.hints[key]; ok && h.epoch > m.epoch {
 		e.stats.Stale++
+		if e.splitRule() {
+			e.sendSuperseded(f.Src, key, 0, h)
+		}
 		return
 	}
 	c := e.copies[key]
@@ -676,7 +695,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	} else {
 		v = c.version
 	}
-	a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, 0, key, v, b[:])
+	a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, f.RequestID, key, v, b[:])
 	e.sendNode(&a)
 }
 
@@ -732,6 +751,12 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		e.stats.Stale++
 		switch {
 		case flags&ackProbe != 0:
+			if h, ok := e.hints[key]; ok && e.splitRule() && epoch == 0 && h.owner != f.Src {
+				// A heir releasing its stand-ins, and this node knows of a
+				// takeover: the heir may have been fenced by a split while
+				// it happened (split.go). Said before the answer below.
+				e.sendSuperseded(f.Src, key, 0, h)
+			}
 			// Not ours: tell the prober who we are (a restarted node is a
 			// later incarnation: its backups take the page over).
 			var b [goneLen]byte
@@ -756,6 +781,11 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		// asking whether we still hold its copy: we own the page, at
 		// this epoch, which ends its copy.
 		e.sendDrop(f.Src, key, max(epoch, pg.epoch))
+		if e.splitRule() && flags&ackProbe != 0 && epoch == 0 {
+			// A heir fenced by a split releasing its stand-ins: this
+			// stand-in took the page over (split.go).
+			e.sendSuperseded(f.Src, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+		}
 		return
 	}
 	if epoch != pg.epoch {
@@ -786,6 +816,10 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	if b.inc != inc || !b.ok || f.PageVersion > b.acked {
 		b.inc, b.acked, b.ok = inc, f.PageVersion, true
 	}
+	if f.RequestID&checkBit != 0 {
+		e.checked(now, pg, b, f.RequestID)
+		return
+	}
 	e.repProgress(now, pg)
 }
 
@@ -795,6 +829,9 @@ func (e *Engine) repProgress(now time.Duration, pg *page) {
 	rep := pg.rep
 	if rep == nil {
 		return
+	}
+	if e.fenced(pg) {
+		return // confirmed first (split.go)
 	}
 	if sw := rep.staged; sw != nil && len(rep.backups) > 0 {
 		for _, b := range rep.backups {
@@ -834,6 +871,8 @@ func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 					rep.oldUnreach = map[noc.NodeID]time.Duration{}
 				}
 				rep.oldUnreach[n] = now
+			case now-since >= e.cfg.FailoverGrace && (!e.decides() || e.fenced(pg)):
+				e.stats.SplitHeld++ // a stand-in on the other side of a split may take the page over
 			case now-since >= e.cfg.FailoverGrace:
 				delete(rep.oldUnreach, n)
 				e.sendDrop(n, pg.key, pg.epoch)
@@ -977,11 +1016,24 @@ func (e *Engine) replTick(now time.Duration) {
 			busy = true
 			continue
 		}
+		if !e.decides() {
+			// A minority gives no backup up: it may have taken the page
+			// over on the other side (split.go).
+			e.stats.SplitHeld++
+			busy = true
+			continue
+		}
 		delete(e.backupUnreach, n)
 		ks := slices.SortedFunc(maps.Keys(e.backedBy[n]), gva.Compare)
 		for _, key := range ks {
 			pg := e.pages[key]
 			if pg == nil || pg.rep == nil {
+				continue
+			}
+			if e.fenced(pg) {
+				// Not confirmed since a minority: the lost backup may have
+				// taken it over meanwhile. It stays until it answers.
+				e.stats.SplitHeld++
 				continue
 			}
 			if i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == n }); i >= 0 {
@@ -1005,6 +1057,9 @@ func (e *Engine) replTick(now time.Duration) {
 		rep := pg.rep
 		if len(rep.backups) < e.cfg.Replicas-1 {
 			e.fillBackups(now, pg)
+		}
+		if e.splitRule() && e.fenced(pg) {
+			e.confirmPage(now, pg)
 		}
 		if len(rep.oldBackups) > 0 && e.repSynced(pg) {
 			e.releaseOldBackups(now, pg) // stand-ins yet to confirm
@@ -1090,6 +1145,9 @@ func (e *Engine) replTick(now time.Duration) {
 				// The heir's own backups, if it had any yet, go first: their
 				// failover (a newer epoch) drops this copy.
 				wait = 2 * grace
+			}
+			if e.splitRule() {
+				wait += e.cfg.SplitGrace // an owner cut off in a minority fences itself first
 			}
 			if now-c.unreachAt < wait {
 				continue
@@ -1291,6 +1349,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		epoch++ // the heir's epoch was c.epoch+1: ours follows it
 	}
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	e.forgetCommits(key)
 	if c.hasAttr {
 		pg.attr, pg.hasAttr = c.attr, true
 	}
@@ -1324,6 +1383,21 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	e.failInFlight(now, key)
 }
 
+// forgetCommits forgets the handovers of key this node committed as its
+// old owner: it took the page over (a stand-in of a heir it lost), and a
+// heir that comes back asking for its done (its confirmation re-sent
+// after a split) must learn that the swap ended, not take the page at the
+// handover's epoch beside this node.
+func (e *Engine) forgetCommits(key gva.GVA) {
+	for k, c := range e.commits { // order-free: each is forgotten alone
+		if c.key == key {
+			e.cancel(c.timer)
+			delete(e.commits, k)
+		}
+	}
+	delete(e.handed, key)
+}
+
 // maxQueries bounds the questions a backup asks a page's home before it
 // takes the page over.
 const maxQueries = 3
@@ -1338,6 +1412,10 @@ const queryBit = 1 << 62
 // home is another live node; without an answer after maxQueries tries, or
 // with no home to ask, it takes the page over.
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
+	if !e.decides() {
+		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
+		return
+	}
 	h := homeOf(c.key)
 	if h == e.self {
 		if e.movedOn(c, e.home[c.key]) {
@@ -1455,6 +1533,9 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 		epoch: binary.BigEndian.Uint64(f.Payload[12:]),
 	}
 	key := f.GVA.Key()
+	if pg := e.pages[key]; pg != nil && e.yields(pg, h) {
+		e.abdicate(now, pg, h) // taken over while this node was fenced (split.go)
+	}
 	if old, ok := e.hints[key]; ok && old.epoch >= h.epoch {
 		return
 	}
@@ -1471,7 +1552,9 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 	if pg := e.pages[key]; pg != nil && !pg.owner && pg.swap == nil {
 		pg.ownerNode = h.owner
 	}
-	e.floodFailover(in, key, f.PageVersion, h)
+	if f.Dst == noc.BroadcastNode {
+		e.floodFailover(in, key, f.PageVersion, h)
+	}
 	e.failInFlight(now, key)
 }
 

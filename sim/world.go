@@ -118,6 +118,9 @@ type Config struct {
 	// R > 1 a crashed owner's pages fail over to a backup, and the checks
 	// require that no acknowledged write is lost.
 	Replicas int
+	// NoSplitRule turns the engines' split rule off (coherence.Config):
+	// the behaviour before it, to show what it prevents.
+	NoSplitRule bool
 	// Guarded is how many pages of an ordinary user (mode 0640) the
 	// workload has besides the shared ones; clients reach them as their
 	// owner, a group member and an intruder, and every answer is checked
@@ -380,6 +383,8 @@ func (w *World) boot(n *simNode) error {
 	ec.Tracer = w.check
 	ec.Bug = w.cfg.Bug
 	ec.Replicas = w.cfg.Replicas
+	ec.FabricNodes = w.graph.N()
+	ec.NoSplitRule = w.cfg.NoSplitRule
 	h, err := coherence.NewHosts(ec, nodeSink{w, n})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)

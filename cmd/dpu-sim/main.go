@@ -110,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
+	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
 	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), or trust-vouched (requests of other nodes served without checking their users) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
@@ -167,7 +168,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack or trust-vouched)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, Guarded: *guarded}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
