@@ -41,6 +41,10 @@ const (
 	replHuge  = 1 << 1
 	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
 	replAttr  = 1 << 3 // (with replFull) the page's attributes (12 bytes) follow the content
+	// replPinned: a lock's pin is raised on the page (split.go): a backup
+	// does not take it over while its owner, the lock holder's node, may
+	// live on the other side of a split.
+	replPinned = 1 << 4
 )
 
 // Probe-answer flags.
@@ -78,6 +82,11 @@ type ownerRep struct {
 	// checkSent: when its backups were last asked to confirm it.
 	term      uint64
 	checkSent time.Duration
+	// pinWait: locks whose pin is raised here, answered once every backup
+	// knows of it (pinSeq: the touch that tells them; pinSent: when).
+	pinWait []uint64
+	pinSeq  uint64
+	pinSent time.Duration
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -88,6 +97,7 @@ type backupLink struct {
 	ok        bool        // acked is known (an ack at this epoch arrived)
 	unreachAt time.Duration
 	term      uint64 // the majority term it last confirmed the page in (split.go)
+	pin       uint64 // the last pin touch it acknowledged (split.go)
 }
 
 // stagedWrite is a write (or swapping atomic) sent to the backups, not yet
@@ -139,6 +149,9 @@ type backupCopy struct {
 	// will not take the page over, so they do not hold this copy back.
 	fellowsGone     []noc.NodeID
 	fellowsProbedAt time.Duration
+
+	// pinned: the owner said a lock's pin is raised (split.go).
+	pinned bool
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -525,6 +538,9 @@ func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, f
 	if flags&replFull != 0 && pg.hasAttr {
 		flags |= replAttr // a copy taken over keeps the page's attributes (cred.go)
 	}
+	if st, ok := e.arb.Page(pg.key); ok && st.Pinned {
+		flags |= replPinned
+	}
 	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data, attr: pg.attr}
 	for _, b := range rep.backups {
 		m.backups = append(m.backups, b.node)
@@ -598,7 +614,7 @@ func decodeReplicate(p []byte) (replMsg, error) {
 		m.attr, m.data = a, m.data[:len(m.data)-attrLen]
 	}
 	switch {
-	case m.flags&^(replFull|replHuge|replTouch|replAttr) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+	case m.flags&^(replFull|replHuge|replTouch|replAttr|replPinned) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
 		return m, errMalformed
 	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
 		return m, errMalformed
@@ -685,6 +701,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	}
 	if c != nil && !needFull {
 		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
+		c.pinned = m.flags&replPinned != 0
 	}
 	var b [replAckLn]byte
 	binary.BigEndian.PutUint64(b[:], m.epoch)
@@ -819,6 +836,9 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	if f.RequestID&checkBit != 0 {
 		e.checked(now, pg, b, f.RequestID)
 		return
+	}
+	if f.RequestID&pinBit != 0 {
+		e.pinAcked(now, pg, b, f.RequestID)
 	}
 	e.repProgress(now, pg)
 }
@@ -1061,6 +1081,10 @@ func (e *Engine) replTick(now time.Duration) {
 		if e.splitRule() && e.fenced(pg) {
 			e.confirmPage(now, pg)
 		}
+		if len(rep.pinWait) > 0 {
+			e.pinProgress(now, pg)
+			busy = true
+		}
 		if len(rep.oldBackups) > 0 && e.repSynced(pg) {
 			e.releaseOldBackups(now, pg) // stand-ins yet to confirm
 		}
@@ -1148,6 +1172,12 @@ func (e *Engine) replTick(now time.Duration) {
 			}
 			if e.splitRule() {
 				wait += e.cfg.SplitGrace // an owner cut off in a minority fences itself first
+			}
+			if e.splitRule() && c.pinned && !c.hasHeir {
+				// A lock holder's node unreachable may live beyond a split:
+				// its lock stands until it is known restarted, or until its
+				// pin's bound ran out there (split.go).
+				wait += e.pinBound()
 			}
 			if now-c.unreachAt < wait {
 				continue
@@ -1344,10 +1374,11 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		copy(pg.content, c.content)
 		pg.version = c.version
 	}
-	epoch := c.epoch + 1
-	if c.hasHeir {
-		epoch++ // the heir's epoch was c.epoch+1: ours follows it
-	}
+	// Two past the copy's: a handover the dead owner committed without a
+	// word to this backup (its heir holds c.epoch+1, a split may have kept
+	// it alive) is older than this takeover, and the heir gives way
+	// (split.go); a stand-in's heir's epoch was c.epoch+1 as well.
+	epoch := c.epoch + 2
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
 	e.forgetCommits(key)
 	if c.hasAttr {

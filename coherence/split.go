@@ -208,6 +208,12 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 	e.setHint(key, h)
 	pg.owner, pg.ownerNode, pg.epoch = false, h.owner, max(pg.epoch, h.epoch)
 	if rep := pg.rep; rep != nil {
+		for _, id := range rep.pinWait {
+			if r := e.reqs[id]; r != nil {
+				e.completeErr(now, r, syscall.ETIMEDOUT, "the page was taken over beyond a split while the lock was told to its backups: outcome unknown")
+			}
+		}
+		rep.pinWait = nil
 		if sw := rep.staged; sw != nil {
 			rep.staged = nil
 			e.opFail(now, sw.op, syscall.ETIMEDOUT)
@@ -255,3 +261,104 @@ func (e *Engine) Fenced(key gva.GVA) bool {
 // InMajority reports whether routing shows this node in a strict majority
 // of the fabric (always true without the split rule).
 func (e *Engine) InMajority() bool { return e.decides() }
+
+// Locks under the split rule. A lock is an acquisition and a pin at the
+// locker's node, which owns the page. A backup that took the page over
+// from an owner beyond a split would release a lock whose holder lives on:
+// so the lock is answered only once every backup (and no stand-in) knows
+// of the pin, and a backup holds a pinned copy back from a takeover until
+// its owner is known restarted or the pin's bound ran out.
+
+// pinBit marks the request ids of an owner's touches that tell its backups
+// of a pin (the page's pin sequence follows).
+const pinBit = 1 << 60
+
+// pinBound is how long a pin may stay raised at its owner.
+func (e *Engine) pinBound() time.Duration {
+	if e.cfg.PinBound > 0 {
+		return e.cfg.PinBound
+	}
+	return e.arb.Config().MaxPin
+}
+
+// lockPinned answers lock r, whose pin is raised on pg, once the page's
+// backups know of the pin (at once without the split rule).
+func (e *Engine) lockPinned(now time.Duration, pg *page, r *request) {
+	if !e.splitRule() || !pg.owner {
+		e.complete(now, r, Completion{Version: pg.version})
+		return
+	}
+	if pg.rep == nil {
+		e.startReplication(now, pg)
+	}
+	rep := pg.rep
+	rep.pinSeq++
+	rep.pinSent = 0
+	rep.pinWait = append(rep.pinWait, r.id)
+	e.attend(pg.key)
+	e.armRepl(now)
+	e.pinProgress(now, pg)
+}
+
+// pinProgress answers the locks waiting on pg once R−1 backups acknowledged
+// the latest pin touch and no stand-in keeps a copy; else it tells the
+// backups that have not (again after a RetryInterval).
+func (e *Engine) pinProgress(now time.Duration, pg *page) {
+	rep := pg.rep
+	if len(rep.pinWait) == 0 {
+		return
+	}
+	done := len(rep.backups) >= e.cfg.Replicas-1 && len(rep.oldBackups) == 0
+	for i := range rep.backups {
+		if rep.backups[i].pin != rep.pinSeq {
+			done = false
+		}
+	}
+	if done {
+		ids := rep.pinWait
+		rep.pinWait = nil
+		for _, id := range ids {
+			if r := e.reqs[id]; r != nil {
+				e.complete(now, r, Completion{Version: pg.version})
+			}
+		}
+		return
+	}
+	if rep.pinSent != 0 && now-rep.pinSent < e.cfg.RetryInterval {
+		return
+	}
+	rep.pinSent = now
+	for i := range rep.backups {
+		b := &rep.backups[i]
+		if b.pin == rep.pinSeq {
+			continue
+		}
+		v := pg.version
+		if b.ok && b.acked > v {
+			v = b.acked
+		}
+		e.sendReplicateID(pg, b.node, pinBit|rep.pinSeq, i, replTouch, v, 0, nil)
+		e.stats.SplitPinTouches++
+	}
+}
+
+// pinAcked takes a backup's answer to a pin touch.
+func (e *Engine) pinAcked(now time.Duration, pg *page, b *backupLink, id uint64) {
+	if id&^pinBit != pg.rep.pinSeq {
+		return
+	}
+	b.pin = pg.rep.pinSeq
+	e.pinProgress(now, pg)
+}
+
+// unpinned tells a page's backups that its pin is down (not waited for: a
+// backup that missed it only holds a takeover back longer; the owner's
+// confirmations every HomeRefresh carry it again).
+func (e *Engine) unpinned(pg *page) {
+	if !e.splitRule() || pg.rep == nil {
+		return
+	}
+	for i, b := range pg.rep.backups {
+		e.sendReplicate(pg, b.node, i, replTouch, max(pg.version, b.acked), 0, nil)
+	}
+}
