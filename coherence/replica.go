@@ -1566,6 +1566,15 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 	key := f.GVA.Key()
 	if pg := e.pages[key]; pg != nil && e.yields(pg, h) {
 		e.abdicate(now, pg, h) // taken over while this node was fenced (split.go)
+	} else if pg != nil && e.splitRule() && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageCommitting && pg.swap.epoch < h.epoch {
+		// Our transfer's old owner lives beyond a split and its backups
+		// took the page over past the epoch it gave us: its done, re-sent
+		// when the halves join, must not make us a second owner.
+		if e.dbg != nil {
+			e.debugf(key, "gives its swap of epoch %d up: %v took the page over at epoch %d", pg.swap.epoch, h.owner, h.epoch)
+		}
+		e.stats.SwapsLost++
+		e.revertIn(now, pg)
 	}
 	if old, ok := e.hints[key]; ok && old.epoch >= h.epoch {
 		return
