@@ -540,6 +540,9 @@ func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, f
 	}
 	if st, ok := e.arb.Page(pg.key); ok && st.Pinned {
 		flags |= replPinned
+		if id == 0 && len(rep.pinWait) > 0 {
+			id = pinBit | rep.pinSeq // its acknowledgement tells of the pin (split.go)
+		}
 	}
 	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data, attr: pg.attr}
 	for _, b := range rep.backups {
