@@ -1450,6 +1450,17 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
 		return
 	}
+	want := c.epoch
+	if c.hasHeir {
+		want++
+	}
+	if hint, ok := e.hints[c.key]; ok && hint.epoch > want && hint.owner != e.self {
+		// A takeover past this copy's owner (or heir) was heard of: the
+		// page lives on there (a split kept this copy from its word).
+		e.dropCopy(c)
+		e.stats.ReplCopiesDropped++
+		return
+	}
 	h := homeOf(c.key)
 	if h == e.self {
 		if e.movedOn(c, e.home[c.key]) {

@@ -219,8 +219,18 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 			e.opFail(now, sw.op, syscall.ETIMEDOUT)
 			e.freeOwnerOp(sw.op)
 		}
+		// Our backups, and the stand-ins of the handover that gave us the
+		// page, drop their copies and learn who owns it: a stand-in that
+		// did not would take the page over once it found us without it.
 		for _, b := range rep.backups {
 			e.sendDrop(b.node, key, epoch)
+			e.sendSuperseded(b.node, key, pg.version, h)
+		}
+		for _, n := range rep.oldBackups {
+			if n != h.owner {
+				e.sendDrop(n, key, epoch)
+				e.sendSuperseded(n, key, pg.version, h)
+			}
 		}
 		e.releaseRep(now, pg)
 	}
