@@ -80,6 +80,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{split, 84, 2, "final loads timed out after the split (passes since locks wait for their backups; the cause was not isolated)"},
 		{split, 6, 3, "a fenced owner beside an acting one after the quiet period (passes since takeovers take the epoch two past the copy's)"},
 		{split, 77, 3, "a heir in the majority took the page from its old owner's done, re-sent after the join, past a takeover by the old owner's backup"},
+		{split, 160, 3, "a stand-in in the minority took the page over at the handover's version after the heir gave the page up to a takeover in the majority (acknowledged writes lost)"},
 	} {
 		cfg := c.cfg
 		cfg.Seed, cfg.Replicas = c.seed, c.replicas
