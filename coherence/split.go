@@ -268,10 +268,6 @@ func (e *Engine) Fenced(key gva.GVA) bool {
 	return pg != nil && pg.owner && e.fenced(pg)
 }
 
-// InMajority reports whether routing shows this node in a strict majority
-// of the fabric (always true without the split rule).
-func (e *Engine) InMajority() bool { return e.decides() }
-
 // Locks under the split rule. A lock is an acquisition and a pin at the
 // locker's node, which owns the page. A backup that took the page over
 // from an owner beyond a split would release a lock whose holder lives on:
