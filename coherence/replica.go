@@ -142,8 +142,16 @@ type backupCopy struct {
 	queries  int
 	queryAt  time.Duration
 	queryErr bool
-	probedAt time.Duration
-	probeDue time.Duration // probe the owner at this time (0: not due)
+	// term: the majority term its owner last touched it in; a copy
+	// touched before this node's last minority asks again before a
+	// takeover (split.go).
+	term uint64
+	// queryTerm: the majority term the questions were asked in, and
+	// fellowsAskedAt when the fellow backups were asked in it (split.go).
+	queryTerm      uint64
+	fellowsAskedAt time.Duration
+	probedAt       time.Duration
+	probeDue       time.Duration // probe the owner at this time (0: not due)
 	// fellowsGone: nodes ranked before this copy that answered a probe
 	// without a copy of the page (they restarted, or dropped it): they
 	// will not take the page over, so they do not hold this copy back.
@@ -705,6 +713,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	if c != nil && !needFull {
 		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
 		c.pinned = m.flags&replPinned != 0
+		c.term = e.split.term
 	}
 	var b [replAckLn]byte
 	binary.BigEndian.PutUint64(b[:], m.epoch)
@@ -771,10 +780,11 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		e.stats.Stale++
 		switch {
 		case flags&ackProbe != 0:
-			if h, ok := e.hints[key]; ok && e.splitRule() && epoch == 0 && h.owner != f.Src {
-				// A heir releasing its stand-ins, and this node knows of a
-				// takeover: the heir may have been fenced by a split while
-				// it happened (split.go). Said before the answer below.
+			if h, ok := e.hints[key]; ok && e.splitRule() && (epoch == 0 || h.epoch > epoch) && h.owner != f.Src {
+				// A heir releasing its stand-ins, or a backup probing its
+				// fellows before a takeover, and this node knows of a
+				// takeover: the prober may have been cut off by a split
+				// while it happened (split.go). Said before the answer.
 				e.sendSuperseded(f.Src, key, 0, h)
 			}
 			// Not ours: tell the prober who we are (a restarted node is a
@@ -1449,6 +1459,25 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	if !e.decides() {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
 		return
+	}
+	if e.splitRule() && c.term != e.split.term && c.queryTerm != e.split.term {
+		// What the home said before this majority term is stale: the
+		// page may have moved on beyond a split, where the home may have
+		// been too. Ask again, and ask every fellow backup first: one
+		// that was in the majority knows of a takeover there and answers
+		// with it, which drops this copy (split.go).
+		c.queries, c.queryAt, c.query, c.queryErr, c.queryTerm = 0, 0, 0, false, e.split.term
+		c.fellowsAskedAt = now
+		for _, n := range c.backups {
+			if n != e.self {
+				if _, _, ok := e.rt.NextHop(n); ok {
+					e.sendProbe(c, n)
+				}
+			}
+		}
+	}
+	if e.splitRule() && c.queryTerm == e.split.term && now-c.fellowsAskedAt < 2*e.cfg.RetryInterval {
+		return // their answers may still come
 	}
 	want := c.epoch
 	if c.hasHeir {

@@ -43,6 +43,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 	// A split into 7 and 8 nodes: the 8 hold a strict majority and take
 	// the pages of owners on the 7-node side over (the split rule).
 	split := Config{Nodes: 15, Topo: "smallworld", Faults: FaultPartition}
+	splitAll := Config{Nodes: 15, Topo: "smallworld", Faults: FaultsAll}
 	for _, c := range []struct {
 		cfg      Config
 		seed     uint64
@@ -81,6 +82,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{split, 6, 3, "a fenced owner beside an acting one after the quiet period (passes since takeovers take the epoch two past the copy's)"},
 		{split, 77, 3, "a heir in the majority took the page from its old owner's done, re-sent after the join, past a takeover by the old owner's backup"},
 		{split, 160, 3, "a stand-in in the minority took the page over at the handover's version after the heir gave the page up to a takeover in the majority (acknowledged writes lost)"},
+		{splitAll, 73, 3, "a backup in the minority when its owner crashed took the page over after the join from its stale copy: the majority had taken it over and handed it on, and the home, in the minority too, had not heard of it (acknowledged writes lost)"},
 	} {
 		cfg := c.cfg
 		cfg.Seed, cfg.Replicas = c.seed, c.replicas
@@ -94,6 +96,8 @@ func TestSeedsFromSweeps(t *testing.T) {
 			faults = "flap"
 		case FaultPartition:
 			faults = "partition"
+		case FaultsAll:
+			faults = "all"
 		}
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo smallworld --faults %s --links %v --replicas %d", c.seed, cfg.Nodes, faults, cfg.Links, c.replicas)
 		if c.replicas > 1 && r.Lost > 0 {
