@@ -339,7 +339,7 @@ func (a *Agent) newEngine() error {
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
-		Replicas: a.cfg.Replicas, CopyLease: max(coherence.DefaultCopyLease, 2*a.cfg.DeadInterval+time.Second),
+		Replicas: a.cfg.Replicas, FabricNodes: a.cfg.FabricNodes, CopyLease: max(coherence.DefaultCopyLease, 2*a.cfg.DeadInterval+time.Second),
 		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -78,6 +78,14 @@ type Config struct {
 	// page over when this node dies (docs/replication.md). Every node of
 	// a fabric should use the same R.
 	Replicas int
+	// FabricNodes is the number of nodes in the fabric (key fabric-nodes,
+	// default 0: the nodes routing ever reached since the agent started).
+	// With replicas > 1 a node takes a page over, gives up a lost backup,
+	// or acts as an owner only while routing shows it among a strict
+	// majority of them (the split rule, docs/replication.md "Partitions").
+	// Set it on every node of a fabric: a node that restarts alone would
+	// otherwise count a fabric of one.
+	FabricNodes int
 	// MetricsListen, when set, is the TCP address (host:port) where the
 	// agent serves Prometheus metrics at /metrics; empty: no metrics
 	// server (the default).
@@ -161,7 +169,7 @@ func (c *Config) LoadFile(path string) error {
 // "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
 // or poll), spin (the adaptive loop's budget), poll (= loop poll),
 // heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
-// pin-bound, replicas, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
+// pin-bound, replicas, fabric-nodes, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
 // user-conns, and port (repeatable: "port = NAME KIND ARGS...
@@ -287,6 +295,13 @@ func (c *Config) Set(key, val string) error {
 			err = fmt.Errorf("must be 1..%d", coherence.MaxReplicas)
 		}
 		c.Replicas = n
+	case "fabric-nodes":
+		var n int
+		n, err = strconv.Atoi(val)
+		if err == nil && n < 0 {
+			err = errors.New("must be 0 (learned from routing) or more")
+		}
+		c.FabricNodes = n
 	case "xdp-pin-dir":
 		c.XDPPinDir = val
 	case "channels":

@@ -48,6 +48,7 @@ func (a *Agent) Reload(next Config) (applied, restart []string, err error) {
 		"request-timeout": next.RequestTimeout != cur.RequestTimeout,
 		"pin-bound":       next.PinBound != cur.PinBound,
 		"replicas":        next.Replicas != cur.Replicas,
+		"fabric-nodes":    next.FabricNodes != cur.FabricNodes,
 		"xdp-pin-dir":     next.XDPPinDir != cur.XDPPinDir,
 		"gpu-*":           next.GPU.Default != cur.GPU.Default || !maps.Equal(next.GPU.Devices, cur.GPU.Devices),
 	} {

@@ -215,6 +215,18 @@
 // before it: one that answers without a copy of the page (it restarted, as
 // an old owner may faster than routing notices) no longer holds it back.
 //
+// The split rule (split.go; Config.NoSplitRule turns it off): only a node
+// that routing shows among a strict majority of the fabric's
+// Config.FabricNodes takes a page over (after FailoverGrace + SplitGrace)
+// or gives up a backup or stand-in it lost. An owner in a minority is
+// fenced: its replicated pages act on nothing until, in a new majority
+// term, every backup confirmed them (a touch whose request id names the
+// term); a node that took the page over answers with its failover, and the
+// fenced owner gives the page up. A lock is answered once the backups know
+// of its pin (the replicate flag pinned), and a pinned copy is held back
+// from a takeover for the pin's bound unless its owner restarted. A
+// takeover takes the epoch two past its copy's.
+//
 // # Capacity
 //
 // The page store holds the primaries owned here and the replicas the host

@@ -76,6 +76,22 @@ type Config struct {
 	// before its backup takes the page over, and a backup before its owner
 	// replaces it (default 4 × RetryInterval).
 	FailoverGrace time.Duration
+	// FabricNodes is the number of nodes in the fabric, for the split rule
+	// (Replicas > 1, docs/replication.md "Partitions"): a node decides a
+	// takeover, gives up a lost backup, or acts as an owner only while
+	// routing shows it among a strict majority of them. 0: the number of
+	// nodes routing ever reached (this incarnation), which never shrinks
+	// when nodes become unreachable but starts small after a restart.
+	FabricNodes int
+	// SplitGrace is how much longer than FailoverGrace a backup waits
+	// before it takes a page over under the split rule: an owner cut off
+	// in a minority must have seen it and fenced itself by then (default
+	// FailoverGrace).
+	SplitGrace time.Duration
+	// NoSplitRule turns the split rule off (tests of the rule, and
+	// comparisons): a node unreachable by routing is taken for dead, as
+	// before it.
+	NoSplitRule bool
 	// CopyLease: a backup copy its owner has not confirmed for this long
 	// (while routing still reached the owner) is dropped, never promoted
 	// (default the larger of 3 × HomeRefresh and DefaultCopyLease; owners
@@ -217,6 +233,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CopyLease <= 0 {
 		c.CopyLease = max(3*c.HomeRefresh, DefaultCopyLease)
 	}
+	if c.FabricNodes < 0 {
+		return c, fmt.Errorf("coherence: fabric of %d nodes", c.FabricNodes)
+	}
+	if c.SplitGrace <= 0 {
+		c.SplitGrace = c.FailoverGrace
+	}
 	return c, nil
 }
 
@@ -260,6 +282,7 @@ type Engine struct {
 	far           []noc.NodeID              // nodes beyond the neighbours, nearest first (farNodes)
 	farVersion    uint64                    // the routing version far was listed at
 	attrAsks      map[gva.GVA]time.Duration // pages whose attributes were asked of their home, and when (cred.go)
+	split         splitView                 // the split rule's view of the fabric (split.go)
 
 	nextReq  uint64
 	swapSeq  uint64
@@ -480,6 +503,7 @@ func (e *Engine) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt 
 // work.
 func (e *Engine) begin(now time.Duration) {
 	e.now = now
+	e.observeSplit(now)
 	if e.started {
 		return
 	}

@@ -299,6 +299,8 @@ func (e *Engine) grantLocal(now time.Duration, pg *page, id uint64) {
 			return
 		}
 		e.stats.Locks++
+		e.lockPinned(now, pg, r)
+		return
 	}
 	e.complete(now, r, Completion{Version: pg.version})
 }
@@ -323,6 +325,7 @@ func (e *Engine) hostUnlock(now time.Duration, r *request) {
 		return
 	}
 	e.copyAnswers(ans)
+	e.unpinned(pg)
 	e.stats.Unlocks++
 	e.complete(now, r, Completion{Version: pg.version})
 	e.processAnswers(now)

@@ -41,6 +41,10 @@ const (
 	replHuge  = 1 << 1
 	replTouch = 1 << 2 // no data: the owner still counts on this copy at the header's version
 	replAttr  = 1 << 3 // (with replFull) the page's attributes (12 bytes) follow the content
+	// replPinned: a lock's pin is raised on the page (split.go): a backup
+	// does not take it over while its owner, the lock holder's node, may
+	// live on the other side of a split.
+	replPinned = 1 << 4
 )
 
 // Probe-answer flags.
@@ -74,6 +78,15 @@ type ownerRep struct {
 	// full: nodes that refused a copy for want of room, and when; they
 	// are not asked again within a HomeRefresh.
 	full map[noc.NodeID]time.Duration
+	// term: the majority term the page was last confirmed in (split.go);
+	// checkSent: when its backups were last asked to confirm it.
+	term      uint64
+	checkSent time.Duration
+	// pinWait: locks whose pin is raised here, answered once every backup
+	// knows of it (pinSeq: the touch that tells them; pinSent: when).
+	pinWait []uint64
+	pinSeq  uint64
+	pinSent time.Duration
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -83,6 +96,8 @@ type backupLink struct {
 	acked     gva.Version // the version it holds, at the page's epoch
 	ok        bool        // acked is known (an ack at this epoch arrived)
 	unreachAt time.Duration
+	term      uint64 // the majority term it last confirmed the page in (split.go)
+	pin       uint64 // the last pin touch it acknowledged (split.go)
 }
 
 // stagedWrite is a write (or swapping atomic) sent to the backups, not yet
@@ -127,13 +142,24 @@ type backupCopy struct {
 	queries  int
 	queryAt  time.Duration
 	queryErr bool
-	probedAt time.Duration
-	probeDue time.Duration // probe the owner at this time (0: not due)
+	// term: the majority term its owner last touched it in; a copy
+	// touched before this node's last minority asks again before a
+	// takeover (split.go).
+	term uint64
+	// queryTerm: the majority term the questions were asked in, and
+	// fellowsAskedAt when the fellow backups were asked in it (split.go).
+	queryTerm      uint64
+	fellowsAskedAt time.Duration
+	probedAt       time.Duration
+	probeDue       time.Duration // probe the owner at this time (0: not due)
 	// fellowsGone: nodes ranked before this copy that answered a probe
 	// without a copy of the page (they restarted, or dropped it): they
 	// will not take the page over, so they do not hold this copy back.
 	fellowsGone     []noc.NodeID
 	fellowsProbedAt time.Duration
+
+	// pinned: the owner said a lock's pin is raised (split.go).
+	pinned bool
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -168,7 +194,7 @@ func (e *Engine) repBusy(pg *page) bool {
 	if rep == nil {
 		return false
 	}
-	return len(rep.oldBackups) > 0 || !e.repSynced(pg)
+	return len(rep.oldBackups) > 0 || !e.repSynced(pg) || e.fenced(pg)
 }
 
 // repSynced reports whether no write is staged on a replicated page owned
@@ -408,7 +434,7 @@ func (e *Engine) startReplication(now time.Duration, pg *page) {
 	if !e.replicated() {
 		return
 	}
-	pg.rep = &ownerRep{}
+	pg.rep = &ownerRep{term: e.split.term}
 	e.attend(pg.key)
 	e.fillBackups(now, pg)
 	e.armRepl(now)
@@ -507,6 +533,12 @@ func (e *Engine) sendDelta(pg *page, b *backupLink) {
 }
 
 func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v gva.Version, off int, data []byte) {
+	e.sendReplicateID(pg, to, 0, rank, flags, v, off, data)
+}
+
+// sendReplicateID is sendReplicate with a request id, which the backup's
+// acknowledgement carries back (a confirmation after a minority, split.go).
+func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, flags uint8, v gva.Version, off int, data []byte) {
 	rep := pg.rep
 	if pg.huge {
 		flags |= replHuge
@@ -514,12 +546,18 @@ func (e *Engine) sendReplicate(pg *page, to noc.NodeID, rank int, flags uint8, v
 	if flags&replFull != 0 && pg.hasAttr {
 		flags |= replAttr // a copy taken over keeps the page's attributes (cred.go)
 	}
+	if st, ok := e.arb.Page(pg.key); ok && st.Pinned {
+		flags |= replPinned
+		if id == 0 && len(rep.pinWait) > 0 {
+			id = pinBit | rep.pinSeq // its acknowledgement tells of the pin (split.go)
+		}
+	}
 	m := replMsg{epoch: pg.epoch, ownerInc: e.inc, flags: flags, rank: rank, off: off, data: data, attr: pg.attr}
 	for _, b := range rep.backups {
 		m.backups = append(m.backups, b.node)
 	}
 	p := appendReplicate(e.pay[:0], m)
-	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, 0, pg.key, v, p)
+	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, id, pg.key, v, p)
 	e.sendNode(&f)
 }
 
@@ -587,7 +625,7 @@ func decodeReplicate(p []byte) (replMsg, error) {
 		m.attr, m.data = a, m.data[:len(m.data)-attrLen]
 	}
 	switch {
-	case m.flags&^(replFull|replHuge|replTouch|replAttr) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+	case m.flags&^(replFull|replHuge|replTouch|replAttr|replPinned) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
 		return m, errMalformed
 	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
 		return m, errMalformed
@@ -610,10 +648,18 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	if pg := e.pages[key]; pg != nil && pg.owner {
 		e.stats.Stale++ // we own it: a stale owner's frame
 		e.sendDrop(f.Src, key, m.epoch)
+		if e.splitRule() && pg.epoch >= m.epoch {
+			// An owner fenced by a split, asking its backups to confirm:
+			// this node took the page over (split.go).
+			e.sendSuperseded(f.Src, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+		}
 		return
 	}
 	if h, ok := e.hints[key]; ok && h.epoch > m.epoch {
 		e.stats.Stale++
+		if e.splitRule() {
+			e.sendSuperseded(f.Src, key, 0, h)
+		}
 		return
 	}
 	c := e.copies[key]
@@ -666,6 +712,8 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	}
 	if c != nil && !needFull {
 		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
+		c.pinned = m.flags&replPinned != 0
+		c.term = e.split.term
 	}
 	var b [replAckLn]byte
 	binary.BigEndian.PutUint64(b[:], m.epoch)
@@ -676,7 +724,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	} else {
 		v = c.version
 	}
-	a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, 0, key, v, b[:])
+	a := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, f.Src, f.RequestID, key, v, b[:])
 	e.sendNode(&a)
 }
 
@@ -732,6 +780,13 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		e.stats.Stale++
 		switch {
 		case flags&ackProbe != 0:
+			if h, ok := e.hints[key]; ok && e.splitRule() && (epoch == 0 || h.epoch > epoch) && h.owner != f.Src {
+				// A heir releasing its stand-ins, or a backup probing its
+				// fellows before a takeover, and this node knows of a
+				// takeover: the prober may have been cut off by a split
+				// while it happened (split.go). Said before the answer.
+				e.sendSuperseded(f.Src, key, 0, h)
+			}
 			// Not ours: tell the prober who we are (a restarted node is a
 			// later incarnation: its backups take the page over).
 			var b [goneLen]byte
@@ -756,6 +811,11 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		// asking whether we still hold its copy: we own the page, at
 		// this epoch, which ends its copy.
 		e.sendDrop(f.Src, key, max(epoch, pg.epoch))
+		if e.splitRule() && flags&ackProbe != 0 && epoch == 0 {
+			// A heir fenced by a split releasing its stand-ins: this
+			// stand-in took the page over (split.go).
+			e.sendSuperseded(f.Src, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
+		}
 		return
 	}
 	if epoch != pg.epoch {
@@ -786,6 +846,13 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	if b.inc != inc || !b.ok || f.PageVersion > b.acked {
 		b.inc, b.acked, b.ok = inc, f.PageVersion, true
 	}
+	if f.RequestID&checkBit != 0 {
+		e.checked(now, pg, b, f.RequestID)
+		return
+	}
+	if f.RequestID&pinBit != 0 {
+		e.pinAcked(now, pg, b, f.RequestID)
+	}
 	e.repProgress(now, pg)
 }
 
@@ -795,6 +862,9 @@ func (e *Engine) repProgress(now time.Duration, pg *page) {
 	rep := pg.rep
 	if rep == nil {
 		return
+	}
+	if e.fenced(pg) {
+		return // confirmed first (split.go)
 	}
 	if sw := rep.staged; sw != nil && len(rep.backups) > 0 {
 		for _, b := range rep.backups {
@@ -834,6 +904,8 @@ func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 					rep.oldUnreach = map[noc.NodeID]time.Duration{}
 				}
 				rep.oldUnreach[n] = now
+			case now-since >= e.cfg.FailoverGrace && (!e.decides() || e.fenced(pg)):
+				e.stats.SplitHeld++ // a stand-in on the other side of a split may take the page over
 			case now-since >= e.cfg.FailoverGrace:
 				delete(rep.oldUnreach, n)
 				e.sendDrop(n, pg.key, pg.epoch)
@@ -977,11 +1049,24 @@ func (e *Engine) replTick(now time.Duration) {
 			busy = true
 			continue
 		}
+		if !e.decides() {
+			// A minority gives no backup up: it may have taken the page
+			// over on the other side (split.go).
+			e.stats.SplitHeld++
+			busy = true
+			continue
+		}
 		delete(e.backupUnreach, n)
 		ks := slices.SortedFunc(maps.Keys(e.backedBy[n]), gva.Compare)
 		for _, key := range ks {
 			pg := e.pages[key]
 			if pg == nil || pg.rep == nil {
+				continue
+			}
+			if e.fenced(pg) {
+				// Not confirmed since a minority: the lost backup may have
+				// taken it over meanwhile. It stays until it answers.
+				e.stats.SplitHeld++
 				continue
 			}
 			if i := slices.IndexFunc(pg.rep.backups, func(b backupLink) bool { return b.node == n }); i >= 0 {
@@ -1005,6 +1090,13 @@ func (e *Engine) replTick(now time.Duration) {
 		rep := pg.rep
 		if len(rep.backups) < e.cfg.Replicas-1 {
 			e.fillBackups(now, pg)
+		}
+		if e.splitRule() && e.fenced(pg) {
+			e.confirmPage(now, pg)
+		}
+		if len(rep.pinWait) > 0 {
+			e.pinProgress(now, pg)
+			busy = true
 		}
 		if len(rep.oldBackups) > 0 && e.repSynced(pg) {
 			e.releaseOldBackups(now, pg) // stand-ins yet to confirm
@@ -1090,6 +1182,15 @@ func (e *Engine) replTick(now time.Duration) {
 				// The heir's own backups, if it had any yet, go first: their
 				// failover (a newer epoch) drops this copy.
 				wait = 2 * grace
+			}
+			if e.splitRule() {
+				wait += e.cfg.SplitGrace // an owner cut off in a minority fences itself first
+			}
+			if e.splitRule() && c.pinned && !c.hasHeir {
+				// A lock holder's node unreachable may live beyond a split:
+				// its lock stands until it is known restarted, or until its
+				// pin's bound ran out there (split.go).
+				wait += e.pinBound()
 			}
 			if now-c.unreachAt < wait {
 				continue
@@ -1286,11 +1387,13 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		copy(pg.content, c.content)
 		pg.version = c.version
 	}
-	epoch := c.epoch + 1
-	if c.hasHeir {
-		epoch++ // the heir's epoch was c.epoch+1: ours follows it
-	}
+	// Two past the copy's: a handover the dead owner committed without a
+	// word to this backup (its heir holds c.epoch+1, a split may have kept
+	// it alive) is older than this takeover, and the heir gives way
+	// (split.go); a stand-in's heir's epoch was c.epoch+1 as well.
+	epoch := c.epoch + 2
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	e.forgetCommits(key)
 	if c.hasAttr {
 		pg.attr, pg.hasAttr = c.attr, true
 	}
@@ -1324,6 +1427,21 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	e.failInFlight(now, key)
 }
 
+// forgetCommits forgets the handovers of key this node committed as its
+// old owner: it took the page over (a stand-in of a heir it lost), and a
+// heir that comes back asking for its done (its confirmation re-sent
+// after a split) must learn that the swap ended, not take the page at the
+// handover's epoch beside this node.
+func (e *Engine) forgetCommits(key gva.GVA) {
+	for k, c := range e.commits { // order-free: each is forgotten alone
+		if c.key == key {
+			e.cancel(c.timer)
+			delete(e.commits, k)
+		}
+	}
+	delete(e.handed, key)
+}
+
 // maxQueries bounds the questions a backup asks a page's home before it
 // takes the page over.
 const maxQueries = 3
@@ -1338,6 +1456,40 @@ const queryBit = 1 << 62
 // home is another live node; without an answer after maxQueries tries, or
 // with no home to ask, it takes the page over.
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
+	if !e.decides() {
+		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
+		return
+	}
+	if e.splitRule() && c.term != e.split.term && c.queryTerm != e.split.term {
+		// What the home said before this majority term is stale: the
+		// page may have moved on beyond a split, where the home may have
+		// been too. Ask again, and ask every fellow backup first: one
+		// that was in the majority knows of a takeover there and answers
+		// with it, which drops this copy (split.go).
+		c.queries, c.queryAt, c.query, c.queryErr, c.queryTerm = 0, 0, 0, false, e.split.term
+		c.fellowsAskedAt = now
+		for _, n := range c.backups {
+			if n != e.self {
+				if _, _, ok := e.rt.NextHop(n); ok {
+					e.sendProbe(c, n)
+				}
+			}
+		}
+	}
+	if e.splitRule() && c.queryTerm == e.split.term && now-c.fellowsAskedAt < 2*e.cfg.RetryInterval {
+		return // their answers may still come
+	}
+	want := c.epoch
+	if c.hasHeir {
+		want++
+	}
+	if hint, ok := e.hints[c.key]; ok && hint.epoch > want && hint.owner != e.self {
+		// A takeover past this copy's owner (or heir) was heard of: the
+		// page lives on there (a split kept this copy from its word).
+		e.dropCopy(c)
+		e.stats.ReplCopiesDropped++
+		return
+	}
 	h := homeOf(c.key)
 	if h == e.self {
 		if e.movedOn(c, e.home[c.key]) {
@@ -1455,6 +1607,18 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 		epoch: binary.BigEndian.Uint64(f.Payload[12:]),
 	}
 	key := f.GVA.Key()
+	if pg := e.pages[key]; pg != nil && e.yields(pg, h) {
+		e.abdicate(now, pg, h) // taken over while this node was fenced (split.go)
+	} else if pg != nil && e.splitRule() && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageCommitting && pg.swap.epoch < h.epoch {
+		// Our transfer's old owner lives beyond a split and its backups
+		// took the page over past the epoch it gave us: its done, re-sent
+		// when the halves join, must not make us a second owner.
+		if e.dbg != nil {
+			e.debugf(key, "gives its swap of epoch %d up: %v took the page over at epoch %d", pg.swap.epoch, h.owner, h.epoch)
+		}
+		e.stats.SwapsLost++
+		e.revertIn(now, pg)
+	}
 	if old, ok := e.hints[key]; ok && old.epoch >= h.epoch {
 		return
 	}
@@ -1471,7 +1635,9 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 	if pg := e.pages[key]; pg != nil && !pg.owner && pg.swap == nil {
 		pg.ownerNode = h.owner
 	}
-	e.floodFailover(in, key, f.PageVersion, h)
+	if f.Dst == noc.BroadcastNode {
+		e.floodFailover(in, key, f.PageVersion, h)
+	}
 	e.failInFlight(now, key)
 }
 

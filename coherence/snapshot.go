@@ -68,6 +68,14 @@ type Counters struct {
 	ReplQueries                   uint64 // questions to a page's home before a takeover
 	ReplAcquiresStopped           uint64 // this node's acquires of a page it took over, stopped and answered by the takeover
 
+	// The split rule (split.go).
+	SplitMinorities, SplitMajorities uint64 // times routing showed this node in a minority; in a majority again
+	SplitChecks                      uint64 // touches asking backups to confirm a page after a minority
+	SplitPinTouches                  uint64 // touches telling backups of a lock's pin before the lock is answered
+	SplitSuperseded                  uint64 // stale owners told who owns their page now
+	SplitAbdications                 uint64 // pages given up here: taken over elsewhere while this node was fenced
+	SplitHeld                        uint64 // takeovers, and lost backups or stand-ins given up, held back for want of a majority
+
 	// Anomalies: dropped frames.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64
 	SendErrors, CacheFull, PortsDown                      uint64

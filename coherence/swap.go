@@ -701,7 +701,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 				e.completeErr(now, r, syscall.EBUSY, err.Error())
 			} else {
 				e.stats.Locks++
-				e.complete(now, r, Completion{Version: pg.version})
+				e.lockPinned(now, pg, r)
 			}
 		} else {
 			e.complete(now, r, Completion{Version: pg.version})

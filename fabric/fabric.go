@@ -438,7 +438,8 @@ func agentConf(i int, runDir string, spec Spec) string {
 		fmt.Fprintf(&b, "channels = %d\n", spec.Channels)
 	}
 	if spec.Replicas > 1 {
-		fmt.Fprintf(&b, "replicas = %d\n", spec.Replicas)
+		// The split rule counts majorities against the whole fabric.
+		fmt.Fprintf(&b, "replicas = %d\nfabric-nodes = %d\n", spec.Replicas, spec.Nodes)
 	}
 	return b.String()
 }

@@ -95,12 +95,13 @@ func TestKillStopsAndReaps(t *testing.T) {
 	}
 }
 
-// TestAgentConfReplicas: --replicas R becomes every agent's replicas key
-// (none for the default, 1).
+// TestAgentConfReplicas: --replicas R becomes every agent's replicas key,
+// with the fabric's size (fabric-nodes, the split rule's majority); none
+// for the default, 1.
 func TestAgentConfReplicas(t *testing.T) {
 	spec := Spec{Nodes: 2, Topo: "line", Links: "udp", Dir: t.TempDir(), Replicas: 2}
-	if c := agentConf(1, "/run/x", spec); !strings.Contains(c, "\nreplicas = 2\n") {
-		t.Fatalf("agent.conf with --replicas 2:\n%s", c)
+	if c := agentConf(1, "/run/x", spec); !strings.Contains(c, "\nreplicas = 2\nfabric-nodes = 2\n") {
+		t.Fatalf("agent.conf with --replicas 2 (and the fabric's size, for the split rule):\n%s", c)
 	}
 	spec.Replicas = 1
 	if c := agentConf(1, "/run/x", spec); strings.Contains(c, "replicas") {

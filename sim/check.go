@@ -277,7 +277,9 @@ func (c *checker) owners(final bool) {
 		if g.lost {
 			continue
 		}
-		owners, swapping, backed := 0, false, false
+		// acting: owners not fenced by the split rule (a fenced owner
+		// acts on nothing until it is confirmed or gives the page up).
+		owners, acting, swapping, backed := 0, 0, false, false
 		desc := ""
 		for _, n := range c.w.nodes {
 			if !n.alive {
@@ -287,11 +289,15 @@ func (c *checker) owners(final bool) {
 				_, backed = n.eng.Backing(key)
 			}
 			o, s := n.eng.Holding(key)
+			fenced := o && n.eng.Fenced(key)
 			if o {
 				owners++
 			}
+			if o && !fenced {
+				acting++
+			}
 			if c.debug != nil && (o || s) {
-				desc += fmt.Sprintf(" n%d(o=%v,s=%v)", n.id, o, s)
+				desc += fmt.Sprintf(" n%d(o=%v,s=%v,f=%v)", n.id, o, s, fenced)
 			}
 			swapping = swapping || s
 		}
@@ -300,8 +306,10 @@ func (c *checker) owners(final bool) {
 			c.debug(key, fmt.Sprintf("%v owners:%s", c.w.now, desc))
 		}
 		switch {
-		case owners > 1:
-			c.violate("page %v has %d owners", key, owners)
+		case acting > 1:
+			c.violate("page %v has %d owners", key, acting)
+		case final && owners > acting:
+			c.violate("page %v: an owner still fenced after the quiet period (%d owners, %d acting)", key, owners, acting)
 		case owners == 0 && (g.failingOver || g.maybeLost && backed) && !final:
 			// its owner crashed (or a swap's side did); a backup or a
 			// stand-in takes it over
@@ -449,7 +457,7 @@ func (w *World) treeShape(branches bool) {
 func (w *World) ownerOf(key gva.GVA) *simNode {
 	for _, n := range w.nodes {
 		if n.alive {
-			if o, _ := n.eng.Holding(key); o {
+			if o, _ := n.eng.Holding(key); o && !n.eng.Fenced(key) {
 				return n
 			}
 		}

@@ -58,7 +58,10 @@
 //     applied writes, and from then on its versions follow on; a page
 //     whose owner crashed and that no backup took over by the end is a
 //     violation. A crashed node's locks count as released (an unlock of
-//     unknown time).
+//     unknown time). An owner the split rule fences (its node cut off in a
+//     minority, or not yet confirmed by its backups since) does not count
+//     as an owner that acts: at most one acting owner per page; none may
+//     be left fenced after the quiet period.
 //
 // The same seed replays exactly: Result.TraceHash hashes every completion
 // and fault in order. Config.DebugPage (dpu-sim --debug-page) traces every

@@ -32,17 +32,20 @@ const (
 	FaultDelay                    // some datagrams delayed far beyond the usual jitter
 	FaultFlap                     // links cut for a while, then restored
 	FaultCrash                    // nodes fail-stop, then restart as a new incarnation
-	FaultsAll         = FaultDrop | FaultDelay | FaultFlap | FaultCrash
 	// FaultPartition splits the fabric in two halves for longer than the
 	// failure detection (every link between them cut at once, then
-	// restored). Not part of FaultsAll: without a quorum rule a split
-	// is taken for crashes and may end with two owners of a page
-	// (docs/replication.md, "Partitions").
-	FaultPartition Faults = 1 << 4
+	// restored). At R > 1 the engines' split rule keeps it from leaving
+	// a page two owners (docs/replication.md, "Partitions").
+	FaultPartition
+	// FaultsAll is every fault kind (partition too, since the split rule).
+	FaultsAll = FaultDrop | FaultDelay | FaultFlap | FaultCrash | FaultPartition
+	// FaultsNoSplit is "all" before the split rule: the sweeps recorded
+	// then replay with it.
+	FaultsNoSplit = FaultDrop | FaultDelay | FaultFlap | FaultCrash
 )
 
 // ParseFaults reads "none", "all" or a comma list of drop, delay, flap,
-// crash, partition ("all" does not include partition).
+// crash, partition ("all" is every one).
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for _, w := range strings.Split(s, ",") {
@@ -118,6 +121,9 @@ type Config struct {
 	// R > 1 a crashed owner's pages fail over to a backup, and the checks
 	// require that no acknowledged write is lost.
 	Replicas int
+	// NoSplitRule turns the engines' split rule off (coherence.Config):
+	// the behaviour before it, to show what it prevents.
+	NoSplitRule bool
 	// Guarded is how many pages of an ordinary user (mode 0640) the
 	// workload has besides the shared ones; clients reach them as their
 	// owner, a group member and an intruder, and every answer is checked
@@ -385,6 +391,8 @@ func (w *World) boot(n *simNode) error {
 	ec.Tracer = w.check
 	ec.Bug = w.cfg.Bug
 	ec.Replicas = w.cfg.Replicas
+	ec.FabricNodes = w.graph.N()
+	ec.NoSplitRule = w.cfg.NoSplitRule
 	h, err := coherence.NewHosts(ec, nodeSink{w, n})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)

@@ -1,0 +1,178 @@
+package coherence
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
+)
+
+// The split rule (split.go): tests on a ring of five nodes cut in two.
+// Each fails without the rule: DPU_TEST_NO_SPLIT_RULE=1 go test -run
+// TestSplit ./coherence/ runs them with Config.NoSplitRule (the mutation
+// check) and must fail all three.
+
+// splitFab is a ring of n nodes at R = 2 with a 12 ms dead interval.
+func splitFab(t *testing.T, n int, tune func(*Config)) *fab {
+	lc := link.DefaultConfig()
+	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	return newFabLinks(t, ringGraph(t, n), &lc, func(c *Config) {
+		replicas(2)(c)
+		c.FabricNodes = n
+		c.NoSplitRule = os.Getenv("DPU_TEST_NO_SPLIT_RULE") == "1"
+		if tune != nil {
+			tune(c)
+		}
+	})
+}
+
+// cut cuts (or, up, restores) every link between side and the other nodes.
+func (x *fab) cut(side []noc.NodeID, up bool) {
+	x.t.Helper()
+	for _, l := range x.g.Links() {
+		if slices.Contains(side, l.A) != slices.Contains(side, l.B) {
+			if err := x.f.SetLink(l.A, l.B, up); err != nil {
+				x.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// acting lists the nodes that own key and are not fenced.
+func (x *fab) acting(key gva.GVA) []noc.NodeID {
+	var out []noc.NodeID
+	for i, e := range x.eng {
+		if o, _ := e.Holding(key); o && !e.Fenced(key) {
+			out = append(out, noc.NodeID(i))
+		}
+	}
+	return out
+}
+
+// minoritySide is the owner 0 and its neighbour that is not its backup b:
+// two of five nodes, b on the other side.
+func minoritySide(b noc.NodeID) []noc.NodeID {
+	if b == 1 {
+		return []noc.NodeID{0, 4}
+	}
+	return []noc.NodeID{0, 1}
+}
+
+// TestSplitOwnerInMinorityIsFenced: the owner cut off with one other node
+// stops acknowledging; its backup, with the majority, takes the page over
+// with every acknowledged add; at no instant do two owners act, and after
+// the halves join the old owner gives the page up.
+func TestSplitOwnerInMinorityIsFenced(t *testing.T) { splitOwnerInMinority(t, nil) }
+
+func splitOwnerInMinority(t *testing.T, tune func(*Config)) {
+	x := splitFab(t, 5, tune)
+	p := x.alloc(0)
+	acked := uint64(0)
+	for range 5 {
+		x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		acked++
+	}
+	x.settle()
+	b := x.eng[0].Backups(p.Key())[0]
+	minority := minoritySide(b)
+	other := minority[1]
+	x.cut(minority, false)
+	for range 40 {
+		x.f.Run(5 * time.Millisecond)
+		if a := x.acting(p.Key()); len(a) > 1 {
+			t.Fatalf("%v after the cut: owners %v act at once", x.f.Now(), a)
+		}
+	}
+	if c := x.do(int(other), Request{Op: HostFetchAdd, GVA: p, Operand: 1}); c.Err == nil {
+		t.Fatalf("an add in the minority was acknowledged: %v", c)
+	}
+	if a := x.acting(p.Key()); !slices.Equal(a, []noc.NodeID{b}) {
+		t.Fatalf("acting owners with the owner cut off: %v, want the backup %v", a, b)
+	}
+	if got := x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1}).Value; got != acked {
+		t.Fatalf("add in the majority read %d, %d were acknowledged", got, acked)
+	}
+	acked++
+	x.cut(minority, true)
+	for range 40 {
+		x.f.Run(5 * time.Millisecond)
+		if a := x.acting(p.Key()); len(a) > 1 {
+			t.Fatalf("%v after the join: owners %v act at once", x.f.Now(), a)
+		}
+	}
+	if o, _ := x.eng[0].Holding(p.Key()); o {
+		t.Fatal("the old owner still holds the page after the join")
+	}
+	if got := x.ok(int(other), Request{Op: HostFetchAdd, GVA: p, Operand: 1}).Value; got != acked {
+		t.Fatalf("add after the join read %d, %d were acknowledged", got, acked)
+	}
+}
+
+// TestSplitBackupInMinorityWaits: the backup cut off with one other node
+// takes nothing over; the owner, with the majority, replaces it and goes
+// on acknowledging.
+func TestSplitBackupInMinorityWaits(t *testing.T) { splitBackupInMinority(t, nil) }
+
+func splitBackupInMinority(t *testing.T, tune func(*Config)) {
+	x := splitFab(t, 5, tune)
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	b := x.eng[0].Backups(p.Key())[0]
+	minority := []noc.NodeID{b, 2} // the backup and the node past it
+	if b == 4 {
+		minority = []noc.NodeID{4, 3}
+	}
+	x.cut(minority, false)
+	for range 40 {
+		x.f.Run(5 * time.Millisecond)
+		if o, _ := x.eng[b].Holding(p.Key()); o {
+			t.Fatalf("%v after the cut: the backup in the minority took the page over", x.f.Now())
+		}
+	}
+	majority := 3
+	if b == 4 {
+		majority = 2
+	}
+	if got := x.ok(majority, Request{Op: HostFetchAdd, GVA: p, Operand: 1}).Value; got != 1 {
+		t.Fatalf("add in the majority read %d, want 1", got)
+	}
+	if bs := x.eng[0].Backups(p.Key()); len(bs) != 1 || bs[0] == b {
+		t.Fatalf("backups of the owner in the majority: %v, want one in place of %v", bs, b)
+	}
+}
+
+// TestSplitLockHolderInMinorityKeepsTheLock: a lock's holder cut off in a
+// minority (its node owns the page) keeps the lock: the backup in the
+// majority does not take the pinned page over, so no one else locks it
+// while the holder still holds it.
+func TestSplitLockHolderInMinorityKeepsTheLock(t *testing.T) { splitLockHolder(t, nil) }
+
+func splitLockHolder(t *testing.T, tune func(*Config)) {
+	x := splitFab(t, 5, func(c *Config) {
+		c.Arbiter.MaxPin = 5 * time.Second
+		if tune != nil {
+			tune(c)
+		}
+	})
+	p := x.alloc(0)
+	x.settle()
+	if c := x.do(0, Request{Op: HostLock, GVA: p, Holder: 7}); c.Err != nil {
+		t.Fatalf("lock: %v", c.Err)
+	}
+	x.settle()
+	b := x.eng[0].Backups(p.Key())[0]
+	x.ok(int(b), Request{Op: HostRef, GVA: p})
+	x.cut(minoritySide(b), false)
+	x.f.Run(200 * time.Millisecond)
+	c := x.do(int(b), Request{Op: HostLock, GVA: p, Holder: 9})
+	if c.Err == nil {
+		t.Fatal("a lock in the majority succeeded while its holder, cut off, still holds it")
+	}
+	t.Logf("lock in the majority: %v", errno(c)) // timed out, or the owner unreachable
+}
