@@ -181,10 +181,14 @@ func (c Config) withDefaults() Config {
 
 // Result is the outcome of one run.
 type Result struct {
-	Seed       uint64
-	Ops        int                   // host requests completed (results and errors)
-	Errors     int                   // of which errors
-	ErrorsBy   map[syscall.Errno]int // the errors by errno
+	Seed     uint64
+	Ops      int                   // host requests completed (results and errors)
+	Errors   int                   // of which errors
+	ErrorsBy map[syscall.Errno]int // the errors by errno
+	// Gone counts the requests other than where answered as if their page
+	// were gone (EHOSTDOWN, ESTALE); a where names an owner routing
+	// cannot reach while its page fails over, which is no page lost.
+	Gone       int
 	Violations []string
 	TraceHash  uint64
 	Frames     uint64 // datagrams (frames, with abstract links) put on wires
