@@ -177,6 +177,7 @@ type State struct {
 	table    []Route // sorted by Dst
 	spare    []Route
 	hop      map[noc.NodeID]hop
+	dense    []hop // the table by node id, when ids are dense (else empty: hop)
 	version  uint64
 
 	// Shortest-path scratch.
