@@ -5,6 +5,7 @@
 //	dpu-sim --seeds 1000 --nodes 16 --topo smallworld --faults all
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
 //	dpu-sim --nodes 128 --links abstract --cold 64 --workload 10ms
+//	dpu-sim --nodes 1024 --topo torus2d --links abstract --cold 512 --neighbourhood 4
 //
 // --links says what the nodes' ports talk through: real (the default) runs
 // the link layer over wires that carry its datagrams, which every fault kind
@@ -118,6 +119,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
+	neighbourhood := fs.Int("neighbourhood", 0, "if positive, each client works on that many cold pages of its own part of the page list (nodes with nearby ids share pages) and touches the hot pages 1% of the time: a workload that scales to large fabrics, where a hot page every node maps costs an update per node and write (with --cold about half the nodes, each page is shared by about 8 nodes)")
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), or trust-vouched (requests of other nodes served without checking their users) (in a dpu-sim built with go build -tags dpubug)")
@@ -177,7 +179,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack or trust-vouched)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, Guarded: *guarded}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, Guarded: *guarded}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -275,6 +277,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *cold != 0 {
 			replay += fmt.Sprintf(" --cold %d", *cold)
+		}
+		if *neighbourhood != 0 {
+			replay += fmt.Sprintf(" --neighbourhood %d", *neighbourhood)
 		}
 		if *maxHistory != 0 {
 			replay += fmt.Sprintf(" --max-history %d", *maxHistory)

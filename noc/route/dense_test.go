@@ -41,3 +41,33 @@ func TestNextHopIndex(t *testing.T) {
 	check([]Route{{Dst: 2, Port: 0, Hops: 3}, {Dst: 7, Port: 1, Hops: 1}}, true)
 	check(nil, false)
 }
+
+// The slot index answers as a map would, across the switch from the
+// dense slice to the map.
+func TestSlotIndex(t *testing.T) {
+	var x slotIndex
+	want := map[noc.NodeID]int32{}
+	ids := []noc.NodeID{0, 5, 3, 200, 5, 17, 1 << 19, 9, 1<<20 - 1, 3}
+	for i, id := range ids {
+		if i%4 == 3 {
+			x.del(id)
+			delete(want, id)
+		} else {
+			x.set(id, int32(i))
+			want[id] = int32(i)
+		}
+		if x.n != len(want) {
+			t.Fatalf("after %d: %d ids held, want %d", i, x.n, len(want))
+		}
+		for _, q := range append(ids, 1, 2, 100, 1<<18) {
+			s, ok := x.get(q)
+			ws, wok := want[q]
+			if ok != wok || s != ws {
+				t.Fatalf("after %d: get(%v) = %d, %v; want %d, %v", i, q, s, ok, ws, wok)
+			}
+		}
+	}
+	if x.m == nil {
+		t.Fatal("a large id left the index dense")
+	}
+}

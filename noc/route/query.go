@@ -169,7 +169,7 @@ func (s *State) Topology() Topology {
 
 // lists reports whether the database's LSA of origin lists neighbour.
 func (s *State) lists(origin, neighbour noc.NodeID) bool {
-	slot, ok := s.index[origin]
+	slot, ok := s.index.get(origin)
 	return ok && lists(s.entries[slot], neighbour)
 }
 

@@ -38,7 +38,7 @@ func (s *State) computeRoutes(now time.Duration) {
 		if !pt.adjacent() {
 			continue
 		}
-		v, ok := s.index[pt.neighbour]
+		v, ok := s.index.get(pt.neighbour)
 		if !ok || s.dist[v] == 1 || !lists(s.entries[v], s.self) {
 			continue // unknown, a parallel link on a higher port, or one-way
 		}
@@ -50,7 +50,7 @@ func (s *State) computeRoutes(now time.Duration) {
 		u := s.entries[q[h]]
 		du, fu := s.dist[u.slot], s.first[u.slot]
 		for _, a := range u.lsa.Adjacencies {
-			w, ok := s.index[a.Neighbour]
+			w, ok := s.index.get(a.Neighbour)
 			if !ok {
 				continue
 			}

@@ -162,7 +162,7 @@ type State struct {
 	// Link-state database: entries by slot, slots by originator.
 	entries []*entry
 	free    []int32
-	index   map[noc.NodeID]int32
+	index   slotIndex
 	own     *entry
 	// ownStale: the own LSA must be (re)originated at the next Tick
 	// from staleAt+OriginateDelay on.
@@ -209,7 +209,6 @@ func New(self noc.NodeID, cfg Config) (*State, error) {
 	s := &State{
 		self:      self,
 		cfg:       cfg,
-		index:     make(map[noc.NodeID]int32),
 		hop:       make(map[noc.NodeID]hop),
 		ownStale:  true,
 		nextAging: never,
@@ -346,7 +345,7 @@ func (s *State) handleLSA(now time.Duration, in noc.PortID, rx *LSA) {
 		s.handleOwnLSA(in, rx)
 		return
 	}
-	slot, known := s.index[rx.Origin]
+	slot, known := s.index.get(rx.Origin)
 	var e *entry
 	if known {
 		e = s.entries[slot]
@@ -631,13 +630,13 @@ func (s *State) newEntry(origin noc.NodeID) *entry {
 		e.slot = int32(len(s.entries))
 		s.entries = append(s.entries, e)
 	}
-	s.index[origin] = e.slot
+	s.index.set(origin, e.slot)
 	return e
 }
 
 func (s *State) remove(slot int32) {
 	e := s.entries[slot]
-	delete(s.index, e.lsa.Origin)
+	s.index.del(e.lsa.Origin)
 	s.entries[slot] = nil
 	s.free = append(s.free, slot)
 	s.markDirty(s.now)
