@@ -69,7 +69,7 @@ func privilegedUDPAddrs(t *testing.T, n int) []string {
 	return out
 }
 
-// TestSquattersCannotStopARestart (issue 11, attack 1's second half): a
+// TestSquattersCannotStopARestart: a
 // node whose link ports are in the privileged range restarts while an
 // unprivileged user tries to hold its address; on an unprivileged port
 // the same user does hold it, and the agent's refusal names the holder's

@@ -266,6 +266,23 @@ func (e *Engine) Holding(key gva.GVA) (owner, swapping bool) {
 	return pg.owner, pg.swap != nil && (pg.swap.out || pg.swap.stage >= stageGranted)
 }
 
+// EachHolding calls fn, for checkers, with Holding's answer for every page
+// this node keeps a record of, in no particular order: a check of every
+// page on every node then costs the records nodes keep, not pages × nodes.
+func (e *Engine) EachHolding(fn func(key gva.GVA, owner, swapping bool)) {
+	for k, pg := range e.pages {
+		fn(k, pg.owner, pg.swap != nil && (pg.swap.out || pg.swap.stage >= stageGranted))
+	}
+}
+
+// EachBacking calls fn, for checkers, with every page this node keeps a
+// backup copy of (those Backing finds), in no particular order.
+func (e *Engine) EachBacking(fn func(key gva.GVA)) {
+	for k := range e.copies {
+		fn(k)
+	}
+}
+
 // HandedOver reports, for checkers, whether this node committed a swap of
 // key whose done the new owner may not have received yet (it still keeps
 // the commit record to answer a re-sent confirmation). If this node fails

@@ -22,6 +22,12 @@
 // link layer's dead interval (the cycles in a page's tree that a swap's
 // done stopped by a dead link used to make were found this way). Drop and
 // delay act on link-layer datagrams and are refused on abstract links.
+// Routing on abstract links is set for large fabrics (routeConfig): a node
+// gathers the adjacencies that come up within 50 µs into one LSA and
+// refreshes it every 10 s instead of every second, since every LSA costs
+// a frame on every link of the fabric. BenchmarkAbstract1024 measures the
+// mode on 1,024 nodes: requests per CPU-second in the steady state, and
+// the start-up apart.
 //
 // Host clients on every node ref, load, store, CAS, fetch-add, lock,
 // unlock, acquire and unref a few hot pages and more cold ones. Each client

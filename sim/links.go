@@ -29,7 +29,8 @@ const (
 	// its links at once (the frames queued on them are lost, and each side
 	// sees its port go down), and a restored wire or a restarted node
 	// raises it with the peer's session. Drop and delay act on link-layer
-	// datagrams and are refused here.
+	// datagrams and are refused here. Routing gathers a node's adjacencies
+	// into one LSA and refreshes it every 10 s (routeConfig).
 	LinksAbstract
 )
 

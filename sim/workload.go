@@ -338,7 +338,7 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 			w.res.Gone++
 		}
 	}
-	w.tracef("n%d %v %v e=%d v=%d x=%d s=%v", n.id, po.req.Op, po.req.GVA, errno, cp.Version, cp.Value, cp.Swapped)
+	w.traceCompletion(n.id, po.req.Op, po.req.GVA, errno, cp.Version, cp.Value, cp.Swapped)
 	if bound := engineTiming.RequestTimeout + time.Millisecond; cp.At-po.start > bound {
 		w.check.violate("request %v on node %v took %v (bound %v)", po.req.Op, n.id, cp.At-po.start, bound)
 	}

@@ -6,6 +6,7 @@ import (
 	"hash"
 	"hash/fnv"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -254,8 +255,23 @@ func linkConfig(nodes int) link.Config {
 	return lc
 }
 
-func routeConfig() route.Config {
-	return route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second, SPFDelay: 200 * time.Microsecond}
+// routeConfig is the routing of every simulated node. With the real link
+// layer LSAs are refreshed every second (a run lasts about that long, so
+// the refresh is exercised). On abstract links, which are for large
+// fabrics, every LSA a node floods costs a frame on every link of the
+// fabric (about N² × ports / 2 frames for a refresh of all N nodes: six
+// million on 1,024 nodes), so they keep the agent's default refresh
+// interval, and a node gathers the adjacencies that come up within 50 µs
+// (a hello's round trip) into one LSA: the whole fabric boots at once, and
+// one LSA per port each flooded everywhere made convergence most of a
+// run's cost.
+func routeConfig(l Links) route.Config {
+	rc := route.Config{HelloInterval: time.Millisecond, RefreshInterval: time.Second, SPFDelay: 200 * time.Microsecond}
+	if l == LinksAbstract {
+		rc.RefreshInterval = 0 // the default, 10 s
+		rc.OriginateDelay = 50 * time.Microsecond
+	}
+	return rc
 }
 
 // World is one simulated fabric: N node cores with their engines, the
@@ -274,6 +290,7 @@ type World struct {
 	wires *nodetest.Wires // the virtual wires, with their own source
 	buf   []byte          // a datagram (or frame) on its way to a wire
 	trace hash.Hash64
+	tbuf  []byte // the trace line being written
 	res   Result
 
 	clients []*client
@@ -405,7 +422,7 @@ func (w *World) boot(n *simNode) error {
 	if err := h.Open(checkSession); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	c, err := node.New(node.Config{Self: n.id, Handler: h, Link: linkConfig(len(w.nodes)), Route: routeConfig(), Seed: w.nodeRNG.Uint64()}, w.now)
+	c, err := node.New(node.Config{Self: n.id, Handler: h, Link: linkConfig(len(w.nodes)), Route: routeConfig(w.cfg.Links), Seed: w.nodeRNG.Uint64()}, w.now)
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
@@ -617,12 +634,36 @@ func (w *World) converged() bool {
 }
 
 func (w *World) tracef(format string, a ...any) {
-	line := fmt.Sprintf("%v ", w.now) + fmt.Sprintf(format, a...)
-	w.trace.Write([]byte(line))
-	w.trace.Write([]byte{'\n'})
+	w.traceLine(fmt.Appendf(w.traceStart(), format, a...))
+}
+
+// traceStart starts a trace line: the time and a space.
+func (w *World) traceStart() []byte {
+	return append(append(w.tbuf[:0], w.now.String()...), ' ')
+}
+
+// traceLine hashes a trace line and hands it to Config.Trace.
+func (w *World) traceLine(b []byte) {
+	w.tbuf = append(b, '\n')
+	w.trace.Write(w.tbuf)
 	if w.cfg.Trace != nil {
-		w.cfg.Trace(line)
+		w.cfg.Trace(string(b))
 	}
+}
+
+// traceCompletion is the trace line of a completion, as tracef would
+// write it ("n%d %v %v e=%d v=%d x=%d s=%v") without its cost: one a
+// request.
+func (w *World) traceCompletion(n noc.NodeID, op coherence.HostOp, g gva.GVA, errno syscall.Errno, v gva.Version, x uint64, swapped bool) {
+	b := append(w.traceStart(), 'n')
+	b = strconv.AppendUint(b, uint64(n), 10)
+	b = append(append(b, ' '), op.String()...)
+	b = g.AppendText(append(b, ' '))
+	b = strconv.AppendUint(append(b, " e="...), uint64(errno), 10)
+	b = strconv.AppendUint(append(b, " v="...), uint64(v), 10)
+	b = strconv.AppendUint(append(b, " x="...), x, 10)
+	b = strconv.AppendBool(append(b, " s="...), swapped)
+	w.traceLine(b)
 }
 
 // dumpTrees prints the path cache entries of the debugged pages.

@@ -5,6 +5,7 @@
 //	dpu-sim --seeds 1000 --nodes 16 --topo smallworld --faults all
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
 //	dpu-sim --nodes 128 --links abstract --cold 64 --workload 10ms
+//	dpu-sim --nodes 1024 --topo torus2d --links abstract --cold 512 --neighbourhood 4
 //
 // --links says what the nodes' ports talk through: real (the default) runs
 // the link layer over wires that carry its datagrams, which every fault kind
@@ -16,7 +17,8 @@
 // link-layer datagrams and are refused.
 //
 // It prints one summary line (seeds=… replicas=… ops=… checked=… unchecked=…
-// violations=…), a line breaking errors down by errno (errors by errno:
+// violations=… time=… cpu=… ops/cpu-s=…: host requests completed per second
+// of the process's CPU time), a line breaking errors down by errno (errors by errno:
 // ETIMEDOUT=… …), then a line that says what each counter means, and exits
 // non-zero on any violation, printing the failing seed and the command that
 // replays it. checked counts the atomic and lock operations the
@@ -65,7 +67,16 @@ var errViolations = errors.New("violations found")
 var errDone = errors.New("done")
 
 // legend says what each counter of the summary line means.
-const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run`
+const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // errorsLine breaks the errors counter down by errno, most frequent first.
 func errorsLine(by map[syscall.Errno]int) string {
@@ -108,6 +119,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
+	neighbourhood := fs.Int("neighbourhood", 0, "if positive, each client works on that many cold pages of its own part of the page list (nodes with nearby ids share pages) and touches the hot pages 1% of the time: a workload that scales to large fabrics, where a hot page every node maps costs an update per node and write (with --cold about half the nodes, each page is shared by about 8 nodes)")
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
@@ -168,7 +180,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack or trust-vouched)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -177,7 +189,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			list = append(list, *first+uint64(i))
 		}
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	results := make([]sim.Result, len(list))
 	errs := make([]error, len(list))
 	var wg sync.WaitGroup
@@ -235,8 +247,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 			failed = append(failed, i)
 		}
 	}
-	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d checked=%d unchecked=%d violations=%d time=%v\n",
-		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, checked, unchecked, violations, time.Since(start).Round(time.Millisecond))
+	cpu := cpuTime() - cpu0
+	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d checked=%d unchecked=%d violations=%d time=%v cpu=%v ops/cpu-s=%.0f\n",
+		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, checked, unchecked, violations, time.Since(start).Round(time.Millisecond),
+		cpu.Round(time.Millisecond), float64(ops)/max(cpu.Seconds(), 1e-9))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
@@ -265,6 +279,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *cold != 0 {
 			replay += fmt.Sprintf(" --cold %d", *cold)
+		}
+		if *neighbourhood != 0 {
+			replay += fmt.Sprintf(" --neighbourhood %d", *neighbourhood)
 		}
 		if *maxHistory != 0 {
 			replay += fmt.Sprintf(" --max-history %d", *maxHistory)

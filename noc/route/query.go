@@ -83,7 +83,15 @@ func (s *State) NextHop(dst noc.NodeID) (p noc.PortID, hops int, ok bool) {
 	if dst == s.self {
 		return noc.LocalPort, 0, true
 	}
-	h, ok := s.hop[dst]
+	var h hop
+	if len(s.dense) > 0 {
+		if int(dst) < len(s.dense) {
+			h = s.dense[dst]
+		}
+		ok = h.hops > 0 // every route is at least one hop
+	} else {
+		h, ok = s.hop[dst]
+	}
 	if !ok {
 		return noc.NoPort, 0, false
 	}
@@ -161,7 +169,7 @@ func (s *State) Topology() Topology {
 
 // lists reports whether the database's LSA of origin lists neighbour.
 func (s *State) lists(origin, neighbour noc.NodeID) bool {
-	slot, ok := s.index[origin]
+	slot, ok := s.index.get(origin)
 	return ok && lists(s.entries[slot], neighbour)
 }
 

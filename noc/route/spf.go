@@ -38,7 +38,7 @@ func (s *State) computeRoutes(now time.Duration) {
 		if !pt.adjacent() {
 			continue
 		}
-		v, ok := s.index[pt.neighbour]
+		v, ok := s.index.get(pt.neighbour)
 		if !ok || s.dist[v] == 1 || !lists(s.entries[v], s.self) {
 			continue // unknown, a parallel link on a higher port, or one-way
 		}
@@ -50,7 +50,7 @@ func (s *State) computeRoutes(now time.Duration) {
 		u := s.entries[q[h]]
 		du, fu := s.dist[u.slot], s.first[u.slot]
 		for _, a := range u.lsa.Adjacencies {
-			w, ok := s.index[a.Neighbour]
+			w, ok := s.index.get(a.Neighbour)
 			if !ok {
 				continue
 			}
@@ -95,11 +95,35 @@ func (s *State) computeRoutes(now time.Duration) {
 	}
 	s.spare, s.table = s.table, table
 	s.version++
+	s.indexTable()
+}
+
+// indexTable makes NextHop's index of the table.
+func (s *State) indexTable() {
 	clear(s.hop)
+	clear(s.dense)
+	s.dense = s.dense[:0]
+	if n := len(s.table); n > 0 && int(s.table[n-1].Dst) < denseFactor*n+denseSlack {
+		last := s.table[n-1].Dst
+		// Node ids are dense (a fabric numbered from 0): NextHop indexes
+		// a slice instead of hashing into a map.
+		s.dense = slices.Grow(s.dense, int(last)+1)[:int(last)+1]
+		for _, r := range s.table {
+			s.dense[r.Dst] = hop{port: r.Port, hops: int32(r.Hops)}
+		}
+		return
+	}
 	for _, r := range s.table {
 		s.hop[r.Dst] = hop{port: r.Port, hops: int32(r.Hops)}
 	}
 }
+
+// A routing table whose highest node id is below denseFactor × its routes
+// + denseSlack is kept as a slice indexed by node id.
+const (
+	denseFactor = 4
+	denseSlack  = 256
+)
 
 // portTo is the lowest port adjacent to neighbour v (s.nbrs is by port).
 func (s *State) portTo(v noc.NodeID) noc.PortID {

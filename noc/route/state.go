@@ -46,6 +46,12 @@ type Config struct {
 	// SPFDelay is how long after a change the routing table is recomputed
 	// (default 0: at the next Tick).
 	SPFDelay time.Duration
+	// OriginateDelay is how long after its adjacencies change the node
+	// re-originates its LSA (default 0: at the next Tick). The changes
+	// within it go out as one LSA: a node whose ports come up one after
+	// the other (a whole fabric booting at once) floods one LSA instead
+	// of one per port, and every LSA reaches every node.
+	OriginateDelay time.Duration
 	// Incarnation distinguishes this run of the node from earlier ones
 	// (for example a boot counter). Optional: a restarted node also
 	// catches up by bumping its sequence number past its old LSAs.
@@ -78,7 +84,7 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case c.HelloInterval < 0 || c.RefreshInterval < 0 || c.UnreachableHold < 0 || c.SPFDelay < 0:
+	case c.HelloInterval < 0 || c.RefreshInterval < 0 || c.UnreachableHold < 0 || c.SPFDelay < 0 || c.OriginateDelay < 0:
 		return fmt.Errorf("negative interval in %+v: %w", c, ErrConfig)
 	case c.MaxAge <= c.RefreshInterval:
 		return fmt.Errorf("max age %v not above refresh interval %v: %w", c.MaxAge, c.RefreshInterval, ErrConfig)
@@ -156,10 +162,12 @@ type State struct {
 	// Link-state database: entries by slot, slots by originator.
 	entries []*entry
 	free    []int32
-	index   map[noc.NodeID]int32
+	index   slotIndex
 	own     *entry
-	// ownStale: the own LSA must be (re)originated at the next Tick.
+	// ownStale: the own LSA must be (re)originated at the next Tick
+	// from staleAt+OriginateDelay on.
 	ownStale  bool
+	staleAt   time.Duration
 	ownAt     time.Duration // last origination
 	nextAging time.Duration // earliest expiry or unreachable purge
 
@@ -169,6 +177,7 @@ type State struct {
 	table    []Route // sorted by Dst
 	spare    []Route
 	hop      map[noc.NodeID]hop
+	dense    []hop // the table by node id, when ids are dense (else empty: hop)
 	version  uint64
 
 	// Shortest-path scratch.
@@ -200,7 +209,6 @@ func New(self noc.NodeID, cfg Config) (*State, error) {
 	s := &State{
 		self:      self,
 		cfg:       cfg,
-		index:     make(map[noc.NodeID]int32),
 		hop:       make(map[noc.NodeID]hop),
 		ownStale:  true,
 		nextAging: never,
@@ -337,7 +345,7 @@ func (s *State) handleLSA(now time.Duration, in noc.PortID, rx *LSA) {
 		s.handleOwnLSA(in, rx)
 		return
 	}
-	slot, known := s.index[rx.Origin]
+	slot, known := s.index.get(rx.Origin)
 	var e *entry
 	if known {
 		e = s.entries[slot]
@@ -376,7 +384,7 @@ func (s *State) handleOwnLSA(in noc.PortID, rx *LSA) {
 	switch c := compareLSA(rx, own); {
 	case c > 0 || (c == 0 && !slices.Equal(rx.Adjacencies, own.Adjacencies)):
 		own.Incarnation, own.Seq = rx.Incarnation, rx.Seq
-		s.ownStale = true
+		s.markStale(s.now)
 		s.stats.OwnLSACatchUps++
 	case c < 0:
 		s.stats.LSAsStale++
@@ -410,7 +418,7 @@ func compareLSA(a, b *LSA) int {
 // repeats, LSA aging, and the routing table's recomputation.
 func (s *State) Tick(now time.Duration) {
 	s.now = now
-	if s.ownStale || now >= s.ownAt+s.cfg.RefreshInterval {
+	if (s.ownStale && now >= s.staleAt+s.cfg.OriginateDelay) || now >= s.ownAt+s.cfg.RefreshInterval {
 		s.originate(now)
 	}
 	for p := range s.ports {
@@ -434,9 +442,15 @@ func (s *State) Tick(now time.Duration) {
 // LSA's next refresh, so ok is always true.
 func (s *State) NextDeadline() (at time.Duration, ok bool) {
 	if s.ownStale {
-		return s.now, true
+		due := s.staleAt + s.cfg.OriginateDelay
+		if due <= s.now {
+			return s.now, true
+		}
+		at = due
+	} else {
+		at = never
 	}
-	at = min(s.ownAt+s.cfg.RefreshInterval, s.nextAging)
+	at = min(at, s.ownAt+s.cfg.RefreshInterval, s.nextAging)
 	if s.spfDirty {
 		at = min(at, s.dirtyAt+s.cfg.SPFDelay)
 	}
@@ -474,8 +488,16 @@ func (s *State) Pending() int { return len(s.queue) }
 
 // adjacencyChanged schedules a new own LSA and a new routing table.
 func (s *State) adjacencyChanged(now time.Duration) {
-	s.ownStale = true
+	s.markStale(now)
 	s.markDirty(now)
+}
+
+// markStale schedules a new own LSA (OriginateDelay after the first change
+// it carries).
+func (s *State) markStale(now time.Duration) {
+	if !s.ownStale {
+		s.ownStale, s.staleAt = true, now
+	}
 }
 
 func (s *State) markDirty(now time.Duration) {
@@ -608,13 +630,13 @@ func (s *State) newEntry(origin noc.NodeID) *entry {
 		e.slot = int32(len(s.entries))
 		s.entries = append(s.entries, e)
 	}
-	s.index[origin] = e.slot
+	s.index.set(origin, e.slot)
 	return e
 }
 
 func (s *State) remove(slot int32) {
 	e := s.entries[slot]
-	delete(s.index, e.lsa.Origin)
+	s.index.del(e.lsa.Origin)
 	s.entries[slot] = nil
 	s.free = append(s.free, slot)
 	s.markDirty(s.now)

@@ -80,9 +80,9 @@ type Delivery struct {
 	Data []byte
 }
 
+// delivery is what the queue holds of a delivery; its time and sequence
+// number are its key.
 type delivery struct {
-	at    time.Duration
-	seq   uint64
 	to    End
 	wire  int32
 	epoch uint32
@@ -213,7 +213,7 @@ func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 			*last = at
 		}
 		*w.seq++
-		w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{at: at, seq: *w.seq, to: to, wire: wire, epoch: w.epoch[wire], data: data})
+		w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
 }
 
@@ -244,7 +244,7 @@ func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 		w.popped = nil
 	}
 	for k, ok := w.q.Min(); ok && k.At <= limit; k, ok = w.q.Min() {
-		_, d := w.q.Pop()
+		k, d := w.q.Pop()
 		if w.down[d.to.Node] || (w.cfg.Abstract && d.epoch != w.epoch[d.wire]) {
 			w.pool.put(d.data)
 			continue
@@ -253,7 +253,7 @@ func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 		if !w.cfg.Abstract {
 			w.popped = d.data
 		}
-		return Delivery{At: d.at, To: d.to, Data: d.data}, true
+		return Delivery{At: k.At, To: d.to, Data: d.data}, true
 	}
 	return Delivery{}, false
 }
