@@ -82,6 +82,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{split, 6, 3, "a fenced owner beside an acting one after the quiet period (passes since takeovers take the epoch two past the copy's)"},
 		{split, 77, 3, "a heir in the majority took the page from its old owner's done, re-sent after the join, past a takeover by the old owner's backup"},
 		{split, 160, 3, "a stand-in in the minority took the page over at the handover's version after the heir gave the page up to a takeover in the majority (acknowledged writes lost)"},
+		{splitAll, 93, 2, "an owner in the minority, cut off from the news of the split by a node of the minority that crashed, still saw the whole fabric when its backup took the page over (routing a dead interval late: SplitGrace now covers it)"},
 		{splitAll, 73, 3, "a backup in the minority when its owner crashed took the page over after the join from its stale copy: the majority had taken it over and handed it on, and the home, in the minority too, had not heard of it (acknowledged writes lost)"},
 	} {
 		cfg := c.cfg

@@ -217,6 +217,9 @@ const (
 	wireDelay  = 5 * time.Microsecond
 	wireJitter = 15 * time.Microsecond
 	mtu        = 1500
+	// deadInterval is the link layer's: a port whose neighbour has been
+	// silent this long goes down.
+	deadInterval = 12 * time.Millisecond
 )
 
 // Engine timers of the simulated nodes.
@@ -227,7 +230,10 @@ var engineTiming = coherence.Config{
 	SwapGiveUp:     80 * time.Millisecond,
 	CommitTTL:      400 * time.Millisecond,
 	HomeRefresh:    20 * time.Millisecond,
-	Arbiter:        arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
+	// The split rule's SplitGrace covers it (an owner in a minority may
+	// learn of the split only when a link to a crashed node times out).
+	DeadInterval: deadInterval,
+	Arbiter:      arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
 }
 
 // linkConfig is the link of every simulated port. Large fabrics get
@@ -246,7 +252,7 @@ func linkConfig(nodes int) link.Config {
 	lc.RTO = 500 * time.Microsecond
 	lc.MaxRTO = 8 * time.Millisecond
 	lc.HeartbeatInterval = 2 * time.Millisecond
-	lc.DeadInterval = 12 * time.Millisecond
+	lc.DeadInterval = deadInterval
 	return lc
 }
 
