@@ -334,6 +334,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 			w.res.ErrorsBy = map[syscall.Errno]int{}
 		}
 		w.res.ErrorsBy[errno]++
+		if (errno == syscall.EHOSTDOWN || errno == syscall.ESTALE) && po.req.Op != coherence.HostWhere {
+			w.res.Gone++
+		}
 	}
 	w.tracef("n%d %v %v e=%d v=%d x=%d s=%v", n.id, po.req.Op, po.req.GVA, errno, cp.Version, cp.Value, cp.Swapped)
 	if bound := engineTiming.RequestTimeout + time.Millisecond; cp.At-po.start > bound {

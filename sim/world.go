@@ -185,6 +185,7 @@ type Result struct {
 	Ops        int                   // host requests completed (results and errors)
 	Errors     int                   // of which errors
 	ErrorsBy   map[syscall.Errno]int // the errors by errno
+	Gone       int                   // EHOSTDOWN or ESTALE, as if the page were lost (where requests, which report an unreachable owner, left out)
 	Violations []string
 	TraceHash  uint64
 	Frames     uint64 // datagrams (frames, with abstract links) put on wires
