@@ -340,7 +340,10 @@ func (a *Agent) newEngine() error {
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
 		Replicas: a.cfg.Replicas, FabricNodes: a.cfg.FabricNodes, CopyLease: max(coherence.DefaultCopyLease, 2*a.cfg.DeadInterval+time.Second),
-		Arbiter: arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
+		// The split rule waits out the dead interval before a takeover: an
+		// owner in a minority may learn of the split only that late.
+		DeadInterval: a.cfg.DeadInterval,
+		Arbiter:      arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

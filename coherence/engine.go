@@ -86,8 +86,17 @@ type Config struct {
 	// SplitGrace is how much longer than FailoverGrace a backup waits
 	// before it takes a page over under the split rule: an owner cut off
 	// in a minority must have seen it and fenced itself by then (default
-	// FailoverGrace).
+	// the larger of FailoverGrace and DeadInterval).
 	SplitGrace time.Duration
+	// DeadInterval is the link layer's dead interval: how long a link to
+	// a silent neighbour (crashed, or cut) still counts as up. An owner
+	// learns that it is in a minority from routing, and routing can be
+	// that much late: a node of the minority that crashes before the news
+	// of the split passed it leaves the owner with the old, whole fabric
+	// until the owner's own link to it (or its neighbour's) is declared
+	// dead. So the split rule's SplitGrace is at least this (0: unknown,
+	// SplitGrace alone).
+	DeadInterval time.Duration
 	// NoSplitRule turns the split rule off (tests of the rule, and
 	// comparisons): a node unreachable by routing is taken for dead, as
 	// before it.
@@ -237,7 +246,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("coherence: fabric of %d nodes", c.FabricNodes)
 	}
 	if c.SplitGrace <= 0 {
-		c.SplitGrace = c.FailoverGrace
+		c.SplitGrace = max(c.FailoverGrace, c.DeadInterval)
 	}
 	return c, nil
 }

@@ -1454,7 +1454,9 @@ const queryBit = 1 << 62
 // says the page moved on past this copy's owner (a handover whose word
 // to this backup died with its sender). It asks the home first when the
 // home is another live node; without an answer after maxQueries tries, or
-// with no home to ask, it takes the page over.
+// with no home to ask, it takes the page over, unless under the split rule
+// the copy is from the minority (touched before this node's majority term)
+// and routing does not reach the home: then it waits.
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	if !e.decides() {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
@@ -1501,6 +1503,15 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		return
 	}
 	_, _, reach := e.rt.NextHop(h)
+	if e.splitRule() && c.term != e.split.term && !reach {
+		// A copy from the minority with no home to ask takes nothing
+		// over: its fellows may all have been in the minority with it,
+		// and the page may have moved on in a majority that gave this
+		// copy up (a heir that gave up its lost stand-ins and committed
+		// without them, fenced since: dpu-sim seed 141, 13 nodes, line).
+		e.stats.SplitHeld++
+		return
+	}
 	if !reach || c.queries >= maxQueries {
 		e.promote(now, c)
 		return

@@ -20,7 +20,10 @@ import (
 // fenced owner's frames with its failover, and the fenced owner gives the
 // page up. Of two halves at most one holds a strict majority, so at most
 // one side decides; a takeover waits FailoverGrace + SplitGrace, long
-// enough for the owner on the minority side to have fenced itself.
+// enough for the owner on the minority side to have fenced itself: its
+// routing can be a link dead interval late (a node of the minority that
+// crashed before the news of the split passed it), so SplitGrace covers
+// Config.DeadInterval.
 
 // checkBit marks the request ids of an owner's touches that ask its
 // backups to confirm a page after a minority period (its term follows).

@@ -182,14 +182,11 @@ func (c Config) withDefaults() Config {
 
 // Result is the outcome of one run.
 type Result struct {
-	Seed     uint64
-	Ops      int                   // host requests completed (results and errors)
-	Errors   int                   // of which errors
-	ErrorsBy map[syscall.Errno]int // the errors by errno
-	// Gone counts the requests other than where answered as if their page
-	// were gone (EHOSTDOWN, ESTALE); a where names an owner routing
-	// cannot reach while its page fails over, which is no page lost.
-	Gone       int
+	Seed       uint64
+	Ops        int                   // host requests completed (results and errors)
+	Errors     int                   // of which errors
+	ErrorsBy   map[syscall.Errno]int // the errors by errno
+	Gone       int                   // EHOSTDOWN or ESTALE, as if the page were lost (where requests, which report an unreachable owner, left out)
 	Violations []string
 	TraceHash  uint64
 	Frames     uint64 // datagrams (frames, with abstract links) put on wires
@@ -222,6 +219,9 @@ const (
 	wireDelay  = 5 * time.Microsecond
 	wireJitter = 15 * time.Microsecond
 	mtu        = 1500
+	// deadInterval is the link layer's: a port whose neighbour has been
+	// silent this long goes down.
+	deadInterval = 12 * time.Millisecond
 )
 
 // Engine timers of the simulated nodes.
@@ -232,7 +232,10 @@ var engineTiming = coherence.Config{
 	SwapGiveUp:     80 * time.Millisecond,
 	CommitTTL:      400 * time.Millisecond,
 	HomeRefresh:    20 * time.Millisecond,
-	Arbiter:        arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
+	// The split rule's SplitGrace covers it (an owner in a minority may
+	// learn of the split only when a link to a crashed node times out).
+	DeadInterval: deadInterval,
+	Arbiter:      arbiter.Config{TickLen: time.Microsecond, MaxWait: 4 * time.Millisecond, MaxPin: 500 * time.Millisecond},
 }
 
 // linkConfig is the link of every simulated port. Large fabrics get
@@ -251,7 +254,7 @@ func linkConfig(nodes int) link.Config {
 	lc.RTO = 500 * time.Microsecond
 	lc.MaxRTO = 8 * time.Millisecond
 	lc.HeartbeatInterval = 2 * time.Millisecond
-	lc.DeadInterval = 12 * time.Millisecond
+	lc.DeadInterval = deadInterval
 	return lc
 }
 
