@@ -82,6 +82,13 @@ func TestMmapCrossPageOrder(t *testing.T) {
 	stale := 0
 	for n := uint64(1); n <= rounds; n++ {
 		for load64(t, r, flag) < n { // the acquire
+			select {
+			case err := <-done: // the writer ended before its round n
+				t.Fatalf("round %d: the writer stopped: %v", n, err)
+			case <-ctx.Done():
+				t.Fatalf("round %d: no release within the test's bound", n)
+			default:
+			}
 			time.Sleep(50 * time.Microsecond)
 		}
 		if err := ra.Sync(client.SyncRelease | client.SyncAcquire); err != nil {
