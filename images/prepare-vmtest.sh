@@ -40,7 +40,17 @@ apt_update() {
 if ! command -v $qemu >/dev/null; then
 	echo "prepare-vmtest: installing $qemu_pkg"
 	apt_update
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $qemu_pkg >/dev/null
+	# An install that fails (a fetch, a dpkg trigger) is tried again, up to
+	# three times in all, with apt's last lines shown.
+	for try in 1 2 3; do
+		if out=$(as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $qemu_pkg 2>&1); then
+			break
+		fi
+		echo "$out" | tail -n 5 >&2
+		[ "$try" = 3 ] && exit 1
+		echo "prepare-vmtest: installing $qemu_pkg failed, again in 10 s" >&2
+		sleep 10
+	done
 fi
 
 stage_ok() {
