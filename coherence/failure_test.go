@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/pathcache"
 )
 
@@ -224,9 +223,7 @@ func TestDoneCutByADeadLinkResetsTheBranch(t *testing.T) {
 		{"done stops at the old owner", [2]noc.NodeID{0, 1}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lc := link.DefaultConfig()
-			lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
-			lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+			lc := fastLinks()
 			x := newFabLinks(t, ringGraph(t, 5), &lc, func(c *Config) {
 				c.Arbiter.MaxWait, c.Arbiter.MaxPin = time.Second, time.Second
 				c.SwapTimeout, c.RequestTimeout = 200*time.Millisecond, 2*time.Second

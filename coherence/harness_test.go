@@ -208,3 +208,22 @@ func errno(c Completion) syscall.Errno { return c.Errno() }
 func (c Completion) String() string {
 	return fmt.Sprintf("{id=%d %v err=%v v=%d val=%d swapped=%v}", c.ID, c.Op, c.Err, c.Version, c.Value, c.Swapped)
 }
+
+// fastLinks is a link whose failures are found within milliseconds: a
+// 12 ms dead interval, 2 ms heartbeats and a short retransmission timer.
+func fastLinks() link.Config {
+	lc := link.DefaultConfig()
+	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	return lc
+}
+
+// fetchAdds adds 1 to the word at p n times from node's host, each
+// acknowledged, and returns n.
+func (x *fab) fetchAdds(node int, p gva.GVA, n int) uint64 {
+	x.t.Helper()
+	for range n {
+		x.ok(node, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	}
+	return uint64(n)
+}

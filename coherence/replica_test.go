@@ -10,7 +10,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/link"
 )
 
 func replicas(r int) func(*Config) {
@@ -79,11 +78,7 @@ func TestFailoverKeepsAcknowledgedCountAndServesSurvivors(t *testing.T) {
 	x := newFab(t, ringGraph(t, 6), replicas(2))
 	p := x.alloc(0)
 	x.ok(3, Request{Op: HostRef, GVA: p})
-	acked := uint64(0)
-	for range 25 {
-		x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
-		acked++
-	}
+	acked := x.fetchAdds(3, p, 25)
 	x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1}) // from the owner's own host too
 	acked++
 	backup := x.eng[0].Backups(p.Key())[0]
@@ -273,16 +268,10 @@ func TestHandedOverPageSurvivesTheNewOwnersDeathBeforeItsBackups(t *testing.T) {
 // every acknowledged write; a stand-in held back by a reachable node that
 // lost its copy leaves the page with no owner.
 func TestStandInTakesOverWhenTheOldOwnerRestartsAndTheHeirGivesUp(t *testing.T) {
-	lc := link.DefaultConfig()
-	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
-	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	lc := fastLinks()
 	x := newFabLinks(t, ringGraph(t, 4), &lc, replicas(2))
 	p := x.alloc(0)
-	acked := uint64(0)
-	for range 5 {
-		x.ok(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
-		acked++
-	}
+	acked := x.fetchAdds(1, p, 5)
 	x.settle()
 	standIn := x.eng[0].Backups(p.Key())[0]
 	const heir = 2 // ring 0-1-2-3: node 0's neighbours are 1 and 3
@@ -434,11 +423,7 @@ func TestOwnerRestartsFast(t *testing.T) {
 				x.ok(0, Request{Op: HostRef, GVA: p})
 				x.ok(0, Request{Op: HostAcquire, GVA: p})
 			}
-			acked := uint64(0)
-			for range 5 {
-				x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
-				acked++
-			}
+			acked := x.fetchAdds(2, p, 5)
 			x.settle()
 			if o, _ := x.eng[0].Holding(p.Key()); !o {
 				t.Fatal("node 0 does not own the page")
@@ -545,19 +530,13 @@ func TestHeirWritesOnlyOnceTheStandInsDroppedTheirCopies(t *testing.T) {
 // and its host's acquire is answered by the page now owned there, instead
 // of the page staying without an owner until the acquire ends at its bound.
 func TestBackupPromotesWhileItsOwnAcquireIsInFlight(t *testing.T) {
-	lc := link.DefaultConfig()
-	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
-	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	lc := fastLinks()
 	x := newFabLinks(t, ringGraph(t, 6), &lc, func(c *Config) {
 		replicas(2)(c)
 		c.RequestTimeout = 2 * time.Second
 	})
 	p := x.alloc(0)
-	acked := uint64(0)
-	for range 5 {
-		x.ok(3, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
-		acked++
-	}
+	acked := x.fetchAdds(3, p, 5)
 	x.settle()
 	backup := int(x.eng[0].Backups(p.Key())[0])
 	x.ok(backup, Request{Op: HostRef, GVA: p})
@@ -592,9 +571,7 @@ func TestBackupPromotesWhileItsOwnAcquireIsInFlight(t *testing.T) {
 // backup included (it kept it until CopyLease, a stand-in for the heir no
 // one would release).
 func TestBackupAddedDuringAHandoverIsDropped(t *testing.T) {
-	lc := link.DefaultConfig()
-	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
-	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	lc := fastLinks()
 	holdAcks := false
 	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) {
 		replicas(2)(c)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
-	"github.com/aitherion/dpu/noc/link"
 )
 
 // The split rule (split.go): tests on a ring of five nodes cut in two.
@@ -18,9 +17,7 @@ import (
 
 // splitFab is a ring of n nodes at R = 2 with a 12 ms dead interval.
 func splitFab(t *testing.T, n int, tune func(*Config)) *fab {
-	lc := link.DefaultConfig()
-	lc.RTO, lc.MaxRTO = 500*time.Microsecond, 8*time.Millisecond
-	lc.HeartbeatInterval, lc.DeadInterval = 2*time.Millisecond, 12*time.Millisecond
+	lc := fastLinks()
 	return newFabLinks(t, ringGraph(t, n), &lc, func(c *Config) {
 		replicas(2)(c)
 		c.FabricNodes = n
@@ -73,11 +70,7 @@ func TestSplitOwnerInMinorityIsFenced(t *testing.T) { splitOwnerInMinority(t, ni
 func splitOwnerInMinority(t *testing.T, tune func(*Config)) {
 	x := splitFab(t, 5, tune)
 	p := x.alloc(0)
-	acked := uint64(0)
-	for range 5 {
-		x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
-		acked++
-	}
+	acked := x.fetchAdds(2, p, 5)
 	x.settle()
 	b := x.eng[0].Backups(p.Key())[0]
 	minority := minoritySide(b)
