@@ -53,11 +53,15 @@ type Agent struct {
 	// earlier than the one before it, though the loop reads the clock
 	// once per pass, before it takes mu.
 	stepAt time.Duration
-	rxBuf  []byte         // the loop's receive buffer (under mu)
-	tx     txOut          // output datagrams between a step and their write
-	sent   atomic.Uint64  // datagrams the steps handed to the ports, ever
-	w      *waiter        // where the loop parks (from New to Close)
-	srv    *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
+	rxBuf  []byte        // the loop's receive buffer (under mu)
+	tx     txOut         // output datagrams between a step and their write
+	sent   atomic.Uint64 // datagrams the steps handed to the ports, ever
+	// answering is set while a socket's reader steps the core for its
+	// requests' answers (awaitAnswers): one at a time
+	answering atomic.Bool
+	awaited   atomic.Uint64  // host completions those steps handed over
+	w         *waiter        // where the loop parks (from New to Close)
+	srv       *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 
 	in    chan datagram
 	ctl   *ctl.Server

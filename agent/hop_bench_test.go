@@ -51,6 +51,7 @@ func startAgentProc(b *testing.B, runDir string, args ...string) string {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
+	trackProc(b, cmd.Process.Pid)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	b.Cleanup(func() {
@@ -151,6 +152,7 @@ func BenchmarkLiveOneHopCAS(b *testing.B) {
 			echoConn := dialEcho(b)
 			var lat, echo []time.Duration
 			i := uint64(0)
+			sw0, self0 := agentSwitches(b), selfSwitches()
 			for b.Loop() {
 				t0 := time.Now()
 				if n, err := cas(i+3, i, i+1); err != nil || n != wire.HeaderLen+16 || in[4] != 0 {
@@ -167,6 +169,7 @@ func BenchmarkLiveOneHopCAS(b *testing.B) {
 				lat, echo = append(lat, t1.Sub(t0)), append(echo, t2.Sub(t1))
 				i++
 			}
+			reportSwitches(b, agentSwitches(b)-sw0, selfSwitches()-self0, i)
 			// every CAS swapped: the word is the count of them
 			if v, err := c0.Load64(ctx, g); err != nil || v != i {
 				b.Fatalf("owner's word %d after %d swaps: %v", v, i, err)

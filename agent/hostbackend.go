@@ -209,7 +209,19 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 var (
 	_ hostif.Backend  = (*hostBackend)(nil)
 	_ hostif.Pipeline = (*hostBackend)(nil)
+	_ hostif.Awaiter  = (*hostBackend)(nil)
 )
+
+// Await implements hostif.Awaiter: with the adaptive loop, a socket's
+// reader whose requests wait for answers from other nodes steps the core
+// for them (Agent.awaitAnswers) within the loop's spin budget; the
+// blocking loop keeps its least-CPU promise, and the polling loop is
+// already looking.
+func (b *hostBackend) Await(pending func() bool) {
+	if b.a.cfg.Loop == LoopAdaptive && pending() {
+		b.a.awaitAnswers(pending, b.a.cfg.Spin)
+	}
+}
 
 // Attach implements hostif.Pipeline.
 func (b *hostBackend) Attach(complete func([]hostif.Done)) { b.complete = complete }

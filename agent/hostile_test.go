@@ -3,7 +3,6 @@
 package agent_test
 
 import (
-	"context"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -52,25 +51,3 @@ func TestPlantedBugSkippedCheckRefusedByOwner(t *testing.T) {
 	}
 }
 
-// counter reads one counter of dpuctl stats from a node.
-func counter(t *testing.T, nd *liveNode, name string) uint64 {
-	t.Helper()
-	c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := c.Stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range st.Counters {
-		if k.Name == name {
-			return k.Value
-		}
-	}
-	t.Fatalf("no counter %s in %+v", name, st.Counters)
-	return 0
-}

@@ -184,3 +184,26 @@ func ctxT(tb testing.TB, d time.Duration) context.Context {
 	tb.Cleanup(cancel)
 	return ctx
 }
+
+// counter reads one counter of dpuctl stats from a node.
+func counter(t *testing.T, nd *liveNode, name string) uint64 {
+	t.Helper()
+	c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range st.Counters {
+		if k.Name == name {
+			return k.Value
+		}
+	}
+	t.Fatalf("no counter %s in %+v", name, st.Counters)
+	return 0
+}

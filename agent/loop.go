@@ -168,6 +168,21 @@ const (
 // the ports when ports is set. It reports whether it found work, whether
 // host rings brought some, and whether the ports did.
 func (a *Agent) drain(now time.Duration, ports bool) (work, ringWork, portWork bool) {
+	work, portWork, _ = a.step(now, ports)
+	if a.srv != nil && a.srv.ServeRings(maxBatch, a.start.Add(now)) {
+		work, ringWork = true, true
+	}
+	return work, ringWork, portWork
+}
+
+// step is one step of the core at now: it reads the ports (when ports is
+// set) and what reader goroutines queued, runs the due timers, then writes
+// the step's output and hands its host completions over. It reports
+// whether it found work, whether the ports brought some, and how many host
+// completions it handed over. The loop
+// calls it, and so does a socket's reader that waits for its requests'
+// answers (awaitAnswers); the rings are the loop's alone (drain).
+func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answered int) {
 	a.mu.Lock()
 	now = max(now, a.stepAt) // another goroutine's step may have run since the reading
 	got := false
@@ -227,13 +242,43 @@ func (a *Agent) drain(now time.Duration, ports bool) (work, ringWork, portWork b
 		now = a.settleLocked(now)
 	}
 	done := a.endStepLocked(now)
+	if a.armed >= 0 {
+		a.rearmLocked(now) // another goroutine's step, the loop parked
+	}
 	a.mu.Unlock()
 	a.writeTx()
 	a.deliver(done)
-	if a.srv != nil && a.srv.ServeRings(maxBatch, a.start.Add(now)) {
-		got, ringWork = true, true
+	return got || len(done) > 0, portWork, len(done)
+}
+
+// awaitAnswers is the adaptive loop's run to completion for a host
+// socket's requests. The reader that submitted them, already on a CPU,
+// steps the core itself (reading the ports) until pending reports them
+// answered or budget passes, rather than leave their answers to the parked
+// loop, which the answer's datagram would have to wake, and which would
+// then hand the reply over. Between passes that find nothing it yields
+// the CPU (on a machine with few cores, the neighbour that must answer may
+// need it). One reader waits so at a time, for the answers of everyone:
+// others leave theirs to the loop, as in the blocking mode.
+func (a *Agent) awaitAnswers(pending func() bool, budget time.Duration) {
+	if !a.answering.CompareAndSwap(false, true) {
+		return
 	}
-	return got || len(done) > 0, ringWork, portWork
+	defer a.answering.Store(false)
+	start := a.now()
+	for pending() {
+		now := a.now()
+		if now-start >= budget {
+			return
+		}
+		work, _, n := a.step(now, true)
+		if n > 0 {
+			a.awaited.Add(uint64(n))
+		}
+		if !work {
+			nbio.Yield()
+		}
+	}
 }
 
 // ringBell puts a host ring's bell into the loop's poll set (or takes it
@@ -368,21 +413,26 @@ func (a *Agent) onCore(fn func(c *node.Core, now time.Duration)) {
 		// step sent: the wake-up costs as much as the answer's own, and a
 		// second busy thread slows the neighbour that must answer on a
 		// machine with few cores. The loop spins after work it did itself
-		// (ring requests, port input), where no wake-up is involved.
-		switch next := a.core.NextDeadline(); {
-		case next < a.armed:
-			// the parked loop would sleep past the core's next deadline:
-			// bring its timer forward (no wake-up now)
-			a.armed = next
-			if err := a.w.setTimer(next, now); err != nil {
-				a.armed = -1
-				a.w.ring()
-			}
-		}
+		// (ring requests, port input), where no wake-up is involved; a
+		// socket's reader may wait for its own answers (awaitAnswers).
+		a.rearmLocked(now)
 	}
 	a.mu.Unlock()
 	a.writeTx()
 	a.deliver(done)
+}
+
+// rearmLocked brings the parked loop's timer forward when a step of
+// another goroutine moved the core's next deadline before it (under a.mu,
+// the loop parked): no wake-up now, the timer fires on time.
+func (a *Agent) rearmLocked(now time.Duration) {
+	if next := a.core.NextDeadline(); next < a.armed {
+		a.armed = next
+		if err := a.w.setTimer(next, now); err != nil {
+			a.armed = -1
+			a.w.ring()
+		}
+	}
 }
 
 // endStepLocked ends a step under a.mu: it takes the transmit batch (held

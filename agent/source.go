@@ -111,6 +111,9 @@ func (s source) Stats() ctl.Stats {
 		add("link_rx_datagrams", rx)
 		add("link_retransmits", rt)
 		add("routes", uint64(len(c.Routing().Routes())))
+		// host requests answered by their socket reader's own steps (the
+		// adaptive loop's run to completion), not by the loop
+		add("host_answers_awaited", s.a.awaited.Load())
 		if s.a.engine != nil {
 			// Physical pages in use by kind: backup copies count against
 			// the capacity (config pages) like primaries and replicas.

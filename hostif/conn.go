@@ -119,6 +119,7 @@ func (c *conn) serve() {
 	if c.s.pipe != nil {
 		ops = make([]Op, 0, readBatch)
 	}
+	inFlight := func() bool { return len(c.sem) > 0 } // the connection's requests not yet answered
 	defer func() {
 		for _, t := range tasks {
 			if t != nil {
@@ -172,13 +173,17 @@ func (c *conn) serve() {
 			go c.run(t)
 		}
 		c.giveSlots(slots - used)
-		if len(ops) > 0 {
+		submitted := len(ops) > 0
+		if submitted {
 			c.s.pipe.Submit(ops)
 			clear(ops)
 			ops = ops[:0]
 		}
 		if c.out.Flush() != nil {
 			c.abort()
+		}
+		if submitted && c.s.await != nil {
+			c.s.await.Await(inFlight)
 		}
 		// Keep the unused tasks at the front for the next read.
 		k := 0

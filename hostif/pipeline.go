@@ -40,6 +40,20 @@ type Pipeline interface {
 	Submit(ops []Op)
 }
 
+// Awaiter is an optional extension of a Pipeline. A connection's reader,
+// once it has submitted a batch and flushed the replies that came at once,
+// calls Await with a report of whether its requests are still in flight,
+// before it reads again. A backend whose driver would otherwise wake up
+// for their answers (a request on a page owned on another node) may use
+// the reader's goroutine, already on a CPU, to step its core until the
+// answers arrive: run to completion, with the wake-up of the driver and
+// the hand-off to it taken out of the request's path. Await keeps to its
+// own bound and returns at once when it has nothing to do; the completions
+// it produces come through Complete as usual.
+type Awaiter interface {
+	Await(pending func() bool)
+}
+
 // Op is one data-path request handed to a Pipeline.
 type Op struct {
 	Token    uint64  // the server's, below 1<<63; echoed in the Done

@@ -137,6 +137,7 @@ type Server struct {
 
 	attrs   *lru.Cache[gva.GVA, Attr]
 	pipe    Pipeline // the backend's, if it has one
+	await   Awaiter  // the pipeline's, if it has one
 	pending pendingTable
 	rings   ringSet
 	// ringOps is ServeRings' batch of pipelined requests (only the
@@ -194,6 +195,7 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 	if p, ok := be.(Pipeline); ok {
 		s.pipe = p
 		p.Attach(s.Complete)
+		s.await, _ = p.(Awaiter)
 	}
 	return s, nil
 }
