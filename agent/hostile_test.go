@@ -3,12 +3,9 @@
 package agent_test
 
 import (
-	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/internal/privtest"
 )
