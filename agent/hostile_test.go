@@ -47,4 +47,3 @@ func TestPlantedBugSkippedCheckRefusedByOwner(t *testing.T) {
 		t.Errorf("the owner refused %d of node 1's requests, want at least 4", n)
 	}
 }
-
