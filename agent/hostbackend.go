@@ -10,7 +10,6 @@ import (
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
-	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/node"
 )
 
@@ -24,11 +23,14 @@ import (
 // the undo of requests whose caller gave up live in the core, on the
 // core's clock; what is left here is "request id → completion".
 //
-// Data-path requests go through hostif.Pipeline: submitted in batches,
-// completed after whichever step finishes them. The others (alloc, map,
-// lock, ...) wait on a channel of their own for their completion or their
-// caller's context; a caller that gives up abandons its request in the
-// core, which undoes it if it succeeds later.
+// Host requests go through hostif.Pipeline as values: submitted in
+// batches, completed after whichever step finishes them, bounded by their
+// Timeout in the core; a connection that closes abandons its requests
+// with its session. The Pipeline accepts every verb; what the host socket
+// still sends through Do (the refs and unrefs of MAP and UNMAP, a replica
+// file's refetch, see hostif's doc) waits on a channel of its own for its
+// completion or its caller's context; a caller that gives up abandons its
+// request in the core, which undoes it if it succeeds later.
 type hostBackend struct {
 	a     *Agent
 	hosts *coherence.Hosts
@@ -226,14 +228,11 @@ func (b *hostBackend) Await(pending func() bool) {
 // Attach implements hostif.Pipeline.
 func (b *hostBackend) Attach(complete func([]hostif.Done)) { b.complete = complete }
 
-// Accepts implements hostif.Pipeline: every data-path op (the core refs a
-// page it reads without holding, for the read).
+// Accepts implements hostif.Pipeline: every verb of a host request (the
+// core refs a page it reads without holding, for the read; a lock waits
+// its turn in the core, within the request's Timeout).
 func (b *hostBackend) Accepts(op hostif.Op) bool {
-	switch op.Kind {
-	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere:
-		return true
-	}
-	return false
+	return int(op.Verb) < len(hostOps) && hostOps[op.Verb] != 0
 }
 
 // sessionReq is a pipelined request and its session.
@@ -250,19 +249,9 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 	rs := reqs[:0]
 	for i := range ops {
 		op := &ops[i]
-		r := coherence.Request{ID: pipelined | op.Token, GVA: op.GVA, Cred: coherence.Cred(op.Cred)}
-		switch op.Kind {
-		case wire.OpLoad:
-			r.Op, r.Len = coherence.HostLoad, op.Len
-		case wire.OpStore:
-			r.Op, r.Data = coherence.HostStore, op.Data
-		case wire.OpCAS:
-			r.Op, r.Expected, r.Operand = coherence.HostCAS, op.Expected, op.Operand
-		case wire.OpFetchAdd:
-			r.Op, r.Operand = coherence.HostFetchAdd, op.Operand
-		case wire.OpWhere:
-			r.Op = coherence.HostWhere
-		}
+		r := coherence.Request{ID: pipelined | op.Token, Op: hostOps[op.Verb], GVA: op.GVA, Len: op.Len, Data: op.Data,
+			Expected: op.Expected, Operand: op.Operand, Pages: op.Pages, Try: op.Try, Timeout: op.Timeout,
+			Attr: coherence.Attr{UID: op.Attr.UID, GID: op.Attr.GID, Mode: op.Attr.Mode}, Cred: coherence.Cred(op.Cred)}
 		rs = append(rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
 	}
 	b.a.onCore(func(c *node.Core, now time.Duration) {
@@ -304,7 +293,8 @@ func (b *hostBackend) deliver(ds []hostif.Done) {
 }
 
 func doneOf(token uint64, c *coherence.Completion) hostif.Done {
-	d := hostif.Done{Token: token, Err: c.Err, Version: c.Version, Value: c.Value}
+	d := hostif.Done{Token: token, Err: c.Err, GVA: c.GVA, Version: c.Version, Value: c.Value,
+		Attr: hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}}
 	if c.Data != nil {
 		d.Data = append([]byte(nil), c.Data...)
 	}

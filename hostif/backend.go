@@ -15,8 +15,9 @@ import (
 // once HELLO is answered, VerbClose when the connection ends) and one for
 // its own calls. The agent hands every Call to that session of the core
 // (coherence.Hosts) as it is; package hostiftest has an in-memory twin.
-// The data-path requests may also go through the optional Pipeline
-// extension, as values without a goroutine per request.
+// Requests may also go through the optional Pipeline extension, as
+// values without a goroutine per request: the data path's, and every
+// other verb the Pipeline accepts.
 //
 // Contract (what an implementation must guarantee):
 //

@@ -71,6 +71,12 @@ type task struct {
 	rg  *connRing // the ring it came on; nil: the socket
 	at  time.Time // when it arrived (for Options.Observe)
 	end time.Time // when its completion was taken, if known (zero: read the clock)
+
+	// On the value path (calls.go): what it waits for, its deadline, and
+	// the attributes of the page a FREE gives back.
+	stage    uint8
+	deadline time.Time
+	attr     Attr
 }
 
 // reply is what an op produces besides its error.
@@ -82,7 +88,7 @@ type reply struct {
 
 // putTask returns t to the pool.
 func putTask(t *task) {
-	t.rg, t.at, t.end = nil, time.Time{}, time.Time{}
+	t.rg, t.at, t.end, t.stage = nil, time.Time{}, time.Time{}, stageNone
 	taskPool.Put(t)
 }
 
@@ -168,7 +174,11 @@ func (c *conn) serve() {
 				c.runInline(t)
 				continue
 			}
-			used++
+			used++ // its slot is given back when it is answered
+			if c.s.valued(&t.req) {
+				c.s.startValued(c, t)
+				continue
+			}
 			c.inflight.Add(1)
 			go c.run(t)
 		}
@@ -458,7 +468,9 @@ func (c *conn) close(log *slog.Logger) {
 		if err != nil {
 			log.Warn("closing the session of a closed connection", "conn", c.id, "err", err)
 		}
-		s.pending.dropConn(c)
+		for _, t := range s.pending.dropConn(c) {
+			s.abandoned(c, t)
+		}
 		s.replicas.dropConn(c)
 		s.spaces.leave(c)
 	}

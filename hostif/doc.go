@@ -39,11 +39,36 @@
 // # I/O
 //
 // Each connection has one reading goroutine. It reads up to 16 requests per
-// recvmmsg (never more than the free request slots), runs the ones the
-// Backend says will not wait ([Quick]) itself and sends their replies
-// together with one sendmmsg; every other request runs on a goroutine of
-// its own. Replies and events go through a combining outbox (whoever finds
-// it idle writes everything queued), bounded by WriteTimeout. Package
+// recvmmsg (never more than the free request slots) and sends the replies
+// that are ready with one sendmmsg. What it does with a request:
+//
+//   - a data-path request (load, store, compare-and-swap, fetch-add,
+//     where) whose page attributes are cached goes to the backend's
+//     [Pipeline] as a value, with the batch's others (Submit); its
+//     completion comes back as a value ([Done], [Server.Complete]) and is
+//     answered by whoever steps the backend's core;
+//   - alloc, free, acquire, release, lock, unlock, and a data-path request
+//     that must first learn its page's attributes take the same value
+//     path when the backend's Pipeline accepts their verbs (the agent's
+//     does): the task waits in the server's pending table, not on a
+//     goroutine, and moves one stage on per completion (VerbStat of the
+//     page when a check needs it, then its own verb; calls.go). A lock
+//     that waits its turn so waits in the core, holding a request slot
+//     and nothing else;
+//   - requests the server serves itself without waiting (TRANSLATE,
+//     SUBSCRIBE) and those the Backend says will not wait ([Quick]) run on
+//     the reading goroutine;
+//   - the rest run on a goroutine of their own, through the blocking
+//     [Backend.Do]: MAP and UNMAP (they make, load, share and retire the
+//     replica files, several backend calls per request with the replica
+//     table's waits between them), RINGS and MAPS (server work only), the
+//     GPU ops (the GPU handler may wait), and every request of a backend
+//     without a Pipeline (the in-memory twin by default). The server's own
+//     calls (a stale replica file's refetch) and a session's open and
+//     close also use Do.
+//
+// Replies and events go through a combining outbox (whoever finds it idle
+// writes everything queued), bounded by WriteTimeout. Package
 // hostif/internal/seqpacket holds that socket code.
 //
 // # What it must never do

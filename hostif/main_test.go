@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +27,29 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// valuePath makes startNode serve the twin's value path
+// (hostiftest.ValuePath), as the agent's core does: TestValuePath runs
+// the package's tests again so.
+var valuePath = os.Getenv("HOSTIF_VALUE_PATH") != ""
+
+// TestValuePath runs this package's tests again with every request the
+// server can send as a value going through the backend's Pipeline.
+func TestValuePath(t *testing.T) {
+	if valuePath {
+		t.Skip("running on the value path already")
+	}
+	args := []string{"-test.run", ".", "-test.skip", "^TestValuePath$", "-test.count", "1"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "HOSTIF_VALUE_PATH=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tests on the value path: %v\n%s", err, out)
+	}
 }
 
 // runHelper runs one op per script line ("op gva [arg]") and prints

@@ -15,14 +15,7 @@ import (
 // exec runs one well-formed request of c and fills rep. oc is the op's
 // context, reused between requests.
 func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error {
-	timeout := s.opts.OpTimeout
-	if r.Op == wire.OpLock || r.Op == wire.OpAcquire {
-		timeout = s.opts.LockTimeout
-		if r.TimeoutMS > 0 {
-			timeout = min(time.Duration(r.TimeoutMS)*time.Millisecond, s.opts.MaxLockTimeout)
-		}
-	}
-	oc.start(c.ctx, timeout)
+	oc.start(c.ctx, s.opTimeout(r))
 	defer oc.end()
 	var ctx context.Context = oc
 	var err error
@@ -144,6 +137,18 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 	return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
 }
 
+// opTimeout is the bound of request r: OpTimeout, or for a LOCK or an
+// ACQUIRE the wait it names (capped by MaxLockTimeout) or LockTimeout.
+func (s *Server) opTimeout(r *wire.Request) time.Duration {
+	if r.Op == wire.OpLock || r.Op == wire.OpAcquire {
+		if r.TimeoutMS > 0 {
+			return min(time.Duration(r.TimeoutMS)*time.Millisecond, s.opts.MaxLockTimeout)
+		}
+		return s.opts.LockTimeout
+	}
+	return s.opts.OpTimeout
+}
+
 // quick reports whether r may run on the connection's reading goroutine:
 // the Backend says it will not wait, and neither will the server (no
 // attribute to fetch, no replica file to make).
@@ -185,13 +190,7 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 		s.opts.Quota.Release(attr.UID, quota.Bytes, pages*gva.PageSize)
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
-	key := g.Key()
-	s.allocMu.Lock()
-	s.allocs[key] = pages
-	s.allocMu.Unlock()
-	for i := range min(pages, wire.MaxMapPages) {
-		s.attrs.Add(wire.PageAt(key, i), attr)
-	}
+	s.allocated(g, pages, attr)
 	rep.gva = g
 	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(pages))
 	return nil
@@ -205,28 +204,35 @@ func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 	if err != nil {
 		return err
 	}
-	if c.cred.UID != 0 && c.cred.UID != a.UID {
-		return fmt.Errorf("free %v: owned by uid %d: %w", key, a.UID, syscall.EPERM)
-	}
-	s.allocMu.Lock()
-	pages, ok := s.allocs[key]
-	s.allocMu.Unlock()
-	if !ok {
-		pages = 1
-	}
-	in := func(p gva.GVA) bool { return inRange(p, key, pages) }
-	for _, rp := range s.replicas.all() {
-		if in(rp.key) {
-			return fmt.Errorf("free %v: page %v is mapped on this host: %w", key, rp.key, syscall.EBUSY)
-		}
+	if err := s.freeable(c, key, a); err != nil {
+		return err
 	}
 	if err := c.call.Free(ctx, key); err != nil {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
+	s.freed(key, a)
+	return nil
+}
+
+// allocated records an allocation made here: its size, and the
+// attributes of its first pages.
+func (s *Server) allocated(g gva.GVA, pages int, attr Attr) {
+	key := g.Key()
+	s.allocMu.Lock()
+	s.allocs[key] = pages
+	s.allocMu.Unlock()
+	for i := range min(pages, wire.MaxMapPages) {
+		s.attrs.Add(wire.PageAt(key, i), attr)
+	}
+}
+
+// freed gives back the quota of the allocation at key (attributes a) that
+// was freed and forgets it.
+func (s *Server) freed(key gva.GVA, a Attr) {
+	pages := s.allocPages(key)
 	s.opts.Quota.Release(a.UID, quota.Pages, pages)
 	s.opts.Quota.Release(a.UID, quota.Bytes, pages*gva.PageSize)
 	s.forget(key, pages)
-	return nil
 }
 
 // forget drops what the server remembers of a freed allocation.

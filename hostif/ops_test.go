@@ -26,7 +26,11 @@ func startNode(t testing.TB, fab *hostiftest.Fabric, m gva.MachineIndex, opts ho
 	t.Helper()
 	be := fab.Node(m)
 	t.Cleanup(be.Close)
-	return &node{fab: fab, be: be, path: hostiftest.StartServer(t, be, opts)}
+	var served hostif.Backend = be
+	if valuePath {
+		served = hostiftest.NewValuePath(be, opts.OpTimeout)
+	}
+	return &node{fab: fab, be: be, path: hostiftest.StartServer(t, served, opts)}
 }
 
 func dial(t testing.TB, path string) *client.Client {

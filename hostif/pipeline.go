@@ -12,9 +12,11 @@ import (
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-// Pipeline is an optional extension of a Backend that takes the data-path
-// requests (load, store, compare-and-swap, fetch-add, where) as values and
-// completes them later, with no goroutine and no channel per request.
+// Pipeline is an optional extension of a Backend that takes requests as
+// values and completes them later, with no goroutine and no channel per
+// request: the data-path requests (load, store, compare-and-swap,
+// fetch-add, where) and, where Accepts says so, every other verb a host
+// request needs (alloc, free, stat, acquire, release, lock, unlock).
 //
 // The server hands Submit the requests of one read batch; the backend runs
 // them as one step of its core and returns at once. Their completions come
@@ -24,16 +26,17 @@ import (
 // so completes on the goroutine that read it; one that crosses the fabric
 // completes on whichever goroutine steps the core when the answer arrives.
 //
-// Every request submitted is completed exactly once, within the backend's
-// request bound, unless its session closes first (VerbClose abandons it:
-// the server takes its task back itself).
+// Every request submitted is completed exactly once, within its Timeout
+// (zero: the backend's request bound), unless its session closes first
+// (VerbClose abandons it: the server takes its task back itself).
 type Pipeline interface {
 	// Attach gives the backend the server's completion entry point; the
 	// server calls it once, before its first Submit.
 	Attach(complete func([]Done))
 	// Accepts reports whether op can go through Submit (the backend can
-	// run it without a blocking verb: a load of a page not held here needs
-	// a ref first, for one).
+	// run it without a blocking verb). The server asks with the op's Verb
+	// (and GVA where it has one); it sends what Accepts refuses through
+	// Backend.Do instead.
 	Accepts(op Op) bool
 	// Submit starts ops. It keeps nothing of them after it returns (Data
 	// is copied).
@@ -54,27 +57,36 @@ type Awaiter interface {
 	Await(pending func() bool)
 }
 
-// Op is one data-path request handed to a Pipeline.
+// Op is one request handed to a Pipeline: a Call as a value. Which fields
+// a verb reads is said at the verb (and at Call).
 type Op struct {
 	Token    uint64  // the server's, below 1<<63; echoed in the Done
-	Session  Session // the session it is made in (its connection's)
-	Kind     wire.Op // OpLoad, OpStore, OpCAS, OpFetchAdd or OpWhere
-	GVA      gva.GVA // with its byte offset
-	Len      int     // OpLoad: bytes to read
-	Data     []byte  // OpStore: bytes to write (valid during Submit)
-	Expected uint64  // OpCAS
-	Operand  uint64  // OpCAS: desired; OpFetchAdd: delta
+	Session  Session // the session it is made in (its connection's, or ServerSession)
+	Verb     Verb    // any verb but VerbOpen and VerbClose
+	GVA      gva.GVA // the page key or the address, with its byte offset
+	Len      int     // VerbLoad: bytes to read
+	Data     []byte  // VerbStore: bytes to write (valid during Submit)
+	Expected uint64  // VerbCAS
+	Operand  uint64  // VerbCAS: desired; VerbFetchAdd: delta
+	Pages    int     // VerbAlloc
+	Attr     Attr    // VerbAlloc
+	Try      bool    // VerbLock
 	Cred     Cred    // the user it is made for (see Cred)
+	// Timeout bounds the request in the backend (zero: its own bound); it
+	// completes with ETIMEDOUT when it runs out.
+	Timeout time.Duration
 }
 
 // Done is the completion of an Op.
 type Done struct {
 	Token   uint64
-	Err     error // nil, or an error wrapping a syscall.Errno
+	Err     error   // nil, or an error wrapping a syscall.Errno
+	GVA     gva.GVA // VerbAlloc: the first page
+	Attr    Attr    // VerbStat
 	Version gva.Version
-	Value   uint64   // OpCAS, OpFetchAdd: the word found
-	Data    []byte   // OpLoad: the bytes read (valid during Complete)
-	Where   Location // OpWhere
+	Value   uint64   // VerbCAS, VerbFetchAdd: the word found
+	Data    []byte   // VerbLoad: the bytes read (valid during Complete)
+	Where   Location // VerbWhere
 }
 
 // pending is a request in the pipeline: the connection and task that wait
@@ -116,8 +128,8 @@ func (p *pendingTable) add(c *conn, t *task) uint64 {
 }
 
 // dropConn takes back the requests of c still in the table (its session
-// closed: they complete no more) and recycles their tasks.
-func (p *pendingTable) dropConn(c *conn) {
+// closed: they complete no more) and returns their tasks.
+func (p *pendingTable) dropConn(c *conn) []*task {
 	p.mu.Lock()
 	var tasks []*task
 	for i := range p.slots {
@@ -131,9 +143,7 @@ func (p *pendingTable) dropConn(c *conn) {
 		p.free = append(p.free, uint32(i))
 	}
 	p.mu.Unlock()
-	for _, t := range tasks {
-		putTask(t)
-	}
+	return tasks
 }
 
 func (p *pendingTable) take(token uint64) (pending, bool) {
@@ -168,17 +178,20 @@ func (s *Server) pipelined(c *conn, r *wire.Request) bool {
 	return s.pipe.Accepts(pipeOp(r, 0))
 }
 
+// pipeOp is the Op of the data-path request r.
 func pipeOp(r *wire.Request, token uint64) Op {
-	op := Op{Token: token, Kind: r.Op, GVA: r.GVA}
+	op := Op{Token: token, GVA: r.GVA}
 	switch r.Op {
 	case wire.OpLoad:
-		op.Len = int(r.Len)
+		op.Verb, op.Len = VerbLoad, int(r.Len)
 	case wire.OpStore:
-		op.Data = r.Data
+		op.Verb, op.Data = VerbStore, r.Data
 	case wire.OpCAS:
-		op.Expected, op.Operand = r.Expected, r.Desired
+		op.Verb, op.Expected, op.Operand = VerbCAS, r.Expected, r.Desired
 	case wire.OpFetchAdd:
-		op.Operand = r.Delta
+		op.Verb, op.Operand = VerbFetchAdd, r.Delta
+	case wire.OpWhere:
+		op.Verb = VerbWhere
 	}
 	return op
 }
@@ -207,7 +220,7 @@ func accessFor(op wire.Op) uint32 {
 	switch op {
 	case wire.OpStore:
 		return accessWrite
-	case wire.OpCAS, wire.OpFetchAdd:
+	case wire.OpCAS, wire.OpFetchAdd, wire.OpAcquire, wire.OpLock:
 		return accessRead | accessWrite
 	}
 	return accessRead
@@ -247,10 +260,14 @@ func (s *Server) Complete(ds []Done) {
 			continue
 		}
 		pd.t.end = end
-		if rg := pd.t.rg; rg != nil { // read before finishPipelined recycles the task
+		if rg := pd.t.rg; rg != nil { // read before finishing recycles the task
 			rings = appendOnce(rings, rg)
 		} else {
 			conns = appendOnce(conns, pd.c)
+		}
+		if pd.t.stage != stageNone {
+			s.advance(pd.c, pd.t, &ds[i]) // a request on the value path (calls.go)
+			continue
 		}
 		s.finishPipelined(pd.c, pd.t, &ds[i])
 	}
@@ -280,43 +297,8 @@ func (s *Server) finishPipelined(c *conn, t *task, d *Done) {
 		}
 		putTask(t)
 	}()
-	r := &t.req
-	key := r.GVA.Key()
-	le := binary.LittleEndian
-	t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	err := d.Err
-	if err == nil {
-		switch r.Op {
-		case wire.OpLoad:
-			t.rep.body = t.rep.body[:8+int(r.Len)]
-			copy(t.rep.body[8:], d.Data)
-			le.PutUint64(t.rep.body, uint64(d.Version))
-			if rp := s.replicas.get(key); rp != nil && rp.stale() {
-				rp.kick(s.replicas)
-			}
-		case wire.OpStore:
-			s.written(key, int(r.GVA.Offset()), r.Data, d.Version)
-			t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
-		case wire.OpCAS:
-			if d.Value == r.Expected {
-				s.written64(key, r.GVA.Offset(), r.Desired, d.Version)
-			} else if rp := s.replicas.get(key); rp != nil {
-				rp.invalidate(s.replicas, d.Version, false)
-			}
-			t.rep.body = le.AppendUint64(t.rep.body, d.Value)
-			t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
-		case wire.OpFetchAdd:
-			s.written64(key, r.GVA.Offset(), d.Value+r.Delta, d.Version)
-			t.rep.body = le.AppendUint64(t.rep.body, d.Value)
-			t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
-		case wire.OpWhere:
-			loc := d.Where
-			if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
-				loc.Tier, loc.Hops = gva.TierLocal, 0
-			}
-			t.rep.body = loc.Append(t.rep.body)
-		}
-	}
+	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+	err := s.finishData(c, t, d)
 	if t.rg != nil {
 		t.rg.answer(t, err)
 		return
@@ -325,4 +307,47 @@ func (s *Server) finishPipelined(c *conn, t *task, d *Done) {
 		return
 	}
 	c.reply(t, err, false)
+}
+
+// finishData fills t's reply from the completion of its data-path op
+// (load, store, compare-and-swap, fetch-add, where) and updates the
+// replica file; it returns the op's error.
+func (s *Server) finishData(c *conn, t *task, d *Done) error {
+	r := &t.req
+	key := r.GVA.Key()
+	le := binary.LittleEndian
+	if d.Err != nil {
+		return d.Err
+	}
+	switch r.Op {
+	case wire.OpLoad:
+		t.rep.body = t.rep.body[:8+int(r.Len)]
+		copy(t.rep.body[8:], d.Data)
+		le.PutUint64(t.rep.body, uint64(d.Version))
+		if rp := s.replicas.get(key); rp != nil && rp.stale() {
+			rp.kick(s.replicas)
+		}
+	case wire.OpStore:
+		s.written(key, int(r.GVA.Offset()), r.Data, d.Version)
+		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
+	case wire.OpCAS:
+		if d.Value == r.Expected {
+			s.written64(key, r.GVA.Offset(), r.Desired, d.Version)
+		} else if rp := s.replicas.get(key); rp != nil {
+			rp.invalidate(s.replicas, d.Version, false)
+		}
+		t.rep.body = le.AppendUint64(t.rep.body, d.Value)
+		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
+	case wire.OpFetchAdd:
+		s.written64(key, r.GVA.Offset(), d.Value+r.Delta, d.Version)
+		t.rep.body = le.AppendUint64(t.rep.body, d.Value)
+		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
+	case wire.OpWhere:
+		loc := d.Where
+		if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
+			loc.Tier, loc.Hops = gva.TierLocal, 0
+		}
+		t.rep.body = loc.Append(t.rep.body)
+	}
+	return nil
 }

@@ -213,6 +213,8 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 			rg.answer(t, err)
 			rg.flush()
 			putTask(t)
+		case s.valued(&t.req):
+			s.startValued(c, t)
 		default:
 			c.inflight.Add(1)
 			go func() {
