@@ -229,3 +229,53 @@ func BenchmarkLiveCLibrary(b *testing.B) {
 	}
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkLiveLockUnlock: the median round trip of a LOCK and of an
+// UNLOCK of a page this node owns, one client over the socket (no rings:
+// locks never take them), through a live agent; the echo beside them as in
+// BenchmarkLiveCASLatency. With the agent's switches per lock-unlock pair.
+func BenchmarkLiveLockUnlock(b *testing.B) {
+	sock := liveAgent(b)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, sock, client.Options{Name: b.Name(), NoRings: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	g, err := c.Alloc(ctx, 4096, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer echoConn.Close()
+	msg, in := make([]byte, 48), make([]byte, 64)
+	var lock, unlock, echo []time.Duration
+	sw0 := agentSwitches(b)
+	n := uint64(0)
+	for b.Loop() {
+		t0 := time.Now()
+		if err := c.Lock(ctx, g, time.Second); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := c.Unlock(ctx, g); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := echoConn.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := echoConn.Read(in); err != nil {
+			b.Fatal(err)
+		}
+		lock, unlock, echo = append(lock, t1.Sub(t0)), append(unlock, t2.Sub(t1)), append(echo, time.Since(t2))
+		n++
+	}
+	b.ReportMetric(median(lock), "lock-p50-ns")
+	b.ReportMetric(median(unlock), "unlock-p50-ns")
+	b.ReportMetric(median(echo), "echo-p50-ns")
+	b.ReportMetric(float64(agentSwitches(b)-sw0)/float64(n), "agent-switches/op")
+}
