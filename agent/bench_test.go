@@ -66,6 +66,7 @@ func BenchmarkLiveCASLatency(b *testing.B) {
 	msg, in := make([]byte, 48), make([]byte, 64)
 	var cas, echo []time.Duration
 	i := uint64(0)
+	sw0 := agentSwitches(b)
 	for b.Loop() {
 		t0 := time.Now()
 		if _, swapped, err := c.CompareAndSwap(ctx, g, i, i+1); err != nil || !swapped {
@@ -86,6 +87,7 @@ func BenchmarkLiveCASLatency(b *testing.B) {
 	b.ReportMetric(pc, "cas-p50-ns")
 	b.ReportMetric(pe, "echo-p50-ns")
 	b.ReportMetric(pc/pe, "cas/echo")
+	b.ReportMetric(float64(agentSwitches(b)-sw0)/float64(i), "agent-switches/op")
 }
 
 // BenchmarkLiveRawCASLatency is BenchmarkLiveCASLatency driven with a bare
