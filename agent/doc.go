@@ -24,7 +24,10 @@
 // Host requests (dpu0.sock) and control requests (dpuctl) take the core
 // step themselves on their connection's goroutine: a CAS on a page owned
 // here completes without any hand-off between goroutines. A step that moves
-// the core's next deadline sooner re-arms the loop's timer.
+// the core's next deadline sooner re-arms the loop's timer. In the adaptive
+// mode, a socket reader whose requests went to another node steps the core
+// for their answers itself, within Config.Spin (hostif.Awaiter,
+// awaitAnswers), rather than leave them to the parked loop.
 //
 // # Configuration
 //

@@ -46,7 +46,11 @@
 //     where) whose page attributes are cached goes to the backend's
 //     [Pipeline] as a value, with the batch's others (Submit); its
 //     completion comes back as a value ([Done], [Server.Complete]) and is
-//     answered by whoever steps the backend's core;
+//     answered by whoever steps the backend's core. After it has flushed
+//     the batch's ready replies, the reader hands its goroutine to a
+//     backend that is an [Awaiter] while the connection's requests are in
+//     flight: the agent's adaptive mode steps its core on it for answers
+//     from other nodes, within its spin budget;
 //   - alloc, free, acquire, release, lock, unlock, and a data-path request
 //     that must first learn its page's attributes take the same value
 //     path when the backend's Pipeline accepts their verbs (the agent's
