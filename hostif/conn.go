@@ -125,7 +125,9 @@ func (c *conn) serve() {
 	if c.s.pipe != nil {
 		ops = make([]Op, 0, readBatch)
 	}
-	inFlight := func() bool { return len(c.sem) > 0 } // the connection's requests not yet answered
+	// the connection's requests are not all answered, and it sent no new
+	// one: what a reader that lends its goroutine to the backend waits for
+	inFlight := func() bool { return len(c.sem) > 0 && !batch.Ready() }
 	defer func() {
 		for _, t := range tasks {
 			if t != nil {

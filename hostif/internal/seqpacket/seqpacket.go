@@ -55,6 +55,19 @@ func NewBatch(uc Conn, n int) (*Batch, error) {
 		iovs: make([]unix.Iovec, n), Len: make([]int, n), OOBN: make([]int, n), Flags: make([]int, n)}, nil
 }
 
+// Ready reports whether a message (or the peer's close) waits to be read,
+// without waiting (ppoll(2) with a zero timeout).
+func (b *Batch) Ready() bool {
+	ready := false
+	_ = b.rc.Control(func(fd uintptr) {
+		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		var zero unix.Timespec
+		n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+		ready = e == 0 && n > 0
+	})
+	return ready
+}
+
 // ErrEOF is returned by Read when the peer closed the connection.
 var ErrEOF = errors.New("seqpacket: connection closed by peer")
 

@@ -240,3 +240,33 @@ func TestOutboxFlushNowNeverWaits(t *testing.T) {
 		t.Fatalf("send after a failed write: %v", err)
 	}
 }
+
+// TestBatchReady: Ready is false on a quiet connection, true once a message
+// or the peer's close waits, and false again once the message is read.
+func TestBatchReady(t *testing.T) {
+	a, b := pair(t)
+	batch, err := NewBatch(a, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch.Bufs[0] = make([]byte, 64)
+	if batch.Ready() {
+		t.Fatal("ready with nothing sent")
+	}
+	if _, err := b.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if !batch.Ready() {
+		t.Fatal("not ready with a message waiting")
+	}
+	if n, err := batch.Read(1); err != nil || n != 1 {
+		t.Fatalf("read %d: %v", n, err)
+	}
+	if batch.Ready() {
+		t.Fatal("ready after the only message was read")
+	}
+	b.Close()
+	if !batch.Ready() {
+		t.Fatal("not ready after the peer closed")
+	}
+}
