@@ -309,6 +309,12 @@ func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) 
 
 // expire ends a request at its deadline.
 func (e *Engine) expire(now time.Duration, r *request) {
+	if r.live > 0 {
+		// A copy of the write or atomic is unanswered: it may have been
+		// applied (resend.go).
+		e.completeErr(now, r, syscall.ETIMEDOUT, "no answer within the request's bound: outcome unknown")
+		return
+	}
 	switch r.lastErr {
 	case syscall.EHOSTDOWN, syscall.EHOSTUNREACH:
 		e.completeErr(now, r, syscall.EHOSTDOWN, "owner unreachable until the request's bound")
