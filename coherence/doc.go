@@ -180,6 +180,39 @@
 // Every host request ends with a result or an error within
 // Config.RequestTimeout.
 //
+// # Lost requests
+//
+// A link that goes down drops the frames it had queued or in flight, and
+// nothing tells their senders (package noc/link). The requester of a write
+// or atomic therefore sends it again, with the same request id, while it
+// is unanswered: every Config.ResendInterval (doubling up to 16 times it,
+// jittered) and at once when its node's routing changes (a lost link
+// changes it; the copy follows the new routes), until RequestTimeout
+// after the request started. Copies after the first are marked re-sent.
+// The owner names a request by (requester node, request id):
+//
+//   - a copy of a request it holds (waiting in the arbiter, staged for
+//     its backups, queued behind them) is dropped;
+//   - a copy of a request it answered is answered again from its reply
+//     records (the version, the previous value, swapped), so a CAS or
+//     fetch-add is applied once. Records are kept Config.ReplyTTL (twice
+//     RequestTimeout: a re-sent copy is younger than RequestTimeout) and
+//     at most Config.MaxReplies of them;
+//   - a re-sent copy it has no record of is applied only if its records
+//     cover the request's life: the page was created here and never
+//     moved, or has been owned here for ReplyTTL, and no record younger
+//     than ReplyTTL was forgotten for room. Otherwise an earlier copy may
+//     have been applied by an earlier owner (before a swap or a failover):
+//     it answers "outcome unknown" (ETIMEDOUT). The requester counts the
+//     copies it sent and the error answers it got: it takes ETIMEDOUT only
+//     when no other copy can still be answered, and otherwise waits for
+//     the answer (or its bound) and sends no more copies.
+//
+// Loads and refs are re-sent on their own retry timer (a re-sent ref does
+// not merge into a lost one); acquires are re-sent after a deny or an
+// abort. A write or atomic in flight to an owner that failed (Replicas >
+// 1) ends at the failover as unknown (ETIMEDOUT; see "Replicated owners").
+//
 // # Replicated owners
 //
 // With Config.Replicas = R > 1 (primary-backup; docs/replication.md) the
@@ -255,12 +288,15 @@
 //	Load/OpUnref          up      Path         -                           -
 //	Load/OpDetach         down    Path         version                     -
 //	Load/OpAttach         up, 1 hop Path       version = sender's entry    -
-//	Store/OpStore         up      Path         gva with offset             prefix, cred, data (1..4096, within the page)
+//	Store/OpStore         up      Path         gva with offset; version:   prefix, cred, data (1..4096, within the page)
+//	                                           0 first copy, 1 re-sent
 //	Store/OpStore reply   routed  Reply        version = new version       -
 //	Store/OpUpdate        down    Path         version, gva with offset    data (≤ UpdateThreshold); Src = the owner
 //	Store/OpInvalidate    down    Path         version                     -
 //	Atomic/OpCAS          up      Path         gva with offset (8-aligned) prefix, cred, expected (8), desired (8)
+//	                                           version as OpStore's
 //	Atomic/OpFetchAdd     up      Path         gva with offset (8-aligned) prefix, cred, delta (8)
+//	                                           version as OpStore's
 //	Atomic/* reply        routed  Reply        version after               previous value (8), swapped (1)
 //	any request's error   routed  Reply|Error  -                           errno (4)
 //	Control/OpAcquire     up      Path         priority                    prefix, cred, flags (1: bit0 lock), losses (2),
@@ -289,6 +325,14 @@
 //	                                                                       or epoch (8), answering incarnation (8), flags (1: bit0
 //	                                                                       acquiring, bit1 holds a copy) (probe answer)
 //	Control/OpFailover    flooded -            version                     owner (4), incarnation (8), epoch (8)
+//
+// The re-sent mark is the only use of the header's version in an up-going
+// write or atomic, which was always sent 0 and ignored: the frame format
+// (noc.FrameVersion 1) is unchanged. An owner that predates it ignores the
+// mark and applies a re-sent copy as a new request; a requester that
+// predates it never re-sends. A fabric counts on exactly-once writes and
+// atomics across lost links only once every node runs an engine with
+// reply records.
 //
 // The request id of a swap's frames is the acquirer's request id; with the
 // acquirer's node id it names the swap. Ownership ops are

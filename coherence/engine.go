@@ -45,6 +45,22 @@ type Config struct {
 	// RetryInterval paces re-sent refs, acquire retries and swap
 	// confirmations (default 2ms); retries back off up to 8 times it.
 	RetryInterval time.Duration
+	// ResendInterval: a write or atomic not answered within it is sent
+	// again (same request id, doubling up to 16 times it, jittered), and
+	// at once when the node's routing changes, until RequestTimeout after
+	// it started (default the larger of 4 × RetryInterval and half the
+	// DeadInterval: a link that lost it is declared down within the dead
+	// interval).
+	ResendInterval time.Duration
+	// ReplyTTL is how long an owner keeps its answer to a write or atomic
+	// from another node, to answer a re-sent copy with it instead of
+	// applying it again (default 2 × RequestTimeout; it must exceed the
+	// RequestTimeout of every node of the fabric).
+	ReplyTTL time.Duration
+	// MaxReplies bounds the owner's reply records (default 65536). An
+	// owner that forgot a record for room answers re-sent requests it has
+	// no record of "outcome unknown" (ETIMEDOUT) for ReplyTTL.
+	MaxReplies int
 	// MergeTTL bounds how long a node keeps a merged fetch open for the
 	// ports waiting below it (default RetryInterval).
 	MergeTTL time.Duration
@@ -167,6 +183,7 @@ const (
 	DefaultTimerGranularity = 10 * time.Microsecond
 	DefaultMaxHops          = 64
 	DefaultCopyLease        = 3 * time.Second
+	DefaultMaxReplies       = 1 << 16
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -211,6 +228,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MergeTTL <= 0 {
 		c.MergeTTL = c.RetryInterval
+	}
+	if c.ResendInterval <= 0 {
+		c.ResendInterval = max(4*c.RetryInterval, c.DeadInterval/2)
+	}
+	if c.ReplyTTL <= 0 {
+		c.ReplyTTL = 2 * c.RequestTimeout
+	}
+	if c.MaxReplies <= 0 {
+		c.MaxReplies = DefaultMaxReplies
 	}
 	if c.SwapTimeout <= 0 {
 		c.SwapTimeout = DefaultSwapTimeout
@@ -292,6 +318,8 @@ type Engine struct {
 	farVersion    uint64                    // the routing version far was listed at
 	attrAsks      map[gva.GVA]time.Duration // pages whose attributes were asked of their home, and when (cred.go)
 	split         splitView                 // the split rule's view of the fabric (split.go)
+	replies       replies                   // the owner's answers to writes and atomics (resend.go)
+	rtVersion     uint64                    // the routing version re-sends last looked at
 
 	nextReq  uint64
 	swapSeq  uint64
@@ -355,6 +383,12 @@ type page struct {
 	// attr: the page's attributes, as learned with its content (cred.go).
 	attr    Attr
 	hasAttr bool
+	// recFrom: since when this node's reply records of the page (owned
+	// here in ownership epoch recEpoch; recSet: noted) are complete
+	// (resend.go).
+	recFrom  time.Duration
+	recEpoch uint64
+	recSet   bool
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
@@ -472,6 +506,7 @@ func New(cfg Config) (*Engine, error) {
 		copies:   make(map[gva.GVA]*backupCopy),
 		copiesBy: make(map[noc.NodeID]map[gva.GVA]bool),
 		hints:    make(map[gva.GVA]ownerHint),
+		replies:  replies{recs: make(map[opKey]replyRecord)},
 
 		backedBy:      make(map[noc.NodeID]map[gva.GVA]bool),
 		backupUnreach: make(map[noc.NodeID]time.Duration),
@@ -551,6 +586,7 @@ func (e *Engine) refreshHomes(now time.Duration) {
 // endStep finishes what a step left for later: evictions found without a
 // Sender at hand, replicas whose last mapping failed.
 func (e *Engine) endStep(now time.Duration) {
+	e.routesChanged(now)
 	if len(e.evicts) > 0 {
 		e.evicted(now, nil)
 	}

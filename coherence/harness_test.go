@@ -65,6 +65,17 @@ func (l lossFilter) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, 
 // before they reach their engine (nil: none).
 func newFabFilter(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config), lose func(self noc.NodeID, f *noc.Frame) bool) *fab {
 	t.Helper()
+	var wrap func(*Engine) node.Handler
+	if lose != nil {
+		wrap = func(e *Engine) node.Handler { return lossFilter{e, lose} }
+	}
+	return newFabWrap(t, g, lc, tune, wrap)
+}
+
+// newFabWrap is newFabLinks with every engine behind the handler wrap
+// returns (nil: none), a test double between the node core and the engine.
+func newFabWrap(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Config), wrap func(*Engine) node.Handler) *fab {
+	t.Helper()
 	x := &fab{t: t, g: g, eng: make([]*Engine, g.N()), sinks: make([]*recordSink, g.N())}
 	runs := make([]uint64, g.N()) // a restarted node is a new incarnation
 	mk := func(id noc.NodeID) node.Handler {
@@ -79,8 +90,8 @@ func newFabFilter(t *testing.T, g *topo.Graph, lc *link.Config, tune func(*Confi
 			t.Fatal(err)
 		}
 		x.eng[id], x.sinks[id] = e, s
-		if lose != nil {
-			return lossFilter{e, lose}
+		if wrap != nil {
+			return wrap(e)
 		}
 		return e
 	}

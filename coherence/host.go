@@ -189,7 +189,16 @@ type request struct {
 	losses   uint16
 	lastErr  syscall.Errno
 	waiting  bool // in its page's waiters
-	mapped   bool // HostRef: the page's map count includes this request
+	// writes and atomics (resend.go): live counts the copies sent and not
+	// answered with an error; resends the re-sends so far; resendArmed: the
+	// retry timer is a re-send; unknown: an owner answered "outcome
+	// unknown"; lastSent: when a copy last left.
+	live        int
+	resends     int
+	resendArmed bool
+	unknown     bool
+	lastSent    time.Duration
+	mapped      bool // HostRef: the page's map count includes this request
 }
 
 // Submit hands the engine one host request. It completes through the Sink,
@@ -278,6 +287,11 @@ func (e *Engine) start(now time.Duration, r *request) {
 // retry re-runs a request after a retryable failure.
 func (e *Engine) retry(now time.Duration, r *request) {
 	e.stats.Retries++
+	if r.resendArmed {
+		r.resendArmed = false
+		r.resends++
+		e.stats.Resends++
+	}
 	e.start(now, r)
 }
 
@@ -287,6 +301,7 @@ func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) 
 		r.lastErr = errno
 	}
 	e.cancel(r.retry)
+	r.resendArmed = false
 	d := e.cfg.RetryInterval / 4 << min(r.attempts, 5)
 	d = min(d, 8*e.cfg.RetryInterval)
 	r.retry = e.schedule(now+e.jitter(d), timer{kind: tRetry, id: r.id})
@@ -294,6 +309,12 @@ func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) 
 
 // expire ends a request at its deadline.
 func (e *Engine) expire(now time.Duration, r *request) {
+	if r.live > 0 {
+		// A copy of the write or atomic is unanswered: it may have been
+		// applied (resend.go).
+		e.completeErr(now, r, syscall.ETIMEDOUT, "no answer within the request's bound: outcome unknown")
+		return
+	}
 	switch r.lastErr {
 	case syscall.EHOSTDOWN, syscall.EHOSTUNREACH:
 		e.completeErr(now, r, syscall.EHOSTDOWN, "owner unreachable until the request's bound")
@@ -624,5 +645,15 @@ func (e *Engine) hostWrite(now time.Duration, r *request) {
 	if g.Huge() {
 		f.Flags |= noc.FlagHuge
 	}
+	if r.live > 0 {
+		f.PageVersion = resentMark // an earlier copy may still be answered, or was applied
+	}
+	r.live++
+	r.lastSent = now
 	e.handleUp(now, noc.LocalPort, &f)
+	if e.reqs[r.id] == r && r.retry == 0 && e.resendable(now, r) {
+		d := e.cfg.ResendInterval << min(r.resends, 4)
+		r.retry = e.schedule(now+e.jitter(d), timer{kind: tRetry, id: r.id})
+		r.resendArmed = true
+	}
 }

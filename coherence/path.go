@@ -589,6 +589,16 @@ func (e *Engine) seen(key gva.GVA, v gva.Version) {
 // requestFailed handles an error answer: retryable ones are retried until
 // the request's bound, others complete the request.
 func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errno) {
+	if r.live > 0 {
+		r.live-- // one copy is answered
+	}
+	if errno == syscall.ETIMEDOUT && r.live > 0 {
+		// A re-sent copy's outcome is unknown at the owner; an earlier
+		// copy may still be answered. Wait for it (until the bound), and
+		// send no more.
+		r.unknown = true
+		return
+	}
 	switch errno {
 	case syscall.EAGAIN, syscall.EBUSY, syscall.EHOSTUNREACH:
 		if r.hr.Op == HostAcquire || r.hr.Op == HostLock {

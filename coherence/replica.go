@@ -307,9 +307,11 @@ func (e *Engine) commitStaged(now time.Duration, pg *page) {
 	switch f.Class {
 	case noc.ClassStore:
 		e.stats.Writes++
+		e.remember(now, f, pg.version, atomicResult{})
 		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil)
 	case noc.ClassAtomic:
 		e.stats.Atomics++
+		e.remember(now, f, pg.version, sw.res)
 		var pb [atomicReply]byte
 		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], sw.res))
 	}

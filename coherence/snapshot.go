@@ -76,7 +76,14 @@ type Counters struct {
 	SplitAbdications                 uint64 // pages given up here: taken over elsewhere while this node was fenced
 	SplitHeld                        uint64 // takeovers, and lost backups or stand-ins given up, held back for want of a majority
 
+	// Re-sent writes and atomics (resend.go).
+	Resends          uint64 // writes and atomics of this node's host sent again (timer or routing change)
+	RepliesAgain     uint64 // re-sent requests answered from the owner's reply records
+	ResendsUnknown   uint64 // re-sent requests answered "outcome unknown": the owner's records did not cover them
+	RepliesForgotten uint64 // reply records dropped for room before their TTL
+
 	// Anomalies: dropped frames.
+	// Duplicates: copies of a request the owner holds or answered.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64
 	SendErrors, CacheFull, PortsDown                      uint64
 }

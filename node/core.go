@@ -537,6 +537,10 @@ func (c *Core) SendNode(f *noc.Frame) error {
 	return c.SendPort(p, f)
 }
 
+// RoutesVersion is a number that changes whenever the routing table does
+// (engines re-send what a lost link may have dropped).
+func (c *Core) RoutesVersion() uint64 { return c.rt.Version() }
+
 // NextHop implements Sender.
 func (c *Core) NextHop(dst noc.NodeID) (noc.PortID, int, bool) {
 	return c.rt.NextHop(dst)
