@@ -17,6 +17,7 @@ type ownerOp struct {
 	f   noc.Frame // header; Payload aliases buf
 	buf []byte
 	in  noc.PortID
+	at  time.Duration // when it reached this owner
 }
 
 // atOwner runs an up-going request that reached the page's owner.
@@ -54,7 +55,7 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 		e.stats.Duplicates++
 		return
 	}
-	op := e.newOwnerOp(in, f)
+	op := e.newOwnerOp(now, in, f)
 	e.ownerOps[k] = op
 	req := arbiter.Request{ID: f.RequestID, Page: key, Priority: f.Priority, Port: in, Node: f.Src}
 	switch f.Class {
@@ -74,7 +75,7 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 	e.processAnswers(now)
 }
 
-func (e *Engine) newOwnerOp(in noc.PortID, f *noc.Frame) *ownerOp {
+func (e *Engine) newOwnerOp(now time.Duration, in noc.PortID, f *noc.Frame) *ownerOp {
 	var op *ownerOp
 	if n := len(e.opFree); n > 0 {
 		op = e.opFree[n-1]
@@ -86,7 +87,7 @@ func (e *Engine) newOwnerOp(in noc.PortID, f *noc.Frame) *ownerOp {
 	op.buf = append(op.buf[:0], f.Payload...)
 	op.f.Payload = op.buf
 	op.f.Contents = nil
-	op.in = in
+	op.in, op.at = in, now
 	return op
 }
 

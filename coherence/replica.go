@@ -425,6 +425,15 @@ func (e *Engine) releaseRep(now time.Duration, pg *page) {
 		rep.queue = append([]*ownerOp{rep.staged.op}, rep.queue...)
 	}
 	for _, op := range rep.queue {
+		if now-op.at >= e.cfg.RequestTimeout {
+			// Its requester's bound has passed (it started before the op
+			// got here): nobody waits for it, and a write or atomic
+			// applied now, after its requester was told the outcome is
+			// unknown, would only surprise.
+			e.stats.Expired++
+			e.freeOwnerOp(op)
+			continue
+		}
 		e.stats.Rerouted++
 		e.reroute(now, op.in, &op.f)
 		e.freeOwnerOp(op)

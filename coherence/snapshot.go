@@ -41,6 +41,7 @@ type Counters struct {
 	SwapsCompleted, SwapsRefused, SwapsLost    uint64 // at the acquirer
 	SwapsRecovered                             uint64 // taken after the old owner failed, on its home's word
 	Flips, Held, Rerouted, DoneResent          uint64
+	Expired                                    uint64 // writes and atomics queued behind backups past their requester's bound, dropped when the page left
 	LateGrafts                                 uint64 // done branches grafted after the swap ended
 	FlipsCut                                   uint64 // dones stopped by a link already down (that branch re-refs)
 	Locks, Unlocks, HostFaults, NoticesLost    uint64

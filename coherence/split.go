@@ -210,6 +210,14 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 	e.stats.SplitAbdications++
 	e.setHint(key, h)
 	pg.owner, pg.ownerNode, pg.epoch = false, h.owner, max(pg.epoch, h.epoch)
+	// The home's record names the new owner before anything that waited
+	// here moves on: a request queued behind the backups, let go below,
+	// asks the home where the page went (this node, when it is the home).
+	if homeOf(key) == e.self {
+		if rec := e.home[key]; rec == nil || rec.epoch <= h.epoch {
+			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+		}
+	}
 	if rep := pg.rep; rep != nil {
 		for _, id := range rep.pinWait {
 			if r := e.reqs[id]; r != nil {
@@ -238,11 +246,6 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 		e.releaseRep(now, pg)
 	}
 	e.copyAnswers(e.arb.Disown(now, key))
-	if homeOf(key) == e.self {
-		if rec := e.home[key]; rec == nil || rec.epoch <= h.epoch {
-			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
-		}
-	}
 	e.event(Event{Kind: EventOwnershipLost, GVA: key, Version: pg.version, At: now})
 	if ent, ok := e.cache.Peek(key); ok {
 		e.detachBelow(now, ent)
