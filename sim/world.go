@@ -412,7 +412,7 @@ func (w *World) boot(n *simNode) error {
 		ec.Pages = max(4, (w.cfg.HotPages+w.cfg.ColdPages)/2)
 		ec.PathCache = pathcache.Config{MaxEntries: ec.Pages + 4, IdleTTL: 15 * time.Millisecond}
 	}
-	ec.Tracer = w.check
+	ec.Tracer = w.check.tracer()
 	ec.Bug = w.cfg.Bug
 	ec.Replicas = w.cfg.Replicas
 	ec.FabricNodes = w.graph.N()
