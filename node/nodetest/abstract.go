@@ -26,10 +26,12 @@ type AbstractLink struct {
 	up            bool
 	in            [][]byte // arrived, not yet received (from inHead)
 	inHead        int
-	wires         *Wires     // what Send puts frames on
-	end           End        // this link's end of its wire
-	pool          *framePool // shared with the wires and the other links
-	recv          []byte     // the message Receive returned last
+	wires         *Wires        // what Send puts frames on
+	to            End           // the far end of its wire
+	wire          int32         // the wire's index
+	last          time.Duration // when the last frame sent arrives (in order)
+	pool          *framePool    // shared with the wires and the other links
+	recv          []byte        // the message Receive returned last
 	events        []link.Event
 	stats         link.Stats
 }
@@ -41,7 +43,7 @@ const abstractMTU = noc.HeaderLen + noc.MaxPayload
 var _ node.Link = (*AbstractLink)(nil)
 
 func newAbstractLink(session uint64, w *Wires, end End) *AbstractLink {
-	return &AbstractLink{session: session, wires: w, end: end, pool: &w.pool}
+	return &AbstractLink{session: session, wires: w, to: w.peer[end.Node][end.Port], wire: w.index[end.Node][end.Port], pool: &w.pool}
 }
 
 // setCarrier raises or drops the link at now, in link epoch epoch, facing
@@ -82,10 +84,7 @@ func (l *AbstractLink) Send(now time.Duration, msg []byte) error {
 	l.stats.TxMessages++
 	l.stats.TxDatagrams++
 	l.stats.TxBytes += uint64(len(msg))
-	if c := l.wires.clock; c != nil {
-		now = max(now, *c)
-	}
-	l.wires.put(now, l.end, msg)
+	l.wires.send(now, l, msg)
 	return nil
 }
 

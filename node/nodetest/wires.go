@@ -56,7 +56,6 @@ type Wires struct {
 	// epoch of every wire's carrier (abstract links): a delivery tagged
 	// with an older epoch is discarded.
 	epoch []uint32
-	last  [][]time.Duration // abstract: node, port -> last delivery time (in order)
 	links [][]*AbstractLink // abstract: node, port -> its link
 
 	q       timeq.Queue[delivery]
@@ -119,10 +118,8 @@ func NewWires(g *topo.Graph, cfg Wiring, rng *rand.Rand) (*Wires, error) {
 	w.cut = make([]bool, len(w.ends))
 	w.epoch = make([]uint32, len(w.ends))
 	if cfg.Abstract {
-		w.last = make([][]time.Duration, n)
 		w.links = make([][]*AbstractLink, n)
 		for i := range n {
-			w.last[i] = make([]time.Duration, len(w.peer[i]))
 			w.links[i] = make([]*AbstractLink, len(w.peer[i]))
 			for p := range w.peer[i] {
 				w.links[i][p] = w.newLink(End{noc.NodeID(i), noc.PortID(p)})
@@ -195,13 +192,31 @@ func (w *Wires) put(now time.Duration, from End, b []byte) {
 		if w.cfg.Abstract {
 			// In order: never before what this end sent earlier (equal
 			// times keep their order by sequence).
-			last := &w.last[from.Node][from.Port]
+			last := &w.links[from.Node][from.Port].last
 			at = max(at, *last)
 			*last = at
 		}
 		*w.seq++
 		w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
+}
+
+// send puts a copy of msg on the wire of abstract link l, whose carrier is
+// up: the wire is whole, both its nodes live and l.epoch is the wire's.
+// It leaves at the driver's time (ShareClock) if that is later than now.
+func (w *Wires) send(now time.Duration, l *AbstractLink, msg []byte) {
+	w.Sent++
+	if w.clock != nil {
+		now = max(now, *w.clock)
+	}
+	at := now + w.cfg.Delay
+	if w.cfg.Jitter > 0 {
+		at += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter)))
+	}
+	at = max(at, l.last) // in order, as put
+	l.last = at
+	*w.seq++
+	w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: l.to, wire: l.wire, epoch: l.epoch, data: append(w.pool.get(len(msg)), msg...)})
 }
 
 // Next is the time of the earliest delivery in flight.
@@ -239,7 +254,14 @@ func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 	}
 	for k, ok := w.q.Min(); ok && k.At <= limit; k, ok = w.q.Min() {
 		k, d := w.q.Pop()
-		if w.down[d.to.Node] || (w.cfg.Abstract && d.epoch != w.epoch[d.wire]) {
+		var stale bool
+		if w.cfg.Abstract {
+			// A killed node's links, and a cut wire's, start a new epoch.
+			stale = d.epoch != w.links[d.to.Node][d.to.Port].epoch
+		} else {
+			stale = w.down[d.to.Node]
+		}
+		if stale {
 			w.pool.put(d.data)
 			continue
 		}
@@ -292,7 +314,6 @@ func (w *Wires) Revive(now time.Duration, id noc.NodeID) {
 	}
 	for p := range w.links[id] {
 		w.links[id][p] = w.newLink(End{id, noc.PortID(p)})
-		w.last[id][p] = 0
 		if i := w.index[id][p]; i >= 0 {
 			w.carrier(now, int(i), true)
 		}
