@@ -18,8 +18,9 @@ import (
 // yet delivered when the carrier drops are lost, as a real link abandons
 // them when it goes down.
 //
-// Send puts a copy of the frame on the wire at once, and never refuses
-// for room: there is no send queue for a driver to move onto the wire.
+// Send puts a copy of the frame on the wire at once (at the driver's time,
+// Wires.ShareClock), and never refuses for room: there is no send queue
+// for a driver to move onto the wire.
 type AbstractLink struct {
 	session, peer uint64
 	epoch         uint32
