@@ -844,12 +844,21 @@ func (e *Engine) emit(p noc.PortID, f *noc.Frame) {
 
 // TakeOutgoing appends the frames the engine emitted since the last call
 // to dst and forgets them (implements node.Handler). Their payloads stay
-// valid until the engine's next step.
+// valid until the engine's next step. Given an empty dst it hands over the
+// outbox itself and keeps dst's room for the frames to come (no copy).
 func (e *Engine) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing {
+	e.arena = e.arena[:0]
+	if len(e.outbox) == 0 {
+		return dst
+	}
+	if len(dst) == 0 {
+		out := e.outbox
+		e.outbox = dst
+		return out
+	}
 	dst = append(dst, e.outbox...)
 	clear(e.outbox)
 	e.outbox = e.outbox[:0]
-	e.arena = e.arena[:0]
 	return dst
 }
 

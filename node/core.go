@@ -66,7 +66,16 @@ type Core struct {
 	ev    []Event        // events since the last TakeEvents
 	hout  []noc.Outgoing // the handler's frames being moved onto links
 	rtVer uint64         // routing table version last reported
-	stats Stats
+	// rtDirty: routing ran (a routing frame, a port going up or down, its
+	// timers) since its output was last sent and its deadline last read;
+	// until it runs again rtNext is its deadline. Most frames are not
+	// routing's, and leave it alone.
+	rtDirty bool
+	rtNext  time.Duration
+	// waiting: some port may hold a frame or routing backlog (release has
+	// work).
+	waiting bool
+	stats   Stats
 }
 
 type port struct {
@@ -152,7 +161,7 @@ func New(cfg Config, now time.Duration) (*Core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	c.rt = rt
+	c.rt, c.rtDirty = rt, true
 	return c, nil
 }
 
@@ -226,6 +235,7 @@ func (c *Core) Tick(now time.Duration) {
 		c.drain(noc.PortID(i), pt)
 	}
 	c.rt.Tick(now)
+	c.rtDirty = true
 	c.flushRouting()
 	if c.cfg.Handler != nil {
 		c.cfg.Handler.Tick(now, c)
@@ -238,8 +248,12 @@ func (c *Core) Tick(now time.Duration) {
 func (c *Core) NextDeadline() time.Duration {
 	c.takeHandler()
 	d := time.Duration(1<<63 - 1)
-	if at, ok := c.rt.NextDeadline(); ok {
-		d = at
+	if c.rtDirty {
+		if at, ok := c.rt.NextDeadline(); ok {
+			d = at
+		}
+	} else {
+		d = c.rtNext
 	}
 	for _, pt := range c.ports {
 		d = min(d, pt.ep.NextDeadline())
@@ -270,6 +284,9 @@ func (c *Core) drain(p noc.PortID, pt *port) {
 // release sends the held frames whose outgoing link has room again and
 // resumes taking input from their ports.
 func (c *Core) release() {
+	if !c.waiting {
+		return
+	}
 	for _, pt := range c.ports {
 		for len(pt.routing) > 0 {
 			if err := pt.ep.Send(c.now, pt.routing[0]); err != nil {
@@ -300,6 +317,12 @@ func (c *Core) release() {
 		pt.held = nil
 		c.drain(noc.PortID(i), pt)
 	}
+	c.waiting = false
+	for _, pt := range c.ports {
+		if pt.held != nil || len(pt.routing) > 0 {
+			c.waiting = true
+		}
+	}
 }
 
 // dispatch decides what to do with one message received on port in.
@@ -312,6 +335,7 @@ func (c *Core) dispatch(in noc.PortID, msg []byte) {
 	switch {
 	case f.IsRouting():
 		c.stats.Routing++
+		c.rtDirty = true
 		_ = c.rt.HandleFrame(c.now, in, f)
 		c.learnNeighbour(in)
 	case f.IsEcho() && f.Flags&noc.FlagReply == 0 && f.Dst == c.cfg.Self:
@@ -378,6 +402,7 @@ func (c *Core) forward(in noc.PortID, msg []byte, f *noc.Frame) {
 		pt := c.ports[in]
 		pt.held = append(make([]byte, 0, len(msg)), msg...)
 		pt.heldOut, pt.heldSince = p, c.now
+		c.waiting = true
 		c.stats.Held++
 	default:
 		c.stats.SendErrors++
@@ -413,12 +438,14 @@ func (c *Core) linkEvents(p noc.PortID, pt *port) {
 		if ev.Up {
 			pt.up = true
 			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkUp, Port: p, Reason: ev.Reason.String()})
+			c.rtDirty = true
 			_ = c.rt.PortUp(c.now, p) // p was added: cannot fail
 		} else {
 			pt.up = false
 			was, known := pt.neighbour, pt.known
 			pt.known = false
 			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkDown, Port: p, Neighbour: was, Reason: ev.Reason.String()})
+			c.rtDirty = true
 			_ = c.rt.PortDown(c.now, p)
 			if known && c.cfg.Handler != nil {
 				c.cfg.Handler.PortState(c.now, p, false, was, c)
@@ -446,8 +473,11 @@ func (c *Core) learnNeighbour(p noc.PortID) {
 	}
 }
 
-// flushRouting sends what routing queued.
+// flushRouting sends what routing queued, and notes its next deadline.
 func (c *Core) flushRouting() {
+	if !c.rtDirty {
+		return
+	}
 	c.rt.Outputs(func(p noc.PortID, f *noc.Frame) {
 		if int(p) >= len(c.ports) {
 			return
@@ -469,12 +499,18 @@ func (c *Core) flushRouting() {
 		b, err := f.AppendTo(nil)
 		if err == nil {
 			pt.routing = append(pt.routing, b)
+			c.waiting = true
 		}
 	})
 	if v := c.rt.Version(); v != c.rtVer {
 		c.rtVer = v
 		c.ev = append(c.ev, Event{At: c.now, Kind: EventRoutes})
 	}
+	c.rtNext = time.Duration(1<<63 - 1)
+	if at, ok := c.rt.NextDeadline(); ok {
+		c.rtNext = at
+	}
+	c.rtDirty = false
 }
 
 // drainLocal delivers frames this node sent to itself.

@@ -28,7 +28,9 @@ type Handler interface {
 	// TakeOutgoing appends the frames emitted since the last call to dst
 	// and forgets them; their payloads stay valid until the handler's next
 	// call. A frame addressed to this node comes back to HandleFrame on a
-	// later step.
+	// later step. Given an empty dst, a handler may return its own buffer
+	// instead and keep dst's room for its next frames: the caller uses only
+	// what is returned, and hands it back (emptied) on the next call.
 	TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing
 }
 

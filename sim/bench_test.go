@@ -70,7 +70,7 @@ func benchFabric(b *testing.B, n int, cfg Config) {
 	}
 	w := prepared(b, cfg)
 	b.ResetTimer()
-	start, frames, cpu := w.Ops(), w.res.Frames, cpuTime()
+	start, frames, cpu := w.Ops(), w.wires.Sent, cpuTime()
 	for range b.N {
 		w.RunFor(time.Millisecond)
 	}
@@ -83,7 +83,7 @@ func benchFabric(b *testing.B, n int, cfg Config) {
 	// collector's time counts too).
 	b.ReportMetric(float64(ops)/(cpuTime()-cpu).Seconds(), "ops/cpu-s")
 	b.ReportMetric(float64(ops)/float64(b.N), "ops/vms")
-	b.ReportMetric(float64(w.res.Frames-frames)/float64(max(ops, 1)), "frames/op")
+	b.ReportMetric(float64(w.wires.Sent-frames)/float64(max(ops, 1)), "frames/op")
 	b.ReportMetric(w.startup.Seconds(), "startup-cpu-s")
 }
 

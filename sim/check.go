@@ -149,11 +149,22 @@ func (c *checker) Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, 
 	g.log[v] = writeHash(off, data)
 }
 
-// Debugf implements the engines' step tracing when debugging is on.
-func (c *checker) Debugf(self noc.NodeID, key gva.GVA, format string, args ...any) {
+// debugChecker is the checker with the engines' step tracing: the
+// engines' tracer when debugging is on. Without it an engine skips its
+// step lines (an engine whose tracer has no Debugf formats none).
+type debugChecker struct{ *checker }
+
+// Debugf implements the engines' step tracing.
+func (c debugChecker) Debugf(self noc.NodeID, key gva.GVA, format string, args ...any) {
+	c.debug(key, fmt.Sprintf("%v n%d ", c.w.now, self)+fmt.Sprintf(format, args...))
+}
+
+// tracer is what the engines report their steps to.
+func (c *checker) tracer() coherence.Tracer {
 	if c.debug != nil {
-		c.debug(key, fmt.Sprintf("%v n%d ", c.w.now, self)+fmt.Sprintf(format, args...))
+		return debugChecker{c}
 	}
+	return c
 }
 
 // ReplicaAdvanced implements coherence.Tracer: a replica's versions only

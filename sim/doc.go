@@ -18,7 +18,7 @@
 // wires. Routing, the path cache, the coherence engine and the host
 // sessions are the same code. Flaps and crashes work on abstract links
 // too: a cut wire or a failed node drops the carrier at once, losing the
-// frames queued on it, which is harsher on the engines than the real
+// frames in flight on it, which is harsher on the engines than the real
 // link layer's dead interval (the cycles in a page's tree that a swap's
 // done stopped by a dead link used to make were found this way). Drop and
 // delay act on link-layer datagrams and are refused on abstract links.

@@ -26,7 +26,7 @@ const (
 	// as many frames on the wires (no acks, heartbeats or retransmissions)
 	// and there are no link timers to run. It is for large fabrics. Flaps
 	// and crashes work: a cut wire or a failed node drops the carrier of
-	// its links at once (the frames queued on them are lost, and each side
+	// its links at once (the frames in flight on them are lost, and each side
 	// sees its port go down), and a restored wire or a restarted node
 	// raises it with the peer's session. Drop and delay act on link-layer
 	// datagrams and are refused here. Routing gathers a node's adjacencies
@@ -76,31 +76,18 @@ func wiring(cfg Config) nodetest.Wiring {
 	return wr
 }
 
-// frameBuf is the size of the buffer a port's output is moved through:
-// one datagram, or with abstract links one whole frame.
-func frameBuf(l Links) int {
-	if l == LinksAbstract {
-		return noc.HeaderLen + noc.MaxPayload
-	}
-	return mtu
-}
-
 // settle moves a node's output onto the wires and schedules its next wake.
 func (w *World) settle(n *simNode) {
 	if !n.alive {
 		return
 	}
-	var d time.Duration
-	if w.wires.Abstract() {
-		// NextDeadline moves what the engine emitted onto the links, and
-		// an abstract link's output changes no deadline: only the ports
-		// with frames queued are asked for them.
-		d = n.core.NextDeadline()
-		w.flush(n, true)
-	} else {
-		w.flush(n, false)
-		d = n.core.NextDeadline()
+	if !w.wires.Abstract() {
+		w.flush(n)
 	}
+	// With abstract links NextDeadline also moves what the engine emitted
+	// onto the wires: an abstract link puts every frame sent on its wire
+	// at once.
+	d := n.core.NextDeadline()
 	if d == time.Duration(1<<63-1) {
 		return
 	}
@@ -112,31 +99,16 @@ func (w *World) settle(n *simNode) {
 	w.push(event{at: d, kind: evWake, node: n.id})
 }
 
-// flush moves a node's output onto the wires (with abstract, the frames
-// its abstract links hold, handed over without a copy; the node's
-// NextDeadline has moved the engine's frames onto them).
-func (w *World) flush(n *simNode, abstract bool) {
+// flush moves a node's link-layer datagrams onto the wires.
+func (w *World) flush(n *simNode) {
 	from := nodetest.End{Node: n.id}
 	for p := 0; p < n.ports; p++ {
 		from.Port = noc.PortID(p)
-		if abstract {
-			l := w.wires.Link(from)
-			for {
-				b, ok := l.Take()
-				if !ok {
-					break
-				}
-				w.res.Frames++
-				w.wires.PutFrame(w.now, from, b)
-			}
-			continue
-		}
 		for {
 			k, ok := n.core.Output(w.now, from.Port, w.buf)
 			if !ok {
 				break
 			}
-			w.res.Frames++
 			w.wires.Put(w.now, from, w.buf[:k])
 		}
 	}

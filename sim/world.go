@@ -291,7 +291,7 @@ type World struct {
 	faultRNG, workRNG, nodeRNG *rand.Rand
 
 	wires *nodetest.Wires // the virtual wires, with their own source
-	buf   []byte          // a datagram (or frame) on its way to a wire
+	buf   []byte          // a datagram on its way to a wire
 	trace hash.Hash64
 	tbuf  []byte // the trace line being written
 	res   Result
@@ -372,10 +372,11 @@ func New(cfg Config) (*World, error) {
 	w := &World{
 		cfg: cfg, graph: g, wires: wires,
 		faultRNG: derive(cfg.Seed, 2), workRNG: derive(cfg.Seed, 3), nodeRNG: derive(cfg.Seed, 4),
-		buf: make([]byte, frameBuf(cfg.Links)), trace: fnv.New64a(),
+		buf: make([]byte, mtu), trace: fnv.New64a(),
 	}
 	w.res.Seed = cfg.Seed
 	wires.ShareSequence(&w.seq)
+	wires.ShareClock(&w.now)
 	w.check = newChecker(w)
 	if cfg.Debug != nil && cfg.DebugPage != "" {
 		w.check.debug = func(key gva.GVA, line string) {
@@ -412,7 +413,7 @@ func (w *World) boot(n *simNode) error {
 		ec.Pages = max(4, (w.cfg.HotPages+w.cfg.ColdPages)/2)
 		ec.PathCache = pathcache.Config{MaxEntries: ec.Pages + 4, IdleTTL: 15 * time.Millisecond}
 	}
-	ec.Tracer = w.check
+	ec.Tracer = w.check.tracer()
 	ec.Bug = w.cfg.Bug
 	ec.Replicas = w.cfg.Replicas
 	ec.FabricNodes = w.graph.N()
@@ -504,6 +505,7 @@ func (w *World) Finish() Result {
 	w.checkSessions()
 	w.final()
 	w.res.Virtual = w.now
+	w.res.Frames = w.wires.Sent
 	w.res.TraceHash = w.trace.Sum64()
 	for _, n := range w.nodes {
 		if n.alive {

@@ -18,18 +18,21 @@ import (
 // yet delivered when the carrier drops are lost, as a real link abandons
 // them when it goes down.
 //
-// Send never refuses for room: the driver moves the queue onto the wire
-// after every step of the core.
+// Send puts a copy of the frame on the wire at once (at the driver's time,
+// Wires.ShareClock), and never refuses for room: there is no send queue
+// for a driver to move onto the wire.
 type AbstractLink struct {
 	session, peer uint64
 	epoch         uint32
 	up            bool
-	out           [][]byte // sent, not yet on the wire (from outHead)
 	in            [][]byte // arrived, not yet received (from inHead)
-	outHead       int
 	inHead        int
-	pool          *framePool // shared with the wires and the other links
-	recv          []byte     // the message Receive returned last
+	wires         *Wires        // what Send puts frames on
+	to            End           // the far end of its wire
+	wire          int32         // the wire's index
+	last          time.Duration // when the last frame sent arrives (in order)
+	pool          *framePool    // shared with the wires and the other links
+	recv          []byte        // the message Receive returned last
 	events        []link.Event
 	stats         link.Stats
 }
@@ -40,8 +43,8 @@ const abstractMTU = noc.HeaderLen + noc.MaxPayload
 
 var _ node.Link = (*AbstractLink)(nil)
 
-func newAbstractLink(session uint64, pool *framePool) *AbstractLink {
-	return &AbstractLink{session: session, pool: pool}
+func newAbstractLink(session uint64, w *Wires, end End) *AbstractLink {
+	return &AbstractLink{session: session, wires: w, to: w.peer[end.Node][end.Port], wire: w.index[end.Node][end.Port], pool: &w.pool}
 }
 
 // setCarrier raises or drops the link at now, in link epoch epoch, facing
@@ -58,28 +61,20 @@ func (l *AbstractLink) setCarrier(now time.Duration, up bool, epoch uint32, peer
 		l.events = append(l.events, link.Event{At: now, Up: true, Reason: link.ReasonHandshake, PeerSession: peer, PeerEpoch: epoch})
 		return
 	}
-	l.stats.Abandoned += uint64(len(l.out) - l.outHead)
 	l.stats.Discarded += uint64(len(l.in) - l.inHead)
-	for _, b := range l.out[l.outHead:] {
-		l.pool.put(b)
-	}
 	for _, b := range l.in[l.inHead:] {
 		l.pool.put(b)
 	}
-	clear(l.out)
 	clear(l.in)
-	l.out, l.in, l.outHead, l.inHead = l.out[:0], l.in[:0], 0, 0
+	l.in, l.inHead = l.in[:0], 0
 	l.stats.Downs++
 	l.events = append(l.events, link.Event{At: now, Up: false, Reason: link.ReasonDead, PeerSession: l.peer, PeerEpoch: epoch})
 }
 
-// Queued is the number of frames sent and not yet moved onto the wire.
-func (l *AbstractLink) Queued() int { return len(l.out) - l.outHead }
-
 // Up reports whether the carrier is up.
 func (l *AbstractLink) Up() bool { return l.up }
 
-// Send queues a copy of msg for the peer.
+// Send puts a copy of msg on the wire to the peer.
 func (l *AbstractLink) Send(now time.Duration, msg []byte) error {
 	if len(msg) > abstractMTU {
 		return fmt.Errorf("%w: %d > %d bytes", link.ErrTooLarge, len(msg), abstractMTU)
@@ -87,8 +82,10 @@ func (l *AbstractLink) Send(now time.Duration, msg []byte) error {
 	if !l.up {
 		return link.ErrDown
 	}
-	l.out = append(l.out, append(l.pool.get(len(msg)), msg...))
 	l.stats.TxMessages++
+	l.stats.TxDatagrams++
+	l.stats.TxBytes += uint64(len(msg))
+	l.wires.send(now, l, msg)
 	return nil
 }
 
@@ -108,33 +105,8 @@ func (l *AbstractLink) Input(now time.Duration, d []byte) error {
 	return nil
 }
 
-// Output moves the oldest queued message into buf, which must hold it
-// (Config().MTU bytes hold any).
-func (l *AbstractLink) Output(now time.Duration, buf []byte) (int, bool) {
-	if l.outHead == len(l.out) || len(buf) < len(l.out[l.outHead]) {
-		return 0, false
-	}
-	m, _ := l.Take()
-	n := copy(buf, m)
-	l.pool.put(m)
-	return n, true
-}
-
-// Take is Output without the copy: it hands over the oldest queued frame
-// itself, for Wires.PutFrame.
-func (l *AbstractLink) Take() ([]byte, bool) {
-	if l.outHead == len(l.out) {
-		return nil, false
-	}
-	m := l.out[l.outHead]
-	l.out[l.outHead] = nil
-	if l.outHead++; l.outHead == len(l.out) {
-		l.out, l.outHead = l.out[:0], 0
-	}
-	l.stats.TxDatagrams++
-	l.stats.TxBytes += uint64(len(m))
-	return m, true
-}
+// Output has nothing to give: Send put every frame on the wire.
+func (l *AbstractLink) Output(time.Duration, []byte) (int, bool) { return 0, false }
 
 // Receive returns the next message, valid until the next Receive.
 func (l *AbstractLink) Receive() ([]byte, bool) {
@@ -185,9 +157,7 @@ func (l *AbstractLink) Config() link.Config {
 
 // Stats returns the link's counters.
 func (l *AbstractLink) Stats() link.Stats {
-	s := l.stats
-	s.Queued = len(l.out) - l.outHead
-	return s
+	return l.stats
 }
 
 // framePool keeps frame buffers for reuse: the abstract links of one set

@@ -56,11 +56,11 @@ type Wires struct {
 	// epoch of every wire's carrier (abstract links): a delivery tagged
 	// with an older epoch is discarded.
 	epoch []uint32
-	last  [][]time.Duration // abstract: node, port -> last delivery time (in order)
 	links [][]*AbstractLink // abstract: node, port -> its link
 
 	q       timeq.Queue[delivery]
-	seq     *uint64 // numbers deliveries in the order they were put
+	seq     *uint64        // numbers deliveries in the order they were put
+	clock   *time.Duration // the driver's time (ShareClock), if shared
 	ownSeq  uint64
 	pool    framePool
 	popped  []byte // the data of the last Pop, recycled by the next (datagrams)
@@ -118,13 +118,11 @@ func NewWires(g *topo.Graph, cfg Wiring, rng *rand.Rand) (*Wires, error) {
 	w.cut = make([]bool, len(w.ends))
 	w.epoch = make([]uint32, len(w.ends))
 	if cfg.Abstract {
-		w.last = make([][]time.Duration, n)
 		w.links = make([][]*AbstractLink, n)
 		for i := range n {
-			w.last[i] = make([]time.Duration, len(w.peer[i]))
 			w.links[i] = make([]*AbstractLink, len(w.peer[i]))
 			for p := range w.peer[i] {
-				w.links[i][p] = w.newLink()
+				w.links[i][p] = w.newLink(End{noc.NodeID(i), noc.PortID(p)})
 			}
 		}
 		for i := range w.ends {
@@ -162,24 +160,14 @@ func (w *Wires) Link(e End) *AbstractLink {
 // Put writes b from end from onto its wire (a copy is kept). Nothing
 // crosses a cut wire, leaves or reaches a killed node.
 func (w *Wires) Put(now time.Duration, from End, b []byte) {
-	w.put(now, from, b, false)
+	w.put(now, from, b)
 }
 
-// PutFrame is Put of a frame taken from an abstract link (AbstractLink.Take):
-// the wire keeps b itself rather than a copy.
-func (w *Wires) PutFrame(now time.Duration, from End, b []byte) {
-	w.put(now, from, b, true)
-}
-
-func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
+func (w *Wires) put(now time.Duration, from End, b []byte) {
 	w.Sent++
-	if !owned {
-		b = append(w.pool.get(len(b)), b...)
-	}
 	to := w.peer[from.Node][from.Port]
 	wire := w.index[from.Node][from.Port]
 	if wire < 0 || w.cut[wire] || w.down[from.Node] || w.down[to.Node] {
-		w.pool.put(b)
 		return
 	}
 	copies := 1
@@ -187,17 +175,13 @@ func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 		r := w.rng.Float64()
 		switch {
 		case r < w.cfg.Drop:
-			w.pool.put(b)
 			return
 		case r < w.cfg.Drop+w.cfg.Duplicate:
 			copies = 2
 		}
 	}
-	for c := range copies {
-		data := b
-		if c > 0 {
-			data = append(w.pool.get(len(b)), b...)
-		}
+	for range copies {
+		data := append(w.pool.get(len(b)), b...)
 		at := now + w.cfg.Delay
 		if w.cfg.Jitter > 0 {
 			at += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter)))
@@ -208,13 +192,31 @@ func (w *Wires) put(now time.Duration, from End, b []byte, owned bool) {
 		if w.cfg.Abstract {
 			// In order: never before what this end sent earlier (equal
 			// times keep their order by sequence).
-			last := &w.last[from.Node][from.Port]
+			last := &w.links[from.Node][from.Port].last
 			at = max(at, *last)
 			*last = at
 		}
 		*w.seq++
 		w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
+}
+
+// send puts a copy of msg on the wire of abstract link l, whose carrier is
+// up: the wire is whole, both its nodes live and l.epoch is the wire's.
+// It leaves at the driver's time (ShareClock) if that is later than now.
+func (w *Wires) send(now time.Duration, l *AbstractLink, msg []byte) {
+	w.Sent++
+	if w.clock != nil {
+		now = max(now, *w.clock)
+	}
+	at := now + w.cfg.Delay
+	if w.cfg.Jitter > 0 {
+		at += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter)))
+	}
+	at = max(at, l.last) // in order, as put
+	l.last = at
+	*w.seq++
+	w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: l.to, wire: l.wire, epoch: l.epoch, data: append(w.pool.get(len(msg)), msg...)})
 }
 
 // Next is the time of the earliest delivery in flight.
@@ -236,6 +238,13 @@ func (w *Wires) NextSeq() (at time.Duration, seq uint64, ok bool) {
 // order it was scheduled.
 func (w *Wires) ShareSequence(seq *uint64) { w.seq = seq }
 
+// ShareClock has abstract links read the driver's time from now: a frame
+// an abstract link is given leaves then, even when the core that sends it
+// last stepped earlier (a frame an engine emitted for a host request the
+// driver handed it directly leaves when the core is next asked for its
+// deadline, with the time of its last step).
+func (w *Wires) ShareClock(now *time.Duration) { w.clock = now }
+
 // Pop takes the earliest delivery due at or before limit. Deliveries to a
 // killed node, and frames of an older carrier, are discarded on the way.
 func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
@@ -245,7 +254,14 @@ func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 	}
 	for k, ok := w.q.Min(); ok && k.At <= limit; k, ok = w.q.Min() {
 		k, d := w.q.Pop()
-		if w.down[d.to.Node] || (w.cfg.Abstract && d.epoch != w.epoch[d.wire]) {
+		var stale bool
+		if w.cfg.Abstract {
+			// A killed node's links, and a cut wire's, start a new epoch.
+			stale = d.epoch != w.links[d.to.Node][d.to.Port].epoch
+		} else {
+			stale = w.down[d.to.Node]
+		}
+		if stale {
 			w.pool.put(d.data)
 			continue
 		}
@@ -297,8 +313,7 @@ func (w *Wires) Revive(now time.Duration, id noc.NodeID) {
 		return
 	}
 	for p := range w.links[id] {
-		w.links[id][p] = w.newLink()
-		w.last[id][p] = 0
+		w.links[id][p] = w.newLink(End{id, noc.PortID(p)})
 		if i := w.index[id][p]; i >= 0 {
 			w.carrier(now, int(i), true)
 		}
@@ -323,7 +338,7 @@ func (w *Wires) carrier(now time.Duration, i int, up bool) {
 	lb.setCarrier(now, up, w.epoch[i], la.session)
 }
 
-func (w *Wires) newLink() *AbstractLink {
+func (w *Wires) newLink(e End) *AbstractLink {
 	w.session++
-	return newAbstractLink(w.session, &w.pool)
+	return newAbstractLink(w.session, w, e)
 }
