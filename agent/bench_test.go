@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,11 +57,7 @@ func BenchmarkLiveCASLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer echoConn.Close()
+	echoConn := dialEcho(b)
 	msg, in := make([]byte, 48), make([]byte, 64)
 	var cas, echo []time.Duration
 	i := uint64(0)
@@ -248,11 +243,7 @@ func BenchmarkLiveLockUnlock(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	echoConn, err := net.Dial("unixpacket", hostiftest.StartEcho(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer echoConn.Close()
+	echoConn := dialEcho(b)
 	msg, in := make([]byte, 48), make([]byte, 64)
 	var lock, unlock, echo []time.Duration
 	sw0 := agentSwitches(b)

@@ -168,31 +168,18 @@ func (s *Server) quick(c *conn, r *wire.Request) bool {
 }
 
 func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
-	if r.Flags&wire.AllocHuge != 0 {
-		return fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
+	var op Op
+	if err := s.allocQuota(c, r, &op); err != nil {
+		return err
 	}
-	mode := r.Mode
-	if mode == 0 {
-		mode = s.opts.DefaultMode
-	}
-	attr := Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
-	pages := r.Pages()
-	if err := s.opts.Quota.Take(attr.UID, quota.Pages, pages); err != nil {
-		return fmt.Errorf("alloc %d pages: %w", pages, err)
-	}
-	if err := s.opts.Quota.Take(attr.UID, quota.Bytes, pages*gva.PageSize); err != nil {
-		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
-		return fmt.Errorf("alloc %d pages: %w", pages, err)
-	}
-	g, err := c.call.Alloc(ctx, pages, attr)
+	g, err := c.call.Alloc(ctx, op.Pages, op.Attr)
 	if err != nil {
-		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
-		s.opts.Quota.Release(attr.UID, quota.Bytes, pages*gva.PageSize)
-		return fmt.Errorf("alloc %d pages: %w", pages, err)
+		s.releaseAllocQuota(c, r)
+		return fmt.Errorf("alloc %d pages: %w", op.Pages, err)
 	}
-	s.allocated(g, pages, attr)
+	s.allocated(g, op.Pages, op.Attr)
 	rep.gva = g
-	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(pages))
+	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(op.Pages))
 	return nil
 }
 
