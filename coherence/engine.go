@@ -347,6 +347,7 @@ type Engine struct {
 	arena     []byte         // their payloads
 	pay       []byte         // payloads of frames this node builds
 	repBuf    []byte         // reply records an OpReplicate carries
+	recBuf    []carriedReply // reply records an OpReplicate brought
 	hostPay   []byte         // payloads of frames built for host requests
 	fired     []arbiter.Fired[timer]
 	answers   []arbiter.Answer

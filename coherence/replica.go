@@ -574,11 +574,13 @@ func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, f
 	case flags&replFull != 0:
 		m.flags |= replReplies
 		m.replies = appendReplies(e.repBuf[:0], e.now, e.pageReplies(e.now, pg))
-	case flags&replTouch == 0 && s != nil && s.version == v && s.op.f.Src != e.self:
+	case flags&replTouch == 0 && s != nil && s.op != nil && s.version == v && s.op.f.Src != e.self:
+		// The write's own record (one of this node's host is never sent
+		// again: it needs none).
 		m.flags |= replReplies
-		rec := carriedReply{k: opKey{s.op.f.Src, s.op.f.RequestID},
-			rec: replyRecord{at: e.now, class: s.op.f.Class, op: s.op.f.Op, version: s.version, res: s.res}}
-		m.replies = appendReplies(e.repBuf[:0], e.now, pageReplies{from: e.now, recs: []carriedReply{rec}})
+		one := [1]carriedReply{{k: opKey{s.op.f.Src, s.op.f.RequestID},
+			rec: replyRecord{at: e.now, class: s.op.f.Class, op: s.op.f.Op, version: s.version, res: s.res}}}
+		m.replies = appendReplies(e.repBuf[:0], e.now, pageReplies{from: e.now, recs: one[:]})
 	}
 	if m.replies != nil {
 		e.repBuf = m.replies[:0]
@@ -689,10 +691,11 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	key := f.GVA.Key()
 	var recs pageReplies
 	if m.flags&replReplies != 0 {
-		if recs, err = decodeReplies(m.replies, now, key); err != nil {
+		if recs, err = decodeReplies(m.replies, now, key, e.recBuf[:0]); err != nil {
 			e.malformed()
 			return
 		}
+		e.recBuf = recs.recs[:0] // kept by value below
 	}
 	if pg := e.pages[key]; pg != nil && pg.owner {
 		e.stats.Stale++ // we own it: a stale owner's frame

@@ -325,17 +325,13 @@ func repliesSize(p []byte) (int, error) {
 }
 
 // decodeReplies reads a records block (exactly p) of page key, received
-// at now.
-func decodeReplies(p []byte, now time.Duration, key gva.GVA) (pageReplies, error) {
+// at now, appending the records to dst.
+func decodeReplies(p []byte, now time.Duration, key gva.GVA, dst []carriedReply) (pageReplies, error) {
 	size, err := repliesSize(p)
 	if err != nil || size != len(p) {
 		return pageReplies{}, errMalformed
 	}
-	pr := pageReplies{from: now - time.Duration(binary.BigEndian.Uint32(p))*time.Microsecond}
-	n := int(binary.BigEndian.Uint16(p[4:]))
-	if n > 0 {
-		pr.recs = make([]carriedReply, 0, n)
-	}
+	pr := pageReplies{from: now - time.Duration(binary.BigEndian.Uint32(p))*time.Microsecond, recs: dst}
 	for q := p[repliesHead:]; len(q) >= replyLen; q = q[replyLen:] {
 		c, op := noc.Class(q[16]), noc.Op(q[17])
 		switch {

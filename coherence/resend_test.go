@@ -493,7 +493,7 @@ func TestRepliesBlockRoundTrip(t *testing.T) {
 	if len(b) != repliesHead+2*replyLen {
 		t.Fatalf("block of %d bytes", len(b))
 	}
-	got, err := decodeReplies(b, now+time.Second, key)
+	got, err := decodeReplies(b, now+time.Second, key, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,13 +508,13 @@ func TestRepliesBlockRoundTrip(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]byte{b[:len(b)-1], append(slices.Clone(b), 0), b[:repliesHead-1]} {
-		if _, err := decodeReplies(bad, now, key); err == nil {
+		if _, err := decodeReplies(bad, now, key, nil); err == nil {
 			t.Fatalf("a block of %d bytes decoded", len(bad))
 		}
 	}
 	c := slices.Clone(b)
 	c[repliesHead+16] = byte(noc.ClassControl) // not a write or an atomic
-	if _, err := decodeReplies(c, now, key); err == nil {
+	if _, err := decodeReplies(c, now, key, nil); err == nil {
 		t.Fatal("a record of a control op decoded")
 	}
 	// An OpData without the flag (a node that predates records) decodes

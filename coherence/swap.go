@@ -243,7 +243,7 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	}
 	var recs pageReplies
 	if d.flags&dataReplies != 0 {
-		if recs, err = decodeReplies(d.replies, now, f.GVA.Key()); err != nil {
+		if recs, err = decodeReplies(d.replies, now, f.GVA.Key(), nil); err != nil {
 			e.malformed()
 			return
 		}
