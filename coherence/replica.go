@@ -574,9 +574,8 @@ func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, f
 	case flags&replFull != 0:
 		m.flags |= replReplies
 		m.replies = appendReplies(e.repBuf[:0], e.now, e.pageReplies(e.now, pg))
-	case flags&replTouch == 0 && s != nil && s.op != nil && s.version == v && s.op.f.Src != e.self:
-		// The write's own record (one of this node's host is never sent
-		// again: it needs none).
+	case flags&replTouch == 0 && s != nil && s.op != nil && s.version == v && e.mayRepeat(&s.op.f):
+		// The write's own record.
 		m.flags |= replReplies
 		one := [1]carriedReply{{k: opKey{s.op.f.Src, s.op.f.RequestID},
 			rec: replyRecord{at: e.now, class: s.op.f.Class, op: s.op.f.Op, version: s.version, res: s.res}}}

@@ -78,10 +78,23 @@ type replies struct {
 // remember records the answer to request f (a write or an atomic) that the
 // owner applied.
 func (e *Engine) remember(now time.Duration, pg *page, f *noc.Frame, v gva.Version, res atomicResult) {
-	if f.Src == e.self {
-		return // answered in the same step: never re-sent
+	if !e.mayRepeat(f) {
+		return
 	}
 	e.record(now, pg, opKey{f.Src, f.RequestID}, replyRecord{at: now, key: pg.key, class: f.Class, op: f.Op, version: v, res: res})
+}
+
+// mayRepeat reports whether another copy of request f may reach an owner:
+// always for another node's; for this node's host, when it was sent more
+// than once (its first copy left while another node owned the page, which
+// came here since). A request of this node's host sent once is answered
+// in the step that applies it and never sent again.
+func (e *Engine) mayRepeat(f *noc.Frame) bool {
+	if f.Src != e.self {
+		return true
+	}
+	r := e.reqs[f.RequestID]
+	return r != nil && (r.resends > 0 || r.orphaned)
 }
 
 // record keeps rec, the answer to request k on page pg, unless a record
@@ -162,7 +175,8 @@ func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
 		e.reply(now, f.Src, f.RequestID, rec.class, rec.op, 0, f.GVA, rec.version, payload)
 		return true
 	}
-	if e.ownerOps[k] != nil || e.repHolds(pg, k) {
+	if e.ownerOps[k] != nil || e.repHolds(pg, k) || f.Src == e.self && e.reqs[f.RequestID] == nil {
+		// (A copy of this node's host's request that ended: answered.)
 		e.stats.Duplicates++
 		return true
 	}
