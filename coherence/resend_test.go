@@ -534,3 +534,46 @@ func TestRepliesBlockRoundTrip(t *testing.T) {
 		t.Fatalf("OpReplicate with records: %+v, %v", rm, err)
 	}
 }
+
+func TestOwnHostsAtomicSentAgainBeforeItsSwapIsAppliedOnce(t *testing.T) {
+	// Node 1's fetch-add to node 0's page: every copy of it (the first
+	// and the re-sent ones) is held back at node 0 while node 1 takes the
+	// page over. Then they arrive, and follow the page to node 1: its own
+	// host's request, applied once, and the other copies dropped or
+	// answered from the record, not applied again.
+	for _, r := range []int{1, 2} {
+		t.Run(fmt.Sprintf("R=%d", r), func(t *testing.T) {
+			var held []heldFrame
+			holding := true
+			hold := func(self noc.NodeID, f *noc.Frame) bool {
+				return holding && self == 0 && f.Src == 1 && f.Class == noc.ClassAtomic && f.Flags&noc.FlagReply == 0
+			}
+			lc := fastLinks()
+			x := newFabDelay(t, ringGraph(t, 4), &lc, slowRequests(r, lc), hold, &held)
+			p := x.alloc(0)
+			x.ok(1, Request{Op: HostRef, GVA: p})
+			x.settle()
+			id := x.submit(1, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+			x.f.Run(100 * time.Millisecond)
+			if len(held) < 2 {
+				t.Fatalf("%d copies held back, want the first and a re-sent one", len(held))
+			}
+			holding = false
+			x.ok(1, Request{Op: HostAcquire, GVA: p})
+			for _, h := range held {
+				x.deliver(0, h.in, h)
+			}
+			x.f.RunUntil(x.f.Now()+3*time.Second, func() bool { _, ok := x.sinks[1].done[id]; return ok })
+			x.settle()
+			if c := x.result(1, id); c.Err != nil || c.Value != 0 {
+				t.Fatalf("fetch-add: %v", c)
+			}
+			if got := x.word(1, p); got != 1 {
+				t.Fatalf("the word is %d after one fetch-add of 1", got)
+			}
+			if n := x.atomicsApplied(); n != 1 {
+				t.Fatalf("%d atomics applied for one fetch-add", n)
+			}
+		})
+	}
+}
