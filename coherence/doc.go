@@ -200,18 +200,35 @@
 //     at most Config.MaxReplies of them;
 //   - a re-sent copy it has no record of is applied only if its records
 //     cover the request's life: the page was created here and never
-//     moved, or has been owned here for ReplyTTL, and no record younger
-//     than ReplyTTL was forgotten for room. Otherwise an earlier copy may
-//     have been applied by an earlier owner (before a swap or a failover):
-//     it answers "outcome unknown" (ETIMEDOUT). The requester counts the
-//     copies it sent and the error answers it got: it takes ETIMEDOUT only
-//     when no other copy can still be answered, and otherwise waits for
-//     the answer (or its bound) and sends no more copies.
+//     moved, or has been owned here for ReplyTTL, or came here with
+//     records that did (below), and no record younger than ReplyTTL was
+//     forgotten for room. Otherwise an earlier copy may have been applied
+//     by an earlier owner: it answers "outcome unknown" (ETIMEDOUT). The
+//     requester counts the copies it sent and the error answers it got:
+//     it takes ETIMEDOUT only when no other copy can still be answered,
+//     and otherwise waits for the answer (or its bound) and sends no more
+//     copies.
+//
+// The records travel with the page. A swap's content (OpData) carries the
+// page's records younger than ReplyTTL and since when they are complete;
+// so does every full copy an owner sends a backup (OpReplicate), and each
+// staged write or atomic carries its own record to the backups. The new
+// owner of a swap, or the backup that takes a page over, answers copies
+// from them, first copies delayed past their re-sends included, and its
+// records cover the page from where the carried ones did. At most
+// Config.PageReplies records of a page travel (the newest; default 256,
+// at most MaxPageReplies): past that bound the new owner answers a re-sent
+// copy of an older request "outcome unknown" until ReplyTTL after the
+// newest record left behind, and a first copy of such a request delayed
+// that long would be applied as new. A CAS that did not swap changes
+// nothing and is not replicated: after a takeover it may be compared
+// again, a new comparison within its request's life.
 //
 // Loads and refs are re-sent on their own retry timer (a re-sent ref does
 // not merge into a lost one); acquires are re-sent after a deny or an
 // abort. A write or atomic in flight to an owner that failed (Replicas >
-// 1) ends at the failover as unknown (ETIMEDOUT; see "Replicated owners").
+// 1) is sent again, marked, to the backup that took the page over, when
+// the failover reaches its node (see "Replicated owners").
 //
 // # Replicated owners
 //
@@ -235,8 +252,10 @@
 // the restarted owner is answered "retry" (EAGAIN), not "host down": next epoch, its copy's content and version, its
 // host's replica and subtree kept, the home told, OpFailover flooded to
 // every node (each keeps it as its first guess of the owner), the host
-// writes in flight to the dead owner ended as unknown (ETIMEDOUT), new
-// backups chosen. A swap's old owner tells its backups the heir's name
+// writes in flight to the dead owner sent again to the new owner, which
+// answers them from the reply records its copy came with (or applies
+// them, or answers "outcome unknown": "Lost requests"), new backups
+// chosen. A swap's old owner tells its backups the heir's name
 // (OpReplicaDrop with an heir) and keeps a stand-in copy itself, ranked
 // first: they keep the page until the heir's own backups hold it (the heir
 // then drops them, and writes nothing until each confirmed it, answering a
@@ -305,7 +324,8 @@
 //	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8), seq (8)
 //	Control/OpDeny        routed  -            -                           errno (4)
 //	Control/OpData        routed  [Huge]       version                     epoch (8), seq (8), flags (1: bit0 huge, bit1 attr
-//	                                                                       follows), [attr], content (4096)
+//	                                                                       follows, bit2 replies follow), [attr], content (4096),
+//	                                                                       [replies]
 //	Control/OpDataAck     routed  [Error]      version                     requester incarnation (8), owner incarnation (8), seq (8)
 //	Control/OpDone        route   Path         version                     flags (1: bit0 broken, bit1 routed), seq (8),
 //	                      or routed                                        route length n (1), n ports (2 each)
@@ -316,8 +336,10 @@
 //	Control/OpOwnerMovedAck routed -           request id = epoch          -
 //	Control/OpData (R > 1)  routed  [Huge]     version                     as above, then n (1), n stand-ins (4 each)
 //	Control/OpReplicate   routed  -            version after               epoch (8), owner incarnation (8), flags (1: bit0 full,
-//	                                                                       bit1 huge, bit2 touch, bit3 attr: full only), rank (1), n (1),
-//	                                                                       n backups (4 each), offset (2), data (delta; full: 4096;
+//	                                                                       bit1 huge, bit2 touch, bit3 attr: full only, bit4 pinned,
+//	                                                                       bit5 replies follow: not with touch), rank (1), n (1),
+//	                                                                       n backups (4 each), [replies: full: the page's; delta:
+//	                                                                       the write's own], offset (2), data (delta; full: 4096;
 //	                                                                       touch: none) [, attr]
 //	Control/OpReplicateAck routed -            version held                epoch (8), sender incarnation (8), flags (1: bit0 need
 //	                                                                       full, bit1 probe)
@@ -326,13 +348,27 @@
 //	                                                                       acquiring, bit1 holds a copy) (probe answer)
 //	Control/OpFailover    flooded -            version                     owner (4), incarnation (8), epoch (8)
 //
+// "replies" is a page's reply records (resend.go): cover (4: for how many
+// microseconds before the frame left the records are complete;
+// 0xFFFFFFFF: as long or longer), n (2, at most MaxPageReplies), then n
+// records of 35 bytes: requester (4), request id (8), age (4,
+// microseconds), class (1), op (1), version after (8), previous value
+// (8), swapped (1). Ages, not times: nodes share no clock.
+//
 // The re-sent mark is the only use of the header's version in an up-going
-// write or atomic, which was always sent 0 and ignored: the frame format
-// (noc.FrameVersion 1) is unchanged. An owner that predates it ignores the
-// mark and applies a re-sent copy as a new request; a requester that
-// predates it never re-sends. A fabric counts on exactly-once writes and
-// atomics across lost links only once every node runs an engine with
-// reply records.
+// write or atomic, which was always sent 0 and ignored; the replies are
+// behind flag bits every decoder checked (an unknown bit makes the frame
+// malformed): the frame format (noc.FrameVersion 1) is unchanged, and no
+// engine misreads a frame of another. An owner that predates the mark
+// ignores it and applies a re-sent copy as a new request; a requester that
+// predates it never re-sends. An engine that predates carried records
+// drops an OpData or OpReplicate with replies as malformed (counted):
+// such a node can neither take a page from, nor back one up for, a newer
+// one, whose swaps to it abort and whose backups it refuses; the newer
+// takes a page from it without records (its records then start at the
+// swap, as before). A fabric counts on exactly-once writes and atomics
+// across lost links, swaps and failovers only once every node runs an
+// engine with carried reply records: upgrade every node.
 //
 // The request id of a swap's frames is the acquirer's request id; with the
 // acquirer's node id it names the swap. Ownership ops are

@@ -61,6 +61,15 @@ type Config struct {
 	// owner that forgot a record for room answers re-sent requests it has
 	// no record of "outcome unknown" (ETIMEDOUT) for ReplyTTL.
 	MaxReplies int
+	// PageReplies bounds the reply records of one page that travel with
+	// it, to the new owner of a swap (OpData) and to its backups
+	// (OpReplicate), which answer re-sent copies from them after a
+	// takeover (default DefaultPageReplies, at most MaxPageReplies). A
+	// page that answered more requests within ReplyTTL hands over its
+	// newest: its next owner answers a re-sent copy it has no record of
+	// "outcome unknown" (ETIMEDOUT) until ReplyTTL after the newest record
+	// left behind (resend.go).
+	PageReplies int
 	// MergeTTL bounds how long a node keeps a merged fetch open for the
 	// ports waiting below it (default RetryInterval).
 	MergeTTL time.Duration
@@ -184,6 +193,9 @@ const (
 	DefaultMaxHops          = 64
 	DefaultCopyLease        = 3 * time.Second
 	DefaultMaxReplies       = 1 << 16
+	DefaultPageReplies      = 256
+	// MaxPageReplies is the most reply records one frame carries.
+	MaxPageReplies = 1024
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -238,6 +250,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxReplies <= 0 {
 		c.MaxReplies = DefaultMaxReplies
 	}
+	if c.PageReplies <= 0 {
+		c.PageReplies = DefaultPageReplies
+	}
+	c.PageReplies = min(c.PageReplies, MaxPageReplies)
 	if c.SwapTimeout <= 0 {
 		c.SwapTimeout = DefaultSwapTimeout
 	}
@@ -330,6 +346,8 @@ type Engine struct {
 	outbox    []noc.Outgoing // frames emitted since the node last drained them
 	arena     []byte         // their payloads
 	pay       []byte         // payloads of frames this node builds
+	repBuf    []byte         // reply records an OpReplicate carries
+	recBuf    []carriedReply // reply records an OpReplicate brought
 	hostPay   []byte         // payloads of frames built for host requests
 	fired     []arbiter.Fired[timer]
 	answers   []arbiter.Answer
@@ -389,6 +407,12 @@ type page struct {
 	recFrom  time.Duration
 	recEpoch uint64
 	recSet   bool
+	// recKeys: the page's reply records (owned here), oldest first, at
+	// most Config.PageReplies: those that travel with it. recCut: the
+	// newest time of a record left out for room (haveCut: there was one).
+	recKeys []opKey
+	recCut  time.Duration
+	haveCut bool
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
@@ -513,7 +537,7 @@ func New(cfg Config) (*Engine, error) {
 		attention:     make(map[gva.GVA]bool),
 		probing:       make(map[gva.GVA]bool),
 		attrAsks:      make(map[gva.GVA]time.Duration),
-		pay:           make([]byte, 0, noc.HeaderLen+gva.PageSize+256),
+		pay:           make([]byte, 0, noc.HeaderLen+gva.PageSize+256+repliesHead+replyLen*cfg.PageReplies),
 		hostPay:       make([]byte, 0, gva.PageSize+256),
 	}
 	e.dbg, _ = cfg.Tracer.(debugTracer)

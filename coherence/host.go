@@ -198,7 +198,10 @@ type request struct {
 	resendArmed bool
 	unknown     bool
 	lastSent    time.Duration
-	mapped      bool // HostRef: the page's map count includes this request
+	// orphaned: copies went to an owner that failed (not counted in live,
+	// never answered); every later copy is marked re-sent.
+	orphaned bool
+	mapped   bool // HostRef: the page's map count includes this request
 }
 
 // Submit hands the engine one host request. It completes through the Sink,
@@ -309,7 +312,7 @@ func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) 
 
 // expire ends a request at its deadline.
 func (e *Engine) expire(now time.Duration, r *request) {
-	if r.live > 0 {
+	if r.live > 0 || r.orphaned {
 		// A copy of the write or atomic is unanswered: it may have been
 		// applied (resend.go).
 		e.completeErr(now, r, syscall.ETIMEDOUT, "no answer within the request's bound: outcome unknown")
@@ -645,7 +648,7 @@ func (e *Engine) hostWrite(now time.Duration, r *request) {
 	if g.Huge() {
 		f.Flags |= noc.FlagHuge
 	}
-	if r.live > 0 {
+	if r.live > 0 || r.orphaned {
 		f.PageVersion = resentMark // an earlier copy may still be answered, or was applied
 	}
 	r.live++

@@ -215,7 +215,7 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) bool {
 		off := int(f.GVA.Offset())
 		e.applyWrite(now, pg, off, s.data)
 		e.stats.Writes++
-		e.remember(now, f, pg.version, atomicResult{})
+		e.remember(now, pg, f, pg.version, atomicResult{})
 		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil)
 	case noc.ClassAtomic:
 		a, err := decodeAtomic(f.Op, f.GVA, f.Payload)
@@ -239,7 +239,7 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) bool {
 			e.applyWrite(now, pg, off, b[:])
 		}
 		e.stats.Atomics++
-		e.remember(now, f, pg.version, res)
+		e.remember(now, pg, f, pg.version, res)
 		var pb [atomicReply]byte
 		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], res))
 	case noc.ClassControl:

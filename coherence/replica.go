@@ -45,6 +45,9 @@ const (
 	// does not take it over while its owner, the lock holder's node, may
 	// live on the other side of a split.
 	replPinned = 1 << 4
+	// replReplies: reply records (resend.go) follow the backups list: a
+	// full copy's are the page's, a write's its own.
+	replReplies = 1 << 5
 )
 
 // Probe-answer flags.
@@ -160,6 +163,13 @@ type backupCopy struct {
 
 	// pinned: the owner said a lock's pin is raised (split.go).
 	pinned bool
+
+	// replies: the reply records of the page's requests (resend.go),
+	// complete since recFrom; recKnown: the owner sends them (one that
+	// predates them does not).
+	replies  []carriedReply
+	recFrom  time.Duration
+	recKnown bool
 
 	indexed   bool
 	indexedAt noc.NodeID
@@ -307,11 +317,11 @@ func (e *Engine) commitStaged(now time.Duration, pg *page) {
 	switch f.Class {
 	case noc.ClassStore:
 		e.stats.Writes++
-		e.remember(now, f, pg.version, atomicResult{})
+		e.remember(now, pg, f, pg.version, atomicResult{})
 		e.reply(now, f.Src, f.RequestID, noc.ClassStore, OpStore, 0, f.GVA, pg.version, nil)
 	case noc.ClassAtomic:
 		e.stats.Atomics++
-		e.remember(now, f, pg.version, sw.res)
+		e.remember(now, pg, f, pg.version, sw.res)
 		var pb [atomicReply]byte
 		e.reply(now, f.Src, f.RequestID, noc.ClassAtomic, f.Op, 0, f.GVA, pg.version, appendAtomicReply(pb[:0], sw.res))
 	}
@@ -404,8 +414,10 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	for _, b := range kept {
 		list = append(list, b.node)
 	}
+	pr := e.pageReplies(now, pg)
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
-		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true}
+		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true,
+		replies: pr.recs, recFrom: pr.from, recKnown: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
 	e.stats.ReplCopies++
@@ -567,6 +579,20 @@ func (e *Engine) sendReplicateID(pg *page, to noc.NodeID, id uint64, rank int, f
 	for _, b := range rep.backups {
 		m.backups = append(m.backups, b.node)
 	}
+	switch s := rep.staged; {
+	case flags&replFull != 0:
+		m.flags |= replReplies
+		m.replies = appendReplies(e.repBuf[:0], e.now, e.pageReplies(e.now, pg))
+	case flags&replTouch == 0 && s != nil && s.op != nil && s.version == v && e.mayRepeat(&s.op.f):
+		// The write's own record.
+		m.flags |= replReplies
+		one := [1]carriedReply{{k: opKey{s.op.f.Src, s.op.f.RequestID},
+			rec: replyRecord{at: e.now, class: s.op.f.Class, op: s.op.f.Op, version: s.version, res: s.res}}}
+		m.replies = appendReplies(e.repBuf[:0], e.now, pageReplies{from: e.now, recs: one[:]})
+	}
+	if m.replies != nil {
+		e.repBuf = m.replies[:0]
+	}
 	p := appendReplicate(e.pay[:0], m)
 	f := newFrame(noc.ClassControl, OpReplicate, 0, e.self, to, id, pg.key, v, p)
 	e.sendNode(&f)
@@ -588,7 +614,8 @@ type replMsg struct {
 	backups         []noc.NodeID
 	off             int
 	data            []byte
-	attr            Attr // with replAttr
+	attr            Attr   // with replAttr
+	replies         []byte // with replReplies: a records block (decodeReplies)
 }
 
 func appendReplicate(b []byte, m replMsg) []byte {
@@ -597,6 +624,9 @@ func appendReplicate(b []byte, m replMsg) []byte {
 	b = append(b, m.flags, uint8(m.rank), uint8(len(m.backups)))
 	for _, n := range m.backups {
 		b = binary.BigEndian.AppendUint32(b, uint32(n))
+	}
+	if m.flags&replReplies != 0 {
+		b = append(b, m.replies...)
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(m.off))
 	b = append(b, m.data...)
@@ -623,6 +653,16 @@ func decodeReplicate(p []byte) (replMsg, error) {
 		m.backups = append(m.backups, noc.NodeID(binary.BigEndian.Uint32(p[4*i:])))
 	}
 	p = p[4*n:]
+	if m.flags&replReplies != 0 {
+		size, err := repliesSize(p)
+		if err != nil {
+			return m, err
+		}
+		m.replies, p = p[:size], p[size:]
+		if len(p) < 2 {
+			return m, errMalformed
+		}
+	}
 	m.off = int(binary.BigEndian.Uint16(p))
 	m.data = p[2:]
 	if m.flags&replAttr != 0 {
@@ -636,7 +676,8 @@ func decodeReplicate(p []byte) (replMsg, error) {
 		m.attr, m.data = a, m.data[:len(m.data)-attrLen]
 	}
 	switch {
-	case m.flags&^(replFull|replHuge|replTouch|replAttr|replPinned) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0:
+	case m.flags&^(replFull|replHuge|replTouch|replAttr|replPinned|replReplies) != 0 || m.flags&replFull != 0 && m.flags&replTouch != 0,
+		m.flags&replTouch != 0 && m.flags&replReplies != 0:
 		return m, errMalformed
 	case m.flags&replFull != 0 && (m.off != 0 || len(m.data) != gva.PageSize):
 		return m, errMalformed
@@ -656,6 +697,14 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		return
 	}
 	key := f.GVA.Key()
+	var recs pageReplies
+	if m.flags&replReplies != 0 {
+		if recs, err = decodeReplies(m.replies, now, key, e.recBuf[:0]); err != nil {
+			e.malformed()
+			return
+		}
+		e.recBuf = recs.recs[:0] // kept by value below
+	}
 	if pg := e.pages[key]; pg != nil && pg.owner {
 		e.stats.Stale++ // we own it: a stale owner's frame
 		e.sendDrop(f.Src, key, m.epoch)
@@ -709,6 +758,13 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		if m.flags&replAttr != 0 {
 			c.attr, c.hasAttr = m.attr, true
 		}
+		c.replies, c.recFrom, c.recKnown = c.replies[:0], now, m.flags&replReplies != 0
+		if c.recKnown {
+			c.recFrom = min(recs.from, now)
+			for _, r := range recs.recs {
+				e.keepReply(now, c, r)
+			}
+		}
 	case c == nil || c.epoch != m.epoch:
 		needFull = true
 	case m.flags&replTouch != 0:
@@ -716,6 +772,9 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	case f.PageVersion == c.version+1:
 		copy(c.content[m.off:], m.data)
 		c.version = f.PageVersion
+		for _, r := range recs.recs {
+			e.keepReply(now, c, r)
+		}
 	case f.PageVersion <= c.version:
 		// a duplicate: acknowledge what we hold
 	default:
@@ -1404,6 +1463,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	// (split.go); a stand-in's heir's epoch was c.epoch+1 as well.
 	epoch := c.epoch + 2
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	e.takeReplies(now, pg, pageReplies{from: c.recFrom, recs: c.replies}, c.recKnown)
 	e.forgetCommits(key)
 	if c.hasAttr {
 		pg.attr, pg.hasAttr = c.attr, true
@@ -1663,10 +1723,14 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 	e.failInFlight(now, key)
 }
 
-// failInFlight ends this node's host writes and atomics in flight for a
-// page that just failed over: they went to an owner that died, whether it
-// applied them is unknown (ETIMEDOUT), and sending them again could apply
-// them twice. Their callers learn it now instead of at their bound.
+// failInFlight sends this node's host writes and atomics in flight for a
+// page that just failed over again, at once, to the node that took it
+// over: their copies went to an owner that died. The new owner answers a
+// copy the dead one applied from the reply records that came with its
+// backup copy, and applies one it has no record of only if those records
+// cover the request's life (resend.go); otherwise it answers "outcome
+// unknown" (ETIMEDOUT). A request an owner already answered "outcome
+// unknown" ends so now.
 func (e *Engine) failInFlight(now time.Duration, key gva.GVA) {
 	var ids []uint64
 	for id, r := range e.reqs {
@@ -1679,10 +1743,25 @@ func (e *Engine) failInFlight(now time.Duration, key gva.GVA) {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if r := e.reqs[id]; r != nil {
+		r := e.reqs[id]
+		if r == nil {
+			continue
+		}
+		if r.live == 0 && !r.orphaned {
+			continue // none of its copies is out: it waits for its retry
+		}
+		if r.unknown || now-r.start >= e.cfg.RequestTimeout {
 			e.stats.ReplFailedInFlight++
 			e.completeErr(now, r, syscall.ETIMEDOUT, "the page's owner failed and a backup took the page over: outcome unknown")
+			continue
 		}
+		// The copies out went to the dead owner: none of them will be
+		// answered, and the next copy is marked re-sent.
+		r.live, r.orphaned = 0, true
+		e.stats.ReplResentInFlight++
+		e.cancel(r.retry)
+		r.retry, r.resendArmed = 0, true
+		e.retry(now, r)
 	}
 }
 

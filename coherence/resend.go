@@ -1,6 +1,7 @@
 package coherence
 
 import (
+	"encoding/binary"
 	"slices"
 	"syscall"
 	"time"
@@ -26,6 +27,21 @@ import (
 // elsewhere: it is answered "outcome unknown" (ETIMEDOUT), which the
 // requester takes only when no other copy of the request can still be
 // answered.
+//
+// The records travel with the page. A swap's content (OpData) carries the
+// page's records younger than ReplyTTL, and how far back they are
+// complete; so does every full copy sent to a backup (OpReplicate), and
+// every write or atomic staged for the backups carries its own. The new
+// owner of a swap, or a backup that takes the page over, answers copies
+// from them, and its records cover the page from where the carried ones
+// did: a re-sent copy it has no record of was never applied, and a first
+// copy delayed past its re-sends finds its record. At most
+// Config.PageReplies of a page's records travel, the newest: past that
+// bound, a re-sent copy of an older request is answered "outcome unknown"
+// until ReplyTTL after the newest one left behind. A CAS that did not
+// swap changes nothing and travels to no backup: applied again after a
+// takeover, it is a new comparison within the request's lifetime, which
+// its caller could not tell from the first.
 
 // resentMark is the header version of a re-sent write or atomic (0 on
 // its first copy).
@@ -40,6 +56,7 @@ type routesVersioner interface {
 // replyRecord is what the owner answered to a write or atomic.
 type replyRecord struct {
 	at      time.Duration
+	key     gva.GVA // the page
 	class   noc.Class
 	op      noc.Op
 	version gva.Version
@@ -60,13 +77,34 @@ type replies struct {
 
 // remember records the answer to request f (a write or an atomic) that the
 // owner applied.
-func (e *Engine) remember(now time.Duration, f *noc.Frame, v gva.Version, res atomicResult) {
-	if f.Src == e.self {
-		return // answered in the same step: never re-sent
+func (e *Engine) remember(now time.Duration, pg *page, f *noc.Frame, v gva.Version, res atomicResult) {
+	if !e.mayRepeat(f) {
+		return
 	}
+	e.record(now, pg, opKey{f.Src, f.RequestID}, replyRecord{at: now, key: pg.key, class: f.Class, op: f.Op, version: v, res: res})
+}
+
+// mayRepeat reports whether another copy of request f may reach an owner:
+// always for another node's; for this node's host, when it was sent more
+// than once (its first copy left while another node owned the page, which
+// came here since). A request of this node's host sent once is answered
+// in the step that applies it and never sent again.
+func (e *Engine) mayRepeat(f *noc.Frame) bool {
+	if f.Src != e.self {
+		return true
+	}
+	r := e.reqs[f.RequestID]
+	return r != nil && (r.resends > 0 || r.orphaned)
+}
+
+// record keeps rec, the answer to request k on page pg, unless a record
+// of k is kept already.
+func (e *Engine) record(now time.Duration, pg *page, k opKey, rec replyRecord) {
 	t := &e.replies
-	k := opKey{f.Src, f.RequestID}
-	if _, ok := t.recs[k]; ok {
+	if old, ok := t.recs[k]; ok {
+		if old.key == pg.key && now < old.at+e.cfg.ReplyTTL && !slices.Contains(pg.recKeys, k) {
+			e.indexReply(now, pg, k) // kept from an earlier ownership of the page
+		}
 		return
 	}
 	e.forgetReplies(now)
@@ -81,12 +119,29 @@ func (e *Engine) remember(now time.Duration, f *noc.Frame, v gva.Version, res at
 			delete(t.recs, old)
 		}
 	}
-	t.recs[k] = replyRecord{at: now, class: f.Class, op: f.Op, version: v, res: res}
+	t.recs[k] = rec
 	t.order = append(t.order, k)
 	if t.head > 1024 && t.head > len(t.order)/2 {
 		t.order = append(t.order[:0], t.order[t.head:]...)
 		t.head = 0
 	}
+	e.indexReply(now, pg, k)
+}
+
+// indexReply files record k under its page, whose newest
+// Config.PageReplies records travel with it.
+func (e *Engine) indexReply(now time.Duration, pg *page, k opKey) {
+	for len(pg.recKeys) > 0 {
+		rec, ok := e.replies.recs[pg.recKeys[0]]
+		if ok && now < rec.at+e.cfg.ReplyTTL && len(pg.recKeys) < e.cfg.PageReplies {
+			break
+		}
+		if ok && now < rec.at+e.cfg.ReplyTTL {
+			pg.recCut, pg.haveCut = max(pg.recCut, rec.at), true // left out for room
+		}
+		pg.recKeys = pg.recKeys[1:]
+	}
+	pg.recKeys = append(pg.recKeys, k)
 }
 
 // forgetReplies drops the records older than Config.ReplyTTL.
@@ -107,14 +162,7 @@ func (e *Engine) forgetReplies(now time.Duration) {
 // record, dropped as a copy of a request held here, or answered "outcome
 // unknown".
 func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
-	if pg.recEpoch != pg.epoch || !pg.recSet {
-		// The page is ours in a new ownership epoch: our records of it
-		// start now. A page created here that never moved has them all.
-		pg.recSet, pg.recEpoch, pg.recFrom = true, pg.epoch, now
-		if pg.epoch == 0 && homeOf(pg.key) == e.self {
-			pg.recFrom = e.born - e.cfg.ReplyTTL
-		}
-	}
+	e.noteReplies(now, pg)
 	k := opKey{f.Src, f.RequestID}
 	if rec, ok := e.replies.recs[k]; ok && now < rec.at+e.cfg.ReplyTTL {
 		e.stats.Duplicates++
@@ -127,7 +175,8 @@ func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
 		e.reply(now, f.Src, f.RequestID, rec.class, rec.op, 0, f.GVA, rec.version, payload)
 		return true
 	}
-	if e.ownerOps[k] != nil || e.repHolds(pg, k) {
+	if e.ownerOps[k] != nil || e.repHolds(pg, k) || f.Src == e.self && e.reqs[f.RequestID] == nil {
+		// (A copy of this node's host's request that ended: answered.)
 		e.stats.Duplicates++
 		return true
 	}
@@ -139,6 +188,21 @@ func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
 		return true
 	}
 	return false
+}
+
+// noteReplies notes since when this node's records of pg, owned here,
+// are complete, unless it was noted in the page's ownership epoch (when
+// the page came with records, or at the first request): a page that came
+// without records has them from now; a page created here that never moved
+// has them all.
+func (e *Engine) noteReplies(now time.Duration, pg *page) {
+	if pg.recSet && pg.recEpoch == pg.epoch {
+		return
+	}
+	pg.recSet, pg.recEpoch, pg.recFrom = true, pg.epoch, now
+	if pg.epoch == 0 && homeOf(pg.key) == e.self {
+		pg.recFrom = e.born - e.cfg.ReplyTTL
+	}
 }
 
 // repliesCover reports whether this node's reply records of pg cover every
@@ -207,4 +271,158 @@ func (e *Engine) routesChanged(now time.Duration) {
 			e.retry(now, r)
 		}
 	}
+}
+
+// Reply records on the wire, as they travel with a page (OpData, and
+// OpReplicate: a full copy carries the page's, a staged write its own):
+// cover (4: for how long before the frame left the records are complete,
+// in microseconds, 0xFFFFFFFF for as long or longer), n (2, at most
+// MaxPageReplies), then n records of replyLen bytes: requester (4),
+// request id (8), age (4, microseconds), class (1), op (1), version
+// after (8), previous value (8), swapped (1). Ages, not times: nodes do
+// not share a clock; a record is only older than it reads on arrival,
+// and kept a little longer for it.
+const (
+	repliesHead = 4 + 2
+	replyLen    = 4 + 8 + 4 + 1 + 1 + 8 + 8 + 1
+)
+
+// carriedReply is a reply record with its request's name, as it travels
+// with a page and as a backup keeps it (rec.at in this node's time).
+type carriedReply struct {
+	k   opKey
+	rec replyRecord
+}
+
+// pageReplies is a page's reply records as they travel: complete since
+// from (this node's time), oldest first.
+type pageReplies struct {
+	from time.Duration
+	recs []carriedReply
+}
+
+// micros is d in microseconds, within 0 … 0xFFFFFFFF.
+func micros(d time.Duration) uint32 {
+	return uint32(min(max(d/time.Microsecond, 0), 0xFFFFFFFF))
+}
+
+func appendReplies(b []byte, now time.Duration, pr pageReplies) []byte {
+	n := min(len(pr.recs), MaxPageReplies)
+	b = binary.BigEndian.AppendUint32(b, micros(now-pr.from))
+	b = binary.BigEndian.AppendUint16(b, uint16(n))
+	for _, r := range pr.recs[len(pr.recs)-n:] {
+		b = binary.BigEndian.AppendUint32(b, uint32(r.k.node))
+		b = binary.BigEndian.AppendUint64(b, r.k.id)
+		b = binary.BigEndian.AppendUint32(b, micros(now-r.rec.at))
+		b = append(b, byte(r.rec.class), byte(r.rec.op))
+		b = binary.BigEndian.AppendUint64(b, uint64(r.rec.version))
+		b = binary.BigEndian.AppendUint64(b, r.rec.res.prev)
+		sw := byte(0)
+		if r.rec.res.swapped {
+			sw = 1
+		}
+		b = append(b, sw)
+	}
+	return b
+}
+
+// repliesSize is the length of the records block at the start of p.
+func repliesSize(p []byte) (int, error) {
+	if len(p) < repliesHead {
+		return 0, errMalformed
+	}
+	n := int(binary.BigEndian.Uint16(p[4:]))
+	if n > MaxPageReplies || len(p) < repliesHead+n*replyLen {
+		return 0, errMalformed
+	}
+	return repliesHead + n*replyLen, nil
+}
+
+// decodeReplies reads a records block (exactly p) of page key, received
+// at now, appending the records to dst.
+func decodeReplies(p []byte, now time.Duration, key gva.GVA, dst []carriedReply) (pageReplies, error) {
+	size, err := repliesSize(p)
+	if err != nil || size != len(p) {
+		return pageReplies{}, errMalformed
+	}
+	pr := pageReplies{from: now - time.Duration(binary.BigEndian.Uint32(p))*time.Microsecond, recs: dst}
+	for q := p[repliesHead:]; len(q) >= replyLen; q = q[replyLen:] {
+		c, op := noc.Class(q[16]), noc.Op(q[17])
+		switch {
+		case c == noc.ClassStore && op == OpStore, c == noc.ClassAtomic && (op == OpCAS || op == OpFetchAdd):
+		default:
+			return pageReplies{}, errMalformed
+		}
+		if q[34] > 1 {
+			return pageReplies{}, errMalformed
+		}
+		pr.recs = append(pr.recs, carriedReply{
+			k: opKey{noc.NodeID(binary.BigEndian.Uint32(q)), binary.BigEndian.Uint64(q[4:])},
+			rec: replyRecord{
+				at:      now - time.Duration(binary.BigEndian.Uint32(q[12:]))*time.Microsecond,
+				key:     key,
+				class:   c,
+				op:      op,
+				version: gva.Version(binary.BigEndian.Uint64(q[18:])),
+				res:     atomicResult{prev: binary.BigEndian.Uint64(q[26:]), swapped: q[34] == 1},
+			},
+		})
+	}
+	return pr, nil
+}
+
+// pageReplies collects the records of pg, owned here, that travel with
+// it: those younger than ReplyTTL, and since when they are complete.
+func (e *Engine) pageReplies(now time.Duration, pg *page) pageReplies {
+	e.noteReplies(now, pg)
+	pr := pageReplies{from: pg.recFrom}
+	if e.replies.haveLost {
+		pr.from = max(pr.from, e.replies.lost)
+	}
+	if pg.haveCut {
+		pr.from = max(pr.from, pg.recCut)
+	}
+	for _, k := range pg.recKeys {
+		if rec, ok := e.replies.recs[k]; ok && rec.key == pg.key && now < rec.at+e.cfg.ReplyTTL {
+			pr.recs = append(pr.recs, carriedReply{k: k, rec: rec})
+		}
+	}
+	return pr
+}
+
+// takeReplies starts the records of pg, owned here from now in a new
+// ownership epoch, from those that came with it (known: the page came
+// with records; a node that predates them sends none, and the records
+// then start now).
+func (e *Engine) takeReplies(now time.Duration, pg *page, pr pageReplies, known bool) {
+	pg.recKeys, pg.recCut, pg.haveCut = pg.recKeys[:0], 0, false
+	pg.recSet, pg.recEpoch, pg.recFrom = true, pg.epoch, now
+	if !known {
+		return
+	}
+	pg.recFrom = min(pr.from, now)
+	for _, r := range pr.recs {
+		if now < r.rec.at+e.cfg.ReplyTTL {
+			r.rec.key = pg.key
+			e.record(now, pg, r.k, r.rec)
+			e.stats.RepliesCarried++
+		}
+	}
+}
+
+// keepReply adds a record to a backup's copy: the newest
+// Config.PageReplies are kept, and the copy's records are complete only
+// after the newest one left out for room.
+func (e *Engine) keepReply(now time.Duration, c *backupCopy, r carriedReply) {
+	for len(c.replies) > 0 {
+		old := c.replies[0].rec.at
+		if now < old+e.cfg.ReplyTTL && len(c.replies) < e.cfg.PageReplies {
+			break
+		}
+		if now < old+e.cfg.ReplyTTL {
+			c.recFrom = max(c.recFrom, old)
+		}
+		c.replies = c.replies[1:]
+	}
+	c.replies = append(c.replies, r)
 }

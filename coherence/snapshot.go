@@ -65,7 +65,7 @@ type Counters struct {
 	Promotions, ReplPromoteFailed uint64 // pages taken over from a dead owner; refused for want of room
 	ReplNoRoom                    uint64 // copies refused here for want of a physical page (capacity rule)
 	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
-	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover
+	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover (an owner had already answered one copy "outcome unknown")
 	ReplQueries                   uint64 // questions to a page's home before a takeover
 	ReplAcquiresStopped           uint64 // this node's acquires of a page it took over, stopped and answered by the takeover
 
@@ -78,10 +78,12 @@ type Counters struct {
 	SplitHeld                        uint64 // takeovers, and lost backups or stand-ins given up, held back for want of a majority
 
 	// Re-sent writes and atomics (resend.go).
-	Resends          uint64 // writes and atomics of this node's host sent again (timer or routing change)
-	RepliesAgain     uint64 // re-sent requests answered from the owner's reply records
-	ResendsUnknown   uint64 // re-sent requests answered "outcome unknown": the owner's records did not cover them
-	RepliesForgotten uint64 // reply records dropped for room before their TTL
+	Resends            uint64 // writes and atomics of this node's host sent again (timer or routing change)
+	RepliesAgain       uint64 // re-sent requests answered from the owner's reply records
+	ResendsUnknown     uint64 // re-sent requests answered "outcome unknown": the owner's records did not cover them
+	RepliesForgotten   uint64 // reply records dropped for room before their TTL
+	RepliesCarried     uint64 // reply records that came with a page this node took (a swap, a takeover)
+	ReplResentInFlight uint64 // host writes in flight to a failed owner, sent again to the backup that took the page over
 
 	// Anomalies: dropped frames.
 	// Duplicates: copies of a request the owner holds or answered.

@@ -46,6 +46,10 @@ type swapState struct {
 	// out only: the stand-ins the content named (this node, then its
 	// backups when it sent it): those the acquirer will release
 	standIns []noc.NodeID
+	// in only: the page's reply records that came with its content
+	// (hasReplies: the old owner sent them).
+	replies    pageReplies
+	hasReplies bool
 }
 
 // heldMsg is a path message that reached the acquirer during its swap.
@@ -155,8 +159,10 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	if pg.hasAttr {
 		df |= dataAttr // attributes travel with ownership
 	}
+	df |= dataReplies // and so do the reply records (resend.go)
+	recs := appendReplies(nil, now, e.pageReplies(now, pg))
 	sw.standIns = e.standIns(pg.key)
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, backups: sw.standIns})
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, replies: recs, backups: sw.standIns})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -235,11 +241,19 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 		e.malformed()
 		return
 	}
+	var recs pageReplies
+	if d.flags&dataReplies != 0 {
+		if recs, err = decodeReplies(d.replies, now, f.GVA.Key(), nil); err != nil {
+			e.malformed()
+			return
+		}
+	}
 	pg, sw := e.swapIn(f)
 	if sw == nil || sw.stage != stageGranted || sw.peer != f.Src || sw.seq != d.seq || sw.version != f.PageVersion {
 		e.refuse(f, d.seq)
 		return
 	}
+	sw.replies, sw.hasReplies = recs, d.flags&dataReplies != 0
 	if !pg.has || pg.version != f.PageVersion {
 		e.advanced(pg, f.PageVersion)
 	}
@@ -350,6 +364,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	toward := routePort(sw.route, n-1)
 	ent := e.ownerEntry(now, pg)
 	pg.owner, pg.swap, pg.ownerNode, pg.epoch = false, nil, sw.peer, sw.epoch
+	pg.recKeys, pg.haveCut = nil, false // the records went with the page
 	switch h := homeOf(key); {
 	case h == e.self:
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
@@ -679,6 +694,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
 	pg.doneSwap, pg.doneSeq = opKey{sw.peer, sw.id}, sw.seq
+	e.takeReplies(now, pg, sw.replies, sw.hasReplies)
 	ent := e.ownEntry(now, pg, graft)
 	e.arb.Own(key)
 	e.startReplication(now, pg)

@@ -138,6 +138,9 @@ const (
 const (
 	dataHuge = 1 << 0
 	dataAttr = 1 << 1 // the page's attributes (12 bytes) come before the content
+	// dataReplies: the page's reply records (resend.go) follow the
+	// content, before the stand-ins.
+	dataReplies = 1 << 2
 )
 
 // errMalformed is wrapped by every payload decoder's error.
@@ -392,6 +395,9 @@ type dataMsg struct {
 	flags   uint8
 	attr    Attr // with dataAttr
 	content []byte
+	// replies: the page's reply records block (with dataReplies),
+	// decoded by decodeReplies.
+	replies []byte
 	// backups: the old owner's backups (replicas > 1), which keep their
 	// copies until the new owner's backups hold the page. Absent when
 	// empty.
@@ -399,7 +405,7 @@ type dataMsg struct {
 }
 
 func decodeData(p []byte) (dataMsg, error) {
-	if len(p) < dataHead || p[16]&^(dataHuge|dataAttr) != 0 {
+	if len(p) < dataHead || p[16]&^(dataHuge|dataAttr|dataReplies) != 0 {
 		return dataMsg{}, errMalformed
 	}
 	d := dataMsg{epoch: binary.BigEndian.Uint64(p), seq: binary.BigEndian.Uint64(p[8:]), flags: p[16]}
@@ -418,7 +424,15 @@ func decodeData(p []byte) (dataMsg, error) {
 		return dataMsg{}, errMalformed
 	}
 	d.content = p[at : at+gva.PageSize]
-	if rest := p[at+gva.PageSize:]; len(rest) > 0 {
+	rest := p[at+gva.PageSize:]
+	if d.flags&dataReplies != 0 {
+		n, err := repliesSize(rest)
+		if err != nil {
+			return dataMsg{}, err
+		}
+		d.replies, rest = rest[:n], rest[n:]
+	}
+	if len(rest) > 0 {
 		n := int(rest[0])
 		if n == 0 || n > MaxReplicas || len(rest) != 1+4*n {
 			return dataMsg{}, errMalformed
@@ -438,6 +452,9 @@ func appendData(b []byte, d dataMsg) []byte {
 		b = appendAttr(b, d.attr)
 	}
 	b = append(b, d.content...)
+	if d.flags&dataReplies != 0 {
+		b = append(b, d.replies...)
+	}
 	if len(d.backups) > 0 {
 		b = append(b, uint8(len(d.backups)))
 		for _, n := range d.backups {

@@ -58,6 +58,11 @@ type ghost struct {
 	// it must take the page over (no owner until then is no violation).
 	failingOver bool
 	lastDesc    string
+	// staged: the content a backup took the page over with, at a version
+	// a failed owner's staged write made (its log entry stagedWrite); the
+	// write's requester may be answered from the record that came with the
+	// backup's copy.
+	staged map[gva.Version][]byte
 }
 
 type history struct {
@@ -191,6 +196,13 @@ func (c *checker) acked(key gva.GVA, v gva.Version, off int, data []byte) {
 	if g == nil {
 		return
 	}
+	if h, ok := g.log[v]; ok && h == stagedWrite && off+len(data) <= gva.PageSize && bytes.Equal(g.staged[v][off:off+len(data)], data) {
+		// The staged write a backup took over with, answered from its
+		// record: it is the one write that made this version.
+		g.log[v] = writeHash(off, data)
+		delete(g.staged, v)
+		return
+	}
 	if h, ok := g.log[v]; !ok || h != writeHash(off, data) {
 		c.violate("page %v: acknowledged write of %d bytes at %d as version %d is not what the owner applied", key, len(data), off, v)
 	}
@@ -273,13 +285,19 @@ func (c *checker) Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content 
 		copy(g.content[:], content)
 		g.version = v
 		g.log[v] = stagedWrite
+		if g.staged == nil {
+			g.staged = map[gva.Version][]byte{}
+		}
+		g.staged[v] = bytes.Clone(content)
 	default:
 		c.violate("page %v: node %v took the page over at version %d, only %d were applied", key, self, v, g.version)
 	}
 }
 
 // stagedWrite marks in a ghost's log a version a backup took over from a
-// failed owner's staged write: no acknowledgement can name it.
+// failed owner's staged write: only an acknowledgement the new owner made
+// from the write's reply record, which came with its copy, can name it
+// (its bytes are the copy's at the write's place).
 const stagedWrite = ^uint64(0)
 
 func (c *checker) lostCount() int {
