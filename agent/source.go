@@ -127,6 +127,18 @@ func (s source) Stats() ctl.Stats {
 			add("coherence_refused", es.Refused)            // other nodes' requests refused by the pages' attributes
 			add("coherence_refused_local", es.RefusedLocal) // this node's requests refused by the attributes it holds
 			add("coherence_attr_unknown", es.AttrUnknown)   // requests held back while the attributes were asked for
+			// lost requests (coherence/resend.go): writes and atomics sent
+			// again, copies the owner recognised, answers from its reply
+			// records, "outcome unknown" answers, records that came with a
+			// page, and requests dropped past their requester's bound
+			add("coherence_resends", es.Resends)
+			add("coherence_duplicates", es.Duplicates)
+			add("coherence_replies_again", es.RepliesAgain)
+			add("coherence_resends_unknown", es.ResendsUnknown)
+			add("coherence_replies_forgotten", es.RepliesForgotten)
+			add("coherence_replies_carried", es.RepliesCarried)
+			add("coherence_resent_to_new_owner", es.ReplResentInFlight)
+			add("coherence_expired", es.Expired)
 		}
 	})
 	return st
