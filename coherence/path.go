@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"encoding/binary"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -586,6 +587,16 @@ func (e *Engine) seen(key gva.GVA, v gva.Version) {
 	}
 }
 
+// mayHaveApplied reports whether r is a write or atomic a copy of which may
+// have been applied without its answer reaching here.
+func (e *Engine) mayHaveApplied(r *request) bool {
+	switch r.hr.Op {
+	case HostStore, HostCAS, HostFetchAdd:
+		return r.live > 0 || r.orphaned
+	}
+	return false
+}
+
 // requestFailed handles an error answer: retryable ones are retried until
 // the request's bound, others complete the request.
 func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errno) {
@@ -610,6 +621,18 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 		// theirs (a re-sent ref carries their own credentials).
 		e.completeErr(now, r, errno, "refused by the node that serves the page")
 	default:
+		if e.mayHaveApplied(r) {
+			// A copy of this write or atomic may have been applied (one
+			// is unanswered, or went to an owner that failed): an error
+			// from the copy that failed says nothing of it. Wait for the
+			// unanswered one until the bound, or end "outcome unknown".
+			if r.live > 0 {
+				r.unknown = true
+				return
+			}
+			e.completeErr(now, r, syscall.ETIMEDOUT, fmt.Sprintf("%v after a copy went to an owner that failed: outcome unknown", errno))
+			return
+		}
 		if r.hr.Op == HostRef || r.hr.Op == HostLoad {
 			// The page itself is gone: every waiter of it learns so.
 			if pg := e.pages[r.key]; pg != nil {

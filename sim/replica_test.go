@@ -46,6 +46,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 	split := Config{Nodes: 15, Topo: "smallworld", Faults: FaultPartition}
 	splitAll := Config{Nodes: 15, Topo: "smallworld", Faults: FaultsAll}
 	lineAll := Config{Nodes: 13, Topo: "line", Faults: FaultsAll} // flaps and a crash split a line again and again
+	realAll := Config{Nodes: 16, Topo: "smallworld", Faults: FaultsAll}
 	for _, c := range []struct {
 		cfg      Config
 		seed     uint64
@@ -86,6 +87,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{split, 160, 3, "a stand-in in the minority took the page over at the handover's version after the heir gave the page up to a takeover in the majority (acknowledged writes lost)"},
 		{splitAll, 93, 2, "an owner in the minority, cut off from the news of the split by a node of the minority that crashed, still saw the whole fabric when its backup took the page over (routing a dead interval late: SplitGrace now covers it)"},
 		{lineAll, 141, 2, "a heir in one majority gave up its stand-ins, cut off, and committed without them; fenced in a minority since, its stand-ins in a later majority without the page's home (cut off with the heir) took the page over from their stale copies (acknowledged writes lost)"},
+		{realAll, 666, 1, "a CAS applied by an owner that crashed before its answer came back ended with ESTALE (certainly not applied) when its re-sent copy met the restarted home: a later fetch-add saw its effect"},
 		{splitAll, 73, 3, "a backup in the minority when its owner crashed took the page over after the join from its stale copy: the majority had taken it over and handed it on, and the home, in the minority too, had not heard of it (acknowledged writes lost)"},
 	} {
 		cfg := c.cfg
