@@ -111,12 +111,15 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		if target != 0 {
 			// Directed here as the owner, but the page is not here.
 			if target != e.inc {
-				if e.replicated() {
+				if e.replicated() && e.now-e.born < e.takeoverWait() {
 					// The owner restarted: a backup takes the page over
 					// and tells the home, whose redirect then finds it.
 					return 0, 0, 0, syscall.EAGAIN
 				}
-				return 0, 0, 0, syscall.EHOSTDOWN // the owner restarted: the page is lost
+				// The owner restarted, and no backup took the page over
+				// in the time a takeover takes (the page was lost in a
+				// swap whose other side failed, say): it is lost.
+				return 0, 0, 0, syscall.EHOSTDOWN
 			}
 			c := e.handed[key]
 			if c == nil {
@@ -585,6 +588,13 @@ func (e *Engine) seen(key gva.GVA, v gva.Version) {
 	if pg := e.pages[key]; pg != nil && v > pg.seen {
 		pg.seen = v
 	}
+}
+
+// takeoverWait bounds how long after this node restarted a backup takes
+// over a page it owned before: the failover's and the split rule's grace
+// and a request's bound, twice over.
+func (e *Engine) takeoverWait() time.Duration {
+	return 2 * (e.cfg.FailoverGrace + e.cfg.SplitGrace + e.cfg.RequestTimeout)
 }
 
 // mayHaveApplied reports whether r is a write or atomic a copy of which may
