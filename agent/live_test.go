@@ -188,22 +188,44 @@ func ctxT(tb testing.TB, d time.Duration) context.Context {
 // counter reads one counter of dpuctl stats from a node.
 func counter(t *testing.T, nd *liveNode, name string) uint64 {
 	t.Helper()
-	c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
-	if err != nil {
-		t.Fatal(err)
+	n, ok := statCounter(t, nd.runDir, name)
+	if !ok {
+		t.Fatalf("no counter %s in node %s's stats", name, nd.runDir)
 	}
-	defer c.Close()
+	return n
+}
+
+// dialCtl connects to the control socket of the agent whose run directory
+// is runDir; the connection and the context (a 5 s bound for its calls)
+// end at cleanup.
+func dialCtl(tb testing.TB, runDir string) (*ctl.Client, context.Context) {
+	tb.Helper()
+	c, err := ctl.Dial(filepath.Join(runDir, "ctl.sock"))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	tb.Cleanup(func() {
+		cancel()
+		c.Close()
+	})
+	return c, ctx
+}
+
+// statCounter reads one counter of dpuctl stats from the agent whose run
+// directory is runDir; false when the agent has no such counter (an agent
+// built from an older revision, DPU_AGENT_BIN).
+func statCounter(tb testing.TB, runDir, name string) (uint64, bool) {
+	tb.Helper()
+	c, ctx := dialCtl(tb, runDir)
 	st, err := c.Stats(ctx)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, k := range st.Counters {
 		if k.Name == name {
-			return k.Value
+			return k.Value, true
 		}
 	}
-	t.Fatalf("no counter %s in %+v", name, st.Counters)
-	return 0
+	return 0, false
 }

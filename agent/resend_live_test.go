@@ -116,13 +116,7 @@ func between(tb testing.TB, wires []*cable, a, b noc.NodeID) *cable {
 // nextHop asks node nd which neighbour it routes toward dst by.
 func nextHop(tb testing.TB, nd *liveNode, dst noc.NodeID) noc.NodeID {
 	tb.Helper()
-	c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	c, ctx := dialCtl(tb, nd.runDir)
 	rs, err := c.Routes(ctx)
 	if err != nil {
 		tb.Fatal(err)

@@ -3,15 +3,11 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/aitherion/dpu/ctl"
 )
 
 // The agent processes each benchmark started (startAgentProc), for
@@ -81,28 +77,4 @@ func reportSwitches(b *testing.B, agents, client, n uint64) {
 	}
 	b.ReportMetric(float64(agents)/float64(n), "agent-switches/op")
 	b.ReportMetric(float64(client)/float64(n), "client+echo-switches/op")
-}
-
-// statCounter reads one counter of dpuctl stats from the agent whose run
-// directory is runDir; false when the agent has no such counter (an agent
-// built from an older revision, DPU_AGENT_BIN).
-func statCounter(b *testing.B, runDir, name string) (uint64, bool) {
-	b.Helper()
-	c, err := ctl.Dial(filepath.Join(runDir, "ctl.sock"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := c.Stats(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, k := range st.Counters {
-		if k.Name == name {
-			return k.Value, true
-		}
-	}
-	return 0, false
 }
