@@ -42,6 +42,9 @@ type Batch struct {
 	Len   []int // per message: bytes received
 	OOBN  []int // per message: control bytes received
 	Flags []int // per message: MSG_TRUNC, MSG_CTRUNC, ...
+
+	ready  bool             // Ready's answer, set by poll
+	pollFn func(fd uintptr) // poll, allocated once (Ready runs in spin loops)
 }
 
 // NewBatch returns a Batch of n message slots for uc; the caller fills
@@ -51,21 +54,25 @@ func NewBatch(uc Conn, n int) (*Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Batch{rc: rc, Bufs: make([][]byte, n), OOB: make([][]byte, n), hdrs: make([]mmsghdr, n),
-		iovs: make([]unix.Iovec, n), Len: make([]int, n), OOBN: make([]int, n), Flags: make([]int, n)}, nil
+	b := &Batch{rc: rc, Bufs: make([][]byte, n), OOB: make([][]byte, n), hdrs: make([]mmsghdr, n),
+		iovs: make([]unix.Iovec, n), Len: make([]int, n), OOBN: make([]int, n), Flags: make([]int, n)}
+	b.pollFn = b.poll
+	return b, nil
 }
 
 // Ready reports whether a message (or the peer's close) waits to be read,
 // without waiting (ppoll(2) with a zero timeout).
 func (b *Batch) Ready() bool {
-	ready := false
-	_ = b.rc.Control(func(fd uintptr) {
-		pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		var zero unix.Timespec
-		n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
-		ready = e == 0 && n > 0
-	})
-	return ready
+	b.ready = false
+	_ = b.rc.Control(b.pollFn)
+	return b.ready
+}
+
+func (b *Batch) poll(fd uintptr) {
+	pfd := unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	var zero unix.Timespec
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+	b.ready = e == 0 && n > 0
 }
 
 // ErrEOF is returned by Read when the peer closed the connection.

@@ -270,3 +270,16 @@ func TestBatchReady(t *testing.T) {
 		t.Fatal("not ready after the peer closed")
 	}
 }
+
+// TestBatchReadyAllocatesNothing: Ready runs in the loops of a reader
+// that waits for its answers.
+func TestBatchReadyAllocatesNothing(t *testing.T) {
+	a, _ := pair(t)
+	batch, err := NewBatch(a, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { batch.Ready() }); n != 0 {
+		t.Fatalf("Ready allocates %v times per call", n)
+	}
+}
