@@ -41,6 +41,12 @@ func (o HostOp) String() string {
 	return fmt.Sprintf("hostop(%d)", uint8(o))
 }
 
+// writes reports whether o is a write or an atomic: a request the owner
+// applies, sent (and re-sent) as its own frame (hostWrite, resend.go).
+func (o HostOp) writes() bool {
+	return o == HostStore || o == HostCAS || o == HostFetchAdd
+}
+
 // Request is one host request. GVA carries the byte offset for loads,
 // stores and atomics (8-byte aligned for atomics).
 type Request struct {

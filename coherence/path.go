@@ -600,11 +600,7 @@ func (e *Engine) takeoverWait() time.Duration {
 // mayHaveApplied reports whether r is a write or atomic a copy of which may
 // have been applied without its answer reaching here.
 func (e *Engine) mayHaveApplied(r *request) bool {
-	switch r.hr.Op {
-	case HostStore, HostCAS, HostFetchAdd:
-		return r.live > 0 || r.orphaned
-	}
-	return false
+	return r.hr.Op.writes() && (r.live > 0 || r.orphaned)
 }
 
 // requestFailed handles an error answer: retryable ones are retried until

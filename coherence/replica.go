@@ -1734,11 +1734,8 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 func (e *Engine) failInFlight(now time.Duration, key gva.GVA) {
 	var ids []uint64
 	for id, r := range e.reqs {
-		switch r.hr.Op {
-		case HostStore, HostCAS, HostFetchAdd:
-			if r.key == key && !r.waiting {
-				ids = append(ids, id)
-			}
+		if r.hr.Op.writes() && r.key == key && !r.waiting {
+			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)

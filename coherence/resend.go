@@ -236,12 +236,7 @@ func (e *Engine) repHolds(pg *page, k opKey) bool {
 // resendable: r is a write or atomic that left this node (or may have)
 // and may be sent again.
 func (e *Engine) resendable(now time.Duration, r *request) bool {
-	switch r.hr.Op {
-	case HostStore, HostCAS, HostFetchAdd:
-	default:
-		return false
-	}
-	return r.live > 0 && !r.unknown && now-r.start < e.cfg.RequestTimeout
+	return r.hr.Op.writes() && r.live > 0 && !r.unknown && now-r.start < e.cfg.RequestTimeout
 }
 
 // routesChanged re-sends at once the writes and atomics in flight that
