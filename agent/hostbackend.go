@@ -220,8 +220,8 @@ var (
 // blocking loop keeps its least-CPU promise, and the polling loop is
 // already looking.
 func (b *hostBackend) Await(pending func() bool) {
-	if b.a.cfg.Loop == LoopAdaptive && pending() {
-		b.a.awaitAnswers(pending, b.a.cfg.Spin)
+	if b.a.cfg.Loop == LoopAdaptive {
+		b.a.awaitAnswers(pending, b.a.cfg.Spin) // it asks pending first
 	}
 }
 

@@ -179,9 +179,9 @@ func (a *Agent) drain(now time.Duration, ports bool) (work, ringWork, portWork b
 // set) and what reader goroutines queued, runs the due timers, then writes
 // the step's output and hands its host completions over. It reports
 // whether it found work, whether the ports brought some, and how many host
-// completions it handed over. The loop
-// calls it, and so does a socket's reader that waits for its requests'
-// answers (awaitAnswers); the rings are the loop's alone (drain).
+// completions it handed over. The loop calls it, and so does a socket's
+// reader that waits for its requests' answers (awaitAnswers); the rings
+// are the loop's alone (drain).
 func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answered int) {
 	a.mu.Lock()
 	now = max(now, a.stepAt) // another goroutine's step may have run since the reading
@@ -242,9 +242,7 @@ func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answer
 		now = a.settleLocked(now)
 	}
 	done := a.endStepLocked(now)
-	if a.armed >= 0 {
-		a.rearmLocked(now) // another goroutine's step, the loop parked
-	}
+	a.rearmLocked(now) // another goroutine's step, the loop parked
 	a.mu.Unlock()
 	a.writeTx()
 	a.deliver(done)
@@ -408,24 +406,26 @@ func (a *Agent) onCore(fn func(c *node.Core, now time.Duration)) {
 	fn(a.core, now)
 	now = a.settleLocked(now)
 	done := a.endStepLocked(now)
-	if a.armed >= 0 {
-		// A parked loop is not woken to spin for the answers of what this
-		// step sent: the wake-up costs as much as the answer's own, and a
-		// second busy thread slows the neighbour that must answer on a
-		// machine with few cores. The loop spins after work it did itself
-		// (ring requests, port input), where no wake-up is involved; a
-		// socket's reader may wait for its own answers (awaitAnswers).
-		a.rearmLocked(now)
-	}
+	// A parked loop is not woken to spin for the answers of what this step
+	// sent: the wake-up costs as much as the answer's own, and a second
+	// busy thread slows the neighbour that must answer on a machine with
+	// few cores. The loop spins after work it did itself (ring requests,
+	// port input), where no wake-up is involved; a socket's reader may wait
+	// for its own answers (awaitAnswers).
+	a.rearmLocked(now)
 	a.mu.Unlock()
 	a.writeTx()
 	a.deliver(done)
 }
 
 // rearmLocked brings the parked loop's timer forward when a step of
-// another goroutine moved the core's next deadline before it (under a.mu,
-// the loop parked): no wake-up now, the timer fires on time.
+// another goroutine moved the core's next deadline before it (under a.mu):
+// no wake-up now, the timer fires on time. A running loop (armed -1) looks
+// at the deadline itself.
 func (a *Agent) rearmLocked(now time.Duration) {
+	if a.armed < 0 {
+		return
+	}
 	if next := a.core.NextDeadline(); next < a.armed {
 		a.armed = next
 		if err := a.w.setTimer(next, now); err != nil {
