@@ -187,7 +187,9 @@ func TestWhereAndSnapshots(t *testing.T) {
 	}
 	x.ok(2, Request{Op: HostRef, GVA: p})
 	loc := x.ok(2, Request{Op: HostWhere, GVA: p}).Where
-	if loc.Owner != 0 || loc.Hops != 2 || loc.Tier.String() != "local" {
+	// The primary's distance: whether a process maps a valid replica
+	// (tier local) is the host interface's to say.
+	if loc.Owner != 0 || loc.Hops != 2 || loc.Tier.String() != "remote" {
 		t.Fatalf("where at a mapped replica: %+v", loc)
 	}
 	x.ok(1, Request{Op: HostRef, GVA: p})

@@ -453,16 +453,17 @@ func (e *Engine) free(now time.Duration, r *request) {
 	e.processAnswers(now)
 }
 
-// where reports the location tier of a page.
+// where reports where a page's primary lives as seen from this node: on
+// this machine (owned here) or hops DPU hops away. Whether the asking
+// process maps a valid replica (gva.TierLocal) is the host interface's to
+// say: it knows the process's mappings, the engine only the node's refs,
+// which include the refs a lock or acquisition takes for itself.
 func (e *Engine) where(now time.Duration, r *request) {
 	pg := e.pages[r.key]
 	loc := Location{Speed: e.store.Speed(r.key), Owner: noc.BroadcastNode}
 	switch {
 	case pg != nil && pg.owner:
 		loc.Tier, loc.Owner = gva.TierMachine, e.self
-		if pg.maps > 0 {
-			loc.Tier = gva.TierLocal
-		}
 	default:
 		owner := e.guessOwner(r.key)
 		loc.Owner = owner
@@ -472,9 +473,6 @@ func (e *Engine) where(now time.Duration, r *request) {
 			return
 		}
 		loc.Hops, loc.Tier = hops, gva.TierForHops(hops)
-		if pg != nil && pg.maps > 0 && e.replicaValid(pg) {
-			loc.Tier = gva.TierLocal
-		}
 	}
 	// The version: the page's own where it is held here, else the newest
 	// this node's path cache has seen (the owner may be ahead of it).

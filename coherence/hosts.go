@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -372,6 +373,22 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			return
 		}
 		h.finish(now, r, Completion{Attr: a})
+	case HostWhere:
+		// Where answers only for a page that exists: one held here, one
+		// allocated here, else its home says (ENOENT, ESTALE) before the
+		// engine is asked for the owner's distance.
+		_, ok := h.attrs[key]
+		switch {
+		case ok || h.e.pages[key] != nil:
+			r.stage = stSecond
+			h.step(now, r, hr.engineCopy())
+		case hr.GVA.Machine() == gva.MachineIndex(h.e.self) && h.e.staleAtHome(key):
+			h.fail(now, r, syscall.ESTALE, "where: a page of an earlier run of this node")
+		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
+			h.fail(now, r, syscall.ENOENT, "where: no such page")
+		default:
+			h.step(now, r, Request{Op: HostStat, GVA: key})
+		}
 	case HostRef:
 		r.s.refs[key]++ // held from now; the request gives it back if it fails or was abandoned
 		r.owe(true, false)
@@ -521,7 +538,7 @@ func (h *Hosts) leaveQueue(now time.Duration, r *hostReq) {
 // default case).
 func oneStep(op HostOp) bool {
 	switch op {
-	case HostStore, HostCAS, HostFetchAdd, HostWhere:
+	case HostStore, HostCAS, HostFetchAdd:
 		return true
 	}
 	return false
@@ -710,6 +727,17 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 			delete(h.attrs, pageAt(key, i))
 		}
 		h.finish(now, r, Completion{Err: r.err})
+	case HostWhere:
+		if r.stage == stFirst {
+			if errno != 0 {
+				h.fail(now, r, errno, "where: "+errMsg(c.Err))
+				return
+			}
+			r.stage = stSecond
+			h.step(now, r, hr.engineCopy())
+			return
+		}
+		h.finish(now, r, c)
 	case HostRef:
 		if r.stage == stFirst {
 			if errno != 0 {
@@ -1032,4 +1060,17 @@ func (t *hostTimers) Pop() any {
 	x.idx = -1
 	*t = old[:len(old)-1]
 	return x
+}
+
+// errMsg is the text of an engine error without its op and page (the
+// request that reports it names them).
+func errMsg(err error) string {
+	var he *HostError
+	if errors.As(err, &he) {
+		if he.Msg != "" {
+			return he.Msg
+		}
+		return he.Errno.Error()
+	}
+	return err.Error()
 }

@@ -1,0 +1,71 @@
+package coherence
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/gva"
+)
+
+// TestHostsWhereFollowsTheOwner: after a lock moved the page from node 0
+// to node 1, where on node 0 says the owner is one hop away (neighbour),
+// also while node 0's own lock claim still holds its ref of the page (a
+// lock of node 1 that timed out while node 0 held it keeps node 0's unlock
+// waiting on the arbiter a while). The engine's refs are not a process's
+// mapping: only the host interface, which knows the mappings, says local.
+func TestHostsWhereFollowsTheOwner(t *testing.T) {
+	x := newHostFab(t, 2)
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
+	x.ok(0, Request{Op: HostStore, GVA: g, Data: []byte{41, 0, 0, 0, 0, 0, 0, 0}})
+	if c := x.ok(0, Request{Op: HostWhere, GVA: g}); c.Where.Tier != gva.TierMachine || c.Where.Hops != 0 || c.Where.Owner != 0 {
+		t.Fatalf("where on the allocating owner: %+v", c.Where)
+	}
+	x.ok(0, Request{Op: HostLock, GVA: g, Timeout: time.Second})
+	if c := x.do(1, Request{Op: HostLock, GVA: g, Timeout: 20 * time.Millisecond}); errno(c) != syscall.ETIMEDOUT {
+		t.Fatalf("lock on node 1 while node 0 holds it: %v, want ETIMEDOUT", c.Err)
+	}
+	x.ok(0, Request{Op: HostUnlock, GVA: g})
+	x.ok(1, Request{Op: HostLock, GVA: g, Timeout: 5 * time.Second})
+	x.ok(1, Request{Op: HostStore, GVA: g, Data: []byte{42, 0, 0, 0, 0, 0, 0, 0}})
+	if c := x.ok(1, Request{Op: HostWhere, GVA: g}); c.Where.Tier != gva.TierMachine || c.Where.Hops != 0 || c.Where.Owner != 1 {
+		t.Errorf("where on node 1 holding the lock: %+v", c.Where)
+	}
+	if c := x.ok(0, Request{Op: HostWhere, GVA: g}); c.Where.Tier != gva.TierNeighbour || c.Where.Hops != 1 || c.Where.Owner != 1 {
+		t.Errorf("where on node 0 after the move: %+v", c.Where)
+	}
+}
+
+// TestHostsWhereOfNoPage: where of an address nobody allocated, of a freed
+// page and of a page of an earlier run of its home fails (ENOENT, ESTALE)
+// on the home and one hop from it, instead of naming a made-up owner.
+func TestHostsWhereOfNoPage(t *testing.T) {
+	x := newHostFabTuned(t, 2, func(c *Config) { c.AllocEpoch = 2 })
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
+	never := pageAt(g, 5)
+	old := gva.New(g.Machine(), gva.PageNumber(uint64(1)<<counterBits|3), 0, 0) // allocation epoch 1
+	if AllocEpochOf(old) != 1 || AllocEpochOf(g) != 2 {
+		t.Fatalf("epochs: %d %d", AllocEpochOf(old), AllocEpochOf(g))
+	}
+	// Past the home's grace after its start (until then it cannot tell
+	// an earlier run's page from one whose owner has not told it yet).
+	x.f.Run(2*x.h[0].e.cfg.HomeRefresh + time.Second)
+	for _, n := range []int{0, 1} {
+		if c := x.do(n, Request{Op: HostWhere, GVA: never}); errno(c) != syscall.ENOENT {
+			t.Errorf("node %d: where of a page never allocated: %+v %v, want ENOENT", n, c.Where, c.Err)
+		}
+		if c := x.do(n, Request{Op: HostWhere, GVA: old}); errno(c) != syscall.ESTALE {
+			t.Errorf("node %d: where of a page of an earlier run: %+v %v, want ESTALE", n, c.Where, c.Err)
+		}
+		if c := x.ok(n, Request{Op: HostWhere, GVA: g}); c.Where.Owner != 0 {
+			t.Errorf("node %d: where of the page: %+v", n, c.Where)
+		}
+	}
+	x.ok(0, Request{Op: HostFree, GVA: g})
+	x.f.Run(50 * time.Millisecond)
+	for _, n := range []int{0, 1} {
+		if c := x.do(n, Request{Op: HostWhere, GVA: g}); errno(c) != syscall.ENOENT {
+			t.Errorf("node %d: where of a freed page: %+v %v, want ENOENT", n, c.Where, c.Err)
+		}
+	}
+}
