@@ -158,6 +158,7 @@ type hostReq struct {
 	owesRef  bool          // counted in its session's owedRefs until it finishes
 	owesAcq  bool          // counted in its session's owedAcq until it finishes
 	waiting  bool          // a Lock in its page's nodeLock waiters
+	reclaim  []reclaimed   // Free: the pages of its extent it takes back first
 	// bound is the timer of the request's bound, in the session layer's
 	// timer heap from Submit until it fires or the request finishes (a
 	// finished request takes it out: the heap holds only live timers).
@@ -354,8 +355,23 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 				return
 			}
 		}
+		// Pages of the extent that moved away (a lock or an acquire
+		// elsewhere) are taken back first: the allocator frees what it
+		// allocated, wherever its pages went.
+		r.reclaim = r.reclaim[:0]
 		for i := range n {
-			h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)})
+			if pg := h.e.pages[pageAt(key, i)]; pg == nil || !pg.owner {
+				r.reclaim = append(r.reclaim, reclaimed{key: pageAt(key, i)})
+			}
+		}
+		if len(r.reclaim) == 0 {
+			h.freeExtent(now, r, key, n)
+			return
+		}
+		for _, p := range r.reclaim {
+			r.s.refs[p.key]++ // the request's own: given back when it ends (owedRefs)
+			r.s.owedRefs[p.key]++
+			h.step(now, r, Request{Op: HostRef, GVA: p.key})
 		}
 	case HostStat:
 		a, ok := h.attrs[key]
@@ -715,18 +731,7 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 		}
 		h.allocDone(now, r)
 	case HostFree:
-		if errno != 0 && r.err == nil {
-			r.err = c.Err
-		}
-		if r.pending > 0 {
-			return
-		}
-		n := h.extents[key]
-		delete(h.extents, key)
-		for i := range n {
-			delete(h.attrs, pageAt(key, i))
-		}
-		h.finish(now, r, Completion{Err: r.err})
+		h.freeStep(now, r, c)
 	case HostWhere:
 		if r.stage == stFirst {
 			if errno != 0 {
@@ -1060,6 +1065,87 @@ func (t *hostTimers) Pop() any {
 	x.idx = -1
 	*t = old[:len(old)-1]
 	return x
+}
+
+// reclaimed is a page of an extent being freed that was owned elsewhere:
+// the Free takes a ref of it, then ownership, then frees it.
+type reclaimed struct {
+	key  gva.GVA
+	refd bool // its ref is held (the engine's HostRef succeeded)
+}
+
+// freeExtent frees the n pages of the extent at key, all owned here.
+func (h *Hosts) freeExtent(now time.Duration, r *hostReq, key gva.GVA, n int) {
+	r.stage = stThird
+	for i := range n {
+		h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)})
+	}
+}
+
+// freeStep moves a Free on after one of its engine requests completed:
+// stFirst the refs of the pages it takes back, stSecond their acquires,
+// stThird the frees. A stage ends when all its requests did; a failure
+// ends the Free with what it took given back.
+func (h *Hosts) freeStep(now time.Duration, r *hostReq, c Completion) {
+	key := r.hr.GVA.Key()
+	errno := c.Errno()
+	p := r.reclaimOf(c.GVA.Key())
+	switch {
+	case errno == 0 && r.stage == stFirst && p != nil:
+		p.refd = true
+	case errno != 0 && r.stage == stSecond && p != nil && retryable(errno) && now+claimPause < r.deadline && !r.abandon:
+		// Locked or being handed over elsewhere: asked again within the bound.
+		h.retryLater(now, r, Request{Op: HostAcquire, GVA: p.key, Holder: r.s.holder()})
+		return
+	case errno != 0 && r.err == nil:
+		r.err = &HostError{Op: HostFree, GVA: r.hr.GVA, Errno: errno,
+			Msg: fmt.Sprintf("page %v: %s", c.GVA.Key(), errMsg(c.Err))}
+	}
+	if r.pending > 0 {
+		return
+	}
+	n := h.extents[key]
+	switch {
+	case r.stage == stFirst && r.err == nil:
+		r.stage = stSecond
+		for _, p := range r.reclaim {
+			h.step(now, r, Request{Op: HostAcquire, GVA: p.key, Holder: r.s.holder()})
+		}
+		return
+	case r.stage == stSecond && r.err == nil:
+		h.freeExtent(now, r, key, n)
+		return
+	case r.stage == stThird:
+		delete(h.extents, key)
+		for i := range n {
+			delete(h.attrs, pageAt(key, i))
+		}
+	}
+	// The pages taken back: freed ones are gone with their refs; the
+	// refs of the others go back.
+	for _, p := range r.reclaim {
+		countDown(r.s.owedRefs, p.key)
+		switch {
+		case !p.refd:
+			r.s.unrefCount(p.key)
+		case h.e.pages[p.key] == nil:
+			r.s.unrefCount(p.key)
+		default:
+			h.startDrop(now, r.s, p.key)
+		}
+	}
+	r.reclaim = r.reclaim[:0]
+	h.finish(now, r, Completion{Err: r.err})
+}
+
+// reclaimOf is the page taken back by r at key, if it is one.
+func (r *hostReq) reclaimOf(key gva.GVA) *reclaimed {
+	for i := range r.reclaim {
+		if r.reclaim[i].key == key {
+			return &r.reclaim[i]
+		}
+	}
+	return nil
 }
 
 // errMsg is the text of an engine error without its op and page (the

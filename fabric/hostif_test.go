@@ -132,6 +132,33 @@ func TestCrossNodeLock(t *testing.T) {
 	if v, err := c0.Load64(ctx, g); err != nil || v != 42 {
 		t.Errorf("load on node 0 after node 1's write: %d %v, want 42", v, err)
 	}
+	// The allocator frees the page where it went; its quota comes back.
+	if err := c1.Free(ctx, g); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("free on node 1, which did not allocate the page: %v, want ENOENT", err)
+	}
+	if err := c0.Free(ctx, g); err != nil {
+		t.Fatalf("free on node 0 of its page owned by node 1: %v", err)
+	}
+	if _, err := c1.Load64(ctx, g); err == nil {
+		t.Error("node 1 reads the freed page")
+	}
+	if _, err := c0.Where(ctx, g); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("where on node 0 of the freed page: %v, want ENOENT", err)
+	}
+	cc, err := ctl.Dial(st.Agents[0].Ctl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	qs, err := ctl.Quotas(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if !q.Default && q.PagesUsed != 0 {
+			t.Errorf("node 0 still counts %d pages for uid %d after the free", q.PagesUsed, q.UID)
+		}
+	}
 }
 
 // lockHolder is a dpuctl process holding a page's lock while its command
