@@ -369,10 +369,34 @@ func TestGoMmapTwoNodes(t *testing.T) {
 			t.Fatalf("step %d: %v", s, err)
 		}
 	}
+	// Under the lock every node reads the last unlock's counter. A plain
+	// load is the path-cache protocol's, weakly ordered: the other node's
+	// replica may lag its last unlock a moment, and converges to it.
+	counter := gva.GVA{Hi: g.Hi, Lo: g.Lo + 8}
 	for i, c := range cs {
-		v, err := c.Load64(ctx, gva.GVA{Hi: g.Hi, Lo: g.Lo + 8})
+		if err := c.Lock(ctx, g, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Load64(ctx, counter)
 		if err != nil || v != steps {
-			t.Fatalf("counter through node %d: %d, %v", i, v, err)
+			t.Fatalf("counter through node %d under its lock: %d, %v", i, v, err)
+		}
+		if err := c.Unlock(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range cs {
+		var v uint64
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			v, err = c.Load64(ctx, counter)
+			if err == nil && v == steps || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err != nil || v != steps {
+			t.Fatalf("counter through node %d did not converge: %d, %v", i, v, err)
 		}
 	}
 	for i, a := range as {
