@@ -179,13 +179,13 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 		return syscall.EINVAL
 	}
 	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand,
-		Cred: coherence.Cred(call.Cred), Try: call.Try}
+		Cred: call.Cred, Try: call.Try}
 	switch call.Verb {
 	case hostif.VerbAlloc:
 		if call.Pages <= 0 {
 			return syscall.EINVAL
 		}
-		r.Pages, r.Attr = call.Pages, coherence.Attr{UID: call.Attr.UID, GID: call.Attr.GID, Mode: call.Attr.Mode}
+		r.Pages, r.Attr = call.Pages, call.Attr
 	case hostif.VerbLoad:
 		r.Len = len(call.Data)
 	case hostif.VerbStore:
@@ -196,7 +196,7 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 	case hostif.VerbAlloc:
 		call.GVA = c.GVA
 	case hostif.VerbStat:
-		call.Attr = hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}
+		call.Attr = c.Attr
 	case hostif.VerbRef, hostif.VerbLoad:
 		copy(call.Data, c.Data)
 	case hostif.VerbWhere:
@@ -251,7 +251,7 @@ func (b *hostBackend) Submit(ops []hostif.Op) {
 		op := &ops[i]
 		r := coherence.Request{ID: pipelined | op.Token, Op: hostOps[op.Verb], GVA: op.GVA, Len: op.Len, Data: op.Data,
 			Expected: op.Expected, Operand: op.Operand, Pages: op.Pages, Try: op.Try, Timeout: op.Timeout,
-			Attr: coherence.Attr{UID: op.Attr.UID, GID: op.Attr.GID, Mode: op.Attr.Mode}, Cred: coherence.Cred(op.Cred)}
+			Attr: op.Attr, Cred: op.Cred}
 		rs = append(rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
 	}
 	b.a.onCore(func(c *node.Core, now time.Duration) {
@@ -294,7 +294,7 @@ func (b *hostBackend) deliver(ds []hostif.Done) {
 
 func doneOf(token uint64, c *coherence.Completion) hostif.Done {
 	d := hostif.Done{Token: token, Err: c.Err, GVA: c.GVA, Version: c.Version, Value: c.Value,
-		Attr: hostif.Attr{UID: c.Attr.UID, GID: c.Attr.GID, Mode: c.Attr.Mode}}
+		Attr: c.Attr}
 	if c.Data != nil {
 		d.Data = append([]byte(nil), c.Data...)
 	}

@@ -55,44 +55,20 @@ const MaxCredGroups = 16
 // credHead is the fixed part of encoded credentials.
 const credHead = 4 + 4 + 1
 
-// Cred identifies the user a host request is made for. The zero Cred is
-// root (uid 0), which every check allows.
-type Cred struct {
-	UID, GID uint32
-	Groups   []uint32 // supplementary groups; the first MaxCredGroups travel
-}
+// Cred identifies the user a host request is made for (gva's, where the
+// permission rule lives). The zero Cred is root (uid 0), which every check
+// allows; the first MaxCredGroups supplementary groups travel.
+type Cred = gva.Cred
 
 // Access bits of a page mode, per class.
 const (
-	AccessRead  uint32 = 4
-	AccessWrite uint32 = 2
+	AccessRead  = gva.AccessRead
+	AccessWrite = gva.AccessWrite
 )
 
-// Allows reports whether c may access a page with attributes a as need
-// (AccessRead, AccessWrite or both), by the file-mode rules: the owner
-// class if the uid matches, else the group class if the gid or a
-// supplementary group matches, else other. uid 0 may do anything.
-func Allows(a Attr, c Cred, need uint32) bool {
-	member := c.GID == a.GID
-	for _, g := range c.Groups {
-		member = member || g == a.GID
-	}
-	return allows(a, c.UID, member, need)
-}
-
-func allows(a Attr, uid uint32, member bool, need uint32) bool {
-	if uid == 0 {
-		return true
-	}
-	bits := a.Mode
-	switch {
-	case uid == a.UID:
-		bits >>= 6
-	case member:
-		bits >>= 3
-	}
-	return bits&need == need
-}
+// Allows reports whether c may access a page with attributes a as need,
+// by the product's one permission rule (gva.AllowsAs).
+func Allows(a Attr, c Cred, need uint32) bool { return gva.Allows(a, c, need) }
 
 // appendUpHead encodes the prefix and credentials that start every
 // up-going request.
@@ -147,7 +123,7 @@ func credAllows(a Attr, p []byte, need uint32) bool {
 	for i := prefixLen + credHead; i < end && !member; i += 4 {
 		member = binary.BigEndian.Uint32(p[i:]) == a.GID
 	}
-	return allows(a, uid, member, need)
+	return gva.AllowsAs(a, uid, member, need)
 }
 
 // credRoot reports whether up-going request p is made for uid 0.

@@ -71,3 +71,29 @@ func TestTiers(t *testing.T) {
 		t.Fatal("names")
 	}
 }
+
+// TestAllows: the file-mode rule, class by class, and root.
+func TestAllows(t *testing.T) {
+	a := Attr{UID: 10, GID: 20, Mode: 0o640}
+	for _, tc := range []struct {
+		c    Cred
+		need uint32
+		want bool
+	}{
+		{Cred{UID: 10, GID: 99}, AccessRead | AccessWrite, true},
+		{Cred{UID: 11, GID: 20}, AccessRead, true},
+		{Cred{UID: 11, GID: 20}, AccessWrite, false},
+		{Cred{UID: 11, GID: 99, Groups: []uint32{5, 20}}, AccessRead, true},
+		{Cred{UID: 11, GID: 99, Groups: []uint32{5}}, AccessRead, false},
+		{Cred{UID: 0, GID: 99}, AccessRead | AccessWrite, true},
+		// the owner class decides for the owner, even when other is wider
+		{Cred{UID: 10}, AccessRead, true},
+	} {
+		if got := Allows(a, tc.c, tc.need); got != tc.want {
+			t.Errorf("Allows(%+v, %+v, %d) = %v, want %v", a, tc.c, tc.need, got, tc.want)
+		}
+	}
+	if Allows(Attr{UID: 10, Mode: 0o007}, Cred{UID: 10}, AccessRead) {
+		t.Error("the owner got the other class's bits")
+	}
+}

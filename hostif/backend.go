@@ -173,16 +173,10 @@ const ServerSession Session = 0
 // The server sets it in every Call and pipelined Op that reads or writes
 // a page; the backend passes it on to the nodes that serve the request,
 // which check it against the page's attributes as the server did.
-type Cred struct {
-	UID, GID uint32
-	Groups   []uint32
-}
+type Cred = gva.Cred
 
 // Attr is the owner and permission of a page, fixed at Alloc.
-type Attr struct {
-	UID, GID uint32
-	Mode     uint32 // permission bits (0o777 mask): read 4, write 2
-}
+type Attr = gva.Attr
 
 // Location is where a page lives: tier, speed tier, hops to its owner, the
 // owner's machine index and the owner's current version.

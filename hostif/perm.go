@@ -15,8 +15,8 @@ import (
 
 // Access bits of a page mode, as in a file mode.
 const (
-	accessRead  = 4
-	accessWrite = 2
+	accessRead  = gva.AccessRead
+	accessWrite = gva.AccessWrite
 )
 
 // credentials identify the process at the other end of a connection, as the
@@ -71,29 +71,11 @@ func peerGroups(fd int) []uint32 {
 	return nil
 }
 
-// inGroup reports whether the credentials carry group gid.
-func (cr *credentials) inGroup(gid uint32) bool {
-	return cr.GID == gid || slices.Contains(cr.Groups, gid)
-}
-
 // allowed reports whether cr may access a page with attributes a as need
-// (accessRead, accessWrite or both), by the file-mode rules: the owner
-// class if the uid matches, else the group class if a group matches, else
-// other. uid 0 may do anything.
+// (accessRead, accessWrite or both), by the product's one permission rule
+// (gva.Allows).
 func (cr *credentials) allowed(a Attr, need uint32) bool {
-	if cr.UID == 0 {
-		return true
-	}
-	var bits uint32
-	switch {
-	case cr.UID == a.UID:
-		bits = a.Mode >> 6
-	case cr.inGroup(a.GID):
-		bits = a.Mode >> 3
-	default:
-		bits = a.Mode
-	}
-	return bits&need == need
+	return gva.Allows(a, gva.Cred{UID: cr.UID, GID: cr.GID, Groups: cr.Groups}, need)
 }
 
 // check fails with EACCES unless c may access page key as need. The

@@ -169,7 +169,4 @@ func (ev *Eviction) AppendNotices(dst []Notice) []Notice {
 
 // PageAttr is a page's owner and permission bits (0o777), fixed when the
 // page is allocated.
-type PageAttr struct {
-	UID, GID uint32
-	Mode     uint32 // permission bits: read 4, write 2 per class
-}
+type PageAttr = gva.Attr
