@@ -294,6 +294,15 @@ func (h *Hosts) Close(now time.Duration, id SessionID, rt noc.Routes) {
 	acqs := make([]int, len(acquired))
 	for i, key := range acquired {
 		acqs[i] = s.acquired[key] - s.owedAcq[key]
+		if acqs[i] < 0 {
+			h.e.broken(now, "session %d closes owing %d acquisitions of %v, holding %d", id, s.owedAcq[key], key, s.acquired[key])
+		}
+	}
+	for i, key := range refs {
+		if drops[i] < 0 {
+			h.e.broken(now, "session %d closes holding %d refs of %v, fewer than its claims and running requests take (%d owed, %d acquired, locked %v)",
+				id, s.refs[key], key, s.owedRefs[key], s.acquired[key], s.locked[key])
+		}
 	}
 	for _, key := range locked {
 		h.startRelease(now, s, HostUnlock, key)
@@ -315,6 +324,9 @@ func (h *Hosts) Close(now time.Duration, id SessionID, rt noc.Routes) {
 // reap forgets a closed session once it holds nothing.
 func (h *Hosts) reap(s *session) {
 	if s.closed && len(s.reqs) == 0 && len(s.refs) == 0 && len(s.acquired) == 0 && len(s.locked) == 0 {
+		if len(s.owedRefs) != 0 || len(s.owedAcq) != 0 {
+			h.e.broken(h.e.now, "session %d ends owing refs %v, acquisitions %v that it does not hold", s.id, s.owedRefs, s.owedAcq)
+		}
 		delete(h.sessions, s.id)
 	}
 }

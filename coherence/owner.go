@@ -255,6 +255,9 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) bool {
 // applyWrite applies a write at the owner: next version, then propagation
 // down every live branch.
 func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
+	if !pg.owner || off < 0 || off+len(data) > len(pg.content) {
+		e.broken(now, "write of %d bytes at %d applied to %v: owner=%v, %d bytes", len(data), off, pg.key, pg.owner, len(pg.content))
+	}
 	copy(pg.content[off:], data)
 	pg.version++
 	if e.cfg.Tracer != nil {

@@ -354,6 +354,9 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	}
 	sw := pg.swap
 	key := pg.key
+	if !pg.owner || sw == nil || !sw.out || sw.epoch != pg.epoch+1 {
+		e.broken(now, "commit of %v to a new owner: owner=%v swap=%+v epoch=%d", key, pg.owner, sw, pg.epoch)
+	}
 	e.cancel(sw.timer)
 	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch, sw.standIns)
 	ans, err := e.arb.SwapDone(now, key)
@@ -690,6 +693,9 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	}
 	sw := pg.swap
 	key := pg.key
+	if pg.owner || sw == nil || sw.out {
+		e.broken(now, "%v becomes owned here: owner=%v swap=%+v", key, pg.owner, sw)
+	}
 	e.cancel(sw.timer)
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
