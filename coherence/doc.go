@@ -1,10 +1,11 @@
 // Package coherence is the coherence engine of one DPU: the path-cache
-// protocol and the ownership protocol of DESIGN.md §3 as one deterministic
+// protocol and the ownership protocol (docs/protocol.md) as one deterministic
 // state machine, the page store (memory tier) and the host-facing API.
 //
 // The Engine implements node.Handler: the node core hands it every frame
 // flagged noc.FlagPath at every node the frame crosses, and the frames
-// addressed to this node; it emits frames through node.Sender. It reads no
+// addressed to this node; the frames it emits are drained as values
+// (TakeOutgoing) after each step. It reads no
 // clock, starts no goroutine and draws no randomness but from its seeded
 // source: time is the now of every call, and the same inputs give the same
 // outputs. It must never block, never call the Sink while holding a lock

@@ -178,6 +178,10 @@ const (
 	// BugTrustVouched serves every request another node vouches for
 	// without checking its user against the page's attributes (cred.go).
 	BugTrustVouched
+	// BugFreeHere frees only the pages of an extent owned at its
+	// allocator: a page that moved away (a lock or an acquire elsewhere)
+	// is not taken back, and the free fails (hosts.go, startFree).
+	BugFreeHere
 )
 
 // Defaults.

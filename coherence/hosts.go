@@ -26,6 +26,18 @@ import (
 //
 //   - Alloc of n pages: n consecutive pages in one step, or none;
 //     attributes and extents recorded for Stat and Free.
+//   - Free of an extent, at its allocator only (elsewhere ENOENT), by the
+//     allocation's owner or root (else EPERM): every page of it is freed
+//     wherever it went, a page another node owns now (a lock or an acquire
+//     moved it) taken back first with a ref and an acquire, within the
+//     request's bound (a page locked elsewhere is waited for). A Free that
+//     runs out of time frees what it could and keeps the rest of the
+//     extent for the next one; what it took is given back.
+//   - Where answers only for a page that exists (held here, allocated
+//     here, or so its home says: else ENOENT, or ESTALE for a page of an
+//     earlier run of its home) and names the primary's distance (this
+//     machine, neighbour, remote); whether a process maps a valid replica
+//     of it (tier local) is the host interface's to add.
 //   - Ref = ref + read of the whole page; a Load of a page the session does
 //     not hold refs it for the read and drops it after.
 //   - Acquire and Lock first ref the page (the ownership protocol follows
@@ -158,7 +170,7 @@ type hostReq struct {
 	owesRef  bool          // counted in its session's owedRefs until it finishes
 	owesAcq  bool          // counted in its session's owedAcq until it finishes
 	waiting  bool          // a Lock in its page's nodeLock waiters
-	reclaim  []reclaimed   // Free: the pages of its extent it takes back first
+	freeing  []freePage    // Free: the pages of its extent, each on its way
 	// bound is the timer of the request's bound, in the session layer's
 	// timer heap from Submit until it fires or the request finishes (a
 	// finished request takes it out: the heap holds only live timers).
@@ -362,29 +374,19 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			return
 		}
 		for i := range n {
+			if a, ok := h.attrs[pageAt(key, i)]; ok && hr.Cred.UID != 0 && hr.Cred.UID != a.UID {
+				// Only the allocation's owner (or root) may free it.
+				h.fail(now, r, syscall.EPERM, fmt.Sprintf("free: owned by uid %d", a.UID))
+				return
+			}
+		}
+		for i := range n {
 			if h.locks[pageAt(key, i)] != nil {
 				h.fail(now, r, syscall.EBUSY, fmt.Sprintf("free: page %v is locked on this node", pageAt(key, i)))
 				return
 			}
 		}
-		// Pages of the extent that moved away (a lock or an acquire
-		// elsewhere) are taken back first: the allocator frees what it
-		// allocated, wherever its pages went.
-		r.reclaim = r.reclaim[:0]
-		for i := range n {
-			if pg := h.e.pages[pageAt(key, i)]; pg == nil || !pg.owner {
-				r.reclaim = append(r.reclaim, reclaimed{key: pageAt(key, i)})
-			}
-		}
-		if len(r.reclaim) == 0 {
-			h.freeExtent(now, r, key, n)
-			return
-		}
-		for _, p := range r.reclaim {
-			r.s.refs[p.key]++ // the request's own: given back when it ends (owedRefs)
-			r.s.owedRefs[p.key]++
-			h.step(now, r, Request{Op: HostRef, GVA: p.key})
-		}
+		h.startFree(now, r, key, n)
 	case HostStat:
 		a, ok := h.attrs[key]
 		switch {
@@ -1079,85 +1081,125 @@ func (t *hostTimers) Pop() any {
 	return x
 }
 
-// reclaimed is a page of an extent being freed that was owned elsewhere:
-// the Free takes a ref of it, then ownership, then frees it.
-type reclaimed struct {
+// freePage is a page of an extent being freed: one owned here is freed;
+// one owned elsewhere (a lock or an acquire moved it) is taken back
+// first, with a ref and an acquire, within the Free's bound.
+type freePage struct {
 	key  gva.GVA
-	refd bool // its ref is held (the engine's HostRef succeeded)
+	step HostOp // the engine request it waits for: HostRef, HostAcquire, HostFree; 0: ended
+	took bool   // the Free took a ref of it (counted in the session's owedRefs)
+	refd bool   // that ref is held (the engine's HostRef succeeded)
+	done bool   // freed
 }
 
-// freeExtent frees the n pages of the extent at key, all owned here.
-func (h *Hosts) freeExtent(now time.Duration, r *hostReq, key gva.GVA, n int) {
-	r.stage = stThird
+// startFree starts the Free of the extent at key (n pages): every page not
+// freed yet (a Free that ran out of time keeps the extent and the pages it
+// did not free), each on its own way.
+func (h *Hosts) startFree(now time.Duration, r *hostReq, key gva.GVA, n int) {
+	r.freeing = r.freeing[:0]
 	for i := range n {
-		h.step(now, r, Request{Op: HostFree, GVA: pageAt(key, i)})
+		if _, ok := h.attrs[pageAt(key, i)]; ok {
+			r.freeing = append(r.freeing, freePage{key: pageAt(key, i)})
+		}
+	}
+	for i := range r.freeing {
+		p := &r.freeing[i]
+		if pg := h.e.pages[p.key]; pg != nil && pg.owner || bugsCompiled && h.e.cfg.Bug == BugFreeHere {
+			h.freeNext(now, r, p, HostFree)
+		} else {
+			h.freeNext(now, r, p, HostRef)
+		}
+	}
+	if r.pending == 0 {
+		h.endFree(now, r)
 	}
 }
 
-// freeStep moves a Free on after one of its engine requests completed:
-// stFirst the refs of the pages it takes back, stSecond their acquires,
-// stThird the frees. A stage ends when all its requests did; a failure
-// ends the Free with what it took given back.
+// freeNext sends page p of a Free on to its next engine request.
+func (h *Hosts) freeNext(now time.Duration, r *hostReq, p *freePage, op HostOp) {
+	if op == HostRef && !p.took {
+		p.took = true
+		r.s.refs[p.key]++ // the Free's own: given back when it ends
+		r.s.owedRefs[p.key]++
+	}
+	p.step = op
+	er := Request{Op: op, GVA: p.key}
+	if op == HostAcquire {
+		er.Holder = r.s.holder()
+	}
+	h.step(now, r, er)
+}
+
+// freeStep moves page c.GVA of a Free on after its engine request
+// completed; the Free ends when every page did.
 func (h *Hosts) freeStep(now time.Duration, r *hostReq, c Completion) {
-	key := r.hr.GVA.Key()
+	var p *freePage
+	for i := range r.freeing {
+		if r.freeing[i].key == c.GVA.Key() && r.freeing[i].step != 0 {
+			p = &r.freeing[i]
+			break
+		}
+	}
+	if p == nil {
+		return
+	}
 	errno := c.Errno()
-	p := r.reclaimOf(c.GVA.Key())
+	again := !r.abandon && now+claimPause < r.deadline
 	switch {
-	case errno == 0 && r.stage == stFirst && p != nil:
+	case errno == 0 && p.step == HostRef:
 		p.refd = true
-	case errno != 0 && r.stage == stSecond && p != nil && retryable(errno) && now+claimPause < r.deadline && !r.abandon:
-		// Locked or being handed over elsewhere: asked again within the bound.
-		h.retryLater(now, r, Request{Op: HostAcquire, GVA: p.key, Holder: r.s.holder()})
-		return
-	case errno != 0 && r.err == nil:
-		r.err = &HostError{Op: HostFree, GVA: r.hr.GVA, Errno: errno,
-			Msg: fmt.Sprintf("page %v: %s", c.GVA.Key(), errMsg(c.Err))}
-	}
-	if r.pending > 0 {
-		return
-	}
-	n := h.extents[key]
-	switch {
-	case r.stage == stFirst && r.err == nil:
-		r.stage = stSecond
-		for _, p := range r.reclaim {
-			h.step(now, r, Request{Op: HostAcquire, GVA: p.key, Holder: r.s.holder()})
+		h.freeNext(now, r, p, HostAcquire)
+	case errno == 0 && p.step == HostAcquire:
+		h.freeNext(now, r, p, HostFree)
+	case errno == 0:
+		p.step, p.done = 0, true
+		delete(h.attrs, p.key)
+	case again && p.step == HostFree && errno == syscall.EINVAL && !(bugsCompiled && h.e.cfg.Bug == BugFreeHere):
+		// It moved away after all (an acquire elsewhere won): taken back.
+		if p.refd {
+			h.freeNext(now, r, p, HostAcquire)
+		} else {
+			h.freeNext(now, r, p, HostRef)
 		}
-		return
-	case r.stage == stSecond && r.err == nil:
-		h.freeExtent(now, r, key, n)
-		return
-	case r.stage == stThird:
-		delete(h.extents, key)
-		for i := range n {
-			delete(h.attrs, pageAt(key, i))
+	case again && p.step != HostRef && retryable(errno):
+		// Locked, or being handed over: asked again within the bound.
+		er := Request{Op: p.step, GVA: p.key}
+		if p.step == HostAcquire {
+			er.Holder = r.s.holder()
+		}
+		h.retryLater(now, r, er)
+	default:
+		p.step = 0
+		if r.err == nil {
+			r.err = &HostError{Op: HostFree, GVA: r.hr.GVA, Errno: errno, Msg: fmt.Sprintf("page %v: %s", p.key, errMsg(c.Err))}
 		}
 	}
-	// The pages taken back: freed ones are gone with their refs; the
-	// refs of the others go back.
-	for _, p := range r.reclaim {
-		countDown(r.s.owedRefs, p.key)
-		switch {
-		case !p.refd:
-			r.s.unrefCount(p.key)
-		case h.e.pages[p.key] == nil:
-			r.s.unrefCount(p.key)
-		default:
-			h.startDrop(now, r.s, p.key)
-		}
+	if r.pending == 0 {
+		h.endFree(now, r)
 	}
-	r.reclaim = r.reclaim[:0]
-	h.finish(now, r, Completion{Err: r.err})
 }
 
-// reclaimOf is the page taken back by r at key, if it is one.
-func (r *hostReq) reclaimOf(key gva.GVA) *reclaimed {
-	for i := range r.reclaim {
-		if r.reclaim[i].key == key {
-			return &r.reclaim[i]
+// endFree ends a Free whose pages all ended: the refs it took go back (a
+// freed page's went with it); the extent is forgotten once every page of
+// it is freed.
+func (h *Hosts) endFree(now time.Duration, r *hostReq) {
+	key := r.hr.GVA.Key()
+	for _, p := range r.freeing {
+		if !p.took {
+			continue
+		}
+		countDown(r.s.owedRefs, p.key)
+		if p.refd && h.e.pages[p.key] != nil {
+			h.startDrop(now, r.s, p.key)
+		} else {
+			r.s.unrefCount(p.key)
 		}
 	}
-	return nil
+	r.freeing = r.freeing[:0]
+	if r.err == nil {
+		delete(h.extents, key)
+	}
+	h.finish(now, r, Completion{Err: r.err})
 }
 
 // errMsg is the text of an engine error without its op and page (the

@@ -73,3 +73,20 @@ func TestHostsFreeOfAPageLockedElsewhere(t *testing.T) {
 		t.Fatalf("node 1 reads the freed page: %v", c.Data)
 	}
 }
+
+// TestHostsFreeByItsOwner: only the allocation's owner (or root) frees it;
+// another user's free is refused (EPERM) and frees nothing.
+func TestHostsFreeByItsOwner(t *testing.T) {
+	x := newHostFab(t, 2)
+	owner, other := Cred{UID: 1000, GID: 1000}, Cred{UID: 1001, GID: 1000}
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 2, Attr: Attr{UID: 1000, GID: 1000, Mode: 0o666}, Cred: owner}).GVA
+	if c := x.do(0, Request{Op: HostFree, GVA: g, Cred: other}); errno(c) != syscall.EPERM {
+		t.Fatalf("free by another user: %v, want EPERM", c.Err)
+	}
+	if c := x.ok(1, Request{Op: HostLoad, GVA: pageAt(g, 1), Len: 8}); len(c.Data) != 8 {
+		t.Fatalf("the page is gone after a refused free: %v", c.Data)
+	}
+	x.ok(0, Request{Op: HostFree, GVA: g, Cred: owner})
+	g = x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{UID: 1000, GID: 1000, Mode: 0o600}, Cred: owner}).GVA
+	x.ok(0, Request{Op: HostFree, GVA: g}) // root
+}

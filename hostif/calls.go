@@ -121,7 +121,7 @@ func (s *Server) nextOp(c *conn, t *task) (Op, error) {
 			return Op{}, err
 		}
 		t.attr = a
-		op.Verb = VerbFree
+		op.Verb, op.Cred = VerbFree, s.credFor(c, key)
 		return op, nil
 	case wire.OpRelease, wire.OpUnlock:
 		op.Verb = valueVerbs[r.Op]

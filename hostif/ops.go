@@ -194,7 +194,7 @@ func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
 	if err := s.freeable(c, key, a); err != nil {
 		return err
 	}
-	if err := c.call.Free(ctx, key); err != nil {
+	if err := c.call.Free(withCred(ctx, s.credFor(c, key)), key); err != nil {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
 	s.freed(key, a)
