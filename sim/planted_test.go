@@ -63,3 +63,21 @@ func TestPlantedTrustVouchedIsCaught(t *testing.T) {
 	}
 	t.Fatal("requests served without checking their users went unnoticed")
 }
+
+// TestPlantedFreeHereIsCaught plants allocators that free only the pages
+// of an extent they still own: the lifecycle checks must find an extent
+// its allocator could not free once a page of it moved.
+func TestPlantedFreeHereIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Bug = coherence.BugFreeHere
+	for _, r := range sweep(t, cfg, 6) {
+		for _, v := range r.Violations {
+			if strings.Contains(v, "free of the extent") {
+				t.Logf("seed %d caught it: %s", r.Seed, v)
+				return
+			}
+		}
+	}
+	t.Fatal("extents their allocator could not free went unnoticed")
+}

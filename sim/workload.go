@@ -44,6 +44,7 @@ type client struct {
 	// intruder: the client tries them as a user their mode keeps out.
 	ur       *rand.Rand
 	intruder bool
+	lr       *rand.Rand // the lifecycle workload's draws (lifecycle.go)
 }
 
 // pendingOp is a request in flight.
@@ -54,6 +55,7 @@ type pendingOp struct {
 	start time.Duration
 	hist  *histOp // linearizability history entry, if recorded
 	guard *guardedOp
+	life  *lifeOp
 	done  func(coherence.Completion)
 }
 
@@ -231,7 +233,7 @@ func (w *World) clientStep(c *client) {
 		w.submit(n, po)
 		return
 	}
-	if w.guardedStep(c, po) {
+	if w.guardedStep(c, po) || w.lifeStep(c, po) {
 		c.pending = po
 		w.submit(n, po)
 		return
@@ -334,7 +336,8 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 			w.res.ErrorsBy = map[syscall.Errno]int{}
 		}
 		w.res.ErrorsBy[errno]++
-		if (errno == syscall.EHOSTDOWN || errno == syscall.ESTALE) && po.req.Op != coherence.HostWhere {
+		// (The lifecycle's requests on freed extents answer so by design.)
+		if (errno == syscall.EHOSTDOWN || errno == syscall.ESTALE) && po.req.Op != coherence.HostWhere && po.life == nil {
 			w.res.Gone++
 		}
 	}
@@ -367,6 +370,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 	}
 	if po.guard != nil {
 		w.guardedDone(n, po, cp, errno)
+	}
+	if po.life != nil {
+		w.lifeDone(n, po, cp, errno)
 	}
 	c := po.c
 	if c == nil || c.pending != po {

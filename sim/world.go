@@ -130,6 +130,10 @@ type Config struct {
 	// owner, a group member and an intruder, and every answer is checked
 	// against the mode (users.go). Default 2; negative: none.
 	Guarded int
+	// Lifecycle is how many extents of the allocation lifecycle workload
+	// (lifecycle.go) may be live at once: allocated, moved, freed at
+	// their allocator and checked. Default 4; negative: none.
+	Lifecycle int
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
@@ -174,6 +178,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxHistory <= 0 {
 		c.MaxHistory = 1 << 14
 	}
+	if c.Lifecycle == 0 {
+		c.Lifecycle = 4
+	}
 	if c.Guarded == 0 {
 		c.Guarded = 2
 	}
@@ -209,6 +216,9 @@ type Result struct {
 	Checked, Unchecked int
 	// Refused is how many requests on guarded pages ended with EACCES.
 	Refused int
+	// Freed is how many extents of the lifecycle workload their
+	// allocator freed (each then checked unreadable everywhere).
+	Freed int
 }
 
 // OK reports whether the run found no violation.
@@ -305,7 +315,8 @@ type World struct {
 	reqID     uint64
 	closed    []closedSession
 	pages     []*simPage
-	guarded   []*simPage // pages of user 1000, mode 0640 (users.go)
+	guarded   []*simPage    // pages of user 1000, mode 0640 (users.go)
+	life      []*lifeExtent // the allocation lifecycle's extents (lifecycle.go)
 	check     *checker
 	stopped   bool // workload over
 	ending    bool
@@ -503,6 +514,7 @@ func (w *World) Finish() Result {
 	w.healAll()
 	w.runUntil(w.now+w.cfg.Quiesce, nil)
 	w.checkSessions()
+	w.lifeFinal()
 	w.final()
 	w.res.Virtual = w.now
 	w.res.Frames = w.wires.Sent

@@ -67,7 +67,7 @@ var errViolations = errors.New("violations found")
 var errDone = errors.New("done")
 
 // legend says what each counter of the summary line means.
-const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
+const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
 
 // cpuTime is the CPU time this process has used, user and system.
 func cpuTime() time.Duration {
@@ -121,9 +121,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
 	neighbourhood := fs.Int("neighbourhood", 0, "if positive, each client works on that many cold pages of its own part of the page list (nodes with nearby ids share pages) and touches the hot pages 1% of the time: a workload that scales to large fabrics, where a hot page every node maps costs an update per node and write (with --cold about half the nodes, each page is shared by about 8 nodes)")
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
+	lifecycle := fs.Int("lifecycle", 0, "extents of the allocation lifecycle live at once: allocated, moved by another node, freed by their allocator and checked unreadable (default 4; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), or trust-vouched (requests of other nodes served without checking their users) (in a dpu-sim built with go build -tags dpubug)")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), or free-here (an allocator frees only the pages of an extent it still owns) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
@@ -177,10 +178,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bug = coherence.BugEarlyAck
 	case "trust-vouched":
 		bug = coherence.BugTrustVouched
+	case "free-here":
+		bug = coherence.BugFreeHere
 	default:
-		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack or trust-vouched)", *plant)
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched or free-here)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded, Lifecycle: *lifecycle}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -222,7 +225,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	wg.Wait()
 	prog.stop()
 
-	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, lockWaits, handOffs int
+	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, lockWaits, handOffs int
 	var swaps uint64
 	errorsBy := map[syscall.Errno]int{}
 	var failed []int
@@ -242,14 +245,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		lockWaits, handOffs = lockWaits+r.LockWaits, handOffs+r.LockHandOffs
 		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
 		refused += r.Refused
+		freed += r.Freed
 		violations += len(r.Violations)
 		if !r.OK() {
 			failed = append(failed, i)
 		}
 	}
 	cpu := cpuTime() - cpu0
-	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d checked=%d unchecked=%d violations=%d time=%v cpu=%v ops/cpu-s=%.0f\n",
-		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, checked, unchecked, violations, time.Since(start).Round(time.Millisecond),
+	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d freed=%d checked=%d unchecked=%d violations=%d time=%v cpu=%v ops/cpu-s=%.0f\n",
+		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, freed, checked, unchecked, violations, time.Since(start).Round(time.Millisecond),
 		cpu.Round(time.Millisecond), float64(ops)/max(cpu.Seconds(), 1e-9))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
@@ -267,6 +271,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *quiesce != 0 {
 			replay += " --quiesce " + quiesce.String()
+		}
+		if *lifecycle != 0 {
+			replay += fmt.Sprintf(" --lifecycle %d", *lifecycle)
 		}
 		if *guarded != 0 {
 			replay += fmt.Sprintf(" --guarded %d", *guarded)
