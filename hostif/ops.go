@@ -114,9 +114,7 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		if err != nil {
 			return err // the backend's error names the op and the page
 		}
-		if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
-			loc.Tier, loc.Hops = gva.TierLocal, 0
-		}
+		loc = s.located(c, key, loc)
 		rep.body = loc.Append(rep.body)
 		return nil
 
@@ -337,4 +335,14 @@ func (s *Server) written64(key gva.GVA, off uint16, val uint64, v gva.Version) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], val)
 	s.written(key, int(off), b[:], v)
+}
+
+// located is the answer to c's WHERE of page key, from the core's loc:
+// tier local when c's process maps a valid replica of the page (the core
+// knows the node's refs, not the process's mappings).
+func (s *Server) located(c *conn, key gva.GVA, loc Location) Location {
+	if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
+		loc.Tier, loc.Hops = gva.TierLocal, 0
+	}
+	return loc
 }

@@ -343,10 +343,7 @@ func (s *Server) finishData(c *conn, t *task, d *Done) error {
 		t.rep.body = le.AppendUint64(t.rep.body, d.Value)
 		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
 	case wire.OpWhere:
-		loc := d.Where
-		if rp := s.replicas.get(key); rp != nil && rp.valid() && s.spaces.mapped(c.cred.PID, key) {
-			loc.Tier, loc.Hops = gva.TierLocal, 0
-		}
+		loc := s.located(c, key, d.Where)
 		t.rep.body = loc.Append(t.rep.body)
 	}
 	return nil
