@@ -590,6 +590,15 @@ func (e *Engine) handleDone(now time.Duration, in noc.PortID, f *noc.Frame) {
 			return
 		}
 		e.stats.Stale++
+		if path && d.flags&doneBroken == 0 {
+			// The sender turned its entry toward this node for a swap it
+			// does not have (the acquirer was an earlier incarnation of
+			// this node, or gave the swap up): it counts on us as its way
+			// up and we are not the owner. Left so, its entry and ours
+			// (grafted under it since) would make a cycle no request
+			// leaves. Its side re-refs.
+			e.detachSender(now, in, f.GVA.Key())
+		}
 		return
 	}
 	graft := noc.NoPort
