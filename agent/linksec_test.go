@@ -21,7 +21,7 @@ func securePair(t *testing.T) (cfgs [2]agent.Config, dir string) {
 	dir = t.TempDir()
 	fab := secure.NewFabric()
 	var order []secure.PublicKey
-	addrs := freeUDPAddrs(t, 2)
+	addrs := agent.HoldUDP(t, 2)
 	for i := range cfgs {
 		kp, err := secure.GenerateKeyPair()
 		if err != nil {
@@ -38,7 +38,7 @@ func securePair(t *testing.T) (cfgs [2]agent.Config, dir string) {
 		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
 		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
 		cfg.RequestTimeout = 300 * time.Millisecond
-		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDP, Args: []string{addrs[i], addrs[1-i]}}}
+		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDPHeld, Args: []string{addrs[i], addrs[1-i]}}}
 		cfg.KeyFile, cfg.FabricKeys = keyFile, filepath.Join(dir, "fabric.keys")
 		cfgs[i] = cfg
 	}
