@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric"
 )
 
@@ -37,7 +38,7 @@ func TestUpFailureStopsWhatItStarted(t *testing.T) {
 	if !errors.Is(err, fabric.ErrNotConverged) {
 		t.Fatalf("up: %v", err)
 	}
-	if len(err.Error()) > 300 || !strings.Contains(err.Error(), "nodes still miss routes: node 0 (") || !strings.Contains(err.Error(), "more") {
+	if len(err.Error()) > 300 || !strings.Contains(err.Error(), "nodes not converged: node 0 (") || !strings.Contains(err.Error(), "more") {
 		t.Errorf("error (%d bytes): %v", len(err.Error()), err)
 	}
 	if !strings.Contains(log.String(), "up failed: stopped the agents it started") {
@@ -53,6 +54,42 @@ func TestUpFailureStopsWhatItStarted(t *testing.T) {
 				t.Fatalf("agent %d (pid %d) still runs after a failed up", a.Node, a.Pid)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestUpConvergesToShortestRoutes: when up says "converged", every agent
+// of a ring already routes to every other node the shorter way round (up
+// used to return as soon as every route table was full, while a node
+// could still route to its ring neighbour through the other three).
+func TestUpConvergesToShortestRoutes(t *testing.T) {
+	for run := range 3 {
+		t.Run(strconv.Itoa(run), func(t *testing.T) { shortestAfterUp(t, run) })
+	}
+}
+
+// shortestAfterUp is one run of TestUpConvergesToShortestRoutes.
+func shortestAfterUp(t *testing.T, run int) {
+	st := up(t, 4, "ring")
+	n := len(st.Agents)
+	for i, a := range st.Agents {
+		c, err := ctl.Dial(a.Ctl())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rs, err := c.Routes(ctx)
+		cancel()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			d := (int(r.Dst) - i + n) % n
+			if want := min(d, n-d); r.Hops != want {
+				t.Errorf("run %d: right after up, node %d routes to node %d through node %d in %d hops; the ring's shortest is %d",
+					run, i, r.Dst, r.NextHop, r.Hops, want)
+			}
 		}
 	}
 }
