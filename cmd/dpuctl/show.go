@@ -80,8 +80,12 @@ func linkShow(e *env, args []string) error {
 		if l.Peer != noc.BroadcastNode {
 			peer = strconv.FormatUint(uint64(l.Peer), 10)
 		}
+		flags := strings.ToUpper(l.State.String())
+		if l.Security == ctl.LinkPlaintext {
+			flags += ",PLAINTEXT" // no key-file: not authenticated, not encrypted
+		}
 		fmt.Fprintf(w, "%d: %s: <%s> mtu %d kind %s peer %s session %#x\n",
-			l.Index, l.Name, strings.ToUpper(l.State.String()), l.MTU, l.Kind, peer, l.Session)
+			l.Index, l.Name, flags, l.MTU, l.Kind, peer, l.Session)
 		fmt.Fprintf(w, "    rtt %s retransmits %d crc-errors %d duplicates %d\n",
 			duration(l.RTT), l.Retransmits, l.CRCErrors, l.Duplicates)
 		writeColumns(w, "    ", []string{"RX:", "bytes", "datagrams", "messages"},
