@@ -28,7 +28,7 @@ func readmeBlock(t *testing.T, first string) string {
 }
 
 // TestReadmeSampleConfig parses the README's sample agent.conf exactly as
-// written there, trailing comments included.
+// written there, trailing comments included; it shows link security on.
 func TestReadmeSampleConfig(t *testing.T) {
 	c := DefaultConfig()
 	if err := c.Load("README.md", strings.NewReader(readmeBlock(t, "# /etc/dpu/agent.conf"))); err != nil {
@@ -43,6 +43,7 @@ func TestReadmeSampleConfig(t *testing.T) {
 	want.Heartbeat = 100 * time.Millisecond
 	want.DeadInterval = time.Second
 	want.MetricsListen = "127.0.0.1:9464"
+	want.KeyFile, want.FabricKeys = "/etc/dpu/node.key", "/etc/dpu/fabric.keys"
 	want.Ports = []PortSpec{
 		{Name: "p0", Kind: PortUDP, Args: []string{"10.0.0.3:7000", "10.0.0.4:7000"}},
 		{Name: "p1", Kind: PortXDP, Args: []string{"eth1"}},

@@ -76,7 +76,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, bool, error)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
-		fmt.Fprintln(stdout, "Usage: dpu-agent [OPTIONS]\n\nThe DPU firmware daemon. Flags override the configuration file (see README.md, \"dpu-agent\").\nSIGHUP reloads the file; SIGTERM or SIGINT stop the agent.\n\nOPTIONS")
+		fmt.Fprintln(stdout, "Usage: dpu-agent [OPTIONS]\n\nThe DPU firmware daemon. Flags override the configuration file (see docs/operating.md, \"dpu-agent\").\nSIGHUP reloads the file; SIGTERM or SIGINT stop the agent.\n\nOPTIONS")
 		fs.PrintDefaults()
 		return nil, true, nil
 	case err != nil:

@@ -132,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: dpu-sim [OPTIONS]\n\nRuns the deterministic fabric simulator (see README.md, \"dpu-sim\").\n\nOPTIONS")
+			fmt.Fprintln(stdout, "Usage: dpu-sim [OPTIONS]\n\nRuns the deterministic fabric simulator (see docs/simulator.md).\n\nOPTIONS")
 			fs.PrintDefaults()
 			return errDone
 		}
