@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,22 @@ func TestConfigComments(t *testing.T) {
 		if err := c.Load("c.conf", strings.NewReader(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestExamplesReadmePinBound: examples/README.md states the pin bound's
+// default as the configuration has it.
+func TestExamplesReadmePinBound(t *testing.T) {
+	b, err := os.ReadFile("../examples/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("pin is bounded by the agent \\(`pin-bound`, (\\S+) by default\\)").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("examples/README.md no longer states the pin bound's default")
+	}
+	d, err := time.ParseDuration(string(m[1]))
+	if err != nil || d != DefaultConfig().PinBound {
+		t.Fatalf("examples/README.md says the pin bound is %s by default; it is %v (%v)", m[1], DefaultConfig().PinBound, err)
 	}
 }
