@@ -49,10 +49,11 @@ verbs-deps:
 examples: build
 	$(MAKE) -C examples
 
-# Start a local fabric of $(NODES) agents over UDP loopback and show it working.
+# Start a local fabric of $(NODES) agents over UDP loopback and show it working
+# (a fabric already running there is stopped first, once the new one's
+# NODES and TOPO are known to be buildable).
 run: build
-	@$(BIN)/dpu-fabric down --dir $(RUN_DIR) >/dev/null 2>&1 || true
-	$(BIN)/dpu-fabric up --nodes $(NODES) --topo $(TOPO) --dir $(RUN_DIR)
+	$(BIN)/dpu-fabric up --replace --nodes $(NODES) --topo $(TOPO) --dir $(RUN_DIR)
 	@echo
 	@echo "== dpuctl route show (node 0) =="
 	@$(BIN)/dpuctl -s $(RUN_DIR)/node0/ctl.sock route show

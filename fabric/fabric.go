@@ -48,6 +48,9 @@ type Spec struct {
 	// Replicas is every agent's replication factor (key replicas; 0 or 1:
 	// no backups).
 	Replicas int
+	// Replace stops a fabric already running in Dir once the spec has been
+	// checked (a spec that cannot be built leaves it running).
+	Replace bool
 }
 
 // Agent is one agent of a running fabric.
@@ -111,12 +114,19 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	default:
 		return nil, fmt.Errorf("fabric: links %q: want udp or veth", spec.Links)
 	}
-	if st, err := Load(spec.Dir); err == nil && st.running() {
-		return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first", spec.Dir)
-	}
 	g, err := topo.Generate(spec.Topo, spec.Nodes, topo.Options{Ports: spec.MaxPorts, Seed: spec.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	// Only a spec that can be built stops a running fabric (Replace).
+	if st, err := Load(spec.Dir); err == nil && st.running() {
+		if !spec.Replace {
+			return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first (or up --replace)", spec.Dir)
+		}
+		if err := Down(spec.Dir); err != nil {
+			return nil, fmt.Errorf("fabric: stopping the fabric that runs in %s: %w", spec.Dir, err)
+		}
+		fmt.Fprintf(log, "stopped the fabric that ran in %s\n", spec.Dir)
 	}
 	abs, err := filepath.Abs(spec.Dir)
 	if err != nil {

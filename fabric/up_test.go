@@ -93,3 +93,41 @@ func shortestAfterUp(t *testing.T, run int) {
 		}
 	}
 }
+
+// TestUpReplace: up --replace with options that cannot be built (a ring of
+// two: make run NODES=2) leaves the running fabric alone; with good ones
+// it stops the old fabric and starts the new one.
+func TestUpReplace(t *testing.T) {
+	st := up(t, 3, "ring")
+	spec := fabric.Spec{Nodes: 2, Topo: "ring", Dir: st.Dir(), Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Replace: true}
+	var log bytes.Buffer
+	if _, err := fabric.Up(context.Background(), spec, &log); err == nil || !strings.Contains(err.Error(), "at least 3 nodes") {
+		t.Fatalf("up --replace of a ring of 2: %v", err)
+	}
+	for i, a := range st.Agents {
+		if !st.Alive(i) {
+			t.Fatalf("agent %d (pid %d) stopped by an up that was refused", i, a.Pid)
+		}
+	}
+	spec.Topo = "line"
+	st2, err := fabric.Up(context.Background(), spec, &log)
+	if err != nil {
+		t.Fatalf("up --replace of a line of 2: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "stopped the fabric that ran in") {
+		t.Errorf("log: %s", log.String())
+	}
+	for _, a := range st.Agents {
+		deadline := time.Now().Add(5 * time.Second)
+		for !gone(a.Pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the replaced fabric's agent %d (pid %d) still runs", a.Node, a.Pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if len(st2.Agents) != 2 || !st2.Alive(0) || !st2.Alive(1) {
+		t.Fatalf("the new fabric: %+v", st2.Agents)
+	}
+}
