@@ -75,10 +75,13 @@ stop:
 # simulator's checkers against the planted bugs (compiled only with -tags
 # dpubug); the exit status is non-zero when any step failed, and the last
 # lines name the steps that did.
+# (The steps run fmt and vet through $(SUBMAKE), not $(MAKE), so that make -n
+# test prints the recipe instead of running it.)
+SUBMAKE = $(firstword $(MAKE))
 test: build
 	@failed=""; \
-	$(MAKE) -s fmt || failed="$$failed fmt"; \
-	$(MAKE) -s vet || failed="$$failed vet"; \
+	$(SUBMAKE) -s fmt || failed="$$failed fmt"; \
+	$(SUBMAKE) -s vet || failed="$$failed vet"; \
 	echo "== go test $(GOTESTFLAGS) $(PKGS)"; \
 	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS) || failed="$$failed go-test"; \
 	echo "== go test -tags dpubug (the checkers against the planted bugs)"; \
