@@ -49,10 +49,11 @@ verbs-deps:
 examples: build
 	$(MAKE) -C examples
 
-# Start a local fabric of $(NODES) agents over UDP loopback and show it working.
+# Start a local fabric of $(NODES) agents over UDP loopback and show it working
+# (a fabric already running there is stopped first, once the new one's
+# NODES and TOPO are known to be buildable).
 run: build
-	@$(BIN)/dpu-fabric down --dir $(RUN_DIR) >/dev/null 2>&1 || true
-	$(BIN)/dpu-fabric up --nodes $(NODES) --topo $(TOPO) --dir $(RUN_DIR)
+	$(BIN)/dpu-fabric up --replace --nodes $(NODES) --topo $(TOPO) --dir $(RUN_DIR)
 	@echo
 	@echo "== dpuctl route show (node 0) =="
 	@$(BIN)/dpuctl -s $(RUN_DIR)/node0/ctl.sock route show
@@ -69,11 +70,24 @@ run: build
 stop:
 	-$(BIN)/dpu-fabric down --dir $(RUN_DIR)
 
-# The whole test suite (CI runs it with GOTESTFLAGS=-race).
-test: lint build
-	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS)
-	# the simulator's checkers against the planted bugs (compiled only with -tags dpubug)
-	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'PlantedBug|ViolationsFail' ./sim/ ./cmd/dpu-sim/ ./agent/
+# The whole test suite (CI runs it with GOTESTFLAGS=-race). Every step runs
+# whatever failed before it: one go test over every package, then the
+# simulator's checkers against the planted bugs (compiled only with -tags
+# dpubug); the exit status is non-zero when any step failed, and the last
+# lines name the steps that did.
+# (The steps run fmt and vet through $(SUBMAKE), not $(MAKE), so that make -n
+# test prints the recipe instead of running it.)
+SUBMAKE = $(firstword $(MAKE))
+test: build
+	@failed=""; \
+	$(SUBMAKE) -s fmt || failed="$$failed fmt"; \
+	$(SUBMAKE) -s vet || failed="$$failed vet"; \
+	echo "== go test $(GOTESTFLAGS) $(PKGS)"; \
+	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS) || failed="$$failed go-test"; \
+	echo "== go test -tags dpubug (the checkers against the planted bugs)"; \
+	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'PlantedBug|ViolationsFail' ./sim/ ./cmd/dpu-sim/ ./agent/ || failed="$$failed go-test-dpubug"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: all steps passed"
 
 lint: fmt vet
 
@@ -81,8 +95,13 @@ fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# go vet prints nothing until it is done (a minute on a cold cache): say what
+# it checks, then a line every 15 s while it runs.
 vet:
-	$(GO) vet $(PKGS)
+	@echo "== go vet: $$($(GO) list $(PKGS) | wc -l) packages"; \
+	$(GO) vet $(PKGS) & vet=$$!; \
+	( t=0; while sleep 15; do t=$$((t+15)); echo "   go vet: still running ($${t}s)"; done ) & tick=$$!; \
+	wait $$vet; rc=$$?; kill $$tick 2>/dev/null; exit $$rc
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

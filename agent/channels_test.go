@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,46 +10,16 @@ import (
 	"github.com/aitherion/dpu/ctl"
 )
 
-// freeRun returns a port p such that p .. p+n-1 are free UDP ports on
-// the loopback address (at the time of asking).
-func freeRun(tb testing.TB, n int) int {
-	tb.Helper()
-	for range 100 {
-		base := 20000 + rand.IntN(40000)
-		var held []*net.UDPConn
-		ok := true
-		for i := range n {
-			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: base + i})
-			if err != nil {
-				ok = false
-				break
-			}
-			held = append(held, c)
-		}
-		for _, c := range held {
-			c.Close()
-		}
-		if ok {
-			return base
-		}
-	}
-	tb.Fatal("no run of free UDP ports")
-	return 0
-}
-
 // TestMultiChannelLink runs two agents joined by one link of three UDP
 // channels: routes converge, dpuctl's link object lists the channels up
 // with traffic on each, and a CAS crosses the link.
 func TestMultiChannelLink(t *testing.T) {
 	const k = 3
-	base := freeRun(t, 2*k)
+	base := agent.HoldUDPRun(t, 2*k)
 	nodes := startNodes(t, 2, func(i int, cfg *agent.Config) {
 		local, remote := base+i*k, base+(1-i)*k
-		spec, err := agent.ParsePortSpec(fmt.Sprintf("p0 udp 127.0.0.1:%d 127.0.0.1:%d channels=%d", local, remote, k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Ports = []agent.PortSpec{spec}
+		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDPHeld, Channels: k,
+			Args: []string{fmt.Sprintf("127.0.0.1:%d", local), fmt.Sprintf("127.0.0.1:%d", remote)}}}
 	})
 
 	tctx := ctxT(t, time.Minute)

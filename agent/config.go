@@ -179,6 +179,7 @@ func (c *Config) Load(name string, r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	line := 0
 	var ports []PortSpec
+	seen := map[string]int{} // key -> the line that set it
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(stripComment(sc.Text()))
@@ -198,6 +199,10 @@ func (c *Config) Load(name string, r io.Reader) error {
 			ports = append(ports, p)
 			continue
 		}
+		if first, ok := seen[key]; ok && !repeatable[key] {
+			return fmt.Errorf("%w: %s:%d: %s is set twice (first at line %d); keep one", ErrConfig, name, line, key, first)
+		}
+		seen[key] = line
 		if err := c.Set(key, val); err != nil {
 			return fmt.Errorf("%w: %s:%d: %w", ErrConfig, name, line, err)
 		}
@@ -210,6 +215,10 @@ func (c *Config) Load(name string, r io.Reader) error {
 	}
 	return nil
 }
+
+// repeatable are the keys a configuration may give more than once (port
+// is one too): each line adds one more.
+var repeatable = map[string]bool{"gpu-device": true}
 
 // stripComment cuts a line at its comment: a '#' at the start or after
 // white space.
@@ -411,7 +420,39 @@ func ParsePortSpec(s string) (PortSpec, error) {
 	if len(p.Args) != n {
 		return PortSpec{}, fmt.Errorf("port %q: kind %s takes %d argument(s), got %d", s, p.Kind, n, len(p.Args))
 	}
+	var addrs []string // the arguments that are HOST:PORT
+	switch p.Kind {
+	case PortUDP:
+		addrs = p.Args
+	case PortRDMA:
+		addrs = p.Args[1:]
+	}
+	for _, a := range addrs {
+		if err := checkAddr(a, max(p.Channels, 1)); err != nil {
+			return PortSpec{}, fmt.Errorf("port %q: address %q: %w", s, a, err)
+		}
+	}
 	return p, nil
+}
+
+// checkAddr checks that a is HOST:PORT with a port number that leaves
+// room for k channels (ports PORT..PORT+k-1).
+func checkAddr(a string, k int) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return errors.New("want HOST:PORT (10.0.0.3:7000, [fd00::3]:7000)")
+	}
+	if host == "" {
+		return errors.New("no host: want HOST:PORT")
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if int(n)+k-1 > 0xFFFF {
+		return fmt.Errorf("%d channels from port %d run past 65535", k, n)
+	}
+	return nil
 }
 
 // Validate checks the configuration as a whole.

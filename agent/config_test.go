@@ -109,3 +109,26 @@ func TestRunFailsCleanlyWhenTheSocketIsTaken(t *testing.T) {
 		t.Fatal("control socket left behind")
 	}
 }
+
+// TestConfigDuplicateKeysAndBadAddresses: a key set twice and a port whose
+// address cannot be one are errors naming the file and the line.
+func TestConfigDuplicateKeysAndBadAddresses(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"node = 1\nheartbeat = 50ms\nnode = 2\n", "c.conf:3: node is set twice (first at line 1)"},
+		{"node = 1\nport = p0 udp 10.0.0.3:abc 10.0.0.4:7000\n", `c.conf:2: port "p0 udp 10.0.0.3:abc 10.0.0.4:7000": address "10.0.0.3:abc"`},
+		{"port = p0 udp 10.0.0.3 10.0.0.4:7000\n", `c.conf:1: port "p0 udp 10.0.0.3 10.0.0.4:7000": address "10.0.0.3": want HOST:PORT`},
+		{"port = p0 udp 10.0.0.3:65534 10.0.0.4:7000 channels=4\n", "4 channels from port 65534 run past 65535"},
+		{"port = p4 rdma rxe0 10.0.1.3 10.0.1.4:7700\n", `c.conf:1: port "p4 rdma rxe0 10.0.1.3 10.0.1.4:7700": address "10.0.1.3"`},
+	} {
+		c := DefaultConfig()
+		err := c.Load("c.conf", strings.NewReader(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	c := DefaultConfig()
+	ok := "gpu-device = 0 1G 50\ngpu-device = 1 2G 50\nport = p0 udp 10.0.0.3:7000 10.0.0.4:7000\nport = p1 udp [fd00::3]:7000 [fd00::4]:7000\n"
+	if err := c.Load("c.conf", strings.NewReader(ok)); err != nil {
+		t.Errorf("repeatable keys: %v", err)
+	}
+}

@@ -16,6 +16,10 @@ type linkKeys struct {
 // loadKeys reads key-file and fabric-keys when configured.
 func (a *Agent) loadKeys() error {
 	if a.cfg.KeyFile == "" {
+		if len(a.cfg.Ports) > 0 {
+			a.log.Warn("links are plaintext: not authenticated, not encrypted; anyone who reaches a port can read and forge its frames (set key-file and fabric-keys: SECURITY.md)",
+				"ports", len(a.cfg.Ports))
+		}
 		return nil
 	}
 	kp, err := secure.LoadKeyFile(a.cfg.KeyFile)

@@ -21,7 +21,7 @@ func securePair(t *testing.T) (cfgs [2]agent.Config, dir string) {
 	dir = t.TempDir()
 	fab := secure.NewFabric()
 	var order []secure.PublicKey
-	addrs := freeUDPAddrs(t, 2)
+	addrs := agent.HoldUDP(t, 2)
 	for i := range cfgs {
 		kp, err := secure.GenerateKeyPair()
 		if err != nil {
@@ -38,7 +38,7 @@ func securePair(t *testing.T) (cfgs [2]agent.Config, dir string) {
 		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
 		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
 		cfg.RequestTimeout = 300 * time.Millisecond
-		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDP, Args: []string{addrs[i], addrs[1-i]}}}
+		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDPHeld, Args: []string{addrs[i], addrs[1-i]}}}
 		cfg.KeyFile, cfg.FabricKeys = keyFile, filepath.Join(dir, "fabric.keys")
 		cfgs[i] = cfg
 	}
@@ -135,4 +135,41 @@ func reachable(t *testing.T, nd *liveNode) bool {
 		}
 	}
 	return false
+}
+
+// TestPlaintextLinksAreSaidOutLoud: an agent whose ports have no link
+// security warns at start and link show marks its links plaintext; with
+// key-file and fabric-keys it does not warn and its links are sealed.
+func TestPlaintextLinksAreSaidOutLoud(t *testing.T) {
+	links := func(nd *liveNode) []ctl.Link {
+		c, ctx := dialCtl(t, nd.runDir)
+		ls, err := c.Links(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ls
+	}
+	const warning = "links are plaintext"
+	plain := startLine(t, 2, nil)
+	waitRoutes(t, plain)
+	if !strings.Contains(plain[0].log.String(), warning) {
+		t.Errorf("an agent without key-file said nothing about plaintext links:\n%s", plain[0].log.String())
+	}
+	for _, l := range links(plain[0]) {
+		if l.Security != ctl.LinkPlaintext {
+			t.Errorf("link %s without key-file: security %q, want %q", l.Name, l.Security, ctl.LinkPlaintext)
+		}
+	}
+	cfgs, _ := securePair(t)
+	n0, _ := runAgent(t, cfgs[0])
+	n1, _ := runAgent(t, cfgs[1])
+	waitRoutes(t, []*liveNode{n0, n1})
+	if strings.Contains(n0.log.String(), warning) {
+		t.Errorf("an agent with key-file warned about plaintext links:\n%s", n0.log.String())
+	}
+	for _, l := range links(n0) {
+		if l.Security != ctl.LinkSealed {
+			t.Errorf("link %s with key-file: security %q, want %q", l.Name, l.Security, ctl.LinkSealed)
+		}
+	}
 }

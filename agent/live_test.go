@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -56,26 +55,15 @@ func startLine(tb testing.TB, n int, configure func(*agent.Config)) []*liveNode 
 	// one loopback address per port end: link i joins node i (its port
 	// "right") and node i+1 (its port "left")
 	addrs := make([][2]string, n-1)
-	var held []*net.UDPConn
 	for i := range addrs {
-		for j := range 2 {
-			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			held = append(held, c)
-			addrs[i][j] = c.LocalAddr().String()
-		}
-	}
-	for _, c := range held {
-		c.Close()
+		addrs[i] = [2]string(agent.HoldUDP(tb, 2))
 	}
 	return startNodes(tb, n, func(i int, cfg *agent.Config) {
 		if i > 0 {
-			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "left", Kind: agent.PortUDP, Args: []string{addrs[i-1][1], addrs[i-1][0]}})
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "left", Kind: agent.PortUDPHeld, Args: []string{addrs[i-1][1], addrs[i-1][0]}})
 		}
 		if i < n-1 {
-			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "right", Kind: agent.PortUDP, Args: []string{addrs[i][0], addrs[i][1]}})
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "right", Kind: agent.PortUDPHeld, Args: []string{addrs[i][0], addrs[i][1]}})
 		}
 		if configure != nil {
 			configure(cfg)

@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,22 +16,14 @@ import (
 // destination, its port, next hop and distance (and hops -1 when it is
 // lost), and a link-up names the neighbour.
 func TestMonitorNamesRoutesAndNeighbours(t *testing.T) {
-	var addrs [2]string
-	for i := range addrs {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = c.LocalAddr().String()
-		c.Close()
-	}
+	addrs := agent.HoldUDP(t, 2)
 	dir := t.TempDir()
 	start := func(ctx context.Context, wg *sync.WaitGroup, id int, local, remote string) string {
 		cfg := agent.DefaultConfig()
 		cfg.Node = noc.NodeID(id)
 		cfg.RunDir = filepath.Join(dir, "node"+string(rune('0'+id)))
 		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
-		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDP, Args: []string{local, remote}}}
+		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDPHeld, Args: []string{local, remote}}}
 		a, err := agent.New(cfg, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func readmeBlock(t *testing.T, first string) string {
 }
 
 // TestReadmeSampleConfig parses the README's sample agent.conf exactly as
-// written there, trailing comments included.
+// written there, trailing comments included; it shows link security on.
 func TestReadmeSampleConfig(t *testing.T) {
 	c := DefaultConfig()
 	if err := c.Load("README.md", strings.NewReader(readmeBlock(t, "# /etc/dpu/agent.conf"))); err != nil {
@@ -43,6 +44,7 @@ func TestReadmeSampleConfig(t *testing.T) {
 	want.Heartbeat = 100 * time.Millisecond
 	want.DeadInterval = time.Second
 	want.MetricsListen = "127.0.0.1:9464"
+	want.KeyFile, want.FabricKeys = "/etc/dpu/node.key", "/etc/dpu/fabric.keys"
 	want.Ports = []PortSpec{
 		{Name: "p0", Kind: PortUDP, Args: []string{"10.0.0.3:7000", "10.0.0.4:7000"}},
 		{Name: "p1", Kind: PortXDP, Args: []string{"eth1"}},
@@ -70,5 +72,22 @@ func TestConfigComments(t *testing.T) {
 		if err := c.Load("c.conf", strings.NewReader(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestExamplesReadmePinBound: examples/README.md states the pin bound's
+// default as the configuration has it.
+func TestExamplesReadmePinBound(t *testing.T) {
+	b, err := os.ReadFile("../examples/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("pin is bounded by the agent \\(`pin-bound`, (\\S+) by default\\)").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("examples/README.md no longer states the pin bound's default")
+	}
+	d, err := time.ParseDuration(string(m[1]))
+	if err != nil || d != DefaultConfig().PinBound {
+		t.Fatalf("examples/README.md says the pin bound is %s by default; it is %v (%v)", m[1], DefaultConfig().PinBound, err)
 	}
 }

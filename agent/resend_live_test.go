@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -43,15 +44,10 @@ func (w *cable) pump(from, to *net.UDPConn, dst *net.UDPAddr) {
 	}
 }
 
-// freeUDP returns a loopback address no socket holds at the moment.
-func freeUDP(tb testing.TB) *net.UDPAddr {
+// heldUDP is a loopback address HoldUDP holds for an agent's port.
+func heldUDP(tb testing.TB) *net.UDPAddr {
 	tb.Helper()
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr)
+	return net.UDPAddrFromAddrPort(netip.MustParseAddrPort(agent.HoldUDP(tb, 1)[0]))
 }
 
 // startRing starts n agents wired in a ring (i to i+1 and n-1 to 0) over
@@ -61,7 +57,7 @@ func startRing(tb testing.TB, n int, configure func(*agent.Config)) ([]*liveNode
 	tb.Helper()
 	wires := make([]*cable, n)
 	for i := range wires {
-		w := &cable{ends: [2]noc.NodeID{noc.NodeID(i), noc.NodeID((i + 1) % n)}, pa: freeUDP(tb), pb: freeUDP(tb)}
+		w := &cable{ends: [2]noc.NodeID{noc.NodeID(i), noc.NodeID((i + 1) % n)}, pa: heldUDP(tb), pb: heldUDP(tb)}
 		var err error
 		if w.a, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}); err != nil {
 			tb.Fatal(err)
@@ -87,10 +83,10 @@ func startRing(tb testing.TB, n int, configure func(*agent.Config)) ([]*liveNode
 		for _, w := range wires {
 			switch noc.NodeID(i) {
 			case w.ends[0]:
-				cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: fmt.Sprintf("p%d", w.ends[1]), Kind: agent.PortUDP,
+				cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: fmt.Sprintf("p%d", w.ends[1]), Kind: agent.PortUDPHeld,
 					Args: []string{w.pa.String(), w.a.LocalAddr().String()}})
 			case w.ends[1]:
-				cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: fmt.Sprintf("p%d", w.ends[0]), Kind: agent.PortUDP,
+				cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: fmt.Sprintf("p%d", w.ends[0]), Kind: agent.PortUDPHeld,
 					Args: []string{w.pb.String(), w.b.LocalAddr().String()}})
 			}
 		}
@@ -131,8 +127,8 @@ func nextHop(tb testing.TB, nd *liveNode, dst noc.NodeID) noc.NodeID {
 }
 
 // mend joins a cut cable again and waits (bounded) until both of its
-// ends hear each other and every agent routes to every other, then a
-// little more for routing to settle on the whole ring.
+// ends hear each other and every agent routes to every other node by a
+// shortest way round the ring.
 func mend(tb testing.TB, nodes []*liveNode, w *cable) {
 	tb.Helper()
 	w.cut.Store(false)
@@ -160,7 +156,42 @@ func mend(tb testing.TB, nodes []*liveNode, w *cable) {
 		c.Close()
 	}
 	waitRoutes(tb, nodes)
-	time.Sleep(500 * time.Millisecond)
+	waitRingRoutes(tb, nodes)
+}
+
+// waitRingRoutes waits (bounded) until every agent of a ring of
+// len(nodes) routes to every other node in as many hops as the shorter
+// way round the ring takes.
+func waitRingRoutes(tb testing.TB, nodes []*liveNode) {
+	tb.Helper()
+	n := len(nodes)
+	deadline := time.Now().Add(30 * time.Second)
+	for i, nd := range nodes {
+		for {
+			c, err := ctl.Dial(filepath.Join(nd.runDir, "ctl.sock"))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			rs, err := c.Routes(ctx)
+			cancel()
+			c.Close()
+			wrong := ""
+			for _, r := range rs {
+				d := (int(r.Dst) - i + n) % n
+				if want := min(d, n-d); r.Hops != want {
+					wrong += fmt.Sprintf(" %d in %d hops (want %d)", r.Dst, r.Hops, want)
+				}
+			}
+			if err == nil && len(rs) == n-1 && wrong == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("node %d's routes are not the ring's shortest: %v%s %v", i, rs, wrong, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // TestCASIncrementsAcrossACutLink: a ring of four agents over UDP; a

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,7 +172,7 @@ func TestRestartNeverReusesAGVA(t *testing.T) {
 // memory runs out.
 func TestRestartWithTheSameSeedRejoins(t *testing.T) {
 	dir := t.TempDir()
-	addrs := freeUDPAddrs(t, 2)
+	addrs := agent.HoldUDP(t, 2)
 	cfgs := make([]agent.Config, 2)
 	for i := range cfgs {
 		cfg := agent.DefaultConfig()
@@ -181,7 +180,7 @@ func TestRestartWithTheSameSeedRejoins(t *testing.T) {
 		cfg.RunDir = filepath.Join(dir, fmt.Sprintf("node%d", i))
 		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
 		cfg.Seed = uint64(7 + i) // the same seed at every start
-		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDP, Args: []string{addrs[i], addrs[1-i]}}}
+		cfg.Ports = []agent.PortSpec{{Name: "p0", Kind: agent.PortUDPHeld, Args: []string{addrs[i], addrs[1-i]}}}
 		cfgs[i] = cfg
 	}
 	n0, _ := runAgent(t, cfgs[0])
@@ -207,20 +206,6 @@ func TestRestartWithTheSameSeedRejoins(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freeUDPAddrs returns n loopback UDP addresses free a moment ago.
-func freeUDPAddrs(tb testing.TB, n int) []string {
-	var out []string
-	for range n {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer c.Close()
-		out = append(out, c.LocalAddr().String())
-	}
-	return out
 }
 
 // TestHelperHostClient is not a test: TestUserQuotas runs this test binary

@@ -48,7 +48,11 @@ func (s source) Links() []ctl.Link {
 			if p.Up {
 				st = ctl.LinkUp
 			}
-			l := ctl.Link{Index: p.ID, Name: p.Name, Kind: s.a.ports[p.ID].kind, State: st, MTU: p.MTU, Session: p.Session}
+			l := ctl.Link{Index: p.ID, Name: p.Name, Kind: s.a.ports[p.ID].kind, State: st, MTU: p.MTU, Session: p.Session,
+				Security: ctl.LinkSealed}
+			if s.a.keys == nil {
+				l.Security = ctl.LinkPlaintext
+			}
 			if p.Known {
 				l.Peer = p.Neighbour
 			} else {

@@ -1,9 +1,10 @@
-// Package arbiter is the ownership arbiter of one DPU (DESIGN.md §3.2): it
-// puts in one order the requests for the pages this node's host owns —
-// acquires (ownership transfer), write-throughs and atomics — raises and
-// bounds pins (the owner's "lock registers"), and reports host faults. It
-// also provides the "hardware timers": Wheel, a hierarchical timing wheel
-// that the coherence engine uses too (swaps, retransmissions, request
+// Package arbiter is the ownership arbiter of one DPU (the ownership
+// protocol of package coherence, "Ownership protocol"): it puts in one
+// order the requests for the pages this node's host owns — acquires
+// (ownership transfer), write-throughs and atomics — raises and bounds
+// pins (the owner's "lock registers"), and reports host faults. It also
+// provides the "hardware timers": Wheel, a hierarchical timing wheel that
+// the coherence engine uses too (swaps, retransmissions, request
 // deadlines).
 //
 // # Ordering

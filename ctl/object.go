@@ -74,7 +74,18 @@ type Link struct {
 	// Channels are the channels a multi-channel link stripes over (none
 	// for a link of one channel).
 	Channels []Channel `json:"channels"`
+	// Security is LinkSealed when the link is an authenticated, encrypted
+	// session (the agent has key-file and fabric-keys), LinkPlaintext when
+	// anyone on the wire can read and forge its frames; "" from an agent
+	// that does not say.
+	Security string `json:"security,omitempty"`
 }
+
+// Link security, as Link.Security reports it.
+const (
+	LinkSealed    = "sealed"
+	LinkPlaintext = "plaintext"
+)
 
 // Channel is one channel of a multi-channel link: a UDP socket, an AF_XDP
 // queue, a queue pair.
@@ -281,6 +292,7 @@ const (
 	linkRTT         uint16 = 17
 	linkCounters    uint16 = 18 // nested counter list
 	linkChannels    uint16 = 19 // nested: one nested channelEntry per channel
+	linkSecurity    uint16 = 20
 )
 
 const (
@@ -416,6 +428,9 @@ func (l *Link) encode(ae *netlink.AttributeEncoder) {
 	ae.Uint64(linkDuplicates, l.Duplicates)
 	ae.Int64(linkRTT, int64(l.RTT))
 	encodeCounters(ae, linkCounters, l.Counters)
+	if l.Security != "" {
+		ae.String(linkSecurity, l.Security)
+	}
 	if len(l.Channels) > 0 {
 		ae.Nested(linkChannels, func(nae *netlink.AttributeEncoder) error {
 			for _, c := range l.Channels {
@@ -503,6 +518,8 @@ func (l *Link) decode(ad *netlink.AttributeDecoder) error {
 			l.Counters = decodeCounters(ad)
 		case linkChannels:
 			l.Channels = decodeChannels(ad)
+		case linkSecurity:
+			l.Security = ad.String()
 		}
 	}
 	return ad.Err()

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/coherence"
-	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
@@ -49,6 +48,9 @@ type Spec struct {
 	// Replicas is every agent's replication factor (key replicas; 0 or 1:
 	// no backups).
 	Replicas int
+	// Replace stops a fabric already running in Dir once the spec has been
+	// checked (a spec that cannot be built leaves it running).
+	Replace bool
 }
 
 // Agent is one agent of a running fabric.
@@ -89,14 +91,15 @@ type State struct {
 	dir       string
 }
 
-// ErrNotConverged is returned when routes do not cover the fabric in time.
+// ErrNotConverged is returned when the agents' routes do not settle in
+// time (WaitConverged).
 var ErrNotConverged = errors.New("fabric: routes did not converge")
 
 const stateFile = "fabric.json"
 
-// Up starts a fabric and returns once every agent's routes cover every other
-// node, or fails after spec.Timeout with a message naming what is missing.
-// While it waits it says every second which nodes still miss routes; when
+// Up starts a fabric and returns once it has converged (WaitConverged), or
+// fails after spec.Timeout with a message naming what is missing. While it
+// waits it says every second which nodes have not converged and why; when
 // it fails after starting anything, it stops what it started (as Down).
 func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	if err := spec.defaults(); err != nil {
@@ -111,12 +114,19 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	default:
 		return nil, fmt.Errorf("fabric: links %q: want udp or veth", spec.Links)
 	}
-	if st, err := Load(spec.Dir); err == nil && st.running() {
-		return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first", spec.Dir)
-	}
 	g, err := topo.Generate(spec.Topo, spec.Nodes, topo.Options{Ports: spec.MaxPorts, Seed: spec.Seed})
 	if err != nil {
 		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	// Only a spec that can be built stops a running fabric (Replace).
+	if st, err := Load(spec.Dir); err == nil && st.running() {
+		if !spec.Replace {
+			return nil, fmt.Errorf("fabric: %s already runs a fabric; run down first (or up --replace)", spec.Dir)
+		}
+		if err := Down(spec.Dir); err != nil {
+			return nil, fmt.Errorf("fabric: stopping the fabric that runs in %s: %w", spec.Dir, err)
+		}
+		fmt.Fprintf(log, "stopped the fabric that ran in %s\n", spec.Dir)
 	}
 	abs, err := filepath.Abs(spec.Dir)
 	if err != nil {
@@ -212,7 +222,7 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 	if err := st.waitConverged(wctx, log); err != nil {
 		return st, err
 	}
-	fmt.Fprintf(log, "converged: every agent routes to %d other nodes\n", spec.Nodes-1)
+	fmt.Fprintf(log, "converged: every agent routes to %d other nodes by shortest paths over every link; their link-state databases agree\n", spec.Nodes-1)
 	return st, nil
 }
 
@@ -543,23 +553,27 @@ func (s *State) start(i int) error {
 // Dir is the fabric's directory.
 func (s *State) Dir() string { return s.dir }
 
-// WaitConverged waits until every running agent's route table lists every
-// other running node, or ctx ends.
+// WaitConverged waits until the running agents have converged (see
+// converge.go): every link wired between running nodes is up, every agent
+// routes to every other running node by a shortest path of the link-state
+// database it holds, and their databases agree; or ctx ends.
 func (s *State) WaitConverged(ctx context.Context) error { return s.waitConverged(ctx, nil) }
 
 // waitConverged is WaitConverged, saying on log (if not nil) every
-// progressEvery which nodes still miss routes.
+// progressEvery which nodes have not converged yet, and why.
 func (s *State) waitConverged(ctx context.Context, log io.Writer) error {
 	lastSaid := time.Now()
-	want := 0
+	var running []noc.NodeID
 	for _, a := range s.Agents {
 		if !a.Stopped {
-			want++
+			running = append(running, noc.NodeID(a.Node))
 		}
 	}
+	want := len(running)
 	var missing []string
 	for {
 		missing = missing[:0]
+		var views []view
 		for _, a := range s.Agents {
 			if a.Stopped {
 				continue
@@ -567,7 +581,7 @@ func (s *State) waitConverged(ctx context.Context, log io.Writer) error {
 			if !a.running() {
 				return fmt.Errorf("fabric: agent %d (pid %d) exited; see %s", a.Node, a.Pid, a.Log)
 			}
-			n, err := routeCount(ctx, a.Ctl())
+			v, err := readView(ctx, a.Ctl())
 			switch {
 			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED):
 				missing = append(missing, fmt.Sprintf("node %d (not serving yet)", a.Node))
@@ -575,8 +589,24 @@ func (s *State) waitConverged(ctx context.Context, log io.Writer) error {
 				missing = append(missing, fmt.Sprintf("node %d (no answer)", a.Node))
 			case err != nil:
 				missing = append(missing, fmt.Sprintf("node %d (%v)", a.Node, err))
-			case n != want-1:
-				missing = append(missing, fmt.Sprintf("node %d (%d of %d routes)", a.Node, n, want-1))
+			default:
+				v.node = noc.NodeID(a.Node)
+				why := linksFault(v, s.Edges, running)
+				if why == "" {
+					why = routesFault(v, running)
+				}
+				if why != "" {
+					missing = append(missing, fmt.Sprintf("node %d (%s)", a.Node, why))
+				}
+				views = append(views, v)
+			}
+		}
+		if len(missing) == 0 {
+			faults := databaseFaults(views, running)
+			for _, v := range views {
+				if why, ok := faults[v.node]; ok {
+					missing = append(missing, fmt.Sprintf("node %d (%s)", v.node, why))
+				}
 			}
 		}
 		if len(missing) == 0 {
@@ -597,27 +627,15 @@ func (s *State) waitConverged(ctx context.Context, log io.Writer) error {
 // progressEvery is how often up says what it still waits for.
 const progressEvery = time.Second
 
-// missingText names the nodes that still miss routes, the first few with
+// missingText names the nodes that have not converged, the first few with
 // their reason.
 func missingText(missing []string, of int) string {
 	const shown = 6
-	s := fmt.Sprintf("%d of %d nodes still miss routes: ", len(missing), of)
+	s := fmt.Sprintf("%d of %d nodes not converged: ", len(missing), of)
 	if len(missing) <= shown {
 		return s + strings.Join(missing, ", ")
 	}
 	return s + strings.Join(missing[:shown], ", ") + fmt.Sprintf(" and %d more", len(missing)-shown)
-}
-
-func routeCount(ctx context.Context, sock string) (int, error) {
-	cctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	c, err := ctl.Dial(sock)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	rs, err := c.Routes(cctx)
-	return len(rs), err
 }
 
 // Kill stops agent i with signal sig and waits (bounded) until it is gone,

@@ -134,18 +134,30 @@ func ownerKilledUnderCASLoad(t *testing.T, st *fabric.State) {
 		counters[i] = &casCounter{node: i, killed: &killed, mu: &mu}
 		wg.Go(func() { counters[i].run(ctx, clients[i], g, stop) })
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Load on the owner: wait (bounded) until every node has had an
+	// increment acknowledged before the kill.
+	for loaded, deadline := false, time.Now().Add(30*time.Second); !loaded; {
+		mu.Lock()
+		loaded = true
+		for _, cc := range counters {
+			loaded = loaded && cc.acked > 0
+		}
+		mu.Unlock()
+		if !loaded && time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatal("not every node had an increment acknowledged in 30 s before the kill")
+		}
+		if !loaded {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	mu.Lock()
 	before := 0
 	for _, cc := range counters {
 		before += cc.acked
 	}
 	mu.Unlock()
-	if before == 0 {
-		close(stop)
-		wg.Wait()
-		t.Fatal("no increment before the kill")
-	}
 	start := time.Now()
 	if err := st.Kill(0, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,11 @@
 #                              its virtio modules, boot it under qemu and check it
 #   make rdma-test             the same with two amd64 guests, soft-RoCE (rdma_rxe)
 #                              and the rdma-tagged agent: RoCE ports between them
+#   make image-oci             images/out/dpu-agent-oci/ (an OCI image layout) and
+#                              images/out/dpu-agent-oci.tar (the same as an
+#                              oci-archive): the container image of dpu-agent and
+#                              dpuctl (static), built with no container daemon
+#   make image-oci OCI_ARCH=arm64   the same for arm64
 
 IMAGE_ARCH    := $(if $(ARCH),$(ARCH),arm64)
 IMAGE_OUT     := images/out
@@ -32,7 +37,17 @@ RDMATEST_KERNEL  := $(IMAGE_CACHE)/amd64
 RDMATEST_OUT     := $(IMAGE_OUT)/rdma
 RDMATEST_TIMEOUT ?= 240s
 
-.PHONY: image image-test image-clean rdma-test
+.PHONY: image image-test image-clean rdma-test image-oci
+
+OCI_ARCH ?= amd64
+
+# The container image (images/oci): static binaries, one layer, no base.
+# images/oci's TestAgentImageRunsUnderRunc runs the same image under runc.
+image-oci:
+	@mkdir -p $(IMAGE_OUT)/oci-$(OCI_ARCH)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(OCI_ARCH) $(GO) build -trimpath -o $(IMAGE_OUT)/oci-$(OCI_ARCH)/ ./cmd/dpu-agent ./cmd/dpuctl
+	$(GO) run ./images/cmd/ociimage --arch $(OCI_ARCH) --bin $(IMAGE_OUT)/oci-$(OCI_ARCH) \
+		--layout $(IMAGE_OUT)/dpu-agent-oci --archive $(IMAGE_OUT)/dpu-agent-oci.tar
 
 # image-build ARCH,MODULES: u-root's mkuimage (the version go.mod's tool
 # directive pins, built for this host) compiles every command into one

@@ -1,10 +1,11 @@
-// Package pathcache is the path cache of one DPU: for every shared page whose
-// traffic crosses this node, the entry that places the node on the page's
-// tree (DESIGN.md §3). The tree is rooted at the page's owner; an entry holds
-// the up port (toward the owner, noc.NoPort at the owner), the set of down
-// ports (toward replicas, noc.LocalPort for a replica held by this node's own
-// host), the state of the local replica, the page version and the bookkeeping
-// the coherence engine needs (owner flag, in-flight pins).
+// Package pathcache is the path cache of one DPU: for every shared page
+// whose traffic crosses this node, the entry that places the node on the
+// page's tree (package coherence, "The tree of a page"). The tree is rooted
+// at the page's owner; an entry holds the up port (toward the owner,
+// noc.NoPort at the owner), the set of down ports (toward replicas,
+// noc.LocalPort for a replica held by this node's own host), the state of
+// the local replica, the page version and the bookkeeping the coherence
+// engine needs (owner flag, in-flight pins).
 //
 // # Keys
 //

@@ -52,6 +52,41 @@ func (p *portFlags) Set(s string) error { *p = append(*p, s); return nil }
 var settingFlags = []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed",
 	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "replicas", "metrics-listen", "loop", "spin"}
 
+// settingMeaning says what each setting flag sets, with a placeholder for
+// its value in backquotes (the flag package shows it as the argument).
+var settingMeaning = map[string]string{
+	"node":            "this node's `number` in the fabric, unique",
+	"run-dir":         "the `directory` of dpu0.sock and ctl.sock ($DPU_RUN_DIR)",
+	"log-level":       "`level` of the log: debug, info, warn or error",
+	"heartbeat":       "`interval` of link heartbeats",
+	"dead-interval":   "`silence` after which a neighbour is down (more than heartbeat)",
+	"socket-group":    "`group` that may use the sockets besides the agent's user",
+	"pages":           "physical `pages` this node may index (owned, replicas, backups)",
+	"seed":            "`seed` of the agent's random source (0: from the clock)",
+	"xdp-pin-dir":     "bpffs `directory` where AF_XDP ports pin their maps",
+	"gpu-mem-limit":   "default GPU memory limit of a process (`size`, 0: none)",
+	"gpu-quota":       "default kernel-time quota of a process (`percent`, 0: none)",
+	"request-timeout": "`bound` of every host request",
+	"pin-bound":       "how long a lock's pin may stay raised (`duration`)",
+	"replicas":        "replication factor `R` (R-1 backups of every owned page)",
+	"metrics-listen":  "`address` of the Prometheus /metrics endpoint (off when empty)",
+	"loop":            "how the run loop waits: blocking, adaptive or poll (`mode`)",
+	"spin":            "how long the adaptive loop spins before it parks (`duration`)",
+}
+
+// settingHelp is the help line of a setting flag: its meaning and the
+// built-in default.
+func settingHelp(k string) string {
+	d := agent.DefaultConfig()
+	def := map[string]string{
+		"node": fmt.Sprint(d.Node), "run-dir": d.RunDir, "log-level": d.LogLevel, "heartbeat": d.Heartbeat.String(),
+		"dead-interval": d.DeadInterval.String(), "socket-group": "the agent's", "pages": fmt.Sprint(d.Pages), "seed": "0",
+		"xdp-pin-dir": "none", "gpu-mem-limit": "0", "gpu-quota": "0", "request-timeout": d.RequestTimeout.String(),
+		"pin-bound": d.PinBound.String(), "replicas": "1", "metrics-listen": "off", "loop": d.Loop.String(), "spin": d.Spin.String(),
+	}[k]
+	return fmt.Sprintf("%s; key %s of the file (default %s)", settingMeaning[k], k, def)
+}
+
 // options is a parsed command line.
 type options struct {
 	confPath string
@@ -67,7 +102,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, bool, error)
 	o := &options{settings: map[string]*string{}, set: map[string]bool{}}
 	fs.StringVar(&o.confPath, "config", "", "configuration `file`")
 	for _, k := range settingFlags {
-		o.settings[k] = fs.String(k, "", "sets "+k+" (see the configuration file format)")
+		o.settings[k] = fs.String(k, "", settingHelp(k))
 	}
 	fs.BoolVar(&o.poll, "poll", false, "same as --loop poll")
 	fs.Var(&o.ports, "port", "neighbour link `\"NAME KIND ARGS...\"` (repeatable; replaces the file's ports)")
@@ -76,7 +111,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, bool, error)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
-		fmt.Fprintln(stdout, "Usage: dpu-agent [OPTIONS]\n\nThe DPU firmware daemon. Flags override the configuration file (see README.md, \"dpu-agent\").\nSIGHUP reloads the file; SIGTERM or SIGINT stop the agent.\n\nOPTIONS")
+		fmt.Fprintln(stdout, "Usage: dpu-agent [OPTIONS]\n\nThe DPU firmware daemon. Flags override the configuration file (see docs/operating.md, \"dpu-agent\").\nSIGHUP reloads the file; SIGTERM or SIGINT stop the agent.\n\nOPTIONS")
 		fs.PrintDefaults()
 		return nil, true, nil
 	case err != nil:

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aitherion/dpu/agent"
 )
 
 type syncBuffer struct {
@@ -46,6 +48,31 @@ func TestHelpAndVersion(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), []string{"--bogus"}, &out, &errOut, nil); err == nil || !strings.Contains(err.Error(), "--help") {
 		t.Errorf("--bogus: %v", err)
+	}
+}
+
+// TestHelpSaysMeaningsAndDefaults: every setting flag's help line says
+// what it sets, its configuration key and the built-in default, and the
+// defaults are the configuration's.
+func TestHelpSaysMeaningsAndDefaults(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"--help"}, &out, &errOut, nil); err != nil {
+		t.Fatal(err)
+	}
+	help := out.String()
+	for _, k := range settingFlags {
+		if settingMeaning[k] == "" {
+			t.Errorf("--%s has no meaning in settingMeaning", k)
+		}
+		if !strings.Contains(help, "; key "+k+" of the file (default ") {
+			t.Errorf("--help does not give --%s's key and default:\n%s", k, help)
+		}
+	}
+	d := agent.DefaultConfig()
+	for k, want := range map[string]string{"pin-bound": d.PinBound.String(), "request-timeout": d.RequestTimeout.String(), "run-dir": d.RunDir} {
+		if !strings.Contains(settingHelp(k), "(default "+want+")") {
+			t.Errorf("--%s: %q, want the default %s", k, settingHelp(k), want)
+		}
 	}
 }
 

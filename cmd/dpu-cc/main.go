@@ -36,6 +36,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/aitherion/dpu/cmd/internal/version"
 )
 
 func main() {
@@ -45,6 +47,18 @@ func main() {
 // run is dpu-cc with its arguments; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	opts, ccArgs := splitOwnFlags(args)
+	if len(ccArgs) == 1 && ccArgs[0] == "--version" {
+		// dpu-cc's own version first, then the compiler it drives
+		cc := compiler()
+		fmt.Fprintf(stdout, "%s\ncompiler: %s (DPU_CC_COMPILER or CC picks another)\n", version.String("dpu-cc"), cc)
+		c := exec.Command(cc, "--version")
+		c.Stdout, c.Stderr = stdout, stderr
+		if err := c.Run(); err != nil {
+			fmt.Fprintf(stderr, "dpu-cc: %s --version: %v\n", cc, err)
+			return 1
+		}
+		return 0
+	}
 	lay, err := findLayout()
 	if err != nil {
 		fmt.Fprintln(stderr, "dpu-cc:", err)

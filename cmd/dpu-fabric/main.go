@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.DurationVar(&spec.Timeout, "timeout", 30*time.Second, "convergence bound")
 		fs.StringVar(&spec.AgentPath, "agent", "", "dpu-agent binary (default: beside dpu-fabric, then $PATH)")
 		fs.IntVar(&spec.Channels, "channels", 1, "channels each link stripes over (udp: consecutive ports; veth: device queues)")
+		fs.BoolVar(&spec.Replace, "replace", false, "stop a fabric already running in DIR first (only once the new one's options are checked)")
 		fs.IntVar(&spec.Replicas, "replicas", 1, "replication factor: every page has replicas-1 backups that take it over when its owner dies")
 		if err := parse(); err != nil {
 			return err

@@ -19,8 +19,8 @@
 // It prints one summary line (seeds=… replicas=… ops=… checked=… unchecked=…
 // violations=… time=… cpu=… ops/cpu-s=…: host requests completed per second
 // of the process's CPU time), a line breaking errors down by errno (errors by errno:
-// ETIMEDOUT=… …), then a line that says what each counter means, and exits
-// non-zero on any violation, printing the failing seed and the command that
+// ETIMEDOUT=… …), then a line saying that --help says what each counter
+// means, and exits non-zero on any violation, printing the failing seed and the command that
 // replays it. checked counts the atomic and lock operations the
 // linearizability check judged; unchecked those a history could not hold
 // (past --max-history), which fail the run too. On a terminal it shows
@@ -46,6 +46,7 @@ import (
 
 	"github.com/aitherion/dpu/cmd/internal/version"
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/sim"
 )
 
@@ -66,8 +67,12 @@ var errViolations = errors.New("violations found")
 // errDone ends a run that printed what was asked (--help, --version).
 var errDone = errors.New("done")
 
-// legend says what each counter of the summary line means.
-const legend = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
+// legendPointer ends every run's output: where the meaning of each counter
+// is said (once, in --help, rather than on every run).
+const legendPointer = "(dpu-sim --help says what each counter means)"
+
+// legendText says what each counter of the summary line means.
+const legendText = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages whose owner crashed while it held their only copy (expected with crash faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
 
 // cpuTime is the CPU time this process has used, user and system.
 func cpuTime() time.Duration {
@@ -133,8 +138,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "Usage: dpu-sim [OPTIONS]\n\nRuns the deterministic fabric simulator (see README.md, \"dpu-sim\").\n\nOPTIONS")
+			fmt.Fprintln(stdout, "Usage: dpu-sim [OPTIONS]\n\nRuns the deterministic fabric simulator (see docs/simulator.md).\n\nOPTIONS")
 			fs.PrintDefaults()
+			fmt.Fprintf(stdout, "\nTHE SUMMARY LINE\n\n%s\n", wrap(legendText, 76, "  "))
 			return errDone
 		}
 		return fmt.Errorf("%w (dpu-sim --help lists the options)", err)
@@ -168,6 +174,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if lm == sim.LinksAbstract && fl&(sim.FaultDrop|sim.FaultDelay) != 0 {
 		return fmt.Errorf("--faults %s with --links abstract: drop and delay need the real link layer (they act on its datagrams), and abstract links carry whole frames without loss; use --links real for them, or --faults flap,crash or none", *faults)
+	}
+	if *debugPage != "" {
+		if *debugPage != "all" {
+			if _, err := gva.Parse(*debugPage); err != nil {
+				return fmt.Errorf("--debug-page %q: want a page's GVA (gva:…) or all: %w", *debugPage, err)
+			}
+		}
+		if *seed == 0 && *seeds != 1 {
+			return fmt.Errorf("--debug-page traces one seed: give --seed S")
+		}
 	}
 	var bug coherence.PlantedBug
 	switch *plant {
@@ -259,7 +275,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
 	fmt.Fprintln(stdout, errorsLine(errorsBy))
-	fmt.Fprintln(stdout, legend)
+	fmt.Fprintln(stdout, legendPointer)
 	for _, i := range failed {
 		r := results[i]
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --clients %d", r.Seed, *nodes, *topoKind, *faults, *clients)
@@ -305,4 +321,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return errViolations
 	}
 	return nil
+}
+
+// wrap breaks text into lines of at most width characters (a longer word
+// stays whole), each starting with indent.
+func wrap(text string, width int, indent string) string {
+	var b strings.Builder
+	line := indent
+	for _, w := range strings.Fields(text) {
+		if len(line) > len(indent) && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += w
+	}
+	b.WriteString(line)
+	return b.String()
 }

@@ -56,22 +56,44 @@ func TestTruncatedHistoryFails(t *testing.T) {
 	}
 }
 
-// The last line explains every counter of the summary line.
+// --help explains every counter of the summary line; a run ends with a
+// short line that says so, not with the explanation.
 func TestSummaryCountersExplained(t *testing.T) {
 	var out, errb bytes.Buffer
 	if err := run([]string{"--seeds", "2", "--nodes", "4", "--topo", "ring", "--faults", "none", "--workload", "5ms", "--quiesce", "50ms", "--progress", "always"}, &out, &errb); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	last := lines[len(lines)-1]
+	if last := lines[len(lines)-1]; last != legendPointer {
+		t.Errorf("the last line of a run: %q, want %q", last, legendPointer)
+	}
+	if len(out.String()) > 1000 {
+		t.Errorf("a run prints %d bytes: %q", len(out.String()), out.String())
+	}
+	var help, herr bytes.Buffer
+	if err := run([]string{"--help"}, &help, &herr); !errors.Is(err, errDone) {
+		t.Fatal(err)
+	}
+	explained := strings.Join(strings.Fields(help.String()[strings.Index(help.String(), "THE SUMMARY LINE"):]), " ")
 	for _, kv := range strings.Fields(lines[0]) {
 		k, _, _ := strings.Cut(kv, "=")
-		if k != "seeds" && !strings.Contains(last, k+": ") {
-			t.Errorf("the last line does not explain %q: %s", k, last)
+		if k != "seeds" && !strings.Contains(explained, k+": ") {
+			t.Errorf("--help does not explain %q", k)
 		}
 	}
 	if !strings.HasSuffix(errb.String(), "\r\x1b[K") {
 		t.Errorf("progress line not cleared: %q", errb.String())
+	}
+}
+
+// TestDebugPageChecked: --debug-page takes a GVA or all, for one seed.
+func TestDebugPageChecked(t *testing.T) {
+	for _, args := range [][]string{{"--seed", "1", "--debug-page", "bogus"}, {"--seeds", "5", "--debug-page", "all"}} {
+		var out, errb bytes.Buffer
+		err := run(args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), "--debug-page") {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
+	"github.com/aitherion/dpu/noc/port/secure"
 )
 
 // Packet capture. The agent copies the datagrams of one port (ctl
@@ -307,6 +308,10 @@ func describeLink(at time.Time, port, dir string, data []byte, lt layers.LinkTyp
 	}
 	l, ok := pkt.Layer(layerTypeLink).(*linkLayer)
 	if !ok {
+		if what, sealed := secure.Describe(linkBytes(pkt)); sealed {
+			fmt.Fprintf(&b, "secure link: %s; sealed, so not decoded (a capture of a link with key-file shows only this)\n", what)
+			return b.String()
+		}
 		if el := pkt.ErrorLayer(); el != nil {
 			fmt.Fprintf(&b, "not a link datagram: %v\n", el.Error())
 		} else {
@@ -344,4 +349,17 @@ func describeLink(at time.Time, port, dir string, data []byte, lt layers.LinkTyp
 	}
 	b.WriteString(" (fragment)\n")
 	return b.String()
+}
+
+// linkBytes is what pkt's link layer would have decoded: the bytes past
+// the Ethernet header or the UDP header (pkt's first layer is then the
+// link's), nil when there are none.
+func linkBytes(pkt gopacket.Packet) []byte {
+	if el := pkt.ErrorLayer(); el != nil {
+		return el.LayerContents()
+	}
+	if e, ok := pkt.Layer(layers.LayerTypeEthernet).(*layers.Ethernet); ok {
+		return e.Payload
+	}
+	return nil
 }

@@ -192,3 +192,19 @@ func FuzzReadCapture(f *testing.F) {
 		readCapture(bytes.NewReader(b), &out) //nolint:errcheck // only panics matter
 	})
 }
+
+// TestCaptureReadSealed: a tcpdump capture of a secure link (key-file: the
+// links dpu-fabric makes) says the datagrams are sealed, not that their
+// link header has an unknown version.
+func TestCaptureReadSealed(t *testing.T) {
+	sealed := append([]byte{4, 0, 0, 0x12, 0x34, 0, 0, 0, 0, 0, 0, 0, 7}, make([]byte, 48)...) // type data, session, counter, ciphertext+tag
+	path := filepath.Join(t.TempDir(), "sealed.pcap")
+	udpPcap(t, path, sealed)
+	out, _, err := dpuctl(t, "capture", "read", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "udp 7001>7000 secure link: sealed data (session 0x1234, counter 7); sealed, so not decoded") || strings.Contains(out, "version") {
+		t.Errorf("capture read of a sealed link: %q", out)
+	}
+}

@@ -1,5 +1,5 @@
 // Command dpuctl shows and controls a running dpu-agent through its control
-// socket (package agent/ctl), in iproute2's grammar, and reaches shared
+// socket (package ctl), in iproute2's grammar, and reaches shared
 // memory through its host interface socket (dpu0.sock, package
 // hostif/client):
 //

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -103,5 +105,18 @@ func TestMemCASStatus(t *testing.T) {
 	var st exitStatus
 	if !errors.As(err, &st) || st.code != 1 || out != "old 5 not swapped\n" {
 		t.Fatalf("cas that does not swap: %v %q", err, out)
+	}
+}
+
+// TestDialHints: a socket the caller may not use names socket-group; a
+// missing one asks whether the agent runs.
+func TestDialHints(t *testing.T) {
+	denied := &net.OpError{Op: "dial", Net: "unixpacket", Err: &os.SyscallError{Syscall: "connect", Err: syscall.EACCES}}
+	if got := dialHint(denied, "-s names its control socket").Error(); !strings.Contains(got, "socket-group") || !strings.Contains(got, "permission denied") {
+		t.Errorf("permission denied: %q", got)
+	}
+	missing := &net.OpError{Op: "dial", Net: "unixpacket", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ENOENT}}
+	if got := dialHint(missing, "-d names its host socket").Error(); !strings.Contains(got, "is dpu-agent running? -d names its host socket") {
+		t.Errorf("no such socket: %q", got)
 	}
 }

@@ -64,8 +64,7 @@ COMMAND defaults to show.
                                   (a cgroup's, pod's or container's limit is shared by its processes
                                   and kept across agent restarts; mem 0 quota 0 removes it;
                                   device host: the pinned host memory, mem only)
-  gpu limits                      the limits set at run time
-                                  set a process's GPU limits (0: unlimited)
+  gpu limits                      the limits set at run time (gpu set), one per target
   quota show                      allocation quotas of dpu0.sock's users: pages and bytes held and allowed
   quota set uid U [pages N] [bytes SIZE]
                                   set a uid's allocation quota (root only; kept across restarts;
@@ -105,13 +104,22 @@ func (e *env) dial() (*ctl.Client, error) {
 	}
 	c, err := ctl.Dial(e.socket)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w (is dpu-agent running? -s names its control socket)", err)
-		}
-		return nil, err
+		return nil, dialHint(err, "-s names its control socket")
 	}
 	e.client = c
 	return c, nil
+}
+
+// dialHint says what to do about a socket that could not be reached: an
+// agent that is not running, or a socket the caller may not use.
+func dialHint(err error, which string) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w (is dpu-agent running? %s)", err, which)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%w (the agent's sockets are open to its user and group only: the group is the socket-group key of its configuration; join that group, or run as root)", err)
+	}
+	return err
 }
 
 func (e *env) writeJSON(v any) error {

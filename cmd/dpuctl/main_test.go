@@ -315,6 +315,15 @@ func TestDefaultSocketFromRunDir(t *testing.T) {
 
 func TestGPUSet(t *testing.T) {
 	_, sock := ctltest.Serve(t, ctltest.NewSource(ctltest.Sample()))
+	if out, _, err := dpuctl(t, "-s", sock, "gpu", "limits"); err != nil || out != "TARGET  DEVICE  MEM-LIMIT  QUOTA\n" {
+		t.Fatalf("gpu limits with none set: %q %v, want the header alone", out, err)
+	}
+	for _, bad := range [][]string{{"mem", "lots"}, {"quota", "lots"}, {"quota", "101%"}, {"device", "x", "mem", "1G"}} {
+		_, _, err := dpuctl(t, append([]string{"-s", sock, "gpu", "set", "pid", "4242"}, bad...)...)
+		if err == nil || strings.Contains(err.Error(), "strconv") || !strings.Contains(err.Error(), "want ") {
+			t.Errorf("gpu set pid 4242 %v: %v, want what it wants without strconv's words", bad, err)
+		}
+	}
 	if _, _, err := dpuctl(t, "-s", sock, "gpu", "set", "pid", "4242", "mem", "2G", "quota", "20%"); err != nil {
 		t.Fatal(err)
 	}
@@ -342,8 +351,9 @@ func TestGPUSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "cgroup /kubepods/pod1  device 0      mem 1.0GiB  quota unlimited\n" +
-		"pid 4242               every device  mem 2.0GiB  quota 20%\n"; out != want {
+	if want := "TARGET                 DEVICE        MEM-LIMIT  QUOTA\n" +
+		"cgroup /kubepods/pod1  device 0      1.0GiB     unlimited\n" +
+		"pid 4242               every device  2.0GiB     20%\n"; out != want {
 		t.Fatalf("gpu limits:\n%s", out)
 	}
 }

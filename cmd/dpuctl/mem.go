@@ -204,10 +204,7 @@ func (s *memSession) dial() (*client.Client, error) {
 	path := memSocket(s.e)
 	c, err := client.Dial(s.e.ctx, path, client.Options{Name: "dpuctl"})
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w (is dpu-agent running? -d names its host socket)", err)
-		}
-		return nil, err
+		return nil, dialHint(err, "-d names its host socket")
 	}
 	s.client = c
 	return c, nil

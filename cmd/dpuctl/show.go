@@ -80,8 +80,12 @@ func linkShow(e *env, args []string) error {
 		if l.Peer != noc.BroadcastNode {
 			peer = strconv.FormatUint(uint64(l.Peer), 10)
 		}
+		flags := strings.ToUpper(l.State.String())
+		if l.Security == ctl.LinkPlaintext {
+			flags += ",PLAINTEXT" // no key-file: not authenticated, not encrypted
+		}
 		fmt.Fprintf(w, "%d: %s: <%s> mtu %d kind %s peer %s session %#x\n",
-			l.Index, l.Name, strings.ToUpper(l.State.String()), l.MTU, l.Kind, peer, l.Session)
+			l.Index, l.Name, flags, l.MTU, l.Kind, peer, l.Session)
 		fmt.Fprintf(w, "    rtt %s retransmits %d crc-errors %d duplicates %d\n",
 			duration(l.RTT), l.Retransmits, l.CRCErrors, l.Duplicates)
 		writeColumns(w, "    ", []string{"RX:", "bytes", "datagrams", "messages"},
@@ -452,7 +456,9 @@ func gpuSet(e *env, args []string) error {
 		switch key {
 		case "pid":
 			var v uint64
-			v, err = strconv.ParseUint(val, 10, 32)
+			if v, err = strconv.ParseUint(val, 10, 32); err != nil {
+				err = errors.New("want a process id")
+			}
 			l.PID = uint32(v)
 			targets++
 		case "cgroup":
@@ -468,17 +474,19 @@ func gpuSet(e *env, args []string) error {
 			var v uint64
 			if val == "host" {
 				v = gpuctl.HostDevice
-			} else if v, err = strconv.ParseUint(val, 10, 32); err == nil && v >= gpuctl.HostDevice {
-				err = errors.New("out of range")
+			} else if v, err = strconv.ParseUint(val, 10, 32); err != nil || v >= gpuctl.HostDevice {
+				err = fmt.Errorf("want a device ordinal below %d, or host", gpuctl.HostDevice)
 			}
 			l.Device = uint32(v)
 		case "mem":
-			l.MemoryLimit, err = parseSize(val)
+			if l.MemoryLimit, err = parseSize(val); err != nil {
+				err = errors.New("want a byte count with an optional K, M, G or T suffix (2G, 512M), 0 for none")
+			}
 		case "quota":
 			var v uint64
 			v, err = strconv.ParseUint(strings.TrimSuffix(val, "%"), 10, 32)
-			if err == nil && v > 100 {
-				err = errors.New("more than 100%")
+			if err != nil || v > 100 {
+				err = errors.New("want a percentage of kernel time from 0 to 100 (20 or 20%), 0 for none")
 			}
 			l.KernelQuota = uint32(v)
 		default:
@@ -515,6 +523,7 @@ func gpuLimits(e *env, args []string) error {
 		return e.writeJSON(lims)
 	}
 	tw := table(e.stdout)
+	fmt.Fprintf(tw, "TARGET\tDEVICE\tMEM-LIMIT\tQUOTA\n")
 	for _, l := range lims {
 		target := "pid " + strconv.Itoa(int(l.PID))
 		switch {
@@ -532,7 +541,7 @@ func gpuLimits(e *env, args []string) error {
 		case gpuctl.HostDevice:
 			dev = "host memory"
 		}
-		fmt.Fprintf(tw, "%s\t%s\tmem %s\tquota %s\n", target, dev, limit(size(l.MemoryLimit), l.MemoryLimit),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", target, dev, limit(size(l.MemoryLimit), l.MemoryLimit),
 			limit(strconv.Itoa(int(l.KernelQuota))+"%", uint64(l.KernelQuota)))
 	}
 	return tw.Flush()

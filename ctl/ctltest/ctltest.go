@@ -209,7 +209,7 @@ func Sample() Snapshot {
 		},
 		Links: []ctl.Link{
 			{
-				Index: 0, Name: "p0", Kind: "udp", State: ctl.LinkUp, MTU: 1472, Peer: 1,
+				Index: 0, Name: "p0", Kind: "udp", State: ctl.LinkUp, MTU: 1472, Peer: 1, Security: ctl.LinkSealed,
 				Session: 0x5eed0001, TxDatagrams: 1200, TxBytes: 96000, RxDatagrams: 1180,
 				RxBytes: 94400, TxMessages: 1100, RxMessages: 1090, Retransmits: 7,
 				CRCErrors: 1, Duplicates: 3, RTT: 180 * time.Microsecond,
@@ -221,7 +221,7 @@ func Sample() Snapshot {
 				},
 			},
 			{
-				Index: 1, Name: "p1", Kind: "xdp", State: ctl.LinkDown, MTU: 1500, Peer: 3,
+				Index: 1, Name: "p1", Kind: "xdp", State: ctl.LinkDown, MTU: 1500, Peer: 3, Security: ctl.LinkPlaintext,
 				Session: 0, RTT: 0,
 				Counters: []ctl.Counter{
 					{Name: "redirected_cpu0", Value: 512},

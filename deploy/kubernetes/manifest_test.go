@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aitherion/dpu/agent"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -31,7 +32,12 @@ func documents(t *testing.T, path string) [][]byte {
 func TestManifest(t *testing.T) {
 	var ds *appsv1.DaemonSet
 	var cm *corev1.ConfigMap
-	for i, d := range documents(t, "dpu-agent.yaml") {
+	docs := documents(t, "dpu-agent.yaml")
+	examples := documents(t, "dpu-agent-config.yaml")
+	for i, d := range append(docs, examples...) {
+		if i == len(docs) && cm != nil {
+			t.Error("dpu-agent.yaml holds a ConfigMap: applying it would overwrite the nodes' configuration")
+		}
 		var head struct{ APIVersion, Kind string }
 		if err := yaml.Unmarshal(d, &head); err != nil {
 			t.Fatalf("document %d: %v", i, err)
@@ -93,5 +99,33 @@ func TestManifest(t *testing.T) {
 		if !strings.Contains(conf, "run-dir = /run/dpu") {
 			t.Errorf("config of %s: its run-dir is not the mounted /run/dpu", node)
 		}
+		c := agent.DefaultConfig()
+		if err := c.Load("dpu-agent-config.yaml "+node, strings.NewReader(conf)); err != nil {
+			t.Errorf("the example configuration does not load: %v", err)
+		} else if err := c.Validate(); err != nil {
+			t.Errorf("the example configuration is not valid: %v", err)
+		}
+	}
+	var volume string
+	for _, v := range spec.Volumes {
+		if v.Name == "config" && v.ConfigMap != nil {
+			volume = v.ConfigMap.Name
+		}
+	}
+	if volume != cm.Name {
+		t.Errorf("the DaemonSet reads the ConfigMap %q, the example is %q", volume, cm.Name)
+	}
+	// The header's commands, in order, must work on an empty cluster: a
+	// create of the ConfigMap, then an apply of this file that neither
+	// fails on it nor overwrites it.
+	b, err := os.ReadFile("dpu-agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := string(b[:bytes.Index(b, []byte("\napiVersion:"))])
+	create := strings.Index(header, "kubectl -n dpu create configmap "+cm.Name)
+	apply := strings.Index(header, "kubectl apply -f deploy/kubernetes/dpu-agent.yaml")
+	if create < 0 || apply < 0 || create > apply {
+		t.Errorf("the header does not create the ConfigMap %s before applying the manifest:\n%s", cm.Name, header)
 	}
 }

@@ -13,7 +13,7 @@ import (
 //
 //	off   len  field                               written by
 //	0     4    magic "DPUR" (0x52555044)           agent, at setup
-//	4     2    layout version (1)                  agent, at setup
+//	4     2    layout version (LayoutVersion, 2)   agent, at setup
 //	6     2    reserved, 0
 //	8     4    entries per ring (a power of two)   agent, at setup
 //	12    4    slot size in bytes                  agent, at setup

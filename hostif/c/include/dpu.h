@@ -200,7 +200,7 @@ DPU_API int dpu_subscribe(dpu_t *d, uint32_t mask);
 DPU_API int dpu_next_event(dpu_t *d, dpu_event_t *ev, int timeout_ms);
 
 /* A request of an op this header does not wrap: the extension range
- * 64..79 (the CUDA hook's GPU accounting ops, hostif/cudahook). body is sent
+ * 64..79 (the CUDA hook's GPU accounting ops: cuda/hook, cuda/hookwire). body is sent
  * as is; the reply body (at most cap bytes, else -EPROTO) is copied to reply
  * and its length stored in *len_out. On a server error reply the server's
  * text is in dpu_last_error(). */

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -66,10 +68,11 @@ func TestSuperviseStopsCommand(t *testing.T) {
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	ready := filepath.Join(t.TempDir(), "ready")
 	go func() {
-		done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sleep", "30"}, testBackoff)
+		done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sh", "-c", "touch " + ready + "; exec sleep 30"}, testBackoff)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitFile(t, ready)
 	cancel()
 	select {
 	case err := <-done:
@@ -90,10 +93,11 @@ func TestSuperviseKillsStubbornCommand(t *testing.T) {
 	b.Grace = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	ready := filepath.Join(t.TempDir(), "ready")
 	go func() {
-		done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sh", "-c", "trap '' TERM; sleep 30 & wait; wait"}, b)
+		done <- superviseCommand(ctx, log.New(&logs, "", 0), []string{"/bin/sh", "-c", "trap '' TERM; touch " + ready + "; sleep 30 & wait; wait"}, b)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	waitFile(t, ready) // the shell ignores SIGTERM from here on
 	cancel()
 	select {
 	case err := <-done:
@@ -105,5 +109,18 @@ func TestSuperviseKillsStubbornCommand(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "killed after 100ms") {
 		t.Errorf("logs:\n%s", logs.String())
+	}
+}
+
+// waitFile waits (bounded) until the command under test has created path.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command did not create %s in 10 s", path)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package secure
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,12 +38,16 @@ func FuzzSealedFrame(f *testing.F) {
 	buf := make([]byte, 64)
 	f.Fuzz(func(t *testing.T, d []byte) {
 		var m message
-		if err := decode(d, &m); err == nil {
+		err := decode(d, &m)
+		if err == nil {
 			switch m.typ {
 			case msgInit, msgResponse, msgFinish, msgData, msgBundle:
 			default:
 				t.Fatalf("decoded type %d", m.typ)
 			}
+		}
+		if what, ok := Describe(d); ok != (err == nil) || ok == (what == "") {
+			t.Fatalf("Describe: %q %v, decode: %v", what, ok, err)
 		}
 		before := pr.b.Stats().Opened
 		n, ok := pr.b.input(append([]byte(nil), d...), buf)
@@ -89,4 +94,25 @@ func FuzzHandshake(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDescribe: the datagrams of a real handshake and session are
+// described by their type, and a few bytes are not taken for one.
+func TestDescribe(t *testing.T) {
+	_, seeds := established(t)
+	want := map[byte]string{msgInit: "handshake 1/3", msgResponse: "handshake 2/3", msgFinish: "handshake 3/3", msgData: "sealed data ("}
+	seen := map[byte]bool{}
+	for _, d := range seeds {
+		what, ok := Describe(d)
+		if !ok || !strings.HasPrefix(what, want[d[0]]) {
+			t.Errorf("a datagram of type %d: %q %v, want %q…", d[0], what, ok, want[d[0]])
+		}
+		seen[d[0]] = true
+	}
+	if len(seen) != len(want) {
+		t.Errorf("the session's datagrams had types %v, want all of %v", seen, want)
+	}
+	if what, ok := Describe([]byte{1, 2, 3}); ok {
+		t.Errorf("three bytes described as %q", what)
+	}
 }

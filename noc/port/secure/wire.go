@@ -3,6 +3,7 @@ package secure
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 )
 
 // Message types, the first byte of every datagram on a secure port.
@@ -131,4 +132,27 @@ func checkBundle(b []byte) bool {
 func nextInBundle(b []byte) (d, rest []byte) {
 	l := int(binary.BigEndian.Uint16(b))
 	return b[bundleEntry : bundleEntry+l], b[bundleEntry+l:]
+}
+
+// Describe names a datagram of a secure port from its header alone, for
+// tools that read captures: "handshake 1/3", "handshake 2/3", "handshake
+// 3/3", or "sealed data (session S, counter N)" and "sealed bundle (…)";
+// ok is false when b is not a well-formed secure datagram. It never sees
+// inside: the contents are the session's.
+func Describe(b []byte) (what string, ok bool) {
+	var m message
+	if decode(b, &m) != nil {
+		return "", false
+	}
+	switch m.typ {
+	case msgInit:
+		return "handshake 1/3", true
+	case msgResponse:
+		return "handshake 2/3", true
+	case msgFinish:
+		return "handshake 3/3", true
+	case msgBundle:
+		return fmt.Sprintf("sealed bundle (session %#x, counter %d)", m.receiver, m.counter), true
+	}
+	return fmt.Sprintf("sealed data (session %#x, counter %d)", m.receiver, m.counter), true
 }
