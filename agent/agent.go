@@ -60,6 +60,7 @@ type Agent struct {
 	// requests' answers (awaitAnswers): one at a time
 	answering atomic.Bool
 	awaited   atomic.Uint64  // host completions those steps handed over
+	passes    atomic.Uint64  // passes of the run loop
 	w         *waiter        // where the loop parks (from New to Close)
 	srv       *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
 

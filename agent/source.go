@@ -114,6 +114,17 @@ func (s source) Stats() ctl.Stats {
 		// host requests answered by their socket reader's own steps (the
 		// adaptive loop's run to completion), not by the loop
 		add("host_answers_awaited", s.a.awaited.Load())
+		// passes of the run loop, ever (a loop that spins shows here)
+		add("loop_passes", s.a.passes.Load())
+		if s.a.srv != nil {
+			// ring pairs open, those whose host does not reap its
+			// completions (their requests are not taken meanwhile), and
+			// connections cut for it (hostif/rings.go)
+			rs := s.a.srv.RingStats()
+			add("host_rings", uint64(rs.Rings))
+			add("host_rings_stalled", uint64(rs.Stalled))
+			add("host_rings_cut", rs.Cut)
+		}
 		if s.a.engine != nil {
 			// Physical pages in use by kind: backup copies count against
 			// the capacity (config pages) like primaries and replicas.
