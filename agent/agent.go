@@ -59,10 +59,12 @@ type Agent struct {
 	// answering is set while a socket's reader steps the core for its
 	// requests' answers (awaitAnswers): one at a time
 	answering atomic.Bool
-	awaited   atomic.Uint64  // host completions those steps handed over
-	passes    atomic.Uint64  // passes of the run loop
-	w         *waiter        // where the loop parks (from New to Close)
-	srv       *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
+	awaited   atomic.Uint64                 // host completions those steps handed over
+	passes    atomic.Uint64                 // passes of the run loop
+	stopErr   atomic.Pointer[error]         // why a server that should never end made the agent stop
+	w         *waiter                       // where the loop parks (from New to Close)
+	srv       *hostif.Server                // the host socket, whose rings the loop serves (set before the loop runs)
+	srvStats  atomic.Pointer[hostif.Server] // the same, for the control socket's stats (it serves before srv is set)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -233,6 +235,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}
 		a.srv = srv
+		a.srvStats.Store(srv)
 		hostDone := make(chan error, 1)
 		wg.Add(1)
 		go func() {
@@ -250,6 +253,25 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			}
 			return fmt.Errorf("agent: host socket: %w", err)
 		case <-time.After(50 * time.Millisecond):
+			// Serve keeps serving through accept errors (it backs off,
+			// logs and counts them); if it ends anyway while the agent
+			// runs, the agent stops with its error rather than run on
+			// without dpu0.sock
+			wg.Go(func() {
+				select {
+				case err := <-hostDone:
+					if ctx.Err() == nil {
+						if err == nil {
+							err = errors.New("stopped")
+						}
+						a.log.Error("host socket stopped; the agent stops", "err", err)
+						stop := fmt.Errorf("agent: host socket: %w", err)
+						a.stopErr.CompareAndSwap(nil, &stop)
+						cancel()
+					}
+				case <-ctx.Done():
+				}
+			})
 		}
 	}
 
@@ -284,6 +306,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		a.log.Warn("control socket", "err", cerr)
 	}
 	a.log.Info("dpu-agent stopped", "node", a.cfg.Node)
+	if err := a.stopErr.Load(); err != nil {
+		return *err
+	}
 	if errors.Is(loopErr, context.Canceled) {
 		return nil
 	}

@@ -88,7 +88,8 @@ type Config struct {
 	FabricNodes int
 	// MetricsListen, when set, is the TCP address (host:port) where the
 	// agent serves Prometheus metrics at /metrics; empty: no metrics
-	// server (the default).
+	// server (the default). An address without a host (":9464") binds
+	// the loopback address.
 	MetricsListen string
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,7 +95,13 @@ type Server struct {
 	subs     map[*conn]struct{} // members of the monitor group
 	refusing int                // connections being refused
 	quota    *quota.Ledger      // connections and subscriptions per uid
+
+	acceptErrs atomic.Uint64 // failed accepts (Serve backs off and serves on)
 }
+
+// AcceptErrors returns how many accepts failed (each one backed off and
+// served on).
+func (s *Server) AcceptErrors() uint64 { return s.acceptErrs.Load() }
 
 // NewServer returns a server answering from src. log may be nil.
 func NewServer(src Source, log *slog.Logger, opts ...Option) *Server {
@@ -200,6 +207,7 @@ accept:
 				break
 			}
 			// Out of descriptors or similar: back off, bounded.
+			s.acceptErrs.Add(1)
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			s.log.Warn("control socket accept failed", "err", err, "retry_in", delay)
 			select {

@@ -155,6 +155,8 @@ type Server struct {
 	status   *statusTable
 	replicas *replicaTable
 	served   atomic.Bool
+	// acceptErrs counts failed accepts (Serve backs off and serves on)
+	acceptErrs atomic.Uint64
 
 	connMu   sync.Mutex
 	conns    map[*conn]struct{}
@@ -223,7 +225,9 @@ func (s *Server) ListenAndServe(ctx context.Context, path string) error {
 }
 
 // Serve serves connections accepted from l until ctx ends, then closes l,
-// disconnects every client, releases what they held and returns nil.
+// disconnects every client, releases what they held and returns nil. A
+// failed accept does not end it (it backs off, logs and counts,
+// AcceptErrors); only l closed by someone else does, with an error.
 func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	if s.served.Swap(true) {
 		return ErrServed
@@ -250,15 +254,32 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	})
 
 	var acceptErr error
+	var delay time.Duration
 	for {
 		uc, err := l.AcceptUnix()
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, net.ErrClosed) {
 				acceptErr = fmt.Errorf("hostif: accept: %w", err)
 				cancel()
+				break
 			}
-			break
+			// Out of descriptors (EMFILE, ENFILE), out of memory, a
+			// connection reset before it was taken: none ends the server.
+			// It backs off (bounded), logs and counts, and serves on; the
+			// connection the kernel queued is taken on the next try.
+			s.acceptErrs.Add(1)
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			s.log.Warn("host socket accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			continue
 		}
+		delay = 0
 		s.admit(ctx, uc)
 	}
 
@@ -273,6 +294,16 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	s.replicas.wait()
 	return acceptErr
 }
+
+// Bounds of Serve's back-off after a failed accept.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// AcceptErrors returns how many accepts failed since the server started
+// (each one backed off and served on).
+func (s *Server) AcceptErrors() uint64 { return s.acceptErrs.Load() }
 
 // admit starts serving a new connection, or closes it at once when the
 // server has MaxConns already.
