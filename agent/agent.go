@@ -83,9 +83,10 @@ type Option func(*Agent)
 func WithHandler(h node.Handler) Option { return func(a *Agent) { a.handler = h } }
 
 type openPort struct {
-	spec PortSpec
-	kind string // what was really opened ("xdp", "afpacket", "udp", ...)
-	port noc.Port
+	spec   PortSpec
+	sealed *tapPort // the tap below the link's seal (nil without link security)
+	kind   string   // what was really opened ("xdp", "afpacket", "udp", ...)
+	port   noc.Port
 	// poller and waitFD: a port the loop reads itself (it waits for waitFD
 	// with epoll, then drains with TryReadDatagram); waitFD is -1 for a
 	// port without one, which a reader goroutine feeds through in.
@@ -207,7 +208,11 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer wg.Wait() // runs after cancel: every goroutine below ends with ctx
 	defer cancel()
 
-	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"))
+	captureGID, err := groupID("capture-group", a.cfg.CaptureGroup)
+	if err != nil {
+		return err
+	}
+	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"), ctl.WithCaptureGroup(captureGID))
 	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")
 	gid, err := a.socketGID()
 	if err != nil {
@@ -325,12 +330,19 @@ func (a *Agent) openPorts() error {
 		if err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
+		// With link security, a tap below the seal too: a capture that
+		// does not ask for plaintext copies the datagrams there, sealed.
+		var sealed *tapPort
+		if a.keys != nil {
+			sealed = newTap(p)
+			p = sealed
+		}
 		if p, err = a.secure(p); err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
 		// newTap (capture.go): the port behind a tap that passes every
 		// port interface through; the loop reads and writes the tap.
-		op := openPort{spec: spec, kind: kind, port: newTap(p), waitFD: -1}
+		op := openPort{spec: spec, kind: kind, port: newTap(p), sealed: sealed, waitFD: -1}
 		_, isPoller := p.(noc.Poller)
 		if w, ok := p.(noc.Waitable); ok && isPoller {
 			if fd, err := w.ReadyFD(); err == nil {
@@ -401,16 +413,19 @@ func (a *Agent) newCore() error {
 }
 
 // socketGID is the group the sockets are given (-1: the agent's own).
-func (a *Agent) socketGID() (int, error) {
-	if a.cfg.SocketGroup == "" {
+func (a *Agent) socketGID() (int, error) { return groupID("socket-group", a.cfg.SocketGroup) }
+
+// groupID resolves a configured group (name or number; "": -1).
+func groupID(key, group string) (int, error) {
+	if group == "" {
 		return -1, nil
 	}
-	if n, err := strconv.Atoi(a.cfg.SocketGroup); err == nil {
+	if n, err := strconv.Atoi(group); err == nil {
 		return n, nil
 	}
-	g, err := user.LookupGroup(a.cfg.SocketGroup)
+	g, err := user.LookupGroup(group)
 	if err != nil {
-		return 0, fmt.Errorf("agent: socket-group: %w", err)
+		return 0, fmt.Errorf("agent: %s: %w", key, err)
 	}
 	gid, _ := strconv.Atoi(g.Gid)
 	return gid, nil

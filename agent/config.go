@@ -61,6 +61,10 @@ type Config struct {
 	Heartbeat    time.Duration
 	DeadInterval time.Duration
 	SocketGroup  string // group owning the sockets ("" = the agent's)
+	// CaptureGroup is the group (name or number) whose members may run
+	// dpuctl link capture besides root and the agent's user, seeing the
+	// datagrams as they cross the wire, never in plaintext ("" = none).
+	CaptureGroup string
 	Pages        int    // physical pages this node may index (capacity rule)
 	Seed         uint64 // seed of the agent's random source (0: from the clock)
 	// XDPPinDir, when set, is a bpffs directory where every AF_XDP port
@@ -169,7 +173,7 @@ func (c *Config) LoadFile(path string) error {
 // inside a value, as in "a#b", is part of it); every other line is
 // "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
 // or poll), spin (the adaptive loop's budget), poll (= loop poll),
-// heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
+// heartbeat, dead-interval, socket-group, capture-group, pages, seed, request-timeout,
 // pin-bound, replicas, fabric-nodes, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
@@ -276,6 +280,8 @@ func (c *Config) Set(key, val string) error {
 		c.DeadInterval, err = parsePositiveDuration(val)
 	case "socket-group":
 		c.SocketGroup = val
+	case "capture-group":
+		c.CaptureGroup = val
 	case "pages":
 		var n int
 		n, err = strconv.Atoi(val)

@@ -97,6 +97,7 @@ type Server struct {
 	quota    *quota.Ledger      // connections and subscriptions per uid
 
 	acceptErrs atomic.Uint64 // failed accepts (Serve backs off and serves on)
+	captureGID int           // the capture group (WithCaptureGroup); -1: none
 }
 
 // AcceptErrors returns how many accepts failed (each one backed off and
@@ -114,6 +115,8 @@ func NewServer(src Source, log *slog.Logger, opts ...Option) *Server {
 		limits: DefaultLimits,
 		conns:  make(map[*conn]struct{}),
 		subs:   make(map[*conn]struct{}),
+
+		captureGID: -1,
 	}
 	for _, o := range opts {
 		o(s)
@@ -274,7 +277,8 @@ func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 		}()
 		return nil
 	}
-	uid, known := peerUID(nc)
+	cred, known := peerCred(nc)
+	uid := cred.uid
 	if known {
 		if err := s.quota.Take(uid, quota.Conns, 1); err != nil {
 			s.log.Warn("control connection refused", "uid", uid, "err", err)
@@ -286,6 +290,7 @@ func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 		s:       s,
 		nc:      nc,
 		uid:     uid,
+		cred:    cred,
 		known:   known,
 		done:    make(chan struct{}),
 		overrun: make(chan struct{}),
@@ -363,6 +368,7 @@ type conn struct {
 	s     *Server
 	nc    net.Conn
 	uid   uint32 // the client's (SO_PEERCRED), when known
+	cred  peer   // and its groups
 	known bool
 
 	wmu sync.Mutex // one writer at a time: replies and events
@@ -476,6 +482,8 @@ func (c *conn) unsubscribe() {
 }
 
 func (c *conn) peer() (uint32, bool) { return c.uid, c.known }
+
+func (c *conn) inGroup(gid uint32) bool { return c.known && c.cred.inGroup(gid) }
 
 // pump writes queued events to a member until the connection ends or the
 // member is dropped.
