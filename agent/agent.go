@@ -17,6 +17,7 @@ import (
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/ledger"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
@@ -377,7 +378,15 @@ func (a *Agent) newEngine() error {
 	if err != nil {
 		return err
 	}
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
+	pages := a.cfg.Pages
+	if pages <= 0 {
+		pages = coherence.DefaultPages
+	}
+	// the store charges backup copies to the page ledger, and host
+	// sessions' replicas are charged as they map them (pagecharge.go)
+	a.host.charges = newReplicaCharges(gva.MachineIndex(a.cfg.Node), a.hostQuota)
+	store := reservedStore{PageStore: coherence.NewMemStore(pages), ledger: a.hostQuota}
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store,
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
