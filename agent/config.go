@@ -13,6 +13,7 @@ import (
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/cuda/ledger"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -155,9 +156,13 @@ func DefaultConfig() Config {
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("config")
 
-// LoadFile applies the configuration file at path to c.
+// LoadFile applies the configuration file at path to c. The file must be
+// the agent's user's or root's, and neither its group nor others may
+// write it, nor point a symlink on its path elsewhere
+// (rundir.OpenConfig): whoever can change agent.conf chooses the agent's
+// keys, sockets and users' quotas.
 func (c *Config) LoadFile(path string) error {
-	f, err := os.Open(path)
+	f, err := rundir.OpenConfig(path, os.Geteuid())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
