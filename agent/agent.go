@@ -19,6 +19,7 @@ import (
 	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/internal/procid"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
@@ -160,7 +161,15 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 	if gcfg.StateFile == "" {
 		gcfg.StateFile = filepath.Join(cfg.RunDir, "gpu-limits.json")
 	}
-	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu")})
+	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu"),
+		// accounts per process, named as the host socket accepted its
+		// connection (pid and start time), never by a pid alone
+		Process: func(conn uint64, pid int32) (procid.ID, bool) {
+			if srv := a.srvStats.Load(); srv != nil {
+				return srv.ProcessOf(conn)
+			}
+			return procid.ID{}, false
+		}})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("agent: gpu: %w", err)

@@ -157,6 +157,9 @@ type Server struct {
 	served   atomic.Bool
 	// acceptErrs counts failed accepts (Serve backs off and serves on)
 	acceptErrs atomic.Uint64
+	// procs is the identity of each open connection's process, read as
+	// it was accepted (procid.go): conn id → procid.ID
+	procs sync.Map
 
 	connMu   sync.Mutex
 	conns    map[*conn]struct{}
@@ -314,6 +317,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	proc, procOK := peerProcess(uc, cred.PID) // before the lock: it reads /proc
 	s.connMu.Lock()
 	if len(s.conns) >= s.opts.MaxConns {
 		s.connMu.Unlock()
@@ -328,7 +332,11 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		return
 	}
 	s.nextConn++
-	c := newConn(ctx, s, uc, cred, s.nextConn)
+	id := s.nextConn
+	if procOK {
+		s.procs.Store(id, proc)
+	}
+	c := newConn(ctx, s, uc, cred, id)
 	s.conns[c] = struct{}{}
 	s.bySess[c.call.session] = c
 	s.connWG.Add(1)
@@ -340,6 +348,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		delete(s.conns, c)
 		delete(s.bySess, c.call.session)
 		s.connMu.Unlock()
+		s.procs.Delete(id)
 		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
 }
