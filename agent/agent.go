@@ -17,7 +17,9 @@ import (
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/ledger"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/internal/procid"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
@@ -59,9 +61,12 @@ type Agent struct {
 	// answering is set while a socket's reader steps the core for its
 	// requests' answers (awaitAnswers): one at a time
 	answering atomic.Bool
-	awaited   atomic.Uint64  // host completions those steps handed over
-	w         *waiter        // where the loop parks (from New to Close)
-	srv       *hostif.Server // the host socket, whose rings the loop serves (set before the loop runs)
+	awaited   atomic.Uint64                 // host completions those steps handed over
+	passes    atomic.Uint64                 // passes of the run loop
+	stopErr   atomic.Pointer[error]         // why a server that should never end made the agent stop
+	w         *waiter                       // where the loop parks (from New to Close)
+	srv       *hostif.Server                // the host socket, whose rings the loop serves (set before the loop runs)
+	srvStats  atomic.Pointer[hostif.Server] // the same, for the control socket's stats (it serves before srv is set)
 
 	in    chan datagram
 	ctl   *ctl.Server
@@ -80,9 +85,10 @@ type Option func(*Agent)
 func WithHandler(h node.Handler) Option { return func(a *Agent) { a.handler = h } }
 
 type openPort struct {
-	spec PortSpec
-	kind string // what was really opened ("xdp", "afpacket", "udp", ...)
-	port noc.Port
+	spec   PortSpec
+	sealed *tapPort // the tap below the link's seal (nil without link security)
+	kind   string   // what was really opened ("xdp", "afpacket", "udp", ...)
+	port   noc.Port
 	// poller and waitFD: a port the loop reads itself (it waits for waitFD
 	// with epoll, then drains with TryReadDatagram); waitFD is -1 for a
 	// port without one, which a reader goroutine feeds through in.
@@ -155,7 +161,15 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 	if gcfg.StateFile == "" {
 		gcfg.StateFile = filepath.Join(cfg.RunDir, "gpu-limits.json")
 	}
-	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu")})
+	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu"),
+		// accounts per process, named as the host socket accepted its
+		// connection (pid and start time), never by a pid alone
+		Process: func(conn uint64, pid int32) (procid.ID, bool) {
+			if srv := a.srvStats.Load(); srv != nil {
+				return srv.ProcessOf(conn)
+			}
+			return procid.ID{}, false
+		}})
 	if err != nil {
 		a.Close()
 		return nil, fmt.Errorf("agent: gpu: %w", err)
@@ -204,7 +218,11 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer wg.Wait() // runs after cancel: every goroutine below ends with ctx
 	defer cancel()
 
-	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"))
+	captureGID, err := groupID("capture-group", a.cfg.CaptureGroup)
+	if err != nil {
+		return err
+	}
+	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"), ctl.WithCaptureGroup(captureGID))
 	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")
 	gid, err := a.socketGID()
 	if err != nil {
@@ -232,6 +250,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("agent: host socket: %w", err)
 		}
 		a.srv = srv
+		a.srvStats.Store(srv)
 		hostDone := make(chan error, 1)
 		wg.Add(1)
 		go func() {
@@ -249,6 +268,25 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 			}
 			return fmt.Errorf("agent: host socket: %w", err)
 		case <-time.After(50 * time.Millisecond):
+			// Serve keeps serving through accept errors (it backs off,
+			// logs and counts them); if it ends anyway while the agent
+			// runs, the agent stops with its error rather than run on
+			// without dpu0.sock
+			wg.Go(func() {
+				select {
+				case err := <-hostDone:
+					if ctx.Err() == nil {
+						if err == nil {
+							err = errors.New("stopped")
+						}
+						a.log.Error("host socket stopped; the agent stops", "err", err)
+						stop := fmt.Errorf("agent: host socket: %w", err)
+						a.stopErr.CompareAndSwap(nil, &stop)
+						cancel()
+					}
+				case <-ctx.Done():
+				}
+			})
 		}
 	}
 
@@ -283,6 +321,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		a.log.Warn("control socket", "err", cerr)
 	}
 	a.log.Info("dpu-agent stopped", "node", a.cfg.Node)
+	if err := a.stopErr.Load(); err != nil {
+		return *err
+	}
 	if errors.Is(loopErr, context.Canceled) {
 		return nil
 	}
@@ -299,12 +340,19 @@ func (a *Agent) openPorts() error {
 		if err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
+		// With link security, a tap below the seal too: a capture that
+		// does not ask for plaintext copies the datagrams there, sealed.
+		var sealed *tapPort
+		if a.keys != nil {
+			sealed = newTap(p)
+			p = sealed
+		}
 		if p, err = a.secure(p); err != nil {
 			return fmt.Errorf("agent: port %s: %w", spec.Name, err)
 		}
 		// newTap (capture.go): the port behind a tap that passes every
 		// port interface through; the loop reads and writes the tap.
-		op := openPort{spec: spec, kind: kind, port: newTap(p), waitFD: -1}
+		op := openPort{spec: spec, kind: kind, port: newTap(p), sealed: sealed, waitFD: -1}
 		_, isPoller := p.(noc.Poller)
 		if w, ok := p.(noc.Waitable); ok && isPoller {
 			if fd, err := w.ReadyFD(); err == nil {
@@ -339,7 +387,15 @@ func (a *Agent) newEngine() error {
 	if err != nil {
 		return err
 	}
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages,
+	pages := a.cfg.Pages
+	if pages <= 0 {
+		pages = coherence.DefaultPages
+	}
+	// the store charges backup copies to the page ledger, and host
+	// sessions' replicas are charged as they map them (pagecharge.go)
+	a.host.charges = newReplicaCharges(gva.MachineIndex(a.cfg.Node), a.hostQuota)
+	store := reservedStore{PageStore: coherence.NewMemStore(pages), ledger: a.hostQuota}
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store,
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
@@ -375,16 +431,19 @@ func (a *Agent) newCore() error {
 }
 
 // socketGID is the group the sockets are given (-1: the agent's own).
-func (a *Agent) socketGID() (int, error) {
-	if a.cfg.SocketGroup == "" {
+func (a *Agent) socketGID() (int, error) { return groupID("socket-group", a.cfg.SocketGroup) }
+
+// groupID resolves a configured group (name or number; "": -1).
+func groupID(key, group string) (int, error) {
+	if group == "" {
 		return -1, nil
 	}
-	if n, err := strconv.Atoi(a.cfg.SocketGroup); err == nil {
+	if n, err := strconv.Atoi(group); err == nil {
 		return n, nil
 	}
-	g, err := user.LookupGroup(a.cfg.SocketGroup)
+	g, err := user.LookupGroup(group)
 	if err != nil {
-		return 0, fmt.Errorf("agent: socket-group: %w", err)
+		return 0, fmt.Errorf("agent: %s: %w", key, err)
 	}
 	gid, _ := strconv.Atoi(g.Gid)
 	return gid, nil

@@ -17,7 +17,9 @@ import (
 // Packet capture (dpuctl link capture): every port is opened behind a tap
 // that, while a capture runs on it, copies the datagrams it reads and
 // writes. With no capture running a tap costs one atomic load per
-// datagram.
+// datagram. A port with link security has a second tap below the seal: a
+// capture copies the datagrams there, as sealed on the wire, unless it
+// asks for plaintext (root and the agent's user only: ctl/authz.go).
 
 // tapPort is a port whose datagrams a capture can copy. It passes the
 // optional port interfaces through (Poller, BatchPoller, BatchWriter,
@@ -133,8 +135,9 @@ func (t *tapPort) Counters() (map[string]uint64, error) {
 
 // capture collects copies of a port's datagrams, up to a count.
 type capture struct {
-	port string
-	snap int
+	port   string
+	snap   int
+	sealed bool // below the link's seal
 
 	mu     sync.Mutex
 	frames []ctl.CapturedFrame
@@ -149,7 +152,7 @@ func (c *capture) add(d ctl.Direction, b []byte) {
 		return
 	}
 	c.frames = append(c.frames, ctl.CapturedFrame{Time: time.Now(), Port: c.port, Direction: d,
-		Length: uint32(len(b)), Data: bytes.Clone(b[:min(len(b), c.snap)])})
+		Length: uint32(len(b)), Data: bytes.Clone(b[:min(len(b), c.snap)]), Sealed: c.sealed})
 	if len(c.frames) == c.want {
 		close(c.full)
 	}
@@ -159,15 +162,21 @@ func (c *capture) add(d ctl.Direction, b []byte) {
 // ended by its count, its timeout or the agent's shutdown.
 func (s source) Capture(req ctl.CaptureRequest) ([]ctl.CapturedFrame, error) {
 	var tap *tapPort
+	sealed := false
 	for i := range s.a.ports {
-		if s.a.ports[i].spec.Name == req.Port {
-			tap, _ = s.a.ports[i].port.(*tapPort)
+		if p := &s.a.ports[i]; p.spec.Name == req.Port {
+			tap, _ = p.port.(*tapPort)
+			// below the seal unless plaintext was asked for (and
+			// allowed: ctl/authz.go)
+			if p.sealed != nil && !req.Plaintext {
+				tap, sealed = p.sealed, true
+			}
 		}
 	}
 	if tap == nil {
 		return nil, fmt.Errorf("no port %q on this agent: %w", req.Port, syscall.ENODEV)
 	}
-	c := &capture{port: req.Port, snap: int(req.SnapLen), want: int(req.Count), full: make(chan struct{})}
+	c := &capture{port: req.Port, snap: int(req.SnapLen), want: int(req.Count), sealed: sealed, full: make(chan struct{})}
 	if !tap.capture.CompareAndSwap(nil, c) {
 		return nil, fmt.Errorf("port %s is being captured already: %w", req.Port, syscall.EBUSY)
 	}

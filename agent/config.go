@@ -13,6 +13,7 @@ import (
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/cuda/ledger"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	Heartbeat    time.Duration
 	DeadInterval time.Duration
 	SocketGroup  string // group owning the sockets ("" = the agent's)
+	// CaptureGroup is the group (name or number) whose members may run
+	// dpuctl link capture besides root and the agent's user, seeing the
+	// datagrams as they cross the wire, never in plaintext ("" = none).
+	CaptureGroup string
 	Pages        int    // physical pages this node may index (capacity rule)
 	Seed         uint64 // seed of the agent's random source (0: from the clock)
 	// XDPPinDir, when set, is a bpffs directory where every AF_XDP port
@@ -88,7 +93,8 @@ type Config struct {
 	FabricNodes int
 	// MetricsListen, when set, is the TCP address (host:port) where the
 	// agent serves Prometheus metrics at /metrics; empty: no metrics
-	// server (the default).
+	// server (the default). An address without a host (":9464") binds
+	// the loopback address.
 	MetricsListen string
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
@@ -150,9 +156,13 @@ func DefaultConfig() Config {
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("config")
 
-// LoadFile applies the configuration file at path to c.
+// LoadFile applies the configuration file at path to c. The file must be
+// the agent's user's or root's, and neither its group nor others may
+// write it, nor point a symlink on its path elsewhere
+// (rundir.OpenConfig): whoever can change agent.conf chooses the agent's
+// keys, sockets and users' quotas.
 func (c *Config) LoadFile(path string) error {
-	f, err := os.Open(path)
+	f, err := rundir.OpenConfig(path, os.Geteuid())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -168,7 +178,7 @@ func (c *Config) LoadFile(path string) error {
 // inside a value, as in "a#b", is part of it); every other line is
 // "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
 // or poll), spin (the adaptive loop's budget), poll (= loop poll),
-// heartbeat, dead-interval, socket-group, pages, seed, request-timeout,
+// heartbeat, dead-interval, socket-group, capture-group, pages, seed, request-timeout,
 // pin-bound, replicas, fabric-nodes, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
@@ -284,6 +294,8 @@ func (c *Config) Set(key, val string) error {
 		c.DeadInterval, err = parsePositiveDuration(val)
 	case "socket-group":
 		c.SocketGroup = val
+	case "capture-group":
+		c.CaptureGroup = val
 	case "pages":
 		var n int
 		n, err = strconv.Atoi(val)

@@ -32,8 +32,9 @@ import (
 // completion or its caller's context; a caller that gives up abandons its
 // request in the core, which undoes it if it succeeds later.
 type hostBackend struct {
-	a     *Agent
-	hosts *coherence.Hosts
+	a       *Agent
+	hosts   *coherence.Hosts
+	charges *replicaCharges // the sessions' replicas against their users' page quotas
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -173,7 +174,15 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 		return nil
 	case hostif.VerbClose:
 		b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Close(now, sess, c) })
+		b.charges.dropSession(sess)
 		return nil
+	}
+	charged := call.Verb == hostif.VerbRef && call.Session != hostif.ServerSession
+	if charged {
+		// a replica counts against its mapping user's page quota
+		if err := b.charges.take(sess, call.Cred.UID, call.GVA.Key()); err != nil {
+			return err
+		}
 	}
 	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
 		return syscall.EINVAL
@@ -192,6 +201,12 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 		r.Data = call.Data
 	}
 	c, err := b.do(ctx, sess, r)
+	switch {
+	case charged && err != nil:
+		b.charges.drop(sess, call.GVA.Key())
+	case call.Verb == hostif.VerbUnref && err == nil && call.Session != hostif.ServerSession:
+		b.charges.drop(sess, call.GVA.Key())
+	}
 	switch call.Verb {
 	case hostif.VerbAlloc:
 		call.GVA = c.GVA

@@ -83,6 +83,7 @@ func (a *Agent) loop(ctx context.Context) error {
 	sent, sentAt := a.sent.Load(), time.Duration(0)
 	for ctx.Err() == nil {
 		now := a.now() // the pass's one clock reading
+		a.passes.Add(1)
 		work, ringWork, portWork := a.drain(now, ports)
 		// A spinning loop that finds nothing yields the CPU when it reads
 		// the ports: let whoever it waits for run on this CPU (a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,21 @@ type agentMetrics struct {
 	wg     *sync.WaitGroup // Run's: waits for every server
 	listen string
 	srv    *metrics.Server
+
+	// the server's failed accepts, for stats without m.mu (a scrape reads
+	// them while Close, under m.mu, may wait for that scrape): the
+	// current server's and those of the servers before it
+	cur      atomic.Pointer[metrics.Server]
+	pastErrs atomic.Uint64
+}
+
+// acceptErrors is how many accepts of the metrics servers failed.
+func (m *agentMetrics) acceptErrors() uint64 {
+	n := m.pastErrs.Load()
+	if s := m.cur.Load(); s != nil {
+		n += s.AcceptErrors()
+	}
+	return n
 }
 
 // HostObserver is what the host data path reports each finished request
@@ -75,8 +91,10 @@ func (a *Agent) listenMetricsLocked(addr string) error {
 	}
 	if m.srv != nil {
 		m.srv.Close()
+		m.pastErrs.Add(m.srv.AcceptErrors())
 	}
 	m.srv, m.listen = srv, addr
+	m.cur.Store(srv)
 	if srv == nil {
 		return nil
 	}

@@ -51,6 +51,9 @@ func (a *Agent) hostQuota() *quota.Ledger {
 			quota.Pages: {PerUID: pages, Total: a.cfg.Pages, Reserve: a.cfg.Pages / 16},
 			quota.Bytes: {PerUID: pages * gva.PageSize},
 		}, uint32(os.Geteuid()))
+		// backup copies kept for other nodes (pagecharge.go): bounded by
+		// the ordinary users' part of the node, not by a user's share
+		q.ledger.SetLimit(quota.Remote, quota.Pages, a.cfg.Pages)
 		q.err = a.loadQuotas(q.ledger)
 		if q.err != nil {
 			a.log.Warn("quotas not restored", "err", q.err)

@@ -285,3 +285,56 @@ func TestUserQuotas(t *testing.T) {
 		t.Fatalf("root after the user took its share: %v", err)
 	}
 }
+
+// TestRunDirThroughAnotherUsersSymlinkIsRefused (hole 5): root's agent
+// given a run directory through a symlink another user owns, in a
+// world-writable sticky directory (as a path under /tmp is), refuses to
+// start: the user could point the link at its own directory, and every
+// later use of the path would follow it. agent.conf owned by another
+// user is refused too.
+func TestRunDirThroughAnotherUsersSymlinkIsRefused(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	real := filepath.Join(dir, "run")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(dir, "pub")
+	if err := os.Mkdir(pub, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(pub, "dpu")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cfg := oneNodeConfig(t)
+	cfg.RunDir = link
+	a, err := agent.New(cfg, nil)
+	if err == nil {
+		err = a.Run(ctxT(t, 5*time.Second)) // a bound: an agent that starts would serve on
+	}
+	if !errors.Is(err, rundir.ErrUnsafe) || !strings.Contains(err.Error(), "symlink of uid 65534") {
+		t.Fatalf("run dir through uid 65534's symlink: %v, want ErrUnsafe naming the link", err)
+	}
+	if _, err := os.Lstat(filepath.Join(real, "ctl.sock")); err == nil {
+		t.Fatal("the agent made its control socket through the other user's link")
+	}
+
+	conf := filepath.Join(dir, "agent.conf")
+	if err := os.WriteFile(conf, []byte("pages = 64\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(conf, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	c := agent.DefaultConfig()
+	if err := c.LoadFile(conf); !errors.Is(err, rundir.ErrUnsafe) {
+		t.Fatalf("agent.conf of uid 65534: %v, want ErrUnsafe", err)
+	}
+}

@@ -118,6 +118,27 @@ func (s source) Stats() ctl.Stats {
 		// host requests answered by their socket reader's own steps (the
 		// adaptive loop's run to completion), not by the loop
 		add("host_answers_awaited", s.a.awaited.Load())
+		// failed accepts of the host and control sockets and the metrics
+		// endpoint: each backed off and served on (out of descriptors)
+		srv := s.a.srvStats.Load()
+		if srv != nil {
+			add("accept_errors_host", srv.AcceptErrors())
+		}
+		if s.a.ctl != nil {
+			add("accept_errors_ctl", s.a.ctl.AcceptErrors())
+		}
+		add("accept_errors_metrics", s.a.metrics.acceptErrors())
+		// passes of the run loop, ever (a loop that spins shows here)
+		add("loop_passes", s.a.passes.Load())
+		if srv != nil {
+			// ring pairs open, those whose host does not reap its
+			// completions (their requests are not taken meanwhile), and
+			// connections cut for it (hostif/rings.go)
+			rs := srv.RingStats()
+			add("host_rings", uint64(rs.Rings))
+			add("host_rings_stalled", uint64(rs.Stalled))
+			add("host_rings_cut", rs.Cut)
+		}
 		if s.a.engine != nil {
 			// Physical pages in use by kind: backup copies count against
 			// the capacity (config pages) like primaries and replicas.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -29,13 +30,15 @@ type authorizingSource struct{ *commandSource }
 
 func (a authorizingSource) AuthorizeCommand(_ Cmd, _ []byte, uid uint32) error { return a.allow(uid) }
 
-// as is a replier with a given peer uid.
+// as is a replier with a given peer uid (and groups).
 type as struct {
 	recorder
-	uid uint32
+	uid    uint32
+	groups []uint32
 }
 
-func (a *as) peer() (uint32, bool) { return a.uid, true }
+func (a *as) peer() (uint32, bool)    { return a.uid, true }
+func (a *as) inGroup(gid uint32) bool { return slices.Contains(a.groups, gid) }
 
 func setLimit(t *testing.T, s *Server, uid uint32) syscall.Errno {
 	t.Helper()
@@ -154,4 +157,85 @@ func TestMonitorSlotsPerUser(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestCaptureIsPrivileged: root (and the agent's user) may capture, in
+// plaintext too; a member of the capture group may capture only as the
+// datagrams cross the wire; anyone else, and anyone at all without a
+// capture group, gets EPERM before the capture starts.
+func TestCaptureIsPrivileged(t *testing.T) {
+	const group = 4545
+	got := make(chan CaptureRequest, 16)
+	src := captureOnly{got: got}
+	for _, tc := range []struct {
+		gid       int
+		uid       uint32
+		groups    []uint32
+		plaintext bool
+		want      syscall.Errno
+	}{
+		{-1, 0, nil, true, 0},
+		{-1, 0, nil, false, 0},
+		{-1, 1000, []uint32{group}, false, syscall.EPERM}, // no capture group configured
+		{group, 1000, nil, false, syscall.EPERM},
+		{group, 1000, []uint32{group}, false, 0},
+		{group, 1000, []uint32{group}, true, syscall.EPERM},
+		{group, 1000, []uint32{7, group + 1}, false, syscall.EPERM},
+	} {
+		s := NewServer(src, nil, WithCaptureGroup(tc.gid))
+		r := &as{uid: tc.uid, groups: tc.groups}
+		req := CaptureRequest{Port: "p0", Count: 1, Timeout: time.Second, Plaintext: tc.plaintext}
+		if err := s.handle(request(CmdCapture, flagRequest|flagDump, 3, &req), r); err != nil {
+			t.Fatal(err)
+		}
+		errno := lastErrno(t, r.sent)
+		if errno != tc.want {
+			t.Errorf("%+v: errno %v, want %v", tc, errno, tc.want)
+		}
+		select {
+		case q := <-got:
+			if tc.want != 0 {
+				t.Errorf("%+v: a refused capture reached the source", tc)
+			}
+			if q.Plaintext != tc.plaintext {
+				t.Errorf("%+v: plaintext %v reached the source", tc, q.Plaintext)
+			}
+		default:
+			if tc.want == 0 {
+				t.Errorf("%+v: an allowed capture did not reach the source", tc)
+			}
+		}
+	}
+}
+
+// captureOnly is a Source that serves captures of nothing.
+type captureOnly struct {
+	Source
+	got chan CaptureRequest
+}
+
+func (c captureOnly) Capture(req CaptureRequest) ([]CapturedFrame, error) {
+	c.got <- req
+	return nil, nil
+}
+
+// lastErrno is the errno of the last message a handler sent: an
+// NLMSG_ERROR's, or 0 for anything else (a dump's NLMSG_DONE).
+func lastErrno(t *testing.T, sent [][]byte) syscall.Errno {
+	t.Helper()
+	if len(sent) == 0 {
+		t.Fatal("no reply")
+	}
+	m, werr := decodeMessage(sent[len(sent)-1])
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if m.hdr.Type != netlink.Error {
+		return 0
+	}
+	errno, _, err := decodeErrorPayload(m.hdr, m.payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return errno
 }

@@ -18,10 +18,13 @@ import (
 //
 //	cmd 21 CmdCapture  dump  request: CaptureRequest attrs  reply: one CapturedFrame per message
 //
-//	capture request  1 port string, 2 count u32, 3 timeout s64 ns, 4 snap length u32
+//	capture request  1 port string, 2 count u32, 3 timeout s64 ns, 4 snap length u32,
+//	                 5 plaintext u8 (1: above the link's seal; root only)
 //	captured frame   1 time s64 unix ns, 2 port string, 3 direction u8 (0 received,
 //	                 1 sent), 4 length u32 (on the wire), 5 data (the first snap
-//	                 length bytes)
+//	                 length bytes), 6 sealed u8 (1: as sealed on the wire)
+//
+// Who may capture, and what they see: authz.go.
 
 // CmdCapture captures datagrams of one port (CaptureSource).
 const CmdCapture Cmd = 21
@@ -39,11 +42,18 @@ const (
 // CaptureRequest asks for the next Count datagrams of Port (sent and
 // received), waiting at most Timeout; each is cut to SnapLen bytes (0:
 // MaxSnapLen).
+//
+// Without Plaintext the datagrams are copied as they cross the wire: on a
+// port with link security, sealed (the link's encryption applied), so the
+// capture shows the traffic's shape and never a page's bytes. Plaintext
+// copies them above the seal, as the node core reads and writes them:
+// only root and the agent's user may ask for it.
 type CaptureRequest struct {
-	Port    string
-	Count   uint32
-	Timeout time.Duration
-	SnapLen uint32
+	Port      string
+	Count     uint32
+	Timeout   time.Duration
+	SnapLen   uint32
+	Plaintext bool
 }
 
 // Direction says whether a captured datagram was received or sent.
@@ -72,6 +82,9 @@ type CapturedFrame struct {
 	Direction Direction `json:"direction"`
 	Length    uint32    `json:"length"` // on the wire; len(Data) may be less
 	Data      []byte    `json:"data"`
+	// Sealed: Data is as sealed on the wire (a port with link security,
+	// captured without Plaintext).
+	Sealed bool `json:"sealed"`
 }
 
 // CaptureSource serves CmdCapture. Capture blocks until it has req.Count
@@ -115,6 +128,9 @@ func (s *Server) capture(r replier, m message, dump bool, cs CaptureSource) erro
 	if !dump {
 		return s.replyError(r, m.hdr, errUnsupported("%s is a dump: set NLM_F_DUMP", m.cmd))
 	}
+	if werr := s.authorizeCapture(r, &req); werr != nil {
+		return s.replyError(r, m.hdr, werr)
+	}
 	frames, err := cs.Capture(req)
 	if err != nil {
 		return s.replyError(r, m.hdr, captureError(err))
@@ -134,12 +150,14 @@ const (
 	capCount   uint16 = 2
 	capTimeout uint16 = 3
 	capSnapLen uint16 = 4
+	capPlain   uint16 = 5
 
 	frameTime      uint16 = 1
 	framePort      uint16 = 2
 	frameDirection uint16 = 3
 	frameLength    uint16 = 4
 	frameData      uint16 = 5
+	frameSealed    uint16 = 6
 )
 
 func (q *CaptureRequest) encode(ae *netlink.AttributeEncoder) {
@@ -147,6 +165,9 @@ func (q *CaptureRequest) encode(ae *netlink.AttributeEncoder) {
 	ae.Uint32(capCount, q.Count)
 	ae.Int64(capTimeout, int64(q.Timeout))
 	ae.Uint32(capSnapLen, q.SnapLen)
+	if q.Plaintext {
+		ae.Uint8(capPlain, 1)
+	}
 }
 
 func (q *CaptureRequest) decode(ad *netlink.AttributeDecoder) error {
@@ -160,6 +181,8 @@ func (q *CaptureRequest) decode(ad *netlink.AttributeDecoder) error {
 			q.Timeout = time.Duration(ad.Int64())
 		case capSnapLen:
 			q.SnapLen = ad.Uint32()
+		case capPlain:
+			q.Plaintext = ad.Uint8() != 0
 		}
 	}
 	if err := ad.Err(); err != nil {
@@ -177,6 +200,9 @@ func (f *CapturedFrame) encode(ae *netlink.AttributeEncoder) {
 	ae.Uint8(frameDirection, uint8(f.Direction))
 	ae.Uint32(frameLength, f.Length)
 	ae.Bytes(frameData, f.Data)
+	if f.Sealed {
+		ae.Uint8(frameSealed, 1)
+	}
 }
 
 func (f *CapturedFrame) decode(ad *netlink.AttributeDecoder) error {
@@ -192,6 +218,8 @@ func (f *CapturedFrame) decode(ad *netlink.AttributeDecoder) error {
 			f.Length = ad.Uint32()
 		case frameData:
 			f.Data = ad.Bytes()
+		case frameSealed:
+			f.Sealed = ad.Uint8() != 0
 		}
 	}
 	return ad.Err()

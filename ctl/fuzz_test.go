@@ -84,6 +84,7 @@ func (r *recorder) emit(b []byte) error {
 func (r *recorder) join(uint32) error    { r.joined = true; return nil }
 func (r *recorder) leave(uint32)         { r.joined = false }
 func (r *recorder) peer() (uint32, bool) { return 0, true }
+func (r *recorder) inGroup(uint32) bool  { return false }
 
 func request(cmd Cmd, flags netlink.HeaderFlags, seq uint32, o object) []byte {
 	var attrs []byte

@@ -17,6 +17,9 @@ type replier interface {
 	leave(group uint32)
 	// peer is the client's uid (SO_PEERCRED); ok is false when unknown.
 	peer() (uid uint32, ok bool)
+	// inGroup reports whether the client was in group gid (primary or
+	// supplementary) when it connected; false when unknown.
+	inGroup(gid uint32) bool
 }
 
 // handle answers one request datagram b. Every message of the Family is

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,7 +95,14 @@ type Server struct {
 	subs     map[*conn]struct{} // members of the monitor group
 	refusing int                // connections being refused
 	quota    *quota.Ledger      // connections and subscriptions per uid
+
+	acceptErrs atomic.Uint64 // failed accepts (Serve backs off and serves on)
+	captureGID int           // the capture group (WithCaptureGroup); -1: none
 }
+
+// AcceptErrors returns how many accepts failed (each one backed off and
+// served on).
+func (s *Server) AcceptErrors() uint64 { return s.acceptErrs.Load() }
 
 // NewServer returns a server answering from src. log may be nil.
 func NewServer(src Source, log *slog.Logger, opts ...Option) *Server {
@@ -107,6 +115,8 @@ func NewServer(src Source, log *slog.Logger, opts ...Option) *Server {
 		limits: DefaultLimits,
 		conns:  make(map[*conn]struct{}),
 		subs:   make(map[*conn]struct{}),
+
+		captureGID: -1,
 	}
 	for _, o := range opts {
 		o(s)
@@ -200,6 +210,7 @@ accept:
 				break
 			}
 			// Out of descriptors or similar: back off, bounded.
+			s.acceptErrs.Add(1)
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			s.log.Warn("control socket accept failed", "err", err, "retry_in", delay)
 			select {
@@ -266,7 +277,8 @@ func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 		}()
 		return nil
 	}
-	uid, known := peerUID(nc)
+	cred, known := peerCred(nc)
+	uid := cred.uid
 	if known {
 		if err := s.quota.Take(uid, quota.Conns, 1); err != nil {
 			s.log.Warn("control connection refused", "uid", uid, "err", err)
@@ -278,6 +290,7 @@ func (s *Server) admit(nc net.Conn, wg *sync.WaitGroup) *conn {
 		s:       s,
 		nc:      nc,
 		uid:     uid,
+		cred:    cred,
 		known:   known,
 		done:    make(chan struct{}),
 		overrun: make(chan struct{}),
@@ -355,6 +368,7 @@ type conn struct {
 	s     *Server
 	nc    net.Conn
 	uid   uint32 // the client's (SO_PEERCRED), when known
+	cred  peer   // and its groups
 	known bool
 
 	wmu sync.Mutex // one writer at a time: replies and events
@@ -468,6 +482,8 @@ func (c *conn) unsubscribe() {
 }
 
 func (c *conn) peer() (uint32, bool) { return c.uid, c.known }
+
+func (c *conn) inGroup(gid uint32) bool { return c.known && c.cred.inGroup(gid) }
 
 // pump writes queued events to a member until the connection ends or the
 // member is dropped.

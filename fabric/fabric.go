@@ -680,7 +680,10 @@ func (s *State) Kill(i int, sig syscall.Signal) error {
 // killBound is how long Kill waits for a signal to end an agent.
 const killBound = 5 * time.Second
 
-// Restart starts agent i again with its recorded configuration.
+// Restart starts agent i again with its recorded configuration and waits
+// (bounded by restartBound) until its control socket answers. It fails
+// when the agent exits first or does not answer in time, with the end of
+// its log.
 func (s *State) Restart(i int) error {
 	if i < 0 || i >= len(s.Agents) {
 		return fmt.Errorf("fabric: no node %d", i)
@@ -688,7 +691,46 @@ func (s *State) Restart(i int) error {
 	if err := s.Kill(i, syscall.SIGTERM); err != nil {
 		return err
 	}
-	return s.start(i)
+	if err := s.start(i); err != nil {
+		return err
+	}
+	return s.waitServing(i, restartBound)
+}
+
+// restartBound is how long Restart waits for an agent to serve.
+const restartBound = 15 * time.Second
+
+// waitServing waits up to bound until agent i answers on its control
+// socket; it fails when the agent's process ends first.
+func (s *State) waitServing(i int, bound time.Duration) error {
+	a := &s.Agents[i]
+	deadline := time.Now().Add(bound)
+	for {
+		if !a.running() {
+			a.Stopped = true
+			return errors.Join(fmt.Errorf("fabric: agent %d exited as it started; the end of its log (%s):\n%s", i, a.Log, logTail(a.Log, 10)), s.save())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := routeCount(ctx, a.Ctl())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fabric: agent %d (pid %d) does not answer on %s after %v (%w); the end of its log (%s):\n%s", i, a.Pid, a.Ctl(), bound, err, a.Log, logTail(a.Log, 10))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logTail is the last n lines of the log at path (what can be read).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // Down stops every agent of the fabric in dir (SIGTERM, then SIGKILL after a

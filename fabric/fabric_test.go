@@ -280,3 +280,49 @@ func counter(cs []ctl.Counter, name string) uint64 {
 	}
 	return 0
 }
+
+// TestRestartFailsWhenTheAgentDoesNotComeUp: fault … restart of an agent
+// whose configuration no longer starts (here, a key the agent does not
+// know) reports the failure with the end of the agent's log, and records
+// the agent as stopped; a restart that comes up returns once its control
+// socket answers.
+func TestRestartFailsWhenTheAgentDoesNotComeUp(t *testing.T) {
+	st := up(t, 2, "line")
+	if err := st.Restart(1); err != nil {
+		t.Fatalf("restart of a good agent: %v", err)
+	}
+	if _, err := routeCountOf(t, st.Agents[1].Ctl()); err != nil {
+		t.Fatalf("the restarted agent does not answer: %v", err)
+	}
+	f, err := os.OpenFile(st.Agents[1].Config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("no-such-key = 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	err = st.Restart(1)
+	if err == nil || !strings.Contains(err.Error(), "exited as it started") || !strings.Contains(err.Error(), "no-such-key") {
+		t.Fatalf("restart of an agent that cannot start: %v, want a failure quoting its log", err)
+	}
+	st2, err := fabric.Load(st.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st2.Agents[1].Stopped {
+		t.Fatal("the agent that did not come up is recorded as running")
+	}
+}
+
+func routeCountOf(t *testing.T, sock string) (int, error) {
+	c, err := ctl.Dial(sock)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rs, err := c.Routes(ctx)
+	return len(rs), err
+}

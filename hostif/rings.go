@@ -32,6 +32,10 @@ type connRing struct {
 	held     [][]byte // replies the completion ring had no room for
 	garbage  int
 	closed   bool
+	// stalledAt is when the loop last found the completion ring full with
+	// replies held back (zero while the host reaps): the host has not
+	// reaped since, and past Options.WriteTimeout the connection is cut.
+	stalledAt time.Time
 
 	buf []byte // the loop's copy of a submission
 }
@@ -40,6 +44,28 @@ type connRing struct {
 type ringSet struct {
 	mu    sync.Mutex                  // serialises add and remove
 	rings atomic.Pointer[[]*connRing] // copied on write: the loop reads it every pass without a lock
+	cut   atomic.Uint64               // connections cut for not reaping their completions
+}
+
+// RingStats are the counters of the server's ring pairs.
+type RingStats struct {
+	Rings   int    // ring pairs open
+	Stalled int    // of them, with replies held back because the host does not reap
+	Cut     uint64 // connections cut because their host did not reap within WriteTimeout
+}
+
+// RingStats returns the rings' counters.
+func (s *Server) RingStats() RingStats {
+	st := RingStats{Cut: s.rings.cut.Load()}
+	for _, rg := range s.rings.snapshot() {
+		st.Rings++
+		rg.mu.Lock()
+		if !rg.closed && len(rg.held) > 0 {
+			st.Stalled++
+		}
+		rg.mu.Unlock()
+	}
+	return st
 }
 
 func (rs *ringSet) add(r *connRing) {
@@ -156,6 +182,9 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 	c := rg.c
 	batch := s.ringOps[:0]
 	got, held := false, false
+	if s.stalled(rg, now) {
+		return false
+	}
 	for range max {
 		rg.mu.Lock()
 		if rg.closed || rg.inflight >= s.opts.MaxOutstanding || len(rg.held) > 0 {
@@ -238,6 +267,43 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 	return got
 }
 
+// stalled reports whether rg's host has left replies unreaped (they wait
+// in rg.held, and no submission is taken meanwhile: the throttle), and
+// cuts the connection once they have waited Options.WriteTimeout, the
+// bound a socket client gets to read its replies. The clock starts when
+// a pass first finds replies held; a reaped slot restarts it. now is the
+// driver's pass time.
+func (s *Server) stalled(rg *connRing, now time.Time) bool {
+	rg.mu.Lock()
+	if rg.closed || len(rg.held) == 0 {
+		rg.stalledAt = time.Time{}
+		rg.mu.Unlock()
+		return false
+	}
+	before := len(rg.held)
+	rg.flushLocked()
+	switch {
+	case len(rg.held) == 0:
+		rg.stalledAt = time.Time{}
+		rg.mu.Unlock()
+		return false
+	case len(rg.held) < before || rg.stalledAt.IsZero():
+		rg.stalledAt = now // the host reaped some, or the stall begins
+		rg.mu.Unlock()
+		return true
+	}
+	waited := now.Sub(rg.stalledAt)
+	cut := waited >= s.opts.WriteTimeout && !rg.c.aborted.Load()
+	rg.mu.Unlock()
+	if cut {
+		s.rings.cut.Add(1)
+		s.log.Warn("closing a ring whose host does not reap its completions", "conn", rg.c.id,
+			"pid", rg.c.cred.PID, "uid", rg.c.cred.UID, "held", before, "waited", waited)
+		rg.c.abort()
+	}
+	return true
+}
+
 // ringRefuse answers a malformed ring request with EINVAL; too many end
 // the connection.
 func (s *Server) ringRefuse(rg *connRing, t *task, id uint64, why string) {
@@ -287,6 +353,10 @@ func (rg *connRing) push(msg []byte) {
 func (rg *connRing) flush() {
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
+	rg.flushLocked()
+}
+
+func (rg *connRing) flushLocked() {
 	if rg.closed {
 		return
 	}
@@ -307,17 +377,25 @@ func (rg *connRing) flush() {
 
 // ParkRings tells every ring's host that the driver is about to sleep (they
 // ring the bell after a submission from now on). pending reports a
-// submission waiting already (the driver must not sleep); held, replies
-// that a full completion ring holds back (the driver should sleep briefly:
-// hosts do not ring when they reap).
+// submission waiting already on a ring the driver can serve now (it must
+// not sleep); held, a ring it cannot serve yet, whose completion ring is
+// full of replies its host has not reaped, or which has MaxOutstanding
+// requests in flight (the driver should sleep briefly and look again:
+// hosts do not ring when they reap, and a reply pushed by another
+// goroutine does not wake the driver). A ring that cannot be served is
+// never pending, whatever its host submitted: the driver would otherwise
+// spin on it without taking anything (ServeRings stops at the bound), and
+// its host does not get NEED_WAKEUP either (a bell would wake the driver
+// for nothing).
 func (s *Server) ParkRings() (pending, held bool) {
 	for _, rg := range s.rings.snapshot() {
 		rg.mu.Lock()
-		if !rg.closed && rg.p.SetNeedWakeup(true) {
-			pending = true
-		}
-		if len(rg.held) > 0 {
+		switch {
+		case rg.closed:
+		case len(rg.held) > 0 || rg.inflight >= s.opts.MaxOutstanding:
 			held = true
+		case rg.p.SetNeedWakeup(true):
+			pending = true
 		}
 		rg.mu.Unlock()
 	}

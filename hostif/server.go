@@ -155,6 +155,11 @@ type Server struct {
 	status   *statusTable
 	replicas *replicaTable
 	served   atomic.Bool
+	// acceptErrs counts failed accepts (Serve backs off and serves on)
+	acceptErrs atomic.Uint64
+	// procs is the identity of each open connection's process, read as
+	// it was accepted (procid.go): conn id → procid.ID
+	procs sync.Map
 
 	connMu   sync.Mutex
 	conns    map[*conn]struct{}
@@ -223,7 +228,9 @@ func (s *Server) ListenAndServe(ctx context.Context, path string) error {
 }
 
 // Serve serves connections accepted from l until ctx ends, then closes l,
-// disconnects every client, releases what they held and returns nil.
+// disconnects every client, releases what they held and returns nil. A
+// failed accept does not end it (it backs off, logs and counts,
+// AcceptErrors); only l closed by someone else does, with an error.
 func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	if s.served.Swap(true) {
 		return ErrServed
@@ -250,15 +257,32 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	})
 
 	var acceptErr error
+	var delay time.Duration
 	for {
 		uc, err := l.AcceptUnix()
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, net.ErrClosed) {
 				acceptErr = fmt.Errorf("hostif: accept: %w", err)
 				cancel()
+				break
 			}
-			break
+			// Out of descriptors (EMFILE, ENFILE), out of memory, a
+			// connection reset before it was taken: none ends the server.
+			// It backs off (bounded), logs and counts, and serves on; the
+			// connection the kernel queued is taken on the next try.
+			s.acceptErrs.Add(1)
+			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			s.log.Warn("host socket accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			continue
 		}
+		delay = 0
 		s.admit(ctx, uc)
 	}
 
@@ -274,6 +298,16 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	return acceptErr
 }
 
+// Bounds of Serve's back-off after a failed accept.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// AcceptErrors returns how many accepts failed since the server started
+// (each one backed off and served on).
+func (s *Server) AcceptErrors() uint64 { return s.acceptErrs.Load() }
+
 // admit starts serving a new connection, or closes it at once when the
 // server has MaxConns already.
 func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
@@ -283,6 +317,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	proc, procOK := peerProcess(uc, cred.PID) // before the lock: it reads /proc
 	s.connMu.Lock()
 	if len(s.conns) >= s.opts.MaxConns {
 		s.connMu.Unlock()
@@ -297,7 +332,11 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		return
 	}
 	s.nextConn++
-	c := newConn(ctx, s, uc, cred, s.nextConn)
+	id := s.nextConn
+	if procOK {
+		s.procs.Store(id, proc)
+	}
+	c := newConn(ctx, s, uc, cred, id)
 	s.conns[c] = struct{}{}
 	s.bySess[c.call.session] = c
 	s.connWG.Add(1)
@@ -309,6 +348,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		delete(s.conns, c)
 		delete(s.bySess, c.call.session)
 		s.connMu.Unlock()
+		s.procs.Delete(id)
 		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
 }

@@ -1,6 +1,12 @@
 // Package metrics serves a dpu-agent's state as Prometheus metrics at
 // /metrics (agent configuration key metrics-listen; off by default).
 //
+// Any local user can reach a TCP port, so the server is bounded: an
+// address without a host binds loopback, at most MaxConns connections are
+// held at once (more wait in the kernel's queue, costing no descriptor),
+// idle keep-alive connections close after IdleTimeout, headers, scrapes
+// and writes have deadlines, and at most four scrapes run at once.
+//
 // It owns the metric names and nothing else: it holds no agent state. Every
 // scrape reads the same snapshots the control socket serves (a Source: the
 // ctl objects, routes, links, stats, and where the agent has them the path

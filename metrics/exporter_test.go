@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -236,5 +237,23 @@ func BenchmarkObserveHostRequest(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		e.ObserveHostRequest("cas", time.Duration(i%1000)*time.Microsecond, 0)
+	}
+}
+
+// TestListenWithoutAHostBindsLoopback: an address that names no host binds
+// the loopback address, never every interface.
+func TestListenWithoutAHostBindsLoopback(t *testing.T) {
+	srv, err := Listen(":0", New(sample(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if ip := srv.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		t.Fatalf("\":0\" bound %v, want a loopback address", srv.Addr())
+	}
+	for in, want := range map[string]string{":9464": "127.0.0.1:9464", "0.0.0.0:9464": "0.0.0.0:9464", "[::1]:1": "[::1]:1"} {
+		if got, err := LoopbackDefault(in); err != nil || got != want {
+			t.Errorf("LoopbackDefault(%q) = %q, %v; want %q", in, got, err, want)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,20 +20,34 @@ const (
 	scrapeTimeout     = 10 * time.Second
 	maxScrapes        = 4 // scrapes in flight; more are answered 503
 	closeTimeout      = time.Second
+	// MaxConns is how many connections the server holds open at once;
+	// further ones wait in the kernel's accept queue (they cost the agent
+	// no descriptor) until one closes.
+	MaxConns = 16
+	// IdleTimeout closes a keep-alive connection that sends no request
+	// for this long (a scraper reconnects at its next scrape).
+	IdleTimeout = 10 * time.Second
 )
 
 // Server serves an Exporter over HTTP.
 type Server struct {
-	ln  net.Listener
+	ln  *limitListener
 	srv *http.Server
 }
 
-// Listen binds addr (host:port; port 0 picks one) for e's metrics.
+// Listen binds addr (host:port; port 0 picks one) for e's metrics. An
+// address without a host (":9464") binds the loopback address, not every
+// interface: whoever wants the metrics on a network names its address.
 func Listen(addr string, e *Exporter) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	addr, err := LoopbackDefault(addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	tl, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	ln := newLimitListener(tl, MaxConns)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
 		MaxRequestsInFlight: maxScrapes,
@@ -45,11 +61,81 @@ func Listen(addr string, e *Exporter) (*Server, error) {
 		io.WriteString(w, "dpu-agent: metrics at /metrics\n")
 	})
 	return &Server{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout: scrapeTimeout, WriteTimeout: 2 * scrapeTimeout, IdleTimeout: time.Minute}}, nil
+		ReadTimeout: scrapeTimeout, WriteTimeout: 2 * scrapeTimeout, IdleTimeout: IdleTimeout}}, nil
 }
 
 // Addr is the address the server listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// AcceptErrors returns how many accepts failed (the HTTP server backs off
+// and serves on).
+func (s *Server) AcceptErrors() uint64 { return s.ln.errs.Load() }
+
+// LoopbackDefault returns addr with the loopback host where it names none
+// (":9464" becomes "127.0.0.1:9464").
+func LoopbackDefault(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// limitListener holds at most n accepted connections open: Accept waits
+// for a slot before it takes the next connection from the kernel, so
+// connections beyond the bound cost no descriptor. It counts failed
+// accepts.
+type limitListener struct {
+	net.Listener
+	slots chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	errs  atomic.Uint64
+}
+
+func newLimitListener(l net.Listener, n int) *limitListener {
+	return &limitListener{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+// Accept waits for a free slot (or Close), then accepts.
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		if !errors.Is(err, net.ErrClosed) {
+			l.errs.Add(1)
+		}
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// Close closes the listener and ends a wait for a slot.
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitConn gives its slot back once, on its first Close.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
 
 // Serve answers scrapes until ctx ends or Close is called; it returns nil
 // then.

@@ -71,7 +71,10 @@ var (
 	macPeer  = []byte{0x02, 'd', 'p', 'u', 0, 2}
 )
 
-// linkCapture is dpuctl link capture PORT [-c N] [-w FILE] [--timeout D] [--snaplen N].
+// linkCapture is dpuctl link capture PORT [-c N] [-w FILE] [--timeout D] [--snaplen N] [--plaintext].
+// Capture is for root, the agent's user and the agent's capture-group;
+// the group sees datagrams as they cross the wire (sealed on a secured
+// link), and only root may ask for them in plaintext.
 func linkCapture(e *env, args []string) error {
 	var (
 		port    string
@@ -79,12 +82,14 @@ func linkCapture(e *env, args []string) error {
 		file    string
 		timeout time.Duration
 		snaplen uint
+		plain   bool
 	)
 	define := func(fs *flag.FlagSet) {
 		fs.UintVar(&count, "c", 100, "datagrams to capture")
 		fs.StringVar(&file, "w", "", "write pcapng to this file (- for stdout)")
 		fs.DurationVar(&timeout, "timeout", 10*time.Second, "stop after this long")
 		fs.UintVar(&snaplen, "snaplen", 0, "bytes kept of each datagram (0: all)")
+		fs.BoolVar(&plain, "plaintext", false, "on a secured link, the datagrams above the seal (root only)")
 	}
 	// PORT may stand before, between or after the flags.
 	var rest []string
@@ -116,7 +121,7 @@ func linkCapture(e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(e.ctx, timeout+10*time.Second)
 	defer cancel()
 	fmt.Fprintf(e.stderr, "dpuctl: capturing up to %d datagrams of %s for at most %v\n", count, port, timeout)
-	frames, err := c.Capture(ctx, ctl.CaptureRequest{Port: port, Count: uint32(count), Timeout: timeout, SnapLen: uint32(snaplen)})
+	frames, err := c.Capture(ctx, ctl.CaptureRequest{Port: port, Count: uint32(count), Timeout: timeout, SnapLen: uint32(snaplen), Plaintext: plain})
 	if err != nil {
 		return err
 	}
@@ -135,7 +140,11 @@ func linkCapture(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "dpuctl: %d datagrams captured\n", len(frames))
+	sealed := ""
+	if len(frames) > 0 && frames[0].Sealed {
+		sealed = " (sealed, as on the wire; --plaintext shows them opened)"
+	}
+	fmt.Fprintf(e.stderr, "dpuctl: %d datagrams captured%s\n", len(frames), sealed)
 	return nil
 }
 

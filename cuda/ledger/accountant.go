@@ -16,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/cuda/hookwire"
+	"github.com/aitherion/dpu/internal/procid"
 )
 
 // Options tune an Accountant. Zero fields mean their defaults.
@@ -30,6 +31,13 @@ type Options struct {
 	// Alive reports whether a process exists (default: /proc/PID), for
 	// limits restored from the state file.
 	Alive func(pid int32) bool
+	// Process is the identity of the process that opened connection conn
+	// (whose SO_PEERCRED pid is pid), as read when it connected: the host
+	// socket's (hostif.Server.ProcessOf); false when unknown, and the
+	// connection's GPU ops are refused (ESRCH). Default: the process that
+	// has pid when the connection's first GPU op comes, which is another
+	// one if the first exited and its pid was reused.
+	Process func(conn uint64, pid int32) (procid.ID, bool)
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
 }
@@ -43,6 +51,7 @@ type Accountant struct {
 	now     func() time.Duration
 	command func(int32) string
 	cgroup  func(int32) string
+	process func(uint64, int32) (procid.ID, bool)
 	log     *slog.Logger
 	state   string // Config.StateFile
 
@@ -56,6 +65,7 @@ type Accountant struct {
 }
 
 type peerInfo struct {
+	proc    procid.ID
 	command string
 	id      Identity
 }
@@ -84,10 +94,16 @@ func New(cfg Config, opts Options) (*Accountant, error) {
 	if opts.Alive == nil {
 		opts.Alive = procAlive
 	}
+	if opts.Process == nil {
+		opts.Process = func(_ uint64, pid int32) (procid.ID, bool) {
+			id, err := procid.Of(pid)
+			return id, err == nil
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &Accountant{now: opts.Now, command: opts.Command, cgroup: opts.Cgroup, log: opts.Logger, state: cfg.StateFile,
+	a := &Accountant{now: opts.Now, command: opts.Command, cgroup: opts.Cgroup, process: opts.Process, log: opts.Logger, state: cfg.StateFile,
 		ledger: l, names: make(map[uint64]peerInfo)}
 	if a.state != "" {
 		saved, err := LoadState(a.state)
@@ -106,7 +122,10 @@ func New(cfg Config, opts Options) (*Accountant, error) {
 
 // ServeGPU answers one GPU op of the host interface.
 func (a *Accountant) ServeGPU(ctx context.Context, peer hookwire.Peer, op hookwire.Op, body, reply []byte) ([]byte, error) {
-	p := a.peer(peer)
+	p, err := a.peer(peer)
+	if err != nil {
+		return nil, err
+	}
 	switch op {
 	case hookwire.OpMemLimit:
 		d, err := hookwire.DecodeLimitRequest(body)
@@ -247,18 +266,31 @@ func (a *Accountant) Accounts() []Account {
 	return a.ledger.Accounts()
 }
 
-// peer resolves the process name of a connection once.
-func (a *Accountant) peer(p hookwire.Peer) Peer {
+// peer resolves the process of a connection once: its identity (pid and
+// start time), its name and its cgroup. The name and cgroup are read from
+// /proc only while the pid still names that process; otherwise they stay
+// unknown (another process's would put the account under its limits).
+func (a *Accountant) peer(p hookwire.Peer) (Peer, error) {
 	a.mu.Lock()
 	info, ok := a.names[p.Conn]
 	a.mu.Unlock()
 	if !ok {
-		info = peerInfo{command: a.command(p.PID), id: IdentityOf(a.cgroup(p.PID))}
+		proc, known := a.process(p.Conn, p.PID)
+		if !known {
+			return Peer{}, fmt.Errorf("gpu: the process that opened this connection (pid %d) is not known: %w", p.PID, syscall.ESRCH)
+		}
+		info.proc = proc
+		if now, err := procid.Of(p.PID); err == nil && now == proc {
+			info.command, info.id = a.command(p.PID), IdentityOf(a.cgroup(p.PID))
+			if again, err := procid.Of(p.PID); err != nil || again != proc {
+				info.command, info.id = "", Identity{} // it exited as they were read
+			}
+		}
 		a.mu.Lock()
 		a.names[p.Conn] = info
 		a.mu.Unlock()
 	}
-	return Peer{Conn: p.Conn, PID: p.PID, UID: p.UID, Command: info.command, Identity: info.id}
+	return Peer{Conn: p.Conn, PID: p.PID, Start: info.proc.Start, UID: p.UID, Command: info.command, Identity: info.id}, nil
 }
 
 func invalid(err error) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/procid"
 )
 
 // serve starts a host interface with acc as its GPU handler.
@@ -120,5 +121,23 @@ func TestAccountantOverHostInterface(t *testing.T) {
 			t.Fatalf("accounts after close: %+v", acc.Accounts())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAccountantRefusesAnUnknownProcess: a connection whose process the
+// host socket could not name (it was gone when the connection was
+// accepted) gets ESRCH for its GPU ops, never an account under its pid.
+func TestAccountantRefusesAnUnknownProcess(t *testing.T) {
+	acc, err := ledger.New(ledger.Config{}, ledger.Options{Process: func(uint64, int32) (procid.ID, bool) { return procid.ID{}, false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, serve(t, acc))
+	d := hookwire.Device{Ordinal: 0}
+	if _, err := raw(t, c, wire.OpGPUMemLimit, hookwire.AppendDevice(nil, d)); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("GPU op of an unknown process: %v, want ESRCH", err)
+	}
+	if n := len(acc.Accounts()); n != 0 {
+		t.Fatalf("%d accounts", n)
 	}
 }

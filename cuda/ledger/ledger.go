@@ -11,9 +11,12 @@ import (
 	"github.com/aitherion/dpu/cuda/hookwire"
 )
 
-// Key names one account: a host process on one of its devices.
+// Key names one account: a host process on one of its devices. A process
+// is its pid and its start time (internal/procid): a later process that
+// gets the same pid never inherits the account.
 type Key struct {
 	PID    int32
+	Start  uint64 // the process's start time, clock ticks since boot
 	Device uint32 // ordinal, as the process numbers its devices
 }
 
@@ -22,6 +25,7 @@ type Key struct {
 type Peer struct {
 	Conn     uint64
 	PID      int32
+	Start    uint64 // the process's start time (with PID, its identity)
 	UID      uint32
 	Command  string // the process's name, for display
 	Identity        // its cgroup, pod and container, when known
@@ -356,7 +360,7 @@ func (l *Ledger) Get(k Key) (Account, bool) {
 // follows the connection that reported last, so a reconnected process
 // keeps it when its old connection's close arrives late.
 func (l *Ledger) account(p Peer, d hookwire.Device) (*account, error) {
-	k := Key{PID: p.PID, Device: d.Ordinal}
+	k := Key{PID: p.PID, Start: p.Start, Device: d.Ordinal}
 	a := l.accounts[k]
 	if a == nil {
 		if len(l.accounts) >= l.cfg.MaxAccounts {
@@ -423,6 +427,9 @@ func (l *Ledger) limitsOf(a *account) hookwire.Limits {
 
 func compareKeys(a, b Key) int {
 	if c := cmp.Compare(a.PID, b.PID); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Start, b.Start); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.Device, b.Device)

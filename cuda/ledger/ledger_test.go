@@ -296,3 +296,31 @@ func TestHostLimit(t *testing.T) {
 		t.Fatal("a kernel quota on host memory was accepted")
 	}
 }
+
+// TestAccountsFollowProcessesNotPids (hole 6): a process that gets the pid
+// of one that reported 40 GiB (a later process, another start time) gets
+// an account of its own: nothing of the first is charged to it.
+func TestAccountsFollowProcessesNotPids(t *testing.T) {
+	l := newLedger(t, Config{Default: Limit{Memory: 8 << 30}})
+	first := Peer{Conn: 7, PID: 4242, Start: 1000, UID: 1000, Command: "hog"}
+	later := Peer{Conn: 8, PID: 4242, Start: 2000, UID: 0, Command: "train"}
+	mustUpdate(t, l, 0, first, dev0, hookwire.MemUpdate{Kind: hookwire.UpdateAlloc, Bytes: 40 << 30, Total: 40 << 30})
+	lim, err := l.Limits(0, later, dev0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim.MemoryUsed != 0 {
+		t.Fatalf("the later process with pid 4242 starts with %d bytes in use, want 0", lim.MemoryUsed)
+	}
+	a, ok := l.Get(Key{PID: 4242, Start: 2000, Device: dev0.Ordinal})
+	if !ok || a.UID != 0 || a.Memory != 0 {
+		t.Fatalf("the later process's account: %+v %v", a, ok)
+	}
+	a, ok = l.Get(Key{PID: 4242, Start: 1000, Device: dev0.Ordinal})
+	if !ok || a.UID != 1000 || a.Memory != 40<<30 {
+		t.Fatalf("the first process's account: %+v %v", a, ok)
+	}
+	if n := len(l.Accounts()); n != 2 {
+		t.Fatalf("%d accounts, want 2", n)
+	}
+}

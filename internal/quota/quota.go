@@ -38,6 +38,11 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
+// Remote is the account of what a node holds for other nodes rather than
+// for a local user (backup copies of their pages): never privileged, so it
+// shares the ordinary users' part of a Total and never takes the reserve.
+const Remote uint32 = 0xfffffffe
+
 // Limit bounds one Kind. Zero fields mean unlimited (PerUID, Total) or no
 // reserve.
 type Limit struct {

@@ -191,3 +191,34 @@ func trusted(f *os.File, uid int) error {
 	}
 	return nil
 }
+
+// OpenConfig opens a configuration file for reading and accepts it only
+// when it is a regular file owned by uid or root that neither its group
+// nor others may write, reached through no symlink that another user can
+// point elsewhere (resolve's rule; a configuration management's
+// root-owned links, such as a Kubernetes ConfigMap's, are fine). It
+// checks the file it opened (fstat), so what is read is what was checked.
+func OpenConfig(path string, uid int) (*os.File, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	real, problems, err := resolve(abs, uid)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnsafe, problems[0])
+	}
+	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := trusted(f, uid); err != nil {
+		if terr := trusted(f, 0); terr != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}

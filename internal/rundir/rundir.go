@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -50,8 +51,11 @@ func Prepare(dir string, opts Options) (warnings []string, err error) {
 // neither it nor any directory above it can be written by anyone but
 // opts.UID and root (a sticky parent such as /tmp is accepted when the
 // entry below it belongs to opts.UID or root). Symlinks on the way are
-// resolved first and the resolved path is what is checked. With
-// opts.Insecure set the problems are returned as warnings instead.
+// followed one by one (resolve), and each must belong to opts.UID or root
+// and sit in a directory others cannot write (or a sticky one): a link
+// that someone else can point elsewhere would make every later use of
+// the path name another directory. The resolved path is what is checked.
+// With opts.Insecure set the problems are returned as warnings instead.
 func Check(dir string, opts Options) (warnings []string, err error) {
 	opts.defaults()
 	problems, err := problems(dir, opts.UID)
@@ -72,11 +76,10 @@ func problems(dir string, uid int) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run dir: %w", err)
 	}
-	real, err := filepath.EvalSymlinks(abs)
+	real, out, err := resolve(abs, uid)
 	if err != nil {
 		return nil, fmt.Errorf("run dir: %w", err)
 	}
-	var out []string
 	st, err := lstat(real)
 	if err != nil {
 		return nil, err
@@ -119,4 +122,58 @@ func lstat(p string) (*syscall.Stat_t, error) {
 		return nil, fmt.Errorf("run dir: %w", &fs.PathError{Op: "lstat", Path: p, Err: err})
 	}
 	return &st, nil
+}
+
+// maxLinks bounds the symlinks resolve follows (the kernel's MAXSYMLINKS).
+const maxLinks = 40
+
+// resolve follows abs component by component, as the kernel does, and
+// returns the path it names without symlinks, with a problem for every
+// symlink on the way that a user other than uid and root can change: one
+// such a user owns, or one in a directory such a user can write (a sticky
+// directory protects a link owned by uid or root).
+func resolve(abs string, uid int) (string, []string, error) {
+	var out []string
+	rest := strings.Split(abs, "/")
+	cur := "/"
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		st, err := lstat(next)
+		if err != nil {
+			return "", nil, err
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", nil, &fs.PathError{Op: "resolve", Path: abs, Err: syscall.ELOOP}
+		}
+		if int(st.Uid) != uid && st.Uid != 0 {
+			out = append(out, fmt.Sprintf("%s (on the way to %s) is a symlink of uid %d, who can point it elsewhere", next, abs, st.Uid))
+		} else if pst, err := lstat(cur); err != nil {
+			return "", nil, err
+		} else if pst.Mode&0o022 != 0 && pst.Mode&syscall.S_ISVTX == 0 {
+			out = append(out, fmt.Sprintf("%s (on the way to %s) is a symlink in %s, which others can write (mode %#o)", next, abs, cur, pst.Mode&0o7777))
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", nil, fmt.Errorf("run dir: %w", err)
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return cur, out, nil
 }

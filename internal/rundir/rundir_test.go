@@ -183,3 +183,126 @@ func TestOpenAppendRefusesSymlink(t *testing.T) {
 		t.Fatal("opened through a symlink")
 	}
 }
+
+// TestSymlinkOthersCanTurnIsRefused (hole 5): a run directory named
+// through a symlink that another user owns (in a sticky, world-writable
+// directory, as /tmp is), or through any symlink in a directory others
+// may write, is refused: the user could point it at its own directory
+// after the check, and every later use of the path would follow. A
+// symlink of the caller's (or root's) in a directory only it can write,
+// or in a sticky one, is followed and its target checked.
+func TestSymlinkOthersCanTurnIsRefused(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	pub := filepath.Join(dir, "pub")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(pub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(pub, "theirs")
+	if err := os.Symlink(run, theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(theirs, Options{}); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "symlink of uid 65534") {
+		t.Fatalf("run dir through uid 65534's symlink: %v, want ErrUnsafe naming the link", err)
+	}
+	// a link of ours in the sticky directory: others cannot replace it
+	ours := filepath.Join(pub, "ours")
+	if err := os.Symlink(run, ours); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(ours, Options{}); err != nil {
+		t.Fatalf("run dir through our own link in a sticky directory: %v", err)
+	}
+	// a link of ours in a directory anyone may write (not sticky)
+	if err := os.Chmod(pub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(ours, Options{}); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("run dir through a link in a world-writable directory: %v, want ErrUnsafe", err)
+	}
+	// the link further down the path, and relative links and chains
+	if err := os.Chmod(pub, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	inner := filepath.Join(run, "inner")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chain := filepath.Join(dir, "chain")
+	if err := os.Symlink("pub/theirs", chain); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(filepath.Join(chain, "inner"), Options{}); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("run dir through a chain of links ending in uid 65534's: %v, want ErrUnsafe", err)
+	}
+	rel := filepath.Join(dir, "rel")
+	if err := os.Symlink("run/../run/inner", rel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(rel, Options{}); err != nil {
+		t.Fatalf("run dir through our relative link: %v", err)
+	}
+}
+
+// TestOpenConfigRefusesWhatOthersCanChange (hole 5): a configuration file
+// that another user owns, that its group or others may write, or that is
+// reached through another user's symlink, is refused; the caller's and
+// root's files, also through a root-owned link, are read.
+func TestOpenConfigRefusesWhatOthersCanChange(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "agent.conf")
+	if err := os.WriteFile(conf, []byte("node = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenConfig(conf, 1000) // root's file, for the agent user 1000
+	if err != nil {
+		t.Fatalf("root's 0644 config for uid 1000: %v", err)
+	}
+	f.Close()
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(conf, link); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := OpenConfig(link, 0); err != nil {
+		t.Fatalf("root's config through root's link: %v", err)
+	} else {
+		f.Close()
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenConfig(link, 0); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("config through uid 65534's link: %v, want ErrUnsafe", err)
+	}
+	if err := os.Chmod(conf, 0o664); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenConfig(conf, 0); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("group-writable config: %v, want ErrUnsafe", err)
+	}
+	if err := os.Chmod(conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(conf, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenConfig(conf, 0); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("config of uid 65534: %v, want ErrUnsafe", err)
+	}
+	if f, err := OpenConfig(conf, 65534); err != nil {
+		t.Fatalf("the agent user's own config: %v", err)
+	} else {
+		f.Close()
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/flynn/noise"
 
@@ -108,7 +110,11 @@ var basePoint = [32]byte{9}
 
 // Fabric is the list of the fabric's public keys: the nodes allowed to be
 // neighbours. Names are for people (dpuctl neigh show).
+//
+// A Fabric is safe for concurrent use: the ports that share one see a
+// Replace at once (their handshakes look keys up as they come).
 type Fabric struct {
+	mu   sync.RWMutex
 	keys map[PublicKey]string
 }
 
@@ -116,19 +122,61 @@ type Fabric struct {
 func NewFabric() *Fabric { return &Fabric{keys: map[PublicKey]string{}} }
 
 // Add allows key under name.
-func (f *Fabric) Add(name string, key PublicKey) { f.keys[key] = name }
+func (f *Fabric) Add(name string, key PublicKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys[key] = name
+}
 
 // Lookup returns the name of key and whether the fabric allows it.
 func (f *Fabric) Lookup(key PublicKey) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	name, ok := f.keys[key]
 	return name, ok
 }
 
 // Len is the number of keys.
-func (f *Fabric) Len() int { return len(f.keys) }
+func (f *Fabric) Len() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.keys)
+}
+
+// KeyChange is a key a Replace added or removed, with its name.
+type KeyChange struct {
+	Name string
+	Key  PublicKey
+}
+
+// Replace makes f's keys those of next and reports which keys it added
+// and removed (a key whose name changed is neither). The ports sharing f
+// refuse a removed key's handshakes from then on; Port.Revoke ends a
+// session already up with one.
+func (f *Fabric) Replace(next *Fabric) (added, removed []KeyChange) {
+	next.mu.RLock()
+	keys := maps.Clone(next.keys)
+	next.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, name := range keys {
+		if _, ok := f.keys[k]; !ok {
+			added = append(added, KeyChange{Name: name, Key: k})
+		}
+	}
+	for k, name := range f.keys {
+		if _, ok := keys[k]; !ok {
+			removed = append(removed, KeyChange{Name: name, Key: k})
+		}
+	}
+	f.keys = keys
+	return added, removed
+}
 
 // Format is the key list in the file format ParseFabric reads.
 func (f *Fabric) Format(order []PublicKey) []byte {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	var b strings.Builder
 	b.WriteString("# the fabric's node public keys: NAME KEY (written by dpu-fabric)\n")
 	for _, k := range order {

@@ -176,6 +176,25 @@ func (p *Port) Peer() (PublicKey, bool) {
 	return p.peer, p.peerOK
 }
 
+// Revoke ends the sessions with the neighbour when its key is no longer in
+// the fabric (after Fabric.Replace removed it), and reports whether it
+// did: what the neighbour sends is dropped from then on (no session), and
+// the next write starts a handshake that only a listed key completes.
+func (p *Port) Revoke() (PublicKey, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.peerOK {
+		return PublicKey{}, false
+	}
+	if _, ok := p.cfg.Fabric.Lookup(p.peer); ok {
+		return PublicKey{}, false
+	}
+	k := p.peer
+	p.cur, p.prev, p.hs, p.resp = nil, nil, nil, nil
+	p.peerOK = false
+	return k, true
+}
+
 // PeerName returns the fabric's name of the current neighbour's key.
 func (p *Port) PeerName() (string, bool) {
 	k, ok := p.Peer()
