@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/fabric/veth"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
@@ -883,4 +884,18 @@ func (s *State) SetDrop(a, b int, pct float64) error {
 		return fmt.Errorf("fabric: link faults need a veth fabric (this one has %s links)", s.Links)
 	}
 	return veth.SetDrop(s.dir, a, b, pct)
+}
+
+// routeCount is how many routes the agent at control socket sock has: it
+// answers, or says why not, within a second.
+func routeCount(ctx context.Context, sock string) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := ctl.Dial(sock)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	rs, err := c.Routes(cctx)
+	return len(rs), err
 }
