@@ -888,11 +888,28 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		}
 		return
 	}
+	if epoch > pg.epoch {
+		// An epoch this page never had here: no copy of it came from us.
+		e.stats.ReplAcksRefused++
+		return
+	}
 	if epoch != pg.epoch {
 		e.stats.Stale++
 		return
 	}
 	b := &pg.rep.backups[i]
+	if top := e.topVersion(pg); f.PageVersion > top {
+		// A version this owner never made (it has committed up to
+		// pg.version, staged at most one more): the backup's copy is not
+		// ours. Refused, never counted as held: the backup is sent the
+		// whole page again.
+		e.stats.ReplAcksRefused++
+		b.ok, b.inc = false, inc
+		e.sendFull(pg, i)
+		e.attend(key)
+		e.armRepl(now)
+		return
+	}
 	if flags&ackNoRoom != 0 {
 		// No room there for a copy: another node takes it.
 		if pg.rep.full == nil {
@@ -924,6 +941,15 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		e.pinAcked(now, pg, b, f.RequestID)
 	}
 	e.repProgress(now, pg)
+}
+
+// topVersion is the newest version a backup of pg may hold: the staged
+// write's, or the committed one.
+func (e *Engine) topVersion(pg *page) gva.Version {
+	if pg.rep != nil && pg.rep.staged != nil && pg.rep.staged.version > pg.version {
+		return pg.rep.staged.version
+	}
+	return pg.version
 }
 
 // repProgress commits the staged write once every backup holds it, and
@@ -1064,6 +1090,9 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 		}
 		e.dropCopy(c) // the same run no longer owns it
 		e.stats.ReplCopiesDropped++
+		if now-c.touched > e.cfg.CopyLease {
+			e.stats.ReplCopiesExpired++
+		}
 		return
 	}
 	if len(f.Payload) == handLen {
@@ -1268,8 +1297,11 @@ func (e *Engine) replTick(now time.Duration) {
 			if e.dbg != nil {
 				e.debugf(key, "copy's node %v unreachable since %v (owner %v heir %v/%v)", o, c.unreachAt, c.owner, c.heir, c.hasHeir)
 			}
-			if c.unreachAt-c.touched > e.cfg.CopyLease {
-				e.dropCopy(c) // the owner had stopped counting on it before it died
+			if !c.ownerGone && c.unreachAt-c.touched > e.cfg.CopyLease {
+				// The owner had stopped counting on it before it died (a
+				// copy whose owner restarted since is the page's, though:
+				// that run never confirms it).
+				e.dropCopy(c)
 				e.stats.ReplCopiesExpired++
 				continue
 			}
@@ -1344,26 +1376,24 @@ func (e *Engine) neighbourChanged(now time.Duration, nb noc.NodeID) {
 	e.armRepl(now)
 }
 
-// expireCopies drops the copies whose owner (or heir), still reached by
-// routing, has not confirmed them within CopyLease: it stopped counting on
-// them (run with the homes' refresh).
+// expireCopies probes the owner (or heir) of every copy it has not
+// confirmed within CopyLease, or missed two confirmations of (run with
+// the homes' refresh). The copy is dropped only on the answer of the
+// same run of that node, which no longer counts on it (handleReplicaDrop):
+// never for the silence alone. A node that went on without confirming
+// may have died and come back as a later incarnation that holds nothing,
+// while the rest of the fabric was too small to take its pages over: the
+// copy is then the page's last (its answer makes the copy take the page
+// over, see tryPromote).
 func (e *Engine) expireCopies(now time.Duration) {
-	keys := make([]gva.GVA, 0, len(e.copies))
 	for key, c := range e.copies {
-		if now-c.touched > e.cfg.CopyLease && c.unreachAt == 0 {
-			keys = append(keys, key)
-		} else if now-c.touched > 2*e.cfg.HomeRefresh && c.probeDue == 0 {
+		if c.ownerGone || c.probeDue != 0 {
+			continue
+		}
+		if now-c.touched > min(e.cfg.CopyLease, 2*e.cfg.HomeRefresh) {
 			c.probeDue = now // its owner missed a confirmation: still there?
 			e.probing[key] = true
 			e.armRepl(now)
-		}
-	}
-	slices.SortFunc(keys, gva.Compare)
-	for _, key := range keys {
-		c := e.copies[key]
-		if _, _, ok := e.rt.NextHop(c.watched()); ok {
-			e.dropCopy(c)
-			e.stats.ReplCopiesExpired++
 		}
 	}
 }
@@ -1777,7 +1807,7 @@ func (e *Engine) hintOwner(key gva.GVA) (noc.NodeID, bool) {
 
 // touchBackups tells every backup of every page owned here that the owner
 // still counts on its copy (run with the homes' refresh): a copy not
-// touched within Config.CopyLease is dropped, never promoted.
+// touched within Config.CopyLease asks its owner (expireCopies).
 func (e *Engine) touchBackups(keys []gva.GVA) {
 	for _, key := range keys {
 		pg := e.pages[key]
