@@ -145,6 +145,11 @@ type backupCopy struct {
 	queries  int
 	queryAt  time.Duration
 	queryErr bool
+	// homeSaid: the page's home answered with a record that does not
+	// name a later owner; standInDue: when a stand-in without that answer
+	// may take the page over (standInMayPromote).
+	homeSaid   bool
+	standInDue time.Duration
 	// term: the majority term its owner last touched it in; a copy
 	// touched before this node's last minority asks again before a
 	// takeover (split.go).
@@ -750,6 +755,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		}
 		c.owner, c.hasHeir = f.Src, false
 		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr, c.goneAt = false, 0, 0, 0, 0, 0, false, 0
+		c.homeSaid, c.standInDue = false, 0
 		c.fellowsGone, c.fellowsProbedAt = c.fellowsGone[:0], 0
 		delete(e.probing, key)
 		e.indexCopy(c)
@@ -1600,7 +1606,10 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 			e.stats.ReplCopiesDropped++
 			return
 		}
-		e.promote(now, c)
+		c.homeSaid = c.homeSaid || e.home[c.key] != nil
+		if e.standInMayPromote(now, c) {
+			e.promote(now, c)
+		}
 		return
 	}
 	_, _, reach := e.rt.NextHop(h)
@@ -1614,7 +1623,9 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		return
 	}
 	if !reach || c.queries >= maxQueries {
-		e.promote(now, c)
+		if e.standInMayPromote(now, c) {
+			e.promote(now, c)
+		}
 		return
 	}
 	wait := 2 * e.cfg.RetryInterval
@@ -1632,6 +1643,27 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	f := newFrame(noc.ClassControl, OpOwnerQuery, 0, e.self, h, c.query, c.key, 0, nil)
 	e.sendNode(&f)
 	e.stats.ReplQueries++
+}
+
+// standInMayPromote reports whether a copy may be promoted now, once
+// everything else allowed it. A stand-in (a copy kept for a heir) whose
+// home gave no record to go by (the home restarted, or routing cannot
+// reach it) waits HomeRefresh + 2 FailoverGrace more: the heir's own
+// backups, if it had any, hold the page at a later epoch and decide on
+// the same silence of the home, maybe later than this node (its questions
+// are asked once per HomeRefresh); their takeover's flood (OpFailover)
+// drops this copy. Without the wait both took the page over: two owners
+// (dpu-sim seed 197, 16 nodes, every fault, R = 2: the heir, the page's
+// home, died before its stand-in confirmed the drop and came back; the
+// stand-in, probing the unconfirmed copy's heir, found it restarted).
+func (e *Engine) standInMayPromote(now time.Duration, c *backupCopy) bool {
+	if !c.hasHeir || c.homeSaid {
+		return true
+	}
+	if c.standInDue == 0 {
+		c.standInDue = now + e.cfg.HomeRefresh + 2*e.cfg.FailoverGrace
+	}
+	return now >= c.standInDue
 }
 
 // movedOn reports whether a home record names a later owner than the one
@@ -1669,6 +1701,7 @@ func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord
 		e.stats.ReplCopiesDropped++
 		return
 	}
+	c.homeSaid = true
 	c.queries = maxQueries // decided: take it over at the next tick
 }
 

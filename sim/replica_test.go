@@ -48,6 +48,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 	splitAll := Config{Nodes: 15, Topo: "smallworld", Faults: FaultsBeforeOutage}
 	lineAll := Config{Nodes: 13, Topo: "line", Faults: FaultsBeforeOutage} // flaps and a crash split a line again and again
 	realAll := Config{Nodes: 16, Topo: "smallworld", Faults: FaultsBeforeOutage}
+	outageAll := Config{Nodes: 16, Topo: "smallworld", Faults: FaultsAll} // "all" since outages
 	for _, c := range []struct {
 		cfg      Config
 		seed     uint64
@@ -90,6 +91,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{lineAll, 141, 2, "a heir in one majority gave up its stand-ins, cut off, and committed without them; fenced in a minority since, its stand-ins in a later majority without the page's home (cut off with the heir) took the page over from their stale copies (acknowledged writes lost)"},
 		{realAll, 666, 1, "a CAS applied by an owner that crashed before its answer came back ended with ESTALE (certainly not applied) when its re-sent copy met the restarted home: a later fetch-add saw its effect"},
 		{splitAll, 73, 3, "a backup in the minority when its owner crashed took the page over after the join from its stale copy: the majority had taken it over and handed it on, and the home, in the minority too, had not heard of it (acknowledged writes lost)"},
+		{outageAll, 197, 2, "a heir (the page's home) died before its stand-in confirmed the drop and came back; the stand-in, probing the heir of its unconfirmed copy, found it restarted and took the page over beside the heir's own backup: two owners"},
 	} {
 		cfg := c.cfg
 		cfg.Seed, cfg.Replicas = c.seed, c.replicas
@@ -103,6 +105,8 @@ func TestSeedsFromSweeps(t *testing.T) {
 			faults = "flap"
 		case FaultPartition:
 			faults = "partition"
+		case FaultsAll:
+			faults = "all"
 		case FaultsBeforeOutage:
 			faults = "drop,delay,flap,crash,partition"
 		}
