@@ -732,8 +732,19 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		e.stats.Stale++
 		return
 	}
-	needFull := false
+	needFull, stale := false, false
 	switch {
+	case m.flags&replFull != 0 && c != nil && m.epoch == c.epoch && m.ownerInc == c.ownerInc && !c.hasHeir && f.PageVersion < c.version:
+		// A full copy its owner sent before the versions this copy holds
+		// since, delayed: the same run of the owner at the same epoch
+		// never takes a version back (a staged write it sent is committed
+		// unless it gives the page up). Taking it regressed the copy
+		// under what the owner had acknowledged (dpu-sim seed 907, 16
+		// nodes, every fault, R = 2: the owner crashed, the backup took
+		// the page over a version short). It is acknowledged with what
+		// the copy holds; its ranks and backups, as old, are not taken.
+		e.stats.Stale++
+		stale = true
 	case m.flags&replFull != 0:
 		if c == nil {
 			content, err := e.store.Alloc(copyKey(key), m.flags&replHuge != 0)
@@ -786,7 +797,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	default:
 		needFull = true
 	}
-	if c != nil && !needFull {
+	if c != nil && !needFull && !stale {
 		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
 		c.pinned = m.flags&replPinned != 0
 		c.term = e.split.term
@@ -1613,12 +1624,17 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		return
 	}
 	_, _, reach := e.rt.NextHop(h)
-	if e.splitRule() && c.term != e.split.term && !reach {
+	if e.splitRule() && c.term != e.split.term && !reach && !e.noRiskSince(c.term) {
 		// A copy from the minority with no home to ask takes nothing
 		// over: its fellows may all have been in the minority with it,
 		// and the page may have moved on in a majority that gave this
 		// copy up (a heir that gave up its lost stand-ins and committed
 		// without them, fenced since: dpu-sim seed 141, 13 nodes, line).
+		// Unless no majority could have formed without this node since
+		// the copy was confirmed: the nodes out of its reach were too few
+		// (half the fabric down, the page's home among them: a ring of 4
+		// at R = 2 whose owner and then new owner died held the last copy
+		// back for ever).
 		e.stats.SplitHeld++
 		return
 	}
