@@ -218,14 +218,31 @@ func TestOwnerRestartOnALineOfTwo(t *testing.T) {
 }
 
 // TestOwnerAndNewOwnerRestartOnARingOfFour: four agents on a ring at
-// R = 2; the page's owner (node 0) is killed, a backup takes the page
-// over (3 of 4 are a majority) and copies it to a new backup; then the
-// new owner is killed too (2 of 4: no majority, nothing taken over) and
-// stays down longer than the copy lease, and comes back empty. The
+// R = 2; the page's owner (node 0, its home) is killed, a backup takes
+// the page over (3 of 4 are a majority) and copies it to a new backup;
+// then the new owner is killed too (2 of 4: no majority, nothing taken
+// over), stays down longer than the copy lease, and comes back empty. The
 // surviving copy brings the page back with every acknowledged increment.
-// Before, every backup dropped its copy (EHOSTDOWN for ever).
+// Before, the copy was held back for ever (EHOSTDOWN): the page's home
+// was down and the copy was from a minority.
 func TestOwnerAndNewOwnerRestartOnARingOfFour(t *testing.T) {
-	st := upReplicated(t, 4, "ring", 2)
+	ownerAndNewOwnerRestart(t, 2, false)
+}
+
+// TestOwnerAndNewOwnerRestartOnARingOfFourR3 is the same at R = 3, the
+// first owner restarted too, before the new owner.
+func TestOwnerAndNewOwnerRestartOnARingOfFourR3(t *testing.T) {
+	ownerAndNewOwnerRestart(t, 3, true)
+}
+
+// TestNewOwnerRestartOnARingOfFourR3 is the same at R = 3, only the new
+// owner restarted.
+func TestNewOwnerRestartOnARingOfFourR3(t *testing.T) {
+	ownerAndNewOwnerRestart(t, 3, false)
+}
+
+func ownerAndNewOwnerRestart(t *testing.T, r int, firstToo bool) {
+	st := upReplicated(t, 4, "ring", r)
 	ctx := ctxFor(t, 3*time.Minute)
 	g, err := dialNode(t, st, 0).Alloc(ctx, 4096, 0o600)
 	if err != nil {
@@ -237,6 +254,7 @@ func TestOwnerAndNewOwnerRestartOnARingOfFour(t *testing.T) {
 	}
 	l.kill(0)
 	if !l.ackedAgain(30 * time.Second) {
+		l.describe()
 		t.Fatal("no increment acknowledged within 30 s of the owner's death")
 	}
 	var owner int
@@ -247,15 +265,22 @@ func TestOwnerAndNewOwnerRestartOnARingOfFour(t *testing.T) {
 	}) {
 		t.Fatal("no new owner named")
 	}
-	// Let the new owner copy the page to its new backup: its next write
-	// waits for that copy, so acknowledged increments after this are held
-	// by a live node besides the new owner.
+	// Let the new owner copy the page to its new backups: its next write
+	// waits for them, so the increments acknowledged after this are held
+	// by live nodes besides the new owner.
 	base := l.acked()
 	if !eventually(10*time.Second, func() bool { return l.acked() >= base+100 }) {
 		t.Fatalf("only %d increments through the new owner", l.acked()-base)
 	}
 	l.kill(owner)
 	time.Sleep(copyLeaseOutage)
+	if firstToo {
+		l.restart(0)
+		if !l.ackedAgain(30 * time.Second) {
+			l.describe()
+			t.Fatal("no increment acknowledged within 30 s of the restart of node 0")
+		}
+	}
 	l.restart(owner)
 	if !l.ackedAgain(30 * time.Second) {
 		l.describe()
