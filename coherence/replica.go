@@ -1515,6 +1515,16 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	if c.hasAttr {
 		pg.attr, pg.hasAttr = c.attr, true
 	}
+	// The copy's fellows (the dead owner's other backups, or a handover's
+	// other stand-ins) keep copies of the old epoch: they are told to
+	// drop them as a handover's stand-ins are, and the page takes no
+	// write until each confirmed it (or routing lost it for
+	// FailoverGrace). The takeover's flood tells them too, but a flood
+	// is sent once: a fellow it missed, not chosen as a backup here, kept
+	// its copy, and once a split put this node in a minority it took the
+	// page over from its copy in the majority, versions short (dpu-sim
+	// seed 103, 16 nodes, every fault, R = 3).
+	fellows := slices.DeleteFunc(slices.Clone(c.backups), func(n noc.NodeID) bool { return n == e.self })
 	e.dropCopy(c)
 	e.stats.Promotions++
 	if e.dbg != nil {
@@ -1534,13 +1544,22 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 			e.home[key] = rec
 		}
 		rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, pg.epoch, false
-	} else if _, _, ok := e.rt.NextHop(homeOf(key)); ok {
+	} else {
+		// Told even when routing does not reach the home now (a cut link):
+		// the notice is re-sent until the home acknowledges it, or 32
+		// times. Waiting for the next HomeRefresh instead left the home
+		// naming the dead owner for up to a refresh period, and a fellow
+		// backup that asked it then took the page over from its stale
+		// copy.
 		e.notify(now, key, &notice{owner: e.self, ownerInc: e.inc, epoch: pg.epoch})
 	}
 	e.setHint(key, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
 	e.floodFailover(noc.NoPort, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
 	e.closeFetch(key)
 	e.startReplication(now, pg)
+	if pg.rep != nil {
+		pg.rep.oldBackups = fellows
+	}
 	e.wake(now, pg)
 	e.failInFlight(now, key)
 }
@@ -1578,6 +1597,7 @@ const queryBit = 1 << 62
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	if !e.decides() {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
+		c.standInDue = 0    // a stand-in's wait starts again with the majority
 		return
 	}
 	if e.splitRule() && c.term != e.split.term && c.queryTerm != e.split.term {
@@ -1672,12 +1692,24 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 // (dpu-sim seed 197, 16 nodes, every fault, R = 2: the heir, the page's
 // home, died before its stand-in confirmed the drop and came back; the
 // stand-in, probing the unconfirmed copy's heir, found it restarted).
+//
+// With the home's word it still waits 2 FailoverGrace from the moment
+// everything else allowed it: the heir's backups were held by the same
+// things (a minority, most often, until enough nodes came back) and
+// decide at the same moment; their flood must reach this node first
+// (dpu-sim seed 117, 16 nodes, every fault, R = 3: the stand-in and the
+// heir's backup took the page over in the same tick as the fabric's
+// majority came back).
 func (e *Engine) standInMayPromote(now time.Duration, c *backupCopy) bool {
-	if !c.hasHeir || c.homeSaid {
+	if !c.hasHeir {
 		return true
 	}
 	if c.standInDue == 0 {
-		c.standInDue = now + e.cfg.HomeRefresh + 2*e.cfg.FailoverGrace
+		wait := 2 * e.cfg.FailoverGrace
+		if !c.homeSaid {
+			wait += e.cfg.HomeRefresh
+		}
+		c.standInDue = now + wait
 	}
 	return now >= c.standInDue
 }

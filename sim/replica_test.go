@@ -91,6 +91,9 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{lineAll, 141, 2, "a heir in one majority gave up its stand-ins, cut off, and committed without them; fenced in a minority since, its stand-ins in a later majority without the page's home (cut off with the heir) took the page over from their stale copies (acknowledged writes lost)"},
 		{realAll, 666, 1, "a CAS applied by an owner that crashed before its answer came back ended with ESTALE (certainly not applied) when its re-sent copy met the restarted home: a later fetch-add saw its effect"},
 		{splitAll, 73, 3, "a backup in the minority when its owner crashed took the page over after the join from its stale copy: the majority had taken it over and handed it on, and the home, in the minority too, had not heard of it (acknowledged writes lost)"},
+		{outageAll, 117, 3, "a handover's stand-in and the heir's backup, both held back by a minority (an outage of 10 of 16 nodes), took the page over in the same tick as the majority came back: two owners"},
+		{outageAll, 32, 3, "the same (two owners after the quiet period)"},
+		{outageAll, 112, 3, "the same"},
 		{outageAll, 907, 2, "a full copy the owner had sent before later writes reached its backup late and took the copy a version back; the owner, which had the later version acknowledged, crashed, and the backup took the page over a version short (acknowledged write lost)"},
 		{outageAll, 197, 2, "a heir (the page's home) died before its stand-in confirmed the drop and came back; the stand-in, probing the heir of its unconfirmed copy, found it restarted and took the page over beside the heir's own backup: two owners"},
 	} {
