@@ -244,7 +244,9 @@
 // version before it and otherwise asks for the full content. The owner
 // re-sends what is not acknowledged every RetryInterval, replaces a backup
 // routing lost for FailoverGrace, and confirms its copies every
-// HomeRefresh (a copy left unconfirmed for CopyLease is dropped).
+// HomeRefresh (a copy left unconfirmed asks its owner, and is dropped
+// only when the same run of the owner answers that it no longer counts
+// on it: a restarted owner's copies are the pages' last).
 //
 // A backup whose owner routing lost for FailoverGrace — or whose owner
 // answers a probe as a later incarnation (it restarted before routing

@@ -126,12 +126,16 @@ type Config struct {
 	// comparisons): a node unreachable by routing is taken for dead, as
 	// before it.
 	NoSplitRule bool
-	// CopyLease: a backup copy its owner has not confirmed for this long
-	// (while routing still reached the owner) is dropped, never promoted
+	// CopyLease: a backup copy its owner had not confirmed for this long
+	// before routing lost the owner is dropped, never promoted (the owner
+	// had stopped counting on it), unless the owner was seen restarted
 	// (default the larger of 3 × HomeRefresh and DefaultCopyLease; owners
-	// confirm their copies every HomeRefresh). It must exceed the links'
-	// dead interval plus HomeRefresh, or a dead owner's copies expire
-	// before routing declares it dead.
+	// confirm their copies every HomeRefresh). A copy whose owner is
+	// still reached is never dropped for want of confirmations alone: it
+	// asks the owner (a probe), and goes only on the answer of the same
+	// run of the owner. CopyLease must exceed the links' dead interval
+	// plus HomeRefresh, or a dead owner's copies expire before routing
+	// declares it dead.
 	CopyLease time.Duration
 	// PinBound bounds a lock's pin (0: the arbiter's MaxPin).
 	PinBound time.Duration

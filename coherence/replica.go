@@ -145,6 +145,11 @@ type backupCopy struct {
 	queries  int
 	queryAt  time.Duration
 	queryErr bool
+	// homeSaid: the page's home answered with a record that does not
+	// name a later owner; standInDue: when a stand-in without that answer
+	// may take the page over (standInMayPromote).
+	homeSaid   bool
+	standInDue time.Duration
 	// term: the majority term its owner last touched it in; a copy
 	// touched before this node's last minority asks again before a
 	// takeover (split.go).
@@ -727,8 +732,19 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		e.stats.Stale++
 		return
 	}
-	needFull := false
+	needFull, stale := false, false
 	switch {
+	case m.flags&replFull != 0 && c != nil && m.epoch == c.epoch && m.ownerInc == c.ownerInc && !c.hasHeir && f.PageVersion < c.version:
+		// A full copy its owner sent before the versions this copy holds
+		// since, delayed: the same run of the owner at the same epoch
+		// never takes a version back (a staged write it sent is committed
+		// unless it gives the page up). Taking it regressed the copy
+		// under what the owner had acknowledged (dpu-sim seed 907, 16
+		// nodes, every fault, R = 2: the owner crashed, the backup took
+		// the page over a version short). It is acknowledged with what
+		// the copy holds; its ranks and backups, as old, are not taken.
+		e.stats.Stale++
+		stale = true
 	case m.flags&replFull != 0:
 		if c == nil {
 			content, err := e.store.Alloc(copyKey(key), m.flags&replHuge != 0)
@@ -750,6 +766,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		}
 		c.owner, c.hasHeir = f.Src, false
 		c.ownerGone, c.probeDue, c.probedAt, c.query, c.queries, c.queryAt, c.queryErr, c.goneAt = false, 0, 0, 0, 0, 0, false, 0
+		c.homeSaid, c.standInDue = false, 0
 		c.fellowsGone, c.fellowsProbedAt = c.fellowsGone[:0], 0
 		delete(e.probing, key)
 		e.indexCopy(c)
@@ -780,7 +797,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	default:
 		needFull = true
 	}
-	if c != nil && !needFull {
+	if c != nil && !needFull && !stale {
 		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
 		c.pinned = m.flags&replPinned != 0
 		c.term = e.split.term
@@ -888,11 +905,28 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		}
 		return
 	}
+	if epoch > pg.epoch {
+		// An epoch this page never had here: no copy of it came from us.
+		e.stats.ReplAcksRefused++
+		return
+	}
 	if epoch != pg.epoch {
 		e.stats.Stale++
 		return
 	}
 	b := &pg.rep.backups[i]
+	if top := e.topVersion(pg); f.PageVersion > top {
+		// A version this owner never made (it has committed up to
+		// pg.version, staged at most one more): the backup's copy is not
+		// ours. Refused, never counted as held: the backup is sent the
+		// whole page again.
+		e.stats.ReplAcksRefused++
+		b.ok, b.inc = false, inc
+		e.sendFull(pg, i)
+		e.attend(key)
+		e.armRepl(now)
+		return
+	}
 	if flags&ackNoRoom != 0 {
 		// No room there for a copy: another node takes it.
 		if pg.rep.full == nil {
@@ -924,6 +958,15 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 		e.pinAcked(now, pg, b, f.RequestID)
 	}
 	e.repProgress(now, pg)
+}
+
+// topVersion is the newest version a backup of pg may hold: the staged
+// write's, or the committed one.
+func (e *Engine) topVersion(pg *page) gva.Version {
+	if pg.rep != nil && pg.rep.staged != nil && pg.rep.staged.version > pg.version {
+		return pg.rep.staged.version
+	}
+	return pg.version
 }
 
 // repProgress commits the staged write once every backup holds it, and
@@ -1064,6 +1107,9 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 		}
 		e.dropCopy(c) // the same run no longer owns it
 		e.stats.ReplCopiesDropped++
+		if now-c.touched > e.cfg.CopyLease {
+			e.stats.ReplCopiesExpired++
+		}
 		return
 	}
 	if len(f.Payload) == handLen {
@@ -1268,8 +1314,11 @@ func (e *Engine) replTick(now time.Duration) {
 			if e.dbg != nil {
 				e.debugf(key, "copy's node %v unreachable since %v (owner %v heir %v/%v)", o, c.unreachAt, c.owner, c.heir, c.hasHeir)
 			}
-			if c.unreachAt-c.touched > e.cfg.CopyLease {
-				e.dropCopy(c) // the owner had stopped counting on it before it died
+			if !c.ownerGone && c.unreachAt-c.touched > e.cfg.CopyLease {
+				// The owner had stopped counting on it before it died (a
+				// copy whose owner restarted since is the page's, though:
+				// that run never confirms it).
+				e.dropCopy(c)
 				e.stats.ReplCopiesExpired++
 				continue
 			}
@@ -1344,26 +1393,24 @@ func (e *Engine) neighbourChanged(now time.Duration, nb noc.NodeID) {
 	e.armRepl(now)
 }
 
-// expireCopies drops the copies whose owner (or heir), still reached by
-// routing, has not confirmed them within CopyLease: it stopped counting on
-// them (run with the homes' refresh).
+// expireCopies probes the owner (or heir) of every copy it has not
+// confirmed within CopyLease, or missed two confirmations of (run with
+// the homes' refresh). The copy is dropped only on the answer of the
+// same run of that node, which no longer counts on it (handleReplicaDrop):
+// never for the silence alone. A node that went on without confirming
+// may have died and come back as a later incarnation that holds nothing,
+// while the rest of the fabric was too small to take its pages over: the
+// copy is then the page's last (its answer makes the copy take the page
+// over, see tryPromote).
 func (e *Engine) expireCopies(now time.Duration) {
-	keys := make([]gva.GVA, 0, len(e.copies))
 	for key, c := range e.copies {
-		if now-c.touched > e.cfg.CopyLease && c.unreachAt == 0 {
-			keys = append(keys, key)
-		} else if now-c.touched > 2*e.cfg.HomeRefresh && c.probeDue == 0 {
+		if c.ownerGone || c.probeDue != 0 {
+			continue
+		}
+		if now-c.touched > min(e.cfg.CopyLease, 2*e.cfg.HomeRefresh) {
 			c.probeDue = now // its owner missed a confirmation: still there?
 			e.probing[key] = true
 			e.armRepl(now)
-		}
-	}
-	slices.SortFunc(keys, gva.Compare)
-	for _, key := range keys {
-		c := e.copies[key]
-		if _, _, ok := e.rt.NextHop(c.watched()); ok {
-			e.dropCopy(c)
-			e.stats.ReplCopiesExpired++
 		}
 	}
 }
@@ -1468,6 +1515,16 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	if c.hasAttr {
 		pg.attr, pg.hasAttr = c.attr, true
 	}
+	// The copy's fellows (the dead owner's other backups, or a handover's
+	// other stand-ins) keep copies of the old epoch: they are told to
+	// drop them as a handover's stand-ins are, and the page takes no
+	// write until each confirmed it (or routing lost it for
+	// FailoverGrace). The takeover's flood tells them too, but a flood
+	// is sent once: a fellow it missed, not chosen as a backup here, kept
+	// its copy, and once a split put this node in a minority it took the
+	// page over from its copy in the majority, versions short (dpu-sim
+	// seed 103, 16 nodes, every fault, R = 3).
+	fellows := slices.DeleteFunc(slices.Clone(c.backups), func(n noc.NodeID) bool { return n == e.self })
 	e.dropCopy(c)
 	e.stats.Promotions++
 	if e.dbg != nil {
@@ -1487,13 +1544,22 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 			e.home[key] = rec
 		}
 		rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, pg.epoch, false
-	} else if _, _, ok := e.rt.NextHop(homeOf(key)); ok {
+	} else {
+		// Told even when routing does not reach the home now (a cut link):
+		// the notice is re-sent until the home acknowledges it, or 32
+		// times. Waiting for the next HomeRefresh instead left the home
+		// naming the dead owner for up to a refresh period, and a fellow
+		// backup that asked it then took the page over from its stale
+		// copy.
 		e.notify(now, key, &notice{owner: e.self, ownerInc: e.inc, epoch: pg.epoch})
 	}
 	e.setHint(key, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
 	e.floodFailover(noc.NoPort, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
 	e.closeFetch(key)
 	e.startReplication(now, pg)
+	if pg.rep != nil {
+		pg.rep.oldBackups = fellows
+	}
 	e.wake(now, pg)
 	e.failInFlight(now, key)
 }
@@ -1531,6 +1597,7 @@ const queryBit = 1 << 62
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	if !e.decides() {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
+		c.standInDue = 0    // a stand-in's wait starts again with the majority
 		return
 	}
 	if e.splitRule() && c.term != e.split.term && c.queryTerm != e.split.term {
@@ -1570,21 +1637,31 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 			e.stats.ReplCopiesDropped++
 			return
 		}
-		e.promote(now, c)
+		c.homeSaid = c.homeSaid || e.home[c.key] != nil
+		if e.standInMayPromote(now, c) {
+			e.promote(now, c)
+		}
 		return
 	}
 	_, _, reach := e.rt.NextHop(h)
-	if e.splitRule() && c.term != e.split.term && !reach {
+	if e.splitRule() && c.term != e.split.term && !reach && !e.noRiskSince(c.term) {
 		// A copy from the minority with no home to ask takes nothing
 		// over: its fellows may all have been in the minority with it,
 		// and the page may have moved on in a majority that gave this
 		// copy up (a heir that gave up its lost stand-ins and committed
 		// without them, fenced since: dpu-sim seed 141, 13 nodes, line).
+		// Unless no majority could have formed without this node since
+		// the copy was confirmed: the nodes out of its reach were too few
+		// (half the fabric down, the page's home among them: a ring of 4
+		// at R = 2 whose owner and then new owner died held the last copy
+		// back for ever).
 		e.stats.SplitHeld++
 		return
 	}
 	if !reach || c.queries >= maxQueries {
-		e.promote(now, c)
+		if e.standInMayPromote(now, c) {
+			e.promote(now, c)
+		}
 		return
 	}
 	wait := 2 * e.cfg.RetryInterval
@@ -1602,6 +1679,39 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	f := newFrame(noc.ClassControl, OpOwnerQuery, 0, e.self, h, c.query, c.key, 0, nil)
 	e.sendNode(&f)
 	e.stats.ReplQueries++
+}
+
+// standInMayPromote reports whether a copy may be promoted now, once
+// everything else allowed it. A stand-in (a copy kept for a heir) whose
+// home gave no record to go by (the home restarted, or routing cannot
+// reach it) waits HomeRefresh + 2 FailoverGrace more: the heir's own
+// backups, if it had any, hold the page at a later epoch and decide on
+// the same silence of the home, maybe later than this node (its questions
+// are asked once per HomeRefresh); their takeover's flood (OpFailover)
+// drops this copy. Without the wait both took the page over: two owners
+// (dpu-sim seed 197, 16 nodes, every fault, R = 2: the heir, the page's
+// home, died before its stand-in confirmed the drop and came back; the
+// stand-in, probing the unconfirmed copy's heir, found it restarted).
+//
+// With the home's word it still waits 2 FailoverGrace from the moment
+// everything else allowed it: the heir's backups were held by the same
+// things (a minority, most often, until enough nodes came back) and
+// decide at the same moment; their flood must reach this node first
+// (dpu-sim seed 117, 16 nodes, every fault, R = 3: the stand-in and the
+// heir's backup took the page over in the same tick as the fabric's
+// majority came back).
+func (e *Engine) standInMayPromote(now time.Duration, c *backupCopy) bool {
+	if !c.hasHeir {
+		return true
+	}
+	if c.standInDue == 0 {
+		wait := 2 * e.cfg.FailoverGrace
+		if !c.homeSaid {
+			wait += e.cfg.HomeRefresh
+		}
+		c.standInDue = now + wait
+	}
+	return now >= c.standInDue
 }
 
 // movedOn reports whether a home record names a later owner than the one
@@ -1639,6 +1749,7 @@ func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord
 		e.stats.ReplCopiesDropped++
 		return
 	}
+	c.homeSaid = true
 	c.queries = maxQueries // decided: take it over at the next tick
 }
 
@@ -1777,7 +1888,7 @@ func (e *Engine) hintOwner(key gva.GVA) (noc.NodeID, bool) {
 
 // touchBackups tells every backup of every page owned here that the owner
 // still counts on its copy (run with the homes' refresh): a copy not
-// touched within Config.CopyLease is dropped, never promoted.
+// touched within Config.CopyLease asks its owner (expireCopies).
 func (e *Engine) touchBackups(keys []gva.GVA) {
 	for _, key := range keys {
 		pg := e.pages[key]

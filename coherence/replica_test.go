@@ -642,3 +642,45 @@ func TestBackupAddedDuringAHandoverIsDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestImpossibleBackupAnswersAreRefused: a backup's answer that names a
+// version of the page its owner never made, or an epoch the page never
+// had there, is refused and counted (Stats.ReplAcksRefused), never taken
+// as the backup holding the page: the owner sends the page whole again,
+// and every acknowledged write is still held by the backup.
+func TestImpossibleBackupAnswersAreRefused(t *testing.T) {
+	forged := 0
+	x := newFabFilter(t, ringGraph(t, 4), nil, replicas(2), func(self noc.NodeID, f *noc.Frame) bool {
+		if self != 0 || f.Class != noc.ClassControl || f.Op != OpReplicateAck || len(f.Payload) != replAckLn || f.Payload[16] != 0 || forged >= 6 {
+			return false
+		}
+		if forged++; forged%2 == 1 {
+			f.PageVersion += 1000 // a version no owner made
+		} else {
+			binary.BigEndian.PutUint64(f.Payload, binary.BigEndian.Uint64(f.Payload)+7) // an epoch it never had
+		}
+		return false
+	})
+	p := x.alloc(0)
+	x.settle()
+	forged = 0
+	bs := x.eng[0].Backups(p.Key())
+	if len(bs) != 1 {
+		t.Fatalf("backups of node 0's page: %v", bs)
+	}
+	for i := range 8 {
+		c := x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+		if c.Value != uint64(i) {
+			t.Fatalf("add %d returned %d", i, c.Value)
+		}
+		if v, ok := x.eng[bs[0]].Backing(p.Key()); !ok || v < c.Version {
+			t.Fatalf("add %d acknowledged at version %d, the backup holds %d (%v)", i, c.Version, v, ok)
+		}
+	}
+	if forged < 6 {
+		t.Fatalf("only %d answers forged", forged)
+	}
+	if got := x.eng[0].Stats().ReplAcksRefused; got < 6 {
+		t.Fatalf("%d answers refused, want 6", got)
+	}
+}

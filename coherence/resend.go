@@ -166,6 +166,17 @@ func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
 	k := opKey{f.Src, f.RequestID}
 	if rec, ok := e.replies.recs[k]; ok && now < rec.at+e.cfg.ReplyTTL {
 		e.stats.Duplicates++
+		if !e.heldByBackups(pg, rec.version) {
+			// A write a backup took the page over with (the dead owner's
+			// staged write, which only this node's copy held), not yet
+			// copied to the page's new backups: acknowledged now, it was
+			// held by one node, and lost when a split then put this node
+			// in a minority whose far side took the page over from an
+			// older copy (dpu-sim seed 103, 16 nodes, every fault, R = 3).
+			// Its requester sends it again; it is answered once the
+			// backups hold it.
+			return true
+		}
 		e.stats.RepliesAgain++
 		var payload []byte
 		var pb [atomicReply]byte
@@ -188,6 +199,23 @@ func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
 		return true
 	}
 	return false
+}
+
+// heldByBackups reports whether version v of pg, owned here, is held by
+// R−1 backups (always, unreplicated).
+func (e *Engine) heldByBackups(pg *page, v gva.Version) bool {
+	if !e.replicated() || !pg.owner || pg.rep == nil {
+		return true
+	}
+	if len(pg.rep.backups) < e.cfg.Replicas-1 {
+		return false
+	}
+	for i := range pg.rep.backups {
+		if b := &pg.rep.backups[i]; !b.ok || b.acked < v {
+			return false
+		}
+	}
+	return true
 }
 
 // noteReplies notes since when this node's records of pg, owned here,

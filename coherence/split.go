@@ -39,6 +39,30 @@ type splitView struct {
 	// term counts the majority periods of this incarnation: a page
 	// validated in an earlier term must be confirmed again.
 	term uint64
+	// minReach: the fewest nodes routing reached during the current
+	// minority period (this one included; 0 before any count). riskyTerm:
+	// the first term after the last minority period in which the nodes
+	// out of reach were enough for a majority of their own, which may have
+	// decided without this node (0: none since this incarnation started;
+	// a copy this node holds came to it in this incarnation).
+	minReach  int
+	riskyTerm uint64
+}
+
+// riskyMinority reports whether, during the current minority period, the
+// nodes out of this node's reach could have formed a strict majority of
+// the fabric (and taken pages over, or moved them on). When they could
+// not (half the fabric or more was down, not cut off: 8 of 16, 1 of 2),
+// nothing decided anywhere while this node was in its minority.
+func (e *Engine) riskyMinority() bool {
+	n := e.fabricSize()
+	return 2*(n-e.split.minReach) > n
+}
+
+// noRiskSince reports whether no minority period since term could have
+// left a majority elsewhere deciding without this node.
+func (e *Engine) noRiskSince(term uint64) bool {
+	return e.split.riskyTerm <= term
 }
 
 // fabricSize is the number of nodes a majority is counted against: the
@@ -79,8 +103,18 @@ func (e *Engine) observeSplit(now time.Duration) {
 	}
 	e.split.reach = len(routes) + 1
 	maj := 2*e.split.reach > e.fabricSize()
+	if !maj {
+		if e.split.majority || e.split.minReach == 0 {
+			e.split.minReach = e.split.reach
+		}
+		e.split.minReach = min(e.split.minReach, e.split.reach)
+	}
 	switch {
 	case maj && !e.split.majority:
+		if e.riskyMinority() {
+			e.split.riskyTerm = e.split.term + 1
+		}
+		e.split.minReach = 0
 		e.split.term++
 		e.stats.SplitMajorities++
 		// Every page owned here is confirmed again before it acts.

@@ -36,6 +36,8 @@ type checker struct {
 	debug      func(key gva.GVA, line string)
 	// failovers counts the pages a backup took over (replicas > 1).
 	failovers int
+	// crashes counts the node failures so far.
+	crashes int
 }
 
 // holding is what the nodes hold of one page (checker.owners).
@@ -227,7 +229,63 @@ func (c *checker) crashed(n *simNode) {
 			g.maybeLost = true
 			g.failingOver = g.failingOver || backed
 		}
+		if (g.failingOver || g.maybeLost) && !g.lost && !c.heldElsewhere(n, key) {
+			// The owner died before, and this node held the last copy of
+			// the page at its committed version: every copy was on nodes
+			// that died (what a takeover would have needed is gone).
+			g.lost = true
+		}
 	}
+	c.crashes++
+}
+
+// survivesWithout reports whether every page would keep, if n failed now,
+// its owner or a copy at its committed version on another live node (a
+// node in a swap for it, which may not have its content yet, does not
+// count).
+func (c *checker) survivesWithout(n *simNode) bool {
+	for _, key := range c.order {
+		g := c.ghosts[key]
+		if g.lost {
+			continue
+		}
+		held := false
+		for _, m := range c.w.nodes {
+			if m == n || !m.alive {
+				continue
+			}
+			if o, _ := m.eng.Holding(key); o {
+				held = true
+				break
+			}
+			if v, ok := m.eng.Backing(key); ok && v >= g.version {
+				held = true
+				break
+			}
+		}
+		if !held {
+			return false
+		}
+	}
+	return true
+}
+
+// heldElsewhere reports whether a live node other than n owns key or
+// keeps a copy of it at its committed version.
+func (c *checker) heldElsewhere(n *simNode, key gva.GVA) bool {
+	g := c.ghosts[key]
+	for _, m := range c.w.nodes {
+		if m == n || !m.alive {
+			continue
+		}
+		if o, s := m.eng.Holding(key); o || s {
+			return true
+		}
+		if v, ok := m.eng.Backing(key); ok && v >= g.version {
+			return true
+		}
+	}
+	return false
 }
 
 // backedElsewhere reports whether a live node other than n keeps a backup
@@ -248,7 +306,10 @@ func (c *checker) backedElsewhere(n *simNode, key gva.GVA) bool {
 			current = current || v >= g.version
 		}
 	}
-	if owner, _ := n.eng.Holding(key); owner && !current && g.version > 0 {
+	// With nodes down before (their copies gone with them, a restarted
+	// one holds none), a copy at the committed version may have died with
+	// them: only a live but older copy is then a violation.
+	if owner, _ := n.eng.Holding(key); owner && !current && g.version > 0 && (backed || c.crashes == 0) {
 		c.violate("page %v: its owner %v crashed and no live backup (of %v) holds committed version %d", key, n.id, n.eng.Backups(key), g.version)
 	}
 	return backed

@@ -7,7 +7,10 @@
 // The wires are node/nodetest's (nodetest.Wires, the same as the node and
 // coherence tests'): they delay every datagram (and, with faults, drop,
 // duplicate and hold some back); links are cut and restored; nodes
-// fail-stop and restart as a new incarnation.
+// fail-stop and restart as a new incarnation (a new allocation epoch, an
+// empty page store, as the agent restarts), one at a time (FaultCrash) or
+// half the fabric or more at once with restarts in another order
+// (FaultOutage).
 //
 // Config.Links picks what the ports talk through. LinksReal (the default)
 // runs the real link layer (noc/link) over those datagrams, and every fault
@@ -63,7 +66,9 @@
 //     one write after it the owner had staged), its content equals the
 //     applied writes, and from then on its versions follow on; a page
 //     whose owner crashed and that no backup took over by the end is a
-//     violation. A crashed node's locks count as released (an unlock of
+//     violation, unless every copy of it died (the last live copy's node
+//     failed too): that page is counted lost, and requests for it must
+//     end with EHOSTDOWN or ESTALE. A crashed node's locks count as released (an unlock of
 //     unknown time). An owner the split rule fences (its node cut off in a
 //     minority, or not yet confirmed by its backups since) does not count
 //     as an owner that acts: at most one acting owner per page; none may

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/aitherion/dpu/coherence"
@@ -14,12 +15,30 @@ const (
 	fRestore
 	fCrash
 	fRestart
+	fOutageCrash   // the outage's next victim fails (chosen then)
+	fOutageRestart // the outage's n-th victim (in failure order) restarts
 )
 
 type fault struct {
 	kind faultKind
 	link int
 	node int
+	n    int
+}
+
+// outage is what FaultOutage failed: victims in the order they failed,
+// and which of them are still down waiting for their own restart.
+type outage struct {
+	victims []int
+	pending map[int]bool
+}
+
+// scriptedFault is a node failure or restart a test places at a time
+// after the workload's start (World.script).
+type scriptedFault struct {
+	at      time.Duration
+	restart bool
+	node    int
 }
 
 // scheduleFaults plans the run's link flaps and node failures.
@@ -29,6 +48,13 @@ func (w *World) scheduleFaults(start time.Duration) {
 	add := func(at time.Duration, f fault) {
 		w.faults = append(w.faults, f)
 		w.push(event{at: at, kind: evFault, n: len(w.faults) - 1})
+	}
+	for _, s := range w.script {
+		k := fCrash
+		if s.restart {
+			k = fRestart
+		}
+		add(start+s.at, fault{kind: k, node: s.node})
 	}
 	if w.cfg.Faults&FaultFlap != 0 && w.wires.NumWires() > 0 {
 		for range 1 + r.IntN(3) {
@@ -46,6 +72,9 @@ func (w *World) scheduleFaults(start time.Duration) {
 		add(at, fault{kind: fCrash, node: n})
 		add(at+d, fault{kind: fRestart, node: n})
 	}
+	if w.cfg.Faults&FaultOutage != 0 && len(w.nodes) >= 2 && r.IntN(10) < 4 {
+		w.scheduleOutage(start, add)
+	}
 	if w.cfg.Faults&FaultPartition != 0 && w.wires.NumWires() > 0 {
 		// One side: the half of the nodes nearest a random node (breadth
 		// first); every link to the other side is cut for longer than the
@@ -60,6 +89,76 @@ func (w *World) scheduleFaults(start time.Duration) {
 			}
 		}
 	}
+}
+
+// scheduleOutage plans the failure of half the nodes or more (one more
+// than half in one run of two) and their restarts. They fail at once
+// (within 2 ms) or one after another (3 to 30 ms apart: some after the
+// takeover of the one before, some before it); the first restarts 5 to
+// 75 ms after the last failure (beyond a copy lease in some runs, while
+// the rest is down), the first that failed in one run of two, then the
+// others 2 to 20 ms apart in a random order, the last at most 45 ms
+// after the workload ends (the quiet period that follows is 150 ms by
+// default). Who fails is chosen at the time (outageVictim).
+func (w *World) scheduleOutage(start time.Duration, add func(time.Duration, fault)) {
+	r := w.faultRNG
+	span := w.cfg.Workload
+	n := len(w.nodes)
+	k := max(1, n/2+r.IntN(2))
+	if k >= n {
+		k = n - 1
+	}
+	if k == 0 {
+		return
+	}
+	at := start + span/8 + time.Duration(r.Int64N(int64(span/4)))
+	together := r.IntN(2) == 0
+	for i := range k {
+		if i > 0 {
+			if together {
+				at += time.Duration(r.Int64N(int64(2 * time.Millisecond)))
+			} else {
+				at += 3*time.Millisecond + time.Duration(r.Int64N(int64(27*time.Millisecond)))
+			}
+		}
+		add(at, fault{kind: fOutageCrash, n: i})
+	}
+	order := r.Perm(k)
+	if r.IntN(2) == 0 {
+		// The first to fail (an owner whose pages the others took over,
+		// or could not) comes back first, while the rest is down.
+		j := slices.Index(order, 0)
+		order[0], order[j] = order[j], order[0]
+	}
+	last := start + span + 45*time.Millisecond
+	at += 5*time.Millisecond + time.Duration(r.Int64N(int64(70*time.Millisecond)))
+	for i, v := range order {
+		if i > 0 {
+			at += 2*time.Millisecond + time.Duration(r.Int64N(int64(18*time.Millisecond)))
+		}
+		add(min(at, last), fault{kind: fOutageRestart, n: v})
+	}
+}
+
+// outageVictim picks the outage's next victim among the live nodes, at
+// random. With replicas a node qualifies only if every page keeps, on
+// another live node, its owner or a copy at its committed version (the
+// checker's view): the outage takes the fabric's majority away, and what
+// it tests is that such a page survives every order of restarts. At R = 1
+// any node may fail. -1: none qualifies.
+func (w *World) outageVictim() int {
+	r := w.faultRNG
+	for _, i := range r.Perm(len(w.nodes)) {
+		n := w.nodes[i]
+		if !n.alive {
+			continue
+		}
+		if w.cfg.Replicas > 1 && !w.check.survivesWithout(n) {
+			continue
+		}
+		return i
+	}
+	return -1
 }
 
 // nearestHalf marks the half of the nodes (rounded down) nearest from,
@@ -99,6 +198,12 @@ func (w *World) fault(i int) {
 		if !n.alive || w.ending {
 			return
 		}
+		if len(w.outage.pending) > 0 && w.cfg.Replicas > 1 && !w.check.survivesWithout(n) {
+			// During an outage a crash obeys the outage's rule: it leaves
+			// every page a copy at its committed version.
+			w.tracef("crash node %d: not while it holds a page's last copy (outage)", f.node)
+			return
+		}
 		w.tracef("crash node %d", f.node)
 		w.check.crashed(n)
 		n.alive = false
@@ -106,6 +211,34 @@ func (w *World) fault(i int) {
 		w.crashClients(n)
 	case fRestart:
 		w.restart(w.nodes[f.node])
+	case fOutageCrash:
+		if w.ending {
+			return
+		}
+		v := w.outageVictim()
+		if v < 0 {
+			w.tracef("outage: no node may fail")
+			w.outage.victims = append(w.outage.victims, -1)
+			return
+		}
+		if w.outage.pending == nil {
+			w.outage.pending = map[int]bool{}
+		}
+		w.outage.victims = append(w.outage.victims, v)
+		w.outage.pending[v] = true
+		n := w.nodes[v]
+		w.tracef("crash node %d (outage)", v)
+		w.check.crashed(n)
+		n.alive = false
+		w.kill(n)
+		w.crashClients(n)
+	case fOutageRestart:
+		if f.n >= len(w.outage.victims) || w.outage.victims[f.n] < 0 {
+			return // that failure did not happen
+		}
+		v := w.outage.victims[f.n]
+		delete(w.outage.pending, v)
+		w.restart(w.nodes[v])
 	}
 }
 
@@ -146,6 +279,8 @@ func (w *World) healAll() {
 		}
 	}
 	for _, n := range w.nodes {
-		w.restart(n)
+		if !w.outage.pending[int(n.id)] { // an outage's victims come back in their own order
+			w.restart(n)
+		}
 	}
 }

@@ -38,15 +38,29 @@ const (
 	// restored). At R > 1 the engines' split rule keeps it from leaving
 	// a page two owners (docs/replication.md, "Partitions").
 	FaultPartition
-	// FaultsAll is every fault kind (partition too, since the split rule).
-	FaultsAll = FaultDrop | FaultDelay | FaultFlap | FaultCrash | FaultPartition
+	// FaultOutage takes half the fabric or more down at once (faults.go,
+	// scheduleOutage): nodes fail one after another or together, then
+	// come back one by one in another order, a node that died first (an
+	// owner whose pages others took over, or could not) often while the
+	// rest is still down, some of them down longer than a copy lease. At
+	// R > 1 a node is failed only while every page keeps a copy at its
+	// committed version on another live node, so nothing may be lost; at
+	// R = 1 the pages of the failed owners are.
+	FaultOutage
+	// FaultsAll is every fault kind (partition too, since the split rule;
+	// outage since restarts were made survivable with half the fabric
+	// down).
+	FaultsAll = FaultDrop | FaultDelay | FaultFlap | FaultCrash | FaultPartition | FaultOutage
+	// FaultsBeforeOutage is "all" before outages joined it: the sweeps
+	// recorded then replay with it.
+	FaultsBeforeOutage = FaultDrop | FaultDelay | FaultFlap | FaultCrash | FaultPartition
 	// FaultsNoSplit is "all" before the split rule: the sweeps recorded
 	// then replay with it.
 	FaultsNoSplit = FaultDrop | FaultDelay | FaultFlap | FaultCrash
 )
 
 // ParseFaults reads "none", "all" or a comma list of drop, delay, flap,
-// crash, partition ("all" is every one).
+// crash, partition, outage ("all" is every one).
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for _, w := range strings.Split(s, ",") {
@@ -64,8 +78,10 @@ func ParseFaults(s string) (Faults, error) {
 			f |= FaultCrash
 		case "partition":
 			f |= FaultPartition
+		case "outage":
+			f |= FaultOutage
 		default:
-			return 0, fmt.Errorf("sim: unknown fault %q (want none, all, drop, delay, flap, crash, partition)", w)
+			return 0, fmt.Errorf("sim: unknown fault %q (want none, all, drop, delay, flap, crash, partition, outage)", w)
 		}
 	}
 	return f, nil
@@ -242,6 +258,12 @@ var engineTiming = coherence.Config{
 	SwapGiveUp:     80 * time.Millisecond,
 	CommitTTL:      400 * time.Millisecond,
 	HomeRefresh:    20 * time.Millisecond,
+	// CopyLease: three refresh periods, as on real agents (3 s against a
+	// 1 s refresh and a 600 ms dead interval), so that a node down for
+	// longer than a lease (most of an outage of half the fabric) meets
+	// the lease as it does there (the default's 3 s floor is far beyond
+	// any simulated run).
+	CopyLease: 3 * 20 * time.Millisecond,
 	// The split rule's SplitGrace covers it (an owner in a minority may
 	// learn of the split only when a link to a crashed node times out).
 	DeadInterval: deadInterval,
@@ -320,6 +342,8 @@ type World struct {
 	check     *checker
 	stopped   bool // workload over
 	ending    bool
+	script    []scriptedFault // failures and restarts a test places (faults.go)
+	outage    outage          // FaultOutage's victims (faults.go)
 }
 
 type simNode struct {
