@@ -404,12 +404,14 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		}
 		h.finish(now, r, Completion{Attr: a})
 	case HostWhere:
-		// Where answers only for a page that exists: one held here, one
-		// allocated here, else its home says (ENOENT, ESTALE) before the
-		// engine is asked for the owner's distance.
+		// Where answers only for a page that exists: one held here or on
+		// this node's path cache, one allocated here, else its home says
+		// (ENOENT, ESTALE) before the engine is asked for the owner's
+		// distance.
 		_, ok := h.attrs[key]
+		_, cached := h.e.cache.Peek(key)
 		switch {
-		case ok || h.e.pages[key] != nil:
+		case ok || cached || h.e.pages[key] != nil:
 			r.stage = stSecond
 			h.step(now, r, hr.engineCopy())
 		case hr.GVA.Machine() == gva.MachineIndex(h.e.self) && h.e.staleAtHome(key):
@@ -748,10 +750,15 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 		h.freeStep(now, r, c)
 	case HostWhere:
 		if r.stage == stFirst {
-			if errno != 0 {
+			switch errno {
+			case syscall.ENOENT, syscall.ESTALE, syscall.EFAULT, syscall.EACCES:
+				// The home's word: no such page (or not this user's to see).
 				h.fail(now, r, errno, "where: "+errMsg(c.Err))
 				return
 			}
+			// 0, or the home could not say (it is down, or restarting):
+			// the owner may live on elsewhere (a backup took the page
+			// over), so where names what this node knows of it.
 			r.stage = stSecond
 			h.step(now, r, hr.engineCopy())
 			return
