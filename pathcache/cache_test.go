@@ -263,3 +263,46 @@ func TestConfig(t *testing.T) {
 		t.Fatal("sweep without TTL")
 	}
 }
+
+// TestIdleClockRestartsAtKeepAlive: an entry that aging kept alive because
+// it was pinned is idle from that keep-alive, not from its last use, once
+// unpinned: a sweep within IdleTTL of the keep-alive leaves it, NextExpiry
+// says keep-alive + IdleTTL, and a sweep at that time evicts it.
+func TestIdleClockRestartsAtKeepAlive(t *testing.T) {
+	const ttl = 10 * time.Second
+	for _, via := range []string{"sweep", "makeRoom"} {
+		t.Run(via, func(t *testing.T) {
+			c := mustNew(t, Config{MaxEntries: 2, EvictScan: 1, IdleTTL: ttl})
+			e := insert(t, c, key(1), 0) // last use at 0
+			e.Pin()
+			keptAt := 25 * time.Second // well past IdleTTL of the last use
+			switch via {
+			case "sweep":
+				if ev := c.Sweep(keptAt); len(ev) != 0 {
+					t.Fatalf("pinned entry swept: %v", ev)
+				}
+			case "makeRoom":
+				insert(t, c, key(2), 1)
+				if _, _, _, err := c.Upsert(key(3), keptAt); !errors.Is(err, ErrFull) {
+					t.Fatalf("Upsert with a pinned tail and EvictScan 1: %v", err)
+				}
+				c.Remove(key(2))
+			}
+			if e.LastUse != 0 {
+				t.Fatalf("keep-alive changed LastUse to %v", e.LastUse)
+			}
+			if !e.Unpin() {
+				t.Fatal("Unpin")
+			}
+			if at, ok := c.NextExpiry(); !ok || at != keptAt+ttl {
+				t.Fatalf("NextExpiry after the keep-alive = %v %v, want %v", at, ok, keptAt+ttl)
+			}
+			if ev := c.Sweep(keptAt + ttl - 1); len(ev) != 0 {
+				t.Fatalf("unpinned entry swept %v after its keep-alive, within IdleTTL: %v", ttl-1, ev)
+			}
+			if ev := c.Sweep(keptAt + ttl); len(ev) != 1 || ev[0].Key != key(1) || ev[0].Cause != CauseTTL {
+				t.Fatalf("sweep at keep-alive + IdleTTL: %v", ev)
+			}
+		})
+	}
+}
