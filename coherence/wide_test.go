@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
 )
 
 // TestAtomicsUseTheFullWord: CAS compares all 64 bits and fetch-add carries
@@ -57,6 +60,65 @@ func TestAtomicsUseTheFullWord(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestReplicatedWriteWaitsForItsOwnVersion: a replicated owner answers a
+// write only once every backup holds that write's version; holding the
+// version before it is not enough. The backup's copies of the write are
+// lost for a while (the backup holds the previous version all along): the
+// write stays unanswered, and is answered once a re-sent copy lands. The
+// requester is the owner's own host, so the answer needs no travel that
+// could hide an early commit behind the copy's own delay.
+func TestReplicatedWriteWaitsForItsOwnVersion(t *testing.T) {
+	var backup noc.NodeID
+	hold, lost := false, 0
+	x := newFabFilter(t, ringGraph(t, 5), nil, replicas(2), func(self noc.NodeID, f *noc.Frame) bool {
+		if hold && self == backup && f.Class == noc.ClassControl && f.Op == OpReplicate && f.Flags&noc.FlagReply == 0 {
+			lost++
+			return true
+		}
+		return false
+	})
+	p := x.alloc(0)
+	x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	bs := x.eng[0].Backups(p.Key())
+	if len(bs) != 1 {
+		t.Fatalf("backups %v", bs)
+	}
+	backup = bs[0]
+	if v, ok := x.eng[backup].Backing(p.Key()); !ok || v != 1 {
+		t.Fatalf("backup holds %d (%v) before the test write, want 1", v, ok)
+	}
+	for _, op := range []Request{
+		{Op: HostFetchAdd, GVA: p, Operand: 1},
+		{Op: HostCAS, GVA: p, Expected: 2, Operand: 1 << 40},
+		{Op: HostStore, GVA: p.WithOffset(8), Data: []byte{1, 2, 3}},
+	} {
+		before, _ := x.eng[backup].Backing(p.Key())
+		hold, lost = true, 0
+		id := x.submit(0, op)
+		x.f.RunUntil(x.f.Now()+20*time.Millisecond, func() bool { return lost >= 2 })
+		if c, done := x.sinks[0].done[id]; done {
+			v, _ := x.eng[backup].Backing(p.Key())
+			t.Fatalf("%v answered (%v) while the backup holds version %d", op.Op, c, v)
+		}
+		if lost < 2 {
+			t.Fatalf("%v: %d copies to the backup lost, want a first one and a re-sent one", op.Op, lost)
+		}
+		if v, _ := x.eng[backup].Backing(p.Key()); v != before {
+			t.Fatalf("backup moved from %d to %d with its copies lost", before, v)
+		}
+		hold = false
+		x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[0].done[id]; return ok })
+		c := x.result(0, id)
+		if c.Err != nil || c.Version != before+1 {
+			t.Fatalf("%v after the copies flow again: %v, want version %d", op.Op, c, before+1)
+		}
+		if v, _ := x.eng[backup].Backing(p.Key()); v < c.Version {
+			t.Fatalf("%v acknowledged at version %d, backup holds %d", op.Op, c.Version, v)
 		}
 	}
 }
