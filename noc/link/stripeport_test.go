@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,6 +79,20 @@ func TestStripedLinkSurvivesAChannel(t *testing.T) {
 	}
 	if n := pa.Agreed(); n != k {
 		t.Fatalf("agreed on %d channels, want %d", n, k)
+	}
+	// Every channel up on both sides before one is cut: the link is up
+	// once any channel carried its handshake, and a channel never up
+	// would be "dropped" with no Downs count below.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		_, csa := pa.Stats()
+		_, csb := pb.Stats()
+		if !slices.ContainsFunc(csa, func(c link.ChannelStats) bool { return !c.Up }) &&
+			!slices.ContainsFunc(csb, func(c link.ChannelStats) bool { return !c.Up }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("channels not all up: %+v %+v", csa, csb)
+		}
 	}
 	got := make(chan error, 1)
 	go func() {
