@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	n := fs.Int("n", 12, "sampled mutants per package (0: all sites)")
 	seed := fs.Uint64("seed", 1, "seed of the sample")
 	pkgs := fs.String("pkgs", "", "comma-separated package directories (default: the core packages)")
-	timeout := fs.Duration("timeout", 120*time.Second, "bound of one oracle step (a test run past it kills the mutant)")
+	timeout := fs.Duration("timeout", 60*time.Second, "bound of one oracle step (a test run past it kills the mutant)")
 	simSeeds := fs.Int("sim-seeds", 6, "dpu-sim seeds per replication factor for survivors of the package tests (0: no simulator)")
 	listOnly := fs.Bool("list", false, "print the chosen mutants and stop")
 	listed := fs.Bool("listed", true, "also run the listed mutants (known bugs that must stay caught)")
@@ -427,8 +427,9 @@ func (o *oracle) sim(overlay string) (string, bool) {
 		cmd := exec.CommandContext(ctx, bin, "--seeds", fmt.Sprint(o.simSeeds), "--nodes", "16", "--topo", "smallworld", "--faults", "all", "--replicas", r)
 		cmd.Dir = o.root
 		out, err := cmd.CombinedOutput()
+		late := errors.Is(ctx.Err(), context.DeadlineExceeded)
 		cancel()
-		if ctx.Err() != nil {
+		if late {
 			return "R=" + r + " timeout", true
 		}
 		if err != nil {
