@@ -252,8 +252,10 @@ func TestConfig(t *testing.T) {
 	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero MaxEntries: %v", err)
 	}
-	if _, err := New(Config{MaxEntries: 1, IdleTTL: -1}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("negative TTL: %v", err)
+	for _, bad := range []Config{{MaxEntries: 1, IdleTTL: -1}, {MaxEntries: 1, EvictScan: -1}, {MaxEntries: 1, SweepBatch: -1}} {
+		if _, err := New(bad); !errors.Is(err, ErrConfig) {
+			t.Fatalf("negative field in %+v: %v", bad, err)
+		}
 	}
 	c := mustNew(t, Config{MaxEntries: 1})
 	if cfg := c.Config(); cfg.EvictScan != DefaultEvictScan || cfg.SweepBatch != DefaultSweepBatch {
