@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/pathcache"
 )
 
 // TestAtomicsUseTheFullWord: CAS compares all 64 bits and fetch-add carries
@@ -121,4 +122,37 @@ func TestReplicatedWriteWaitsForItsOwnVersion(t *testing.T) {
 			t.Fatalf("%v acknowledged at version %d, backup holds %d", op.Op, c.Version, v)
 		}
 	}
+}
+
+// TestEntryReplicaStateFollowsTheHostsCopy: an entry's Replica says what
+// the local host holds: none at the owner (its copy is the primary) and
+// at a node the tree only passes through, valid at a node whose host
+// mapped the page; after a transfer the two ends trade states.
+func TestEntryReplicaStateFollowsTheHostsCopy(t *testing.T) {
+	x := newFab(t, lineGraph(t, 3), nil)
+	p := x.alloc(0)
+	x.ok(0, Request{Op: HostRef, GVA: p})
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	want := func(when string, states ...pathcache.ReplicaState) {
+		t.Helper()
+		for n, st := range states {
+			ent, ok := x.eng[n].Entry(p.Key())
+			if !ok || ent.Replica != st {
+				t.Fatalf("%s: node %d entry %+v (%v), want replica %v", when, n, ent, ok, st)
+			}
+		}
+	}
+	want("after the refs", pathcache.ReplicaNone, pathcache.ReplicaNone, pathcache.ReplicaValid)
+	x.ok(2, Request{Op: HostAcquire, GVA: p})
+	x.settle()
+	want("after node 2 took the page", pathcache.ReplicaValid, pathcache.ReplicaNone, pathcache.ReplicaNone)
+	// Node 1's host maps the page and lets it go: node 1 stays on the tree
+	// (node 0's branch passes it) with no replica of its own.
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	want("after node 1's ref", pathcache.ReplicaValid, pathcache.ReplicaValid, pathcache.ReplicaNone)
+	x.ok(1, Request{Op: HostUnref, GVA: p})
+	x.settle()
+	x.ok(2, Request{Op: HostStore, GVA: p, Data: []byte{1}})
+	x.settle()
+	want("after node 1's unref and a write", pathcache.ReplicaValid, pathcache.ReplicaNone, pathcache.ReplicaNone)
 }
