@@ -156,3 +156,27 @@ func TestEntryReplicaStateFollowsTheHostsCopy(t *testing.T) {
 	x.settle()
 	want("after node 1's unref and a write", pathcache.ReplicaValid, pathcache.ReplicaNone, pathcache.ReplicaNone)
 }
+
+// TestHopLimitDropsAndCounts: with MaxHops 1, a ref from three hops away
+// is dropped on its way (counted in HopLimit, once per drop) and ends at
+// its bound; one hop away it is served.
+func TestHopLimitDropsAndCounts(t *testing.T) {
+	x := newFab(t, lineGraph(t, 4), func(c *Config) { c.MaxHops = 1; c.RequestTimeout = 20 * time.Millisecond })
+	p := x.alloc(0)
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	hops := func() (n uint64) {
+		for _, e := range x.eng {
+			n += e.Stats().HopLimit
+		}
+		return n
+	}
+	if n := hops(); n != 0 {
+		t.Fatalf("%d drops for a one-hop ref", n)
+	}
+	if c := x.do(3, Request{Op: HostRef, GVA: p}); c.Err == nil {
+		t.Fatalf("a ref over three hops with MaxHops 1: %v", c)
+	}
+	if n := hops(); n < 1 || n > 100 {
+		t.Fatalf("HopLimit %d after a ref past the limit (and its re-sent copies)", n)
+	}
+}
