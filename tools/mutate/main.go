@@ -85,6 +85,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	listOnly := fs.Bool("list", false, "print the chosen mutants and stop")
 	listed := fs.Bool("listed", true, "also run the listed mutants (known bugs that must stay caught)")
 	out := fs.String("o", "", "also write the report as Markdown to this file")
+	at := fs.String("at", "", "comma-separated file:line:col: of the chosen mutants run only those (to re-check survivors)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,6 +122,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		all = append(all, ls...)
+	}
+	if *at != "" {
+		want := strings.Split(*at, ",")
+		all = slices.DeleteFunc(all, func(m mutant) bool {
+			return !slices.Contains(want, fmt.Sprintf("%s:%d:%d", m.file, m.line, m.col))
+		})
 	}
 	if *listOnly {
 		for _, m := range all {
