@@ -7,7 +7,7 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
+.PHONY: all build mutate clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
 
 all: build
 
@@ -152,3 +152,14 @@ clean:
 	$(MAKE) -s -C verbs clean
 
 include images/image.mk
+
+# Mutation testing of the core packages (tools/mutate, docs/mutation.md):
+# MUTATE_N sampled mutants per package plus the listed known bugs, each
+# against the package's tests (-short) and, for survivors, a short dpu-sim
+# sweep. Not part of make test.
+MUTATE_N    ?= 12
+MUTATE_SEED ?= 1
+MUTATE_ARGS ?=
+mutate:
+	@mkdir -p $(BIN)
+	$(GO) run ./tools/mutate -n $(MUTATE_N) -seed $(MUTATE_SEED) -o $(BIN)/mutation.md $(MUTATE_ARGS)

@@ -286,3 +286,34 @@ func TestWaitersListsTheQueueInServiceOrder(t *testing.T) {
 		t.Fatal("waiters of a page not owned")
 	}
 }
+
+// TestLaterTickRequestsOutliveAnEarlierTicksDecision: requests of a later
+// tick wait while an earlier tick is decided, and one submitted then joins
+// them; every request is answered once, in arrival order.
+func TestLaterTickRequestsOutliveAnEarlierTicksDecision(t *testing.T) {
+	a := newArb(t, Config{QueueLen: -1})
+	a.Submit(0, acquire(1))      // tick 0
+	a.Submit(tick+1, acquire(2)) // tick 1, submitted before tick 0 was decided
+	ans, _ := a.Advance(tick + 1)
+	if len(ans) != 1 || ans[0].Request.ID != 1 || a.Pending() != 1 {
+		t.Fatalf("at the close of tick 0: %v, %d pending", ans, a.Pending())
+	}
+	a.Submit(tick+2, acquire(3)) // tick 1 too, after tick 0's decision
+	if a.Pending() != 2 {
+		t.Fatalf("%d pending after a third submit, want 2", a.Pending())
+	}
+	var ids []uint64
+	for a.Pending() > 0 {
+		at, ok := a.NextDeadline()
+		if !ok {
+			t.Fatal("pending requests without a deadline")
+		}
+		ans, _ := a.Advance(at)
+		for _, x := range ans {
+			ids = append(ids, x.Request.ID)
+		}
+	}
+	if !slices.Equal(ids, []uint64{2, 3}) {
+		t.Fatalf("later answers %v, want [2 3]", ids)
+	}
+}

@@ -252,8 +252,10 @@ func TestConfig(t *testing.T) {
 	if _, err := New(Config{}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("zero MaxEntries: %v", err)
 	}
-	if _, err := New(Config{MaxEntries: 1, IdleTTL: -1}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("negative TTL: %v", err)
+	for _, bad := range []Config{{MaxEntries: 1, IdleTTL: -1}, {MaxEntries: 1, EvictScan: -1}, {MaxEntries: 1, SweepBatch: -1}} {
+		if _, err := New(bad); !errors.Is(err, ErrConfig) {
+			t.Fatalf("negative field in %+v: %v", bad, err)
+		}
 	}
 	c := mustNew(t, Config{MaxEntries: 1})
 	if cfg := c.Config(); cfg.EvictScan != DefaultEvictScan || cfg.SweepBatch != DefaultSweepBatch {
@@ -261,5 +263,48 @@ func TestConfig(t *testing.T) {
 	}
 	if ev := c.Sweep(time.Hour); len(ev) != 0 {
 		t.Fatal("sweep without TTL")
+	}
+}
+
+// TestIdleClockRestartsAtKeepAlive: an entry that aging kept alive because
+// it was pinned is idle from that keep-alive, not from its last use, once
+// unpinned: a sweep within IdleTTL of the keep-alive leaves it, NextExpiry
+// says keep-alive + IdleTTL, and a sweep at that time evicts it.
+func TestIdleClockRestartsAtKeepAlive(t *testing.T) {
+	const ttl = 10 * time.Second
+	for _, via := range []string{"sweep", "makeRoom"} {
+		t.Run(via, func(t *testing.T) {
+			c := mustNew(t, Config{MaxEntries: 2, EvictScan: 1, IdleTTL: ttl})
+			e := insert(t, c, key(1), 0) // last use at 0
+			e.Pin()
+			keptAt := 25 * time.Second // well past IdleTTL of the last use
+			switch via {
+			case "sweep":
+				if ev := c.Sweep(keptAt); len(ev) != 0 {
+					t.Fatalf("pinned entry swept: %v", ev)
+				}
+			case "makeRoom":
+				insert(t, c, key(2), 1)
+				if _, _, _, err := c.Upsert(key(3), keptAt); !errors.Is(err, ErrFull) {
+					t.Fatalf("Upsert with a pinned tail and EvictScan 1: %v", err)
+				}
+				c.Remove(key(2))
+			}
+			if e.LastUse != 0 {
+				t.Fatalf("keep-alive changed LastUse to %v", e.LastUse)
+			}
+			if !e.Unpin() {
+				t.Fatal("Unpin")
+			}
+			if at, ok := c.NextExpiry(); !ok || at != keptAt+ttl {
+				t.Fatalf("NextExpiry after the keep-alive = %v %v, want %v", at, ok, keptAt+ttl)
+			}
+			if ev := c.Sweep(keptAt + ttl - 1); len(ev) != 0 {
+				t.Fatalf("unpinned entry swept %v after its keep-alive, within IdleTTL: %v", ttl-1, ev)
+			}
+			if ev := c.Sweep(keptAt + ttl); len(ev) != 1 || ev[0].Key != key(1) || ev[0].Cause != CauseTTL {
+				t.Fatalf("sweep at keep-alive + IdleTTL: %v", ev)
+			}
+		})
 	}
 }

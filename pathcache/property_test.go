@@ -159,7 +159,14 @@ func cacheProperty(t *testing.T, seed uint64) {
 			}
 		default:
 			now += time.Duration(rng.Int64N(int64(2*cfg.IdleTTL + time.Millisecond)))
-			for {
+			// Each due Sweep takes at least one step (an eviction, or an
+			// exempt entry moved to the front): Len()+1 calls reach every
+			// entry, and then nothing is due at now any more.
+			for n, bound := 0, c.Len()+1; ; n++ {
+				if n > bound {
+					at, _ := c.NextExpiry()
+					t.Fatalf("seed %d: NextExpiry %v still due at %v after %d sweeps (%d entries)", seed, at, now, n, c.Len())
+				}
 				evs := c.Sweep(now)
 				checkEvictions(evs, CauseTTL)
 				at, ok := c.NextExpiry()

@@ -124,7 +124,7 @@ func (w *World) guardedStep(c *client, po *pendingOp) bool {
 		po.req = coherence.Request{Op: coherence.HostStore, GVA: p.g.WithOffset(uint16(off)), Data: data}
 		op.need = coherence.AccessWrite
 	case x < 90:
-		po.req = coherence.Request{Op: coherence.HostFetchAdd, GVA: p.g.WithOffset(uint16(8 * r.IntN(atomicWords))), Operand: uint64(1 + r.IntN(5))}
+		po.req = coherence.Request{Op: coherence.HostFetchAdd, GVA: p.g.WithOffset(uint16(8 * r.IntN(atomicWords))), Operand: wide(uint64(1 + r.IntN(5)))}
 		op.need = coherence.AccessRead | coherence.AccessWrite
 	default:
 		po.req = coherence.Request{Op: coherence.HostAcquire, GVA: p.g, Priority: uint8(r.IntN(2))}

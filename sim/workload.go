@@ -309,17 +309,33 @@ func (w *World) atomicOp(c *client, po *pendingOp, p *simPage, r *rand.Rand) {
 	if r.IntN(2) == 0 {
 		exp := c.last[[2]int{po.page, word}]
 		if r.IntN(8) == 0 {
-			exp = uint64(r.IntN(4))
+			exp = wide(uint64(r.IntN(4)))
 		}
-		nv := exp + 1 + uint64(r.IntN(3))
+		nv := exp + wide(1+uint64(r.IntN(3)))
 		po.req = coherence.Request{Op: coherence.HostCAS, GVA: g, Expected: exp, Operand: nv}
 		po.hist = w.check.atomicOp(po.page, word, true, exp, nv, w.now)
 	} else {
-		d := uint64(1 + r.IntN(5))
+		d := wide(uint64(1 + r.IntN(5)))
 		po.req = coherence.Request{Op: coherence.HostFetchAdd, GVA: g, Operand: d}
 		po.hist = w.check.atomicOp(po.page, word, false, 0, d, w.now)
 	}
 }
+
+// wide maps a small count v (what the workload draws: CAS steps, stale
+// guesses, fetch-add deltas) to the 64-bit value the atomic words hold:
+// v·wideScale mod 2⁶⁴. The map keeps sums (wide(a)+wide(b) = wide(a+b)) and,
+// for counts below 2³⁴, equality, so a seed makes the same CAS succeed or
+// fail as it would with the counts themselves: the runs' traffic and
+// timing, hence their scenarios, do not depend on it. The values fill the
+// high half and differ in the low half only in bits 30 and 31: two counts
+// that are equal mod 4 give values with the same low half, so an atomic
+// that compared or added only the low 32 bits answers wrongly often, and
+// adds carry into the high half all the time.
+func wide(v uint64) uint64 { return v * wideScale }
+
+// wideScale is the golden-ratio constant 0x9e3779b97f4a7c15 shifted left
+// by 30 (mod 2⁶⁴).
+const wideScale = 0x5fd29f0540000000
 
 // completed ends a request: checks, history, the client's next step.
 func (w *World) completed(n *simNode, cp coherence.Completion) {

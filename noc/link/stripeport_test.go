@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,12 +18,18 @@ import (
 // channel whose NIC or queue died.
 type cutPort struct {
 	noc.Port
-	cut atomic.Bool
+	cut  atomic.Bool
+	fail atomic.Bool // its writes fail with errWrite
 }
+
+var errWrite = errors.New("channel write failed")
 
 func (p *cutPort) WriteDatagram(b []byte) error {
 	if p.cut.Load() {
 		return nil
+	}
+	if p.fail.Load() {
+		return errWrite
 	}
 	return p.Port.WriteDatagram(b)
 }
@@ -79,6 +86,10 @@ func TestStripedLinkSurvivesAChannel(t *testing.T) {
 	if n := pa.Agreed(); n != k {
 		t.Fatalf("agreed on %d channels, want %d", n, k)
 	}
+	// Every channel up on both sides before one is cut: the link is up
+	// once any channel carried its handshake, and a channel never up
+	// would be "dropped" with no Downs count below.
+	waitChannelsUp(t, pa, pb)
 	got := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 4096)
@@ -181,4 +192,51 @@ func TestStripedPortDeadlineAndClose(t *testing.T) {
 func isDeadline(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
+}
+
+// waitChannelsUp waits (5 s at most) until every channel of a and b is up.
+func waitChannelsUp(t *testing.T, a, b *link.StripedPort) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		_, csa := a.Stats()
+		_, csb := b.Stats()
+		if !slices.ContainsFunc(csa, func(c link.ChannelStats) bool { return !c.Up }) &&
+			!slices.ContainsFunc(csb, func(c link.ChannelStats) bool { return !c.Up }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("channels not all up: %+v %+v", csa, csb)
+		}
+	}
+}
+
+// TestStripedPortCountsWriteErrors: a channel's write error is returned
+// (wrapped) and counted; a write that succeeds is neither.
+func TestStripedPortCountsWriteErrors(t *testing.T) {
+	pa, pb, chA, _ := stripedMemPair(t, 2, mem.Config{Queue: 64})
+	defer pa.Close()
+	defer pb.Close()
+	waitChannelsUp(t, pa, pb)
+	errs := func() uint64 {
+		c, err := pa.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c["stripe_write_errors"]
+	}
+	if err := pa.WriteDatagram([]byte("x")); err != nil {
+		t.Fatalf("write on live channels: %v", err)
+	}
+	if n := errs(); n != 0 {
+		t.Fatalf("%d write errors after a good write", n)
+	}
+	for _, c := range chA {
+		c.fail.Store(true)
+	}
+	if err := pa.WriteDatagram([]byte("y")); !errors.Is(err, errWrite) {
+		t.Fatalf("write on failing channels: %v, want errWrite", err)
+	}
+	if n := errs(); n != 1 {
+		t.Fatalf("%d write errors after one failed write, want 1", n)
+	}
 }

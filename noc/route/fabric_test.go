@@ -516,3 +516,32 @@ func TestFabricPartitionHealsAfterPurge(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreachableLSAsKeptForTheHold: after a cut, the LSAs of the nodes
+// beyond it stay (unreachable, not routed to) until UnreachableHold has
+// passed since routing lost them; then they are purged.
+func TestUnreachableLSAsKeptForTheHold(t *testing.T) {
+	g, err := topo.Generate("line", 4, topo.Options{})
+	must(t, err)
+	f := newFabric(t, g, testConfig, 15)
+	f.run()
+	pe, _ := g.Peer(0, 0)
+	cut := linkOf(0, 0, pe)
+	f.linkDown(cut)
+	cfg := f.cfg.withDefaults()
+	if cfg.UnreachableHold < 4*cfg.SPFDelay {
+		t.Fatalf("hold %v too short beside SPFDelay %v for this test", cfg.UnreachableHold, cfg.SPFDelay)
+	}
+	f.advance(f.now + cfg.UnreachableHold/2)
+	for i, s := range f.nodes {
+		if got := len(s.Topology().Nodes); got != g.N() || s.Stats().LSAsPurged != 0 {
+			t.Fatalf("node %v holds %d LSAs of %d, purged %d, within the hold", f.ids[i], got, g.N(), s.Stats().LSAsPurged)
+		}
+	}
+	f.advance(f.now + 2*cfg.UnreachableHold)
+	for i, s := range f.nodes {
+		if s.Stats().LSAsPurged == 0 {
+			t.Fatalf("node %v purged nothing after the hold", f.ids[i])
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package coherence
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aitherion/dpu/noc"
+)
+
+// TestPageMadeOursByARoutedDoneSettlesBeforeMovingOn: the done that
+// travels the acquire's route is lost at the acquirer, so the swap ends by
+// the re-sent confirmation's routed done. The new owner must not hand the
+// page on until the route's done comes or SwapGiveUp passes: a second
+// acquire sent at once is refused with EBUSY (retried) and granted only
+// after SwapGiveUp, on the single-owner and the replicated paths.
+func TestPageMadeOursByARoutedDoneSettlesBeforeMovingOn(t *testing.T) {
+	const giveUp = 40 * time.Millisecond
+	for _, r := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", r), func(t *testing.T) {
+			const acquirer, second = 2, 1
+			lose, lost := false, 0
+			x := newFabFilter(t, lineGraph(t, 3), nil, func(c *Config) {
+				replicas(r)(c)
+				c.SwapGiveUp = giveUp
+				c.RequestTimeout = 10 * giveUp
+			}, func(self noc.NodeID, f *noc.Frame) bool {
+				if lose && self == acquirer && f.Class == noc.ClassControl && f.Op == OpDone && f.Flags&noc.FlagPath != 0 {
+					lost++
+					return true
+				}
+				return false
+			})
+			p := x.alloc(0)
+			x.ok(acquirer, Request{Op: HostRef, GVA: p})
+			x.ok(second, Request{Op: HostRef, GVA: p})
+			lose = true
+			x.ok(acquirer, Request{Op: HostAcquire, GVA: p})
+			ended := x.f.Now()
+			if lost != 1 {
+				t.Fatalf("%d routed-path dones lost at the acquirer, want 1", lost)
+			}
+			if ent, ok := x.eng[acquirer].Entry(p.Key()); !ok || !ent.Owner {
+				t.Fatalf("acquirer's entry after its acquire: %+v %v", ent, ok)
+			}
+			id := x.submit(second, Request{Op: HostAcquire, GVA: p})
+			x.f.RunUntil(x.f.Now()+10*giveUp, func() bool { _, ok := x.sinks[second].done[id]; return ok })
+			c := x.result(second, id)
+			at := x.f.Now()
+			if c.Err != nil {
+				t.Fatalf("second acquire: %v", c)
+			}
+			if at-ended < giveUp {
+				t.Fatalf("second acquire granted %v after a swap ended by a routed done, before SwapGiveUp (%v)", at-ended, giveUp)
+			}
+			if ent, ok := x.eng[second].Entry(p.Key()); !ok || !ent.Owner {
+				t.Fatalf("second acquirer's entry: %+v %v", ent, ok)
+			}
+		})
+	}
+}
