@@ -93,14 +93,7 @@ func TestCaptureIsPrivileged(t *testing.T) {
 		nodes = append(nodes, nd)
 	}
 	waitRoutes(t, nodes)
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 
 	// root's page on node 0, written from node 1: the bytes cross p0
 	ctx := ctxT(t, 2*time.Minute)

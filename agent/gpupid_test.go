@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,14 +138,7 @@ func TestGPUAccountsSurvivePidReuse(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 	// helper starts the helper in mode; its lines come on the returned
 	// channel, and a line written to in reaches its standard input.
 	helper := func(mode string, cred *syscall.Credential) (cmd *exec.Cmd, lines <-chan string, in *os.File) {

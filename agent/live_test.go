@@ -217,3 +217,19 @@ func statCounter(tb testing.TB, runDir, name string) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// testBinaryIn copies this test binary into dir (one other users may
+// reach: t.TempDir's parents are 0700) as agent.test and returns its path,
+// for the tests that run their helpers as other users.
+func testBinaryIn(tb testing.TB, dir string) string {
+	tb.Helper()
+	bin := filepath.Join(dir, "agent.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err == nil {
+		err = os.WriteFile(bin, self, 0o755)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}

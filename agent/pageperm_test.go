@@ -128,14 +128,7 @@ func permPair(t *testing.T) (run func(uid uint32, node int, script ...string) []
 		nodes = append(nodes, nd)
 	}
 	waitRoutes(t, nodes)
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 	run = func(uid uint32, node int, script ...string) []string {
 		t.Helper()
 		cmd := exec.Command(bin, "-test.run=^TestHelperPageClient$", "-test.count=1")

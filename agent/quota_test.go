@@ -71,14 +71,7 @@ func TestQuotaSetShow(t *testing.T) {
 	if q, ok := quotas(nd)[itoa(nobody)]; !ok || q.PagesLimit != 5 || q.PagesUsed != 0 {
 		t.Fatalf("uid %d's quota %+v %v", nobody, q, ok)
 	}
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 	cmd := exec.Command(bin, "-test.run=^TestHelperHostClient$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nd.hostSocket())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}

@@ -116,14 +116,7 @@ func TestReplicasCountAgainstTheQuota(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 	// start runs the helper on a node and returns its lines until
 	// "holding"; closing the returned writer lets it go.
 	start := func(node int, env ...string) ([]string, io.Closer) {

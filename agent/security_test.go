@@ -255,14 +255,7 @@ func TestUserQuotas(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the test binary, where uid 65534 may run it
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 	run := func() string {
 		cmd := exec.Command(bin, "-test.run=^TestHelperHostClient$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nd.hostSocket())

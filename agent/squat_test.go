@@ -86,14 +86,7 @@ func TestSquattersCannotStopARestart(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "agent.test")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinaryIn(t, dir)
 	squat := func(addr string) (*exec.Cmd, chan string) {
 		cmd := exec.Command(bin, "-test.run=^TestHelperSquat$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "DPU_TEST_SQUAT="+addr)
