@@ -64,15 +64,18 @@ fi
 
 if [ "$(dpkg --print-architecture)" != "$arch" ] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
 	as_root dpkg --add-architecture "$arch"
+	apt_updated= # the lists fetched before know nothing of the new architecture
 	apt_update
 fi
 # linux-image-ARCH is the meta package; it depends on the versioned one.
+# (Nothing, not a failure, while the lists do not know the architecture.)
 kernel_pkg() {
-	apt-cache depends "linux-image-$arch:$arch" 2>/dev/null |
+	{ apt-cache depends "linux-image-$arch:$arch" 2>/dev/null || true; } |
 		awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
 }
 pkg=$(kernel_pkg)
 if [ -z "$pkg" ]; then
+	apt_updated=
 	apt_update
 	pkg=$(kernel_pkg)
 fi
