@@ -20,7 +20,7 @@ func TestAttributesFromTheHome(t *testing.T) {
 		}
 	}
 	// ownership moves to node 2; the attributes stay the page's
-	second := pageAt(first, 1)
+	second := first.PageAt(1)
 	x.ok(2, Request{Op: HostAcquire, GVA: second})
 	if st := x.ok(1, Request{Op: HostStat, GVA: second}); st.Attr != attr {
 		t.Fatalf("after an ownership move: %+v", st.Attr)
@@ -32,7 +32,7 @@ func TestAttributesFromTheHome(t *testing.T) {
 	if c := x.do(1, Request{Op: HostStat, GVA: other}); !errors.Is(c.Err, syscall.ENOENT) {
 		t.Fatalf("stat of a freed page elsewhere: %v", c.Err)
 	}
-	if c := x.do(2, Request{Op: HostStat, GVA: pageAt(first, 40)}); !errors.Is(c.Err, syscall.ENOENT) {
+	if c := x.do(2, Request{Op: HostStat, GVA: first.PageAt(40)}); !errors.Is(c.Err, syscall.ENOENT) {
 		t.Fatalf("stat of a page never made: %v", c.Err)
 	}
 	if x.h[1].Engine().Stats().Malformed != 0 {

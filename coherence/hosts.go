@@ -374,15 +374,15 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			return
 		}
 		for i := range n {
-			if a, ok := h.attrs[pageAt(key, i)]; ok && hr.Cred.UID != 0 && hr.Cred.UID != a.UID {
+			if a, ok := h.attrs[key.PageAt(i)]; ok && hr.Cred.UID != 0 && hr.Cred.UID != a.UID {
 				// Only the allocation's owner (or root) may free it.
 				h.fail(now, r, syscall.EPERM, fmt.Sprintf("free: owned by uid %d", a.UID))
 				return
 			}
 		}
 		for i := range n {
-			if h.locks[pageAt(key, i)] != nil {
-				h.fail(now, r, syscall.EBUSY, fmt.Sprintf("free: page %v is locked on this node", pageAt(key, i)))
+			if h.locks[key.PageAt(i)] != nil {
+				h.fail(now, r, syscall.EBUSY, fmt.Sprintf("free: page %v is locked on this node", key.PageAt(i)))
 				return
 			}
 		}
@@ -1049,10 +1049,6 @@ func (h *Hosts) NextDeadline() (time.Duration, bool) {
 	return at, ok
 }
 
-func pageAt(first gva.GVA, i int) gva.GVA {
-	return gva.New(first.Machine(), first.Page()+gva.PageNumber(i), 0, first.Flags()).Key()
-}
-
 // hostTimer is a pause before a retry.
 type hostTimer struct {
 	at    time.Duration
@@ -1105,8 +1101,8 @@ type freePage struct {
 func (h *Hosts) startFree(now time.Duration, r *hostReq, key gva.GVA, n int) {
 	r.freeing = r.freeing[:0]
 	for i := range n {
-		if _, ok := h.attrs[pageAt(key, i)]; ok {
-			r.freeing = append(r.freeing, freePage{key: pageAt(key, i)})
+		if _, ok := h.attrs[key.PageAt(i)]; ok {
+			r.freeing = append(r.freeing, freePage{key: key.PageAt(i)})
 		}
 	}
 	for i := range r.freeing {

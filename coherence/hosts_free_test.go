@@ -14,7 +14,7 @@ func TestHostsFreeAMovedPage(t *testing.T) {
 	for _, pages := range []int{1, 3} {
 		x := newHostFab(t, 3)
 		g := x.ok(0, Request{Op: HostAlloc, Pages: pages}).GVA
-		moved := pageAt(g, pages-1)
+		moved := g.PageAt(pages - 1)
 		x.ok(2, Request{Op: HostLock, GVA: moved, Timeout: 2 * time.Second})
 		x.ok(2, Request{Op: HostStore, GVA: moved, Data: []byte{7}})
 		x.ok(2, Request{Op: HostUnlock, GVA: moved})
@@ -83,7 +83,7 @@ func TestHostsFreeByItsOwner(t *testing.T) {
 	if c := x.do(0, Request{Op: HostFree, GVA: g, Cred: other}); errno(c) != syscall.EPERM {
 		t.Fatalf("free by another user: %v, want EPERM", c.Err)
 	}
-	if c := x.ok(1, Request{Op: HostLoad, GVA: pageAt(g, 1), Len: 8}); len(c.Data) != 8 {
+	if c := x.ok(1, Request{Op: HostLoad, GVA: g.PageAt(1), Len: 8}); len(c.Data) != 8 {
 		t.Fatalf("the page is gone after a refused free: %v", c.Data)
 	}
 	x.ok(0, Request{Op: HostFree, GVA: g, Cred: owner})

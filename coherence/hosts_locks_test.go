@@ -172,11 +172,11 @@ func TestHostsLocalLockBoundAndErrors(t *testing.T) {
 	}
 	// Free at the owner while a page of the allocation is locked there.
 	x.open(0, 2)
-	x.okAs(0, 2, Request{Op: HostLock, GVA: pageAt(g, 1), Timeout: 2 * time.Second})
+	x.okAs(0, 2, Request{Op: HostLock, GVA: g.PageAt(1), Timeout: 2 * time.Second})
 	if c := x.do(0, Request{Op: HostFree, GVA: g}); !errors.Is(c.Err, syscall.EBUSY) {
 		t.Fatalf("free with a locked page: %v", c.Err)
 	}
-	x.okAs(0, 2, Request{Op: HostUnlock, GVA: pageAt(g, 1)})
+	x.okAs(0, 2, Request{Op: HostUnlock, GVA: g.PageAt(1)})
 	// A try-lock of a free node lock is an ordinary lock.
 	x.okAs(1, 1, Request{Op: HostUnlock, GVA: g})
 	x.okAs(1, 2, Request{Op: HostLock, GVA: g, Try: true, Timeout: time.Second})

@@ -94,12 +94,12 @@ func TestHostsAllocStatFree(t *testing.T) {
 	c := x.ok(0, Request{Op: HostAlloc, Pages: 3, Attr: Attr{UID: 5, GID: 6, Mode: 0o640}})
 	first := c.GVA
 	for i := range 3 {
-		st := x.ok(0, Request{Op: HostStat, GVA: pageAt(first, i)})
+		st := x.ok(0, Request{Op: HostStat, GVA: first.PageAt(i)})
 		if st.Attr != (Attr{UID: 5, GID: 6, Mode: 0o640}) {
 			t.Fatalf("page %d attributes %+v", i, st.Attr)
 		}
 	}
-	if st := x.ok(1, Request{Op: HostStat, GVA: pageAt(first, 2)}); st.Attr != (Attr{UID: 5, GID: 6, Mode: 0o640}) {
+	if st := x.ok(1, Request{Op: HostStat, GVA: first.PageAt(2)}); st.Attr != (Attr{UID: 5, GID: 6, Mode: 0o640}) {
 		t.Fatalf("a page made elsewhere: %+v, want its home's attributes", st.Attr)
 	}
 	x.ok(0, Request{Op: HostFree, GVA: first})
@@ -170,7 +170,7 @@ func TestHostsBusyLockWaits(t *testing.T) {
 func TestHostsAbandonAndClose(t *testing.T) {
 	x := newHostFab(t, 3)
 	g := x.ok(0, Request{Op: HostAlloc, Pages: 2}).GVA
-	g2 := pageAt(g, 1)
+	g2 := g.PageAt(1)
 	id := x.submit(2, Request{Op: HostLock, GVA: g, Timeout: 2 * time.Second})
 	x.h[2].Abandon(x.f.Now(), 1, id, x.f.Cores[2])
 	x.f.Run(500 * time.Millisecond)

@@ -42,7 +42,7 @@ func TestHostsWhereFollowsTheOwner(t *testing.T) {
 func TestHostsWhereOfNoPage(t *testing.T) {
 	x := newHostFabTuned(t, 2, func(c *Config) { c.AllocEpoch = 2 })
 	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
-	never := pageAt(g, 5)
+	never := g.PageAt(5)
 	old := gva.New(g.Machine(), gva.PageNumber(uint64(1)<<counterBits|3), 0, 0) // allocation epoch 1
 	if AllocEpochOf(old) != 1 || AllocEpochOf(g) != 2 {
 		t.Fatalf("epochs: %d %d", AllocEpochOf(old), AllocEpochOf(g))

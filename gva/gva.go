@@ -187,3 +187,11 @@ func Parse(s string) (GVA, error) {
 	}
 	return g, nil
 }
+
+// PageAt is the key of the i-th page after g's page ([GVA.Key]: ref index
+// and offset zeroed), the way the pages of an allocation follow its first.
+func (g GVA) PageAt(i int) GVA {
+	k := g.Key()
+	k.Lo += uint64(i) * PageSize
+	return k
+}

@@ -97,3 +97,15 @@ func TestAllows(t *testing.T) {
 		t.Error("the owner got the other class's bits")
 	}
 }
+
+// TestPageAt: the i-th page after g's, as a key, whatever g's offset and
+// ref index.
+func TestPageAt(t *testing.T) {
+	g := New(7, 40, 123, FlagHuge).WithRefIndex(3)
+	if got, want := g.PageAt(2), New(7, 42, 0, FlagHuge); got != want {
+		t.Fatalf("PageAt(2) = %v, want %v", got, want)
+	}
+	if g.PageAt(0) != g.Key() {
+		t.Fatal("PageAt(0) is not the key")
+	}
+}

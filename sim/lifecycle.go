@@ -114,9 +114,9 @@ func (w *World) lifeStep(c *client, po *pendingOp) bool {
 		case lifeFree, lifeRefree, lifeForeign:
 			po.req = coherence.Request{Op: coherence.HostFree, GVA: x.g}
 		case lifeMove:
-			po.req = coherence.Request{Op: coherence.HostAcquire, GVA: pageAt(x.g, r.IntN(x.pages))}
+			po.req = coherence.Request{Op: coherence.HostAcquire, GVA: x.g.PageAt(r.IntN(x.pages))}
 		case lifeLoad:
-			po.req = coherence.Request{Op: coherence.HostLoad, GVA: pageAt(x.g, r.IntN(x.pages)), Len: 8}
+			po.req = coherence.Request{Op: coherence.HostLoad, GVA: x.g.PageAt(r.IntN(x.pages)), Len: 8}
 		}
 	}
 	po.page, po.life = -1, op
@@ -173,7 +173,7 @@ func (w *World) lifeFinal() {
 			continue
 		}
 		for i := range x.pages {
-			key := pageAt(x.g, i)
+			key := x.g.PageAt(i)
 			for _, n := range w.nodes {
 				if !n.alive {
 					continue
@@ -191,9 +191,4 @@ func (w *World) lifeFinal() {
 			}
 		}
 	}
-}
-
-// pageAt is the i-th page of the extent at first.
-func pageAt(first gva.GVA, i int) gva.GVA {
-	return gva.GVA{Hi: first.Hi, Lo: first.Lo + uint64(i)*gva.PageSize}
 }
