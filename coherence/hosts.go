@@ -389,20 +389,15 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		h.startFree(now, r, key, n)
 	case HostStat:
 		a, ok := h.attrs[key]
-		switch {
+		switch errno, why := h.absentHere(key); {
 		case ok:
-		case hr.GVA.Machine() == gva.MachineIndex(h.e.self) && h.e.staleAtHome(key):
-			h.fail(now, r, syscall.ESTALE, "stat: a page of an earlier run of this node")
-			return
-		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
-			h.fail(now, r, syscall.ENOENT, "stat: no such page")
-			return
+			h.finish(now, r, Completion{Attr: a})
+		case errno != 0:
+			h.fail(now, r, errno, "stat: "+why)
 		default:
 			// a page homed elsewhere: its home answers (attrs.go)
 			h.step(now, r, Request{Op: HostStat, GVA: key})
-			return
 		}
-		h.finish(now, r, Completion{Attr: a})
 	case HostWhere:
 		// Where answers only for a page that exists: one held here or on
 		// this node's path cache, one allocated here, else its home says
@@ -410,14 +405,12 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		// distance.
 		_, ok := h.attrs[key]
 		_, cached := h.e.cache.Peek(key)
-		switch {
+		switch errno, why := h.absentHere(key); {
 		case ok || cached || h.e.pages[key] != nil:
 			r.stage = stSecond
 			h.step(now, r, hr.engineCopy())
-		case hr.GVA.Machine() == gva.MachineIndex(h.e.self) && h.e.staleAtHome(key):
-			h.fail(now, r, syscall.ESTALE, "where: a page of an earlier run of this node")
-		case hr.GVA.Machine() == gva.MachineIndex(h.e.self):
-			h.fail(now, r, syscall.ENOENT, "where: no such page")
+		case errno != 0:
+			h.fail(now, r, errno, "where: "+why)
 		default:
 			h.step(now, r, Request{Op: HostStat, GVA: key})
 		}
@@ -1084,6 +1077,20 @@ func (t *hostTimers) Pop() any {
 	return x
 }
 
+// absentHere says why a page homed on this node that it has no allocation
+// record of is not there: a page of an earlier run of this node (ESTALE),
+// or no such page (ENOENT); 0 for a page homed elsewhere (its home says).
+func (h *Hosts) absentHere(key gva.GVA) (syscall.Errno, string) {
+	switch {
+	case key.Machine() != gva.MachineIndex(h.e.self):
+		return 0, ""
+	case h.e.staleAtHome(key):
+		return syscall.ESTALE, "a page of an earlier run of this node"
+	default:
+		return syscall.ENOENT, "no such page"
+	}
+}
+
 // freePage is a page of an extent being freed: one owned here is freed;
 // one owned elsewhere (a lock or an acquire moved it) is taken back
 // first, with a ref and an acquire, within the Free's bound.
@@ -1092,7 +1099,6 @@ type freePage struct {
 	step HostOp // the engine request it waits for: HostRef, HostAcquire, HostFree; 0: ended
 	took bool   // the Free took a ref of it (counted in the session's owedRefs)
 	refd bool   // that ref is held (the engine's HostRef succeeded)
-	done bool   // freed
 }
 
 // startFree starts the Free of the extent at key (n pages): every page not
@@ -1126,11 +1132,16 @@ func (h *Hosts) freeNext(now time.Duration, r *hostReq, p *freePage, op HostOp) 
 		r.s.owedRefs[p.key]++
 	}
 	p.step = op
-	er := Request{Op: op, GVA: p.key}
-	if op == HostAcquire {
+	h.step(now, r, r.freeRequest(p))
+}
+
+// freeRequest is the engine request page p of Free r waits for.
+func (r *hostReq) freeRequest(p *freePage) Request {
+	er := Request{Op: p.step, GVA: p.key}
+	if p.step == HostAcquire {
 		er.Holder = r.s.holder()
 	}
-	h.step(now, r, er)
+	return er
 }
 
 // freeStep moves page c.GVA of a Free on after its engine request
@@ -1155,7 +1166,7 @@ func (h *Hosts) freeStep(now time.Duration, r *hostReq, c Completion) {
 	case errno == 0 && p.step == HostAcquire:
 		h.freeNext(now, r, p, HostFree)
 	case errno == 0:
-		p.step, p.done = 0, true
+		p.step = 0 // freed
 		delete(h.attrs, p.key)
 	case again && p.step == HostFree && errno == syscall.EINVAL && !(bugsCompiled && h.e.cfg.Bug == BugFreeHere):
 		// It moved away after all (an acquire elsewhere won): taken back.
@@ -1166,11 +1177,7 @@ func (h *Hosts) freeStep(now time.Duration, r *hostReq, c Completion) {
 		}
 	case again && p.step != HostRef && retryable(errno):
 		// Locked, or being handed over: asked again within the bound.
-		er := Request{Op: p.step, GVA: p.key}
-		if p.step == HostAcquire {
-			er.Holder = r.s.holder()
-		}
-		h.retryLater(now, r, er)
+		h.retryLater(now, r, r.freeRequest(p))
 	default:
 		p.step = 0
 		if r.err == nil {
