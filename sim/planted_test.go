@@ -16,15 +16,11 @@ func TestPlantedBugIsCaught(t *testing.T) {
 	cfg := testConfig()
 	cfg.Faults = 0
 	cfg.Bug = coherence.BugStaleCAS
-	for _, r := range sweep(t, cfg, 8) {
-		for _, v := range r.Violations {
-			if strings.Contains(v, "atomic word") && strings.Contains(v, "not linearizable") {
-				t.Logf("seed %d caught it: %s", r.Seed, v)
-				return
-			}
-		}
+	if !caught(t, cfg, 8, func(v string) bool {
+		return strings.Contains(v, "atomic word") && strings.Contains(v, "not linearizable")
+	}) {
+		t.Fatal("the planted non-atomic CAS went unnoticed")
 	}
-	t.Fatal("the planted non-atomic CAS went unnoticed")
 }
 
 // TestPlantedEarlyAckIsCaught plants replication that answers writes
@@ -35,15 +31,11 @@ func TestPlantedEarlyAckIsCaught(t *testing.T) {
 	cfg.Faults = FaultCrash
 	cfg.Replicas = 2
 	cfg.Bug = coherence.BugEarlyAck
-	for _, r := range sweep(t, cfg, 16) {
-		for _, v := range r.Violations {
-			if strings.Contains(v, "holds committed version") || strings.Contains(v, "acknowledged writes lost") {
-				t.Logf("seed %d caught it: %s", r.Seed, v)
-				return
-			}
-		}
+	if !caught(t, cfg, 16, func(v string) bool {
+		return strings.Contains(v, "holds committed version") || strings.Contains(v, "acknowledged writes lost")
+	}) {
+		t.Fatal("writes acknowledged before the backups held them went unnoticed")
 	}
-	t.Fatal("writes acknowledged before the backups held them went unnoticed")
 }
 
 // TestPlantedTrustVouchedIsCaught plants owners and tree nodes that serve
@@ -53,15 +45,9 @@ func TestPlantedTrustVouchedIsCaught(t *testing.T) {
 	cfg := testConfig()
 	cfg.Faults = 0
 	cfg.Bug = coherence.BugTrustVouched
-	for _, r := range sweep(t, cfg, 4) {
-		for _, v := range r.Violations {
-			if strings.Contains(v, "though its mode forbids it") {
-				t.Logf("seed %d caught it: %s", r.Seed, v)
-				return
-			}
-		}
+	if !caught(t, cfg, 4, func(v string) bool { return strings.Contains(v, "though its mode forbids it") }) {
+		t.Fatal("requests served without checking their users went unnoticed")
 	}
-	t.Fatal("requests served without checking their users went unnoticed")
 }
 
 // TestPlantedFreeHereIsCaught plants allocators that free only the pages
@@ -71,13 +57,22 @@ func TestPlantedFreeHereIsCaught(t *testing.T) {
 	cfg := testConfig()
 	cfg.Faults = 0
 	cfg.Bug = coherence.BugFreeHere
-	for _, r := range sweep(t, cfg, 6) {
+	if !caught(t, cfg, 6, func(v string) bool { return strings.Contains(v, "free of the extent") }) {
+		t.Fatal("extents their allocator could not free went unnoticed")
+	}
+}
+
+// caught reports whether a sweep of seeds seeds of cfg has a violation
+// that match accepts, and logs the first.
+func caught(t *testing.T, cfg Config, seeds int, match func(v string) bool) bool {
+	t.Helper()
+	for _, r := range sweep(t, cfg, seeds) {
 		for _, v := range r.Violations {
-			if strings.Contains(v, "free of the extent") {
+			if match(v) {
 				t.Logf("seed %d caught it: %s", r.Seed, v)
-				return
+				return true
 			}
 		}
 	}
-	t.Fatal("extents their allocator could not free went unnoticed")
+	return false
 }
