@@ -33,47 +33,34 @@ var heldUDP sync.Map // string -> int
 
 func init() {
 	RegisterPort(PortUDPHeld, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
-		p, err := openChannels(spec, cfg, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
-			local, err := offsetAddr(spec.Args[0], i)
-			if err != nil {
-				return nil, err
-			}
-			remote, err := offsetAddr(spec.Args[1], i)
-			if err != nil {
-				return nil, err
-			}
-			v, ok := heldUDP.LoadAndDelete(local)
-			if !ok {
-				p, err := udp.Open(local, remote, udpMTU)
-				if err != nil {
-					return nil, explainAddrInUse(err, local)
-				}
-				return p, nil
-			}
-			f := os.NewFile(uintptr(v.(int)), local) // the agent's now
-			pc, err := net.FilePacketConn(f)
-			f.Close()
-			if err != nil {
-				return nil, fmt.Errorf("udp-held %s: %w", local, err)
-			}
-			ra, err := netip.ParseAddrPort(remote)
-			if err != nil {
-				pc.Close()
-				return nil, fmt.Errorf("udp-held remote %q: %w", remote, err)
-			}
-			p, err := udp.New(pc.(*net.UDPConn), ra, udpMTU)
-			if err != nil {
-				pc.Close()
-				return nil, err
-			}
-			return p, nil
-		})
-		if err != nil {
-			return nil, "", err
-		}
-		logChannels(log, spec, p)
-		return p, PortUDP, nil
+		return openUDP(spec, cfg, log, openHeldUDPChannel)
 	})
+}
+
+// openHeldUDPChannel opens one channel of a udp-held port: the socket
+// HoldUDP holds for local, taken over, else local bound again.
+func openHeldUDPChannel(local, remote string) (noc.Port, error) {
+	v, ok := heldUDP.LoadAndDelete(local)
+	if !ok {
+		return openUDPChannel(local, remote)
+	}
+	f := os.NewFile(uintptr(v.(int)), local) // the agent's now
+	pc, err := net.FilePacketConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("udp-held %s: %w", local, err)
+	}
+	ra, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		pc.Close()
+		return nil, fmt.Errorf("udp-held remote %q: %w", remote, err)
+	}
+	p, err := udp.New(pc.(*net.UDPConn), ra, udpMTU)
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	return p, nil
 }
 
 // HoldUDP binds n loopback UDP sockets on ports the kernel picks and holds

@@ -25,26 +25,7 @@ const txBatch = 32
 
 func init() {
 	RegisterPort(PortUDP, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
-		p, err := openChannels(spec, cfg, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
-			local, err := offsetAddr(spec.Args[0], i)
-			if err != nil {
-				return nil, err
-			}
-			remote, err := offsetAddr(spec.Args[1], i)
-			if err != nil {
-				return nil, err
-			}
-			p, err := udp.Open(local, remote, udpMTU)
-			if err != nil {
-				return nil, explainAddrInUse(err, local)
-			}
-			return p, nil
-		})
-		if err != nil {
-			return nil, "", err
-		}
-		logChannels(log, spec, p)
-		return p, PortUDP, nil
+		return openUDP(spec, cfg, log, openUDPChannel)
 	})
 	openNetdev := func(force bool) PortOpener {
 		return func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
@@ -139,4 +120,34 @@ func portCounters(p noc.Port) ([]ctl.Counter, error) {
 		out = append(out, ctl.Counter{Name: k, Value: m[k]})
 	}
 	return out, nil
+}
+
+// openUDP opens a udp port: one channel per address pair (LOCAL-ADDR and
+// REMOTE-ADDR, their ports offset by the channel's index), each by open.
+func openUDP(spec PortSpec, cfg *Config, log *slog.Logger, open func(local, remote string) (noc.Port, error)) (noc.Port, string, error) {
+	p, err := openChannels(spec, cfg, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
+		local, err := offsetAddr(spec.Args[0], i)
+		if err != nil {
+			return nil, err
+		}
+		remote, err := offsetAddr(spec.Args[1], i)
+		if err != nil {
+			return nil, err
+		}
+		return open(local, remote)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	logChannels(log, spec, p)
+	return p, PortUDP, nil
+}
+
+// openUDPChannel binds one channel of a udp port.
+func openUDPChannel(local, remote string) (noc.Port, error) {
+	p, err := udp.Open(local, remote, udpMTU)
+	if err != nil {
+		return nil, explainAddrInUse(err, local)
+	}
+	return p, nil
 }
