@@ -22,21 +22,10 @@ import (
 // the memory in use its reply reports.
 func gpuOp(t *testing.T, uc *net.UnixConn, id uint64, op wire.Op, body []byte) uint64 {
 	t.Helper()
-	if _, err := uc.Write(wire.AppendRequest(nil, &wire.Request{Header: wire.Header{Op: op, ID: id}, Data: body})); err != nil {
-		t.Fatal(err)
-	}
 	in := make([]byte, wire.MaxMessage)
-	_ = uc.SetReadDeadline(time.Now().Add(30 * time.Second))
-	n, err := uc.Read(in)
+	n, err := rawStatus(t, uc, in, &wire.Request{Header: wire.Header{Op: op, ID: id}, Data: body}, 30*time.Second)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var h wire.Header
-	if err := h.Decode(in[:n]); err != nil {
-		t.Fatal(err)
-	}
-	if h.Status != 0 {
-		t.Fatalf("gpu op %v: %v %s", op, syscall.Errno(h.Status), in[wire.HeaderLen:n])
+		t.Fatalf("gpu op %v: %v %s", op, err, in[wire.HeaderLen:n])
 	}
 	var lim hookwire.Limits
 	if err := lim.Decode(in[wire.HeaderLen:n]); err != nil {

@@ -5,16 +5,21 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/agent"
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
+	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -232,4 +237,42 @@ func testBinaryIn(tb testing.TB, dir string) string {
 		tb.Fatal(err)
 	}
 	return bin
+}
+
+// rawCall sends r on a raw host connection and reads its reply into in,
+// with the descriptors the reply carries, within the bound.
+func rawCall(tb testing.TB, uc *net.UnixConn, in []byte, r *wire.Request, within time.Duration) (n int, fds []int) {
+	tb.Helper()
+	if _, err := uc.Write(wire.AppendRequest(nil, r)); err != nil {
+		tb.Fatal(err)
+	}
+	_ = uc.SetReadDeadline(time.Now().Add(within))
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(in, oob)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if oobn > 0 {
+		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			f, _ := unix.ParseUnixRights(&m)
+			fds = append(fds, f...)
+		}
+	}
+	return n, fds
+}
+
+// rawStatus is rawCall for a reply without descriptors: its length, and
+// its status as an error (nil: success).
+func rawStatus(tb testing.TB, uc *net.UnixConn, in []byte, r *wire.Request, within time.Duration) (int, error) {
+	tb.Helper()
+	n, _ := rawCall(tb, uc, in, r, within)
+	var h wire.Header
+	if err := h.Decode(in[:n]); err != nil {
+		tb.Fatal(err)
+	}
+	if h.Status != 0 {
+		return n, syscall.Errno(h.Status)
+	}
+	return n, nil
 }

@@ -69,22 +69,8 @@ func TestHelperReplicaClient(t *testing.T) {
 		defer uc.Close()
 		in := make([]byte, wire.MaxMessage)
 		send := func(r *wire.Request) error {
-			if _, err := uc.Write(wire.AppendRequest(nil, r)); err != nil {
-				t.Fatal(err)
-			}
-			_ = uc.SetReadDeadline(time.Now().Add(30 * time.Second))
-			n, err := uc.Read(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var h wire.Header
-			if err := h.Decode(in[:n]); err != nil {
-				t.Fatal(err)
-			}
-			if h.Status != 0 {
-				return syscall.Errno(h.Status)
-			}
-			return nil
+			_, err := rawStatus(t, uc, in, r, 30*time.Second)
+			return err
 		}
 		if err := send(&wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1}); err != nil {
 			t.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/ring"
 	"github.com/aitherion/dpu/hostif/wire"
@@ -30,26 +28,9 @@ func dialRawRing(t *testing.T, sock string) *rawRing {
 	}
 	t.Cleanup(func() { uc.Close() })
 	in := make([]byte, wire.MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(8*4))
 	send := func(r *wire.Request) (int, []int) {
 		t.Helper()
-		if _, err := uc.Write(wire.AppendRequest(nil, r)); err != nil {
-			t.Fatal(err)
-		}
-		_ = uc.SetReadDeadline(time.Now().Add(10 * time.Second))
-		n, oobn, _, _, err := uc.ReadMsgUnix(in, oob)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fds []int
-		if oobn > 0 {
-			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			for _, m := range msgs {
-				f, _ := unix.ParseUnixRights(&m)
-				fds = append(fds, f...)
-			}
-		}
-		return n, fds
+		return rawCall(t, uc, in, r, 10*time.Second)
 	}
 	send(&wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})
 	n, fds := send(&wire.Request{Header: wire.Header{Op: wire.OpRings, ID: 2}})

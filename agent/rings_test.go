@@ -81,25 +81,9 @@ func TestHostileRing(t *testing.T) {
 	}
 	defer raw.Close()
 	in := make([]byte, wire.MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(8*4))
 	send := func(r *wire.Request) (int, []int) {
 		t.Helper()
-		if _, err := raw.Write(wire.AppendRequest(nil, r)); err != nil {
-			t.Fatal(err)
-		}
-		n, oobn, _, _, err := raw.ReadMsgUnix(in, oob)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fds []int
-		if oobn > 0 {
-			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			for _, m := range msgs {
-				f, _ := unix.ParseUnixRights(&m)
-				fds = append(fds, f...)
-			}
-		}
-		return n, fds
+		return rawCall(t, raw, in, r, 30*time.Second)
 	}
 	send(&wire.Request{Header: wire.Header{Op: wire.OpHello, ID: 1}, Min: 1, Max: 1})
 	n, fds := send(&wire.Request{Header: wire.Header{Op: wire.OpRings, ID: 2}})
