@@ -505,10 +505,7 @@ func (w *World) lostPagesFail() {
 			continue
 		}
 		n := w.nodes[(i*7+int(w.cfg.Seed))%len(w.nodes)]
-		var got coherence.Completion
-		w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}},
-			done: func(cp coherence.Completion) { got = cp }})
-		w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
+		got := w.checkRequest(n, &pendingOp{req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}}})
 		want := syscall.EHOSTDOWN
 		if home := w.nodes[int(key.Machine())]; home.alive && home.epoch > coherence.AllocEpochOf(key) && !home.hosts.Engine().HasHomeRecord(key) {
 			want = syscall.ESTALE
@@ -657,10 +654,7 @@ func (w *World) convergence() {
 			if v.Valid && v.Version != ov.Version {
 				c.violate("page %v: valid replica on node %v at version %d after the quiet period, owner at %d", key, n.id, v.Version, ov.Version)
 			}
-			var got coherence.Completion
-			w.submit(n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostLoad, GVA: key, Len: gva.PageSize},
-				done: func(cp coherence.Completion) { got = cp; got.Data = append([]byte(nil), cp.Data...) }})
-			w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
+			got := w.checkRequest(n, &pendingOp{req: coherence.Request{Op: coherence.HostLoad, GVA: key, Len: gva.PageSize}})
 			switch {
 			case got.Err != nil:
 				c.violate("page %v: final load on node %v: %v", key, n.id, got.Err)
@@ -889,3 +883,15 @@ var lockModel = (&porcupine.NondeterministicModel{
 		}
 	},
 }).ToModel()
+
+// checkRequest runs po, a request of the final checks (no client's, no
+// workload page's), on node n until it ends or its bound passes, and
+// returns its completion (At 0: none came), its data copied.
+func (w *World) checkRequest(n *simNode, po *pendingOp) coherence.Completion {
+	var got coherence.Completion
+	po.page = -1
+	po.done = func(cp coherence.Completion) { got = cp; got.Data = append([]byte(nil), cp.Data...) }
+	w.submit(n, po)
+	w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
+	return got
+}

@@ -181,10 +181,7 @@ func (w *World) lifeFinal() {
 				if owner, _ := n.eng.Holding(key); owner {
 					c.violate("page %v of an extent freed at %v is owned by node %v", key, x.freeAt, n.id)
 				}
-				var got coherence.Completion
-				w.submit(n, &pendingOp{page: -1, life: &lifeOp{kind: lifeFinalLoad}, req: coherence.Request{Op: coherence.HostLoad, GVA: key, Len: 8},
-					done: func(cp coherence.Completion) { got = cp }})
-				w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
+				got := w.checkRequest(n, &pendingOp{life: &lifeOp{kind: lifeFinalLoad}, req: coherence.Request{Op: coherence.HostLoad, GVA: key, Len: 8}})
 				if got.At != 0 && got.Err == nil {
 					c.violate("page %v of an extent freed at %v is readable on node %v (version %d)", key, x.freeAt, n.id, got.Version)
 				}
