@@ -13,17 +13,11 @@ func TestCHookWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]int64{
+	for _, d := range cconst.Drift(m, map[string]int64{
 		"GPU_OP_MEM_LIMIT": int64(OpMemLimit), "GPU_OP_MEM_UPDATE": int64(OpMemUpdate), "GPU_OP_KERNEL_QUOTA": int64(OpKernelQuota),
 		"GPU_DEVICE_LEN": DeviceLen, "GPU_LIMIT_REQ_LEN": LimitRequest, "GPU_UPDATE_REQ_LEN": UpdateRequest,
 		"GPU_QUOTA_REQ_LEN": QuotaRequest, "GPU_LIMITS_LEN": LimitsLen, "GPU_TOKEN_LEN": TokenLen,
-	} {
-		c, ok := m[name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not defined in gpu_wire.h", name)
-		case c != v:
-			t.Errorf("%s: gpu_wire.h says %d, the Go wire %d", name, c, v)
-		}
+	}, "gpu_wire.h") {
+		t.Error(d)
 	}
 }

@@ -13,7 +13,7 @@ func TestCRingLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]int64{
+	for _, d := range cconst.Drift(m, map[string]int64{
 		"MAGIC": Magic, "LAYOUT_VERSION": LayoutVersion,
 		"OFF_MAGIC": offMagic, "OFF_VERSION": offVersion, "OFF_ENTRIES": offEntries, "OFF_SLOT_SIZE": offSlotSize, "OFF_MAP_SIZE": offMapSize,
 		"OFF_SQ_PRODUCER": offSQProducer, "OFF_SQ_CONSUMER": offSQConsumer, "OFF_SQ_FLAGS": offSQFlags,
@@ -21,13 +21,7 @@ func TestCRingLayout(t *testing.T) {
 		"CONTROL_SIZE": ControlSize, "SLOT_HEADER": SlotHeader, "SLOT_SEQ": slotSeq,
 		"MIN_ENTRIES": MinEntries, "MAX_ENTRIES": MaxEntries, "MIN_SLOT": MinSlotSize, "MAX_SLOT": MaxSlotSize,
 		"NEED_WAKEUP": int64(NeedWakeup), "HOST_WAITING": int64(HostWaiting),
-	} {
-		c, ok := m[name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not defined in ring.c", name)
-		case c != v:
-			t.Errorf("%s: ring.c says %d, the Go layout %d", name, c, v)
-		}
+	}, "ring.c") {
+		t.Error(d)
 	}
 }

@@ -35,13 +35,7 @@ func TestCLibraryConstants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range want {
-		c, ok := got[name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not defined in the C library", name)
-		case c != v:
-			t.Errorf("%s: the C library says %d, the Go wire %d", name, c, v)
-		}
+	for _, d := range cconst.Drift(got, want, "the C library") {
+		t.Error(d)
 	}
 }

@@ -2,8 +2,10 @@ package cconst
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -101,4 +103,21 @@ func eval(expr string, known map[string]int64) (int64, error) {
 		sign = 1
 	}
 	return sum, nil
+}
+
+// Drift compares the constants c read from the C side (named source in
+// the messages) with the values want holds for them, and says, in name
+// order, which one the C side lacks or gives another value.
+func Drift(c, want map[string]int64, source string) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		v, ok := c[name]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s: not defined in %s", name, source))
+		case v != want[name]:
+			out = append(out, fmt.Sprintf("%s: %s says %d, the Go side %d", name, source, v, want[name]))
+		}
+	}
+	return out
 }

@@ -30,3 +30,14 @@ enum tag { F };
 		t.Error("an expression it cannot evaluate was accepted")
 	}
 }
+
+func TestDrift(t *testing.T) {
+	got := Drift(map[string]int64{"A": 1, "B": 3}, map[string]int64{"A": 1, "B": 2, "C": 4}, "x.c")
+	want := []string{"B: x.c says 3, the Go side 2", "C: not defined in x.c"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("Drift = %q, want %q", got, want)
+	}
+	if d := Drift(map[string]int64{"A": 1}, map[string]int64{"A": 1}, "x.c"); d != nil {
+		t.Fatalf("no drift reported as %q", d)
+	}
+}
