@@ -1,6 +1,6 @@
 // Command dpu-fabric stands up a local fabric of dpu-agents.
 //
-//	dpu-fabric up --nodes N --topo ring|line|tree|torus2d|smallworld|random-regular --dir DIR
+//	dpu-fabric up --nodes N --topo ring|line|tree|torus2d|smallworld|random-regular|planned --dir DIR
 //	              [--links udp|veth] [--channels K] [--ports K] [--seed S] [--timeout D] [--agent PATH]
 //	dpu-fabric down --dir DIR
 //	dpu-fabric status --dir DIR
@@ -13,6 +13,10 @@
 // running; while it waits it says which nodes still miss routes, and when it
 // fails it stops the agents it started. down stops them and removes nothing
 // else.
+//
+// --topo planned wires the fabric as `dpuctl topo plan --nodes N --ports K
+// --seed S` proposes (the least diameter, then the fewest hops, that the
+// planner finds for N nodes of at most K ports).
 package main
 
 import (
@@ -49,8 +53,9 @@ const usage = `usage:
   dpu-fabric fault --dir DIR link A-B down|up|drop PCT%   (veth fabrics)
   dpu-fabric --version
 
-KIND: line, ring, tree, torus2d, smallworld, random-regular. "dpu-fabric up --help"
-lists up's options.`
+KIND: line, ring, tree, torus2d, smallworld, random-regular, or planned (the
+wiring "dpuctl topo plan --nodes N --ports K --seed S" proposes).
+"dpu-fabric up --help" lists up's options.`
 
 var errUsage = errors.New(usage)
 
@@ -81,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "up":
 		fs.IntVar(&spec.Nodes, "nodes", 4, "number of nodes")
-		fs.StringVar(&spec.Topo, "topo", "ring", "topology: line, ring, tree, torus2d, smallworld, random-regular")
+		fs.StringVar(&spec.Topo, "topo", "ring", "topology: line, ring, tree, torus2d, smallworld, random-regular, planned (dpuctl topo plan's wiring for --nodes and --ports)")
 		fs.StringVar(&spec.Links, "links", "udp", "link kind: udp (loopback, no root) or veth (namespaces + AF_XDP, root)")
 		fs.IntVar(&spec.MaxPorts, "ports", 4, "ports per node for generated topologies")
 		fs.Int64Var(&spec.Seed, "seed", 1, "seed for generated topologies")

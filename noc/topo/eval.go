@@ -5,24 +5,29 @@ import "math/bits"
 // hopEvaluator computes the diameter and total hop count of a graph with a
 // bit-parallel breadth-first search from all nodes at once: row v of the
 // reach matrix holds the set of nodes within d hops of v, and one step ORs
-// every neighbour's row into it. A step costs (N + 2L)·⌈N/64⌉ word
-// operations, so a whole evaluation costs that times the diameter. It
-// allocates only when created.
+// every neighbour's row into it. A step costs at most (N + 2L)·⌈N/64⌉
+// word operations (rows already full are not stepped again), so a whole
+// evaluation costs at most that times the diameter; work counts them. It
+// allocates only while its scratch lists grow.
 type hopEvaluator struct {
 	n, words  int
 	cur, next []uint64
 	full      int64 // n·n: every ordered pair (including v to itself)
+	// eccentric holds, after evalFar, the nodes at the diameter's
+	// distance from some node; pending, still and done are scratch.
+	eccentric, pending, still, done []int32
+	// farPairs holds, after evalFar, up to maxFarPairs pairs of nodes at
+	// the diameter's distance, each from a different eccentric node.
+	farPairs [][2]int32
+	// work counts the word operations of every evaluation so far.
+	work int64
 }
+
+const maxFarPairs = 64
 
 func newHopEvaluator(n int) *hopEvaluator {
 	w := (n + 63) / 64
 	return &hopEvaluator{n: n, words: w, cur: make([]uint64, n*w), next: make([]uint64, n*w), full: int64(n) * int64(n)}
-}
-
-// cost estimates the word operations of one evaluation of a graph with m
-// edges and diameter d.
-func (e *hopEvaluator) cost(m, d int) int64 {
-	return int64(e.n+2*m) * int64(e.words) * int64(d+1)
 }
 
 // eval returns the diameter and the sum of hop counts over ordered pairs of
@@ -34,42 +39,89 @@ func (e *hopEvaluator) eval(adj adjacency, limit int) (diam int, sum int64, ok b
 }
 
 // evalFar is eval that also returns far, the number of ordered pairs at
-// the diameter's distance.
+// the diameter's distance, and leaves in e.eccentric the nodes whose
+// eccentricity is the diameter. A row that is full (its node reaches
+// every node) is not stepped again.
 func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int64, ok bool) {
 	w := e.words
 	clear(e.cur)
+	pending := e.pending[:0]
 	for v := 0; v < e.n; v++ {
 		e.cur[v*w+v/64] = 1 << (v % 64)
+		pending = append(pending, int32(v))
 	}
+	e.eccentric = e.eccentric[:0]
 	reached := int64(e.n)
 	if reached == e.full {
+		e.pending = pending
 		return 0, 0, 0, true
 	}
+	var fullRows int64
 	for d := 1; d <= limit; d++ {
-		var count int64
-		for v := 0; v < e.n; v++ {
-			row := e.next[v*w : v*w+w]
-			copy(row, e.cur[v*w:v*w+w])
+		count := fullRows * int64(e.n)
+		still := e.still[:0]
+		done := e.done[:0]
+		for _, v := range pending {
+			row := e.next[int(v)*w : int(v)*w+w]
+			copy(row, e.cur[int(v)*w:int(v)*w+w])
+			e.work += int64(1+len(adj[v])) * int64(w)
 			for _, u := range adj[v] {
 				src := e.cur[int(u)*w : int(u)*w+w]
 				for i := range row {
 					row[i] |= src[i]
 				}
 			}
+			c := 0
 			for _, x := range row {
-				count += int64(bits.OnesCount64(x))
+				c += bits.OnesCount64(x)
+			}
+			count += int64(c)
+			if c < e.n {
+				still = append(still, v)
+			} else {
+				done = append(done, v)
 			}
 		}
 		if count == reached {
+			e.pending, e.still, e.done = pending, still, done
 			return 0, 0, 0, false // no progress: disconnected
 		}
 		sum += int64(d) * (count - reached)
 		far := count - reached
 		reached = count
-		e.cur, e.next = e.next, e.cur
 		if reached == e.full {
+			// cur still holds the rows of the step before: the far
+			// partners of the eccentric nodes are their zero bits
+			e.eccentric = append(e.eccentric, done...)
+			e.farPairs = e.farPairs[:0]
+			for i := 0; i < len(done) && len(e.farPairs) < maxFarPairs; i++ {
+				v := done[(i*7919)%len(done)]
+				row := e.cur[int(v)*w : int(v)*w+w]
+				for jj := range row {
+					j := (jj + i) % w
+					x := ^row[j]
+					if j == w-1 && e.n%64 != 0 {
+						x &= 1<<(e.n%64) - 1
+					}
+					if x != 0 {
+						e.farPairs = append(e.farPairs, [2]int32{v, int32(j*64 + bits.TrailingZeros64(x))})
+						break
+					}
+				}
+			}
+			e.cur, e.next = e.next, e.cur
+			e.pending, e.still, e.done = pending, still, done
 			return d, sum, far, true
 		}
+		// rows that filled up this step are full in both buffers from now
+		for _, v := range done {
+			copy(e.cur[int(v)*w:int(v)*w+w], e.next[int(v)*w:int(v)*w+w])
+		}
+		fullRows += int64(len(done))
+		e.cur, e.next = e.next, e.cur
+		pending, e.still = still, pending
+		e.done = done
 	}
+	e.pending = pending
 	return 0, 0, 0, false
 }

@@ -44,13 +44,17 @@ var generators = []struct {
 	{"random-regular", genRandomRegular},
 }
 
+// plannedKind is the kind Generate builds with Plan; it is not in
+// generators, which Plan itself scores.
+const plannedKind = "planned"
+
 // Kinds lists the topology kinds Generate knows, in a fixed order.
 func Kinds() []string {
-	out := make([]string, len(generators))
+	out := make([]string, len(generators), len(generators)+1)
 	for i, g := range generators {
 		out[i] = g.kind
 	}
-	return out
+	return append(out, plannedKind)
 }
 
 // Generate builds a graph of the given kind with n nodes:
@@ -67,10 +71,19 @@ func Kinds() []string {
 //     so the graph is always connected.
 //   - random-regular: a seeded, connected graph where every node uses
 //     exactly Ports ports (needs Ports < n and n*Ports even).
+//   - planned: the wiring Plan proposes for n nodes with Ports ports
+//     (default 4) and the seed; slow for large n (see Plan).
 //
 // Impossible parameters return an error wrapping ErrImpossible; an unknown
 // kind wraps ErrUnknownKind.
 func Generate(kind string, n int, opts Options) (*Graph, error) {
+	if kind == plannedKind {
+		p, err := Plan(n, ports(opts, 4), opts.Seed)
+		if err != nil {
+			return nil, fmt.Errorf("%s of %d nodes: %w", kind, n, err)
+		}
+		return fromEdges(kind, n, p.Graph.edges())
+	}
 	for _, g := range generators {
 		if g.kind != kind {
 			continue
@@ -345,9 +358,15 @@ type edgeSwap struct {
 // swapped (shared node, or a new edge that already exists).
 func swapEdges(adj adjacency, edges [][2]int32, rng *rand.Rand) (s edgeSwap, ok bool) {
 	i, j := rng.IntN(len(edges)), rng.IntN(len(edges))
+	return swapEdgesAt(adj, edges, i, j, rng.IntN(2) == 1)
+}
+
+// swapEdgesAt swaps edges i and j (a-b, c-d → a-c, b-d, or a-d, b-c when
+// flip is set) when that keeps the graph simple.
+func swapEdgesAt(adj adjacency, edges [][2]int32, i, j int, flip bool) (s edgeSwap, ok bool) {
 	a, b := edges[i][0], edges[i][1]
 	c, d := edges[j][0], edges[j][1]
-	if rng.IntN(2) == 1 {
+	if flip {
 		c, d = d, c
 	}
 	if i == j || a == c || a == d || b == c || b == d || adj.has(a, c) || adj.has(b, d) {

@@ -5,21 +5,31 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"text/tabwriter"
 )
 
 // MaxPlanNodes is the largest fabric Plan designs.
 const MaxPlanNodes = 4096
 
-// The local search's budget, in word operations of the hop evaluator
-// (see hopEvaluator.cost). It is a count, not a time, so a plan is the
-// same on every machine; 64 nodes with 4 ports take well under 100 ms.
+// The search's budgets. They are counts, not times, so a plan is the same
+// on every machine: the lift search's in adjacency entries scanned
+// (liftWorkPerNode per node of the plan), the swap search's in word
+// operations of the hop evaluator (see hopEvaluator.cost). 1,024 nodes
+// take some 1.5·10⁹ entries and 3·10⁹ word operations.
+// farTemp is the swap search's starting temperature, in pairs, while the
+// diameter is above the target.
+var farTemp = 1.0
+
 const (
-	planWork     = 24_000_000
-	planRestarts = 4
-	attemptCost  = 64 // charged for a drawn swap that cannot be made
-	annealTemp   = 2.0
-	farWeight    = 0.25
+	liftWorkPerNode  = 1_500_000
+	planWorkPerNode  = 3_000_000
+	minPlanWork      = 24_000_000
+	planRestarts     = 4
+	attemptCost      = 64 // charged for a drawn swap that cannot be made
+	annealTemp       = 2.0
+	farWeight        = 0.25
+	eccentricSwapPct = 50 // swaps that move a link of an eccentric node
 )
 
 // Candidate is one topology the planner tried.
@@ -32,13 +42,16 @@ type Candidate struct {
 }
 
 // Proposal is the planner's proposed wiring for N nodes with at most K ports
-// each, with how far it is from the Moore bound.
+// each, with how far it is from the Moore bound and from the largest known
+// graph.
 type Proposal struct {
 	Nodes int   `json:"nodes"`
 	Ports int   `json:"ports"`
 	Seed  int64 `json:"seed"`
-	// Source is where the wiring came from: a generator kind, or
-	// "random-regular+swaps" for a sample improved by local search.
+	// Source is where the wiring came from: a generator kind, a voltage
+	// graph's lift ("lift of a 4-node base over Z32⋊Z8(r=5)", "trimmed
+	// from" when it had more nodes), or "random-regular", each with
+	// "+swaps" when the local search improved it.
 	Source   string  `json:"source"`
 	Graph    *Graph  `json:"-"`
 	Links    []Link  `json:"links"`
@@ -49,26 +62,49 @@ type Proposal struct {
 	MooreDiameter int     `json:"moore_diameter"`
 	MooreAvgHops  float64 `json:"moore_avg_hops"`
 	// DiameterGap is Diameter - MooreDiameter; AvgHopsGap is
-	// (AvgHops - MooreAvgHops) / MooreAvgHops (0.05 = 5% above the bound).
+	// (AvgHops - MooreAvgHops) / MooreAvgHops (0.05 = 5% above the bound)
+	// and AvgHopsOver is AvgHops - MooreAvgHops, in hops.
 	DiameterGap int     `json:"diameter_gap"`
 	AvgHopsGap  float64 `json:"avg_hops_gap"`
-	// Evaluations counts the local search's graph evaluations; Swaps the
-	// link swaps that gave a new best wiring.
-	Evaluations int         `json:"evaluations"`
-	Swaps       int         `json:"swaps"`
-	Candidates  []Candidate `json:"candidates"`
+	AvgHopsOver float64 `json:"avg_hops_over"`
+	// Record is the largest known graph of Ports ports with at least
+	// Nodes nodes (the least such diameter); RecordGap is Diameter -
+	// Record.Diameter. Absent outside the table (see RecordFor).
+	Record    *Record `json:"record,omitempty"`
+	RecordGap int     `json:"record_gap"`
+	// LiftEvaluations counts the voltage-graph search's evaluations,
+	// Evaluations the link-swap search's; Swaps the link swaps that gave
+	// a new best wiring.
+	LiftEvaluations int         `json:"lift_evaluations"`
+	Evaluations     int         `json:"evaluations"`
+	Swaps           int         `json:"swaps"`
+	Candidates      []Candidate `json:"candidates"`
 }
 
 // Plan proposes a wiring for n nodes with at most k ports each that
-// minimises the diameter, then the average hop count. It evaluates every
-// generator kind, then improves random near-regular samples of degree k
-// by degree-preserving link swaps under a fixed work budget: a swap that
-// raises the diameter is refused; otherwise its cost is the change in the
-// total hop count plus a quarter of the change in the number of pairs at
-// the diameter's distance, and a costlier swap is still taken with
-// probability exp(-cost/T) while the temperature T cools to zero
-// (simulated annealing). The best wiring seen wins. The result depends
-// only on (n, k, seed).
+// minimises the diameter, then the average hop count. It aims at the
+// diameter of the largest known graph (RecordFor; the Moore bound's
+// outside the table) and
+//
+//   - evaluates every generator kind;
+//   - searches voltage graphs: random small base multigraphs over cyclic
+//     and metacyclic groups of order n/b (or a little above n, the lift
+//     then trimmed to n nodes with the freed ports rewired), annealing
+//     one voltage at a time; symmetry makes an evaluation b
+//     breadth-first searches instead of n;
+//   - improves the best wiring found (or random near-regular samples when
+//     there is no lift) by degree-preserving link swaps: a swap that
+//     raises the diameter is refused; otherwise its cost is the change in
+//     the total hop count plus a quarter of the change in the number of
+//     pairs at the diameter's distance (while the diameter is above the
+//     target, only the latter), and a costlier swap is still taken with
+//     probability exp(-cost/T) while T cools to zero (simulated
+//     annealing). Half the
+//     swaps aim at a pair of nodes at the diameter's distance: they wire
+//     one of them straight to a node near the other.
+//
+// The best wiring seen wins. Every budget is a count of work, so the
+// result depends only on (n, k, seed).
 func Plan(n, k int, seed int64) (*Proposal, error) {
 	switch {
 	case n < 1 || n > MaxPlanNodes:
@@ -79,13 +115,19 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 	p := &Proposal{Nodes: n, Ports: k, Seed: seed}
 	p.MooreDiameter, _ = MooreDiameter(n, k)
 	p.MooreAvgHops, _ = MooreAvgHops(n, k)
+	target := p.MooreDiameter
+	if r, ok := RecordFor(n, k); ok {
+		p.Record = &r
+		target = r.Diameter
+	}
 
 	var best *Graph
 	bestD, bestAvg := -1, 0.0
 	better := func(d int, avg float64) bool {
 		return best == nil || d < bestD || (d == bestD && avg < bestAvg)
 	}
-	for _, kind := range Kinds() {
+	for _, gen := range generators {
+		kind := gen.kind
 		g, err := Generate(kind, n, Options{Ports: k, Seed: seed})
 		if err != nil {
 			p.Candidates = append(p.Candidates, Candidate{Kind: kind, Diameter: -1, Error: err.Error()})
@@ -109,69 +151,159 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 
 	kk := min(k, n-1)
 	if kk >= 3 && kk < n-1 {
-		edges, d, avg := p.search(n, kk, seed)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5851f42d4c957f2d))
+		ev := newHopEvaluator(n)
+		var start [][2]int32
+		source := "random-regular"
+		if kk <= liftMaxDegree {
+			if lr := searchLifts(n, kk, target, int64(liftWorkPerNode)*int64(n), rng); lr != nil {
+				p.LiftEvaluations = lr.evaluations
+				start, source = trim(lr.order, n, lr.edges, rng), lr.name
+				if lr.order != n {
+					source += fmt.Sprintf(", trimmed from %d nodes", lr.order)
+				}
+				c := Candidate{Kind: source, Diameter: -1}
+				adj := adjacencyOfEdges(n, start)
+				if d, sum, ok := ev.eval(adj, n); ok {
+					c.Diameter, c.AvgHops = d, float64(sum)/float64(int64(n)*int64(n-1))
+				}
+				p.Candidates = append(p.Candidates, c)
+			}
+		}
+		// a random sample starts the swaps when it beats the lift
+		if rr := nearRegular(n, kk, rng); rr != nil {
+			if start == nil || betterStart(ev, n, rr, start) {
+				start, source = rr, "random-regular"
+			}
+		}
+		work := max(int64(planWorkPerNode)*int64(n), minPlanWork)
+		edges, d, avg := p.search(n, kk, target, start, work, ev, rng)
 		if edges != nil && better(d, avg) {
 			best, _ = fromEdges("planned", n, edges)
-			bestD, bestAvg, p.Source = d, avg, "random-regular+swaps"
+			bestD, bestAvg, p.Source = d, avg, source
+			if p.Swaps > 0 {
+				p.Source += "+swaps"
+			}
 		}
 	}
 	p.Graph = best
 	p.Links = best.Links()
 	p.Diameter, p.AvgHops = bestD, bestAvg
 	p.DiameterGap = p.Diameter - p.MooreDiameter
+	p.AvgHopsOver = p.AvgHops - p.MooreAvgHops
 	if p.MooreAvgHops > 0 {
-		p.AvgHopsGap = (p.AvgHops - p.MooreAvgHops) / p.MooreAvgHops
+		p.AvgHopsGap = p.AvgHopsOver / p.MooreAvgHops
+	}
+	if p.Record != nil {
+		p.RecordGap = p.Diameter - p.Record.Diameter
 	}
 	return p, nil
 }
 
-// search runs planRestarts local searches from random near-regular
-// samples of degree k and returns the best graph's edges, diameter and
-// average hops.
-func (p *Proposal) search(n, k int, seed int64) (best [][2]int32, bestD int, bestAvg float64) {
-	rng := rand.New(rand.NewPCG(uint64(seed), 0x5851f42d4c957f2d))
-	ev := newHopEvaluator(n)
+// betterStart reports whether edges a make a better wiring of n nodes than
+// edges b: connected, then a smaller diameter, then fewer hops.
+func betterStart(ev *hopEvaluator, n int, a, b [][2]int32) bool {
+	da, sa, oka := ev.eval(adjacencyOfEdges(n, a), n)
+	db, sb, okb := ev.eval(adjacencyOfEdges(n, b), n)
+	return oka && (!okb || da < db || da == db && sa < sb)
+}
+
+// adjacencyOfEdges is the adjacency of n nodes with the given edges.
+func adjacencyOfEdges(n int, edges [][2]int32) adjacency {
+	adj := make(adjacency, n)
+	for _, e := range edges {
+		adj.add(e[0], e[1])
+	}
+	return adj
+}
+
+// search improves start (or, when it is nil, planRestarts random
+// near-regular samples of degree k, the budget split between them) by
+// link swaps under work word operations, and returns the best graph's
+// edges, diameter and average hops.
+func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, ev *hopEvaluator, rng *rand.Rand) (best [][2]int32, bestD int, bestAvg float64) {
 	lbSum, _ := mooreHopSum(n, k)
 	lbSum *= int64(n)
-	var bestSum int64
-	for r := 0; r < planRestarts; r++ {
-		edges := nearRegular(n, k, rng)
-		adj := make(adjacency, n)
-		for _, e := range edges {
-			adj.add(e[0], e[1])
+	var bestSum, bestFar int64
+	var saved [][2]int32
+	ball := newBall(n)
+	restarts := planRestarts
+	if start != nil {
+		restarts = 1
+	}
+	for r := 0; r < restarts; r++ {
+		edges := start
+		if edges == nil {
+			edges = nearRegular(n, k, rng)
+		} else {
+			edges = slices.Clone(edges)
 		}
-		d, sum, far, ok := ev.evalFar(adj, n)
-		if !ok {
+		if edges == nil {
 			continue
 		}
-		budget := int64(planWork / planRestarts)
-		spent := ev.cost(len(edges), d)
-		if best == nil || d < bestD || (d == bestD && sum < bestSum) {
-			best, bestD, bestSum = append(best[:0], edges...), d, sum
+		adj := adjacencyOfEdges(n, edges)
+		work0 := ev.work
+		d, sum, far, ok := ev.evalFar(adj, n)
+		if !ok {
+			if start != nil { // a trimmed lift that fell apart
+				start, restarts, r = nil, planRestarts, -1
+			}
+			continue
+		}
+		budget := work / int64(restarts)
+		spent, fails := int64(0), int64(0)
+		// above the target the fewest pairs at the diameter's distance
+		// make the best wiring, at or below it the fewest hops
+		improves := func(d int, sum, far int64) bool {
+			switch {
+			case best == nil || d != bestD:
+				return best == nil || d < bestD
+			case d > target && far != bestFar:
+				return far < bestFar
+			}
+			return sum < bestSum
+		}
+		if improves(d, sum, far) {
+			best, bestD, bestSum, bestFar = append(best[:0], edges...), d, sum, far
 		}
 		for spent < budget && !(bestD == p.MooreDiameter && bestSum == lbSum) {
-			s, ok := swapEdges(adj, edges, rng)
+			var s edgeSwap
+			if fp := ev.farPairs; len(fp) > 0 && rng.IntN(100) < eccentricSwapPct {
+				s, ok = ball.shortcut(adj, edges, fp[rng.IntN(len(fp))], max(target-2, 0), rng)
+			} else {
+				s, ok = swapEdges(adj, edges, rng)
+			}
 			if !ok {
-				spent += attemptCost
+				fails++
+				spent = ev.work - work0 + fails*attemptCost
 				continue
 			}
+			saved = append(saved[:0], ev.farPairs...)
 			nd, nsum, nfar, ok := ev.evalFar(adj, d)
-			spent += ev.cost(len(edges), d)
 			p.Evaluations++
 			// Annealing on the hop sum: a worse sum (same or better
 			// diameter) is taken with probability exp(-Δ/T), T cooling
 			// linearly to zero over the budget.
-			temp := annealTemp * float64(budget-spent) / float64(budget)
+			cool := float64(budget-spent) / float64(budget)
+			temp := annealTemp * cool
 			delta := float64(nsum-sum) + farWeight*float64(nfar-far)
+			if d > target {
+				// above the target only the pairs at the diameter's
+				// distance count (the hop sum breaks ties)
+				temp = farTemp * cool
+				delta = float64(nfar-far) + float64(nsum-sum)/float64(int64(n)*int64(n))
+			}
 			if ok && (nd < d || delta <= 0 || rng.Float64() < math.Exp(-delta/temp)) {
 				d, sum, far = nd, nsum, nfar
-				if d < bestD || (d == bestD && sum < bestSum) {
+				if improves(d, sum, far) {
 					p.Swaps++
-					best, bestD, bestSum = append(best[:0], edges...), d, sum
+					best, bestD, bestSum, bestFar = append(best[:0], edges...), d, sum, far
 				}
 			} else {
 				s.undo(adj, edges)
+				ev.farPairs = append(ev.farPairs[:0], saved...)
 			}
+			spent = ev.work - work0 + fails*attemptCost
 		}
 	}
 	if best == nil {
@@ -221,8 +353,12 @@ func (p *Proposal) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "plan\t%d nodes, %d ports per node, seed %d\n", p.Nodes, p.Ports, p.Seed)
 	fmt.Fprintf(tw, "wiring\t%s, %d links\n", p.Source, len(p.Links))
 	fmt.Fprintf(tw, "diameter\t%d\t(Moore bound %d, gap %d)\n", p.Diameter, p.MooreDiameter, p.DiameterGap)
-	fmt.Fprintf(tw, "average hops\t%.3f\t(Moore bound %.3f, gap %+.1f%%)\n", p.AvgHops, p.MooreAvgHops, 100*p.AvgHopsGap)
-	fmt.Fprintf(tw, "search\t%d evaluations, %d swaps to a new best\n", p.Evaluations, p.Swaps)
+	fmt.Fprintf(tw, "average hops\t%.3f\t(Moore bound %.3f, gap %+.3f, %+.1f%%)\n", p.AvgHops, p.MooreAvgHops, p.AvgHopsOver, 100*p.AvgHopsGap)
+	if p.Record != nil {
+		fmt.Fprintf(tw, "record\t%d\t(largest known graph of %d ports and diameter %d: %d nodes; gap %d)\n",
+			p.Record.Diameter, p.Record.Ports, p.Record.Diameter, p.Record.Nodes, p.RecordGap)
+	}
+	fmt.Fprintf(tw, "search\t%d lift evaluations, %d swap evaluations, %d swaps to a new best\n", p.LiftEvaluations, p.Evaluations, p.Swaps)
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("plan text: %w", err)
 	}
@@ -247,4 +383,62 @@ func (p *Proposal) WriteText(w io.Writer) error {
 		return fmt.Errorf("plan text: %w", err)
 	}
 	return nil
+}
+
+// ball is scratch for a breadth-first search to a bounded depth.
+type ball struct {
+	seen  []uint32
+	stamp uint32
+	queue []int32
+}
+
+func newBall(n int) *ball { return &ball{seen: make([]uint32, n), queue: make([]int32, 0, n)} }
+
+// within returns the nodes at most depth hops from v (v first); the slice
+// is reused by the next call.
+func (b *ball) within(adj adjacency, v int32, depth int) []int32 {
+	b.stamp++
+	if b.stamp == 0 {
+		clear(b.seen)
+		b.stamp = 1
+	}
+	q := append(b.queue[:0], v)
+	b.seen[v] = b.stamp
+	for h, d := 0, 0; h < len(q) && d < depth; d++ {
+		for end := len(q); h < end; h++ {
+			for _, w := range adj[q[h]] {
+				if b.seen[w] != b.stamp {
+					b.seen[w] = b.stamp
+					q = append(q, w)
+				}
+			}
+		}
+	}
+	b.queue = q
+	return q
+}
+
+// shortcut tries the swap that brings a far pair (u, v) close: a link
+// u-u' and a link y-y', y at most depth hops from v, become u-y and u'-y'
+// (ends taken in random order and at random).
+func (b *ball) shortcut(adj adjacency, edges [][2]int32, far [2]int32, depth int, rng *rand.Rand) (edgeSwap, bool) {
+	u, v := far[0], far[1]
+	if rng.IntN(2) == 1 {
+		u, v = v, u
+	}
+	near := b.within(adj, v, rng.IntN(depth+1))
+	y := near[rng.IntN(len(near))]
+	if y == u || adj.has(u, y) || len(adj[u]) == 0 || len(adj[y]) == 0 {
+		return edgeSwap{}, false
+	}
+	u2 := adj[u][rng.IntN(len(adj[u]))]
+	y2 := adj[y][rng.IntN(len(adj[y]))]
+	i := slices.Index(edges, [2]int32{min(u, u2), max(u, u2)})
+	j := slices.Index(edges, [2]int32{min(y, y2), max(y, y2)})
+	if i < 0 || j < 0 {
+		return edgeSwap{}, false
+	}
+	// swapEdgesAt joins edges[i][0] to edges[j][0] (edges[j][1] with flip)
+	flip := (edges[i][0] == u) != (edges[j][0] == y)
+	return swapEdgesAt(adj, edges, i, j, flip)
 }

@@ -96,6 +96,9 @@ func TestGeneratorsKnownDiameters(t *testing.T) {
 
 func TestGeneratorsAllKindsSizes(t *testing.T) {
 	for _, kind := range Kinds() {
+		if kind == plannedKind {
+			continue // TestGeneratePlanned: plans of 300 nodes take seconds
+		}
 		for _, n := range []int{9, 16, 64, 100, 300} {
 			for _, k := range []int{4, 6} {
 				g, err := Generate(kind, n, Options{Ports: k, Seed: int64(n)})
@@ -402,7 +405,7 @@ func TestHopEvaluatorMatchesBFS(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	p, err := Plan(64, 4, 1)
+	p, err := Plan(32, 4, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,31 +414,54 @@ func TestPlan(t *testing.T) {
 	if !m.Connected || m.Diameter != p.Diameter || math.Abs(m.AvgHops-p.AvgHops) > 1e-9 {
 		t.Fatalf("plan says D=%d avg=%v, graph has %+v", p.Diameter, p.AvgHops, m)
 	}
-	if p.MooreDiameter != 4 || p.Diameter < p.MooreDiameter || p.AvgHops < p.MooreAvgHops ||
-		p.DiameterGap != p.Diameter-p.MooreDiameter || p.AvgHopsGap < 0 {
+	if p.MooreDiameter != 3 || p.Diameter < p.MooreDiameter || p.AvgHops < p.MooreAvgHops ||
+		p.DiameterGap != p.Diameter-p.MooreDiameter || p.AvgHopsGap < 0 ||
+		math.Abs(p.AvgHopsOver-(p.AvgHops-p.MooreAvgHops)) > 1e-12 {
 		t.Fatalf("bounds: %+v", p)
+	}
+	// the largest known graph of degree 4 and diameter 3 has 41 nodes
+	if p.Record == nil || *p.Record != (Record{Ports: 4, Diameter: 3, Nodes: 41}) || p.RecordGap != p.Diameter-3 {
+		t.Fatalf("record %+v gap %d", p.Record, p.RecordGap)
 	}
 	for _, c := range p.Candidates {
 		if c.Error == "" && (c.Diameter < p.Diameter || c.Diameter == p.Diameter && c.AvgHops < p.AvgHops) {
 			t.Fatalf("candidate %+v beats the plan (D=%d avg=%v)", c, p.Diameter, p.AvgHops)
 		}
 	}
-	if len(p.Candidates) != len(Kinds()) || !slices.Equal(p.Links, p.Graph.Links()) {
+	// every generator but planned, and the lift
+	if len(p.Candidates) != len(generators)+1 || !slices.Equal(p.Links, p.Graph.Links()) {
 		t.Fatalf("candidates %d, links %d", len(p.Candidates), len(p.Links))
 	}
-	// the search must beat a plain random 4-regular sample's diameter (5)
-	rr, _ := Generate("random-regular", 64, Options{Ports: 4, Seed: 1})
-	if rm := rr.Metrics(); p.Diameter >= rm.Diameter && p.AvgHops >= rm.AvgHops {
+	// the search must beat a plain random 4-regular sample's diameter (4)
+	rr, _ := Generate("random-regular", 32, Options{Ports: 4, Seed: 1})
+	if rm := rr.Metrics(); p.Diameter >= rm.Diameter {
 		t.Fatalf("plan D=%d avg=%v no better than a random regular graph %+v", p.Diameter, p.AvgHops, rm)
 	}
 
-	again, _ := Plan(64, 4, 1)
-	if !slices.Equal(p.Links, again.Links) || p.Evaluations != again.Evaluations {
+	again, _ := Plan(32, 4, 1)
+	if !slices.Equal(p.Links, again.Links) || p.Evaluations != again.Evaluations || p.LiftEvaluations != again.LiftEvaluations {
 		t.Fatal("same seed, different plans")
 	}
-	other, _ := Plan(64, 4, 2)
+	other, _ := Plan(32, 4, 2)
 	if slices.Equal(p.Links, other.Links) {
 		t.Fatal("different seeds, same plan")
+	}
+}
+
+func TestGeneratePlanned(t *testing.T) {
+	g, err := Generate("planned", 20, Options{Ports: 3, Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Plan(20, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Kind() != "planned" || !slices.Equal(g.Links(), p.Links) {
+		t.Fatalf("planned kind %s wired %v, plan %v", g.Kind(), g.Links(), p.Links)
+	}
+	if _, err := Generate("planned", 3, Options{Ports: 1}); !errors.Is(err, ErrImpossible) {
+		t.Fatalf("3 nodes of 1 port: %v", err)
 	}
 }
 

@@ -1,0 +1,581 @@
+package topo
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// group is the metacyclic group Z_p ⋊_r Z_q: elements (a, c) with a in
+// Z_p and c in Z_q, numbered a·q + c, multiplied as
+// (a, c)·(a', c') = (a + r^c·a' mod p, c + c' mod q). It needs
+// gcd(r, p) = 1 and r^q ≡ 1 (mod p). q = 1 is the cyclic group Z_p and
+// r = 1 the direct product Z_p × Z_q; the identity is element 0.
+type group struct {
+	p, q, r int
+	rpow    []int // r^c mod p for c in 0..q-1
+	invols  []int32
+}
+
+func newGroup(p, q, r int) *group {
+	g := &group{p: p, q: q, r: r, rpow: make([]int, q)}
+	x := 1 % p
+	for c := range g.rpow {
+		g.rpow[c] = x
+		x = x * r % p
+	}
+	for e := int32(1); e < int32(g.order()); e++ {
+		if g.mul(e, e) == 0 {
+			g.invols = append(g.invols, e)
+		}
+	}
+	return g
+}
+
+func (g *group) order() int { return g.p * g.q }
+
+func (g *group) mul(x, y int32) int32 {
+	a, c := int(x)/g.q, int(x)%g.q
+	a2, c2 := int(y)/g.q, int(y)%g.q
+	return int32((a+g.rpow[c]*a2)%g.p*g.q + (c+c2)%g.q)
+}
+
+func (g *group) inv(x int32) int32 {
+	a, c := int(x)/g.q, int(x)%g.q
+	ci := (g.q - c) % g.q
+	return int32((g.p-g.rpow[ci]*a%g.p)%g.p*g.q + ci)
+}
+
+func (g *group) String() string {
+	switch {
+	case g.q == 1:
+		return fmt.Sprintf("Z%d", g.p)
+	case g.r == 1:
+		return fmt.Sprintf("Z%d×Z%d", g.p, g.q)
+	}
+	return fmt.Sprintf("Z%d⋊Z%d(r=%d)", g.p, g.q, g.r)
+}
+
+// metacyclicGroups lists every (q, r) that makes Z_{m/q} ⋊_r Z_q a group
+// of order m, as [2]int{q, r}, in a fixed order.
+func metacyclicGroups(m int) [][2]int {
+	var out [][2]int
+	for q := 1; q <= m; q++ {
+		if m%q != 0 {
+			continue
+		}
+		p := m / q
+		if p == 1 && q > 1 {
+			continue // Z_1 ⋊ Z_q is Z_q, listed as q = 1
+		}
+		for r := 1; r < max(p, 2); r++ {
+			if gcd(r, p) != 1 {
+				continue
+			}
+			x := 1 % p
+			for range q {
+				x = x * r % p
+			}
+			if x == 1%p {
+				out = append(out, [2]int{q, r})
+			}
+		}
+	}
+	return out
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// A voltage graph: a small base multigraph whose edges carry elements of a
+// group G (their voltages). Its lift has a node (i, x) for every base node
+// i and element x; a base edge i→j with voltage g joins (i, x) to (j, x·g)
+// for every x. A loop at i (j = i) gives each (i, x) two links, to x·g and
+// x·g⁻¹; a semi-edge at i with an involution g gives one, to x·g. Left
+// multiplication by any h maps the lift onto itself, so the hop counts
+// from (i, e) for the b base nodes give every pair's: an evaluation is b
+// breadth-first searches, not N. Cayley graphs are the lifts of a single
+// base node; most large graphs of the degree–diameter table are lifts of
+// small bases over cyclic or metacyclic groups.
+
+// baseEdge is a base edge u→v with its voltage; su and sv are the ports of
+// its darts at u and at v (a loop has both at u; a semi-edge only su).
+type baseEdge struct {
+	u, v   int32
+	semi   bool
+	volt   int32
+	su, sv int
+}
+
+// lift is a voltage graph over a group with b base nodes of degree k, and
+// its lift's adjacency (node i·m + x, ports 0..k-1, -1 for no link).
+type lift struct {
+	g       *group
+	b, m, k int
+	n       int
+	edges   []baseEdge
+	live    int // edges[:live] have voltages (all, once drawn)
+	adj     []int32
+	// breadth-first search scratch
+	seen  []uint32
+	stamp uint32
+	queue []int32
+}
+
+// randomLift draws a connected base multigraph on b nodes where every node
+// has k darts, with random valid voltages; nil when the draw fails (a
+// degree sum that needs a semi-edge the group cannot give, or no simple
+// lift found).
+func randomLift(g *group, b, k int, rng *rand.Rand) *lift {
+	m := g.order()
+	l := &lift{g: g, b: b, m: m, k: k, n: b * m}
+	free := make([]int, b)
+	for i := range free {
+		free[i] = k
+	}
+	add := func(u, v int32, semi bool) {
+		e := baseEdge{u: u, v: v, semi: semi, su: k - free[u]}
+		free[u]--
+		if !semi {
+			e.sv = k - free[v]
+			free[v]--
+		}
+		l.edges = append(l.edges, e)
+	}
+	for i := 1; i < b; i++ { // a random spanning tree keeps the base connected
+		for {
+			p := rng.IntN(i)
+			if free[p] > 0 {
+				add(int32(p), int32(i), false)
+				break
+			}
+		}
+	}
+	if len(g.invols) > 0 {
+		for i := range free {
+			if free[i] > 0 && (k%2 == 1 || b > 1) && rng.IntN(2) == 0 {
+				add(int32(i), int32(i), true)
+			}
+		}
+	}
+	var stubs []int32
+	for i, f := range free {
+		for range f {
+			stubs = append(stubs, int32(i))
+		}
+	}
+	rng.Shuffle(len(stubs), func(i, j int) { stubs[i], stubs[j] = stubs[j], stubs[i] })
+	for len(stubs) >= 2 {
+		u, v := stubs[0], stubs[1]
+		if u == v && m < 3 {
+			return nil
+		}
+		add(min(u, v), max(u, v), false)
+		stubs = stubs[2:]
+	}
+	if len(stubs) == 1 {
+		if len(g.invols) == 0 {
+			return nil
+		}
+		add(stubs[0], stubs[0], true)
+	}
+	l.adj = make([]int32, l.n*k)
+	for i := range l.adj {
+		l.adj[i] = -1
+	}
+	for i := range l.edges {
+		l.live = i + 1
+		ok := false
+		for try := 0; try < 64 && !ok; try++ {
+			l.edges[i].volt = l.drawVolt(i, rng)
+			ok = l.valid(i)
+		}
+		if !ok {
+			return nil
+		}
+		l.place(i)
+	}
+	l.seen = make([]uint32, l.n)
+	l.queue = make([]int32, 0, l.n)
+	return l
+}
+
+// drawVolt draws a voltage edge i may carry: an involution for a
+// semi-edge, anything but the identity for a loop.
+func (l *lift) drawVolt(i int, rng *rand.Rand) int32 {
+	e := &l.edges[i]
+	switch {
+	case e.semi:
+		return l.g.invols[rng.IntN(len(l.g.invols))]
+	case e.u == e.v:
+		return int32(1 + rng.IntN(l.m-1))
+	}
+	return int32(rng.IntN(l.m))
+}
+
+// valid reports whether edge i's voltage keeps the lift simple at both
+// its ends: no two darts of a base node reach the same node with the same
+// voltage, and no dart of a loop carries the identity.
+func (l *lift) valid(i int) bool {
+	e := l.edges[i]
+	return l.simpleAt(e.u) && (e.u == e.v || l.simpleAt(e.v))
+}
+
+func (l *lift) simpleAt(u int32) bool {
+	var darts [16][2]int32
+	d := darts[:0]
+	for _, e := range l.edges[:l.live] {
+		if e.u == u {
+			d = append(d, [2]int32{e.v, e.volt})
+			if e.v == u && !e.semi {
+				d = append(d, [2]int32{u, l.g.inv(e.volt)})
+			}
+		} else if e.v == u {
+			d = append(d, [2]int32{e.u, l.g.inv(e.volt)})
+		}
+	}
+	for i, x := range d {
+		if x[0] == u && x[1] == 0 {
+			return false
+		}
+		for _, y := range d[:i] {
+			if x == y {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// place writes edge i's links into the lift's adjacency.
+func (l *lift) place(i int) {
+	e := l.edges[i]
+	m, k, g := l.m, l.k, l.g
+	inv := g.inv(e.volt)
+	u, v := int(e.u)*m, int(e.v)*m
+	for x := int32(0); x < int32(m); x++ {
+		l.adj[(u+int(x))*k+e.su] = int32(v) + g.mul(x, e.volt)
+		if !e.semi {
+			l.adj[(v+int(x))*k+e.sv] = int32(u) + g.mul(x, inv)
+		}
+	}
+}
+
+// eval returns the lift's diameter, the hop sum from the b base sources
+// (i, e) to every node (a pair-average is sum/(b·(n-1))), and the excess:
+// the sum over the same pairs of how far each lies beyond target hops.
+// ok is false when the lift is disconnected.
+func (l *lift) eval(target int) (diam int, sum, excess int64, ok bool) {
+	for i := 0; i < l.b; i++ {
+		l.stamp++
+		if l.stamp == 0 {
+			clear(l.seen)
+			l.stamp = 1
+		}
+		src := int32(i * l.m)
+		q := append(l.queue[:0], src)
+		l.seen[src] = l.stamp
+		d := 0
+		for h := 0; h < len(q); d++ {
+			end := len(q)
+			if d > target {
+				excess += int64(d-target) * int64(end-h)
+			}
+			sum += int64(d) * int64(end-h)
+			for ; h < end; h++ {
+				row := l.adj[int(q[h])*l.k : int(q[h])*l.k+l.k]
+				for _, w := range row {
+					if w >= 0 && l.seen[w] != l.stamp {
+						l.seen[w] = l.stamp
+						q = append(q, w)
+					}
+				}
+			}
+		}
+		l.queue = q
+		if len(q) != l.n {
+			return 0, 0, 0, false
+		}
+		diam = max(diam, d-1)
+	}
+	return diam, sum, excess, true
+}
+
+// edgeList returns the lift's links as node pairs (a < b), sorted.
+func (l *lift) edgeList() [][2]int32 {
+	var out [][2]int32
+	for v := 0; v < l.n; v++ {
+		for _, w := range l.adj[v*l.k : v*l.k+l.k] {
+			if w > int32(v) {
+				out = append(out, [2]int32{int32(v), w})
+			}
+		}
+	}
+	sortEdges(out)
+	return out
+}
+
+func (l *lift) String() string {
+	return fmt.Sprintf("lift of a %d-node base over %v", l.b, l.g)
+}
+
+// Weights of the lift search's cost, sum + liftExcessWeight·excess, and
+// its starting temperature per base source.
+var (
+	liftExcessWeight = 30.0
+	liftTemp         = 1.5
+	liftMaxBase      = 16
+	liftItersDiv     = int64(200)
+)
+
+const liftMaxDegree = 32
+
+// liftConfig is an order, a base size and a group the lift search can try.
+type liftConfig struct {
+	order, b int
+	q, r     int
+}
+
+// liftConfigs lists the (order, base, group) choices for a plan of n
+// nodes: exact orders b·m = n first, then orders up to n/16 above n
+// (their lifts are trimmed to n), with 1 <= b <= liftMaxBase and m >= 5.
+func liftConfigs(n, k int) (exact, over []liftConfig) {
+	for order := n; order <= n+max(n/16, 2); order++ {
+		for b := 1; b <= liftMaxBase && b <= order; b++ {
+			if order%b != 0 || order/b < 5 {
+				continue
+			}
+			m := order / b
+			for _, qr := range metacyclicGroups(m) {
+				if m%2 == 1 && b*k%2 == 1 {
+					continue // odd degree sum and no involution
+				}
+				c := liftConfig{order: order, b: b, q: qr[0], r: qr[1]}
+				if order == n {
+					exact = append(exact, c)
+				} else {
+					over = append(over, c)
+				}
+			}
+		}
+	}
+	return exact, over
+}
+
+// liftResult is the best lift the search found.
+type liftResult struct {
+	edges       [][2]int32 // on result.order nodes
+	order       int
+	diam        int
+	sum         int64 // from the base sources
+	excess      int64 // hops beyond the target, over all ordered pairs
+	b           int
+	name        string
+	evaluations int
+}
+
+// searchLifts anneals the voltages of random voltage graphs with n nodes
+// (or a few more, to be trimmed) and degree k, aiming at diameter target,
+// under a budget of work in adjacency entries scanned. Each restart draws
+// an order, a base size, a metacyclic group and a base multigraph, then
+// changes one voltage at a time: cost = hop sum + liftExcessWeight·excess,
+// with a worse cost taken with probability exp(-Δ/T) as T cools to zero.
+func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
+	exact, over := liftConfigs(n, k)
+	if len(exact)+len(over) == 0 {
+		return nil
+	}
+	var best *liftResult
+	better := func(order, d int, sum, exc int64, b int) bool {
+		switch {
+		case best == nil:
+			return true
+		case d != best.diam:
+			return d < best.diam
+		case (order == n) != (best.order == n):
+			return order == n // an exact order needs no trimming
+		case exc != best.excess:
+			return exc < best.excess
+		}
+		return float64(sum)/float64(b) < float64(best.sum)/float64(best.b)
+	}
+	var spent int64
+	evals := 0
+	groups := map[[2]int]*group{}
+	for spent < work {
+		var c liftConfig
+		if len(exact) > 0 && (len(over) == 0 || rng.IntN(4) != 0) {
+			c = exact[rng.IntN(len(exact))]
+		} else {
+			c = over[rng.IntN(len(over))]
+		}
+		m := c.order / c.b
+		key := [2]int{m*1024 + c.q, c.r}
+		g := groups[key]
+		if g == nil {
+			g = newGroup(m/c.q, c.q, c.r)
+			groups[key] = g
+		}
+		l := randomLift(g, c.b, k, rng)
+		spent += int64(c.order * k)
+		if l == nil {
+			continue
+		}
+		evalCost := int64(c.b) * int64(c.order) * int64(k)
+		iters := int(min(max(work/evalCost/liftItersDiv, 300), 400000))
+		d, sum, exc, ok := l.eval(target)
+		spent += evalCost
+		evals++
+		if !ok {
+			continue
+		}
+		cost := float64(sum) + liftExcessWeight*float64(exc)
+		bestHere := cost
+		var bestVolts []int32
+		bestD, bestSum, bestExc := d, sum, exc
+		save := func() {
+			bestVolts = bestVolts[:0]
+			for _, e := range l.edges {
+				bestVolts = append(bestVolts, e.volt)
+			}
+		}
+		save()
+		t0 := liftTemp * float64(c.b)
+		for it := 0; it < iters && spent < work; it++ {
+			i := rng.IntN(len(l.edges))
+			old := l.edges[i].volt
+			l.edges[i].volt = l.drawVolt(i, rng)
+			spent += int64(m)
+			if l.edges[i].volt == old || !l.valid(i) {
+				l.edges[i].volt = old
+				continue
+			}
+			l.place(i)
+			nd, nsum, nexc, ok := l.eval(target)
+			spent += evalCost
+			evals++
+			ncost := float64(nsum) + liftExcessWeight*float64(nexc)
+			temp := t0 * float64(iters-it) / float64(iters)
+			if ok && (ncost <= cost || rng.Float64() < math.Exp(-(ncost-cost)/temp)) {
+				cost = ncost
+				if nd < bestD || (nd == bestD && ncost < bestHere) {
+					bestHere, bestD, bestSum, bestExc = ncost, nd, nsum, nexc
+					save()
+				}
+			} else {
+				l.edges[i].volt = old
+				l.place(i)
+			}
+		}
+		if better(c.order, bestD, bestSum, bestExc*int64(m), c.b) {
+			for i := range l.edges {
+				l.edges[i].volt = bestVolts[i]
+				l.place(i)
+			}
+			best = &liftResult{edges: l.edgeList(), order: c.order, diam: bestD, sum: bestSum, excess: bestExc * int64(m), b: c.b, name: l.String()}
+		}
+	}
+	if best != nil {
+		best.evaluations = evals
+	}
+	return best
+}
+
+// trim cuts a graph of order nodes down to n: it removes order-n nodes
+// that are pairwise at least three hops apart (so no node loses two
+// links), numbers the rest 0..n-1 in order, and rewires the ports freed
+// around each removed node to each other (those nodes were two hops
+// apart through it), then across removed nodes; a port no pair fits is
+// left free.
+func trim(order, n int, edges [][2]int32, rng *rand.Rand) [][2]int32 {
+	if order == n {
+		return edges
+	}
+	adj := make(adjacency, order)
+	for _, e := range edges {
+		adj.add(e[0], e[1])
+	}
+	removed := make([]bool, order)
+	blocked := make([]bool, order)
+	perm := rng.Perm(order)
+	cut := 0
+	var groups [][]int32
+	for _, v := range perm {
+		if cut == order-n {
+			break
+		}
+		if blocked[v] {
+			continue
+		}
+		removed[v] = true
+		cut++
+		groups = append(groups, slices.Clone(adj[v]))
+		for _, u := range adj[v] {
+			blocked[u] = true
+			for _, w := range adj[u] {
+				blocked[w] = true
+			}
+		}
+	}
+	for i := 0; cut < order-n; i++ { // too dense for spread-out cuts
+		v := perm[i]
+		if !removed[v] {
+			removed[v] = true
+			cut++
+			groups = append(groups, slices.Clone(adj[v]))
+		}
+	}
+	for v := range removed {
+		if removed[v] {
+			for _, u := range slices.Clone(adj[v]) {
+				adj.remove(int32(v), u)
+			}
+		}
+	}
+	var left []int32
+	pair := func(stubs []int32) []int32 {
+		var rest []int32
+		for len(stubs) > 0 {
+			u := stubs[0]
+			stubs = stubs[1:]
+			if removed[u] {
+				continue
+			}
+			j := slices.IndexFunc(stubs, func(w int32) bool { return w != u && !removed[w] && !adj.has(u, w) })
+			if j < 0 {
+				rest = append(rest, u)
+				continue
+			}
+			adj.add(u, stubs[j])
+			stubs = slices.Delete(stubs, j, j+1)
+		}
+		return rest
+	}
+	for _, g := range groups {
+		left = append(left, pair(g)...)
+	}
+	pair(left)
+	renum := make([]int32, order)
+	next := int32(0)
+	for v := range renum {
+		renum[v] = next
+		if !removed[v] {
+			next++
+		}
+	}
+	var out [][2]int32
+	for v := range adj {
+		for _, u := range adj[v] {
+			if int32(v) < u && !removed[v] && !removed[u] {
+				out = append(out, [2]int32{renum[v], renum[u]})
+			}
+		}
+	}
+	sortEdges(out)
+	return out
+}

@@ -1,0 +1,116 @@
+package topo
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+var planTable = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
+
+// TestRecordFor checks the table lookups the planner's targets rest on.
+func TestRecordFor(t *testing.T) {
+	cases := []struct{ n, k, d, order int }{
+		{10, 3, 2, 10}, {11, 3, 3, 20}, {64, 4, 4, 98}, {99, 4, 5, 364}, {1024, 4, 7, 1320},
+		{64, 5, 3, 72}, {1024, 5, 6, 2772}, {1024, 6, 5, 1404}, {50, 7, 2, 50}, {1024, 7, 5, 2756},
+		{57, 8, 2, 57}, {253, 8, 3, 253}, {254, 8, 4, 1100}, {1101, 8, 5, 5060},
+	}
+	for _, c := range cases {
+		r, ok := RecordFor(c.n, c.k)
+		if !ok || r.Diameter != c.d || r.Nodes != c.order || r.Ports != c.k {
+			t.Errorf("RecordFor(%d, %d) = %+v %v, want D=%d with %d nodes", c.n, c.k, r, ok, c.d, c.order)
+		}
+	}
+	for _, c := range [][2]int{{5, 4}, {100, 2}, {100, 11}, {201038923, 10}} {
+		if r, ok := RecordFor(c[0], c[1]); ok {
+			t.Errorf("RecordFor%v = %+v, want none", c, r)
+		}
+	}
+	// every entry lies at or below the Moore bound and grows with D
+	for i, row := range degreeDiameterRecords {
+		for j, order := range row {
+			if k, d := i+3, j+2; order > MooreBound(k, d) || j > 0 && order <= row[j-1] {
+				t.Errorf("record k=%d D=%d: %d nodes (Moore bound %d)", k, d, order, MooreBound(k, d))
+			}
+		}
+	}
+}
+
+// TestPlanReachesRecords checks a few cells whose record diameter a plain
+// random graph misses.
+func TestPlanReachesRecords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plans take seconds")
+	}
+	for _, c := range [][2]int{{64, 4}, {64, 6}, {128, 7}} {
+		n, k := c[0], c[1]
+		p, err := Plan(n, k, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkWiring(t, p.Graph, k)
+		m := p.Graph.Metrics()
+		if !m.Connected || m.Diameter != p.Diameter {
+			t.Fatalf("%d×%d: plan says D=%d, graph has %+v", n, k, p.Diameter, m)
+		}
+		if p.Record == nil || p.RecordGap != 0 || p.Diameter != p.Record.Diameter {
+			t.Errorf("%d×%d: diameter %d, record %+v (source %s)", n, k, p.Diameter, p.Record, p.Source)
+		}
+		if p.LiftEvaluations < 1000 {
+			t.Errorf("%d×%d: only %d lift evaluations", n, k, p.LiftEvaluations)
+		}
+	}
+}
+
+// TestPlanTable prints what the planner reaches over a table of cells
+// (-plan.table all, or -plan.table 64:5,1024:4); it fails when a cell
+// misses its record diameter.
+func TestPlanTable(t *testing.T) {
+	if *planTable == "" {
+		t.Skip("-plan.table not set")
+	}
+	var cells [][2]int
+	if *planTable == "all" {
+		for _, n := range []int{64, 128, 256, 512, 1024} {
+			for k := 4; k <= 8; k++ {
+				cells = append(cells, [2]int{n, k})
+			}
+		}
+	} else {
+		for _, f := range strings.Split(*planTable, ",") {
+			a, b, _ := strings.Cut(f, ":")
+			n, err1 := strconv.Atoi(a)
+			k, err2 := strconv.Atoi(b)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("cell %q: want N:K", f)
+			}
+			cells = append(cells, [2]int{n, k})
+		}
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tports\trecord D\t(nodes)\tMoore D\tplan D\tavg hops\tMoore avg\tover\tlift evals\tswap evals\ttime\tsource\t")
+	for _, c := range cells {
+		n, k := c[0], c[1]
+		start := time.Now()
+		p, err := Plan(n, k, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		rd, rn := -1, 0
+		if p.Record != nil {
+			rd, rn = p.Record.Diameter, p.Record.Nodes
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%+.3f\t%d\t%d\t%.1fs\t%s\t\n", n, k, rd, rn, p.MooreDiameter,
+			p.Diameter, p.AvgHops, p.MooreAvgHops, p.AvgHopsOver, p.LiftEvaluations, p.Evaluations, took.Seconds(), p.Source)
+		tw.Flush()
+		if p.RecordGap != 0 {
+			t.Errorf("%d×%d: diameter %d, record %d", n, k, p.Diameter, rd)
+		}
+	}
+}
