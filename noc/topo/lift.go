@@ -7,19 +7,30 @@ import (
 	"slices"
 )
 
-// group is the metacyclic group Z_p ⋊_r Z_q: elements (a, c) with a in
+// group is a finite group whose elements are numbered 0..order-1, 0 the
+// identity.
+type group interface {
+	order() int
+	mul(x, y int32) int32
+	inv(x int32) int32
+	// involutions lists the elements of order two.
+	involutions() []int32
+	String() string
+}
+
+// metacyclic is the metacyclic group Z_p ⋊_r Z_q: elements (a, c) with a in
 // Z_p and c in Z_q, numbered a·q + c, multiplied as
 // (a, c)·(a', c') = (a + r^c·a' mod p, c + c' mod q). It needs
 // gcd(r, p) = 1 and r^q ≡ 1 (mod p). q = 1 is the cyclic group Z_p and
 // r = 1 the direct product Z_p × Z_q; the identity is element 0.
-type group struct {
+type metacyclic struct {
 	p, q, r int
 	rpow    []int // r^c mod p for c in 0..q-1
 	invols  []int32
 }
 
-func newGroup(p, q, r int) *group {
-	g := &group{p: p, q: q, r: r, rpow: make([]int, q)}
+func newMetacyclic(p, q, r int) *metacyclic {
+	g := &metacyclic{p: p, q: q, r: r, rpow: make([]int, q)}
 	x := 1 % p
 	for c := range g.rpow {
 		g.rpow[c] = x
@@ -33,21 +44,23 @@ func newGroup(p, q, r int) *group {
 	return g
 }
 
-func (g *group) order() int { return g.p * g.q }
+func (g *metacyclic) order() int { return g.p * g.q }
 
-func (g *group) mul(x, y int32) int32 {
+func (g *metacyclic) involutions() []int32 { return g.invols }
+
+func (g *metacyclic) mul(x, y int32) int32 {
 	a, c := int(x)/g.q, int(x)%g.q
 	a2, c2 := int(y)/g.q, int(y)%g.q
 	return int32((a+g.rpow[c]*a2)%g.p*g.q + (c+c2)%g.q)
 }
 
-func (g *group) inv(x int32) int32 {
+func (g *metacyclic) inv(x int32) int32 {
 	a, c := int(x)/g.q, int(x)%g.q
 	ci := (g.q - c) % g.q
 	return int32((g.p-g.rpow[ci]*a%g.p)%g.p*g.q + ci)
 }
 
-func (g *group) String() string {
+func (g *metacyclic) String() string {
 	switch {
 	case g.q == 1:
 		return fmt.Sprintf("Z%d", g.p)
@@ -115,7 +128,7 @@ type baseEdge struct {
 // lift is a voltage graph over a group with b base nodes of degree k, and
 // its lift's adjacency (node i·m + x, ports 0..k-1, -1 for no link).
 type lift struct {
-	g       *group
+	g       group
 	b, m, k int
 	n       int
 	edges   []baseEdge
@@ -131,7 +144,7 @@ type lift struct {
 // has k darts, with random valid voltages; nil when the draw fails (a
 // degree sum that needs a semi-edge the group cannot give, or no simple
 // lift found).
-func randomLift(g *group, b, k int, rng *rand.Rand) *lift {
+func randomLift(g group, b, k int, rng *rand.Rand) *lift {
 	m := g.order()
 	l := &lift{g: g, b: b, m: m, k: k, n: b * m}
 	free := make([]int, b)
@@ -156,7 +169,7 @@ func randomLift(g *group, b, k int, rng *rand.Rand) *lift {
 			}
 		}
 	}
-	if len(g.invols) > 0 {
+	if len(g.involutions()) > 0 {
 		for i := range free {
 			if free[i] > 0 && (k%2 == 1 || b > 1) && rng.IntN(2) == 0 {
 				add(int32(i), int32(i), true)
@@ -179,7 +192,7 @@ func randomLift(g *group, b, k int, rng *rand.Rand) *lift {
 		stubs = stubs[2:]
 	}
 	if len(stubs) == 1 {
-		if len(g.invols) == 0 {
+		if len(g.involutions()) == 0 {
 			return nil
 		}
 		add(stubs[0], stubs[0], true)
@@ -211,7 +224,7 @@ func (l *lift) drawVolt(i int, rng *rand.Rand) int32 {
 	e := &l.edges[i]
 	switch {
 	case e.semi:
-		return l.g.invols[rng.IntN(len(l.g.invols))]
+		return l.g.involutions()[rng.IntN(len(l.g.involutions()))]
 	case e.u == e.v:
 		return int32(1 + rng.IntN(l.m-1))
 	}
@@ -338,13 +351,22 @@ const liftMaxDegree = 32
 // liftConfig is an order, a base size and a group the lift search can try.
 type liftConfig struct {
 	order, b int
-	q, r     int
+	q, r     int         // a metacyclic group Z_(m/q) ⋊_r Z_q
+	linear   *linearSpec // or a linear group
 }
 
 // liftConfigs lists the (order, base, group) choices for a plan of n
-// nodes: exact orders b·m = n first, then orders up to n/16 above n
-// (their lifts are trimmed to n), with 1 <= b <= liftMaxBase and m >= 5.
-func liftConfigs(n, k int) (exact, over []liftConfig) {
+// nodes: metacyclic groups of exact orders b·m = n, and of orders up to
+// n/16 above n (their lifts are trimmed to n), with 1 <= b <= liftMaxBase
+// and m >= 5; and linear groups of orders b·m up to n/8 above n.
+func liftConfigs(n, k int) (exact, over, linear []liftConfig) {
+	for _, lg := range linearGroups {
+		for b := 1; b <= liftMaxBase; b++ {
+			if order := b * lg.order; order >= n && order <= n+n/8 && (lg.order%2 == 0 || b*k%2 == 0) {
+				linear = append(linear, liftConfig{order: order, b: b, linear: lg})
+			}
+		}
+	}
 	for order := n; order <= n+max(n/16, 2); order++ {
 		for b := 1; b <= liftMaxBase && b <= order; b++ {
 			if order%b != 0 || order/b < 5 {
@@ -364,7 +386,22 @@ func liftConfigs(n, k int) (exact, over []liftConfig) {
 			}
 		}
 	}
-	return exact, over
+	return exact, over, linear
+}
+
+// linearGroups are the linear groups the lift search tries besides the
+// metacyclic ones, with their orders.
+var linearGroups = []*linearSpec{
+	{p: 5, projective: true, order: 60}, {p: 5, order: 120},
+	{p: 7, projective: true, order: 168}, {p: 7, order: 336},
+	{p: 11, projective: true, order: 660}, {p: 11, order: 1320},
+	{p: 13, projective: true, order: 1092},
+}
+
+type linearSpec struct {
+	p          int
+	projective bool
+	order      int
 }
 
 // liftResult is the best lift the search found.
@@ -386,8 +423,8 @@ type liftResult struct {
 // changes one voltage at a time: cost = hop sum + liftExcessWeight·excess,
 // with a worse cost taken with probability exp(-Δ/T) as T cools to zero.
 func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
-	exact, over := liftConfigs(n, k)
-	if len(exact)+len(over) == 0 {
+	exact, over, linear := liftConfigs(n, k)
+	if len(exact)+len(over)+len(linear) == 0 {
 		return nil
 	}
 	var best *liftResult
@@ -406,19 +443,33 @@ func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 	}
 	var spent int64
 	evals := 0
-	groups := map[[2]int]*group{}
+	groups := map[[2]int]group{}
 	for spent < work {
+		// half the restarts on an exact order, a quarter on each of the
+		// others (or what there is)
 		var c liftConfig
-		if len(exact) > 0 && (len(over) == 0 || rng.IntN(4) != 0) {
+		switch pick := rng.IntN(4); {
+		case len(exact) > 0 && (pick < 2 || len(over)+len(linear) == 0):
 			c = exact[rng.IntN(len(exact))]
-		} else {
+		case len(linear) > 0 && (pick == 2 || len(over) == 0):
+			c = linear[rng.IntN(len(linear))]
+		case len(over) > 0:
 			c = over[rng.IntN(len(over))]
+		default:
+			c = linear[rng.IntN(len(linear))]
 		}
 		m := c.order / c.b
 		key := [2]int{m*1024 + c.q, c.r}
+		if c.linear != nil {
+			key = [2]int{-c.linear.p, c.order / c.b}
+		}
 		g := groups[key]
 		if g == nil {
-			g = newGroup(m/c.q, c.q, c.r)
+			if c.linear != nil {
+				g = linearGroup(c.linear.p, c.linear.projective)
+			} else {
+				g = newMetacyclic(m/c.q, c.q, c.r)
+			}
 			groups[key] = g
 		}
 		l := randomLift(g, c.b, k, rng)
