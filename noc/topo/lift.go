@@ -29,6 +29,8 @@ type metacyclic struct {
 	invols  []int32
 }
 
+// newMetacyclic builds Z_p ⋊_r Z_q; (q, r) must come from
+// metacyclicGroups(p·q).
 func newMetacyclic(p, q, r int) *metacyclic {
 	g := &metacyclic{p: p, q: q, r: r, rpow: make([]int, q)}
 	x := 1 % p
@@ -337,16 +339,23 @@ func (l *lift) String() string {
 	return fmt.Sprintf("lift of a %d-node base over %v", l.b, l.g)
 }
 
-// Weights of the lift search's cost, sum + liftExcessWeight·excess, and
-// its starting temperature per base source.
-var (
+// The lift search's settings: the weight of the excess in its cost (hop
+// sum + liftExcessWeight·excess); its starting temperature per base
+// source, and the share of it the elites' long runs start from; the
+// largest base and the smallest group (fibre) it tries; the exploration
+// runs' length (the budget over liftItersDiv evaluations' worth); how
+// many of their best runs it continues; and the largest degree it
+// handles.
+const (
 	liftExcessWeight = 30.0
 	liftTemp         = 1.5
+	liftPolishTemp   = 0.3
 	liftMaxBase      = 16
-	liftItersDiv     = int64(200)
+	liftMinFibre     = 5
+	liftItersDiv     = 200
+	liftElites       = 4
+	liftMaxDegree    = 32
 )
-
-const liftMaxDegree = 32
 
 // liftConfig is an order, a base size and a group the lift search can try.
 type liftConfig struct {
@@ -369,7 +378,7 @@ func liftConfigs(n, k int) (exact, over, linear []liftConfig) {
 	}
 	for order := n; order <= n+max(n/16, 2); order++ {
 		for b := 1; b <= liftMaxBase && b <= order; b++ {
-			if order%b != 0 || order/b < 5 {
+			if order%b != 0 || order/b < liftMinFibre {
 				continue
 			}
 			m := order / b
@@ -427,31 +436,85 @@ func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 	if len(exact)+len(over)+len(linear) == 0 {
 		return nil
 	}
-	var best *liftResult
-	better := func(order, d int, sum, exc int64, b int) bool {
+	// a run is one voltage graph and the best voltages its annealing found
+	type run struct {
+		l        *lift
+		order, d int
+		sum, exc int64 // from the base sources
+		cost     float64
+	}
+	// less orders runs: smaller diameter, then an exact order (no
+	// trimming), then fewer hops beyond the target, then fewer hops
+	less := func(a, b *run) bool {
 		switch {
-		case best == nil:
-			return true
-		case d != best.diam:
-			return d < best.diam
-		case (order == n) != (best.order == n):
-			return order == n // an exact order needs no trimming
-		case exc != best.excess:
-			return exc < best.excess
+		case a.d != b.d:
+			return a.d < b.d
+		case (a.order == n) != (b.order == n):
+			return a.order == n
+		case a.exc*int64(a.l.m) != b.exc*int64(b.l.m):
+			return a.exc*int64(a.l.m) < b.exc*int64(b.l.m)
 		}
-		return float64(sum)/float64(b) < float64(best.sum)/float64(best.b)
+		return float64(a.sum)/float64(a.l.b) < float64(b.sum)/float64(b.l.b)
 	}
 	var spent int64
 	evals := 0
+	// anneal changes one voltage at a time for iters steps from
+	// temperature t0 down to zero and leaves r at the best voltages seen.
+	anneal := func(r *run, iters int, t0 float64) {
+		l := r.l
+		evalCost := int64(l.b) * int64(l.n) * int64(l.k)
+		cost := r.cost
+		volts := make([]int32, len(l.edges))
+		for i, e := range l.edges {
+			volts[i] = e.volt
+		}
+		for it := 0; it < iters && spent < work; it++ {
+			i := rng.IntN(len(l.edges))
+			old := l.edges[i].volt
+			l.edges[i].volt = l.drawVolt(i, rng)
+			spent += int64(l.m)
+			if l.edges[i].volt == old || !l.valid(i) {
+				l.edges[i].volt = old
+				continue
+			}
+			l.place(i)
+			nd, nsum, nexc, ok := l.eval(target)
+			spent += evalCost
+			evals++
+			ncost := float64(nsum) + liftExcessWeight*float64(nexc)
+			temp := t0 * float64(iters-it) / float64(iters)
+			if ok && (ncost <= cost || rng.Float64() < math.Exp(-(ncost-cost)/temp)) {
+				cost = ncost
+				if nd < r.d || (nd == r.d && ncost < r.cost) {
+					r.d, r.sum, r.exc, r.cost = nd, nsum, nexc, ncost
+					for j, e := range l.edges {
+						volts[j] = e.volt
+					}
+				}
+			} else {
+				l.edges[i].volt = old
+				l.place(i)
+			}
+		}
+		for i := range l.edges {
+			if l.edges[i].volt != volts[i] {
+				l.edges[i].volt = volts[i]
+				l.place(i)
+			}
+		}
+	}
+	var elites []*run
 	groups := map[[2]int]group{}
-	for spent < work {
-		// half the restarts on an exact order, a quarter on each of the
-		// others (or what there is)
+	// Exploration: short runs from many random voltage graphs, the best
+	// liftElites kept.
+	for spent < work/2 {
+		// five restarts in eight on an exact order, two on a linear
+		// group, one on a larger metacyclic order (or what there is)
 		var c liftConfig
-		switch pick := rng.IntN(4); {
-		case len(exact) > 0 && (pick < 2 || len(over)+len(linear) == 0):
+		switch pick := rng.IntN(8); {
+		case len(exact) > 0 && (pick < 5 || len(over)+len(linear) == 0):
 			c = exact[rng.IntN(len(exact))]
-		case len(linear) > 0 && (pick == 2 || len(over) == 0):
+		case len(linear) > 0 && (pick < 7 || len(over) == 0):
 			c = linear[rng.IntN(len(linear))]
 		case len(over) > 0:
 			c = over[rng.IntN(len(over))]
@@ -478,63 +541,47 @@ func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 			continue
 		}
 		evalCost := int64(c.b) * int64(c.order) * int64(k)
-		iters := int(min(max(work/evalCost/liftItersDiv, 300), 400000))
 		d, sum, exc, ok := l.eval(target)
 		spent += evalCost
 		evals++
 		if !ok {
 			continue
 		}
-		cost := float64(sum) + liftExcessWeight*float64(exc)
-		bestHere := cost
-		var bestVolts []int32
-		bestD, bestSum, bestExc := d, sum, exc
-		save := func() {
-			bestVolts = bestVolts[:0]
-			for _, e := range l.edges {
-				bestVolts = append(bestVolts, e.volt)
-			}
+		r := &run{l: l, order: c.order, d: d, sum: sum, exc: exc, cost: float64(sum) + liftExcessWeight*float64(exc)}
+		anneal(r, int(min(max(work/evalCost/liftItersDiv, 300), 400000)), liftTemp*float64(c.b))
+		at := len(elites)
+		for at > 0 && less(r, elites[at-1]) {
+			at--
 		}
-		save()
-		t0 := liftTemp * float64(c.b)
-		for it := 0; it < iters && spent < work; it++ {
-			i := rng.IntN(len(l.edges))
-			old := l.edges[i].volt
-			l.edges[i].volt = l.drawVolt(i, rng)
-			spent += int64(m)
-			if l.edges[i].volt == old || !l.valid(i) {
-				l.edges[i].volt = old
-				continue
+		if at < liftElites {
+			elites = slices.Insert(elites, at, r)
+			if len(elites) > liftElites {
+				elites = elites[:liftElites]
 			}
-			l.place(i)
-			nd, nsum, nexc, ok := l.eval(target)
-			spent += evalCost
-			evals++
-			ncost := float64(nsum) + liftExcessWeight*float64(nexc)
-			temp := t0 * float64(iters-it) / float64(iters)
-			if ok && (ncost <= cost || rng.Float64() < math.Exp(-(ncost-cost)/temp)) {
-				cost = ncost
-				if nd < bestD || (nd == bestD && ncost < bestHere) {
-					bestHere, bestD, bestSum, bestExc = ncost, nd, nsum, nexc
-					save()
-				}
-			} else {
-				l.edges[i].volt = old
-				l.place(i)
-			}
-		}
-		if better(c.order, bestD, bestSum, bestExc*int64(m), c.b) {
-			for i := range l.edges {
-				l.edges[i].volt = bestVolts[i]
-				l.place(i)
-			}
-			best = &liftResult{edges: l.edgeList(), order: c.order, diam: bestD, sum: bestSum, excess: bestExc * int64(m), b: c.b, name: l.String()}
 		}
 	}
-	if best != nil {
-		best.evaluations = evals
+	// Intensification: the rest of the budget in long, cooler runs from
+	// the elites' best voltages.
+	for i, r := range elites {
+		share := (work - spent) / int64(len(elites)-i)
+		evalCost := int64(r.l.b) * int64(r.l.n) * int64(k)
+		anneal(r, int(share/(evalCost+int64(r.l.m))), liftTemp*liftPolishTemp*float64(r.l.b))
 	}
-	return best
+	slices.SortStableFunc(elites, func(a, b *run) int {
+		switch {
+		case less(a, b):
+			return -1
+		case less(b, a):
+			return 1
+		}
+		return 0
+	})
+	if len(elites) == 0 {
+		return nil
+	}
+	r := elites[0]
+	return &liftResult{edges: r.l.edgeList(), order: r.order, diam: r.d, sum: r.sum, excess: r.exc * int64(r.l.m),
+		b: r.l.b, name: r.l.String(), evaluations: evals}
 }
 
 // trim cuts a graph of order nodes down to n: it removes order-n nodes

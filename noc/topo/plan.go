@@ -15,21 +15,21 @@ const MaxPlanNodes = 4096
 // The search's budgets. They are counts, not times, so a plan is the same
 // on every machine: the lift search's in adjacency entries scanned
 // (liftWorkPerNode per node of the plan), the swap search's in word
-// operations of the hop evaluator (see hopEvaluator.cost). 1,024 nodes
-// take some 1.5·10⁹ entries and 3·10⁹ word operations.
-// farTemp is the swap search's starting temperature, in pairs, while the
-// diameter is above the target.
-var farTemp = 1.0
-
+// operations of the hop evaluator (planWorkPerNode per node, at least
+// minPlanWork). 1,024 nodes take 2.6·10⁹ entries and 1.5·10⁹ word
+// operations: some 200,000 lift and 2,500 swap evaluations.
 const (
-	liftWorkPerNode  = 1_500_000
-	planWorkPerNode  = 3_000_000
+	liftWorkPerNode  = 2_500_000
+	planWorkPerNode  = 1_500_000
 	minPlanWork      = 24_000_000
+	maxLiftWork      = 2_600_000_000 // beyond 1,024 nodes the budgets stay
+	maxPlanWork      = 1_600_000_000
 	planRestarts     = 4
 	attemptCost      = 64 // charged for a drawn swap that cannot be made
 	annealTemp       = 2.0
 	farWeight        = 0.25
-	eccentricSwapPct = 50 // swaps that move a link of an eccentric node
+	eccentricSwapPct = 50  // swaps that aim at a far pair
+	farTemp          = 1.0 // in pairs, while the diameter is above the target
 )
 
 // Candidate is one topology the planner tried.
@@ -156,7 +156,7 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 		var start [][2]int32
 		source := "random-regular"
 		if kk <= liftMaxDegree {
-			if lr := searchLifts(n, kk, target, int64(liftWorkPerNode)*int64(n), rng); lr != nil {
+			if lr := searchLifts(n, kk, target, min(int64(liftWorkPerNode)*int64(n), maxLiftWork), rng); lr != nil {
 				p.LiftEvaluations = lr.evaluations
 				start, source = trim(lr.order, n, lr.edges, rng), lr.name
 				if lr.order != n {
@@ -176,7 +176,7 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 				start, source = rr, "random-regular"
 			}
 		}
-		work := max(int64(planWorkPerNode)*int64(n), minPlanWork)
+		work := min(max(int64(planWorkPerNode)*int64(n), minPlanWork), maxPlanWork)
 		edges, d, avg := p.search(n, kk, target, start, work, ev, rng)
 		if edges != nil && better(d, avg) {
 			best, _ = fromEdges("planned", n, edges)
