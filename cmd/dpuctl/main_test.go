@@ -212,12 +212,20 @@ func TestTopoPlan(t *testing.T) {
 	var p struct {
 		Nodes, Ports, Diameter int
 		Links                  []map[string]int
+		Record                 struct{ Ports, Diameter, Nodes int }
+		RecordGap              int `json:"record_gap"`
+		LiftEvaluations        int `json:"lift_evaluations"`
 	}
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Nodes != 16 || p.Ports != 3 || p.Diameter != want.Diameter || len(p.Links) != len(want.Links) {
 		t.Fatalf("json plan %+v", p)
+	}
+	// the largest known cubic graph of diameter 3 has 20 nodes
+	if p.Record.Ports != 3 || p.Record.Diameter != 3 || p.Record.Nodes != 20 || p.RecordGap != p.Diameter-3 ||
+		p.LiftEvaluations != want.LiftEvaluations || p.LiftEvaluations == 0 {
+		t.Fatalf("json plan record %+v gap %d, %d lift evaluations", p.Record, p.RecordGap, p.LiftEvaluations)
 	}
 
 	for _, args := range [][]string{

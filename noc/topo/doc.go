@@ -18,8 +18,8 @@
 // [Generate] builds one of [Kinds]: line, ring, tree (balanced, filled
 // breadth first, no node above Options.Ports ports), torus2d, smallworld
 // (ring lattice, seeded rewiring, spare ports filled with seeded
-// shortcuts) and random-regular (seeded, connected, every node exactly k
-// ports). Parameters no such graph can satisfy return an error wrapping
+// shortcuts), random-regular (seeded, connected, every node exactly k
+// ports) and planned (Plan's wiring). Parameters no such graph can satisfy return an error wrapping
 // [ErrImpossible]. Seeded kinds give the same graph for the same seed.
 //
 // # Moore bound
@@ -34,15 +34,33 @@
 //
 // # Planner
 //
-// [Plan] answers "N nodes, k ports each: which wiring?". It scores every
-// generator, then improves random (near-)regular samples of degree k by
-// degree-preserving link swaps (simulated annealing on the total hop
-// count, never accepting a larger diameter) under a fixed budget of work
-// (a count, not a time: the answer depends only on N, k and the seed). Hop
-// counts during the search come from a bit-parallel breadth-first search
-// from all nodes at once. The [Proposal] reports the diameter and average
-// hops beside their Moore lower bounds; [Proposal.WriteText] is the text
-// report and [Graph.WriteDot] the Graphviz picture.
+// [Plan] answers "N nodes, k ports each: which wiring?". It aims at the
+// diameter of the largest known graph of degree k with at least N nodes
+// ([RecordFor], from the table of the degree–diameter problem) and
+//
+//   - scores every generator;
+//   - searches voltage graphs: a small base multigraph (1 to 16 nodes)
+//     whose edges carry elements of a group, lifted to a graph with a
+//     node per (base node, element). The groups are the metacyclic
+//     Z_p ⋊_r Z_q (cyclic and direct products among them) and PSL(2, p),
+//     SL(2, p) for small primes; a lift of more than N nodes is trimmed
+//     (nodes far apart removed, their freed ports wired to each
+//     other). A lift's symmetry makes its evaluation b breadth-first
+//     searches, not N, so 1,024 nodes get some 200,000 evaluations. The
+//     voltages are annealed one at a time on the hop sum plus a heavy
+//     weight on the hops beyond the target diameter: many short runs,
+//     then long cooler runs from the four best;
+//   - improves the best wiring (or random near-regular samples) by
+//     degree-preserving link swaps, half of them aimed at a pair of nodes
+//     at the diameter's distance, evaluated by a bit-parallel
+//     breadth-first search from all nodes at once that stops stepping the
+//     rows already full.
+//
+// Every budget is a count of work, not a time, so the answer depends only
+// on N, k and the seed. The [Proposal] reports the diameter and average
+// hops beside their Moore lower bounds and the record's diameter;
+// [Proposal.WriteText] is the text report and [Graph.WriteDot] the
+// Graphviz picture. Generate's "planned" kind is the plan's wiring.
 //
 // This package does no I/O except writing reports to the io.Writer it is
 // given, keeps no global state and draws randomness only from the seed it

@@ -13,9 +13,8 @@ type hopEvaluator struct {
 	n, words  int
 	cur, next []uint64
 	full      int64 // n·n: every ordered pair (including v to itself)
-	// eccentric holds, after evalFar, the nodes at the diameter's
-	// distance from some node; pending, still and done are scratch.
-	eccentric, pending, still, done []int32
+	// pending, still and done are evalFar's lists of rows
+	pending, still, done []int32
 	// farPairs holds, after evalFar, up to maxFarPairs pairs of nodes at
 	// the diameter's distance, each from a different eccentric node.
 	farPairs [][2]int32
@@ -39,8 +38,8 @@ func (e *hopEvaluator) eval(adj adjacency, limit int) (diam int, sum int64, ok b
 }
 
 // evalFar is eval that also returns far, the number of ordered pairs at
-// the diameter's distance, and leaves in e.eccentric the nodes whose
-// eccentricity is the diameter. A row that is full (its node reaches
+// the diameter's distance, and leaves in e.farPairs a sample of those
+// pairs. A row that is full (its node reaches
 // every node) is not stepped again.
 func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int64, ok bool) {
 	w := e.words
@@ -50,7 +49,7 @@ func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int
 		e.cur[v*w+v/64] = 1 << (v % 64)
 		pending = append(pending, int32(v))
 	}
-	e.eccentric = e.eccentric[:0]
+	e.farPairs = e.farPairs[:0]
 	reached := int64(e.n)
 	if reached == e.full {
 		e.pending = pending
@@ -91,9 +90,8 @@ func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int
 		reached = count
 		if reached == e.full {
 			// cur still holds the rows of the step before: the far
-			// partners of the eccentric nodes are their zero bits
-			e.eccentric = append(e.eccentric, done...)
-			e.farPairs = e.farPairs[:0]
+			// partners of the nodes whose rows filled up last (the
+			// eccentric ones) are their zero bits
 			for i := 0; i < len(done) && len(e.farPairs) < maxFarPairs; i++ {
 				v := done[(i*7919)%len(done)]
 				row := e.cur[int(v)*w : int(v)*w+w]

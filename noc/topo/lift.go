@@ -505,6 +505,7 @@ func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 	}
 	var elites []*run
 	groups := map[[2]int]group{}
+	moore, _ := mooreHopSum(n, k)
 	// Exploration: short runs from many random voltage graphs, the best
 	// liftElites kept.
 	for spent < work/2 {
@@ -549,6 +550,11 @@ func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 		}
 		r := &run{l: l, order: c.order, d: d, sum: sum, exc: exc, cost: float64(sum) + liftExcessWeight*float64(exc)}
 		anneal(r, int(min(max(work/evalCost/liftItersDiv, 300), 400000)), liftTemp*float64(c.b))
+		if r.order == n && r.d <= target && r.sum == int64(r.l.b)*moore {
+			elites = []*run{r} // meets the Moore bound's hop count: nothing beats it
+			spent = work
+			break
+		}
 		at := len(elites)
 		for at > 0 && less(r, elites[at-1]) {
 			at--

@@ -19,17 +19,17 @@ const MaxPlanNodes = 4096
 // minPlanWork). 1,024 nodes take 2.6·10⁹ entries and 1.5·10⁹ word
 // operations: some 200,000 lift and 2,500 swap evaluations.
 const (
-	liftWorkPerNode  = 2_500_000
-	planWorkPerNode  = 1_500_000
-	minPlanWork      = 24_000_000
-	maxLiftWork      = 2_600_000_000 // beyond 1,024 nodes the budgets stay
-	maxPlanWork      = 1_600_000_000
-	planRestarts     = 4
-	attemptCost      = 64 // charged for a drawn swap that cannot be made
-	annealTemp       = 2.0
-	farWeight        = 0.25
-	eccentricSwapPct = 50  // swaps that aim at a far pair
-	farTemp          = 1.0 // in pairs, while the diameter is above the target
+	liftWorkPerNode = 2_500_000
+	planWorkPerNode = 1_500_000
+	minPlanWork     = 24_000_000
+	maxLiftWork     = 2_600_000_000 // beyond 1,024 nodes the budgets stay
+	maxPlanWork     = 1_600_000_000
+	planRestarts    = 4
+	attemptCost     = 64 // charged for a drawn swap that cannot be made
+	annealTemp      = 2.0
+	farWeight       = 0.25
+	farSwapPct      = 50  // swaps that aim at a far pair
+	farTemp         = 1.0 // in pairs, while the diameter is above the target
 )
 
 // Candidate is one topology the planner tried.
@@ -268,7 +268,7 @@ func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, ev *ho
 		}
 		for spent < budget && !(bestD == p.MooreDiameter && bestSum == lbSum) {
 			var s edgeSwap
-			if fp := ev.farPairs; len(fp) > 0 && rng.IntN(100) < eccentricSwapPct {
+			if fp := ev.farPairs; len(fp) > 0 && rng.IntN(100) < farSwapPct {
 				s, ok = ball.shortcut(adj, edges, fp[rng.IntN(len(fp))], max(target-2, 0), rng)
 			} else {
 				s, ok = swapEdges(adj, edges, rng)

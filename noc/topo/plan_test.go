@@ -9,6 +9,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/aitherion/dpu/noc"
 )
 
 var planTable = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
@@ -111,6 +113,30 @@ func TestPlanTable(t *testing.T) {
 		tw.Flush()
 		if p.RecordGap != 0 {
 			t.Errorf("%d×%d: diameter %d, record %d", n, k, p.Diameter, rd)
+		}
+	}
+}
+
+// TestFarPairs checks the evaluator's sample of pairs at the diameter's
+// distance, which the swap search aims at.
+func TestFarPairs(t *testing.T) {
+	for _, c := range [][2]int{{100, 3}, {130, 4}, {64, 5}} {
+		g, err := Generate("random-regular", c[0], Options{Ports: c[1], Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := newHopEvaluator(c[0])
+		d, _, far, ok := ev.evalFar(adjacencyOf(g), c[0])
+		if m := g.Metrics(); !ok || d != m.Diameter {
+			t.Fatalf("%v: D=%d ok=%v, graph %+v", c, d, ok, m)
+		}
+		if len(ev.farPairs) == 0 || int64(len(ev.farPairs)) > far {
+			t.Fatalf("%v: %d far pairs sampled of %d", c, len(ev.farPairs), far)
+		}
+		for _, fp := range ev.farPairs {
+			if got := g.Distances(noc.NodeID(fp[0]))[fp[1]]; got != d {
+				t.Fatalf("%v: far pair %v at %d hops, diameter %d", c, fp, got, d)
+			}
 		}
 	}
 }
