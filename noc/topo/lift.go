@@ -509,18 +509,18 @@ func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 	// Exploration: short runs from many random voltage graphs, the best
 	// liftElites kept.
 	for spent < work/2 {
-		// five restarts in eight on an exact order, two on a linear
-		// group, one on a larger metacyclic order (or what there is)
+		// one restart in eight on a larger metacyclic order, two on a
+		// linear group, the others on an exact order (or what there is)
 		var c liftConfig
 		switch pick := rng.IntN(8); {
-		case len(exact) > 0 && (pick < 5 || len(over)+len(linear) == 0):
-			c = exact[rng.IntN(len(exact))]
-		case len(linear) > 0 && (pick < 7 || len(over) == 0):
-			c = linear[rng.IntN(len(linear))]
-		case len(over) > 0:
+		case len(over) > 0 && (pick == 7 || len(exact)+len(linear) == 0):
 			c = over[rng.IntN(len(over))]
-		default:
+		case len(linear) > 0 && (pick >= 5 || len(exact) == 0):
 			c = linear[rng.IntN(len(linear))]
+		case len(exact) > 0:
+			c = exact[rng.IntN(len(exact))]
+		default:
+			c = over[rng.IntN(len(over))]
 		}
 		m := c.order / c.b
 		key := [2]int{m*1024 + c.q, c.r}
