@@ -427,10 +427,13 @@ type liftResult struct {
 
 // searchLifts anneals the voltages of random voltage graphs with n nodes
 // (or a few more, to be trimmed) and degree k, aiming at diameter target,
-// under a budget of work in adjacency entries scanned. Each restart draws
-// an order, a base size, a metacyclic group and a base multigraph, then
-// changes one voltage at a time: cost = hop sum + liftExcessWeight·excess,
-// with a worse cost taken with probability exp(-Δ/T) as T cools to zero.
+// under a budget of work in adjacency entries scanned. Half the budget
+// explores: each short run draws an order, a base size, a group
+// (metacyclic or linear) and a base multigraph, then changes one voltage
+// at a time: cost = hop sum + liftExcessWeight·excess, a worse cost taken
+// with probability exp(-Δ/T) as T cools to zero. The other half continues
+// the liftElites best runs in long, cooler ones. A lift that meets the
+// Moore bound's hop count ends the search.
 func searchLifts(n, k, target int, work int64, rng *rand.Rand) *liftResult {
 	exact, over, linear := liftConfigs(n, k)
 	if len(exact)+len(over)+len(linear) == 0 {
