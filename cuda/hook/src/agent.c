@@ -12,7 +12,9 @@
  * to 2 s) and, once connected, first re-reports the totals of every device
  * the process used (GPU_MEM_UPDATE sync), so usage survives an agent
  * restart; then it refreshes limits every DPU_CUDA_REFRESH_MS (1 s), which
- * is how a limit set with dpuctl reaches a process that is not allocating.
+ * is how a limit set with dpuctl reaches a process that is not allocating,
+ * and reconciles each used device's charge with the driver's figure
+ * (mem.c's true usage), outside the connection's lock.
  * Every call is bounded by DPU_CUDA_TIMEOUT_MS (2 s); a call that fails on
  * the connection drops it and wakes the background thread.
  */
@@ -168,6 +170,11 @@ static void *bg_main(void *arg) {
         }
         int connected = conn != NULL;
         pthread_mutex_unlock(&conn_mu);
+        for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
+            struct device *d = device_peek(i);
+            if (atomic_load(&d->seen))
+                usage_reconcile(d); /* the driver's own growth, between allocations too */
+        }
 
         uint64_t wait = connected ? (uint64_t)refresh_ms : backoff;
         backoff = connected ? 50 : (backoff * 2 > (uint64_t)backoff_max_ms ? (uint64_t)backoff_max_ms : backoff * 2);

@@ -412,9 +412,12 @@ DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUt
 
 /* ---- for the hook ---- */
 
-int hook_nvml_used(struct device *d, uint64_t *used) {
+#define NVML_VALUE_NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFull /* a figure the driver does not give */
+
+/* nv_handle is NVML's handle of the hook's device d (by its UUID). */
+static int nv_handle(struct device *d, nvmlDevice_t *h) {
     static _Atomic int inited; /* 1 ok, -1 failed */
-    if (!nv_ready() || !nv.GetHandleByUUID || !nv.GetMemoryInfo)
+    if (!nv_ready() || !nv.GetHandleByUUID)
         return -1;
     int st = atomic_load(&inited);
     if (st == 0) {
@@ -430,11 +433,63 @@ int hook_nvml_used(struct device *d, uint64_t *used) {
     char text[48];
     snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
              u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    return nv.GetHandleByUUID(text, h) == NVML_SUCCESS ? 0 : -1;
+}
+
+int hook_nvml_used(struct device *d, uint64_t *used) {
     nvmlDevice_t h;
     nvmlMemory_t m;
-    if (nv.GetHandleByUUID(text, &h) != NVML_SUCCESS || nv.GetMemoryInfo(h, &m) != NVML_SUCCESS)
+    if (nv_handle(d, &h) != 0 || !nv.GetMemoryInfo || nv.GetMemoryInfo(h, &m) != NVML_SUCCESS)
         return -1;
     *used = m.used;
+    return 0;
+}
+
+/* hook_nvml_process_used reads the driver's running-process list (v3, else
+ * v2, else v1) and returns this process's entry. */
+int hook_nvml_process_used(struct device *d, uint64_t *used) {
+    nvmlDevice_t h;
+    if (atomic_load(&d->uuid_state) == 0 || nv_handle(d, &h) != 0)
+        return -1;
+    nvmlReturn_t (*q)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *) = nv.Procs3 ? nv.Procs3 : nv.Procs2;
+    unsigned me = (unsigned)getpid();
+    if (q) {
+        nvmlProcessInfo_t small[32], *p = small;
+        unsigned n = 32;
+        nvmlReturn_t r = q(h, &n, p);
+        for (int tries = 0; r == NVML_ERROR_INSUFFICIENT_SIZE && tries < 3; tries++) {
+            if (p != small)
+                free(p);
+            n += 16;
+            p = calloc(n, sizeof *p);
+            if (!p)
+                return -1;
+            r = q(h, &n, p);
+        }
+        int found = r == NVML_SUCCESS ? 0 : -1;
+        *used = 0; /* not listed: the driver holds nothing for the process */
+        for (unsigned i = 0; r == NVML_SUCCESS && i < n; i++)
+            if (p[i].pid == me) {
+                *used = p[i].usedGpuMemory;
+                found = *used == NVML_VALUE_NOT_AVAILABLE ? -1 : 0;
+                break;
+            }
+        if (p != small)
+            free(p);
+        return found;
+    }
+    if (!nv.Procs1)
+        return -1;
+    nvmlProcessInfo_v1_t p1[64];
+    unsigned n = 64;
+    if (nv.Procs1(h, &n, p1) != NVML_SUCCESS)
+        return -1;
+    *used = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (p1[i].pid == me) {
+            *used = p1[i].usedGpuMemory;
+            return *used == NVML_VALUE_NOT_AVAILABLE ? -1 : 0;
+        }
     return 0;
 }
 
