@@ -1,6 +1,7 @@
 package hook_test
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -192,6 +193,30 @@ func TestCgroupLimitShared(t *testing.T) {
 	}
 	if nv := p1.ok("nvml-mem 0"); atoi(t, nv[2]) != limit || atoi(t, nv[1]) != 0 {
 		t.Fatalf("p1 NVML %v under a full shared limit", nv)
+	}
+	// NVML's process table is the group's: it adds up to the memory shown used.
+	for _, c := range []struct {
+		p          *probe
+		self, peer int
+		own, other int
+	}{{p1, p1.pid, p2.pid, 10 * mib, 6 * mib}, {p2, p2.pid, p1.pid, 6 * mib, 10 * mib}} {
+		want := fmt.Sprintf("2 %d:%d %d:%d", c.self, c.own, c.peer, c.other)
+		for _, q := range []string{"nvml-procs 0", "nvml-procs1 0"} {
+			if got := strings.Join(c.p.ok(q), " "); got != want {
+				t.Fatalf("%d %s: %s, want %s", c.self, q, got, want)
+			}
+		}
+	}
+	// A process with nothing in use under the limit (a monitor) sees the
+	// group's table and use, and itself not in it.
+	mon := startProbe(t, a.sock, true, nil)
+	mon.ok("init 0")
+	mon.ok("ctxdestroy 0")
+	if got, want := strings.Join(mon.ok("nvml-procs 0"), " "), fmt.Sprintf("2 %d:%d %d:%d", p1.pid, 10*mib, p2.pid, 6*mib); got != want {
+		t.Fatalf("monitor's table %s, want %s", got, want)
+	}
+	if nv := mon.ok("nvml-mem 0"); atoi(t, nv[2]) != limit || atoi(t, nv[0]) != limit {
+		t.Fatalf("monitor NVML %v under a full shared limit", nv)
 	}
 	procs := a.acc.Processes()
 	for _, pr := range procs {

@@ -182,6 +182,9 @@ void agent_start(void);
 int agent_refresh(struct device *d);
 int agent_report(struct device *d, uint32_t kind, uint64_t bytes);
 int agent_token(struct device *d, uint64_t want_ns, uint64_t overuse_ns, struct token *t);
+/* agent_procs lists the processes under d's limit (pids, bytes in use):
+ * their count, or a negative errno. */
+int agent_procs(struct device *d, uint32_t *pids, uint64_t *bytes, int cap);
 void agent_after_fork(void);
 
 /* Allocation table (table.c). */
