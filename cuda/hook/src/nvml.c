@@ -415,6 +415,7 @@ static void scope_of(struct device *d, uint64_t own, struct scope *s) {
             s->pid[s->n] = pids[i];
             s->bytes[s->n++] = bytes[i];
         }
+    LOGF(LOG_DEBUG, "NVML process table under the limit of device %d: %u process(es)", d->ordinal, s->n);
 }
 
 /* PROCS_BODY answers a running-processes query under a limit with the
