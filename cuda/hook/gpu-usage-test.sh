@@ -84,7 +84,7 @@ C
     if gcc -I"$CUDA_HOME/include" -o "$WORK/nvmlabi" "$WORK/nvmlabi.c" 2>"$WORK/nvmlabi.err"; then
         GOT=$("$WORK/nvmlabi")
         echo "nvml.h: $GOT"
-        check "nvml.h's process types are the hook's" eq "$GOT" "detail 32 8 16 24 list 24 4 8 16 info 24 v1 16"
+        check "nvml.h's process types are the hook's" eq "$GOT" "detail 32 8 20 24 list 24 4 8 16 info 24 v1 16"
     else
         cat "$WORK/nvmlabi.err"; echo "nvml.h does not declare the detail list: not checked"
     fi
