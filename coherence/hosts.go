@@ -229,6 +229,19 @@ func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 	return refs, acquired, len(s.locked)
 }
 
+// PageHeld reports, for checkers and tests, what this node's sessions hold
+// of page key: their refs added up, whether one of them has acquired it,
+// and whether one holds the node's lock of it.
+func (h *Hosts) PageHeld(key gva.GVA) (refs int, acquired, locked bool) {
+	key = key.Key()
+	for _, s := range h.sessions {
+		refs += s.refs[key]
+		acquired = acquired || s.acquired[key] > 0
+		locked = locked || s.locked[key]
+	}
+	return refs, acquired, locked
+}
+
 // Submit hands the session layer one request of session id; it completes
 // through the sink (Completion.ID = hr.ID), possibly before Submit returns,
 // within its bound: hr.Timeout, else the engine's RequestTimeout (an unref
