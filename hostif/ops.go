@@ -148,21 +148,9 @@ func (s *Server) opTimeout(r *wire.Request) time.Duration {
 }
 
 // quick reports whether r may run on the connection's reading goroutine:
-// the Backend says it will not wait, and neither will the server (no
-// attribute to fetch, no replica file to make).
-func (s *Server) quick(c *conn, r *wire.Request) bool {
-	switch r.Op {
-	case wire.OpTranslate, wire.OpSubscribe:
-		return true
-	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere, wire.OpRelease, wire.OpUnlock:
-	default:
-		return false
-	}
-	q, ok := s.be.(Quick)
-	if !ok || (c.cred.UID != 0 && !s.attrs.Contains(r.GVA.Key())) {
-		return false
-	}
-	return q.Quick(r.Op, r.GVA)
+// the server serves it itself without waiting.
+func (s *Server) quick(r *wire.Request) bool {
+	return r.Op == wire.OpTranslate || r.Op == wire.OpSubscribe
 }
 
 func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
