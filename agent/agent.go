@@ -403,7 +403,7 @@ func (a *Agent) newEngine() error {
 	// the store charges backup copies to the page ledger, and host
 	// sessions' replicas are charged as they map them (pagecharge.go)
 	store := host.ReservedStore{PageStore: coherence.NewMemStore(pages), Ledger: a.hostQuota}
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store,
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store, Quota: host.Quota{Ledger: a.hostQuota},
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.

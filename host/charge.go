@@ -139,3 +139,32 @@ func (s ReservedStore) Release(key gva.GVA) {
 	}
 	s.PageStore.Release(key)
 }
+
+// Quota is the node's page ledger as the core's host layer charges it
+// (coherence.PageQuota): an allocation's pages to the allocating user, in
+// pages and in bytes.
+type Quota struct {
+	Ledger func() *quota.Ledger
+}
+
+var _ coherence.PageQuota = Quota{}
+
+// Take implements coherence.PageQuota.
+func (q Quota) Take(uid uint32, pages int) error {
+	l := q.Ledger()
+	if err := l.Take(uid, quota.Pages, pages); err != nil {
+		return err
+	}
+	if err := l.Take(uid, quota.Bytes, pages*gva.PageSize); err != nil {
+		l.Release(uid, quota.Pages, pages)
+		return err
+	}
+	return nil
+}
+
+// Release implements coherence.PageQuota.
+func (q Quota) Release(uid uint32, pages int) {
+	l := q.Ledger()
+	l.Release(uid, quota.Pages, pages)
+	l.Release(uid, quota.Bytes, pages*gva.PageSize)
+}

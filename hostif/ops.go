@@ -9,7 +9,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
-	"github.com/aitherion/dpu/internal/quota"
 )
 
 // exec runs one well-formed request of c and fills rep. oc is the op's
@@ -160,7 +159,6 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 	}
 	g, err := c.call.Alloc(ctx, op.Pages, op.Attr)
 	if err != nil {
-		s.releaseAllocQuota(c, r)
 		return fmt.Errorf("alloc %d pages: %w", op.Pages, err)
 	}
 	s.allocated(g, op.Pages, op.Attr)
@@ -199,13 +197,10 @@ func (s *Server) allocated(g gva.GVA, pages int, attr Attr) {
 	}
 }
 
-// freed gives back the quota of the allocation at key (attributes a) that
-// was freed and forgets it.
+// freed forgets the allocation at key that was freed (the core gave its
+// pages' quota back).
 func (s *Server) freed(key gva.GVA, a Attr) {
-	pages := s.allocPages(key)
-	s.opts.Quota.Release(a.UID, quota.Pages, pages)
-	s.opts.Quota.Release(a.UID, quota.Bytes, pages*gva.PageSize)
-	s.forget(key, pages)
+	s.forget(key, s.allocPages(key))
 }
 
 // forget drops what the server remembers of a freed allocation.
