@@ -5,7 +5,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
 )
 
 // limitLedger is a page quota with one limit per user.
