@@ -78,6 +78,8 @@ type Backend struct {
 
 	events   chan hostif.Event
 	overflow bool // an event was dropped; EventOverflow is owed (under mu)
+
+	batches sync.Pool // *submitBatch
 }
 
 // pipelined marks the ids of pipelined requests: the rest of the id is the
@@ -303,22 +305,40 @@ type sessionReq struct {
 
 // Submit implements hostif.Pipeline: ops become requests of their sessions
 // in one core step; their completions are taken at the end of whichever
-// step produces them (takeDone) and delivered after it.
+// step produces them (TakeDone) and delivered after it. The batch and the
+// step's function come from a pool: a Stepper is an interface, so what is
+// handed to it escapes, and a batch made per call would cost the data path
+// an allocation per request.
 func (b *Backend) Submit(ops []hostif.Op) {
-	var reqs [16]sessionReq
-	rs := reqs[:0]
+	sb, _ := b.batches.Get().(*submitBatch)
+	if sb == nil {
+		sb = &submitBatch{b: b}
+		sb.run = sb.submit
+	}
 	for i := range ops {
 		op := &ops[i]
 		r := coherence.Request{ID: pipelined | op.Token, Op: hostOps[op.Verb], GVA: op.GVA, Len: op.Len, Data: op.Data,
 			Expected: op.Expected, Operand: op.Operand, Pages: op.Pages, Try: op.Try, Timeout: op.Timeout,
 			Attr: op.Attr, Cred: op.Cred}
-		rs = append(rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
+		sb.rs = append(sb.rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
 	}
-	b.step.Step(func(c *node.Core, now time.Duration) {
-		for i := range rs {
-			b.hosts.Submit(now, rs[i].s, rs[i].r, c)
-		}
-	})
+	b.step.Step(sb.run)
+	clear(sb.rs)
+	sb.rs = sb.rs[:0]
+	b.batches.Put(sb)
+}
+
+// submitBatch is one Submit's requests and the step that submits them.
+type submitBatch struct {
+	b   *Backend
+	rs  []sessionReq
+	run func(c *node.Core, now time.Duration) // sb.submit, made once
+}
+
+func (sb *submitBatch) submit(c *node.Core, now time.Duration) {
+	for i := range sb.rs {
+		sb.b.hosts.Submit(now, sb.rs[i].s, sb.rs[i].r, c)
+	}
 }
 
 // TakeDone returns the pipelined completions of the step that ends (the
