@@ -115,7 +115,9 @@ func TestSocketReaderGivesUp(t *testing.T) {
 				}()
 			}
 			t0 := time.Now()
-			if err := <-first; !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// (a machine too slow to see the caller's deadline before the
+			// server's own bound passes answers it with that: ETIMEDOUT)
+			if err := <-first; !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, syscall.ETIMEDOUT) {
 				t.Fatalf("first call: %v", err)
 			}
 			if el := time.Since(t0); el > 2*time.Second {

@@ -35,8 +35,8 @@ type Config struct {
 	// Replicas is the number of copies of every page (default 1: none
 	// beyond the owner's).
 	Replicas int
-	// RequestTimeout bounds a request that names no Timeout (default: the
-	// core's).
+	// RequestTimeout bounds a request that names no Timeout, and the
+	// core's own requests (default 2 s, the agent's).
 	RequestTimeout time.Duration
 }
 
@@ -95,6 +95,9 @@ func NewFabric() *Fabric {
 func New(cfg Config) (*Fabric, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 8
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 2 * time.Second // the agent's default
 	}
 	if cfg.PinBound <= 0 {
 		cfg.PinBound = 5 * time.Second // the agent's default
