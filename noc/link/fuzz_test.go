@@ -87,7 +87,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		}
 	}
 	seeds = append(seeds, frame(output(60*time.Millisecond)...)) // a clock request
-	a, _ := fuzzPair(tb)                                            // the same as the target: its request gets b's answer
+	a, _ := fuzzPair(tb)                                         // the same as the target: its request gets b's answer
 	if n, ok := a.Output(60*time.Millisecond, buf); ok {
 		if err := b.Input(61*time.Millisecond, buf[:n]); err != nil {
 			tb.Fatal(err)
