@@ -255,7 +255,7 @@ func (c *Core) Tick(now time.Duration) {
 	c.rtDirty = true
 	c.flushRouting()
 	if c.clk != nil {
-		c.clk.Tick(now)
+		c.clk.Tick(c.clockTime(now))
 		c.flushClock()
 	}
 	if c.cfg.Handler != nil {
@@ -277,7 +277,7 @@ func (c *Core) NextDeadline() time.Duration {
 		d = c.rtNext
 	}
 	if c.clk != nil {
-		d = min(d, c.clk.NextDeadline())
+		d = min(d, c.clk.NextDeadline()-c.cfg.Link.ClockEpoch)
 	}
 	for _, pt := range c.ports {
 		d = min(d, pt.ep.NextDeadline())
@@ -365,7 +365,7 @@ func (c *Core) dispatch(in noc.PortID, msg []byte) {
 	case f.IsClock():
 		c.stats.ClockReports++
 		if c.clk != nil {
-			_ = c.clk.HandleReport(c.now, in, f.Payload) // counted by the clock
+			_ = c.clk.HandleReport(c.clockTime(c.now), in, f.Payload) // counted by the clock
 			c.flushClock()
 		}
 	case f.IsEcho() && f.Flags&noc.FlagReply == 0 && f.Dst == c.cfg.Self:

@@ -122,6 +122,10 @@ func (n *clockNode) local(t time.Duration) time.Duration {
 	return l
 }
 
+// coreTime is what node n's core is handed at global time t: its clock
+// less the epoch.
+func (n *clockNode) coreTime(t time.Duration) time.Duration { return n.local(t) - n.off }
+
 // global is the first global time at which n's clock reads at least l.
 func (n *clockNode) global(l time.Duration) time.Duration {
 	at := func(l time.Duration) time.Duration {
@@ -194,11 +198,15 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		if n.faulty == 2 {
 			n.rate = 2000e-6
 		}
+		// The core counts from 0 as the agent does (its time since start);
+		// the clock epoch makes its timestamps the node's clock.
+		nlc := lc
+		nlc.ClockEpoch = n.off
 		core, err := node.New(node.Config{
-			Self: noc.NodeID(i), Link: lc, Seed: crng.Uint64(),
+			Self: noc.NodeID(i), Link: nlc, Seed: crng.Uint64(),
 			Route: route.Config{HelloInterval: 10 * time.Millisecond, SPFDelay: time.Millisecond},
 			Clock: clock.Config{ReportInterval: 500 * time.Millisecond, Bug: cfg.Bug},
-		}, n.local(0))
+		}, n.coreTime(0))
 		if err != nil {
 			return ClockResult{}, fmt.Errorf("sim: %w", err)
 		}
@@ -206,7 +214,7 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		ports := g.Ports(noc.NodeID(i))
 		w.base = append(w.base, make([]time.Duration, ports))
 		for p := range ports {
-			if err := core.AddPort(n.local(0), noc.PortID(p), fmt.Sprintf("p%d", p), mtu); err != nil {
+			if err := core.AddPort(n.coreTime(0), noc.PortID(p), fmt.Sprintf("p%d", p), mtu); err != nil {
 				return ClockResult{}, fmt.Errorf("sim: %w", err)
 			}
 			w.base[i][p] = time.Duration(crng.Int64N(int64(cfg.Base) + 1))
@@ -230,7 +238,7 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		switch ev.kind {
 		case 0:
 			n := w.nodes[ev.node]
-			_ = n.core.Input(n.local(w.now), ev.port, ev.data) // refusals are counted by the link
+			_ = n.core.Input(n.coreTime(w.now), ev.port, ev.data) // refusals are counted by the link
 			w.flush(ev.node)
 		case 1:
 			n := w.nodes[ev.node]
@@ -238,7 +246,7 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 				continue // superseded
 			}
 			n.ticked = false
-			n.core.Tick(n.local(w.now))
+			n.core.Tick(n.coreTime(w.now))
 			w.flush(ev.node)
 		case 2:
 			w.checkClocks(h)
@@ -268,7 +276,7 @@ func (w *clockWorld) push(at time.Duration, ev clockEvent) {
 // queues its next tick.
 func (w *clockWorld) flush(i int) {
 	n := w.nodes[i]
-	l := n.local(w.now)
+	l := n.coreTime(w.now)
 	for p := range n.core.NumPorts() {
 		peer, ok := w.g.Peer(noc.NodeID(i), noc.PortID(p))
 		for {
@@ -292,7 +300,7 @@ func (w *clockWorld) flush(i int) {
 		}
 		by[i] = e.Reason
 	}
-	at := max(n.global(n.core.NextDeadline()), w.now+1)
+	at := max(n.global(n.core.NextDeadline()+n.off), w.now+1)
 	if !n.ticked || at < n.tick {
 		n.tick, n.ticked = at, true
 		w.push(at, clockEvent{kind: 1, node: i})
@@ -307,7 +315,7 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 			continue
 		}
 		li := n.local(w.now)
-		v := n.core.Clock().View(li)
+		v := n.core.ClockView(n.coreTime(w.now))
 		fmt.Fprintf(h, "%d %v", i, v.Estimates)
 		seen := 0
 		for _, e := range v.Estimates {

@@ -2,7 +2,8 @@ package link
 
 import "time"
 
-// ClockSample is one four-timestamp exchange with the peer: this end sent
+// ClockSample is one four-timestamp exchange with the peer (times with
+// Config.ClockEpoch added): this end sent
 // a request at T1 (its clock), the peer received it at T2 and answered at
 // T3 (the peer's clock), the answer arrived here at T4 (this end's clock).
 // Package noc/clock turns samples into an offset, a rate and a bound.
@@ -18,7 +19,7 @@ const clockSamples = 8
 // a request every HeartbeatInterval while the link is up, an answer owed
 // at once for every request heard.
 type stamper struct {
-	reqAt   time.Duration // T1 of the request in flight
+	reqAt   time.Duration // T1 of the request in flight (with ClockEpoch)
 	reqOut  bool          // a request is in flight
 	lastReq time.Duration // when the last request went out
 
@@ -29,6 +30,9 @@ type stamper struct {
 	head, size int
 }
 
+// stamp is now on the clock the timestamps are in.
+func stamp(now time.Duration, cfg *Config) time.Duration { return now + cfg.ClockEpoch }
+
 // due reports whether a clock datagram is owed at now.
 func (s *stamper) due(now time.Duration, cfg *Config, up bool) bool {
 	return cfg.ClockStamps && up && (s.owe || now-s.lastReq >= cfg.HeartbeatInterval)
@@ -36,24 +40,25 @@ func (s *stamper) due(now time.Duration, cfg *Config, up bool) bool {
 
 // fill sets h's clock flag and timestamps for the datagram going out at
 // now: an owed answer first, else a request.
-func (s *stamper) fill(now time.Duration, h *Header) {
+func (s *stamper) fill(now time.Duration, cfg *Config, h *Header) {
+	t := stamp(now, cfg)
 	if s.owe {
 		h.Flags |= FlagClockAns
-		h.Clock = Stamps{Origin: s.oweOrigin, Receive: s.oweRcv, Transmit: int64(now)}
+		h.Clock = Stamps{Origin: s.oweOrigin, Receive: s.oweRcv, Transmit: int64(t)}
 		s.owe = false
 		return
 	}
 	h.Flags |= FlagClockReq
-	h.Clock = Stamps{Transmit: int64(now)}
-	s.reqAt, s.reqOut, s.lastReq = now, true, now
+	h.Clock = Stamps{Transmit: int64(t)}
+	s.reqAt, s.reqOut, s.lastReq = t, true, now
 }
 
 // input takes the timestamps of a datagram from the current peer that
 // arrived at now.
-func (s *stamper) input(now time.Duration, h *Header, st *Stats) {
+func (s *stamper) input(now time.Duration, cfg *Config, h *Header, st *Stats) {
 	switch h.Flags & flagsClock {
 	case FlagClockReq:
-		s.owe, s.oweOrigin, s.oweRcv = true, h.Clock.Transmit, int64(now)
+		s.owe, s.oweOrigin, s.oweRcv = true, h.Clock.Transmit, int64(stamp(now, cfg))
 	case FlagClockAns:
 		if !s.reqOut || h.Clock.Origin != int64(s.reqAt) {
 			st.ClockStale++ // not an answer to the request in flight
@@ -66,7 +71,7 @@ func (s *stamper) input(now time.Duration, h *Header, st *Stats) {
 			st.ClockDropped++
 		}
 		s.ring[(s.head+s.size)%clockSamples] = ClockSample{
-			T1: s.reqAt, T2: time.Duration(h.Clock.Receive), T3: time.Duration(h.Clock.Transmit), T4: now,
+			T1: s.reqAt, T2: time.Duration(h.Clock.Receive), T3: time.Duration(h.Clock.Transmit), T4: stamp(now, cfg),
 		}
 		s.size++
 		st.ClockSamples++

@@ -41,6 +41,11 @@ type Config struct {
 	// datagram that would otherwise be a heartbeat) and an answer at once
 	// for each request heard. PollClock returns the samples.
 	ClockStamps bool
+	// ClockEpoch is added to now in every clock timestamp, sent or
+	// sampled: the driver's clock reading at now = 0 (the agent's
+	// CLOCK_MONOTONIC at its start), so that timestamps survive a restart
+	// of the driver.
+	ClockEpoch time.Duration
 	// Session identifies this incarnation of the endpoint; non-zero. The
 	// driver draws it from its seeded random source.
 	Session uint64

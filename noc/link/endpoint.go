@@ -150,7 +150,7 @@ func (e *Endpoint) Input(now time.Duration, d []byte) error {
 	}
 	e.snd.onAck(now, h, &e.stats)
 	if e.cfg.ClockStamps {
-		e.clk.input(now, h, &e.stats)
+		e.clk.input(now, &e.cfg, h, &e.stats)
 	}
 	if h.Flags&FlagAckReq != 0 {
 		e.ctlPending = true
@@ -324,7 +324,7 @@ func (e *Endpoint) Output(now time.Duration, buf []byte) (int, bool) {
 			h.Flags = FlagAckReq // ask for fresh credits
 		}
 		if stamp {
-			e.clk.fill(now, h)
+			e.clk.fill(now, &e.cfg, h)
 		}
 		h.Seq = e.snd.nxt
 		e.fillControl(h)
