@@ -206,6 +206,9 @@ func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answer
 			if err != nil {
 				a.log.Debug("port read", "port", p.spec.Name, "err", err)
 			}
+			if n > 0 {
+				now = max(now, a.now()) // arrival times no earlier than the datagrams came in (the fabric clock's bound)
+			}
 			for k := range n {
 				got = true
 				if err := a.core.Input(now, noc.PortID(i), p.rxBufs[k][:p.rxLens[k]]); err != nil {
@@ -219,6 +222,7 @@ func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answer
 			if err != nil || !ok {
 				break
 			}
+			now = max(now, a.now()) // as above
 			got = true
 			if err := a.core.Input(now, noc.PortID(i), a.rxBuf[:n]); err != nil {
 				a.log.Debug("input", "err", err)

@@ -225,3 +225,10 @@ type Event struct {
 type Quick interface {
 	Quick(op wire.Op, addr gva.GVA) bool
 }
+
+// ClusterClock is a Backend that reads the fabric's cluster clock (CLOCK,
+// answered on the connection's reading goroutine: it must not wait beyond
+// a step of the core). A Backend without it answers CLOCK with ENOSYS.
+type ClusterClock interface {
+	ClusterTime() wire.ClusterTime
+}

@@ -128,6 +128,15 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		rep.body = le.AppendUint32(rep.body, r.Mask)
 		rep.body = le.AppendUint32(rep.body, 0)
 		return nil
+
+	case wire.OpClock:
+		cc, ok := s.be.(ClusterClock)
+		if !ok {
+			return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
+		}
+		t := cc.ClusterTime()
+		rep.body = t.Append(rep.body)
+		return nil
 	}
 	if r.Op.IsGPU() {
 		return s.serveGPU(ctx, c, r, rep)
@@ -152,7 +161,7 @@ func (s *Server) opTimeout(r *wire.Request) time.Duration {
 // attribute to fetch, no replica file to make).
 func (s *Server) quick(c *conn, r *wire.Request) bool {
 	switch r.Op {
-	case wire.OpTranslate, wire.OpSubscribe:
+	case wire.OpTranslate, wire.OpSubscribe, wire.OpClock:
 		return true
 	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere, wire.OpRelease, wire.OpUnlock:
 	default:

@@ -59,6 +59,8 @@ COMMAND defaults to show.
                                   plan a wiring (computed here, no agent needed)
   pathcache show                  path cache entries
   owner show                      pages owned by this host, pins, arbiter queues
+  clock show                      the fabric clock: cluster time, offset, rate and bound to every
+                                  node, excluded neighbours and why
   gpu show                        GPU use and limits of the host's processes
   gpu set pid PID|cgroup PATH|pod UID|container ID [device D|host] [mem SIZE] [quota PERCENT]
                                   (a cgroup's, pod's or container's limit is shared by its processes
@@ -148,6 +150,7 @@ var objects = []object{
 	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
 	{"pathcache", []verb{{"show", pathShow}, {"list", pathShow}}},
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
+	{"clock", []verb{{"show", clockShow}, {"list", clockShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
 	{"monitor", []verb{{"all", monitor}}},
