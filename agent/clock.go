@@ -97,4 +97,3 @@ func clockCounters(c *clock.Clock, add func(string, uint64)) {
 	add("clock_inconsistent", st.Inconsistent)
 	add("clock_neighbours", uint64(st.NeighboursMeasured))
 }
-
