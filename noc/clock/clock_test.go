@@ -99,6 +99,11 @@ func TestBadNeighboursAreExcluded(t *testing.T) {
 		{"step", func(now time.Duration) link.ClockSample {
 			return peerClock{off: good.off + 5*time.Millisecond, rate: good.rate}.exchange(now, d, d)
 		}, "jumped ahead"},
+		{"offset beyond any fabric", func(now time.Duration) link.ClockSample {
+			s := good.exchange(now, d, d)
+			s.T2, s.T3 = s.T2+1<<60, s.T3+1<<60
+			return s
+		}, "more than"},
 		{"impossible rate", func(now time.Duration) link.ClockSample {
 			fast := peerClock{off: good.off, rate: 3000e-6}
 			return fast.exchange(now, d, d)

@@ -52,6 +52,8 @@ func (f *filter) add(s link.ClockSample) (reason string) {
 	case s.T4 < s.T1:
 		f.skipped++ // this clock's own times are out of order: not the neighbour's doing
 		return ""
+	case s.T2 > s.T1+maxOffset || s.T2 < s.T1-maxOffset || s.T3 > s.T4+maxOffset || s.T3 < s.T4-maxOffset:
+		return fmt.Sprintf("claims a clock more than %v away", maxOffset)
 	}
 	f.lastT3, f.seen = s.T3, true
 	d := s.T4 - s.T1
@@ -145,6 +147,10 @@ func (f *filter) fit(cur int64, x time.Duration) (reason string) {
 	f.line, f.valid = l, true
 	return ""
 }
+
+// maxOffset is the farthest apart two clocks of a fabric may be believed
+// (13 days): it keeps every sum of offsets far from overflowing.
+const maxOffset = time.Duration(1) << 50
 
 func floorDiv(a, b time.Duration) int64 {
 	q := int64(a / b)

@@ -104,8 +104,7 @@ func (r *Report) Decode(b []byte) error {
 		l.Line.Hi = time.Duration(binary.BigEndian.Uint64(b[o+16:]))
 		rate := func(k int) float64 { return float64(int64(binary.BigEndian.Uint64(b[o+24+8*k:]))) * rateUnit }
 		l.Line.RLo, l.Line.RHi, l.Line.Rate = rate(0)-rateUnit, rate(1)+rateUnit, rate(2)
-		const span = time.Duration(1) << 50 // 13 days: no fabric's clocks are further apart
-		if l.Line.Lo > l.Line.Hi || l.Line.Lo < -span || l.Line.Hi > span ||
+		if l.Line.Lo > l.Line.Hi || l.Line.Lo < -maxOffset || l.Line.Hi > maxOffset ||
 			!(l.Line.RLo <= l.Line.RHi) || l.Line.RLo < -maxRate || l.Line.RHi > maxRate ||
 			!(l.Line.Rate >= l.Line.RLo && l.Line.Rate <= l.Line.RHi) {
 			return fmt.Errorf("%w: link record %d: offsets [%v, %v], rates [%g, %g] %g", ErrReport, i,
