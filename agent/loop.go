@@ -444,6 +444,9 @@ func (a *Agent) rearmLocked(now time.Duration) {
 // until writeTx), copies the step's datagrams into it, publishes the
 // core's events and returns the host completions the step produced.
 func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
+	// The step's datagrams leave now: their clock timestamps (the fabric
+	// clock's) are best taken as late as the core allows.
+	now = max(now, a.now())
 	a.stepAt = now
 	a.tx.mu.Lock()
 	if len(a.tx.ports) != len(a.ports) {
