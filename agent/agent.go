@@ -18,6 +18,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/internal/procid"
 	"github.com/aitherion/dpu/internal/rundir"
@@ -40,7 +41,7 @@ type Agent struct {
 
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
-	host    *hostBackend
+	host    *host.Backend
 	gpu     *ledger.Accountant
 	quotas  hostQuotas
 
@@ -244,7 +245,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+		srv, err := hostif.NewServer(clockedBackend{a.host, a}, hostif.Options{ // clock.goQuota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
 			RingBell: a.ringBell, Observe: a.observeHost})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
@@ -381,7 +382,15 @@ func (a *Agent) seed() uint64 {
 // newEngine builds the coherence engine with its host session layer in
 // front (the node core's handler), and the host socket's backend over it.
 func (a *Agent) newEngine() error {
-	a.host = newHostBackend(a)
+	hostCfg := host.Config{Machine: gva.MachineIndex(a.cfg.Node), Ledger: a.hostQuota, Fault: a.publishFault}
+	if a.cfg.Loop == LoopAdaptive {
+		// a socket's reader whose requests wait for answers from other
+		// nodes steps the core for them within the loop's spin budget; the
+		// blocking loop keeps its least-CPU promise, and the polling loop
+		// is already looking
+		hostCfg.Await = func(pending func() bool) { a.awaitAnswers(pending, a.cfg.Spin) }
+	}
+	a.host = host.New(hostCfg)
 	seed := a.seed()
 	epoch, err := nextAllocEpoch(a.cfg.stateDir(), a.cfg.InsecureRunDir)
 	if err != nil {
@@ -393,9 +402,8 @@ func (a *Agent) newEngine() error {
 	}
 	// the store charges backup copies to the page ledger, and host
 	// sessions' replicas are charged as they map them (pagecharge.go)
-	a.host.charges = newReplicaCharges(gva.MachineIndex(a.cfg.Node), a.hostQuota)
-	store := reservedStore{PageStore: coherence.NewMemStore(pages), ledger: a.hostQuota}
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store,
+	store := host.ReservedStore{PageStore: coherence.NewMemStore(pages), Ledger: a.hostQuota}
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store, Quota: host.Quota{Ledger: a.hostQuota},
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
@@ -407,7 +415,8 @@ func (a *Agent) newEngine() error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.host.hosts, a.engine, a.handler = h, h.Engine(), h
+	a.host.Bind(h, stepper{a})
+	a.engine, a.handler = h.Engine(), h
 	return nil
 }
 
@@ -495,6 +504,12 @@ func (a *Agent) publishFault(ev coherence.Event) {
 			Cluster: a.clusterTimeLocked()})
 	}
 }
+
+// stepper runs the host backend's steps on the agent's core.
+type stepper struct{ a *Agent }
+
+// Step implements host.Stepper.
+func (s stepper) Step(fn func(c *node.Core, now time.Duration)) { s.a.onCore(fn) }
 
 // Exec runs fn as one step of the agent's core, then writes the step's
 // output. fn must not block.

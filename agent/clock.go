@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/host"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/noc/clock"
@@ -49,11 +50,18 @@ func (a *Agent) logExclusionsLocked() {
 	}
 }
 
-var _ hostif.ClusterClock = (*hostBackend)(nil)
+// clockedBackend is the host socket's backend with the cluster clock.
+type clockedBackend struct {
+	*host.Backend
+	a *Agent
+}
+
+var _ hostif.ClusterClock = clockedBackend{}
 
 // ClusterTime implements hostif.ClusterClock (CLOCK, dpu_clock,
-// client.Clock).
-func (b *hostBackend) ClusterTime() wire.ClusterTime {
+// client.Clock): a read of the core's clock under the core's mutex, no
+// step.
+func (b clockedBackend) ClusterTime() wire.ClusterTime {
 	a := b.a
 	a.mu.Lock()
 	t := a.core.ClusterTime(max(a.now(), a.stepAt))

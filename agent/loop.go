@@ -478,7 +478,7 @@ func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
 	if a.host == nil {
 		return nil
 	}
-	return a.host.takeDone()
+	return a.host.TakeDone()
 }
 
 // txOut holds the datagrams of one step from the moment they leave the
@@ -526,6 +526,6 @@ func (a *Agent) writeTx() {
 // of the agent).
 func (a *Agent) deliver(done []hostif.Done) {
 	if len(done) > 0 {
-		a.host.deliver(done)
+		a.host.Deliver(done)
 	}
 }

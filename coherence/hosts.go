@@ -106,6 +106,14 @@ type revokedPin struct {
 	key gva.GVA
 }
 
+// PageQuota is a ledger of pages per user: Take charges uid n pages or
+// refuses (an error wrapping a syscall.Errno: EDQUOT, the user's own
+// limit; EBUSY, the node's share of ordinary users), Release gives n back.
+type PageQuota interface {
+	Take(uid uint32, pages int) error
+	Release(uid uint32, pages int)
+}
+
 // SessionID names a host session of a node.
 type SessionID uint64
 
@@ -227,6 +235,29 @@ func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 		acquired += n
 	}
 	return refs, acquired, len(s.locked)
+}
+
+// Charged reports, for checkers, the pages allocated here and not freed,
+// per allocating user: what the node's page quota must be charged.
+func (h *Hosts) Charged() map[uint32]int {
+	m := map[uint32]int{}
+	for _, a := range h.attrs {
+		m[a.UID]++
+	}
+	return m
+}
+
+// PageHeld reports, for checkers and tests, what this node's sessions hold
+// of page key: their refs added up, whether one of them has acquired it,
+// and whether one holds the node's lock of it.
+func (h *Hosts) PageHeld(key gva.GVA) (refs int, acquired, locked bool) {
+	key = key.Key()
+	for _, s := range h.sessions {
+		refs += s.refs[key]
+		acquired = acquired || s.acquired[key] > 0
+		locked = locked || s.locked[key]
+	}
+	return refs, acquired, locked
 }
 
 // Submit hands the session layer one request of session id; it completes
@@ -362,6 +393,14 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			// bounded by the node's capacity, not by what it asks
 			h.fail(now, r, syscall.ENOMEM, fmt.Sprintf("alloc: %d pages exceed this node's capacity of %d", n, h.e.store.Cap()))
 			return
+		}
+		if q := h.e.cfg.Quota; q != nil {
+			if err := q.Take(hr.Attr.UID, n); err != nil {
+				errno := syscall.EDQUOT
+				errors.As(err, &errno)
+				h.fail(now, r, errno, fmt.Sprintf("alloc: %d pages for uid %d: %v", n, hr.Attr.UID, err))
+				return
+			}
 		}
 		r.results = make([]Completion, 0, n)
 		for range n {
@@ -861,6 +900,7 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 				h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: c.GVA.Key()}, h.e.rt)
 			}
 		}
+		h.uncharge(r.hr.Attr.UID, len(r.results))
 		h.finish(now, r, Completion{Err: failed})
 		return
 	}
@@ -870,6 +910,27 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 	}
 	h.extents[first] = len(r.results)
 	h.finish(now, r, Completion{GVA: first})
+}
+
+// uncharge gives n pages of uid back to the node's page quota.
+func (h *Hosts) uncharge(uid uint32, n int) {
+	if q := h.e.cfg.Quota; q != nil && n > 0 {
+		q.Release(uid, n)
+	}
+}
+
+// unalloc frees the extent an abandoned Alloc made (its caller gave up):
+// its pages go, and their charge with them.
+func (h *Hosts) unalloc(now time.Duration, first gva.GVA, uid uint32) {
+	n := h.extents[first]
+	for i := range n {
+		k := first.PageAt(i)
+		delete(h.attrs, k)
+		h.nextStep++
+		h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: k}, h.e.rt)
+	}
+	delete(h.extents, first)
+	h.uncharge(uid, n)
 }
 
 // startDrop gives one engine ref of key back, on its own (nobody waits).
@@ -898,9 +959,11 @@ func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.G
 }
 
 // undo gives back what an abandoned request took by succeeding.
-func (h *Hosts) undo(now time.Duration, r *hostReq) {
+func (h *Hosts) undo(now time.Duration, r *hostReq, c Completion) {
 	key := r.hr.GVA.Key()
 	switch r.hr.Op {
+	case HostAlloc:
+		h.unalloc(now, c.GVA.Key(), r.hr.Attr.UID)
 	case HostRef:
 		h.startDrop(now, r.s, key)
 	case HostLock:
@@ -927,7 +990,7 @@ func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 	}
 	if r.abandon {
 		if c.Err == nil && r.hr.ID != 0 {
-			h.undo(now, r)
+			h.undo(now, r, c)
 		}
 		h.reap(r.s)
 		h.recycle(r)
@@ -1167,6 +1230,9 @@ func (h *Hosts) freeStep(now time.Duration, r *hostReq, c Completion) {
 		h.freeNext(now, r, p, HostFree)
 	case errno == 0:
 		p.step = 0 // freed
+		if a, ok := h.attrs[p.key]; ok && !(bugsCompiled && h.e.cfg.Bug == BugQuotaLeak) {
+			h.uncharge(a.UID, 1)
+		}
 		delete(h.attrs, p.key)
 	case again && p.step == HostFree && errno == syscall.EINVAL && !(bugsCompiled && h.e.cfg.Bug == BugFreeHere):
 		// It moved away after all (an acquire elsewhere won): taken back.

@@ -170,17 +170,14 @@ func TestMmapLock(t *testing.T) {
 // client's timeout: the touch takes a memory fault (recovered here) and is
 // logged, instead of hanging.
 func TestMmapNodeStalls(t *testing.T) {
-	fab := hostiftest.NewFabric()
-	be := fab.Node(1)
-	t.Cleanup(be.Close)
-	path := hostiftest.StartServer(t, be, hostif.Options{})
+	be, path := start(t, hostif.Options{})
 	ctx := context.Background()
 	c, err := client.Dial(ctx, path, client.Options{Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	g, err := c.Alloc(ctx, 2*4096, 0)
+	g, err := be.remote(2 * 4096) // node 2's pages: stall cuts it off
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +186,7 @@ func TestMmapNodeStalls(t *testing.T) {
 	if a.Bytes()[0] != 0 {
 		t.Fatal("fresh page not zero")
 	}
-	be.SetStall(true)
+	be.stall(true)
 	start := time.Now()
 	done := make(chan any, 1)
 	go func() {
@@ -206,7 +203,7 @@ func TestMmapNodeStalls(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a fault the node never served hung")
 	}
-	be.SetStall(false)
+	be.stall(false)
 	if a.Bytes()[0] != 0 { // the other page still works
 		t.Fatal("page 0 changed")
 	}
