@@ -245,7 +245,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(clockedBackend{a.host, a}, hostif.Options{ // clock.goQuota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+		// the host socket's backend, with the cluster clock (clock.go)
+		srv, err := hostif.NewServer(clockedBackend{a.host, a}, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
 			RingBell: a.ringBell, Observe: a.observeHost})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
