@@ -150,11 +150,11 @@ var objects = []object{
 	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
 	{"pathcache", []verb{{"show", pathShow}, {"list", pathShow}}},
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
-	{"clock", []verb{{"show", clockShow}, {"list", clockShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
 	{"monitor", []verb{{"all", monitor}}},
 	{"capture", []verb{{"read", captureRead}}},
+	{"clock", []verb{{"show", clockShow}, {"list", clockShow}}}, // after capture: "dpuctl c" stays capture
 	{"mem", []verb{{"", mem}}},
 	{"help", []verb{{"", help}}},
 }
