@@ -245,7 +245,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+		// the host socket's backend, with the cluster clock (clock.go)
+		srv, err := hostif.NewServer(clockedBackend{a.host, a}, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
 			RingBell: a.ringBell, Observe: a.observeHost})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
@@ -426,6 +427,7 @@ func (a *Agent) newCore() error {
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
 	lc.AckDelay = ackDelay
+	lc.ClockStamps, lc.ClockEpoch = true, a.clockEpoch() // the fabric clock (clock.go)
 	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce()}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -467,7 +469,13 @@ func (a *Agent) now() time.Duration { return time.Since(a.start) }
 
 // publish turns the core's events into monitor events and logs.
 func (a *Agent) publish() {
-	for _, ev := range a.core.TakeEvents() {
+	a.logExclusionsLocked()
+	evs := a.core.TakeEvents()
+	if len(evs) == 0 {
+		return
+	}
+	ct := a.clusterTimeLocked()
+	for _, ev := range evs {
 		name := ""
 		if int(ev.Port) < len(a.ports) {
 			name = a.ports[ev.Port].spec.Name
@@ -477,13 +485,13 @@ func (a *Agent) publish() {
 			a.log.Info("link up", "port", name, "reason", ev.Reason)
 		case node.EventLinkDown:
 			a.log.Info("link down", "port", name, "reason", ev.Reason)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason})
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason, Cluster: ct})
 		case node.EventNeighbour:
 			a.log.Info("neighbour", "port", name, "node", ev.Neighbour)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour})
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour, Cluster: ct})
 		case node.EventRoutes:
 			a.log.Debug("routes changed")
-			a.publishRoutes() // monitor.go
+			a.publishRoutes(ct) // monitor.go
 		}
 	}
 }
@@ -493,7 +501,8 @@ func (a *Agent) publish() {
 func (a *Agent) publishFault(ev coherence.Event) {
 	a.log.Warn("host fault: pin revoked", "page", ev.GVA, "holder", ev.Holder)
 	if a.ctl != nil {
-		a.ctl.Publish(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked"})
+		a.ctl.Publish(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked",
+			Cluster: a.clusterTimeLocked()})
 	}
 }
 

@@ -115,6 +115,7 @@ func (s source) Stats() ctl.Stats {
 		add("link_rx_datagrams", rx)
 		add("link_retransmits", rt)
 		add("routes", uint64(len(c.Routing().Routes())))
+		clockCounters(c.Clock(), add) // clock.go
 		// host requests answered by their socket reader's own steps (the
 		// adaptive loop's run to completion), not by the loop
 		add("host_answers_awaited", s.a.awaited.Load())

@@ -34,6 +34,9 @@ func (fuzzSource) PathCache() []PathEntry {
 func (fuzzSource) OwnedPages() []OwnedPage {
 	return []OwnedPage{{Key: gva.New(0, 2, 0, 0), Waiters: []Waiter{{Node: 1}}}}
 }
+func (fuzzSource) ClockEntries() []ClockEntry {
+	return []ClockEntry{{Node: 0, Self: true, Cluster: &ClusterTime{}}, {Node: 1, Excluded: true, Reason: "jumped"}}
+}
 func (fuzzSource) DumpObjects(cmd Cmd) ([]Object, error) {
 	if cmd != CmdGPUGet {
 		return nil, syscall.EOPNOTSUPP
@@ -194,7 +197,8 @@ func FuzzDecodeReply(f *testing.F) {
 	src := fuzzSource{}
 	for _, o := range []object{&src.Routes()[0], &src.Links()[0], &src.Neighbours()[0], &TopoNode{ID: 1, Neighbours: []noc.NodeID{2}},
 		&src.PathCache()[0], &src.OwnedPages()[0], &Event{Kind: EventHostFault, Page: gva.New(1, 1, 0, 0)},
-		&CapturedFrame{Port: "p0", Direction: Sent, Length: 3, Data: []byte{1, 2, 3}}} {
+		&CapturedFrame{Port: "p0", Direction: Sent, Length: 3, Data: []byte{1, 2, 3}},
+		&ClockEntry{Node: 2, Self: true, Cluster: &ClusterTime{Time: 1, Error: 2}}} {
 		b, _ := encodeMessage(netlink.Header{Flags: flagMulti, Sequence: 1}, CmdRouteGet, mustAttrs(o))
 		f.Add(b)
 	}
@@ -210,7 +214,7 @@ func FuzzDecodeReply(f *testing.F) {
 			return
 		}
 		for _, o := range []object{&Route{}, &Link{}, &Neighbour{}, &Stats{}, &TopoNode{}, &Event{},
-			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}, &CaptureRequest{}, &CapturedFrame{}} {
+			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}, &CaptureRequest{}, &CapturedFrame{}, &ClockEntry{}} {
 			if decodeObject(m.attrs, o) != nil {
 				continue
 			}

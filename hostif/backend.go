@@ -214,3 +214,10 @@ type Event struct {
 	Data    []byte // EventUpdate: the written bytes; the receiver owns them
 	Reason  syscall.Errno
 }
+
+// ClusterClock is a Backend that reads the fabric's cluster clock (CLOCK,
+// answered on the connection's reading goroutine: it must not wait beyond
+// a step of the core). A Backend without it answers CLOCK with ENOSYS.
+type ClusterClock interface {
+	ClusterTime() wire.ClusterTime
+}

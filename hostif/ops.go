@@ -127,6 +127,15 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		rep.body = le.AppendUint32(rep.body, r.Mask)
 		rep.body = le.AppendUint32(rep.body, 0)
 		return nil
+
+	case wire.OpClock:
+		cc, ok := s.be.(ClusterClock)
+		if !ok {
+			return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
+		}
+		t := cc.ClusterTime()
+		rep.body = t.Append(rep.body)
+		return nil
 	}
 	if r.Op.IsGPU() {
 		return s.serveGPU(ctx, c, r, rep)
@@ -149,7 +158,7 @@ func (s *Server) opTimeout(r *wire.Request) time.Duration {
 // quick reports whether r may run on the connection's reading goroutine:
 // the server serves it itself without waiting.
 func (s *Server) quick(r *wire.Request) bool {
-	return r.Op == wire.OpTranslate || r.Op == wire.OpSubscribe
+	return r.Op == wire.OpTranslate || r.Op == wire.OpSubscribe || r.Op == wire.OpClock
 }
 
 func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {

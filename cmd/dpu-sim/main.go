@@ -134,6 +134,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	clockRun := fs.Bool("clock", false, "run the fabric clock scenario instead of the workload: node clocks skewed by up to ±1 s and drifting ±100 ppm, links with asymmetric base delays and 0-50 µs jitter; checks every estimate against the truth (with --plant-bug clock-symmetric to see the checker catch a wrong bound)")
+	clockFor := fs.Duration("clock-duration", 0, "with --clock: virtual time of a run (default 30s; the bound target applies from 20s, or two thirds of a shorter run)")
+	clockFaulty := fs.Int("clock-faulty", 0, "with --clock: nodes with dishonest clocks (one in two steps by 20 ms, the other runs 2000 ppm fast) that their neighbours must exclude")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -184,6 +187,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if *seed == 0 && *seeds != 1 {
 			return fmt.Errorf("--debug-page traces one seed: give --seed S")
 		}
+	}
+	if *clockRun {
+		return runClock(stdout, stderr, clockArgs{seeds: seedList(*seed, *first, *seeds), nodes: *nodes, topo: *topoKind,
+			duration: *clockFor, faulty: *clockFaulty, plant: *plant, jobs: *jobs})
 	}
 	var bug coherence.PlantedBug
 	switch *plant {

@@ -59,6 +59,8 @@ COMMAND defaults to show.
                                   plan a wiring (computed here, no agent needed)
   pathcache show                  path cache entries
   owner show                      pages owned by this host, pins, arbiter queues
+  clock show                      the fabric clock: cluster time, offset, rate and bound to every
+                                  node, excluded neighbours and why
   gpu show                        GPU use and limits of the host's processes
   gpu set pid PID|cgroup PATH|pod UID|container ID [device D|host] [mem SIZE] [quota PERCENT]
                                   (a cgroup's, pod's or container's limit is shared by its processes
@@ -152,6 +154,7 @@ var objects = []object{
 	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
 	{"monitor", []verb{{"all", monitor}}},
 	{"capture", []verb{{"read", captureRead}}},
+	{"clock", []verb{{"show", clockShow}, {"list", clockShow}}}, // after capture: "dpuctl c" stays capture
 	{"mem", []verb{{"", mem}}},
 	{"help", []verb{{"", help}}},
 }
