@@ -63,6 +63,7 @@ var cmdNames = map[Cmd]string{
 	CmdGPULimitGet: "gpu limits",
 	CmdQuotaGet:    "quota",
 	CmdQuotaSet:    "quota set",
+	CmdNUMAGet:     "numa",
 }
 
 func (c Cmd) String() string {
