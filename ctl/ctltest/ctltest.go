@@ -35,6 +35,7 @@ type Snapshot struct {
 	GPUProcesses []gpuctl.Process
 	GPULimits    []gpuctl.Limit // set at run time
 	Quotas       []ctl.Quota    // the default first
+	NUMA         ctl.NUMA
 }
 
 // Source serves a Snapshot and implements every optional object. It is
@@ -71,6 +72,10 @@ func (s *Source) OwnedPages() []ctl.OwnedPage { return s.get().OwnedPages }
 // DumpObjects implements ctl.CommandSource: the GPU accounting's objects
 // and the quotas.
 func (s *Source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
+	if cmd == ctl.CmdNUMAGet {
+		n := s.get().NUMA
+		return []ctl.Object{&n}, nil
+	}
 	if cmd == ctl.CmdQuotaGet {
 		qs := s.get().Quotas
 		out := make([]ctl.Object, len(qs))
@@ -272,5 +277,11 @@ func Sample() Snapshot {
 			{UID: 1000, PagesLimit: 2048, BytesLimit: 2048 * 4096, PagesUsed: 300, BytesUsed: 300 * 4096},
 			{UID: 1001, PagesLimit: 64, BytesLimit: 1 << 20, PagesUsed: 64, BytesUsed: 64 * 4096},
 		},
+		NUMA: ctl.NUMA{Server: 0, Setting: "auto", Bound: 1, Address: "0:1", CPUs: "1,3,5,7", PageMemory: 256 << 20,
+			Nodes: []ctl.NUMANode{
+				{ID: 0, CPUs: "0,2,4,6", MemTotal: 8 << 30, MemFree: 6 << 30, NICs: []string{"eth0"}},
+				{ID: 1, CPUs: "1,3,5,7", MemTotal: 8 << 30, MemFree: 5 << 30, NICs: []string{"eth1", "eth2"}},
+			},
+			OtherNICs: []string{"lo"}},
 	}
 }
