@@ -12,6 +12,12 @@
 //	class/net/<dev>/device/numa_node      the node a device's bus sits on
 //	                                      (-1, or no file: none known)
 //
+// A network device whose own device has no numa_node (virtio-net: its
+// device is virtio<N>, a child of the PCI function) takes the node of the
+// nearest ancestor that has one, along the device's real path
+// (class/net/<dev> is a link into devices/; the file system must
+// implement fs.ReadLinkFS, as os.DirFS does).
+//
 // A host without devices/system/node (a kernel built without NUMA) is one
 // node holding every online CPU (devices/system/cpu/online) and no memory
 // figure. ParseCPUList and ParseMeminfo decode the kernel's text; they take

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,16 +162,15 @@ func readNICs(sys fs.FS) ([]NIC, error) {
 	var nics []NIC
 	for _, e := range ents {
 		nic := NIC{Name: e.Name(), Node: NoNode}
-		b, err := fs.ReadFile(sys, "class/net/"+e.Name()+"/device/numa_node")
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			// a virtual device (lo, veth, a bridge): no bus, no node
-		case err != nil:
-			return nil, fmt.Errorf("numa: class/net/%s: %w", e.Name(), err)
-		default:
+		file := nodeFile(sys, e.Name())
+		if file != "" {
+			b, err := fs.ReadFile(sys, file)
+			if err != nil {
+				return nil, fmt.Errorf("numa: class/net/%s: %w", e.Name(), err)
+			}
 			v, err := strconv.Atoi(strings.TrimSpace(string(b)))
 			if err != nil || v < NoNode {
-				return nil, fmt.Errorf("numa: class/net/%s/device/numa_node: %q is not a node", e.Name(), bytes.TrimSpace(b))
+				return nil, fmt.Errorf("numa: %s: %q is not a node", file, bytes.TrimSpace(b))
 			}
 			nic.Node = v
 		}
@@ -229,4 +229,34 @@ func ParseMeminfo(b []byte) (Meminfo, error) {
 		return Meminfo{}, errors.New("no MemTotal line")
 	}
 	return mi, nil
+}
+
+// nodeFile is the numa_node file that holds dev's node: its device's, or,
+// for a device whose bus has none (virtio-net: its device is virtio<N>,
+// whose parent is the PCI function), the nearest ancestor's in the
+// device's real path (class/net/<dev> is a link into devices/). "" for a
+// virtual device (lo, veth, a bridge): no bus, no node.
+func nodeFile(sys fs.FS, dev string) string {
+	if f := "class/net/" + dev + "/device/numa_node"; exists(sys, f) {
+		return f
+	}
+	target, err := fs.ReadLink(sys, "class/net/"+dev)
+	if err != nil {
+		return ""
+	}
+	real := path.Join("class/net", target)
+	if !strings.HasPrefix(real, "devices/") {
+		return ""
+	}
+	for dir := path.Dir(real); dir != "devices" && dir != "."; dir = path.Dir(dir) {
+		if f := dir + "/numa_node"; exists(sys, f) {
+			return f
+		}
+	}
+	return ""
+}
+
+func exists(sys fs.FS, name string) bool {
+	_, err := fs.Stat(sys, name)
+	return err == nil
 }

@@ -26,6 +26,12 @@ func twoNodeSys() fstest.MapFS {
 		"class/net/eth1/device/numa_node":   file("1\n"),
 		"class/net/eth2/device/numa_node":   file("-1\n"),
 		"class/net/lo/address":              file("00:00:00:00:00:00\n"),
+		// virtio-net: the netdev's device is virtio3, without numa_node;
+		// its parent, the PCI function, has one
+		"class/net/eth3": {Data: []byte("../../devices/pci0000:10/0000:10:00.0/virtio3/net/eth3"), Mode: fs.ModeSymlink},
+		"devices/pci0000:10/0000:10:00.0/numa_node":             file("1\n"),
+		"devices/pci0000:10/0000:10:00.0/virtio3/net/eth3/mtu":  file("1500\n"),
+		"devices/pci0000:10/0000:10:00.0/virtio3/device":        file("0x0001\n"),
 	}
 }
 
@@ -57,7 +63,7 @@ func TestDiscoverTwoNodes(t *testing.T) {
 			{ID: 0, CPUs: CPUSet{0, 2, 4, 6}, MemTotal: 8 << 30, MemFree: 4 << 30},
 			{ID: 1, CPUs: CPUSet{1, 3, 5, 7}, MemTotal: 8 << 30, MemFree: 1 << 30},
 		},
-		NICs: []NIC{{"eth0", 0}, {"eth1", 1}, {"eth2", NoNode}, {"lo", NoNode}},
+		NICs: []NIC{{"eth0", 0}, {"eth1", 1}, {"eth2", NoNode}, {"eth3", 1}, {"lo", NoNode}},
 	}
 	if !reflect.DeepEqual(top, want) {
 		t.Fatalf("Discover:\n got %+v\nwant %+v", top, want)
