@@ -29,9 +29,9 @@ func twoNodeSys() fstest.MapFS {
 		// virtio-net: the netdev's device is virtio3, without numa_node;
 		// its parent, the PCI function, has one
 		"class/net/eth3": {Data: []byte("../../devices/pci0000:10/0000:10:00.0/virtio3/net/eth3"), Mode: fs.ModeSymlink},
-		"devices/pci0000:10/0000:10:00.0/numa_node":             file("1\n"),
-		"devices/pci0000:10/0000:10:00.0/virtio3/net/eth3/mtu":  file("1500\n"),
-		"devices/pci0000:10/0000:10:00.0/virtio3/device":        file("0x0001\n"),
+		"devices/pci0000:10/0000:10:00.0/numa_node":            file("1\n"),
+		"devices/pci0000:10/0000:10:00.0/virtio3/net/eth3/mtu": file("1500\n"),
+		"devices/pci0000:10/0000:10:00.0/virtio3/device":       file("0x0001\n"),
 	}
 }
 
