@@ -30,11 +30,8 @@ func numaScenario() scenario {
 				"echo DPU-TEST OUT numa: $(dpuctl -j numa show)",
 				"G=$(dpuctl mem alloc)",
 				"dpuctl mem add $G 5",
-				"cat /proc/[0-9]*/numa_maps",
-				"cat /proc/[0-9]*/status",
-				"echo DPU-TEST END numa ok",
-				"echo DPU-TEST DONE ok",
-				"shutdown",
+				// one line: a line typed while a long output prints can be lost
+				"cat /proc/[0-9]*/numa_maps /proc/[0-9]*/status; echo DPU-TEST END numa ok; echo DPU-TEST DONE ok; shutdown",
 			},
 		}},
 		Checks:     []string{"numa"},
