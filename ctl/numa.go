@@ -144,6 +144,9 @@ func (n *NUMA) DecodeAttrs(ad *netlink.AttributeDecoder) error {
 						}
 						return nil
 					})
+					if nd.NICs == nil {
+						nd.NICs = []string{} // JSON: a node without NICs lists none
+					}
 					n.Nodes = append(n.Nodes, nd)
 				}
 				return nil
