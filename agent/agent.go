@@ -76,6 +76,7 @@ type Agent struct {
 
 	routesSeen []route.Route // the routes last published (monitor.go; under mu)
 	metrics    agentMetrics  // metrics.go
+	numa       numaPlace     // numa.go
 }
 
 // Option changes how New builds an agent.
@@ -152,6 +153,10 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 		a.Close()
 		return nil, err
 	}
+	if err := a.chooseNUMA(); err != nil { // numa.go
+		a.Close()
+		return nil, err
+	}
 	if a.handler == nil {
 		if err := a.newEngine(); err != nil {
 			a.Close()
@@ -193,6 +198,7 @@ func (a *Agent) Close() {
 		a.w.close()
 		a.w = nil
 	}
+	a.releaseNUMA()
 }
 
 // Ready is closed once the agent's sockets serve.
@@ -219,6 +225,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer wg.Wait() // runs after cancel: every goroutine below ends with ctx
 	defer cancel()
 
+	if err := a.pinNUMA(); err != nil { // numa.go
+		return err
+	}
 	captureGID, err := groupID("capture-group", a.cfg.CaptureGroup)
 	if err != nil {
 		return err
@@ -403,7 +412,11 @@ func (a *Agent) newEngine() error {
 	}
 	// the store charges backup copies to the page ledger, and host
 	// sessions' replicas are charged as they map them (pagecharge.go)
-	store := host.ReservedStore{PageStore: coherence.NewMemStore(pages), Ledger: a.hostQuota}
+	mem, err := a.newPageStore(pages) // numa.go
+	if err != nil {
+		return err
+	}
+	store := host.ReservedStore{PageStore: mem, Ledger: a.hostQuota}
 	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store, Quota: host.Quota{Ledger: a.hostQuota},
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its

@@ -91,8 +91,9 @@
 //	22  CmdQuotaGet      dump  -                 Quota          (CommandSource)
 //	23  CmdQuotaSet      do    Quota             ack            (CommandSource)
 //	24  CmdClockGet      dump  -                 ClockEntry     (ClockSource)
+//	25  CmdNUMAGet       dump  -                 NUMA (one)     (CommandSource)
 //
-// Numbers 9–15 are kept for fabric commands, 25 and up for later objects.
+// Numbers 9–15 are kept for fabric commands, 26 and up for later objects.
 // Objects 16–24 are served when the Source implements the matching optional
 // interface; an older Source gets EOPNOTSUPP for them. The objects of 18–20
 // are defined by package cuda/gpuctl (Object, Dump, Client.Do), which also
@@ -136,6 +137,13 @@
 //	owner      1 key GVA, 2 version u64, 3 swapping flag, 4 pinned flag,
 //	           5 pin held s64 ns, 6 waiters (nested; each entry 1 nested:
 //	           1 node u32, 2 port u16, 3 request id u64, 4 waited s64 ns)
+//	numa       1 server u32, 2 setting string, 3 bound node s32 (-1 none),
+//	           4 reason string, 5 agent's CPUs string (a kernel CPU list),
+//	           6 page memory u64 bytes, 7 nodes (nested; each entry 1 nested:
+//	           1 id u32, 2 CPUs string, 3 memory total u64, 4 memory free
+//	           u64, 5 NICs (nested; each entry 1 string)), 8 NICs without a
+//	           node (nested; each entry 1 string), 9 error string,
+//	           10 address string ("server:numa")
 //
 // # Monitor group
 //

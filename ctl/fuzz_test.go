@@ -3,6 +3,7 @@ package ctl
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"syscall"
 	"testing"
 
@@ -221,6 +222,37 @@ func FuzzDecodeReply(f *testing.F) {
 			if _, err := encodeObject(o); err != nil {
 				t.Fatalf("%T decoded but does not encode: %v", o, err)
 			}
+		}
+	})
+}
+
+// FuzzDecodeNUMA: a NUMA object's decoder takes any bytes, and what it
+// decodes encodes and decodes to itself.
+func FuzzDecodeNUMA(f *testing.F) {
+	seed := NUMA{Server: 3, Setting: "auto", Bound: 1, Address: "3:1", CPUs: "1,3", PageMemory: 1 << 20,
+		Nodes:     []NUMANode{{ID: 0, CPUs: "0,2", MemTotal: 1 << 30, NICs: []string{"eth0"}}, {ID: 1, CPUs: "1,3", NICs: []string{"eth1", "eth2"}}},
+		OtherNICs: []string{"lo"}}
+	b, err := encodeObject(ext{&seed})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var n NUMA
+		if err := decodeObject(b, ext{&n}); err != nil {
+			return
+		}
+		again, err := encodeObject(ext{&n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m NUMA
+		if err := decodeObject(again, ext{&m}); err != nil {
+			t.Fatalf("re-encoded %+v does not decode: %v", n, err)
+		}
+		if !reflect.DeepEqual(n, m) {
+			t.Fatalf("round trip:\n%+v\n%+v", n, m)
 		}
 	})
 }

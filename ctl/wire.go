@@ -64,6 +64,7 @@ var cmdNames = map[Cmd]string{
 	CmdQuotaGet:    "quota",
 	CmdQuotaSet:    "quota set",
 	CmdClockGet:    "clock",
+	CmdNUMAGet:     "numa",
 }
 
 func (c Cmd) String() string {

@@ -77,6 +77,8 @@ func TestGoldenOutput(t *testing.T) {
 		{"gpu.json", []string{"-j", "gpu", "show"}},
 		{"quota", []string{"quota", "show"}},
 		{"quota.json", []string{"-j", "quota", "show"}},
+		{"numa", []string{"numa", "show"}},
+		{"numa.json", []string{"-j", "numa", "show"}},
 		// Abbreviations, a default command, and -j after the command.
 		{"route", []string{"r", "s"}},
 		{"route", []string{"ro"}},
