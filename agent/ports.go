@@ -43,7 +43,7 @@ func init() {
 				if err != nil {
 					return nil, "", err
 				}
-				p, err := joinQueues(spec, cfg, chans)
+				p, err := joinQueues(spec, cfg, log, chans)
 				if err != nil {
 					return nil, "", err
 				}
@@ -51,7 +51,7 @@ func init() {
 				return p, kind.String(), nil
 			}
 			kinds := make([]string, k)
-			p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+			p, err := openChannels(spec, cfg, log, k, func(i int) (noc.Port, error) {
 				dev := devs[i]
 				name := spec.Name
 				if k > 1 {
@@ -77,7 +77,7 @@ func init() {
 	}
 	RegisterPort(PortRDMA, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
 		k := channelsOf(spec, cfg)
-		p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+		p, err := openChannels(spec, cfg, log, k, func(i int) (noc.Port, error) {
 			local, err := offsetAddr(spec.Args[1], i)
 			if err != nil {
 				return nil, err
@@ -125,7 +125,7 @@ func portCounters(p noc.Port) ([]ctl.Counter, error) {
 // openUDP opens a udp port: one channel per address pair (LOCAL-ADDR and
 // REMOTE-ADDR, their ports offset by the channel's index), each by open.
 func openUDP(spec PortSpec, cfg *Config, log *slog.Logger, open func(local, remote string) (noc.Port, error)) (noc.Port, string, error) {
-	p, err := openChannels(spec, cfg, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
+	p, err := openChannels(spec, cfg, log, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
 		local, err := offsetAddr(spec.Args[0], i)
 		if err != nil {
 			return nil, err

@@ -246,6 +246,10 @@ type ChannelEvent struct {
 	At      time.Duration
 	Channel int
 	Up      bool
+	// Reason is ReasonHandshake for a channel that came up, ReasonDead
+	// for one silent for its DeadInterval, ReasonPeerRestart for every
+	// channel of a peer that restarted.
+	Reason Reason
 }
 
 type channel struct {
@@ -312,9 +316,6 @@ func NewStripe(cfg StripeConfig, now time.Duration) (*Stripe, error) {
 	s.late = make([]byte, cfg.MTU)
 	s.slot = make([][]byte, cfg.Reorder)
 	s.present = make([]bool, cfg.Reorder)
-	for i := range s.slot {
-		s.slot[i] = make([]byte, 0, cfg.MTU)
-	}
 	for i := range s.ch {
 		s.ch[i] = channel{lastRx: now, lastTx: now, ctlPending: true, credits: uint16(min(cfg.Window, 0xFFFF))}
 	}
@@ -472,7 +473,7 @@ func (s *Stripe) Input(now time.Duration, c int, d []byte) error {
 		ch.up = true
 		ch.stats.Ups++
 		ch.ctlPending = true
-		s.pushEvent(ChannelEvent{At: now, Channel: c, Up: true})
+		s.pushEvent(ChannelEvent{At: now, Channel: c, Up: true, Reason: ReasonHandshake})
 	}
 	if seqLess(ch.una, h.Ack) && !seqLess(ch.nxt, h.Ack) {
 		ch.una = h.Ack
@@ -520,7 +521,7 @@ func (s *Stripe) acceptPeer(h *ChannelHeader) bool {
 	for i := range s.ch {
 		ch := &s.ch[i]
 		if ch.up {
-			s.down(i)
+			s.down(i, ReasonPeerRestart)
 		}
 		ch.rcvKnown, ch.coverKnown, ch.unacked = false, false, 0
 		ch.ctlPending = true
@@ -576,6 +577,11 @@ func (s *Stripe) place(now time.Duration, p uint32, payload []byte) {
 			s.gapSince = now
 		}
 	}
+	if cap(s.slot[i]) == 0 {
+		// slots get their buffer on first use: a stripe holds only as
+		// much as its traffic ever reordered
+		s.slot[i] = make([]byte, 0, s.MTU())
+	}
 	s.slot[i] = append(s.slot[i][:0], payload...)
 	s.present[i] = true
 	s.held++
@@ -610,6 +616,17 @@ func (s *Stripe) gapPassed() bool {
 		any = true
 	}
 	return any
+}
+
+// Ready reports whether Receive would return a datagram now.
+func (s *Stripe) Ready() bool {
+	if s.lateLen >= 0 {
+		return true
+	}
+	if s.held == 0 {
+		return false
+	}
+	return s.present[s.rcvNext%uint32(len(s.slot))] || s.gapPassed()
 }
 
 // Receive returns the next link datagram in stripe order. The slice is
@@ -648,7 +665,7 @@ func (s *Stripe) Tick(now time.Duration) {
 	for i := range s.ch {
 		ch := &s.ch[i]
 		if ch.up && now-ch.lastRx >= s.cfg.DeadInterval {
-			s.down(i)
+			s.down(i, ReasonDead)
 		}
 	}
 	if s.held > 0 && now-s.gapSince >= s.cfg.ReorderHold {
@@ -662,14 +679,14 @@ func (s *Stripe) Tick(now time.Duration) {
 
 // down drops channel i from the stripe until its peer is heard on it
 // again; its datagrams in flight are forgotten (the link above resends).
-func (s *Stripe) down(i int) {
+func (s *Stripe) down(i int, why Reason) {
 	ch := &s.ch[i]
 	ch.up = false
 	ch.una = ch.nxt
 	ch.coverKnown = false
 	ch.stats.Downs++
 	ch.ctlPending = true
-	s.pushEvent(ChannelEvent{At: s.now, Channel: i})
+	s.pushEvent(ChannelEvent{At: s.now, Channel: i, Reason: why})
 }
 
 // NextDeadline is when Tick or Output must run again if nothing else

@@ -109,4 +109,13 @@ func benchConn(b *testing.B, pa, pb noc.Port, size int) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 	b.ReportMetric(float64(ca.Stats().Retransmits), "retransmits")
+	for _, p := range []noc.Port{pa, pb} {
+		if sp, ok := p.(*link.StripedPort); ok {
+			s, _ := sp.Stats()
+			b.ReportMetric(float64(s.Full), "full-"+sp.Name())
+			b.ReportMetric(float64(s.Skipped), "skipped-"+sp.Name())
+			b.ReportMetric(float64(s.Overflow), "overflow-"+sp.Name())
+			b.ReportMetric(float64(s.Held)/float64(b.N), "held/op-"+sp.Name())
+		}
+	}
 }
