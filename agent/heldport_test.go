@@ -55,7 +55,7 @@ func openHeldUDPChannel(local, remote string) (noc.Port, error) {
 		pc.Close()
 		return nil, fmt.Errorf("udp-held remote %q: %w", remote, err)
 	}
-	p, err := udp.New(pc.(*net.UDPConn), ra, udpMTU)
+	p, err := udp.New(pc.(*net.UDPConn), ra, udpMTU(remote))
 	if err != nil {
 		pc.Close()
 		return nil, err

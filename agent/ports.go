@@ -14,10 +14,22 @@ import (
 	"github.com/aitherion/dpu/noc/port/xdp"
 )
 
-// udpMTU is the datagram MTU of UDP ports: a 4 KiB page plus headers
-// crosses a loopback or jumbo link in one datagram; elsewhere the link
-// layer fragments anyway.
-const udpMTU = 1500
+// udpFallbackMTU is the datagram MTU of a UDP port whose route MTU cannot
+// be read.
+const udpFallbackMTU = 1472
+
+// udpMTU is the datagram MTU of a UDP port to remote: the largest the route
+// carries without IP fragmentation, up to 9000 bytes (udp.PathMTU), so a
+// 4 KiB page and its headers cross a loopback or jumbo link in one
+// datagram; on a 1500-byte Ethernet the link layer fragments. Both ends of
+// a link compute the same value from the same route.
+func udpMTU(remote string) int {
+	mtu, err := udp.PathMTU(remote)
+	if err != nil {
+		return udpFallbackMTU
+	}
+	return mtu
+}
 
 // txBatch is how many datagrams an AF_XDP port queues before it wakes the
 // kernel; the run loop flushes after every burst (noc.Flusher).
@@ -145,7 +157,7 @@ func openUDP(spec PortSpec, cfg *Config, log *slog.Logger, open func(local, remo
 
 // openUDPChannel binds one channel of a udp port.
 func openUDPChannel(local, remote string) (noc.Port, error) {
-	p, err := udp.Open(local, remote, udpMTU)
+	p, err := udp.Open(local, remote, udpMTU(remote))
 	if err != nil {
 		return nil, explainAddrInUse(err, local)
 	}

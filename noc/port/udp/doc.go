@@ -16,6 +16,12 @@
 // Port is made: a datagram wakes only the driver that waits for it, never a
 // poller thread as well (blocking reads wait in poll(2) instead).
 //
+// Throughput: a Port's socket asks for SocketBuffer (4 MiB) of send and
+// receive buffer, so a link's whole window of large datagrams fits at the
+// receiver; PathMTU says how large a datagram the route to a peer carries
+// without IP fragmentation (capped at JumboMTU, 9000 bytes: one 4 KiB page
+// per datagram on loopback and jumbo links).
+//
 // # What it must never do
 //
 // It never interprets the bytes it carries, never sends to any address but

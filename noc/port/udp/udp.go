@@ -89,6 +89,10 @@ func New(c *net.UDPConn, remote netip.AddrPort, mtu int) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := sizeBuffers(s.fd); err != nil {
+		_ = s.close()
+		return nil, err
+	}
 	p := &Port{
 		name:   fmt.Sprintf("udp:%v->%v", s.local, remote),
 		conn:   s,
