@@ -353,16 +353,27 @@ func (s *Stripe) Up() bool {
 // channel is up and ErrChannelsFull when every up channel's window is
 // full.
 func (s *Stripe) Send(now time.Duration, d, buf []byte) (int, int, error) {
+	return s.SendVia(now, -1, d, buf)
+}
+
+// SendVia is Send on channel c when c is up and has room in its window,
+// on the channel the policy picks otherwise (c = -1: always). A driver
+// that writes a burst of datagrams keeps a run of them on one channel so
+// that the run costs one batch write (one system call) instead of one per
+// channel.
+func (s *Stripe) SendVia(now time.Duration, c int, d, buf []byte) (int, int, error) {
 	s.now = now
 	if len(d) > s.MTU() {
 		return 0, 0, fmt.Errorf("%w: %d > %d bytes", ErrTooLarge, len(d), s.MTU())
 	}
-	c, err := s.pick()
-	if err != nil {
-		if errors.Is(err, ErrChannelsFull) {
-			s.stats.Full++
+	if c < 0 || c >= len(s.ch) || !s.room(c) {
+		var err error
+		if c, err = s.pick(); err != nil {
+			if errors.Is(err, ErrChannelsFull) {
+				s.stats.Full++
+			}
+			return 0, 0, err
 		}
-		return 0, 0, err
 	}
 	ch := &s.ch[c]
 	h := &s.out
@@ -380,6 +391,12 @@ func (s *Stripe) Send(now time.Duration, d, buf []byte) (int, int, error) {
 	ch.stats.TxDatagrams++
 	ch.stats.TxBytes += uint64(n)
 	return c, n, nil
+}
+
+// room reports whether channel c is up and has room in its window.
+func (s *Stripe) room(c int) bool {
+	ch := &s.ch[c]
+	return ch.up && int(ch.nxt-ch.una) < min(s.cfg.Window, int(ch.credits))
 }
 
 // pick chooses the channel for the next datagram.

@@ -22,6 +22,10 @@ import (
 // many datagrams.
 const channelReadBatch = 32
 
+// burstLen is the longest run of a write batch kept on one channel: a
+// batch that short costs one system call, whatever the channel count.
+const burstLen = 16
+
 // waitSlice bounds one wait of a blocked ReadDatagram, so that a deadline
 // moved while it waits is seen in time even without a wake-up.
 const waitSlice = 100 * time.Millisecond
@@ -61,8 +65,8 @@ type StripedPort struct {
 	bell    int          // eventfd: the stripe holds datagrams for the reader
 	bellSet atomic.Bool  // bell may be readable
 
-	deadline atomic.Int64  // read deadline, UnixNano; 0: none
-	kick     chan struct{} // the stripe's next deadline moved closer
+	deadline atomic.Int64 // read deadline, UnixNano; 0: none
+	waiting  atomic.Bool  // a ReadDatagram waits on epfd
 	done     chan struct{}
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -149,7 +153,6 @@ func NewStripedPort(name string, chans []noc.Port, cfg StripeConfig, opts ...Str
 		wmu:    make([]sync.Mutex, len(chans)),
 		epfd:   -1,
 		bell:   -1,
-		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -277,10 +280,18 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 		w.chans = append(w.chans, -1)
 	}
 	var refused error
+	// A run of up to burstLen datagrams stays on one channel (one batch
+	// write for the run); a longer batch is spread over every channel in
+	// runs of its share.
+	run := max(burstLen, (len(bufs)+len(p.chans)-1)/len(p.chans))
 	p.mu.Lock()
 	now := p.now()
+	via := -1
 	for i, b := range bufs {
-		c, n, err := p.st.Send(now, b, w.bufs[i][:mtu])
+		if i%run == 0 {
+			via = -1 // the policy picks the run's channel
+		}
+		c, n, err := p.st.SendVia(now, via, b, w.bufs[i][:mtu])
 		if err != nil {
 			w.chans[i] = -1
 			if refused == nil {
@@ -288,7 +299,7 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 			}
 			continue
 		}
-		w.chans[i], w.bufs[i] = c, w.bufs[i][:n]
+		w.chans[i], w.bufs[i], via = c, w.bufs[i][:n], c
 	}
 	p.mu.Unlock()
 	var errs []error
@@ -361,6 +372,13 @@ func (p *StripedPort) Flush() error {
 // What is in order but did not fit waits in the stripe (and keeps ReadyFD
 // readable) for the next call.
 func (p *StripedPort) TryReadDatagrams(bufs [][]byte, lens []int) (int, error) {
+	return p.tryRead(bufs, lens, true)
+}
+
+// tryRead is TryReadDatagrams; with announce, what is left in order rings
+// the bell (for a driver that waits on ReadyFD); ReadDatagram, which looks
+// at the stripe itself before it waits, does without.
+func (p *StripedPort) tryRead(bufs [][]byte, lens []int, announce bool) (int, error) {
 	want := min(len(bufs), len(lens))
 	if want == 0 {
 		return 0, nil
@@ -377,11 +395,12 @@ func (p *StripedPort) TryReadDatagrams(bufs [][]byte, lens []int) (int, error) {
 	room := p.st.cfg.Reorder - p.st.held
 	p.mu.Unlock()
 	if n == want {
-		p.ringBell() // there may be more
+		if announce {
+			p.ringBell() // there may be more
+		}
 		return n, nil
 	}
 	k := len(p.chans)
-	var readErr error
 	perChannel := 0
 	if room >= k {
 		perChannel = min(channelReadBatch, room/k)
@@ -402,18 +421,16 @@ func (p *StripedPort) TryReadDatagrams(bufs [][]byte, lens []int) (int, error) {
 			m, err := p.readChannel(c, r.bufs[c][:min(perChannel, len(r.bufs[c]))], r.lens[c])
 			r.got[c] = m
 			if err != nil {
-				if errors.Is(err, noc.ErrPortClosed) {
-					readErr = noc.ErrPortClosed
-				} else {
-					p.readErrors.Add(1)
-				}
+				// a channel that failed or closed under the port is one
+				// channel less (the stripe drops it when it stays silent),
+				// not the end of the port
+				p.readErrors.Add(1)
 			}
 		}
 	}
 	r.ctl, r.ctlC = r.ctl[:0], r.ctlC[:0]
 	p.mu.Lock()
 	now := p.now()
-	before := p.st.NextDeadline()
 	for c, m := range r.got {
 		for i := range m {
 			_ = p.st.Input(now, c, r.bufs[c][i][:r.lens[c][i]]) // refused datagrams are counted
@@ -422,21 +439,25 @@ func (p *StripedPort) TryReadDatagrams(bufs [][]byte, lens []int) (int, error) {
 			p.controlLocked(now, c)
 		}
 	}
+	// The reader runs the stripe's timers too while datagrams come (a gap
+	// held past ReorderHold is given up here rather than by waking the
+	// housekeeper for it); the housekeeper runs them when none come.
+	p.st.Tick(now)
 	n += p.receiveLocked(bufs[n:want], lens[n:])
 	left := p.st.Ready()
-	closer := p.st.NextDeadline() < before
 	evs, nev := p.takeEventsLocked()
 	p.mu.Unlock()
 	p.writeControl()
 	p.report(evs[:nev])
-	if left {
+	if left && announce {
 		p.ringBell()
 	}
-	if closer {
-		p.kickHousekeeper()
-	}
-	if n == 0 && readErr != nil {
-		return 0, readErr
+	if n == 0 {
+		select {
+		case <-p.done:
+			return 0, noc.ErrPortClosed
+		default:
+		}
 	}
 	return n, nil
 }
@@ -528,10 +549,12 @@ func (p *StripedPort) writeControl() {
 }
 
 // TryReadDatagram implements noc.Poller.
-func (p *StripedPort) TryReadDatagram(b []byte) (int, bool, error) {
+func (p *StripedPort) TryReadDatagram(b []byte) (int, bool, error) { return p.tryOne(b, true) }
+
+func (p *StripedPort) tryOne(b []byte, announce bool) (int, bool, error) {
 	r := &p.rd
 	r.one[0] = b
-	n, err := p.TryReadDatagrams(r.one[:], r.oneN[:])
+	n, err := p.tryRead(r.one[:], r.oneN[:], announce)
 	r.one[0] = nil
 	if err != nil {
 		return 0, false, err
@@ -547,27 +570,34 @@ func (p *StripedPort) TryReadDatagram(b []byte) (int, bool, error) {
 	return r.oneN[0], true, nil
 }
 
-// ReadDatagram implements noc.Port: TryReadDatagram, waiting on ReadyFD
-// between looks until the deadline.
+// ReadDatagram implements noc.Port: a look at the stripe and the
+// channels, then a wait on ReadyFD, until a datagram comes or the
+// deadline passes.
 func (p *StripedPort) ReadDatagram(b []byte) (int, error) {
 	evs := make([]unix.EpollEvent, 1)
 	for {
-		n, ok, err := p.TryReadDatagram(b)
+		n, ok, err := p.tryOne(b, false)
 		if err != nil {
 			return 0, err
 		}
 		if ok {
 			return n, nil
 		}
+		// waiting is raised before the deadline is read: a deadline set
+		// after that read finds it raised and rings the bell
+		p.waiting.Store(true)
 		slice := waitSlice
 		if dl := p.deadline.Load(); dl != 0 {
 			left := time.Until(time.Unix(0, dl))
 			if left <= 0 {
+				p.waiting.Store(false)
 				return 0, os.ErrDeadlineExceeded
 			}
 			slice = min(slice, left)
 		}
-		if err := p.wait(evs, slice); err != nil {
+		err = p.wait(evs, slice)
+		p.waiting.Store(false)
+		if err != nil {
 			return 0, err
 		}
 	}
@@ -599,7 +629,9 @@ func (p *StripedPort) SetReadDeadline(t time.Time) error {
 	} else {
 		p.deadline.Store(max(t.UnixNano(), 1))
 	}
-	p.ringBell() // a blocked reader looks at the new deadline
+	if p.waiting.Load() {
+		p.ringBell() // the blocked reader looks at the new deadline
+	}
 	return nil
 }
 
@@ -621,13 +653,6 @@ func (p *StripedPort) drainBell() {
 	if p.bellSet.Swap(false) {
 		var b [8]byte
 		_, _ = nbio.Read(p.bell, b[:])
-	}
-}
-
-func (p *StripedPort) kickHousekeeper() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
 	}
 }
 
@@ -679,19 +704,15 @@ func (p *StripedPort) feed(c int) {
 		}
 		p.mu.Lock()
 		now := p.now()
-		before := p.st.NextDeadline()
 		_ = p.st.Input(now, c, buf[:n]) // refused datagrams are counted
+		p.st.Tick(now)
 		ready := p.st.Ready()
-		closer := p.st.NextDeadline() < before
 		evs, nev := p.takeEventsLocked()
 		p.outputLocked(c, ctl)
 		p.mu.Unlock()
 		p.report(evs[:nev])
 		if ready {
 			p.ringBell()
-		}
-		if closer {
-			p.kickHousekeeper()
 		}
 	}
 }
@@ -706,7 +727,6 @@ func (p *StripedPort) housekeep() {
 	for {
 		select {
 		case <-t.C:
-		case <-p.kick:
 		case <-p.done:
 			return
 		}
