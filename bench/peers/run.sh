@@ -21,7 +21,8 @@
 # then dpu_release),
 # and a bandwidth table: iperf3 over loopback (UDP with 4 KiB datagrams, and
 # TCP) as the baseline, beside bulk stores (peerload store: dpu_store of
-# BENCH_BULK_BYTES, from node 1 into memory owned by node 0) over 2-node
+# BENCH_BULK_BYTES through the socket transport, from node 1 into memory
+# owned by node 0) over 2-node
 # UDP fabrics whose link stripes over 1 and 4 channels, with link crypto
 # (dpu-fabric's keys) and without (the keys taken out of the agents'
 # configuration), every rate also as a ratio to iperf3's UDP rate and to
@@ -280,7 +281,8 @@ if [[ $BANDWIDTH != 0 ]]; then
 			fi
 			for c in $BULK_CLIENTS; do
 				bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 60 }')
-				if ! bounded "$bound" "${PL[@]}" -c "$c" store "$dir/node1/dpu0.sock" "$dir/node0/dpu0.sock" "$BULK_BYTES" \
+				# through the socket: the link's rate, not the ring's
+				if ! bounded "$bound" env DPU_RINGS=0 "${PL[@]}" -c "$c" store "$dir/node1/dpu0.sock" "$dir/node0/dpu0.sock" "$BULK_BYTES" \
 					>"$WORK/out" 2>>"$WORK/peerload.err"; then
 					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (failed: $(tail -n 1 "$WORK/peerload.err"))" ""
 					continue
