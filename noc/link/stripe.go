@@ -292,6 +292,7 @@ type Stripe struct {
 	slot     [][]byte
 	present  []bool
 	held     int
+	top      uint32 // the highest place held (while held > 0)
 	gapSince time.Duration
 	late     []byte
 	lateLen  int // -1: empty
@@ -601,7 +602,21 @@ func (s *Stripe) place(now time.Duration, p uint32, payload []byte) {
 	}
 	s.slot[i] = append(s.slot[i][:0], payload...)
 	s.present[i] = true
+	if s.held == 0 || seqLess(s.top, p) {
+		s.top = p
+	}
 	s.held++
+}
+
+// Room is how many places past the highest one held the order buffer
+// still has: a driver reads no more from its channels at once than that
+// (datagrams past it would push out the oldest place, held or not).
+func (s *Stripe) Room() int {
+	r := len(s.slot)
+	if s.held == 0 {
+		return r
+	}
+	return max(0, r-int(s.top-s.rcvNext+1))
 }
 
 // skip gives up the place at the head of the order if it is missing, and
@@ -678,6 +693,22 @@ func (s *Stripe) Receive() ([]byte, bool) {
 // Tick runs the timers: channels silent for DeadInterval are dropped, and
 // a gap older than ReorderHold is given up.
 func (s *Stripe) Tick(now time.Duration) {
+	s.TickChannels(now)
+	if s.GapDue(now) {
+		r := uint32(len(s.slot))
+		for !s.present[s.rcvNext%r] {
+			s.stats.Skipped++
+			s.rcvNext++
+		}
+	}
+}
+
+// TickChannels runs only the channels' timers (a channel silent for
+// DeadInterval is dropped). A driver whose reader reads the channels
+// itself leaves the gaps to that reader's Tick, which comes after it read
+// what the channels hold: a gap is then never given up while the datagram
+// that fills it waits, unread, in a channel.
+func (s *Stripe) TickChannels(now time.Duration) {
 	s.now = now
 	for i := range s.ch {
 		ch := &s.ch[i]
@@ -685,13 +716,12 @@ func (s *Stripe) Tick(now time.Duration) {
 			s.down(i, ReasonDead)
 		}
 	}
-	if s.held > 0 && now-s.gapSince >= s.cfg.ReorderHold {
-		r := uint32(len(s.slot))
-		for !s.present[s.rcvNext%r] {
-			s.stats.Skipped++
-			s.rcvNext++
-		}
-	}
+}
+
+// GapDue reports whether a gap in the stripe order has waited ReorderHold:
+// the next Tick gives it up.
+func (s *Stripe) GapDue(now time.Duration) bool {
+	return s.held > 0 && now-s.gapSince >= s.cfg.ReorderHold
 }
 
 // down drops channel i from the stripe until its peer is heard on it

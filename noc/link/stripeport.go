@@ -280,6 +280,7 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 		w.chans = append(w.chans, -1)
 	}
 	var refused error
+	var used uint64 // channels with datagrams of this batch
 	// A run of up to burstLen datagrams stays on one channel (one batch
 	// write for the run); a longer batch is spread over every channel in
 	// runs of its share.
@@ -300,20 +301,33 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 			continue
 		}
 		w.chans[i], w.bufs[i], via = c, w.bufs[i][:n], c
+		used |= 1 << c
+	}
+	// The channels' writer locks are taken before the stripe's lock is
+	// let go: a control datagram made after this (an ack, a heartbeat)
+	// says which stripe places were sent, and goes out on its channel only
+	// after the datagrams of those places, so the receiver never gives up
+	// a place whose datagram is still on its way.
+	for c := range p.chans {
+		if used&(1<<c) != 0 {
+			p.wmu[c].Lock()
+		}
 	}
 	p.mu.Unlock()
 	var errs []error
 	for c := range p.chans {
+		if used&(1<<c) == 0 {
+			continue
+		}
 		w.group = w.group[:0]
 		for i := range bufs {
 			if w.chans[i] == c {
 				w.group = append(w.group, w.bufs[i])
 			}
 		}
-		if len(w.group) == 0 {
-			continue
-		}
-		if err := p.writeChannel(c, w.group); err != nil {
+		err := p.writeLocked(c, w.group)
+		p.wmu[c].Unlock()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("link: %s channel %d: %w", p.name, c, err))
 		}
 	}
@@ -327,8 +341,14 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 // writeChannel writes datagrams on channel c (in one batch where it has
 // batch writes), counting a failure.
 func (p *StripedPort) writeChannel(c int, group [][]byte) error {
-	var err error
 	p.wmu[c].Lock()
+	defer p.wmu[c].Unlock()
+	return p.writeLocked(c, group)
+}
+
+// writeLocked is writeChannel under wmu[c].
+func (p *StripedPort) writeLocked(c int, group [][]byte) error {
+	var err error
 	if bw, ok := p.chans[c].(noc.BatchWriter); ok {
 		err = bw.WriteDatagrams(group)
 	} else {
@@ -338,7 +358,6 @@ func (p *StripedPort) writeChannel(c int, group [][]byte) error {
 			}
 		}
 	}
-	p.wmu[c].Unlock()
 	if err != nil {
 		p.writeErrors.Add(1)
 	}
@@ -392,7 +411,7 @@ func (p *StripedPort) tryRead(bufs [][]byte, lens []int, announce bool) (int, er
 	r := &p.rd
 	p.mu.Lock()
 	n := p.receiveLocked(bufs[:want], lens)
-	room := p.st.cfg.Reorder - p.st.held
+	room := p.st.Room()
 	p.mu.Unlock()
 	if n == want {
 		if announce {
@@ -401,13 +420,15 @@ func (p *StripedPort) tryRead(bufs [][]byte, lens []int, announce bool) (int, er
 		return n, nil
 	}
 	k := len(p.chans)
-	perChannel := 0
-	if room >= k {
-		perChannel = min(channelReadBatch, room/k)
-	}
+	// A look reads no more from each channel than its share of what the
+	// caller has room for, and than its share of half the order buffer's
+	// room: channels interleave their places, so what a look brings
+	// stays within the buffer, and nothing in order waits there long.
+	perChannel := min(channelReadBatch, (want-n+k-1)/k, room/(2*k))
 	for c := range r.got {
 		r.got[c] = 0
 	}
+	drained := perChannel > 0 // no channel was left with datagrams unread
 	if perChannel > 0 {
 		ev, err := nbio.EpollPoll(p.epfd, r.evs)
 		if err != nil && !errors.Is(err, unix.EINTR) {
@@ -418,8 +439,10 @@ func (p *StripedPort) tryRead(bufs [][]byte, lens []int, announce bool) (int, er
 			if c < 0 {
 				continue // the bell
 			}
-			m, err := p.readChannel(c, r.bufs[c][:min(perChannel, len(r.bufs[c]))], r.lens[c])
+			ask := min(perChannel, len(r.bufs[c]))
+			m, err := p.readChannel(c, r.bufs[c][:ask], r.lens[c])
 			r.got[c] = m
+			drained = drained && m < ask
 			if err != nil {
 				// a channel that failed or closed under the port is one
 				// channel less (the stripe drops it when it stays silent),
@@ -439,10 +462,14 @@ func (p *StripedPort) tryRead(bufs [][]byte, lens []int, announce bool) (int, er
 			p.controlLocked(now, c)
 		}
 	}
-	// The reader runs the stripe's timers too while datagrams come (a gap
-	// held past ReorderHold is given up here rather than by waking the
-	// housekeeper for it); the housekeeper runs them when none come.
-	p.st.Tick(now)
+	// A gap held past ReorderHold is given up here, by the reader, and
+	// only after a look that left no channel with datagrams unread: the
+	// datagram that fills it is not waiting in a channel.
+	if drained {
+		p.st.Tick(now)
+	} else {
+		p.st.TickChannels(now)
+	}
 	n += p.receiveLocked(bufs[n:want], lens[n:])
 	left := p.st.Ready()
 	evs, nev := p.takeEventsLocked()
@@ -732,11 +759,13 @@ func (p *StripedPort) housekeep() {
 		}
 		p.mu.Lock()
 		now := p.now()
-		p.st.Tick(now)
+		// gaps are the reader's to give up (after it read the channels);
+		// one that is due only wakes the reader
+		p.st.TickChannels(now)
 		for c := range p.chans {
 			p.outputLocked(c, ctl)
 		}
-		ready := p.st.Ready()
+		ready := p.st.Ready() || p.st.GapDue(now)
 		evs, nev := p.takeEventsLocked()
 		wait := p.st.NextDeadline() - p.now()
 		p.mu.Unlock()

@@ -39,9 +39,10 @@ type Port struct {
 	remote  netip.AddrPort
 	mtu     int
 	foreign atomic.Uint64
-	poll    poller // TryReadDatagram state; reader only
-	rbatch  mmsg   // TryReadDatagrams state; reader only
-	wbatch  mmsg   // WriteDatagrams state; writer only
+	poll    poller      // TryReadDatagram state; reader only
+	rbatch  mmsg        // TryReadDatagrams state; reader only
+	wbatch  mmsg        // WriteDatagrams state; writer only
+	noGSO   atomic.Bool // the kernel refused UDP_SEGMENT on this socket
 	txName  syscall.RawSockaddrAny
 }
 
