@@ -132,3 +132,13 @@ func hold(tb testing.TB, c *net.UDPConn) string {
 	})
 	return addr
 }
+
+// CloseChannel closes channel ch of port p's multi-channel link, as a
+// channel whose socket or NIC queue dies does (tests only).
+func (a *Agent) CloseChannel(p, ch int) error {
+	sp, ok := striped(a.ports[p].port)
+	if !ok {
+		return fmt.Errorf("port %d has no channels", p)
+	}
+	return sp.Channels()[ch].Close()
+}
