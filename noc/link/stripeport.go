@@ -94,6 +94,8 @@ type writer struct {
 	chans []int    // the channel of each (-1: refused)
 	group [][]byte
 	one   [1][]byte
+	via   int // the channel of the current run
+	left  int // datagrams the run may still take
 }
 
 var (
@@ -281,18 +283,18 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 	}
 	var refused error
 	var used uint64 // channels with datagrams of this batch
-	// A run of up to burstLen datagrams stays on one channel (one batch
-	// write for the run); a longer batch is spread over every channel in
-	// runs of its share.
+	// Runs of burstLen datagrams, across calls, stay on one channel: a
+	// burst costs one batch write, and the receiver finds it on one
+	// channel, in order. A batch longer than the channels' share of
+	// burstLen each is spread over every channel in runs of its share.
 	run := max(burstLen, (len(bufs)+len(p.chans)-1)/len(p.chans))
 	p.mu.Lock()
 	now := p.now()
-	via := -1
 	for i, b := range bufs {
-		if i%run == 0 {
-			via = -1 // the policy picks the run's channel
+		if w.left <= 0 || len(bufs) > run && i%run == 0 {
+			w.via, w.left = -1, run // the policy picks the run's channel
 		}
-		c, n, err := p.st.SendVia(now, via, b, w.bufs[i][:mtu])
+		c, n, err := p.st.SendVia(now, w.via, b, w.bufs[i][:mtu])
 		if err != nil {
 			w.chans[i] = -1
 			if refused == nil {
@@ -300,7 +302,11 @@ func (p *StripedPort) WriteDatagrams(bufs [][]byte) error {
 			}
 			continue
 		}
-		w.chans[i], w.bufs[i], via = c, w.bufs[i][:n], c
+		if c != w.via {
+			w.via, w.left = c, run // a new run (the policy's pick, or the old channel was full)
+		}
+		w.chans[i], w.bufs[i] = c, w.bufs[i][:n]
+		w.left--
 		used |= 1 << c
 	}
 	// The channels' writer locks are taken before the stripe's lock is
