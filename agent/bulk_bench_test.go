@@ -67,7 +67,7 @@ func benchBulkStore(b *testing.B, sealed bool, k int) float64 {
 	msg := make([]byte, 0, wire.MaxMessage)
 	store := func(id uint64) {
 		page[0] = byte(id)
-		r := wire.Request{Header: wire.Header{Op: wire.OpStore, GVA: g.PageAt(int(id%bulkPages)), ID: id}, Data: page}
+		r := wire.Request{Header: wire.Header{Op: wire.OpStore, GVA: g.PageAt(int(id % bulkPages)), ID: id}, Data: page}
 		if _, err := raw.Write(wire.AppendRequest(msg[:0], &r)); err != nil {
 			b.Fatal(err)
 		}

@@ -158,9 +158,11 @@
 // for all channels at once and nothing stands between a datagram and its
 // reader (a channel without a descriptor, an in-memory port, has a feeder
 // goroutine that rings the bell). A look reads no more than the caller has
-// room for and than fits the order buffer. A write batch goes out in runs
-// of up to 16 datagrams per channel (SendVia), each channel's share in one
-// batch write (sendmmsg), under the channels' writer locks taken before
+// room for and than fits the order buffer. Writes go out in runs of 16
+// datagrams per channel, across calls (SendVia; a batch longer than the
+// channels' share is spread in runs of its share), each channel's share of
+// a batch in one batch write (sendmmsg), under the channels' writer locks
+// taken before
 // the stripe's lock is let go: an ack or heartbeat that names a stripe
 // place never overtakes that place's datagram on its channel. Only the
 // reader gives up a gap (Tick after a look that left no channel unread);
