@@ -157,6 +157,11 @@ var (
 	descCRCErrors     = desc("dpu_link_crc_errors_total", "Datagrams dropped for a bad CRC32C.", "port")
 	descDuplicates    = desc("dpu_link_duplicates_total", "Duplicate datagrams dropped.", "port")
 	descRTT           = desc("dpu_link_rtt_seconds", "Smoothed round-trip time of the reliable link.", "port")
+	descChannelUp     = desc("dpu_link_channel_up", "1 when the channel of a multi-channel link is in its stripe.", "port", "channel", "via")
+	descChannelDowns  = desc("dpu_link_channel_downs_total", "Times the channel was dropped from its link's stripe (silent for its dead interval, or the peer restarted).", "port", "channel", "via")
+	descChannelUps    = desc("dpu_link_channel_ups_total", "Times the channel joined (or rejoined) its link's stripe.", "port", "channel", "via")
+	descChannelTx     = desc("dpu_link_channel_tx_bytes_total", "Bytes of link datagrams sent on the channel.", "port", "channel", "via")
+	descChannelRx     = desc("dpu_link_channel_rx_bytes_total", "Bytes of link datagrams received on the channel.", "port", "channel", "via")
 	descPortCounter   = desc("dpu_port_events_total", "Counters of a port's channels and queues (AF_XDP: per CPU).", "port", "event")
 	descRoutes        = desc("dpu_routes", "Destinations with a route.")
 	descRouteHops     = desc("dpu_route_hops", "Distance in hops to each destination.", "dst")
@@ -194,7 +199,7 @@ var (
 
 var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, descTxDatagrams, descRxDatagrams,
 	descTxBytes, descRxBytes, descTxMessages, descRxMessages, descRetransmits, descCRCErrors, descDuplicates, descRTT,
-	descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
+	descChannelUp, descChannelDowns, descChannelUps, descChannelTx, descChannelRx, descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
 	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota,
 	descNUMACPUs, descNUMAMem, descNUMAMemFree, descNUMANIC, descNUMABound, descNUMAPageMem}
@@ -241,6 +246,26 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descRTT, l.RTT.Seconds(), l.Name)
 		for _, ct := range l.Counters {
 			counter(descPortCounter, ct.Value, l.Name, ct.Name)
+		}
+		for _, c := range l.Channels {
+			idx := strconv.Itoa(c.Index)
+			up := 0.0
+			if c.State == ctl.LinkUp {
+				up = 1
+			}
+			gauge(descChannelUp, up, l.Name, idx, c.Name)
+			for _, ct := range c.Counters {
+				switch ct.Name {
+				case "downs":
+					counter(descChannelDowns, ct.Value, l.Name, idx, c.Name)
+				case "ups":
+					counter(descChannelUps, ct.Value, l.Name, idx, c.Name)
+				case "tx_bytes":
+					counter(descChannelTx, ct.Value, l.Name, idx, c.Name)
+				case "rx_bytes":
+					counter(descChannelRx, ct.Value, l.Name, idx, c.Name)
+				}
+			}
 		}
 	}
 

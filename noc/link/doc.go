@@ -171,6 +171,25 @@
 // peer is heard on it again. Channels do not retransmit: retransmission
 // stays end to end, in the Endpoint.
 //
+// [StripedPort] runs a Stripe the way a single port runs: its one reader
+// polls every channel that has a ready descriptor itself (one epoll look
+// says which have datagrams, each is read in one batch, recvmmsg on UDP),
+// and its ReadyFD is that epoll set plus a bell, so a driver's loop waits
+// for all channels at once and nothing stands between a datagram and its
+// reader (a channel without a descriptor, an in-memory port, has a feeder
+// goroutine that rings the bell). A look reads no more than the caller has
+// room for and than fits the order buffer. Writes go out in runs of 16
+// datagrams per channel, across calls (SendVia; a batch longer than the
+// channels' share is spread in runs of its share), each channel's share of
+// a batch in one batch write (sendmmsg), under the channels' writer locks
+// taken before
+// the stripe's lock is let go: an ack or heartbeat that names a stripe
+// place never overtakes that place's datagram on its channel. Only the
+// reader gives up a gap (Tick after a look that left no channel unread);
+// the housekeeping goroutine runs the channels' timers (TickChannels) and
+// heartbeats, and wakes the reader when a gap is due. Channel transitions
+// are counted (ChannelStats.Ups, Downs) and, with WithChannelLog, logged.
+//
 // # What it must never do
 //
 // It never performs I/O, reads a clock, sleeps, spawns goroutines (Conn
