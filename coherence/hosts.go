@@ -84,6 +84,10 @@ type Hosts struct {
 	ready    []readyStep // completions to act on at the end of the step
 	attrs    map[gva.GVA]Attr
 	extents  map[gva.GVA]int
+	// pulled: pages homed elsewhere that an acquire or a lock of a user
+	// here brought here, charged to that user's page quota until they
+	// leave (pull.go)
+	pulled   map[gva.GVA]uint32
 	timers   hostTimers
 	revoked  []revokedPin // pins revoked in the step: their claims' refs go back at its end
 	free     []*hostReq   // finished requests, for reuse (a request a step: no garbage)
@@ -177,6 +181,7 @@ type hostReq struct {
 	drop     bool          // a Load of a page it ref'd: drop after
 	owesRef  bool          // counted in its session's owedRefs until it finishes
 	owesAcq  bool          // counted in its session's owedAcq until it finishes
+	pulls    bool          // an Acquire or Lock that took a page of quota for the page it may bring here (pull.go)
 	waiting  bool          // a Lock in its page's nodeLock waiters
 	freeing  []freePage    // Free: the pages of its extent, each on its way
 	// bound is the timer of the request's bound, in the session layer's
@@ -194,7 +199,7 @@ type readyStep struct {
 // sink receives the sessions' completions and the events.
 func NewHosts(cfg Config, sink Sink) (*Hosts, error) {
 	h := &Hosts{sink: sink, sessions: map[SessionID]*session{}, locks: map[gva.GVA]*nodeLock{}, steps: map[uint64]*hostReq{},
-		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}}
+		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}, pulled: map[gva.GVA]uint32{}}
 	cfg.Sink = h.engineSink()
 	e, err := New(cfg)
 	if err != nil {
@@ -244,7 +249,18 @@ func (h *Hosts) Charged() map[uint32]int {
 	for _, a := range h.attrs {
 		m[a.UID]++
 	}
+	for _, uid := range h.pulled {
+		m[uid]++
+	}
 	return m
+}
+
+// EachPulled calls fn, for checkers, with every page homed elsewhere that
+// is charged here to the user whose acquire or lock brought it.
+func (h *Hosts) EachPulled(fn func(key gva.GVA, uid uint32)) {
+	for k, uid := range h.pulled {
+		fn(k, uid)
+	}
 }
 
 // PageHeld reports, for checkers and tests, what this node's sessions hold
@@ -475,11 +491,17 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		r.stage = stSecond
 		h.step(now, r, hr.engineCopy())
 	case HostAcquire:
+		if !h.chargePull(now, r) {
+			return
+		}
 		r.s.acquired[key]++ // before the grant: a loss right after it is heard
 		r.s.refs[key]++
 		r.owe(true, true)
 		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostLock:
+		if !h.chargePull(now, r) {
+			return
+		}
 		nl := h.locks[key]
 		switch {
 		case nl == nil:
@@ -713,6 +735,7 @@ func (s *engineSinkOf) Event(ev Event) {
 			h.revoked = append(h.revoked, revokedPin{s: ss, key: key})
 		}
 	case EventOwnershipLost:
+		h.pullGone(key)
 		// Told to every session that acquired the page, in session order
 		// (the core replays exactly).
 		var heard []SessionID
@@ -985,6 +1008,9 @@ func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 	}
 	r.done = true
 	r.settle()
+	if r.pulls {
+		h.settlePull(r, c.Err == nil)
+	}
 	if r.bound.idx >= 0 {
 		heap.Remove(&h.timers, r.bound.idx)
 	}

@@ -64,3 +64,46 @@ func TestHostsChargeAllocations(t *testing.T) {
 	x.ok(0, Request{Op: HostAlloc, Pages: 4, Attr: attr})
 	held("after the quota came back", 4)
 }
+
+// TestHostsChargePulledPages: an acquire or a lock that brings another
+// node's page here charges it to its user's page quota (EDQUOT past it,
+// and the page stays where it was), for as long as the page stays: a
+// release keeps the charge, the page leaving gives it back.
+func TestHostsChargePulledPages(t *testing.T) {
+	ledgers := map[int]*limitLedger{}
+	x := newHostFabTuned(t, 2, func(c *Config) {
+		l := &limitLedger{limit: 2, used: map[uint32]int{}}
+		ledgers[int(c.Self)] = l
+		c.Quota = l
+	})
+	const uid = 1000
+	user := Cred{UID: uid}
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 2, Attr: Attr{UID: 7, Mode: 0o666}}).GVA
+	g2 := x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{UID: 8, Mode: 0o666}}).GVA
+	charged := func(when string, want int) {
+		t.Helper()
+		if got := ledgers[1].used[uid]; got != want || x.h[1].Charged()[uid] != want {
+			t.Fatalf("%s: node 1 charges uid %d %d pages (held %d), want %d", when, uid, got, x.h[1].Charged()[uid], want)
+		}
+	}
+	x.ok(1, Request{Op: HostAcquire, GVA: g, Cred: user, Timeout: time.Second})
+	charged("after an acquire", 1)
+	x.ok(1, Request{Op: HostRelease, GVA: g})
+	charged("after its release (the page stays here)", 1)
+	x.ok(1, Request{Op: HostLock, GVA: g.PageAt(1), Cred: user, Timeout: time.Second})
+	x.ok(1, Request{Op: HostUnlock, GVA: g.PageAt(1)})
+	charged("after a lock", 2)
+	if c := x.do(1, Request{Op: HostAcquire, GVA: g2, Cred: user, Timeout: time.Second}); errno(c) != syscall.EDQUOT {
+		t.Fatalf("a third page past the quota: %v, want EDQUOT", c.Err)
+	}
+	if owner, _ := x.h[0].Engine().Holding(g2.Key()); !owner {
+		t.Fatal("the refused acquire moved the page")
+	}
+	charged("after the refused acquire", 2)
+	// node 0 takes the first page back: its charge at node 1 goes
+	x.ok(0, Request{Op: HostAcquire, GVA: g, Timeout: time.Second})
+	x.f.Run(50 * time.Millisecond)
+	charged("after the page left", 1)
+	x.ok(1, Request{Op: HostAcquire, GVA: g2, Cred: user, Timeout: time.Second})
+	charged("after the quota came back", 2)
+}

@@ -515,6 +515,11 @@ func (w *World) quotaHeld() {
 				w.check.violate("node %v's page quota charges uid %d nothing; it holds %d pages allocated and not freed", n.id, uid, c)
 			}
 		}
+		n.hosts.EachPulled(func(key gva.GVA, uid uint32) {
+			if owner, swapping := n.eng.Holding(key); !owner && !swapping {
+				w.check.violate("node %v charges uid %d for page %v, which an acquire or a lock of it brought here, but no longer owns it", n.id, uid, key)
+			}
+		})
 	}
 }
 
