@@ -85,7 +85,7 @@ test: build
 	echo "== go test $(GOTESTFLAGS) $(PKGS)"; \
 	$(GO) test $(GOTESTFLAGS) -count=1 -timeout 30m $(PKGS) || failed="$$failed go-test"; \
 	echo "== go test -tags dpubug (the checkers against the planted bugs)"; \
-	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'PlantedBug|ViolationsFail' ./sim/ ./cmd/dpu-sim/ ./agent/ || failed="$$failed go-test-dpubug"; \
+	$(GO) test $(GOTESTFLAGS) -count=1 -tags dpubug -run 'Planted|ViolationsFail' ./sim/ ./cmd/dpu-sim/ ./agent/ || failed="$$failed go-test-dpubug"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
 	echo "make test: all steps passed"
 

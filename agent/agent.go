@@ -18,6 +18,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/internal/procid"
 	"github.com/aitherion/dpu/internal/rundir"
@@ -40,7 +41,7 @@ type Agent struct {
 
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
-	host    *hostBackend
+	host    *host.Backend
 	gpu     *ledger.Accountant
 	quotas  hostQuotas
 
@@ -75,6 +76,7 @@ type Agent struct {
 
 	routesSeen []route.Route // the routes last published (monitor.go; under mu)
 	metrics    agentMetrics  // metrics.go
+	numa       numaPlace     // numa.go
 }
 
 // Option changes how New builds an agent.
@@ -151,6 +153,10 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 		a.Close()
 		return nil, err
 	}
+	if err := a.chooseNUMA(); err != nil { // numa.go
+		a.Close()
+		return nil, err
+	}
 	if a.handler == nil {
 		if err := a.newEngine(); err != nil {
 			a.Close()
@@ -192,6 +198,7 @@ func (a *Agent) Close() {
 		a.w.close()
 		a.w = nil
 	}
+	a.releaseNUMA()
 }
 
 // Ready is closed once the agent's sockets serve.
@@ -218,6 +225,9 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	defer wg.Wait() // runs after cancel: every goroutine below ends with ctx
 	defer cancel()
 
+	if err := a.pinNUMA(); err != nil { // numa.go
+		return err
+	}
 	captureGID, err := groupID("capture-group", a.cfg.CaptureGroup)
 	if err != nil {
 		return err
@@ -244,7 +254,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}()
 
 	if a.host != nil {
-		srv, err := hostif.NewServer(a.host, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
+		// the host socket's backend, with the cluster clock (clock.go)
+		srv, err := hostif.NewServer(clockedBackend{a.host, a}, hostif.Options{Quota: a.hostQuota(), SocketGroup: a.cfg.SocketGroup, Logger: a.log.With("socket", "dpu0"), GPU: a.gpu,
 			RingBell: a.ringBell, Observe: a.observeHost})
 		if err != nil {
 			return fmt.Errorf("agent: host socket: %w", err)
@@ -381,7 +392,15 @@ func (a *Agent) seed() uint64 {
 // newEngine builds the coherence engine with its host session layer in
 // front (the node core's handler), and the host socket's backend over it.
 func (a *Agent) newEngine() error {
-	a.host = newHostBackend(a)
+	hostCfg := host.Config{Machine: gva.MachineIndex(a.cfg.Node), Ledger: a.hostQuota, Fault: a.publishFault}
+	if a.cfg.Loop == LoopAdaptive {
+		// a socket's reader whose requests wait for answers from other
+		// nodes steps the core for them within the loop's spin budget; the
+		// blocking loop keeps its least-CPU promise, and the polling loop
+		// is already looking
+		hostCfg.Await = func(pending func() bool) { a.awaitAnswers(pending, a.cfg.Spin) }
+	}
+	a.host = host.New(hostCfg)
 	seed := a.seed()
 	epoch, err := nextAllocEpoch(a.cfg.stateDir(), a.cfg.InsecureRunDir)
 	if err != nil {
@@ -393,9 +412,12 @@ func (a *Agent) newEngine() error {
 	}
 	// the store charges backup copies to the page ledger, and host
 	// sessions' replicas are charged as they map them (pagecharge.go)
-	a.host.charges = newReplicaCharges(gva.MachineIndex(a.cfg.Node), a.hostQuota)
-	store := reservedStore{PageStore: coherence.NewMemStore(pages), ledger: a.hostQuota}
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store,
+	mem, err := a.newPageStore(pages) // numa.go
+	if err != nil {
+		return err
+	}
+	store := host.ReservedStore{PageStore: mem, Ledger: a.hostQuota}
+	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store, Quota: host.Quota{Ledger: a.hostQuota},
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
@@ -407,7 +429,8 @@ func (a *Agent) newEngine() error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	a.host.hosts, a.engine, a.handler = h, h.Engine(), h
+	a.host.Bind(h, stepper{a})
+	a.engine, a.handler = h.Engine(), h
 	return nil
 }
 
@@ -417,6 +440,7 @@ func (a *Agent) newCore() error {
 	lc.HeartbeatInterval = a.cfg.Heartbeat
 	lc.DeadInterval = a.cfg.DeadInterval
 	lc.AckDelay = ackDelay
+	lc.ClockStamps, lc.ClockEpoch = true, a.clockEpoch() // the fabric clock (clock.go)
 	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce()}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -458,7 +482,13 @@ func (a *Agent) now() time.Duration { return time.Since(a.start) }
 
 // publish turns the core's events into monitor events and logs.
 func (a *Agent) publish() {
-	for _, ev := range a.core.TakeEvents() {
+	a.logExclusionsLocked()
+	evs := a.core.TakeEvents()
+	if len(evs) == 0 {
+		return
+	}
+	ct := a.clusterTimeLocked()
+	for _, ev := range evs {
 		name := ""
 		if int(ev.Port) < len(a.ports) {
 			name = a.ports[ev.Port].spec.Name
@@ -468,13 +498,13 @@ func (a *Agent) publish() {
 			a.log.Info("link up", "port", name, "reason", ev.Reason)
 		case node.EventLinkDown:
 			a.log.Info("link down", "port", name, "reason", ev.Reason)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason})
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason, Cluster: ct})
 		case node.EventNeighbour:
 			a.log.Info("neighbour", "port", name, "node", ev.Neighbour)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour})
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour, Cluster: ct})
 		case node.EventRoutes:
 			a.log.Debug("routes changed")
-			a.publishRoutes() // monitor.go
+			a.publishRoutes(ct) // monitor.go
 		}
 	}
 }
@@ -484,9 +514,16 @@ func (a *Agent) publish() {
 func (a *Agent) publishFault(ev coherence.Event) {
 	a.log.Warn("host fault: pin revoked", "page", ev.GVA, "holder", ev.Holder)
 	if a.ctl != nil {
-		a.ctl.Publish(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked"})
+		a.ctl.Publish(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked",
+			Cluster: a.clusterTimeLocked()})
 	}
 }
+
+// stepper runs the host backend's steps on the agent's core.
+type stepper struct{ a *Agent }
+
+// Step implements host.Stepper.
+func (s stepper) Step(fn func(c *node.Core, now time.Duration)) { s.a.onCore(fn) }
 
 // Exec runs fn as one step of the agent's core, then writes the step's
 // output. fn must not block.

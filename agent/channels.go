@@ -47,9 +47,10 @@ func parseChannels(s string) (int, error) {
 }
 
 // openChannels opens spec's k channels with open (channel i of k) and
-// joins them; one channel is returned as it is. On error every channel
+// joins them (logging every channel that comes up or is dropped); one
+// channel is returned as it is. On error every channel
 // opened is closed.
-func openChannels(spec PortSpec, cfg *Config, k int, open func(i int) (noc.Port, error)) (noc.Port, error) {
+func openChannels(spec PortSpec, cfg *Config, log *slog.Logger, k int, open func(i int) (noc.Port, error)) (noc.Port, error) {
 	chans := make([]noc.Port, 0, k)
 	for i := range k {
 		p, err := open(i)
@@ -64,19 +65,19 @@ func openChannels(spec PortSpec, cfg *Config, k int, open func(i int) (noc.Port,
 	if k == 1 {
 		return chans[0], nil
 	}
-	return link.NewStripedPort(spec.Name, chans, stripeConfig(cfg, k))
+	return link.NewStripedPort(spec.Name, chans, stripeConfig(cfg, k), link.WithChannelLog(log))
 }
 
 // joinQueues joins the ports of one device's queues; one is returned as it
 // is. The receiving NIC picks a frame's queue, so a datagram is accounted
 // to the channel its header names (SharedMedium).
-func joinQueues(spec PortSpec, cfg *Config, chans []noc.Port) (noc.Port, error) {
+func joinQueues(spec PortSpec, cfg *Config, log *slog.Logger, chans []noc.Port) (noc.Port, error) {
 	if len(chans) == 1 {
 		return chans[0], nil
 	}
 	sc := stripeConfig(cfg, len(chans))
 	sc.SharedMedium = true
-	return link.NewStripedPort(spec.Name, chans, sc)
+	return link.NewStripedPort(spec.Name, chans, sc, link.WithChannelLog(log))
 }
 
 // stripeConfig derives a stripe's timers from the link's: a channel is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/cuda/ledger"
+	"github.com/aitherion/dpu/internal/numa"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 )
@@ -123,6 +124,11 @@ type Config struct {
 	// the agent's user); UserConns the dpu0.sock connections one ordinary
 	// user may hold (default 64) (keys user-pages, user-conns).
 	UserPages, UserConns int
+	// NUMA is where the agent runs on a host of several NUMA nodes (key
+	// numa): auto (the default) binds its threads and page memory to the
+	// node of its ports' NICs, a node id to that node, off nowhere. On a
+	// host of one node it binds nothing, and says so at start.
+	NUMA numa.Setting
 }
 
 func (c *Config) stateDir() string {
@@ -336,6 +342,8 @@ func (c *Config) Set(key, val string) error {
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":
 		c.GPU.Default.Quota, err = parsePercent(val)
+	case "numa":
+		c.NUMA, err = numa.ParseSetting(val)
 	case "gpu-state":
 		c.GPU.StateFile = val
 	case "gpu-device":

@@ -55,7 +55,7 @@ func openHeldUDPChannel(local, remote string) (noc.Port, error) {
 		pc.Close()
 		return nil, fmt.Errorf("udp-held remote %q: %w", remote, err)
 	}
-	p, err := udp.New(pc.(*net.UDPConn), ra, udpMTU)
+	p, err := udp.New(pc.(*net.UDPConn), ra, udpMTU(remote))
 	if err != nil {
 		pc.Close()
 		return nil, err
@@ -131,4 +131,14 @@ func hold(tb testing.TB, c *net.UDPConn) string {
 		}
 	})
 	return addr
+}
+
+// CloseChannel closes channel ch of port p's multi-channel link, as a
+// channel whose socket or NIC queue dies does (tests only).
+func (a *Agent) CloseChannel(p, ch int) error {
+	sp, ok := striped(a.ports[p].port)
+	if !ok {
+		return fmt.Errorf("port %d has no channels", p)
+	}
+	return sp.Channels()[ch].Close()
 }

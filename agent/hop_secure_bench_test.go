@@ -17,10 +17,23 @@ import (
 // oneHopPair starts two dpu-agent processes linked by UDP over loopback,
 // with plain or secure (key-file, fabric-keys) links, and returns node 0's
 // and node 1's dpu0.sock.
-func oneHopPair(b *testing.B, sealed bool) (s0, s1 string) {
+func oneHopPair(b *testing.B, sealed bool) (s0, s1 string) { return linkedPair(b, sealed, 1) }
+
+// linkedPair is oneHopPair with a link of k channels (consecutive ports).
+func linkedPair(b *testing.B, sealed bool, k int) (s0, s1 string) {
 	dir := b.TempDir()
-	ports := freeUDPPorts(b, 2)
+	ports := []int{0, 0}
+	if k == 1 {
+		ports = freeUDPPorts(b, 2)
+	} else {
+		base := freeUDPRun(b, 2*k)
+		ports = []int{base, base + k}
+	}
 	addr := []string{fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	opt := ""
+	if k > 1 {
+		opt = fmt.Sprintf(" channels=%d", k)
+	}
 	var extra [2][]string
 	if sealed {
 		fab := secure.NewFabric()
@@ -47,8 +60,8 @@ func oneHopPair(b *testing.B, sealed bool) (s0, s1 string) {
 			b.Fatal(err)
 		}
 	}
-	s0 = startAgentProc(b, filepath.Join(dir, "n0"), append(extra[0], "--node", "0", "--port", "p0 udp "+addr[0]+" "+addr[1])...)
-	s1 = startAgentProc(b, filepath.Join(dir, "n1"), append(extra[1], "--node", "1", "--port", "p0 udp "+addr[1]+" "+addr[0])...)
+	s0 = startAgentProc(b, filepath.Join(dir, "n0"), append(extra[0], "--node", "0", "--port", "p0 udp "+addr[0]+" "+addr[1]+opt)...)
+	s1 = startAgentProc(b, filepath.Join(dir, "n1"), append(extra[1], "--node", "1", "--port", "p0 udp "+addr[1]+" "+addr[0]+opt)...)
 	return s0, s1
 }
 
@@ -60,15 +73,18 @@ func oneHopPair(b *testing.B, sealed bool) (s0, s1 string) {
 // secure port seals what a step writes as bundles).
 func BenchmarkLiveOneHopLinks(b *testing.B) {
 	for _, kind := range []string{"plain", "secure"} {
-		b.Run("cas-latency/"+kind, func(b *testing.B) { benchOneHop(b, kind == "secure", 1) })
+		b.Run("cas-latency/"+kind, func(b *testing.B) { benchOneHop(b, kind == "secure", 1, 1) })
 	}
 	for _, kind := range []string{"plain", "secure"} {
-		b.Run("fadd-pipelined32/"+kind, func(b *testing.B) { benchOneHop(b, kind == "secure", 32) })
+		b.Run("fadd-pipelined32/"+kind, func(b *testing.B) { benchOneHop(b, kind == "secure", 32, 1) })
 	}
+	// the same over a link of four channels
+	b.Run("cas-latency/plain/channels=4", func(b *testing.B) { benchOneHop(b, false, 1, 4) })
+	b.Run("fadd-pipelined32/plain/channels=4", func(b *testing.B) { benchOneHop(b, false, 32, 4) })
 }
 
-func benchOneHop(b *testing.B, sealed bool, depth int) {
-	s0, s1 := oneHopPair(b, sealed)
+func benchOneHop(b *testing.B, sealed bool, depth, channels int) {
+	s0, s1 := linkedPair(b, sealed, channels)
 	ctx := context.Background()
 	c0, err := client.Dial(ctx, s0, client.Options{Name: "owner"})
 	if err != nil {

@@ -206,6 +206,9 @@ func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answer
 			if err != nil {
 				a.log.Debug("port read", "port", p.spec.Name, "err", err)
 			}
+			if n > 0 {
+				now = max(now, a.now()) // arrival times no earlier than the datagrams came in (the fabric clock's bound)
+			}
 			for k := range n {
 				got = true
 				if err := a.core.Input(now, noc.PortID(i), p.rxBufs[k][:p.rxLens[k]]); err != nil {
@@ -219,6 +222,7 @@ func (a *Agent) step(now time.Duration, ports bool) (work, portWork bool, answer
 			if err != nil || !ok {
 				break
 			}
+			now = max(now, a.now()) // as above
 			got = true
 			if err := a.core.Input(now, noc.PortID(i), a.rxBuf[:n]); err != nil {
 				a.log.Debug("input", "err", err)
@@ -440,6 +444,9 @@ func (a *Agent) rearmLocked(now time.Duration) {
 // until writeTx), copies the step's datagrams into it, publishes the
 // core's events and returns the host completions the step produced.
 func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
+	// The step's datagrams leave now: their clock timestamps (the fabric
+	// clock's) are best taken as late as the core allows.
+	now = max(now, a.now())
 	a.stepAt = now
 	a.tx.mu.Lock()
 	if len(a.tx.ports) != len(a.ports) {
@@ -471,7 +478,7 @@ func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
 	if a.host == nil {
 		return nil
 	}
-	return a.host.takeDone()
+	return a.host.TakeDone()
 }
 
 // txOut holds the datagrams of one step from the moment they leave the
@@ -519,6 +526,6 @@ func (a *Agent) writeTx() {
 // of the agent).
 func (a *Agent) deliver(done []hostif.Done) {
 	if len(done) > 0 {
-		a.host.deliver(done)
+		a.host.Deliver(done)
 	}
 }

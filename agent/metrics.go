@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/metrics"
@@ -136,3 +137,6 @@ func (s source) GPUProcesses() []gpuctl.Process {
 func (a *Agent) observeHost(op wire.Op, d time.Duration, errno syscall.Errno) {
 	a.exporter().ObserveHostRequest(op.String(), d, errno)
 }
+
+// NUMA implements metrics.NUMASource.
+func (s source) NUMA() ctl.NUMA { return s.a.NUMA() }

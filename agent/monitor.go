@@ -15,7 +15,7 @@ import (
 // publishes one route-change event per destination whose route changed, in
 // destination order: the new next hop, port and distance, or hops -1 for a
 // destination no longer reachable. Called under a.mu.
-func (a *Agent) publishRoutes() {
+func (a *Agent) publishRoutes(ct *ctl.ClusterTime) {
 	now := time.Now()
 	cur := a.core.Routing().Routes()
 	old := a.routesSeen
@@ -23,14 +23,14 @@ func (a *Agent) publishRoutes() {
 	for i < len(cur) || j < len(old) {
 		switch {
 		case j == len(old) || (i < len(cur) && cur[i].Dst < old[j].Dst):
-			a.publishRoute(now, cur[i])
+			a.publishRoute(now, ct, cur[i])
 			i++
 		case i == len(cur) || old[j].Dst < cur[i].Dst:
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: old[j].Dst, Hops: -1})
+			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: old[j].Dst, Hops: -1, Cluster: ct})
 			j++
 		default:
 			if cur[i] != old[j] {
-				a.publishRoute(now, cur[i])
+				a.publishRoute(now, ct, cur[i])
 			}
 			i, j = i+1, j+1
 		}
@@ -38,7 +38,7 @@ func (a *Agent) publishRoutes() {
 	a.routesSeen = cur
 }
 
-func (a *Agent) publishRoute(now time.Time, r route.Route) {
+func (a *Agent) publishRoute(now time.Time, ct *ctl.ClusterTime, r route.Route) {
 	if r.Dst == a.cfg.Node {
 		return
 	}
@@ -46,5 +46,5 @@ func (a *Agent) publishRoute(now time.Time, r route.Route) {
 	if int(r.Port) < len(a.ports) {
 		name = a.ports[r.Port].spec.Name
 	}
-	a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: r.Dst, Port: name, NextHop: r.NextHop, Hops: r.Hops})
+	a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: r.Dst, Port: name, NextHop: r.NextHop, Hops: r.Hops, Cluster: ct})
 }

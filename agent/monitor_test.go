@@ -76,6 +76,9 @@ func TestMonitorNamesRoutesAndNeighbours(t *testing.T) {
 	if up.Node != 1 || up.Port != "p0" {
 		t.Errorf("link-up %+v: want node 1 on p0", up)
 	}
+	if up.Cluster == nil || up.Cluster.Error < 0 {
+		t.Errorf("link-up %+v: no cluster time", up)
+	}
 	rc := next(ctl.EventRouteChange)
 	if rc.Node != 1 || rc.Port != "p0" || rc.NextHop != 1 || rc.Hops != 1 {
 		t.Errorf("route-change %+v: want node 1 via 1 on p0, 1 hop", rc)

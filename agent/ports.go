@@ -14,10 +14,22 @@ import (
 	"github.com/aitherion/dpu/noc/port/xdp"
 )
 
-// udpMTU is the datagram MTU of UDP ports: a 4 KiB page plus headers
-// crosses a loopback or jumbo link in one datagram; elsewhere the link
-// layer fragments anyway.
-const udpMTU = 1500
+// udpFallbackMTU is the datagram MTU of a UDP port whose route MTU cannot
+// be read.
+const udpFallbackMTU = 1472
+
+// udpMTU is the datagram MTU of a UDP port to remote: the largest the route
+// carries without IP fragmentation, up to 9000 bytes (udp.PathMTU), so a
+// 4 KiB page and its headers cross a loopback or jumbo link in one
+// datagram; on a 1500-byte Ethernet the link layer fragments. Both ends of
+// a link compute the same value from the same route.
+func udpMTU(remote string) int {
+	mtu, err := udp.PathMTU(remote)
+	if err != nil {
+		return udpFallbackMTU
+	}
+	return mtu
+}
 
 // txBatch is how many datagrams an AF_XDP port queues before it wakes the
 // kernel; the run loop flushes after every burst (noc.Flusher).
@@ -43,7 +55,7 @@ func init() {
 				if err != nil {
 					return nil, "", err
 				}
-				p, err := joinQueues(spec, cfg, chans)
+				p, err := joinQueues(spec, cfg, log, chans)
 				if err != nil {
 					return nil, "", err
 				}
@@ -51,7 +63,7 @@ func init() {
 				return p, kind.String(), nil
 			}
 			kinds := make([]string, k)
-			p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+			p, err := openChannels(spec, cfg, log, k, func(i int) (noc.Port, error) {
 				dev := devs[i]
 				name := spec.Name
 				if k > 1 {
@@ -77,7 +89,7 @@ func init() {
 	}
 	RegisterPort(PortRDMA, func(spec PortSpec, cfg *Config, log *slog.Logger) (noc.Port, string, error) {
 		k := channelsOf(spec, cfg)
-		p, err := openChannels(spec, cfg, k, func(i int) (noc.Port, error) {
+		p, err := openChannels(spec, cfg, log, k, func(i int) (noc.Port, error) {
 			local, err := offsetAddr(spec.Args[1], i)
 			if err != nil {
 				return nil, err
@@ -125,7 +137,7 @@ func portCounters(p noc.Port) ([]ctl.Counter, error) {
 // openUDP opens a udp port: one channel per address pair (LOCAL-ADDR and
 // REMOTE-ADDR, their ports offset by the channel's index), each by open.
 func openUDP(spec PortSpec, cfg *Config, log *slog.Logger, open func(local, remote string) (noc.Port, error)) (noc.Port, string, error) {
-	p, err := openChannels(spec, cfg, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
+	p, err := openChannels(spec, cfg, log, channelsOf(spec, cfg), func(i int) (noc.Port, error) {
 		local, err := offsetAddr(spec.Args[0], i)
 		if err != nil {
 			return nil, err
@@ -145,7 +157,7 @@ func openUDP(spec PortSpec, cfg *Config, log *slog.Logger, open func(local, remo
 
 // openUDPChannel binds one channel of a udp port.
 func openUDPChannel(local, remote string) (noc.Port, error) {
-	p, err := udp.Open(local, remote, udpMTU)
+	p, err := udp.Open(local, remote, udpMTU(remote))
 	if err != nil {
 		return nil, explainAddrInUse(err, local)
 	}

@@ -115,6 +115,7 @@ func (s source) Stats() ctl.Stats {
 		add("link_rx_datagrams", rx)
 		add("link_retransmits", rt)
 		add("routes", uint64(len(c.Routing().Routes())))
+		clockCounters(c.Clock(), add) // clock.go
 		// host requests answered by their socket reader's own steps (the
 		// adaptive loop's run to completion), not by the loop
 		add("host_answers_awaited", s.a.awaited.Load())
@@ -257,11 +258,15 @@ func (s source) OwnedPages() []ctl.OwnedPage {
 	return out
 }
 
-// DumpObjects implements ctl.CommandSource: the GPU accounting's objects
-// and the host socket's quotas.
+// DumpObjects implements ctl.CommandSource: the GPU accounting's objects,
+// the host socket's quotas and the NUMA layout.
 func (s source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
 	if cmd == ctl.CmdQuotaGet {
 		return s.a.quotaObjects(), nil
+	}
+	if cmd == ctl.CmdNUMAGet {
+		n := s.a.NUMA()
+		return []ctl.Object{&n}, nil
 	}
 	return gpuctl.Commands(s.a.gpu).DumpObjects(cmd)
 }

@@ -289,7 +289,7 @@
 // (ErrNoSpace underneath): the capacity rule. The path cache must hold
 // more entries than the node has pages, since owner entries never age out.
 // A freed page's home keeps a tombstone, and requests for it fail with
-// EFAULT.
+// ENOENT, as those for a page this run of its home never allocated do.
 //
 // # Wire format
 //

@@ -32,6 +32,12 @@ type Config struct {
 	// if set, overrides it.
 	Pages int
 	Store PageStore
+	// Quota, if set, is the page ledger of the node's users: the host
+	// layer charges every page an Alloc makes to the allocating user
+	// (Request.Attr.UID) before it is made, and gives it back when the
+	// page is freed (or the Alloc fails, or its caller gave up on it and
+	// the pages were freed again).
+	Quota PageQuota
 	// PathCache sizes the path cache (default 65536 entries, no idle TTL).
 	PathCache pathcache.Config
 	// Arbiter configures the ownership arbiter.
@@ -186,6 +192,9 @@ const (
 	// allocator: a page that moved away (a lock or an acquire elsewhere)
 	// is not taken back, and the free fails (hosts.go, startFree).
 	BugFreeHere
+	// BugQuotaLeak keeps a freed page charged to its allocator's quota
+	// (hosts.go, freeStep): the ledger drifts from what users hold.
+	BugQuotaLeak
 )
 
 // Defaults.

@@ -278,7 +278,7 @@ func TestFreeDetachesAndLaterRefsFail(t *testing.T) {
 	if _, ok := x.eng[2].Entry(p.Key()); ok {
 		t.Fatal("replica's entry survived the free")
 	}
-	if c := x.do(1, Request{Op: HostRef, GVA: p}); errno(c) != syscall.EFAULT {
+	if c := x.do(1, Request{Op: HostRef, GVA: p}); errno(c) != syscall.ENOENT {
 		t.Fatalf("ref of a freed page: %v", c.Err)
 	}
 	// A page that moved and was freed by its new owner: the home learns it.
@@ -287,7 +287,7 @@ func TestFreeDetachesAndLaterRefsFail(t *testing.T) {
 	x.ok(2, Request{Op: HostAcquire, GVA: q})
 	x.ok(2, Request{Op: HostFree, GVA: q})
 	x.settle()
-	if c := x.do(1, Request{Op: HostRef, GVA: q}); errno(c) != syscall.EFAULT {
+	if c := x.do(1, Request{Op: HostRef, GVA: q}); errno(c) != syscall.ENOENT {
 		t.Fatalf("ref of a page freed by its second owner: %v", c.Err)
 	}
 }

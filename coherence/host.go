@@ -148,9 +148,13 @@ const (
 	EventHostFault
 	// EventOwnershipLost: a page owned here moved to another node.
 	EventOwnershipLost
+	// EventUpdated: a write-update reached a replica the host maps and was
+	// applied to it; Offset and Data are what it wrote (the version before
+	// it was Version-1).
+	EventUpdated
 )
 
-var eventNames = [...]string{"", "invalidated", "host-fault", "ownership-lost"}
+var eventNames = [...]string{"", "invalidated", "host-fault", "ownership-lost", "updated"}
 
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
@@ -171,6 +175,10 @@ type Event struct {
 	// one event per session that acquired the page.
 	Session SessionID
 	At      time.Duration
+	// EventUpdated: where in the page the write went and its bytes (valid
+	// during the Sink's Event call: a sink that keeps them copies them).
+	Offset int
+	Data   []byte
 }
 
 // Sink receives completions and events, as values, from inside the

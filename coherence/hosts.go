@@ -84,6 +84,10 @@ type Hosts struct {
 	ready    []readyStep // completions to act on at the end of the step
 	attrs    map[gva.GVA]Attr
 	extents  map[gva.GVA]int
+	// pulled: pages homed elsewhere that an acquire or a lock of a user
+	// here brought here, charged to that user's page quota until they
+	// leave (pull.go)
+	pulled   map[gva.GVA]uint32
 	timers   hostTimers
 	revoked  []revokedPin // pins revoked in the step: their claims' refs go back at its end
 	free     []*hostReq   // finished requests, for reuse (a request a step: no garbage)
@@ -104,6 +108,14 @@ func (h *Hosts) LocalLocks() LocalLockStats { return h.lockStat }
 type revokedPin struct {
 	s   *session
 	key gva.GVA
+}
+
+// PageQuota is a ledger of pages per user: Take charges uid n pages or
+// refuses (an error wrapping a syscall.Errno: EDQUOT, the user's own
+// limit; EBUSY, the node's share of ordinary users), Release gives n back.
+type PageQuota interface {
+	Take(uid uint32, pages int) error
+	Release(uid uint32, pages int)
 }
 
 // SessionID names a host session of a node.
@@ -169,6 +181,7 @@ type hostReq struct {
 	drop     bool          // a Load of a page it ref'd: drop after
 	owesRef  bool          // counted in its session's owedRefs until it finishes
 	owesAcq  bool          // counted in its session's owedAcq until it finishes
+	pulls    bool          // an Acquire or Lock that took a page of quota for the page it may bring here (pull.go)
 	waiting  bool          // a Lock in its page's nodeLock waiters
 	freeing  []freePage    // Free: the pages of its extent, each on its way
 	// bound is the timer of the request's bound, in the session layer's
@@ -186,7 +199,7 @@ type readyStep struct {
 // sink receives the sessions' completions and the events.
 func NewHosts(cfg Config, sink Sink) (*Hosts, error) {
 	h := &Hosts{sink: sink, sessions: map[SessionID]*session{}, locks: map[gva.GVA]*nodeLock{}, steps: map[uint64]*hostReq{},
-		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}}
+		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}, pulled: map[gva.GVA]uint32{}}
 	cfg.Sink = h.engineSink()
 	e, err := New(cfg)
 	if err != nil {
@@ -227,6 +240,40 @@ func (h *Hosts) Held(id SessionID) (refs, acquired, locks int) {
 		acquired += n
 	}
 	return refs, acquired, len(s.locked)
+}
+
+// Charged reports, for checkers, the pages allocated here and not freed,
+// per allocating user: what the node's page quota must be charged.
+func (h *Hosts) Charged() map[uint32]int {
+	m := map[uint32]int{}
+	for _, a := range h.attrs {
+		m[a.UID]++
+	}
+	for _, uid := range h.pulled {
+		m[uid]++
+	}
+	return m
+}
+
+// EachPulled calls fn, for checkers, with every page homed elsewhere that
+// is charged here to the user whose acquire or lock brought it.
+func (h *Hosts) EachPulled(fn func(key gva.GVA, uid uint32)) {
+	for k, uid := range h.pulled {
+		fn(k, uid)
+	}
+}
+
+// PageHeld reports, for checkers and tests, what this node's sessions hold
+// of page key: their refs added up, whether one of them has acquired it,
+// and whether one holds the node's lock of it.
+func (h *Hosts) PageHeld(key gva.GVA) (refs int, acquired, locked bool) {
+	key = key.Key()
+	for _, s := range h.sessions {
+		refs += s.refs[key]
+		acquired = acquired || s.acquired[key] > 0
+		locked = locked || s.locked[key]
+	}
+	return refs, acquired, locked
 }
 
 // Submit hands the session layer one request of session id; it completes
@@ -363,6 +410,14 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			h.fail(now, r, syscall.ENOMEM, fmt.Sprintf("alloc: %d pages exceed this node's capacity of %d", n, h.e.store.Cap()))
 			return
 		}
+		if q := h.e.cfg.Quota; q != nil {
+			if err := q.Take(hr.Attr.UID, n); err != nil {
+				errno := syscall.EDQUOT
+				errors.As(err, &errno)
+				h.fail(now, r, errno, fmt.Sprintf("alloc: %d pages for uid %d: %v", n, hr.Attr.UID, err))
+				return
+			}
+		}
 		r.results = make([]Completion, 0, n)
 		for range n {
 			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge, Attr: hr.Attr})
@@ -436,11 +491,17 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		r.stage = stSecond
 		h.step(now, r, hr.engineCopy())
 	case HostAcquire:
+		if !h.chargePull(now, r) {
+			return
+		}
 		r.s.acquired[key]++ // before the grant: a loss right after it is heard
 		r.s.refs[key]++
 		r.owe(true, true)
 		h.step(now, r, Request{Op: HostRef, GVA: key})
 	case HostLock:
+		if !h.chargePull(now, r) {
+			return
+		}
 		nl := h.locks[key]
 		switch {
 		case nl == nil:
@@ -674,6 +735,7 @@ func (s *engineSinkOf) Event(ev Event) {
 			h.revoked = append(h.revoked, revokedPin{s: ss, key: key})
 		}
 	case EventOwnershipLost:
+		h.pullGone(key)
 		// Told to every session that acquired the page, in session order
 		// (the core replays exactly).
 		var heard []SessionID
@@ -861,6 +923,7 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 				h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: c.GVA.Key()}, h.e.rt)
 			}
 		}
+		h.uncharge(r.hr.Attr.UID, len(r.results))
 		h.finish(now, r, Completion{Err: failed})
 		return
 	}
@@ -870,6 +933,27 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 	}
 	h.extents[first] = len(r.results)
 	h.finish(now, r, Completion{GVA: first})
+}
+
+// uncharge gives n pages of uid back to the node's page quota.
+func (h *Hosts) uncharge(uid uint32, n int) {
+	if q := h.e.cfg.Quota; q != nil && n > 0 {
+		q.Release(uid, n)
+	}
+}
+
+// unalloc frees the extent an abandoned Alloc made (its caller gave up):
+// its pages go, and their charge with them.
+func (h *Hosts) unalloc(now time.Duration, first gva.GVA, uid uint32) {
+	n := h.extents[first]
+	for i := range n {
+		k := first.PageAt(i)
+		delete(h.attrs, k)
+		h.nextStep++
+		h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: k}, h.e.rt)
+	}
+	delete(h.extents, first)
+	h.uncharge(uid, n)
 }
 
 // startDrop gives one engine ref of key back, on its own (nobody waits).
@@ -898,9 +982,11 @@ func (h *Hosts) startRelease(now time.Duration, s *session, op HostOp, key gva.G
 }
 
 // undo gives back what an abandoned request took by succeeding.
-func (h *Hosts) undo(now time.Duration, r *hostReq) {
+func (h *Hosts) undo(now time.Duration, r *hostReq, c Completion) {
 	key := r.hr.GVA.Key()
 	switch r.hr.Op {
+	case HostAlloc:
+		h.unalloc(now, c.GVA.Key(), r.hr.Attr.UID)
 	case HostRef:
 		h.startDrop(now, r.s, key)
 	case HostLock:
@@ -922,12 +1008,15 @@ func (h *Hosts) finish(now time.Duration, r *hostReq, c Completion) {
 	}
 	r.done = true
 	r.settle()
+	if r.pulls {
+		h.settlePull(r, c.Err == nil)
+	}
 	if r.bound.idx >= 0 {
 		heap.Remove(&h.timers, r.bound.idx)
 	}
 	if r.abandon {
 		if c.Err == nil && r.hr.ID != 0 {
-			h.undo(now, r)
+			h.undo(now, r, c)
 		}
 		h.reap(r.s)
 		h.recycle(r)
@@ -1167,6 +1256,9 @@ func (h *Hosts) freeStep(now time.Duration, r *hostReq, c Completion) {
 		h.freeNext(now, r, p, HostFree)
 	case errno == 0:
 		p.step = 0 // freed
+		if a, ok := h.attrs[p.key]; ok && !(bugsCompiled && h.e.cfg.Bug == BugQuotaLeak) {
+			h.uncharge(a.UID, 1)
+		}
 		delete(h.attrs, p.key)
 	case again && p.step == HostFree && errno == syscall.EINVAL && !(bugsCompiled && h.e.cfg.Bug == BugFreeHere):
 		// It moved away after all (an acquire elsewhere won): taken back.

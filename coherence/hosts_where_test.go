@@ -69,3 +69,28 @@ func TestHostsWhereOfNoPage(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsDataOfNoPage: a load, a store and an atomic on a page this run
+// of its home never allocated fail at once with ENOENT, on the home and
+// one hop from it, instead of waiting out their bound for an owner the
+// home would have had to lose.
+func TestHostsDataOfNoPage(t *testing.T) {
+	x := newHostFabTuned(t, 2, func(c *Config) { c.AllocEpoch = 1 })
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
+	never := g.PageAt(9)
+	for _, n := range []int{0, 1} {
+		for _, r := range []Request{
+			{Op: HostLoad, GVA: never, Len: 8},
+			{Op: HostStore, GVA: never, Data: make([]byte, 8)},
+			{Op: HostFetchAdd, GVA: never, Operand: 1},
+		} {
+			r.Timeout = 10 * time.Second
+			start := x.f.Now()
+			if c := x.do(n, r); errno(c) != syscall.ENOENT {
+				t.Errorf("node %d: %v of a page never allocated: %v, want ENOENT", n, r.Op, c.Err)
+			} else if took := x.f.Now() - start; took >= r.Timeout {
+				t.Errorf("node %d: %v of a page never allocated waited out its bound (%v)", n, r.Op, took)
+			}
+		}
+	}
+}

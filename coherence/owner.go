@@ -263,6 +263,16 @@ func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
 	if e.cfg.Tracer != nil {
 		e.cfg.Tracer.Applied(e.self, pg.key, pg.version, off, data)
 	}
+	update := len(data) <= e.cfg.UpdateThreshold
+	if pg.maps > 0 {
+		// the host maps the primary: it is told of every version, as the
+		// replicas' hosts are (a write of its own too; it may know it)
+		if update {
+			e.event(Event{Kind: EventUpdated, GVA: pg.key, Version: pg.version, At: now, Offset: off, Data: data})
+		} else {
+			e.event(Event{Kind: EventInvalidated, GVA: pg.key, Version: pg.version, At: now})
+		}
+	}
 	ent := e.ownerEntry(now, pg)
 	if ent == nil {
 		return
@@ -273,7 +283,6 @@ func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
 		fl |= noc.FlagHuge
 	}
 	var f noc.Frame
-	update := len(data) <= e.cfg.UpdateThreshold
 	if update {
 		f = newFrame(noc.ClassStore, OpUpdate, fl, e.self, noc.BroadcastNode, 0, pg.key.WithOffset(uint16(off)), pg.version, data)
 	} else {

@@ -135,6 +135,8 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			e.debugf(key, "home lookup %+v born=%v", rec, e.born)
 		}
 		switch {
+		case rec == nil && e.cfg.AllocEpoch != 0 && AllocEpochOf(key) >= e.cfg.AllocEpoch:
+			return 0, 0, 0, syscall.ENOENT // this run allocated no such page
 		case rec == nil && e.learning():
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
 		case rec == nil && e.staleAtHome(key):
@@ -142,7 +144,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		case rec == nil:
 			return 0, 0, 0, syscall.EHOSTDOWN // unknown at its home: lost with a restart
 		case rec.freed:
-			return 0, 0, 0, syscall.EFAULT
+			return 0, 0, 0, syscall.ENOENT // freed: no such page any more
 		case rec.owner == e.self:
 			return 0, 0, 0, syscall.EHOSTDOWN
 		}
@@ -305,6 +307,9 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 			copy(pg.content[f.GVA.Offset():], data)
 			pg.version = v
 			e.stats.UpdatesApplied++
+			if pg.maps > 0 {
+				e.event(Event{Kind: EventUpdated, GVA: pg.key, Version: v, At: now, Offset: int(f.GVA.Offset()), Data: data})
+			}
 		} else if pg.version < v && wasValid {
 			e.invalidated(now, pg, v)
 		}

@@ -40,11 +40,24 @@ type MemStore struct {
 	pages map[gva.GVA][]byte
 	free  [][]byte
 	cap   int
+	// backing, when set, is the memory pages are carved from (next is
+	// the first page never handed out) instead of the Go heap
+	backing []byte
+	next    int
 }
 
 // NewMemStore returns a memory tier of capacity physical 4 KiB pages.
 func NewMemStore(capacity int) *MemStore {
 	return &MemStore{pages: make(map[gva.GVA][]byte), cap: capacity}
+}
+
+// NewMemStoreIn returns a memory tier whose pages are carved from backing
+// (zeroed memory the caller provides, such as a mapping bound to a NUMA
+// node): its capacity is len(backing)/gva.PageSize pages. The caller keeps
+// backing valid for as long as the store is used.
+func NewMemStoreIn(backing []byte) *MemStore {
+	n := len(backing) / gva.PageSize
+	return &MemStore{pages: make(map[gva.GVA][]byte), cap: n, backing: backing[:n*gva.PageSize]}
 }
 
 // Alloc implements PageStore. Huge pages are accounted as one page of the
@@ -61,6 +74,10 @@ func (s *MemStore) Alloc(key gva.GVA, huge bool) ([]byte, error) {
 		p = s.free[n-1]
 		s.free = s.free[:n-1]
 		clear(p)
+	} else if s.backing != nil {
+		// fresh backing is zero; a page carved once returns by the free list
+		p = s.backing[s.next*gva.PageSize : (s.next+1)*gva.PageSize : (s.next+1)*gva.PageSize]
+		s.next++
 	} else {
 		p = make([]byte, gva.PageSize)
 	}

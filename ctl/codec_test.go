@@ -40,6 +40,11 @@ func TestObjectRoundTrip(t *testing.T) {
 			Replica: ReplicaSwapping, Version: 1 << 50, LastUse: time.Millisecond}, &PathEntry{}},
 		{"owned page", &OwnedPage{Key: page.Key(), Version: 8, Swapping: true, Pinned: true, PinHeld: time.Second,
 			Waiters: []Waiter{{Node: 1, Port: 2, Request: 3, Waited: 4}, {Node: 5, Port: noc.LocalPort, Request: 6, Waited: 7}}}, &OwnedPage{}},
+		{"clock entry", &ClockEntry{Node: 3, Self: true, Cluster: &ClusterTime{Time: 1 << 40, Error: 17, Ref: 0}}, &ClockEntry{}},
+		{"clock estimate", &ClockEntry{Node: 8, Offset: -time.Second, Bound: 31 * time.Microsecond, Rate: -12.5e-6, Hops: 2, Port: "p1"}, &ClockEntry{}},
+		{"excluded neighbour", &ClockEntry{Node: 9, Port: "p0", Excluded: true, Reason: "clock jumped", ExcludedFor: time.Second}, &ClockEntry{}},
+		{"event with a cluster time", &Event{Kind: EventLinkUp, Name: "link-up", Time: time.Unix(9, 0), Hops: 0,
+			Cluster: &ClusterTime{Time: 5, Error: 6, Ref: 7}}, &Event{}},
 		{"another package's object", ext{&probe{id: 9}}, ext{&probe{}}},
 		{"group", &group{id: MonitorGroup}, &group{}},
 	}

@@ -90,9 +90,11 @@
 //	21  CmdCapture       dump  CaptureRequest    CapturedFrame  (CaptureSource)
 //	22  CmdQuotaGet      dump  -                 Quota          (CommandSource)
 //	23  CmdQuotaSet      do    Quota             ack            (CommandSource)
+//	24  CmdClockGet      dump  -                 ClockEntry     (ClockSource)
+//	25  CmdNUMAGet       dump  -                 NUMA (one)     (CommandSource)
 //
-// Numbers 9–15 are kept for fabric commands, 24 and up for later objects.
-// Objects 16–23 are served when the Source implements the matching optional
+// Numbers 9–15 are kept for fabric commands, 26 and up for later objects.
+// Objects 16–24 are served when the Source implements the matching optional
 // interface; an older Source gets EOPNOTSUPP for them. The objects of 18–20
 // are defined by package cuda/gpuctl (Object, Dump, Client.Do), which also
 // documents their attributes; this package only carries them.
@@ -122,7 +124,12 @@
 //	event      1 kind u16 (1 link-up, 2 link-down, 3 route-change,
 //	           4 host-fault; open set), 2 kind name string, 3 time s64 unix ns,
 //	           4 node u32, 5 port string, 6 next hop u32, 7 hops s32, 8 page GVA,
-//	           9 reason string
+//	           9 reason string, 10 cluster (nested: 1 time s64 ns, 2 error
+//	           s64 ns, 3 reference node u32): the cluster time of the event
+//	clock      1 node u32, 2 self flag, 3 offset s64 ns, 4 bound s64 ns,
+//	           5 rate s64 (units of 1e-12), 6 hops u32, 7 port string,
+//	           8 excluded flag, 9 reason string, 10 excluded for s64 ns,
+//	           11 cluster (nested, as the event's; this node's entry only)
 //	pathcache  1 key GVA, 2 up port u16 (0xffff none), 3 down ports (nested;
 //	           each entry 1 u16, 0xfffe the local host), 4 replica u8 (0 none,
 //	           1 valid, 2 invalid, 3 swapping, 4 primary), 5 version u64,
@@ -130,6 +137,13 @@
 //	owner      1 key GVA, 2 version u64, 3 swapping flag, 4 pinned flag,
 //	           5 pin held s64 ns, 6 waiters (nested; each entry 1 nested:
 //	           1 node u32, 2 port u16, 3 request id u64, 4 waited s64 ns)
+//	numa       1 server u32, 2 setting string, 3 bound node s32 (-1 none),
+//	           4 reason string, 5 agent's CPUs string (a kernel CPU list),
+//	           6 page memory u64 bytes, 7 nodes (nested; each entry 1 nested:
+//	           1 id u32, 2 CPUs string, 3 memory total u64, 4 memory free
+//	           u64, 5 NICs (nested; each entry 1 string)), 8 NICs without a
+//	           node (nested; each entry 1 string), 9 error string,
+//	           10 address string ("server:numa")
 //
 // # Monitor group
 //

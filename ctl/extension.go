@@ -19,7 +19,7 @@ type Object interface {
 }
 
 // CommandSource serves the commands whose objects another package defines
-// (CmdGPUGet, CmdGPULimitGet, CmdQuotaGet: dumps; CmdGPUSetLimit,
+// (CmdGPUGet, CmdGPULimitGet, CmdQuotaGet, CmdNUMAGet: dumps; CmdGPUSetLimit,
 // CmdQuotaSet: acknowledged requests). A
 // Source that does not implement it answers them EOPNOTSUPP.
 // Errors reach the client: wrap a syscall.Errno to choose its errno
@@ -39,7 +39,7 @@ func (e ext) decode(ad *netlink.AttributeDecoder) error { return e.o.DecodeAttrs
 // isExtension reports whether cmd's objects are another package's.
 func isExtension(cmd Cmd) (dump, ok bool) {
 	switch cmd {
-	case CmdGPUGet, CmdGPULimitGet, CmdQuotaGet:
+	case CmdGPUGet, CmdGPULimitGet, CmdQuotaGet, CmdNUMAGet:
 		return true, true
 	case CmdGPUSetLimit, CmdQuotaSet:
 		return false, true

@@ -3,6 +3,7 @@ package ctl
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"syscall"
 	"testing"
 
@@ -33,6 +34,9 @@ func (fuzzSource) PathCache() []PathEntry {
 }
 func (fuzzSource) OwnedPages() []OwnedPage {
 	return []OwnedPage{{Key: gva.New(0, 2, 0, 0), Waiters: []Waiter{{Node: 1}}}}
+}
+func (fuzzSource) ClockEntries() []ClockEntry {
+	return []ClockEntry{{Node: 0, Self: true, Cluster: &ClusterTime{}}, {Node: 1, Excluded: true, Reason: "jumped"}}
 }
 func (fuzzSource) DumpObjects(cmd Cmd) ([]Object, error) {
 	if cmd != CmdGPUGet {
@@ -194,7 +198,8 @@ func FuzzDecodeReply(f *testing.F) {
 	src := fuzzSource{}
 	for _, o := range []object{&src.Routes()[0], &src.Links()[0], &src.Neighbours()[0], &TopoNode{ID: 1, Neighbours: []noc.NodeID{2}},
 		&src.PathCache()[0], &src.OwnedPages()[0], &Event{Kind: EventHostFault, Page: gva.New(1, 1, 0, 0)},
-		&CapturedFrame{Port: "p0", Direction: Sent, Length: 3, Data: []byte{1, 2, 3}}} {
+		&CapturedFrame{Port: "p0", Direction: Sent, Length: 3, Data: []byte{1, 2, 3}},
+		&ClockEntry{Node: 2, Self: true, Cluster: &ClusterTime{Time: 1, Error: 2}}} {
 		b, _ := encodeMessage(netlink.Header{Flags: flagMulti, Sequence: 1}, CmdRouteGet, mustAttrs(o))
 		f.Add(b)
 	}
@@ -210,13 +215,44 @@ func FuzzDecodeReply(f *testing.F) {
 			return
 		}
 		for _, o := range []object{&Route{}, &Link{}, &Neighbour{}, &Stats{}, &TopoNode{}, &Event{},
-			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}, &CaptureRequest{}, &CapturedFrame{}} {
+			&PathEntry{}, &OwnedPage{}, ext{&probe{}}, &group{}, &CaptureRequest{}, &CapturedFrame{}, &ClockEntry{}} {
 			if decodeObject(m.attrs, o) != nil {
 				continue
 			}
 			if _, err := encodeObject(o); err != nil {
 				t.Fatalf("%T decoded but does not encode: %v", o, err)
 			}
+		}
+	})
+}
+
+// FuzzDecodeNUMA: a NUMA object's decoder takes any bytes, and what it
+// decodes encodes and decodes to itself.
+func FuzzDecodeNUMA(f *testing.F) {
+	seed := NUMA{Server: 3, Setting: "auto", Bound: 1, Address: "3:1", CPUs: "1,3", PageMemory: 1 << 20,
+		Nodes:     []NUMANode{{ID: 0, CPUs: "0,2", MemTotal: 1 << 30, NICs: []string{"eth0"}}, {ID: 1, CPUs: "1,3", NICs: []string{"eth1", "eth2"}}},
+		OtherNICs: []string{"lo"}}
+	b, err := encodeObject(ext{&seed})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var n NUMA
+		if err := decodeObject(b, ext{&n}); err != nil {
+			return
+		}
+		again, err := encodeObject(ext{&n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m NUMA
+		if err := decodeObject(again, ext{&m}); err != nil {
+			t.Fatalf("re-encoded %+v does not decode: %v", n, err)
+		}
+		if !reflect.DeepEqual(n, m) {
+			t.Fatalf("round trip:\n%+v\n%+v", n, m)
 		}
 	})
 }

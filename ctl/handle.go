@@ -76,6 +76,10 @@ func (s *Server) handle(b []byte, r replier) error {
 		if os, ok := s.src.(OwnerSource); ok {
 			return dumpAll(s, r, m, dump, os.OwnedPages)
 		}
+	case CmdClockGet:
+		if cs, ok := s.src.(ClockSource); ok {
+			return dumpAll(s, r, m, dump, cs.ClockEntries) // clock.go
+		}
 	case CmdCapture:
 		if cs, ok := s.src.(CaptureSource); ok {
 			return s.capture(r, m, dump, cs) // capture.go

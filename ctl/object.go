@@ -253,6 +253,9 @@ type Event struct {
 	Hops    int        `json:"hops"`             // route-change: the new distance; -1: unreachable
 	Page    gva.GVA    `json:"page,omitzero"`    // host-fault: the page concerned, if any
 	Reason  string     `json:"reason,omitempty"` // why, in words
+	// Cluster is the cluster time of the event (the fabric clock's, which
+	// orders events across nodes), from an agent that runs the clock.
+	Cluster *ClusterTime `json:"cluster,omitempty"`
 }
 
 // KindName is the event kind's name.
@@ -351,6 +354,7 @@ const (
 	eventHops     uint16 = 7 // s32
 	eventPage     uint16 = 8 // 16-byte GVA
 	eventReason   uint16 = 9
+	eventCluster  uint16 = 10 // nested, as clockCluster (clock.go)
 )
 
 const (
@@ -640,6 +644,9 @@ func (e *Event) encode(ae *netlink.AttributeEncoder) {
 	if e.Reason != "" {
 		ae.String(eventReason, e.Reason)
 	}
+	if e.Cluster != nil {
+		ae.Nested(eventCluster, e.Cluster.encode)
+	}
 }
 
 func (e *Event) decode(ad *netlink.AttributeDecoder) error {
@@ -663,6 +670,9 @@ func (e *Event) decode(ad *netlink.AttributeDecoder) error {
 			e.Page = decodeGVA(ad)
 		case eventReason:
 			e.Reason = ad.String()
+		case eventCluster:
+			e.Cluster = &ClusterTime{}
+			ad.Nested(e.Cluster.decode)
 		}
 	}
 	if e.Name == "" {

@@ -44,7 +44,7 @@ const (
 	CmdGPULimitGet Cmd = 20 // dump: one cuda/gpuctl.Limit per message (limits set at run time)
 	CmdQuotaGet    Cmd = 22 // dump: one Quota per message
 	CmdQuotaSet    Cmd = 23 // do: set one uid's Quota; acked; root only
-	// 21 is CmdCapture (capture.go)
+	// 21 is CmdCapture (capture.go), 24 CmdClockGet (clock.go)
 )
 
 var cmdNames = map[Cmd]string{
@@ -63,6 +63,8 @@ var cmdNames = map[Cmd]string{
 	CmdGPULimitGet: "gpu limits",
 	CmdQuotaGet:    "quota",
 	CmdQuotaSet:    "quota set",
+	CmdClockGet:    "clock",
+	CmdNUMAGet:     "numa",
 }
 
 func (c Cmd) String() string {

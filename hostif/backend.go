@@ -13,8 +13,8 @@ import (
 // core's event stream. Every Call names the host session it is made in
 // (Call.Session): the server opens one session per connection (VerbOpen
 // once HELLO is answered, VerbClose when the connection ends) and one for
-// its own calls. The agent hands every Call to that session of the core
-// (coherence.Hosts) as it is; package hostiftest has an in-memory twin.
+// its own calls. The node's Backend (package host) hands every Call to
+// that session of the core (coherence.Hosts) as it is.
 // Requests may also go through the optional Pipeline extension, as
 // values without a goroutine per request: the data path's, and every
 // other verb the Pipeline accepts.
@@ -215,13 +215,9 @@ type Event struct {
 	Reason  syscall.Errno
 }
 
-// Quick is an optional extension of a Backend. Quick reports whether op on
-// addr will complete without waiting on anything (another node, a lock
-// holder, a disk). The server runs such requests on the connection's
-// reading goroutine and sends their replies together with the others read
-// by the same system call, which saves a goroutine and a system call per
-// request. It is only a hint: a wrong true delays the connection's other
-// requests, still within the op's deadline.
-type Quick interface {
-	Quick(op wire.Op, addr gva.GVA) bool
+// ClusterClock is a Backend that reads the fabric's cluster clock (CLOCK,
+// answered on the connection's reading goroutine: it must not wait beyond
+// a step of the core). A Backend without it answers CLOCK with ENOSYS.
+type ClusterClock interface {
+	ClusterTime() wire.ClusterTime
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
-	"github.com/aitherion/dpu/internal/quota"
 )
 
 // The value path: requests other than the data path's (alloc, free,
@@ -150,7 +149,8 @@ func (s *Server) nextOp(c *conn, t *task) (Op, error) {
 	return op, nil
 }
 
-// allocQuota takes the quota an ALLOC needs and fills op's VerbAlloc.
+// allocQuota fills op's VerbAlloc for r of c: the pages are charged to
+// c's user in the core, as it makes them.
 func (s *Server) allocQuota(c *conn, r *wire.Request, op *Op) error {
 	if r.Flags&wire.AllocHuge != 0 {
 		return fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
@@ -160,23 +160,8 @@ func (s *Server) allocQuota(c *conn, r *wire.Request, op *Op) error {
 		mode = s.opts.DefaultMode
 	}
 	attr := Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
-	pages := r.Pages()
-	if err := s.opts.Quota.Take(attr.UID, quota.Pages, pages); err != nil {
-		return fmt.Errorf("alloc %d pages: %w", pages, err)
-	}
-	if err := s.opts.Quota.Take(attr.UID, quota.Bytes, pages*gva.PageSize); err != nil {
-		s.opts.Quota.Release(attr.UID, quota.Pages, pages)
-		return fmt.Errorf("alloc %d pages: %w", pages, err)
-	}
-	op.Verb, op.Pages, op.Attr, op.GVA = VerbAlloc, pages, attr, gva.GVA{}
+	op.Verb, op.Pages, op.Attr, op.GVA = VerbAlloc, r.Pages(), attr, gva.GVA{}
 	return nil
-}
-
-// releaseAllocQuota gives back what allocQuota took for r of c.
-func (s *Server) releaseAllocQuota(c *conn, r *wire.Request) {
-	pages := r.Pages()
-	s.opts.Quota.Release(c.cred.UID, quota.Pages, pages)
-	s.opts.Quota.Release(c.cred.UID, quota.Bytes, pages*gva.PageSize)
 }
 
 // freeable checks that c may free the allocation at key (attributes a):
@@ -215,7 +200,6 @@ func (s *Server) finishValued(c *conn, t *task, d *Done) error {
 	case wire.OpAlloc:
 		pages := r.Pages()
 		if d.Err != nil {
-			s.releaseAllocQuota(c, r)
 			return fmt.Errorf("alloc %d pages: %w", pages, d.Err)
 		}
 		s.allocated(d.GVA, pages, Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: orDefault(r.Mode, s.opts.DefaultMode)})
@@ -259,11 +243,8 @@ func (s *Server) answerValued(c *conn, t *task, err error) {
 }
 
 // abandoned takes back a task of a closed connection that waited on the
-// value path (its session's close abandoned the call): an ALLOC gives its
-// quota back.
+// value path (its session's close abandoned the call: the core undoes an
+// ALLOC that succeeds after it, quota included).
 func (s *Server) abandoned(c *conn, t *task) {
-	if t.stage == stageCall && t.req.Op == wire.OpAlloc {
-		s.releaseAllocQuota(c, &t.req)
-	}
 	putTask(t)
 }

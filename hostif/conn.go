@@ -172,7 +172,7 @@ func (c *conn) serve() {
 				}
 				continue
 			}
-			if c.s.quick(c, &t.req) {
+			if c.s.quick(&t.req) {
 				c.runInline(t)
 				continue
 			}

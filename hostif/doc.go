@@ -60,14 +60,13 @@
 //     that waits its turn so waits in the core, holding a request slot
 //     and nothing else;
 //   - requests the server serves itself without waiting (TRANSLATE,
-//     SUBSCRIBE) and those the Backend says will not wait ([Quick]) run on
-//     the reading goroutine;
+//     SUBSCRIBE) run on the reading goroutine;
 //   - the rest run on a goroutine of their own, through the blocking
 //     [Backend.Do]: MAP and UNMAP (they make, load, share and retire the
 //     replica files, several backend calls per request with the replica
 //     table's waits between them), RINGS and MAPS (server work only), the
 //     GPU ops (the GPU handler may wait), and every request of a backend
-//     without a Pipeline (the in-memory twin by default). The server's own
+//     without a Pipeline (tests hide the node's to exercise this path). The server's own
 //     calls (a stale replica file's refetch) and a session's open and
 //     close also use Do.
 //
@@ -84,6 +83,7 @@
 // lock while calling the Backend or writing to a socket, and it never
 // writes page content anywhere but the replica files it owns.
 //
-// Package hostif/hostiftest has an in-memory Backend for tests; the client
-// side is hostif/client (Go) and hostif/c (C library).
+// The node's Backend is package host's, over the node's core; package
+// hostif/hostiftest runs it over a fabric of real node cores for tests.
+// The client side is hostif/client (Go) and hostif/c (C library).
 package hostif

@@ -29,26 +29,27 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// valuePath makes startNode serve the twin's value path
-// (hostiftest.ValuePath), as the agent's core does: TestValuePath runs
-// the package's tests again so.
-var valuePath = os.Getenv("HOSTIF_VALUE_PATH") != ""
+// blockingPath makes startNode serve the node through its Backend alone
+// (Do, one goroutine per request), hiding its Pipeline: TestBlockingPath
+// runs the package's tests again so, for the server's path for backends
+// without one.
+var blockingPath = os.Getenv("HOSTIF_BLOCKING_PATH") != ""
 
-// TestValuePath runs this package's tests again with every request the
-// server can send as a value going through the backend's Pipeline.
-func TestValuePath(t *testing.T) {
-	if valuePath {
-		t.Skip("running on the value path already")
+// TestBlockingPath runs this package's tests again with every request going
+// through the backend's blocking Do.
+func TestBlockingPath(t *testing.T) {
+	if blockingPath {
+		t.Skip("running on the blocking path already")
 	}
-	args := []string{"-test.run", ".", "-test.skip", "^TestValuePath$", "-test.count", "1"}
+	args := []string{"-test.run", ".", "-test.skip", "^TestBlockingPath$", "-test.count", "1"}
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "HOSTIF_VALUE_PATH=1")
+	cmd.Env = append(os.Environ(), "HOSTIF_BLOCKING_PATH=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("tests on the value path: %v\n%s", err, out)
+		t.Fatalf("tests on the blocking path: %v\n%s", err, out)
 	}
 }
 

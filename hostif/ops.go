@@ -9,7 +9,6 @@ import (
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
-	"github.com/aitherion/dpu/internal/quota"
 )
 
 // exec runs one well-formed request of c and fills rep. oc is the op's
@@ -128,6 +127,15 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		rep.body = le.AppendUint32(rep.body, r.Mask)
 		rep.body = le.AppendUint32(rep.body, 0)
 		return nil
+
+	case wire.OpClock:
+		cc, ok := s.be.(ClusterClock)
+		if !ok {
+			return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
+		}
+		t := cc.ClusterTime()
+		rep.body = t.Append(rep.body)
+		return nil
 	}
 	if r.Op.IsGPU() {
 		return s.serveGPU(ctx, c, r, rep)
@@ -148,21 +156,9 @@ func (s *Server) opTimeout(r *wire.Request) time.Duration {
 }
 
 // quick reports whether r may run on the connection's reading goroutine:
-// the Backend says it will not wait, and neither will the server (no
-// attribute to fetch, no replica file to make).
-func (s *Server) quick(c *conn, r *wire.Request) bool {
-	switch r.Op {
-	case wire.OpTranslate, wire.OpSubscribe:
-		return true
-	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere, wire.OpRelease, wire.OpUnlock:
-	default:
-		return false
-	}
-	q, ok := s.be.(Quick)
-	if !ok || (c.cred.UID != 0 && !s.attrs.Contains(r.GVA.Key())) {
-		return false
-	}
-	return q.Quick(r.Op, r.GVA)
+// the server serves it itself without waiting.
+func (s *Server) quick(r *wire.Request) bool {
+	return r.Op == wire.OpTranslate || r.Op == wire.OpSubscribe || r.Op == wire.OpClock
 }
 
 func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
@@ -172,7 +168,6 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 	}
 	g, err := c.call.Alloc(ctx, op.Pages, op.Attr)
 	if err != nil {
-		s.releaseAllocQuota(c, r)
 		return fmt.Errorf("alloc %d pages: %w", op.Pages, err)
 	}
 	s.allocated(g, op.Pages, op.Attr)
@@ -211,13 +206,10 @@ func (s *Server) allocated(g gva.GVA, pages int, attr Attr) {
 	}
 }
 
-// freed gives back the quota of the allocation at key (attributes a) that
-// was freed and forgets it.
+// freed forgets the allocation at key that was freed (the core gave its
+// pages' quota back).
 func (s *Server) freed(key gva.GVA, a Attr) {
-	pages := s.allocPages(key)
-	s.opts.Quota.Release(a.UID, quota.Pages, pages)
-	s.opts.Quota.Release(a.UID, quota.Bytes, pages*gva.PageSize)
-	s.forget(key, pages)
+	s.forget(key, s.allocPages(key))
 }
 
 // forget drops what the server remembers of a freed allocation.

@@ -236,7 +236,7 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 				s.pipe.Submit(batch)
 				batch = batch[:0]
 			}
-		case s.quick(c, &t.req):
+		case s.quick(&t.req):
 			t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
 			err := s.exec(c, &t.req, &t.rep, &t.ctx)
 			rg.answer(t, err)

@@ -82,9 +82,9 @@ type Options struct {
 	// HelloTimeout closes a connection that has not said hello this long
 	// after it connected (default 10s).
 	HelloTimeout time.Duration
-	// Quota counts connections and allocated pages per uid (nil: a
-	// ledger of 64 connections per uid with the last 64 of MaxConns kept
-	// for root and the agent's user; pages unlimited per uid).
+	// Quota counts connections per uid (nil: a ledger of 64 connections
+	// per uid with the last 64 of MaxConns kept for root and the agent's
+	// user). Pages are the core's to charge (coherence.Config.Quota).
 	Quota *quota.Ledger
 }
 

@@ -9,6 +9,9 @@
 #                              its virtio modules, boot it under qemu and check it
 #   make rdma-test             the same with two amd64 guests, soft-RoCE (rdma_rxe)
 #                              and the rdma-tagged agent: RoCE ports between them
+#   make numa-test             one amd64 guest with two NUMA nodes, its NIC on
+#                              node 1: the agent must find the layout and bind
+#                              its threads and page memory to node 1
 #   make image-oci             images/out/dpu-agent-oci/ (an OCI image layout) and
 #                              images/out/dpu-agent-oci.tar (the same as an
 #                              oci-archive): the container image of dpu-agent and
@@ -36,8 +39,12 @@ RDMATEST_MODULES := virtio_pci virtio_net crc32_generic rdma_rxe
 RDMATEST_KERNEL  := $(IMAGE_CACHE)/amd64
 RDMATEST_OUT     := $(IMAGE_OUT)/rdma
 RDMATEST_TIMEOUT ?= 240s
+# The NUMA boot test: one amd64 guest (TCG), two NUMA nodes.
+NUMATEST_MODULES := virtio_pci virtio_net
+NUMATEST_KERNEL  := $(IMAGE_CACHE)/amd64-numa
+NUMATEST_TIMEOUT ?= 240s
 
-.PHONY: image image-test image-clean rdma-test image-oci
+.PHONY: image image-test image-clean rdma-test numa-test image-oci
 
 OCI_ARCH ?= amd64
 
@@ -84,6 +91,12 @@ rdma-test:
 	$(call image-build,amd64,$(RDMATEST_KERNEL)/stage,$$(sed 's/^/-files /' $(RDMATEST_OUT)/files))
 	$(GO) run ./images/vmtest -arch amd64 -qemu qemu-system-x86_64 -kernel $(RDMATEST_KERNEL)/vmlinuz \
 		-initrd $(IMAGE_OUT)/dpu-amd64.cpio.gz -out $(RDMATEST_OUT)/vmtest -timeout $(RDMATEST_TIMEOUT) -run rdma-pair
+
+numa-test:
+	VMTEST_ARCH=amd64 images/prepare-vmtest.sh $(NUMATEST_KERNEL) $(NUMATEST_MODULES)
+	$(call image-build,amd64,$(NUMATEST_KERNEL)/stage)
+	$(GO) run ./images/vmtest -arch amd64 -qemu qemu-system-x86_64 -kernel $(NUMATEST_KERNEL)/vmlinuz \
+		-initrd $(IMAGE_OUT)/dpu-amd64.cpio.gz -out $(IMAGE_OUT)/numa -timeout $(NUMATEST_TIMEOUT) -run numa
 
 image-clean:
 	rm -rf $(IMAGE_OUT) $(IMAGE_CACHE)

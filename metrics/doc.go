@@ -32,6 +32,11 @@
 //	dpu_link_retransmits_total{port}, dpu_link_crc_errors_total{port},
 //	dpu_link_duplicates_total{port}
 //	dpu_link_rtt_seconds{port}             smoothed round-trip time
+//	dpu_link_channel_up{port,channel,via}  1 when a channel of a multi-channel link is in its stripe
+//	dpu_link_channel_{downs,ups}_total{port,channel,via}
+//	                                       times the channel was dropped (silent for its dead
+//	                                       interval, peer restart) or joined; each is logged too
+//	dpu_link_channel_{tx,rx}_bytes_total{port,channel,via}
 //	dpu_port_events_total{port,event}      per channel/queue counters of a port
 //	                                       (AF_XDP: redirected_cpuN, passed_cpuN, ...)
 //	dpu_routes                             destinations with a route

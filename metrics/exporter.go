@@ -11,6 +11,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/internal/numa"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -23,11 +24,17 @@ type Source interface {
 }
 
 // A Source may also implement ctl.PathCacheSource, ctl.OwnerSource,
-// GPUSource and EngineSource; their metrics are served when it does.
+// GPUSource, EngineSource and NUMASource; their metrics are served when it
+// does.
 
 // GPUSource reports the CUDA hook's accounting, per process.
 type GPUSource interface {
 	GPUProcesses() []gpuctl.Process
+}
+
+// NUMASource reports the host's NUMA layout and the agent's binding.
+type NUMASource interface {
+	NUMA() ctl.NUMA
 }
 
 // EngineSource reports the coherence engine's counters.
@@ -150,6 +157,11 @@ var (
 	descCRCErrors     = desc("dpu_link_crc_errors_total", "Datagrams dropped for a bad CRC32C.", "port")
 	descDuplicates    = desc("dpu_link_duplicates_total", "Duplicate datagrams dropped.", "port")
 	descRTT           = desc("dpu_link_rtt_seconds", "Smoothed round-trip time of the reliable link.", "port")
+	descChannelUp     = desc("dpu_link_channel_up", "1 when the channel of a multi-channel link is in its stripe.", "port", "channel", "via")
+	descChannelDowns  = desc("dpu_link_channel_downs_total", "Times the channel was dropped from its link's stripe (silent for its dead interval, or the peer restarted).", "port", "channel", "via")
+	descChannelUps    = desc("dpu_link_channel_ups_total", "Times the channel joined (or rejoined) its link's stripe.", "port", "channel", "via")
+	descChannelTx     = desc("dpu_link_channel_tx_bytes_total", "Bytes of link datagrams sent on the channel.", "port", "channel", "via")
+	descChannelRx     = desc("dpu_link_channel_rx_bytes_total", "Bytes of link datagrams received on the channel.", "port", "channel", "via")
 	descPortCounter   = desc("dpu_port_events_total", "Counters of a port's channels and queues (AF_XDP: per CPU).", "port", "event")
 	descRoutes        = desc("dpu_routes", "Destinations with a route.")
 	descRouteHops     = desc("dpu_route_hops", "Distance in hops to each destination.", "dst")
@@ -177,13 +189,20 @@ var (
 	descGPUMemLimit   = desc("dpu_gpu_memory_limit_bytes", "GPU memory limit of a process (0: unlimited).", gpuLabels...)
 	descGPUKernel     = desc("dpu_gpu_kernel_seconds_total", "GPU kernel time a process used.", gpuLabels...)
 	descGPUQuota      = desc("dpu_gpu_kernel_quota_ratio", "Share of the device's time a process may use (0: unlimited).", gpuLabels...)
+	descNUMACPUs      = desc("dpu_numa_node_cpus", "CPUs of each NUMA node of the host.", "numa", "cpus")
+	descNUMAMem       = desc("dpu_numa_node_memory_bytes", "Memory of each NUMA node of the host.", "numa")
+	descNUMAMemFree   = desc("dpu_numa_node_memory_free_bytes", "Free memory of each NUMA node of the host.", "numa")
+	descNUMANIC       = desc("dpu_numa_nic", "1 for each network device on a NUMA node (numa -1: none known).", "nic", "numa")
+	descNUMABound     = desc("dpu_numa_bound", "1 on the NUMA node the agent's threads and page memory are bound to.", "numa", "address")
+	descNUMAPageMem   = desc("dpu_numa_page_memory_bytes", "Page memory placed on the agent's NUMA node (0: not bound).")
 )
 
 var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, descTxDatagrams, descRxDatagrams,
 	descTxBytes, descRxBytes, descTxMessages, descRxMessages, descRetransmits, descCRCErrors, descDuplicates, descRTT,
-	descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
+	descChannelUp, descChannelDowns, descChannelUps, descChannelTx, descChannelRx, descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
-	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
+	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota,
+	descNUMACPUs, descNUMAMem, descNUMAMemFree, descNUMANIC, descNUMABound, descNUMAPageMem}
 
 // Describe implements prometheus.Collector.
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -227,6 +246,26 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descRTT, l.RTT.Seconds(), l.Name)
 		for _, ct := range l.Counters {
 			counter(descPortCounter, ct.Value, l.Name, ct.Name)
+		}
+		for _, c := range l.Channels {
+			idx := strconv.Itoa(c.Index)
+			up := 0.0
+			if c.State == ctl.LinkUp {
+				up = 1
+			}
+			gauge(descChannelUp, up, l.Name, idx, c.Name)
+			for _, ct := range c.Counters {
+				switch ct.Name {
+				case "downs":
+					counter(descChannelDowns, ct.Value, l.Name, idx, c.Name)
+				case "ups":
+					counter(descChannelUps, ct.Value, l.Name, idx, c.Name)
+				case "tx_bytes":
+					counter(descChannelTx, ct.Value, l.Name, idx, c.Name)
+				case "rx_bytes":
+					counter(descChannelRx, ct.Value, l.Name, idx, c.Name)
+				}
+			}
 		}
 	}
 
@@ -288,6 +327,9 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descPagesCap, float64(ec.PagesCapacity))
 		}
 	}
+	if ns, ok := src.(NUMASource); ok {
+		collectNUMA(ns.NUMA(), gauge)
+	}
 	if g, ok := src.(GPUSource); ok {
 		for _, p := range g.GPUProcesses() {
 			l := []string{strconv.FormatUint(uint64(p.PID), 10), strconv.FormatUint(uint64(p.UID), 10),
@@ -315,4 +357,35 @@ func collectStats(st ctl.Stats, counter func(*prometheus.Desc, uint64, ...string
 			counter(descNodeCounter, ct.Value, name)
 		}
 	}
+}
+
+// collectNUMA exports the NUMA layout: per node its CPUs (count, with the
+// list as a label), memory and NICs, and the node the agent is bound to.
+func collectNUMA(n ctl.NUMA, gauge func(*prometheus.Desc, float64, ...string)) {
+	for _, nd := range n.Nodes {
+		id := strconv.FormatUint(uint64(nd.ID), 10)
+		gauge(descNUMACPUs, float64(cpuCount(nd.CPUs)), id, nd.CPUs)
+		gauge(descNUMAMem, float64(nd.MemTotal), id)
+		gauge(descNUMAMemFree, float64(nd.MemFree), id)
+		for _, nic := range nd.NICs {
+			gauge(descNUMANIC, 1, nic, id)
+		}
+	}
+	for _, nic := range n.OtherNICs {
+		gauge(descNUMANIC, 1, nic, "-1")
+	}
+	if n.Bound >= 0 {
+		gauge(descNUMABound, 1, strconv.FormatInt(int64(n.Bound), 10), n.Address)
+	}
+	gauge(descNUMAPageMem, float64(n.PageMemory))
+}
+
+// cpuCount is the number of CPUs in a kernel CPU list ("0-3,8": 5); a
+// list it cannot read counts 0.
+func cpuCount(list string) int {
+	set, err := numa.ParseCPUList(list)
+	if err != nil {
+		return 0
+	}
+	return len(set)
 }

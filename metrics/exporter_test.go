@@ -36,6 +36,8 @@ func (s engineSource) GPUProcesses() []gpuctl.Process {
 func sample() engineSource {
 	snap := ctltest.Sample()
 	snap.Links = append(snap.Links, ctl.Link{Index: 2, Name: "p2", Kind: "udp", Peer: noc.BroadcastNode})
+	ch := &snap.Links[0].Channels[1]
+	ch.Counters = append(ch.Counters, ctl.Counter{Name: "ups", Value: 4}, ctl.Counter{Name: "downs", Value: 3})
 	snap.Stats.Counters = append(snap.Stats.Counters, ctl.Counter{Name: "drop_no_route", Value: 2}, ctl.Counter{Name: "link_retransmits", Value: 9}, ctl.Counter{Name: "routes", Value: 3})
 	return engineSource{ctltest.NewSource(snap), EngineCounters{ReplicaAnswers: 7, Merges: 3, Evictions: 2, PinRevocations: 1, Acquires: 5, Swaps: 4, Failovers: 6, FailoversRefused: 1, AcquiresStoppedByFailover: 2,
 		PagesOwned: 2, PagesReplica: 5, PagesBackup: 3, PagesCapacity: 64}}
@@ -131,6 +133,10 @@ func TestScrape(t *testing.T) {
 		{"dpu_link_tx_bytes_total", map[string]string{"port": l0.Name}, float64(l0.TxBytes)},
 		{"dpu_link_retransmits_total", map[string]string{"port": l0.Name}, float64(l0.Retransmits)},
 		{"dpu_port_events_total", map[string]string{"port": "p1", "event": "redirected_cpu0"}, 512},
+		{"dpu_link_channel_up", map[string]string{"port": l0.Name, "channel": "0"}, 1},
+		{"dpu_link_channel_up", map[string]string{"port": l0.Name, "channel": "1"}, 0},
+		{"dpu_link_channel_downs_total", map[string]string{"port": l0.Name, "channel": "1", "via": l0.Channels[1].Name}, 3},
+		{"dpu_link_channel_ups_total", map[string]string{"port": l0.Name, "channel": "1"}, 4},
 		{"dpu_routes", nil, 3},
 		{"dpu_frames_total", map[string]string{"path": "delivered"}, 1022},
 		{"dpu_node_events_total", map[string]string{"event": "path_cache_hits"}, 977},

@@ -28,7 +28,13 @@ const (
 	// set, source and destination swapped, payload unchanged): the NoC's
 	// ping, answered by the node core without involving the engine.
 	OpEcho Op = OpAgentFirst
+	// OpClock carries a fabric clock report (noc/clock) to a neighbour:
+	// link-local, flooded hop by hop by the node cores, never routed.
+	OpClock Op = OpAgentFirst + 1
 )
+
+// IsClock reports whether f is a fabric clock report.
+func (f *Frame) IsClock() bool { return f.Class == ClassControl && f.Op == OpClock }
 
 // IsEcho reports whether f is an echo request or reply.
 func (f *Frame) IsEcho() bool { return f.Class == ClassControl && f.Op == OpEcho }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/clock"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/noc/route"
 )
@@ -22,6 +23,9 @@ type Config struct {
 	Link link.Config
 	// Route configures link-state routing.
 	Route route.Config
+	// Clock configures the fabric clock, which runs when Link.ClockStamps
+	// is set (Self is the core's).
+	Clock clock.Config
 	// Seed drives the core's random source (link sessions, routing
 	// incarnation). The same seed and inputs give the same outputs.
 	Seed uint64
@@ -58,6 +62,8 @@ type Core struct {
 	rng   *rand.Rand
 	ports []*port
 	rt    *route.State
+	clk   *clock.Clock // nil without Link.ClockStamps
+	cout  []clock.Output
 	now   time.Duration
 
 	frame noc.Frame      // decode scratch
@@ -118,6 +124,9 @@ type Stats struct {
 	// backlog was full.
 	RoutingDrops uint64
 	Echoes       uint64 // echo requests answered
+	// ClockReports counts clock reports received (dropped when the clock
+	// does not run).
+	ClockReports uint64
 }
 
 // EventKind says what an Event reports.
@@ -162,6 +171,13 @@ func New(cfg Config, now time.Duration) (*Core, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	c.rt, c.rtDirty = rt, true
+	if cfg.Link.ClockStamps {
+		cc := cfg.Clock
+		cc.Self = cfg.Self
+		if c.clk, err = clock.New(cc, now); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	return c, nil
 }
 
@@ -199,6 +215,7 @@ func (c *Core) Input(now time.Duration, p noc.PortID, datagram []byte) error {
 	pt.lastRx = now
 	ierr := pt.ep.Input(now, datagram)
 	c.linkEvents(p, pt)
+	c.clockSamples(p, pt)
 	c.release() // the input may have acked room for held frames
 	c.drain(p, pt)
 	c.flushRouting()
@@ -237,6 +254,10 @@ func (c *Core) Tick(now time.Duration) {
 	c.rt.Tick(now)
 	c.rtDirty = true
 	c.flushRouting()
+	if c.clk != nil {
+		c.clk.Tick(c.clockTime(now))
+		c.flushClock()
+	}
 	if c.cfg.Handler != nil {
 		c.cfg.Handler.Tick(now, c)
 		c.takeHandler()
@@ -254,6 +275,9 @@ func (c *Core) NextDeadline() time.Duration {
 		}
 	} else {
 		d = c.rtNext
+	}
+	if c.clk != nil {
+		d = min(d, c.clk.NextDeadline()-c.cfg.Link.ClockEpoch)
 	}
 	for _, pt := range c.ports {
 		d = min(d, pt.ep.NextDeadline())
@@ -338,6 +362,12 @@ func (c *Core) dispatch(in noc.PortID, msg []byte) {
 		c.rtDirty = true
 		_ = c.rt.HandleFrame(c.now, in, f)
 		c.learnNeighbour(in)
+	case f.IsClock():
+		c.stats.ClockReports++
+		if c.clk != nil {
+			_ = c.clk.HandleReport(c.clockTime(c.now), in, f.Payload) // counted by the clock
+			c.flushClock()
+		}
 	case f.IsEcho() && f.Flags&noc.FlagReply == 0 && f.Dst == c.cfg.Self:
 		c.echo(msg, f)
 	case f.Flags&noc.FlagPath != 0 || f.Dst == c.cfg.Self || f.Dst == noc.BroadcastNode:
@@ -447,6 +477,9 @@ func (c *Core) linkEvents(p noc.PortID, pt *port) {
 			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkDown, Port: p, Neighbour: was, Reason: ev.Reason.String()})
 			c.rtDirty = true
 			_ = c.rt.PortDown(c.now, p)
+			if c.clk != nil {
+				c.clk.PortDown(p)
+			}
 			if known && c.cfg.Handler != nil {
 				c.cfg.Handler.PortState(c.now, p, false, was, c)
 				c.takeHandler()

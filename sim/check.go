@@ -488,11 +488,39 @@ func (w *World) final() {
 	}
 	c.owners(true)
 	w.treeShape(false)
+	w.quotaHeld()
 	w.lostPagesFail()
 	w.convergence()
 	w.branchCost()
 	w.treeShape(true)
 	c.linearizable()
+}
+
+// quotaHeld checks that every live node's page quota charges each user
+// exactly the pages allocated there and not freed (a page freed where it
+// moved to gives its charge back at its allocator).
+func (w *World) quotaHeld() {
+	for _, n := range w.nodes {
+		if !n.alive {
+			continue
+		}
+		held := n.hosts.Charged()
+		for uid, c := range n.quota {
+			if held[uid] != c {
+				w.check.violate("node %v's page quota charges uid %d %d pages; it holds %d allocated and not freed", n.id, uid, c, held[uid])
+			}
+		}
+		for uid, c := range held {
+			if _, ok := n.quota[uid]; !ok {
+				w.check.violate("node %v's page quota charges uid %d nothing; it holds %d pages allocated and not freed", n.id, uid, c)
+			}
+		}
+		n.hosts.EachPulled(func(key gva.GVA, uid uint32) {
+			if owner, swapping := n.eng.Holding(key); !owner && !swapping {
+				w.check.violate("node %v charges uid %d for page %v, which an acquire or a lock of it brought here, but no longer owns it", n.id, uid, key)
+			}
+		})
+	}
 }
 
 // lostPagesFail checks that requests for a page lost with its owner end

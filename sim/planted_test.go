@@ -62,6 +62,18 @@ func TestPlantedFreeHereIsCaught(t *testing.T) {
 	}
 }
 
+// TestPlantedQuotaLeakIsCaught plants allocators whose frees keep the
+// pages charged: the final checks must find a quota that charges more
+// than its users hold.
+func TestPlantedQuotaLeakIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Bug = coherence.BugQuotaLeak
+	if !caught(t, cfg, 6, func(v string) bool { return strings.Contains(v, "page quota charges") }) {
+		t.Fatal("a quota that keeps freed pages charged went unnoticed")
+	}
+}
+
 // caught reports whether a sweep of seeds seeds of cfg has a violation
 // that match accepts, and logs the first.
 func caught(t *testing.T, cfg Config, seeds int, match func(v string) bool) bool {

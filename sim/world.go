@@ -357,6 +357,23 @@ type simNode struct {
 	wakeAt time.Duration
 	ports  int
 	reqs   map[uint64]*pendingOp // host request id -> op
+	quota  pageLedger            // the page quota of this run's users
+}
+
+// pageLedger is a node's page quota as the simulator keeps it: pages
+// charged per user, without limits (the quota package tests those). The
+// final checks hold it against what the node's host layer says it has
+// allocated and not freed.
+type pageLedger map[uint32]int
+
+// Take implements coherence.PageQuota.
+func (l pageLedger) Take(uid uint32, n int) error { l[uid] += n; return nil }
+
+// Release implements coherence.PageQuota.
+func (l pageLedger) Release(uid uint32, n int) {
+	if l[uid] -= n; l[uid] == 0 {
+		delete(l, uid)
+	}
 }
 
 type evKind uint8
@@ -453,6 +470,8 @@ func (w *World) boot(n *simNode) error {
 	ec.Replicas = w.cfg.Replicas
 	ec.FabricNodes = w.graph.N()
 	ec.NoSplitRule = w.cfg.NoSplitRule
+	n.quota = pageLedger{} // a new run: nothing of it allocated yet
+	ec.Quota = n.quota
 	h, err := coherence.NewHosts(ec, nodeSink{w, n})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)

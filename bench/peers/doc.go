@@ -15,6 +15,14 @@
 // offer (a loop mode, rings) is detected at run time and printed as
 // "n/a (why)".
 //
+// A second table is bandwidth: iperf3 over loopback (UDP with 4 KiB
+// datagrams, and TCP; Debian's iperf3, installed like the peers) as the
+// baseline, and bulk stores (peerload store: dpu_store of 1 MiB from node 1
+// into memory owned by node 0, through the socket) over 2-node UDP fabrics
+// whose link stripes over 1 and over 4 channels, with link crypto and
+// without, every rate also divided by iperf3's UDP rate and by the
+// one-channel fabric's of the same crypto, all from the same run.
+//
 // The Go tests here parse that table. The run itself is opt-in, since it
 // takes a minute of a small machine: DPU_BENCH_PEERS=1 go test ./bench/peers/
 // runs it in its short form (BENCH_QUICK=1), checks that every row has

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,6 +74,77 @@ func parseTable(out string) ([]tableRow, error) {
 	return rows, nil
 }
 
+// bandwidthHeader heads the second table: bandwidth beside iperf3.
+const bandwidthHeader = "| path | links | channels | link crypto | clients | MB/s | ÷ iperf3 UDP | ÷ 1 channel | note |"
+
+// bandwidthRow is one row of the bandwidth table.
+type bandwidthRow struct {
+	Path, Links, Channels, Crypto, Clients, Rate, OverUDP, OverOne, Note string
+}
+
+// parseBandwidth finds the bandwidth table in a run's output.
+func parseBandwidth(out string) ([]bandwidthRow, error) {
+	lines := strings.Split(out, "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.TrimSpace(l) == bandwidthHeader })
+	if start < 0 {
+		return nil, errors.New("no bandwidth table in the output")
+	}
+	if start+1 >= len(lines) || !strings.HasPrefix(lines[start+1], "|---") {
+		return nil, errors.New("no separator line under the bandwidth header")
+	}
+	var rows []bandwidthRow
+	for _, l := range lines[start+2:] {
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		c := strings.Split(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "|"), "|"), "|")
+		if len(c) != 9 {
+			return nil, fmt.Errorf("bandwidth row %q: %d cells, want 9", l, len(c))
+		}
+		for i := range c {
+			c[i] = strings.TrimSpace(c[i])
+		}
+		rows = append(rows, bandwidthRow{c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]})
+	}
+	if len(rows) == 0 {
+		return nil, errors.New("the bandwidth table has no rows")
+	}
+	return rows, nil
+}
+
+// checkBandwidth says whether the bandwidth table has iperf3's two rows
+// and a bulk store row with numbers for each channel count and crypto.
+func checkBandwidth(rows []bandwidthRow, channels []string) error {
+	have := map[string]bool{}
+	for _, r := range rows {
+		f, err := strconv.ParseFloat(r.Rate, 64)
+		if err != nil || f <= 0 {
+			return fmt.Errorf("%s, %s channels, %s: rate %q", r.Path, r.Channels, r.Crypto, r.Rate)
+		}
+		if _, err := strconv.ParseFloat(r.OverUDP, 64); err != nil {
+			return fmt.Errorf("%s, %s channels, %s: ÷ iperf3 UDP %q", r.Path, r.Channels, r.Crypto, r.OverUDP)
+		}
+		if r.Path == "dpu bulk store" {
+			if _, err := strconv.ParseFloat(r.OverOne, 64); err != nil {
+				return fmt.Errorf("%s, %s channels, %s: ÷ 1 channel %q", r.Path, r.Channels, r.Crypto, r.OverOne)
+			}
+		}
+		have[r.Path+"/"+r.Channels+"/"+r.Crypto] = true
+	}
+	want := []string{"iperf3 UDP, 4 KiB datagrams/-/-", "iperf3 TCP/-/-"}
+	for _, ch := range channels {
+		for _, c := range []string{"sealed", "plaintext"} {
+			want = append(want, "dpu bulk store/"+ch+"/"+c)
+		}
+	}
+	for _, w := range want {
+		if !have[w] {
+			return fmt.Errorf("no bandwidth row %s", w)
+		}
+	}
+	return nil
+}
+
 // knownAbsent are the reasons a row may have no numbers: what the agent or
 // the machine does not offer. Anything else (a failure, no operation done)
 // is an error.
@@ -107,6 +179,37 @@ func checkRow(r tableRow) error {
 
 func describe(r tableRow) string {
 	return strings.Join([]string{r.Path, r.Links, r.Loop, r.Transport, r.Owner, r.Clients + " clients"}, ", ")
+}
+
+func TestParseBandwidth(t *testing.T) {
+	out := "table above\n\nbandwidth: a line\n\n" + bandwidthHeader + "\n|---|---|---|---|---|---|---|---|---|\n" +
+		"| iperf3 UDP, 4 KiB datagrams | loopback | - | - | 1 | 2300.0 | 1.00 | n/a |  |\n" +
+		"| iperf3 TCP | loopback | - | - | 1 | 2800.0 | 1.22 | n/a |  |\n" +
+		"| dpu bulk store | udp | 1 | sealed | 1 | 80.1 | 0.035 | 1.00 |  |\n" +
+		"| dpu bulk store | udp | 4 | sealed | 1 | 84.0 | 0.037 | 1.05 |  |\n" +
+		"| dpu bulk store | udp | 1 | plaintext | 1 | 90.0 | 0.039 | 1.00 |  |\n" +
+		"| dpu bulk store | udp | 4 | plaintext | 1 | 95.0 | 0.041 | 1.06 |  |\n\nafter\n"
+	rows, err := parseBandwidth(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 6 || rows[3].Channels != "4" || rows[3].OverOne != "1.05" {
+		t.Fatalf("rows %+v", rows)
+	}
+	if err := checkBandwidth(rows, []string{"1", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	// a failed fabric is an error, and so is a missing row
+	bad := strings.Replace(out, "| 95.0 | 0.041 | 1.06 |", "| n/a (fabric did not come up: x) | n/a | n/a |", 1)
+	if rows, err := parseBandwidth(bad); err != nil || checkBandwidth(rows, []string{"1", "4"}) == nil {
+		t.Fatalf("a row without numbers passed: %v", err)
+	}
+	if err := checkBandwidth(rows[:5], []string{"1", "4"}); err == nil {
+		t.Fatal("a missing row passed")
+	}
+	if _, err := parseBandwidth("no table"); err == nil {
+		t.Fatal("no table parsed")
+	}
 }
 
 func TestParseTable(t *testing.T) {
@@ -223,6 +326,13 @@ func TestQuickRun(t *testing.T) {
 	rows, err := parseTable(stdout.String())
 	if err != nil {
 		t.Fatal(err)
+	}
+	bw, err := parseBandwidth(stdout.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBandwidth(bw, []string{"1", "4"}); err != nil {
+		t.Error(err)
 	}
 	have := map[string]bool{}
 	for _, r := range rows {

@@ -19,6 +19,14 @@
 # and, for each fabric, 4 KiB ownership transfers between node 0 and node 1
 # (peerload transfer: dpu_acquire at the node that does not own the page,
 # then dpu_release),
+# and a bandwidth table: iperf3 over loopback (UDP with 4 KiB datagrams, and
+# TCP) as the baseline, beside bulk stores (peerload store: dpu_store of
+# BENCH_BULK_BYTES through the socket transport, from node 1 into memory
+# owned by node 0) over 2-node
+# UDP fabrics whose link stripes over 1 and 4 channels, with link crypto
+# (dpu-fabric's keys) and without (the keys taken out of the agents'
+# configuration), every rate also as a ratio to iperf3's UDP rate and to
+# the one-channel fabric of the same crypto,
 # beside a SOCK_SEQPACKET echo between two processes (the floor), Redis Lua
 # CAS (EVALSHA, and redis-benchmark's eval as a cross-check) and memcached
 # gets+cas. Every figure is also given as a ratio to Redis with the same
@@ -28,7 +36,9 @@
 # Environment: BENCH_QUICK=1 (a short smoke run), BENCH_SECS (seconds per
 # measurement), BENCH_LINKS (default "udp veth"), BENCH_MODES (default
 # "blocking adaptive poll"), BENCH_CLIENTS (default "1 16"), BENCH_REPLICAS
-# (default "1 2").
+# (default "1 2"), BENCH_BULK_BYTES (default 1048576), BENCH_BULK_CLIENTS
+# (default "1 8"), BENCH_CHANNELS (default "1 4"), BENCH_BANDWIDTH=0 (no
+# bandwidth table).
 # Everything it starts is stopped on exit, failure or interrupt.
 set -euo pipefail
 
@@ -45,6 +55,10 @@ LINKS=${BENCH_LINKS:-udp veth}
 MODES=${BENCH_MODES:-blocking adaptive poll}
 CLIENTS=${BENCH_CLIENTS:-1 16}
 REPLICAS=${BENCH_REPLICAS:-1 2}
+BULK_BYTES=${BENCH_BULK_BYTES:-1048576}
+BULK_CLIENTS=${BENCH_BULK_CLIENTS:-1 8}
+CHANNELS=${BENCH_CHANNELS:-1 4}
+BANDWIDTH=${BENCH_BANDWIDTH:-1}
 OWNERS=(local "1 hop" "2 hops")
 for l in $LINKS; do
 	[[ $l == udp || $l == veth ]] || { echo "bench-peers: BENCH_LINKS: $l is neither udp nor veth" >&2; exit 2; }
@@ -67,6 +81,7 @@ install_peers() {
 	command -v redis-server >/dev/null || need+=(redis-server)
 	command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null || need+=(redis-tools)
 	command -v memcached >/dev/null || need+=(memcached)
+	[[ $BANDWIDTH == 0 ]] || command -v iperf3 >/dev/null || need+=(iperf3)
 	[[ ${#need[@]} -eq 0 ]] && return 0
 	log "installing ${need[*]} (apt-get)"
 	local sudo=()
@@ -212,6 +227,82 @@ for c in $CLIENTS; do
 	fi
 	measure "memcached gets+cas" - - - - "$c" -- "${PL[@]}" -c "$c" memcached "$HOST:$MC_PORT"
 done
+
+# ---- bandwidth: iperf3 over loopback, then bulk stores over 2-node fabrics ----
+# One row per measurement: path, links, channels, link crypto, clients,
+# MB/s, note.
+BW_ROWS=$WORK/bandwidth.tsv
+: >"$BW_ROWS"
+bw_row() { (IFS=$'\t'; printf '%s\n' "$*") >>"$BW_ROWS"; }
+# iperf3_rate ARGS...: the receiver's rate of one iperf3 run in MB/s, or
+# nothing.
+iperf3_rate() {
+	bounded "$(awk -v s="$SECS" 'BEGIN { printf "%d", s + 30 }')" iperf3 -c $HOST -p "$IPERF_PORT" -f m \
+		-t "$(awk -v s="$SECS" 'BEGIN { printf "%d", (s < 1 ? 1 : s + 0.5) }')" "$@" >"$WORK/out" 2>>"$WORK/iperf3.err" || return 0
+	awk '/receiver/ { for (i = 2; i <= NF; i++) if ($i == "Mbits/sec") r = $(i - 1) / 8 } END { if (r != "") printf "%.1f\n", r }' "$WORK/out"
+}
+plain_agent() { # a dpu-agent whose links are plaintext: dpu-fabric's key lines taken out
+	local w=$WORK/agent-plain
+	cat >"$w" <<-EOF
+		#!/bin/sh
+		# dpu-agent without key-file and fabric-keys: plaintext links
+		if [ "\$1" = --config ]; then
+			sed -i '/^key-file *=/d; /^fabric-keys *=/d' "\$2"
+		fi
+		exec '$BIN/dpu-agent' "\$@"
+	EOF
+	chmod +x "$w"
+	echo "$w"
+}
+if [[ $BANDWIDTH != 0 ]]; then
+	IPERF_PORT=$("$PEERLOAD" freeport)
+	iperf3 -s -B $HOST -p "$IPERF_PORT" >"$WORK/iperf3-server.log" 2>&1 & PIDS+=($!)
+	for _ in $(seq 50); do (exec 3<>"/dev/tcp/$HOST/$IPERF_PORT") 2>/dev/null && break; sleep 0.1; done
+	log "bandwidth: iperf3 $(iperf3 --version | head -n 1 | awk '{print $2}') on :$IPERF_PORT, bulk stores of $BULK_BYTES bytes"
+	r=$(iperf3_rate -u -b 0 -l 4096)
+	if [[ -n $r ]]; then bw_row "iperf3 UDP, 4 KiB datagrams" loopback - - 1 "$r" ""; else bw_row "iperf3 UDP, 4 KiB datagrams" loopback - - 1 "n/a (iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" 2>/dev/null))" ""; fi
+	r=$(iperf3_rate)
+	if [[ -n $r ]]; then bw_row "iperf3 TCP" loopback - - 1 "$r" ""; else bw_row "iperf3 TCP" loopback - - 1 "n/a (iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" 2>/dev/null))" ""; fi
+	for crypto in sealed plaintext; do
+		agent=$BIN/dpu-agent
+		[[ $crypto == sealed ]] || agent=$(plain_agent)
+		for ch in $CHANNELS; do
+			dir=$WORK/fabric-bulk-$crypto-$ch
+			FABRICS+=("$dir")
+			log "fabric: 2 nodes, udp links of $ch channels, $crypto"
+			if ! bounded 120 "$BIN/dpu-fabric" up --nodes 2 --topo line --links udp --channels "$ch" --dir "$dir" \
+				--agent "$agent" >"$dir.log" 2>&1; then
+				for c in $BULK_CLIENTS; do
+					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (fabric did not come up: $(tail -n 1 "$dir.log"))" ""
+				done
+				[[ ! -f $dir/fabric.json ]] || timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || true
+				FABRICS=()
+				continue
+			fi
+			for c in $BULK_CLIENTS; do
+				bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 60 }')
+				# through the socket: the link's rate, not the ring's
+				if ! bounded "$bound" env DPU_RINGS=0 "${PL[@]}" -c "$c" store "$dir/node1/dpu0.sock" "$dir/node0/dpu0.sock" "$BULK_BYTES" \
+					>"$WORK/out" 2>>"$WORK/peerload.err"; then
+					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (failed: $(tail -n 1 "$WORK/peerload.err"))" ""
+					continue
+				fi
+				line=$(grep '^result ' "$WORK/out" | tail -n 1)
+				mb=$(sed -n 's/.* mb_s=\([^ ]*\).*/\1/p' <<<"$line")
+				errs=$(sed -n 's/.* errors=\([^ ]*\).*/\1/p' <<<"$line")
+				note=""
+				[[ ${errs:-0} == 0 ]] || note="$errs errors"
+				if [[ -z $mb || $mb == 0.0 ]]; then
+					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (no store completed: ${line:-no result})" ""
+				else
+					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "$mb" "$note"
+				fi
+			done
+			timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || log "dpu-fabric down --dir $dir failed"
+			FABRICS=()
+		done
+	done
+fi
 
 # ---- the agent's loop modes: what this dpu-agent accepts ----
 # The "loop = blocking|adaptive|poll" configuration key where the agent has
@@ -361,3 +452,26 @@ END {
     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], c, f[7], f[8], f[9], a, b, o, e, f[10]
   }
 }' "$ROWS"
+[[ $BANDWIDTH == 0 ]] && exit 0
+echo
+echo "bandwidth: bulk stores of $BULK_BYTES bytes (dpu_store) from node 1 into memory owned by node 0 of a 2-node UDP fabric; iperf3 over the same loopback"
+echo
+awk -F'\t' '
+function num(s) { return s ~ /^[0-9.]+$/ }
+function ratio(a, b,   r) {
+  if (!(num(a) && num(b) && b > 0)) return "n/a"
+  r = a / b
+  return r >= 0.1 ? sprintf("%.2f", r) : sprintf("%.2g", r)
+}
+{ rows[NR] = $0
+  if ($1 ~ /^iperf3 UDP/ && num($6)) udp = $6
+  if ($1 == "dpu bulk store" && $3 == 1 && num($6)) one[$4 "/" $5] = $6 }
+END {
+  print "| path | links | channels | link crypto | clients | MB/s | ÷ iperf3 UDP | ÷ 1 channel | note |"
+  print "|---|---|---|---|---|---|---|---|---|"
+  for (i = 1; i <= NR; i++) {
+    split(rows[i], f, "\t")
+    o = f[1] == "dpu bulk store" ? ratio(f[6], one[f[4] "/" f[5]]) : "n/a"
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], f[6], ratio(f[6], udp), o, f[7]
+  }
+}' "$BW_ROWS"

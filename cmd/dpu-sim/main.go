@@ -129,11 +129,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	lifecycle := fs.Int("lifecycle", 0, "extents of the allocation lifecycle live at once: allocated, moved by another node, freed by their allocator and checked unreadable (default 4; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), or free-here (an allocator frees only the pages of an extent it still owns) (in a dpu-sim built with go build -tags dpubug)")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), free-here (an allocator frees only the pages of an extent it still owns), or quota-leak (a freed page stays charged to its allocator's quota) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	clockRun := fs.Bool("clock", false, "run the fabric clock scenario instead of the workload: node clocks skewed by up to ±1 s and drifting ±100 ppm, links with asymmetric base delays and 0-50 µs jitter; checks every estimate against the truth (with --plant-bug clock-symmetric to see the checker catch a wrong bound)")
+	clockFor := fs.Duration("clock-duration", 0, "with --clock: virtual time of a run (default 30s; the bound target applies from 20s, or two thirds of a shorter run)")
+	clockFaulty := fs.Int("clock-faulty", 0, "with --clock: nodes with dishonest clocks (one in two steps by 20 ms, the other runs 2000 ppm fast) that their neighbours must exclude")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -185,6 +188,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--debug-page traces one seed: give --seed S")
 		}
 	}
+	if *clockRun {
+		return runClock(stdout, stderr, clockArgs{seeds: seedList(*seed, *first, *seeds), nodes: *nodes, topo: *topoKind,
+			duration: *clockFor, faulty: *clockFaulty, plant: *plant, jobs: *jobs})
+	}
 	var bug coherence.PlantedBug
 	switch *plant {
 	case "":
@@ -196,8 +203,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bug = coherence.BugTrustVouched
 	case "free-here":
 		bug = coherence.BugFreeHere
+	case "quota-leak":
+		bug = coherence.BugQuotaLeak
 	default:
-		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched or free-here)", *plant)
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched, free-here or quota-leak)", *plant)
 	}
 	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded, Lifecycle: *lifecycle}
 	list := make([]uint64, 0, *seeds)

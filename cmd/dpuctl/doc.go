@@ -11,6 +11,7 @@
 //	dpuctl stats                 dpuctl owner show
 //	dpuctl monitor               dpuctl gpu show | gpu set pid PID [device D] [mem SIZE] [quota PCT]
 //	dpuctl quota show            dpuctl quota set uid U [pages N] [bytes SIZE]
+//	dpuctl clock show
 //
 // OBJECT and COMMAND may be abbreviated to any prefix (the first match in
 // the order above wins: "dpuctl r s", "dpuctl l"); COMMAND defaults to show.
@@ -54,7 +55,10 @@
 //	           kernel_time_ns, kernel_quota
 //	quota      uid, default?, privileged?, pages_limit, bytes_limit, pages_used,
 //	           bytes_used (limits 0: none)
-//	monitor    kind_id, kind, time, node, port?, next_hop, hops, page?, reason?
+//	clock      node, self?, offset_ns, bound_ns, rate, hops, port?, excluded?,
+//	           reason?, excluded_for_ns?, cluster? {time_ns, error_ns, ref}
+//	monitor    kind_id, kind, time, node, port?, next_hop, hops, page?, reason?,
+//	           cluster? {time_ns, error_ns, ref}
 //
 // The golden files in testdata/ pin both the text and the JSON forms.
 //

@@ -109,7 +109,7 @@ func errnoMeaning(verb string, errno syscall.Errno) string {
 	case syscall.EHOSTDOWN, syscall.EHOSTUNREACH:
 		return "no node answered for this page: it is not allocated, or the node that holds it is unreachable"
 	case syscall.EFAULT:
-		return "not an allocated page (never allocated, or freed)"
+		return "a bad address (outside its page or its allocation)"
 	case syscall.EACCES:
 		return "refused by the page's owner and mode (pages are checked against the user running dpuctl)"
 	case syscall.EPERM:

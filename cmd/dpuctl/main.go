@@ -59,6 +59,8 @@ COMMAND defaults to show.
                                   plan a wiring (computed here, no agent needed)
   pathcache show                  path cache entries
   owner show                      pages owned by this host, pins, arbiter queues
+  clock show                      the fabric clock: cluster time, offset, rate and bound to every
+                                  node, excluded neighbours and why
   gpu show                        GPU use and limits of the host's processes
   gpu set pid PID|cgroup PATH|pod UID|container ID [device D|host] [mem SIZE] [quota PERCENT]
                                   (a cgroup's, pod's or container's limit is shared by its processes
@@ -69,6 +71,8 @@ COMMAND defaults to show.
   quota set uid U [pages N] [bytes SIZE]
                                   set a uid's allocation quota (root only; kept across restarts;
                                   0: back to the default, the agent's user-pages)
+  numa show                       the host's NUMA nodes (CPUs, memory, NICs) and the node the agent
+                                  is bound to, as an address server:numa
   monitor                         print events as they happen, until interrupted
   mem alloc|free|read|write|cas|add|where|lock|batch ...
                                   shared memory through the host socket
@@ -150,8 +154,10 @@ var objects = []object{
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
+	{"numa", []verb{{"show", numaShow}}},
 	{"monitor", []verb{{"all", monitor}}},
 	{"capture", []verb{{"read", captureRead}}},
+	{"clock", []verb{{"show", clockShow}, {"list", clockShow}}}, // after capture: "dpuctl c" stays capture
 	{"mem", []verb{{"", mem}}},
 	{"help", []verb{{"", help}}},
 }

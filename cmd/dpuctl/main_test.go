@@ -71,10 +71,14 @@ func TestGoldenOutput(t *testing.T) {
 		{"pathcache.json", []string{"-j", "pathcache", "show"}},
 		{"owner", []string{"owner", "show"}},
 		{"owner.json", []string{"-j", "owner", "show"}},
+		{"clock", []string{"clock", "show"}},
+		{"clock.json", []string{"-j", "clock", "show"}},
 		{"gpu", []string{"gpu", "show"}},
 		{"gpu.json", []string{"-j", "gpu", "show"}},
 		{"quota", []string{"quota", "show"}},
 		{"quota.json", []string{"-j", "quota", "show"}},
+		{"numa", []string{"numa", "show"}},
+		{"numa.json", []string{"-j", "numa", "show"}},
 		// Abbreviations, a default command, and -j after the command.
 		{"route", []string{"r", "s"}},
 		{"route", []string{"ro"}},
@@ -393,6 +397,7 @@ func TestMonitor(t *testing.T) {
 		{Kind: ctl.EventHostFault, Time: at, Node: 0, Page: ctltest.Sample().OwnedPages[0].Key, Reason: "pin held past its bound; revoked"},
 		{Kind: ctl.EventLinkUp, Time: at, Node: 1, Port: "p0"},
 		{Kind: 99, Name: "page-migrated", Time: at, Node: 4},
+		{Kind: ctl.EventLinkUp, Time: at, Node: 5, Port: "p1", Cluster: &ctl.ClusterTime{Time: 7384*time.Second + 5, Error: 31 * time.Microsecond, Ref: 0}},
 	}
 	for _, tc := range []struct {
 		golden string

@@ -17,15 +17,15 @@ import (
 	"github.com/aitherion/dpu/hostif/hostiftest"
 )
 
-// memHosts serves two hosts of one in-memory fabric (machines 1 and 2)
-// and returns their dpu0.sock paths.
+// memHosts serves two hosts of one fabric of real node cores (machines 1
+// and 2; a pin outlives its bound in a second) and returns their dpu0.sock
+// paths.
 func memHosts(t *testing.T) (*hostiftest.Fabric, string, string) {
 	t.Helper()
-	fab := hostiftest.NewFabric()
+	fab := hostiftest.Start(t, hostiftest.Config{PinBound: time.Second})
 	var paths [2]string
 	for i := range paths {
 		be := fab.Node(gva.MachineIndex(i + 1))
-		t.Cleanup(be.Close)
 		paths[i] = hostiftest.StartServer(t, be, hostif.Options{})
 	}
 	return fab, paths[0], paths[1]
@@ -101,7 +101,7 @@ func TestMemGolden(t *testing.T) {
 		t.Run(tc.golden, func(t *testing.T) {
 			_, h1, h2 := memHosts(t)
 			tr := &transcript{t: t, hosts: []string{h1, h2}, prefix: tc.prefix}
-			const g = "gva:00000000000000010000000000001000" // machine 1's first page
+			const g = "gva:00000000000000010000100000001000" // machine 1's first page
 			tr.run("", "mem", "alloc", "8K", "--mode", "0640")
 			tr.run("", "mem", "alloc")
 			tr.run("", "mem", "write", g, "--u64", "41")
@@ -129,7 +129,7 @@ func TestMemGolden(t *testing.T) {
 
 func TestMemCommandLineErrors(t *testing.T) {
 	_, h1, _ := memHosts(t)
-	const g = "gva:00000000000000010000000000001000"
+	const g = "gva:00000000000000010000100000001000"
 	for _, args := range [][]string{
 		{"mem"},
 		{"mem", "frob"},
@@ -173,12 +173,12 @@ func TestMemCommandLineErrors(t *testing.T) {
 }
 
 func TestMemAgentErrors(t *testing.T) {
-	fab, h1, h2 := memHosts(t)
+	_, h1, h2 := memHosts(t)
 	out, _, err := dpuctlIn(t, "", "-d", filepath.Join(t.TempDir(), "dpu0.sock"), "mem", "alloc")
 	if err == nil || isUsage(err) || !strings.Contains(err.Error(), "is dpu-agent running") || out != "" {
 		t.Errorf("no agent: %v, stdout %q", err, out)
 	}
-	if _, _, err := dpuctlIn(t, "", "-d", h1, "mem", "read", "gva:00000000000000010000000000009000"); !errors.Is(err, syscall.ENOENT) {
+	if _, _, err := dpuctlIn(t, "", "-d", h1, "mem", "read", "gva:00000000000000010000100000009000"); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("read of an unallocated page: %v, want ENOENT", err)
 	}
 
@@ -212,19 +212,9 @@ func TestMemAgentErrors(t *testing.T) {
 	if !errors.As(err, &st) || st.code != 4 {
 		t.Fatalf("command status: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := dpuctlIn(t, "", "-d", h1, "mem", "lock", g.String(), "--", "sleep", "0.5")
-		done <- err
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for !fab.Fault(g, syscall.ETIMEDOUT) {
-		if time.Now().After(deadline) {
-			t.Fatal("the lock was never taken")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := <-done; !errors.Is(err, syscall.EPERM) || !strings.Contains(err.Error(), "revoked") {
+	// the command outlives the fabric's pin bound: the core revokes the lock
+	_, _, err = dpuctlIn(t, "", "-d", h1, "mem", "lock", g.String(), "--", "sleep", "3")
+	if !errors.Is(err, syscall.EPERM) || !strings.Contains(err.Error(), "revoked") {
 		t.Errorf("revoked lock: %v", err)
 	}
 }
@@ -234,16 +224,16 @@ func TestMemDefaultSocket(t *testing.T) {
 	t.Setenv("DPU_SOCKET", "")
 	t.Setenv("DPU_RUN_DIR", filepath.Dir(h2))
 	out, _, err := dpuctlIn(t, "", "mem", "alloc")
-	if err != nil || out != "gva:00000000000000020000000000001000\n" {
+	if err != nil || out != "gva:00000000000000020000100000001000\n" {
 		t.Fatalf("alloc through $DPU_RUN_DIR: %v %q", err, out)
 	}
 	t.Setenv("DPU_SOCKET", h1)
 	out, _, err = dpuctlIn(t, "", "mem", "alloc")
-	if err != nil || out != "gva:00000000000000010000000000001000\n" {
+	if err != nil || out != "gva:00000000000000010000100000001000\n" {
 		t.Fatalf("alloc through $DPU_SOCKET: %v %q", err, out)
 	}
 	out, _, err = dpuctlIn(t, "", "-d", h2, "mem", "alloc")
-	if err != nil || out != "gva:00000000000000020000000000003000\n" {
+	if err != nil || out != "gva:00000000000000020000100000002000\n" { // node 2's second page
 		t.Fatalf("alloc through -d: %v %q", err, out)
 	}
 }

@@ -393,6 +393,57 @@ func ownerShow(e *env, args []string) error {
 	return tw.Flush()
 }
 
+func clockShow(e *env, args []string) error {
+	if err := commandFlags(e, "clock show", args, nil); err != nil {
+		return err
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	entries, err := c.Clock(e.ctx)
+	if err != nil {
+		return err
+	}
+	if e.json {
+		return e.writeJSON(entries)
+	}
+	for _, en := range entries {
+		if en.Self && en.Cluster != nil {
+			fmt.Fprintf(e.stdout, "node %d: cluster time %s ±%s (the clock of node %d)\n", en.Node, clusterSeconds(en.Cluster.Time), duration(en.Cluster.Error), en.Cluster.Ref)
+		}
+	}
+	tw := table(e.stdout)
+	fmt.Fprintf(tw, "NODE\tOFFSET\tBOUND\tRATE\tHOPS\tVIA\tSTATE\n")
+	for _, en := range entries {
+		switch {
+		case en.Self:
+		case en.Excluded:
+			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t%s\texcluded for %s: %s\n", en.Node, en.Port, duration(en.ExcludedFor), en.Reason)
+		default:
+			fmt.Fprintf(tw, "%d\t%s\t±%s\t%+.3fppm\t%d\t%s\tok\n", en.Node, signed(en.Offset), duration(en.Bound), en.Rate*1e6, en.Hops, en.Port)
+		}
+	}
+	return tw.Flush()
+}
+
+// clusterSeconds writes a cluster time as seconds with nine decimals.
+func clusterSeconds(d time.Duration) string {
+	sign := ""
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	return fmt.Sprintf("%s%d.%09ds", sign, d/time.Second, d%time.Second)
+}
+
+// signed is a duration with its sign always written.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
+}
+
 func gpuShow(e *env, args []string) error {
 	if err := commandFlags(e, "gpu show", args, nil); err != nil {
 		return err
@@ -600,10 +651,15 @@ func monitor(e *env, args []string) error {
 	return err
 }
 
-// eventLine is one event as `ip monitor` would print it, time first.
+// eventLine is one event as `ip monitor` would print it, time first (then
+// the cluster time, when the agent runs the fabric clock).
 func eventLine(ev ctl.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s node %d", ev.Time.UTC().Format("2006-01-02T15:04:05.000000Z"), ev.KindName(), ev.Node)
+	fmt.Fprintf(&b, "%s ", ev.Time.UTC().Format("2006-01-02T15:04:05.000000Z"))
+	if c := ev.Cluster; c != nil {
+		fmt.Fprintf(&b, "cluster %s ±%s ref %d ", clusterSeconds(c.Time), duration(c.Error), c.Ref)
+	}
+	fmt.Fprintf(&b, "%s node %d", ev.KindName(), ev.Node)
 	if ev.Port != "" {
 		fmt.Fprintf(&b, " dev %s", ev.Port)
 	}

@@ -35,6 +35,8 @@ type Snapshot struct {
 	GPUProcesses []gpuctl.Process
 	GPULimits    []gpuctl.Limit // set at run time
 	Quotas       []ctl.Quota    // the default first
+	Clock        []ctl.ClockEntry
+	NUMA         ctl.NUMA
 }
 
 // Source serves a Snapshot and implements every optional object. It is
@@ -68,9 +70,16 @@ func (s *Source) Topology() ctl.Topology      { return s.get().Topology }
 func (s *Source) PathCache() []ctl.PathEntry  { return s.get().PathCache }
 func (s *Source) OwnedPages() []ctl.OwnedPage { return s.get().OwnedPages }
 
+// ClockEntries implements ctl.ClockSource.
+func (s *Source) ClockEntries() []ctl.ClockEntry { return s.get().Clock }
+
 // DumpObjects implements ctl.CommandSource: the GPU accounting's objects
 // and the quotas.
 func (s *Source) DumpObjects(cmd ctl.Cmd) ([]ctl.Object, error) {
+	if cmd == ctl.CmdNUMAGet {
+		n := s.get().NUMA
+		return []ctl.Object{&n}, nil
+	}
 	if cmd == ctl.CmdQuotaGet {
 		qs := s.get().Quotas
 		out := make([]ctl.Object, len(qs))
@@ -272,5 +281,17 @@ func Sample() Snapshot {
 			{UID: 1000, PagesLimit: 2048, BytesLimit: 2048 * 4096, PagesUsed: 300, BytesUsed: 300 * 4096},
 			{UID: 1001, PagesLimit: 64, BytesLimit: 1 << 20, PagesUsed: 64, BytesUsed: 64 * 4096},
 		},
+		Clock: []ctl.ClockEntry{
+			{Node: 0, Self: true, Cluster: &ctl.ClusterTime{Time: 7384*time.Second + 123456789, Error: 0, Ref: 0}},
+			{Node: 1, Offset: -832654110, Bound: 25818 * time.Nanosecond, Rate: -36.709e-6, Hops: 1, Port: "p0"},
+			{Node: 2, Offset: 106731187, Bound: 41980 * time.Nanosecond, Rate: 58.7e-6, Hops: 2, Port: "p0"},
+			{Node: 3, Port: "p1", Excluded: true, Reason: "clock jumped ahead by at least 19.9ms within 10ms (more than ±500 ppm allows)", ExcludedFor: 12 * time.Second},
+		},
+		NUMA: ctl.NUMA{Server: 0, Setting: "auto", Bound: 1, Address: "0:1", CPUs: "1,3,5,7", PageMemory: 256 << 20,
+			Nodes: []ctl.NUMANode{
+				{ID: 0, CPUs: "0,2,4,6", MemTotal: 8 << 30, MemFree: 6 << 30, NICs: []string{"eth0"}},
+				{ID: 1, CPUs: "1,3,5,7", MemTotal: 8 << 30, MemFree: 5 << 30, NICs: []string{"eth1", "eth2"}},
+			},
+			OtherNICs: []string{"lo"}},
 	}
 }

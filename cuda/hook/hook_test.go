@@ -631,8 +631,11 @@ func TestExports(t *testing.T) {
 		"cuMipmappedArrayDestroy", "dlsym", "dpucuda_version",
 		"nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2",
 		"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetCount", "nvmlDeviceGetCount_v2",
-		"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetIndex",
-		"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetUtilizationRates"}
+		"nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+		"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2",
+		"nvmlDeviceGetIndex", "nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+		"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
+		"nvmlDeviceGetRunningProcessDetailList", "nvmlDeviceGetUtilizationRates"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("exports:\n got %v\nwant %v", got, want)
 	}

@@ -1,6 +1,7 @@
 package hook_test
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -193,6 +194,30 @@ func TestCgroupLimitShared(t *testing.T) {
 	if nv := p1.ok("nvml-mem 0"); atoi(t, nv[2]) != limit || atoi(t, nv[1]) != 0 {
 		t.Fatalf("p1 NVML %v under a full shared limit", nv)
 	}
+	// NVML's process table is the group's: it adds up to the memory shown used.
+	for _, c := range []struct {
+		p          *probe
+		self, peer int
+		own, other int
+	}{{p1, p1.pid, p2.pid, 10 * mib, 6 * mib}, {p2, p2.pid, p1.pid, 6 * mib, 10 * mib}} {
+		want := fmt.Sprintf("2 %d:%d %d:%d", c.self, c.own, c.peer, c.other)
+		for _, q := range []string{"nvml-procs 0", "nvml-procs1 0"} {
+			if got := strings.Join(c.p.ok(q), " "); got != want {
+				t.Fatalf("%d %s: %s, want %s", c.self, q, got, want)
+			}
+		}
+	}
+	// A process with nothing in use under the limit (a monitor) sees the
+	// group's table and use, and itself not in it.
+	mon := startProbe(t, a.sock, true, nil)
+	mon.ok("init 0")
+	mon.ok("ctxdestroy 0")
+	if got, want := strings.Join(mon.ok("nvml-procs 0"), " "), fmt.Sprintf("2 %d:%d %d:%d", p1.pid, 10*mib, p2.pid, 6*mib); got != want {
+		t.Fatalf("monitor's table %s, want %s", got, want)
+	}
+	if nv := mon.ok("nvml-mem 0"); atoi(t, nv[2]) != limit || atoi(t, nv[0]) != limit {
+		t.Fatalf("monitor NVML %v under a full shared limit", nv)
+	}
 	procs := a.acc.Processes()
 	for _, pr := range procs {
 		if pr.MemoryLimit != limit || pr.Others+pr.MemoryUsed != limit || pr.LimitOf != "cgroup "+cg {
@@ -228,4 +253,55 @@ func atoi(t *testing.T, s string) uint64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestTrueUsage: memory the driver takes outside the allocation entry
+// points (a module's image, here) is charged from the driver's per-process
+// figure: dpuctl gpu show reports what the device holds for the process, the
+// allocation that would take the device past the limit is the one refused,
+// and the charge falls when the driver gives the memory back.
+func TestTrueUsage(t *testing.T) {
+	const limit, module, ctx = 64 * mib, 10 * mib, 8 * mib
+	a := startAgent(t, tempSocket(t), ledger.Config{Default: ledger.Limit{Memory: limit}})
+	for _, c := range []struct {
+		mode string
+		bg   bool // the background thread reads the figure before the allocations
+	}{{"link", true}, {"proc", true}, {"proc", false}} {
+		t.Run(c.mode+"/bg="+strconv.FormatBool(c.bg), func(t *testing.T) {
+			env := []string{"FAKECUDA_MODULE_MEM=10M", "FAKECUDA_CTX_MEM=8M"}
+			if !c.bg {
+				env = append(env, "DPU_CUDA_REFRESH_MS=600000") // only admissions read it
+			}
+			p := startProbe(t, a.sock, true, env, "-m", c.mode)
+			p.ok("init 0")
+			waitFor(t, "the context charged", memoryIs(a, p.pid, 0, ctx))
+			p.ok("kernel 0") // loads the module: 10 MiB the hook never saw allocated
+			if phys := p.uint("phys 0", 0); phys != ctx+module {
+				t.Fatalf("the fake device holds %d, want context and module %d", phys, ctx+module)
+			}
+			if c.bg {
+				waitFor(t, "the module charged (background reading)", memoryIs(a, p.pid, 0, ctx+module))
+			}
+			// 2 MiB + 1 each takes two chunks: (64 - 18) MiB leave room for 11.
+			got := p.ok("many 40 " + strconv.Itoa(2*mib+1))
+			phys := p.uint("phys 0", 0)
+			if got[0] != "11" || phys > limit {
+				t.Fatalf("under %d with %d of driver memory: %v allocated/refused, the device holds %d",
+					limit, ctx+module, got, phys)
+			}
+			waitFor(t, "the charge = what the device holds", memoryIs(a, p.pid, 0, phys))
+			if nv := p.ok("nvml-mem 0"); atoi(t, nv[2]) != phys || atoi(t, nv[0]) != limit {
+				t.Fatalf("NVML %v, the device holds %d", nv, phys)
+			}
+			p.ok("freemany")
+			p.ok("unload")
+			if c.bg {
+				waitFor(t, "the module's charge given back", memoryIs(a, p.pid, 0, ctx))
+			}
+			// With the room back, the same allocations fit again, more of them.
+			if got := p.ok("many 40 " + strconv.Itoa(2*mib+1)); got[0] != "14" {
+				t.Fatalf("after the unload: %v allocated/refused, want 14", got)
+			}
+		})
+	}
 }

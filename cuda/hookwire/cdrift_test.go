@@ -15,6 +15,8 @@ func TestCHookWire(t *testing.T) {
 	}
 	for _, d := range cconst.Drift(m, map[string]int64{
 		"GPU_OP_MEM_LIMIT": int64(OpMemLimit), "GPU_OP_MEM_UPDATE": int64(OpMemUpdate), "GPU_OP_KERNEL_QUOTA": int64(OpKernelQuota),
+		"GPU_OP_MEM_PROCS": int64(OpMemProcs), "GPU_PROCS_REQ_LEN": ProcsRequest, "GPU_PROCS_HEAD_LEN": ProcsHeadLen,
+		"GPU_PROC_LEN": ProcLen, "GPU_MAX_PROCS": MaxProcs,
 		"GPU_DEVICE_LEN": DeviceLen, "GPU_LIMIT_REQ_LEN": LimitRequest, "GPU_UPDATE_REQ_LEN": UpdateRequest,
 		"GPU_QUOTA_REQ_LEN": QuotaRequest, "GPU_LIMITS_LEN": LimitsLen, "GPU_TOKEN_LEN": TokenLen,
 	}, "gpu_wire.h") {

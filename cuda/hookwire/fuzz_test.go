@@ -12,6 +12,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(AppendDevice(nil, d))
 	f.Add(AppendUpdate(nil, d, MemUpdate{Kind: UpdateAlloc, Bytes: 4096, Total: 4096}))
 	f.Add(AppendTokenAsk(nil, d, TokenAsk{Want: 1000, Overuse: 10}))
+	f.Add(Procs{{PID: 7, Memory: 1 << 20}, {PID: 9}}.Append(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if d, err := DecodeLimitRequest(b); err == nil {
 			if got := AppendDevice(nil, d); !bytes.Equal(got, b) {
@@ -33,6 +34,17 @@ func FuzzDecode(f *testing.F) {
 			var l2 Limits
 			if err := l2.Decode(l.Append(nil)); err != nil || l2 != l {
 				t.Fatalf("limits %+v: %+v %v", l, l2, err)
+			}
+		}
+		if d, err := DecodeProcsRequest(b); err == nil {
+			if got := AppendDevice(nil, d); !bytes.Equal(got, b) {
+				t.Fatalf("procs request %x re-encodes to %x", b, got)
+			}
+		}
+		var ps Procs
+		if err := ps.Decode(b); err == nil {
+			if got := ps.Append(nil); !bytes.Equal(got, b) {
+				t.Fatalf("procs %x re-encode to %x", b, got)
 			}
 		}
 		var tok Token

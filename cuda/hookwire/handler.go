@@ -12,6 +12,7 @@ const (
 	OpMemLimit    Op = 64 // ask the memory limit and what is left
 	OpMemUpdate   Op = 65 // report an allocation or release
 	OpKernelQuota Op = 66 // ask a kernel-time quota before a launch
+	OpMemProcs    Op = 67 // list the processes under the caller's memory limit
 )
 
 func (o Op) String() string {
@@ -22,6 +23,8 @@ func (o Op) String() string {
 		return "gpu-mem-update"
 	case OpKernelQuota:
 		return "gpu-kernel-quota"
+	case OpMemProcs:
+		return "gpu-mem-procs"
 	}
 	return "gpu(" + itoa(uint16(o)) + ")"
 }

@@ -49,6 +49,17 @@ import (
 //	        limit of the process's own). The hook admits an allocation
 //	        while others + its own use + the allocation fit the limit.
 //
+// GPU_MEM_PROCS (67) request: the device (24 bytes). Reply: Procs, the
+// processes whose memory counts against the caller's limit on the device
+// (the caller first, then the others of its cgroup, pod or container when
+// the limit is shared; the caller alone under a limit of its own or none),
+// so that what NVML shows under the hook (the running processes, and their
+// sum as the memory used) is what dpuctl gpu show reports:
+//
+//	0   4   count (at most MaxProcs)
+//	4   4   reserved
+//	8   16×count  per process: pid (4), reserved (4), memory in use (8)
+//
 // GPU_KERNEL_QUOTA (66) request (40 bytes):
 //
 //	0   24  device
@@ -70,6 +81,11 @@ const (
 	QuotaRequest  = DeviceLen + 16
 	LimitsLen     = 40
 	TokenLen      = 24
+	ProcsRequest  = DeviceLen
+	ProcsHeadLen  = 8
+	ProcLen       = 16
+	// MaxProcs bounds a Procs reply (the rest are left out).
+	MaxProcs = 64
 )
 
 // UpdateKind says what a GPU_MEM_UPDATE reports.
@@ -134,6 +150,15 @@ type Limits struct {
 	Kernel     time.Duration
 	Others     uint64 // in use by the others sharing the limit
 }
+
+// ProcUse is one process's memory in use, in a Procs reply.
+type ProcUse struct {
+	PID    uint32
+	Memory uint64
+}
+
+// Procs is the reply to GPU_MEM_PROCS.
+type Procs []ProcUse
 
 // Token is the reply to GPU_KERNEL_QUOTA.
 type Token struct {
@@ -282,6 +307,55 @@ func (l *Limits) Decode(b []byte) error {
 	le := binary.LittleEndian
 	*l = Limits{Memory: le.Uint64(b), MemoryUsed: le.Uint64(b[8:]), Quota: le.Uint32(b[16:]),
 		Window: time.Duration(le.Uint32(b[20:])) * time.Microsecond, Kernel: time.Duration(le.Uint64(b[24:])), Others: le.Uint64(b[32:])}
+	return nil
+}
+
+// DecodeProcsRequest decodes a GPU_MEM_PROCS body.
+func DecodeProcsRequest(b []byte) (Device, error) {
+	if len(b) != ProcsRequest {
+		return Device{}, fmt.Errorf("%w: mem-procs body of %d bytes, want %d", ErrMalformed, len(b), ProcsRequest)
+	}
+	return DecodeDevice(b)
+}
+
+// Append appends the reply body of p (its first MaxProcs entries).
+func (p Procs) Append(b []byte) []byte {
+	le := binary.LittleEndian
+	n := min(len(p), MaxProcs)
+	b = le.AppendUint32(b, uint32(n))
+	b = le.AppendUint32(b, 0)
+	for _, u := range p[:n] {
+		b = le.AppendUint32(b, u.PID)
+		b = le.AppendUint32(b, 0)
+		b = le.AppendUint64(b, u.Memory)
+	}
+	return b
+}
+
+// Decode reads p from a reply body.
+func (p *Procs) Decode(b []byte) error {
+	if len(b) < ProcsHeadLen {
+		return fmt.Errorf("%w: procs of %d bytes", ErrMalformed, len(b))
+	}
+	le := binary.LittleEndian
+	n := le.Uint32(b)
+	switch {
+	case le.Uint32(b[4:]) != 0:
+		return fmt.Errorf("%w: reserved procs field", ErrMalformed)
+	case n > MaxProcs:
+		return fmt.Errorf("%w: %d procs (at most %d)", ErrMalformed, n, MaxProcs)
+	case len(b) != ProcsHeadLen+int(n)*ProcLen:
+		return fmt.Errorf("%w: %d procs in %d bytes", ErrMalformed, n, len(b))
+	}
+	out := make(Procs, n)
+	for i := range out {
+		e := b[ProcsHeadLen+i*ProcLen:]
+		if le.Uint32(e[4:]) != 0 {
+			return fmt.Errorf("%w: reserved field of proc %d", ErrMalformed, i)
+		}
+		out[i] = ProcUse{PID: le.Uint32(e), Memory: le.Uint64(e[8:])}
+	}
+	*p = out
 	return nil
 }
 

@@ -94,3 +94,22 @@ func TestWireRejects(t *testing.T) {
 		t.Errorf("limits of the wrong length: %v", err)
 	}
 }
+
+func TestProcsRoundTrip(t *testing.T) {
+	p := Procs{{PID: 4242, Memory: 3 << 30}, {PID: 7, Memory: 0}}
+	b := p.Append(nil)
+	if len(b) != ProcsHeadLen+2*ProcLen {
+		t.Fatalf("%d bytes", len(b))
+	}
+	var got Procs
+	if err := got.Decode(b); err != nil || len(got) != 2 || got[0] != p[0] || got[1] != p[1] {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if err := got.Decode(b[:len(b)-1]); err == nil {
+		t.Fatal("a short reply decoded")
+	}
+	long := make(Procs, MaxProcs+5)
+	if err := got.Decode(long.Append(nil)); err != nil || len(got) != MaxProcs {
+		t.Fatalf("%d of %d kept: %v", len(got), len(long), err)
+	}
+}

@@ -154,6 +154,18 @@ func (a *Accountant) ServeGPU(ctx context.Context, peer hookwire.Peer, op hookwi
 			a.log.Info("gpu totals re-reported", "pid", p.PID, "device", d.Ordinal, "memory", u.Total, "kernel", u.Kernel)
 		}
 		return l.Append(reply), nil
+	case hookwire.OpMemProcs:
+		d, err := hookwire.DecodeProcsRequest(body)
+		if err != nil {
+			return nil, invalid(err)
+		}
+		a.mu.Lock()
+		ps, err := a.ledger.Procs(a.now(), p, d)
+		a.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return ps.Append(reply), nil
 	case hookwire.OpKernelQuota:
 		d, ask, err := hookwire.DecodeTokenAsk(body)
 		if err != nil {

@@ -152,6 +152,30 @@ func (l *Ledger) Update(now time.Duration, p Peer, d hookwire.Device, u hookwire
 	return l.limitsOf(a), nil
 }
 
+// Procs answers GPU_MEM_PROCS: the processes whose use counts against
+// p's memory limit on d, p first; p alone unless the limit is shared.
+func (l *Ledger) Procs(now time.Duration, p Peer, d hookwire.Device) (hookwire.Procs, error) {
+	a, err := l.account(p, d)
+	if err != nil {
+		return nil, err
+	}
+	out := hookwire.Procs{{PID: uint32(a.PID), Memory: a.Memory}}
+	if !a.governed || !a.governor.Shared() {
+		return out, nil
+	}
+	var rest []*account
+	for _, o := range l.accounts {
+		if o != a && o.Device == a.Device && o.governed && o.governor == a.governor {
+			rest = append(rest, o)
+		}
+	}
+	slices.SortFunc(rest, func(x, y *account) int { return compareKeys(x.Key, y.Key) })
+	for _, o := range rest {
+		out = append(out, hookwire.ProcUse{PID: uint32(o.PID), Memory: o.Memory})
+	}
+	return out, nil
+}
+
 // Token answers GPU_KERNEL_QUOTA: a grant of kernel time from the
 // process's bucket, or how long to wait for one. Reported overuse is
 // accounted first.

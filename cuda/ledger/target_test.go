@@ -62,6 +62,13 @@ func TestSharedCgroupLimit(t *testing.T) {
 	if got, _ := l.Limits(0, p3, dev0); got.Memory != 64<<30 || got.Others != 0 {
 		t.Fatalf("p3 outside: %+v", got)
 	}
+	// The processes under the shared limit: the caller first, then the others.
+	if got, _ := l.Procs(0, p2, dev0); !reflect.DeepEqual(got, hookwire.Procs{{PID: 102, Memory: 1 << 30}, {PID: 101, Memory: 1 << 30}}) {
+		t.Fatalf("p2's procs under /pods/a: %+v", got)
+	}
+	if got, _ := l.Procs(0, p3, dev0); !reflect.DeepEqual(got, hookwire.Procs{{PID: 103, Memory: 1 << 30}}) {
+		t.Fatalf("p3's procs under the default: %+v", got)
+	}
 	// A deeper cgroup's limit, and a device's own, take precedence.
 	if err := l.SetTargetLimit(Target{Cgroup: "/pods/a/c2"}, 0, Limit{Memory: 2 << 30}); err != nil {
 		t.Fatal(err)

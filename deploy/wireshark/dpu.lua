@@ -14,6 +14,7 @@ local noc = Proto("dpu_noc", "DPU NoC frame")
 
 local link_flags = {
 	[0x01] = "data", [0x02] = "first", [0x04] = "last", [0x08] = "ack-req",
+	[0x10] = "clock-req", [0x20] = "clock-ans",
 }
 
 local lf = {
@@ -34,12 +35,15 @@ local lf = {
 	length      = ProtoField.uint16("dpu_link.length", "Payload length"),
 	sack_start  = ProtoField.uint16("dpu_link.sack.start", "SACK start"),
 	sack_count  = ProtoField.uint16("dpu_link.sack.count", "SACK count"),
+	origin      = ProtoField.int64("dpu_link.clock.origin", "Clock: request sent (requester's clock, ns)"),
+	receive     = ProtoField.int64("dpu_link.clock.receive", "Clock: request received (ns)"),
+	transmit    = ProtoField.int64("dpu_link.clock.transmit", "Clock: sent (sender's clock, ns)"),
 	payload     = ProtoField.bytes("dpu_link.payload", "Fragment"),
 	crc         = ProtoField.uint32("dpu_link.crc32c", "CRC32C", base.HEX),
 }
 link.fields = {lf.version, lf.flags, lf.f_data, lf.f_first, lf.f_last, lf.f_ackreq, lf.nsack, lf.src_session,
 	lf.src_epoch, lf.dst_session, lf.dst_epoch, lf.seq, lf.ack, lf.credits, lf.length, lf.sack_start,
-	lf.sack_count, lf.payload, lf.crc}
+	lf.sack_count, lf.origin, lf.receive, lf.transmit, lf.payload, lf.crc}
 
 local classes = {[0] = "load", [1] = "store", [2] = "atomic", [3] = "control"}
 
@@ -105,11 +109,17 @@ function noc.dissector(buf, pinfo, tree)
 end
 
 function link.dissector(buf, pinfo, tree)
-	if buf:len() < LINK_HEADER + TRAILER or buf(0, 1):uint() ~= 1 then return 0 end
+	-- Version 2 marks a datagram with clock timestamps (after the SACK blocks).
+	local version = buf:len() >= LINK_HEADER + TRAILER and buf(0, 1):uint() or 0
+	if version ~= 1 and version ~= 2 then return 0 end
 	local flags = buf(1, 1):uint()
 	local nsack = buf(2, 1):uint()
 	local plen = buf(38, 2):uint()
-	local off = LINK_HEADER + nsack * SACK_LEN
+	local clock = 0
+	if version == 2 and bit.band(flags, 0x10) ~= 0 then clock = 8 end
+	if version == 2 and bit.band(flags, 0x20) ~= 0 then clock = 24 end
+	local sacks = LINK_HEADER + nsack * SACK_LEN
+	local off = sacks + clock
 	if off + plen + TRAILER > buf:len() then return 0 end
 	local t = tree:add(link, buf(0, off + plen + TRAILER))
 	t:add(lf.version, buf(0, 1))
@@ -131,6 +141,13 @@ function link.dissector(buf, pinfo, tree)
 		local o = LINK_HEADER + i * SACK_LEN
 		t:add(lf.sack_start, buf(o, 2))
 		t:add(lf.sack_count, buf(o + 2, 2))
+	end
+	if clock == 24 then
+		t:add(lf.origin, buf(sacks, 8))
+		t:add(lf.receive, buf(sacks + 8, 8))
+		t:add(lf.transmit, buf(sacks + 16, 8))
+	elseif clock == 8 then
+		t:add(lf.transmit, buf(sacks, 8))
 	end
 	if plen > 0 then t:add(lf.payload, buf(off, plen)) end
 	t:add(lf.crc, buf(off + plen, 4))

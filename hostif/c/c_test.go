@@ -163,21 +163,33 @@ func TestMmapNodeStalls(t *testing.T) {
 	for _, name := range []string{"stall-read", "stall-write", "stall-read/signal", "stall-write/signal"} {
 		t.Run(name, func(t *testing.T) {
 			mode, faults, _ := strings.Cut(name, "/")
-			fab := hostiftest.NewFabric()
-			be := fab.Node(1)
-			t.Cleanup(be.Close)
-			sock := hostiftest.StartServer(t, be, hostif.Options{})
+			fab := hostiftest.Start(t, hostiftest.Config{})
+			sock := hostiftest.StartServer(t, fab.Node(1), hostif.Options{})
+			peer := hostiftest.StartServer(t, fab.Node(2), hostif.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd, stdin, stdout, stderr := startMmapTest(t, ctx, mode, "DPU_SOCKET="+sock, "DPU_MMAP_FAULTS="+faults)
-			var word string
-			if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
+			// the pages are node 2's, and node 2 is cut off once they are mapped
+			cmd, stdin, stdout, stderr := startMmapTest(t, ctx, mode, "DPU_SOCKET="+sock, "DPU_TEST_PEER_SOCKET="+peer,
+				"DPU_MMAP_FAULTS="+faults)
+			var word, text string
+			if _, err := fmt.Fscanln(stdout, &word, &text); err != nil || word != "ready" {
 				cmd.Process.Kill()
 				cmd.Wait()
 				t.Fatalf("mmap_test %s: %q, %v\n%s", mode, word, err, stderr.String())
 			}
-			be.SetStall(true)
-			defer be.SetStall(false)
+			if mode == "stall-read" {
+				// node 1's replica of the second page is made invalid
+				// first: a valid one is read without its owner
+				g, err := gva.Parse(text)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := fab.Node(2).Store(ctx, g.PageAt(1), make([]byte, 4096)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fab.Partition(2, true)
+			defer fab.Partition(2, false)
 			start := time.Now()
 			fmt.Fprintln(stdin, "go")
 			rest, _ := io.ReadAll(stdout)
@@ -206,8 +218,8 @@ func TestMmapOwnerLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd, stdin, stdout, stderr := startMmapTest(t, ctx, "stall-write", "DPU_SOCKET="+sock(0), "DPU_TEST_PEER_SOCKET="+sock(1), "DPU_TEST_TIMEOUT_MS=15000")
-	var word string
-	if _, err := fmt.Fscanln(stdout, &word); err != nil || word != "ready" {
+	var word, text string
+	if _, err := fmt.Fscanln(stdout, &word, &text); err != nil || word != "ready" {
 		cmd.Process.Kill()
 		cmd.Wait()
 		t.Fatalf("mmap_test: %q, %v\n%s", word, err, stderr.String())
@@ -259,17 +271,18 @@ func TestMmapFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages := []gva.GVA{g, {Hi: g.Hi, Lo: g.Lo + gva.PageSize}}
-	// refs waits until node 1 holds want refs of every page (a closed
-	// connection's refs go once the server has seen it close).
-	refs := func(when string, want int) {
+	// refs waits until node 1 holds want refs of the two pages (a closed
+	// connection's refs go once the server has seen it close; an
+	// acquisition holds a ref of its own besides the mapping's).
+	refs := func(when string, want ...int) {
 		t.Helper()
 		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			got := []int{fab.Refs(pages[0], 1), fab.Refs(pages[1], 1)}
-			if got[0] == want && got[1] == want {
+			if got[0] == want[0] && got[1] == want[1] {
 				return
 			}
 			if time.Now().After(end) {
-				t.Fatalf("%s: node 1 holds %v refs of the two pages, want %d each", when, got, want)
+				t.Fatalf("%s: node 1 holds %v refs of the two pages, want %v", when, got, want)
 			}
 		}
 	}
@@ -280,14 +293,14 @@ func TestMmapFork(t *testing.T) {
 			t.Fatalf("mmap_test fork: %q (want %q), %v\n%s", word, want, err, stderr.String())
 		}
 	}
-	refs("mapped", 1)
+	refs("mapped", 2, 1) // the first page written: mapped and acquired
 	if !fab.Acquired(pages[0], 1) {
 		t.Fatal("the parent's write took no acquisition")
 	}
 	step("children")
-	refs("after the children", 1)
+	refs("after the children", 2, 1)
 	step("unmapped")
-	refs("after dpu_munmap", 0)
+	refs("after dpu_munmap", 0, 0)
 	for _, pg := range pages {
 		if fab.Acquired(pg, 1) {
 			t.Errorf("page %v still acquired by node 1 with nothing mapped", pg)

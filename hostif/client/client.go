@@ -1036,6 +1036,28 @@ func (c *Client) Where(ctx context.Context, g gva.GVA) (Location, error) {
 	return l, nil
 }
 
+// ClusterTime is a reading of the fabric's cluster clock: the reference
+// node's clock (Ref), within Error of the truth as the agent knows it when
+// it answered.
+type ClusterTime struct {
+	Time, Error time.Duration
+	Ref         uint32
+}
+
+// Clock reads the cluster clock through the agent (dpu_clock in C).
+func (c *Client) Clock(ctx context.Context) (ClusterTime, error) {
+	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpClock}})
+	if err != nil {
+		return ClusterTime{}, err
+	}
+	defer res.release()
+	var t wire.ClusterTime
+	if err := t.Decode(res.body); err != nil {
+		return ClusterTime{}, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	return ClusterTime{Time: time.Duration(t.Time), Error: time.Duration(t.Error), Ref: t.Ref}, nil
+}
+
 // TranslateLVA returns the GVA this process mapped at lva.
 func (c *Client) TranslateLVA(ctx context.Context, lva gva.LVA) (gva.GVA, error) {
 	res, err := c.do(ctx, &wire.Request{Header: wire.Header{Op: wire.OpTranslate}, Dir: wire.TranslateToGVA, LVA: uint64(lva)})

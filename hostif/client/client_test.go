@@ -7,18 +7,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-func start(t *testing.T, opts hostif.Options) (*hostiftest.Node, string) {
+func start(t *testing.T, opts hostif.Options) (*testNode, string) {
 	t.Helper()
-	be := hostiftest.NewFabric().Node(1)
-	t.Cleanup(be.Close)
-	return be, hostiftest.StartServer(t, be, opts)
+	fab := hostiftest.Start(t, hostiftest.Config{})
+	n := &testNode{fab: fab, be: fab.Node(1)}
+	return n, hostiftest.StartServer(t, n.be, opts)
 }
+
+// testNode is a host on machine 1 of a fabric of real node cores.
+type testNode struct {
+	fab *hostiftest.Fabric
+	be  *hostiftest.Node
+}
+
+// remote allocates size bytes of pages (mode 0666) on machine 2, which
+// stall cuts off.
+func (n *testNode) remote(size int) (gva.GVA, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return n.fab.Node(2).Alloc(ctx, (size+4095)/4096, gva.Attr{Mode: 0o666})
+}
+
+// stall cuts machine 2 off (true) or mends its wires (false): requests on
+// its pages go unanswered meanwhile.
+func (n *testNode) stall(on bool) { n.fab.Partition(2, on) }
 
 // TestTimeoutWithoutDeadline: a call whose context has no deadline is
 // still bounded, by Options.Timeout.
@@ -46,11 +65,11 @@ func testTimeoutWithoutDeadline(t *testing.T, noRings bool) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	g, err := c.Alloc(context.Background(), 4096, 0)
+	g, err := be.remote(4096)
 	if err != nil {
 		t.Fatal(err)
 	}
-	be.SetStall(true)
+	be.stall(true)
 	start := time.Now()
 	_, _, err = c.CompareAndSwap(context.Background(), g, 0, 1)
 	if !errors.Is(err, syscall.ETIMEDOUT) {
@@ -59,7 +78,7 @@ func testTimeoutWithoutDeadline(t *testing.T, noRings bool) {
 	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("bounded call took %v", el)
 	}
-	be.SetStall(false)
+	be.stall(false)
 	// The late reply is consumed (the slot comes back) and the client
 	// keeps working.
 	for range 3 * c.Hello().MaxOutstanding {
@@ -82,7 +101,7 @@ func testCloseEndsEverything(t *testing.T, noRings bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := c.Alloc(ctx, 4096, 0)
+	g, err := be.remote(4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +109,7 @@ func testCloseEndsEverything(t *testing.T, noRings bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be.SetStall(true)
+	be.stall(true)
 	inflight := make(chan error, 1)
 	go func() {
 		_, err := c.FetchAdd(ctx, g, 1)
@@ -98,7 +117,7 @@ func testCloseEndsEverything(t *testing.T, noRings bool) {
 	}()
 	time.Sleep(20 * time.Millisecond)
 	c.Close()
-	be.SetStall(false) // the server releases the mapping's ref
+	be.stall(false) // the server releases the mapping's ref
 	if err := <-inflight; !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("call in flight at Close: %v", err)
 	}

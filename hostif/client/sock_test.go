@@ -84,11 +84,11 @@ func TestSocketReaderGivesUp(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			be, path := start(t, hostif.Options{OpTimeout: 500 * time.Millisecond})
 			c := dialSocket(t, path, client.Options{})
-			g, err := c.Alloc(context.Background(), 4096, 0)
+			g, err := be.remote(4096)
 			if err != nil {
 				t.Fatal(err)
 			}
-			be.SetStall(true)
+			be.stall(true)
 			var ctx context.Context
 			var cancel context.CancelFunc
 			if how == "deadline" {
@@ -115,17 +115,20 @@ func TestSocketReaderGivesUp(t *testing.T) {
 				}()
 			}
 			t0 := time.Now()
-			if err := <-first; !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			// (a machine too slow to see the caller's deadline before the
+			// server's own bound passes answers it with that: ETIMEDOUT)
+			if err := <-first; !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && !errors.Is(err, syscall.ETIMEDOUT) {
 				t.Fatalf("first call: %v", err)
 			}
 			if el := time.Since(t0); el > 2*time.Second {
 				t.Fatalf("giving up took %v", el)
 			}
-			be.SetStall(false)
-			// The server answers the stalled calls with ETIMEDOUT after
-			// its OpTimeout; someone must still read those replies.
+			be.stall(false)
+			// The calls behind the reader are answered (done, once the
+			// owner is back, or ETIMEDOUT after the server's OpTimeout):
+			// someone must still read those replies.
 			for range others {
-				if err := <-rest; !errors.Is(err, syscall.ETIMEDOUT) {
+				if err := <-rest; err != nil && !errors.Is(err, syscall.ETIMEDOUT) {
 					t.Fatalf("a call behind the reader: %v", err)
 				}
 			}
@@ -177,12 +180,12 @@ func TestSocketEventsWhileIdle(t *testing.T) {
 func TestSocketCloseWakesReaders(t *testing.T) {
 	be, path := start(t, hostif.Options{OpTimeout: 20 * time.Second})
 	c := dialSocket(t, path, client.Options{})
-	g, err := c.Alloc(context.Background(), 4096, 0)
+	g, err := be.remote(4096)
 	if err != nil {
 		t.Fatal(err)
 	}
-	be.SetStall(true)
-	defer be.SetStall(false)
+	be.stall(true)
+	defer be.stall(false)
 	errs := make(chan error, 4)
 	for range 4 {
 		go func() {

@@ -48,6 +48,7 @@ func FuzzDecodeReply(f *testing.F) {
 	f.Add(append((&Header{Op: OpHello, Kind: KindReply}).Append(nil), h.Append(nil)...))
 	f.Add(append((&Header{Op: OpMap, Kind: KindReply}).Append(nil), AppendMapReply(nil, []MappedPage{{Slot: 1}})...))
 	f.Add((&Event{Type: EventUpdated, Length: 8}).Append(nil))
+	f.Add(append((&Header{Op: OpClock, Kind: KindReply}).Append(nil), (&ClusterTime{Time: 1, Error: 2, Ref: 3}).Append(nil)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, body, err := DecodeReply(b)
 		if err != nil {
@@ -57,6 +58,10 @@ func FuzzDecodeReply(f *testing.F) {
 		_ = hl.Decode(body)
 		var l Location
 		_ = l.Decode(body)
+		var ct ClusterTime
+		if ct.Decode(body) == nil && ct.Error < 0 {
+			t.Fatal("clock reply with a negative error")
+		}
 		if pages, err := DecodeMapReply(body, nil); err == nil && len(body) != 8+16*len(pages) {
 			t.Fatal("map reply length")
 		}

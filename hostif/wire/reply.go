@@ -164,6 +164,39 @@ func (l *Location) Decode(b []byte) error {
 	return nil
 }
 
+// ClusterTime is the body of a CLOCK reply (24 bytes): the cluster clock
+// (the reference node's clock, in ns) when the agent read it, within Error
+// ns of the truth.
+type ClusterTime struct {
+	Time, Error int64
+	Ref         uint32 // the reference node
+}
+
+// ClusterTimeLen is the length of a CLOCK reply's body.
+const ClusterTimeLen = 24
+
+// Append appends the encoding of c to b.
+func (c *ClusterTime) Append(b []byte) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint64(b, uint64(c.Time))
+	b = le.AppendUint64(b, uint64(c.Error))
+	b = le.AppendUint32(b, c.Ref)
+	return le.AppendUint32(b, 0)
+}
+
+// Decode reads c from b.
+func (c *ClusterTime) Decode(b []byte) error {
+	if len(b) != ClusterTimeLen {
+		return fmt.Errorf("%w: clock reply of %d bytes", ErrLength, len(b))
+	}
+	le := binary.LittleEndian
+	*c = ClusterTime{Time: int64(le.Uint64(b[0:])), Error: int64(le.Uint64(b[8:])), Ref: le.Uint32(b[16:])}
+	if c.Error < 0 || le.Uint32(b[20:]) != 0 {
+		return fmt.Errorf("%w: clock reply error %d", ErrField, c.Error)
+	}
+	return nil
+}
+
 // Event is the body of an event message (16 bytes) with its header fields.
 type Event struct {
 	Type    EventType

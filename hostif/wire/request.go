@@ -67,6 +67,7 @@ var bodyLen = [numOps]int{
 	OpHello: 40, OpAlloc: 16, OpFree: 0, OpMap: 24, OpUnmap: 16, OpTranslate: 16,
 	OpLoad: 8, OpStore: -1, OpCAS: 16, OpFetchAdd: 8, OpAcquire: 8, OpRelease: 0,
 	OpLock: 8, OpUnlock: 0, OpWhere: 0, OpSubscribe: 8, OpRings: 16, OpMaps: -1,
+	OpClock: 0,
 }
 
 // DecodeRequest decodes and checks the request in b. On success every field
@@ -191,6 +192,8 @@ func DecodeRequest(b []byte, r *Request) error {
 		if _, err := DecodeMapsReport(body, nil); err != nil {
 			return err
 		}
+		return needZeroGVA(r)
+	case OpClock:
 		return needZeroGVA(r)
 	}
 	return nil

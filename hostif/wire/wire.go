@@ -69,7 +69,10 @@ const (
 	// server that does not offer rings answers ENOSYS or EOPNOTSUPP.
 	OpRings Op = 17
 	OpMaps  Op = 18 // dpu_mmap areas: report this process's (body), or list the host's (empty); maps.go
-	numOps     = 19
+	// OpClock reads the cluster clock: the fabric's common time and its
+	// error bound as this node knows them (ClusterTime).
+	OpClock Op = 19
+	numOps     = 20
 
 	// OpGPUFirst..OpGPULast are reserved for the CUDA hook's GPU accounting.
 	// Their bodies are not yet fixed (up to MaxBody bytes); a version 1
@@ -81,7 +84,7 @@ const (
 	OpGPULast        Op = 79
 )
 
-var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings", "maps"}
+var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings", "maps", "clock"}
 
 func (o Op) String() string {
 	switch {

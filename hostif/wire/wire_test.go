@@ -37,7 +37,25 @@ func validRequests() []Request {
 		{Header: Header{Op: OpWhere, ID: 15, GVA: page.WithOffset(5)}},
 		{Header: Header{Op: OpSubscribe, ID: 16}, Mask: AllEvents},
 		{Header: Header{Op: OpRings, ID: 18}, RingEntries: 64, RingSlotSize: 4160},
+		{Header: Header{Op: OpClock, ID: 19}},
 		{Header: Header{Op: OpGPUMemUpdate, ID: 17}, Data: []byte("cuMemAlloc 4096")},
+	}
+}
+
+// TestClusterTimeRoundTrip: a CLOCK reply decodes to what was encoded;
+// a negative error, a reserved word or another length is refused.
+func TestClusterTimeRoundTrip(t *testing.T) {
+	c := ClusterTime{Time: -5, Error: 1234, Ref: 7}
+	b := c.Append(nil)
+	var got ClusterTime
+	if err := got.Decode(b); err != nil || got != c || len(b) != ClusterTimeLen {
+		t.Fatalf("decoded %+v (%v) from %d bytes", got, err, len(b))
+	}
+	bad := ClusterTime{Error: -1}
+	for _, b := range [][]byte{bad.Append(nil), append(c.Append(nil)[:20], 1, 0, 0, 0), c.Append(nil)[:16]} {
+		if err := got.Decode(b); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%x: %v", b, err)
+		}
 	}
 }
 
@@ -72,7 +90,8 @@ func TestRequestErrors(t *testing.T) {
 		{"flags", mut(load, 3, 1), ErrReserved},
 		{"status", mut(load, 4, 1), ErrReserved},
 		{"op 0", mut(load, 0, 0), ErrUnknownOp},
-		{"op 19", mut(load, 0, 19), ErrUnknownOp},
+		{"op 20", mut(load, 0, 20), ErrUnknownOp},
+		{"clock gva", enc(Request{Header: Header{Op: OpClock, GVA: page}}), ErrReserved},
 		{"long body", append(append([]byte(nil), load...), 0), ErrLength},
 		{"load reserved", mut(load, 36, 1), ErrReserved},
 		{"load 0 bytes", enc(Request{Header: Header{Op: OpLoad, GVA: page}}), ErrField},

@@ -23,6 +23,10 @@ type guestSpec struct {
 	// Shell lines are typed on the serial console once the agent is ready
 	// (for scenarios that use the shell instead of the self-test).
 	Shell []string
+	// TwoNUMANodes gives the guest two CPUs and two NUMA nodes (one CPU
+	// and half the memory each) and puts its NIC on node 1, behind a PCI
+	// expander bridge whose ACPI proximity is that node.
+	TwoNUMANodes bool
 }
 
 // qemuConfig is what every guest shares.
@@ -41,18 +45,32 @@ func (q qemuConfig) args(g guestSpec) []string {
 		console, machine = "ttyS0", []string{"-M", "pc", "-cpu", "qemu64"}
 	}
 	cmdline := append([]string{"console=" + console, "panic=-1"}, g.Append...)
+	smp, nicBus := "1", ""
+	var numa []string
+	if g.TwoNUMANodes {
+		half := q.MemMiB / 2
+		smp, nicBus = "2", ",bus=pxb1,addr=0"
+		numa = []string{
+			"-object", fmt.Sprintf("memory-backend-ram,id=m0,size=%dM", half),
+			"-object", fmt.Sprintf("memory-backend-ram,id=m1,size=%dM", q.MemMiB-half),
+			"-numa", "node,nodeid=0,cpus=0,memdev=m0",
+			"-numa", "node,nodeid=1,cpus=1,memdev=m1",
+			"-device", "pxb,id=pxb1,bus=pci.0,bus_nr=16,numa_node=1",
+		}
+	}
 	args := append(machine,
-		"-smp", "1", "-m", fmt.Sprint(q.MemMiB),
+		"-smp", smp, "-m", fmt.Sprint(q.MemMiB),
 		"-nographic", "-no-reboot",
 		"-kernel", q.Kernel, "-initrd", q.Initrd,
 		"-append", strings.Join(cmdline, " "),
 	)
+	args = append(args, numa...)
 	if g.Netdev == "" {
 		return append(args, "-nic", "none")
 	}
 	return append(args,
 		"-netdev", g.Netdev,
-		"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+g.MAC,
+		"-device", "virtio-net-pci,netdev=n0,romfile=,mac="+g.MAC+nicBus,
 	)
 }
 

@@ -107,6 +107,8 @@ var scenarios = map[string]func() scenario{
 	// amd64 guests (-arch amd64) with rdma_rxe and the rdma-tagged agent
 	// (make rdma-test).
 	"rdma-pair": rdmaPairScenario,
+	// amd64 guest (-arch amd64) with two NUMA nodes (make numa-test).
+	"numa": numaScenario,
 }
 
 // shellScenario boots one guest the way a DPU boots (no self-test): uinit

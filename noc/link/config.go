@@ -36,6 +36,16 @@ type Config struct {
 	// order and an AckReq are acked at once. Zero acks every data datagram
 	// at once. It must stay well below RTO.
 	AckDelay time.Duration
+	// ClockStamps makes the endpoint exchange clock timestamps with its
+	// peer while the link is up: a request every HeartbeatInterval (on a
+	// datagram that would otherwise be a heartbeat) and an answer at once
+	// for each request heard. PollClock returns the samples.
+	ClockStamps bool
+	// ClockEpoch is added to now in every clock timestamp, sent or
+	// sampled: the driver's clock reading at now = 0 (the agent's
+	// CLOCK_MONOTONIC at its start), so that timestamps survive a restart
+	// of the driver.
+	ClockEpoch time.Duration
 	// Session identifies this incarnation of the endpoint; non-zero. The
 	// driver draws it from its seeded random source.
 	Session uint64

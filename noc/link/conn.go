@@ -32,7 +32,8 @@ type Conn struct {
 
 	mu     sync.Mutex
 	ep     *Endpoint
-	out    []byte
+	out    [][]byte // a batch of datagrams to write
+	outN   int
 	armed  time.Time     // the port's read deadline
 	wake   chan struct{} // closed when state changes; nil while nobody waits
 	closed bool
@@ -70,9 +71,12 @@ func NewConn(p noc.Port, cfg Config) (*Conn, error) {
 		port:   p,
 		start:  time.Now(),
 		ep:     ep,
-		out:    make([]byte, cfg.MTU),
+		out:    make([][]byte, pollBatch),
 		events: make(chan Event, eventQueue),
 		done:   make(chan struct{}),
+	}
+	for i := range c.out {
+		c.out[i] = make([]byte, cfg.MTU)
 	}
 	c.wg.Add(1)
 	go c.run()
@@ -186,7 +190,7 @@ func (c *Conn) Close() error {
 func (c *Conn) run() {
 	defer c.wg.Done()
 	buf := make([]byte, c.port.MTU())
-	poller, _ := c.port.(noc.Poller)
+	batch := newBatch(c.port)
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -220,30 +224,69 @@ func (c *Conn) run() {
 		c.mu.Lock()
 		now = c.now()
 		_ = c.ep.Input(now, buf[:n]) // refused datagrams are counted
-		for i := 0; poller != nil && i < pollBatch; i++ {
-			n, ok, err := poller.TryReadDatagram(buf)
-			if err != nil || !ok {
-				break
-			}
-			_ = c.ep.Input(now, buf[:n])
-		}
+		c.pollLocked(now, buf, batch)
 		c.flushLocked(now)
 		c.mu.Unlock()
+	}
+}
+
+// batch is the reader's receive batch, for a port that reads many
+// datagrams per system call.
+type batch struct {
+	bp   noc.BatchPoller
+	bufs [][]byte
+	lens []int
+}
+
+func newBatch(p noc.Port) batch {
+	bp, ok := p.(noc.BatchPoller)
+	if !ok {
+		return batch{}
+	}
+	b := batch{bp: bp, bufs: make([][]byte, pollBatch), lens: make([]int, pollBatch)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, p.MTU())
+	}
+	return b
+}
+
+// pollLocked reads what else waits on the port without blocking (up to
+// pollBatch datagrams, so that one ack covers a burst).
+func (c *Conn) pollLocked(now time.Duration, buf []byte, b batch) {
+	if b.bp != nil {
+		n, _ := b.bp.TryReadDatagrams(b.bufs, b.lens)
+		for i := range n {
+			_ = c.ep.Input(now, b.bufs[i][:b.lens[i]])
+		}
+		return
+	}
+	poller, _ := c.port.(noc.Poller)
+	for i := 0; poller != nil && i < pollBatch; i++ {
+		n, ok, err := poller.TryReadDatagram(buf)
+		if err != nil || !ok {
+			break
+		}
+		_ = c.ep.Input(now, buf[:n])
 	}
 }
 
 // flushLocked writes every datagram the endpoint has, forwards events and
 // wakes waiters.
 func (c *Conn) flushLocked(now time.Duration) {
+	n := 0
 	for {
-		n, ok := c.ep.Output(now, c.out)
+		m, ok := c.ep.Output(now, c.out[n][:cap(c.out[n])])
 		if !ok {
 			break
 		}
-		if err := c.port.WriteDatagram(c.out[:n]); err != nil {
-			c.extra.PortWriteErrors++
+		c.out[n] = c.out[n][:m]
+		n++
+		if n == len(c.out) {
+			c.writeLocked(n)
+			n = 0
 		}
 	}
+	c.writeLocked(n)
 	for {
 		ev, ok := c.ep.PollEvent()
 		if !ok {
@@ -256,6 +299,25 @@ func (c *Conn) flushLocked(now time.Duration) {
 		}
 	}
 	c.notifyLocked()
+}
+
+// writeLocked writes the first n datagrams of the batch: in one system
+// call where the port has batch writes.
+func (c *Conn) writeLocked(n int) {
+	if n == 0 {
+		return
+	}
+	if bw, ok := c.port.(noc.BatchWriter); ok {
+		if err := bw.WriteDatagrams(c.out[:n]); err != nil {
+			c.extra.PortWriteErrors++
+		}
+		return
+	}
+	for _, d := range c.out[:n] {
+		if err := c.port.WriteDatagram(d); err != nil {
+			c.extra.PortWriteErrors++
+		}
+	}
 }
 
 // armLocked sets the port's read deadline to the endpoint time d; with

@@ -28,8 +28,9 @@
 // trailer. Multi-byte fields are in network byte order (big endian).
 //
 //	offset size field
-//	0      1    version      (Version = 1; others are rejected)
-//	1      1    flags        Data 0x01, First 0x02, Last 0x04, AckReq 0x08; others reserved
+//	0      1    version      (Version = 1, or ClockVersion = 2 with a clock flag; others are rejected)
+//	1      1    flags        Data 0x01, First 0x02, Last 0x04, AckReq 0x08,
+//	                         ClockReq 0x10, ClockAns 0x20 (version 2 only); others reserved
 //	2      1    nsack        number of SACK blocks (0..4)
 //	3      1    reserved     0
 //	4      8    src session  the sender's incarnation (never 0)
@@ -41,6 +42,9 @@
 //	36     2    credits      seqs from ack on the sender of the header accepts
 //	38     2    length       payload length
 //	40     4*n  sack blocks  (start uint16, count uint16): seqs [ack+start, ack+start+count) arrived
+//	..     8    transmit     ClockReq only: the sender's clock (ns) as it sent this
+//	..     24   stamps       ClockAns only: origin (the request's transmit), receive (its
+//	                         arrival, the answerer's clock), transmit (the answerer's clock)
 //	..     len  payload      one fragment, Data only
 //	..     4    crc32c       over every byte before it
 //
@@ -105,6 +109,22 @@
 // Heartbeats: an endpoint that has sent nothing for HeartbeatInterval sends
 // a bare header (which also carries its ack and credits).
 //
+// # Clock timestamps
+//
+// With Config.ClockStamps an up endpoint sends a clock request (ClockReq,
+// its transmit time) on a control datagram every HeartbeatInterval, in
+// place of a heartbeat, and answers every request it hears at once
+// (ClockAns: the request's transmit time echoed, its arrival time and the
+// answer's transmit time), so each end measures the peer NTP-style on its
+// own schedule. An answer whose origin is not the request in flight is
+// counted (Stats.ClockStale) and dropped; the others become [ClockSample]s
+// (PollClock). Only datagrams with a clock flag are version 2 and a clock
+// flag never rides on data, so Overhead is unchanged and an endpoint
+// without ClockStamps sends exactly the version 1 datagrams it always did.
+// Times are whatever `now` the driver passes: a transmit time is taken
+// before the datagram leaves and an arrival time after it came in, which
+// only widens the bound an estimator derives (see noc/clock).
+//
 // # Channels
 //
 // A link may run over several channels (UDP sockets, AF_XDP queues, queue
@@ -150,6 +170,25 @@
 // channels left, and the link stays up. A dropped channel rejoins when its
 // peer is heard on it again. Channels do not retransmit: retransmission
 // stays end to end, in the Endpoint.
+//
+// [StripedPort] runs a Stripe the way a single port runs: its one reader
+// polls every channel that has a ready descriptor itself (one epoll look
+// says which have datagrams, each is read in one batch, recvmmsg on UDP),
+// and its ReadyFD is that epoll set plus a bell, so a driver's loop waits
+// for all channels at once and nothing stands between a datagram and its
+// reader (a channel without a descriptor, an in-memory port, has a feeder
+// goroutine that rings the bell). A look reads no more than the caller has
+// room for and than fits the order buffer. Writes go out in runs of 16
+// datagrams per channel, across calls (SendVia; a batch longer than the
+// channels' share is spread in runs of its share), each channel's share of
+// a batch in one batch write (sendmmsg), under the channels' writer locks
+// taken before
+// the stripe's lock is let go: an ack or heartbeat that names a stripe
+// place never overtakes that place's datagram on its channel. Only the
+// reader gives up a gap (Tick after a look that left no channel unread);
+// the housekeeping goroutine runs the channels' timers (TickChannels) and
+// heartbeats, and wakes the reader when a gap is due. Channel transitions
+// are counted (ChannelStats.Ups, Downs) and, with WithChannelLog, logged.
 //
 // # What it must never do
 //

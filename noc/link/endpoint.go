@@ -41,6 +41,7 @@ type Endpoint struct {
 
 	snd sender
 	rcv receiver
+	clk stamper
 
 	events [eventQueue]Event
 	evHead int
@@ -148,6 +149,9 @@ func (e *Endpoint) Input(now time.Duration, d []byte) error {
 		e.goUp(now)
 	}
 	e.snd.onAck(now, h, &e.stats)
+	if e.cfg.ClockStamps {
+		e.clk.input(now, &e.cfg, h, &e.stats)
+	}
 	if h.Flags&FlagAckReq != 0 {
 		e.ctlPending = true
 	}
@@ -212,6 +216,7 @@ func (e *Endpoint) goDown(now time.Duration, why Reason) {
 	e.stats.Downs++
 	e.pushEvent(Event{At: now, Up: false, Reason: why, PeerSession: e.peerSession, PeerEpoch: e.peerEpoch})
 	e.epoch++
+	e.clk.reset()
 	e.stats.Abandoned += e.snd.reset(isn(e.session, e.epoch))
 	e.stats.Discarded += e.rcv.reset(isn(e.peerSession, e.peerEpoch))
 	e.ctlPending = true
@@ -277,6 +282,12 @@ func (e *Endpoint) NextDeadline() time.Duration {
 		return d
 	}
 	d = min(d, e.lastRx+e.cfg.DeadInterval)
+	if e.cfg.ClockStamps {
+		d = min(d, e.clk.lastReq+e.cfg.HeartbeatInterval)
+		if e.clk.owe {
+			d = min(d, e.lastRx)
+		}
+	}
 	if e.rcv.ackPending && e.cfg.AckDelay > 0 {
 		d = min(d, e.rcv.ackSince+e.cfg.AckDelay)
 	}
@@ -306,10 +317,14 @@ func (e *Endpoint) Output(now time.Duration, buf []byte) (int, bool) {
 			return e.emitData(now, buf, seq)
 		}
 	}
-	if e.ctlPending || e.rcv.ackDue(now, e.cfg.AckDelay) || now-e.lastTx >= e.cfg.HeartbeatInterval {
+	stamp := e.clk.due(now, &e.cfg, e.up)
+	if stamp || e.ctlPending || e.rcv.ackDue(now, e.cfg.AckDelay) || now-e.lastTx >= e.cfg.HeartbeatInterval {
 		h.Flags = 0
 		if e.up && e.snd.creditStalled() {
 			h.Flags = FlagAckReq // ask for fresh credits
+		}
+		if stamp {
+			e.clk.fill(now, &e.cfg, h)
 		}
 		h.Seq = e.snd.nxt
 		e.fillControl(h)

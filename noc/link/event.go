@@ -87,6 +87,10 @@ type Stats struct {
 	ProtocolErrors uint64
 	Ups, Downs     uint64
 	EventsLost     uint64
+	// ClockSamples counts clock exchanges completed (Config.ClockStamps);
+	// ClockStale answers that matched no request in flight; ClockDropped
+	// samples lost because PollClock was not called.
+	ClockSamples, ClockStale, ClockDropped uint64
 	// Now: fragments in flight and waiting, the smoothed round-trip time
 	// and its variance, and the current retransmission timeout.
 	InFlight, Queued int

@@ -24,6 +24,7 @@ func fuzzPair(tb testing.TB) (a, b *link.Endpoint) {
 	ca, cb := testConfig(fuzzA), testConfig(fuzzB)
 	for _, c := range []*link.Config{&ca, &cb} {
 		c.Window, c.SendQueue, c.MaxMessage = 16, 16, 8*1440
+		c.ClockStamps = true
 	}
 	a, err := link.NewEndpoint(ca, 0)
 	if err != nil {
@@ -84,6 +85,14 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 		if len(ds) > 1 { // out of order: the later fragments first
 			seeds = append(seeds, frame(append(ds[1:], ds[0])...))
 		}
+	}
+	seeds = append(seeds, frame(output(60*time.Millisecond)...)) // a clock request
+	a, _ := fuzzPair(tb)                                         // the same as the target: its request gets b's answer
+	if n, ok := a.Output(60*time.Millisecond, buf); ok {
+		if err := b.Input(61*time.Millisecond, buf[:n]); err != nil {
+			tb.Fatal(err)
+		}
+		seeds = append(seeds, frame(output(61*time.Millisecond)...)) // a clock answer
 	}
 	seeds = append(seeds, frame(output(time.Second)...)) // a heartbeat
 	seeds = append(seeds, []byte("\x00\x05garbage"), nil, bytes.Repeat([]byte{0xff}, 64))

@@ -12,6 +12,10 @@ import (
 const (
 	// Version is the link header version this package speaks.
 	Version = 1
+	// ClockVersion marks a datagram that carries clock timestamps
+	// (FlagClockReq or FlagClockAns, never with data); every other
+	// datagram is Version, byte for byte as before.
+	ClockVersion = 2
 	// HeaderLen is the length of the fixed part of the header.
 	HeaderLen = 40
 	// TrailerLen is the length of the CRC32C trailer.
@@ -20,6 +24,8 @@ const (
 	MaxSACK = 4
 	// SACKLen is the encoded length of one selective-ack block.
 	SACKLen = 4
+	// StampLen is the encoded length of one clock timestamp.
+	StampLen = 8
 	// Overhead is the most bytes a data datagram adds to its payload.
 	Overhead = HeaderLen + MaxSACK*SACKLen + TrailerLen
 )
@@ -33,7 +39,15 @@ const (
 	FlagFirst  Flags = 1 << 1 // the fragment starts a message
 	FlagLast   Flags = 1 << 2 // the fragment ends a message
 	FlagAckReq Flags = 1 << 3 // the receiver should answer at once
-	flagsKnown       = FlagData | FlagFirst | FlagLast | FlagAckReq
+	// FlagClockReq: the datagram carries the sender's transmit time and
+	// asks for a FlagClockAns at once (ClockVersion only).
+	FlagClockReq Flags = 1 << 4
+	// FlagClockAns: the datagram answers a FlagClockReq with its transmit
+	// time echoed, its arrival time and this transmit time (ClockVersion
+	// only).
+	FlagClockAns Flags = 1 << 5
+	flagsKnown         = FlagData | FlagFirst | FlagLast | FlagAckReq
+	flagsClock         = FlagClockReq | FlagClockAns
 )
 
 // Errors returned (wrapped) by [Header.Decode] and Endpoint.Input.
@@ -77,18 +91,40 @@ type Header struct {
 	// NSACK blocks of SACK are valid.
 	NSACK uint8
 	SACK  [MaxSACK]SACKBlock
+	// Clock holds the timestamps of FlagClockReq (Transmit only) or
+	// FlagClockAns (all three).
+	Clock Stamps
+}
+
+// Stamps are clock timestamps in nanoseconds: Origin and Receive are the
+// request's transmit time (the requester's clock) and its arrival time
+// (the answerer's clock), Transmit the sender's clock when it sent this
+// datagram.
+type Stamps struct {
+	Origin, Receive, Transmit int64
+}
+
+// clockLen is the length of the timestamps flags f carry.
+func clockLen(f Flags) int {
+	switch f & flagsClock {
+	case FlagClockReq:
+		return StampLen
+	case FlagClockAns:
+		return 3 * StampLen
+	}
+	return 0
 }
 
 // Len returns the encoded length of a datagram with h's SACK blocks and a
 // payload of h.Length bytes.
 func (h *Header) Len() int {
-	return HeaderLen + int(h.NSACK)*SACKLen + int(h.Length) + TrailerLen
+	return HeaderLen + int(h.NSACK)*SACKLen + clockLen(h.Flags) + int(h.Length) + TrailerLen
 }
 
 // Encode writes h, payload and the CRC32C trailer into b and returns the
 // datagram length. It sets h.Length from payload. b must hold h.Len() bytes.
 func (h *Header) Encode(b, payload []byte) (int, error) {
-	if len(payload) > 0xFFFF || h.NSACK > MaxSACK {
+	if len(payload) > 0xFFFF || h.NSACK > MaxSACK || h.Flags&flagsClock == flagsClock || (h.Flags&flagsClock != 0 && len(payload) > 0) {
 		return 0, fmt.Errorf("link: encode: %w: payload %d, %d sack blocks", ErrMalformed, len(payload), h.NSACK)
 	}
 	h.Length = uint16(len(payload))
@@ -97,6 +133,9 @@ func (h *Header) Encode(b, payload []byte) (int, error) {
 		return 0, fmt.Errorf("link: encode: buffer of %d bytes for a %d-byte datagram: %w", len(b), n, ErrMalformed)
 	}
 	b[0] = Version
+	if h.Flags&flagsClock != 0 {
+		b[0] = ClockVersion
+	}
 	b[1] = byte(h.Flags)
 	b[2] = h.NSACK
 	b[3] = 0
@@ -114,6 +153,7 @@ func (h *Header) Encode(b, payload []byte) (int, error) {
 		binary.BigEndian.PutUint16(b[o+2:], h.SACK[i].Count)
 		o += SACKLen
 	}
+	o = putStamps(b, o, h.Flags, &h.Clock)
 	o += copy(b[o:], payload)
 	binary.BigEndian.PutUint32(b[o:], crc32.Checksum(b[:o], castagnoli))
 	return o + TrailerLen, nil
@@ -126,16 +166,19 @@ func (h *Header) Decode(b []byte) ([]byte, error) {
 	if len(b) < HeaderLen+TrailerLen {
 		return nil, fmt.Errorf("%w: %d bytes", ErrMalformed, len(b))
 	}
-	if b[0] != Version {
+	if b[0] != Version && b[0] != ClockVersion {
 		return nil, fmt.Errorf("%w: %d", ErrVersion, b[0])
 	}
 	h.Flags = Flags(b[1])
 	h.NSACK = b[2]
-	if h.NSACK > MaxSACK || b[3] != 0 || h.Flags&^flagsKnown != 0 {
+	if h.NSACK > MaxSACK || b[3] != 0 || h.Flags&^(flagsKnown|flagsClock) != 0 {
 		return nil, fmt.Errorf("%w: reserved bits set", ErrMalformed)
 	}
+	if clk := h.Flags & flagsClock; (b[0] == Version) != (clk == 0) || clk == flagsClock || clk != 0 && h.Flags&FlagData != 0 {
+		return nil, fmt.Errorf("%w: clock flags %#x in a version %d datagram", ErrMalformed, uint8(clk), b[0])
+	}
 	h.Length = binary.BigEndian.Uint16(b[38:])
-	end := HeaderLen + int(h.NSACK)*SACKLen + int(h.Length)
+	end := HeaderLen + int(h.NSACK)*SACKLen + clockLen(h.Flags) + int(h.Length)
 	if end+TrailerLen > len(b) {
 		return nil, fmt.Errorf("%w: truncated", ErrMalformed)
 	}
@@ -166,5 +209,38 @@ func (h *Header) Decode(b []byte) ([]byte, error) {
 		h.SACK[i] = blk
 		o += SACKLen
 	}
+	o = getStamps(b, o, h.Flags, &h.Clock)
 	return b[o:end:end], nil
+}
+
+// putStamps writes the timestamps flags f carry at b[o:] and returns the
+// offset after them.
+func putStamps(b []byte, o int, f Flags, s *Stamps) int {
+	switch f & flagsClock {
+	case FlagClockReq:
+		binary.BigEndian.PutUint64(b[o:], uint64(s.Transmit))
+		return o + StampLen
+	case FlagClockAns:
+		binary.BigEndian.PutUint64(b[o:], uint64(s.Origin))
+		binary.BigEndian.PutUint64(b[o+8:], uint64(s.Receive))
+		binary.BigEndian.PutUint64(b[o+16:], uint64(s.Transmit))
+		return o + 3*StampLen
+	}
+	return o
+}
+
+// getStamps reads what putStamps wrote.
+func getStamps(b []byte, o int, f Flags, s *Stamps) int {
+	*s = Stamps{}
+	switch f & flagsClock {
+	case FlagClockReq:
+		s.Transmit = int64(binary.BigEndian.Uint64(b[o:]))
+		return o + StampLen
+	case FlagClockAns:
+		s.Origin = int64(binary.BigEndian.Uint64(b[o:]))
+		s.Receive = int64(binary.BigEndian.Uint64(b[o+8:]))
+		s.Transmit = int64(binary.BigEndian.Uint64(b[o+16:]))
+		return o + 3*StampLen
+	}
+	return o
 }

@@ -18,6 +18,12 @@ func reseal(d []byte) {
 		return
 	}
 	end := link.HeaderLen + int(d[2])*link.SACKLen + int(binary.BigEndian.Uint16(d[38:]))
+	switch link.Flags(d[1]) & (link.FlagClockReq | link.FlagClockAns) {
+	case link.FlagClockReq:
+		end += link.StampLen
+	case link.FlagClockAns:
+		end += 3 * link.StampLen
+	}
 	if end+link.TrailerLen > len(d) {
 		return
 	}
@@ -110,8 +116,11 @@ func TestHeaderDecodeErrors(t *testing.T) {
 		{"empty", func([]byte) []byte { return nil }, link.ErrMalformed},
 		{"shorter than a header", func(d []byte) []byte { return d[:link.HeaderLen+link.TrailerLen-1] }, link.ErrMalformed},
 		{"version 0", func(d []byte) []byte { d[0] = 0; return d }, link.ErrVersion},
-		{"version 2", func(d []byte) []byte { d[0] = 2; return d }, link.ErrVersion},
-		{"unknown flag", func(d []byte) []byte { d[1] |= 0x10; return d }, link.ErrMalformed},
+		{"version 3", func(d []byte) []byte { d[0] = 3; return d }, link.ErrVersion},
+		{"version 2 without a clock flag", func(d []byte) []byte { d[0] = link.ClockVersion; return d }, link.ErrMalformed},
+		{"clock flag in version 1", func(d []byte) []byte { d[1] |= byte(link.FlagClockReq); return d }, link.ErrMalformed},
+		{"clock flag on data", func(d []byte) []byte { d[0] = link.ClockVersion; d[1] |= byte(link.FlagClockReq); return d }, link.ErrMalformed},
+		{"unknown flag", func(d []byte) []byte { d[1] |= 0x40; return d }, link.ErrMalformed},
 		{"too many sack blocks", func(d []byte) []byte { d[2] = link.MaxSACK + 1; return d }, link.ErrMalformed},
 		{"reserved byte", func(d []byte) []byte { d[3] = 1; return d }, link.ErrMalformed},
 		{"truncated payload", func(d []byte) []byte { return d[:len(d)-1] }, link.ErrMalformed},
@@ -151,6 +160,39 @@ func TestHeaderDecodeErrors(t *testing.T) {
 			t.Errorf("trailer flipped: %v", err)
 		}
 	})
+}
+
+// TestHeaderClockStamps: clock timestamps travel in version 2 datagrams
+// without data, and both clock flags at once are refused.
+func TestHeaderClockStamps(t *testing.T) {
+	for _, h := range []link.Header{
+		{Flags: link.FlagClockReq, SrcSession: 7, Clock: link.Stamps{Transmit: 1 << 40}},
+		{Flags: link.FlagClockAns | link.FlagAckReq, SrcSession: 7, NSACK: 1, SACK: [link.MaxSACK]link.SACKBlock{{1, 2}},
+			Clock: link.Stamps{Origin: 5, Receive: -3, Transmit: 1<<62 + 9}},
+	} {
+		d := encode(t, h, nil)
+		if d[0] != link.ClockVersion {
+			t.Errorf("flags %#x: version %d", h.Flags, d[0])
+		}
+		var got link.Header
+		if _, err := got.Decode(d); err != nil {
+			t.Fatal(err)
+		}
+		if got.Clock != h.Clock || got.Flags != h.Flags {
+			t.Errorf("decoded %+v %#x, want %+v %#x", got.Clock, got.Flags, h.Clock, h.Flags)
+		}
+	}
+	both := link.Header{Flags: link.FlagClockReq | link.FlagClockAns, SrcSession: 1}
+	if _, err := both.Encode(make([]byte, 200), nil); err == nil {
+		t.Error("encoded a request and an answer in one datagram")
+	}
+	d := encode(t, link.Header{Flags: link.FlagClockReq, SrcSession: 1}, nil)
+	d[1] |= byte(link.FlagClockAns)
+	reseal(d)
+	var h link.Header
+	if _, err := h.Decode(d); !errors.Is(err, link.ErrMalformed) {
+		t.Errorf("both clock flags: %v", err)
+	}
 }
 
 func TestHeaderEncodeErrors(t *testing.T) {

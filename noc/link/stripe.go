@@ -246,6 +246,10 @@ type ChannelEvent struct {
 	At      time.Duration
 	Channel int
 	Up      bool
+	// Reason is ReasonHandshake for a channel that came up, ReasonDead
+	// for one silent for its DeadInterval, ReasonPeerRestart for every
+	// channel of a peer that restarted.
+	Reason Reason
 }
 
 type channel struct {
@@ -288,6 +292,7 @@ type Stripe struct {
 	slot     [][]byte
 	present  []bool
 	held     int
+	top      uint32 // the highest place held (while held > 0)
 	gapSince time.Duration
 	late     []byte
 	lateLen  int // -1: empty
@@ -312,9 +317,6 @@ func NewStripe(cfg StripeConfig, now time.Duration) (*Stripe, error) {
 	s.late = make([]byte, cfg.MTU)
 	s.slot = make([][]byte, cfg.Reorder)
 	s.present = make([]bool, cfg.Reorder)
-	for i := range s.slot {
-		s.slot[i] = make([]byte, 0, cfg.MTU)
-	}
 	for i := range s.ch {
 		s.ch[i] = channel{lastRx: now, lastTx: now, ctlPending: true, credits: uint16(min(cfg.Window, 0xFFFF))}
 	}
@@ -352,16 +354,27 @@ func (s *Stripe) Up() bool {
 // channel is up and ErrChannelsFull when every up channel's window is
 // full.
 func (s *Stripe) Send(now time.Duration, d, buf []byte) (int, int, error) {
+	return s.SendVia(now, -1, d, buf)
+}
+
+// SendVia is Send on channel c when c is up and has room in its window,
+// on the channel the policy picks otherwise (c = -1: always). A driver
+// that writes a burst of datagrams keeps a run of them on one channel so
+// that the run costs one batch write (one system call) instead of one per
+// channel.
+func (s *Stripe) SendVia(now time.Duration, c int, d, buf []byte) (int, int, error) {
 	s.now = now
 	if len(d) > s.MTU() {
 		return 0, 0, fmt.Errorf("%w: %d > %d bytes", ErrTooLarge, len(d), s.MTU())
 	}
-	c, err := s.pick()
-	if err != nil {
-		if errors.Is(err, ErrChannelsFull) {
-			s.stats.Full++
+	if c < 0 || c >= len(s.ch) || !s.room(c) {
+		var err error
+		if c, err = s.pick(); err != nil {
+			if errors.Is(err, ErrChannelsFull) {
+				s.stats.Full++
+			}
+			return 0, 0, err
 		}
-		return 0, 0, err
 	}
 	ch := &s.ch[c]
 	h := &s.out
@@ -379,6 +392,12 @@ func (s *Stripe) Send(now time.Duration, d, buf []byte) (int, int, error) {
 	ch.stats.TxDatagrams++
 	ch.stats.TxBytes += uint64(n)
 	return c, n, nil
+}
+
+// room reports whether channel c is up and has room in its window.
+func (s *Stripe) room(c int) bool {
+	ch := &s.ch[c]
+	return ch.up && int(ch.nxt-ch.una) < min(s.cfg.Window, int(ch.credits))
 }
 
 // pick chooses the channel for the next datagram.
@@ -472,7 +491,7 @@ func (s *Stripe) Input(now time.Duration, c int, d []byte) error {
 		ch.up = true
 		ch.stats.Ups++
 		ch.ctlPending = true
-		s.pushEvent(ChannelEvent{At: now, Channel: c, Up: true})
+		s.pushEvent(ChannelEvent{At: now, Channel: c, Up: true, Reason: ReasonHandshake})
 	}
 	if seqLess(ch.una, h.Ack) && !seqLess(ch.nxt, h.Ack) {
 		ch.una = h.Ack
@@ -520,7 +539,7 @@ func (s *Stripe) acceptPeer(h *ChannelHeader) bool {
 	for i := range s.ch {
 		ch := &s.ch[i]
 		if ch.up {
-			s.down(i)
+			s.down(i, ReasonPeerRestart)
 		}
 		ch.rcvKnown, ch.coverKnown, ch.unacked = false, false, 0
 		ch.ctlPending = true
@@ -576,9 +595,28 @@ func (s *Stripe) place(now time.Duration, p uint32, payload []byte) {
 			s.gapSince = now
 		}
 	}
+	if cap(s.slot[i]) == 0 {
+		// slots get their buffer on first use: a stripe holds only as
+		// much as its traffic ever reordered
+		s.slot[i] = make([]byte, 0, s.MTU())
+	}
 	s.slot[i] = append(s.slot[i][:0], payload...)
 	s.present[i] = true
+	if s.held == 0 || seqLess(s.top, p) {
+		s.top = p
+	}
 	s.held++
+}
+
+// Room is how many places past the highest one held the order buffer
+// still has: a driver reads no more from its channels at once than that
+// (datagrams past it would push out the oldest place, held or not).
+func (s *Stripe) Room() int {
+	r := len(s.slot)
+	if s.held == 0 {
+		return r
+	}
+	return max(0, r-int(s.top-s.rcvNext+1))
 }
 
 // skip gives up the place at the head of the order if it is missing, and
@@ -610,6 +648,17 @@ func (s *Stripe) gapPassed() bool {
 		any = true
 	}
 	return any
+}
+
+// Ready reports whether Receive would return a datagram now.
+func (s *Stripe) Ready() bool {
+	if s.lateLen >= 0 {
+		return true
+	}
+	if s.held == 0 {
+		return false
+	}
+	return s.present[s.rcvNext%uint32(len(s.slot))] || s.gapPassed()
 }
 
 // Receive returns the next link datagram in stripe order. The slice is
@@ -644,14 +693,8 @@ func (s *Stripe) Receive() ([]byte, bool) {
 // Tick runs the timers: channels silent for DeadInterval are dropped, and
 // a gap older than ReorderHold is given up.
 func (s *Stripe) Tick(now time.Duration) {
-	s.now = now
-	for i := range s.ch {
-		ch := &s.ch[i]
-		if ch.up && now-ch.lastRx >= s.cfg.DeadInterval {
-			s.down(i)
-		}
-	}
-	if s.held > 0 && now-s.gapSince >= s.cfg.ReorderHold {
+	s.TickChannels(now)
+	if s.GapDue(now) {
 		r := uint32(len(s.slot))
 		for !s.present[s.rcvNext%r] {
 			s.stats.Skipped++
@@ -660,16 +703,37 @@ func (s *Stripe) Tick(now time.Duration) {
 	}
 }
 
+// TickChannels runs only the channels' timers (a channel silent for
+// DeadInterval is dropped). A driver whose reader reads the channels
+// itself leaves the gaps to that reader's Tick, which comes after it read
+// what the channels hold: a gap is then never given up while the datagram
+// that fills it waits, unread, in a channel.
+func (s *Stripe) TickChannels(now time.Duration) {
+	s.now = now
+	for i := range s.ch {
+		ch := &s.ch[i]
+		if ch.up && now-ch.lastRx >= s.cfg.DeadInterval {
+			s.down(i, ReasonDead)
+		}
+	}
+}
+
+// GapDue reports whether a gap in the stripe order has waited ReorderHold:
+// the next Tick gives it up.
+func (s *Stripe) GapDue(now time.Duration) bool {
+	return s.held > 0 && now-s.gapSince >= s.cfg.ReorderHold
+}
+
 // down drops channel i from the stripe until its peer is heard on it
 // again; its datagrams in flight are forgotten (the link above resends).
-func (s *Stripe) down(i int) {
+func (s *Stripe) down(i int, why Reason) {
 	ch := &s.ch[i]
 	ch.up = false
 	ch.una = ch.nxt
 	ch.coverKnown = false
 	ch.stats.Downs++
 	ch.ctlPending = true
-	s.pushEvent(ChannelEvent{At: s.now, Channel: i})
+	s.pushEvent(ChannelEvent{At: s.now, Channel: i, Reason: why})
 }
 
 // NextDeadline is when Tick or Output must run again if nothing else

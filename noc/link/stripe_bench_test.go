@@ -108,5 +108,16 @@ func benchConn(b *testing.B, pa, pb noc.Port, size int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
-	b.ReportMetric(float64(ca.Stats().Retransmits), "retransmits")
+	st := ca.Stats()
+	b.ReportMetric(float64(st.Retransmits), "retransmits")
+	b.ReportMetric(float64(st.Timeouts), "rto-expiries")
+	for _, p := range []noc.Port{pa, pb} {
+		if sp, ok := p.(*link.StripedPort); ok {
+			s, _ := sp.Stats()
+			b.ReportMetric(float64(s.Full), "full-"+sp.Name())
+			b.ReportMetric(float64(s.Skipped), "skipped-"+sp.Name())
+			b.ReportMetric(float64(s.Overflow), "overflow-"+sp.Name())
+			b.ReportMetric(float64(s.Held)/float64(b.N), "held/op-"+sp.Name())
+		}
+	}
 }

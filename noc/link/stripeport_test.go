@@ -1,10 +1,15 @@
 package link_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,4 +244,122 @@ func TestStripedPortCountsWriteErrors(t *testing.T) {
 	if n := errs(); n != 1 {
 		t.Fatalf("%d write errors after one failed write, want 1", n)
 	}
+}
+
+// TestStripedUDPLinkSurvivesAChannelClosing runs a reliable link over four
+// UDP loopback channels, the port's reader polling the sockets itself,
+// and closes one channel's socket at the receiver in the middle of a
+// stream of 4 KiB messages: every message arrives once and in order, the
+// link stays up, and both ends drop the dead channel.
+func TestStripedUDPLinkSurvivesAChannelClosing(t *testing.T) {
+	const k, total = 4, 4000
+	ca, cb := udpChannels(t, k, 9000)
+	cfg := link.StripeConfig{Channels: k, Window: 64, Reorder: 256, ReorderHold: 2 * time.Millisecond,
+		HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond}
+	var logged lockedBuffer
+	pa, err := link.NewStripedPort("a", ca, cfg, link.WithChannelLog(slog.New(slog.NewTextHandler(&logged, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := link.NewStripedPort("b", cb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfa, cfb := connConfig(1), connConfig(2)
+	cfa.MTU, cfb.MTU = pa.MTU(), pb.MTU()
+	cfa.MaxMessage, cfb.MaxMessage = 4096, 4096
+	conA, err := link.NewConn(pa, cfa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conA.Close()
+	conB, err := link.NewConn(pb, cfb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conB.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := conA.WaitUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitChannelsUp(t, pa, pb)
+	got := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for i := range total {
+			n, err := conB.Receive(ctx, buf)
+			if err != nil {
+				got <- err
+				return
+			}
+			if n != 4096 || binary.BigEndian.Uint64(buf) != uint64(i) || buf[4095] != byte(i) {
+				got <- fmt.Errorf("message %d: %d bytes, number %d", i, n, binary.BigEndian.Uint64(buf))
+				return
+			}
+		}
+		got <- nil
+	}()
+	msg := make([]byte, 4096)
+	for i := range total {
+		if i == total/4 {
+			cb[2].Close() // the receiver's socket of channel 2 is gone
+		}
+		binary.BigEndian.PutUint64(msg, uint64(i))
+		msg[4095] = byte(i)
+		if err := conA.Send(ctx, msg); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if s := conA.Stats(); s.Downs != 0 {
+		t.Fatalf("the link went down %d times", s.Downs)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, csa := pa.Stats()
+		_, csb := pb.Stats()
+		if !csa[2].Up && !csb[2].Up && csa[2].Downs > 0 {
+			for _, c := range []int{0, 1, 3} {
+				if !csa[c].Up || !csb[c].Up {
+					t.Fatalf("channel %d dropped too: %+v %+v", c, csa[c], csb[c])
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("channel 2 not dropped: %+v / %+v", csa[2], csb[2])
+		}
+	}
+	c, err := pa.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c["stripe_channel_downs"] == 0 {
+		t.Fatalf("counters %v: no channel down counted", c)
+	}
+	for _, want := range []string{`msg="link channel up" port=a channel=2`, `msg="link channel down" port=a channel=2`, "reason=dead"} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("log has no %q:\n%s", want, logged.String())
+		}
+	}
+}
+
+// lockedBuffer is a log destination written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

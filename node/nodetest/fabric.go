@@ -178,6 +178,21 @@ func (f *Fabric) RunUntil(limit time.Duration, done func() bool) bool {
 	}
 }
 
+// Next is the virtual time of the fabric's next event: a datagram's
+// arrival or a live core's deadline.
+func (f *Fabric) Next() time.Duration {
+	next := time.Duration(1<<63 - 1)
+	for i, c := range f.Cores {
+		if !f.wires.Down(noc.NodeID(i)) {
+			next = min(next, c.NextDeadline())
+		}
+	}
+	if at, inFlight := f.wires.Next(); inFlight {
+		next = min(next, at)
+	}
+	return next
+}
+
 // flushAll moves every core's output datagrams onto the wires.
 func (f *Fabric) flushAll() {
 	buf := f.buf

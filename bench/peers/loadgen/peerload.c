@@ -20,6 +20,12 @@
  *                                  the page at the node that does not own it
  *                                  (the page's 4 KiB travel to it), then
  *                                  dpu_release there
+ *   peerload store SOCK OWNER_SOCK BYTES  bulk stores: each client allocates
+ *                                  BYTES through OWNER_SOCK (owned by that node)
+ *                                  and stores all of them (one dpu_store) again
+ *                                  and again from the node of SOCK; the report
+ *                                  adds bytes=BYTES and mb_s, the megabytes per
+ *                                  second of all clients together
  *   peerload echo PATH             SOCK_SEQPACKET echo of a 48-byte message
  *   peerload echo-server PATH      the echo's other process (runs until killed)
  *   peerload redis HOST:PORT       Redis: EVALSHA of a compare-and-swap Lua script
@@ -303,6 +309,67 @@ static void run_dpu(const char *sock, const char *owner_sock, int n, double secs
         free(cs[i].lat);
     }
     (void)dpu_free(owner, page);
+    dpu_close(owner);
+}
+
+/* ---- dpu bulk stores ---- */
+
+struct store_conn {
+    dpu_t *d;
+    dpu_gva_t at;
+    uint8_t *buf;
+    size_t bytes;
+    uint8_t round;
+};
+
+static int store_op(struct client *c) {
+    struct store_conn *x = c->conn;
+    x->buf[0] = ++x->round; /* each store writes something new */
+    int rc = dpu_store(x->d, x->at, x->buf, x->bytes);
+    if (rc < 0) snprintf(c->err, sizeof c->err, "dpu_store: %s (%s)", dpu_strerror(rc), dpu_last_error());
+    return rc;
+}
+
+static void run_store(const char *sock, const char *owner_sock, const char *bytes_arg, int n, double secs,
+                      double warm) {
+    long long want = atoll(bytes_arg);
+    if (want < 1 || want > (1LL << 30)) die("store: BYTES %s outside [1, 1 GiB]", bytes_arg);
+    size_t bytes = (size_t)want;
+    dpu_t *owner = dpu_connect(owner_sock);
+    struct client cs[MAX_CLIENTS] = {0};
+    struct store_conn xs[MAX_CLIENTS] = {0};
+    for (int i = 0; i < n; i++) {
+        size_t alloc = (bytes + DPU_PAGE_SIZE - 1) / DPU_PAGE_SIZE * DPU_PAGE_SIZE;
+        int rc = dpu_alloc(owner, alloc, &xs[i].at);
+        if (rc < 0) die("dpu_alloc: %s", dpu_last_error());
+        xs[i].d = dpu_connect(sock);
+        xs[i].bytes = bytes;
+        xs[i].buf = malloc(bytes);
+        if (!xs[i].buf) die("%s", "out of memory");
+        for (size_t k = 0; k < bytes; k++) xs[i].buf[k] = (uint8_t)(k * 131 + (size_t)i);
+        cs[i] = (struct client){.id = i, .op = store_op, .conn = &xs[i]};
+    }
+    int hops = -1, tier = -1;
+    if (dpu_where(xs[0].d, xs[0].at, &tier, &hops) < 0) die("dpu_where: %s", dpu_last_error());
+    int ring = ring_in_use();
+    struct result r = measure(cs, n, secs, warm);
+    /* What the owner holds is what the last store wrote. */
+    uint8_t got[64];
+    size_t k = bytes < sizeof got ? bytes : sizeof got;
+    if (r.ops > 0 && dpu_load(owner, xs[0].at, got, k) == 0) {
+        xs[0].buf[0] = xs[0].round;
+        if (memcmp(got, xs[0].buf, k) != 0) die("%s", "store: the owner's copy differs from the last store");
+    }
+    char extra[160];
+    snprintf(extra, sizeof extra, "transport=%s hops=%d hops_after=%d bytes=%zu mb_s=%.1f", ring ? "ring" : "socket",
+             hops, hops, bytes, (double)r.ops * (double)bytes / r.window / 1e6);
+    report(r, n, extra);
+    for (int i = 0; i < n; i++) {
+        (void)dpu_free(owner, xs[i].at);
+        dpu_close(xs[i].d);
+        free(xs[i].buf);
+        free(cs[i].lat);
+    }
     dpu_close(owner);
 }
 
@@ -696,7 +763,7 @@ static void run_freeport(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: peerload [-c CLIENTS] [-t SECONDS] [-w WARMUP] [-e EXTEND] "
-                    "dpu SOCK OWNER_SOCK | transfer SOCK_A SOCK_B | echo PATH | echo-server PATH | redis HOST:PORT | "
+                    "dpu SOCK OWNER_SOCK | store SOCK OWNER_SOCK BYTES | transfer SOCK_A SOCK_B | echo PATH | echo-server PATH | redis HOST:PORT | "
                     "memcached HOST:PORT | transport SOCK | freeport\n");
     exit(2);
 }
@@ -721,6 +788,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     kind_name = argv[0];
     if (strcmp(argv[0], "dpu") == 0 && argc == 3) run_dpu(argv[1], argv[2], clients, secs, warm);
+    else if (strcmp(argv[0], "store") == 0 && argc == 4) run_store(argv[1], argv[2], argv[3], clients, secs, warm);
     else if (strcmp(argv[0], "transfer") == 0 && argc == 3) run_transfer(argv[1], argv[2], clients, secs, warm);
     else if (strcmp(argv[0], "echo") == 0 && argc == 2) run_echo(argv[1], clients, secs, warm);
     else if (strcmp(argv[0], "echo-server") == 0 && argc == 2) run_echo_server(argv[1]);

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../src/cuda_abi.h"
 
@@ -58,7 +59,7 @@ struct device {
 
 struct CUctx_st { int dev; };
 struct CUfunc_st { uint64_t ns; };
-struct CUmod_st { int unused; };
+struct CUmod_st { int dev; uint64_t mem; };
 struct CUevent_st { int dev; int recorded; uint64_t at; unsigned flags; };
 struct CUstream_st { int dev; int capturing; struct CUgraph_st *graph; };
 struct CUgraph_st { int n; struct CUfunc_st *fns[256]; };
@@ -96,6 +97,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct device devs[MAX_DEVICES];
 static int ndevs;
 static int initialized;
+static pid_t owner; /* the process that initialised the driver (a forked child's copy is not its) */
 static uint64_t default_kernel_ns;
 static int tracing;
 static struct block *blocks;
@@ -180,6 +182,7 @@ EXPORT CUresult cuInit(unsigned int flags) {
         if (granule < SLOT || (granule & (granule - 1)))
             granule = 2u << 20;
         ctx_mem = parse_size(getenv("FAKECUDA_CTX_MEM"), 0);
+        owner = getpid();
         initialized = 1;
         atexit(write_stats);
     }
@@ -799,18 +802,36 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
     return CUDA_SUCCESS;
 }
 
-/* Modules and kernels. */
-static struct CUmod_st the_module;
-
+/* Modules and kernels. A module takes FAKECUDA_MODULE_MEM bytes of its
+ * device (none by default) until it is unloaded: the driver's own memory,
+ * which no allocation entry point sees (as code and lazily loaded kernels
+ * on a real GPU). */
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     NEED_CTX();
     if (!m || !image)
         return CUDA_ERROR_INVALID_VALUE;
-    *m = &the_module;
+    struct CUmod_st *mod = calloc(1, sizeof *mod);
+    if (!mod)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    mod->dev = current->dev;
+    mod->mem = parse_size(getenv("FAKECUDA_MODULE_MEM"), 0);
+    pthread_mutex_lock(&mu);
+    CUresult r = take(mod->dev, mod->mem);
+    pthread_mutex_unlock(&mu);
+    if (r != CUDA_SUCCESS) {
+        free(mod);
+        return r;
+    }
+    *m = mod;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuModuleUnload(CUmodule m) {
-    (void)m;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&mu);
+    devs[m->dev].used -= m->mem;
+    pthread_mutex_unlock(&mu);
+    free(m);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
@@ -951,6 +972,11 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationPr
     *g = granule;
     return CUDA_SUCCESS;
 }
+
+/* fakecuda_owner is the process the fake NVML lists as the devices' user:
+ * the one that initialised the driver. */
+EXPORT int fakecuda_owner(void);
+EXPORT int fakecuda_owner(void) { return initialized ? (int)owner : 0; }
 
 /* fakecuda_physical is the fake device's use as the fake NVML reports it:
  * the chunks its allocations occupy and its contexts. */

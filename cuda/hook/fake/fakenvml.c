@@ -6,8 +6,9 @@
  * the fake's UUIDs fa ce 00 … 00 ordinal) and their use as the fake driver
  * accounts it (fakecuda_physical: chunks and contexts, not bytes asked
  * for) when the fake driver is loaded and initialised in the process, else
- * FAKECUDA_MEM free. The running-processes query lists the calling process
- * with that use; utilisation is FAKENVML_UTIL percent (default 50) for
+ * FAKECUDA_MEM free. The running-processes query lists the process that
+ * initialised the fake driver (the caller, or for a forked child its
+ * parent) with that use; utilisation is FAKENVML_UTIL percent (default 50) for
  * both figures.
  */
 #define _GNU_SOURCE
@@ -57,18 +58,28 @@ static uint64_t env_size(const char *name, uint64_t def) {
     return v;
 }
 
-/* physical asks the fake driver, if it is in the process. */
-static void physical(int dev, uint64_t *total, uint64_t *used) {
+/* physical asks the fake driver, if it is in the process, and which
+ * process it lists as the user (the one that initialised it). */
+static void physical_of(int dev, uint64_t *total, uint64_t *used, unsigned *pid) {
     *total = env_size("FAKECUDA_MEM", 16ull << 30);
     *used = 0;
+    *pid = (unsigned)getpid();
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!h)
         return;
     int (*f)(int, uint64_t *, uint64_t *) = (int (*)(int, uint64_t *, uint64_t *))dlsym(h, "fakecuda_physical");
+    int (*o)(void) = (int (*)(void))dlsym(h, "fakecuda_owner");
     uint64_t t, u;
     if (f && f(dev, &t, &u) == 0)
         *total = t, *used = u;
+    if (o && o() > 0)
+        *pid = (unsigned)o();
     dlclose(h);
+}
+
+static void physical(int dev, uint64_t *total, uint64_t *used) {
+    unsigned pid;
+    physical_of(dev, total, used, &pid);
 }
 
 #define NEED()                                                                                     \
@@ -187,14 +198,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *
         if (!n)                                                                                    \
             return INVALID;                                                                        \
         uint64_t t, u;                                                                             \
-        physical(h->index, &t, &u);                                                                \
+        unsigned pid;                                                                              \
+        physical_of(h->index, &t, &u, &pid);                                                       \
         unsigned want = u ? 1 : 0, cap = *n;                                                       \
         *n = want;                                                                                 \
         if (cap < want)                                                                            \
             return SIZE;                                                                           \
         if (want) {                                                                                \
             memset(&p[0], 0, sizeof(type));                                                        \
-            p[0].pid = (unsigned)getpid();                                                         \
+            p[0].pid = pid;                                                                        \
             p[0].usedGpuMemory = u;                                                                \
         }                                                                                          \
         return OK;                                                                                 \

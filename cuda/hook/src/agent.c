@@ -12,7 +12,9 @@
  * to 2 s) and, once connected, first re-reports the totals of every device
  * the process used (GPU_MEM_UPDATE sync), so usage survives an agent
  * restart; then it refreshes limits every DPU_CUDA_REFRESH_MS (1 s), which
- * is how a limit set with dpuctl reaches a process that is not allocating.
+ * is how a limit set with dpuctl reaches a process that is not allocating,
+ * and reconciles each used device's charge with the driver's figure
+ * (mem.c's true usage), outside the connection's lock.
  * Every call is bounded by DPU_CUDA_TIMEOUT_MS (2 s); a call that fails on
  * the connection drops it and wakes the background thread.
  */
@@ -56,14 +58,19 @@ static void kick(void) {
     pthread_mutex_unlock(&bg_mu);
 }
 
-/* call sends one GPU op on the connection. conn_mu held. */
-static int call(uint16_t op, const uint8_t *body, size_t len, uint8_t *rep, size_t cap, size_t *rlen) {
+/* call_op sends one GPU op on the connection; an agent that does not know
+ * an optional op (a later one than the accounting's) answers it ENOSYS
+ * without the accounting being taken for absent. conn_mu held. */
+static int call_op(uint16_t op, int optional, const uint8_t *body, size_t len, uint8_t *rep, size_t cap,
+                   size_t *rlen) {
     if (!conn)
         return -ENOTCONN;
     if (unsupported)
         return -ENOSYS;
     int rc = dpu_call(conn, op, body, len, rep, cap, rlen);
-    if (rc == -ENOSYS) {
+    if (rc == -ENOSYS && optional) {
+        LOGF(LOG_DEBUG, "the agent does not serve GPU op %u", op);
+    } else if (rc == -ENOSYS) {
         LOGF(LOG_WARN, "the agent serves no GPU accounting; running without limits");
         unsupported = 1;
     } else if (is_conn_error(rc)) {
@@ -75,6 +82,10 @@ static int call(uint16_t op, const uint8_t *body, size_t len, uint8_t *rep, size
         LOGF(LOG_WARN, "GPU op %u refused: %s", op, dpu_last_error());
     }
     return rc;
+}
+
+static int call(uint16_t op, const uint8_t *body, size_t len, uint8_t *rep, size_t cap, size_t *rlen) {
+    return call_op(op, 0, body, len, rep, cap, rlen);
 }
 
 static void apply_limits(struct device *d, const struct gpu_limits *l) {
@@ -168,6 +179,11 @@ static void *bg_main(void *arg) {
         }
         int connected = conn != NULL;
         pthread_mutex_unlock(&conn_mu);
+        for (int i = 0; i < DPUCUDA_MAX_DEVICES; i++) {
+            struct device *d = device_peek(i);
+            if (atomic_load(&d->seen))
+                usage_reconcile(d); /* the driver's own growth, between allocations too */
+        }
 
         uint64_t wait = connected ? (uint64_t)refresh_ms : backoff;
         backoff = connected ? 50 : (backoff * 2 > (uint64_t)backoff_max_ms ? (uint64_t)backoff_max_ms : backoff * 2);
@@ -279,6 +295,22 @@ int agent_token(struct device *d, uint64_t want_ns, uint64_t overuse_ns, struct 
         t->window_ns = g.window_ns;
     }
     return rc;
+}
+
+int agent_procs(struct device *d, uint32_t *pids, uint64_t *bytes, int cap) {
+    ensure_started();
+    uint8_t body[GPU_PROCS_REQ_LEN], rep[GPU_PROCS_HEAD_LEN + GPU_MAX_PROCS * GPU_PROC_LEN];
+    unsigned char uuid[16];
+    size_t n = 0;
+    device_uuid(d, uuid);
+    gw_device(body, (uint32_t)d->ordinal, uuid);
+    pthread_mutex_lock(&conn_mu);
+    int rc = call_op(GPU_OP_MEM_PROCS, 1, body, sizeof body, rep, sizeof rep, &n);
+    pthread_mutex_unlock(&conn_mu);
+    if (rc < 0)
+        return rc;
+    int k = gw_procs(rep, n, pids, bytes, cap);
+    return k < 0 ? -EPROTO : k;
 }
 
 /* agent_after_fork forgets the parent's connection in a child: the socket

@@ -14,6 +14,7 @@ enum {
     GPU_OP_MEM_LIMIT = 64,
     GPU_OP_MEM_UPDATE = 65,
     GPU_OP_KERNEL_QUOTA = 66,
+    GPU_OP_MEM_PROCS = 67,
 
     GPU_DEVICE_LEN = 24,
     GPU_LIMIT_REQ_LEN = GPU_DEVICE_LEN,
@@ -21,6 +22,10 @@ enum {
     GPU_QUOTA_REQ_LEN = GPU_DEVICE_LEN + 16,
     GPU_LIMITS_LEN = 40,
     GPU_TOKEN_LEN = 24,
+    GPU_PROCS_REQ_LEN = GPU_DEVICE_LEN,
+    GPU_PROCS_HEAD_LEN = 8,
+    GPU_PROC_LEN = 16,
+    GPU_MAX_PROCS = 64,
 };
 
 struct gpu_limits {
@@ -98,6 +103,21 @@ static inline int gw_token(const uint8_t *b, size_t n, struct gpu_token *t) {
     t->quota = gw_get32(b + 16);
     t->window_ns = (uint64_t)gw_get32(b + 20) * 1000u;
     return 0;
+}
+
+/* gw_procs decodes a GPU_MEM_PROCS reply into at most cap entries: the
+ * count, or -1 when malformed. */
+static inline int gw_procs(const uint8_t *b, size_t n, uint32_t *pids, uint64_t *bytes, int cap) {
+    if (n < GPU_PROCS_HEAD_LEN || gw_get32(b + 4) != 0) return -1;
+    uint32_t count = gw_get32(b);
+    if (count > GPU_MAX_PROCS || n != GPU_PROCS_HEAD_LEN + (size_t)count * GPU_PROC_LEN) return -1;
+    int k = 0;
+    for (uint32_t i = 0; i < count && k < cap; i++) {
+        const uint8_t *e = b + GPU_PROCS_HEAD_LEN + (size_t)i * GPU_PROC_LEN;
+        pids[k] = gw_get32(e);
+        bytes[k++] = gw_get64(e + 8);
+    }
+    return k;
 }
 
 #endif /* DPUCUDA_GPU_WIRE_H */

@@ -378,7 +378,9 @@ void devices_reset_after_fork(void) {
         struct device *d = &devices[i];
         pthread_mutex_init(&d->mu, NULL);
         pthread_mutex_init(&d->umu, NULL);
-        d->used = d->reserved = 0;
+        d->used = d->reserved = d->untracked = d->gen = 0;
+        atomic_store(&d->freeing, 0);
+        atomic_store(&d->usage_at, 0);
         d->primary_refs = 0;
         d->util_at = d->util_kernel = 0;
         atomic_store(&d->others, 0);

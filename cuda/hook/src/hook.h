@@ -142,8 +142,12 @@ struct throttle;
 struct device {
     int ordinal;
     pthread_mutex_t mu;       /* used, reserved */
-    uint64_t used;            /* bytes allocated through the hook */
+    uint64_t used;            /* bytes charged: allocations through the hook, and untracked */
     uint64_t reserved;        /* admitted, not yet allocated */
+    uint64_t untracked;       /* part of used: the driver's own use beyond the hook's charges (NVML) */
+    uint64_t gen;             /* bumped whenever used changes (under mu) */
+    _Atomic int freeing;      /* frees in the driver, not yet taken off used */
+    _Atomic uint64_t usage_at; /* when the driver's figure was last read (mono_ns); 0 never */
     _Atomic int seen;         /* the process used it: re-report after a reconnect */
     _Atomic int uuid_state;   /* 0 unknown, 1 fetching/fetched */
     unsigned char uuid[16];
@@ -178,6 +182,9 @@ void agent_start(void);
 int agent_refresh(struct device *d);
 int agent_report(struct device *d, uint32_t kind, uint64_t bytes);
 int agent_token(struct device *d, uint64_t want_ns, uint64_t overuse_ns, struct token *t);
+/* agent_procs lists the processes under d's limit (pids, bytes in use):
+ * their count, or a negative errno. */
+int agent_procs(struct device *d, uint32_t *pids, uint64_t *bytes, int cap);
 void agent_after_fork(void);
 
 /* Allocation table (table.c). */
@@ -197,6 +204,13 @@ uint64_t table_count(void);
 
 /* NVML (nvml.c). */
 int hook_nvml_used(struct device *d, uint64_t *used); /* 0, or -1 without NVML */
+/* hook_nvml_process_used is the driver's figure for this process on d
+ * (NVML's running-process list; 0 when it is not listed): 0, or -1 without
+ * NVML or the figure. */
+int hook_nvml_process_used(struct device *d, uint64_t *used);
+
+/* True usage (mem.c): reconcile d's charge with the driver's figure. */
+void usage_reconcile(struct device *d);
 
 /* Throttle (launch.c). */
 extern DPUCUDA_HIDDEN _Atomic int launch_watch; /* non-zero: launches take the slow path (launch.c) */

@@ -42,6 +42,23 @@
  * ... device host mem SIZE, or gpu-device = host SIZE 0); a limit of every
  * device does not cover it. cuMemFreeHost and cuMemHostUnregister release
  * it. Contexts made with cuCtxCreate_v3 and _v4 are charged as _v2's.
+ *
+ * True usage. The driver takes device memory the allocation entry points
+ * never see: module images and lazily loaded kernels (cuBLAS, cuDNN),
+ * local memory grown for a kernel's stack, the context's own growth. So
+ * the charge is reconciled with the driver's own figure for the process
+ * (NVML's running-process list, the usedGpuMemory of this pid): whatever
+ * the driver holds beyond the hook's charges is charged too, as the
+ * device's "untracked" part (reported to the agent like an allocation, so
+ * dpuctl gpu show and the limit see it), and given back when the driver's
+ * figure falls. Under a limit the figure is read again at every admission
+ * that would bring the charge within an eighth of the limit, and at least
+ * every DPU_CUDA_USAGE_MS (100 ms) otherwise; the background thread reads
+ * it at every refresh. So the allocation that would take the driver's
+ * figure past the limit is the one refused. A reading is used only when no
+ * allocation or free of the process's was between the driver and the
+ * charge while it was taken (it is otherwise dropped, the last one kept):
+ * the hook never guesses which side of the reading such a call fell on.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -138,11 +155,70 @@ static uint64_t chunks(struct device *d, uint64_t addr, uint64_t size, int delta
     return bytes;
 }
 
+/* ---- true usage ---- */
+
+void usage_reconcile(struct device *d) {
+    if (!d || d == host_memory())
+        return;
+    pthread_mutex_lock(&d->mu);
+    uint64_t gen = d->gen;
+    int quiet = d->reserved == 0;
+    pthread_mutex_unlock(&d->mu);
+    uint64_t drv_bytes = 0;
+    if (!quiet || atomic_load(&d->freeing) || hook_nvml_process_used(d, &drv_bytes) != 0)
+        return;
+    atomic_store(&d->usage_at, mono_ns());
+    pthread_mutex_lock(&d->mu);
+    if (d->gen != gen || d->reserved || atomic_load(&d->freeing)) {
+        pthread_mutex_unlock(&d->mu);
+        return;
+    }
+    uint64_t tracked = d->used - d->untracked, want = drv_bytes > tracked ? drv_bytes - tracked : 0,
+             was = d->untracked;
+    d->untracked = want;
+    d->used = tracked + want;
+    if (want != was)
+        d->gen++;
+    pthread_mutex_unlock(&d->mu);
+    if (want == was)
+        return;
+    LOGF(LOG_DEBUG, "device %d: the driver holds %llu bytes for the process, %llu beyond the hook's charges",
+         d->ordinal, (unsigned long long)drv_bytes, (unsigned long long)want);
+    agent_report(d, want > was ? UPDATE_ALLOC : UPDATE_FREE, want > was ? want - was : was - want);
+}
+
+static uint64_t usage_interval_ns(void) {
+    static _Atomic uint64_t ns; /* +1, so that 0 means not read yet */
+    uint64_t v = atomic_load_explicit(&ns, memory_order_relaxed);
+    if (!v) {
+        v = env_u64("DPU_CUDA_USAGE_MS", 100) * 1000000ull + 1;
+        atomic_store(&ns, v);
+    }
+    return v - 1;
+}
+
+/* usage_before_admit reads the driver's figure when admitting bytes under
+ * the limit could depend on it: near the limit, or when the last reading is
+ * stale. */
+static void usage_before_admit(struct device *d, uint64_t bytes) {
+    uint64_t limit = atomic_load(&d->limit);
+    if (!limit || d == host_memory())
+        return;
+    pthread_mutex_lock(&d->mu);
+    uint64_t in_use = d->used + d->reserved + atomic_load(&d->others);
+    pthread_mutex_unlock(&d->mu);
+    uint64_t after, at = atomic_load(&d->usage_at);
+    int near = __builtin_add_overflow(in_use, bytes, &after) || after > limit - limit / 8;
+    if (near || !at || mono_ns() - at >= usage_interval_ns())
+        usage_reconcile(d);
+}
+
 static CUresult admit(struct device *d, uint64_t bytes, const char *what) {
     if (!d)
         return CUDA_SUCCESS; /* no current context: the driver will refuse */
     atomic_store(&d->seen, 1);
     agent_refresh(d); /* the freshest limit; while disconnected, the last one */
+    usage_before_admit(d, bytes);
     pthread_mutex_lock(&d->mu);
     uint64_t limit = atomic_load(&d->limit), in_use = d->used + d->reserved + atomic_load(&d->others), after;
     int over = limit && (__builtin_add_overflow(in_use, bytes, &after) || after > limit);
@@ -176,8 +252,10 @@ static void commit(struct device *d, uint64_t reserved, uint32_t kind, uint64_t 
     int tracked = table_put(&a) == 0;
     pthread_mutex_lock(&d->mu);
     d->reserved -= reserved;
-    if (tracked)
+    if (tracked) {
         d->used += bytes;
+        d->gen++;
+    }
     pthread_mutex_unlock(&d->mu);
     if (!tracked) {
         LOGF(LOG_ERROR, "no memory to track an allocation of %llu bytes; it is not accounted",
@@ -193,7 +271,10 @@ static void released(const struct allocation *a) {
         return;
     uint64_t bytes = a->size ? chunks(d, a->key, a->size, -1) : a->bytes;
     pthread_mutex_lock(&d->mu);
-    d->used -= bytes <= d->used ? bytes : d->used;
+    uint64_t tracked = d->used - d->untracked;
+    bytes = bytes <= tracked ? bytes : tracked;
+    d->used -= bytes;
+    d->gen++;
     pthread_mutex_unlock(&d->mu);
     agent_report(d, UPDATE_FREE, bytes);
 }
@@ -362,16 +443,27 @@ DPUCUDA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *arr, const CUDA
  * address the driver hands out again at once is not confused with it; a
  * failed free puts it back. ---- */
 
+/* freeing_mark counts a free in the driver on a's device (delta +1, -1),
+ * so that no reading of the driver's figure is taken meanwhile. */
+static void freeing_mark(const struct allocation *a, int delta) {
+    struct device *d = a->device == DPUCUDA_HOST_DEVICE ? NULL : device_peek(a->device);
+    if (d)
+        atomic_fetch_add(&d->freeing, delta);
+}
+
 #define FREE_BODY(real_call, kind, key)                                                            \
     do {                                                                                           \
         struct allocation a_;                                                                      \
         int had_ = table_take(kind, key, &a_);                                                     \
+        if (had_)                                                                                  \
+            freeing_mark(&a_, +1);                                                                 \
         CUresult r_ = real_call;                                                                   \
         if (had_) {                                                                                \
             if (r_ == CUDA_SUCCESS)                                                                \
                 released(&a_);                                                                     \
             else                                                                                   \
                 table_put(&a_);                                                                    \
+            freeing_mark(&a_, -1);                                                                 \
         }                                                                                          \
         return r_;                                                                                 \
     } while (0)
@@ -501,6 +593,7 @@ static void charge_context(struct device *d, uint64_t key, int measured, uint64_
         return;
     pthread_mutex_lock(&d->mu);
     d->used += bytes;
+    d->gen++;
     pthread_mutex_unlock(&d->mu);
     LOGF(LOG_INFO, "device %d: a context took %llu bytes", d->ordinal, (unsigned long long)bytes);
     agent_report(d, UPDATE_ALLOC, bytes);

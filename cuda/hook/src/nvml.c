@@ -12,8 +12,13 @@
  *   and used is what cuMemGetInfo shows as used: this process's charge,
  *   what it has reserved for allocations in flight, and the others' under
  *   the same limit (a cgroup's or container's);
- *   nvmlDeviceGetComputeRunningProcesses(_v2, _v3): under a limit, this
- *   process alone, with its charge (what dpuctl gpu show reports for it);
+ *   nvmlDeviceGetComputeRunningProcesses(_v2, _v3) and
+ *   nvmlDeviceGetRunningProcessDetailList (compute): under a limit, the
+ *   processes whose use counts against it, each with its charge as dpuctl
+ *   gpu show reports it: this process, and under a cgroup's, pod's or
+ *   container's limit the group's others (GPU_MEM_PROCS), so that the table
+ *   adds up to the memory shown used; the graphics and MPS lists are empty
+ *   under a limit (the charges are all in the compute list);
  *   nvmlDeviceGetUtilizationRates: under a kernel-time quota, the GPU
  *   figure is this process's accounted kernel time over the interval since
  *   the previous sample (the memory figure is the device's).
@@ -32,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpu_wire.h"
 #include "hook.h"
 
 typedef int nvmlReturn_t;
@@ -63,6 +69,19 @@ typedef struct {
 typedef struct {
     unsigned int gpu, memory;
 } nvmlUtilization_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+typedef struct {
+    unsigned int version;
+    unsigned int mode; /* NVML_PROCESS_MODE_* */
+    unsigned int numProcArrayEntries;
+    nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t;
+enum { NVML_PROCESS_MODE_COMPUTE = 0 };
 
 /* The interposed entry points (NVML's signatures). */
 nvmlReturn_t nvmlDeviceGetCount(unsigned int *count);
@@ -76,6 +95,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_t *infos);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_t *infos);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned int *count, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t h, unsigned int *count,
+                                                     nvmlProcessInfo_v1_t *infos);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
+                                                        nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count,
+                                                        nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlProcessDetailList_v1_t *list);
 
 /* ---- the real library ---- */
 
@@ -94,6 +123,13 @@ static struct {
     nvmlReturn_t (*Procs2)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
     nvmlReturn_t (*Procs3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
     nvmlReturn_t (*Utilization)(nvmlDevice_t, nvmlUtilization_t *);
+    nvmlReturn_t (*Gfx1)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+    nvmlReturn_t (*Gfx2)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*Gfx3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*Mps1)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v1_t *);
+    nvmlReturn_t (*Mps2)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*Mps3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*DetailList)(nvmlDevice_t, nvmlProcessDetailList_v1_t *);
 } nv;
 
 static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
@@ -122,6 +158,13 @@ static void nv_load(void) {
     NV(Procs2, "nvmlDeviceGetComputeRunningProcesses_v2");
     NV(Procs3, "nvmlDeviceGetComputeRunningProcesses_v3");
     NV(Utilization, "nvmlDeviceGetUtilizationRates");
+    NV(Gfx1, "nvmlDeviceGetGraphicsRunningProcesses");
+    NV(Gfx2, "nvmlDeviceGetGraphicsRunningProcesses_v2");
+    NV(Gfx3, "nvmlDeviceGetGraphicsRunningProcesses_v3");
+    NV(Mps1, "nvmlDeviceGetMPSComputeRunningProcesses");
+    NV(Mps2, "nvmlDeviceGetMPSComputeRunningProcesses_v2");
+    NV(Mps3, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
+    NV(DetailList, "nvmlDeviceGetRunningProcessDetailList");
 #undef NV
 }
 
@@ -346,49 +389,105 @@ DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemor
     return r;
 }
 
-/* procs answers a running-processes query under a limit: this process
- * alone, with its charge. */
-#define PROCS_BODY(real, type)                                                                     \
+/* scope is the processes under device d's limit with what each has in
+ * use, as dpuctl gpu show lists them: this process (own, its charge) and,
+ * under a shared limit, the others the agent accounts under it. Processes
+ * with nothing in use are left out, as the driver leaves out processes
+ * without a context. */
+struct scope {
+    unsigned n;
+    uint32_t pid[GPU_MAX_PROCS + 1];
+    uint64_t bytes[GPU_MAX_PROCS + 1];
+};
+
+static void scope_of(struct device *d, uint64_t own, struct scope *s) {
+    uint32_t me = (uint32_t)getpid(), pids[GPU_MAX_PROCS];
+    uint64_t bytes[GPU_MAX_PROCS];
+    s->n = 0;
+    if (own) {
+        s->pid[0] = me;
+        s->bytes[0] = own;
+        s->n = 1;
+    }
+    int k = atomic_load(&d->others) ? agent_procs(d, pids, bytes, GPU_MAX_PROCS) : 0;
+    for (int i = 0; i < k; i++)
+        if (pids[i] != me && bytes[i]) {
+            s->pid[s->n] = pids[i];
+            s->bytes[s->n++] = bytes[i];
+        }
+    LOGF(LOG_DEBUG, "NVML process table under the limit of device %d: %u process(es)", d->ordinal, s->n);
+}
+
+/* PROCS_BODY answers a running-processes query under a limit with the
+ * processes of the limit's scope (compute), or none (graphics, MPS). */
+#define PROCS_BODY(real, type, listed)                                                             \
     do {                                                                                           \
         uint64_t limit, used, own;                                                                 \
-        if (!count || !view(device_of(h), &limit, &used, &own))                                    \
+        struct device *d_ = device_of(h);                                                          \
+        if (!count || !view(d_, &limit, &used, &own))                                              \
             return real(h, count, infos);                                                          \
-        unsigned n = own ? 1 : 0, cap = *count;                                                    \
-        *count = n;                                                                                \
-        if (cap < n)                                                                               \
+        struct scope s_ = {0};                                                                     \
+        if (listed)                                                                                \
+            scope_of(d_, own, &s_);                                                                \
+        unsigned cap = *count;                                                                     \
+        *count = s_.n;                                                                             \
+        if (cap < s_.n)                                                                            \
             return NVML_ERROR_INSUFFICIENT_SIZE;                                                   \
-        if (n) {                                                                                   \
-            if (!infos)                                                                            \
-                return NVML_ERROR_INVALID_ARGUMENT;                                                \
-            memset(&infos[0], 0, sizeof infos[0]);                                                 \
-            infos[0].pid = (unsigned)getpid();                                                     \
-            infos[0].usedGpuMemory = own;                                                          \
-            SET_INSTANCE(infos[0]);                                                                \
+        if (s_.n && !infos)                                                                        \
+            return NVML_ERROR_INVALID_ARGUMENT;                                                    \
+        for (unsigned i = 0; i < s_.n; i++) {                                                      \
+            memset(&infos[i], 0, sizeof infos[i]);                                                 \
+            infos[i].pid = s_.pid[i];                                                              \
+            infos[i].usedGpuMemory = s_.bytes[i];                                                  \
+            SET_INSTANCE(infos[i]);                                                                \
         }                                                                                          \
         return NVML_SUCCESS;                                                                       \
     } while (0)
 
-#define SET_INSTANCE(x) ((x).gpuInstanceId = (x).computeInstanceId = 0xFFFFFFFFu)
-DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned int *count,
-                                                                   nvmlProcessInfo_t *infos) {
-    NEED(Procs3);
-    PROCS_BODY(nv.Procs3, nvmlProcessInfo_t);
-}
+#define PROCS_FN(name, field, type, listed)                                                        \
+    DPUCUDA_EXPORT nvmlReturn_t name(nvmlDevice_t h, unsigned int *count, type *infos) {           \
+        NEED(field);                                                                               \
+        PROCS_BODY(nv.field, type, listed);                                                        \
+    }
 
-DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
-                                                                   nvmlProcessInfo_t *infos) {
-    NEED(Procs2);
-    PROCS_BODY(nv.Procs2, nvmlProcessInfo_t);
-}
+#define SET_INSTANCE(x) ((x).gpuInstanceId = (x).computeInstanceId = 0xFFFFFFFFu)
+PROCS_FN(nvmlDeviceGetComputeRunningProcesses_v3, Procs3, nvmlProcessInfo_t, 1)
+PROCS_FN(nvmlDeviceGetComputeRunningProcesses_v2, Procs2, nvmlProcessInfo_t, 1)
+PROCS_FN(nvmlDeviceGetGraphicsRunningProcesses_v3, Gfx3, nvmlProcessInfo_t, 0)
+PROCS_FN(nvmlDeviceGetGraphicsRunningProcesses_v2, Gfx2, nvmlProcessInfo_t, 0)
+PROCS_FN(nvmlDeviceGetMPSComputeRunningProcesses_v3, Mps3, nvmlProcessInfo_t, 0)
+PROCS_FN(nvmlDeviceGetMPSComputeRunningProcesses_v2, Mps2, nvmlProcessInfo_t, 0)
 #undef SET_INSTANCE
 
 #define SET_INSTANCE(x) ((void)0)
-DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *count,
-                                                                nvmlProcessInfo_v1_t *infos) {
-    NEED(Procs1);
-    PROCS_BODY(nv.Procs1, nvmlProcessInfo_v1_t);
-}
+PROCS_FN(nvmlDeviceGetComputeRunningProcesses, Procs1, nvmlProcessInfo_v1_t, 1)
+PROCS_FN(nvmlDeviceGetGraphicsRunningProcesses, Gfx1, nvmlProcessInfo_v1_t, 0)
+PROCS_FN(nvmlDeviceGetMPSComputeRunningProcesses, Mps1, nvmlProcessInfo_v1_t, 0)
 #undef SET_INSTANCE
+
+/* nvmlDeviceGetRunningProcessDetailList (NVML 12.4+, what recent
+ * nvidia-smi reads its process table with) answers as the queries above. */
+DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t h, nvmlProcessDetailList_v1_t *list) {
+    NEED(DetailList);
+    uint64_t limit, used, own;
+    struct device *d = device_of(h);
+    if (!list || !view(d, &limit, &used, &own))
+        return nv.DetailList(h, list);
+    struct scope s = {0};
+    if (list->mode == NVML_PROCESS_MODE_COMPUTE)
+        scope_of(d, own, &s);
+    unsigned cap = list->procArray ? list->numProcArrayEntries : 0;
+    list->numProcArrayEntries = s.n;
+    if (cap < s.n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned i = 0; i < s.n; i++) {
+        memset(&list->procArray[i], 0, sizeof list->procArray[i]);
+        list->procArray[i].pid = s.pid[i];
+        list->procArray[i].usedGpuMemory = s.bytes[i];
+        list->procArray[i].gpuInstanceId = list->procArray[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    return NVML_SUCCESS;
+}
 
 DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u) {
     NEED(Utilization);
@@ -412,9 +511,12 @@ DPUCUDA_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUt
 
 /* ---- for the hook ---- */
 
-int hook_nvml_used(struct device *d, uint64_t *used) {
+#define NVML_VALUE_NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFull /* a figure the driver does not give */
+
+/* nv_handle is NVML's handle of the hook's device d (by its UUID). */
+static int nv_handle(struct device *d, nvmlDevice_t *h) {
     static _Atomic int inited; /* 1 ok, -1 failed */
-    if (!nv_ready() || !nv.GetHandleByUUID || !nv.GetMemoryInfo)
+    if (!nv_ready() || !nv.GetHandleByUUID)
         return -1;
     int st = atomic_load(&inited);
     if (st == 0) {
@@ -430,11 +532,63 @@ int hook_nvml_used(struct device *d, uint64_t *used) {
     char text[48];
     snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
              u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    return nv.GetHandleByUUID(text, h) == NVML_SUCCESS ? 0 : -1;
+}
+
+int hook_nvml_used(struct device *d, uint64_t *used) {
     nvmlDevice_t h;
     nvmlMemory_t m;
-    if (nv.GetHandleByUUID(text, &h) != NVML_SUCCESS || nv.GetMemoryInfo(h, &m) != NVML_SUCCESS)
+    if (nv_handle(d, &h) != 0 || !nv.GetMemoryInfo || nv.GetMemoryInfo(h, &m) != NVML_SUCCESS)
         return -1;
     *used = m.used;
+    return 0;
+}
+
+/* hook_nvml_process_used reads the driver's running-process list (v3, else
+ * v2, else v1) and returns this process's entry. */
+int hook_nvml_process_used(struct device *d, uint64_t *used) {
+    nvmlDevice_t h;
+    if (atomic_load(&d->uuid_state) == 0 || nv_handle(d, &h) != 0)
+        return -1;
+    nvmlReturn_t (*q)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *) = nv.Procs3 ? nv.Procs3 : nv.Procs2;
+    unsigned me = (unsigned)getpid();
+    if (q) {
+        nvmlProcessInfo_t small[32], *p = small;
+        unsigned n = 32;
+        nvmlReturn_t r = q(h, &n, p);
+        for (int tries = 0; r == NVML_ERROR_INSUFFICIENT_SIZE && tries < 3; tries++) {
+            if (p != small)
+                free(p);
+            n += 16;
+            p = calloc(n, sizeof *p);
+            if (!p)
+                return -1;
+            r = q(h, &n, p);
+        }
+        int found = r == NVML_SUCCESS ? 0 : -1;
+        *used = 0; /* not listed: the driver holds nothing for the process */
+        for (unsigned i = 0; r == NVML_SUCCESS && i < n; i++)
+            if (p[i].pid == me) {
+                *used = p[i].usedGpuMemory;
+                found = *used == NVML_VALUE_NOT_AVAILABLE ? -1 : 0;
+                break;
+            }
+        if (p != small)
+            free(p);
+        return found;
+    }
+    if (!nv.Procs1)
+        return -1;
+    nvmlProcessInfo_v1_t p1[64];
+    unsigned n = 64;
+    if (nv.Procs1(h, &n, p1) != NVML_SUCCESS)
+        return -1;
+    *used = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (p1[i].pid == me) {
+            *used = p1[i].usedGpuMemory;
+            return *used == NVML_VALUE_NOT_AVAILABLE ? -1 : 0;
+        }
     return 0;
 }
 
@@ -455,6 +609,13 @@ void *hook_nvml_of(const char *name) {
         {"nvmlDeviceGetComputeRunningProcesses_v2", (void *)nvmlDeviceGetComputeRunningProcesses_v2},
         {"nvmlDeviceGetComputeRunningProcesses_v3", (void *)nvmlDeviceGetComputeRunningProcesses_v3},
         {"nvmlDeviceGetUtilizationRates", (void *)nvmlDeviceGetUtilizationRates},
+        {"nvmlDeviceGetGraphicsRunningProcesses", (void *)nvmlDeviceGetGraphicsRunningProcesses},
+        {"nvmlDeviceGetGraphicsRunningProcesses_v2", (void *)nvmlDeviceGetGraphicsRunningProcesses_v2},
+        {"nvmlDeviceGetGraphicsRunningProcesses_v3", (void *)nvmlDeviceGetGraphicsRunningProcesses_v3},
+        {"nvmlDeviceGetMPSComputeRunningProcesses", (void *)nvmlDeviceGetMPSComputeRunningProcesses},
+        {"nvmlDeviceGetMPSComputeRunningProcesses_v2", (void *)nvmlDeviceGetMPSComputeRunningProcesses_v2},
+        {"nvmlDeviceGetMPSComputeRunningProcesses_v3", (void *)nvmlDeviceGetMPSComputeRunningProcesses_v3},
+        {"nvmlDeviceGetRunningProcessDetailList", (void *)nvmlDeviceGetRunningProcessDetailList},
     };
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++)
         if (!strcmp(hooks[i].name, name))

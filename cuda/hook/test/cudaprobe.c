@@ -16,7 +16,7 @@
  * async N, pool N, create N [DEV], array W H, array3d W H D,
  * mipmap W H D LEVELS, free P, free1 P, freeasync P, release H,
  * arraydestroy H, mipmapdestroy H, meminfo, meminfo1, totalmem [DEV],
- * kernel US, launch N [plain|ex|coop], sync, sleep MS, next, pid,
+ * kernel US (loads the module once), unload, launch N [plain|ex|coop], sync, sleep MS, next, pid,
  * threads T N BYTES (T threads allocating and freeing BYTES N times each:
  * "ok ALLOCATED REFUSED"), fork BYTES (a child allocates BYTES, holds them
  * 300 ms and exits: "ok CHILDPID"), wait PID, exit;
@@ -84,6 +84,7 @@ CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemGetInfo(unsigned int *, unsigned int *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleUnload(CUmodule);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                         void **, void **);
@@ -156,6 +157,7 @@ struct api {
     CUresult (*MemGetInfo1)(unsigned int *, unsigned int *);
     CUresult (*DeviceTotalMem)(size_t *, CUdevice);
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleUnload)(CUmodule);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void **, void **);
@@ -205,6 +207,7 @@ static void resolve_link(void) {
     LINK(MemGetInfo1, cuMemGetInfo);
     LINK(DeviceTotalMem, cuDeviceTotalMem_v2);
     LINK(ModuleLoadData, cuModuleLoadData);
+    LINK(ModuleUnload, cuModuleUnload);
     LINK(ModuleGetFunction, cuModuleGetFunction);
     LINK(LaunchKernel, cuLaunchKernel);
     LINK(LaunchKernelEx, cuLaunchKernelEx);
@@ -269,6 +272,7 @@ static void resolve_dlsym(void) {
     SYM(MemGetInfo1, "cuMemGetInfo");
     SYM(DeviceTotalMem, "cuDeviceTotalMem_v2");
     SYM(ModuleLoadData, "cuModuleLoadData");
+    SYM(ModuleUnload, "cuModuleUnload");
     SYM(ModuleGetFunction, "cuModuleGetFunction");
     SYM(LaunchKernel, "cuLaunchKernel");
     SYM(LaunchKernelEx, "cuLaunchKernelEx");
@@ -386,6 +390,7 @@ static void resolve_proc(int v2) {
     cu.MemGetInfo1 = (__typeof__(cu.MemGetInfo1))proc("cuMemGetInfo", 2000);
     PROC(DeviceTotalMem, "cuDeviceTotalMem");
     PROC(ModuleLoadData, "cuModuleLoadData");
+    PROC(ModuleUnload, "cuModuleUnload");
     PROC(ModuleGetFunction, "cuModuleGetFunction");
     PROC(LaunchKernel, "cuLaunchKernel");
     PROC(LaunchKernelEx, "cuLaunchKernelEx");
@@ -598,6 +603,11 @@ int main(int argc, char **argv) {
             r = module ? CUDA_SUCCESS : cu.ModuleLoadData(&module, "fake module");
             if (r == CUDA_SUCCESS)
                 r = cu.ModuleGetFunction(&function, module, name);
+            reply(r, NULL);
+        } else if (!strcmp(cmd, "unload")) {
+            r = module ? cu.ModuleUnload(module) : CUDA_ERROR_INVALID_HANDLE;
+            if (r == CUDA_SUCCESS)
+                module = NULL, function = NULL;
             reply(r, NULL);
         } else if (!strcmp(cmd, "launch")) {
             uint64_t n = num(a1), t0 = now_ns();

@@ -190,6 +190,18 @@ DPU_API int dpu_unlock(dpu_t *d, dpu_gva_t page);
 DPU_API int dpu_where(dpu_t *d, dpu_gva_t addr, int *tier_out, int *hops_out);
 DPU_API int dpu_locate(dpu_t *d, dpu_gva_t addr, dpu_location_t *out);
 
+/* The cluster clock: the fabric's common time in ns (the clock of its
+ * reference node, ref) and the bound on its error, as this node's agent
+ * knows them when it answers. Clocks of two nodes' readings compare:
+ * a.time + a.error < b.time - b.error means a was read before b. On
+ * failure error is the negative errno (time and ref are 0). */
+typedef struct {
+    int64_t time;
+    int64_t error;
+    uint32_t ref;
+} dpu_clock_t;
+DPU_API dpu_clock_t dpu_clock(dpu_t *d);
+
 /* LVA <-> GVA of this process's mappings. */
 DPU_API int dpu_translate_lva(dpu_t *d, const void *lva, dpu_gva_t *out);
 DPU_API int dpu_translate_gva(dpu_t *d, dpu_gva_t gva, const void **lva_out);

@@ -54,6 +54,7 @@ enum {
     OP_HELLO = 1, OP_ALLOC = 2, OP_FREE = 3, OP_MAP = 4, OP_UNMAP = 5, OP_TRANSLATE = 6,
     OP_LOAD = 7, OP_STORE = 8, OP_CAS = 9, OP_FETCH_ADD = 10, OP_ACQUIRE = 11, OP_RELEASE = 12,
     OP_LOCK = 13, OP_UNLOCK = 14, OP_WHERE = 15, OP_SUBSCRIBE = 16, OP_RINGS = 17,
+    OP_CLOCK = 19,
 };
 
 enum { SLOT_VALID = 2 };
@@ -409,7 +410,7 @@ struct call {
 static const char *op_name(uint16_t op) {
     static const char *names[] = {"?", "hello", "alloc", "free", "map", "unmap", "translate", "load",
                                   "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock",
-                                  "where", "subscribe"};
+                                  "where", "subscribe", "rings", "maps", "clock"};
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -1000,6 +1001,25 @@ int dpu_where(dpu_t *d, dpu_gva_t addr, int *tier_out, int *hops_out) {
     if (tier_out) *tier_out = l.tier;
     if (hops_out) *hops_out = l.hops;
     return 0;
+}
+
+dpu_clock_t dpu_clock(dpu_t *d) {
+    uint8_t rep[256];
+    struct call c = {.op = OP_CLOCK, .out = rep, .cap = sizeof rep};
+    dpu_clock_t t = {0, 0, 0};
+    int rc = do_call(d, &c);
+    if (rc < 0) {
+        t.error = rc;
+        return t;
+    }
+    if (c.len != 24 || (int64_t)get64(rep + 8) < 0) {
+        t.error = fail(EPROTO, "dpu clock: reply of the wrong size%s", NULL);
+        return t;
+    }
+    t.time = (int64_t)get64(rep);
+    t.error = (int64_t)get64(rep + 8);
+    t.ref = get32(rep + 16);
+    return t;
 }
 
 int dpu_translate_lva(dpu_t *d, const void *lva, dpu_gva_t *out) {

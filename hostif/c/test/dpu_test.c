@@ -163,6 +163,12 @@ int main(void) {
     OK(dpu_locate(d, w, &loc));
     CHECK(loc.owner == 1 && loc.speed == DPU_SPEED_MEMORY && loc.version >= 3);
 
+    /* the cluster clock: both hosts read one clock, which moves on */
+    dpu_clock_t c1 = dpu_clock(d), c2 = dpu_clock(peer), c3 = dpu_clock(d);
+    CHECK(c1.error >= 0 && c2.error >= 0 && c3.error >= 0);
+    CHECK(c1.time <= c2.time + c2.error + c1.error && c2.time <= c3.time + c3.error + c2.error);
+    CHECK(c1.time < c3.time && c1.ref == c3.ref);
+
     /* map: raw reads cost a load, library reads are consistent */
     const void *lva = NULL;
     OK(dpu_subscribe(d, DPU_EVENTS_ALL));

@@ -287,7 +287,7 @@ static int hold(void) {
     return 0;
 }
 
-/* stall: map two pages with a 1 s timeout, read the first, say "ready",
+/* stall: map two pages with a 1 s timeout, read the first, say "ready GVA",
  * and when stdin gives a line (the Go test has stalled the node meanwhile)
  * touch the second: the fault must end in SIGBUS within the timeout, not
  * hang. With DPU_TEST_PEER_SOCKET the pages are the peer's (the Go test
@@ -307,7 +307,9 @@ static int stall(int write) {
     OK(dpu_mmap(d, g, 2 * DPU_PAGE_SIZE, PROT_READ | PROT_WRITE, &at));
     volatile uint64_t *w = at;
     CHECK(w[0] == 0);
-    printf("ready\n");
+    char text[DPU_GVA_TEXT_LEN + 1];
+    dpu_gva_format(g, text, sizeof text);
+    printf("ready %s\n", text);
     fflush(stdout);
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 2;

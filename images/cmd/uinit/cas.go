@@ -65,9 +65,9 @@ func firstPage(node uint32) gva.GVA {
 
 // firstPageNumber is the first page a node allocates in its first run:
 // allocation epoch 1 in the top bits, counter 1 (coherence/space.go). A
-// booted DPU's state directory is fresh, so its agent runs epoch 1. (A
-// variable: the tests' in-memory nodes number pages from 1.)
-var firstPageNumber = gva.PageNumber(1<<32 | 1)
+// booted DPU's state directory is fresh, so its agent runs epoch 1 (as
+// the tests' nodes do).
+const firstPageNumber = gva.PageNumber(1<<32 | 1)
 
 // crossCAS runs this node's side of the cross-guest CAS and returns its
 // console lines. dial connects to the host interface. (An allocation

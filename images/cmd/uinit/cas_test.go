@@ -13,7 +13,7 @@ import (
 	"github.com/aitherion/dpu/hostif/hostiftest"
 )
 
-// hostFabric serves the given machines of one in-memory fabric, each on a
+// hostFabric serves the given machines of one fabric of node cores, each on a
 // host interface socket of its own, and returns a dialer for each.
 func hostFabric(t *testing.T, machines ...gva.MachineIndex) []func(context.Context) (hostMemory, error) {
 	t.Helper()
@@ -53,7 +53,7 @@ func TestCrossCASPair(t *testing.T) {
 	if p.err != nil {
 		t.Fatalf("peer: %v (%q)", p.err, p.lines)
 	}
-	page := "gva:00000000000000030000000000001000"
+	page := "gva:00000000000000030000100000001000"
 	if len(owner) != 1 || !strings.HasPrefix(owner[0], "owner "+page+" value 6840346601316155434 then 6840346601316155435 after ") {
 		t.Errorf("owner lines %q", owner)
 	}

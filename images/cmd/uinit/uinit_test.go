@@ -252,7 +252,7 @@ func TestSelftestPasses(t *testing.T) {
 		"DPU-TEST OUT route-show: 1 via p0 hops 1\n",
 		"DPU-TEST END route-show ok\n",
 		"DPU-TEST END stats ok\n",
-		"DPU-TEST OUT cas: owner gva:00000000000000000000000000001000 value 6840346601316155434 then 6840346601316155435 after ",
+		"DPU-TEST OUT cas: owner gva:00000000000000000000100000001000 value 6840346601316155434 then 6840346601316155435 after ",
 		"DPU-TEST END cas ok\n",
 		"DPU-TEST DONE ok\n",
 	} {

@@ -16,6 +16,19 @@
 // Port is made: a datagram wakes only the driver that waits for it, never a
 // poller thread as well (blocking reads wait in poll(2) instead).
 //
+// Throughput: a Port's socket asks for SocketBuffer (4 MiB) of send and
+// receive buffer, so a link's whole window of large datagrams fits at the
+// receiver; PathMTU says how large a datagram the route to a peer carries
+// without IP fragmentation (capped at JumboMTU, 9000 bytes: one 4 KiB page
+// per datagram on loopback and jumbo links). WriteDatagrams sends each
+// run of consecutive datagrams of one size (the last of a run may be
+// shorter) as one UDP GSO message (UDP_SEGMENT): the kernel walks its
+// socket and routing layers once for up to 64 datagrams, and the receiver
+// gets the same datagrams one by one. A kernel or route that refuses
+// segmentation is asked no more on that socket. Receive-side coalescing
+// (UDP_GRO) is not used: a coalesced read needs buffers of 64 KiB and a
+// split before the link layer.
+//
 // # What it must never do
 //
 // It never interprets the bytes it carries, never sends to any address but

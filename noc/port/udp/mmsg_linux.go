@@ -4,6 +4,7 @@ package udp
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"syscall"
@@ -14,6 +15,16 @@ import (
 
 // mmsgBatch is the most datagrams one sendmmsg or recvmmsg moves.
 const mmsgBatch = 64
+
+// Limits of one UDP GSO message (UDP_SEGMENT): the kernel takes at most 64
+// segments and a 64 KiB payload.
+const (
+	gsoSegments = 64
+	gsoBytes    = 65507
+)
+
+// gsoControl is the room of one UDP_SEGMENT control message.
+var gsoControl = unix.CmsgSpace(2)
 
 // mmsghdr is struct mmsghdr of <sys/socket.h>.
 type mmsghdr struct {
@@ -27,6 +38,8 @@ type mmsghdr struct {
 type mmsg struct {
 	hdrs  [mmsgBatch]mmsghdr
 	iovs  [mmsgBatch]unix.Iovec
+	ctl   [mmsgBatch][32]byte // a UDP_SEGMENT control message per GSO message
+	segs  [mmsgBatch]int      // datagrams in each message
 	names [mmsgBatch]syscall.RawSockaddrAny
 	n     int // messages in the batch
 	done  int // result of the system call
@@ -51,8 +64,18 @@ func (p *Port) remoteSockaddr() (unsafe.Pointer, uint32) {
 }
 
 // WriteDatagrams implements noc.BatchWriter: the whole batch in as few
-// sendmmsg(2) calls as it takes (one per 64 datagrams).
+// sendmmsg(2) calls as it takes (one per 64 messages). With UDP GSO (the
+// kernel's UDP_SEGMENT, unless it refused it once on this socket), each
+// run of consecutive datagrams of one size (the last of a run may be
+// shorter) is one message the kernel cuts into those datagrams: one pass
+// through the socket layer and the routing for up to 64 of them. The
+// receiver sees the same datagrams either way.
 func (p *Port) WriteDatagrams(bufs [][]byte) error {
+	for _, b := range bufs {
+		if len(b) > p.mtu {
+			return fmt.Errorf("%w: %d > %d", ErrTooLarge, len(b), p.mtu)
+		}
+	}
 	w := &p.wbatch
 	if w.fn == nil {
 		w.fn = func(fd uintptr) bool {
@@ -64,38 +87,98 @@ func (p *Port) WriteDatagrams(bufs [][]byte) error {
 			return true
 		}
 	}
-	name, nameLen := p.remoteSockaddr()
 	for len(bufs) > 0 {
-		w.n = min(len(bufs), mmsgBatch)
-		for i, b := range bufs[:w.n] {
-			if len(b) > p.mtu {
-				return fmt.Errorf("%w: %d > %d", ErrTooLarge, len(b), p.mtu)
-			}
-			w.iovs[i] = unix.Iovec{Base: unsafe.SliceData(b)}
-			w.iovs[i].SetLen(len(b))
-			w.hdrs[i] = mmsghdr{}
-			w.hdrs[i].hdr.Name = (*byte)(name)
-			w.hdrs[i].hdr.Namelen = nameLen
-			w.hdrs[i].hdr.Iov = &w.iovs[i]
-			w.hdrs[i].hdr.SetIovlen(1)
+		taken, err := p.writeBatch(bufs, !p.noGSO.Load())
+		bufs = bufs[taken:]
+		if errors.Is(err, errGSO) {
+			// the kernel or the route refused segmentation: plain
+			// datagrams from now on, the rest of this batch included
+			p.noGSO.Store(true)
+			continue
 		}
-		for w.n > 0 {
-			if err := p.raw.Write(w.fn); err != nil {
-				return p.opError("write", err)
-			}
-			if w.errno != 0 && w.errno != syscall.EINTR {
-				return p.opError("write", w.errno)
-			}
-			if w.done <= 0 {
-				continue
-			}
-			// what was not sent moves to the front
-			copy(w.hdrs[:], w.hdrs[w.done:w.n])
-			w.n -= w.done
+		if err != nil {
+			return err
 		}
-		bufs = bufs[min(len(bufs), mmsgBatch):]
 	}
 	return nil
+}
+
+// errGSO: the kernel refused a UDP_SEGMENT message.
+var errGSO = errors.New("udp: segmentation offload refused")
+
+// writeBatch sends the first mmsgBatch datagrams of bufs (at most), runs
+// of one size as one GSO message each when gso is set, and returns how
+// many datagrams went out; errGSO when the kernel refused a GSO message
+// (the datagrams before it went out).
+func (p *Port) writeBatch(bufs [][]byte, gso bool) (int, error) {
+	w := &p.wbatch
+	name, nameLen := p.remoteSockaddr()
+	w.n = 0
+	limit := min(len(bufs), mmsgBatch)
+	for d := 0; d < limit; {
+		run := 1
+		if gso {
+			seg, total := len(bufs[d]), len(bufs[d])
+			for d+run < limit && run < gsoSegments && seg > 0 {
+				next := len(bufs[d+run])
+				if next > seg || next == 0 || total+next > gsoBytes {
+					break
+				}
+				total += next
+				run++
+				if next < seg {
+					break // a shorter one ends the run
+				}
+			}
+		}
+		for k := range run {
+			b := bufs[d+k]
+			w.iovs[d+k] = unix.Iovec{Base: unsafe.SliceData(b)}
+			w.iovs[d+k].SetLen(len(b))
+		}
+		h := &w.hdrs[w.n]
+		*h = mmsghdr{}
+		h.hdr.Name = (*byte)(name)
+		h.hdr.Namelen = nameLen
+		h.hdr.Iov = &w.iovs[d]
+		h.hdr.SetIovlen(run)
+		w.segs[w.n] = run
+		if run > 1 {
+			c := w.ctl[w.n][:gsoControl]
+			clear(c)
+			cm := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			cm.SetLen(unix.CmsgLen(2))
+			binary.NativeEndian.PutUint16(c[unix.CmsgLen(0):], uint16(len(bufs[d])))
+			h.hdr.Control = &c[0]
+			h.hdr.SetControllen(gsoControl)
+		}
+		w.n++
+		d += run
+	}
+	sent := 0
+	for w.n > 0 {
+		if err := p.raw.Write(w.fn); err != nil {
+			return sent, p.opError("write", err)
+		}
+		if w.errno != 0 && w.errno != syscall.EINTR {
+			if (w.errno == syscall.EIO || w.errno == syscall.EINVAL) && w.segs[0] > 1 {
+				return sent, errGSO
+			}
+			return sent, p.opError("write", w.errno)
+		}
+		if w.done <= 0 {
+			continue
+		}
+		for _, k := range w.segs[:w.done] {
+			sent += k
+		}
+		// what was not sent moves to the front
+		copy(w.hdrs[:], w.hdrs[w.done:w.n])
+		copy(w.segs[:], w.segs[w.done:w.n])
+		w.n -= w.done
+	}
+	return sent, nil
 }
 
 // TryReadDatagrams implements noc.BatchPoller: one recvmmsg(2) without

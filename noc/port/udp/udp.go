@@ -39,9 +39,10 @@ type Port struct {
 	remote  netip.AddrPort
 	mtu     int
 	foreign atomic.Uint64
-	poll    poller // TryReadDatagram state; reader only
-	rbatch  mmsg   // TryReadDatagrams state; reader only
-	wbatch  mmsg   // WriteDatagrams state; writer only
+	poll    poller      // TryReadDatagram state; reader only
+	rbatch  mmsg        // TryReadDatagrams state; reader only
+	wbatch  mmsg        // WriteDatagrams state; writer only
+	noGSO   atomic.Bool // the kernel refused UDP_SEGMENT on this socket
 	txName  syscall.RawSockaddrAny
 }
 
@@ -87,6 +88,10 @@ func New(c *net.UDPConn, remote netip.AddrPort, mtu int) (*Port, error) {
 	}
 	s, err := detach(c)
 	if err != nil {
+		return nil, err
+	}
+	if err := sizeBuffers(s.fd); err != nil {
+		_ = s.close()
 		return nil, err
 	}
 	p := &Port{

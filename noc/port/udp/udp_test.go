@@ -234,3 +234,17 @@ func TestLinkOverLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestPathMTU(t *testing.T) {
+	mtu, err := udp.PathMTU("127.0.0.1:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// loopback's MTU is far above the jumbo cap
+	if mtu != udp.JumboMTU {
+		t.Fatalf("path MTU over loopback %d, want %d", mtu, udp.JumboMTU)
+	}
+	if _, err := udp.PathMTU("no such host:x"); err == nil {
+		t.Fatal("path MTU to a bad address: no error")
+	}
+}

@@ -1,8 +1,7 @@
-package agent
+package host
 
 import (
 	"errors"
-	"log/slog"
 	"math/rand/v2"
 	"testing"
 
@@ -24,11 +23,11 @@ func TestRootReserveHoldsUnderAnyMixOfPages(t *testing.T) {
 	const self, other = gva.MachineIndex(0), gva.MachineIndex(1)
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 0x5ec))
-		a := &Agent{cfg: Config{Pages: capacity, UserPages: userPages, RunDir: t.TempDir()}, log: slog.New(slog.DiscardHandler)}
-		ledger := a.hostQuota()
+		ledger := testLedger(capacity, userPages)
+		ledgerOf := func() *quota.Ledger { return ledger }
 		reserve := capacity / 16
-		store := reservedStore{PageStore: coherence.NewMemStore(capacity), ledger: a.hostQuota}
-		charges := newReplicaCharges(self, a.hostQuota)
+		store := ReservedStore{PageStore: coherence.NewMemStore(capacity), Ledger: ledgerOf}
+		charges := newReplicaCharges(self, ledgerOf)
 
 		type held struct {
 			uid  uint32
@@ -118,4 +117,14 @@ func TestRootReserveHoldsUnderAnyMixOfPages(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testLedger is a node's page ledger as the agent sets it up: users share
+// the node but its reserve, and backup copies are bounded by the node.
+func testLedger(capacity, userPages int) *quota.Ledger {
+	l := quota.New(map[quota.Kind]quota.Limit{
+		quota.Pages: {PerUID: userPages, Total: capacity, Reserve: capacity / 16},
+	}, 0)
+	l.SetLimit(quota.Remote, quota.Pages, capacity)
+	return l
 }

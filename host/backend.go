@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"context"
@@ -10,10 +10,38 @@ import (
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/node"
 )
 
-// hostBackend is the host socket's view of the node's core: every host
+// Stepper runs steps of a node's core for its Backend: the agent's run
+// loop, or a test fabric's driver.
+type Stepper interface {
+	// Step runs fn as one step of the core at the stepper's now, then
+	// sends the step's output and hands the completions the step produced
+	// (Backend.TakeDone, under the stepper's locks) to Backend.Deliver
+	// (outside them). fn must not block.
+	Step(fn func(c *node.Core, now time.Duration))
+}
+
+// Config shapes a Backend.
+type Config struct {
+	// Machine is this node's machine index.
+	Machine gva.MachineIndex
+	// Ledger, if set, is the node's page ledger: the replicas a host
+	// session maps of pages homed elsewhere are charged to the mapping
+	// user there (see charge.go).
+	Ledger func() *quota.Ledger
+	// Await, if set, is the Stepper's way of stepping the core for a
+	// socket reader's answers while pending reports true, within its own
+	// bound (hostif.Awaiter).
+	Await func(pending func() bool)
+	// Fault, if set, is told of every pin the core revoked. It runs inside
+	// a core step: it must neither block nor step the core.
+	Fault func(coherence.Event)
+}
+
+// Backend is the host socket's view of the node's core: every host
 // connection is a session of the core (coherence.Hosts: opened at HELLO,
 // closed when the connection ends, the server's own calls in one more),
 // every host request becomes one request of its connection's session and
@@ -21,7 +49,8 @@ import (
 // acquisitions, locks), the node's lock of a page between its sessions
 // (who holds it, who waits, in order, within their bounds), retries and
 // the undo of requests whose caller gave up live in the core, on the
-// core's clock; what is left here is "request id → completion".
+// core's clock; what is left here is "request id → completion" and the
+// replicas' charge to their users' page quota.
 //
 // Host requests go through hostif.Pipeline as values: submitted in
 // batches, completed after whichever step finishes them, bounded by their
@@ -31,23 +60,26 @@ import (
 // file's refetch, see hostif's doc) waits on a channel of its own for its
 // completion or its caller's context; a caller that gives up abandons its
 // request in the core, which undoes it if it succeeds later.
-type hostBackend struct {
-	a       *Agent
+type Backend struct {
+	cfg     Config
+	step    Stepper
 	hosts   *coherence.Hosts
-	charges *replicaCharges // the sessions' replicas against their users' page quotas
+	charges *replicaCharges // the sessions' replicas against their users' page quotas (nil: none)
 
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]chan coherence.Completion // blocking verbs
 
 	// done collects pipelined completions during a step; it is taken at
-	// the step's end (under the agent's mu, which every step holds).
+	// the step's end (under the Stepper's locks, which every step holds).
 	done     []hostif.Done
 	doneFree [][]hostif.Done // delivered slices, for the next steps (under mu)
 	complete func([]hostif.Done)
 
 	events   chan hostif.Event
 	overflow bool // an event was dropped; EventOverflow is owed (under mu)
+
+	batches sync.Pool // *submitBatch
 }
 
 // pipelined marks the ids of pipelined requests: the rest of the id is the
@@ -56,13 +88,26 @@ type hostBackend struct {
 // verbs number their requests from 1 too, without the mark.
 const pipelined = 1 << 63
 
-func newHostBackend(a *Agent) *hostBackend {
-	return &hostBackend{a: a, waiting: map[uint64]chan coherence.Completion{},
+// New returns a Backend; Bind gives it its core.
+func New(cfg Config) *Backend {
+	b := &Backend{cfg: cfg, waiting: map[uint64]chan coherence.Completion{},
 		events: make(chan hostif.Event, 1024)}
+	if cfg.Ledger != nil {
+		b.charges = newReplicaCharges(cfg.Machine, cfg.Ledger)
+	}
+	return b
 }
 
+// Bind gives the Backend the node's host sessions (made with the Backend
+// as their coherence.Sink) and the Stepper that runs them; it must be
+// called once, before the Backend serves.
+func (b *Backend) Bind(h *coherence.Hosts, s Stepper) { b.hosts, b.step = h, s }
+
+// Hosts is the node's host session layer.
+func (b *Backend) Hosts() *coherence.Hosts { return b.hosts }
+
 // Complete implements coherence.Sink (inside a core step).
-func (b *hostBackend) Complete(c coherence.Completion) {
+func (b *Backend) Complete(c coherence.Completion) {
 	if c.ID&pipelined != 0 {
 		b.done = append(b.done, doneOf(c.ID&^pipelined, &c))
 		return
@@ -83,14 +128,18 @@ func (b *hostBackend) Complete(c coherence.Completion) {
 // Event implements coherence.Sink (inside a core step): core events become
 // host events, dropped with a later EventOverflow when the host interface
 // falls behind.
-func (b *hostBackend) Event(ev coherence.Event) {
+func (b *Backend) Event(ev coherence.Event) {
 	he := hostif.Event{Page: ev.GVA.Key(), Version: ev.Version, Session: hostif.Session(ev.Session)}
 	switch ev.Kind {
 	case coherence.EventInvalidated:
 		he.Kind = hostif.EventInvalidate
+	case coherence.EventUpdated:
+		he.Kind, he.Offset, he.Data = hostif.EventUpdate, ev.Offset, append([]byte(nil), ev.Data...)
 	case coherence.EventHostFault:
 		he.Kind, he.Reason = hostif.EventHostFault, syscall.ETIMEDOUT
-		b.a.publishFault(ev)
+		if b.cfg.Fault != nil {
+			b.cfg.Fault(ev)
+		}
 	case coherence.EventOwnershipLost:
 		he.Kind = hostif.EventOwnershipLost // the core reports only acquired pages, once per acquiring session
 	default:
@@ -114,15 +163,15 @@ func (b *hostBackend) Event(ev coherence.Event) {
 }
 
 // Events implements hostif.Backend.
-func (b *hostBackend) Events() <-chan hostif.Event { return b.events }
+func (b *Backend) Events() <-chan hostif.Event { return b.events }
 
 // Machine implements hostif.Backend.
-func (b *hostBackend) Machine() gva.MachineIndex { return gva.MachineIndex(b.a.cfg.Node) }
+func (b *Backend) Machine() gva.MachineIndex { return b.cfg.Machine }
 
 // do runs one host request of session sess in the core and waits for its
 // completion or ctx; a request whose caller gives up is abandoned in the
 // core.
-func (b *hostBackend) do(ctx context.Context, sess coherence.SessionID, r coherence.Request) (coherence.Completion, error) {
+func (b *Backend) do(ctx context.Context, sess coherence.SessionID, r coherence.Request) (coherence.Completion, error) {
 	if dl, ok := ctx.Deadline(); ok && r.Timeout == 0 {
 		r.Timeout = max(time.Until(dl), time.Millisecond)
 	}
@@ -132,7 +181,7 @@ func (b *hostBackend) do(ctx context.Context, sess coherence.SessionID, r cohere
 	r.ID = b.nextID
 	b.waiting[r.ID] = ch
 	b.mu.Unlock()
-	b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Submit(now, sess, r, c) })
+	b.step.Step(func(c *node.Core, now time.Duration) { b.hosts.Submit(now, sess, r, c) })
 	select {
 	case cp := <-ch:
 		return cp, cp.Err
@@ -142,7 +191,7 @@ func (b *hostBackend) do(ctx context.Context, sess coherence.SessionID, r cohere
 		delete(b.waiting, r.ID)
 		b.mu.Unlock()
 		if pending {
-			b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Abandon(now, sess, r.ID, c) })
+			b.step.Step(func(c *node.Core, now time.Duration) { b.hosts.Abandon(now, sess, r.ID, c) })
 		} else if cp := <-ch; cp.Err == nil {
 			return cp, nil // it completed as the caller gave up: take it
 		}
@@ -162,22 +211,24 @@ var hostOps = [...]coherence.HostOp{
 // Do implements hostif.Backend: VerbOpen and VerbClose open and close the
 // call's session in the core; every other call becomes one request of its
 // session, and its completion fills the call in.
-func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
+func (b *Backend) Do(ctx context.Context, call *hostif.Call) error {
 	sess := coherence.SessionID(call.Session)
 	switch call.Verb {
 	case hostif.VerbOpen:
 		var err error
-		b.a.onCore(func(*node.Core, time.Duration) { err = b.hosts.Open(sess) })
+		b.step.Step(func(*node.Core, time.Duration) { err = b.hosts.Open(sess) })
 		if err != nil {
 			return fmt.Errorf("%w: %w", err, syscall.EEXIST)
 		}
 		return nil
 	case hostif.VerbClose:
-		b.a.onCore(func(c *node.Core, now time.Duration) { b.hosts.Close(now, sess, c) })
-		b.charges.dropSession(sess)
+		b.step.Step(func(c *node.Core, now time.Duration) { b.hosts.Close(now, sess, c) })
+		if b.charges != nil {
+			b.charges.dropSession(sess)
+		}
 		return nil
 	}
-	charged := call.Verb == hostif.VerbRef && call.Session != hostif.ServerSession
+	charged := b.charges != nil && call.Verb == hostif.VerbRef && call.Session != hostif.ServerSession
 	if charged {
 		// a replica counts against its mapping user's page quota
 		if err := b.charges.take(sess, call.Cred.UID, call.GVA.Key()); err != nil {
@@ -204,7 +255,7 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 	switch {
 	case charged && err != nil:
 		b.charges.drop(sess, call.GVA.Key())
-	case call.Verb == hostif.VerbUnref && err == nil && call.Session != hostif.ServerSession:
+	case b.charges != nil && call.Verb == hostif.VerbUnref && err == nil && call.Session != hostif.ServerSession:
 		b.charges.drop(sess, call.GVA.Key())
 	}
 	switch call.Verb {
@@ -224,29 +275,25 @@ func (b *hostBackend) Do(ctx context.Context, call *hostif.Call) error {
 }
 
 var (
-	_ hostif.Backend  = (*hostBackend)(nil)
-	_ hostif.Pipeline = (*hostBackend)(nil)
-	_ hostif.Awaiter  = (*hostBackend)(nil)
+	_ hostif.Backend  = (*Backend)(nil)
+	_ hostif.Pipeline = (*Backend)(nil)
+	_ hostif.Awaiter  = (*Backend)(nil)
 )
 
-// Await implements hostif.Awaiter: with the adaptive loop, a socket's
-// reader whose requests wait for answers from other nodes steps the core
-// for them (Agent.awaitAnswers) within the loop's spin budget; the
-// blocking loop keeps its least-CPU promise, and the polling loop is
-// already looking.
-func (b *hostBackend) Await(pending func() bool) {
-	if b.a.cfg.Loop == LoopAdaptive {
-		b.a.awaitAnswers(pending, b.a.cfg.Spin) // it asks pending first
+// Await implements hostif.Awaiter with Config.Await (nothing without it).
+func (b *Backend) Await(pending func() bool) {
+	if b.cfg.Await != nil {
+		b.cfg.Await(pending)
 	}
 }
 
 // Attach implements hostif.Pipeline.
-func (b *hostBackend) Attach(complete func([]hostif.Done)) { b.complete = complete }
+func (b *Backend) Attach(complete func([]hostif.Done)) { b.complete = complete }
 
 // Accepts implements hostif.Pipeline: every verb of a host request (the
 // core refs a page it reads without holding, for the read; a lock waits
 // its turn in the core, within the request's Timeout).
-func (b *hostBackend) Accepts(op hostif.Op) bool {
+func (b *Backend) Accepts(op hostif.Op) bool {
 	return int(op.Verb) < len(hostOps) && hostOps[op.Verb] != 0
 }
 
@@ -258,27 +305,45 @@ type sessionReq struct {
 
 // Submit implements hostif.Pipeline: ops become requests of their sessions
 // in one core step; their completions are taken at the end of whichever
-// step produces them (takeDone) and delivered after it.
-func (b *hostBackend) Submit(ops []hostif.Op) {
-	var reqs [16]sessionReq
-	rs := reqs[:0]
+// step produces them (TakeDone) and delivered after it. The batch and the
+// step's function come from a pool: a Stepper is an interface, so what is
+// handed to it escapes, and a batch made per call would cost the data path
+// an allocation per request.
+func (b *Backend) Submit(ops []hostif.Op) {
+	sb, _ := b.batches.Get().(*submitBatch)
+	if sb == nil {
+		sb = &submitBatch{b: b}
+		sb.run = sb.submit
+	}
 	for i := range ops {
 		op := &ops[i]
 		r := coherence.Request{ID: pipelined | op.Token, Op: hostOps[op.Verb], GVA: op.GVA, Len: op.Len, Data: op.Data,
 			Expected: op.Expected, Operand: op.Operand, Pages: op.Pages, Try: op.Try, Timeout: op.Timeout,
 			Attr: op.Attr, Cred: op.Cred}
-		rs = append(rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
+		sb.rs = append(sb.rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
 	}
-	b.a.onCore(func(c *node.Core, now time.Duration) {
-		for i := range rs {
-			b.hosts.Submit(now, rs[i].s, rs[i].r, c)
-		}
-	})
+	b.step.Step(sb.run)
+	clear(sb.rs)
+	sb.rs = sb.rs[:0]
+	b.batches.Put(sb)
 }
 
-// takeDone returns the pipelined completions of the step that ends (called
-// under the agent's mu).
-func (b *hostBackend) takeDone() []hostif.Done {
+// submitBatch is one Submit's requests and the step that submits them.
+type submitBatch struct {
+	b   *Backend
+	rs  []sessionReq
+	run func(c *node.Core, now time.Duration) // sb.submit, made once
+}
+
+func (sb *submitBatch) submit(c *node.Core, now time.Duration) {
+	for i := range sb.rs {
+		sb.b.hosts.Submit(now, sb.rs[i].s, sb.rs[i].r, c)
+	}
+}
+
+// TakeDone returns the pipelined completions of the step that ends (the
+// Stepper calls it under its locks, at the end of every step).
+func (b *Backend) TakeDone() []hostif.Done {
 	if len(b.done) == 0 {
 		return nil
 	}
@@ -293,9 +358,12 @@ func (b *hostBackend) takeDone() []hostif.Done {
 	return d
 }
 
-// deliver hands completions to the host socket (outside the agent's locks),
-// then keeps their slice for a later step.
-func (b *hostBackend) deliver(ds []hostif.Done) {
+// Deliver hands completions to the host socket (the Stepper calls it
+// outside its locks), then keeps their slice for a later step.
+func (b *Backend) Deliver(ds []hostif.Done) {
+	if len(ds) == 0 {
+		return
+	}
 	if b.complete != nil {
 		b.complete(ds)
 	}

@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"fmt"
@@ -94,14 +94,14 @@ func (rc *replicaCharges) dropSession(s coherence.SessionID) {
 	delete(rc.sess, s)
 }
 
-// reservedStore is the engine's page store with backup copies charged to
+// ReservedStore is the engine's page store with backup copies charged to
 // quota.Remote: a copy that would take a page of the reserve (or one
 // beyond what the ledger lets ordinary users hold) is refused as the
 // capacity rule refuses it (ErrNoSpace), and its owner places it
 // elsewhere.
-type reservedStore struct {
+type ReservedStore struct {
 	coherence.PageStore
-	ledger func() *quota.Ledger
+	Ledger func() *quota.Ledger
 }
 
 // isBackup reports whether key names a backup copy in the store: the
@@ -113,29 +113,58 @@ func isBackup(key gva.GVA) bool { return key.RefIndex() == backupRef }
 var backupRef = gva.GVA{}.WithRefIndex(^uint32(0)).RefIndex()
 
 // Alloc implements coherence.PageStore.
-func (s reservedStore) Alloc(key gva.GVA, huge bool) ([]byte, error) {
+func (s ReservedStore) Alloc(key gva.GVA, huge bool) ([]byte, error) {
 	if !isBackup(key) {
 		return s.PageStore.Alloc(key, huge)
 	}
 	if p, ok := s.PageStore.Lookup(key); ok {
 		return p, nil
 	}
-	if err := s.ledger().Take(quota.Remote, quota.Pages, 1); err != nil {
+	if err := s.Ledger().Take(quota.Remote, quota.Pages, 1); err != nil {
 		return nil, fmt.Errorf("backup of %v: %w: %w", key, coherence.ErrNoSpace, err)
 	}
 	p, err := s.PageStore.Alloc(key, huge)
 	if err != nil {
-		s.ledger().Release(quota.Remote, quota.Pages, 1)
+		s.Ledger().Release(quota.Remote, quota.Pages, 1)
 	}
 	return p, err
 }
 
 // Release implements coherence.PageStore.
-func (s reservedStore) Release(key gva.GVA) {
+func (s ReservedStore) Release(key gva.GVA) {
 	if isBackup(key) {
 		if _, ok := s.PageStore.Lookup(key); ok {
-			s.ledger().Release(quota.Remote, quota.Pages, 1)
+			s.Ledger().Release(quota.Remote, quota.Pages, 1)
 		}
 	}
 	s.PageStore.Release(key)
+}
+
+// Quota is the node's page ledger as the core's host layer charges it
+// (coherence.PageQuota): an allocation's pages to the allocating user, in
+// pages and in bytes.
+type Quota struct {
+	Ledger func() *quota.Ledger
+}
+
+var _ coherence.PageQuota = Quota{}
+
+// Take implements coherence.PageQuota.
+func (q Quota) Take(uid uint32, pages int) error {
+	l := q.Ledger()
+	if err := l.Take(uid, quota.Pages, pages); err != nil {
+		return err
+	}
+	if err := l.Take(uid, quota.Bytes, pages*gva.PageSize); err != nil {
+		l.Release(uid, quota.Pages, pages)
+		return err
+	}
+	return nil
+}
+
+// Release implements coherence.PageQuota.
+func (q Quota) Release(uid uint32, pages int) {
+	l := q.Ledger()
+	l.Release(uid, quota.Pages, pages)
+	l.Release(uid, quota.Bytes, pages*gva.PageSize)
 }

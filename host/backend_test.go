@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestEveryVerbIsAHostRequest(t *testing.T) {
 		}
 		seen[hostOps[v]] = v
 	}
-	b := &hostBackend{}
+	b := New(Config{})
 	for _, v := range []hostif.Verb{0, hostif.VerbClose + 1, 255} {
 		if err := b.Do(context.Background(), &hostif.Call{Verb: v}); !errors.Is(err, syscall.EINVAL) {
 			t.Fatalf("verb %d: %v, want EINVAL", v, err)
