@@ -128,6 +128,13 @@ type backupCopy struct {
 	backups   []noc.NodeID // the owner's backups in rank order
 	touched   time.Duration
 	unreachAt time.Duration // when the watched node was first seen unreachable (0: reachable)
+	// lostAt: when routing first lost the watched node since the copy was
+	// last touched (0: not since). Unlike unreachAt it survives the node
+	// being reachable again for a while: a routing table that still
+	// listed a dead node (stale link-state of a node that was alone in a
+	// minority) must not make a copy whose owner died right after its
+	// last confirmation look like one its owner had stopped confirming.
+	lostAt time.Duration
 	// heir: the owner handed the page over to this node; the copy stands
 	// in for the page until the heir's backups hold it, and is promoted
 	// only if the heir dies.
@@ -798,7 +805,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		needFull = true
 	}
 	if c != nil && !needFull && !stale {
-		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
+		c.rank, c.backups, c.touched, c.unreachAt, c.lostAt = m.rank, m.backups, now, 0, 0
 		c.pinned = m.flags&replPinned != 0
 		c.term = e.split.term
 	}
@@ -1116,7 +1123,7 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 		if c.owner == f.Src && !c.hasHeir {
 			c.heir, c.hasHeir = noc.NodeID(binary.BigEndian.Uint32(f.Payload[8:])), true
 			c.heirInc = binary.BigEndian.Uint64(f.Payload[12:])
-			c.unreachAt = 0
+			c.unreachAt, c.lostAt = 0, 0
 			// The old owner keeps a copy too and ranks first.
 			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
 			c.rank++
@@ -1293,6 +1300,9 @@ func (e *Engine) replTick(now time.Duration) {
 			if c.unreachAt == 0 {
 				c.unreachAt = now
 			}
+			if c.lostAt == 0 {
+				c.lostAt = now
+			}
 			wait := grace
 			if c.hasHeir {
 				// The heir's own backups, if it had any yet, go first: their
@@ -1302,19 +1312,13 @@ func (e *Engine) replTick(now time.Duration) {
 			if e.splitRule() {
 				wait += e.cfg.SplitGrace // an owner cut off in a minority fences itself first
 			}
-			if e.splitRule() && c.pinned && !c.hasHeir {
-				// A lock holder's node unreachable may live beyond a split:
-				// its lock stands until it is known restarted, or until its
-				// pin's bound ran out there (split.go).
-				wait += e.pinBound()
-			}
 			if now-c.unreachAt < wait {
 				continue
 			}
 			if e.dbg != nil {
 				e.debugf(key, "copy's node %v unreachable since %v (owner %v heir %v/%v)", o, c.unreachAt, c.owner, c.heir, c.hasHeir)
 			}
-			if !c.ownerGone && c.unreachAt-c.touched > e.cfg.CopyLease {
+			if !c.ownerGone && c.lostAt-c.touched > e.cfg.CopyLease {
 				// The owner had stopped counting on it before it died (a
 				// copy whose owner restarted since is the page's, though:
 				// that run never confirms it).
@@ -1532,6 +1536,15 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	}
 	e.ownEntry(now, pg, noc.NoPort)
 	e.arb.Own(key)
+	if until := e.heldPinUntil(c); until > now {
+		// The dead owner's lock stands until its pin's bound ran out
+		// there: a holder cut off beyond a split may live on. The page
+		// is taken over and copied again now, but takes no acquire or
+		// lock before then (split.go, heldPin).
+		if err := e.arb.Pin(now, key, heldPin, min(until-now, e.arb.Config().MaxPin)); err == nil {
+			e.stats.SplitPinsHeld++
+		}
+	}
 	if e.cfg.Tracer != nil {
 		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
 			pt.Promoted(e.self, key, pg.version, pg.content)

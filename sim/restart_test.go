@@ -8,12 +8,8 @@ import (
 // restartRun runs one seed of cfg with the node failures and restarts of
 // script (times after the workload's start) besides cfg's own faults.
 //
-// The allocation lifecycle is off in these runs: they replay the scripted
-// cases on the workload they were found with. With it on, seeds 2 and 4 of
-// the ring of 4 at R = 2 (kill 0, kill 1, restart 1) count a page lost, as
-// seed 7 does without it: not yet told apart from the loss the lost
-// counter allows at R > 1 (a page caught in an ownership transfer when a
-// side of it crashed).
+// The allocation lifecycle is off in these runs unless cfg turns it on:
+// they replay the scripted cases on the workload they were found with.
 func restartRun(t *testing.T, cfg Config, script []scriptedFault) Result {
 	t.Helper()
 	if cfg.Lifecycle == 0 {
@@ -76,6 +72,28 @@ func TestOwnerRestartsWhileHalfIsDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLockedOwnerDiesThenItsBackup: on a ring of 4 at R = 2, node 0 dies
+// owning a page a lock of its own clients holds, and 70 ms later node 1,
+// the page's only other copy, dies too (restarted 100 ms later). The lock
+// holder's node may live beyond a split, so its backup kept the page from
+// a takeover for the pin's whole bound (500 ms): one copy for 70 ms, and
+// node 1's death lost it (seeds 2 and 4 with the allocation lifecycle on,
+// 7 without). The backup now takes the page over at once and copies it
+// again, and keeps the lock's pin raised until the bound ran out (no
+// acquire or lock before then).
+func TestLockedOwnerDiesThenItsBackup(t *testing.T) {
+	for _, c := range []struct {
+		seed      uint64
+		lifecycle int
+	}{{2, 4}, {4, 4}, {7, -1}} {
+		cfg := Config{Nodes: 4, Topo: "ring", Replicas: 2, Workload: 250 * time.Millisecond, Seed: c.seed, Lifecycle: c.lifecycle}
+		r := restartRun(t, cfg, []scriptedFault{crashAt(10, 0), crashAt(80, 1), restartAt(180, 1)})
+		if !r.OK() || r.Lost != 0 {
+			t.Errorf("seed %d, lifecycle %d: %d pages lost, %d violations\n%v", c.seed, c.lifecycle, r.Lost, len(r.Violations), r.Violations)
+		}
 	}
 }
 
