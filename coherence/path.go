@@ -643,13 +643,28 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 			// The page itself is gone: every waiter of it learns so.
 			if pg := e.pages[r.key]; pg != nil {
 				for len(pg.waiters) > 0 {
-					e.completeErr(now, pg.waiters[0], errno, "")
+					e.completeErr(now, pg.waiters[0], errno, lostMsg(errno))
 				}
 			}
 			if e.reqs[r.id] == nil {
 				return
 			}
 		}
-		e.completeErr(now, r, errno, "")
+		e.completeErr(now, r, errno, lostMsg(errno))
 	}
+}
+
+// lostMsg says why a request for a page that no node serves any more ends:
+// EHOSTDOWN from the owner's later incarnation or the page's home (no
+// backup took it over within a takeover's time, no record of it), ESTALE
+// from a restarted home (a page of its earlier run). Either way, every
+// copy of the page was on nodes that died.
+func lostMsg(errno syscall.Errno) string {
+	switch errno {
+	case syscall.EHOSTDOWN:
+		return "page lost: every copy was on nodes that died (no live node owns it or holds a copy)"
+	case syscall.ESTALE:
+		return "page lost: every copy was on nodes that died (a page of an earlier run of its home)"
+	}
+	return ""
 }

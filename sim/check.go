@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -512,6 +513,8 @@ func (w *World) lostPagesFail() {
 		}
 		if got.Errno() != want {
 			c.violate("page %v lost with its owner: a store from node %v ended with %v, want %v", key, n.id, got.Err, want)
+		} else if !strings.Contains(got.Err.Error(), "page lost: every copy was on nodes that died") {
+			c.violate("page %v lost with its owner: a store from node %v ended with %v, which does not say the page is lost", key, n.id, got.Err)
 		}
 	}
 }
