@@ -263,6 +263,7 @@ func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
 	}
 	copy(pg.content[off:], data)
 	pg.version++
+	e.durMark(pg.key)
 	if e.cfg.Tracer != nil {
 		e.cfg.Tracer.Applied(e.self, pg.key, pg.version, off, data)
 	}

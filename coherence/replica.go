@@ -175,6 +175,9 @@ type backupCopy struct {
 
 	// pinned: the owner said a lock's pin is raised (split.go).
 	pinned bool
+	// restored: reloaded from the durable log (durable.go), not yet
+	// confirmed by an owner.
+	restored bool
 
 	// replies: the reply records of the page's requests (resend.go),
 	// complete since recFrom; recKnown: the owner sends them (one that
@@ -432,6 +435,7 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 		replies: pr.recs, recFrom: pr.from, recKnown: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
+	e.durMark(pg.key)
 	e.stats.ReplCopies++
 	e.releaseRep(now, pg)
 }
@@ -805,6 +809,8 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		needFull = true
 	}
 	if c != nil && !needFull && !stale {
+		e.durMark(key) // acknowledged below: on disk first
+		c.restored = false
 		c.rank, c.backups, c.touched, c.unreachAt, c.lostAt = m.rank, m.backups, now, 0, 0
 		c.pinned = m.flags&replPinned != 0
 		c.term = e.split.term
@@ -848,6 +854,7 @@ func (e *Engine) unindexCopy(c *backupCopy) {
 }
 
 func (e *Engine) dropCopy(c *backupCopy) {
+	e.durMark(c.key)
 	delete(e.copies, c.key)
 	e.unindexCopy(c)
 	e.store.Release(copyKey(c.key))
@@ -1129,6 +1136,7 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 			c.rank++
 			c.fellowsGone = c.fellowsGone[:0]
 			e.indexCopy(c)
+			e.durMark(c.key)
 		}
 		return
 	}
@@ -1514,6 +1522,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	// (split.go); a stand-in's heir's epoch was c.epoch+1 as well.
 	epoch := c.epoch + 2
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	e.durMark(key)
 	e.takeReplies(now, pg, pageReplies{from: c.recFrom, recs: c.replies}, c.recKnown)
 	e.forgetCommits(key)
 	if c.hasAttr {
@@ -1608,6 +1617,9 @@ const queryBit = 1 << 62
 // the copy is from the minority (touched before this node's majority term)
 // and routing does not reach the home: then it waits.
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
+	if e.restoredWait(c) {
+		return // reloaded from disk: the home learns its owners first (durable.go)
+	}
 	if !e.decides() {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
 		c.standInDue = 0    // a stand-in's wait starts again with the majority

@@ -245,6 +245,7 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 	e.stats.SplitAbdications++
 	e.setHint(key, h)
 	pg.owner, pg.ownerNode, pg.epoch = false, h.owner, max(pg.epoch, h.epoch)
+	e.durMark(key)
 	// The home's record names the new owner before anything that waited
 	// here moves on: a request queued behind the backups, let go below,
 	// asks the home where the page went (this node, when it is the home).

@@ -367,6 +367,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	toward := routePort(sw.route, n-1)
 	ent := e.ownerEntry(now, pg)
 	pg.owner, pg.swap, pg.ownerNode, pg.epoch = false, nil, sw.peer, sw.epoch
+	e.durMark(key)
 	pg.recKeys, pg.haveCut = nil, false // the records went with the page
 	switch h := homeOf(key); {
 	case h == e.self:
@@ -708,6 +709,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	e.cancel(sw.timer)
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
+	e.durMark(pg.key)
 	pg.doneSwap, pg.doneSeq = opKey{sw.peer, sw.id}, sw.seq
 	e.takeReplies(now, pg, sw.replies, sw.hasReplies)
 	ent := e.ownEntry(now, pg, graft)

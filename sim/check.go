@@ -13,6 +13,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/coherence/pagelog"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
@@ -218,7 +219,7 @@ func (c *checker) crashed(n *simNode) {
 	for _, key := range c.order {
 		owner, swapping := n.eng.Holding(key)
 		g := c.ghosts[key]
-		backed := c.backedElsewhere(n, key)
+		backed := c.backedElsewhere(n, key) || c.w.cfg.Durable && owner
 		switch {
 		case owner && backed:
 			g.failingOver = true
@@ -228,9 +229,11 @@ func (c *checker) crashed(n *simNode) {
 			// In a swap, or handed over to a node that has not taken it yet
 			// (the done may die with this node).
 			g.maybeLost = true
-			g.failingOver = g.failingOver || backed
+			// With durable pages a disk may keep it (the old owner's, its
+			// commit torn): decided at the end.
+			g.failingOver = g.failingOver || backed || c.w.cfg.Durable
 		}
-		if (g.failingOver || g.maybeLost) && !g.lost && !c.heldElsewhere(n, key) {
+		if (g.failingOver || g.maybeLost) && !g.lost && !c.heldElsewhere(n, key) && !c.w.cfg.Durable {
 			// The owner died before, and this node held the last copy of
 			// the page at its committed version: every copy was on nodes
 			// that died (what a takeover would have needed is gone).
@@ -238,6 +241,48 @@ func (c *checker) crashed(n *simNode) {
 		}
 	}
 	c.crashes++
+}
+
+// tornSync takes back, for the pages n owns, the versions it applied that
+// its disk does not hold: n's engine stopped on a sync its disk tore (a
+// power cut), before any answer, update or completion of that step left
+// it, so nobody saw them (a write's requester sees an unknown outcome). A
+// page n owns of which its disk holds no owned state at all (it became the
+// owner in the step the tear stopped) lived only there: it may be lost.
+func (c *checker) tornSync(n *simNode) {
+	b, _ := n.disk.Load()
+	m := pagelog.NewMemDisk("check", 1)
+	m.Replace(b)
+	_, pages, err := pagelog.Open(m, pagelog.Identity{Node: n.id, Fabric: c.w.cfg.Seed})
+	if err != nil {
+		c.violate("node %v: its durable pages do not open after a torn sync: %v", n.id, err)
+		return
+	}
+	held := map[gva.GVA]pagelog.Page{}
+	for _, p := range pages {
+		if p.Owned {
+			held[p.Key] = p
+		}
+	}
+	for _, key := range c.order {
+		g := c.ghosts[key]
+		if owner, _ := n.eng.Holding(key); !owner || g.lost {
+			continue
+		}
+		p, ok := held[key]
+		switch {
+		case !ok:
+			// Lost, unless an earlier owner's disk kept it (its handover's
+			// commit torn too): decided at the end.
+			g.maybeLost, g.failingOver = true, true
+		case p.Version < g.version:
+			for v := p.Version + 1; v <= g.version; v++ {
+				delete(g.log, v)
+			}
+			g.version = p.Version
+			copy(g.content[:], p.Content)
+		}
+	}
 }
 
 // survivesWithout reports whether every page would keep, if n failed now,
