@@ -41,17 +41,45 @@ func (e *Engine) durMark(key gva.GVA) {
 		return
 	}
 	if e.durDirty == nil {
-		e.durDirty = map[gva.GVA]bool{}
+		e.durDirty = map[gva.GVA]uint64{}
 	}
-	e.durDirty[key] = true
+	// The newest epoch the node knew of the page in the step: a drop's
+	// tombstone says the page moved on to it.
+	ep := e.durDirty[key]
+	if pg := e.pages[key]; pg != nil {
+		ep = max(ep, pg.epoch)
+	}
+	if c := e.copies[key]; c != nil {
+		ep = max(ep, c.epoch)
+	}
+	e.durDirty[key] = ep
 }
 
-// persist writes the marked pages' states and syncs them.
+// durHomeMark marks the home record of key (homed here) for the log.
+func (e *Engine) durHomeMark(key gva.GVA) {
+	if e.cfg.Durable == nil {
+		return
+	}
+	if e.durHomes == nil {
+		e.durHomes = map[gva.GVA]bool{}
+	}
+	e.durHomes[key] = true
+}
+
+// persist writes the marked pages' states and home records and syncs
+// them.
 func (e *Engine) persist() {
-	if len(e.durDirty) == 0 || e.durErr != nil {
+	if len(e.durDirty) == 0 && len(e.durHomes) == 0 || e.durErr != nil {
 		return
 	}
 	l := e.cfg.Durable
+	for _, key := range slices.SortedFunc(maps.Keys(e.durHomes), gva.Compare) {
+		if rec := e.home[key]; rec != nil {
+			l.PutHome(pagelog.Home{Key: key, Owner: rec.owner, OwnerInc: rec.ownerInc, Epoch: rec.epoch, Freed: rec.freed,
+				Attr: rec.attr, HasAttr: rec.hasAttr})
+		}
+	}
+	clear(e.durHomes)
 	for _, key := range slices.SortedFunc(maps.Keys(e.durDirty), gva.Compare) {
 		if pg := e.pages[key]; pg != nil && pg.owner && pg.has {
 			l.Put(pagelog.Page{Key: key, Owned: true, Owner: e.self, OwnerInc: e.inc, Epoch: pg.epoch, Version: pg.version,
@@ -64,7 +92,7 @@ func (e *Engine) persist() {
 				Attr: c.attr, HasAttr: c.hasAttr, Content: c.content})
 			continue
 		}
-		l.Drop(key)
+		l.Drop(key, e.durDirty[key])
 	}
 	clear(e.durDirty)
 	e.stats.DurableSyncs++
@@ -74,12 +102,26 @@ func (e *Engine) persist() {
 	}
 }
 
+// goneHere reports whether this node's durable log says that, before it
+// restarted, it kept key and gave it up in epoch `epoch` or later (a
+// handover, a free, a copy its owner released): a copy of that epoch that
+// names this node as its owner, or one older than the tombstone, is stale.
+func (e *Engine) goneHere(key gva.GVA, epoch uint64) (uint64, bool) {
+	tomb, ok := e.durGone[key]
+	return tomb, ok && epoch <= tomb && e.pages[key] == nil && e.copies[key] == nil
+}
+
 // DurableErr is the error that stopped the engine (a failed sync of its
 // durable pages), nil while it runs.
 func (e *Engine) DurableErr() error { return e.durErr }
 
-// restore loads the pages of the durable log as backup copies.
+// restore loads the home records of the durable log, and its pages as
+// backup copies.
 func (e *Engine) restore() error {
+	e.durGone = e.cfg.Durable.Gone()
+	for _, h := range e.cfg.Durable.Homes() {
+		e.home[h.Key] = &homeRecord{owner: h.Owner, ownerInc: h.OwnerInc, epoch: h.Epoch, freed: h.Freed, attr: h.Attr, hasAttr: h.HasAttr}
+	}
 	for _, p := range e.cfg.Durable.Pages() {
 		key := p.Key
 		content, err := e.store.Alloc(copyKey(key), p.Huge)

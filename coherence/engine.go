@@ -379,7 +379,9 @@ type Engine struct {
 	// durDirty: pages whose state the durable log must take before the
 	// step ends (durable.go); durErr: the sync that failed and stopped
 	// the engine; restoring: reloaded copies wait for the first step.
-	durDirty  map[gva.GVA]bool
+	durDirty  map[gva.GVA]uint64 // page -> the newest epoch of the step
+	durHomes  map[gva.GVA]bool
+	durGone   map[gva.GVA]uint64 // the log's tombstones at start
 	durErr    error
 	restoring bool
 	now       time.Duration // the now of the current call

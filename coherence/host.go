@@ -425,6 +425,7 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
 	e.home[key].recordAttr(r.hr.Attr)
 	e.durMark(key)
+	e.durHomeMark(key)
 	e.arb.Own(key)
 	e.startReplication(now, e.pages[key])
 	e.stats.Allocs++
@@ -455,6 +456,7 @@ func (e *Engine) free(now time.Duration, r *request) {
 	if h := homeOf(r.key); h == e.self {
 		if rec := e.home[r.key]; rec != nil {
 			rec.freed, rec.epoch = true, pg.epoch
+			e.durHomeMark(r.key)
 		}
 	} else {
 		e.notify(now, r.key, &notice{owner: noc.BroadcastNode, epoch: pg.epoch})

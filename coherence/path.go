@@ -111,7 +111,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		if target != 0 {
 			// Directed here as the owner, but the page is not here.
 			if target != e.inc {
-				if e.replicated() && e.now-e.born < e.takeoverWait() {
+				if e.comingBack() {
 					// The owner restarted: a backup takes the page over
 					// and tells the home, whose redirect then finds it.
 					return 0, 0, 0, syscall.EAGAIN
@@ -143,6 +143,8 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			return 0, 0, 0, syscall.EHOSTDOWN // unknown at its home: lost with a restart
 		case rec.freed:
 			return 0, 0, 0, syscall.EFAULT
+		case rec.owner == e.self && rec.ownerInc != e.inc && e.comingBack():
+			return 0, 0, 0, syscall.EAGAIN // an earlier run's page: a copy, maybe reloaded here, takes it over
 		case rec.owner == e.self:
 			return 0, 0, 0, syscall.EHOSTDOWN
 		}
@@ -595,6 +597,19 @@ func (e *Engine) seen(key gva.GVA, v gva.Version) {
 // and a request's bound, twice over.
 func (e *Engine) takeoverWait() time.Duration {
 	return 2 * (e.cfg.FailoverGrace + e.cfg.SplitGrace + e.cfg.RequestTimeout)
+}
+
+// comingBack reports whether pages this node owned before it restarted
+// may still come back (a backup's takeover, or a copy reloaded from a
+// durable log): requests for them are answered "retry" until then.
+func (e *Engine) comingBack() bool {
+	wait := e.takeoverWait()
+	if e.cfg.Durable != nil {
+		wait += e.restoreGrace()
+	} else if !e.replicated() {
+		return false
+	}
+	return e.now-e.born < wait
 }
 
 // mayHaveApplied reports whether r is a write or atomic a copy of which may

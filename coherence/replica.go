@@ -888,6 +888,24 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 				// while it happened (split.go). Said before the answer.
 				e.sendSuperseded(f.Src, key, 0, h)
 			}
+			if c := e.copies[key]; c != nil && c.restored && c.owner == e.self && !c.hasHeir && epoch <= c.epoch &&
+				!slices.Contains(c.backups, f.Src) {
+				// This node owned the page before it restarted, and its
+				// durable log names the backups it had then: the prober is
+				// not one of them (a backup it gave up, whose drop was lost).
+				// Its copy may lack versions those backups acknowledged, so
+				// it is dropped, as this node's earlier run would have
+				// (durable.go).
+				e.sendDrop(f.Src, key, c.epoch)
+				return
+			}
+			if tomb, ok := e.goneHere(key, epoch); ok {
+				// This node's earlier run gave the page up at that epoch
+				// or later (its durable log's tombstone): the prober's copy
+				// is stale (its owner's drop was lost, then the power cut
+				// came). A copy of ours, or older than the tombstone, ends.
+				e.sendDrop(f.Src, key, tomb)
+			}
 			// Not ours: tell the prober who we are (a restarted node is a
 			// later incarnation: its backups take the page over).
 			var b [goneLen]byte
@@ -1566,6 +1584,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 			e.home[key] = rec
 		}
 		rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, pg.epoch, false
+		e.durHomeMark(key)
 	} else {
 		// Told even when routing does not reach the home now (a cut link):
 		// the notice is re-sent until the home acknowledges it, or 32
@@ -1848,6 +1867,7 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec == nil || rec.epoch < h.epoch {
 			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+			e.durHomeMark(key)
 		}
 	}
 	if pg := e.pages[key]; pg != nil && !pg.owner && pg.swap == nil {

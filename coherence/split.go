@@ -252,6 +252,7 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec == nil || rec.epoch <= h.epoch {
 			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+			e.durHomeMark(key)
 		}
 	}
 	if rep := pg.rep; rep != nil {

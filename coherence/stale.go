@@ -31,7 +31,7 @@ func (e *Engine) learning() bool {
 		// Pages come back from disks too, of nodes that may restart later
 		// than this one and wait restoreGrace before they take them over
 		// (durable.go).
-		grace += e.restoreGrace() + e.cfg.HomeRefresh
+		grace += e.restoreGrace()
 	}
 	return e.now < e.born+grace
 }

@@ -373,6 +373,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	case h == e.self:
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
 			rec.owner, rec.ownerInc, rec.epoch = sw.peer, peerInc, sw.epoch
+			e.durHomeMark(key)
 		}
 	case h != sw.peer:
 		// Tell the home now: if the acquirer fails before it takes the
@@ -722,6 +723,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
 			rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, sw.epoch, false
+			e.durHomeMark(key)
 		}
 	}
 	if ent != nil {
@@ -802,6 +804,9 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame) {
 	key := f.GVA.Key()
 	if e.dbg != nil {
 		e.debugf(key, "owner moved from %v: owner %v epoch %d", f.Src, m.owner, m.epoch)
+	}
+	if homeOf(key) == e.self {
+		e.durHomeMark(key) // the record below may change
 	}
 	if rec := e.home[key]; rec == nil && homeOf(key) == e.self && m.owner != noc.BroadcastNode {
 		// A home that restarted learns its record again from the owner.

@@ -552,6 +552,12 @@ func (w *World) lostPagesFail() {
 		}
 		n := w.nodes[(i*7+int(w.cfg.Seed))%len(w.nodes)]
 		got := w.checkRequest(n, &pendingOp{req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}}})
+		for try := 0; w.cfg.Durable && got.Errno() == syscall.ETIMEDOUT && try < 3; try++ {
+			// With durable pages a restarted home waits longer for pages
+			// to come back from disks (retry until then): ask again.
+			w.runUntil(w.now+engineTiming.RequestTimeout, nil)
+			got = w.checkRequest(n, &pendingOp{req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}}})
+		}
 		want := syscall.EHOSTDOWN
 		if home := w.nodes[int(key.Machine())]; home.alive && home.epoch > coherence.AllocEpochOf(key) && !home.hosts.Engine().HasHomeRecord(key) {
 			want = syscall.ESTALE

@@ -5,8 +5,9 @@
 //
 // The log is one append-only file of records, each checksummed (CRC-32C):
 // a record puts a page (its whole state: key, owner and its incarnation,
-// ownership epoch, version, backups and rank, attributes, content) or
-// drops one; the last record of a key wins. The coherence engine appends
+// ownership epoch, version, backups and rank, attributes, content), drops
+// one, or puts the home record of a page the node is the home of (its
+// owner and epoch, or that it was freed); the last record of a key wins. The coherence engine appends
 // the records of every page a step changed and syncs them (write, then
 // fsync) before any acknowledgement of that step leaves the node; a page's
 // new state is the one in force only once its record is synced ("write,

@@ -36,6 +36,21 @@ type Page struct {
 	Content []byte
 }
 
+// Home is the record of a page this node is the home of: who owns it, in
+// which ownership epoch, or that it was freed. A restarted home that
+// reloads its records answers for its pages at once, and a copy reloaded
+// elsewhere asks it whether the page moved on, or was freed, while that
+// copy's node was down.
+type Home struct {
+	Key      gva.GVA
+	Owner    noc.NodeID
+	OwnerInc uint64
+	Epoch    uint64
+	Freed    bool
+	Attr     gva.Attr
+	HasAttr  bool
+}
+
 // Identity names the node and the fabric a log belongs to.
 type Identity struct {
 	Node   noc.NodeID
@@ -52,6 +67,8 @@ const (
 	recHead    = 4 + 4         // length of kind+payload, crc32c of them
 	kindPut    = 1
 	kindDrop   = 2
+	kindHome   = 3
+	homeLen    = keyLen + 1 + 4 + 8 + 8 + attrLen // key, flags, owner, inc, epoch, attr
 	keyLen     = 16
 	putFixed   = keyLen + 1 + 4 + 8 + 8 + 8 + 1 + 1 + 4 + 8 // key, flags, owner, inc, epoch, version, rank, n, heir, heirInc
 	attrLen    = 12
@@ -75,8 +92,10 @@ type Log struct {
 	disk  Disk
 	id    Identity
 	pages map[gva.GVA]*Page
-	size  int // bytes in the file
-	live  int // bytes of the records in force
+	homes map[gva.GVA]*Home
+	gone  map[gva.GVA]uint64 // tombstones: dropped pages and their last epoch
+	size  int                // bytes in the file
+	live  int                // bytes of the records in force
 	lens  map[gva.GVA]int
 	buf   []byte
 	dirty bool
@@ -92,7 +111,7 @@ func Open(disk Disk, id Identity) (*Log, []Page, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	l := &Log{disk: disk, id: id, pages: map[gva.GVA]*Page{}, lens: map[gva.GVA]int{}}
+	l := &Log{disk: disk, id: id, pages: map[gva.GVA]*Page{}, homes: map[gva.GVA]*Home{}, gone: map[gva.GVA]uint64{}, lens: map[gva.GVA]int{}}
 	if len(b) == 0 {
 		if err := l.rewrite(); err != nil {
 			return nil, nil, err
@@ -176,13 +195,13 @@ func record(b []byte) (rec []byte, n int, ok bool) {
 func validAfter(b []byte) bool {
 	if len(b) >= recHead {
 		if next := recHead + int(binary.BigEndian.Uint32(b)); next < len(b) {
-			if rec, _, ok := record(b[next:]); ok && (rec[0] == kindPut || rec[0] == kindDrop) {
+			if rec, _, ok := record(b[next:]); ok && rec[0] >= kindPut && rec[0] <= kindHome {
 				return true
 			}
 		}
 	}
 	for i := 1; i+recHead < len(b) && i < scanWindow; i++ {
-		if rec, _, ok := record(b[i:]); ok && (rec[0] == kindPut || rec[0] == kindDrop) {
+		if rec, _, ok := record(b[i:]); ok && rec[0] >= kindPut && rec[0] <= kindHome {
 			return true
 		}
 	}
@@ -199,14 +218,27 @@ func (l *Log) apply(rec []byte, n int) error {
 		l.live += n - l.lens[p.Key]
 		l.lens[p.Key] = n
 		l.pages[p.Key] = &p
+	case kindHome:
+		h, err := decodeHome(rec[1:])
+		if err != nil {
+			return err
+		}
+		if _, ok := l.homes[h.Key]; !ok {
+			l.live += n
+		}
+		l.homes[h.Key] = &h
 	case kindDrop:
-		if len(rec) != 1+keyLen {
+		if len(rec) != 1+keyLen+8 {
 			return fmt.Errorf("drop of %d bytes", len(rec)-1)
 		}
 		key := getKey(rec[1:])
 		l.live -= l.lens[key]
 		delete(l.lens, key)
 		delete(l.pages, key)
+		if _, ok := l.gone[key]; !ok {
+			l.live += n
+		}
+		l.gone[key] = binary.BigEndian.Uint64(rec[1+keyLen:])
 	default:
 		return fmt.Errorf("unknown kind %d", rec[0])
 	}
@@ -310,6 +342,55 @@ func decodePut(b []byte) (Page, error) {
 	return p, nil
 }
 
+func appendHome(b []byte, h *Home) []byte {
+	var r [homeLen]byte
+	putKey(r[:], h.Key)
+	if h.Freed {
+		r[16] |= 1
+	}
+	if h.HasAttr {
+		r[16] |= 2
+	}
+	binary.BigEndian.PutUint32(r[17:], uint32(h.Owner))
+	binary.BigEndian.PutUint64(r[21:], h.OwnerInc)
+	binary.BigEndian.PutUint64(r[29:], h.Epoch)
+	binary.BigEndian.PutUint32(r[37:], h.Attr.UID)
+	binary.BigEndian.PutUint32(r[41:], h.Attr.GID)
+	binary.BigEndian.PutUint32(r[45:], h.Attr.Mode)
+	return append(append(b, kindHome), r[:]...)
+}
+
+func decodeHome(b []byte) (Home, error) {
+	if len(b) != homeLen {
+		return Home{}, fmt.Errorf("home record of %d bytes", len(b))
+	}
+	if b[16]&^3 != 0 {
+		return Home{}, fmt.Errorf("unknown home flags %#x", b[16])
+	}
+	return Home{Key: getKey(b), Freed: b[16]&1 != 0, HasAttr: b[16]&2 != 0,
+		Owner: noc.NodeID(binary.BigEndian.Uint32(b[17:])), OwnerInc: binary.BigEndian.Uint64(b[21:]), Epoch: binary.BigEndian.Uint64(b[29:]),
+		Attr: gva.Attr{UID: binary.BigEndian.Uint32(b[37:]), GID: binary.BigEndian.Uint32(b[41:]), Mode: binary.BigEndian.Uint32(b[45:])}}, nil
+}
+
+// PutHome records a home record; it is durable once Sync returned.
+func (l *Log) PutHome(h Home) {
+	if _, ok := l.homes[h.Key]; !ok {
+		l.live += recHead + 1 + homeLen
+	}
+	l.appendRecord(appendHome(nil, &h))
+	l.homes[h.Key] = &h
+	l.dirty = true
+}
+
+// Homes returns the home records, sorted by key.
+func (l *Log) Homes() []Home {
+	out := make([]Home, 0, len(l.homes))
+	for _, k := range slices.SortedFunc(maps.Keys(l.homes), gva.Compare) {
+		out = append(out, *l.homes[k])
+	}
+	return out
+}
+
 func (l *Log) appendRecord(rec []byte) {
 	var h [recHead]byte
 	binary.BigEndian.PutUint32(h[:], uint32(len(rec)))
@@ -332,19 +413,43 @@ func (l *Log) Put(p Page) {
 	l.dirty = true
 }
 
-// Drop records that key is no longer kept here.
-func (l *Log) Drop(key gva.GVA) {
+// Drop records that key is no longer kept here, and the ownership epoch
+// its last state had (or reached: a handover's): a tombstone, which Gone
+// returns after a restart.
+func (l *Log) Drop(key gva.GVA, epoch uint64) {
 	if _, ok := l.pages[key]; !ok {
 		return
 	}
-	var rec [1 + keyLen]byte
-	rec[0] = kindDrop
-	putKey(rec[1:], key)
-	l.appendRecord(rec[:])
+	l.appendRecord(appendDrop(nil, key, epoch))
 	l.live -= l.lens[key]
 	delete(l.lens, key)
 	delete(l.pages, key)
+	if _, ok := l.gone[key]; !ok {
+		l.live += recHead + 1 + keyLen + 8
+	}
+	l.gone[key] = epoch
 	l.dirty = true
+}
+
+func appendDrop(b []byte, key gva.GVA, epoch uint64) []byte {
+	var rec [1 + keyLen + 8]byte
+	rec[0] = kindDrop
+	putKey(rec[1:], key)
+	binary.BigEndian.PutUint64(rec[1+keyLen:], epoch)
+	return append(b, rec[:]...)
+}
+
+// Gone returns the tombstones: the pages this node kept once and no
+// longer does, with the last epoch it knew of each (a page put again
+// since is not listed).
+func (l *Log) Gone() map[gva.GVA]uint64 {
+	out := make(map[gva.GVA]uint64, len(l.gone))
+	for k, e := range l.gone {
+		if _, ok := l.pages[k]; !ok {
+			out[k] = e
+		}
+	}
+	return out
 }
 
 // Sync writes what Put and Drop recorded and makes it durable (write,
@@ -377,6 +482,14 @@ func (l *Log) rewrite() error {
 	l.buf = b
 	for _, k := range slices.SortedFunc(maps.Keys(l.pages), gva.Compare) {
 		l.appendRecord(appendPut(nil, l.pages[k]))
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(l.homes), gva.Compare) {
+		l.appendRecord(appendHome(nil, l.homes[k]))
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(l.gone), gva.Compare) {
+		if _, ok := l.pages[k]; !ok {
+			l.appendRecord(appendDrop(nil, k, l.gone[k]))
+		}
 	}
 	b, l.buf = l.buf, save[:0]
 	if err := l.disk.Replace(b); err != nil {

@@ -57,17 +57,24 @@ func TestReopenKeepsWhatWasSynced(t *testing.T) {
 	heir := page(3, 9)
 	heir.HasHeir, heir.Heir, heir.HeirInc = true, 5, 11
 	l.Put(heir)
-	l.Drop(page(2, 1).Key)
+	l.Drop(page(2, 1).Key, 2)
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	l.Put(page(4, 1)) // never synced: a crash loses it
 	d.Crash()
-	_, pages, err = Open(d, testID)
+	l2, pages, err := Open(d, testID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	samePages(t, pages, []Page{owned, heir})
+	if g := l2.Gone(); len(g) != 1 || g[page(2, 1).Key] != 2 {
+		t.Fatalf("tombstones %v, want page 2 at epoch 2", g)
+	}
+	l2.Put(page(2, 5)) // kept again: no longer gone
+	if g := l2.Gone(); len(g) != 0 {
+		t.Fatalf("tombstones %v of a page put again", g)
+	}
 }
 
 // TestTornTailIsDropped: a crash in the middle of a sync keeps any prefix
@@ -191,7 +198,7 @@ func TestOSDisk(t *testing.T) {
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	l.Drop(page(1, 1).Key)
+	l.Drop(page(1, 1).Key, 2)
 	if err := l.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +228,7 @@ func FuzzOpen(f *testing.F) {
 	d := NewMemDisk("mem", 1)
 	l, _, _ := Open(d, testID)
 	l.Put(page(1, 1))
-	l.Drop(page(1, 1).Key)
+	l.Drop(page(1, 1).Key, 2)
 	l.Put(page(2, 3))
 	l.Sync()
 	good, _ := d.Load()
