@@ -77,6 +77,40 @@ func TestReopenKeepsWhatWasSynced(t *testing.T) {
 	}
 }
 
+// TestHomesSurvive: home records, the last of a key winning, come back
+// after a reopen and a compaction.
+func TestHomesSurvive(t *testing.T) {
+	d := NewMemDisk("mem", 1)
+	l, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := page(1, 1).Key
+	l.PutHome(Home{Key: k, Owner: 1, OwnerInc: 2, Epoch: 3})
+	l.PutHome(Home{Key: k, Owner: 4, OwnerInc: 5, Epoch: 6, Freed: true, HasAttr: true, Attr: gva.Attr{UID: 7, GID: 8, Mode: 0o640}})
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	want := Home{Key: k, Owner: 4, OwnerInc: 5, Epoch: 6, Freed: true, HasAttr: true, Attr: gva.Attr{UID: 7, GID: 8, Mode: 0o640}}
+	l2, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := l2.Homes(); len(h) != 1 || h[0] != want {
+		t.Fatalf("homes %+v, want %+v", h, want)
+	}
+	if err := l2.rewrite(); err != nil {
+		t.Fatal(err)
+	}
+	l3, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := l3.Homes(); len(h) != 1 || h[0] != want {
+		t.Fatalf("after a rewrite: homes %+v", h)
+	}
+}
+
 // TestTornTailIsDropped: a crash in the middle of a sync keeps any prefix
 // of its bytes (and may garble the last); reopening keeps exactly the
 // synced records and one of the torn step's, never half of one, and the
@@ -230,6 +264,7 @@ func FuzzOpen(f *testing.F) {
 	l.Put(page(1, 1))
 	l.Drop(page(1, 1).Key, 2)
 	l.Put(page(2, 3))
+	l.PutHome(Home{Key: page(2, 3).Key, Owner: 5, OwnerInc: 9, Epoch: 4, HasAttr: true, Attr: gva.Attr{UID: 1, Mode: 0o600}})
 	l.Sync()
 	good, _ := d.Load()
 	f.Add(good)
@@ -242,10 +277,12 @@ func FuzzOpen(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_, again, err := Open(m, testID)
+		l2, again, err := Open(m, testID)
 		if err != nil {
 			t.Fatalf("a log Open loaded is refused the second time: %v", err)
 		}
 		samePages(t, again, pages)
+		_ = l2.Homes()
+		_ = l2.Gone()
 	})
 }
