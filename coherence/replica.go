@@ -1158,7 +1158,11 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 		}
 		return
 	}
-	if c.owner == f.Src || c.hasHeir && c.heir == f.Src || epoch > c.epoch {
+	// A heir's drop names its own epoch, past the copy's. One that does
+	// not is a restarted node's word about an earlier epoch it held the
+	// page in (its durable log's tombstone, durable.go): it ends a copy
+	// it owned, not one kept for it as the heir.
+	if c.owner == f.Src || epoch > c.epoch {
 		e.dropCopy(c)
 		e.stats.ReplCopiesDropped++
 	}
