@@ -26,10 +26,14 @@ import (
 // taken the page over while this node was down), a copy kept for another
 // owner asks that owner as any copy whose owner missed a confirmation
 // does. The takeover rules then decide, by epochs and versions, who owns
-// each page (replica.go); a reloaded copy waits until this node has
-// learned, as the page's home, who owns its pages (learning): a live
-// owner that took the page over meanwhile tells the home, and the copy is
-// dropped (movedOn).
+// each page (replica.go); a reloaded copy waits two refresh periods, in
+// which a live owner that took the page over meanwhile tells the page's
+// home, whose record (reloaded too: home records are durable) drops the
+// copy (movedOn). A page the node no longer kept leaves a tombstone (the
+// last epoch it knew): a copy that names this node as its owner at that
+// epoch or before, and asks it, is stale (its drop was lost before the
+// power cut) and is told to drop; so is a copy of a backup this node's
+// owned page no longer listed.
 //
 // A sync that fails stops the engine: it sends nothing more and hands no
 // completion to the sink (DurableErr says why; the driver ends the node,
@@ -140,6 +144,8 @@ func (e *Engine) restore() error {
 		if c.owner == e.self && !c.hasHeir {
 			c.ownerGone = true // its owner was this node's earlier run
 		}
+		// Any other copy asks its owner (or heir) once it missed two
+		// confirmations (expireCopies), as a copy whose owner fell silent.
 		e.copies[key] = c
 		e.indexCopy(c)
 		e.probing[key] = true
