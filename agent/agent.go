@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"os/user"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/coherence/pagelog"
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/ledger"
 	"github.com/aitherion/dpu/gva"
@@ -65,6 +67,7 @@ type Agent struct {
 	awaited   atomic.Uint64                 // host completions those steps handed over
 	passes    atomic.Uint64                 // passes of the run loop
 	stopErr   atomic.Pointer[error]         // why a server that should never end made the agent stop
+	pageLog   *pagelog.Log                  // Config.Durable: the engine's durable pages (the engine uses it under mu)
 	w         *waiter                       // where the loop parks (from New to Close)
 	srv       *hostif.Server                // the host socket, whose rings the loop serves (set before the loop runs)
 	srvStats  atomic.Pointer[hostif.Server] // the same, for the control socket's stats (it serves before srv is set)
@@ -193,6 +196,10 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 func (a *Agent) Close() {
 	for _, p := range a.ports {
 		p.port.Close()
+	}
+	if a.pageLog != nil {
+		a.pageLog.Close()
+		a.pageLog = nil
 	}
 	if a.w != nil {
 		a.w.close()
@@ -417,7 +424,14 @@ func (a *Agent) newEngine() error {
 		return err
 	}
 	store := host.ReservedStore{PageStore: mem, Ledger: a.hostQuota}
-	h, err := coherence.NewHosts(coherence.Config{Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store, Quota: host.Quota{Ledger: a.hostQuota},
+	var durable *pagelog.Log
+	if a.cfg.Durable {
+		if durable, err = a.openPageLog(); err != nil {
+			return err
+		}
+		a.pageLog = durable
+	}
+	h, err := coherence.NewHosts(coherence.Config{Durable: durable, Self: a.cfg.Node, Incarnation: rand.Uint64() | 1, AllocEpoch: epoch, Pages: a.cfg.Pages, Store: store, Quota: host.Quota{Ledger: a.hostQuota},
 		Seed: seed ^ 0x636f68, RequestTimeout: a.cfg.RequestTimeout, PinBound: a.cfg.PinBound,
 		// A backup copy must outlive the dead interval that declares its
 		// owner dead (plus a home refresh): see coherence.Config.CopyLease.
@@ -432,6 +446,30 @@ func (a *Agent) newEngine() error {
 	a.host.Bind(h, stepper{a})
 	a.engine, a.handler = h.Engine(), h
 	return nil
+}
+
+// openPageLog opens the durable page log of the state directory
+// (Config.Durable): the pages it holds come back as backup copies.
+// A log that is corrupt, of another node or another fabric, or that cannot
+// be written (a full disk) is refused with the file and the reason.
+func (a *Agent) openPageLog() (*pagelog.Log, error) {
+	d, err := pagelog.NewOSDisk(a.cfg.stateDir())
+	if err != nil {
+		return nil, fmt.Errorf("agent: durable: %w", err)
+	}
+	id := pagelog.Identity{Node: a.cfg.Node}
+	if a.cfg.FabricID != "" {
+		h := fnv.New64a()
+		h.Write([]byte(a.cfg.FabricID))
+		id.Fabric = h.Sum64()
+	}
+	l, pages, err := pagelog.Open(d, id)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("agent: durable: %w", err)
+	}
+	a.log.Info("durable pages", "file", d.Name(), "reloaded", len(pages))
+	return l, nil
 }
 
 func (a *Agent) newCore() error {

@@ -113,6 +113,17 @@ type Config struct {
 	// run directory. Put it on persistent storage where a run directory on
 	// tmpfs does not survive a reboot (key state-dir).
 	StateDir string
+	// Durable keeps the pages this node owns and the backup copies it
+	// holds in the state directory (its page log, pages.log): every write
+	// this node acknowledges, as the owner or as a backup, is written and
+	// synced (fsync) there first, and an agent restarted after a crash or
+	// a power cut reloads them, so a power cut of the whole fabric loses
+	// nothing acknowledged (docs/replication.md, "Durable pages"). Put
+	// state-dir on persistent storage (key durable).
+	Durable bool
+	// FabricID names the fabric; a page log written under another name is
+	// refused at start (key fabric-id; default none).
+	FabricID string
 	// KeyFile is this node's private key (mode 0600, owned by the agent's
 	// user) and FabricKeys the fabric's list of public keys ("NAME KEY"
 	// lines): with both set every port is a secure link (noc/port/secure)
@@ -187,7 +198,7 @@ func (c *Config) LoadFile(path string) error {
 // heartbeat, dead-interval, socket-group, capture-group, pages, seed, request-timeout,
 // pin-bound, replicas, fabric-nodes, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
-// insecure-run-dir, state-dir, key-file, fabric-keys, user-pages,
+// insecure-run-dir, state-dir, durable, fabric-id, key-file, fabric-keys, user-pages,
 // user-conns, and port (repeatable: "port = NAME KIND ARGS...
 // [channels=K]"). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
@@ -273,6 +284,10 @@ func (c *Config) Set(key, val string) error {
 		c.FabricKeys = val
 	case "state-dir":
 		c.StateDir = val
+	case "durable":
+		c.Durable, err = strconv.ParseBool(val)
+	case "fabric-id":
+		c.FabricID = val
 	case "insecure-run-dir":
 		c.InsecureRunDir, err = strconv.ParseBool(val)
 	case "log-level":

@@ -28,11 +28,13 @@ gpu-quota = 50%
 gpu-device = GPU-1234 512M 25
 replicas = 2
 fabric-nodes = 5
+durable = true
+fabric-id = lab-a
 `
 	if err := c.Load("a.conf", strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
-	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 3 || c.Ports[2].Channels != 4 || c.Ports[0].Channels != 0 || c.Channels != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || c.Loop != LoopPoll || c.Replicas != 2 || c.FabricNodes != 5 {
+	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 3 || c.Ports[2].Channels != 4 || c.Ports[0].Channels != 0 || c.Channels != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || c.Loop != LoopPoll || c.Replicas != 2 || c.FabricNodes != 5 || !c.Durable || c.FabricID != "lab-a" {
 		t.Fatalf("got %+v", c)
 	}
 	if c.GPU.Default.Memory != 8<<30 || c.GPU.Default.Quota != 50 || c.GPU.Devices["GPU-1234"].Memory != 512<<20 || c.GPU.Devices["GPU-1234"].Quota != 25 {
@@ -60,6 +62,7 @@ func TestConfigErrors(t *testing.T) {
 		{"replicas = 0", "must be 1..8"},
 		{"replicas = 9", "must be 1..8"},
 		{"fabric-nodes = -1", "must be 0"},
+		{"durable = maybe", "bad value"},
 		{"port = p0 udp a b channels=x", "invalid syntax"},
 		{"port = p0 udp a channels=2", "takes 2 argument(s)"},
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -82,6 +83,9 @@ func (a *Agent) loop(ctx context.Context) error {
 	ports := true
 	sent, sentAt := a.sent.Load(), time.Duration(0)
 	for ctx.Err() == nil {
+		if a.stopErr.Load() != nil {
+			return context.Canceled // Run returns the stop's error
+		}
 		now := a.now() // the pass's one clock reading
 		a.passes.Add(1)
 		work, ringWork, portWork := a.drain(now, ports)
@@ -448,6 +452,16 @@ func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
 	// clock's) are best taken as late as the core allows.
 	now = max(now, a.now())
 	a.stepAt = now
+	if a.pageLog != nil && a.stopErr.Load() == nil {
+		if err := a.engine.DurableErr(); err != nil {
+			// A sync of the durable pages failed: the engine stopped
+			// (nothing of that step left it), and so does the agent.
+			a.log.Error("durable pages: sync failed; the agent stops", "err", err)
+			stop := fmt.Errorf("agent: %w", err)
+			a.stopErr.CompareAndSwap(nil, &stop)
+			a.w.ring()
+		}
+	}
 	a.tx.mu.Lock()
 	if len(a.tx.ports) != len(a.ports) {
 		a.tx.ports = make([]txPort, len(a.ports))

@@ -45,6 +45,7 @@ func TestReadmeSampleConfig(t *testing.T) {
 	want.DeadInterval = time.Second
 	want.MetricsListen = "127.0.0.1:9464"
 	want.KeyFile, want.FabricKeys = "/etc/dpu/node.key", "/etc/dpu/fabric.keys"
+	want.StateDir, want.Durable = "/var/lib/dpu", true
 	want.Ports = []PortSpec{
 		{Name: "p0", Kind: PortUDP, Args: []string{"10.0.0.3:7000", "10.0.0.4:7000"}},
 		{Name: "p1", Kind: PortXDP, Args: []string{"eth1"}},

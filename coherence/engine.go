@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/arbiter"
+	"github.com/aitherion/dpu/coherence/pagelog"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/pathcache"
@@ -155,6 +156,11 @@ type Config struct {
 	Bug PlantedBug
 	// Tracer, if set, observes writes and replica versions (checkers).
 	Tracer Tracer
+	// Durable, if set, keeps the pages owned here and the backup copies
+	// kept here on stable storage: the changes of every step are synced
+	// before anything of the step leaves the node, and New reloads the
+	// log's pages as backup copies whose owner is gone (durable.go).
+	Durable *pagelog.Log
 }
 
 // Tracer observes protocol steps for checkers such as the simulator's.
@@ -379,7 +385,15 @@ type Engine struct {
 
 	started bool
 	born    time.Duration // the now of the first call
-	now     time.Duration // the now of the current call
+	// durDirty: pages whose state the durable log must take before the
+	// step ends (durable.go); durErr: the sync that failed and stopped
+	// the engine; restoring: reloaded copies wait for the first step.
+	durDirty  map[gva.GVA]uint64 // page -> the newest epoch of the step
+	durHomes  map[gva.GVA]bool
+	durGone   map[gva.GVA]uint64 // the log's tombstones at start
+	durErr    error
+	restoring bool
+	now       time.Duration // the now of the current call
 }
 
 // debugTracer is implemented by tracers that want a line for every
@@ -558,6 +572,11 @@ func New(cfg Config) (*Engine, error) {
 		hostPay:       make([]byte, 0, gva.PageSize+256),
 	}
 	e.dbg, _ = cfg.Tracer.(debugTracer)
+	if cfg.Durable != nil {
+		if err := e.restore(); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
@@ -594,6 +613,10 @@ func (e *Engine) begin(now time.Duration) {
 	}
 	e.started, e.born = true, now
 	e.schedule(now+e.jitter(e.cfg.HomeRefresh), timer{kind: tRefresh})
+	if e.restoring {
+		e.restoring = false
+		e.armRepl(now)
+	}
 }
 
 // refreshHomes tells the home of every page owned here (and homed
@@ -642,6 +665,7 @@ func (e *Engine) endStep(now time.Duration) {
 		}
 	}
 	e.drops = e.drops[:0]
+	e.persist()
 }
 
 func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {
@@ -889,6 +913,9 @@ func (e *Engine) emit(p noc.PortID, f *noc.Frame) {
 // outbox itself and keeps dst's room for the frames to come (no copy).
 func (e *Engine) TakeOutgoing(dst []noc.Outgoing) []noc.Outgoing {
 	e.arena = e.arena[:0]
+	if e.durErr != nil {
+		e.outbox = e.outbox[:0] // stopped: nothing leaves (durable.go)
+	}
 	if len(e.outbox) == 0 {
 		return dst
 	}

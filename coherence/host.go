@@ -382,6 +382,10 @@ func (e *Engine) complete(now time.Duration, r *request, c Completion) {
 	if c.GVA.IsZero() {
 		c.GVA = r.hr.GVA
 	}
+	e.persist() // what the completion tells of is on disk first
+	if e.durErr != nil {
+		return // stopped (durable.go)
+	}
 	e.sink.Complete(c)
 }
 
@@ -390,7 +394,12 @@ func (e *Engine) completeErr(now time.Duration, r *request, errno syscall.Errno,
 	e.complete(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: errno, Msg: msg}})
 }
 
-func (e *Engine) event(ev Event) { e.sink.Event(ev) }
+func (e *Engine) event(ev Event) {
+	if e.durErr != nil {
+		return // stopped (durable.go)
+	}
+	e.sink.Event(ev)
+}
 
 // alloc creates a page owned and homed here.
 func (e *Engine) alloc(now time.Duration, r *request) {
@@ -423,6 +432,8 @@ func (e *Engine) alloc(now time.Duration, r *request) {
 		attr: r.hr.Attr, hasAttr: true}
 	e.home[key] = &homeRecord{owner: e.self, ownerInc: e.inc}
 	e.home[key].recordAttr(r.hr.Attr)
+	e.durMark(key)
+	e.durHomeMark(key)
 	e.arb.Own(key)
 	e.startReplication(now, e.pages[key])
 	e.stats.Allocs++
@@ -448,10 +459,12 @@ func (e *Engine) free(now time.Duration, r *request) {
 	e.copyAnswers(e.arb.Disown(now, r.key))
 	e.store.Release(r.key)
 	delete(e.pages, r.key)
+	e.durMark(r.key)
 	pg.epoch++
 	if h := homeOf(r.key); h == e.self {
 		if rec := e.home[r.key]; rec != nil {
 			rec.freed, rec.epoch = true, pg.epoch
+			e.durHomeMark(r.key)
 		}
 	} else {
 		e.notify(now, r.key, &notice{owner: noc.BroadcastNode, epoch: pg.epoch})

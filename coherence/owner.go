@@ -118,6 +118,9 @@ func (e *Engine) advanceArbiter(now time.Duration) {
 	ans, faults := e.arb.Advance(now)
 	e.answers = append(e.answers, ans...)
 	for _, fr := range faults {
+		if fr.Holder == heldPin {
+			continue // a dead owner's lock, kept past a takeover, ran out
+		}
 		e.stats.HostFaults++
 		e.event(Event{Kind: EventHostFault, GVA: fr.Page, Holder: uint64(fr.Holder), Fault: fr, At: now})
 	}
@@ -260,6 +263,7 @@ func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
 	}
 	copy(pg.content[off:], data)
 	pg.version++
+	e.durMark(pg.key)
 	if e.cfg.Tracer != nil {
 		e.cfg.Tracer.Applied(e.self, pg.key, pg.version, off, data)
 	}

@@ -111,7 +111,7 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 		if target != 0 {
 			// Directed here as the owner, but the page is not here.
 			if target != e.inc {
-				if e.replicated() && e.now-e.born < e.takeoverWait() {
+				if e.comingBack() {
 					// The owner restarted: a backup takes the page over
 					// and tells the home, whose redirect then finds it.
 					return 0, 0, 0, syscall.EAGAIN
@@ -145,6 +145,8 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			return 0, 0, 0, syscall.EHOSTDOWN // unknown at its home: lost with a restart
 		case rec.freed:
 			return 0, 0, 0, syscall.ENOENT // freed: no such page any more
+		case rec.owner == e.self && rec.ownerInc != e.inc && e.comingBack():
+			return 0, 0, 0, syscall.EAGAIN // an earlier run's page: a copy, maybe reloaded here, takes it over
 		case rec.owner == e.self:
 			return 0, 0, 0, syscall.EHOSTDOWN
 		}
@@ -602,6 +604,19 @@ func (e *Engine) takeoverWait() time.Duration {
 	return 2 * (e.cfg.FailoverGrace + e.cfg.SplitGrace + e.cfg.RequestTimeout)
 }
 
+// comingBack reports whether pages this node owned before it restarted
+// may still come back (a backup's takeover, or a copy reloaded from a
+// durable log): requests for them are answered "retry" until then.
+func (e *Engine) comingBack() bool {
+	wait := e.takeoverWait()
+	if e.cfg.Durable != nil {
+		wait += e.restoreGrace()
+	} else if !e.replicated() {
+		return false
+	}
+	return e.now-e.born < wait
+}
+
 // mayHaveApplied reports whether r is a write or atomic a copy of which may
 // have been applied without its answer reaching here.
 func (e *Engine) mayHaveApplied(r *request) bool {
@@ -648,13 +663,28 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 			// The page itself is gone: every waiter of it learns so.
 			if pg := e.pages[r.key]; pg != nil {
 				for len(pg.waiters) > 0 {
-					e.completeErr(now, pg.waiters[0], errno, "")
+					e.completeErr(now, pg.waiters[0], errno, lostMsg(errno))
 				}
 			}
 			if e.reqs[r.id] == nil {
 				return
 			}
 		}
-		e.completeErr(now, r, errno, "")
+		e.completeErr(now, r, errno, lostMsg(errno))
 	}
+}
+
+// lostMsg says why a request for a page that no node serves any more ends:
+// EHOSTDOWN from the owner's later incarnation or the page's home (no
+// backup took it over within a takeover's time, no record of it), ESTALE
+// from a restarted home (a page of its earlier run). Either way, every
+// copy of the page was on nodes that died.
+func lostMsg(errno syscall.Errno) string {
+	switch errno {
+	case syscall.EHOSTDOWN:
+		return "page lost: every copy was on nodes that died (no live node owns it or holds a copy)"
+	case syscall.ESTALE:
+		return "page lost: every copy was on nodes that died (a page of an earlier run of its home)"
+	}
+	return ""
 }

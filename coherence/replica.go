@@ -128,6 +128,13 @@ type backupCopy struct {
 	backups   []noc.NodeID // the owner's backups in rank order
 	touched   time.Duration
 	unreachAt time.Duration // when the watched node was first seen unreachable (0: reachable)
+	// lostAt: when routing first lost the watched node since the copy was
+	// last touched (0: not since). Unlike unreachAt it survives the node
+	// being reachable again for a while: a routing table that still
+	// listed a dead node (stale link-state of a node that was alone in a
+	// minority) must not make a copy whose owner died right after its
+	// last confirmation look like one its owner had stopped confirming.
+	lostAt time.Duration
 	// heir: the owner handed the page over to this node; the copy stands
 	// in for the page until the heir's backups hold it, and is promoted
 	// only if the heir dies.
@@ -168,6 +175,9 @@ type backupCopy struct {
 
 	// pinned: the owner said a lock's pin is raised (split.go).
 	pinned bool
+	// restored: reloaded from the durable log (durable.go), not yet
+	// confirmed by an owner.
+	restored bool
 
 	// replies: the reply records of the page's requests (resend.go),
 	// complete since recFrom; recKnown: the owner sends them (one that
@@ -425,6 +435,7 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 		replies: pr.recs, recFrom: pr.from, recKnown: true}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
+	e.durMark(pg.key)
 	e.stats.ReplCopies++
 	e.releaseRep(now, pg)
 }
@@ -798,7 +809,9 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		needFull = true
 	}
 	if c != nil && !needFull && !stale {
-		c.rank, c.backups, c.touched, c.unreachAt = m.rank, m.backups, now, 0
+		e.durMark(key) // acknowledged below: on disk first
+		c.restored = false
+		c.rank, c.backups, c.touched, c.unreachAt, c.lostAt = m.rank, m.backups, now, 0, 0
 		c.pinned = m.flags&replPinned != 0
 		c.term = e.split.term
 	}
@@ -841,6 +854,7 @@ func (e *Engine) unindexCopy(c *backupCopy) {
 }
 
 func (e *Engine) dropCopy(c *backupCopy) {
+	e.durMark(c.key)
 	delete(e.copies, c.key)
 	e.unindexCopy(c)
 	e.store.Release(copyKey(c.key))
@@ -873,6 +887,24 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 				// takeover: the prober may have been cut off by a split
 				// while it happened (split.go). Said before the answer.
 				e.sendSuperseded(f.Src, key, 0, h)
+			}
+			if c := e.copies[key]; c != nil && c.restored && c.owner == e.self && !c.hasHeir && epoch <= c.epoch &&
+				!slices.Contains(c.backups, f.Src) {
+				// This node owned the page before it restarted, and its
+				// durable log names the backups it had then: the prober is
+				// not one of them (a backup it gave up, whose drop was lost).
+				// Its copy may lack versions those backups acknowledged, so
+				// it is dropped, as this node's earlier run would have
+				// (durable.go).
+				e.sendDrop(f.Src, key, c.epoch)
+				return
+			}
+			if tomb, ok := e.goneHere(key, epoch); ok {
+				// This node's earlier run gave the page up at that epoch
+				// or later (its durable log's tombstone): the prober's copy
+				// is stale (its owner's drop was lost, then the power cut
+				// came). A copy of ours, or older than the tombstone, ends.
+				e.sendDrop(f.Src, key, tomb)
 			}
 			// Not ours: tell the prober who we are (a restarted node is a
 			// later incarnation: its backups take the page over).
@@ -1116,16 +1148,21 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 		if c.owner == f.Src && !c.hasHeir {
 			c.heir, c.hasHeir = noc.NodeID(binary.BigEndian.Uint32(f.Payload[8:])), true
 			c.heirInc = binary.BigEndian.Uint64(f.Payload[12:])
-			c.unreachAt = 0
+			c.unreachAt, c.lostAt = 0, 0
 			// The old owner keeps a copy too and ranks first.
 			c.backups = append([]noc.NodeID{f.Src}, c.backups...)
 			c.rank++
 			c.fellowsGone = c.fellowsGone[:0]
 			e.indexCopy(c)
+			e.durMark(c.key)
 		}
 		return
 	}
-	if c.owner == f.Src || c.hasHeir && c.heir == f.Src || epoch > c.epoch {
+	// A heir's drop names its own epoch, past the copy's. One that does
+	// not is a restarted node's word about an earlier epoch it held the
+	// page in (its durable log's tombstone, durable.go): it ends a copy
+	// it owned, not one kept for it as the heir.
+	if c.owner == f.Src || epoch > c.epoch {
 		e.dropCopy(c)
 		e.stats.ReplCopiesDropped++
 	}
@@ -1293,6 +1330,9 @@ func (e *Engine) replTick(now time.Duration) {
 			if c.unreachAt == 0 {
 				c.unreachAt = now
 			}
+			if c.lostAt == 0 {
+				c.lostAt = now
+			}
 			wait := grace
 			if c.hasHeir {
 				// The heir's own backups, if it had any yet, go first: their
@@ -1302,19 +1342,13 @@ func (e *Engine) replTick(now time.Duration) {
 			if e.splitRule() {
 				wait += e.cfg.SplitGrace // an owner cut off in a minority fences itself first
 			}
-			if e.splitRule() && c.pinned && !c.hasHeir {
-				// A lock holder's node unreachable may live beyond a split:
-				// its lock stands until it is known restarted, or until its
-				// pin's bound ran out there (split.go).
-				wait += e.pinBound()
-			}
 			if now-c.unreachAt < wait {
 				continue
 			}
 			if e.dbg != nil {
 				e.debugf(key, "copy's node %v unreachable since %v (owner %v heir %v/%v)", o, c.unreachAt, c.owner, c.heir, c.hasHeir)
 			}
-			if !c.ownerGone && c.unreachAt-c.touched > e.cfg.CopyLease {
+			if !c.ownerGone && c.lostAt-c.touched > e.cfg.CopyLease {
 				// The owner had stopped counting on it before it died (a
 				// copy whose owner restarted since is the page's, though:
 				// that run never confirms it).
@@ -1510,6 +1544,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	// (split.go); a stand-in's heir's epoch was c.epoch+1 as well.
 	epoch := c.epoch + 2
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
+	e.durMark(key)
 	e.takeReplies(now, pg, pageReplies{from: c.recFrom, recs: c.replies}, c.recKnown)
 	e.forgetCommits(key)
 	if c.hasAttr {
@@ -1532,6 +1567,15 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	}
 	e.ownEntry(now, pg, noc.NoPort)
 	e.arb.Own(key)
+	if until := e.heldPinUntil(c); until > now {
+		// The dead owner's lock stands until its pin's bound ran out
+		// there: a holder cut off beyond a split may live on. The page
+		// is taken over and copied again now, but takes no acquire or
+		// lock before then (split.go, heldPin).
+		if err := e.arb.Pin(now, key, heldPin, min(until-now, e.arb.Config().MaxPin)); err == nil {
+			e.stats.SplitPinsHeld++
+		}
+	}
 	if e.cfg.Tracer != nil {
 		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
 			pt.Promoted(e.self, key, pg.version, pg.content)
@@ -1544,6 +1588,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 			e.home[key] = rec
 		}
 		rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, pg.epoch, false
+		e.durHomeMark(key)
 	} else {
 		// Told even when routing does not reach the home now (a cut link):
 		// the notice is re-sent until the home acknowledges it, or 32
@@ -1595,6 +1640,9 @@ const queryBit = 1 << 62
 // the copy is from the minority (touched before this node's majority term)
 // and routing does not reach the home: then it waits.
 func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
+	if e.restoredWait(c) {
+		return // reloaded from disk: the home learns its owners first (durable.go)
+	}
 	if !e.decides() {
 		e.stats.SplitHeld++ // a minority takes nothing over (split.go)
 		c.standInDue = 0    // a stand-in's wait starts again with the majority
@@ -1823,6 +1871,7 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec == nil || rec.epoch < h.epoch {
 			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+			e.durHomeMark(key)
 		}
 	}
 	if pg := e.pages[key]; pg != nil && !pg.owner && pg.swap == nil {

@@ -74,6 +74,9 @@ type Counters struct {
 	SplitMinorities, SplitMajorities uint64 // times routing showed this node in a minority; in a majority again
 	SplitChecks                      uint64 // touches asking backups to confirm a page after a minority
 	SplitPinTouches                  uint64 // touches telling backups of a lock's pin before the lock is answered
+	SplitPinsHeld                    uint64 // takeovers that kept a lost owner's lock pinned until its bound ran out there
+	DurableSyncs                     uint64 // syncs of the durable page log (one per step that changed a page)
+	DurableRestored                  uint64 // pages reloaded from the durable log at start, as backup copies
 	SplitSuperseded                  uint64 // stale owners told who owns their page now
 	SplitAbdications                 uint64 // pages given up here: taken over elsewhere while this node was fenced
 	SplitHeld                        uint64 // takeovers, and lost backups or stand-ins given up, held back for want of a majority

@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 )
@@ -244,12 +245,14 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 	e.stats.SplitAbdications++
 	e.setHint(key, h)
 	pg.owner, pg.ownerNode, pg.epoch = false, h.owner, max(pg.epoch, h.epoch)
+	e.durMark(key)
 	// The home's record names the new owner before anything that waited
 	// here moves on: a request queued behind the backups, let go below,
 	// asks the home where the page went (this node, when it is the home).
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec == nil || rec.epoch <= h.epoch {
 			e.home[key] = &homeRecord{owner: h.owner, ownerInc: h.inc, epoch: h.epoch}
+			e.durHomeMark(key)
 		}
 	}
 	if rep := pg.rep; rep != nil {
@@ -314,6 +317,29 @@ func (e *Engine) Fenced(key gva.GVA) bool {
 // so the lock is answered only once every backup (and no stand-in) knows
 // of the pin, and a backup holds a pinned copy back from a takeover until
 // its owner is known restarted or the pin's bound ran out.
+
+// heldPin is the arbiter holder of a lock's pin that a backup keeps raised
+// when it takes over a page whose owner, the lock holder's node, routing
+// lost (not known restarted): that node may live beyond a split with its
+// lock, so the page takes no acquire or lock until the pin's bound ran out
+// there. The takeover itself does not wait: waiting the bound out left the
+// page with one copy, its backup's, for the whole bound, and that node's
+// death then lost it (a ring of 4 at R = 2 whose owner died locked, and
+// its backup 70 ms later: sim.TestOwnerRestartsWhileHalfIsDown). No
+// session has this id; its revocation is no host's fault.
+const heldPin arbiter.HolderID = 1<<64 - 1
+
+// heldPinUntil is when the pin of a lock raised at c's owner ran out at the
+// latest, if c's page was pinned and its owner was lost, not seen restarted
+// (0: no pin to keep). The owner raised it before routing lost the owner,
+// and revokes it within the bound; a fenced owner beyond a split (which
+// fences itself within SplitGrace) included.
+func (e *Engine) heldPinUntil(c *backupCopy) time.Duration {
+	if !e.splitRule() || !c.pinned || c.hasHeir || c.ownerGone || c.unreachAt == 0 {
+		return 0
+	}
+	return c.unreachAt + e.cfg.FailoverGrace + e.cfg.SplitGrace + e.pinBound()
+}
 
 // pinBit marks the request ids of an owner's touches that tell its backups
 // of a pin (the page's pin sequence follows).

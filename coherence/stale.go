@@ -27,6 +27,12 @@ func (e *Engine) learning() bool {
 	if e.replicated() {
 		grace += e.cfg.HomeRefresh/2 + 2*e.cfg.FailoverGrace
 	}
+	if e.cfg.Durable != nil {
+		// Pages come back from disks too, of nodes that may restart later
+		// than this one and wait restoreGrace before they take them over
+		// (durable.go).
+		grace += e.restoreGrace()
+	}
 	return e.now < e.born+grace
 }
 

@@ -367,11 +367,13 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	toward := routePort(sw.route, n-1)
 	ent := e.ownerEntry(now, pg)
 	pg.owner, pg.swap, pg.ownerNode, pg.epoch = false, nil, sw.peer, sw.epoch
+	e.durMark(key)
 	pg.recKeys, pg.haveCut = nil, false // the records went with the page
 	switch h := homeOf(key); {
 	case h == e.self:
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
 			rec.owner, rec.ownerInc, rec.epoch = sw.peer, peerInc, sw.epoch
+			e.durHomeMark(key)
 		}
 	case h != sw.peer:
 		// Tell the home now: if the acquirer fails before it takes the
@@ -708,6 +710,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	e.cancel(sw.timer)
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
+	e.durMark(pg.key)
 	pg.doneSwap, pg.doneSeq = opKey{sw.peer, sw.id}, sw.seq
 	e.takeReplies(now, pg, sw.replies, sw.hasReplies)
 	ent := e.ownEntry(now, pg, graft)
@@ -720,6 +723,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	if homeOf(key) == e.self {
 		if rec := e.home[key]; rec != nil && sw.epoch > rec.epoch {
 			rec.owner, rec.ownerInc, rec.epoch, rec.freed = e.self, e.inc, sw.epoch, false
+			e.durHomeMark(key)
 		}
 	}
 	if ent != nil {
@@ -800,6 +804,9 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame) {
 	key := f.GVA.Key()
 	if e.dbg != nil {
 		e.debugf(key, "owner moved from %v: owner %v epoch %d", f.Src, m.owner, m.epoch)
+	}
+	if homeOf(key) == e.self {
+		e.durHomeMark(key) // the record below may change
 	}
 	if rec := e.home[key]; rec == nil && homeOf(key) == e.self && m.owner != noc.BroadcastNode {
 		// A home that restarted learns its record again from the owner.

@@ -49,6 +49,9 @@ type Spec struct {
 	// Replicas is every agent's replication factor (key replicas; 0 or 1:
 	// no backups).
 	Replicas int
+	// Durable makes every agent keep its pages in its run directory's
+	// page log (key durable): a restarted agent reloads them.
+	Durable bool
 	// Replace stops a fabric already running in Dir once the spec has been
 	// checked (a spec that cannot be built leaves it running).
 	Replace bool
@@ -451,6 +454,9 @@ func agentConf(i int, runDir string, spec Spec) string {
 	if spec.Replicas > 1 {
 		// The split rule counts majorities against the whole fabric.
 		fmt.Fprintf(&b, "replicas = %d\nfabric-nodes = %d\n", spec.Replicas, spec.Nodes)
+	}
+	if spec.Durable {
+		b.WriteString("durable = true\n")
 	}
 	return b.String()
 }

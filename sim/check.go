@@ -6,12 +6,14 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/coherence/pagelog"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/topo"
@@ -217,7 +219,7 @@ func (c *checker) crashed(n *simNode) {
 	for _, key := range c.order {
 		owner, swapping := n.eng.Holding(key)
 		g := c.ghosts[key]
-		backed := c.backedElsewhere(n, key)
+		backed := c.backedElsewhere(n, key) || c.w.cfg.Durable && owner
 		switch {
 		case owner && backed:
 			g.failingOver = true
@@ -227,9 +229,11 @@ func (c *checker) crashed(n *simNode) {
 			// In a swap, or handed over to a node that has not taken it yet
 			// (the done may die with this node).
 			g.maybeLost = true
-			g.failingOver = g.failingOver || backed
+			// With durable pages a disk may keep it (the old owner's, its
+			// commit torn): decided at the end.
+			g.failingOver = g.failingOver || backed || c.w.cfg.Durable
 		}
-		if (g.failingOver || g.maybeLost) && !g.lost && !c.heldElsewhere(n, key) {
+		if (g.failingOver || g.maybeLost) && !g.lost && !c.heldElsewhere(n, key) && !c.w.cfg.Durable {
 			// The owner died before, and this node held the last copy of
 			// the page at its committed version: every copy was on nodes
 			// that died (what a takeover would have needed is gone).
@@ -237,6 +241,48 @@ func (c *checker) crashed(n *simNode) {
 		}
 	}
 	c.crashes++
+}
+
+// tornSync takes back, for the pages n owns, the versions it applied that
+// its disk does not hold: n's engine stopped on a sync its disk tore (a
+// power cut), before any answer, update or completion of that step left
+// it, so nobody saw them (a write's requester sees an unknown outcome). A
+// page n owns of which its disk holds no owned state at all (it became the
+// owner in the step the tear stopped) lived only there: it may be lost.
+func (c *checker) tornSync(n *simNode) {
+	b, _ := n.disk.Load()
+	m := pagelog.NewMemDisk("check", 1)
+	m.Replace(b)
+	_, pages, err := pagelog.Open(m, pagelog.Identity{Node: n.id, Fabric: c.w.cfg.Seed})
+	if err != nil {
+		c.violate("node %v: its durable pages do not open after a torn sync: %v", n.id, err)
+		return
+	}
+	held := map[gva.GVA]pagelog.Page{}
+	for _, p := range pages {
+		if p.Owned {
+			held[p.Key] = p
+		}
+	}
+	for _, key := range c.order {
+		g := c.ghosts[key]
+		if owner, _ := n.eng.Holding(key); !owner || g.lost {
+			continue
+		}
+		p, ok := held[key]
+		switch {
+		case !ok:
+			// Lost, unless an earlier owner's disk kept it (its handover's
+			// commit torn too): decided at the end.
+			g.maybeLost, g.failingOver = true, true
+		case p.Version < g.version:
+			for v := p.Version + 1; v <= g.version; v++ {
+				delete(g.log, v)
+			}
+			g.version = p.Version
+			copy(g.content[:], p.Content)
+		}
+	}
 }
 
 // survivesWithout reports whether every page would keep, if n failed now,
@@ -534,12 +580,20 @@ func (w *World) lostPagesFail() {
 		}
 		n := w.nodes[(i*7+int(w.cfg.Seed))%len(w.nodes)]
 		got := w.checkRequest(n, &pendingOp{req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}}})
+		for try := 0; w.cfg.Durable && got.Errno() == syscall.ETIMEDOUT && try < 3; try++ {
+			// With durable pages a restarted home waits longer for pages
+			// to come back from disks (retry until then): ask again.
+			w.runUntil(w.now+engineTiming.RequestTimeout, nil)
+			got = w.checkRequest(n, &pendingOp{req: coherence.Request{Op: coherence.HostStore, GVA: key.WithOffset(gva.PageSize - 1), Data: []byte{1}}})
+		}
 		want := syscall.EHOSTDOWN
 		if home := w.nodes[int(key.Machine())]; home.alive && home.epoch > coherence.AllocEpochOf(key) && !home.hosts.Engine().HasHomeRecord(key) {
 			want = syscall.ESTALE
 		}
 		if got.Errno() != want {
 			c.violate("page %v lost with its owner: a store from node %v ended with %v, want %v", key, n.id, got.Err, want)
+		} else if !strings.Contains(got.Err.Error(), "page lost: every copy was on nodes that died") {
+			c.violate("page %v lost with its owner: a store from node %v ended with %v, which does not say the page is lost", key, n.id, got.Err)
 		}
 	}
 }

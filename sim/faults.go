@@ -17,6 +17,7 @@ const (
 	fRestart
 	fOutageCrash   // the outage's next victim fails (chosen then)
 	fOutageRestart // the outage's n-th victim (in failure order) restarts
+	fPowercut      // every live node fails (some in the middle of a sync)
 )
 
 type fault struct {
@@ -71,6 +72,19 @@ func (w *World) scheduleFaults(start time.Duration) {
 		d := 5*time.Millisecond + time.Duration(r.Int64N(int64(15*time.Millisecond)))
 		add(at, fault{kind: fCrash, node: n})
 		add(at+d, fault{kind: fRestart, node: n})
+	}
+	if w.cfg.Faults&FaultPowercut != 0 {
+		// One power cut of the whole fabric, somewhere in the middle of
+		// the workload; the nodes come back one by one, 5 to 60 ms later,
+		// in a random order, the last at most 45 ms after the workload.
+		at := start + time.Duration(span/4+r.Int64N(span/2))
+		add(at, fault{kind: fPowercut})
+		back := at + 5*time.Millisecond
+		last := start + time.Duration(span) + 45*time.Millisecond
+		for _, v := range r.Perm(len(w.nodes)) {
+			back += time.Duration(r.Int64N(int64(4 * time.Millisecond)))
+			add(min(back, last), fault{kind: fRestart, node: v})
+		}
 	}
 	if w.cfg.Faults&FaultOutage != 0 && len(w.nodes) >= 2 && r.IntN(10) < 4 {
 		w.scheduleOutage(start, add)
@@ -195,7 +209,20 @@ func (w *World) fault(i int) {
 		w.tracef("restore link %d", f.link)
 	case fCrash:
 		n := w.nodes[f.node]
-		if !n.alive || w.ending {
+		forced := f.n == 1 // a node whose disk crashed, or one the power cut reaches late
+		if !n.alive || w.ending && !forced {
+			return
+		}
+		if forced {
+			w.tracef("crash node %d (power cut)", f.node)
+			if n.disk != nil {
+				n.disk.Crash()
+				w.check.tornSync(n)
+			}
+			w.check.crashed(n)
+			n.alive = false
+			w.kill(n)
+			w.crashClients(n)
 			return
 		}
 		if len(w.outage.pending) > 0 && w.cfg.Replicas > 1 && !w.check.survivesWithout(n) {
@@ -211,6 +238,31 @@ func (w *World) fault(i int) {
 		w.crashClients(n)
 	case fRestart:
 		w.restart(w.nodes[f.node])
+	case fPowercut:
+		if w.ending {
+			return
+		}
+		w.tracef("power cut")
+		for _, n := range w.nodes {
+			if !n.alive {
+				continue
+			}
+			if n.disk != nil && w.faultRNG.IntN(3) == 0 {
+				// This one dies in the middle of one of its next syncs
+				// (a torn write), within a few steps.
+				n.disk.CrashAtSync = 1 + w.faultRNG.IntN(3)
+				w.faults = append(w.faults, fault{kind: fCrash, node: int(n.id), n: 1})
+				w.push(event{at: w.now + time.Millisecond, kind: evFault, n: len(w.faults) - 1})
+				continue
+			}
+			if n.disk != nil {
+				n.disk.Crash()
+			}
+			w.check.crashed(n)
+			n.alive = false
+			w.kill(n)
+			w.crashClients(n)
+		}
 	case fOutageCrash:
 		if w.ending {
 			return

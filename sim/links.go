@@ -81,6 +81,15 @@ func (w *World) settle(n *simNode) {
 	if !n.alive {
 		return
 	}
+	if n.eng.DurableErr() != nil && !n.syncFailed {
+		// Its disk crashed in the middle of a sync (a power cut): the
+		// engine stopped before anything of that step left; the node
+		// fails now and comes back with what its disk kept.
+		n.syncFailed = true
+		w.faults = append(w.faults, fault{kind: fCrash, node: int(n.id), n: 1}, fault{kind: fRestart, node: int(n.id)})
+		w.push(event{at: w.now, kind: evFault, n: len(w.faults) - 2})
+		w.push(event{at: w.now + 5*time.Millisecond + time.Duration(w.faultRNG.Int64N(int64(20*time.Millisecond))), kind: evFault, n: len(w.faults) - 1})
+	}
 	if !w.wires.Abstract() {
 		w.flush(n)
 	}

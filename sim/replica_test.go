@@ -96,6 +96,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{outageAll, 112, 3, "the same"},
 		{outageAll, 907, 2, "a full copy the owner had sent before later writes reached its backup late and took the copy a version back; the owner, which had the later version acknowledged, crashed, and the backup took the page over a version short (acknowledged write lost)"},
 		{outageAll, 197, 2, "a heir (the page's home) died before its stand-in confirmed the drop and came back; the stand-in, probing the heir of its unconfirmed copy, found it restarted and took the page over beside the heir's own backup: two owners"},
+		{outageAll, 204, 2, "a backup alone in a minority while its owner was dead saw the owner reachable for a moment (stale link-state as the outage ended), forgot when routing had lost it, and took the owner's death 60 ms later for an owner that had stopped confirming the copy: it dropped the page's last copy (owner crashed, no backup took it over)"},
 	} {
 		cfg := c.cfg
 		cfg.Seed, cfg.Replicas = c.seed, c.replicas

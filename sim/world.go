@@ -13,6 +13,7 @@ import (
 
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/coherence/pagelog"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/internal/timeq"
 	"github.com/aitherion/dpu/noc"
@@ -47,6 +48,12 @@ const (
 	// committed version on another live node, so nothing may be lost; at
 	// R = 1 the pages of the failed owners are.
 	FaultOutage
+	// FaultPowercut fails every node at once (a power cut of the whole
+	// fabric), some in the middle of a sync of their durable pages (a torn
+	// write), then restarts them one by one in a random order. Without
+	// Config.Durable every page is lost; with it none may be. Not in
+	// FaultsAll.
+	FaultPowercut
 	// FaultsAll is every fault kind (partition too, since the split rule;
 	// outage since restarts were made survivable with half the fabric
 	// down).
@@ -60,7 +67,7 @@ const (
 )
 
 // ParseFaults reads "none", "all" or a comma list of drop, delay, flap,
-// crash, partition, outage ("all" is every one).
+// crash, partition, outage, powercut ("all" is every one but powercut).
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for _, w := range strings.Split(s, ",") {
@@ -80,8 +87,10 @@ func ParseFaults(s string) (Faults, error) {
 			f |= FaultPartition
 		case "outage":
 			f |= FaultOutage
+		case "powercut":
+			f |= FaultPowercut
 		default:
-			return 0, fmt.Errorf("sim: unknown fault %q (want none, all, drop, delay, flap, crash, partition, outage)", w)
+			return 0, fmt.Errorf("sim: unknown fault %q (want none, all, drop, delay, flap, crash, partition, outage, powercut)", w)
 		}
 	}
 	return f, nil
@@ -93,6 +102,10 @@ type Config struct {
 	Nodes  int    // default 16
 	Topo   string // a noc/topo kind, default "smallworld"
 	Faults Faults
+	// Durable gives every node a durable page log (coherence/pagelog) on
+	// an in-memory disk that survives the node's crashes and tears the
+	// sync a crash interrupts: a restarted node reloads its pages.
+	Durable bool
 	// Links is what the nodes' ports talk through: the real link layer
 	// over datagram wires (the default), or abstract links that carry
 	// whole frames (see Links).
@@ -358,6 +371,9 @@ type simNode struct {
 	ports  int
 	reqs   map[uint64]*pendingOp // host request id -> op
 	quota  pageLedger            // the page quota of this run's users
+	disk   *pagelog.MemDisk      // Config.Durable: the node's disk, kept across restarts
+	// syncFailed: its engine stopped on a torn sync; its crash is queued.
+	syncFailed bool
 }
 
 // pageLedger is a node's page quota as the simulator keeps it: pages
@@ -472,6 +488,17 @@ func (w *World) boot(n *simNode) error {
 	ec.NoSplitRule = w.cfg.NoSplitRule
 	n.quota = pageLedger{} // a new run: nothing of it allocated yet
 	ec.Quota = n.quota
+	if w.cfg.Durable {
+		if n.disk == nil {
+			n.disk = pagelog.NewMemDisk(fmt.Sprintf("node%d/pages.log", n.id), w.nodeRNG.Uint64())
+		}
+		n.disk.CrashAtSync = 0
+		l, _, err := pagelog.Open(n.disk, pagelog.Identity{Node: n.id, Fabric: w.cfg.Seed})
+		if err != nil {
+			return fmt.Errorf("sim: node %d: %w", n.id, err)
+		}
+		ec.Durable = l
+	}
 	h, err := coherence.NewHosts(ec, nodeSink{w, n})
 	if err != nil {
 		return fmt.Errorf("sim: %w", err)
@@ -487,7 +514,7 @@ func (w *World) boot(n *simNode) error {
 	if err := nodetest.AddPorts(c, w.wires, w.now, n.ports, mtu); err != nil {
 		return fmt.Errorf("sim: %w", err)
 	}
-	n.core, n.hosts, n.eng, n.alive, n.wakeAt = c, h, e, true, -1
+	n.core, n.hosts, n.eng, n.alive, n.wakeAt, n.syncFailed = c, h, e, true, -1, false
 	n.reqs = map[uint64]*pendingOp{}
 	if len(w.nodes) == w.graph.N() && w.nodes[len(w.nodes)-1].core != nil {
 		w.settle(n)

@@ -50,7 +50,7 @@ func (p *portFlags) Set(s string) error { *p = append(*p, s); return nil }
 
 // settingFlags are the configuration keys that are also flags.
 var settingFlags = []string{"node", "run-dir", "log-level", "heartbeat", "dead-interval", "socket-group", "pages", "seed",
-	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "replicas", "metrics-listen", "loop", "spin"}
+	"xdp-pin-dir", "gpu-mem-limit", "gpu-quota", "request-timeout", "pin-bound", "replicas", "metrics-listen", "loop", "spin", "state-dir", "durable"}
 
 // settingMeaning says what each setting flag sets, with a placeholder for
 // its value in backquotes (the flag package shows it as the argument).
@@ -72,6 +72,8 @@ var settingMeaning = map[string]string{
 	"metrics-listen":  "`address` of the Prometheus /metrics endpoint (off when empty)",
 	"loop":            "how the run loop waits: blocking, adaptive or poll (`mode`)",
 	"spin":            "how long the adaptive loop spins before it parks (`duration`)",
+	"state-dir":       "the `directory` of what outlives a run (allocation epoch, quotas, the durable page log)",
+	"durable":         "keep owned pages and backup copies in STATE-DIR/pages.log, synced before every acknowledgement (`true` or false)",
 }
 
 // settingHelp is the help line of a setting flag: its meaning and the
@@ -83,6 +85,7 @@ func settingHelp(k string) string {
 		"dead-interval": d.DeadInterval.String(), "socket-group": "the agent's", "pages": fmt.Sprint(d.Pages), "seed": "0",
 		"xdp-pin-dir": "none", "gpu-mem-limit": "0", "gpu-quota": "0", "request-timeout": d.RequestTimeout.String(),
 		"pin-bound": d.PinBound.String(), "replicas": "1", "metrics-listen": "off", "loop": d.Loop.String(), "spin": d.Spin.String(),
+		"state-dir": "the run directory", "durable": "false",
 	}[k]
 	return fmt.Sprintf("%s; key %s of the file (default %s)", settingMeaning[k], k, def)
 }

@@ -95,6 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&spec.Channels, "channels", 1, "channels each link stripes over (udp: consecutive ports; veth: device queues)")
 		fs.BoolVar(&spec.Replace, "replace", false, "stop a fabric already running in DIR first (only once the new one's options are checked)")
 		fs.IntVar(&spec.Replicas, "replicas", 1, "replication factor: every page has replicas-1 backups that take it over when its owner dies")
+		fs.BoolVar(&spec.Durable, "durable", false, "every agent keeps the pages it owns and its backup copies in its run directory (durable = true): a restarted agent reloads them, and a kill of every node loses nothing acknowledged")
 		if err := parse(); err != nil {
 			return err
 		}

@@ -115,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "run (replay) exactly this seed")
 	nodes := fs.Int("nodes", 16, "number of nodes")
 	topoKind := fs.String("topo", "smallworld", "topology: line, ring, tree, torus2d, smallworld, random-regular")
-	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash,partition,outage (all: every one; partition splits the fabric in two halves for 30-60 ms: at replicas > 1 only a node in a strict majority of the fabric takes a page over, an owner in a minority is fenced, see docs/replication.md; outage fails half the nodes or more in four runs of ten, together or one after another, and restarts them one by one in another order, at replicas > 1 only while every page keeps a copy at its committed version elsewhere; with --links abstract: none, the default there, or flap,crash)")
+	faults := fs.String("faults", "all", "faults: none, all, or a list of drop,delay,flap,crash,partition,outage (all: every one; partition splits the fabric in two halves for 30-60 ms: at replicas > 1 only a node in a strict majority of the fabric takes a page over, an owner in a minority is fenced, see docs/replication.md; outage fails half the nodes or more in four runs of ten, together or one after another, and restarts them one by one in another order, at replicas > 1 only while every page keeps a copy at its committed version elsewhere; powercut, not in all, fails every node at once, some in the middle of a sync, and restarts them all (use --durable); with --links abstract: none, the default there, or flap,crash)")
 	links := fs.String("links", "real", "what ports talk through: real (the link layer over datagram wires; every fault needs it) or abstract (whole frames delivered in order with a seeded delay, no link-layer datagrams, acks or retransmissions: for large fabrics; flap and crash faults only)")
 	clients := fs.Int("clients", 2, "clients per node")
 	workload := fs.Duration("workload", 0, "virtual time clients issue requests (default 40ms)")
@@ -128,6 +128,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	lifecycle := fs.Int("lifecycle", 0, "extents of the allocation lifecycle live at once: allocated, moved by another node, freed by their allocator and checked unreadable (default 4; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
+	durable := fs.Bool("durable", false, "every node keeps its owned pages and backup copies in a durable page log on an in-memory disk that survives its crashes (a crash in the middle of a sync tears it); a restarted node reloads them (see docs/replication.md, \"Durable pages\"); with --faults powercut nothing may be lost")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
 	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), free-here (an allocator frees only the pages of an extent it still owns), or quota-leak (a freed page stays charged to its allocator's quota) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
@@ -208,7 +209,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched, free-here or quota-leak)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Guarded: *guarded, Lifecycle: *lifecycle}
+	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -296,6 +297,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *quiesce != 0 {
 			replay += " --quiesce " + quiesce.String()
+		}
+		if *durable {
+			replay += " --durable"
 		}
 		if *lifecycle != 0 {
 			replay += fmt.Sprintf(" --lifecycle %d", *lifecycle)

@@ -1,0 +1,288 @@
+package pagelog
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
+)
+
+var testID = Identity{Node: 3, Fabric: 0xfab}
+
+func page(n uint64, v gva.Version) Page {
+	c := make([]byte, gva.PageSize)
+	for i := range c {
+		c[i] = byte(uint64(i) + n + uint64(v))
+	}
+	return Page{Key: gva.New(1, gva.PageNumber(n), 0, 0), Owner: 1, OwnerInc: 7, Epoch: 2, Version: v,
+		Rank: 1, Backups: []noc.NodeID{4, 3}, Attr: gva.Attr{UID: 1000, GID: 100, Mode: 0o640}, HasAttr: true, Content: c}
+}
+
+func samePages(t *testing.T, got, want []Page) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d pages, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Key != w.Key || g.Version != w.Version || g.Epoch != w.Epoch || g.Owner != w.Owner || g.OwnerInc != w.OwnerInc ||
+			g.Owned != w.Owned || g.Rank != w.Rank || g.HasAttr != w.HasAttr || g.Attr != w.Attr || g.HasHeir != w.HasHeir ||
+			g.Heir != w.Heir || g.HeirInc != w.HeirInc || !bytes.Equal(g.Content, w.Content) || len(g.Backups) != len(w.Backups) {
+			t.Fatalf("page %d: got %+v\nwant %+v", i, g.Key, w.Key)
+		}
+	}
+}
+
+// TestReopenKeepsWhatWasSynced: puts and drops synced survive a reopen,
+// the last record of a key winning.
+func TestReopenKeepsWhatWasSynced(t *testing.T) {
+	d := NewMemDisk("mem", 1)
+	l, pages, err := Open(d, testID)
+	if err != nil || len(pages) != 0 {
+		t.Fatalf("open: %v, %d pages", err, len(pages))
+	}
+	l.Put(page(1, 1))
+	l.Put(page(2, 1))
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	owned := page(1, 2)
+	owned.Owned, owned.Owner, owned.Rank, owned.Backups = true, 3, 0, []noc.NodeID{4}
+	l.Put(owned)
+	heir := page(3, 9)
+	heir.HasHeir, heir.Heir, heir.HeirInc = true, 5, 11
+	l.Put(heir)
+	l.Drop(page(2, 1).Key, 2)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Put(page(4, 1)) // never synced: a crash loses it
+	d.Crash()
+	l2, pages, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samePages(t, pages, []Page{owned, heir})
+	if g := l2.Gone(); len(g) != 1 || g[page(2, 1).Key] != 2 {
+		t.Fatalf("tombstones %v, want page 2 at epoch 2", g)
+	}
+	l2.Put(page(2, 5)) // kept again: no longer gone
+	if g := l2.Gone(); len(g) != 0 {
+		t.Fatalf("tombstones %v of a page put again", g)
+	}
+}
+
+// TestHomesSurvive: home records, the last of a key winning, come back
+// after a reopen and a compaction.
+func TestHomesSurvive(t *testing.T) {
+	d := NewMemDisk("mem", 1)
+	l, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := page(1, 1).Key
+	l.PutHome(Home{Key: k, Owner: 1, OwnerInc: 2, Epoch: 3})
+	l.PutHome(Home{Key: k, Owner: 4, OwnerInc: 5, Epoch: 6, Freed: true, HasAttr: true, Attr: gva.Attr{UID: 7, GID: 8, Mode: 0o640}})
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	want := Home{Key: k, Owner: 4, OwnerInc: 5, Epoch: 6, Freed: true, HasAttr: true, Attr: gva.Attr{UID: 7, GID: 8, Mode: 0o640}}
+	l2, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := l2.Homes(); len(h) != 1 || h[0] != want {
+		t.Fatalf("homes %+v, want %+v", h, want)
+	}
+	if err := l2.rewrite(); err != nil {
+		t.Fatal(err)
+	}
+	l3, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := l3.Homes(); len(h) != 1 || h[0] != want {
+		t.Fatalf("after a rewrite: homes %+v", h)
+	}
+}
+
+// TestTornTailIsDropped: a crash in the middle of a sync keeps any prefix
+// of its bytes (and may garble the last); reopening keeps exactly the
+// synced records and one of the torn step's, never half of one, and the
+// rewritten log opens again the same.
+func TestTornTailIsDropped(t *testing.T) {
+	for seed := uint64(0); seed < 200; seed++ {
+		d := NewMemDisk("mem", seed)
+		l, _, err := Open(d, testID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Put(page(1, 1))
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		l.Put(page(1, 2))
+		l.Put(page(2, 1))
+		d.CrashAtSync = 1
+		if err := l.Sync(); !errors.Is(err, ErrCrashed) {
+			t.Fatalf("sync: %v", err)
+		}
+		l2, pages, err := Open(d, testID)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		// Records are whole: page 1 at version 1 or 2, page 2 only after
+		// page 1 at version 2.
+		switch {
+		case len(pages) == 1 && (pages[0].Version == 1 || pages[0].Version == 2):
+		case len(pages) == 2 && pages[0].Version == 2 && pages[1].Version == 1:
+		default:
+			t.Fatalf("seed %d: %d pages %+v", seed, len(pages), pages)
+		}
+		for _, p := range pages {
+			if !bytes.Equal(p.Content, page(uint64(p.Key.Page()), p.Version).Content) {
+				t.Fatalf("seed %d: page %v content is not its version's", seed, p.Key)
+			}
+		}
+		l2.Close()
+		if _, again, err := Open(d, testID); err != nil || len(again) != len(pages) {
+			t.Fatalf("seed %d: reopen: %v, %d pages", seed, err, len(again))
+		}
+	}
+}
+
+// TestRefused: a log of another node or fabric, one that is not a log,
+// and one corrupt in the middle are refused with the file and the reason.
+func TestRefused(t *testing.T) {
+	d := NewMemDisk("state/pages.log", 1)
+	l, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		l.Put(page(i, 1))
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := d.Load()
+	for _, c := range []struct {
+		name string
+		id   Identity
+		b    []byte
+		want string
+	}{
+		{"other node", Identity{Node: 4, Fabric: 0xfab}, good, "not of node 4"},
+		{"other fabric", Identity{Node: 3, Fabric: 1}, good, "not of fabric"},
+		{"not a log", testID, []byte("hello, world, this is not a log at all"), "bad magic"},
+		{"header", testID, func() []byte { b := bytes.Clone(good); b[10] ^= 1; return b }(), "header checksum"},
+		{"middle", testID, func() []byte { b := bytes.Clone(good); b[headerLen+100] ^= 1; return b }(), "valid records follow"},
+	} {
+		m := NewMemDisk("state/pages.log", 1)
+		m.Replace(c.b)
+		_, _, err := Open(m, c.id)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "state/pages.log") {
+			t.Errorf("%s: %v, want ErrCorrupt naming the file and %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestCompaction: a log rewritten for size keeps the pages in force.
+func TestCompaction(t *testing.T) {
+	d := NewMemDisk("mem", 1)
+	l, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := gva.Version(1); v <= 600; v++ {
+		l.Put(page(uint64(v%3), v))
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := d.Load()
+	if len(b) > 2*3*(gva.PageSize+200)+compactMin {
+		t.Fatalf("log of %d bytes for 3 pages: not compacted", len(b))
+	}
+	_, pages, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samePages(t, pages, []Page{page(0, 600), page(1, 598), page(2, 599)})
+}
+
+// TestOSDisk: the same over a directory, with the rewrite's rename.
+func TestOSDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	d, err := NewOSDisk(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Put(page(1, 1))
+	l.Put(page(2, 5))
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Drop(page(1, 1).Key, 2)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	// A torn tail: half a record appended by a crashed run.
+	f, err := os.OpenFile(filepath.Join(dir, FileName), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0, 0, 0x10, 0, 1, 2, 3})
+	f.Close()
+	d2, _ := NewOSDisk(dir)
+	l2, pages, err := Open(d2, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	samePages(t, pages, []Page{page(2, 5)})
+	if _, err := os.Stat(filepath.Join(dir, FileName+".new")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary file left: %v", err)
+	}
+}
+
+// FuzzOpen: whatever the bytes, Open refuses them or loads pages that a
+// rewrite keeps the same; it never panics.
+func FuzzOpen(f *testing.F) {
+	d := NewMemDisk("mem", 1)
+	l, _, _ := Open(d, testID)
+	l.Put(page(1, 1))
+	l.Drop(page(1, 1).Key, 2)
+	l.Put(page(2, 3))
+	l.PutHome(Home{Key: page(2, 3).Key, Owner: 5, OwnerInc: 9, Epoch: 4, HasAttr: true, Attr: gva.Attr{UID: 1, Mode: 0o600}})
+	l.Sync()
+	good, _ := d.Load()
+	f.Add(good)
+	f.Add(good[:len(good)-5])
+	f.Add(good[:headerLen])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m := NewMemDisk("mem", 1)
+		m.Replace(b)
+		_, pages, err := Open(m, testID)
+		if err != nil {
+			return
+		}
+		l2, again, err := Open(m, testID)
+		if err != nil {
+			t.Fatalf("a log Open loaded is refused the second time: %v", err)
+		}
+		samePages(t, again, pages)
+		_ = l2.Homes()
+		_ = l2.Gone()
+	})
+}
