@@ -79,7 +79,7 @@ func BenchmarkPrivateLoop(b *testing.B) {
 }
 
 // BenchmarkShared runs bench/shared_bench.c, built with dpu-cc, on host 1
-// of two in-memory hosts, on pages host 2 allocates: an atomic_fetch_add
+// of two hosts of a test fabric, on pages host 2 allocates: an atomic_fetch_add
 // through dpu_mmap next to dpu_fetch_add64, a first-touch fault next to
 // dpu_load64, and reads of a resident page next to reads of malloc'd
 // memory, all measured in the same run (medians; best of b.N runs).

@@ -59,7 +59,7 @@ func probeModule(t *testing.T, ctx context.Context, bin string, env []string, mo
 	return kv
 }
 
-// twoNodes serves two nodes of one in-memory fabric and returns their sockets.
+// twoNodes serves two nodes of one fabric of node cores (hostiftest) and returns their sockets.
 func twoNodes(t *testing.T) (client, gpu string) {
 	fab := hostiftest.NewFabric()
 	n1, n2 := fab.Node(1), fab.Node(2)

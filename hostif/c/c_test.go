@@ -66,7 +66,7 @@ func prebuilt(targets []string) bool {
 	return true
 }
 
-// hosts starts two host interface servers sharing one in-memory fabric
+// hosts starts two host interface servers sharing one fabric of node cores
 // (machines 1 and 2) and returns their socket paths.
 func hosts(t testing.TB) (string, string) {
 	fab := hostiftest.NewFabric()

@@ -3,7 +3,7 @@
 // this directory's Makefile from src/dpu.c and src/ring.c (the host side of
 // the shared-memory ring pair; plain C11 atomics and POSIX threads, no Go
 // runtime). The Go files here are only the tests: they build the library
-// with make, start host interface servers on an in-memory fabric and run the
+// with make, start host interface servers on a fabric of node cores and run the
 // C test program (test/dpu_test.c) against them, plain, linked against the
 // shared library and under AddressSanitizer, and the C benchmark; and they
 // run test/ring_test.c against hostif/ring/ringtest's stand-in agent, over

@@ -13,7 +13,7 @@ import (
 	"github.com/aitherion/dpu/hostif/hostiftest"
 )
 
-// twoHosts starts two in-memory nodes of one fabric and a client on each.
+// twoHosts starts two nodes of one fabric of node cores and a client on each.
 func twoHosts(t *testing.T) (*hostiftest.Fabric, *client.Client, *client.Client) {
 	t.Helper()
 	fab := hostiftest.NewFabric()
