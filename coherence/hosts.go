@@ -412,9 +412,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		}
 		if q := h.e.cfg.Quota; q != nil {
 			if err := q.Take(hr.Attr.UID, n); err != nil {
-				errno := syscall.EDQUOT
-				errors.As(err, &errno)
-				h.fail(now, r, errno, fmt.Sprintf("alloc: %d pages for uid %d: %v", n, hr.Attr.UID, err))
+				h.fail(now, r, quotaErrno(err), fmt.Sprintf("alloc: %d pages for uid %d: %v", n, hr.Attr.UID, err))
 				return
 			}
 		}
@@ -919,8 +917,7 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 	if failed != nil {
 		for _, c := range r.results {
 			if c.Err == nil {
-				h.nextStep++
-				h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: c.GVA.Key()}, h.e.rt)
+				h.freeAlone(now, c.GVA.Key())
 			}
 		}
 		h.uncharge(r.hr.Attr.UID, len(r.results))
@@ -933,6 +930,21 @@ func (h *Hosts) allocDone(now time.Duration, r *hostReq) {
 	}
 	h.extents[first] = len(r.results)
 	h.finish(now, r, Completion{GVA: first})
+}
+
+// freeAlone frees page key in the engine on its own: nobody waits for it
+// (an Alloc that failed or was abandoned gives its pages back).
+func (h *Hosts) freeAlone(now time.Duration, key gva.GVA) {
+	h.nextStep++
+	h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: key}, h.e.rt)
+}
+
+// quotaErrno is the errno a refusal of the page quota carries (EDQUOT
+// when it names none).
+func quotaErrno(err error) syscall.Errno {
+	errno := syscall.EDQUOT
+	errors.As(err, &errno)
+	return errno
 }
 
 // uncharge gives n pages of uid back to the node's page quota.
@@ -949,8 +961,7 @@ func (h *Hosts) unalloc(now time.Duration, first gva.GVA, uid uint32) {
 	for i := range n {
 		k := first.PageAt(i)
 		delete(h.attrs, k)
-		h.nextStep++
-		h.e.Submit(now, Request{ID: h.nextStep, Op: HostFree, GVA: k}, h.e.rt)
+		h.freeAlone(now, k)
 	}
 	delete(h.extents, first)
 	h.uncharge(uid, n)

@@ -1,9 +1,7 @@
 package coherence
 
 import (
-	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/gva"
@@ -33,9 +31,7 @@ func (h *Hosts) chargePull(now time.Duration, r *hostReq) bool {
 		return true // here already, charged to whoever brought it
 	}
 	if err := q.Take(r.hr.Cred.UID, 1); err != nil {
-		errno := syscall.EDQUOT
-		errors.As(err, &errno)
-		h.fail(now, r, errno, fmt.Sprintf("%v: the page would come here, a page of uid %d's quota: %v", r.hr.Op, r.hr.Cred.UID, err))
+		h.fail(now, r, quotaErrno(err), fmt.Sprintf("%v: the page would come here, a page of uid %d's quota: %v", r.hr.Op, r.hr.Cred.UID, err))
 		return false
 	}
 	r.pulls = true

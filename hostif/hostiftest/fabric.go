@@ -177,6 +177,8 @@ func (f *Fabric) Close() {
 // (under mu).
 func (f *Fabric) now() time.Duration { return max(time.Since(f.start), f.nf.Now()) }
 
+// deliver hands each node's completions (collect's) to its server,
+// outside the fabric's lock.
 func (f *Fabric) deliver(done [][]hostif.Done) {
 	for i, d := range done {
 		if d != nil {
@@ -185,7 +187,8 @@ func (f *Fabric) deliver(done [][]hostif.Done) {
 	}
 }
 
-// collect is runLocked's result indexed by node.
+// collect takes the pipelined completions of the steps just run, indexed
+// by node (nil: none); under mu.
 func (f *Fabric) collect() [][]hostif.Done {
 	var done [][]hostif.Done
 	for i, n := range f.nodes {
@@ -258,11 +261,8 @@ func (n *Node) Calls() int64 { return n.calls.Load() }
 // Alloc allocates pages on the node as root, in the server's session, and
 // returns the first page.
 func (n *Node) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA, error) {
-	c := hostif.Call{Verb: hostif.VerbAlloc, Session: hostif.ServerSession, Pages: pages, Attr: attr}
-	if err := n.openServerSession(ctx); err != nil {
-		return gva.GVA{}, err
-	}
-	if err := n.Do(ctx, &c); err != nil {
+	c := hostif.Call{Verb: hostif.VerbAlloc, Pages: pages, Attr: attr}
+	if err := n.serverCall(ctx, &c); err != nil {
 		return gva.GVA{}, err
 	}
 	return c.GVA, nil
@@ -354,21 +354,25 @@ func Start(tb testing.TB, cfg Config) *Fabric {
 // Store writes data at addr through the node as root, in the server's
 // session (a write no host connection of the node made).
 func (n *Node) Store(ctx context.Context, addr gva.GVA, data []byte) (gva.Version, error) {
-	if err := n.openServerSession(ctx); err != nil {
-		return 0, err
-	}
-	c := hostif.Call{Verb: hostif.VerbStore, Session: hostif.ServerSession, GVA: addr, Data: data}
-	err := n.Do(ctx, &c)
+	c := hostif.Call{Verb: hostif.VerbStore, GVA: addr, Data: data}
+	err := n.serverCall(ctx, &c)
 	return c.Version, err
 }
 
 // Load reads len(dst) bytes at addr through the node as root, in the
 // server's session.
 func (n *Node) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
-	if err := n.openServerSession(ctx); err != nil {
-		return 0, err
-	}
-	c := hostif.Call{Verb: hostif.VerbLoad, Session: hostif.ServerSession, GVA: addr, Data: dst}
-	err := n.Do(ctx, &c)
+	c := hostif.Call{Verb: hostif.VerbLoad, GVA: addr, Data: dst}
+	err := n.serverCall(ctx, &c)
 	return c.Version, err
+}
+
+// serverCall runs c in the server's session, opening it first if no
+// server did.
+func (n *Node) serverCall(ctx context.Context, c *hostif.Call) error {
+	if err := n.openServerSession(ctx); err != nil {
+		return err
+	}
+	c.Session = hostif.ServerSession
+	return n.Do(ctx, c)
 }
