@@ -2,9 +2,6 @@ package fabric_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -16,25 +13,7 @@ import (
 // durable pages (dpu-fabric up --replicas r --durable).
 func upDurable(t *testing.T, nodes int, kind string, r int) *fabric.State {
 	t.Helper()
-	dir := t.TempDir()
-	spec := fabric.Spec{Nodes: nodes, Topo: kind, Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
-		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Replicas: r, Durable: true}
-	st, err := fabric.Up(context.Background(), spec, testWriter{t})
-	t.Cleanup(func() {
-		if err := fabric.Down(dir); err != nil {
-			t.Errorf("down: %v", err)
-		}
-		if t.Failed() {
-			for i := range nodes {
-				b, _ := os.ReadFile(filepath.Join(dir, "node"+strconv.Itoa(i), "agent.log"))
-				t.Logf("node %d log:\n%s", i, b)
-			}
-		}
-	})
-	if err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	return st
+	return upFabric(t, nodes, kind, r, true)
 }
 
 // TestPowercutWithDurablePagesR1 and ...R2: four agents on a ring with

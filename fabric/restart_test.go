@@ -29,9 +29,17 @@ const copyLeaseOutage = 4 * time.Second
 // fabric).
 func upReplicated(t *testing.T, nodes int, kind string, r int) *fabric.State {
 	t.Helper()
+	return upFabric(t, nodes, kind, r, false)
+}
+
+// upFabric starts nodes agents on a kind fabric with replicas = r and,
+// with durable, durable pages (dpu-fabric up --replicas r [--durable]);
+// each agent's log is shown when the test fails.
+func upFabric(t *testing.T, nodes int, kind string, r int, durable bool) *fabric.State {
+	t.Helper()
 	dir := t.TempDir()
 	spec := fabric.Spec{Nodes: nodes, Topo: kind, Dir: dir, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"),
-		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Replicas: r}
+		Heartbeat: 50 * time.Millisecond, DeadInterval: 600 * time.Millisecond, Timeout: 60 * time.Second, Replicas: r, Durable: durable}
 	st, err := fabric.Up(context.Background(), spec, testWriter{t})
 	t.Cleanup(func() {
 		if err := fabric.Down(dir); err != nil {
