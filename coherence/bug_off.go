@@ -4,6 +4,8 @@ package coherence
 
 import (
 	"time"
+
+	"github.com/aitherion/dpu/noc"
 )
 
 // bugsCompiled: the product carries no planted bug; Config.Bug is refused
@@ -11,3 +13,5 @@ import (
 const bugsCompiled = false
 
 func (e *Engine) staleCAS(time.Duration, *request) bool { return false }
+
+func bugSkipHostChecks(noc.NodeID) bool { return false }

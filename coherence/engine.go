@@ -39,6 +39,16 @@ type Config struct {
 	// page is freed (or the Alloc fails, or its caller gave up on it and
 	// the pages were freed again).
 	Quota PageQuota
+	// AttrCache is how many attributes of pages homed elsewhere the host
+	// layer remembers for its permission check (default
+	// DefaultAttrCache; admit.go). Attributes never change while a page
+	// lives, so a remembered one is exact.
+	AttrCache int
+	// Unchecked makes the host layer vouch for its users without checking
+	// them against the pages' attributes: a modified node, which the
+	// simulator runs to prove that the nodes serving its requests refuse
+	// what its users may not do. The agent never sets it.
+	Unchecked bool
 	// PathCache sizes the path cache (default 65536 entries, no idle TTL).
 	PathCache pathcache.Config
 	// Arbiter configures the ownership arbiter.
@@ -217,6 +227,7 @@ const (
 	DefaultCopyLease        = 3 * time.Second
 	DefaultMaxReplies       = 1 << 16
 	DefaultPageReplies      = 256
+	DefaultAttrCache        = 1 << 16
 	// MaxPageReplies is the most reply records one frame carries.
 	MaxPageReplies = 1024
 )
@@ -269,6 +280,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReplyTTL <= 0 {
 		c.ReplyTTL = 2 * c.RequestTimeout
+	}
+	if c.AttrCache <= 0 {
+		c.AttrCache = DefaultAttrCache
 	}
 	if c.MaxReplies <= 0 {
 		c.MaxReplies = DefaultMaxReplies

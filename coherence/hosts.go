@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/pathcache"
@@ -84,6 +86,9 @@ type Hosts struct {
 	ready    []readyStep // completions to act on at the end of the step
 	attrs    map[gva.GVA]Attr
 	extents  map[gva.GVA]int
+	// known: attributes of pages homed elsewhere learned for the
+	// permission check (admit.go)
+	known *simplelru.LRU[gva.GVA, Attr]
 	// pulled: pages homed elsewhere that an acquire or a lock of a user
 	// here brought here, charged to that user's page quota until they
 	// leave (pull.go)
@@ -166,24 +171,26 @@ type session struct {
 // hostReq is a host request in the session layer: one or more engine
 // requests in sequence.
 type hostReq struct {
-	s        *session
-	hr       Request
-	stage    int
-	deadline time.Duration
-	pending  int // engine steps outstanding (Alloc, Free: many)
-	results  []Completion
-	err      error
-	data     []byte // Ref, Load: what was read
-	version  gva.Version
-	abandon  bool // the caller gave up (or its bound passed): undo a success
-	done     bool
-	lastErr  syscall.Errno // the last failure of one of its engine requests
-	drop     bool          // a Load of a page it ref'd: drop after
-	owesRef  bool          // counted in its session's owedRefs until it finishes
-	owesAcq  bool          // counted in its session's owedAcq until it finishes
-	pulls    bool          // an Acquire or Lock that took a page of quota for the page it may bring here (pull.go)
-	waiting  bool          // a Lock in its page's nodeLock waiters
-	freeing  []freePage    // Free: the pages of its extent, each on its way
+	s         *session
+	hr        Request
+	stage     int
+	deadline  time.Duration
+	pending   int // engine steps outstanding (Alloc, Free: many)
+	results   []Completion
+	err       error
+	data      []byte // Ref, Load: what was read
+	version   gva.Version
+	abandon   bool // the caller gave up (or its bound passed): undo a success
+	done      bool
+	lastErr   syscall.Errno // the last failure of one of its engine requests
+	drop      bool          // a Load of a page it ref'd: drop after
+	owesRef   bool          // counted in its session's owedRefs until it finishes
+	owesAcq   bool          // counted in its session's owedAcq until it finishes
+	pulls     bool          // an Acquire or Lock that took a page of quota for the page it may bring here (pull.go)
+	admitting bool          // waiting for its page's attributes to be checked (admit.go)
+	statted   bool          // its page's home answered for it (admit.go): it exists
+	waiting   bool          // a Lock in its page's nodeLock waiters
+	freeing   []freePage    // Free: the pages of its extent, each on its way
 	// bound is the timer of the request's bound, in the session layer's
 	// timer heap from Submit until it fires or the request finishes (a
 	// finished request takes it out: the heap holds only live timers).
@@ -206,6 +213,9 @@ func NewHosts(cfg Config, sink Sink) (*Hosts, error) {
 		return nil, err
 	}
 	h.e = e
+	if h.known, err = simplelru.NewLRU[gva.GVA, Attr](e.cfg.AttrCache, nil); err != nil {
+		return nil, fmt.Errorf("coherence: attribute cache: %w", err)
+	}
 	return h, nil
 }
 
@@ -300,7 +310,9 @@ func (h *Hosts) Submit(now time.Duration, id SessionID, hr Request, rt noc.Route
 		r.bound = hostTimer{at: r.deadline, r: r, bound: true}
 		heap.Push(&h.timers, &r.bound)
 	}
-	h.start(now, r)
+	if h.admit(now, r) {
+		h.start(now, r)
+	}
 	h.endStep(now)
 }
 
@@ -438,6 +450,10 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 				h.fail(now, r, syscall.EBUSY, fmt.Sprintf("free: page %v is locked on this node", key.PageAt(i)))
 				return
 			}
+			if h.mapped(key.PageAt(i)) {
+				h.fail(now, r, syscall.EBUSY, fmt.Sprintf("free: page %v is mapped on this node", key.PageAt(i)))
+				return
+			}
 		}
 		h.startFree(now, r, key, n)
 	case HostStat:
@@ -459,7 +475,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		_, ok := h.attrs[key]
 		_, cached := h.e.cache.Peek(key)
 		switch errno, why := h.absentHere(key); {
-		case ok || cached || h.e.pages[key] != nil:
+		case ok || cached || h.e.pages[key] != nil || r.statted:
 			r.stage = stSecond
 			h.step(now, r, hr.engineCopy())
 		case errno != 0:
@@ -548,6 +564,21 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	default:
 		h.step(now, r, hr.engineCopy())
 	}
+}
+
+// mapped reports whether a session of the node maps page key: holds a ref
+// of its own (Ref) beyond those its claims and running requests hold.
+func (h *Hosts) mapped(key gva.GVA) bool {
+	for _, s := range h.sessions {
+		n := (s.refs[key] - s.owedRefs[key]) - (s.acquired[key] - s.owedAcq[key])
+		if s.locked[key] {
+			n--
+		}
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // acquiredBy reports whether a session of the node holds an acquisition of
@@ -786,6 +817,10 @@ func retryable(errno syscall.Errno) bool {
 // advance moves r on after one of its engine requests completed.
 func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 	r.pending--
+	if r.admitting {
+		h.admitted(now, r, c)
+		return
+	}
 	hr := &r.hr
 	key := hr.GVA.Key()
 	errno := c.Errno()

@@ -25,14 +25,16 @@ import (
 //
 // Every answer is checked against the page's mode: a request the mode
 // allows must never be refused (EACCES), and one it forbids must never
-// succeed. The simulator has no host socket (as a node whose socket
-// check is broken): a node's own users are checked only by its core,
-// where it knows the page's attributes (it holds or relays the page), and
-// otherwise by the node that serves them. Guarded pages are homed away
-// from intruderNode, and it owns one only after taking it over as a
-// backup (replicas > 1). Their writes are checked
-// like every page's (the owner's versions, acknowledged writes,
-// convergence); they have no linearizability history.
+// succeed. The nodes check their users in their host layer, as the agent
+// does (the core's admission: attributes known, or asked of the page's
+// home first). intruderNode is a modified node (Config.Unchecked): it
+// vouches for its users without checking them, so its intruder is
+// refused only by the nodes that serve its requests, where they know
+// the page's attributes (they hold or relay the page). Guarded pages are
+// homed away from intruderNode, and it owns one only after taking it
+// over as a backup (replicas > 1). Their writes are checked like every
+// page's (the owner's versions, acknowledged writes, convergence); they
+// have no linearizability history.
 
 // intruderNode is the node that does not check its users.
 const intruderNode noc.NodeID = 1
