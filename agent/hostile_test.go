@@ -6,12 +6,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/internal/privtest"
 )
 
 // TestPlantedBugSkippedCheckRefusedByOwner: node 1 is modified (a test
-// hook compiled only with the tag dpubug) so that its host socket lets
+// hook compiled only with the tag dpubug) so that its host layer lets
 // every user through without checking, and passes the users'
 // credentials on as it should. The page's owner, node 0, checks them
 // itself: uid B still gets EACCES for uid A's 0600 page and for writes to
@@ -24,8 +24,8 @@ func TestPlantedBugSkippedCheckRefusedByOwner(t *testing.T) {
 	run, nodes := permPair(t)
 	a := run(uidA, 0, "alloc 600", "alloc 644")
 	p600, p644 := gvaOfAlloc(t, a[0]), gvaOfAlloc(t, a[1])
-	hostif.BugSkipChecks(1, true)
-	defer hostif.BugSkipChecks(1, false)
+	coherence.BugSkipHostChecks(1, true)
+	defer coherence.BugSkipHostChecks(1, false)
 	perm := syscall.EACCES.Error()
 	for _, c := range []struct{ got, want string }{
 		{run(uidB, 1, "load "+p600)[0], "load " + p600 + " err " + perm + " 0"},

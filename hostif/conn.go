@@ -71,12 +71,6 @@ type task struct {
 	rg  *connRing // the ring it came on; nil: the socket
 	at  time.Time // when it arrived (for Options.Observe)
 	end time.Time // when its completion was taken, if known (zero: read the clock)
-
-	// On the value path (calls.go): what it waits for, its deadline, and
-	// the attributes of the page a FREE gives back.
-	stage    uint8
-	deadline time.Time
-	attr     Attr
 }
 
 // reply is what an op produces besides its error.
@@ -88,7 +82,7 @@ type reply struct {
 
 // putTask returns t to the pool.
 func putTask(t *task) {
-	t.rg, t.at, t.end, t.stage = nil, time.Time{}, time.Time{}, stageNone
+	t.rg, t.at, t.end = nil, time.Time{}, time.Time{}
 	taskPool.Put(t)
 }
 
@@ -121,10 +115,7 @@ func (c *conn) serve() {
 	// a connection that never says hello is closed (see accept's hello)
 	_ = c.uc.SetReadDeadline(time.Now().Add(c.s.opts.HelloTimeout))
 	var tasks [readBatch]*task
-	var ops []Op
-	if c.s.pipe != nil {
-		ops = make([]Op, 0, readBatch)
-	}
+	ops := make([]Op, 0, readBatch)
 	// the connection's requests are not all answered, and it sent no new
 	// one: what a reader that lends its goroutine to the backend waits for
 	inFlight := func() bool { return len(c.sem) > 0 && !batch.Ready() }
@@ -163,26 +154,10 @@ func (c *conn) serve() {
 				}
 				continue
 			}
-			if c.s.pipelined(c, &t.req) {
-				if op, ok := c.s.admitPipelined(c, t); ok {
-					used++ // its slot is given back when it completes
-					ops = append(ops, op)
-				} else {
-					putTask(t)
-				}
-				continue
+			var holds bool
+			if ops, holds = c.s.dispatch(c, t, ops); holds {
+				used++ // its slot is given back when it is answered
 			}
-			if c.s.quick(&t.req) {
-				c.runInline(t)
-				continue
-			}
-			used++ // its slot is given back when it is answered
-			if c.s.valued(&t.req) {
-				c.s.startValued(c, t)
-				continue
-			}
-			c.inflight.Add(1)
-			go c.run(t)
 		}
 		c.giveSlots(slots - used)
 		submitted := len(ops) > 0
@@ -264,25 +239,22 @@ func (c *conn) giveSlots(n int) {
 	}
 }
 
-// run executes one request on its own goroutine and sends its reply.
+// run executes one request of the socket or the ring on its own
+// goroutine, through the blocking Backend.Do, and sends its reply.
 func (c *conn) run(t *task) {
 	defer func() {
-		<-c.sem
 		c.inflight.Done()
 		putTask(t)
 	}()
 	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
 	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
+	if t.rg != nil {
+		t.rg.answer(t, err)
+		t.rg.flush()
+		return
+	}
 	c.reply(t, err, true)
-}
-
-// runInline executes a quick request on the reading goroutine and queues
-// its reply; the reader flushes the batch's replies together.
-func (c *conn) runInline(t *task) {
-	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
-	c.reply(t, err, false)
-	putTask(t)
+	<-c.sem
 }
 
 // reply writes (flush) or queues the reply of t: its body, or err's errno
@@ -471,7 +443,7 @@ func (c *conn) close(log *slog.Logger) {
 			log.Warn("closing the session of a closed connection", "conn", c.id, "err", err)
 		}
 		for _, t := range s.pending.dropConn(c) {
-			s.abandoned(c, t)
+			putTask(t) // its session's close abandoned its Op
 		}
 		s.replicas.dropConn(c)
 		s.spaces.leave(c)

@@ -22,8 +22,10 @@
 // Backend's: the server aggregates nothing. It owns what is per host and
 // is a view rather than protocol state:
 //
-//   - credentials: SO_PEERCRED/SO_PEERGROUPS of every connection, checked
-//     against the owner uid/gid/mode every page gets at alloc;
+//   - credentials: SO_PEERCRED/SO_PEERGROUPS of every connection, handed
+//     to the core with each of its calls; the core checks them against
+//     the owner uid/gid/mode every page gets at alloc (the server checks
+//     no permission itself);
 //   - replica files: one sealed memfd per page mapped on this host, shared
 //     read-only with every process that maps it, kept current from the
 //     server's own writes and the Backend's events, with a status table
@@ -40,35 +42,34 @@
 //
 // Each connection has one reading goroutine. It reads up to 16 requests per
 // recvmmsg (never more than the free request slots) and sends the replies
-// that are ready with one sendmmsg. What it does with a request:
+// that are ready with one sendmmsg; the driver's loop takes a ring's
+// submissions (rings.go). Both hand every decoded request to the one
+// dispatcher (dispatch.go):
 //
-//   - a data-path request (load, store, compare-and-swap, fetch-add,
-//     where) whose page attributes are cached goes to the backend's
-//     [Pipeline] as a value, with the batch's others (Submit); its
-//     completion comes back as a value ([Done], [Server.Complete]) and is
-//     answered by whoever steps the backend's core. After it has flushed
-//     the batch's ready replies, the reader hands its goroutine to a
-//     backend that is an [Awaiter] while the connection's requests are in
-//     flight: the agent's adaptive mode steps its core on it for answers
-//     from other nodes, within its spin budget;
-//   - alloc, free, acquire, release, lock, unlock, and a data-path request
-//     that must first learn its page's attributes take the same value
-//     path when the backend's Pipeline accepts their verbs (the agent's
-//     does): the task waits in the server's pending table, not on a
-//     goroutine, and moves one stage on per completion (VerbStat of the
-//     page when a check needs it, then its own verb; calls.go). A lock
-//     that waits its turn so waits in the core, holding a request slot
-//     and nothing else;
+//   - a request whose verb the backend's [Pipeline] accepts (the data
+//     path, and alloc, free, acquire, release, lock, unlock on the
+//     agent's backend) goes to it as a value, with the batch's others
+//     (Submit); the task waits in the server's pending table, not on a
+//     goroutine, and its completion comes back as a value ([Done],
+//     [Server.Complete]), answered by whoever steps the backend's core.
+//     The core admits it (permission, quota, the page's attributes asked
+//     of its home first where it must) and bounds it. After it has
+//     flushed the batch's ready replies, the reader hands its goroutine
+//     to a backend that is an [Awaiter] while the connection's requests
+//     are in flight: the agent's adaptive mode steps its core on it for
+//     answers from other nodes, within its spin budget. A lock that waits
+//     its turn so waits in the core, holding a request slot and nothing
+//     else;
 //   - requests the server serves itself without waiting (TRANSLATE,
-//     SUBSCRIBE) run on the reading goroutine;
+//     SUBSCRIBE, CLOCK) run on the caller's goroutine;
 //   - the rest run on a goroutine of their own, through the blocking
 //     [Backend.Do]: MAP and UNMAP (they make, load, share and retire the
 //     replica files, several backend calls per request with the replica
 //     table's waits between them), RINGS and MAPS (server work only), the
 //     GPU ops (the GPU handler may wait), and every request of a backend
-//     without a Pipeline (tests hide the node's to exercise this path). The server's own
-//     calls (a stale replica file's refetch) and a session's open and
-//     close also use Do.
+//     without a Pipeline (tests hide the node's to exercise this path).
+//     The server's own calls (a stale replica file's refetch) and a
+//     session's open and close also use Do.
 //
 // Replies and events go through a combining outbox (whoever finds it idle
 // writes everything queued), bounded by WriteTimeout. Package

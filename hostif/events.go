@@ -47,7 +47,6 @@ func (s *Server) handleEvent(ev Event) {
 			c.queueEvent(wire.Event{Type: wire.EventOwnershipLost, Page: key, Version: ev.Version, Reason: ev.Reason})
 		}
 	case EventFreed:
-		s.forget(key, 1)
 		if rp := s.replicas.get(key); rp != nil {
 			rp.invalidate(s.replicas, ev.Version, true)
 			for _, c := range s.replicas.holdersOf(key) {

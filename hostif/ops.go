@@ -16,8 +16,8 @@ import (
 func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error {
 	oc.start(c.ctx, s.opTimeout(r))
 	defer oc.end()
-	var ctx context.Context = oc
-	var err error
+	// the core checks c's user (the nodes that serve the call, again)
+	ctx := withCred(oc, c.credential())
 	key := r.GVA.Key()
 	le := binary.LittleEndian
 
@@ -34,9 +34,6 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return s.translate(c, r, rep)
 
 	case wire.OpLoad:
-		if ctx, err = s.check(ctx, c, key, accessRead); err != nil {
-			return err
-		}
 		rep.body = rep.body[:8+r.Len]
 		v, err := c.call.Load(ctx, r.GVA, rep.body[8:])
 		if err != nil {
@@ -49,9 +46,6 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpStore:
-		if ctx, err = s.check(ctx, c, key, accessWrite); err != nil {
-			return err
-		}
 		v, err := c.call.Store(ctx, r.GVA, r.Data)
 		if err != nil {
 			return err // the backend's error names the op and the page
@@ -61,9 +55,6 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpCAS:
-		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
-			return err
-		}
 		old, v, err := c.call.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
 		if err != nil {
 			return err // the backend's error names the op and the page
@@ -78,9 +69,6 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpFetchAdd:
-		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
-			return err
-		}
 		old, v, err := c.call.FetchAdd(ctx, r.GVA, r.Delta)
 		if err != nil {
 			return err // the backend's error names the op and the page
@@ -91,24 +79,15 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return nil
 
 	case wire.OpAcquire:
-		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
-			return err
-		}
 		return c.call.Acquire(ctx, key) // the backend's error names the op and the page
 	case wire.OpRelease:
 		return c.call.Release(ctx, key)
 	case wire.OpLock:
-		if ctx, err = s.check(ctx, c, key, accessRead|accessWrite); err != nil {
-			return err
-		}
 		return c.call.Lock(ctx, key, r.Flags&wire.LockTry != 0)
 	case wire.OpUnlock:
 		return c.call.Unlock(ctx, key)
 
 	case wire.OpWhere:
-		if ctx, err = s.check(ctx, c, key, accessRead); err != nil {
-			return err
-		}
 		loc, err := c.call.Where(ctx, r.GVA)
 		if err != nil {
 			return err // the backend's error names the op and the page
@@ -162,81 +141,33 @@ func (s *Server) quick(r *wire.Request) bool {
 }
 
 func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
-	var op Op
-	if err := s.allocQuota(c, r, &op); err != nil {
-		return err
+	if r.Flags&wire.AllocHuge != 0 {
+		return fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
 	}
-	g, err := c.call.Alloc(ctx, op.Pages, op.Attr)
+	pages := r.Pages()
+	g, err := c.call.Alloc(ctx, pages, s.allocAttr(c, r))
 	if err != nil {
-		return fmt.Errorf("alloc %d pages: %w", op.Pages, err)
+		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}
-	s.allocated(g, op.Pages, op.Attr)
 	rep.gva = g
-	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(op.Pages))
+	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(pages))
 	return nil
 }
 
-// free deletes an allocation; only its owner (or root) may, and not while
-// a process of this host maps one of its pages (or locks one: the backend
-// refuses that).
+// free deletes an allocation; the core lets only its owner (or root) do
+// it, at its allocator, and not while a process of this host maps or
+// locks one of its pages.
 func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
-	a, err := s.attr(ctx, key)
-	if err != nil {
-		return err
-	}
-	if err := s.freeable(c, key, a); err != nil {
-		return err
-	}
-	if err := c.call.Free(withCred(ctx, s.credFor(c, key)), key); err != nil {
+	if err := c.call.Free(ctx, key); err != nil {
 		return fmt.Errorf("free %v: %w", key, err)
 	}
-	s.freed(key, a)
 	return nil
-}
-
-// allocated records an allocation made here: its size, and the
-// attributes of its first pages.
-func (s *Server) allocated(g gva.GVA, pages int, attr Attr) {
-	key := g.Key()
-	s.allocMu.Lock()
-	s.allocs[key] = pages
-	s.allocMu.Unlock()
-	for i := range min(pages, wire.MaxMapPages) {
-		s.attrs.Add(wire.PageAt(key, i), attr)
-	}
-}
-
-// freed forgets the allocation at key that was freed (the core gave its
-// pages' quota back).
-func (s *Server) freed(key gva.GVA, a Attr) {
-	s.forget(key, s.allocPages(key))
-}
-
-// forget drops what the server remembers of a freed allocation.
-func (s *Server) forget(key gva.GVA, pages int) {
-	s.allocMu.Lock()
-	delete(s.allocs, key)
-	s.allocMu.Unlock()
-	for _, k := range s.attrs.Keys() {
-		if inRange(k, key, pages) {
-			s.attrs.Remove(k)
-		}
-	}
-}
-
-func inRange(p, first gva.GVA, pages int) bool {
-	return p.Hi == first.Hi && p.Lo >= first.Lo && (p.Lo-first.Lo)/wire.PageSize < uint64(pages)
 }
 
 // mapPages takes c's refs on the pages of r and returns their replica
 // files; with an LVA it records the process's LVA→GVA entries.
 func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
 	n := r.Pages()
-	for i := range n {
-		if _, err := s.check(ctx, c, wire.PageAt(r.GVA, i), accessRead); err != nil {
-			return err
-		}
-	}
 	if r.LVA != 0 {
 		if err := s.spaces.free(c, r.LVA, n); err != nil {
 			return err
@@ -246,7 +177,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 	var fds [wire.MaxMapPages]int
 	for i := range n {
 		page := wire.PageAt(r.GVA, i)
-		rp, err := s.replicas.ref(c, page, s.credFor(c, page))
+		rp, err := s.replicas.ref(c, page, c.credential())
 		if err != nil {
 			for j := range i {
 				_ = s.replicas.unref(ctx, c, wire.PageAt(r.GVA, j))

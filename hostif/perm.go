@@ -4,19 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"slices"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/aitherion/dpu/gva"
-)
-
-// Access bits of a page mode, as in a file mode.
-const (
-	accessRead  = gva.AccessRead
-	accessWrite = gva.AccessWrite
 )
 
 // credentials identify the process at the other end of a connection, as the
@@ -71,68 +61,12 @@ func peerGroups(fd int) []uint32 {
 	return nil
 }
 
-// allowed reports whether cr may access a page with attributes a as need
-// (accessRead, accessWrite or both), by the product's one permission rule
-// (gva.Allows).
-func (cr *credentials) allowed(a Attr, need uint32) bool {
-	return gva.Allows(a, gva.Cred{UID: cr.UID, GID: cr.GID, Groups: cr.Groups}, need)
-}
-
-// check fails with EACCES unless c may access page key as need. The
-// attributes come from the server's cache, or from the Backend (VerbStat). It
-// returns ctx carrying c's credentials for the Backend call (withCred):
-// the nodes that serve the call check them again.
-func (s *Server) check(ctx context.Context, c *conn, key gva.GVA, need uint32) (context.Context, error) {
-	if c.cred.UID != 0 && !(bugsCompiled && bugSkipChecks(s.be.Machine())) {
-		a, err := s.attr(ctx, key)
-		if err != nil {
-			return ctx, err
-		}
-		if !c.cred.allowed(a, need) {
-			return ctx, fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
-		}
-	}
-	return withCred(ctx, s.credFor(c, key)), nil
-}
-
-// maxCredGroups is the most supplementary groups a Cred carries (the
-// engine's wire bound).
-const maxCredGroups = 16
-
-// credFor is c's Cred for a request on page key: the page's group
-// first among the supplementary groups when c is in it (its attributes
-// are cached once check has passed).
-func (s *Server) credFor(c *conn, key gva.GVA) Cred {
-	cr := Cred{UID: c.cred.UID, GID: c.cred.GID, Groups: c.cred.Groups}
-	if cr.UID == 0 || len(cr.Groups) <= maxCredGroups {
-		return cr
-	}
-	a, ok := s.attrs.Get(key)
-	if !ok {
-		return cr
-	}
-	i := slices.Index(cr.Groups, a.GID)
-	if i < maxCredGroups {
-		return cr // not a member, or among the groups that travel
-	}
-	gs := make([]uint32, 0, maxCredGroups)
-	gs = append(gs, a.GID)
-	cr.Groups = append(gs, cr.Groups[:maxCredGroups-1]...)
-	return cr
-}
-
-// attr returns the attributes of page key. They never change after Alloc,
-// so the cache is only ever emptied by Free.
-func (s *Server) attr(ctx context.Context, key gva.GVA) (Attr, error) {
-	if a, ok := s.attrs.Get(key); ok {
-		return a, nil
-	}
-	a, err := s.call.Stat(ctx, key)
-	if err != nil {
-		return Attr{}, fmt.Errorf("stat %v: %w", key, err)
-	}
-	s.attrs.Add(key, a)
-	return a, nil
+// credential is the user c's requests are made for, as the core takes
+// it: the core checks it against the page's attributes (the one
+// permission rule, gva.Allows), and the nodes that serve the request
+// check it again.
+func (c *conn) credential() Cred {
+	return Cred{UID: c.cred.UID, GID: c.cred.GID, Groups: c.cred.Groups}
 }
 
 type credKey struct{}

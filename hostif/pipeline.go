@@ -1,15 +1,11 @@
 package hostif
 
 import (
-	"encoding/binary"
-	"fmt"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/gva"
-	"github.com/aitherion/dpu/hostif/wire"
 )
 
 // Pipeline is an optional extension of a Backend that takes requests as
@@ -161,124 +157,6 @@ func (p *pendingTable) take(token uint64) (pending, bool) {
 	return pd, true
 }
 
-// pipelined reports whether r of c goes through the backend's Pipeline:
-// a data-path op whose permission is known without asking the backend.
-func (s *Server) pipelined(c *conn, r *wire.Request) bool {
-	if s.pipe == nil {
-		return false
-	}
-	switch r.Op {
-	case wire.OpLoad, wire.OpStore, wire.OpCAS, wire.OpFetchAdd, wire.OpWhere:
-	default:
-		return false
-	}
-	if c.cred.UID != 0 && !s.attrs.Contains(r.GVA.Key()) {
-		return false // the first access asks the backend for the attributes
-	}
-	return s.pipe.Accepts(pipeOp(r, 0))
-}
-
-// pipeOp is the Op of the data-path request r.
-func pipeOp(r *wire.Request, token uint64) Op {
-	op := Op{Token: token, GVA: r.GVA}
-	switch r.Op {
-	case wire.OpLoad:
-		op.Verb, op.Len = VerbLoad, int(r.Len)
-	case wire.OpStore:
-		op.Verb, op.Data = VerbStore, r.Data
-	case wire.OpCAS:
-		op.Verb, op.Expected, op.Operand = VerbCAS, r.Expected, r.Desired
-	case wire.OpFetchAdd:
-		op.Verb, op.Operand = VerbFetchAdd, r.Delta
-	case wire.OpWhere:
-		op.Verb = VerbWhere
-	}
-	return op
-}
-
-// admitPipelined checks c's permission for t and registers it in the
-// pending table; it returns the Op to submit, or false after answering t
-// itself (a refused permission).
-func (s *Server) admitPipelined(c *conn, t *task) (Op, bool) {
-	r := &t.req
-	if err := s.checkCached(c, r.GVA.Key(), accessFor(r.Op)); err != nil {
-		t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen]}
-		if t.rg != nil {
-			t.rg.answer(t, err)
-		} else {
-			c.reply(t, err, false)
-		}
-		return Op{}, false
-	}
-	op := pipeOp(r, s.pending.add(c, t))
-	op.Session = c.call.session
-	op.Cred = s.credFor(c, r.GVA.Key())
-	return op, true
-}
-
-func accessFor(op wire.Op) uint32 {
-	switch op {
-	case wire.OpStore:
-		return accessWrite
-	case wire.OpCAS, wire.OpFetchAdd, wire.OpAcquire, wire.OpLock:
-		return accessRead | accessWrite
-	}
-	return accessRead
-}
-
-// checkCached is check for a page whose attributes are cached (pipelined
-// ensured it, and attributes leave the cache only at Free).
-func (s *Server) checkCached(c *conn, key gva.GVA, need uint32) error {
-	if c.cred.UID == 0 || bugsCompiled && bugSkipChecks(s.be.Machine()) {
-		return nil
-	}
-	a, ok := s.attrs.Get(key)
-	if !ok {
-		return fmt.Errorf("page %v: freed: %w", key, syscall.ENOENT)
-	}
-	if !c.cred.allowed(a, need) {
-		return fmt.Errorf("page %v mode %#o owner %d:%d: %w", key, a.Mode, a.UID, a.GID, syscall.EACCES)
-	}
-	return nil
-}
-
-// Complete takes the completions of pipelined requests: it updates the
-// replica files, queues each reply on its connection and flushes every
-// connection it touched once. The backend's driver calls it after a step,
-// holding none of its locks.
-func (s *Server) Complete(ds []Done) {
-	var connsAt [8]*conn
-	var ringsAt [8]*connRing
-	conns, rings := connsAt[:0], ringsAt[:0]
-	var end time.Time // one clock reading for the batch (Options.Observe)
-	if s.opts.Observe != nil && len(ds) > 0 {
-		end = time.Now()
-	}
-	for i := range ds {
-		pd, ok := s.pending.take(ds[i].Token)
-		if !ok {
-			continue
-		}
-		pd.t.end = end
-		if rg := pd.t.rg; rg != nil { // read before finishing recycles the task
-			rings = appendOnce(rings, rg)
-		} else {
-			conns = appendOnce(conns, pd.c)
-		}
-		if pd.t.stage != stageNone {
-			s.advance(pd.c, pd.t, &ds[i]) // a request on the value path (calls.go)
-			continue
-		}
-		s.finishPipelined(pd.c, pd.t, &ds[i])
-	}
-	for _, c := range conns {
-		c.flush()
-	}
-	for _, rg := range rings {
-		rg.flush()
-	}
-}
-
 // appendOnce appends x to xs unless it is there already (the connections
 // of one batch of completions are few).
 func appendOnce[T comparable](xs []T, x T) []T {
@@ -286,65 +164,4 @@ func appendOnce[T comparable](xs []T, x T) []T {
 		return xs
 	}
 	return append(xs, x)
-}
-
-// finishPipelined does what exec does after the backend call of a data-path
-// op, and queues the reply.
-func (s *Server) finishPipelined(c *conn, t *task, d *Done) {
-	defer func() {
-		if t.rg == nil {
-			<-c.sem
-		}
-		putTask(t)
-	}()
-	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	err := s.finishData(c, t, d)
-	if t.rg != nil {
-		t.rg.answer(t, err)
-		return
-	}
-	if c.aborted.Load() {
-		return
-	}
-	c.reply(t, err, false)
-}
-
-// finishData fills t's reply from the completion of its data-path op
-// (load, store, compare-and-swap, fetch-add, where) and updates the
-// replica file; it returns the op's error.
-func (s *Server) finishData(c *conn, t *task, d *Done) error {
-	r := &t.req
-	key := r.GVA.Key()
-	le := binary.LittleEndian
-	if d.Err != nil {
-		return d.Err
-	}
-	switch r.Op {
-	case wire.OpLoad:
-		t.rep.body = t.rep.body[:8+int(r.Len)]
-		copy(t.rep.body[8:], d.Data)
-		le.PutUint64(t.rep.body, uint64(d.Version))
-		if rp := s.replicas.get(key); rp != nil && rp.stale() {
-			rp.kick(s.replicas)
-		}
-	case wire.OpStore:
-		s.written(key, int(r.GVA.Offset()), r.Data, d.Version)
-		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
-	case wire.OpCAS:
-		if d.Value == r.Expected {
-			s.written64(key, r.GVA.Offset(), r.Desired, d.Version)
-		} else if rp := s.replicas.get(key); rp != nil {
-			rp.invalidate(s.replicas, d.Version, false)
-		}
-		t.rep.body = le.AppendUint64(t.rep.body, d.Value)
-		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
-	case wire.OpFetchAdd:
-		s.written64(key, r.GVA.Offset(), d.Value+r.Delta, d.Version)
-		t.rep.body = le.AppendUint64(t.rep.body, d.Value)
-		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
-	case wire.OpWhere:
-		loc := s.located(c, key, d.Where)
-		t.rep.body = loc.Append(t.rep.body)
-	}
-	return nil
 }

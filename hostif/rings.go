@@ -225,35 +225,12 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 		switch {
 		case t.req.Op == wire.OpHello || t.req.Op == wire.OpMap || t.req.Op == wire.OpRings:
 			s.ringRefuse(rg, t, t.req.ID, fmt.Sprintf("%s is a socket request", t.req.Op))
-		case s.pipelined(c, &t.req):
-			op, ok := s.admitPipelined(c, t)
-			if !ok {
-				putTask(t)
-				continue
-			}
-			batch = append(batch, op)
-			if len(batch) == cap(batch) {
+		default:
+			if batch, _ = s.dispatch(c, t, batch); len(batch) == cap(batch) {
 				s.pipe.Submit(batch)
+				clear(batch)
 				batch = batch[:0]
 			}
-		case s.quick(&t.req):
-			t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-			err := s.exec(c, &t.req, &t.rep, &t.ctx)
-			rg.answer(t, err)
-			rg.flush()
-			putTask(t)
-		case s.valued(&t.req):
-			s.startValued(c, t)
-		default:
-			c.inflight.Add(1)
-			go func() {
-				defer c.inflight.Done()
-				t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-				err := s.exec(c, &t.req, &t.rep, &t.ctx)
-				rg.answer(t, err)
-				rg.flush()
-				putTask(t)
-			}()
 		}
 	}
 	if len(batch) > 0 {

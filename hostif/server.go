@@ -16,10 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
-
 	"github.com/aitherion/dpu/cuda/hookwire"
-	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/internal/rundir"
@@ -62,9 +59,6 @@ type Options struct {
 	// EventQueue is the events a connection may have waiting (default 256);
 	// beyond it events are dropped and the client told so (EventLost).
 	EventQueue int
-	// AttrCache is how many page attributes the server remembers
-	// (default 65536).
-	AttrCache int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
 	// Observe, when set, is told of every answered request: its op, the
@@ -110,7 +104,6 @@ func (o *Options) setDefaults() {
 	def(&o.MaxGarbage, 8)
 	def(&o.StatusSlots, 1<<16)
 	def(&o.EventQueue, 256)
-	def(&o.AttrCache, 1<<16)
 	defDur(&o.OpTimeout, 10*time.Second)
 	defDur(&o.LockTimeout, 5*time.Second)
 	defDur(&o.MaxLockTimeout, 30*time.Second)
@@ -135,7 +128,6 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	attrs   *lru.Cache[gva.GVA, Attr]
 	pipe    Pipeline // the backend's, if it has one
 	await   Awaiter  // the pipeline's, if it has one
 	pending pendingTable
@@ -145,9 +137,6 @@ type Server struct {
 	ringOps [16]Op
 
 	spaces *addressSpaces
-
-	allocMu sync.Mutex
-	allocs  map[gva.GVA]int // allocations made here: first page → pages
 
 	maps mapsTable // dpu_mmap areas the host's processes report (maps.go)
 
@@ -188,13 +177,9 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 	if opts.DefaultMode&^wire.ModeMask != 0 {
 		return nil, fmt.Errorf("hostif: DefaultMode %#o has bits beyond %#o", opts.DefaultMode, wire.ModeMask)
 	}
-	attrs, err := lru.New[gva.GVA, Attr](opts.AttrCache)
-	if err != nil {
-		return nil, fmt.Errorf("hostif: %w", err)
-	}
 	s := &Server{
-		be: be, call: verbs{be: be, session: ServerSession}, opts: opts, log: opts.Logger, attrs: attrs,
-		spaces: newAddressSpaces(), allocs: make(map[gva.GVA]int), conns: make(map[*conn]struct{}),
+		be: be, call: verbs{be: be, session: ServerSession}, opts: opts, log: opts.Logger,
+		spaces: newAddressSpaces(), conns: make(map[*conn]struct{}),
 		bySess: make(map[Session]*conn),
 	}
 	if p, ok := be.(Pipeline); ok {

@@ -39,12 +39,6 @@ func (v verbs) Free(ctx context.Context, first gva.GVA) error {
 	return v.do(ctx, &Call{Verb: VerbFree, GVA: first})
 }
 
-func (v verbs) Stat(ctx context.Context, page gva.GVA) (Attr, error) {
-	c := Call{Verb: VerbStat, GVA: page}
-	err := v.do(ctx, &c)
-	return c.Attr, err
-}
-
 func (v verbs) Ref(ctx context.Context, page gva.GVA, dst []byte) (gva.Version, error) {
 	c := Call{Verb: VerbRef, GVA: page, Data: dst}
 	err := v.do(ctx, &c)
