@@ -31,7 +31,10 @@ func TestMultiChannelLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range uint64(50) {
+	// A channel keeps a run of up to 16 datagrams (stripeport.go's
+	// burstLen) before the next is picked: enough round trips that every
+	// channel's turn comes many times over.
+	for i := range uint64(400) {
 		c := c1
 		if i%2 == 1 {
 			c = c0

@@ -104,7 +104,11 @@ func (h *Hosts) admitted(now time.Duration, r *hostReq, c Completion) {
 // may go on (its credentials then carry the page's group where it
 // matters), false when it was refused with EACCES.
 func (h *Hosts) allowed(now time.Duration, r *hostReq, a Attr) bool {
-	if !Allows(a, r.hr.Cred, accessFor(r.hr.Op)) {
+	cred := r.hr.Cred
+	if bugsCompiled && h.e.cfg.Bug == BugAdmitNoGroups {
+		cred.Groups = nil
+	}
+	if !Allows(a, cred, accessFor(r.hr.Op)) {
 		h.e.stats.Refused++
 		h.fail(now, r, syscall.EACCES, fmt.Sprintf("page mode %#o owner %d:%d", a.Mode, a.UID, a.GID))
 		return false

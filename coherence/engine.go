@@ -211,6 +211,11 @@ const (
 	// BugQuotaLeak keeps a freed page charged to its allocator's quota
 	// (hosts.go, freeStep): the ledger drifts from what users hold.
 	BugQuotaLeak
+	// BugAdmitNoGroups makes the host layer's admission check a user's
+	// primary group only, not its supplementary groups (admit.go): a
+	// member of a page's group through them is refused what the page's
+	// mode allows it.
+	BugAdmitNoGroups
 )
 
 // Defaults.

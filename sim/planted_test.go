@@ -88,3 +88,16 @@ func caught(t *testing.T, cfg Config, seeds int, match func(v string) bool) bool
 	}
 	return false
 }
+
+// TestPlantedAdmitNoGroupsIsCaught plants a host-layer admission that
+// checks a user's primary group only: the guarded pages' checks must
+// find a member of their group (through its supplementary groups)
+// refused what the mode allows.
+func TestPlantedAdmitNoGroupsIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Bug = coherence.BugAdmitNoGroups
+	if !caught(t, cfg, 6, func(v string) bool { return strings.Contains(v, "refused, though its mode allows it") }) {
+		t.Fatal("an admission that ignores supplementary groups went unnoticed")
+	}
+}
