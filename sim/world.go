@@ -487,7 +487,7 @@ func (w *World) boot(n *simNode) error {
 	ec.FabricNodes = w.graph.N()
 	ec.NoSplitRule = w.cfg.NoSplitRule
 	ec.Unchecked = n.id == intruderNode // the modified node (users.go)
-	n.quota = pageLedger{} // a new run: nothing of it allocated yet
+	n.quota = pageLedger{}              // a new run: nothing of it allocated yet
 	ec.Quota = n.quota
 	if w.cfg.Durable {
 		if n.disk == nil {
