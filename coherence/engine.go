@@ -216,6 +216,10 @@ const (
 	// member of a page's group through them is refused what the page's
 	// mode allows it.
 	BugAdmitNoGroups
+	// BugSwapStaleContent makes a node that takes ownership keep the
+	// content of the replica it held, taking only the version the old
+	// owner sent (swap.go): the new owner serves stale content.
+	BugSwapStaleContent
 )
 
 // Defaults.

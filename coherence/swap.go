@@ -257,7 +257,9 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	if !pg.has || pg.version != f.PageVersion {
 		e.advanced(pg, f.PageVersion)
 	}
-	copy(pg.content, d.content)
+	if !(bugsCompiled && e.cfg.Bug == BugSwapStaleContent && pg.has) {
+		copy(pg.content, d.content)
+	}
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
 	if d.flags&dataAttr != 0 {
 		pg.attr, pg.hasAttr = d.attr, true

@@ -67,6 +67,8 @@ type ghost struct {
 	// write's requester may be answered from the record that came with the
 	// backup's copy.
 	staged map[gva.Version][]byte
+	// ackedMax is the newest version an acknowledged write made.
+	ackedMax gva.Version
 }
 
 type history struct {
@@ -200,6 +202,7 @@ func (c *checker) acked(key gva.GVA, v gva.Version, off int, data []byte) {
 	if g == nil {
 		return
 	}
+	g.ackedMax = max(g.ackedMax, v)
 	if h, ok := g.log[v]; ok && h == stagedWrite && off+len(data) <= gva.PageSize && bytes.Equal(g.staged[v][off:off+len(data)], data) {
 		// The staged write a backup took over with, answered from its
 		// record: it is the one write that made this version.
@@ -976,4 +979,33 @@ func (w *World) checkRequest(n *simNode, po *pendingOp) coherence.Completion {
 	w.submit(n, po)
 	w.runUntil(w.now+engineTiming.RequestTimeout+time.Millisecond, func() bool { return got.At != 0 })
 	return got
+}
+
+// ackedMax is the newest version of page key an acknowledged write made
+// (0: none yet).
+func (c *checker) ackedMax(key gva.GVA) gva.Version {
+	if g := c.ghosts[key]; g != nil {
+		return g.ackedMax
+	}
+	return 0
+}
+
+// lockedRead checks a load of the lock word of page key that node self's
+// session made while it held the node's lock of the page (and still
+// does): the node owns the page for the lock, so the load sees every
+// write acknowledged before it began (since: the newest version they
+// made), and at the owner's current version it reads what the owner
+// applied.
+func (c *checker) lockedRead(self noc.NodeID, key gva.GVA, since gva.Version, cp coherence.Completion) {
+	g := c.ghosts[key]
+	if g == nil || g.lost || g.maybeLost {
+		return
+	}
+	if cp.Version < since {
+		c.violate("page %v: a load under node %v's lock read version %d; version %d was acknowledged before it began", key, self, cp.Version, since)
+		return
+	}
+	if cp.Version == g.version && len(cp.Data) >= 8 && !bytes.Equal(cp.Data[:8], g.content[lockWord:lockWord+8]) {
+		c.violate("page %v: a load under node %v's lock read %x at version %d, the owner applied %x", key, self, cp.Data[:8], cp.Version, g.content[lockWord:lockWord+8])
+	}
 }

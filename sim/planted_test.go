@@ -101,3 +101,15 @@ func TestPlantedAdmitNoGroupsIsCaught(t *testing.T) {
 		t.Fatal("an admission that ignores supplementary groups went unnoticed")
 	}
 }
+
+// TestPlantedSwapStaleContentIsCaught plants a new owner that keeps its
+// old replica's content through an ownership transfer: a load under a
+// lock must read what the owner applied.
+func TestPlantedSwapStaleContentIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Bug = coherence.BugSwapStaleContent
+	if !caught(t, cfg, 8, func(v string) bool { return strings.Contains(v, "a load under node") }) {
+		t.Fatal("a new owner serving its old replica's content under a lock went unnoticed")
+	}
+}

@@ -18,6 +18,11 @@ import (
 const (
 	atomicWords = 4
 	storeBase   = 64
+	// lockWord is the word a client holding a page's lock reads and then
+	// writes back plus one (a critical section): nothing else writes it,
+	// and a load of it under the lock must see every acknowledged write
+	// (checker.lockedRead).
+	lockWord = 40
 )
 
 // simPage is one page of the workload.
@@ -45,6 +50,12 @@ type client struct {
 	ur       *rand.Rand
 	intruder bool
 	lr       *rand.Rand // the lifecycle workload's draws (lifecycle.go)
+	// A critical section on the lock word of the page it locked: phase 1
+	// loads the word, phase 2 stores next (what it read plus one); wr
+	// draws whether a lock has one.
+	wordPhase int
+	wordNext  uint64
+	wr        *rand.Rand
 }
 
 // pendingOp is a request in flight.
@@ -57,6 +68,11 @@ type pendingOp struct {
 	guard *guardedOp
 	life  *lifeOp
 	done  func(coherence.Completion)
+	// lockRead: a load of the lock word under the lock, with the newest
+	// version acknowledged writes had made when it began
+	lockRead   bool
+	readSince  gva.Version
+	lockedWord bool // a store of the lock word under the lock
 }
 
 // setup allocates the workload's pages on random homes.
@@ -220,6 +236,12 @@ func (w *World) clientStep(c *client) {
 	po := &pendingOp{c: c}
 	if c.locked >= 0 {
 		p := w.pages[c.locked]
+		if c.wordPhase != 0 {
+			w.lockWordOp(c, po, p)
+			c.pending = po
+			w.submit(n, po)
+			return
+		}
 		if c.lockOps > 0 && r.IntN(10) < 7 {
 			c.lockOps--
 			po.page = c.locked
@@ -321,6 +343,28 @@ func (w *World) atomicOp(c *client, po *pendingOp, p *simPage, r *rand.Rand) {
 	}
 }
 
+// lockWordOp makes po the next step of c's critical section on the lock
+// word of page p, which it locked.
+func (w *World) lockWordOp(c *client, po *pendingOp, p *simPage) {
+	po.page = c.locked
+	g := p.g.WithOffset(lockWord)
+	if c.wordPhase == 1 {
+		po.req = coherence.Request{Op: coherence.HostLoad, GVA: g, Len: 8}
+		po.lockRead, po.readSince = true, w.check.ackedMax(p.g.Key())
+		return
+	}
+	po.req = coherence.Request{Op: coherence.HostStore, GVA: g, Data: binary.LittleEndian.AppendUint64(nil, c.wordNext)}
+	po.lockedWord = true
+}
+
+// wrng is c's source for its critical sections.
+func (w *World) wrng(c *client) *rand.Rand {
+	if c.wr == nil {
+		c.wr = derive(w.cfg.Seed, 7000+uint64(c.idx))
+	}
+	return c.wr
+}
+
 // wide maps a small count v (what the workload draws: CAS steps, stale
 // guesses, fetch-add deltas) to the 64-bit value the atomic words hold:
 // v·wideScale mod 2⁶⁴. The map keeps sums (wide(a)+wide(b) = wide(a+b)) and,
@@ -416,6 +460,22 @@ func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, er
 		if errno == 0 {
 			w.checkOneLocker(c, po.page)
 			c.locked, c.lockOps = po.page, 1+c.rng.IntN(3)
+			c.wordPhase = 0
+			if w.wrng(c).IntN(2) == 0 {
+				c.wordPhase = 1
+			}
+		}
+	case coherence.HostLoad:
+		if po.lockRead {
+			c.wordPhase = 0
+			if errno == 0 && c.locked == po.page {
+				w.check.lockedRead(w.nodes[c.node].id, w.pages[po.page].g.Key(), po.readSince, cp)
+				c.wordPhase, c.wordNext = 2, binary.LittleEndian.Uint64(cp.Data)+1
+			}
+		}
+	case coherence.HostStore:
+		if po.lockedWord {
+			c.wordPhase = 0
 		}
 	case coherence.HostUnlock:
 		c.locked = -1

@@ -130,7 +130,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	durable := fs.Bool("durable", false, "every node keeps its owned pages and backup copies in a durable page log on an in-memory disk that survives its crashes (a crash in the middle of a sync tears it); a restarted node reloads them (see docs/replication.md, \"Durable pages\"); with --faults powercut nothing may be lost")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), free-here (an allocator frees only the pages of an extent it still owns), quota-leak (a freed page stays charged to its allocator's quota), or admit-no-groups (the host layer's permission check ignores supplementary groups) (in a dpu-sim built with go build -tags dpubug)")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), free-here (an allocator frees only the pages of an extent it still owns), quota-leak (a freed page stays charged to its allocator's quota), admit-no-groups (the host layer's permission check ignores supplementary groups), or swap-stale-content (a new owner keeps its old replica's content) (in a dpu-sim built with go build -tags dpubug)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
@@ -208,8 +208,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bug = coherence.BugQuotaLeak
 	case "admit-no-groups":
 		bug = coherence.BugAdmitNoGroups
+	case "swap-stale-content":
+		bug = coherence.BugSwapStaleContent
 	default:
-		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched, free-here, quota-leak or admit-no-groups)", *plant)
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched, free-here, quota-leak, admit-no-groups or swap-stale-content)", *plant)
 	}
 	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle}
 	list := make([]uint64, 0, *seeds)
