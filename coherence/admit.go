@@ -28,9 +28,11 @@ import (
 //     never change while a page lives);
 //   - else the request waits in its session for a HostStat of its page
 //     (the home answers, attrs.go), within the request's own bound, and
-//     then is checked and starts; a page its home says is gone fails with
-//     the home's word (ENOENT, ESTALE), one whose home cannot be asked
-//     with its error (EHOSTDOWN, ETIMEDOUT).
+//     then is checked and starts; a page its home says does not exist
+//     fails with ENOENT. When the home cannot say (down, restarting, or
+//     with no record of a page of its earlier run, which may live on at
+//     a backup that took it over) the request goes out unchecked here:
+//     the node that serves it checks it (below), this node included.
 //
 // A request that passes carries its user's credentials on (the page's
 // group first among them when the user has more supplementary groups
@@ -64,9 +66,15 @@ func (h *Hosts) admit(now time.Duration, r *hostReq) bool {
 	if a, ok := h.attrOf(key); ok {
 		return h.allowed(now, r, a)
 	}
-	if errno, why := h.absentHere(key); errno != 0 {
+	switch errno, why := h.absentHere(key); errno {
+	case syscall.ENOENT:
 		h.fail(now, r, errno, why)
 		return false
+	case syscall.ESTALE:
+		// a page of an earlier run of this node, which may live on at a
+		// backup that took it over: the engine finds out, and the node
+		// that serves it checks it
+		return true
 	}
 	r.admitting = true
 	if r.bound.idx < 0 {
@@ -87,8 +95,20 @@ func (h *Hosts) admitted(now time.Duration, r *hostReq, c Completion) {
 		h.finish(now, r, Completion{Err: &HostError{Op: r.hr.Op, GVA: r.hr.GVA, Errno: syscall.ECANCELED}})
 		return
 	}
-	if errno := c.Errno(); errno != 0 {
+	switch errno := c.Errno(); errno {
+	case 0:
+	case syscall.ENOENT, syscall.EFAULT, syscall.EACCES:
+		// the home's word: no such page
 		h.fail(now, r, errno, "the page's attributes: "+errMsg(c.Err))
+		return
+	default:
+		// The home cannot say now (it is down or restarting, or has no
+		// record of a page of its earlier run that may live on at a
+		// backup): the request goes out with its user's credentials, and
+		// the node that serves it checks them once it knows the page's
+		// attributes (vouched), as for every node's requests.
+		r.statted = false
+		h.start(now, r)
 		return
 	}
 	key := r.hr.GVA.Key()

@@ -32,9 +32,9 @@ import (
 // but not about its users) gets neither content nor updates nor writes of
 // a page its users may not use.
 //
-// A node's own users are checked at the host socket before they get
-// here, and again at Submit and at every retry (localAllowed) where the
-// node knows the page's attributes: it holds the page, or relays it on its tree, and
+// A node's own users are checked by its host layer before they get here
+// (admit.go), and again at Submit and at every retry (localAllowed) where
+// the node knows the page's attributes: it holds the page, or relays it on its tree, and
 // would otherwise serve them from what it holds (a relay installs the
 // content that passes by into a replica its host asked for). Requests
 // from noc.LocalPort are not checked again on the way up.
@@ -148,21 +148,14 @@ func accessOf(c noc.Class) uint32 {
 // against the page's attributes where this node serves it (the owner, or
 // a node on the tree). It answers f itself and returns false when f may
 // not go on: EACCES, or EAGAIN while the attributes are being asked for.
-// Requests of this node's own host (in == noc.LocalPort) were checked at
-// the host socket, and at submission where this node knew the page's
-// attributes; one that went out without them and is served here after
-// all (held at this node through a swap that made it the owner) is
-// checked now that the node holds the page and its attributes.
+// Requests of this node's own host (in == noc.LocalPort) are checked the
+// same way: the host layer admitted them (admit.go) from the attributes
+// it knew or asked the home for, but one it let go out because the home
+// could not answer (down, restarting), or that is served here after all
+// (held at this node through a swap or a takeover that made it the
+// owner), is served only once this node knows the page's attributes.
 func (e *Engine) vouched(now time.Duration, in noc.PortID, f *noc.Frame, pg *page, ent *pathcache.Entry) bool {
-	if in == noc.LocalPort && !credRoot(f.Payload) {
-		if a, ok := e.attrOf(pg, ent); ok && !credAllows(a, f.Payload, accessOf(f.Class)) {
-			e.stats.Refused++
-			e.fail(now, f, syscall.EACCES)
-			return false
-		}
-		return true
-	}
-	if in == noc.LocalPort || credRoot(f.Payload) || bugsCompiled && e.cfg.Bug == BugTrustVouched {
+	if credRoot(f.Payload) || in != noc.LocalPort && bugsCompiled && e.cfg.Bug == BugTrustVouched {
 		return true
 	}
 	a, ok := e.attrOf(pg, ent)
@@ -185,7 +178,7 @@ func (e *Engine) vouched(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 
 // localAllowed checks a request of this node's own host against the
 // page's attributes, where this node knows them (it holds the page, or
-// relays it on its tree): the host socket checked it already, but the
+// relays it on its tree): the host layer checked it already, but the
 // node serves it from what it holds, so a broken or skipped host check
 // must not hand its users what the page's mode keeps from them. Where
 // the node does not know them, the request goes out and the node that

@@ -159,8 +159,8 @@
 // for, as its node vouches; the owner, and any node on the page's tree
 // that would serve or merge a ref, check them against the page's
 // attributes (uid, gid, mode), which travel with content and ownership,
-// and refuse with EACCES. Requests of the node's own host are checked at
-// the host socket, and at Submit where the node knows the attributes. See
+// and refuse with EACCES. Requests of the node's own host are checked by
+// the host layer's admission (admit.go), and at Submit where the node knows the attributes. See
 // cred.go.
 //
 // # Failures
