@@ -771,7 +771,14 @@ func (s *engineSinkOf) Event(ev Event) {
 		for id, ss := range h.sessions {
 			if ss.acquired[key] > 0 {
 				heard = append(heard, id)
-				delete(ss.acquired, key)
+				// The acquisitions it had are gone; those of its acquires
+				// still running are theirs to keep or give back when they
+				// end (Close counts on it).
+				if n := ss.owedAcq[key]; n > 0 {
+					ss.acquired[key] = n
+				} else {
+					delete(ss.acquired, key)
+				}
 			}
 		}
 		slices.Sort(heard)

@@ -30,6 +30,9 @@ func TestCloseLeavesARunningClaimsRefToIt(t *testing.T) {
 			}
 			x.h[2].Close(x.f.Now(), 2, x.f.Cores[2])
 			x.f.Run(200 * time.Millisecond) // the claim ends and is undone
+			if c, done := x.sinks[2].done[id]; done {
+				t.Fatalf("the claim of the closed session completed: %+v", c)
+			}
 			if x.h[2].Known(2) {
 				t.Fatal("the closed session was not forgotten")
 			}

@@ -73,6 +73,10 @@ type pendingOp struct {
 	lockRead   bool
 	readSince  gva.Version
 	lockedWord bool // a store of the lock word under the lock
+	// flood: the flooder whose burst it is (flood.go); floodClosed: its
+	// session closed since
+	flood       *flooder
+	floodClosed bool
 }
 
 // setup allocates the workload's pages on random homes.
@@ -113,8 +117,11 @@ func (w *World) submit(n *simNode, po *pendingOp) {
 	po.start = w.now
 	n.reqs[po.req.ID] = po
 	sid := checkSession
-	if po.c != nil {
+	switch {
+	case po.c != nil:
 		sid = po.c.session
+	case po.flood != nil:
+		sid = po.flood.session
 	}
 	n.hosts.Submit(w.now, sid, po.req, n.core)
 	w.settle(n)
@@ -433,6 +440,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 	}
 	if po.life != nil {
 		w.lifeDone(n, po, cp, errno)
+	}
+	if po.flood != nil {
+		w.floodDone(n, po)
 	}
 	c := po.c
 	if c == nil || c.pending != po {

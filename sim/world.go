@@ -163,6 +163,10 @@ type Config struct {
 	// (lifecycle.go) may be live at once: allocated, moved, freed at
 	// their allocator and checked. Default 4; negative: none.
 	Lifecycle int
+	// Flooders is how many hostile sessions flood their node with bursts
+	// of requests and close with them in flight (flood.go). Default 1;
+	// negative: none.
+	Flooders int
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
@@ -212,6 +216,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Guarded == 0 {
 		c.Guarded = 2
+	}
+	if c.Flooders == 0 {
+		c.Flooders = 1
 	}
 	return c
 }
@@ -341,8 +348,9 @@ type World struct {
 	tbuf  []byte // the trace line being written
 	res   Result
 
-	clients []*client
-	faults  []fault
+	clients  []*client
+	flooders []*flooder // hostile sessions (flood.go)
+	faults   []fault
 
 	routeVer  []uint64 // routing table version last examined, per node
 	routeOK   []bool   // that table reached every live node
@@ -400,6 +408,7 @@ const (
 	evAbort
 	evFault
 	evCheck
+	evFlood
 )
 
 type event struct {
@@ -568,6 +577,7 @@ func (w *World) Prepare() error {
 		return err
 	}
 	w.startClients()
+	w.setupFlooders()
 	w.scheduleFaults(w.now)
 	if w.cfg.CheckEvery > 0 {
 		w.push(event{at: w.now + w.cfg.CheckEvery, kind: evCheck})
@@ -675,6 +685,8 @@ func (w *World) handle(ev event) {
 		}
 	case evFault:
 		w.fault(ev.n)
+	case evFlood:
+		w.floodStep(w.flooders[ev.n])
 	case evCheck:
 		w.check.owners(false)
 		if !w.stopped {
