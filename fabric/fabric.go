@@ -548,9 +548,15 @@ func (s *State) start(i int) error {
 	a.Pid, a.Stopped = cmd.Process.Pid, false
 	id, err := identify(a.Pid)
 	if err != nil {
+		// An agent that exits at once (a configuration it refuses) is
+		// gone before its identity can be read: say so, with its log.
 		_ = cmd.Process.Kill()
-		_, _ = cmd.Process.Wait()
-		return fmt.Errorf("fabric: agent %d: %w", i, err)
+		ps, _ := cmd.Process.Wait()
+		a.Stopped = true
+		if ps != nil && ps.Exited() {
+			return errors.Join(fmt.Errorf("fabric: agent %d exited as it started; the end of its log (%s):\n%s", i, a.Log, logTail(a.Log, 10)), s.save())
+		}
+		return errors.Join(fmt.Errorf("fabric: agent %d: %w", i, err), s.save())
 	}
 	a.Start, a.Exe = id.Start, id.Exe
 	_ = cmd.Process.Release()
