@@ -185,7 +185,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 			return fmt.Errorf("map %v: %w", page, err)
 		}
 		rp.mu.Lock()
-		pages[i] = wire.MappedPage{Slot: rp.slot, Version: rp.version}
+		pages[i] = wire.MappedPage{Slot: rp.slot, Version: rp.view.Version}
 		rp.mu.Unlock()
 		fds[i] = rp.file.fd
 	}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host/view"
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
@@ -20,7 +21,8 @@ import (
 // here: a sealed memfd holding the page's content, shared read-only with
 // every connection that maps it, and one entry in the status table (also a
 // sealed memfd shared read-only) saying which version the file holds and
-// whether it is valid. The server keeps the file current:
+// whether it is valid. The server keeps the file current, as its view
+// (package host/view, whose rules the simulator runs too) decides:
 //
 //   - writes made through this server (STORE, CAS, FETCH-ADD) are applied
 //     to the file before their reply is sent, when the version they created
@@ -119,12 +121,10 @@ type replica struct {
 	ready chan struct{} // closed when the first load ended
 	err   error         // the first load's error, set before ready closes
 
-	mu         sync.Mutex // guards what follows and every rewrite of file and entry
-	version    gva.Version
-	want       gva.Version // the newest version known to exist
-	state      uint32
-	refetching bool
-	gone       bool
+	mu    sync.Mutex // guards what follows and every rewrite of file and entry
+	view  view.View  // which version the file holds, and what to do about it
+	state uint32     // the state published in the entry
+	gone  bool
 }
 
 // replicaTable is every replica file of the node.
@@ -174,6 +174,7 @@ func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 	}
 	r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1, cred: cred,
 		holders: map[*conn]int{c: 1}, ready: make(chan struct{}), state: wire.SlotLoading}
+	r.view.State = view.Loading
 	t.m[key] = r
 	t.mu.Unlock()
 	if err := t.load(c, r); err != nil {
@@ -231,9 +232,7 @@ func (t *replicaTable) load(c *conn, r *replica) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.version = v
-	r.want = max(r.want, v)
-	r.publishLocked(t)
+	r.publishLocked(t, r.view.Loaded(v))
 	return nil
 }
 
@@ -367,18 +366,18 @@ func (r *replica) update(t *replicaTable, off int, data []byte, v gva.Version) o
 	if r.gone {
 		return unchanged
 	}
-	r.want = max(r.want, v)
-	if r.state == wire.SlotLoading || r.version >= v {
-		return unchanged // a load in flight checks want when it ends
-	}
-	if r.state == wire.SlotValid && r.version+1 == v && off >= 0 && off+len(data) <= wire.PageSize {
+	had := r.view.State == view.Loading || r.view.Version >= v
+	apply, reload := r.view.Update(off, len(data), v)
+	switch {
+	case had:
+		return unchanged // (a load in flight checks what it heard when it ends)
+	case apply:
 		r.entry.begin()
 		writeWords(r.file.mem[off:], data)
-		r.version = v
 		r.entry.end(v, wire.SlotValid)
 		return applied
 	}
-	r.publishLocked(t)
+	r.publishLocked(t, reload)
 	return behind
 }
 
@@ -390,15 +389,12 @@ func (r *replica) invalidate(t *replicaTable, v gva.Version, force bool) outcome
 	if r.gone {
 		return unchanged
 	}
-	r.want = max(r.want, v)
-	if force && r.want <= r.version {
-		r.want = r.version + 1
-	}
-	if r.state == wire.SlotLoading {
+	reload := r.view.Invalidate(v, force)
+	if r.view.State == view.Loading {
 		return unchanged
 	}
-	r.publishLocked(t)
-	if r.state == wire.SlotStale {
+	r.publishLocked(t, reload)
+	if r.view.State == view.Stale {
 		return behind
 	}
 	return unchanged
@@ -412,25 +408,27 @@ func (r *replica) valid() bool { return atomic.LoadUint32(r.entry.state) == wire
 func (r *replica) kick(t *replicaTable) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.gone && r.state == wire.SlotStale {
-		r.publishLocked(t)
+	if !r.gone {
+		r.publishLocked(t, r.view.Kick())
 	}
 }
 
-// publishLocked sets the state from version and want and starts a refetch
-// when the file is behind. r.mu must be held.
-func (r *replica) publishLocked(t *replicaTable) {
-	state := wire.SlotValid
-	if r.version < r.want {
+// publishLocked publishes the view's state in the entry when it changed,
+// and starts the refetch the view asked for (reload). r.mu must be held.
+func (r *replica) publishLocked(t *replicaTable, reload bool) {
+	state := uint32(wire.SlotValid)
+	switch r.view.State {
+	case view.Loading:
+		state = wire.SlotLoading
+	case view.Stale:
 		state = wire.SlotStale
 	}
 	if state != r.state {
 		r.entry.begin()
 		r.state = state
-		r.entry.end(r.version, state)
+		r.entry.end(r.view.Version, state)
 	}
-	if state == wire.SlotStale && !r.refetching {
-		r.refetching = true
+	if reload {
 		t.wg.Add(1)
 		go t.refetch(r)
 	}
@@ -448,19 +446,18 @@ func (t *replicaTable) refetch(r *replica) {
 		cancel()
 		r.mu.Lock()
 		if r.gone {
-			r.refetching = false
+			r.view.GaveUp()
 			r.mu.Unlock()
 			return
 		}
-		if err == nil && v > r.version {
+		install, done := r.view.Reloaded(v, err == nil)
+		if install {
 			r.entry.begin()
 			copy(r.file.mem, buf)
-			r.version = v
 			r.entry.end(v, r.state)
 		}
-		if r.version >= r.want {
-			r.refetching = false
-			r.publishLocked(t)
+		if done {
+			r.publishLocked(t, false)
 			r.mu.Unlock()
 			return
 		}
@@ -468,7 +465,7 @@ func (t *replicaTable) refetch(r *replica) {
 		select {
 		case <-t.ctx.Done():
 			r.mu.Lock()
-			r.refetching = false
+			r.view.GaveUp()
 			r.mu.Unlock()
 			return
 		case <-time.After(backoff):
@@ -476,7 +473,7 @@ func (t *replicaTable) refetch(r *replica) {
 		backoff *= 4
 	}
 	r.mu.Lock()
-	r.refetching = false
+	r.view.GaveUp()
 	r.mu.Unlock()
 }
 
