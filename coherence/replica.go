@@ -90,6 +90,20 @@ type ownerRep struct {
 	pinWait []uint64
 	pinSeq  uint64
 	pinSent time.Duration
+	// settling: the page was taken over here from a backup copy and the
+	// takeover has not settled yet: its backups do not all hold it, a
+	// fellow of the copy (the dead owner's other backups, a handover's
+	// other stand-ins) has not confirmed it dropped its copy of the old
+	// epoch, or the page is fenced. Until then nothing of its content is
+	// shown: refs wait in reads, the host's loads wait, a write is not
+	// answered from its reply record. The copy's version may be the dead
+	// owner's staged write, which no other copy holds: shown and then
+	// lost to a fellow that took the page over from its own copy beyond a
+	// split, a version a reader saw would be undone (dpu-sim seed 103, 16
+	// nodes, every fault, R = 3). A new Raft leader serves nothing of its
+	// predecessor's log before it committed an entry of its own term.
+	settling bool
+	reads    []heldMsg
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -351,6 +365,12 @@ func (e *Engine) drainRep(now time.Duration, pg *page) {
 	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && e.repSynced(pg) {
 		e.releaseOldBackups(now, pg)
 	}
+	if pg.rep != nil && pg.owner && pg.rep.settling && !e.repBusy(pg) {
+		e.settle(now, pg)
+		if e.pages[pg.key] != pg {
+			return
+		}
+	}
 	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
 		op := pg.rep.queue[0]
 		pg.rep.queue = pg.rep.queue[1:]
@@ -361,6 +381,44 @@ func (e *Engine) drainRep(now time.Duration, pg *page) {
 			return
 		}
 	}
+}
+
+// settling reports whether pg, owned here, is a takeover that has not
+// settled (ownerRep.settling): its content is shown to nobody yet.
+func (e *Engine) settling(pg *page) bool {
+	return pg.owner && pg.rep != nil && pg.rep.settling
+}
+
+// holdRead keeps a ref that reached a settling takeover until it settles.
+func (e *Engine) holdRead(pg *page, in noc.PortID, f *noc.Frame) {
+	b, err := f.AppendTo(nil)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	pg.rep.reads = append(pg.rep.reads, heldMsg{in: in, frame: b})
+	e.stats.Held++
+}
+
+// settle ends a takeover's settling: its backups hold the page, every
+// fellow confirmed its drop, the page is not fenced. Its content is shown
+// from now on: the refs that waited are served, the host's loads answered.
+func (e *Engine) settle(now time.Duration, pg *page) {
+	rep := pg.rep
+	rep.settling = false
+	held := rep.reads
+	rep.reads = nil
+	if e.dbg != nil {
+		e.debugf(pg.key, "takeover settled at version %d epoch %d", pg.version, pg.epoch)
+	}
+	e.stats.ReplSettled++
+	if e.cfg.Tracer != nil {
+		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
+			pt.Settled(e.self, pg.key, pg.version, pg.content)
+		}
+	}
+	e.wake(now, pg)
+	e.replay(now, held)
 }
 
 // endReplication forgets a page's replication at its owner (the page was
@@ -445,6 +503,7 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 func (e *Engine) releaseRep(now time.Duration, pg *page) {
 	rep := pg.rep
 	pg.rep = nil
+	defer e.replay(now, rep.reads) // refs a takeover held follow the page too
 	for _, b := range rep.backups {
 		e.unindexBackup(b.node, pg.key)
 	}
@@ -1604,6 +1663,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	e.startReplication(now, pg)
 	if pg.rep != nil {
 		pg.rep.oldBackups = fellows
+		pg.rep.settling = true // nothing of it is shown until it settles
 	}
 	e.wake(now, pg)
 	e.failInFlight(now, key)
@@ -1802,9 +1862,12 @@ func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord
 }
 
 // PromotionTracer is implemented by tracers that check failovers: a backup
-// took a page over at version v with content.
+// took a page over at version v with content (Promoted), and the takeover
+// settled (Settled: its backups hold the page, its fellows dropped theirs;
+// from then on its content is shown, and v is committed).
 type PromotionTracer interface {
 	Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content []byte)
+	Settled(self noc.NodeID, key gva.GVA, v gva.Version, content []byte)
 }
 
 func (e *Engine) setHint(key gva.GVA, h ownerHint) {
