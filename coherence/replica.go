@@ -470,6 +470,22 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	// This node stands in too, first in rank (its backups may include the
 	// heir itself): it keeps a copy until the heir's backups hold the page,
 	// and takes the page back if the heir dies before that.
+	list := make([]noc.NodeID, 0, 1+len(kept))
+	list = append(list, e.self)
+	for _, b := range kept {
+		list = append(list, b.node)
+	}
+	e.keepStandIn(now, pg, heir, heirInc, list)
+	e.releaseRep(now, pg)
+}
+
+// keepStandIn keeps a copy of pg, which this node hands over to heir, as
+// a stand-in for the heir (list: the stand-ins in rank order, this node
+// first). At R = 1 with durable pages it is the only one, and it stands
+// in for the heir's disk: between the handover's commit and the heir's
+// taking the page (its log holds nothing of a page it is acquiring), the
+// page is on this node's log alone (durableStandIn).
+func (e *Engine) keepStandIn(now time.Duration, pg *page, heir noc.NodeID, heirInc uint64, list []noc.NodeID) {
 	old := e.copies[pg.key]
 	if old != nil {
 		e.dropCopy(old)
@@ -478,15 +494,9 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	if err != nil {
 		// No room for the stand-in copy: the backups stand in alone.
 		e.stats.ReplNoRoom++
-		e.releaseRep(now, pg)
 		return
 	}
 	copy(content, pg.content)
-	list := make([]noc.NodeID, 0, 1+len(kept))
-	list = append(list, e.self)
-	for _, b := range kept {
-		list = append(list, b.node)
-	}
 	pr := e.pageReplies(now, pg)
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
 		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true,
@@ -495,8 +505,15 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	e.indexCopy(c)
 	e.durMark(pg.key)
 	e.stats.ReplCopies++
-	e.releaseRep(now, pg)
 }
+
+// durableStandIn reports whether a handover's old owner keeps a stand-in
+// copy without replication: at R = 1 with durable pages. The heir drops
+// it once it owns the page (its log holds it then); the stand-in takes the
+// page back only when the heir, restarted or alive, answers without it,
+// never on the heir's silence (the heir's disk may hold what it
+// acknowledged since).
+func (e *Engine) durableStandIn() bool { return !e.replicated() && e.cfg.Durable != nil }
 
 // releaseRep forgets a page's replication state; requests that waited on
 // it follow the page (rerouted).
@@ -939,6 +956,10 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	if pg == nil || !pg.owner || pg.rep == nil {
 		e.stats.Stale++
 		switch {
+		case flags&ackProbe != 0 && pg != nil && pg.owner && !e.replicated():
+			// A handover's stand-in (durableStandIn) whose drop was lost
+			// asks the heir, which owns the page: its copy ends.
+			e.sendDrop(f.Src, key, max(epoch, pg.epoch))
 		case flags&ackProbe != 0:
 			if h, ok := e.hints[key]; ok && e.splitRule() && (epoch == 0 || h.epoch > epoch) && h.owner != f.Src {
 				// A heir releasing its stand-ins, or a backup probing its
@@ -1414,6 +1435,9 @@ func (e *Engine) replTick(now time.Duration) {
 				e.dropCopy(c)
 				e.stats.ReplCopiesExpired++
 				continue
+			}
+			if c.hasHeir && e.durableStandIn() {
+				continue // the heir's disk may hold the page: it answers when it is back
 			}
 			if e.lowerRankAlive(now, c) {
 				continue

@@ -359,6 +359,9 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	}
 	e.cancel(sw.timer)
 	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch, sw.standIns)
+	if e.durableStandIn() {
+		e.keepStandIn(now, pg, sw.peer, peerInc, []noc.NodeID{e.self})
+	}
 	ans, err := e.arb.SwapDone(now, key)
 	if err == nil {
 		e.copyAnswers(ans)
@@ -718,6 +721,11 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	e.startReplication(now, pg)
 	if pg.rep != nil {
 		pg.rep.oldBackups = sw.oldBackups
+	}
+	if e.durableStandIn() {
+		// The old owner's stand-in copy (its log held the page while
+		// ours did not): ours holds it now, before the drop leaves.
+		e.sendDrop(sw.peer, key, sw.epoch)
 	}
 	e.stats.SwapsCompleted++
 	if homeOf(key) == e.self {
