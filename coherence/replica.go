@@ -960,6 +960,9 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 			// A handover's stand-in (durableStandIn) whose drop was lost
 			// asks the heir, which owns the page: its copy ends.
 			e.sendDrop(f.Src, key, max(epoch, pg.epoch))
+		case flags&ackProbe != 0 && e.durableStandIn() && e.handed[key] != nil && e.handed[key].epoch > epoch:
+			// The same, the heir having handed the page on since.
+			e.sendDrop(f.Src, key, e.handed[key].epoch)
 		case flags&ackProbe != 0:
 			if h, ok := e.hints[key]; ok && e.splitRule() && (epoch == 0 || h.epoch > epoch) && h.owner != f.Src {
 				// A heir releasing its stand-ins, or a backup probing its
@@ -1198,6 +1201,15 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 			c.fellowsGone = append(c.fellowsGone, f.Src) // it will not take the page over
 		}
 		if c.hasHeir {
+			if f.Src == c.heir && f.Payload[16]&goneHolds != 0 && e.durableStandIn() {
+				// The heir keeps a copy of a later epoch (it handed the
+				// page on, and stands in for its own heir, or its disk
+				// kept it): this stand-in's drop was lost, the page moved
+				// on past it.
+				e.dropCopy(c)
+				e.stats.ReplCopiesDropped++
+				return
+			}
 			if f.Src == c.heir && (inc != c.heirInc || f.Payload[16]&goneAcquiring == 0) {
 				// The heir restarted before it took the page, or lives
 				// without it: either it handed the page on (the home knows)

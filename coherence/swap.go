@@ -388,7 +388,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	if old := e.commits[k]; old != nil {
 		e.cancel(old.timer)
 	}
-	e.commits[k] = &commitRecord{key: key, peer: sw.peer, inc: peerInc, ver: pg.version, seq: sw.seq,
+	e.commits[k] = &commitRecord{key: key, peer: sw.peer, inc: peerInc, ver: pg.version, seq: sw.seq, epoch: sw.epoch,
 		timer: e.schedule(now+e.cfg.CommitTTL, timer{kind: tCommit, node: sw.peer, id: sw.id})}
 	e.handed[key] = e.commits[k]
 	b := appendDone(e.pay[:0], doneMsg{seq: sw.seq, route: sw.route[:2*(n-1)]})
