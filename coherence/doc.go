@@ -258,7 +258,12 @@
 // writes in flight to the dead owner sent again to the new owner, which
 // answers them from the reply records its copy came with (or applies
 // them, or answers "outcome unknown": "Lost requests"), new backups
-// chosen. A swap's old owner tells its backups the heir's name
+// chosen. The takeover shows nothing of the page until it settles (its
+// backups hold it, the copy's fellows confirmed they dropped theirs, the
+// page is not fenced): refs wait at it, its host's loads wait, no write is
+// answered from a reply record. Its copy may hold the dead owner's staged
+// write, which a fellow that took the page over beyond a split would
+// undo. A swap's old owner tells its backups the heir's name
 // (OpReplicaDrop with an heir) and keeps a stand-in copy itself, ranked
 // first: they keep the page until the heir's own backups hold it (the heir
 // then drops them, and writes nothing until each confirmed it, answering a

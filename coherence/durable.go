@@ -35,6 +35,12 @@ import (
 // power cut) and is told to drop; so is a copy of a backup this node's
 // owned page no longer listed.
 //
+// At R = 1 a handover's old owner keeps a stand-in copy of the page from
+// the commit until the heir owns it (durableStandIn): without it the page
+// was on no log between the commit (the old owner's record became a
+// tombstone) and the heir's taking it (its log holds nothing of a page it
+// is acquiring).
+//
 // A sync that fails stops the engine: it sends nothing more and hands no
 // completion to the sink (DurableErr says why; the driver ends the node,
 // as a crash).

@@ -510,6 +510,7 @@ type commitRecord struct {
 	seq   uint64
 	route []byte
 	ver   gva.Version
+	epoch uint64 // the epoch the new owner took the page at
 	timer arbiter.TimerID
 }
 

@@ -568,7 +568,7 @@ func (e *Engine) awaitContent(now time.Duration, pg *page, r *request) {
 // contentReady: the page can answer r now.
 func (e *Engine) contentReady(pg *page, r *request) bool {
 	if pg.owner {
-		return pg.swap == nil || pg.swap.out
+		return (pg.swap == nil || pg.swap.out) && !e.settling(pg)
 	}
 	if !pg.has || pg.version < r.min || (pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageGranted) {
 		return false

@@ -24,6 +24,14 @@ type ownerOp struct {
 func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *page) {
 	key := pg.key
 	if f.Class == noc.ClassLoad {
+		if e.settling(pg) {
+			// A takeover shows nothing before it settles (replica.go):
+			// the host's loads wait on the page, a ref here.
+			if in != noc.LocalPort {
+				e.holdRead(pg, in, f)
+			}
+			return
+		}
 		ent := e.ownerEntry(now, pg)
 		if in == noc.LocalPort {
 			e.wake(now, pg)

@@ -90,6 +90,20 @@ type ownerRep struct {
 	pinWait []uint64
 	pinSeq  uint64
 	pinSent time.Duration
+	// settling: the page was taken over here from a backup copy and the
+	// takeover has not settled yet: its backups do not all hold it, a
+	// fellow of the copy (the dead owner's other backups, a handover's
+	// other stand-ins) has not confirmed it dropped its copy of the old
+	// epoch, or the page is fenced. Until then nothing of its content is
+	// shown: refs wait in reads, the host's loads wait, a write is not
+	// answered from its reply record. The copy's version may be the dead
+	// owner's staged write, which no other copy holds: shown and then
+	// lost to a fellow that took the page over from its own copy beyond a
+	// split, a version a reader saw would be undone (dpu-sim seed 103, 16
+	// nodes, every fault, R = 3). A new Raft leader serves nothing of its
+	// predecessor's log before it committed an entry of its own term.
+	settling bool
+	reads    []heldMsg
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -351,6 +365,12 @@ func (e *Engine) drainRep(now time.Duration, pg *page) {
 	if pg.rep != nil && len(pg.rep.oldBackups) > 0 && e.repSynced(pg) {
 		e.releaseOldBackups(now, pg)
 	}
+	if pg.rep != nil && pg.owner && pg.rep.settling && !e.repBusy(pg) {
+		e.settle(now, pg)
+		if e.pages[pg.key] != pg {
+			return
+		}
+	}
 	for pg.rep != nil && pg.owner && len(pg.rep.queue) > 0 && !e.repBusy(pg) {
 		op := pg.rep.queue[0]
 		pg.rep.queue = pg.rep.queue[1:]
@@ -361,6 +381,44 @@ func (e *Engine) drainRep(now time.Duration, pg *page) {
 			return
 		}
 	}
+}
+
+// settling reports whether pg, owned here, is a takeover that has not
+// settled (ownerRep.settling): its content is shown to nobody yet.
+func (e *Engine) settling(pg *page) bool {
+	return pg.owner && pg.rep != nil && pg.rep.settling
+}
+
+// holdRead keeps a ref that reached a settling takeover until it settles.
+func (e *Engine) holdRead(pg *page, in noc.PortID, f *noc.Frame) {
+	b, err := f.AppendTo(nil)
+	if err != nil {
+		e.malformed()
+		return
+	}
+	pg.rep.reads = append(pg.rep.reads, heldMsg{in: in, frame: b})
+	e.stats.Held++
+}
+
+// settle ends a takeover's settling: its backups hold the page, every
+// fellow confirmed its drop, the page is not fenced. Its content is shown
+// from now on: the refs that waited are served, the host's loads answered.
+func (e *Engine) settle(now time.Duration, pg *page) {
+	rep := pg.rep
+	rep.settling = false
+	held := rep.reads
+	rep.reads = nil
+	if e.dbg != nil {
+		e.debugf(pg.key, "takeover settled at version %d epoch %d", pg.version, pg.epoch)
+	}
+	e.stats.ReplSettled++
+	if e.cfg.Tracer != nil {
+		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
+			pt.Settled(e.self, pg.key, pg.version, pg.content)
+		}
+	}
+	e.wake(now, pg)
+	e.replay(now, held)
 }
 
 // endReplication forgets a page's replication at its owner (the page was
@@ -412,6 +470,22 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	// This node stands in too, first in rank (its backups may include the
 	// heir itself): it keeps a copy until the heir's backups hold the page,
 	// and takes the page back if the heir dies before that.
+	list := make([]noc.NodeID, 0, 1+len(kept))
+	list = append(list, e.self)
+	for _, b := range kept {
+		list = append(list, b.node)
+	}
+	e.keepStandIn(now, pg, heir, heirInc, list)
+	e.releaseRep(now, pg)
+}
+
+// keepStandIn keeps a copy of pg, which this node hands over to heir, as
+// a stand-in for the heir (list: the stand-ins in rank order, this node
+// first). At R = 1 with durable pages it is the only one, and it stands
+// in for the heir's disk: between the handover's commit and the heir's
+// taking the page (its log holds nothing of a page it is acquiring), the
+// page is on this node's log alone (durableStandIn).
+func (e *Engine) keepStandIn(now time.Duration, pg *page, heir noc.NodeID, heirInc uint64, list []noc.NodeID) {
 	old := e.copies[pg.key]
 	if old != nil {
 		e.dropCopy(old)
@@ -420,15 +494,9 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	if err != nil {
 		// No room for the stand-in copy: the backups stand in alone.
 		e.stats.ReplNoRoom++
-		e.releaseRep(now, pg)
 		return
 	}
 	copy(content, pg.content)
-	list := make([]noc.NodeID, 0, 1+len(kept))
-	list = append(list, e.self)
-	for _, b := range kept {
-		list = append(list, b.node)
-	}
 	pr := e.pageReplies(now, pg)
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
 		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true,
@@ -437,14 +505,22 @@ func (e *Engine) handOverReplication(now time.Duration, pg *page, heir noc.NodeI
 	e.indexCopy(c)
 	e.durMark(pg.key)
 	e.stats.ReplCopies++
-	e.releaseRep(now, pg)
 }
+
+// durableStandIn reports whether a handover's old owner keeps a stand-in
+// copy without replication: at R = 1 with durable pages. The heir drops
+// it once it owns the page (its log holds it then); the stand-in takes the
+// page back only when the heir, restarted or alive, answers without it,
+// never on the heir's silence (the heir's disk may hold what it
+// acknowledged since).
+func (e *Engine) durableStandIn() bool { return !e.replicated() && e.cfg.Durable != nil }
 
 // releaseRep forgets a page's replication state; requests that waited on
 // it follow the page (rerouted).
 func (e *Engine) releaseRep(now time.Duration, pg *page) {
 	rep := pg.rep
 	pg.rep = nil
+	defer e.replay(now, rep.reads) // refs a takeover held follow the page too
 	for _, b := range rep.backups {
 		e.unindexBackup(b.node, pg.key)
 	}
@@ -880,6 +956,13 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 	if pg == nil || !pg.owner || pg.rep == nil {
 		e.stats.Stale++
 		switch {
+		case flags&ackProbe != 0 && pg != nil && pg.owner && !e.replicated():
+			// A handover's stand-in (durableStandIn) whose drop was lost
+			// asks the heir, which owns the page: its copy ends.
+			e.sendDrop(f.Src, key, max(epoch, pg.epoch))
+		case flags&ackProbe != 0 && e.durableStandIn() && e.handed[key] != nil && e.handed[key].epoch > epoch:
+			// The same, the heir having handed the page on since.
+			e.sendDrop(f.Src, key, e.handed[key].epoch)
 		case flags&ackProbe != 0:
 			if h, ok := e.hints[key]; ok && e.splitRule() && (epoch == 0 || h.epoch > epoch) && h.owner != f.Src {
 				// A heir releasing its stand-ins, or a backup probing its
@@ -1118,6 +1201,15 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 			c.fellowsGone = append(c.fellowsGone, f.Src) // it will not take the page over
 		}
 		if c.hasHeir {
+			if f.Src == c.heir && f.Payload[16]&goneHolds != 0 && e.durableStandIn() {
+				// The heir keeps a copy of a later epoch (it handed the
+				// page on, and stands in for its own heir, or its disk
+				// kept it): this stand-in's drop was lost, the page moved
+				// on past it.
+				e.dropCopy(c)
+				e.stats.ReplCopiesDropped++
+				return
+			}
 			if f.Src == c.heir && (inc != c.heirInc || f.Payload[16]&goneAcquiring == 0) {
 				// The heir restarted before it took the page, or lives
 				// without it: either it handed the page on (the home knows)
@@ -1355,6 +1447,9 @@ func (e *Engine) replTick(now time.Duration) {
 				e.dropCopy(c)
 				e.stats.ReplCopiesExpired++
 				continue
+			}
+			if c.hasHeir && e.durableStandIn() {
+				continue // the heir's disk may hold the page: it answers when it is back
 			}
 			if e.lowerRankAlive(now, c) {
 				continue
@@ -1604,6 +1699,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	e.startReplication(now, pg)
 	if pg.rep != nil {
 		pg.rep.oldBackups = fellows
+		pg.rep.settling = true // nothing of it is shown until it settles
 	}
 	e.wake(now, pg)
 	e.failInFlight(now, key)
@@ -1802,9 +1898,12 @@ func (e *Engine) queryAnswered(now time.Duration, c *backupCopy, rec *homeRecord
 }
 
 // PromotionTracer is implemented by tracers that check failovers: a backup
-// took a page over at version v with content.
+// took a page over at version v with content (Promoted), and the takeover
+// settled (Settled: its backups hold the page, its fellows dropped theirs;
+// from then on its content is shown, and v is committed).
 type PromotionTracer interface {
 	Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content []byte)
+	Settled(self noc.NodeID, key gva.GVA, v gva.Version, content []byte)
 }
 
 func (e *Engine) setHint(key gva.GVA, h ownerHint) {

@@ -684,3 +684,67 @@ func TestImpossibleBackupAnswersAreRefused(t *testing.T) {
 		t.Fatalf("%d answers refused, want 6", got)
 	}
 }
+
+// TestTakeoverServesNothingBeforeItSettles: at R = 3 the owner dies and
+// its first backup takes the page over while every word of it to the
+// second backup (its fellow, which keeps a copy of the old epoch) is lost.
+// Until that fellow confirms it dropped its copy the new owner serves no
+// ref: its copy may hold the dead owner's staged write, which the fellow,
+// taking the page over beyond a split, would undo after readers saw it
+// (dpu-sim seed 103). Once the fellow hears, the ref is served with every
+// acknowledged add.
+func TestTakeoverServesNothingBeforeItSettles(t *testing.T) {
+	lc := fastLinks()
+	var first, fellow noc.NodeID
+	cut := false
+	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) {
+		replicas(3)(c)
+		c.RequestTimeout = 2 * time.Second
+	}, func(self noc.NodeID, f *noc.Frame) bool {
+		return cut && self == fellow && f.Src == first && f.Class == noc.ClassControl
+	})
+	p := x.alloc(0)
+	acked := x.fetchAdds(0, p, 5)
+	x.settle()
+	bs := x.eng[0].Backups(p.Key())
+	if len(bs) != 2 {
+		t.Fatalf("backups %v, want 2", bs)
+	}
+	first, fellow = bs[0], bs[1]
+	reader := -1
+	for n := 1; n < 6; n++ {
+		if noc.NodeID(n) != first && noc.NodeID(n) != fellow {
+			reader = n
+			break
+		}
+	}
+	cut = true
+	x.f.Kill(0)
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { o, _ := x.eng[first].Holding(p.Key()); return o }) {
+		t.Fatalf("backup %v never took the page over", first)
+	}
+	id := x.submit(reader, Request{Op: HostRef, GVA: p})
+	x.f.Run(100 * time.Millisecond) // many round trips: the fellow's answer never comes
+	if c, ok := x.sinks[reader].done[id]; ok && c.Err == nil {
+		t.Fatalf("ref served at version %d by the takeover before its fellow %v dropped its copy", c.Version, fellow)
+	}
+	if _, ok := x.eng[fellow].Backing(p.Key()); !ok {
+		t.Fatalf("the fellow %v dropped its copy: the test lost nothing", fellow)
+	}
+	cut = false
+	if _, ok := x.sinks[reader].done[id]; !ok {
+		if !x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[reader].done[id]; return ok }) {
+			t.Fatal("the ref never completed after the fellow heard of the takeover")
+		}
+	}
+	if c := x.result(reader, id); c.Err != nil {
+		x.ok(reader, Request{Op: HostRef, GVA: p}) // it ended at its bound meanwhile: map it again
+	}
+	c := x.ok(reader, Request{Op: HostLoad, GVA: p, Len: 8})
+	if binary.LittleEndian.Uint64(c.Data) != acked {
+		t.Fatalf("load after the takeover settled: %v, %d were acknowledged", c, acked)
+	}
+	if _, ok := x.eng[fellow].Backing(p.Key()); ok {
+		t.Fatalf("the fellow %v still keeps its copy after the takeover settled", fellow)
+	}
+}

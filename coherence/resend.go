@@ -202,13 +202,14 @@ func (e *Engine) duplicate(now time.Duration, pg *page, f *noc.Frame) bool {
 }
 
 // heldByBackups reports whether version v of pg, owned here, is held by
-// R−1 backups (always, unreplicated).
+// R−1 backups (always, unreplicated), and, for a takeover, whether it
+// settled (ownerRep.settling).
 func (e *Engine) heldByBackups(pg *page, v gva.Version) bool {
 	if !e.replicated() || !pg.owner || pg.rep == nil {
 		return true
 	}
-	if len(pg.rep.backups) < e.cfg.Replicas-1 {
-		return false
+	if len(pg.rep.backups) < e.cfg.Replicas-1 || pg.rep.settling {
+		return false // (a takeover's fellows may still hold older copies)
 	}
 	for i := range pg.rep.backups {
 		if b := &pg.rep.backups[i]; !b.ok || b.acked < v {

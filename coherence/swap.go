@@ -361,6 +361,9 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	}
 	e.cancel(sw.timer)
 	e.handOverReplication(now, pg, sw.peer, peerInc, sw.epoch, sw.standIns)
+	if e.durableStandIn() {
+		e.keepStandIn(now, pg, sw.peer, peerInc, []noc.NodeID{e.self})
+	}
 	ans, err := e.arb.SwapDone(now, key)
 	if err == nil {
 		e.copyAnswers(ans)
@@ -387,7 +390,7 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	if old := e.commits[k]; old != nil {
 		e.cancel(old.timer)
 	}
-	e.commits[k] = &commitRecord{key: key, peer: sw.peer, inc: peerInc, ver: pg.version, seq: sw.seq,
+	e.commits[k] = &commitRecord{key: key, peer: sw.peer, inc: peerInc, ver: pg.version, seq: sw.seq, epoch: sw.epoch,
 		timer: e.schedule(now+e.cfg.CommitTTL, timer{kind: tCommit, node: sw.peer, id: sw.id})}
 	e.handed[key] = e.commits[k]
 	b := appendDone(e.pay[:0], doneMsg{seq: sw.seq, route: sw.route[:2*(n-1)]})
@@ -720,6 +723,11 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	e.startReplication(now, pg)
 	if pg.rep != nil {
 		pg.rep.oldBackups = sw.oldBackups
+	}
+	if e.durableStandIn() {
+		// The old owner's stand-in copy (its log held the page while
+		// ours did not): ours holds it now, before the drop leaves.
+		e.sendDrop(sw.peer, key, sw.epoch)
 	}
 	e.stats.SwapsCompleted++
 	if homeOf(key) == e.self {

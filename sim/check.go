@@ -367,7 +367,10 @@ func (c *checker) backedElsewhere(n *simNode, key gva.GVA) bool {
 // Promoted implements coherence.PromotionTracer: a backup took the page
 // over. It must hold every version the failed owner committed (no
 // acknowledged write lost); it may hold one more, the write the owner had
-// staged (its writer saw a timeout: unknown outcome).
+// staged (its writer saw a timeout: unknown outcome). That one is not
+// committed yet: another backup may still take the page over without it
+// (a split that cut this one off before its fellows dropped their
+// copies), and it happened only once the takeover settled (Settled).
 func (c *checker) Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content []byte) {
 	g := c.ghosts[key]
 	if g == nil {
@@ -383,14 +386,25 @@ func (c *checker) Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content 
 		c.violate("page %v: node %v took over a page whose owner held its only copy", key, self)
 		return
 	}
-	switch {
-	case v < g.version:
-		c.violate("page %v: node %v took the page over at version %d, version %d was committed: acknowledged writes lost", key, self, v, g.version)
-	case v == g.version:
-		if !bytes.Equal(content, g.content[:]) {
-			c.violate("page %v: node %v took the page over at version %d with content other than the committed writes", key, self, v)
-		}
-	case v == g.version+1:
+	c.takenOver(g, self, v, content, "took the page over")
+}
+
+// Settled implements coherence.PromotionTracer: a takeover settled; from
+// now on its content is shown, and its version is committed (a staged
+// write it took over happened).
+func (c *checker) Settled(self noc.NodeID, key gva.GVA, v gva.Version, content []byte) {
+	g := c.ghosts[key]
+	if g == nil {
+		return
+	}
+	if c.debug != nil {
+		c.debug(key, fmt.Sprintf("%v node %v settled its takeover at version %d (committed %d)", c.w.now, self, v, g.version))
+	}
+	if g.lost {
+		c.violate("page %v: node %v settled a takeover of a page whose owner held its only copy", key, self)
+		return
+	}
+	if c.takenOver(g, self, v, content, "settled its takeover") && v == g.version+1 {
 		// The staged write survived on the backup: it happened.
 		copy(g.content[:], content)
 		g.version = v
@@ -399,9 +413,26 @@ func (c *checker) Promoted(self noc.NodeID, key gva.GVA, v gva.Version, content 
 			g.staged = map[gva.Version][]byte{}
 		}
 		g.staged[v] = bytes.Clone(content)
-	default:
-		c.violate("page %v: node %v took the page over at version %d, only %d were applied", key, self, v, g.version)
 	}
+}
+
+// takenOver checks a takeover's version and content against the
+// committed ones: the same, or one version more (the failed owner's
+// staged write).
+func (c *checker) takenOver(g *ghost, self noc.NodeID, v gva.Version, content []byte, what string) bool {
+	switch {
+	case v < g.version:
+		c.violate("page %v: node %v %s at version %d, version %d was committed: acknowledged writes lost", g.key, self, what, v, g.version)
+	case v == g.version:
+		if !bytes.Equal(content, g.content[:]) {
+			c.violate("page %v: node %v %s at version %d with content other than the committed writes", g.key, self, what, v)
+			return false
+		}
+	case v == g.version+1:
+	default:
+		c.violate("page %v: node %v %s at version %d, only %d were applied", g.key, self, what, v, g.version)
+	}
+	return v == g.version || v == g.version+1
 }
 
 // stagedWrite marks in a ghost's log a version a backup took over from a

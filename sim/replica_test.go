@@ -49,6 +49,8 @@ func TestSeedsFromSweeps(t *testing.T) {
 	lineAll := Config{Nodes: 13, Topo: "line", Faults: FaultsBeforeOutage} // flaps and a crash split a line again and again
 	realAll := Config{Nodes: 16, Topo: "smallworld", Faults: FaultsBeforeOutage}
 	outageAll := Config{Nodes: 16, Topo: "smallworld", Faults: FaultsAll} // "all" since outages
+	// before the allocation lifecycle was on by default
+	outageNoLife := Config{Nodes: 16, Topo: "smallworld", Faults: FaultsAll, Lifecycle: -1}
 	for _, c := range []struct {
 		cfg      Config
 		seed     uint64
@@ -97,6 +99,7 @@ func TestSeedsFromSweeps(t *testing.T) {
 		{outageAll, 907, 2, "a full copy the owner had sent before later writes reached its backup late and took the copy a version back; the owner, which had the later version acknowledged, crashed, and the backup took the page over a version short (acknowledged write lost)"},
 		{outageAll, 197, 2, "a heir (the page's home) died before its stand-in confirmed the drop and came back; the stand-in, probing the heir of its unconfirmed copy, found it restarted and took the page over beside the heir's own backup: two owners"},
 		{outageAll, 204, 2, "a backup alone in a minority while its owner was dead saw the owner reachable for a moment (stale link-state as the outage ended), forgot when routing had lost it, and took the owner's death 60 ms later for an owner that had stopped confirming the copy: it dropped the page's last copy (owner crashed, no backup took it over)"},
+		{outageNoLife, 103, 3, "a backup took the page over with its owner's staged write and served it to readers before its fellows dropped their copies; cut off by a split, it lost the page to a fellow in the majority that took it over from its own copy, a version short (a version readers saw undone)"},
 	} {
 		cfg := c.cfg
 		cfg.Seed, cfg.Replicas = c.seed, c.replicas
@@ -116,6 +119,9 @@ func TestSeedsFromSweeps(t *testing.T) {
 			faults = "drop,delay,flap,crash,partition"
 		}
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --links %v --replicas %d", c.seed, cfg.Nodes, cfg.Topo, faults, cfg.Links, c.replicas)
+		if cfg.Lifecycle < 0 {
+			replay += " --lifecycle -1"
+		}
 		if c.replicas > 1 && r.Lost > 0 {
 			t.Errorf("seed %d (%s): %d pages lost; replay: %s", c.seed, c.why, r.Lost, replay)
 		}

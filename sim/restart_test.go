@@ -167,6 +167,9 @@ func TestDurableSeedsFromSweeps(t *testing.T) {
 		{253, 3, "a copy its owner had given up (its drop lost), reloaded, took the page over after the owner answered as a later incarnation: an acknowledged write lost (the restarted owner's log names its backups)"},
 		{155, 3, "a copy of a handover's old owner, given up before the handover, reloaded and taken over beside the heir's backup: two owners (tombstones)"},
 		{20, 2, "a tombstone's drop from a handover's heir ended the stand-in kept for it: the page caught in the handover at the cut was lost"},
+		{3, 1, "a page whose handover the old owner had committed (its log's record became a tombstone) and whose heir had not taken it yet (its log holds nothing of a page it acquires) was on no disk after the cut: lost with its acknowledged writes (the old owner keeps a stand-in copy until the heir owns it)"},
+		{15, 1, "the same, two pages"},
+		{124, 1, "the same (two pages lost); with the stand-in, one whose heir's drop was lost and whose heir handed the page on took it over, versions short, when the heir came back from the cut (a heir keeping a later copy, or which handed the page on, drops it)"},
 	} {
 		cfg := Config{Seed: c.seed, Nodes: 16, Topo: "smallworld", Faults: FaultsAll | FaultPowercut, Durable: true, Replicas: c.replicas}
 		r, err := Run(cfg)
