@@ -78,3 +78,45 @@ func TestRTTSamples(t *testing.T) {
 	roundTrip(40*time.Millisecond, 39*time.Millisecond)
 	want("after an ack from before its data", time.Millisecond, 2*time.Millisecond)
 }
+
+// TestBackoffStopsAtItsBound: each retransmission timeout doubles the RTO
+// up to 2^16 times the base, and no further, even while MaxRTO would
+// allow more.
+func TestBackoffStopsAtItsBound(t *testing.T) {
+	ca, cb := testConfig(33), testConfig(34)
+	for _, c := range []*link.Config{&ca, &cb} {
+		c.RTO, c.MaxRTO, c.DeadInterval = time.Microsecond, time.Second, 3*time.Second
+	}
+	a, err := link.NewEndpoint(ca, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := link.NewEndpoint(cb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, 0, a, b)
+	if !a.Up() {
+		t.Fatal("link did not come up")
+	}
+	if err := a.Send(0, []byte("lost")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, ca.MTU)
+	now := time.Duration(0)
+	for a.Stats().Timeouts < 20 { // everything a sends is lost
+		if now > 2*time.Second || !a.Up() {
+			t.Fatalf("at %v (up %v): %d timeouts", now, a.Up(), a.Stats().Timeouts)
+		}
+		for {
+			if _, ok := a.Output(now, buf); !ok {
+				break
+			}
+		}
+		now = max(a.NextDeadline(), now+1)
+		a.Tick(now)
+	}
+	if s := a.Stats(); s.RTO != time.Microsecond<<16 {
+		t.Fatalf("RTO %v after %d timeouts, want %v (the base doubled 16 times)", s.RTO, s.Timeouts, time.Microsecond<<16)
+	}
+}
