@@ -2,6 +2,7 @@ package route
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -589,5 +590,45 @@ func TestUnreachablePurgeRunsFromTheLoss(t *testing.T) {
 	runTo(purge + spfDelay/2)
 	if st := s.Stats(); st.LSAsPurged != 1 || has(4) {
 		t.Fatalf("after the recomputation: kept %v, purged %d; want 4 purged", has(4), st.LSAsPurged)
+	}
+}
+
+// TestOwnSeqWrapsIntoTheNextIncarnation: once the own LSA's sequence
+// number has reached its largest value (here by catching up with a copy
+// there), the next origination moves to the next incarnation at sequence
+// 1, which every other node takes as newer; each origination is counted.
+func TestOwnSeqWrapsIntoTheNextIncarnation(t *testing.T) {
+	s := adjacentState(t)
+	var o TopoNode
+	for _, n := range s.Topology().Nodes {
+		if n.ID == 1 {
+			o = n
+		}
+	}
+	before := s.Stats().LSAsOriginated
+	last := lsaFrame(2, LSA{Origin: 1, Incarnation: o.Incarnation, Seq: math.MaxUint32, Adjacencies: []Adjacency{{0, 9, 0}}})
+	must(t, s.HandleFrame(time.Second, 0, &last))
+	s.Tick(time.Second + s.cfg.OriginateDelay)
+	var got []LSA
+	s.Outputs(func(_ noc.PortID, f *noc.Frame) {
+		if f.Op == OpLSA {
+			var l LSA
+			must(t, DecodeLSA(f.Payload, &l))
+			got = append(got, l)
+		}
+	})
+	if len(got) != 2 {
+		t.Fatalf("origination after the catch-up: %+v, want one LSA on each of two ports", got)
+	}
+	for _, l := range got {
+		if l.Origin != 1 || l.Incarnation != o.Incarnation+1 || l.Seq != 1 {
+			t.Fatalf("origination past sequence %d: %+v, want incarnation %d, sequence 1", uint32(math.MaxUint32), l, o.Incarnation+1)
+		}
+		if c := compareLSA(&l, &LSA{Origin: 1, Incarnation: o.Incarnation, Seq: math.MaxUint32}); c <= 0 {
+			t.Fatalf("the new LSA %+v does not supersede the one it wrapped past (compare %d)", l, c)
+		}
+	}
+	if n := s.Stats().LSAsOriginated; n != before+1 {
+		t.Fatalf("LSAsOriginated %d after one origination, was %d", n, before)
 	}
 }
