@@ -632,3 +632,42 @@ func TestOwnSeqWrapsIntoTheNextIncarnation(t *testing.T) {
 		t.Fatalf("LSAsOriginated %d after one origination, was %d", n, before)
 	}
 }
+
+// TestHelloFromAMovedPeerPort: a neighbour's hello repeated as before
+// changes nothing; one that names another port at its end is a new
+// adjacency: the own LSA is originated again listing that port.
+func TestHelloFromAMovedPeerPort(t *testing.T) {
+	s := adjacentState(t)
+	lsas := func() (got []LSA) {
+		s.Outputs(func(_ noc.PortID, f *noc.Frame) {
+			if f.Op == OpLSA {
+				var l LSA
+				must(t, DecodeLSA(f.Payload, &l))
+				got = append(got, l)
+			}
+		})
+		return got
+	}
+	orig := s.Stats().LSAsOriginated
+	now := time.Second
+	same := helloFrame(2, Hello{Port: 0, Reply: true})
+	must(t, s.HandleFrame(now, 0, &same))
+	s.Tick(now + s.cfg.OriginateDelay)
+	if got := lsas(); len(got) != 0 || s.Stats().LSAsOriginated != orig {
+		t.Fatalf("a repeated hello: LSAs %+v, %d originations (were %d)", got, s.Stats().LSAsOriginated, orig)
+	}
+	now += time.Second
+	moved := helloFrame(2, Hello{Port: 5, Reply: true})
+	must(t, s.HandleFrame(now, 0, &moved))
+	s.Tick(now + s.cfg.OriginateDelay)
+	want := []Adjacency{{0, 2, 5}, {1, 3, 0}}
+	var own []LSA
+	for _, l := range lsas() {
+		if l.Origin == 1 {
+			own = append(own, l)
+		}
+	}
+	if len(own) == 0 || !slices.Equal(own[0].Adjacencies, want) {
+		t.Fatalf("own LSAs after node 2's hello from its port 5: %+v, want adjacencies %v", own, want)
+	}
+}
