@@ -104,3 +104,24 @@ func TestSwapDataAfterTheSwapIsRefused(t *testing.T) {
 		t.Fatalf("the page reads %d after the late transfer of the content at 7, want 8", got[0])
 	}
 }
+
+// TestOwnerRefreshesItsHome: an owner sends the home of each page it owns
+// and that is homed elsewhere one record refresh per HomeRefresh, counted
+// in Refreshes; the home, which owns nothing homed elsewhere, sends none.
+func TestOwnerRefreshesItsHome(t *testing.T) {
+	const every = 50 * time.Millisecond
+	x := newFab(t, lineGraph(t, 3), func(c *Config) { c.HomeRefresh = every })
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	x.ok(2, Request{Op: HostAcquire, GVA: p})
+	x.settle()
+	before, home := x.eng[2].Stats().Refreshes, x.eng[0].Stats().Refreshes
+	x.f.Run(10 * every)
+	n := x.eng[2].Stats().Refreshes - before
+	if n < 8 || n > 12 {
+		t.Fatalf("%d refreshes in 10 × HomeRefresh for one page owned away from its home, want 10 (± 2)", n)
+	}
+	if m := x.eng[0].Stats().Refreshes - home; m != 0 {
+		t.Fatalf("the home sent %d refreshes with nothing owned elsewhere", m)
+	}
+}
