@@ -141,8 +141,10 @@ func TestPinBoundsAndConfig(t *testing.T) {
 	if _, ok := a.NextDeadline(); ok {
 		t.Fatal("pin timer not cancelled by Unpin")
 	}
-	if _, err := New(Config{TickLen: -1}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("bad config: %v", err)
+	for _, c := range []Config{{TickLen: -1}, {TimerGranularity: -1}, {MaxPin: -1}, {MaxWait: -1}, {MaxPending: -1}} {
+		if _, err := New(c); !errors.Is(err, ErrConfig) {
+			t.Fatalf("config %+v with one negative field: %v, want ErrConfig", c, err)
+		}
 	}
 	b, _ := New(Config{})
 	cfg := b.Config()
