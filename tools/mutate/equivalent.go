@@ -27,6 +27,11 @@ var equivalents = []equivalent{
 		"the generation only has to change at each release; it does in either direction"},
 	{"arbiter/wheel.go", "if w.nextOK && tick == w.next {", "&&", "||",
 		"nextOK is a cache of the earliest tick: clearing it more often only makes NextDeadline recompute it"},
+	{"arbiter/wheel.go", "if w.cur == 0 {\n\t\ttop = wheelLevels - 1", "==", "!=",
+		"cascading every level: a level's slot at the cursor's digit was emptied when the cursor entered it, and a timer placed since " +
+			"went to a level whose digit differs from the cursor's, so the extra levels move nothing"},
+	{"arbiter/wheel.go", "top = min(top, wheelLevels-1)", "-", "+",
+		"top is at most 64/wheelBits = wheelLevels-1 already (the min never binds)"},
 	{"hostif/pipeline.go", "sl.gen++\n\tp.free = append(p.free, i)", "++", "--",
 		"a pending slot's generation only has to change at each take; it does in either direction"},
 	{"hostif/pipeline.go", "sl.gen++\n\t\tp.free = append(p.free, uint32(i))", "++", "--",
