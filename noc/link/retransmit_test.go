@@ -120,3 +120,46 @@ func TestBackoffStopsAtItsBound(t *testing.T) {
 		t.Fatalf("RTO %v after %d timeouts, want %v (the base doubled 16 times)", s.RTO, s.Timeouts, time.Microsecond<<16)
 	}
 }
+
+// TestDuplicateDataIsCountedAndDropped: a data datagram that arrives a
+// second time is counted in Duplicates, delivers nothing and is acked at
+// once.
+func TestDuplicateDataIsCountedAndDropped(t *testing.T) {
+	ca, cb := testConfig(35), testConfig(36)
+	cb.AckDelay = time.Millisecond // an in-order datagram's ack may wait; a duplicate's may not
+	a, err := link.NewEndpoint(ca, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := link.NewEndpoint(cb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, 0, a, b)
+	if !a.Up() || !b.Up() {
+		t.Fatal("link did not come up")
+	}
+	if err := a.Send(0, []byte("once")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, ca.MTU)
+	n, ok := a.Output(0, buf)
+	if !ok {
+		t.Fatal("no datagram for the message")
+	}
+	d := append([]byte(nil), buf[:n]...)
+	for i := range 2 {
+		if err := b.Input(0, d); err != nil {
+			t.Fatal(err)
+		}
+		if m, ok := b.Receive(); ok != (i == 0) {
+			t.Fatalf("copy %d: delivered %q (%v)", i+1, m, ok)
+		}
+	}
+	if s := b.Stats(); s.Duplicates != 1 {
+		t.Fatalf("Duplicates %d after one datagram twice, want 1", s.Duplicates)
+	}
+	if _, ok := b.Output(0, buf); !ok {
+		t.Fatal("no immediate ack after a duplicate")
+	}
+}
