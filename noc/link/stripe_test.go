@@ -506,3 +506,26 @@ func TestStripeJumpFarAheadCountsEachPlaceOnce(t *testing.T) {
 		t.Fatalf("skipped %d, overflow %d; want 13 places (2..14) skipped, no overflow", s.Skipped, s.Overflow)
 	}
 }
+
+// TestStripeDataForAnEarlierSessionOfThisEnd: after this end restarts, the
+// peer's data still addressed to its earlier session delivers nothing; each
+// is counted Unsynced.
+func TestStripeDataForAnEarlierSessionOfThisEnd(t *testing.T) {
+	a, _ := stripePair(t, 2)
+	ws := sendN(t, a, 0, 0, 3) // addressed to b's session 0xB
+	b2, err := link.NewStripe(stripeConfig(2, 0xB2), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if err := b2.Input(0, w.c, w.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receiveAll(b2); len(got) != 0 {
+		t.Fatalf("the restarted end delivered %v sent to its earlier session", got)
+	}
+	if s := b2.Stats(); s.Unsynced != 3 {
+		t.Fatalf("Unsynced %d after 3 data datagrams for an earlier session, want 3", s.Unsynced)
+	}
+}
