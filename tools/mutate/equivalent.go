@@ -36,6 +36,9 @@ var equivalents = []equivalent{
 		"a pending slot's generation only has to change at each take; it does in either direction"},
 	{"hostif/pipeline.go", "sl.gen++\n\t\tp.free = append(p.free, uint32(i))", "++", "--",
 		"the same, when a connection's slots are dropped"},
+	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
+		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
+			"(the room term still bounds it) for the next read, nothing lost or reordered"},
 	{"noc/route/state.go", "c.UnreachableHold < 0", "<", "<=",
 		"validate runs after the defaults, which replace 0"},
 	{"noc/route/state.go", "if a.Seq < b.Seq {", "<", "<=",
