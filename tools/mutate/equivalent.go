@@ -39,9 +39,6 @@ var equivalents = []equivalent{
 	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
 		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
 			"(the room term still bounds it) for the next read, nothing lost or reordered"},
-	{"noc/link/stripeport.go", "ms := int((d + time.Millisecond - 1) / time.Millisecond)", "+", "-",
-		"timing only: a wait of the read loop rounds its slice down instead of up (by up to 2 ms, to 0 for a slice under 1 ms, never to -1: " +
-			"the loop waits only with a slice left > 0), so the loop wakes early and polls again; no outcome changes, and only a timed test could see it"},
 	{"noc/route/state.go", "c.UnreachableHold < 0", "<", "<=",
 		"validate runs after the defaults, which replace 0"},
 	{"noc/route/state.go", "if a.Seq < b.Seq {", "<", "<=",
