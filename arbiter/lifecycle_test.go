@@ -141,8 +141,10 @@ func TestPinBoundsAndConfig(t *testing.T) {
 	if _, ok := a.NextDeadline(); ok {
 		t.Fatal("pin timer not cancelled by Unpin")
 	}
-	if _, err := New(Config{TickLen: -1}); !errors.Is(err, ErrConfig) {
-		t.Fatalf("bad config: %v", err)
+	for _, c := range []Config{{TickLen: -1}, {TimerGranularity: -1}, {MaxPin: -1}, {MaxWait: -1}, {MaxPending: -1}} {
+		if _, err := New(c); !errors.Is(err, ErrConfig) {
+			t.Fatalf("config %+v with one negative field: %v, want ErrConfig", c, err)
+		}
 	}
 	b, _ := New(Config{})
 	cfg := b.Config()
@@ -188,6 +190,23 @@ func TestStrings(t *testing.T) {
 		ReasonHostFault.String() != "host-fault" || Reason(99).String() != "reason(99)" ||
 		ActionPinRevoked.String() != "pin-revoked" || Action(5).String() != "action(5)" {
 		t.Fatal("names")
+	}
+	// Every name, and the first value past each table (it must not index
+	// past it).
+	for i, want := range []string{"none", "pinned", "swapping", "busy", "no-such-page", "not-owner", "moved", "timeout", "host-fault", "bad-request", "reason(10)"} {
+		if got := Reason(i).String(); got != want {
+			t.Errorf("Reason(%d) = %q, want %q", i, got, want)
+		}
+	}
+	for i, want := range []string{"kind(0)", "acquire", "write", "atomic", "kind(4)"} {
+		if got := Kind(i).String(); got != want {
+			t.Errorf("Kind(%d) = %q, want %q", i, got, want)
+		}
+	}
+	for i, want := range []string{"outcome(0)", "grant", "queued", "deny", "exception", "outcome(5)"} {
+		if got := Outcome(i).String(); got != want {
+			t.Errorf("Outcome(%d) = %q, want %q", i, got, want)
+		}
 	}
 	f := FaultReport{Page: pg, Holder: 3, Held: 2 * tick, Bound: tick, Action: ActionPinRevoked, Failed: 1}
 	if s := f.String(); s == "" {

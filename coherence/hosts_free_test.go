@@ -63,6 +63,13 @@ func TestHostsFreeOfAPageLockedElsewhere(t *testing.T) {
 	if refs, acq, locks := x.h[0].Held(1); refs+acq+locks != 0 {
 		t.Fatalf("after the refused free: %d refs, %d acquisitions, %d locks held", refs, acq, locks)
 	}
+	// The ref the free took went back to the engine too: node 0 maps
+	// neither page.
+	for i := range 2 {
+		if pg := x.h[0].e.pages[g.PageAt(i)]; pg != nil && pg.maps != 0 {
+			t.Fatalf("after the refused free node 0 still maps page %d (%d maps)", i, pg.maps)
+		}
+	}
 	if c := x.ok(1, Request{Op: HostCAS, GVA: g, Expected: 0, Operand: 5}); !c.Swapped {
 		t.Fatal("the lock holder's CAS did not swap")
 	}

@@ -362,6 +362,12 @@ func TestResentAtomicAfterAFailoverGetsItsResult(t *testing.T) {
 	if c.Err != nil || !c.Swapped || c.Value != 0 {
 		t.Fatalf("CAS sent again after the failover: %v", c)
 	}
+	if n := x.eng[3].Stats().ReplResentInFlight; n != 1 {
+		t.Fatalf("node 3 counts %d writes re-sent after the failover, want 1 (the CAS)", n)
+	}
+	if st := x.eng[3].Stats(); st.Resends < 1 || st.Resends > 100 || st.Retries < st.Resends || st.Retries > 1000 {
+		t.Fatalf("node 3 counts %d resends and %d retries of one CAS whose copies were lost", st.Resends, st.Retries)
+	}
 	if n := x.eng[backup].Stats().Atomics; n != 0 {
 		t.Fatalf("the new owner applied the CAS again (%d atomics)", n)
 	}

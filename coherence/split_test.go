@@ -216,3 +216,59 @@ func TestSplitOwnerLateToLearnOfTheSplitIsFencedFirst(t *testing.T) {
 		t.Fatalf("add in the majority read %d, want 3", got)
 	}
 }
+
+// TestSplitChecksArePaced: an owner back in a majority asks each backup
+// to confirm it at most once per RetryInterval, also when another
+// backup's answer comes in between (R = 3: one backup answers, the other's
+// checks are lost); once they get through, the owner is confirmed.
+func TestSplitChecksArePaced(t *testing.T) {
+	lc := fastLinks()
+	var muted noc.NodeID = noc.BroadcastNode
+	lose := false
+	var at []time.Duration
+	var x *fab
+	x = newFabFilter(t, ringGraph(t, 5), &lc, func(c *Config) {
+		replicas(3)(c)
+		c.FabricNodes = 5
+		c.DeadInterval = lc.DeadInterval
+		c.FailoverGrace, c.SplitGrace = time.Second, time.Second // no takeover while the owner is away
+	}, func(self noc.NodeID, f *noc.Frame) bool {
+		if self == muted && f.Src == 0 && f.Class == noc.ClassControl && f.Op == OpReplicate && f.RequestID&checkBit != 0 {
+			at = append(at, x.f.Now())
+			return lose
+		}
+		return false
+	})
+	p := x.alloc(0)
+	x.ok(2, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	bs := x.eng[0].Backups(p.Key())
+	if len(bs) != 2 {
+		t.Fatalf("backups %v", bs)
+	}
+	x.cut([]noc.NodeID{0}, false) // alone: a minority
+	x.f.Run(40 * time.Millisecond)
+	if !x.eng[0].Fenced(p.Key()) {
+		t.Fatal("the owner cut off alone is not fenced")
+	}
+	muted, lose = bs[1], true
+	x.cut([]noc.NodeID{0}, true)
+	x.f.Run(20 * lc.HeartbeatInterval)
+	if !x.eng[0].Fenced(p.Key()) {
+		t.Fatal("the owner was confirmed with one backup's checks lost")
+	}
+	if len(at) < 3 {
+		t.Fatalf("%d checks reached backup %v, want a first one and re-sent ones", len(at), muted)
+	}
+	retry := x.eng[0].cfg.RetryInterval
+	for i := 1; i < len(at); i++ {
+		if at[i]-at[i-1] < retry/2 { // half: slack for the way there
+			t.Fatalf("checks to backup %v at %v: %v apart, under RetryInterval %v", muted, at, at[i]-at[i-1], retry)
+		}
+	}
+	lose = false
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return !x.eng[0].Fenced(p.Key()) })
+	if x.eng[0].Fenced(p.Key()) {
+		t.Fatal("the owner is still fenced once its checks get through")
+	}
+}

@@ -180,3 +180,60 @@ func TestHopLimitDropsAndCounts(t *testing.T) {
 		t.Fatalf("HopLimit %d after a ref past the limit (and its re-sent copies)", n)
 	}
 }
+
+// TestReplicateWithBadRecordsIsDropped: a write's copy to a backup whose
+// reply records do not decode is malformed: the backup counts it and takes
+// nothing of it (the write stays unacknowledged until a good copy lands).
+func TestReplicateWithBadRecordsIsDropped(t *testing.T) {
+	var backup noc.NodeID
+	var held []heldFrame
+	holding := false
+	x := newFabDelay(t, ringGraph(t, 5), nil, replicas(2), func(self noc.NodeID, f *noc.Frame) bool {
+		return holding && self == backup && f.Class == noc.ClassControl && f.Op == OpReplicate && f.Flags&noc.FlagReply == 0
+	}, &held)
+	p := x.alloc(0)
+	x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 1})
+	x.settle()
+	backup = x.eng[0].Backups(p.Key())[0]
+	holding = true
+	id := x.submit(2, Request{Op: HostCAS, GVA: p, Expected: 1, Operand: 5})
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return len(held) > 0 })
+	if len(held) == 0 {
+		t.Fatal("no copy of the CAS reached the backup")
+	}
+	var f noc.Frame
+	if err := f.Decode(held[0].b); err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeReplicate(f.Payload)
+	if err != nil || m.flags&replReplies == 0 || len(m.replies) < repliesHead+replyLen {
+		t.Fatalf("the CAS's copy: %+v %v, want one with its reply record", m, err)
+	}
+	before, _ := x.eng[backup].Backing(p.Key())
+	bad := held[0]
+	bad.b = append([]byte(nil), held[0].b...)
+	// The class byte of the first record: past the payload's head, its
+	// backups and the records block's head.
+	at := len(bad.b) - len(f.Payload) + replHead + 4*len(m.backups) + repliesHead + 16
+	bad.b[at] = 0xff
+	var g noc.Frame
+	if err := g.Decode(bad.b); err != nil {
+		t.Fatalf("the changed frame does not decode as a frame: %v", err)
+	}
+	if _, err := decodeReplicate(g.Payload); err != nil {
+		t.Fatalf("the change broke the copy's framing, not only its record: %v", err)
+	}
+	mal := x.eng[backup].Stats().Malformed
+	x.deliver(int(backup), bad.in, bad)
+	if n := x.eng[backup].Stats().Malformed; n != mal+1 {
+		t.Fatalf("copy with a bad record: Malformed %d, was %d", n, mal)
+	}
+	if v, _ := x.eng[backup].Backing(p.Key()); v != before {
+		t.Fatalf("backup went from version %d to %d on a copy with a bad record", before, v)
+	}
+	holding = false
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[2].done[id]; return ok })
+	if c := x.result(2, id); c.Err != nil || !c.Swapped {
+		t.Fatalf("CAS once good copies flow: %v", c)
+	}
+}

@@ -459,3 +459,73 @@ func TestStripeSharedMedium(t *testing.T) {
 		}
 	}
 }
+
+// TestStripeJumpFarAheadCountsEachPlaceOnce: a datagram two order buffers
+// or more past the next place expected starts the order over below it;
+// every place passed over is counted skipped once, whether given up by the
+// jump, because its channel has passed it, or at the end of ReorderHold.
+func TestStripeJumpFarAheadCountsEachPlaceOnce(t *testing.T) {
+	const reorder = 4
+	ca, cb := stripeConfig(2, 0xA), stripeConfig(2, 0xB)
+	ca.Reorder, cb.Reorder = reorder, reorder
+	a, err := link.NewStripe(ca, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := link.NewStripe(cb, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		exchangeControl(t, a, b, 0)
+		exchangeControl(t, b, a, 0)
+	}
+	if !b.ChannelStats(0).Up || !b.ChannelStats(1).Up {
+		t.Fatal("channels not up")
+	}
+	ws := sendN(t, a, 0, 0, 16)
+	for _, w := range ws[:2] {
+		if err := b.Input(0, w.c, w.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receiveAll(b); len(got) != 2 {
+		t.Fatalf("got %v, want [0 1]", got)
+	}
+	// Places 2..14 lost: 15 is 13 past the next expected, more than twice
+	// the order buffer.
+	if err := b.Input(0, ws[15].c, ws[15].b); err != nil {
+		t.Fatal(err)
+	}
+	// The places of the other channel are given up after ReorderHold.
+	b.Tick(b.Config().ReorderHold)
+	if got := receiveAll(b); len(got) != 1 || got[0] != 15 {
+		t.Fatalf("got %v, want [15]", got)
+	}
+	if s := b.Stats(); s.Skipped != 13 || s.Overflow != 0 {
+		t.Fatalf("skipped %d, overflow %d; want 13 places (2..14) skipped, no overflow", s.Skipped, s.Overflow)
+	}
+}
+
+// TestStripeDataForAnEarlierSessionOfThisEnd: after this end restarts, the
+// peer's data still addressed to its earlier session delivers nothing; each
+// is counted Unsynced.
+func TestStripeDataForAnEarlierSessionOfThisEnd(t *testing.T) {
+	a, _ := stripePair(t, 2)
+	ws := sendN(t, a, 0, 0, 3) // addressed to b's session 0xB
+	b2, err := link.NewStripe(stripeConfig(2, 0xB2), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if err := b2.Input(0, w.c, w.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receiveAll(b2); len(got) != 0 {
+		t.Fatalf("the restarted end delivered %v sent to its earlier session", got)
+	}
+	if s := b2.Stats(); s.Unsynced != 3 {
+		t.Fatalf("Unsynced %d after 3 data datagrams for an earlier session, want 3", s.Unsynced)
+	}
+}

@@ -363,3 +363,57 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// flushPort is a channel that batches: Flush counts its calls and fails
+// while fail is set.
+type flushPort struct {
+	noc.Port
+	flushes atomic.Int32
+	fail    atomic.Bool
+}
+
+var errFlush = errors.New("channel flush failed")
+
+func (p *flushPort) Flush() error {
+	p.flushes.Add(1)
+	if p.fail.Load() {
+		return errFlush
+	}
+	return nil
+}
+
+// TestStripedPortFlushesEveryChannel: Flush flushes each channel that
+// batches, once; it succeeds while they do, and returns a failing one's
+// error, wrapped.
+func TestStripedPortFlushesEveryChannel(t *testing.T) {
+	const k = 3
+	var chans []*flushPort
+	var ports []noc.Port
+	for range k {
+		x, y, err := mem.Pair(mem.Config{Queue: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer y.Close()
+		c := &flushPort{Port: x}
+		chans, ports = append(chans, c), append(ports, c)
+	}
+	p, err := link.NewStripedPort("a", ports, link.StripeConfig{Channels: k, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Flush(); err != nil {
+		t.Fatalf("flush of channels that flush: %v", err)
+	}
+	for i, c := range chans {
+		if n := c.flushes.Load(); n < 1 {
+			t.Fatalf("channel %d flushed %d times", i, n)
+		}
+	}
+	chans[1].fail.Store(true)
+	if err := p.Flush(); !errors.Is(err, errFlush) {
+		t.Fatalf("flush with channel 1 failing: %v, want errFlush", err)
+	}
+}

@@ -2,7 +2,9 @@ package route
 
 import (
 	"errors"
+	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -423,5 +425,249 @@ func TestSteadyStateAllocations(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, func() { p.a.NextHop(2) }); n != 0 {
 		t.Fatalf("NextHop allocates %v times", n)
+	}
+}
+
+// TestOwnLSACopies: a copy of this node's own LSA that is as new as its
+// own but lists other adjacencies (left from before a restart) is caught
+// up with, counted once, and the next origination jumps past it; an older
+// copy, even one with other adjacencies, is answered with the current LSA
+// and changes nothing; an identical copy is a duplicate.
+func TestOwnLSACopies(t *testing.T) {
+	s := adjacentState(t)
+	own := func() TopoNode {
+		t.Helper()
+		for _, n := range s.Topology().Nodes {
+			if n.ID == 1 {
+				return n
+			}
+		}
+		t.Fatal("no own LSA in the topology")
+		return TopoNode{}
+	}
+	o := own()
+	ownAdj := []Adjacency{{0, 2, 0}, {1, 3, 0}}
+	other := []Adjacency{{0, 9, 0}}
+	now := time.Second
+	// answers are the LSAs queued, on the ports in want (one each).
+	answers := func(want ...noc.PortID) (got []LSA) {
+		t.Helper()
+		var ports []noc.PortID
+		s.Outputs(func(p noc.PortID, f *noc.Frame) {
+			if f.Op != OpLSA {
+				return
+			}
+			var l LSA
+			must(t, DecodeLSA(f.Payload, &l))
+			ports = append(ports, p)
+			got = append(got, l)
+		})
+		if len(got) != 0 && !slices.Equal(ports, want) {
+			t.Fatalf("LSAs %+v on ports %v, want ports %v", got, ports, want)
+		}
+		return got
+	}
+
+	older := lsaFrame(2, LSA{Origin: 1, Incarnation: o.Incarnation, Seq: o.Seq - 1, Adjacencies: other})
+	stale := s.Stats().LSAsStale
+	must(t, s.HandleFrame(now, 0, &older))
+	if st := s.Stats(); st.OwnLSACatchUps != 0 || st.LSAsStale != stale+1 {
+		t.Fatalf("older own copy with other adjacencies: catch-ups %d, stale %d (was %d)", st.OwnLSACatchUps, st.LSAsStale, stale)
+	}
+	if got := answers(0); len(got) != 1 || got[0].Origin != 1 || got[0].Seq != o.Seq || !slices.Equal(got[0].Adjacencies, ownAdj) {
+		t.Fatalf("answer to an older own copy: %+v, want ours at seq %d", got, o.Seq)
+	}
+	if n := own(); n.Seq != o.Seq || n.Incarnation != o.Incarnation {
+		t.Fatalf("own LSA at %d/%d after an older copy, want %d/%d", n.Incarnation, n.Seq, o.Incarnation, o.Seq)
+	}
+
+	dup := lsaFrame(2, LSA{Origin: 1, Incarnation: o.Incarnation, Seq: o.Seq, Adjacencies: ownAdj})
+	must(t, s.HandleFrame(now, 0, &dup))
+	if st := s.Stats(); st.OwnLSACatchUps != 0 {
+		t.Fatalf("identical own copy counted as a catch-up: %+v", st)
+	}
+
+	same := lsaFrame(2, LSA{Origin: 1, Incarnation: o.Incarnation, Seq: o.Seq, Adjacencies: other})
+	must(t, s.HandleFrame(now, 0, &same))
+	if st := s.Stats(); st.OwnLSACatchUps != 1 {
+		t.Fatalf("own copy as new as ours with other adjacencies: %d catch-ups, want 1", st.OwnLSACatchUps)
+	}
+	if got := answers(); len(got) != 0 {
+		t.Fatalf("own copy caught up with, yet answered: %+v", got)
+	}
+	s.Tick(now + s.cfg.OriginateDelay)
+	got := answers(0, 1) // flooded on both adjacencies
+	for _, l := range got {
+		if l.Origin != 1 || l.Seq != o.Seq+1 || !slices.Equal(l.Adjacencies, ownAdj) {
+			t.Fatalf("origination after the catch-up: %+v, want ours at seq %d", got, o.Seq+1)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("origination after the catch-up: %+v, want ours at seq %d on two ports", got, o.Seq+1)
+	}
+}
+
+// TestUnreachablePurgeRunsFromTheLoss: the LSA of an originator routing
+// lost is purged UnreachableHold after the loss, not at an earlier aging
+// pass (another LSA's expiry within the hold keeps it), and a purge due
+// while a routing change waits for SPFDelay waits for that recomputation
+// without leaving Tick a deadline that is already due.
+func TestUnreachablePurgeRunsFromTheLoss(t *testing.T) {
+	const spfDelay = 100 * time.Millisecond
+	s, err := New(1, Config{SPFDelay: spfDelay})
+	must(t, err)
+	cfg := s.cfg
+	// runTo ticks at every deadline up to end; after each Tick nothing may
+	// be due at that time any more.
+	runTo := func(end time.Duration) {
+		t.Helper()
+		for range 1000 {
+			at, _ := s.NextDeadline()
+			if at > end {
+				return
+			}
+			s.Tick(at)
+			s.Outputs(func(noc.PortID, *noc.Frame) {})
+			if next, _ := s.NextDeadline(); next <= at {
+				t.Fatalf("after Tick(%v) the next deadline is %v: due already", at, next)
+			}
+		}
+		t.Fatalf("more than 1000 deadlines before %v", end)
+	}
+	lsa := func(now time.Duration, l LSA) {
+		t.Helper()
+		f := lsaFrame(2, l)
+		must(t, s.HandleFrame(now, 0, &f))
+	}
+	has := func(id noc.NodeID) bool {
+		for _, n := range s.Topology().Nodes {
+			if n.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	for i, n := range []noc.NodeID{2, 3} {
+		must(t, s.PortUp(0, noc.PortID(i)))
+		h := helloFrame(n, Hello{Port: 0, Reply: true})
+		must(t, s.HandleFrame(0, noc.PortID(i), &h))
+	}
+	lsa(0, LSA{Origin: 2, Seq: 4, Adjacencies: []Adjacency{{0, 1, 0}, {1, 3, 1}}})
+	lsa(0, LSA{Origin: 3, Seq: 9, Adjacencies: []Adjacency{{0, 1, 1}, {1, 2, 1}, {2, 4, 0}}})
+	lsa(0, LSA{Origin: 4, Seq: 1, Adjacencies: []Adjacency{{0, 3, 2}}})
+	runTo(spfDelay)
+	if _, hops, ok := s.NextHop(4); !ok || hops != 2 {
+		t.Fatalf("route to 4: %d hops, %v", hops, ok)
+	}
+	// Node 3 drops its link to 4: routing loses 4 at the recomputation.
+	t0 := time.Second
+	lsa(t0, LSA{Origin: 3, Seq: 10, Adjacencies: []Adjacency{{0, 1, 1}, {1, 2, 1}}})
+	lost := t0 + spfDelay
+	runTo(lost)
+	if _, _, ok := s.NextHop(4); ok || !has(4) {
+		t.Fatalf("after the cut: route to 4 %v, LSA kept %v; want no route, kept", ok, has(4))
+	}
+	// An LSA of an unrelated node 5 that expires halfway through the hold
+	// makes an aging pass there.
+	expires := lost + cfg.UnreachableHold/2
+	lsa(lost, LSA{Origin: 5, Seq: 1, Age: cfg.MaxAge - cfg.UnreachableHold/2, Adjacencies: []Adjacency{{0, 6, 0}}})
+	runTo(expires)
+	if st := s.Stats(); st.LSAsExpired != 1 || has(5) {
+		t.Fatalf("node 5's LSA at its expiry: kept %v, %+v", has(5), st)
+	}
+	if st := s.Stats(); st.LSAsPurged != 0 || !has(4) {
+		t.Fatalf("aging pass %v after routing lost 4 (hold %v): kept %v, purged %d", expires-lost, cfg.UnreachableHold, has(4), st.LSAsPurged)
+	}
+	// Just before the purge, node 2 announces a new neighbour: the
+	// recomputation is due spfDelay/2 after the purge time.
+	purge := lost + cfg.UnreachableHold
+	runTo(purge - spfDelay/2)
+	lsa(purge-spfDelay/2, LSA{Origin: 2, Seq: 5, Adjacencies: []Adjacency{{0, 1, 0}, {1, 3, 1}, {2, 7, 0}}})
+	runTo(purge)
+	if st := s.Stats(); st.LSAsPurged != 0 || !has(4) {
+		t.Fatalf("purged at %v with a recomputation pending: kept %v, purged %d", purge, has(4), st.LSAsPurged)
+	}
+	runTo(purge + spfDelay/2)
+	if st := s.Stats(); st.LSAsPurged != 1 || has(4) {
+		t.Fatalf("after the recomputation: kept %v, purged %d; want 4 purged", has(4), st.LSAsPurged)
+	}
+}
+
+// TestOwnSeqWrapsIntoTheNextIncarnation: once the own LSA's sequence
+// number has reached its largest value (here by catching up with a copy
+// there), the next origination moves to the next incarnation at sequence
+// 1, which every other node takes as newer; each origination is counted.
+func TestOwnSeqWrapsIntoTheNextIncarnation(t *testing.T) {
+	s := adjacentState(t)
+	var o TopoNode
+	for _, n := range s.Topology().Nodes {
+		if n.ID == 1 {
+			o = n
+		}
+	}
+	before := s.Stats().LSAsOriginated
+	last := lsaFrame(2, LSA{Origin: 1, Incarnation: o.Incarnation, Seq: math.MaxUint32, Adjacencies: []Adjacency{{0, 9, 0}}})
+	must(t, s.HandleFrame(time.Second, 0, &last))
+	s.Tick(time.Second + s.cfg.OriginateDelay)
+	var got []LSA
+	s.Outputs(func(_ noc.PortID, f *noc.Frame) {
+		if f.Op == OpLSA {
+			var l LSA
+			must(t, DecodeLSA(f.Payload, &l))
+			got = append(got, l)
+		}
+	})
+	if len(got) != 2 {
+		t.Fatalf("origination after the catch-up: %+v, want one LSA on each of two ports", got)
+	}
+	for _, l := range got {
+		if l.Origin != 1 || l.Incarnation != o.Incarnation+1 || l.Seq != 1 {
+			t.Fatalf("origination past sequence %d: %+v, want incarnation %d, sequence 1", uint32(math.MaxUint32), l, o.Incarnation+1)
+		}
+		if c := compareLSA(&l, &LSA{Origin: 1, Incarnation: o.Incarnation, Seq: math.MaxUint32}); c <= 0 {
+			t.Fatalf("the new LSA %+v does not supersede the one it wrapped past (compare %d)", l, c)
+		}
+	}
+	if n := s.Stats().LSAsOriginated; n != before+1 {
+		t.Fatalf("LSAsOriginated %d after one origination, was %d", n, before)
+	}
+}
+
+// TestHelloFromAMovedPeerPort: a neighbour's hello repeated as before
+// changes nothing; one that names another port at its end is a new
+// adjacency: the own LSA is originated again listing that port.
+func TestHelloFromAMovedPeerPort(t *testing.T) {
+	s := adjacentState(t)
+	lsas := func() (got []LSA) {
+		s.Outputs(func(_ noc.PortID, f *noc.Frame) {
+			if f.Op == OpLSA {
+				var l LSA
+				must(t, DecodeLSA(f.Payload, &l))
+				got = append(got, l)
+			}
+		})
+		return got
+	}
+	orig := s.Stats().LSAsOriginated
+	now := time.Second
+	same := helloFrame(2, Hello{Port: 0, Reply: true})
+	must(t, s.HandleFrame(now, 0, &same))
+	s.Tick(now + s.cfg.OriginateDelay)
+	if got := lsas(); len(got) != 0 || s.Stats().LSAsOriginated != orig {
+		t.Fatalf("a repeated hello: LSAs %+v, %d originations (were %d)", got, s.Stats().LSAsOriginated, orig)
+	}
+	now += time.Second
+	moved := helloFrame(2, Hello{Port: 5, Reply: true})
+	must(t, s.HandleFrame(now, 0, &moved))
+	s.Tick(now + s.cfg.OriginateDelay)
+	want := []Adjacency{{0, 2, 5}, {1, 3, 0}}
+	var own []LSA
+	for _, l := range lsas() {
+		if l.Origin == 1 {
+			own = append(own, l)
+		}
+	}
+	if len(own) == 0 || !slices.Equal(own[0].Adjacencies, want) {
+		t.Fatalf("own LSAs after node 2's hello from its port 5: %+v, want adjacencies %v", own, want)
 	}
 }

@@ -45,6 +45,15 @@
 // overlay, over -sim-seeds seeds of a 16-node smallworld fabric with every
 // fault, at R = 1 and at R = 2.
 //
+// Survivors triaged as equivalent (a change no test can see: a branch
+// an earlier case already took, a cache cleared more often, a sort of
+// distinct keys) are listed in equivalent.go with the reason, by a text
+// that occurs once in the file; a sampled mutant that is one of them is
+// reported as equivalent and not run (-run-equivalent runs them too).
+// The survival rate is of the mutants run, equivalent and invalid ones
+// outside it. An entry whose text is gone fails the run, as a stale listed
+// mutant does.
+//
 // The report (stdout, and -o as Markdown) lists per package the mutants
 // run, killed (by which: the failing test names, or the simulator),
 // invalid, and survived, and every survivor with its place.

@@ -62,7 +62,7 @@ func (m mutant) String() string {
 // outcome is what the oracle made of a mutant.
 type outcome struct {
 	m       mutant
-	verdict string // killed, survived, invalid
+	verdict string // killed, survived, invalid, equivalent (triaged, not run)
 	by      string // what killed it: test names, "timeout", or "sim: ..."
 	took    time.Duration
 }
@@ -85,6 +85,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	listOnly := fs.Bool("list", false, "print the chosen mutants and stop")
 	listed := fs.Bool("listed", true, "also run the listed mutants (known bugs that must stay caught)")
 	out := fs.String("o", "", "also write the report as Markdown to this file")
+	runEq := fs.Bool("run-equivalent", false, "also run the mutants triaged as equivalent (equivalent.go) instead of reporting them unrun")
 	at := fs.String("at", "", "comma-separated file:line:col: of the chosen mutants run only those (to re-check survivors)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -129,8 +130,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return !slices.Contains(want, fmt.Sprintf("%s:%d:%d", m.file, m.line, m.col))
 		})
 	}
+	eq, err := equivalentSites(root, targets)
+	if err != nil {
+		return err
+	}
+	if *runEq {
+		eq = nil
+	}
 	if *listOnly {
 		for _, m := range all {
+			if why, ok := eq[siteKey(m.file, m.off, m.repl)]; ok {
+				fmt.Fprintf(stdout, "%s [equivalent: %s]\n", m, why)
+				continue
+			}
 			fmt.Fprintln(stdout, m)
 		}
 		return nil
@@ -149,7 +161,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	var res []outcome
 	for i, m := range all {
-		r := o.try(m)
+		var r outcome
+		if why, ok := eq[siteKey(m.file, m.off, m.repl)]; ok {
+			r = outcome{m: m, verdict: "equivalent", by: why}
+		} else {
+			r = o.try(m)
+		}
 		res = append(res, r)
 		fmt.Fprintf(stderr, "[%d/%d] %-8s %s (%v) %s\n", i+1, len(all), r.verdict, m, r.took.Round(100*time.Millisecond), r.by)
 	}

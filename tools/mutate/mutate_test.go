@@ -94,3 +94,35 @@ func TestKnownBugsAreFound(t *testing.T) {
 		t.Fatalf("%d of %d known bugs made into mutants", len(ms), len(knownBugs))
 	}
 }
+
+// TestEquivalentsAreSites: each mutant triaged as equivalent is found
+// once in its file and is one of the sites the operators make there (the
+// list follows the code, and names the mutant it means).
+func TestEquivalentsAreSites(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq, err := equivalentSites(root, defaultTargets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eq) != len(equivalents) {
+		t.Fatalf("%d of %d equivalent mutants resolved", len(eq), len(equivalents))
+	}
+	sites := map[string]bool{}
+	for _, tg := range defaultTargets {
+		ms, err := enumerate(root, tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			sites[siteKey(m.file, m.off, m.repl)] = true
+		}
+	}
+	for k, why := range eq {
+		if !sites[k] {
+			t.Errorf("equivalent %s (%s) is no mutation site", k, why)
+		}
+	}
+}

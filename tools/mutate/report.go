@@ -7,12 +7,15 @@ import (
 )
 
 // report renders the outcomes as Markdown: a table per package, then every
-// survivor with its place, then what killed the rest.
+// survivor with its place, the mutants triaged as equivalent (not run) with
+// the reason, then what killed the rest. The survival rate is of the
+// mutants run: survived / (killed + survived); equivalent and invalid
+// mutants are outside it.
 func report(res []outcome, n int, seed uint64, simSeeds int, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "mutate: %s; -n %d -seed %d -sim-seeds %d; %d mutants in %v\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), n, seed, simSeeds, len(res), took.Round(time.Second))
-	type row struct{ run, killed, sim, invalid, survived int }
+	type row struct{ run, killed, sim, invalid, survived, equivalent int }
 	rows := map[string]*row{}
 	var order []string
 	for _, r := range res {
@@ -26,6 +29,9 @@ func report(res []outcome, n int, seed uint64, simSeeds int, took time.Duration)
 		case "invalid":
 			w.invalid++
 			continue
+		case "equivalent":
+			w.equivalent++
+			continue
 		case "killed":
 			w.killed++
 			if strings.HasPrefix(r.by, "sim:") {
@@ -36,19 +42,20 @@ func report(res []outcome, n int, seed uint64, simSeeds int, took time.Duration)
 		}
 		w.run++
 	}
-	fmt.Fprintln(&b, "| package | mutants run | killed | of them by dpu-sim | survived | survival | invalid (did not build) |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| package | mutants run | killed | of them by dpu-sim | survived | survival | equivalent (not run) | invalid (did not build) |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|")
 	var tot row
 	for _, p := range order {
 		w := rows[p]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d |\n", p, w.run, w.killed, w.sim, w.survived, pct(w.survived, w.run), w.invalid)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %d | %d |\n", p, w.run, w.killed, w.sim, w.survived, pct(w.survived, w.run), w.equivalent, w.invalid)
 		tot.run += w.run
 		tot.killed += w.killed
 		tot.sim += w.sim
 		tot.survived += w.survived
 		tot.invalid += w.invalid
+		tot.equivalent += w.equivalent
 	}
-	fmt.Fprintf(&b, "| all | %d | %d | %d | %d | %s | %d |\n\n", tot.run, tot.killed, tot.sim, tot.survived, pct(tot.survived, tot.run), tot.invalid)
+	fmt.Fprintf(&b, "| all | %d | %d | %d | %d | %s | %d | %d |\n\n", tot.run, tot.killed, tot.sim, tot.survived, pct(tot.survived, tot.run), tot.equivalent, tot.invalid)
 	fmt.Fprintln(&b, "Survivors:")
 	fmt.Fprintln(&b)
 	none := true
@@ -62,6 +69,16 @@ func report(res []outcome, n int, seed uint64, simSeeds int, took time.Duration)
 		fmt.Fprintln(&b, "- none")
 	}
 	fmt.Fprintln(&b)
+	if tot.equivalent > 0 {
+		fmt.Fprintln(&b, "Equivalent (triaged in equivalent.go, not run):")
+		fmt.Fprintln(&b)
+		for _, r := range res {
+			if r.verdict == "equivalent" {
+				fmt.Fprintf(&b, "- %s: %s\n", r.m, r.by)
+			}
+		}
+		fmt.Fprintln(&b)
+	}
 	fmt.Fprintln(&b, "Killed (by):")
 	fmt.Fprintln(&b)
 	for _, r := range res {
