@@ -479,7 +479,8 @@ func (a *Agent) newCore() error {
 	lc.DeadInterval = a.cfg.DeadInterval
 	lc.AckDelay = ackDelay
 	lc.ClockStamps, lc.ClockEpoch = true, a.clockEpoch() // the fabric clock (clock.go)
-	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce()}, a.now())
+	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce(),
+		AdmitNeighbour: a.admitNeighbour}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

@@ -87,6 +87,7 @@ func (a *Agent) reloadFabricKeys(path string) (bool, error) {
 		return false, fmt.Errorf("agent: fabric-keys not reloaded: %w", err)
 	}
 	added, removed := a.keys.fabric.Replace(next)
+	a.warnUnbound(next)
 	for _, k := range added {
 		a.log.Info("fabric key added", "name", k.Name, "key", k.Key.String())
 	}
@@ -94,13 +95,17 @@ func (a *Agent) reloadFabricKeys(path string) (bool, error) {
 		a.log.Warn("fabric key removed: its node is refused from now on", "name", k.Name, "key", k.Key.String())
 	}
 	if len(removed) > 0 {
+		changed := make([]secure.PublicKey, len(removed))
+		for i, k := range removed {
+			changed[i] = k.Key
+		}
 		for i := range a.ports {
 			sp, ok := under[*secure.Port](a.ports[i].port)
 			if !ok {
 				continue
 			}
-			if k, ok := sp.Revoke(); ok {
-				a.log.Warn("link session ended: the neighbour's key was removed", "port", a.ports[i].spec.Name, "key", k.String())
+			if k, ok := sp.Revoke(changed...); ok {
+				a.log.Warn("link session ended: the neighbour's key was removed or rebound", "port", a.ports[i].spec.Name, "key", k.String())
 			}
 		}
 	}

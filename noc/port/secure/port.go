@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,16 +178,17 @@ func (p *Port) Peer() (PublicKey, bool) {
 }
 
 // Revoke ends the sessions with the neighbour when its key is no longer in
-// the fabric (after Fabric.Replace removed it), and reports whether it
-// did: what the neighbour sends is dropped from then on (no session), and
-// the next write starts a handshake that only a listed key completes.
-func (p *Port) Revoke() (PublicKey, bool) {
+// the fabric (after Fabric.Replace removed it) or is one of changed (keys
+// a Replace rebound to another node id), and reports whether it did: what
+// the neighbour sends is dropped from then on (no session), and the next
+// write starts a handshake that only a listed key completes.
+func (p *Port) Revoke(changed ...PublicKey) (PublicKey, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.peerOK {
 		return PublicKey{}, false
 	}
-	if _, ok := p.cfg.Fabric.Lookup(p.peer); ok {
+	if _, ok := p.cfg.Fabric.Lookup(p.peer); ok && !slices.Contains(changed, p.peer) {
 		return PublicKey{}, false
 	}
 	k := p.peer
