@@ -40,6 +40,10 @@ type Agent struct {
 	core  *node.Core
 	ports []openPort
 	keys  *linkKeys // nil: links without link security
+	// runDir and stateDir are the run and state directories, opened once
+	// by descriptor when checked (rundir.OpenDir): every later use goes
+	// through them, never through the configured path again
+	runDir, stateDir *rundir.Dir
 
 	handler node.Handler
 	engine  *coherence.Engine // nil when WithHandler replaced it
@@ -206,6 +210,21 @@ func (a *Agent) Close() {
 		a.w = nil
 	}
 	a.releaseNUMA()
+	for _, d := range []**rundir.Dir{&a.runDir, &a.stateDir} {
+		if *d != nil {
+			(*d).Close()
+			*d = nil
+		}
+	}
+}
+
+// statePath names the state directory through its descriptor once it is
+// open, by its configured path before.
+func (a *Agent) statePath() string {
+	if a.stateDir != nil {
+		return a.stateDir.Path()
+	}
+	return a.cfg.stateDir()
 }
 
 // Ready is closed once the agent's sockets serve.
@@ -219,10 +238,11 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	a.ran = true
 	defer a.Close()
-	warnings, err := rundir.Prepare(a.cfg.RunDir, rundir.Options{Insecure: a.cfg.InsecureRunDir})
+	d, warnings, err := rundir.OpenDir(a.cfg.RunDir, rundir.Options{Insecure: a.cfg.InsecureRunDir})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	a.runDir = d
 	for _, w := range warnings {
 		a.log.Warn("insecure run directory accepted (insecure-run-dir)", "problem", w)
 	}
@@ -240,7 +260,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		return err
 	}
 	a.ctl = ctl.NewServer(source{a}, a.log.With("socket", "ctl"), ctl.WithCaptureGroup(captureGID))
-	ctlPath := filepath.Join(a.cfg.RunDir, "ctl.sock")
+	ctlPath := filepath.Join(a.runDir.Path(), "ctl.sock")
 	gid, err := a.socketGID()
 	if err != nil {
 		return err
@@ -273,7 +293,7 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hostDone <- srv.ListenAndServe(ctx, hostif.SocketPath(a.cfg.RunDir))
+			hostDone <- srv.ListenAndServe(ctx, hostif.SocketPath(a.runDir.Path()))
 		}()
 		// a host socket that cannot start stops the agent: hosts need it
 		select {
@@ -409,7 +429,15 @@ func (a *Agent) newEngine() error {
 	}
 	a.host = host.New(hostCfg)
 	seed := a.seed()
-	epoch, err := nextAllocEpoch(a.cfg.stateDir(), a.cfg.InsecureRunDir)
+	sd, warnings, err := rundir.OpenDir(a.cfg.stateDir(), rundir.Options{Insecure: a.cfg.InsecureRunDir})
+	if err != nil {
+		return fmt.Errorf("agent: state dir: %w", err)
+	}
+	for _, w := range warnings {
+		a.log.Warn("insecure state directory accepted (insecure-run-dir)", "problem", w)
+	}
+	a.stateDir = sd
+	epoch, err := nextAllocEpoch(sd.Path())
 	if err != nil {
 		return err
 	}
@@ -453,6 +481,9 @@ func (a *Agent) newEngine() error {
 // A log that is corrupt, of another node or another fabric, or that cannot
 // be written (a full disk) is refused with the file and the reason.
 func (a *Agent) openPageLog() (*pagelog.Log, error) {
+	// by the configured path, which the state directory's check made sure
+	// no other user can turn, so its messages name the real file; it is
+	// opened once, at start
 	d, err := pagelog.NewOSDisk(a.cfg.stateDir())
 	if err != nil {
 		return nil, fmt.Errorf("agent: durable: %w", err)
@@ -479,7 +510,8 @@ func (a *Agent) newCore() error {
 	lc.DeadInterval = a.cfg.DeadInterval
 	lc.AckDelay = ackDelay
 	lc.ClockStamps, lc.ClockEpoch = true, a.clockEpoch() // the fabric clock (clock.go)
-	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce()}, a.now())
+	core, err := node.New(node.Config{Self: a.cfg.Node, Handler: a.handler, Link: lc, Seed: seed, Boot: bootNonce(),
+		AdmitNeighbour: a.admitNeighbour}, a.now())
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/noc"
+	"github.com/aitherion/dpu/noc/link"
 )
 
 // Packet capture (dpuctl link capture): every port is opened behind a tap
@@ -19,7 +20,9 @@ import (
 // writes. With no capture running a tap costs one atomic load per
 // datagram. A port with link security has a second tap below the seal: a
 // capture copies the datagrams there, as sealed on the wire, unless it
-// asks for plaintext (root and the agent's user only: ctl/authz.go).
+// asks for plaintext (root and the agent's user only: ctl/authz.go). A
+// capture group member's capture of a port without link security has its
+// payloads zeroed (redacted).
 
 // tapPort is a port whose datagrams a capture can copy. It passes the
 // optional port interfaces through (Poller, BatchPoller, BatchWriter,
@@ -138,6 +141,7 @@ type capture struct {
 	port   string
 	snap   int
 	sealed bool // below the link's seal
+	redact bool // zero the payloads of what the wire does not seal
 
 	mu     sync.Mutex
 	frames []ctl.CapturedFrame
@@ -151,8 +155,14 @@ func (c *capture) add(d ctl.Direction, b []byte) {
 	if len(c.frames) >= c.want {
 		return
 	}
+	var data []byte
+	if c.redact && !c.sealed {
+		data = redacted(b)[:min(len(b), c.snap)]
+	} else {
+		data = bytes.Clone(b[:min(len(b), c.snap)])
+	}
 	c.frames = append(c.frames, ctl.CapturedFrame{Time: time.Now(), Port: c.port, Direction: d,
-		Length: uint32(len(b)), Data: bytes.Clone(b[:min(len(b), c.snap)]), Sealed: c.sealed})
+		Length: uint32(len(b)), Data: data, Sealed: c.sealed, Redacted: c.redact && !c.sealed})
 	if len(c.frames) == c.want {
 		close(c.full)
 	}
@@ -176,7 +186,7 @@ func (s source) Capture(req ctl.CaptureRequest) ([]ctl.CapturedFrame, error) {
 	if tap == nil {
 		return nil, fmt.Errorf("no port %q on this agent: %w", req.Port, syscall.ENODEV)
 	}
-	c := &capture{port: req.Port, snap: int(req.SnapLen), want: int(req.Count), sealed: sealed, full: make(chan struct{})}
+	c := &capture{port: req.Port, snap: int(req.SnapLen), want: int(req.Count), sealed: sealed, redact: req.Redact, full: make(chan struct{})}
 	if !tap.capture.CompareAndSwap(nil, c) {
 		return nil, fmt.Errorf("port %s is being captured already: %w", req.Port, syscall.EBUSY)
 	}
@@ -192,6 +202,31 @@ func (s source) Capture(req ctl.CaptureRequest) ([]ctl.CapturedFrame, error) {
 	defer c.mu.Unlock()
 	c.want = 0 // a datagram still on its way through add is not taken
 	return c.frames, nil
+}
+
+// redacted is a copy of the link datagram b with every payload byte
+// zeroed: the link header (with its selective acks and clock stamps) is
+// kept, and for a datagram that holds a whole frame the frame's header
+// too (class, op, nodes, request id, GVA, version); the frame's payload,
+// any fragment of a frame and the trailer are zeros. What does not decode
+// as a link datagram is zeros from its first byte. So a capture group
+// member capturing a port without link security sees the traffic's shape
+// and who asks for which page, never a page's bytes (nor those of the
+// pages it could read itself: the tap does not know pages' owners).
+func redacted(b []byte) []byte {
+	out := bytes.Clone(b)
+	keep := 0
+	var h link.Header
+	if payload, err := h.Decode(out); err == nil {
+		keep = h.Len() - link.TrailerLen - len(payload) // the payload's offset
+		whole := link.FlagData | link.FlagFirst | link.FlagLast
+		var f noc.Frame
+		if h.Flags&whole == whole && f.Decode(payload) == nil {
+			keep += len(f.Contents)
+		}
+	}
+	clear(out[keep:])
+	return out
 }
 
 // running is the context of the agent's Run (done once it stops); before

@@ -97,6 +97,10 @@ type Config struct {
 	// server (the default). An address without a host (":9464") binds
 	// the loopback address.
 	MetricsListen string
+	// MetricsGPUProcesses exports the GPU accounting per process (pid, uid
+	// and command as labels) instead of summed per device; anyone who can
+	// reach the metrics endpoint then sees who runs what (off by default).
+	MetricsGPUProcesses bool
 	// GPU is the CUDA hook's accounting: default limits per process and
 	// per-device limits (keys gpu-mem-limit, gpu-quota, gpu-device).
 	GPU ledger.Config
@@ -196,7 +200,8 @@ func (c *Config) LoadFile(path string) error {
 // "key = value". Keys: node, run-dir, log-level, loop (blocking, adaptive
 // or poll), spin (the adaptive loop's budget), poll (= loop poll),
 // heartbeat, dead-interval, socket-group, capture-group, pages, seed, request-timeout,
-// pin-bound, replicas, fabric-nodes, xdp-pin-dir, metrics-listen, gpu-mem-limit, gpu-quota,
+// pin-bound, replicas, fabric-nodes, xdp-pin-dir, metrics-listen, metrics-gpu-processes,
+// gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, durable, fabric-id, key-file, fabric-keys, user-pages,
 // user-conns, and port (repeatable: "port = NAME KIND ARGS...
@@ -353,6 +358,8 @@ func (c *Config) Set(key, val string) error {
 			_, _, err = net.SplitHostPort(val)
 		}
 		c.MetricsListen = val
+	case "metrics-gpu-processes":
+		c.MetricsGPUProcesses, err = strconv.ParseBool(val)
 	case "gpu-mem-limit":
 		c.GPU.Default.Memory, err = parseSize(val)
 	case "gpu-quota":

@@ -24,11 +24,8 @@ const epochFile = "alloc-epoch"
 // epoch recorded in dir, recorded (and synced) before it is used, so that
 // no later run can take it again and no GVA is handed out twice. The file
 // is trusted only when owned by the agent's user and writable by no one
-// else.
-func nextAllocEpoch(dir string, insecure bool) (uint32, error) {
-	if _, err := rundir.Prepare(dir, rundir.Options{Insecure: insecure}); err != nil {
-		return 0, fmt.Errorf("agent: state dir: %w", err)
-	}
+// else; dir is the state directory as opened (rundir.OpenDir).
+func nextAllocEpoch(dir string) (uint32, error) {
 	path := filepath.Join(dir, epochFile)
 	var last uint64
 	b, err := rundir.ReadTrusted(path, os.Geteuid(), 64)

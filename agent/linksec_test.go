@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func securePair(t *testing.T) (cfgs [2]agent.Config, dir string) {
 		if err := secure.WriteKeyFile(keyFile, kp, -1, -1); err != nil {
 			t.Fatal(err)
 		}
-		fab.Add(fmt.Sprintf("node%d", i), kp.Public)
+		fab.AddNode(fmt.Sprintf("node%d", i), kp.Public, uint32(i))
 		order = append(order, kp.Public)
 		cfg := agent.DefaultConfig()
 		cfg.Node = noc.NodeID(i)
@@ -171,5 +172,82 @@ func TestPlaintextLinksAreSaidOutLoud(t *testing.T) {
 		if l.Security != ctl.LinkSealed {
 			t.Errorf("link %s with key-file: security %q, want %q", l.Name, l.Security, ctl.LinkSealed)
 		}
+	}
+}
+
+// TestKeyIsBoundToItsNodeID: fabric-keys binds each key to a node id. After
+// node 1 dies, the holder of node 2's key (a listed key, so its handshake
+// succeeds) takes node 1's addresses and claims node id 1: node 0 never
+// takes it as a neighbour, reaches nothing through it, and logs why.
+func TestKeyIsBoundToItsNodeID(t *testing.T) {
+	cfgs, dir := securePair(t)
+	kp2, err := secure.GenerateKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2 := filepath.Join(dir, "node2.key")
+	if err := secure.WriteKeyFile(key2, kp2, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	keysFile := filepath.Join(dir, "fabric.keys")
+	list, err := os.ReadFile(keysFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list = fmt.Appendf(list, "node2 %s node=2\n", kp2.Public)
+	if err := rundir.WriteFile(keysFile, list, 0o644, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	n0, _ := runAgent(t, cfgs[0])
+	n1, stop1 := runAgent(t, cfgs[1])
+	waitRoutes(t, []*liveNode{n0, n1})
+	c0 := dialHost(t, n0)
+	ctx := ctxT(t, time.Minute)
+	page, err := c0.Alloc(ctx, 4096, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c0.Store64(ctx, page, 7); err != nil {
+		t.Fatal(err)
+	}
+	stop1()
+	waitFor(t, 10*time.Second, "node 0 to notice node 1's death", func() bool { return !reachable(t, n0) })
+
+	rogue := cfgs[1] // node id 1, node 1's addresses
+	rogue.RunDir = filepath.Join(dir, "rogue")
+	rogue.KeyFile = key2
+	// its own key list, which binds nothing (its agent would refuse to
+	// run as node 1 with node 2's key under the fabric's)
+	rogue.FabricKeys = filepath.Join(dir, "rogue.keys")
+	unbound := regexp.MustCompile(` node=[0-9]+`).ReplaceAll(list, nil)
+	if err := rundir.WriteFile(rogue.FabricKeys, unbound, 0o644, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	nr, _ := runAgent(t, rogue)
+	waitFor(t, 20*time.Second, "node 0 to refuse the claim", func() bool {
+		return strings.Contains(n0.log.String(), "neighbour refused")
+	})
+	log := n0.log.String()
+	if !strings.Contains(log, "claims=1") || !strings.Contains(log, "bound_to=2") {
+		t.Fatalf("the refusal does not say what was claimed and bound:\n%s", log)
+	}
+	// the handshake succeeded (the key is listed), the claim did not: no
+	// adjacency, no route, nothing of node 0's pages from the rogue
+	for range 10 {
+		if reachable(t, n0) {
+			t.Fatalf("node 0 took the holder of node 2's key as node 1: %+v", neighbours(t, n0))
+		}
+		c, cctx := dialCtl(t, n0.runDir)
+		if rs, err := c.Routes(cctx); err != nil || len(rs) != 0 {
+			t.Fatalf("node 0's routes: %+v %v", rs, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cr := dialHost(t, nr)
+	if _, err := cr.Store64(ctx, page, 666); err == nil {
+		t.Fatal("the rogue wrote node 0's page")
+	}
+	if v, err := c0.Load64(ctx, page); err != nil || v != 7 {
+		t.Fatalf("node 0's page: %d %v", v, err)
 	}
 }

@@ -53,7 +53,13 @@ func (m *agentMetrics) acceptErrors() uint64 {
 func (a *Agent) HostObserver() metrics.HostObserver { return a.exporter() }
 
 func (a *Agent) exporter() *metrics.Exporter {
-	a.metrics.once.Do(func() { a.metrics.exp = metrics.New(source{a}, a.cfg.Node) })
+	a.metrics.once.Do(func() {
+		var opts []metrics.Option
+		if a.cfg.MetricsGPUProcesses {
+			opts = append(opts, metrics.WithGPUProcesses())
+		}
+		a.metrics.exp = metrics.New(source{a}, a.cfg.Node, opts...)
+	})
 	return a.metrics.exp
 }
 

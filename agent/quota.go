@@ -69,7 +69,7 @@ type savedQuota struct {
 	Bytes int    `json:"bytes,omitempty"`
 }
 
-func (a *Agent) quotaPath() string { return filepath.Join(a.cfg.stateDir(), quotaFile) }
+func (a *Agent) quotaPath() string { return filepath.Join(a.statePath(), quotaFile) }
 
 // loadQuotas applies the quota file, if there is one.
 func (a *Agent) loadQuotas(l *quota.Ledger) error {

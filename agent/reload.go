@@ -50,23 +50,24 @@ func (a *Agent) Reload(next Config) (applied, restart []string, err error) {
 		next.Seed = cur.Seed // 0 draws one at start: not a change
 	}
 	for key, differs := range map[string]bool{
-		"node":            next.Node != cur.Node,
-		"run-dir":         next.RunDir != cur.RunDir,
-		"port":            !reflect.DeepEqual(next.Ports, cur.Ports) && (len(next.Ports) > 0 || len(cur.Ports) > 0),
-		"loop":            next.Loop != cur.Loop,
-		"spin":            next.Spin != cur.Spin,
-		"heartbeat":       next.Heartbeat != cur.Heartbeat,
-		"dead-interval":   next.DeadInterval != cur.DeadInterval,
-		"socket-group":    next.SocketGroup != cur.SocketGroup,
-		"pages":           next.Pages != cur.Pages,
-		"seed":            next.Seed != cur.Seed,
-		"request-timeout": next.RequestTimeout != cur.RequestTimeout,
-		"pin-bound":       next.PinBound != cur.PinBound,
-		"replicas":        next.Replicas != cur.Replicas,
-		"fabric-nodes":    next.FabricNodes != cur.FabricNodes,
-		"xdp-pin-dir":     next.XDPPinDir != cur.XDPPinDir,
-		"gpu-*":           next.GPU.Default != cur.GPU.Default || !maps.Equal(next.GPU.Devices, cur.GPU.Devices),
-		"key-file":        next.KeyFile != cur.KeyFile,
+		"node":                  next.Node != cur.Node,
+		"run-dir":               next.RunDir != cur.RunDir,
+		"port":                  !reflect.DeepEqual(next.Ports, cur.Ports) && (len(next.Ports) > 0 || len(cur.Ports) > 0),
+		"loop":                  next.Loop != cur.Loop,
+		"spin":                  next.Spin != cur.Spin,
+		"heartbeat":             next.Heartbeat != cur.Heartbeat,
+		"dead-interval":         next.DeadInterval != cur.DeadInterval,
+		"socket-group":          next.SocketGroup != cur.SocketGroup,
+		"pages":                 next.Pages != cur.Pages,
+		"seed":                  next.Seed != cur.Seed,
+		"request-timeout":       next.RequestTimeout != cur.RequestTimeout,
+		"pin-bound":             next.PinBound != cur.PinBound,
+		"replicas":              next.Replicas != cur.Replicas,
+		"fabric-nodes":          next.FabricNodes != cur.FabricNodes,
+		"xdp-pin-dir":           next.XDPPinDir != cur.XDPPinDir,
+		"gpu-*":                 next.GPU.Default != cur.GPU.Default || !maps.Equal(next.GPU.Devices, cur.GPU.Devices),
+		"key-file":              next.KeyFile != cur.KeyFile,
+		"metrics-gpu-processes": next.MetricsGPUProcesses != cur.MetricsGPUProcesses,
 	} {
 		if differs {
 			restart = append(restart, key)
@@ -87,6 +88,7 @@ func (a *Agent) reloadFabricKeys(path string) (bool, error) {
 		return false, fmt.Errorf("agent: fabric-keys not reloaded: %w", err)
 	}
 	added, removed := a.keys.fabric.Replace(next)
+	a.warnUnbound(next)
 	for _, k := range added {
 		a.log.Info("fabric key added", "name", k.Name, "key", k.Key.String())
 	}
@@ -94,13 +96,17 @@ func (a *Agent) reloadFabricKeys(path string) (bool, error) {
 		a.log.Warn("fabric key removed: its node is refused from now on", "name", k.Name, "key", k.Key.String())
 	}
 	if len(removed) > 0 {
+		changed := make([]secure.PublicKey, len(removed))
+		for i, k := range removed {
+			changed[i] = k.Key
+		}
 		for i := range a.ports {
 			sp, ok := under[*secure.Port](a.ports[i].port)
 			if !ok {
 				continue
 			}
-			if k, ok := sp.Revoke(); ok {
-				a.log.Warn("link session ended: the neighbour's key was removed", "port", a.ports[i].spec.Name, "key", k.String())
+			if k, ok := sp.Revoke(changed...); ok {
+				a.log.Warn("link session ended: the neighbour's key was removed or rebound", "port", a.ports[i].spec.Name, "key", k.String())
 			}
 		}
 	}

@@ -331,3 +331,37 @@ func TestRunDirThroughAnotherUsersSymlinkIsRefused(t *testing.T) {
 		t.Fatalf("agent.conf of uid 65534: %v, want ErrUnsafe", err)
 	}
 }
+
+// TestRunDirIsUsedThroughItsDescriptor: the run directory (here also the
+// state directory) is opened once, when it is checked, and every later use
+// goes through that descriptor: after the directory is renamed and
+// another put where its path led, a quota set from the control socket is
+// kept in the directory that was checked, and nothing is written to the
+// new one.
+func TestRunDirIsUsedThroughItsDescriptor(t *testing.T) {
+	parent := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.RunDir = filepath.Join(parent, "run")
+	runAgent(t, cfg)
+	moved := filepath.Join(parent, "moved")
+	if err := os.Rename(cfg.RunDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(cfg.RunDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ctl.Dial(filepath.Join(moved, "ctl.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := ctl.SetQuota(ctxT(t, 5*time.Second), c, ctl.Quota{UID: 65534, PagesLimit: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(moved, "quotas.json")); err != nil {
+		t.Fatalf("the quota is not in the directory that was checked: %v", err)
+	}
+	if names, _ := os.ReadDir(cfg.RunDir); len(names) != 0 {
+		t.Fatalf("the agent wrote through the path again, into the new directory: %v", names)
+	}
+}

@@ -28,7 +28,9 @@ import (
 //	                without); a member of the capture group
 //	                (WithCaptureGroup) without Plaintext only, so it sees
 //	                the datagrams as they cross the wire (sealed where the
-//	                link is secured); anyone else: EPERM. A capture copies
+//	                link is secured), with their payloads zeroed where
+//	                the wire is plaintext (CaptureRequest.Redact: headers
+//	                only, no page's bytes); anyone else: EPERM. A capture copies
 //	                every node's traffic through the port, other users'
 //	                pages included: it is never an ordinary reader's.
 //
@@ -87,6 +89,7 @@ func (s *Server) authorizeCapture(r replier, req *CaptureRequest) *wireError {
 		if req.Plaintext {
 			return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("capture in plaintext: only root or the agent's user may (uid %d)", uid)}
 		}
+		req.Redact = true
 		return nil
 	}
 	return &wireError{errno: syscall.EPERM, reason: fmt.Sprintf("capture: only root, the agent's user or the capture group may (uid %d)", uid)}

@@ -184,7 +184,8 @@ func TestCaptureIsPrivileged(t *testing.T) {
 	} {
 		s := NewServer(src, nil, WithCaptureGroup(tc.gid))
 		r := &as{uid: tc.uid, groups: tc.groups}
-		req := CaptureRequest{Port: "p0", Count: 1, Timeout: time.Second, Plaintext: tc.plaintext}
+		// a client's Redact is not on the wire: root's stays unredacted
+		req := CaptureRequest{Port: "p0", Count: 1, Timeout: time.Second, Plaintext: tc.plaintext, Redact: tc.uid == 0}
 		if err := s.handle(request(CmdCapture, flagRequest|flagDump, 3, &req), r); err != nil {
 			t.Fatal(err)
 		}
@@ -199,6 +200,10 @@ func TestCaptureIsPrivileged(t *testing.T) {
 			}
 			if q.Plaintext != tc.plaintext {
 				t.Errorf("%+v: plaintext %v reached the source", tc, q.Plaintext)
+			}
+			// the capture group's captures are redacted, root's are not
+			if q.Redact != (tc.uid != 0) {
+				t.Errorf("%+v: redact %v reached the source", tc, q.Redact)
 			}
 		default:
 			if tc.want == 0 {

@@ -22,7 +22,8 @@ import (
 //	                 5 plaintext u8 (1: above the link's seal; root only)
 //	captured frame   1 time s64 unix ns, 2 port string, 3 direction u8 (0 received,
 //	                 1 sent), 4 length u32 (on the wire), 5 data (the first snap
-//	                 length bytes), 6 sealed u8 (1: as sealed on the wire)
+//	                 length bytes), 6 sealed u8 (1: as sealed on the wire),
+//	                 7 redacted u8 (1: payloads zeroed, headers kept)
 //
 // Who may capture, and what they see: authz.go.
 
@@ -54,6 +55,10 @@ type CaptureRequest struct {
 	Timeout   time.Duration
 	SnapLen   uint32
 	Plaintext bool
+	// Redact is set by the server, never by the client (it is not on the
+	// wire): the caller is in the capture group only, so the datagrams'
+	// payloads are zeroed where the wire does not seal them.
+	Redact bool `json:"-"`
 }
 
 // Direction says whether a captured datagram was received or sent.
@@ -85,6 +90,10 @@ type CapturedFrame struct {
 	// Sealed: Data is as sealed on the wire (a port with link security,
 	// captured without Plaintext).
 	Sealed bool `json:"sealed"`
+	// Redacted: the payloads in Data are zeroed (the link and frame
+	// headers kept), for a capture group member on a port without link
+	// security.
+	Redacted bool `json:"redacted,omitempty"`
 }
 
 // CaptureSource serves CmdCapture. Capture blocks until it has req.Count
@@ -158,6 +167,7 @@ const (
 	frameLength    uint16 = 4
 	frameData      uint16 = 5
 	frameSealed    uint16 = 6
+	frameRedacted  uint16 = 7
 )
 
 func (q *CaptureRequest) encode(ae *netlink.AttributeEncoder) {
@@ -203,6 +213,9 @@ func (f *CapturedFrame) encode(ae *netlink.AttributeEncoder) {
 	if f.Sealed {
 		ae.Uint8(frameSealed, 1)
 	}
+	if f.Redacted {
+		ae.Uint8(frameRedacted, 1)
+	}
 }
 
 func (f *CapturedFrame) decode(ad *netlink.AttributeDecoder) error {
@@ -220,6 +233,8 @@ func (f *CapturedFrame) decode(ad *netlink.AttributeDecoder) error {
 			f.Data = ad.Bytes()
 		case frameSealed:
 			f.Sealed = ad.Uint8() != 0
+		case frameRedacted:
+			f.Redacted = ad.Uint8() != 0
 		}
 	}
 	return ad.Err()

@@ -15,7 +15,8 @@ const fabricKeysFile = "fabric.keys"
 // writeKeys gives every node a fresh static key pair (DIR/nodeN/node.key,
 // mode 0600: only the agents' user reads it, and agent.conf, which others
 // may read, only names it) and writes the list of their public keys
-// (DIR/fabric.keys). It returns node i's configuration lines.
+// (DIR/fabric.keys), each bound to its node id (node i is id i). It
+// returns node i's configuration lines.
 func writeKeys(dir string, nodes int) (func(i int) string, error) {
 	fab := secure.NewFabric()
 	var order []secure.PublicKey
@@ -31,7 +32,7 @@ func writeKeys(dir string, nodes int) (func(i int) string, error) {
 		if err := secure.WriteKeyFile(filepath.Join(rd, "node.key"), kp, -1, -1); err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
 		}
-		fab.Add(fmt.Sprintf("node%d", i), kp.Public)
+		fab.AddNode(fmt.Sprintf("node%d", i), kp.Public, uint32(i))
 		order = append(order, kp.Public)
 	}
 	list := filepath.Join(dir, fabricKeysFile)

@@ -10,7 +10,8 @@ import (
 )
 
 // TestGrafanaDashboard: every metric the sample dashboard
-// (deploy/grafana/dpu-agent.json) queries is one the exporter serves.
+// (deploy/grafana/dpu-agent.json) queries is one the exporter serves (its
+// per-process GPU panels with metrics-gpu-processes on).
 func TestGrafanaDashboard(t *testing.T) {
 	b, err := os.ReadFile("../deploy/grafana/dpu-agent.json")
 	if err != nil {
@@ -25,18 +26,22 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatal(err)
 	}
-	e := New(sample(), 0)
-	e.ObserveHostRequest("cas", time.Microsecond, 0)
-	fams, err := e.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// the per-process GPU panels need metrics-gpu-processes
+	// (WithGPUProcesses); the rest are served either way
 	served := map[string]bool{}
-	for _, f := range fams {
-		served[f.GetName()] = true
-		if f.GetType().String() == "HISTOGRAM" {
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				served[f.GetName()+s] = true
+	for _, opts := range [][]Option{nil, {WithGPUProcesses()}} {
+		e := New(sample(), 0, opts...)
+		e.ObserveHostRequest("cas", time.Microsecond, 0)
+		fams, err := e.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			served[f.GetName()] = true
+			if f.GetType().String() == "HISTOGRAM" {
+				for _, s := range []string{"_bucket", "_sum", "_count"} {
+					served[f.GetName()+s] = true
+				}
 			}
 		}
 	}

@@ -57,6 +57,14 @@
 //	dpu_failover_acquires_answered_total   own acquires a takeover stopped and answered
 //	dpu_host_requests_total{op,result}     result: ok or the errno's name (ENOENT, ...)
 //	dpu_host_request_duration_seconds{op}  histogram
+//	dpu_gpu_memory_used_bytes{device}      summed over the device's processes
+//	dpu_gpu_kernel_seconds_total{device}   summed likewise
+//	dpu_gpu_processes{device}              processes accounted for
+//
+// With WithGPUProcesses (the agent's metrics-gpu-processes = true) the GPU
+// metrics are per process instead, naming who runs what to whoever can
+// reach the endpoint:
+//
 //	dpu_gpu_memory_used_bytes{pid,uid,device,command}
 //	dpu_gpu_memory_limit_bytes{...}        0: unlimited
 //	dpu_gpu_kernel_seconds_total{...}

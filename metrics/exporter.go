@@ -73,6 +73,9 @@ type Exporter struct {
 	src  Source
 	reg  *prometheus.Registry
 	node noc.NodeID
+	// gpuProcesses: GPU metrics per process (WithGPUProcesses), not per
+	// device
+	gpuProcesses bool
 
 	hostCount   *prometheus.CounterVec
 	hostLatency *prometheus.HistogramVec
@@ -94,9 +97,21 @@ type hostObservers struct {
 // the request timeout (seconds).
 var HostLatencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5}
 
+// Option shapes an Exporter.
+type Option func(*Exporter)
+
+// WithGPUProcesses exports the CUDA hook's accounting per process, named
+// by pid, uid and command (dpu_gpu_*{pid,uid,device,command}). Without it
+// only sums per device are exported, so whoever can reach the endpoint
+// learns nothing of who runs what (the agent's metrics-gpu-processes).
+func WithGPUProcesses() Option { return func(e *Exporter) { e.gpuProcesses = true } }
+
 // New returns an exporter reading src, for node self.
-func New(src Source, self noc.NodeID) *Exporter {
+func New(src Source, self noc.NodeID, opts ...Option) *Exporter {
 	e := &Exporter{src: src, reg: prometheus.NewRegistry(), node: self}
+	for _, o := range opts {
+		o(e)
+	}
 	e.hostCount = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dpu_host_requests_total",
 		Help: "Host interface requests finished, by operation and result (ok or the errno's name).",
@@ -189,6 +204,9 @@ var (
 	descGPUMemLimit   = desc("dpu_gpu_memory_limit_bytes", "GPU memory limit of a process (0: unlimited).", gpuLabels...)
 	descGPUKernel     = desc("dpu_gpu_kernel_seconds_total", "GPU kernel time a process used.", gpuLabels...)
 	descGPUQuota      = desc("dpu_gpu_kernel_quota_ratio", "Share of the device's time a process may use (0: unlimited).", gpuLabels...)
+	descGPUDevMem     = desc("dpu_gpu_memory_used_bytes", "GPU memory the processes of a device use, together.", "device")
+	descGPUDevKernel  = desc("dpu_gpu_kernel_seconds_total", "GPU kernel time the processes of a device used, together (falls when one ends).", "device")
+	descGPUDevProcs   = desc("dpu_gpu_processes", "Processes the CUDA hook accounts for, per device.", "device")
 	descNUMACPUs      = desc("dpu_numa_node_cpus", "CPUs of each NUMA node of the host.", "numa", "cpus")
 	descNUMAMem       = desc("dpu_numa_node_memory_bytes", "Memory of each NUMA node of the host.", "numa")
 	descNUMAMemFree   = desc("dpu_numa_node_memory_free_bytes", "Free memory of each NUMA node of the host.", "numa")
@@ -201,12 +219,25 @@ var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, 
 	descTxBytes, descRxBytes, descTxMessages, descRxMessages, descRetransmits, descCRCErrors, descDuplicates, descRTT,
 	descChannelUp, descChannelDowns, descChannelUps, descChannelTx, descChannelRx, descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
-	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap, descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota,
+	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap,
 	descNUMACPUs, descNUMAMem, descNUMAMemFree, descNUMANIC, descNUMABound, descNUMAPageMem}
+
+// the GPU metrics, per process (WithGPUProcesses) or per device
+var (
+	gpuProcessDescs = []*prometheus.Desc{descGPUMem, descGPUMemLimit, descGPUKernel, descGPUQuota}
+	gpuDeviceDescs  = []*prometheus.Desc{descGPUDevMem, descGPUDevKernel, descGPUDevProcs}
+)
 
 // Describe implements prometheus.Collector.
 func (c snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range allDescs {
+		ch <- d
+	}
+	gpu := gpuDeviceDescs
+	if c.e.gpuProcesses {
+		gpu = gpuProcessDescs
+	}
+	for _, d := range gpu {
 		ch <- d
 	}
 }
@@ -330,7 +361,9 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	if ns, ok := src.(NUMASource); ok {
 		collectNUMA(ns.NUMA(), gauge)
 	}
-	if g, ok := src.(GPUSource); ok {
+	if g, ok := src.(GPUSource); ok && !c.e.gpuProcesses {
+		collectGPUDevices(g.GPUProcesses(), gauge, ch)
+	} else if ok {
 		for _, p := range g.GPUProcesses() {
 			l := []string{strconv.FormatUint(uint64(p.PID), 10), strconv.FormatUint(uint64(p.UID), 10),
 				strconv.FormatUint(uint64(p.Device), 10), p.Command}
@@ -339,6 +372,36 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descGPUKernel, prometheus.CounterValue, p.KernelTime.Seconds(), l...)
 			gauge(descGPUQuota, float64(p.KernelQuota)/100, l...)
 		}
+	}
+}
+
+// collectGPUDevices exports the GPU accounting summed per device: no
+// pid, uid or command.
+func collectGPUDevices(ps []gpuctl.Process, gauge func(*prometheus.Desc, float64, ...string), ch chan<- prometheus.Metric) {
+	type sum struct {
+		mem    uint64
+		kernel time.Duration
+		n      int
+	}
+	by := map[uint32]*sum{}
+	var order []uint32
+	for _, p := range ps {
+		d := uint32(p.Device)
+		s := by[d]
+		if s == nil {
+			s = &sum{}
+			by[d] = s
+			order = append(order, d)
+		}
+		s.mem += uint64(p.MemoryUsed)
+		s.kernel += p.KernelTime
+		s.n++
+	}
+	for _, d := range order {
+		s, dev := by[d], strconv.FormatUint(uint64(d), 10)
+		gauge(descGPUDevMem, float64(s.mem), dev)
+		ch <- prometheus.MustNewConstMetric(descGPUDevKernel, prometheus.CounterValue, s.kernel.Seconds(), dev)
+		gauge(descGPUDevProcs, float64(s.n), dev)
 	}
 }
 

@@ -30,7 +30,9 @@ type engineSource struct {
 func (s engineSource) EngineCounters() EngineCounters { return s.ec }
 
 func (s engineSource) GPUProcesses() []gpuctl.Process {
-	return []gpuctl.Process{{PID: 4242, UID: 1000, Command: "train.py", MemoryUsed: 3 << 30, MemoryLimit: 8 << 30, KernelTime: 1500 * time.Millisecond, KernelQuota: 50}}
+	return []gpuctl.Process{{PID: 4242, UID: 1000, Command: "train.py", MemoryUsed: 3 << 30, MemoryLimit: 8 << 30, KernelTime: 1500 * time.Millisecond, KernelQuota: 50},
+		{PID: 4343, UID: 1001, Device: 1, Command: "infer.py", MemoryUsed: 1 << 30},
+		{PID: 4444, UID: 1002, Device: 1, Command: "eval.py", MemoryUsed: 2 << 30, KernelTime: time.Second}}
 }
 
 func sample() engineSource {
@@ -109,7 +111,7 @@ next:
 
 func TestScrape(t *testing.T) {
 	src := sample()
-	e := New(src, 0)
+	e := New(src, 0, WithGPUProcesses())
 	e.ObserveHostRequest("cas", 30*time.Microsecond, 0)
 	e.ObserveHostRequest("cas", 2*time.Millisecond, 0)
 	e.ObserveHostRequest("load", time.Second, syscall.EHOSTDOWN)
@@ -183,16 +185,52 @@ func TestScrape(t *testing.T) {
 	}
 }
 
-// The metrics follow Prometheus' naming rules (promlint).
+// The metrics follow Prometheus' naming rules (promlint), with GPU
+// metrics per device and per process alike.
 func TestLint(t *testing.T) {
-	e := New(sample(), 0)
-	e.ObserveHostRequest("cas", time.Microsecond, 0)
-	problems, err := testutil.GatherAndLint(e.Registry())
-	if err != nil {
-		t.Fatal(err)
+	for _, opts := range [][]Option{nil, {WithGPUProcesses()}} {
+		e := New(sample(), 0, opts...)
+		e.ObserveHostRequest("cas", time.Microsecond, 0)
+		problems, err := testutil.GatherAndLint(e.Registry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
 	}
-	for _, p := range problems {
-		t.Errorf("%s: %s", p.Metric, p.Text)
+}
+
+// TestMetricsHideGPUIdentities: unless asked for (WithGPUProcesses), the
+// GPU metrics are sums per device: no sample names a pid, a uid or a
+// command, and the scrape holds none of the processes' commands.
+func TestMetricsHideGPUIdentities(t *testing.T) {
+	fams := scrape(t, New(sample(), 0))
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				switch {
+				case l.GetName() == "pid" || l.GetName() == "uid" || l.GetName() == "command":
+					t.Errorf("%s names a process: %s=%s", name, l.GetName(), l.GetValue())
+				case strings.HasSuffix(l.GetValue(), ".py") || l.GetValue() == "4242":
+					t.Errorf("%s{%s=%q} names a process", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"dpu_gpu_memory_used_bytes", map[string]string{"device": "0"}, 3 << 30},
+		{"dpu_gpu_memory_used_bytes", map[string]string{"device": "1"}, 3 << 30},
+		{"dpu_gpu_processes", map[string]string{"device": "1"}, 2},
+		{"dpu_gpu_kernel_seconds_total", map[string]string{"device": "0"}, 1.5},
+	} {
+		if got := value(t, fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }
 

@@ -40,6 +40,12 @@ type Config struct {
 	// HoldBound bounds how long a frame waits for room on its outgoing
 	// link before it is dropped (default 1 s; see Core.forward).
 	HoldBound time.Duration
+	// AdmitNeighbour, when set, is asked about every hello before routing
+	// sees it: false refuses the node claiming id n on port p (the agent
+	// refuses an id its link key is not bound to). A port whose hello was
+	// refused carries nothing until it is admitted or its link goes down:
+	// its frames are dropped and counted (Stats.NeighboursRefused).
+	AdmitNeighbour func(p noc.PortID, n noc.NodeID) bool
 }
 
 // Errors of the core.
@@ -90,6 +96,7 @@ type port struct {
 	up        bool
 	neighbour noc.NodeID
 	known     bool          // neighbour learned from routing
+	refused   bool          // its last hello was refused (Config.AdmitNeighbour)
 	lastRx    time.Duration // when the port last delivered a datagram
 
 	// held is a received frame waiting for room on its outgoing link
@@ -127,6 +134,9 @@ type Stats struct {
 	// ClockReports counts clock reports received (dropped when the clock
 	// does not run).
 	ClockReports uint64
+	// NeighboursRefused counts frames dropped on a port whose neighbour
+	// Config.AdmitNeighbour refused, its hellos included.
+	NeighboursRefused uint64
 }
 
 // EventKind says what an Event reports.
@@ -356,6 +366,16 @@ func (c *Core) dispatch(in noc.PortID, msg []byte) {
 		c.stats.Malformed++
 		return
 	}
+	if c.cfg.AdmitNeighbour != nil && int(in) < len(c.ports) {
+		pt := c.ports[in]
+		if f.IsRouting() && f.Op == route.OpHello {
+			pt.refused = !c.cfg.AdmitNeighbour(in, f.Src)
+		}
+		if pt.refused {
+			c.stats.NeighboursRefused++
+			return
+		}
+	}
 	switch {
 	case f.IsRouting():
 		c.stats.Routing++
@@ -473,7 +493,7 @@ func (c *Core) linkEvents(p noc.PortID, pt *port) {
 		} else {
 			pt.up = false
 			was, known := pt.neighbour, pt.known
-			pt.known = false
+			pt.known, pt.refused = false, false
 			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkDown, Port: p, Neighbour: was, Reason: ev.Reason.String()})
 			c.rtDirty = true
 			_ = c.rt.PortDown(c.now, p)

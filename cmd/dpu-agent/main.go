@@ -11,8 +11,9 @@
 //
 // Under systemd (Type=notify) it reports readiness, reloads and shutdown
 // with sd_notify. SIGHUP reloads the configuration file (with the same
-// flags on top): log-level and metrics-listen change at once; the log
-// names every other changed key, which needs a restart. SIGTERM and SIGINT
+// flags on top): log-level, metrics-listen and the fabric-keys file change
+// at once (a removed or rebound key's link sessions end then, logged); the
+// log names every other changed key, which needs a restart. SIGTERM and SIGINT
 // stop it cleanly.
 package main
 

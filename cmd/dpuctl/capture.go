@@ -144,6 +144,9 @@ func linkCapture(e *env, args []string) error {
 	if len(frames) > 0 && frames[0].Sealed {
 		sealed = " (sealed, as on the wire; --plaintext shows them opened)"
 	}
+	if len(frames) > 0 && frames[0].Redacted {
+		sealed = " (payloads zeroed: the capture group sees headers only on a link without key-file)"
+	}
 	fmt.Fprintf(e.stderr, "dpuctl: %d datagrams captured%s\n", len(frames), sealed)
 	return nil
 }

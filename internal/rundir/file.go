@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -210,10 +211,16 @@ func OpenConfig(path string, uid int) (*os.File, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrUnsafe, problems[0])
 	}
-	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+	// the path resolve found has no symlink: none may appear on it now
+	fd, err := unix.Openat2(unix.AT_FDCWD, real, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.ENOSYS) { // before Linux 5.6
+		fd, err = unix.Open(real, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, &fs.PathError{Op: "open", Path: real, Err: err})
+	}
+	f := os.NewFile(uintptr(fd), real)
 	if err := trusted(f, uid); err != nil {
 		if terr := trusted(f, 0); terr != nil {
 			f.Close()

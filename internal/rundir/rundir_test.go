@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aitherion/dpu/internal/privtest"
 )
 
@@ -304,5 +306,44 @@ func TestOpenConfigRefusesWhatOthersCanChange(t *testing.T) {
 		t.Fatalf("the agent user's own config: %v", err)
 	} else {
 		f.Close()
+	}
+}
+
+// TestOpenDirHoldsTheCheckedDirectory: OpenDir's Path names the directory
+// it checked after that directory is renamed and another put in its place;
+// both ways of opening refuse a symlink on the way.
+func TestOpenDirHoldsTheCheckedDirectory(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "run")
+	d, _, err := OpenDir(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := os.Rename(dir, filepath.Join(parent, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Path(), "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "moved", "f")); err != nil {
+		t.Fatalf("written through the descriptor, not into the checked directory: %v", err)
+	}
+	if err := os.Symlink(filepath.Join(parent, "moved"), filepath.Join(parent, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range map[string]func(string) (int, error){"openat2": openNoSymlinks, "walk": openWalk} {
+		if fd, err := open(filepath.Join(parent, "link")); err == nil {
+			unix.Close(fd)
+			t.Errorf("%s followed a symlink", name)
+		}
+		fd, err := open(filepath.Join(parent, "moved"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		unix.Close(fd)
 	}
 }

@@ -60,6 +60,25 @@
 // Config.HandshakeRate of them are processed per second; the rest are
 // dropped before any of it.
 //
+// # Cookies
+//
+// A flood of forged inits (from the neighbour's address: the inner port
+// takes nothing from any other) would spend that rate limit and keep the
+// real neighbour out. So, as in WireGuard, a port under load (more than
+// HandshakeRate/4 inits without a valid mac in about the last second)
+// answers such an init with a cookie message (type 6: the init's sender
+// index and a 16-byte cookie) instead of doing public-key work; the reply
+// goes to the port's remote, where only the real neighbour (or someone on
+// its path) reads it. The initiator sends its init again at once, with a
+// 16-byte mac (HMAC-SHA256 with the cookie key over the init) appended,
+// and appends one to its inits while the cookie is fresh (2 minutes). An
+// init with a valid mac is served from the rate limit whatever the load.
+// Cookies are HMACs of a random secret replaced every 2 minutes (the one
+// before stays good until the next replacement). A node of this link
+// version without cookies interoperates: it never sends a cookie, so it
+// is never sent a mac, and it drops cookie messages as malformed (under a
+// flood it is then no better off than before).
+//
 // # What it does not do
 //
 // It does not hide that two addresses talk, nor the responder's public key

@@ -72,6 +72,8 @@ func FuzzHandshake(f *testing.F) {
 	f.Add(make([]byte, initLen), uint8(1))
 	f.Add(make([]byte, responseLen), uint8(2))
 	f.Add(make([]byte, finishLen), uint8(3))
+	f.Add(make([]byte, initMACLen), uint8(1))
+	f.Add(append([]byte{msgCookie}, make([]byte, cookieMsgLen-1)...), uint8(1))
 	f.Fuzz(func(t *testing.T, d []byte, state uint8) {
 		p := pr.b
 		p.mu.Lock()
@@ -111,6 +113,9 @@ func TestDescribe(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Errorf("the session's datagrams had types %v, want all of %v", seen, want)
+	}
+	if what, ok := Describe(append([]byte{msgCookie}, make([]byte, cookieMsgLen-1)...)); !ok || what != "handshake cookie" {
+		t.Errorf("a cookie message described as %q %v", what, ok)
 	}
 	if what, ok := Describe([]byte{1, 2, 3}); ok {
 		t.Errorf("three bytes described as %q", what)

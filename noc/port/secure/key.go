@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -109,31 +111,73 @@ func keyPairOf(priv []byte) (KeyPair, error) {
 var basePoint = [32]byte{9}
 
 // Fabric is the list of the fabric's public keys: the nodes allowed to be
-// neighbours. Names are for people (dpuctl neigh show).
+// neighbours, each key bound to the node id its holder may claim (or, in
+// a list written without ids, to none: its holder may claim any). Names
+// are for people (dpuctl neigh show).
 //
 // A Fabric is safe for concurrent use: the ports that share one see a
 // Replace at once (their handshakes look keys up as they come).
 type Fabric struct {
 	mu   sync.RWMutex
-	keys map[PublicKey]string
+	keys map[PublicKey]entry
+}
+
+// entry is one key's name and node binding.
+type entry struct {
+	name  string
+	node  uint32
+	bound bool
 }
 
 // NewFabric returns a key list.
-func NewFabric() *Fabric { return &Fabric{keys: map[PublicKey]string{}} }
+func NewFabric() *Fabric { return &Fabric{keys: map[PublicKey]entry{}} }
 
-// Add allows key under name.
+// Add allows key under name, bound to no node id (its holder may claim
+// any; AddNode binds it).
 func (f *Fabric) Add(name string, key PublicKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.keys[key] = name
+	f.keys[key] = entry{name: name}
+}
+
+// AddNode allows key under name, for node id node only: a neighbour that
+// proves key and claims another id is refused (Node tells the agent which
+// id that is).
+func (f *Fabric) AddNode(name string, key PublicKey, node uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys[key] = entry{name: name, node: node, bound: true}
 }
 
 // Lookup returns the name of key and whether the fabric allows it.
 func (f *Fabric) Lookup(key PublicKey) (string, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	name, ok := f.keys[key]
-	return name, ok
+	e, ok := f.keys[key]
+	return e.name, ok
+}
+
+// Node returns the node id key is bound to; bound is false when the list
+// binds it to none (or does not list it).
+func (f *Fabric) Node(key PublicKey) (node uint32, bound bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	e := f.keys[key]
+	return e.node, e.bound
+}
+
+// Unbound lists the names of the keys bound to no node id.
+func (f *Fabric) Unbound() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []string
+	for _, e := range f.keys {
+		if !e.bound {
+			out = append(out, e.name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Len is the number of keys.
@@ -143,30 +187,33 @@ func (f *Fabric) Len() int {
 	return len(f.keys)
 }
 
-// KeyChange is a key a Replace added or removed, with its name.
+// KeyChange is a key a Replace added or removed (or rebound), with its
+// name.
 type KeyChange struct {
 	Name string
 	Key  PublicKey
 }
 
 // Replace makes f's keys those of next and reports which keys it added
-// and removed (a key whose name changed is neither). The ports sharing f
-// refuse a removed key's handshakes from then on; Port.Revoke ends a
-// session already up with one.
+// and removed (a key whose name changed is neither; a key bound to
+// another node id, or newly bound or unbound, is both: removed, so its
+// sessions end, and added). The ports sharing f refuse a removed key's
+// handshakes from then on; Port.Revoke ends a session already up with
+// one.
 func (f *Fabric) Replace(next *Fabric) (added, removed []KeyChange) {
 	next.mu.RLock()
 	keys := maps.Clone(next.keys)
 	next.mu.RUnlock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for k, name := range keys {
-		if _, ok := f.keys[k]; !ok {
-			added = append(added, KeyChange{Name: name, Key: k})
+	for k, e := range keys {
+		if old, ok := f.keys[k]; !ok || old.bound != e.bound || old.node != e.node {
+			added = append(added, KeyChange{Name: e.name, Key: k})
 		}
 	}
-	for k, name := range f.keys {
-		if _, ok := keys[k]; !ok {
-			removed = append(removed, KeyChange{Name: name, Key: k})
+	for k, e := range f.keys {
+		if n, ok := keys[k]; !ok || n.bound != e.bound || n.node != e.node {
+			removed = append(removed, KeyChange{Name: e.name, Key: k})
 		}
 	}
 	f.keys = keys
@@ -178,9 +225,14 @@ func (f *Fabric) Format(order []PublicKey) []byte {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var b strings.Builder
-	b.WriteString("# the fabric's node public keys: NAME KEY (written by dpu-fabric)\n")
+	b.WriteString("# the fabric's node public keys: NAME KEY [node=ID] (written by dpu-fabric)\n")
 	for _, k := range order {
-		fmt.Fprintf(&b, "%s %s\n", f.keys[k], k)
+		e := f.keys[k]
+		if e.bound {
+			fmt.Fprintf(&b, "%s %s node=%d\n", e.name, k, e.node)
+		} else {
+			fmt.Fprintf(&b, "%s %s\n", e.name, k)
+		}
 	}
 	return []byte(b.String())
 }
@@ -188,8 +240,10 @@ func (f *Fabric) Format(order []PublicKey) []byte {
 // ErrFabricFile is wrapped by key-list syntax errors.
 var ErrFabricFile = errors.New("secure: fabric key list")
 
-// ParseFabric reads a key list: one "NAME BASE64-KEY" per line, '#'
-// comments and blank lines ignored.
+// ParseFabric reads a key list: one "NAME BASE64-KEY [node=ID]" per line,
+// '#' comments and blank lines ignored. node=ID binds the key to that
+// node id (decimal): its holder is refused as a neighbour that claims any
+// other. A key listed twice is an error.
 func ParseFabric(b []byte) (*Fabric, error) {
 	f := NewFabric()
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -201,14 +255,26 @@ func ParseFabric(b []byte) (*Fabric, error) {
 			continue
 		}
 		fs := strings.Fields(t)
-		if len(fs) != 2 {
-			return nil, fmt.Errorf("%w: line %d: want NAME KEY", ErrFabricFile, line)
+		if len(fs) != 2 && len(fs) != 3 {
+			return nil, fmt.Errorf("%w: line %d: want NAME KEY [node=ID]", ErrFabricFile, line)
 		}
 		k, err := ParsePublicKey(fs[1])
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %w", ErrFabricFile, line, err)
 		}
-		f.Add(fs[0], k)
+		if _, dup := f.keys[k]; dup {
+			return nil, fmt.Errorf("%w: line %d: key %s listed twice", ErrFabricFile, line, k)
+		}
+		if len(fs) == 2 {
+			f.Add(fs[0], k)
+			continue
+		}
+		id, ok := strings.CutPrefix(fs[2], "node=")
+		n, err := strconv.ParseUint(id, 10, 32)
+		if !ok || err != nil || n == 0xFFFFFFFF {
+			return nil, fmt.Errorf("%w: line %d: %q is not node=ID (a decimal node id)", ErrFabricFile, line, fs[2])
+		}
+		f.AddNode(fs[0], k, uint32(n))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFabricFile, err)

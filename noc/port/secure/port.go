@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,8 @@ type Stats struct {
 	DroppedNoSession  uint64 // writes dropped while no session was up
 	HandshakeFailures uint64 // handshake messages that did not verify
 	Bundled           uint64 // datagrams sent sealed together with others
+	CookiesSent       uint64 // inits answered with a cookie (under load)
+	CookiesTaken      uint64 // cookies received for a handshake of ours
 }
 
 // Port seals every datagram of an inner noc.Port in an authenticated
@@ -107,6 +110,7 @@ type Port struct {
 	resp    *handshake
 	tokens  float64
 	tokenAt time.Time
+	cookies cookies
 	peer    PublicKey
 	peerOK  bool
 	rbuf    []byte
@@ -117,7 +121,7 @@ type Port struct {
 
 	stats struct {
 		sealed, opened, handshakes, refused, rateLimited, replayed, unauthentic,
-		malformed, noSession, droppedNoSession, hsFailures, bundled atomic.Uint64
+		malformed, noSession, droppedNoSession, hsFailures, bundled, cookiesSent, cookiesTaken atomic.Uint64
 	}
 }
 
@@ -144,6 +148,8 @@ type handshake struct {
 	local   uint32
 	remote  uint32
 	started time.Time
+	init    []byte // initiator: the init message, without a mac
+	cookied bool   // initiator: sent again with a cookie's mac
 }
 
 // New wraps inner. The inner port must not be used directly afterwards.
@@ -177,16 +183,17 @@ func (p *Port) Peer() (PublicKey, bool) {
 }
 
 // Revoke ends the sessions with the neighbour when its key is no longer in
-// the fabric (after Fabric.Replace removed it), and reports whether it
-// did: what the neighbour sends is dropped from then on (no session), and
-// the next write starts a handshake that only a listed key completes.
-func (p *Port) Revoke() (PublicKey, bool) {
+// the fabric (after Fabric.Replace removed it) or is one of changed (keys
+// a Replace rebound to another node id), and reports whether it did: what
+// the neighbour sends is dropped from then on (no session), and the next
+// write starts a handshake that only a listed key completes.
+func (p *Port) Revoke(changed ...PublicKey) (PublicKey, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.peerOK {
 		return PublicKey{}, false
 	}
-	if _, ok := p.cfg.Fabric.Lookup(p.peer); ok {
+	if _, ok := p.cfg.Fabric.Lookup(p.peer); ok && !slices.Contains(changed, p.peer) {
 		return PublicKey{}, false
 	}
 	k := p.peer
@@ -210,7 +217,8 @@ func (p *Port) Stats() Stats {
 	return Stats{Sealed: s.sealed.Load(), Opened: s.opened.Load(), Handshakes: s.handshakes.Load(), Refused: s.refused.Load(),
 		RateLimited: s.rateLimited.Load(), Replayed: s.replayed.Load(), Unauthentic: s.unauthentic.Load(),
 		Malformed: s.malformed.Load(), NoSession: s.noSession.Load(), DroppedNoSession: s.droppedNoSession.Load(),
-		HandshakeFailures: s.hsFailures.Load(), Bundled: s.bundled.Load()}
+		HandshakeFailures: s.hsFailures.Load(), Bundled: s.bundled.Load(),
+		CookiesSent: s.cookiesSent.Load(), CookiesTaken: s.cookiesTaken.Load()}
 }
 
 // WriteDatagram seals b in the current session and sends it. With no
@@ -389,13 +397,14 @@ func (p *Port) startHandshake(now time.Time) []byte {
 		return nil
 	}
 	hs := &handshake{state: st, local: randomIndex(), started: now}
-	out := appendHandshake(make([]byte, 0, initLen), msgInit, hs.local, 0)
+	out := appendHandshake(make([]byte, 0, initMACLen), msgInit, hs.local, 0)
 	out, _, _, err = st.WriteMessage(out, nil)
 	if err != nil {
 		return nil
 	}
+	hs.init = out
 	p.hs = hs
-	return out
+	return p.cookies.sign(append(make([]byte, 0, initMACLen), out...), now)
 }
 
 func (p *Port) send(b []byte) error {
@@ -583,6 +592,12 @@ func (p *Port) open(m *message, b []byte) (int, bool) {
 func (p *Port) handshakeInput(m *message, now time.Time) []byte {
 	switch m.typ {
 	case msgInit:
+		if !p.cookies.valid(m.signed, m.mac, now) && p.cookies.underLoad(float64(p.cfg.HandshakeRate)/4, now) {
+			// under load: no public-key work for an init that has not
+			// shown it can receive what we send
+			p.stats.cookiesSent.Add(1)
+			return p.cookies.reply(m.sender, now)
+		}
 		if !p.allow(now) {
 			return nil
 		}
@@ -608,6 +623,18 @@ func (p *Port) handshakeInput(m *message, now time.Time) []byte {
 		p.hs = nil // we answer instead
 		p.resp = r
 		return out
+	case msgCookie:
+		hs := p.hs
+		if hs == nil || m.receiver != hs.local {
+			return nil
+		}
+		p.cookies.take(m.cookie, now)
+		p.stats.cookiesTaken.Add(1)
+		if hs.cookied {
+			return nil // one resend per init; later ones are paced by HandshakeRetry
+		}
+		hs.cookied = true
+		return p.cookies.sign(append(make([]byte, 0, initMACLen), hs.init...), now)
 	case msgResponse:
 		hs := p.hs
 		if hs == nil || m.receiver != hs.local {
@@ -731,7 +758,8 @@ func (p *Port) Counters() (map[string]uint64, error) {
 	for k, v := range map[string]uint64{"sealed": s.Sealed, "opened": s.Opened, "handshakes": s.Handshakes,
 		"refused": s.Refused, "rate_limited": s.RateLimited, "replayed": s.Replayed, "unauthentic": s.Unauthentic,
 		"malformed": s.Malformed, "no_session": s.NoSession, "dropped_no_session": s.DroppedNoSession,
-		"handshake_failures": s.HandshakeFailures, "bundled": s.Bundled} {
+		"handshake_failures": s.HandshakeFailures, "bundled": s.Bundled,
+		"cookies_sent": s.CookiesSent, "cookies_taken": s.CookiesTaken} {
 		out["secure_"+k] = v
 	}
 	return out, nil

@@ -259,8 +259,10 @@ func TestHandshakeRateIsBounded(t *testing.T) {
 	for range 200 {
 		pr.b.input(init(), nil)
 	}
-	if got := pr.b.Stats().RateLimited; got < 200-uint64(pr.b.cfg.HandshakeRate) {
-		t.Fatalf("rate limited %d of 200 inits at one instant", got)
+	// each init beyond the rate is dropped or answered with a cookie,
+	// never with public-key work
+	if st := pr.b.Stats(); st.RateLimited+st.CookiesSent < 200-uint64(pr.b.cfg.HandshakeRate) {
+		t.Fatalf("rate limited %d and sent %d cookies for 200 inits at one instant", st.RateLimited, st.CookiesSent)
 	}
 }
 
@@ -384,5 +386,49 @@ func TestExpiredSessionIsRefused(t *testing.T) {
 	_, _ = pr.b.ReadDatagram(buf)
 	if pr.b.Stats().NoSession != before+1 || !s.expired.Load() {
 		t.Fatalf("a datagram of a session past RejectAfter was not refused as such")
+	}
+}
+
+// TestFabricBindsKeysToNodes: node=ID binds a key to a node id, a list
+// without it binds nothing, Format writes what ParseFabric reads, and a
+// key listed twice or a bad id is refused; rebinding a key is a change.
+func TestFabricBindsKeysToNodes(t *testing.T) {
+	a, b := keyPair(t).Public, keyPair(t).Public
+	f, err := ParseFabric([]byte("# c\nn1 " + a.String() + " node=1\nloose " + b.String() + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, bound := f.Node(a); !bound || n != 1 {
+		t.Fatalf("a: node %d bound %v, want 1", n, bound)
+	}
+	if _, bound := f.Node(b); bound {
+		t.Fatal("b is bound")
+	}
+	if u := f.Unbound(); len(u) != 1 || u[0] != "loose" {
+		t.Fatalf("unbound %q", u)
+	}
+	g, err := ParseFabric(f.Format([]PublicKey{a, b}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, bound := g.Node(a); !bound || n != 1 {
+		t.Fatalf("round trip: node %d bound %v", n, bound)
+	}
+	for _, bad := range []string{
+		"x " + a.String() + " node=1\ny " + a.String() + " node=2\n",
+		"x " + a.String() + " node=-1\n",
+		"x " + a.String() + " node=4294967295\n",
+		"x " + a.String() + " 1\n",
+	} {
+		if _, err := ParseFabric([]byte(bad)); !errors.Is(err, ErrFabricFile) {
+			t.Fatalf("%q: %v", bad, err)
+		}
+	}
+	h := NewFabric()
+	h.AddNode("n1", a, 2)
+	h.Add("loose", b)
+	added, removed := f.Replace(h)
+	if len(added) != 1 || len(removed) != 1 || added[0].Key != a || removed[0].Key != a {
+		t.Fatalf("rebinding: added %v removed %v", added, removed)
 	}
 }
