@@ -37,7 +37,7 @@ var defaultTargets = []target{
 	{dir: "pathcache"},
 	{dir: "noc/link"},
 	{dir: "noc/route"},
-	{dir: "hostif", files: []string{"perm.go", "pipeline.go", "calls.go"}},
+	{dir: "hostif", files: []string{"perm.go", "pipeline.go", "dispatch.go"}},
 	{dir: "internal/quota"},
 }
 
