@@ -266,6 +266,16 @@ func (e *Engine) syncReplica(ent *pathcache.Entry, pg *page) {
 	}
 }
 
+// replaced tells a host that maps pg that its content is about to be
+// replaced by a whole page of a newer version v (a ref's answer, the
+// content an ownership transfer or a takeover brings): the host's copy of
+// the old version is no longer current.
+func (e *Engine) replaced(now time.Duration, pg *page, v gva.Version) {
+	if pg.maps > 0 && pg.has && v > pg.version {
+		e.event(Event{Kind: EventInvalidated, GVA: pg.key, Version: v, At: now})
+	}
+}
+
 // invalidated tells the host that its replica of pg is no longer current.
 func (e *Engine) invalidated(now time.Duration, pg *page, v gva.Version) {
 	if pg.maps > 0 {
@@ -303,7 +313,6 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 	}
 	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
 		(pg.swap == nil || pg.swap.stage < stageGranted) {
-		wasValid := pg.has && pg.version+1 >= v
 		if data != nil && pg.has && pg.version+1 == v {
 			e.advanced(pg, v)
 			copy(pg.content[f.GVA.Offset():], data)
@@ -312,7 +321,10 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 			if pg.maps > 0 {
 				e.event(Event{Kind: EventUpdated, GVA: pg.key, Version: v, At: now, Offset: int(f.GVA.Offset()), Data: data})
 			}
-		} else if pg.version < v && wasValid {
+		} else if pg.version < v {
+			// Behind (it was valid, or a gap came while it was not on
+			// the tree): the host is told every time, as a copy it holds
+			// may not know it is behind.
 			e.invalidated(now, pg, v)
 		}
 		e.syncReplica(ent, pg)
@@ -515,7 +527,7 @@ func (e *Engine) handleReply(now time.Duration, f *noc.Frame) {
 			return
 		}
 		v := f.PageVersion
-		e.ownWrite(r.key, int(r.hr.GVA.Offset()), r.data, v)
+		e.ownWrite(now, r.key, int(r.hr.GVA.Offset()), r.data, v)
 		if r.hr.Op == HostCAS {
 			e.complete(now, r, Completion{Value: r.hr.Expected, Swapped: true, Version: v})
 			return
@@ -538,7 +550,7 @@ func (e *Engine) handleReply(now time.Duration, f *noc.Frame) {
 		if changed {
 			var b [8]byte
 			binary.LittleEndian.PutUint64(b[:], nv)
-			e.ownWrite(r.key, int(r.hr.GVA.Offset()), b[:], v)
+			e.ownWrite(now, r.key, int(r.hr.GVA.Offset()), b[:], v)
 		} else {
 			e.seen(r.key, v)
 		}
@@ -566,7 +578,7 @@ func validReply(f *noc.Frame) bool {
 // ownWrite applies this host's own acknowledged write to its replica when
 // it is the next version (read-your-writes without waiting for the
 // update), and raises the host's session floor.
-func (e *Engine) ownWrite(key gva.GVA, off int, data []byte, v gva.Version) {
+func (e *Engine) ownWrite(now time.Duration, key gva.GVA, off int, data []byte, v gva.Version) {
 	e.seen(key, v)
 	pg := e.pages[key]
 	if pg == nil || pg.owner || !pg.has || pg.version+1 != v || (pg.swap != nil && pg.swap.stage >= stageGranted) {
@@ -581,6 +593,12 @@ func (e *Engine) ownWrite(key gva.GVA, off int, data []byte, v gva.Version) {
 	pg.version = v
 	ent.Version = v
 	e.syncReplica(ent, pg)
+	if pg.maps > 0 {
+		// The host that made it usually applied it already; one whose
+		// caller gave up on it (abandoned: no completion reaches the host
+		// interface) did not, and its copy would stay at the old version.
+		e.event(Event{Kind: EventUpdated, GVA: key, Version: v, At: now, Offset: off, Data: data})
+	}
 }
 
 // advanced reports a replica's content moving to version v.

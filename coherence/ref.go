@@ -278,6 +278,7 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) 
 	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
 		(pg.swap == nil || pg.swap.stage < stageGranted) {
 		if !pg.has || w > pg.version {
+			e.replaced(now, pg, w)
 			e.advanced(pg, w)
 			copy(pg.content, rr.content)
 			pg.has, pg.version = true, w

@@ -1630,6 +1630,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		// acknowledge before commits; keep the newer content.
 		e.stats.PathAnomalies++
 	} else {
+		e.replaced(now, pg, c.version)
 		copy(pg.content, c.content)
 		pg.version = c.version
 	}

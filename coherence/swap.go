@@ -255,6 +255,7 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 	}
 	sw.replies, sw.hasReplies = recs, d.flags&dataReplies != 0
 	if !pg.has || pg.version != f.PageVersion {
+		e.replaced(now, pg, f.PageVersion)
 		e.advanced(pg, f.PageVersion)
 	}
 	if !(bugsCompiled && e.cfg.Bug == BugSwapStaleContent && pg.has) {

@@ -567,6 +567,7 @@ func (w *World) final() {
 		}
 	}
 	c.owners(true)
+	w.finalViews()
 	w.treeShape(false)
 	w.quotaHeld()
 	w.lostPagesFail()

@@ -90,6 +90,10 @@ func (w *World) setup() error {
 			return fmt.Errorf("sim: alloc on node %v: %v", home.id, got.Err)
 		}
 		w.pages = append(w.pages, &simPage{g: got.GVA, home: home.id, hot: i < w.cfg.HotPages})
+		if w.pageIdx == nil {
+			w.pageIdx = map[gva.GVA]int{}
+		}
+		w.pageIdx[got.GVA.Key()] = len(w.pages) - 1
 		w.check.addPage(got.GVA.Key())
 	}
 	for i := range w.nodes {
@@ -201,6 +205,9 @@ func (w *World) disconnect(c *client) {
 		w.check.abandon(w.check.lockOp(c.locked, c.holder, false, w.now))
 	}
 	w.closed = append(w.closed, closedSession{n: n, h: n.hosts, id: c.session})
+	for page := range c.mapped {
+		w.viewUnmapped(n, page) // the close drops the session's maps
+	}
 	n.hosts.Close(w.now, c.session, n.core)
 	w.settle(n)
 	w.res.Disconnects++
@@ -459,12 +466,14 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, errno syscall.Errno) {
 	switch po.req.Op {
 	case coherence.HostRef:
-		if errno == 0 {
+		if errno == 0 && !c.mapped[po.page] {
 			c.mapped[po.page] = true
+			w.viewMapped(w.nodes[c.node], po.page, cp)
 		}
 	case coherence.HostUnref:
-		if errno == 0 {
+		if errno == 0 && c.mapped[po.page] {
 			delete(c.mapped, po.page)
+			w.viewUnmapped(w.nodes[c.node], po.page)
 		}
 	case coherence.HostLock:
 		if errno == 0 {
@@ -502,8 +511,12 @@ func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, er
 			c.last[[2]int{po.page, word}] = v
 		}
 	}
-	if errno == syscall.EHOSTDOWN && po.req.Op == coherence.HostRef {
+	if errno == syscall.EHOSTDOWN && po.req.Op == coherence.HostRef && c.mapped[po.page] {
 		delete(c.mapped, po.page)
+		w.viewUnmapped(w.nodes[c.node], po.page)
+	}
+	if errno == 0 && po.page >= 0 {
+		w.viewOwnWrite(w.nodes[c.node], po, cp)
 	}
 }
 
@@ -521,6 +534,7 @@ func (w *World) checkOneLocker(c *client, page int) {
 // event takes a node's host events: a revoked pin (EventHostFault) ends
 // the lock of the client whose session held it, at an unknown time.
 func (w *World) event(n *simNode, ev coherence.Event) {
+	w.viewEvent(n, ev)
 	if ev.Kind != coherence.EventHostFault {
 		return
 	}

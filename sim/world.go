@@ -116,7 +116,8 @@ type Config struct {
 	ClientsPerNode, HotPages, ColdPages int
 	// Workload is how long clients issue requests (virtual, default 40ms);
 	// Quiesce how long the fabric then runs quietly before the final
-	// checks (default 150ms).
+	// checks (default 150ms; at least the request bound plus 10ms, so
+	// that every request, an abandoned one too, has ended).
 	Workload, Quiesce time.Duration
 	// Think is the longest pause of a client between two requests
 	// (default 200µs).
@@ -202,6 +203,9 @@ func (c Config) withDefaults() Config {
 	if c.Quiesce <= 0 {
 		c.Quiesce = 150 * time.Millisecond
 	}
+	// The final checks want every request ended: a closed session's
+	// abandoned requests run on to their bound.
+	c.Quiesce = max(c.Quiesce, engineTiming.RequestTimeout+10*time.Millisecond)
 	if c.Think <= 0 {
 		c.Think = 200 * time.Microsecond
 	}
@@ -358,8 +362,10 @@ type World struct {
 	reqID     uint64
 	closed    []closedSession
 	pages     []*simPage
-	guarded   []*simPage    // pages of user 1000, mode 0640 (users.go)
-	life      []*lifeExtent // the allocation lifecycle's extents (lifecycle.go)
+	pageIdx   map[gva.GVA]int // a shared page's index in pages
+	reloads   []reload        // host copies' reload attempts to send (views.go)
+	guarded   []*simPage      // pages of user 1000, mode 0640 (users.go)
+	life      []*lifeExtent   // the allocation lifecycle's extents (lifecycle.go)
 	check     *checker
 	stopped   bool // workload over
 	ending    bool
@@ -378,6 +384,7 @@ type simNode struct {
 	wakeAt time.Duration
 	ports  int
 	reqs   map[uint64]*pendingOp // host request id -> op
+	views  map[int]*simView      // its host's copies of the shared pages its clients map (views.go)
 	quota  pageLedger            // the page quota of this run's users
 	disk   *pagelog.MemDisk      // Config.Durable: the node's disk, kept across restarts
 	// syncFailed: its engine stopped on a torn sync; its crash is queued.
@@ -409,6 +416,7 @@ const (
 	evFault
 	evCheck
 	evFlood
+	evReload
 )
 
 type event struct {
@@ -526,6 +534,7 @@ func (w *World) boot(n *simNode) error {
 	}
 	n.core, n.hosts, n.eng, n.alive, n.wakeAt, n.syncFailed = c, h, e, true, -1, false
 	n.reqs = map[uint64]*pendingOp{}
+	n.views = map[int]*simView{} // a new run: its host's copies went with it
 	if len(w.nodes) == w.graph.N() && w.nodes[len(w.nodes)-1].core != nil {
 		w.settle(n)
 	}
@@ -685,6 +694,8 @@ func (w *World) handle(ev event) {
 		}
 	case evFault:
 		w.fault(ev.n)
+	case evReload:
+		w.sendReloads()
 	case evFlood:
 		w.floodStep(w.flooders[ev.n])
 	case evCheck:

@@ -47,7 +47,9 @@ func (w *View) Update(off, n int, v gva.Version) (apply, reload bool) {
 
 // Invalidate hears that version v exists (a write the core did not send
 // the bytes of); force makes the view stale even without a newer version
-// known (events were lost). It reports whether a reload must start.
+// known: events were lost, or the core said its replica is no longer
+// current (its branch was cut from the owner: later versions will not
+// reach it). It reports whether a reload must start.
 func (w *View) Invalidate(v gva.Version, force bool) (reload bool) {
 	w.Want = max(w.Want, v)
 	if force && w.Want <= w.Version {
