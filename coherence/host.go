@@ -179,6 +179,10 @@ type Event struct {
 	// during the Sink's Event call: a sink that keeps them copies them).
 	Offset int
 	Data   []byte
+	// Lost (EventInvalidated): the replica left the page's tree (cut
+	// from the owner, evicted, fenced): no later version will reach it,
+	// so a host's copy is stale even at the version it holds.
+	Lost bool
 }
 
 // Sink receives completions and events, as values, from inside the

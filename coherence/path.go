@@ -237,7 +237,7 @@ func (e *Engine) evicted(now time.Duration, evs []pathcache.Eviction) {
 		for p := range ev.Down.All() {
 			if p == noc.LocalPort {
 				if pg := e.pages[ev.Key]; pg != nil && !pg.owner {
-					e.invalidated(now, pg, ev.Version)
+					e.lostReplica(now, pg, ev.Version)
 				}
 				continue
 			}
@@ -273,6 +273,14 @@ func (e *Engine) syncReplica(ent *pathcache.Entry, pg *page) {
 func (e *Engine) replaced(now time.Duration, pg *page, v gva.Version) {
 	if pg.maps > 0 && pg.has && v > pg.version {
 		e.event(Event{Kind: EventInvalidated, GVA: pg.key, Version: v, At: now})
+	}
+}
+
+// lostReplica tells the host that its replica of pg left the page's tree:
+// it is no longer current, whatever its version.
+func (e *Engine) lostReplica(now time.Duration, pg *page, v gva.Version) {
+	if pg.maps > 0 {
+		e.event(Event{Kind: EventInvalidated, GVA: pg.key, Version: v, At: now, Lost: true})
 	}
 }
 
@@ -473,7 +481,7 @@ func (e *Engine) resetEntry(now time.Duration, ent *pathcache.Entry) {
 		pg.swap.upBroken = true
 	}
 	if ent.Down.Has(noc.LocalPort) {
-		e.invalidated(now, pg, ent.Version)
+		e.lostReplica(now, pg, ent.Version)
 	}
 	if (local || len(pg.waiters) > 0) && len(pg.waiters) > 0 {
 		if pg.swap == nil || pg.swap.stage < stageGranted {

@@ -294,7 +294,7 @@ func (e *Engine) abdicate(now time.Duration, pg *page, h ownerHint) {
 		delete(e.pages, key)
 	} else {
 		pg.has = false
-		e.invalidated(now, pg, pg.version)
+		e.lostReplica(now, pg, pg.version)
 		if len(pg.waiters) > 0 {
 			r := pg.waiters[0]
 			e.sendRef(now, pg, r.id, r.hr.Cred, pg.seen)

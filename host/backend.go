@@ -132,7 +132,7 @@ func (b *Backend) Event(ev coherence.Event) {
 	he := hostif.Event{Page: ev.GVA.Key(), Version: ev.Version, Session: hostif.Session(ev.Session)}
 	switch ev.Kind {
 	case coherence.EventInvalidated:
-		he.Kind = hostif.EventInvalidate
+		he.Kind, he.Lost = hostif.EventInvalidate, ev.Lost
 	case coherence.EventUpdated:
 		he.Kind, he.Offset, he.Data = hostif.EventUpdate, ev.Offset, append([]byte(nil), ev.Data...)
 	case coherence.EventHostFault:

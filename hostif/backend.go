@@ -213,6 +213,10 @@ type Event struct {
 	Offset  int    // EventUpdate: where Data was written in the page
 	Data    []byte // EventUpdate: the written bytes; the receiver owns them
 	Reason  syscall.Errno
+	// Lost (EventInvalidate): the node's replica left the page's tree (its
+	// path to the owner was cut, it was evicted or fenced): later versions
+	// will not reach it, so a copy is stale even at the version it holds.
+	Lost bool
 }
 
 // ClusterClock is a Backend that reads the fabric's cluster clock (CLOCK,

@@ -34,10 +34,10 @@ func (s *Server) handleEvent(ev Event) {
 		}
 	case EventInvalidate:
 		if rp := s.replicas.get(key); rp != nil {
-			// The core's replica is no longer current (a larger write, a
-			// branch cut from the owner, newer content installed): the
-			// file is stale even at the version it holds.
-			s.announce(key, rp.invalidate(s.replicas, ev.Version, true), ev.Version, 0, 0)
+			// A newer version exists (a larger write, newer content
+			// installed), or the core's replica left the tree (Lost):
+			// then the file is stale even at the version it holds.
+			s.announce(key, rp.invalidate(s.replicas, ev.Version, ev.Lost), ev.Version, 0, 0)
 		}
 	case EventHostFault:
 		// The backend took the lock back from the session; its connection

@@ -1,0 +1,53 @@
+package view
+
+import "testing"
+
+// TestViewRules: the rules of a host's copy, step by step.
+func TestViewRules(t *testing.T) {
+	var w View
+	if w.Loaded(3) || w.State != Valid || w.Version != 3 {
+		t.Fatalf("after the first load at 3: %+v", w)
+	}
+	// the next version applies in place
+	if apply, reload := w.Update(8, 8, 4); !apply || reload || w.Version != 4 {
+		t.Fatalf("update to 4: apply %v reload %v %+v", apply, reload, w)
+	}
+	// an old one changes nothing
+	if apply, reload := w.Update(0, 8, 4); apply || reload || w.State != Valid {
+		t.Fatalf("repeated update: %+v", w)
+	}
+	// a gap: stale, one reload
+	if apply, reload := w.Update(0, 8, 6); apply || !reload || w.State != Stale {
+		t.Fatalf("a gap: apply %v reload %v %+v", apply, reload, w)
+	}
+	if w.Invalidate(7, false) {
+		t.Fatal("a second reload started while one runs")
+	}
+	if install, done := w.Reloaded(6, true); !install || done || w.Version != 6 {
+		t.Fatalf("a reload that read 6 of 7: install %v done %v %+v", install, done, w)
+	}
+	if install, done := w.Reloaded(7, true); !install || !done || w.State != Valid || w.Reloading {
+		t.Fatalf("a reload that caught up: install %v done %v %+v", install, done, w)
+	}
+	// the core says its replica left the tree, at the version the copy
+	// holds: stale all the same, until a reload reads a newer version
+	if !w.Invalidate(7, true) || w.State != Stale {
+		t.Fatalf("a forced invalidation at the version held: %+v", w)
+	}
+	if _, done := w.Reloaded(7, true); done || w.State != Stale {
+		t.Fatalf("a reload that read the version held again: done %v %+v", done, w)
+	}
+	if _, done := w.Reloaded(8, true); !done || w.State != Valid {
+		t.Fatalf("a reload that read a newer version: done %v %+v", done, w)
+	}
+	// a reload that fails and gives up leaves the copy stale; a kick
+	// starts another
+	w.Invalidate(9, false)
+	if _, done := w.Reloaded(0, false); done {
+		t.Fatal("a failed attempt ended the reload")
+	}
+	w.GaveUp()
+	if w.State != Stale || !w.Kick() {
+		t.Fatalf("after giving up: %+v", w)
+	}
+}
