@@ -135,9 +135,11 @@ func (e *Engine) openFetch(now time.Duration, key gva.GVA, ent *pathcache.Entry)
 	return fe
 }
 
-// mergeEnded closes the merge window of key's fetch: a fetch nobody waits
-// on ends; one with waiters keeps them until the answer passes, for at most
-// RequestTimeout (every request waiting below ends by then).
+// mergeEnded closes the merge window of key's fetch: a fetch no other node
+// waits on ends (this node's host needs none: the answer installs its
+// replica on its own); one with waiters below keeps them until the answer
+// passes, for at most RequestTimeout (every request waiting below ends by
+// then).
 func (e *Engine) mergeEnded(now time.Duration, key gva.GVA, fe *fetch) {
 	if !fe.merging || !fe.waited() {
 		e.closeFetch(key)
@@ -147,8 +149,11 @@ func (e *Engine) mergeEnded(now time.Duration, key gva.GVA, fe *fetch) {
 	fe.timer = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tMerge, key: key})
 }
 
-// waited reports whether a port or a graft waits on the fetch.
-func (fe *fetch) waited() bool { return !fe.ports.Empty() || len(fe.grafts) > 0 }
+// waited reports whether a port below this node or a graft waits on the
+// fetch.
+func (fe *fetch) waited() bool {
+	return !fe.ports.Without(noc.LocalPort).Empty() || len(fe.grafts) > 0
+}
 
 // closeFetch ends the open fetch of key.
 func (e *Engine) closeFetch(key gva.GVA) {
