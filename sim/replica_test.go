@@ -208,16 +208,19 @@ func TestPartitionFault(t *testing.T) {
 // takeover" (EAGAIN) for ever, and requests ended ETIMEDOUT at their bound
 // instead of EHOSTDOWN. Seed 399 of the 1,000-seed sweep, from before the
 // allocation lifecycle workload (which moves it: none of the first 1,500
-// seeds with it loses a page at R = 2).
+// seeds with it loses a page at R = 2); since fetches keep their waiters
+// past the merge window (issue 28) it is seed 1477, the first of 1..1477
+// that loses a page.
 func TestLostSwapPageAtR2EndsHostDown(t *testing.T) {
-	r, err := Run(Config{Nodes: 16, Topo: "smallworld", Faults: FaultsBeforeOutage, Replicas: 2, Seed: 399, Lifecycle: -1})
+	const seed = 1477
+	r, err := Run(Config{Nodes: 16, Topo: "smallworld", Faults: FaultsBeforeOutage, Replicas: 2, Seed: seed, Lifecycle: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Lost == 0 {
-		t.Fatalf("seed 399 lost no page: the scenario moved (trace %016x); find another seed", r.TraceHash)
+		t.Fatalf("seed %d lost no page: the scenario moved (trace %016x); find another seed", seed, r.TraceHash)
 	}
 	if !r.OK() {
-		t.Fatalf("%d violations; replay: dpu-sim --seed 399 --nodes 16 --topo smallworld --faults drop,delay,flap,crash,partition --replicas 2 --lifecycle -1\n%v", len(r.Violations), r.Violations)
+		t.Fatalf("%d violations; replay: dpu-sim --seed %d --nodes 16 --topo smallworld --faults drop,delay,flap,crash,partition --replicas 2 --lifecycle -1\n%v", len(r.Violations), seed, r.Violations)
 	}
 }
