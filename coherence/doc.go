@@ -25,7 +25,10 @@
 //     port, and every node it crosses adds the arrival port to its down
 //     set. A node with a valid replica at the wanted version answers
 //     instead of forwarding; a node with an open fetch of the same page at
-//     that version or later merges the ref into it (one upstream request).
+//     that version or later merges the ref into it (one upstream request)
+//     for Config.MergeTTL after the last ref it sent up; the fetch keeps
+//     its waiting ports until the answer passes (at most RequestTimeout),
+//     since on a deep tree the answer comes back after the merge window.
 //     The answer (OpRef|FlagReply, content) travels back down to every
 //     waiting port; replicas on the way install it.
 //   - A ref from a node off the tree (no entry: a first ref, or after a

@@ -87,8 +87,10 @@ type Config struct {
 	// "outcome unknown" (ETIMEDOUT) until ReplyTTL after the newest record
 	// left behind (resend.go).
 	PageReplies int
-	// MergeTTL bounds how long a node keeps a merged fetch open for the
-	// ports waiting below it (default RetryInterval).
+	// MergeTTL bounds how long after the last ref a node sent up for a
+	// page it merges later refs into that fetch (default RetryInterval);
+	// the ports waiting below it are kept until the answer passes, for
+	// at most RequestTimeout.
 	MergeTTL time.Duration
 	// SwapTimeout bounds how long the old owner waits for the content
 	// confirmation of a swap before it calls the swap off (default 10ms).
@@ -156,7 +158,14 @@ type Config struct {
 	CopyLease time.Duration
 	// PinBound bounds a lock's pin (0: the arbiter's MaxPin).
 	PinBound time.Duration
-	// MaxHops drops page-keyed messages that crossed more nodes (default 64).
+	// MaxHops drops page-keyed messages that crossed more nodes (default
+	// 255, the most a frame's hop count holds: one that reached it is
+	// dropped whatever MaxHops says). It bounds a
+	// frame caught in a loop; it must not bound a path: a request without
+	// a path goes to the owner its node last heard of, on to the page's
+	// home, then up the tree from the first node on it, and a tree that
+	// followed its owner around a large fabric is deeper than the
+	// fabric's diameter (on a 1,024-node torus, refs crossed 64 nodes).
 	MaxHops uint8
 	// Sink receives completions and events. Required.
 	Sink Sink
@@ -232,7 +241,7 @@ const (
 	DefaultSwapTimeout      = 10 * time.Millisecond
 	DefaultSwapGiveUp       = time.Second
 	DefaultTimerGranularity = 10 * time.Microsecond
-	DefaultMaxHops          = 64
+	DefaultMaxHops          = 255
 	DefaultCopyLease        = 3 * time.Second
 	DefaultMaxReplies       = 1 << 16
 	DefaultPageReplies      = 256
@@ -477,6 +486,12 @@ type fetch struct {
 	grafts []graftWaiter
 	timer  arbiter.TimerID
 	pinned bool
+	// merging: the merge window is open (Config.MergeTTL since the last
+	// ref this node sent up for it): refs asking for no more than min
+	// merge into the fetch. After the window the fetch only keeps its
+	// waiters, for at most RequestTimeout, to pass the answer on to them:
+	// on a deep tree the answer comes back later than the window.
+	merging bool
 }
 
 // homeRecord is what a page's home machine (where it was created) knows of
@@ -859,7 +874,7 @@ func (e *Engine) fire(now time.Duration, f arbiter.Fired[timer]) {
 		}
 	case tMerge:
 		if fe := e.fetches[t.key]; fe != nil && fe.timer == f.ID {
-			e.closeFetch(t.key)
+			e.mergeEnded(now, t.key, fe)
 		}
 	case tSwapOut:
 		if pg := e.pages[t.key]; pg != nil && pg.swap != nil && pg.swap.out && pg.swap.timer == f.ID {

@@ -291,3 +291,34 @@ func TestFreeDetachesAndLaterRefsFail(t *testing.T) {
 		t.Fatalf("ref of a page freed by its second owner: %v", c.Err)
 	}
 }
+
+// TestRefAnswerOutlastsMergeWindow: a ref whose answer comes back later
+// than the merge window (a long path: here 11 hops against a 50 µs
+// window) still reaches the replica. Every node on the path keeps the
+// ports waiting below it until the answer passes; only merging into the
+// fetch ends with the window. On a 1,024-node torus a page's tree had
+// grown 49 hops deep, past the 1 ms window of the simulated fabric, and
+// final loads of its replicas timed out (dpu-sim seed 1, issue 28).
+func TestRefAnswerOutlastsMergeWindow(t *testing.T) {
+	const n = 12
+	x := newFab(t, lineGraph(t, n), func(c *Config) { c.MergeTTL = 50 * time.Microsecond })
+	p := x.alloc(0)
+	x.ok(n-1, Request{Op: HostRef, GVA: p})
+	want := bytes.Repeat([]byte{7}, 1000)
+	w := x.ok(0, Request{Op: HostStore, GVA: p, Data: want}) // invalidates the replica
+	x.settle()
+	before := x.sent()
+	c := x.do(n-1, Request{Op: HostLoad, GVA: p, Len: len(want)})
+	if c.Err != nil {
+		t.Fatalf("load at the end of the path: %v", c.Err)
+	}
+	if !bytes.Equal(c.Data, want) || c.Version != w.Version {
+		t.Fatalf("load reads version %d (equal %v), the write made %d", c.Version, bytes.Equal(c.Data, want), w.Version)
+	}
+	// One ref up the path and one answer down: nothing was re-sent.
+	rs, _ := x.sent().Messages(noc.ClassLoad, OpRef)
+	rb, _ := before.Messages(noc.ClassLoad, OpRef)
+	if rs-rb != 2*(n-1) {
+		t.Fatalf("%d ref messages, want %d", rs-rb, 2*(n-1))
+	}
+}

@@ -3,6 +3,7 @@ package coherence
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"syscall"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // node: it arrived on port in (noc.LocalPort: from this node's host).
 func (e *Engine) handleUp(now time.Duration, in noc.PortID, f *noc.Frame) {
 	key := f.GVA.Key()
-	if f.Hops > e.cfg.MaxHops {
+	if f.Hops > e.cfg.MaxHops || f.Hops == math.MaxUint8 { // a full count cannot grow
 		e.stats.HopLimit++
 		return
 	}
@@ -390,8 +391,14 @@ func (e *Engine) prune(now time.Duration, ent *pathcache.Entry) {
 	if e.dbg != nil {
 		e.debugf(ent.Key, "prune? up=%d down=%v owner=%v", ent.Up, ent.Down, ent.Owner)
 	}
-	if ent.Owner || !ent.Down.Empty() || e.fetches[ent.Key] != nil {
+	if ent.Owner || !ent.Down.Empty() {
 		return
+	}
+	if fe := e.fetches[ent.Key]; fe != nil {
+		if fe.merging || fe.waited() {
+			return
+		}
+		e.closeFetch(ent.Key) // past its merge window, waited on by nobody
 	}
 	if pg := e.pages[ent.Key]; pg != nil && pg.swap != nil {
 		return

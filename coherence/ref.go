@@ -38,7 +38,7 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 			e.stats.Detaches++
 		}
 		if in == noc.LocalPort {
-			if fe := e.fetches[key]; fe != nil && fe.min >= min {
+			if fe := e.fetches[key]; fe != nil && fe.merging && fe.min >= min {
 				fe.ports, _ = fe.ports.Add(noc.LocalPort)
 				e.stats.Merges++
 				return
@@ -74,6 +74,9 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 	if in != noc.LocalPort && pg != nil && ent.Down.Has(noc.LocalPort) && pg.has &&
 		pg.version >= ent.Version && pg.version >= min && (pg.swap == nil || pg.swap.stage < stageGranted) {
 		// A valid replica answers instead of forwarding.
+		if e.dbg != nil {
+			e.debugf(key, "answered from the replica (v %d)", pg.version)
+		}
 		e.stats.AnsweredByReplica++
 		if graft {
 			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
@@ -83,17 +86,15 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		return
 	}
 	fe := e.fetches[key]
-	if fe != nil && fe.min >= min {
+	if fe != nil && fe.merging && fe.min >= min {
+		if e.dbg != nil {
+			e.debugf(key, "merged into the open fetch (min %d)", fe.min)
+		}
 		e.addWaiter(fe, in, f, graft)
 		e.stats.Merges++
 		return
 	}
-	if fe == nil {
-		fe = e.openFetch(now, key, ent)
-	} else {
-		e.cancel(fe.timer)
-		fe.timer = e.schedule(now+e.cfg.MergeTTL, timer{kind: tMerge, key: key})
-	}
+	fe = e.openFetch(now, key, ent)
 	fe.min = max(fe.min, min)
 	e.addWaiter(fe, in, f, graft)
 	target, _ := upPrefix(f.Payload)
@@ -113,18 +114,45 @@ func (e *Engine) addWaiter(fe *fetch, in noc.PortID, f *noc.Frame, graft bool) {
 	fe.grafts = append(fe.grafts, graftWaiter{node: f.Src, id: f.RequestID})
 }
 
-// openFetch opens the fetch of key; ent (if any) is held against aging
-// while it is open.
+// openFetch opens the fetch of key for a ref this node sends up, or opens
+// the merge window of the fetch already there again (its waiters stay);
+// ent (if any) is held against aging while the fetch is open.
 func (e *Engine) openFetch(now time.Duration, key gva.GVA, ent *pathcache.Entry) *fetch {
-	fe := &fetch{}
-	if ent != nil {
+	fe := e.fetches[key]
+	if fe == nil {
+		fe = &fetch{}
+		e.fetches[key] = fe
+	} else {
+		e.cancel(fe.timer)
+	}
+	if ent != nil && !fe.pinned {
 		ent.Pin()
 		ent.Fetching = true
 		fe.pinned = true
 	}
+	fe.merging = true
 	fe.timer = e.schedule(now+e.cfg.MergeTTL, timer{kind: tMerge, key: key})
-	e.fetches[key] = fe
 	return fe
+}
+
+// mergeEnded closes the merge window of key's fetch: a fetch no other node
+// waits on ends (this node's host needs none: the answer installs its
+// replica on its own); one with waiters below keeps them until the answer
+// passes, for at most RequestTimeout (every request waiting below ends by
+// then).
+func (e *Engine) mergeEnded(now time.Duration, key gva.GVA, fe *fetch) {
+	if !fe.merging || !fe.waited() {
+		e.closeFetch(key)
+		return
+	}
+	fe.merging = false
+	fe.timer = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tMerge, key: key})
+}
+
+// waited reports whether a port below this node or a graft waits on the
+// fetch.
+func (fe *fetch) waited() bool {
+	return !fe.ports.Without(noc.LocalPort).Empty() || len(fe.grafts) > 0
 }
 
 // closeFetch ends the open fetch of key.

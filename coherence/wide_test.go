@@ -237,3 +237,25 @@ func TestReplicateWithBadRecordsIsDropped(t *testing.T) {
 		t.Fatalf("CAS once good copies flow: %v", c)
 	}
 }
+
+// TestRefCrossesMoreThan64Nodes: with the default MaxHops a ref and its
+// answer cross a path of 79 nodes. The hop limit bounds loops, not
+// paths: on a 1,024-node torus a ref that went to a stale owner, on to
+// the page's home and up a deep tree crossed 64 nodes, where the old
+// default of 64 dropped it and final loads timed out (dpu-sim seed 1,
+// issue 28).
+func TestRefCrossesMoreThan64Nodes(t *testing.T) {
+	const n = 80
+	x := newFab(t, lineGraph(t, n), nil)
+	p := x.alloc(0)
+	x.ok(0, Request{Op: HostStore, GVA: p, Data: []byte("far")})
+	x.ok(n-1, Request{Op: HostRef, GVA: p})
+	if got := x.load(n-1, p, 3); string(got) != "far" {
+		t.Fatalf("load %d nodes away reads %q", n-1, got)
+	}
+	for i, e := range x.eng {
+		if d := e.Stats().HopLimit; d != 0 {
+			t.Fatalf("node %d dropped %d frames at the hop limit", i, d)
+		}
+	}
+}
