@@ -104,12 +104,15 @@ func TestPlantedAdmitNoGroupsIsCaught(t *testing.T) {
 
 // TestPlantedSwapStaleContentIsCaught plants a new owner that keeps its
 // old replica's content through an ownership transfer: a load under a
-// lock must read what the owner applied.
+// lock, and a host's copy of the page at the owner's version, must hold
+// what the owner applied.
 func TestPlantedSwapStaleContentIsCaught(t *testing.T) {
 	cfg := testConfig()
 	cfg.Faults = 0
 	cfg.Bug = coherence.BugSwapStaleContent
-	if !caught(t, cfg, 8, func(v string) bool { return strings.Contains(v, "a load under node") }) {
+	if !caught(t, cfg, 8, func(v string) bool {
+		return strings.Contains(v, "a load under node") || strings.Contains(v, "host copy at version")
+	}) {
 		t.Fatal("a new owner serving its old replica's content under a lock went unnoticed")
 	}
 }
