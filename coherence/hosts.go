@@ -357,10 +357,7 @@ func (h *Hosts) Close(now time.Duration, id SessionID, rt noc.Routes) {
 	// after its release or unlock) is that request's to give back.
 	drops := make([]int, len(refs))
 	for i, key := range refs {
-		drops[i] = (s.refs[key] - s.owedRefs[key]) - (s.acquired[key] - s.owedAcq[key])
-		if s.locked[key] {
-			drops[i]--
-		}
+		drops[i] = s.mapRefs(key)
 	}
 	acqs := make([]int, len(acquired))
 	for i, key := range acquired {
@@ -566,19 +563,25 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 	}
 }
 
-// mapped reports whether a session of the node maps page key: holds a ref
-// of its own (Ref) beyond those its claims and running requests hold.
+// mapped reports whether a session of the node maps page key.
 func (h *Hosts) mapped(key gva.GVA) bool {
 	for _, s := range h.sessions {
-		n := (s.refs[key] - s.owedRefs[key]) - (s.acquired[key] - s.owedAcq[key])
-		if s.locked[key] {
-			n--
-		}
-		if n > 0 {
+		if s.mapRefs(key) > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// mapRefs is how many refs of key s holds as maps (Ref): its refs beyond
+// those its acquisitions and lock hold and those its running requests
+// took or give back themselves.
+func (s *session) mapRefs(key gva.GVA) int {
+	n := (s.refs[key] - s.owedRefs[key]) - (s.acquired[key] - s.owedAcq[key])
+	if s.locked[key] {
+		n--
+	}
+	return n
 }
 
 // acquiredBy reports whether a session of the node holds an acquisition of

@@ -84,9 +84,6 @@ func (w *World) floodStep(f *flooder) {
 		w.floodOp(f, po)
 		f.reqs = append(f.reqs, po)
 		w.submit(n, po)
-		if !f.open {
-			break // (no completion closes it; kept for clarity)
-		}
 	}
 	// It vanishes with most of its burst in flight.
 	w.push(event{at: w.now + time.Duration(f.rng.Int64N(int64(w.cfg.Think))), kind: evFlood, n: f.idx})

@@ -115,13 +115,11 @@ func (w *World) viewOwnWrite(n *simNode, po *pendingOp, cp coherence.Completion)
 	switch po.req.Op {
 	case coherence.HostStore:
 		w.viewWrite(n, po.page, off, po.req.Data, cp.Version)
-	case coherence.HostFetchAdd:
-		w.viewWrite(n, po.page, off, binary.LittleEndian.AppendUint64(nil, cp.Value+po.req.Operand), cp.Version)
-	case coherence.HostCAS:
-		if cp.Swapped {
-			w.viewWrite(n, po.page, off, binary.LittleEndian.AppendUint64(nil, po.req.Operand), cp.Version)
+	case coherence.HostCAS, coherence.HostFetchAdd:
+		if nv, ok := wordWritten(po.req, cp); ok {
+			w.viewWrite(n, po.page, off, binary.LittleEndian.AppendUint64(nil, nv), cp.Version)
 		} else if sv := n.views[po.page]; sv != nil && sv.v.Invalidate(cp.Version, false) {
-			w.viewReload(n, po.page, sv)
+			w.viewReload(n, po.page, sv) // (hostif does so for a CAS that found another value)
 		}
 	}
 }

@@ -357,6 +357,16 @@ func (w *World) atomicOp(c *client, po *pendingOp, p *simPage, r *rand.Rand) {
 	}
 }
 
+// wordWritten is the 64-bit word a compare-and-swap or fetch-add that
+// completed (cp) wrote, and whether it wrote one (a CAS that found
+// another value did not).
+func wordWritten(req coherence.Request, cp coherence.Completion) (uint64, bool) {
+	if req.Op == coherence.HostFetchAdd {
+		return cp.Value + req.Operand, cp.Swapped
+	}
+	return req.Operand, cp.Swapped
+}
+
 // lockWordOp makes po the next step of c's critical section on the lock
 // word of page p, which it locked.
 func (w *World) lockWordOp(c *client, po *pendingOp, p *simPage) {
@@ -428,11 +438,7 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 		case coherence.HostStore:
 			w.check.acked(key, cp.Version, int(po.req.GVA.Offset()), po.req.Data)
 		case coherence.HostCAS, coherence.HostFetchAdd:
-			nv := cp.Value + po.req.Operand
-			if po.req.Op == coherence.HostCAS {
-				nv = po.req.Operand
-			}
-			if cp.Swapped {
+			if nv, ok := wordWritten(po.req, cp); ok {
 				var b [8]byte
 				binary.LittleEndian.PutUint64(b[:], nv)
 				w.check.acked(key, cp.Version, int(po.req.GVA.Offset()), b[:])
@@ -502,11 +508,8 @@ func (w *World) clientDone(c *client, po *pendingOp, cp coherence.Completion, er
 		if errno == 0 {
 			word := int(po.req.GVA.Offset() / 8)
 			v := cp.Value
-			if cp.Swapped {
-				v = po.req.Operand
-				if po.req.Op == coherence.HostFetchAdd {
-					v = cp.Value + po.req.Operand
-				}
+			if nv, ok := wordWritten(po.req, cp); ok {
+				v = nv
 			}
 			c.last[[2]int{po.page, word}] = v
 		}
