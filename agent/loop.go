@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aitherion/dpu/hostif"
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/internal/nbio"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/node"
@@ -447,7 +447,7 @@ func (a *Agent) rearmLocked(now time.Duration) {
 // endStepLocked ends a step under a.mu: it takes the transmit batch (held
 // until writeTx), copies the step's datagrams into it, publishes the
 // core's events and returns the host completions the step produced.
-func (a *Agent) endStepLocked(now time.Duration) []hostif.Done {
+func (a *Agent) endStepLocked(now time.Duration) []coherence.Completion {
 	// The step's datagrams leave now: their clock timestamps (the fabric
 	// clock's) are best taken as late as the core allows.
 	now = max(now, a.now())
@@ -538,7 +538,7 @@ func (a *Agent) writeTx() {
 
 // deliver hands host completions to the host socket (outside every lock
 // of the agent).
-func (a *Agent) deliver(done []hostif.Done) {
+func (a *Agent) deliver(done []coherence.Completion) {
 	if len(done) > 0 {
 		a.host.Deliver(done)
 	}

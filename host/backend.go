@@ -72,9 +72,9 @@ type Backend struct {
 
 	// done collects pipelined completions during a step; it is taken at
 	// the step's end (under the Stepper's locks, which every step holds).
-	done     []hostif.Done
-	doneFree [][]hostif.Done // delivered slices, for the next steps (under mu)
-	complete func([]hostif.Done)
+	done     []coherence.Completion
+	doneFree [][]coherence.Completion // delivered slices, for the next steps (under mu)
+	complete func([]coherence.Completion)
 
 	events   chan hostif.Event
 	overflow bool // an event was dropped; EventOverflow is owed (under mu)
@@ -109,7 +109,11 @@ func (b *Backend) Hosts() *coherence.Hosts { return b.hosts }
 // Complete implements coherence.Sink (inside a core step).
 func (b *Backend) Complete(c coherence.Completion) {
 	if c.ID&pipelined != 0 {
-		b.done = append(b.done, doneOf(c.ID&^pipelined, &c))
+		c.ID &^= pipelined
+		if c.Data != nil {
+			c.Data = append([]byte(nil), c.Data...) // it outlives the step
+		}
+		b.done = append(b.done, c)
 		return
 	}
 	b.mu.Lock()
@@ -288,62 +292,45 @@ func (b *Backend) Await(pending func() bool) {
 }
 
 // Attach implements hostif.Pipeline.
-func (b *Backend) Attach(complete func([]hostif.Done)) { b.complete = complete }
+func (b *Backend) Attach(complete func([]coherence.Completion)) { b.complete = complete }
 
-// Accepts implements hostif.Pipeline: every verb of a host request (the
-// core refs a page it reads without holding, for the read; a lock waits
-// its turn in the core, within the request's Timeout).
-func (b *Backend) Accepts(op hostif.Op) bool {
-	return int(op.Verb) < len(hostOps) && hostOps[op.Verb] != 0
-}
-
-// sessionReq is a pipelined request and its session.
-type sessionReq struct {
-	s coherence.SessionID
-	r coherence.Request
-}
-
-// Submit implements hostif.Pipeline: ops become requests of their sessions
-// in one core step; their completions are taken at the end of whichever
-// step produces them (TakeDone) and delivered after it. The batch and the
-// step's function come from a pool: a Stepper is an interface, so what is
-// handed to it escapes, and a batch made per call would cost the data path
-// an allocation per request.
-func (b *Backend) Submit(ops []hostif.Op) {
+// Submit implements hostif.Pipeline: the requests of session s, in one
+// core step, as they are (their IDs marked pipelined); their completions
+// are taken at the end of whichever step produces them (TakeDone) and
+// delivered after it. The batch and the step's function come from a
+// pool: a Stepper is an interface, so what is handed to it escapes, and a
+// batch made per call would cost the data path an allocation per request.
+func (b *Backend) Submit(s hostif.Session, rs []coherence.Request) {
 	sb, _ := b.batches.Get().(*submitBatch)
 	if sb == nil {
 		sb = &submitBatch{b: b}
 		sb.run = sb.submit
 	}
-	for i := range ops {
-		op := &ops[i]
-		r := coherence.Request{ID: pipelined | op.Token, Op: hostOps[op.Verb], GVA: op.GVA, Len: op.Len, Data: op.Data,
-			Expected: op.Expected, Operand: op.Operand, Pages: op.Pages, Try: op.Try, Timeout: op.Timeout,
-			Attr: op.Attr, Cred: op.Cred}
-		sb.rs = append(sb.rs, sessionReq{s: coherence.SessionID(op.Session), r: r})
-	}
+	sb.s, sb.rs = coherence.SessionID(s), rs
 	b.step.Step(sb.run)
-	clear(sb.rs)
-	sb.rs = sb.rs[:0]
+	sb.rs = nil
 	b.batches.Put(sb)
 }
 
 // submitBatch is one Submit's requests and the step that submits them.
 type submitBatch struct {
 	b   *Backend
-	rs  []sessionReq
+	s   coherence.SessionID
+	rs  []coherence.Request
 	run func(c *node.Core, now time.Duration) // sb.submit, made once
 }
 
 func (sb *submitBatch) submit(c *node.Core, now time.Duration) {
 	for i := range sb.rs {
-		sb.b.hosts.Submit(now, sb.rs[i].s, sb.rs[i].r, c)
+		r := sb.rs[i]
+		r.ID |= pipelined
+		sb.b.hosts.Submit(now, sb.s, r, c)
 	}
 }
 
 // TakeDone returns the pipelined completions of the step that ends (the
 // Stepper calls it under its locks, at the end of every step).
-func (b *Backend) TakeDone() []hostif.Done {
+func (b *Backend) TakeDone() []coherence.Completion {
 	if len(b.done) == 0 {
 		return nil
 	}
@@ -360,7 +347,7 @@ func (b *Backend) TakeDone() []hostif.Done {
 
 // Deliver hands completions to the host socket (the Stepper calls it
 // outside its locks), then keeps their slice for a later step.
-func (b *Backend) Deliver(ds []hostif.Done) {
+func (b *Backend) Deliver(ds []coherence.Completion) {
 	if len(ds) == 0 {
 		return
 	}
@@ -373,18 +360,6 @@ func (b *Backend) Deliver(ds []hostif.Done) {
 		b.doneFree = append(b.doneFree, ds[:0])
 	}
 	b.mu.Unlock()
-}
-
-func doneOf(token uint64, c *coherence.Completion) hostif.Done {
-	d := hostif.Done{Token: token, Err: c.Err, GVA: c.GVA, Version: c.Version, Value: c.Value,
-		Attr: c.Attr}
-	if c.Data != nil {
-		d.Data = append([]byte(nil), c.Data...)
-	}
-	if c.Op == coherence.HostWhere {
-		d.Where = locationOf(c)
-	}
-	return d
 }
 
 func locationOf(c *coherence.Completion) hostif.Location {

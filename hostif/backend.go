@@ -15,9 +15,8 @@ import (
 // once HELLO is answered, VerbClose when the connection ends) and one for
 // its own calls. The node's Backend (package host) hands every Call to
 // that session of the core (coherence.Hosts) as it is.
-// Requests may also go through the optional Pipeline extension, as
-// values without a goroutine per request: the data path's, and every
-// other verb the Pipeline accepts.
+// Requests of the core may also go through the optional Pipeline
+// extension, as the core's own values without a goroutine per request.
 //
 // Contract (what an implementation must guarantee):
 //
@@ -170,7 +169,7 @@ const ServerSession Session = 0
 // Cred is the user a call is made for: the connection's peer
 // credentials, with the page's group first among the supplementary groups
 // when the user is in it (the nodes beyond see a bounded number of them).
-// The server sets it in every Call and pipelined Op that reads or writes
+// The server sets it in every Call and pipelined request that reads or writes
 // a page; the backend passes it on to the nodes that serve the request,
 // which check it against the page's attributes as the server did.
 type Cred = gva.Cred

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/internal/seqpacket"
 	"github.com/aitherion/dpu/hostif/wire"
@@ -115,7 +116,7 @@ func (c *conn) serve() {
 	// a connection that never says hello is closed (see accept's hello)
 	_ = c.uc.SetReadDeadline(time.Now().Add(c.s.opts.HelloTimeout))
 	var tasks [readBatch]*task
-	ops := make([]Op, 0, readBatch)
+	ops := make([]coherence.Request, 0, readBatch)
 	// the connection's requests are not all answered, and it sent no new
 	// one: what a reader that lends its goroutine to the backend waits for
 	inFlight := func() bool { return len(c.sem) > 0 && !batch.Ready() }
@@ -162,7 +163,7 @@ func (c *conn) serve() {
 		c.giveSlots(slots - used)
 		submitted := len(ops) > 0
 		if submitted {
-			c.s.pipe.Submit(ops)
+			c.s.pipe.Submit(c.call.session, ops)
 			clear(ops)
 			ops = ops[:0]
 		}
@@ -443,7 +444,7 @@ func (c *conn) close(log *slog.Logger) {
 			log.Warn("closing the session of a closed connection", "conn", c.id, "err", err)
 		}
 		for _, t := range s.pending.dropConn(c) {
-			putTask(t) // its session's close abandoned its Op
+			putTask(t) // its session's close abandoned its request
 		}
 		s.replicas.dropConn(c)
 		s.spaces.leave(c)

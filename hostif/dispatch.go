@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -13,15 +14,17 @@ import (
 // Dispatch: the one place a decoded request goes on from, whether it came
 // on the connection's socket (conn.serve) or on its ring (serveRing).
 //
-//   - A request whose verb the backend's Pipeline accepts (the data path,
-//     and alloc, free, acquire, release, lock, unlock on the agent's
-//     backend) becomes one Op, with the connection's session and its
-//     user's credentials, and joins the batch the caller submits once it
-//     has read what there was. The task waits in the pending table, not
-//     on a goroutine, until its Done comes back (Server.Complete). The
-//     core admits it (the permission check, the page's attributes asked
-//     of its home first where it must), bounds it (Op.Timeout) and undoes
-//     it if the session closes first: the server checks nothing itself.
+//   - A request of the core (the data path, and alloc, free, acquire,
+//     release, lock, unlock), when the backend has a Pipeline, becomes
+//     the core's own request (coherence.Request, through the one table
+//     coreOps) with its user's credentials, and joins the batch the
+//     caller submits in the connection's session once it has read what
+//     there was. The task waits in the pending table, not on a goroutine,
+//     until its completion (coherence.Completion) comes back
+//     (Server.Complete). The core admits it (the permission check, the
+//     page's attributes asked of its home first where it must), bounds it
+//     (Request.Timeout) and undoes it if the session closes first: the
+//     server checks nothing itself.
 //   - Requests the server serves itself without waiting (TRANSLATE,
 //     SUBSCRIBE, CLOCK) run on the caller's goroutine.
 //   - The rest (MAP and UNMAP, which make and retire replica files in
@@ -30,20 +33,21 @@ import (
 //     through the blocking Backend.Do.
 
 // dispatch starts the accepted request t of c, from its socket or its
-// ring (t.rg). A request that becomes an Op is appended to batch, which
-// the caller submits (at the end of its read, or when it is full); it
-// returns batch and whether t holds its request slot until it is
-// answered (false: it was answered already).
-func (s *Server) dispatch(c *conn, t *task, batch []Op) ([]Op, bool) {
+// ring (t.rg). A request that goes to the core through the Pipeline is
+// appended to batch (as the core's request), which the caller submits in
+// c's session (at the end of its read, or when it is full); it returns
+// batch and whether t holds its request slot until it is answered (false:
+// it was answered already).
+func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]coherence.Request, bool) {
 	switch {
 	case s.submits(&t.req):
-		op, err := s.opOf(c, t)
+		r, err := s.opOf(c, t)
 		if err != nil {
 			s.answerNow(c, t, err)
 			return batch, false
 		}
-		op.Token = s.pending.add(c, t)
-		return append(batch, op), true
+		r.ID = s.pending.add(c, t)
+		return append(batch, r), true
 	case s.quick(&t.req):
 		t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
 		s.answerNow(c, t, s.exec(c, &t.req, &t.rep, &t.ctx))
@@ -66,46 +70,65 @@ func (s *Server) answerNow(c *conn, t *task, err error) {
 	putTask(t)
 }
 
-// submitVerbs are the verbs of the requests that become Ops.
-var submitVerbs = map[wire.Op]Verb{
-	wire.OpAlloc: VerbAlloc, wire.OpFree: VerbFree,
-	wire.OpLoad: VerbLoad, wire.OpStore: VerbStore, wire.OpCAS: VerbCAS, wire.OpFetchAdd: VerbFetchAdd,
-	wire.OpWhere: VerbWhere, wire.OpAcquire: VerbAcquire, wire.OpRelease: VerbRelease,
-	wire.OpLock: VerbLock, wire.OpUnlock: VerbUnlock,
+// coreOps is the one table from the wire's operations to the core's: the
+// requests that go through the Pipeline, as the core's requests.
+var coreOps = [...]coherence.HostOp{
+	wire.OpAlloc: coherence.HostAlloc, wire.OpFree: coherence.HostFree,
+	wire.OpLoad: coherence.HostLoad, wire.OpStore: coherence.HostStore, wire.OpCAS: coherence.HostCAS,
+	wire.OpFetchAdd: coherence.HostFetchAdd, wire.OpWhere: coherence.HostWhere,
+	wire.OpAcquire: coherence.HostAcquire, wire.OpRelease: coherence.HostRelease,
+	wire.OpLock: coherence.HostLock, wire.OpUnlock: coherence.HostUnlock,
+}
+
+// coreOp is the core's operation of wire operation o (0: none, it does
+// not go through the Pipeline).
+func coreOp(o wire.Op) coherence.HostOp {
+	if int(o) < len(coreOps) {
+		return coreOps[o]
+	}
+	return 0
 }
 
 // submits reports whether r goes through the Pipeline: the backend has
-// one and accepts r's verb.
+// one and r is a request of the core.
 func (s *Server) submits(r *wire.Request) bool {
-	if s.pipe == nil {
-		return false
-	}
-	v, ok := submitVerbs[r.Op]
-	return ok && s.pipe.Accepts(Op{Verb: v, GVA: r.GVA})
+	return s.pipe != nil && coreOp(r.Op) != 0
 }
 
-// opOf is the Op of request t of c (its Token is the caller's to set).
-func (s *Server) opOf(c *conn, t *task) (Op, error) {
+// opOf is the core's request of request t of c (its ID is the caller's
+// to set): the wire request's fields as the core reads them, the user
+// the connection's peer credentials name, and the request's bound.
+func (s *Server) opOf(c *conn, t *task) (coherence.Request, error) {
 	r := &t.req
 	t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	op := Op{Session: c.call.session, Verb: submitVerbs[r.Op], GVA: r.GVA.Key(), Cred: c.credential()}
+	cr := coherence.Request{Op: coreOp(r.Op), GVA: r.GVA, Cred: c.credential()}
 	switch r.Op {
 	case wire.OpAlloc:
 		if r.Flags&wire.AllocHuge != 0 {
-			return Op{}, fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
+			return coherence.Request{}, fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
 		}
-		op.Pages, op.Attr, op.GVA = r.Pages(), s.allocAttr(c, r), gva.GVA{}
+		cr.Pages, cr.Attr, cr.GVA = r.Pages(), s.allocAttr(c, r), gva.GVA{}
 	case wire.OpLock:
-		op.Try = r.Flags&wire.LockTry != 0
+		cr.Try, cr.GVA = r.Flags&wire.LockTry != 0, r.GVA.Key()
 	case wire.OpFree, wire.OpAcquire, wire.OpRelease, wire.OpUnlock:
-	default:
-		// the data path: the core's own request bound
-		op = pipeOp(r, 0)
-		op.Session, op.Cred = c.call.session, c.credential()
-		return op, nil
+		cr.GVA = r.GVA.Key()
+	case wire.OpLoad:
+		cr.Len = int(r.Len)
+		return cr, nil // the data path: the core's own request bound
+	case wire.OpStore:
+		cr.Data = r.Data
+		return cr, nil
+	case wire.OpCAS:
+		cr.Expected, cr.Operand = r.Expected, r.Desired
+		return cr, nil
+	case wire.OpFetchAdd:
+		cr.Operand = r.Delta
+		return cr, nil
+	case wire.OpWhere:
+		return cr, nil
 	}
-	op.Timeout = s.opTimeout(r)
-	return op, nil
+	cr.Timeout = s.opTimeout(r)
+	return cr, nil
 }
 
 // allocAttr is the owner and mode of the pages ALLOC r of c makes.
@@ -117,28 +140,10 @@ func (s *Server) allocAttr(c *conn, r *wire.Request) Attr {
 	return Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
 }
 
-// pipeOp is the Op of the data-path request r.
-func pipeOp(r *wire.Request, token uint64) Op {
-	op := Op{Token: token, GVA: r.GVA}
-	switch r.Op {
-	case wire.OpLoad:
-		op.Verb, op.Len = VerbLoad, int(r.Len)
-	case wire.OpStore:
-		op.Verb, op.Data = VerbStore, r.Data
-	case wire.OpCAS:
-		op.Verb, op.Expected, op.Operand = VerbCAS, r.Expected, r.Desired
-	case wire.OpFetchAdd:
-		op.Verb, op.Operand = VerbFetchAdd, r.Delta
-	case wire.OpWhere:
-		op.Verb = VerbWhere
-	}
-	return op
-}
-
 // finish answers t of c with the completion d of its Op: it fills the
 // reply, updates the replica files, queues the reply and gives the slot
 // back.
-func (s *Server) finish(c *conn, t *task, d *Done) {
+func (s *Server) finish(c *conn, t *task, d *coherence.Completion) {
 	err := s.finishOp(c, t, d)
 	switch {
 	case t.rg != nil:
@@ -153,7 +158,7 @@ func (s *Server) finish(c *conn, t *task, d *Done) {
 }
 
 // finishOp fills t's reply from d and returns the request's error.
-func (s *Server) finishOp(c *conn, t *task, d *Done) error {
+func (s *Server) finishOp(c *conn, t *task, d *coherence.Completion) error {
 	r := &t.req
 	switch r.Op {
 	case wire.OpAlloc:
@@ -178,7 +183,7 @@ func (s *Server) finishOp(c *conn, t *task, d *Done) error {
 // finishData fills t's reply from the completion of its data-path op
 // (load, store, compare-and-swap, fetch-add, where) and updates the
 // replica file; it returns the op's error.
-func (s *Server) finishData(c *conn, t *task, d *Done) error {
+func (s *Server) finishData(c *conn, t *task, d *coherence.Completion) error {
 	r := &t.req
 	key := r.GVA.Key()
 	le := binary.LittleEndian
@@ -209,17 +214,18 @@ func (s *Server) finishData(c *conn, t *task, d *Done) error {
 		t.rep.body = le.AppendUint64(t.rep.body, d.Value)
 		t.rep.body = le.AppendUint64(t.rep.body, uint64(d.Version))
 	case wire.OpWhere:
-		loc := s.located(c, key, d.Where)
+		loc := s.located(c, key, Location{Tier: d.Where.Tier, Speed: d.Where.Speed, Hops: uint16(d.Where.Hops),
+			Owner: gva.MachineIndex(d.Where.Owner), Version: d.Version})
 		t.rep.body = loc.Append(t.rep.body)
 	}
 	return nil
 }
 
-// Complete takes the completions of submitted Ops: it updates the replica
+// Complete takes the completions of submitted requests: it updates the replica
 // files, queues each reply on its connection or ring and flushes every
 // one it touched once. The backend's driver calls it after a step,
 // holding none of its locks.
-func (s *Server) Complete(ds []Done) {
+func (s *Server) Complete(ds []coherence.Completion) {
 	var connsAt [8]*conn
 	var ringsAt [8]*connRing
 	conns, rings := connsAt[:0], ringsAt[:0]
@@ -228,7 +234,7 @@ func (s *Server) Complete(ds []Done) {
 		end = time.Now()
 	}
 	for i := range ds {
-		pd, ok := s.pending.take(ds[i].Token)
+		pd, ok := s.pending.take(ds[i].ID)
 		if !ok {
 			continue
 		}

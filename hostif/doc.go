@@ -46,12 +46,14 @@
 // submissions (rings.go). Both hand every decoded request to the one
 // dispatcher (dispatch.go):
 //
-//   - a request whose verb the backend's [Pipeline] accepts (the data
-//     path, and alloc, free, acquire, release, lock, unlock on the
-//     agent's backend) goes to it as a value, with the batch's others
-//     (Submit); the task waits in the server's pending table, not on a
-//     goroutine, and its completion comes back as a value ([Done],
-//     [Server.Complete]), answered by whoever steps the backend's core.
+//   - a request of the core (the data path, and alloc, free, acquire,
+//     release, lock, unlock), when the backend has a [Pipeline], goes to
+//     it as the core's own request (coherence.Request: the one shape a
+//     request has between the decoded wire request and the frame), with
+//     the batch's others (Submit); the task waits in the server's pending
+//     table, not on a goroutine, and its completion comes back as the
+//     core's value (coherence.Completion, [Server.Complete]), answered by
+//     whoever steps the backend's core.
 //     The core admits it (permission, quota, the page's attributes asked
 //     of its home first where it must) and bounds it. After it has
 //     flushed the batch's ready replies, the reader hands its goroutine

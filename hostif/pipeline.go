@@ -3,24 +3,30 @@ package hostif
 import (
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/coherence"
 )
 
 // Pipeline is an optional extension of a Backend that takes requests as
-// values and completes them later, with no goroutine and no channel per
-// request: the data-path requests (load, store, compare-and-swap,
-// fetch-add, where) and, where Accepts says so, every other verb a host
-// request needs (alloc, free, stat, acquire, release, lock, unlock).
+// the core's own values (coherence.Request) and completes them later, with
+// no goroutine and no channel per request: the data path (load, store,
+// compare-and-swap, fetch-add, where) and alloc, free, acquire, release,
+// lock and unlock. A decoded wire request becomes one coherence.Request in
+// the dispatcher (opOf, with the one table from wire operations to the
+// core's), and that value is what the core's session layer keeps: no
+// other shape of the request stands between the ring slot and the frame.
 //
-// The server hands Submit the requests of one read batch; the backend runs
-// them as one step of its core and returns at once. Their completions come
-// back as values: the backend's driver collects them during its steps and,
-// after each step and outside its own locks, hands them to the function
-// given to Attach (the server's Complete). A request on a page owned here
-// so completes on the goroutine that read it; one that crosses the fabric
-// completes on whichever goroutine steps the core when the answer arrives.
+// The server hands Submit the requests of one read batch of one
+// connection (its socket or its ring), in that connection's session; the
+// backend runs them as one step of its core and returns at once. Each
+// request's ID is the server's token (below 1<<63), echoed in its
+// Completion. The completions come back as values: the backend's driver
+// collects them during its steps and, after each step and outside its own
+// locks, hands them to the function given to Attach (the server's
+// Complete), with their Data copied (it outlives the step). A request on
+// a page owned here so completes on the goroutine that read it; one that
+// crosses the fabric completes on whichever goroutine steps the core when
+// the answer arrives.
 //
 // Every request submitted is completed exactly once, within its Timeout
 // (zero: the backend's request bound), unless its session closes first
@@ -28,15 +34,10 @@ import (
 type Pipeline interface {
 	// Attach gives the backend the server's completion entry point; the
 	// server calls it once, before its first Submit.
-	Attach(complete func([]Done))
-	// Accepts reports whether op can go through Submit (the backend can
-	// run it without a blocking verb). The server asks with the op's Verb
-	// (and GVA where it has one); it sends what Accepts refuses through
-	// Backend.Do instead.
-	Accepts(op Op) bool
-	// Submit starts ops. It keeps nothing of them after it returns (Data
-	// is copied).
-	Submit(ops []Op)
+	Attach(complete func([]coherence.Completion))
+	// Submit starts rs, requests of session s. It keeps nothing of them
+	// after it returns (the core copies Data).
+	Submit(s Session, rs []coherence.Request)
 }
 
 // Awaiter is an optional extension of a Pipeline. A connection's reader,
@@ -51,38 +52,6 @@ type Pipeline interface {
 // it produces come through Complete as usual.
 type Awaiter interface {
 	Await(pending func() bool)
-}
-
-// Op is one request handed to a Pipeline: a Call as a value. Which fields
-// a verb reads is said at the verb (and at Call).
-type Op struct {
-	Token    uint64  // the server's, below 1<<63; echoed in the Done
-	Session  Session // the session it is made in (its connection's, or ServerSession)
-	Verb     Verb    // any verb but VerbOpen and VerbClose
-	GVA      gva.GVA // the page key or the address, with its byte offset
-	Len      int     // VerbLoad: bytes to read
-	Data     []byte  // VerbStore: bytes to write (valid during Submit)
-	Expected uint64  // VerbCAS
-	Operand  uint64  // VerbCAS: desired; VerbFetchAdd: delta
-	Pages    int     // VerbAlloc
-	Attr     Attr    // VerbAlloc
-	Try      bool    // VerbLock
-	Cred     Cred    // the user it is made for (see Cred)
-	// Timeout bounds the request in the backend (zero: its own bound); it
-	// completes with ETIMEDOUT when it runs out.
-	Timeout time.Duration
-}
-
-// Done is the completion of an Op.
-type Done struct {
-	Token   uint64
-	Err     error   // nil, or an error wrapping a syscall.Errno
-	GVA     gva.GVA // VerbAlloc: the first page
-	Attr    Attr    // VerbStat
-	Version gva.Version
-	Value   uint64   // VerbCAS, VerbFetchAdd: the word found
-	Data    []byte   // VerbLoad: the bytes read (valid during Complete)
-	Where   Location // VerbWhere
 }
 
 // pending is a request in the pipeline: the connection and task that wait

@@ -227,14 +227,14 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 			s.ringRefuse(rg, t, t.req.ID, fmt.Sprintf("%s is a socket request", t.req.Op))
 		default:
 			if batch, _ = s.dispatch(c, t, batch); len(batch) == cap(batch) {
-				s.pipe.Submit(batch)
+				s.pipe.Submit(c.call.session, batch)
 				clear(batch)
 				batch = batch[:0]
 			}
 		}
 	}
 	if len(batch) > 0 {
-		s.pipe.Submit(batch)
+		s.pipe.Submit(c.call.session, batch)
 	}
 	if got || held {
 		// a pass that took nothing has nothing to publish: the empty Pop

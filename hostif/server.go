@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/internal/quota"
@@ -134,7 +135,7 @@ type Server struct {
 	rings   ringSet
 	// ringOps is ServeRings' batch of pipelined requests (only the
 	// driver's loop serves rings, so one buffer serves every pass).
-	ringOps [16]Op
+	ringOps [16]coherence.Request
 
 	spaces *addressSpaces
 

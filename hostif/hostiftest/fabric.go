@@ -179,7 +179,7 @@ func (f *Fabric) now() time.Duration { return max(time.Since(f.start), f.nf.Now(
 
 // deliver hands each node's completions (collect's) to its server,
 // outside the fabric's lock.
-func (f *Fabric) deliver(done [][]hostif.Done) {
+func (f *Fabric) deliver(done [][]coherence.Completion) {
 	for i, d := range done {
 		if d != nil {
 			f.nodes[i].Deliver(d)
@@ -189,12 +189,12 @@ func (f *Fabric) deliver(done [][]hostif.Done) {
 
 // collect takes the pipelined completions of the steps just run, indexed
 // by node (nil: none); under mu.
-func (f *Fabric) collect() [][]hostif.Done {
-	var done [][]hostif.Done
+func (f *Fabric) collect() [][]coherence.Completion {
+	var done [][]coherence.Completion
 	for i, n := range f.nodes {
 		if d := n.TakeDone(); d != nil {
 			if done == nil {
-				done = make([][]hostif.Done, len(f.nodes))
+				done = make([][]coherence.Completion, len(f.nodes))
 			}
 			done[i] = d
 		}
@@ -249,9 +249,9 @@ func (n *Node) Do(ctx context.Context, c *hostif.Call) error {
 }
 
 // Submit implements hostif.Pipeline, counting the requests.
-func (n *Node) Submit(ops []hostif.Op) {
-	n.calls.Add(int64(len(ops)))
-	n.Backend.Submit(ops)
+func (n *Node) Submit(s hostif.Session, rs []coherence.Request) {
+	n.calls.Add(int64(len(rs)))
+	n.Backend.Submit(s, rs)
 }
 
 // Calls returns how many requests the node's backend was handed (calls of
