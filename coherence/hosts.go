@@ -45,8 +45,10 @@ import (
 //   - Acquire and Lock first ref the page (the ownership protocol follows
 //     the cached path), then retry a busy page (EBUSY, EAGAIN, ETIMEDOUT)
 //     with a pause until the request's own bound; a failed claim drops its
-//     ref. Release and Unlock drop it after; an unref refused during a
-//     swap (EBUSY) is retried within unrefBound. Refs and acquisitions are
+//     ref. Release and Unlock drop it after. An Unref lets the session's
+//     hold go at once and is answered so; the engine's unref runs on by
+//     itself (refused during a swap, EBUSY, it is retried within
+//     unrefBound). Refs and acquisitions are
 //     counted per session (the engine counts the node's refs), so one
 //     session's unref or close never drops what another still holds (the
 //     engine's release comes with the node's last acquiring session's); a
@@ -489,8 +491,20 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			h.fail(now, r, syscall.EINVAL, "unref: the session does not hold the page")
 			return
 		}
-		r.s.unrefCount(key)
-		h.step(now, r, Request{Op: HostUnref, GVA: key})
+		// The session stops holding the page now, and says so: the
+		// engine's unref runs on by itself (retried while the page swaps,
+		// within unrefBound), as a close's is. An unref answered with an
+		// error after its session had let the page go would leave the host
+		// believing it still maps a page whose replica no longer follows
+		// the owner (dpu-sim seed 3, 16 nodes, every fault, R = 3: an unref
+		// timed out during a swap, and the host's copy stayed valid four
+		// versions behind).
+		var v gva.Version
+		if pg := h.e.pages[key]; pg != nil && pg.has {
+			v = pg.version
+		}
+		h.startDrop(now, r.s, key)
+		h.finish(now, r, Completion{Version: v})
 	case HostLoad:
 		if r.s.refs[key] == 0 && !h.owned(key) {
 			r.drop = true

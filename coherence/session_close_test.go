@@ -1,6 +1,7 @@
 package coherence
 
 import (
+	"syscall"
 	"testing"
 	"time"
 )
@@ -46,5 +47,41 @@ func TestCloseLeavesARunningClaimsRefToIt(t *testing.T) {
 			}
 			x.ok(2, Request{Op: HostUnref, GVA: g})
 		})
+	}
+}
+
+// TestUnrefDuringASwapLetsThePageGo: a session unrefs a page while its
+// node's acquire of it is stuck (the owner died after the acquire left).
+// The engine refuses an unref during a swap and the unref is retried; the
+// session lets go of the page at once all the same, so its answer must say
+// so. An unref that timed out after its session had dropped the page left
+// the host believing it still mapped a page whose replica no longer
+// followed the owner (dpu-sim seed 3, 16 nodes, every fault, R = 3).
+func TestUnrefDuringASwapLetsThePageGo(t *testing.T) {
+	x := newHostFab(t, 3)
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{Mode: 0o666}}).GVA
+	x.ok(2, Request{Op: HostRef, GVA: g}) // session 1 maps the page
+	if err := x.h[2].Open(2); err != nil {
+		t.Fatal(err)
+	}
+	x.next++
+	acq := x.next
+	x.h[2].Submit(x.f.Now(), 2, Request{ID: acq, Op: HostAcquire, GVA: g}, x.f.Cores[2])
+	if !x.f.RunUntil(x.f.Now()+time.Second, func() bool {
+		pg := x.h[2].e.pages[g.Key()]
+		return pg != nil && pg.swap != nil
+	}) {
+		t.Fatal("the acquire did not start a swap")
+	}
+	x.f.Kill(0) // the owner: the swap cannot end before its own bound
+	c := x.do(2, Request{Op: HostUnref, GVA: g, Timeout: time.Millisecond})
+	if c.Err != nil {
+		t.Fatalf("unref during the swap: %v", c.Err)
+	}
+	if refs, _, _ := x.h[2].Held(1); refs != 0 {
+		t.Fatalf("session 1 holds %d refs after its unref", refs)
+	}
+	if c := x.do(2, Request{Op: HostUnref, GVA: g}); c.Errno() != syscall.EINVAL {
+		t.Fatalf("a second unref: %v, want EINVAL", c.Err)
 	}
 }
