@@ -40,15 +40,11 @@ func (w *World) viewMapped(n *simNode, page int, cp coherence.Completion) {
 		sv.holders++
 		return
 	}
-	if w.cfg.SmallCache || w.cfg.Replicas > 1 {
+	if w.cfg.SmallCache {
 		// Not kept with small caches: there their reloads (a ref for
 		// each read of a page not mapped) break the tree-shape checks
 		// (TestSeedsWithEvictions seeds 2, 4 and 5 with them), an open
-		// problem of evicted subtrees under more ref churn. Not kept with
-		// replicas either: after a partition a copy stays "valid" behind
-		// the owner (seed 22 of TestReplicasSurviveOwnerCrashes, seed 3
-		// at 16 nodes and R = 3), an open problem: some path takes a
-		// replica off its tree without telling its host.
+		// problem of evicted subtrees under more ref churn.
 		return
 	}
 	sv := &simView{holders: 1}
@@ -149,7 +145,7 @@ func (w *World) sendReloads() {
 		if r.n.views[r.page] != r.sv || !r.n.alive {
 			continue
 		}
-		w.submit(r.n, &pendingOp{page: -1, req: coherence.Request{Op: coherence.HostLoad, GVA: w.pages[r.page].g, Len: gva.PageSize},
+		w.submit(r.n, &pendingOp{page: -1, reload: true, req: coherence.Request{Op: coherence.HostLoad, GVA: w.pages[r.page].g, Len: gva.PageSize},
 			done: func(cp coherence.Completion) { w.viewReloaded(r.n, r.page, r.sv, cp) }})
 	}
 }

@@ -231,18 +231,22 @@ func (c Config) withDefaults() Config {
 
 // Result is the outcome of one run.
 type Result struct {
-	Seed       uint64
-	Ops        int                   // host requests completed (results and errors)
-	Errors     int                   // of which errors
-	ErrorsBy   map[syscall.Errno]int // the errors by errno
-	Gone       int                   // EHOSTDOWN or ESTALE, as if the page were lost (where requests, which report an unreachable owner, left out)
-	Violations []string
-	TraceHash  uint64
-	Frames     uint64 // datagrams (frames, with abstract links) put on wires
-	Swaps      uint64 // ownership transfers completed
-	Evictions  int    // path cache entries aged out
-	Lost       int    // pages lost with a failed owner
-	Failovers  int    // pages a backup took over from a failed owner (replicas > 1)
+	Seed     uint64
+	Ops      int                   // host requests completed (results and errors)
+	Errors   int                   // of which errors
+	ErrorsBy map[syscall.Errno]int // the errors by errno
+	Gone     int                   // EHOSTDOWN or ESTALE, as if the page were lost (where requests, which report an unreachable owner, left out)
+	// ReloadsGone: host copies' reloads answered so (counted apart from Gone: a
+	// reload during a failover may be answered ESTALE for a page that is
+	// not lost, an open problem)
+	ReloadsGone int
+	Violations  []string
+	TraceHash   uint64
+	Frames      uint64 // datagrams (frames, with abstract links) put on wires
+	Swaps       uint64 // ownership transfers completed
+	Evictions   int    // path cache entries aged out
+	Lost        int    // pages lost with a failed owner
+	Failovers   int    // pages a backup took over from a failed owner (replicas > 1)
 	// Host sessions: opened, closed by their client (everything they held
 	// released by the core), requests abandoned by their caller.
 	Connects, Disconnects, Aborts int
