@@ -80,6 +80,10 @@ type Request struct {
 	// nodes that serve it check it against the page's attributes
 	// (cred.go). The zero Cred is root.
 	Cred Cred
+	// Tag is the caller's, echoed in the Completion and never read by the
+	// core (the host interface's task, so that it finds the request a
+	// completion ends without a table of its own).
+	Tag any
 }
 
 // Location answers HostWhere.
@@ -103,6 +107,7 @@ type Completion struct {
 	Where   Location
 	Attr    Attr // HostStat
 	At      time.Duration
+	Tag     any // the Request's
 }
 
 // Errno returns the completion's errno (0 on success).
@@ -382,7 +387,7 @@ func (e *Engine) complete(now time.Duration, r *request, c Completion) {
 			}
 		}
 	}
-	c.ID, c.Op, c.At = r.hr.ID, r.hr.Op, now
+	c.ID, c.Op, c.At, c.Tag = r.hr.ID, r.hr.Op, now, r.hr.Tag
 	if c.GVA.IsZero() {
 		c.GVA = r.hr.GVA
 	}

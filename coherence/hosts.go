@@ -682,7 +682,7 @@ func (s *session) holder() uint64 { return uint64(s.id) }
 // engineCopy is the request as the engine takes it.
 func (hr *Request) engineCopy() Request {
 	c := *hr
-	c.Pages, c.Timeout, c.Attr = 0, 0, Attr{}
+	c.Pages, c.Timeout, c.Attr, c.Tag = 0, 0, Attr{}, nil
 	return c
 }
 
@@ -1124,7 +1124,7 @@ func (h *Hosts) recycle(r *hostReq) {
 }
 
 func (h *Hosts) deliver(now time.Duration, r *hostReq, c Completion) {
-	c.ID, c.Op, c.At = r.hr.ID, r.hr.Op, now
+	c.ID, c.Op, c.At, c.Tag = r.hr.ID, r.hr.Op, now, r.hr.Tag
 	if c.GVA.IsZero() {
 		c.GVA = r.hr.GVA
 	}

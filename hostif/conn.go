@@ -70,6 +70,7 @@ type task struct {
 	rep reply
 	ctx opContext
 	rg  *connRing // the ring it came on; nil: the socket
+	c   *conn     // its connection, while it goes through the Pipeline
 	at  time.Time // when it arrived (for Options.Observe)
 	end time.Time // when its completion was taken, if known (zero: read the clock)
 }
@@ -83,7 +84,7 @@ type reply struct {
 
 // putTask returns t to the pool.
 func putTask(t *task) {
-	t.rg, t.at, t.end = nil, time.Time{}, time.Time{}
+	t.rg, t.c, t.at, t.end = nil, nil, time.Time{}, time.Time{}
 	taskPool.Put(t)
 }
 
@@ -442,9 +443,6 @@ func (c *conn) close(log *slog.Logger) {
 		cancel()
 		if err != nil {
 			log.Warn("closing the session of a closed connection", "conn", c.id, "err", err)
-		}
-		for _, t := range s.pending.dropConn(c) {
-			putTask(t) // its session's close abandoned its request
 		}
 		s.replicas.dropConn(c)
 		s.spaces.leave(c)

@@ -19,9 +19,9 @@ import (
 //     the core's own request (coherence.Request, through the one table
 //     coreOps) with its user's credentials, and joins the batch the
 //     caller submits in the connection's session once it has read what
-//     there was. The task waits in the pending table, not on a goroutine,
-//     until its completion (coherence.Completion) comes back
-//     (Server.Complete). The core admits it (the permission check, the
+//     there was. The request carries its task (Request.Tag) through the
+//     core, not a goroutine or a table, and its completion
+//     (coherence.Completion) brings it back (Server.Complete). The core admits it (the permission check, the
 //     page's attributes asked of its home first where it must), bounds it
 //     (Request.Timeout) and undoes it if the session closes first: the
 //     server checks nothing itself.
@@ -46,7 +46,11 @@ func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]cohere
 			s.answerNow(c, t, err)
 			return batch, false
 		}
-		r.ID = s.pending.add(c, t)
+		// The request carries its task (Tag) to its completion: no table
+		// between them. Its id is unique among the server's requests (the
+		// session's requests are keyed by it).
+		t.c = c
+		r.ID, r.Tag = s.nextReq.Add(1)&(1<<63-1), t
 		return append(batch, r), true
 	case s.quick(&t.req):
 		t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
@@ -234,17 +238,18 @@ func (s *Server) Complete(ds []coherence.Completion) {
 		end = time.Now()
 	}
 	for i := range ds {
-		pd, ok := s.pending.take(ds[i].ID)
+		t, ok := ds[i].Tag.(*task)
 		if !ok {
 			continue
 		}
-		pd.t.end = end
-		if rg := pd.t.rg; rg != nil { // read before finishing recycles the task
+		c := t.c
+		t.end = end
+		if rg := t.rg; rg != nil { // read before finishing recycles the task
 			rings = appendOnce(rings, rg)
 		} else {
-			conns = appendOnce(conns, pd.c)
+			conns = appendOnce(conns, c)
 		}
-		s.finish(pd.c, pd.t, &ds[i])
+		s.finish(c, t, &ds[i])
 	}
 	for _, c := range conns {
 		c.flush()

@@ -50,9 +50,9 @@
 //     release, lock, unlock), when the backend has a [Pipeline], goes to
 //     it as the core's own request (coherence.Request: the one shape a
 //     request has between the decoded wire request and the frame), with
-//     the batch's others (Submit); the task waits in the server's pending
-//     table, not on a goroutine, and its completion comes back as the
-//     core's value (coherence.Completion, [Server.Complete]), answered by
+//     the batch's others (Submit); the request carries its task through
+//     the core (Request.Tag), not a goroutine or a table, and its
+//     completion brings it back as the core's value (coherence.Completion, [Server.Complete]), answered by
 //     whoever steps the backend's core.
 //     The core admits it (permission, quota, the page's attributes asked
 //     of its home first where it must) and bounds it. After it has

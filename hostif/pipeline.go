@@ -2,7 +2,6 @@ package hostif
 
 import (
 	"slices"
-	"sync"
 
 	"github.com/aitherion/dpu/coherence"
 )
@@ -30,7 +29,9 @@ import (
 //
 // Every request submitted is completed exactly once, within its Timeout
 // (zero: the backend's request bound), unless its session closes first
-// (VerbClose abandons it: the server takes its task back itself).
+// (VerbClose abandons it: its task, which only the request refers to, is
+// then the garbage collector's). A completion keeps the request's Tag
+// (its task) and ID.
 type Pipeline interface {
 	// Attach gives the backend the server's completion entry point; the
 	// server calls it once, before its first Submit.
@@ -52,78 +53,6 @@ type Pipeline interface {
 // it produces come through Complete as usual.
 type Awaiter interface {
 	Await(pending func() bool)
-}
-
-// pending is a request in the pipeline: the connection and task that wait
-// for its Done.
-type pending struct {
-	c *conn
-	t *task
-}
-
-// pendingTable maps pipeline tokens to their requests: a slot array with
-// a free list, the token being the slot's index and its generation (a
-// token whose slot was taken and reused is no longer found). Tokens stay
-// below 1<<63.
-type pendingTable struct {
-	mu    sync.Mutex
-	slots []pendingSlot
-	free  []uint32
-}
-
-type pendingSlot struct {
-	pending
-	gen  uint32 // bumped when the slot is taken
-	used bool
-}
-
-func (p *pendingTable) add(c *conn, t *task) uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var i uint32
-	if n := len(p.free); n > 0 {
-		i, p.free = p.free[n-1], p.free[:n-1]
-	} else {
-		i = uint32(len(p.slots))
-		p.slots = append(p.slots, pendingSlot{})
-	}
-	sl := &p.slots[i]
-	sl.pending, sl.used = pending{c: c, t: t}, true
-	return uint64(sl.gen&(1<<31-1))<<32 | uint64(i)
-}
-
-// dropConn takes back the requests of c still in the table (its session
-// closed: they complete no more) and returns their tasks.
-func (p *pendingTable) dropConn(c *conn) []*task {
-	p.mu.Lock()
-	var tasks []*task
-	for i := range p.slots {
-		sl := &p.slots[i]
-		if !sl.used || sl.c != c {
-			continue
-		}
-		tasks = append(tasks, sl.t)
-		sl.pending, sl.used = pending{}, false
-		sl.gen++
-		p.free = append(p.free, uint32(i))
-	}
-	p.mu.Unlock()
-	return tasks
-}
-
-func (p *pendingTable) take(token uint64) (pending, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	i, gen := uint32(token), uint32(token>>32)
-	if int(i) >= len(p.slots) || !p.slots[i].used || p.slots[i].gen&(1<<31-1) != gen {
-		return pending{}, false
-	}
-	sl := &p.slots[i]
-	pd := sl.pending
-	sl.pending, sl.used = pending{}, false
-	sl.gen++
-	p.free = append(p.free, i)
-	return pd, true
 }
 
 // appendOnce appends x to xs unless it is there already (the connections

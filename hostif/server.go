@@ -129,9 +129,9 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	pipe    Pipeline // the backend's, if it has one
-	await   Awaiter  // the pipeline's, if it has one
-	pending pendingTable
+	pipe    Pipeline      // the backend's, if it has one
+	await   Awaiter       // the pipeline's, if it has one
+	nextReq atomic.Uint64 // the last pipelined request id
 	rings   ringSet
 	// ringOps is ServeRings' batch of pipelined requests (only the
 	// driver's loop serves rings, so one buffer serves every pass).
