@@ -14,7 +14,9 @@ import (
 	"github.com/aitherion/dpu/node/nodetest"
 )
 
-type sink struct{ done map[uint64]coherence.Completion }
+type sink struct {
+	done map[uint64]coherence.Completion
+}
 
 func (s *sink) Complete(c coherence.Completion) {
 	c.Data = append([]byte(nil), c.Data...)
