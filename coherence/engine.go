@@ -270,11 +270,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Pages <= 0 {
 		c.Pages = DefaultPages
 	}
-	if c.PathCache.MaxEntries == 0 {
-		c.PathCache.MaxEntries = max(DefaultPathCacheEntries, 2*c.Pages)
-	}
 	if c.Store != nil {
 		c.Pages = c.Store.Cap()
+	}
+	if c.PathCache.MaxEntries == 0 {
+		c.PathCache.MaxEntries = max(DefaultPathCacheEntries, 2*c.Pages)
 	}
 	if c.PathCache.MaxEntries <= c.Pages {
 		// Owner entries never age out and a node may own every page it

@@ -38,6 +38,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // ErrFull is returned (wrapped) when a disk tier has no free slot.
 var ErrFull = errors.New("tier: no free slot")
 
+// Slots is how many pages a tier file of size bytes holds.
+func Slots(size int64) int { return max(0, int(size/SlotSize)-1) }
+
 // disk is one disk tier: a slotted File.
 type disk struct {
 	f     File

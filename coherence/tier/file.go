@@ -52,7 +52,7 @@ func OpenFile(path string, size int64) (*OSFile, error) {
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		if errors.Is(err, os.ErrPermission) {
+		if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
 			return nil, fmt.Errorf("tier file %s is not writable by this agent: fix its owner or mode, or name another file: %w", path, err)
 		}
 		return nil, fmt.Errorf("tier file %s: %w", path, err)

@@ -25,6 +25,12 @@ type Config struct {
 	// High and Low are the spill thresholds (fractions of a tier's
 	// capacity); zero means DefaultHigh, DefaultLow.
 	High, Low float64
+	// Backing, when set, is zeroed memory the memory tier's frames are
+	// carved from (such as a mapping bound to a NUMA node), at most
+	// len/PageSize of them; frames beyond it (a page that comes back to
+	// a full memory) are on the Go heap. The caller keeps it valid while
+	// the store is used.
+	Backing []byte
 	// Poison, when set, fills a memory frame with 0xDB when its page
 	// leaves it: a holder of a slice past its validity (see Store) reads
 	// garbage a test sees. Tests and the simulator set it.
@@ -82,6 +88,7 @@ type Store struct {
 	recovered []gva.GVA
 	victims   []gva.GVA
 	scratch   []byte
+	carved    int // frames of Config.Backing handed out
 }
 
 type frame struct {
@@ -443,6 +450,10 @@ func (s *Store) frameFor() []byte {
 		clear(p)
 		return p
 	}
+	if b := s.cfg.Backing; (s.carved+1)*gva.PageSize <= len(b) {
+		s.carved++
+		return b[(s.carved-1)*gva.PageSize : s.carved*gva.PageSize : s.carved*gva.PageSize]
+	}
 	return make([]byte, gva.PageSize)
 }
 
@@ -451,8 +462,8 @@ func (s *Store) admit(key gva.GVA, huge bool, p []byte) {
 	s.ring = append(s.ring, key)
 }
 
-// evict takes key's frame out of memory; the frame is kept as a spare while
-// memory holds no more than its capacity.
+// evict takes key's frame out of memory; the frame is kept as a spare (the
+// frames in use and spare are at most the most memory ever held).
 func (s *Store) evict(key gva.GVA, f *frame) {
 	last := len(s.ring) - 1
 	moved := s.ring[last]
@@ -465,12 +476,35 @@ func (s *Store) evict(key gva.GVA, f *frame) {
 			f.p[i] = 0xDB
 		}
 	}
-	if len(s.frames)+len(s.spare) < s.memCap {
-		s.spare = append(s.spare, f.p)
-	}
+	s.spare = append(s.spare, f.p)
 }
 
 func (s *Store) shape() string {
 	used, capacity := s.Use()
 	return fmt.Sprintf("memory %d/%d, fast %d/%d, slow %d/%d", used[0], capacity[0], used[1], capacity[1], used[2], capacity[2])
 }
+
+// Discard frees every page on disk (those Recovered lists, before the
+// first Alloc): a store whose user cannot take an earlier run's pages
+// back starts empty.
+func (s *Store) Discard() error {
+	for k, sp := range s.spilled {
+		s.disks[sp.tier].release(sp.slot)
+		delete(s.spilled, k)
+	}
+	s.recovered = nil
+	for _, d := range s.disks {
+		if d != nil {
+			if err := d.flush(); err != nil {
+				return err
+			}
+			if err := d.f.Sync(); err != nil {
+				return fmt.Errorf("tier file %s: sync: %w", d.f.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// Refused reports whether the last spill the store tried was refused.
+func (s *Store) Refused() bool { return s.refused }
