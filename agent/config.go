@@ -67,12 +67,12 @@ type Config struct {
 	// dpuctl link capture besides root and the agent's user, seeing the
 	// datagrams as they cross the wire, never in plaintext ("" = none).
 	CaptureGroup string
-	Pages        int    // physical pages this node may index (capacity rule)
+	Pages        int // physical pages this node may index (capacity rule)
 	// Tiers are the disk tiers under the memory tier (key tier = fast|slow
 	// PATH SIZE, agent/tier.go): the capacity rule counts Pages and the
 	// fast tier's slots; above 85% of memory the coldest pages spill.
 	Tiers []TierSpec
-	Seed         uint64 // seed of the agent's random source (0: from the clock)
+	Seed  uint64 // seed of the agent's random source (0: from the clock)
 	// XDPPinDir, when set, is a bpffs directory where every AF_XDP port
 	// pins its XDP program's maps under XDPPinDir/<device> (for fault
 	// injection by another process).

@@ -200,4 +200,3 @@ func pattern(b []byte, i int) {
 		binary.LittleEndian.PutUint64(b[o:], uint64(i)<<32|uint64(o))
 	}
 }
-
