@@ -153,3 +153,93 @@ func TestEngineOnTieredStore(t *testing.T) {
 		t.Fatalf("after node 1 locked it, where says %+v", loc)
 	}
 }
+
+// TestEngineOwnershipMovesThroughSpilledPages: three nodes on a line, each
+// over a tiered store of 16 memory pages (frames poisoned when a page
+// leaves them), replicas = 2 (backup copies spill too); 60 pages, every node maps them all, and 3,000 random
+// fetch-adds and lock/unlock pairs from random nodes move ownership and
+// content among the nodes while pages spill and come back. Every
+// fetch-add returns the count the model holds: no transfer, reply or
+// replica update read or wrote a frame its page had left.
+func TestEngineOwnershipMovesThroughSpilledPages(t *testing.T) {
+	const nodes, npages, ops = 3, 60, 3000
+	g, err := topo.Generate("line", nodes, topo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stores [nodes]*tier.Store
+	var engs [nodes]*coherence.Engine
+	var sinks [nodes]*sink
+	mk := func(id noc.NodeID) node.Handler {
+		s, err := tier.New(tier.Config{Memory: 16, Fast: tier.NewMemFile("fast.tier", 401*tier.SlotSize, uint64(id)), Poison: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sk := &sink{done: map[uint64]coherence.Completion{}}
+		e, err := coherence.New(coherence.Config{Self: id, Incarnation: uint64(id) + 100, Sink: sk, Seed: 7, Store: s, Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[id], engs[id], sinks[id] = s, e, sk
+		return e
+	}
+	f, err := nodetest.New(g, nodetest.Config{Seed: 1, Handler: mk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.RunUntil(10*time.Second, f.Converged) {
+		t.Fatal("routing did not converge")
+	}
+	var next uint64
+	ok := func(n int, r coherence.Request) coherence.Completion {
+		t.Helper()
+		next++
+		r.ID = next
+		engs[n].Submit(f.Now(), r, f.Cores[n])
+		f.RunUntil(f.Now()+2*time.Second, func() bool { _, ok := sinks[n].done[r.ID]; return ok })
+		c, ok := sinks[n].done[r.ID]
+		if !ok || c.Err != nil {
+			t.Fatalf("node %d %v %v: %v (completed %v)", n, r.Op, r.GVA, c.Err, ok)
+		}
+		return c
+	}
+	pages := make([]gva.GVA, npages)
+	model := make([]uint64, npages)
+	for i := range pages {
+		pages[i] = ok(0, coherence.Request{Op: coherence.HostAlloc}).GVA
+		for n := range nodes {
+			ok(n, coherence.Request{Op: coherence.HostRef, GVA: pages[i]})
+		}
+	}
+	rng := uint64(12345)
+	rand := func(n int) int {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int(rng % uint64(n))
+	}
+	locks := 0
+	for range ops {
+		i, n := rand(npages), rand(nodes)
+		w := pages[i].WithOffset(uint16(8 * (i % 8)))
+		if rand(5) == 0 {
+			ok(n, coherence.Request{Op: coherence.HostLock, GVA: pages[i], Holder: 1})
+			ok(n, coherence.Request{Op: coherence.HostUnlock, GVA: pages[i], Holder: 1})
+			locks++
+			continue
+		}
+		if old := ok(n, coherence.Request{Op: coherence.HostFetchAdd, GVA: w, Operand: 1}).Value; old != model[i] {
+			t.Fatalf("page %d: fetch-add at node %d saw %d, want %d", i, n, old, model[i])
+		}
+		model[i]++
+	}
+	var spills, returns uint64
+	for _, s := range stores {
+		st := s.Stats()
+		spills, returns = spills+st.Spills, returns+st.Returns
+	}
+	if spills < 100 || returns < 100 {
+		t.Fatalf("%d spills, %d returns: the pages did not move between tiers", spills, returns)
+	}
+	t.Logf("%d ops (%d lock/unlock pairs), %d spills, %d returns", ops, locks, spills, returns)
+}
