@@ -157,6 +157,9 @@ func (e *Engine) restore() error {
 		e.probing[key] = true
 		e.stats.ReplCopies++
 		e.stats.DurableRestored++
+		// A tiered store spills as the copies load (no slice but the
+		// records' is held here): memory stays near its capacity.
+		e.balance()
 	}
 	e.restoring = len(e.copies) > 0
 	return nil
