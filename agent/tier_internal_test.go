@@ -48,3 +48,16 @@ func TestTierRefusalIsLogged(t *testing.T) {
 		t.Fatalf("no resumption logged:\n%s", logBuf.String())
 	}
 }
+
+// TestTierReloadNeedsRestart: a changed tier line is reported as taking
+// effect at the next start.
+func TestTierReloadNeedsRestart(t *testing.T) {
+	a := &Agent{cfg: DefaultConfig()}
+	a.cfg.RunDir = "/run/dpu"
+	next := a.cfg
+	next.Tiers = []TierSpec{{Speed: gva.SpeedFastDisk, Path: "/var/lib/dpu/fast.tier", Size: 64 << 20}}
+	_, restart, err := a.Reload(next)
+	if err != nil || len(restart) != 1 || restart[0] != "tier" {
+		t.Fatalf("reload with a new tier line: restart %v, %v; want [tier]", restart, err)
+	}
+}
