@@ -72,6 +72,7 @@ type Agent struct {
 	passes    atomic.Uint64                 // passes of the run loop
 	stopErr   atomic.Pointer[error]         // why a server that should never end made the agent stop
 	pageLog   *pagelog.Log                  // Config.Durable: the engine's durable pages (the engine uses it under mu)
+	tiers     *tiers                        // Config.Tiers: the tiered page store (under mu; tier.go)
 	w         *waiter                       // where the loop parks (from New to Close)
 	srv       *hostif.Server                // the host socket, whose rings the loop serves (set before the loop runs)
 	srvStats  atomic.Pointer[hostif.Server] // the same, for the control socket's stats (it serves before srv is set)
@@ -205,6 +206,7 @@ func (a *Agent) Close() {
 		a.pageLog.Close()
 		a.pageLog = nil
 	}
+	a.closeTiers()
 	if a.w != nil {
 		a.w.close()
 		a.w = nil

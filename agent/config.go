@@ -67,8 +67,12 @@ type Config struct {
 	// dpuctl link capture besides root and the agent's user, seeing the
 	// datagrams as they cross the wire, never in plaintext ("" = none).
 	CaptureGroup string
-	Pages        int    // physical pages this node may index (capacity rule)
-	Seed         uint64 // seed of the agent's random source (0: from the clock)
+	Pages        int // physical pages this node may index (capacity rule)
+	// Tiers are the disk tiers under the memory tier (key tier = fast|slow
+	// PATH SIZE, agent/tier.go): the capacity rule counts Pages and the
+	// fast tier's slots; above 85% of memory the coldest pages spill.
+	Tiers []TierSpec
+	Seed  uint64 // seed of the agent's random source (0: from the clock)
 	// XDPPinDir, when set, is a bpffs directory where every AF_XDP port
 	// pins its XDP program's maps under XDPPinDir/<device> (for fault
 	// injection by another process).
@@ -250,7 +254,7 @@ func (c *Config) Load(name string, r io.Reader) error {
 
 // repeatable are the keys a configuration may give more than once (port
 // is one too): each line adds one more.
-var repeatable = map[string]bool{"gpu-device": true}
+var repeatable = map[string]bool{"gpu-device": true, "tier": true}
 
 // stripComment cuts a line at its comment: a '#' at the start or after
 // white space.
@@ -322,6 +326,11 @@ func (c *Config) Set(key, val string) error {
 		c.SocketGroup = val
 	case "capture-group":
 		c.CaptureGroup = val
+	case "tier":
+		var t TierSpec
+		if t, err = ParseTierSpec(val); err == nil {
+			c.Tiers = append(c.Tiers, t)
+		}
 	case "pages":
 		var n int
 		n, err = strconv.Atoi(val)
@@ -515,5 +524,5 @@ func (c *Config) Validate() error {
 	if (c.KeyFile == "") != (c.FabricKeys == "") {
 		return fmt.Errorf("%w: key-file and fabric-keys go together", ErrConfig)
 	}
-	return nil
+	return c.validateTiers()
 }

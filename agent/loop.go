@@ -462,6 +462,7 @@ func (a *Agent) endStepLocked(now time.Duration) []coherence.Completion {
 			a.w.ring()
 		}
 	}
+	a.watchTiersLocked() // tier.go
 	a.tx.mu.Lock()
 	if len(a.tx.ports) != len(a.ports) {
 		a.tx.ports = make([]txPort, len(a.ports))

@@ -57,9 +57,13 @@ func (a *Agent) chooseNUMA() error {
 
 // newPageStore is the engine's memory tier: on the Go heap, or, when the
 // agent is bound to a node, in an arena whose pages the kernel places on
-// that node.
-func (a *Agent) newPageStore(pages int) (*coherence.MemStore, error) {
+// that node; with disk tiers configured, the tiered store over it
+// (tier.go).
+func (a *Agent) newPageStore(pages int) (coherence.PageStore, error) {
 	if !a.numa.bind.Bound() {
+		if len(a.cfg.Tiers) > 0 {
+			return a.newTieredStore(pages, nil)
+		}
 		return coherence.NewMemStore(pages), nil
 	}
 	ar, err := numa.NewArena(pages*gva.PageSize, a.numa.bind.Node)
@@ -67,6 +71,9 @@ func (a *Agent) newPageStore(pages int) (*coherence.MemStore, error) {
 		return nil, fmt.Errorf("agent: page memory on NUMA node %d: %w", a.numa.bind.Node, err)
 	}
 	a.numa.arena = ar
+	if len(a.cfg.Tiers) > 0 {
+		return a.newTieredStore(pages, ar)
+	}
 	return coherence.NewMemStoreIn(ar.Bytes()), nil
 }
 

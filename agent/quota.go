@@ -40,7 +40,7 @@ func (a *Agent) hostQuota() *quota.Ledger {
 	q.once.Do(func() {
 		pages := a.cfg.UserPages
 		if pages <= 0 {
-			pages = max(1, a.cfg.Pages/2)
+			pages = max(1, a.capacityPages()/2)
 		}
 		conns := a.cfg.UserConns
 		if conns <= 0 {
@@ -48,12 +48,12 @@ func (a *Agent) hostQuota() *quota.Ledger {
 		}
 		q.ledger = quota.New(map[quota.Kind]quota.Limit{
 			quota.Conns: {PerUID: conns, Total: hostMaxConns, Reserve: 64},
-			quota.Pages: {PerUID: pages, Total: a.cfg.Pages, Reserve: a.cfg.Pages / 16},
+			quota.Pages: {PerUID: pages, Total: a.capacityPages(), Reserve: a.capacityPages() / 16},
 			quota.Bytes: {PerUID: pages * gva.PageSize},
 		}, uint32(os.Geteuid()))
 		// backup copies kept for other nodes (pagecharge.go): bounded by
 		// the ordinary users' part of the node, not by a user's share
-		q.ledger.SetLimit(quota.Remote, quota.Pages, a.cfg.Pages)
+		q.ledger.SetLimit(quota.Remote, quota.Pages, a.capacityPages())
 		q.err = a.loadQuotas(q.ledger)
 		if q.err != nil {
 			a.log.Warn("quotas not restored", "err", q.err)

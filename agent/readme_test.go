@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/aitherion/dpu/gva"
 	"os"
 	"reflect"
 	"regexp"
@@ -46,6 +47,7 @@ func TestReadmeSampleConfig(t *testing.T) {
 	want.MetricsListen = "127.0.0.1:9464"
 	want.KeyFile, want.FabricKeys = "/etc/dpu/node.key", "/etc/dpu/fabric.keys"
 	want.StateDir, want.Durable = "/var/lib/dpu", true
+	want.Tiers = []TierSpec{{Speed: gva.SpeedFastDisk, Path: "/var/lib/dpu/fast.tier", Size: 64 << 30}, {Speed: gva.SpeedSlowDisk, Path: "/dev/sdb", Size: 1 << 40}}
 	want.Ports = []PortSpec{
 		{Name: "p0", Kind: PortUDP, Args: []string{"10.0.0.3:7000", "10.0.0.4:7000"}},
 		{Name: "p1", Kind: PortXDP, Args: []string{"eth1"}},

@@ -59,6 +59,7 @@ func (a *Agent) Reload(next Config) (applied, restart []string, err error) {
 		"dead-interval":         next.DeadInterval != cur.DeadInterval,
 		"socket-group":          next.SocketGroup != cur.SocketGroup,
 		"pages":                 next.Pages != cur.Pages,
+		"tier":                  !slices.Equal(next.Tiers, cur.Tiers),
 		"seed":                  next.Seed != cur.Seed,
 		"request-timeout":       next.RequestTimeout != cur.RequestTimeout,
 		"pin-bound":             next.PinBound != cur.PinBound,

@@ -148,6 +148,22 @@ func (s source) Stats() ctl.Stats {
 			add("pages_replica", uint64(u.Replicas))
 			add("pages_backup", uint64(u.Backups))
 			add("pages_capacity", uint64(u.Capacity))
+			if t := s.a.tiers; t != nil {
+				// pages per speed tier, and the traffic between them
+				// (coherence/tier): refused spills are a full or
+				// failing disk
+				used, capacity := t.store.Use()
+				for i, name := range []string{"memory", "fast", "slow"} {
+					add("tier_"+name+"_pages", uint64(used[i]))
+					add("tier_"+name+"_capacity", uint64(capacity[i]))
+				}
+				ts := t.store.Stats()
+				add("tier_spills", ts.Spills)
+				add("tier_returns", ts.Returns)
+				add("tier_demotions", ts.Demotions)
+				add("tier_spills_refused", ts.SpillRefused)
+				add("tier_read_errors", ts.ReadErrors)
+			}
 			es := s.a.engine.Stats()
 			add("coherence_malformed", es.Malformed)        // payloads dropped (another build's format, or forged)
 			add("coherence_refused", es.Refused)            // other nodes' requests refused by the pages' attributes

@@ -23,7 +23,7 @@ func (e *Engine) staleCAS(now time.Duration, r *request) bool {
 		return false
 	}
 	off := int(r.hr.GVA.Offset())
-	cur := binary.LittleEndian.Uint64(pg.content[off:])
+	cur := binary.LittleEndian.Uint64(e.pageBytes(pg)[off:])
 	if cur != r.hr.Expected {
 		e.complete(now, r, Completion{Value: cur, Version: pg.version})
 		return true

@@ -16,8 +16,12 @@
 // Each page is a tree rooted at its owner; every node on it holds one path
 // cache entry (package pathcache): the up port toward the owner (none at
 // the owner) and the down ports toward replicas (noc.LocalPort: this node's
-// host maps a replica). The content of primaries and mapped replicas lives
-// in the PageStore; intermediate nodes hold entries only.
+// host maps a replica). The content of primaries, mapped replicas and
+// backup copies lives in the PageStore; intermediate nodes hold entries
+// only. A page's record keeps the slice its store handed out until the
+// store's Balance, at the end of each step, lists it (the slice rule,
+// store.go): the next access looks the page up again, which brings a page
+// the tiered store (package coherence/tier) spilled to disk back.
 //
 // # Path-cache protocol
 //

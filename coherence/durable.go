@@ -93,13 +93,13 @@ func (e *Engine) persist() {
 	for _, key := range slices.SortedFunc(maps.Keys(e.durDirty), gva.Compare) {
 		if pg := e.pages[key]; pg != nil && pg.owner && pg.has {
 			l.Put(pagelog.Page{Key: key, Owned: true, Owner: e.self, OwnerInc: e.inc, Epoch: pg.epoch, Version: pg.version,
-				Huge: pg.huge, Backups: e.Backups(key), Attr: pg.attr, HasAttr: pg.hasAttr, Content: pg.content})
+				Huge: pg.huge, Backups: e.Backups(key), Attr: pg.attr, HasAttr: pg.hasAttr, Content: e.pageBytes(pg)})
 			continue
 		}
 		if c := e.copies[key]; c != nil {
 			l.Put(pagelog.Page{Key: key, Owner: c.owner, OwnerInc: c.ownerInc, Epoch: c.epoch, Version: c.version,
 				Huge: c.huge, Rank: c.rank, Backups: c.backups, Heir: c.heir, HeirInc: c.heirInc, HasHeir: c.hasHeir,
-				Attr: c.attr, HasAttr: c.hasAttr, Content: c.content})
+				Attr: c.attr, HasAttr: c.hasAttr, Content: e.copyBytes(c)})
 			continue
 		}
 		l.Drop(key, e.durDirty[key])
@@ -157,6 +157,9 @@ func (e *Engine) restore() error {
 		e.probing[key] = true
 		e.stats.ReplCopies++
 		e.stats.DurableRestored++
+		// A tiered store spills as the copies load (no slice but the
+		// records' is held here): memory stays near its capacity.
+		e.balance()
 	}
 	e.restoring = len(e.copies) > 0
 	return nil

@@ -270,11 +270,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Pages <= 0 {
 		c.Pages = DefaultPages
 	}
-	if c.PathCache.MaxEntries == 0 {
-		c.PathCache.MaxEntries = max(DefaultPathCacheEntries, 2*c.Pages)
-	}
 	if c.Store != nil {
 		c.Pages = c.Store.Cap()
+	}
+	if c.PathCache.MaxEntries == 0 {
+		c.PathCache.MaxEntries = max(DefaultPathCacheEntries, 2*c.Pages)
 	}
 	if c.PathCache.MaxEntries <= c.Pages {
 		// Owner entries never age out and a node may own every page it
@@ -397,20 +397,21 @@ type Engine struct {
 	nextPage gva.PageNumber
 
 	// scratch, reused across calls
-	rt        noc.Routes     // the node's routing, as given to the step that runs
-	outbox    []noc.Outgoing // frames emitted since the node last drained them
-	arena     []byte         // their payloads
-	pay       []byte         // payloads of frames this node builds
-	repBuf    []byte         // reply records an OpReplicate carries
-	recBuf    []carriedReply // reply records an OpReplicate brought
-	hostPay   []byte         // payloads of frames built for host requests
-	fired     []arbiter.Fired[timer]
-	answers   []arbiter.Answer
-	evicts    []pathcache.Eviction
-	opFree    []*ownerOp
-	answering bool
-	rerouting bool      // handleUp is re-sending a request that waited here
-	drops     []gva.GVA // replicas left unmapped, dropped at the end of the step
+	rt         noc.Routes     // the node's routing, as given to the step that runs
+	outbox     []noc.Outgoing // frames emitted since the node last drained them
+	arena      []byte         // their payloads
+	pay        []byte         // payloads of frames this node builds
+	repBuf     []byte         // reply records an OpReplicate carries
+	recBuf     []carriedReply // reply records an OpReplicate brought
+	hostPay    []byte         // payloads of frames built for host requests
+	fired      []arbiter.Fired[timer]
+	answers    []arbiter.Answer
+	evicts     []pathcache.Eviction
+	opFree     []*ownerOp
+	answering  bool
+	rerouting  bool      // handleUp is re-sending a request that waited here
+	drops      []gva.GVA // replicas left unmapped, dropped at the end of the step
+	storeDrops []gva.GVA // the slices the store's last Balance invalidated (store.go)
 
 	stats Counters
 	dbg   debugTracer
@@ -705,6 +706,7 @@ func (e *Engine) endStep(now time.Duration) {
 	}
 	e.drops = e.drops[:0]
 	e.persist()
+	e.balance() // store.go
 }
 
 func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {

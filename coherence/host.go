@@ -599,7 +599,7 @@ func (e *Engine) completeContent(now time.Duration, pg *page, r *request) {
 	switch r.hr.Op {
 	case HostLoad:
 		off := int(r.hr.GVA.Offset())
-		e.complete(now, r, Completion{Data: pg.content[off : off+r.hr.Len], Version: pg.version})
+		e.complete(now, r, Completion{Data: e.pageBytes(pg)[off : off+r.hr.Len], Version: pg.version})
 	case HostRef:
 		e.complete(now, r, Completion{Version: pg.version})
 	default:

@@ -41,11 +41,11 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 			return
 		}
 		if _, rf, _ := decodeRef(f.Payload); rf&refGraft != 0 {
-			e.sendGraft(ent, f.Src, f.RequestID, key, pg.version, e.self, pg.huge, pg.content)
+			e.sendGraft(ent, f.Src, f.RequestID, key, pg.version, e.self, pg.huge, e.pageBytes(pg))
 			return
 		}
 		ent.Down, _ = ent.Down.Add(in)
-		e.sendContent(ent, in, f.RequestID, pg.version, e.self, pg.huge, pg.content)
+		e.sendContent(ent, in, f.RequestID, pg.version, e.self, pg.huge, e.pageBytes(pg))
 		return
 	}
 	if f.Class == noc.ClassControl && f.Src == e.self && in != noc.LocalPort {
@@ -235,7 +235,7 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) bool {
 			return false
 		}
 		off := int(f.GVA.Offset())
-		cur := binary.LittleEndian.Uint64(pg.content[off:])
+		cur := binary.LittleEndian.Uint64(e.pageBytes(pg)[off:])
 		res := atomicResult{prev: cur}
 		nv := cur + a.operand
 		if f.Op == OpCAS {
@@ -266,10 +266,10 @@ func (e *Engine) execute(now time.Duration, op *ownerOp) bool {
 // applyWrite applies a write at the owner: next version, then propagation
 // down every live branch.
 func (e *Engine) applyWrite(now time.Duration, pg *page, off int, data []byte) {
-	if !pg.owner || off < 0 || off+len(data) > len(pg.content) {
-		e.broken(now, "write of %d bytes at %d applied to %v: owner=%v, %d bytes", len(data), off, pg.key, pg.owner, len(pg.content))
+	if !pg.owner || off < 0 || off+len(data) > len(e.pageBytes(pg)) {
+		e.broken(now, "write of %d bytes at %d applied to %v: owner=%v, %d bytes", len(data), off, pg.key, pg.owner, len(e.pageBytes(pg)))
 	}
-	copy(pg.content[off:], data)
+	copy(e.pageBytes(pg)[off:], data)
 	pg.version++
 	e.durMark(pg.key)
 	if e.cfg.Tracer != nil {

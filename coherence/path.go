@@ -324,7 +324,7 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 		(pg.swap == nil || pg.swap.stage < stageGranted) {
 		if data != nil && pg.has && pg.version+1 == v {
 			e.advanced(pg, v)
-			copy(pg.content[f.GVA.Offset():], data)
+			copy(e.pageBytes(pg)[f.GVA.Offset():], data)
 			pg.version = v
 			e.stats.UpdatesApplied++
 			if pg.maps > 0 {
@@ -604,7 +604,7 @@ func (e *Engine) ownWrite(now time.Duration, key gva.GVA, off int, data []byte, 
 		return
 	}
 	e.advanced(pg, v)
-	copy(pg.content[off:], data)
+	copy(e.pageBytes(pg)[off:], data)
 	pg.version = v
 	ent.Version = v
 	e.syncReplica(ent, pg)

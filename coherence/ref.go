@@ -79,9 +79,9 @@ func (e *Engine) handleRef(now time.Duration, in noc.PortID, f *noc.Frame, pg *p
 		}
 		e.stats.AnsweredByReplica++
 		if graft {
-			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, pg.content)
+			e.sendGraft(ent, f.Src, f.RequestID, pg.key, pg.version, e.ownerOf(pg), pg.huge, e.pageBytes(pg))
 		} else {
-			e.sendContent(ent, in, f.RequestID, pg.version, e.ownerOf(pg), pg.huge, pg.content)
+			e.sendContent(ent, in, f.RequestID, pg.version, e.ownerOf(pg), pg.huge, e.pageBytes(pg))
 		}
 		return
 	}
@@ -308,7 +308,7 @@ func (e *Engine) handleRefReply(now time.Duration, in noc.PortID, f *noc.Frame) 
 		if !pg.has || w > pg.version {
 			e.replaced(now, pg, w)
 			e.advanced(pg, w)
-			copy(pg.content, rr.content)
+			copy(e.pageBytes(pg), rr.content)
 			pg.has, pg.version = true, w
 			e.stats.Installs++
 		}
@@ -428,7 +428,7 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 	if pg := e.pages[key]; stale && pg != nil && pg.has && (pg.owner || pg.version >= ent.Version) {
 		// We hold the newer content: pass it on instead.
 		a, aok := e.attrOf(pg, ent)
-		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), a, aok, pg.content)
+		g.Payload = appendRefReply(e.pay[:0], rf, e.ownerOf(pg), a, aok, e.pageBytes(pg))
 		g.PageVersion = pg.version
 		stale = false
 	} else {

@@ -307,7 +307,7 @@ func (e *Engine) gate(now time.Duration, pg *page, op *ownerOp) bool {
 			return false
 		}
 		off := int(f.GVA.Offset())
-		cur := binary.LittleEndian.Uint64(pg.content[off:])
+		cur := binary.LittleEndian.Uint64(e.pageBytes(pg)[off:])
 		sw.res = atomicResult{prev: cur, swapped: true}
 		nv := cur + a.operand
 		if f.Op == OpCAS {
@@ -414,7 +414,7 @@ func (e *Engine) settle(now time.Duration, pg *page) {
 	e.stats.ReplSettled++
 	if e.cfg.Tracer != nil {
 		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
-			pt.Settled(e.self, pg.key, pg.version, pg.content)
+			pt.Settled(e.self, pg.key, pg.version, e.pageBytes(pg))
 		}
 	}
 	e.wake(now, pg)
@@ -496,7 +496,7 @@ func (e *Engine) keepStandIn(now time.Duration, pg *page, heir noc.NodeID, heirI
 		e.stats.ReplNoRoom++
 		return
 	}
-	copy(content, pg.content)
+	copy(content, e.pageBytes(pg))
 	pr := e.pageReplies(now, pg)
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
 		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true,
@@ -632,7 +632,7 @@ func (e *Engine) farNodes() []noc.NodeID {
 func (e *Engine) sendFull(pg *page, i int) {
 	rep := pg.rep
 	b := &rep.backups[i]
-	e.sendReplicate(pg, b.node, i, replFull, pg.version, 0, pg.content)
+	e.sendReplicate(pg, b.node, i, replFull, pg.version, 0, e.pageBytes(pg))
 	e.stats.ReplFullSent++
 	if rep.staged != nil {
 		e.sendDelta(pg, b)
@@ -857,7 +857,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		c.fellowsGone, c.fellowsProbedAt = c.fellowsGone[:0], 0
 		delete(e.probing, key)
 		e.indexCopy(c)
-		copy(c.content, m.data)
+		copy(e.copyBytes(c), m.data)
 		c.version, c.ownerInc, c.epoch, c.huge = f.PageVersion, m.ownerInc, m.epoch, m.flags&replHuge != 0
 		if m.flags&replAttr != 0 {
 			c.attr, c.hasAttr = m.attr, true
@@ -874,7 +874,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 	case m.flags&replTouch != 0:
 		needFull = c.version != f.PageVersion
 	case f.PageVersion == c.version+1:
-		copy(c.content[m.off:], m.data)
+		copy(e.copyBytes(c)[m.off:], m.data)
 		c.version = f.PageVersion
 		for _, r := range recs.recs {
 			e.keepReply(now, c, r)
@@ -1610,12 +1610,12 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	if pg == nil {
 		// The copy's physical page becomes the page's: its slot is given
 		// back first, so that a full store still takes the page.
-		held := slices.Clone(c.content)
+		held := slices.Clone(e.copyBytes(c))
 		e.store.Release(copyKey(key))
 		content, err := e.store.Alloc(key, c.huge)
 		if err != nil {
 			if c.content, err = e.store.Alloc(copyKey(key), c.huge); err == nil {
-				copy(c.content, held)
+				copy(e.copyBytes(c), held)
 			}
 			e.stats.ReplPromoteFailed++
 			return
@@ -1631,7 +1631,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 		e.stats.PathAnomalies++
 	} else {
 		e.replaced(now, pg, c.version)
-		copy(pg.content, c.content)
+		copy(e.pageBytes(pg), e.copyBytes(c))
 		pg.version = c.version
 	}
 	// Two past the copy's: a handover the dead owner committed without a
@@ -1674,7 +1674,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	}
 	if e.cfg.Tracer != nil {
 		if pt, ok := e.cfg.Tracer.(PromotionTracer); ok {
-			pt.Promoted(e.self, key, pg.version, pg.content)
+			pt.Promoted(e.self, key, pg.version, e.pageBytes(pg))
 		}
 	}
 	if homeOf(key) == e.self {

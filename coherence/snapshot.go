@@ -227,7 +227,7 @@ func (e *Engine) Pages(fn func(PageView)) {
 	for _, k := range keys {
 		pg := e.pages[k]
 		v := PageView{Key: k, Owner: pg.owner, Swapping: pg.swap != nil && pg.swap.stage >= stageGranted || pg.swap != nil && pg.swap.out,
-			Mapped: pg.maps > 0, Version: pg.version, Content: pg.content}
+			Mapped: pg.maps > 0, Version: pg.version, Content: e.pageBytes(pg)}
 		if !pg.owner {
 			v.Valid = e.replicaValid(pg)
 		}

@@ -14,8 +14,14 @@ var ErrNoSpace = errors.New("coherence: no physical page left (capacity rule)")
 
 // PageStore holds the contents of the pages this node keeps: the primaries
 // it owns and the replicas its host maps. Every page counts against the
-// store's physical capacity. Implementations: MemStore (the memory tier);
-// disk tiers implement the same interface.
+// store's physical capacity. Implementations: MemStore (the memory tier)
+// and tier.Store (memory, fast disk, slow disk; package coherence/tier).
+//
+// The slice rule: a slice Alloc or Lookup returned stays key's content
+// until key is released or until the next Balance that lists key. The
+// engine keeps a page's slice in its record, calls Balance only at the end
+// of a step, and drops the slices Balance lists; its next access looks the
+// page up again (which brings a spilled page back).
 type PageStore interface {
 	// Alloc reserves a physical page for key and returns its zeroed
 	// content (gva.PageSize bytes). It fails with ErrNoSpace at capacity.
@@ -31,6 +37,9 @@ type PageStore interface {
 	Cap() int
 	// Speed is the storage tier key lives on.
 	Speed(key gva.GVA) gva.Speed
+	// Balance moves pages between speed tiers. It appends to dst the
+	// keys whose slices it invalidated and returns it.
+	Balance(dst []gva.GVA) []gva.GVA
 }
 
 // MemStore is the memory tier: pages in DRAM, at most Cap of them. Released
@@ -109,3 +118,49 @@ func (s *MemStore) Cap() int { return s.cap }
 
 // Speed implements PageStore: everything is in memory.
 func (s *MemStore) Speed(gva.GVA) gva.Speed { return gva.SpeedMemory }
+
+// Balance implements PageStore: one tier, nothing moves.
+func (s *MemStore) Balance(dst []gva.GVA) []gva.GVA { return dst }
+
+// pageBytes returns pg's content: the slice its record keeps, or, when a
+// Balance dropped that slice (the slice rule, PageStore), the store's.
+func (e *Engine) pageBytes(pg *page) []byte {
+	if pg.content == nil {
+		pg.content = e.storeLookup(pg.key)
+	}
+	return pg.content
+}
+
+// copyBytes is pageBytes for a backup copy.
+func (e *Engine) copyBytes(c *backupCopy) []byte {
+	if c.content == nil {
+		c.content = e.storeLookup(copyKey(c.key))
+	}
+	return c.content
+}
+
+func (e *Engine) storeLookup(key gva.GVA) []byte {
+	p, ok := e.store.Lookup(key)
+	if !ok || len(p) != gva.PageSize {
+		e.broken(e.now, "page %v: its record's slice was dropped and the store does not give it back (%d bytes, found %v)", key, len(p), ok)
+	}
+	return p
+}
+
+// balance lets the store move pages between tiers at the end of a step,
+// when no slice but the records' is held, and drops the records' slices
+// it invalidated.
+func (e *Engine) balance() {
+	e.storeDrops = e.store.Balance(e.storeDrops[:0])
+	for _, key := range e.storeDrops {
+		if key == copyKey(key) {
+			if c := e.copies[key.WithRefIndex(0)]; c != nil {
+				c.content = nil
+			}
+			continue
+		}
+		if pg := e.pages[key]; pg != nil {
+			pg.content = nil
+		}
+	}
+}

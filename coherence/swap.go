@@ -162,7 +162,7 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 	df |= dataReplies // and so do the reply records (resend.go)
 	recs := appendReplies(nil, now, e.pageReplies(now, pg))
 	sw.standIns = e.standIns(pg.key)
-	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: pg.content, replies: recs, backups: sw.standIns})
+	b := appendData(e.pay[:0], dataMsg{epoch: sw.epoch, seq: sw.seq, flags: df, attr: pg.attr, content: e.pageBytes(pg), replies: recs, backups: sw.standIns})
 	f = newFrame(noc.ClassControl, OpData, fl, e.self, sw.peer, sw.id, pg.key, pg.version, b)
 	e.sendNode(&f)
 	sw.timer = e.schedule(now+e.cfg.SwapTimeout, timer{kind: tSwapOut, key: pg.key})
@@ -259,7 +259,7 @@ func (e *Engine) handleData(now time.Duration, f *noc.Frame) {
 		e.advanced(pg, f.PageVersion)
 	}
 	if !(bugsCompiled && e.cfg.Bug == BugSwapStaleContent && pg.has) {
-		copy(pg.content, d.content)
+		copy(e.pageBytes(pg), d.content)
 	}
 	pg.has, pg.version, pg.huge = true, f.PageVersion, d.flags&dataHuge != 0
 	if d.flags&dataAttr != 0 {
@@ -738,7 +738,7 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 		}
 	}
 	if ent != nil {
-		e.deliver(now, key, ent, noc.NoPort, pg.version, e.self, pg.huge, pg.content)
+		e.deliver(now, key, ent, noc.NoPort, pg.version, e.self, pg.huge, e.pageBytes(pg))
 	}
 	e.closeFetch(key)
 	if r := sw.req; r != nil {
