@@ -244,19 +244,9 @@ func (c *conn) giveSlots(n int) {
 // run executes one request of the socket or the ring on its own
 // goroutine, through the blocking Backend.Do, and sends its reply.
 func (c *conn) run(t *task) {
-	defer func() {
-		c.inflight.Done()
-		putTask(t)
-	}()
+	defer c.inflight.Done()
 	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	err := c.s.exec(c, &t.req, &t.rep, &t.ctx)
-	if t.rg != nil {
-		t.rg.answer(t, err)
-		t.rg.flush()
-		return
-	}
-	c.reply(t, err, true)
-	<-c.sem
+	c.answer(t, c.s.exec(c, &t.req, &t.rep, &t.ctx), true, true)
 }
 
 // reply writes (flush) or queues the reply of t: its body, or err's errno

@@ -43,7 +43,7 @@ func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]cohere
 	case s.submits(&t.req):
 		r, err := s.opOf(c, t)
 		if err != nil {
-			s.answerNow(c, t, err)
+			c.answer(t, err, false, false) // flushed with the caller's batch
 			return batch, false
 		}
 		// The request carries its task (Tag) to its completion: no table
@@ -54,7 +54,7 @@ func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]cohere
 		return append(batch, r), true
 	case s.quick(&t.req):
 		t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-		s.answerNow(c, t, s.exec(c, &t.req, &t.rep, &t.ctx))
+		c.answer(t, s.exec(c, &t.req, &t.rep, &t.ctx), false, false)
 		return batch, false
 	}
 	c.inflight.Add(1)
@@ -62,14 +62,25 @@ func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]cohere
 	return batch, true
 }
 
-// answerNow answers t on the caller's goroutine (its reply is flushed
-// with the caller's batch) and recycles it.
-func (s *Server) answerNow(c *conn, t *task, err error) {
-	if t.rg != nil {
-		t.rg.answer(t, err)
-		t.rg.flush()
+// answer is the one way a request is answered: its reply is queued on
+// the ring or the socket it came on (and flushed when flush is set; else
+// the caller flushes: the socket reader and the ring pass flush what
+// their batch queued, Complete what its completions did), the request slot it held (holds: a socket
+// request's) is given back, and the task is recycled. A connection being
+// closed takes no reply on its socket.
+func (c *conn) answer(t *task, err error, flush, holds bool) {
+	if rg := t.rg; rg != nil {
+		rg.answer(t, err)
+		if flush {
+			rg.flush()
+		}
 	} else {
-		c.reply(t, err, false)
+		if !c.aborted.Load() {
+			c.reply(t, err, flush)
+		}
+		if holds {
+			<-c.sem
+		}
 	}
 	putTask(t)
 }
@@ -148,17 +159,7 @@ func (s *Server) allocAttr(c *conn, r *wire.Request) Attr {
 // reply, updates the replica files, queues the reply and gives the slot
 // back.
 func (s *Server) finish(c *conn, t *task, d *coherence.Completion) {
-	err := s.finishOp(c, t, d)
-	switch {
-	case t.rg != nil:
-		t.rg.answer(t, err)
-	case !c.aborted.Load():
-		c.reply(t, err, false)
-	}
-	if t.rg == nil {
-		<-c.sem
-	}
-	putTask(t)
+	c.answer(t, s.finishOp(c, t, d), false, true) // Complete flushes
 }
 
 // finishOp fills t's reply from d and returns the request's error.
