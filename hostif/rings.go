@@ -1,6 +1,7 @@
 package hostif
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,8 @@ type connRing struct {
 	// reaped since, and past Options.WriteTimeout the connection is cut.
 	stalledAt time.Time
 
-	buf []byte // the loop's copy of a submission
+	buf   []byte // where the loop takes a submission too long for a task, to refuse it
+	spare *task  // the loop's task for the next submission (under mu)
 }
 
 // ringSet is the server's rings, for the driver's loop.
@@ -192,8 +194,22 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 			rg.mu.Unlock()
 			break
 		}
-		n, ok, err := rg.p.Pop(rg.buf)
+		// The submission is copied once, into the task's own buffer, and
+		// decoded there: its payload (a STORE's bytes) is read until the
+		// request completes. The task is kept for the next pass when the
+		// ring is empty (the loop polls it often).
+		t := rg.spare
+		if t == nil {
+			t = taskPool.Get().(*task)
+		}
+		rg.spare = nil
+		n, ok, err := rg.p.Pop(t.in[:])
+		long := errors.Is(err, ring.ErrShortBuffer)
+		if long {
+			n, ok, err = rg.p.Pop(rg.buf) // to refuse it
+		}
 		if err != nil || !ok {
+			rg.spare = t
 			rg.mu.Unlock()
 			if err != nil {
 				s.log.Warn("closing a corrupt ring", "conn", c.id, "pid", c.cred.PID, "err", err)
@@ -204,20 +220,16 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 		rg.inflight++
 		rg.mu.Unlock()
 		got = true
-		t := taskPool.Get().(*task)
 		t.rg = rg
 		t.at = time.Time{}
 		if s.opts.Observe != nil {
 			t.at = now
 		}
-		// The request is decoded from the task's own buffer: its payload
-		// (a STORE's bytes) is read until the request completes, long
-		// after the next submission has replaced rg.buf.
-		if n > len(t.in) {
+		if long {
 			s.ringRefuse(rg, t, wire.PeekID(rg.buf[:n]), "message longer than a request")
 			continue
 		}
-		msg := t.in[:copy(t.in[:], rg.buf[:n])]
+		msg := t.in[:n]
 		if err := wire.DecodeRequest(msg, &t.req); err != nil {
 			s.ringRefuse(rg, t, wire.PeekID(msg), err.Error())
 			continue
