@@ -97,6 +97,7 @@ static void obj_free(struct robj *o) {
 
 /* ---- the session ---- */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
+static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER; /* the allocation table */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static int initialized;
@@ -173,9 +174,297 @@ static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32
     return (CUresult)r.status;
 }
 
-static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint32_t cap, uint32_t *rlen) {
+/* ---- the asynchronous queue ----
+ * Launches, asynchronous memsets and copies, event records and stream
+ * waits return at once: each is appended, as a record (wire.h's rw_rec),
+ * to the queue, and a sender thread sends the queue in order as OP_BATCH
+ * messages, one in flight at a time (what accumulates during a round trip
+ * goes in the next one). Every other request first sends what is queued
+ * (session_lock), so the launcher sees the calls in the order they were
+ * made. An error an operation of a batch met on the launcher is kept and
+ * returned by the next synchronising call (stream, event and context
+ * synchronisation and queries, synchronous copies); the driver's sticky
+ * errors are returned by every call after. */
+#define Q_CAP (4u << 20) /* bytes queued before a submitter waits for the sender */
+static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qwork = PTHREAD_COND_INITIALIZER, qspace = PTHREAD_COND_INITIALIZER;
+static unsigned char *qbuf;
+static size_t qhead, qlen;
+static int qstop, sender_started;
+static pthread_t sender_thread;
+static CUresult deferred_err;       /* the first asynchronous error not yet returned (under mu) */
+static _Atomic CUresult sticky_err; /* a sticky error: every call returns it */
+static uint64_t batches, batched_ops;
+
+static int is_sticky(CUresult r) {
+    switch ((int)r) {
+    case 214: /* uncorrectable ECC */
+    case 700: /* illegal address */
+    case 702: /* launch timeout */
+    case 710: /* assert */
+    case 714: /* hardware stack error */
+    case 715: /* illegal instruction */
+    case 716: /* misaligned address */
+    case 717: /* invalid address space */
+    case 718: /* invalid pc */
+    case 719: /* launch failed */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void note_async(CUresult r) {
+    if (r == CUDA_SUCCESS)
+        return;
+    if (is_sticky(r) && atomic_load(&sticky_err) == CUDA_SUCCESS)
+        atomic_store(&sticky_err, r);
+    if (deferred_err == CUDA_SUCCESS)
+        deferred_err = r;
+}
+
+/* sync_result: what a synchronising call returns, given its own result:
+ * an earlier asynchronous error first (once), then its own. The caller
+ * holds mu. */
+static CUresult sync_result(CUresult r) {
+    if (deferred_err != CUDA_SUCCESS) {
+        CUresult d = deferred_err;
+        deferred_err = CUDA_SUCCESS;
+        return d;
+    }
+    if (is_sticky(r) && atomic_load(&sticky_err) == CUDA_SUCCESS)
+        atomic_store(&sticky_err, r);
+    CUresult st = atomic_load(&sticky_err);
+    return r == CUDA_SUCCESS && st != CUDA_SUCCESS ? st : r;
+}
+
+/* send_batch_locked sends one batch of queued records (as many whole
+ * records as fit a message) and waits for its reply. The caller holds
+ * mu. Returns 0 when the queue was empty. */
+static int send_batch_locked(void) {
+    static unsigned char body[RW_BODY_MAX];
+    uint32_t n = 0, ops = 0;
+    pthread_mutex_lock(&qmu);
+    while (qhead < qlen) {
+        struct rw_rec rc;
+        memcpy(&rc, qbuf + qhead, sizeof rc);
+        size_t span = RW_REC_SPAN(rc.len);
+        if (n + span > sizeof body)
+            break;
+        memcpy(body + n, qbuf + qhead, span);
+        n += (uint32_t)span;
+        qhead += span;
+        ops++;
+    }
+    if (qhead == qlen)
+        qhead = qlen = 0;
+    pthread_cond_broadcast(&qspace);
+    pthread_mutex_unlock(&qmu);
+    if (ops == 0)
+        return 0;
+    uint32_t rep[2] = {0, 0}, got = 0;
+    CUresult r = rpc_locked(OP_BATCH, 0, body, n, rep, sizeof rep, &got);
+    batches++;
+    batched_ops += ops;
+    if (r != CUDA_SUCCESS)
+        logf_(2, "batch of %u: operation %u -> %d", ops, got == sizeof rep ? rep[0] : 0, r);
+    note_async(r);
+    return 1;
+}
+
+static void flush_locked(void) {
+    while (send_batch_locked())
+        ;
+}
+
+/* session_lock: mu held and the queue sent, so that a request follows the
+ * asynchronous work submitted before it. */
+static void session_lock(void) {
     pthread_mutex_lock(&mu);
+    flush_locked();
+}
+
+static void *sender_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&qmu);
+    for (;;) {
+        while (qhead == qlen && !qstop)
+            pthread_cond_wait(&qwork, &qmu);
+        if (qhead == qlen && qstop)
+            break;
+        pthread_mutex_unlock(&qmu);
+        pthread_mutex_lock(&mu);
+        if (initialized)
+            send_batch_locked();
+        pthread_mutex_unlock(&mu);
+        pthread_mutex_lock(&qmu);
+    }
+    pthread_mutex_unlock(&qmu);
+    return NULL;
+}
+
+/* enqueue appends one asynchronous operation (its body as the launcher's
+ * request) in the current context. A full queue waits (bounded) for the
+ * sender. */
+static CUresult enqueue(uint16_t op, const void *body, uint32_t len) {
+    CUresult st = atomic_load(&sticky_err);
+    if (st != CUDA_SUCCESS)
+        return st;
+    if (RW_REC_SPAN(len) > RW_BODY_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct rw_rec rc = {.op = op, .len = (uint16_t)len, .ctx = cur_ctx ? cur_ctx->id : 0};
+    size_t span = RW_REC_SPAN(len);
+    pthread_mutex_lock(&qmu);
+    if (!qbuf && !(qbuf = malloc(Q_CAP))) {
+        pthread_mutex_unlock(&qmu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t start = mono_ms();
+    while (qlen + span > Q_CAP) {
+        if (qhead > 0) { /* compact */
+            memmove(qbuf, qbuf + qhead, qlen - qhead);
+            qlen -= qhead;
+            qhead = 0;
+            continue;
+        }
+        if (mono_ms() - start > (uint64_t)timeout_ms) {
+            pthread_mutex_unlock(&qmu);
+            logf_(1, "op %u: the queue did not drain", op);
+            return CUDA_ERROR_LAUNCH_FAILED;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&qspace, &qmu, &ts);
+    }
+    memcpy(qbuf + qlen, &rc, sizeof rc);
+    if (len)
+        memcpy(qbuf + qlen + sizeof rc, body, len);
+    memset(qbuf + qlen + sizeof rc + len, 0, span - sizeof rc - len);
+    qlen += span;
+    pthread_cond_signal(&qwork);
+    pthread_mutex_unlock(&qmu);
+    return CUDA_SUCCESS;
+}
+
+static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint32_t cap, uint32_t *rlen) {
+    session_lock();
     CUresult r = rpc_locked(op, 0, body, len, rep, cap, rlen);
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* ---- asynchronous device-to-host copies ----
+ * The launcher copies into a buffer of its own on the copy's stream and
+ * keeps it; the client fetches it into the caller's memory at the first
+ * synchronising call that finds it complete (or before the memory is read
+ * for a copy to the device). */
+struct pend { uint64_t id; unsigned char *dst; size_t bytes; };
+static pthread_mutex_t pmu = PTHREAD_MUTEX_INITIALIZER; /* pends */
+static struct pend *pends;
+static size_t npends, cappends;
+static uint64_t pend_next;
+
+static int pend_add(uint64_t id, void *dst, size_t bytes) {
+    pthread_mutex_lock(&pmu);
+    if (npends == cappends) {
+        size_t cap = cappends ? cappends * 2 : 16;
+        struct pend *n = realloc(pends, cap * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&pmu);
+            return -1;
+        }
+        pends = n;
+        cappends = cap;
+    }
+    pends[npends++] = (struct pend){id, dst, bytes};
+    pthread_mutex_unlock(&pmu);
+    return 0;
+}
+
+/* fetch_one_locked fetches pending copy p (wait: even if not complete yet).
+ * CUDA_ERROR_NOT_READY: not complete, still pending. The caller holds mu. */
+static CUresult fetch_one_locked(struct pend p, int wait) {
+    size_t chunk = mbox_capacity(&MB);
+    for (size_t off = 0; off < p.bytes; off += chunk) {
+        size_t m = p.bytes - off < chunk ? p.bytes - off : chunk;
+        struct rw_fetch f = {.id = p.id, .off = off, .len = m, .wait = off > 0 || wait};
+        CUresult r = rpc_locked(OP_DTOH_FETCH, 0, &f, sizeof f, NULL, 0, NULL);
+        if (r)
+            return r;
+        int e = mbox_get(&MB, p.dst + off, m, SEQ);
+        if (e < 0)
+            return errno_to_cu(e);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* fetch_locked fetches the pending copies that are complete (all: wait for
+ * each; lo/n: only those whose memory overlaps [lo, lo+n), waiting). An
+ * error a copy met is an asynchronous error. The caller holds mu. */
+static void fetch_locked(int all, uintptr_t lo, size_t n) {
+    for (size_t i = 0;;) {
+        pthread_mutex_lock(&pmu);
+        if (i >= npends) {
+            pthread_mutex_unlock(&pmu);
+            return;
+        }
+        struct pend p = pends[i];
+        pthread_mutex_unlock(&pmu);
+        int overlap = n && (uintptr_t)p.dst < lo + n && lo < (uintptr_t)p.dst + p.bytes;
+        if (n && !overlap) {
+            i++;
+            continue;
+        }
+        CUresult r = fetch_one_locked(p, all || overlap);
+        if (r == CUDA_ERROR_NOT_READY) {
+            i++;
+            continue;
+        }
+        if (r != CUDA_ERROR_NOT_FOUND) /* not found: the copy failed, and its batch said so */
+            note_async(r);
+        pthread_mutex_lock(&pmu);
+        for (size_t k = 0; k < npends; k++)
+            if (pends[k].id == p.id) {
+                memmove(&pends[k], &pends[k + 1], (npends - k - 1) * sizeof *pends);
+                npends--;
+                break;
+            }
+        pthread_mutex_unlock(&pmu);
+    }
+}
+
+static int pend_overlaps(const void *lo, size_t n) {
+    uintptr_t a = (uintptr_t)lo;
+    int yes = 0;
+    pthread_mutex_lock(&pmu);
+    for (size_t i = 0; i < npends && !yes; i++)
+        yes = (uintptr_t)pends[i].dst < a + n && a < (uintptr_t)pends[i].dst + pends[i].bytes;
+    pthread_mutex_unlock(&pmu);
+    return yes;
+}
+
+static int pending_any(void) {
+    pthread_mutex_lock(&pmu);
+    int any = npends > 0;
+    pthread_mutex_unlock(&pmu);
+    return any;
+}
+
+/* synced_locked: the end of a synchronising call whose own result is r:
+ * what completed is fetched, and the call returns an earlier asynchronous
+ * error first. The caller holds mu. */
+static CUresult synced_locked(CUresult r) {
+    if (r == CUDA_SUCCESS && pending_any())
+        fetch_locked(0, 0, 0);
+    return sync_result(r);
+}
+
+/* sync_rpc: a synchronising request (stream, event and context
+ * synchronisation and queries). */
+static CUresult sync_rpc(uint16_t op, const void *body, uint32_t len) {
+    session_lock();
+    CUresult r = synced_locked(rpc_locked(op, 0, body, len, NULL, 0, NULL));
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -318,6 +607,10 @@ static void connect_once(void) {
     logf_(2, "slot %u, driver %d, %d device(s)", SLOT, driver_version, device_count);
     initialized = 1;
     init_result = CUDA_SUCCESS;
+    if (pthread_create(&sender_thread, NULL, sender_main, NULL) == 0)
+        sender_started = 1;
+    else
+        logf_(1, "no sender thread: asynchronous work is sent at the next call");
     atexit(finish);
     return;
 fail:
@@ -332,9 +625,21 @@ static void finish(void) {
         return;
     if (!D)
         return;
+    if (sender_started) {
+        pthread_mutex_lock(&qmu);
+        qstop = 1;
+        pthread_cond_broadcast(&qwork);
+        pthread_mutex_unlock(&qmu);
+        pthread_join(sender_thread, NULL);
+        sender_started = 0;
+    }
     pthread_mutex_lock(&mu);
-    if (initialized)
+    if (initialized) {
+        flush_locked();
         rpc_locked(OP_BYE, 0, NULL, 0, NULL, 0, NULL);
+        logf_(2, "%llu asynchronous operations in %llu batches", (unsigned long long)batched_ops,
+              (unsigned long long)batches);
+    }
     initialized = 0;
     pthread_mutex_unlock(&mu);
     atomic_store(&hb_stop, 1);
@@ -388,12 +693,15 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 static struct rw_device_info *info(CUdevice d) {
     if (!initialized || d < 0 || d >= device_count || d >= MAX_DEV)
         return NULL;
-    pthread_mutex_lock(&mu);
+    struct rw_device_info *known = __atomic_load_n(&devinfo[d], __ATOMIC_ACQUIRE);
+    if (known) /* set once, never changed */
+        return known;
+    session_lock();
     if (!devinfo[d]) {
         struct rw_device_info *di = malloc(sizeof *di);
         uint32_t dev = (uint32_t)d, n = 0;
         if (di && rpc_locked(OP_DEVICE_INFO, 0, &dev, 4, di, sizeof *di, &n) == CUDA_SUCCESS && n == sizeof *di)
-            devinfo[d] = di;
+            __atomic_store_n(&devinfo[d], di, __ATOMIC_RELEASE);
         else
             free(di);
     }
@@ -486,7 +794,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
         return CUDA_ERROR_INVALID_VALUE;
     if (d < 0 || d >= device_count || d >= MAX_DEV)
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&mu);
+    session_lock();
     CUresult r = CUDA_SUCCESS;
     if (!primary[d]) {
         uint32_t dev = (uint32_t)d, id = 0, n = 0;
@@ -643,7 +951,7 @@ API CUresult cuCtxSynchronize(void) {
     NEED_INIT();
     if (!cur_ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
-    return rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+    return sync_rpc(OP_CTX_SYNC, NULL, 0);
 }
 API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
     NEED_INIT();
@@ -684,35 +992,35 @@ API CUresult cuCtxGetLimit(size_t *v, int limit) {
 
 /* ---- memory (the memory service) ---- */
 static void alloc_note(uint64_t p, uint64_t n) {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     if (nallocs == capallocs) {
         size_t cap = capallocs ? capallocs * 2 : 64;
         struct alloc *a = realloc(allocs, cap * sizeof *a);
         if (!a) {
-            pthread_mutex_unlock(&mu);
+            pthread_mutex_unlock(&amu);
             return;
         }
         allocs = a;
         capallocs = cap;
     }
     allocs[nallocs++] = (struct alloc){p, n};
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
 }
 static void alloc_forget(uint64_t p) {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     for (size_t i = 0; i < nallocs; i++)
         if (allocs[i].base == p) {
             allocs[i] = allocs[--nallocs];
             break;
         }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
 }
 static int is_device(uint64_t p) {
     int yes = 0;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     for (size_t i = 0; i < nallocs && !yes; i++)
         yes = p >= allocs[i].base && p - allocs[i].base < allocs[i].size;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
     return yes;
 }
 
@@ -823,6 +1131,8 @@ static CUresult memset_(CUdeviceptr p, uint32_t v, uint32_t elem, size_t count, 
                           .async = (uint32_t)async};
     if (r)
         return r;
+    if (async)
+        return enqueue(OP_MEMSET, &m, sizeof m);
     return rpc(OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
 }
 API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { return memset_(p, v, 1, n, NULL, 0); }
@@ -835,6 +1145,7 @@ API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstrea
 API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) { return memset_(p, v, 4, n, s, 1); }
 
 /* ---- copies (the transfer service) ---- */
+#define HTOD_INLINE_MAX (RW_BODY_MAX - sizeof(struct rw_rec) - sizeof(struct rw_copy) - 8)
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async) {
     NEED_INIT();
     CUresult r;
@@ -843,8 +1154,21 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
         return r;
     if (n && !src)
         return CUDA_ERROR_INVALID_VALUE;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (async && n <= HTOD_INLINE_MAX && !pend_overlaps(src, n)) {
+        /* Small: the bytes go in the record (taken now, as the driver
+         * takes pageable memory before it returns). */
+        unsigned char body[RW_BODY_MAX];
+        struct rw_copy c = {.dst = dst, .bytes = n, .stream = sid, .async = 1};
+        memcpy(body, &c, sizeof c);
+        memcpy(body + sizeof c, src, n);
+        return enqueue(OP_HTOD_INLINE, body, (uint32_t)(sizeof c + n));
+    }
     size_t chunk = mbox_capacity(&MB);
-    pthread_mutex_lock(&mu);
+    session_lock();
+    if (pending_any()) /* the memory read here may be the target of a copy still pending */
+        fetch_locked(0, (uintptr_t)src, n);
     for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
         size_t m = n - off < chunk ? n - off : chunk;
         int e = mbox_put(&MB, (const unsigned char *)src + off, m, SEQ + 1);
@@ -855,6 +1179,8 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
         struct rw_copy c = {.dst = dst + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
         r = rpc_locked(OP_HTOD, 0, &c, sizeof c, NULL, 0, NULL);
     }
+    if (!async)
+        r = synced_locked(r);
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -866,11 +1192,26 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
         return r;
     if (n && !dst)
         return CUDA_ERROR_INVALID_VALUE;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (async) {
+        /* The launcher copies on the stream and keeps the bytes; they are
+         * fetched here at the synchronising call that finds them done. */
+        pthread_mutex_lock(&pmu);
+        uint64_t id = ++pend_next;
+        pthread_mutex_unlock(&pmu);
+        struct rw_copy c = {.dst = id, .src = src, .bytes = n, .stream = sid, .async = 1};
+        if ((r = enqueue(OP_DTOH_ASYNC, &c, sizeof c)))
+            return r;
+        if (pend_add(id, dst, n) < 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        return CUDA_SUCCESS;
+    }
     size_t chunk = mbox_capacity(&MB);
-    pthread_mutex_lock(&mu);
+    session_lock();
     for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
         size_t m = n - off < chunk ? n - off : chunk;
-        struct rw_copy c = {.src = src + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
+        struct rw_copy c = {.src = src + off, .bytes = m, .stream = sid, .async = 0};
         r = rpc_locked(OP_DTOH, 0, &c, sizeof c, NULL, 0, NULL);
         if (r == CUDA_SUCCESS) {
             int e = mbox_get(&MB, (unsigned char *)dst + off, m, SEQ);
@@ -878,6 +1219,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
                 r = errno_to_cu(e);
         }
     }
+    r = synced_locked(r);
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -887,7 +1229,12 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
     struct rw_copy c = {.dst = dst, .src = src, .bytes = n, .stream = stream_id(s, &r), .async = (uint32_t)async};
     if (r)
         return r;
-    return rpc(OP_DTOD, &c, sizeof c, NULL, 0, NULL);
+    if (async)
+        return enqueue(OP_DTOD, &c, sizeof c);
+    session_lock();
+    r = synced_locked(rpc_locked(OP_DTOD, 0, &c, sizeof c, NULL, 0, NULL));
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, NULL, 0); }
 API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return dtoh(d, s, n, NULL, 0); }
@@ -989,7 +1336,7 @@ static CUresult load_image_n(uint16_t op, const void *img, size_t n, uint32_t *i
         return CUDA_ERROR_INVALID_IMAGE;
     }
     uint64_t t0 = mono_ns();
-    pthread_mutex_lock(&mu);
+    session_lock();
     CUresult r = CUDA_SUCCESS;
     uint16_t flags = RW_STAGED;
     if (n <= chunk) {
@@ -1351,12 +1698,28 @@ static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3],
             memcpy(args + o->param[i].offset, params[i], o->param[i].size);
         packed = args;
     }
+    /* What the driver refuses at the call is refused here, at the call. */
+    struct rw_device_info *di = info(cur_ctx ? cur_ctx->dev : 0);
+    for (int i = 0; i < 3; i++) {
+        if (g[i] == 0 || b[i] == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (di && ((di->attr_ok[(2 + i) / 8] & (1u << ((2 + i) % 8)) && b[i] > (unsigned)di->attr[2 + i]) ||
+                   (di->attr_ok[(5 + i) / 8] & (1u << ((5 + i) % 8)) && g[i] > (unsigned)di->attr[5 + i])))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (di && (di->attr_ok[0] & 2u) && (uint64_t)b[0] * b[1] * b[2] > (uint64_t)di->attr[1])
+        return CUDA_ERROR_INVALID_VALUE;
     l.argbytes = (uint32_t)nbytes;
     unsigned char body[RW_PAGE];
     memcpy(body, &l, sizeof l);
     if (nattrs)
         memcpy(body + sizeof l, at, nattrs * sizeof at[0]);
-    pthread_mutex_lock(&mu);
+    if (RW_REC_SPAN(head + nbytes) <= RW_BODY_MAX) {
+        if (nbytes)
+            memcpy(body + head, packed, nbytes);
+        return enqueue(OP_LAUNCH, body, (uint32_t)(head + nbytes));
+    }
+    session_lock();
     if (head + nbytes <= RW_BODY_MAX) {
         if (nbytes)
             memcpy(body + head, packed, nbytes);
@@ -1470,7 +1833,7 @@ static CUresult stream_op(uint16_t op, CUstream s) {
     NEED_INIT();
     CUresult r;
     uint32_t id = stream_id(s, &r);
-    return r ? r : rpc(op, &id, 4, NULL, 0, NULL);
+    return r ? r : sync_rpc(op, &id, 4);
 }
 API CUresult cuStreamSynchronize(CUstream s) { return stream_op(OP_STREAM_SYNC, s); }
 API CUresult cuStreamQuery(CUstream s) { return stream_op(OP_STREAM_QUERY, s); }
@@ -1481,7 +1844,7 @@ API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
     uint32_t b[3] = {stream_id(s, &r), eo ? eo->id : 0, flags};
     if (r || !eo)
         return CUDA_ERROR_INVALID_HANDLE;
-    return rpc(OP_STREAM_WAIT_EVENT, b, sizeof b, NULL, 0, NULL);
+    return enqueue(OP_STREAM_WAIT_EVENT, b, sizeof b);
 }
 API CUresult cuStreamGetPriority(CUstream s, int *p) {
     struct robj *o = obj_check(s, O_STREAM);
@@ -1538,13 +1901,13 @@ enum {
 };
 static int alloc_of(uint64_t p, struct alloc *out) {
     int yes = 0;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     for (size_t i = 0; i < nallocs && !yes; i++)
         if (p >= allocs[i].base && p - allocs[i].base < allocs[i].size) {
             *out = allocs[i];
             yes = 1;
         }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
     return yes;
 }
 static CUresult pointer_attr(void *data, int attr, CUdeviceptr p, int lenient) {
@@ -1634,7 +1997,7 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
     uint32_t b[2] = {o ? o->id : 0, stream_id(s, &r)};
     if (r || !o)
         return CUDA_ERROR_INVALID_HANDLE;
-    return rpc(OP_EVENT_RECORD, b, sizeof b, NULL, 0, NULL);
+    return enqueue(OP_EVENT_RECORD, b, sizeof b);
 }
 API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) {
     (void)flags;
@@ -1645,7 +2008,7 @@ static CUresult event_op(uint16_t op, CUevent e) {
     struct robj *o = obj_check(e, O_EVENT);
     if (!o)
         return CUDA_ERROR_INVALID_HANDLE;
-    return rpc(op, &o->id, 4, NULL, 0, NULL);
+    return sync_rpc(op, &o->id, 4);
 }
 API CUresult cuEventSynchronize(CUevent e) { return event_op(OP_EVENT_SYNC, e); }
 API CUresult cuEventQuery(CUevent e) { return event_op(OP_EVENT_QUERY, e); }
@@ -2032,7 +2395,7 @@ API CUresult cuCtxSynchronize_v2(CUcontext c) {
         return CUDA_ERROR_INVALID_CONTEXT;
     struct robj *was = cur_ctx;
     cur_ctx = o; /* the call names its context in the request */
-    CUresult r = rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+    CUresult r = sync_rpc(OP_CTX_SYNC, NULL, 0);
     cur_ctx = was;
     return r;
 }
