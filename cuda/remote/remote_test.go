@@ -268,7 +268,9 @@ func TestDispatchFuzz(t *testing.T) {
 // in vain), work on two streams gives the in-order result, a launch the
 // driver refuses returns success and its error comes back at the next
 // synchronisation once, a block too large is refused at the call, and a
-// fault is sticky (see test/asyncprobe.c).
+// fault is sticky; a host function and a stream callback return at once and
+// run after the work before them, seeing the copies it brought back (see
+// test/asyncprobe.c).
 func TestAsyncSemantics(t *testing.T) {
 	bin := build(t)
 	// With no gated launches the rest stands on its own (order, errors).
@@ -299,7 +301,12 @@ func TestAsyncSemantics(t *testing.T) {
 				"order_wrong": "0", "query": "0", "query_copy_ok": "1",
 				"good_launches": "0", "refused_launch": "0", "first_sync": "1", "second_sync": "0",
 				"after_refused_ok": "1", "oversized_block": "1",
+				"hostfn_returned": "0", "callback_returned": "0", "hostfn_ran": "1", "callback_status": "0",
+				"hostfn_saw_copy": "1",
 				"fault_launch": "0", "fault_sync": "700", "after_fault_launch": "700", "after_fault_query": "700",
+			}
+			if launches != "0" {
+				want["hostfn_ran_before_gate"] = "0"
 			}
 			for k, v := range want {
 				if kv[k] != v {

@@ -245,6 +245,13 @@ EXPORT CUresult cuStreamCreate(CUstream *s, unsigned f) { return cuStreamCreateW
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; NEED_CTX(); STICKY(); return CUDA_SUCCESS; }
 EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; STICKY(); return CUDA_SUCCESS; }
+/* Streams are done at once: a host function runs at once. */
+EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) { (void)s; STICKY(); fn(data); return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *data, unsigned f) {
+    (void)f;
+    cb(s, sticky, data);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s, (void)e, (void)f; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned f) {
     (void)f;

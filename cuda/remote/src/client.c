@@ -196,6 +196,25 @@ static CUresult deferred_err;       /* the first asynchronous error not yet retu
 static _Atomic CUresult sticky_err; /* a sticky error: every call returns it */
 static uint64_t batches, batched_ops;
 
+/* A host function (cuLaunchHostFunc) or stream callback in the queue: a
+ * record that is not sent. Whoever takes it from the queue's head (the
+ * sender, or a call sending the queue) synchronises its stream, fetches
+ * the copies that completed, and calls it without mu held; until it
+ * returns nothing queued after it is sent (later work on any stream
+ * waits for it, where the driver makes only its stream's wait). */
+#define Q_HOSTFN 0xffffu
+struct q_hostfn {
+    void (*fn)(void);
+    void *data;
+    CUstream stream;
+    struct robj *ctx;
+    uint32_t sid, kind; /* kind 0: CUhostFn, 1: CUstreamCallback */
+};
+static int hostfn_running;
+static pthread_cond_t hostfn_done = PTHREAD_COND_INITIALIZER;
+static void run_hostfn_locked(const struct q_hostfn *m);
+static void pend_sent(const unsigned char *body, uint32_t n);
+
 static int is_sticky(CUresult r) {
     switch ((int)r) {
     case 214: /* uncorrectable ECC */
@@ -244,10 +263,29 @@ static CUresult sync_result(CUresult r) {
 static int send_batch_locked(void) {
     static unsigned char body[RW_BODY_MAX];
     uint32_t n = 0, ops = 0;
+    while (hostfn_running)
+        pthread_cond_wait(&hostfn_done, &mu);
     pthread_mutex_lock(&qmu);
+    if (qhead < qlen) {
+        struct rw_rec rc;
+        memcpy(&rc, qbuf + qhead, sizeof rc);
+        if (rc.op == Q_HOSTFN) {
+            struct q_hostfn m;
+            memcpy(&m, qbuf + qhead + sizeof rc, sizeof m);
+            qhead += RW_REC_SPAN(rc.len);
+            if (qhead == qlen)
+                qhead = qlen = 0;
+            pthread_cond_broadcast(&qspace);
+            pthread_mutex_unlock(&qmu);
+            run_hostfn_locked(&m);
+            return 1;
+        }
+    }
     while (qhead < qlen) {
         struct rw_rec rc;
         memcpy(&rc, qbuf + qhead, sizeof rc);
+        if (rc.op == Q_HOSTFN)
+            break;
         size_t span = RW_REC_SPAN(rc.len);
         if (n + span > sizeof body)
             break;
@@ -264,6 +302,7 @@ static int send_batch_locked(void) {
         return 0;
     uint32_t rep[2] = {0, 0}, got = 0;
     CUresult r = rpc_locked(OP_BATCH, 0, body, n, rep, sizeof rep, &got);
+    pend_sent(body, n);
     batches++;
     batched_ops += ops;
     if (r != CUDA_SUCCESS)
@@ -359,7 +398,7 @@ static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint
  * keeps it; the client fetches it into the caller's memory at the first
  * synchronising call that finds it complete (or before the memory is read
  * for a copy to the device). */
-struct pend { uint64_t id; unsigned char *dst; size_t bytes; };
+struct pend { uint64_t id; unsigned char *dst; size_t bytes; int sent; /* its record reached the launcher */ };
 static pthread_mutex_t pmu = PTHREAD_MUTEX_INITIALIZER; /* pends */
 static struct pend *pends;
 static size_t npends, cappends;
@@ -377,9 +416,38 @@ static int pend_add(uint64_t id, void *dst, size_t bytes) {
         pends = n;
         cappends = cap;
     }
-    pends[npends++] = (struct pend){id, dst, bytes};
+    pends[npends++] = (struct pend){id, dst, bytes, 0};
     pthread_mutex_unlock(&pmu);
     return 0;
+}
+
+static void pend_forget(uint64_t id) {
+    pthread_mutex_lock(&pmu);
+    for (size_t k = 0; k < npends; k++)
+        if (pends[k].id == id) {
+            memmove(&pends[k], &pends[k + 1], (npends - k - 1) * sizeof *pends);
+            npends--;
+            break;
+        }
+    pthread_mutex_unlock(&pmu);
+}
+
+/* pend_sent marks the copies of a batch the launcher has run as fetchable. */
+static void pend_sent(const unsigned char *body, uint32_t n) {
+    for (uint32_t off = 0; off + sizeof(struct rw_rec) <= n;) {
+        struct rw_rec rc;
+        memcpy(&rc, body + off, sizeof rc);
+        if (rc.op == OP_DTOH_ASYNC) {
+            struct rw_copy c;
+            memcpy(&c, body + off + sizeof rc, sizeof c);
+            pthread_mutex_lock(&pmu);
+            for (size_t k = 0; k < npends; k++)
+                if (pends[k].id == c.dst)
+                    pends[k].sent = 1;
+            pthread_mutex_unlock(&pmu);
+        }
+        off += (uint32_t)RW_REC_SPAN(rc.len);
+    }
 }
 
 /* fetch_one_locked fetches pending copy p (wait: even if not complete yet).
@@ -412,7 +480,7 @@ static void fetch_locked(int all, uintptr_t lo, size_t n) {
         struct pend p = pends[i];
         pthread_mutex_unlock(&pmu);
         int overlap = n && (uintptr_t)p.dst < lo + n && lo < (uintptr_t)p.dst + p.bytes;
-        if (n && !overlap) {
+        if ((n && !overlap) || !p.sent) { /* not sent: the queue was sent before, so it came after */
             i++;
             continue;
         }
@@ -423,14 +491,7 @@ static void fetch_locked(int all, uintptr_t lo, size_t n) {
         }
         if (r != CUDA_ERROR_NOT_FOUND) /* not found: the copy failed, and its batch said so */
             note_async(r);
-        pthread_mutex_lock(&pmu);
-        for (size_t k = 0; k < npends; k++)
-            if (pends[k].id == p.id) {
-                memmove(&pends[k], &pends[k + 1], (npends - k - 1) * sizeof *pends);
-                npends--;
-                break;
-            }
-        pthread_mutex_unlock(&pmu);
+        pend_forget(p.id);
     }
 }
 
@@ -458,6 +519,28 @@ static CUresult synced_locked(CUresult r) {
     if (r == CUDA_SUCCESS && pending_any())
         fetch_locked(0, 0, 0);
     return sync_result(r);
+}
+
+/* run_hostfn_locked: a host function's turn (see Q_HOSTFN). The caller
+ * holds mu; it is released while the function runs. */
+static void run_hostfn_locked(const struct q_hostfn *m) {
+    hostfn_running = 1;
+    struct robj *was = cur_ctx;
+    cur_ctx = m->ctx; /* the stream is synchronised in the context it was named in */
+    CUresult r = rpc_locked(OP_STREAM_SYNC, 0, &m->sid, 4, NULL, 0, NULL);
+    cur_ctx = was;
+    if (r == CUDA_SUCCESS && pending_any())
+        fetch_locked(0, 0, 0); /* the function may read what a copy before it brought back */
+    if (is_sticky(r))
+        note_async(r);
+    pthread_mutex_unlock(&mu);
+    if (m->kind == 0)
+        ((CUhostFn)m->fn)(m->data);
+    else
+        ((CUstreamCallback)m->fn)(m->stream, r, m->data);
+    pthread_mutex_lock(&mu);
+    hostfn_running = 0;
+    pthread_cond_broadcast(&hostfn_done);
 }
 
 /* sync_rpc: a synchronising request (stream, event and context
@@ -1201,11 +1284,11 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
         uint64_t id = ++pend_next;
         pthread_mutex_unlock(&pmu);
         struct rw_copy c = {.dst = id, .src = src, .bytes = n, .stream = sid, .async = 1};
-        if ((r = enqueue(OP_DTOH_ASYNC, &c, sizeof c)))
-            return r;
         if (pend_add(id, dst, n) < 0)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        return CUDA_SUCCESS;
+        if ((r = enqueue(OP_DTOH_ASYNC, &c, sizeof c)))
+            pend_forget(id);
+        return r;
     }
     size_t chunk = mbox_capacity(&MB);
     session_lock();
@@ -2162,23 +2245,25 @@ API CUresult cuStreamGetDevice(CUstream s, CUdevice *d) {
     return CUDA_SUCCESS;
 }
 
-/* Host functions run here once the stream's earlier work is done: the
- * stream is synchronised, then the function is called, so later work on
- * the stream (submitted after this returns) follows it. */
+/* Host functions and stream callbacks return at once and run here, in
+ * the queue's order (see run_hostfn_locked). */
+static CUresult hostfn(CUstream s, void (*fn)(void), void *data, uint32_t kind) {
+    NEED_INIT();
+    CUresult r;
+    struct q_hostfn m = {.fn = fn, .data = data, .stream = s, .ctx = cur_ctx, .sid = stream_id(s, &r), .kind = kind};
+    if (r)
+        return r;
+    return enqueue(Q_HOSTFN, &m, sizeof m);
+}
 API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = cuStreamSynchronize(s);
-    if (r == CUDA_SUCCESS)
-        fn(data);
-    return r;
+    return hostfn(s, (void (*)(void))fn, data, 0);
 }
 API CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *data, unsigned flags) {
     if (!cb || flags)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = cuStreamSynchronize(s);
-    cb(s, r, data);
-    return CUDA_SUCCESS;
+    return hostfn(s, (void (*)(void))cb, data, 1);
 }
 
 /* Stream-ordered allocation: an allocation is usable at once (earlier than

@@ -48,6 +48,24 @@ CUresult cuEventRecord(CUevent, CUstream);
 CUresult cuEventSynchronize(CUevent);
 CUresult cuEventQuery(CUevent);
 CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned);
+CUresult cuLaunchHostFunc(CUstream, CUhostFn, void *);
+CUresult cuStreamAddCallback(CUstream, CUstreamCallback, void *, unsigned);
+
+static volatile int hostfn_ran, callback_status = -1, saw_copy = -1;
+static void on_host(void *p) {
+    (void)p;
+    hostfn_ran++;
+}
+static void on_stream(CUstream s, CUresult status, void *p) {
+    (void)s, (void)p;
+    callback_status = (int)status;
+}
+static float *seen;
+static int seen_n;
+static void on_copy(void *p) {
+    (void)p;
+    saw_copy = seen[0] == 30.0f && seen[seen_n - 1] == 5.0f;
+}
 
 #define CK(x)                                                                                               \
     do {                                                                                                    \
@@ -110,10 +128,16 @@ int main(int argc, char **argv) {
         }
     }
     printf("gated_launches_returned=%d\n", bad == 0);
+    /* A host function and a stream callback return at once and run after
+     * the work before them (here: not before GATE). */
+    printf("hostfn_returned=%d\n", cuLaunchHostFunc(s1, on_host, NULL));
+    printf("callback_returned=%d\n", cuStreamAddCallback(s1, on_stream, NULL, 0));
+    printf("hostfn_ran_before_gate=%d\n", hostfn_ran);
     int fd = open(argv[2], O_CREAT | O_WRONLY, 0644);
     if (fd >= 0)
         close(fd);
     printf("gated_sync=%d\n", cuStreamSynchronize(s1));
+    printf("hostfn_ran=%d\ncallback_status=%d\n", hostfn_ran, callback_status);
 
     /* 2. Order across two streams and kinds of operation. */
     int n = 1 << 18, half = n / 2;
@@ -141,6 +165,8 @@ int main(int argc, char **argv) {
     CK(cuMemcpyHtoDAsync_v2(x + (size_t)half * sizeof(float), big, (size_t)half * sizeof(float), s2)); /* 5 */
     CK(cuMemcpyDtoDAsync_v2(x + 100 * sizeof(float), x, 16 * sizeof(float), s2)); /* [100,116) 30 */
     CK(cuMemcpyDtoHAsync_v2(h, x, bytes, s2));
+    seen = h, seen_n = n;
+    CK(cuLaunchHostFunc(s2, on_copy, NULL)); /* it sees the copy before it */
     CK(cuEventRecord(e2, s2));
     /* A copy back, then a copy out of the same memory on the stream. */
     CK(cuMemcpyDtoHAsync_v2(h2, x, sizeof h2, s2));
@@ -155,7 +181,7 @@ int main(int argc, char **argv) {
     CK(cuMemcpyDtoH_v2(back, y, sizeof back));
     for (int i = 0; i < 16; i++)
         wrong += h2[i] != 30.0f || back[i] != 30.0f;
-    printf("order_wrong=%d\n", wrong);
+    printf("order_wrong=%d\nhostfn_saw_copy=%d\n", wrong, saw_copy);
     /* A query finds the copies done and they are there when it says so. */
     memset(h, 0, bytes);
     CK(cuMemcpyDtoHAsync_v2(h, x, bytes, s1));
