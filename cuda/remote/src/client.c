@@ -148,18 +148,23 @@ static CUresult errno_to_cu(int e) {
     }
 }
 
-/* rpc sends one request and waits for its reply. The caller holds mu. */
-static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, void *rep, uint32_t cap,
-                           uint32_t *rlen) {
+/* rpc_send_locked sends one request and returns its seq (0: not sent,
+ * *err says why); rpc_wait_locked waits for the reply to seq. One request
+ * is outstanding at a time. The caller holds mu. */
+static uint64_t rpc_send_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, CUresult *err) {
     struct rw_hdr h = {.seq = ++SEQ, .op = op, .flags = flags, .ctx = cur_ctx ? cur_ctx->id : 0, .token = TOKEN};
     int e = mbox_send(&MB, &h, body, len);
     if (e < 0) {
         logf_(1, "op %u: send: %s", op, dpu_strerror(e));
-        return errno_to_cu(e);
+        *err = errno_to_cu(e);
+        return 0;
     }
+    return h.seq;
+}
+static CUresult rpc_wait_locked(uint64_t seq, uint16_t op, void *rep, uint32_t cap, uint32_t *rlen) {
     static __thread unsigned char buf[RW_PAGE];
     struct rw_hdr r;
-    e = mbox_recv(&MB, h.seq, &r, buf, sizeof buf, timeout_ms, NULL, NULL);
+    int e = mbox_recv(&MB, seq, &r, buf, sizeof buf, timeout_ms, NULL, NULL);
     if (e < 0) {
         logf_(1, "op %u: no reply: %s", op, dpu_strerror(e));
         return errno_to_cu(e);
@@ -170,8 +175,98 @@ static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32
         memcpy(rep, buf, r.len);
     if (rlen)
         *rlen = r.len;
-    logf_(2, "op %u (context %u) -> %d", op, h.ctx, r.status);
+    logf_(2, "op %u (context %u) -> %d", op, cur_ctx ? cur_ctx->id : 0, r.status);
     return (CUresult)r.status;
+}
+
+/* rpc_locked sends one request and waits for its reply. */
+static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, void *rep, uint32_t cap,
+                           uint32_t *rlen) {
+    CUresult err = CUDA_SUCCESS;
+    uint64_t seq = rpc_send_locked(op, flags, body, len, &err);
+    return seq ? rpc_wait_locked(seq, op, rep, cap, rlen) : err;
+}
+
+/* ---- bulk copies through the staging areas ----
+ * A copy larger than half the staging area goes in chunks of half of it,
+ * alternating halves: the next chunk's pages are stored while the peer
+ * reads this one's (push), or asked for before this one is read (pull). */
+static uint32_t half_pages(void) { return MB.staging_pages / 2; }
+static size_t chunk_for(size_t n, int *pipe) {
+    uint32_t hp = half_pages();
+    *pipe = hp > 0 && n > (size_t)hp * RW_STAGE_DATA;
+    return *pipe ? (size_t)hp * RW_STAGE_DATA : mbox_capacity(&MB);
+}
+
+/* push_locked: n bytes of src to the device at dst (OP_HTOD). */
+static CUresult push_locked(CUdeviceptr dst, const unsigned char *src, size_t n, uint32_t sid, int async) {
+    int pipe;
+    size_t chunk = chunk_for(n, &pipe);
+    uint64_t outstanding = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t off = 0, k = 0; off < n; off += chunk, k++) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        uint32_t stage = pipe ? (uint32_t)(k % 2) * half_pages() : 0;
+        /* The other half is the one the launcher reads for the request outstanding. */
+        int e = mbox_put_at(&MB, stage, src + off, m, SEQ + 1);
+        if (outstanding) {
+            r = rpc_wait_locked(outstanding, OP_HTOD, NULL, 0, NULL);
+            outstanding = 0;
+            if (r)
+                break;
+        }
+        if (e < 0) {
+            r = errno_to_cu(e);
+            break;
+        }
+        struct rw_copy c = {.dst = dst + off, .bytes = m, .stream = sid, .async = (uint32_t)async, .stage = stage};
+        if (!(outstanding = rpc_send_locked(OP_HTOD, 0, &c, sizeof c, &r)))
+            break;
+    }
+    if (outstanding)
+        r = rpc_wait_locked(outstanding, OP_HTOD, NULL, 0, NULL);
+    return r;
+}
+
+/* pull_locked: n bytes into dst, each chunk asked for with op: OP_DTOH
+ * (c: its source and stream) or OP_DTOH_FETCH (f: the pending copy; the
+ * first part's wait as given, the rest waiting). */
+struct pull { uint16_t op; struct rw_copy c; struct rw_fetch f; };
+static uint64_t pull_ask(struct pull *p, size_t off, size_t m, uint32_t stage, CUresult *err) {
+    if (p->op == OP_DTOH) {
+        struct rw_copy c = p->c;
+        c.src += off, c.bytes = m, c.stage = stage;
+        return rpc_send_locked(p->op, 0, &c, sizeof c, err);
+    }
+    struct rw_fetch f = p->f;
+    f.off = off, f.len = m, f.stage = stage, f.wait = off > 0 || p->f.wait;
+    return rpc_send_locked(p->op, 0, &f, sizeof f, err);
+}
+static CUresult pull_locked(struct pull *p, unsigned char *dst, size_t n) {
+    int pipe;
+    size_t chunk = chunk_for(n, &pipe);
+    CUresult r = CUDA_SUCCESS;
+    uint64_t seq = pull_ask(p, 0, n < chunk ? n : chunk, 0, &r);
+    for (size_t off = 0, k = 0; seq && off < n; off += chunk, k++) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        uint32_t stage = pipe ? (uint32_t)(k % 2) * half_pages() : 0;
+        if ((r = rpc_wait_locked(seq, p->op, NULL, 0, NULL)))
+            return r;
+        uint64_t this = seq, next = 0;
+        if (off + m < n) { /* the launcher puts the next chunk in the other half meanwhile */
+            size_t m2 = n - off - m < chunk ? n - off - m : chunk;
+            if (!(next = pull_ask(p, off + m, m2, pipe ? (uint32_t)((k + 1) % 2) * half_pages() : 0, &r)))
+                return r;
+        }
+        int e = mbox_get_at(&MB, stage, dst + off, m, this);
+        if (e < 0) {
+            if (next)
+                rpc_wait_locked(next, p->op, NULL, 0, NULL);
+            return errno_to_cu(e);
+        }
+        seq = next;
+    }
+    return r;
 }
 
 /* ---- the asynchronous queue ----
@@ -453,18 +548,8 @@ static void pend_sent(const unsigned char *body, uint32_t n) {
 /* fetch_one_locked fetches pending copy p (wait: even if not complete yet).
  * CUDA_ERROR_NOT_READY: not complete, still pending. The caller holds mu. */
 static CUresult fetch_one_locked(struct pend p, int wait) {
-    size_t chunk = mbox_capacity(&MB);
-    for (size_t off = 0; off < p.bytes; off += chunk) {
-        size_t m = p.bytes - off < chunk ? p.bytes - off : chunk;
-        struct rw_fetch f = {.id = p.id, .off = off, .len = m, .wait = off > 0 || wait};
-        CUresult r = rpc_locked(OP_DTOH_FETCH, 0, &f, sizeof f, NULL, 0, NULL);
-        if (r)
-            return r;
-        int e = mbox_get(&MB, p.dst + off, m, SEQ);
-        if (e < 0)
-            return errno_to_cu(e);
-    }
-    return CUDA_SUCCESS;
+    struct pull pl = {.op = OP_DTOH_FETCH, .f = {.id = p.id, .wait = (uint32_t)wait}};
+    return pull_locked(&pl, p.dst, p.bytes);
 }
 
 /* fetch_locked fetches the pending copies that are complete (all: wait for
@@ -1248,20 +1333,10 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
         memcpy(body + sizeof c, src, n);
         return enqueue(OP_HTOD_INLINE, body, (uint32_t)(sizeof c + n));
     }
-    size_t chunk = mbox_capacity(&MB);
     session_lock();
     if (pending_any()) /* the memory read here may be the target of a copy still pending */
         fetch_locked(0, (uintptr_t)src, n);
-    for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
-        size_t m = n - off < chunk ? n - off : chunk;
-        int e = mbox_put(&MB, (const unsigned char *)src + off, m, SEQ + 1);
-        if (e < 0) {
-            r = errno_to_cu(e);
-            break;
-        }
-        struct rw_copy c = {.dst = dst + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
-        r = rpc_locked(OP_HTOD, 0, &c, sizeof c, NULL, 0, NULL);
-    }
+    r = push_locked(dst, src, n, sid, async);
     if (!async)
         r = synced_locked(r);
     pthread_mutex_unlock(&mu);
@@ -1290,19 +1365,9 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
             pend_forget(id);
         return r;
     }
-    size_t chunk = mbox_capacity(&MB);
     session_lock();
-    for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
-        size_t m = n - off < chunk ? n - off : chunk;
-        struct rw_copy c = {.src = src + off, .bytes = m, .stream = sid, .async = 0};
-        r = rpc_locked(OP_DTOH, 0, &c, sizeof c, NULL, 0, NULL);
-        if (r == CUDA_SUCCESS) {
-            int e = mbox_get(&MB, (unsigned char *)dst + off, m, SEQ);
-            if (e < 0)
-                r = errno_to_cu(e);
-        }
-    }
-    r = synced_locked(r);
+    struct pull pl = {.op = OP_DTOH, .c = {.src = src, .stream = sid, .async = 0}};
+    r = synced_locked(pull_locked(&pl, dst, n));
     pthread_mutex_unlock(&mu);
     return r;
 }

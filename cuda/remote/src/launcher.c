@@ -744,10 +744,10 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
                 r = CALL(cuStreamSynchronize, st);
             return r;
         }
-        NEED(c.bytes <= s->bufsize);
+        NEED(c.bytes <= s->bufsize && mbox_fits(&s->mb, c.stage, c.bytes));
         if (h->op == OP_HTOD) {
             NEED(inside(s, c.dst, c.bytes));
-            if (mbox_get(&s->mb, s->buf, c.bytes, h->seq) < 0)
+            if (mbox_get_at(&s->mb, c.stage, s->buf, c.bytes, h->seq) < 0)
                 return CUDA_ERROR_UNKNOWN;
             /* The bounce buffer is pageable memory: the driver has taken
              * its bytes when it returns (an asynchronous copy stays
@@ -761,7 +761,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         r = CALL(cuMemcpyDtoHAsync_v2, s->buf, c.src, c.bytes, st);
         if (r == CUDA_SUCCESS)
             r = CALL(cuStreamSynchronize, st);
-        if (r == CUDA_SUCCESS && mbox_put(&s->mb, s->buf, c.bytes, h->seq) < 0)
+        if (r == CUDA_SUCCESS && mbox_put_at(&s->mb, c.stage, s->buf, c.bytes, h->seq) < 0)
             return CUDA_ERROR_UNKNOWN;
         return r;
     }
@@ -815,7 +815,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         struct pending *p = pending_find(s, f.id, &at);
         if (!p)
             return CUDA_ERROR_NOT_FOUND;
-        NEED(f.off <= p->bytes && f.len <= p->bytes - f.off && f.len <= s->bufsize);
+        NEED(f.off <= p->bytes && f.len <= p->bytes - f.off && f.len <= s->bufsize && mbox_fits(&s->mb, f.stage, f.len));
         if (!p->done) {
             CUcontext pc = (CUcontext)p->ctx;
             CALL(cuCtxSetCurrent, pc);
@@ -829,7 +829,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             }
             p->done = 1;
         }
-        if (mbox_put(&s->mb, p->buf + f.off, f.len, h->seq) < 0)
+        if (mbox_put_at(&s->mb, f.stage, p->buf + f.off, f.len, h->seq) < 0)
             return CUDA_ERROR_UNKNOWN;
         if (f.off + f.len == p->bytes)
             pending_drop(s, at);

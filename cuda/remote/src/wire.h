@@ -9,6 +9,10 @@
  * STOREing any bulk data into the peer's staging area; the peer polls its
  * own message page (LOAD through its node) until the sequence number moves.
  * One request is outstanding per session: the reply carries its sequence.
+ * A copy larger than half the staging area moves in chunks of half of it,
+ * alternating halves (rw_copy.stage): the bulk pages of one chunk are
+ * stored while the peer reads the other's, so the two sides' page moves
+ * overlap while one request at a time is outstanding.
  * Asynchronous operations (launches, asynchronous memsets and copies,
  * event records, stream waits) travel as records of an OP_BATCH request:
  * the client returns to its caller at once and sends what it queued in
@@ -170,7 +174,7 @@ struct rw_rec {
  * last part frees it. */
 struct rw_fetch {
     uint64_t id, off, len;
-    uint32_t wait, reserved;
+    uint32_t wait, stage; /* stage: the first staging page the part goes to */
 };
 
 struct rw_hello {
@@ -211,6 +215,8 @@ struct rw_copy {
     uint64_t bytes;    /* at most the staging size for HTOD/DTOH */
     uint32_t stream;
     uint32_t async;
+    uint32_t stage;    /* HTOD, DTOH: the first staging page of the data (0-based) */
+    uint32_t reserved;
 };
 
 #define RW_MAX_PARAMS 256
