@@ -302,11 +302,12 @@ func TestAsyncSemantics(t *testing.T) {
 				"good_launches": "0", "refused_launch": "0", "first_sync": "1", "second_sync": "0",
 				"after_refused_ok": "1", "oversized_block": "1",
 				"hostfn_returned": "0", "callback_returned": "0", "hostfn_ran": "1", "callback_status": "0",
-				"hostfn_saw_copy": "1",
-				"fault_launch":    "0", "fault_sync": "700", "after_fault_launch": "700", "after_fault_query": "700",
+				"hostfn_saw_copy": "1", "big_copy_returned": "0", "big_copy_ok": "1",
+				"fault_launch": "0", "fault_sync": "700", "after_fault_launch": "700", "after_fault_query": "700",
 			}
 			if launches != "0" {
 				want["hostfn_ran_before_gate"] = "0"
+				want["query_before_gate"] = "600"
 			}
 			for k, v := range want {
 				if kv[k] != v {

@@ -66,6 +66,7 @@ struct robj {
     int priority;        /* O_STREAM */
     struct robj *ctx;    /* O_STREAM: its context */
     uint32_t nparams, argbytes; /* O_FUNC, O_KERNEL */
+    _Atomic uint64_t qno;       /* O_STREAM: its last queued record's number; O_EVENT: its last record's */
     struct rw_param *param;
     char *name;          /* O_FUNC, O_KERNEL: the name it was looked up by */
     struct robj *lib;    /* O_KERNEL: its library */
@@ -290,6 +291,13 @@ static pthread_t sender_thread;
 static CUresult deferred_err;       /* the first asynchronous error not yet returned (under mu) */
 static _Atomic CUresult sticky_err; /* a sticky error: every call returns it */
 static uint64_t batches, batched_ops;
+/* Records are numbered in queue order: q_enq_no the last queued, q_taken
+ * the last taken from the queue (under qmu), q_done_no the last the
+ * launcher ran (a query of a stream or event whose last record is later
+ * answers not ready without asking). */
+static uint64_t q_enq_no, q_taken;
+static _Atomic uint64_t q_done_no, q_default_no; /* q_default_no: the default streams' last record */
+static __thread uint64_t q_last_no;            /* this thread's last queued record */
 
 /* A host function (cuLaunchHostFunc) or stream callback in the queue: a
  * record that is not sent. Whoever takes it from the queue's head (the
@@ -297,7 +305,22 @@ static uint64_t batches, batched_ops;
  * the copies that completed, and calls it without mu held; until it
  * returns nothing queued after it is sent (later work on any stream
  * waits for it, where the driver makes only its stream's wait). */
+#define Q_LOCAL 0xff00u /* records from here on are run by the client */
 #define Q_HOSTFN 0xffffu
+#define Q_PUSH 0xfffeu
+/* A copy to the device of more than a record holds, asynchronous: its
+ * bytes were taken at the call (buf, freed once sent); it is pushed
+ * through the staging areas in its turn. */
+struct q_push {
+    CUdeviceptr dst;
+    unsigned char *buf;
+    size_t bytes;
+    struct robj *ctx;
+    uint32_t sid, reserved;
+};
+#define PUSH_CAP (1ull << 30) /* bytes taken and not yet pushed, at most */
+static _Atomic uint64_t push_held;
+static void run_push_locked(const struct q_push *m);
 struct q_hostfn {
     void (*fn)(void);
     void *data;
@@ -364,22 +387,27 @@ static int send_batch_locked(void) {
     if (qhead < qlen) {
         struct rw_rec rc;
         memcpy(&rc, qbuf + qhead, sizeof rc);
-        if (rc.op == Q_HOSTFN) {
-            struct q_hostfn m;
-            memcpy(&m, qbuf + qhead + sizeof rc, sizeof m);
+        if (rc.op >= Q_LOCAL) { /* run here, not sent as a record */
+            union { struct q_hostfn h; struct q_push p; } m;
+            memcpy(&m, qbuf + qhead + sizeof rc, rc.len < sizeof m ? rc.len : sizeof m);
             qhead += RW_REC_SPAN(rc.len);
             if (qhead == qlen)
                 qhead = qlen = 0;
+            uint64_t no = ++q_taken;
             pthread_cond_broadcast(&qspace);
             pthread_mutex_unlock(&qmu);
-            run_hostfn_locked(&m);
+            if (rc.op == Q_HOSTFN)
+                run_hostfn_locked(&m.h);
+            else
+                run_push_locked(&m.p);
+            atomic_store(&q_done_no, no);
             return 1;
         }
     }
     while (qhead < qlen) {
         struct rw_rec rc;
         memcpy(&rc, qbuf + qhead, sizeof rc);
-        if (rc.op == Q_HOSTFN)
+        if (rc.op >= Q_LOCAL)
             break;
         size_t span = RW_REC_SPAN(rc.len);
         if (n + span > sizeof body)
@@ -391,6 +419,8 @@ static int send_batch_locked(void) {
     }
     if (qhead == qlen)
         qhead = qlen = 0;
+    q_taken += ops;
+    uint64_t no = q_taken;
     pthread_cond_broadcast(&qspace);
     pthread_mutex_unlock(&qmu);
     if (ops == 0)
@@ -398,6 +428,7 @@ static int send_batch_locked(void) {
     uint32_t rep[2] = {0, 0}, got = 0;
     CUresult r = rpc_locked(OP_BATCH, 0, body, n, rep, sizeof rep, &got);
     pend_sent(body, n);
+    atomic_store(&q_done_no, no);
     batches++;
     batched_ops += ops;
     if (r != CUDA_SUCCESS)
@@ -440,7 +471,7 @@ static void *sender_main(void *arg) {
 /* enqueue appends one asynchronous operation (its body as the launcher's
  * request) in the current context. A full queue waits (bounded) for the
  * sender. */
-static CUresult enqueue(uint16_t op, const void *body, uint32_t len) {
+static CUresult enqueue(CUstream s, uint16_t op, const void *body, uint32_t len) {
     CUresult st = atomic_load(&sticky_err);
     if (st != CUDA_SUCCESS)
         return st;
@@ -476,10 +507,20 @@ static CUresult enqueue(uint16_t op, const void *body, uint32_t len) {
         memcpy(qbuf + qlen + sizeof rc, body, len);
     memset(qbuf + qlen + sizeof rc + len, 0, span - sizeof rc - len);
     qlen += span;
+    q_last_no = ++q_enq_no;
+    struct robj *so = obj_check(s, O_STREAM);
+    if (so)
+        atomic_store(&so->qno, q_last_no);
+    else
+        atomic_store(&q_default_no, q_last_no);
     pthread_cond_signal(&qwork);
     pthread_mutex_unlock(&qmu);
     return CUDA_SUCCESS;
 }
+
+/* queued: record number no (of a stream's or an event's last record) has
+ * not been run by the launcher yet: the driver would say not ready. */
+static int queued(uint64_t no) { return sender_started && no > atomic_load(&q_done_no); }
 
 static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint32_t cap, uint32_t *rlen) {
     session_lock();
@@ -604,6 +645,18 @@ static CUresult synced_locked(CUresult r) {
     if (r == CUDA_SUCCESS && pending_any())
         fetch_locked(0, 0, 0);
     return sync_result(r);
+}
+
+/* run_push_locked: an asynchronous copy to the device's turn: pushed in
+ * the context it was made in. The caller holds mu. */
+static void run_push_locked(const struct q_push *m) {
+    struct robj *was = cur_ctx;
+    cur_ctx = m->ctx;
+    CUresult r = push_locked(m->dst, m->buf, m->bytes, m->sid, 1);
+    cur_ctx = was;
+    free(m->buf);
+    atomic_fetch_sub(&push_held, m->bytes);
+    note_async(r);
 }
 
 /* run_hostfn_locked: a host function's turn (see Q_HOSTFN). The caller
@@ -1300,7 +1353,7 @@ static CUresult memset_(CUdeviceptr p, uint32_t v, uint32_t elem, size_t count, 
     if (r)
         return r;
     if (async)
-        return enqueue(OP_MEMSET, &m, sizeof m);
+        return enqueue(s, OP_MEMSET, &m, sizeof m);
     return rpc(OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
 }
 API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { return memset_(p, v, 1, n, NULL, 0); }
@@ -1331,7 +1384,21 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
         struct rw_copy c = {.dst = dst, .bytes = n, .stream = sid, .async = 1};
         memcpy(body, &c, sizeof c);
         memcpy(body + sizeof c, src, n);
-        return enqueue(OP_HTOD_INLINE, body, (uint32_t)(sizeof c + n));
+        return enqueue(s, OP_HTOD_INLINE, body, (uint32_t)(sizeof c + n));
+    }
+    if (async && sender_started && atomic_load(&push_held) + n <= PUSH_CAP && !pend_overlaps(src, n)) {
+        /* Larger: the bytes are taken now and pushed in the queue's turn. */
+        unsigned char *copy = malloc(n);
+        if (copy) {
+            memcpy(copy, src, n);
+            struct q_push m = {.dst = dst, .buf = copy, .bytes = n, .ctx = cur_ctx, .sid = sid};
+            atomic_fetch_add(&push_held, n);
+            if ((r = enqueue(s, Q_PUSH, &m, sizeof m))) {
+                atomic_fetch_sub(&push_held, n);
+                free(copy);
+            }
+            return r;
+        }
     }
     session_lock();
     if (pending_any()) /* the memory read here may be the target of a copy still pending */
@@ -1361,7 +1428,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
         struct rw_copy c = {.dst = id, .src = src, .bytes = n, .stream = sid, .async = 1};
         if (pend_add(id, dst, n) < 0)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        if ((r = enqueue(OP_DTOH_ASYNC, &c, sizeof c)))
+        if ((r = enqueue(s, OP_DTOH_ASYNC, &c, sizeof c)))
             pend_forget(id);
         return r;
     }
@@ -1378,7 +1445,7 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
     if (r)
         return r;
     if (async)
-        return enqueue(OP_DTOD, &c, sizeof c);
+        return enqueue(s, OP_DTOD, &c, sizeof c);
     session_lock();
     r = synced_locked(rpc_locked(OP_DTOD, 0, &c, sizeof c, NULL, 0, NULL));
     pthread_mutex_unlock(&mu);
@@ -1865,7 +1932,7 @@ static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3],
     if (RW_REC_SPAN(head + nbytes) <= RW_BODY_MAX) {
         if (nbytes)
             memcpy(body + head, packed, nbytes);
-        return enqueue(OP_LAUNCH, body, (uint32_t)(head + nbytes));
+        return enqueue(s, OP_LAUNCH, body, (uint32_t)(head + nbytes));
     }
     session_lock();
     if (head + nbytes <= RW_BODY_MAX) {
@@ -1984,7 +2051,13 @@ static CUresult stream_op(uint16_t op, CUstream s) {
     return r ? r : sync_rpc(op, &id, 4);
 }
 API CUresult cuStreamSynchronize(CUstream s) { return stream_op(OP_STREAM_SYNC, s); }
-API CUresult cuStreamQuery(CUstream s) { return stream_op(OP_STREAM_QUERY, s); }
+API CUresult cuStreamQuery(CUstream s) {
+    NEED_INIT();
+    struct robj *o = obj_check(s, O_STREAM);
+    if (queued(o ? atomic_load(&o->qno) : atomic_load(&q_default_no)))
+        return CUDA_ERROR_NOT_READY; /* its last work is still in the queue */
+    return stream_op(OP_STREAM_QUERY, s);
+}
 API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
     NEED_INIT();
     CUresult r;
@@ -1992,7 +2065,7 @@ API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
     uint32_t b[3] = {stream_id(s, &r), eo ? eo->id : 0, flags};
     if (r || !eo)
         return CUDA_ERROR_INVALID_HANDLE;
-    return enqueue(OP_STREAM_WAIT_EVENT, b, sizeof b);
+    return enqueue(s, OP_STREAM_WAIT_EVENT, b, sizeof b);
 }
 API CUresult cuStreamGetPriority(CUstream s, int *p) {
     struct robj *o = obj_check(s, O_STREAM);
@@ -2145,7 +2218,9 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
     uint32_t b[2] = {o ? o->id : 0, stream_id(s, &r)};
     if (r || !o)
         return CUDA_ERROR_INVALID_HANDLE;
-    return enqueue(OP_EVENT_RECORD, b, sizeof b);
+    if ((r = enqueue(s, OP_EVENT_RECORD, b, sizeof b)) == CUDA_SUCCESS)
+        atomic_store(&o->qno, q_last_no);
+    return r;
 }
 API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) {
     (void)flags;
@@ -2159,7 +2234,13 @@ static CUresult event_op(uint16_t op, CUevent e) {
     return sync_rpc(op, &o->id, 4);
 }
 API CUresult cuEventSynchronize(CUevent e) { return event_op(OP_EVENT_SYNC, e); }
-API CUresult cuEventQuery(CUevent e) { return event_op(OP_EVENT_QUERY, e); }
+API CUresult cuEventQuery(CUevent e) {
+    NEED_INIT();
+    struct robj *o = obj_check(e, O_EVENT);
+    if (o && queued(atomic_load(&o->qno)))
+        return CUDA_ERROR_NOT_READY; /* its record is still in the queue */
+    return event_op(OP_EVENT_QUERY, e);
+}
 API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent z) {
     NEED_INIT();
     struct robj *ao = obj_check(a, O_EVENT), *zo = obj_check(z, O_EVENT);
@@ -2318,7 +2399,7 @@ static CUresult hostfn(CUstream s, void (*fn)(void), void *data, uint32_t kind) 
     struct q_hostfn m = {.fn = fn, .data = data, .stream = s, .ctx = cur_ctx, .sid = stream_id(s, &r), .kind = kind};
     if (r)
         return r;
-    return enqueue(Q_HOSTFN, &m, sizeof m);
+    return enqueue(s, Q_HOSTFN, &m, sizeof m);
 }
 API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
     if (!fn)

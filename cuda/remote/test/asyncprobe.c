@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cu.h"
@@ -117,6 +118,13 @@ int main(int argc, char **argv) {
 
     /* 1. Launches return before the kernels run: the fake runs none of
      * them until GATE exists, and GATE is made after the last returns. */
+    size_t gbytes = 1 << 20;
+    unsigned char *gsrc = malloc(gbytes);
+    memset(gsrc, 7, gbytes);
+    CUdeviceptr gdst;
+    CUevent ge;
+    CK(cuMemAlloc_v2(&gdst, gbytes));
+    CK(cuEventCreate(&ge, 0));
     int gate = -1, bad = 0;
     void *pg[] = {&gate};
     for (int i = 0; i < launches; i++) {
@@ -133,11 +141,20 @@ int main(int argc, char **argv) {
     printf("hostfn_returned=%d\n", cuLaunchHostFunc(s1, on_host, NULL));
     printf("callback_returned=%d\n", cuStreamAddCallback(s1, on_stream, NULL, 0));
     printf("hostfn_ran_before_gate=%d\n", hostfn_ran);
+    /* A large copy to the device returns too, and a query of an event
+     * recorded after it all says not ready without waiting. */
+    printf("big_copy_returned=%d\n", cuMemcpyHtoDAsync_v2(gdst, gsrc, gbytes, s1));
+    memset(gsrc, 0, gbytes); /* taken at the call */
+    CK(cuEventRecord(ge, s1));
+    printf("query_before_gate=%d\n", cuEventQuery(ge));
     int fd = open(argv[2], O_CREAT | O_WRONLY, 0644);
     if (fd >= 0)
         close(fd);
     printf("gated_sync=%d\n", cuStreamSynchronize(s1));
     printf("hostfn_ran=%d\ncallback_status=%d\n", hostfn_ran, callback_status);
+    unsigned char gback[64];
+    CK(cuMemcpyDtoH_v2(gback, gdst + gbytes - 64, sizeof gback));
+    printf("big_copy_ok=%d\n", gback[0] == 7 && gback[63] == 7);
 
     /* 2. Order across two streams and kinds of operation. */
     int n = 1 << 18, half = n / 2;
@@ -186,10 +203,10 @@ int main(int argc, char **argv) {
     memset(h, 0, bytes);
     CK(cuMemcpyDtoHAsync_v2(h, x, bytes, s1));
     CK(cuEventRecord(e1, s1));
-    int spins = 0;
     CUresult q;
-    while ((q = cuEventQuery(e1)) == CUDA_ERROR_NOT_READY && spins < 1000000)
-        spins++;
+    time_t give_up = time(NULL) + 60;
+    while ((q = cuEventQuery(e1)) == CUDA_ERROR_NOT_READY && time(NULL) < give_up)
+        ;
     printf("query=%d\nquery_copy_ok=%d\n", q, h[0] == 30.0f && h[n - 1] == 5.0f);
 
     /* 3. A launch the launcher's driver refuses (matmul's grid does not
