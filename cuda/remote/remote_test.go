@@ -303,7 +303,8 @@ func TestAsyncSemantics(t *testing.T) {
 				"after_refused_ok": "1", "oversized_block": "1",
 				"hostfn_returned": "0", "callback_returned": "0", "hostfn_ran": "1", "callback_status": "0",
 				"hostfn_saw_copy": "1", "big_copy_returned": "0", "big_copy_ok": "1",
-				"fault_launch": "0", "fault_sync": "700", "after_fault_launch": "700", "after_fault_query": "700",
+				"pageable_copy_done": "1",
+				"fault_launch":       "0", "fault_sync": "700", "after_fault_launch": "700", "after_fault_query": "700",
 			}
 			if launches != "0" {
 				want["hostfn_ran_before_gate"] = "0"

@@ -1296,11 +1296,51 @@ API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevicept
 }
 
 /* Host memory: plain memory here; copies from it are staged anyway. */
+/* Pinned ranges (allocated or registered here): an asynchronous copy back
+ * into one completes later, as the driver's does; into other (pageable)
+ * memory it completes before it returns, as the driver's does. */
+static struct alloc *pinned;
+static size_t npinned, cappinned;
+static void pinned_note(void *p, size_t n) {
+    pthread_mutex_lock(&amu);
+    if (npinned == cappinned) {
+        size_t cap = cappinned ? cappinned * 2 : 16;
+        struct alloc *a = realloc(pinned, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&amu);
+            return; /* then copies into it are synchronous: still right */
+        }
+        pinned = a;
+        cappinned = cap;
+    }
+    pinned[npinned++] = (struct alloc){(uint64_t)(uintptr_t)p, n};
+    pthread_mutex_unlock(&amu);
+}
+static void pinned_forget(void *p) {
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < npinned; i++)
+        if (pinned[i].base == (uint64_t)(uintptr_t)p) {
+            pinned[i] = pinned[--npinned];
+            break;
+        }
+    pthread_mutex_unlock(&amu);
+}
+static int is_pinned(const void *p, size_t n) {
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    int yes = 0;
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < npinned && !yes; i++)
+        yes = a >= pinned[i].base && a - pinned[i].base <= pinned[i].size && n <= pinned[i].size - (a - pinned[i].base);
+    pthread_mutex_unlock(&amu);
+    return yes;
+}
+
 API CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     if (posix_memalign(p, 4096, bytes ? bytes : 1) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pinned_note(*p, bytes);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
@@ -1308,15 +1348,18 @@ API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
     return cuMemAllocHost_v2(p, bytes);
 }
 API CUresult cuMemFreeHost(void *p) {
+    pinned_forget(p);
     free(p);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
-    (void)p, (void)n, (void)flags;
+    (void)flags;
+    if (p && n)
+        pinned_note(p, n);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostUnregister(void *p) {
-    (void)p;
+    pinned_forget(p);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
@@ -1419,7 +1462,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
         return CUDA_ERROR_INVALID_VALUE;
     if (n == 0)
         return CUDA_SUCCESS;
-    if (async) {
+    if (async && is_pinned(dst, n)) {
         /* The launcher copies on the stream and keeps the bytes; they are
          * fetched here at the synchronising call that finds them done. */
         pthread_mutex_lock(&pmu);
@@ -1434,7 +1477,9 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
     }
     session_lock();
     struct pull pl = {.op = OP_DTOH, .c = {.src = src, .stream = sid, .async = 0}};
-    r = synced_locked(pull_locked(&pl, dst, n));
+    r = pull_locked(&pl, dst, n);
+    if (!async) /* a copy into pageable memory on a stream returns once done, its errors its own */
+        r = synced_locked(r);
     pthread_mutex_unlock(&mu);
     return r;
 }

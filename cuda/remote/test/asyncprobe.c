@@ -33,6 +33,7 @@ CUresult cuCtxSynchronize(void);
 CUresult cuModuleLoadData(CUmodule *, const void *);
 CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemAllocHost_v2(void **, size_t);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr, const void *, size_t, CUstream);
@@ -162,7 +163,11 @@ int main(int argc, char **argv) {
     CUdeviceptr x, y;
     CK(cuMemAlloc_v2(&x, bytes));
     CK(cuMemAlloc_v2(&y, 64 * sizeof(float)));
-    float *h = malloc(bytes), *big = malloc((size_t)half * sizeof(float)), small[16], h2[16], back[16];
+    /* Pinned memory (cuMemAllocHost) for the copies back: those complete
+     * in stream order; one into pageable memory completes at the call. */
+    float *h, *h2, *big = malloc((size_t)half * sizeof(float)), small[16], back[16];
+    CK(cuMemAllocHost_v2((void **)&h, bytes));
+    CK(cuMemAllocHost_v2((void **)&h2, 16 * sizeof(float)));
     for (int i = 0; i < half; i++)
         big[i] = 5.0f;
     for (int i = 0; i < 16; i++)
@@ -186,8 +191,8 @@ int main(int argc, char **argv) {
     CK(cuLaunchHostFunc(s2, on_copy, NULL)); /* it sees the copy before it */
     CK(cuEventRecord(e2, s2));
     /* A copy back, then a copy out of the same memory on the stream. */
-    CK(cuMemcpyDtoHAsync_v2(h2, x, sizeof h2, s2));
-    CK(cuMemcpyHtoDAsync_v2(y, h2, sizeof h2, s2));
+    CK(cuMemcpyDtoHAsync_v2(h2, x, 16 * sizeof(float), s2));
+    CK(cuMemcpyHtoDAsync_v2(y, h2, 16 * sizeof(float), s2));
     CK(cuEventSynchronize(e2));
     int wrong = 0;
     for (int i = 0; i < n; i++) {
@@ -199,6 +204,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 16; i++)
         wrong += h2[i] != 30.0f || back[i] != 30.0f;
     printf("order_wrong=%d\nhostfn_saw_copy=%d\n", wrong, saw_copy);
+    float page[16] = {0};
+    CK(cuMemcpyDtoHAsync_v2(page, x, sizeof page, s1));
+    printf("pageable_copy_done=%d\n", page[0] == 30.0f && page[15] == 30.0f);
     /* A query finds the copies done and they are there when it says so. */
     memset(h, 0, bytes);
     CK(cuMemcpyDtoHAsync_v2(h, x, bytes, s1));
