@@ -152,9 +152,12 @@ static int load_driver(const char *path) {
 /* ---- sessions ---- */
 enum { K_FREE = 0, K_CTX, K_PRIMARY, K_MODULE, K_FUNC, K_LIBRARY, K_KERNEL, K_STREAM, K_EVENT };
 
+struct laycache; /* a function's parameter layout, kept from its first launch */
+
 struct obj {
     int kind;
     void *p;
+    struct laycache *lay; /* K_FUNC, K_KERNEL */
     int dev;       /* K_PRIMARY */
     uint32_t owner; /* K_FUNC: its module; K_KERNEL: its library */
     void *ctx;      /* the context current when it was made */
@@ -207,6 +210,7 @@ static atomic_int stopping;
 static uint32_t obj_add(struct session *s, int kind, void *p) {
     for (uint32_t i = 0; i < s->nobjs; i++)
         if (s->objs[i].kind == K_FREE) {
+            free(s->objs[i].lay);
             s->objs[i] = (struct obj){.kind = kind, .p = p, .ctx = s->cur};
             return i + 1;
         }
@@ -319,11 +323,20 @@ static void session_release(struct session *s) {
         o->kind = K_FREE;
     }
     CALL(cuCtxSetCurrent, NULL);
+    for (uint32_t i = 0; i < s->nobjs; i++) {
+        free(s->objs[i].lay);
+        s->objs[i].lay = NULL;
+    }
     s->nobjs = 0;
     free(s->img);
     s->img = NULL;
     s->imgsize = s->imgfill = 0;
 }
+
+struct laycache {
+    struct rw_func f;
+    struct rw_param p[RW_MAX_PARAMS];
+};
 
 /* params_of asks the driver for a function's (or kernel's) parameter
  * layout and appends it to a reply. */
@@ -1027,16 +1040,20 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             NEED(len == head + l.argbytes);
             args = b + head;
         }
-        /* The parameters' layout comes from the driver, not the client. */
-        struct {
-            struct rw_func f;
-            struct rw_param p[RW_MAX_PARAMS];
-        } lay;
-        params_of(o->kind == K_FUNC ? o->p : NULL, o->kind == K_KERNEL ? o->p : NULL, &lay.f, sizeof lay);
-        NEED(lay.f.argbytes <= l.argbytes);
+        /* The parameters' layout comes from the driver, not the client
+         * (asked once a function). */
+        if (!o->lay) {
+            struct laycache *lc = malloc(sizeof *lc);
+            if (!lc)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            params_of(o->kind == K_FUNC ? o->p : NULL, o->kind == K_KERNEL ? o->p : NULL, &lc->f, sizeof *lc);
+            o->lay = lc;
+        }
+        struct laycache *lay = o->lay;
+        NEED(lay->f.argbytes <= l.argbytes);
         void *argv[RW_MAX_PARAMS];
-        for (uint32_t i = 0; i < lay.f.nparams; i++)
-            argv[i] = (void *)(args + lay.p[i].offset);
+        for (uint32_t i = 0; i < lay->f.nparams; i++)
+            argv[i] = (void *)(args + lay->p[i].offset);
         if (cfg.numAttrs)
             return CALL(cuLaunchKernelEx, &cfg, (CUfunction)o->p, argv, NULL);
         return CALL(cuLaunchKernel, (CUfunction)o->p, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
