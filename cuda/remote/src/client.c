@@ -1335,6 +1335,22 @@ static int is_pinned(const void *p, size_t n) {
     return yes;
 }
 
+/* settle_host: copies back still pending into the pinned range at p are
+ * fetched before it is freed or unregistered. */
+static void settle_host(void *p) {
+    size_t n = 0;
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < npinned; i++)
+        if (pinned[i].base == (uint64_t)(uintptr_t)p)
+            n = pinned[i].size;
+    pthread_mutex_unlock(&amu);
+    if (n && initialized && pend_overlaps(p, n)) {
+        session_lock();
+        fetch_locked(0, (uintptr_t)p, n);
+        pthread_mutex_unlock(&mu);
+    }
+}
+
 API CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
@@ -1348,6 +1364,7 @@ API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
     return cuMemAllocHost_v2(p, bytes);
 }
 API CUresult cuMemFreeHost(void *p) {
+    settle_host(p);
     pinned_forget(p);
     free(p);
     return CUDA_SUCCESS;
@@ -1359,6 +1376,7 @@ API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostUnregister(void *p) {
+    settle_host(p);
     pinned_forget(p);
     return CUDA_SUCCESS;
 }
