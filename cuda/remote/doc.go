@@ -10,12 +10,18 @@
 //	src/launcher.c   dpu-cuda-launcher: attached to its node's host interface,
 //	                 it serves client sessions on the real driver (memory,
 //	                 transfer and advise services), one thread per slot
+//	                 Asynchronous work (launches, async memsets and copies,
+//	                 event records, stream waits, host functions) returns at
+//	                 once and is sent in order, batched, by a sender thread;
+//	                 its errors come back at the next synchronising call
 //	src/mbox.c       fabric mailboxes: each side owns an inbox of fabric pages
 //	                 on its node and STOREs messages and bulk data into the
 //	                 peer's; bulk pages are striped over a pool of threads
 //	src/wire.h       the messages
 //	fake/fakegpu.c   a CPU stand-in for libcuda.so.1 (the tests' driver)
 //	test/rprobe.c    a driver API program run locally and remotely
+//	test/asyncprobe.c  the asynchronous semantics against the fake
+//	test/fabbw.c     the fabric's raw rate for staging pages (no GPU)
 //	test/dispatchfuzz.c  the launcher's request decoder against random requests
 //	gpu-test.sh      the same on a machine with a GPU, with nvcc-built programs
 //	                 and PyTorch, through a two-node fabric of real agents

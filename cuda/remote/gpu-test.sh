@@ -60,7 +60,7 @@ nproc
 section "build (nvcc: PTX for the driver API probe, runtime programs with the static cudart)"
 cd "$W"
 nvcc -ptx -arch=sm_90 -o kernels.ptx "$B/gpu/kernels.cu" || fail "nvcc kernels.ptx"
-for p in vecadd matmul streams; do
+for p in vecadd matmul streams asyncapi multicopy; do
     nvcc -O2 -arch=sm_90 -o "$p" "$B/gpu/$p.cu" || fail "nvcc $p"
 done
 # cuBLAS: the toolkit's, else the one PyTorch ships.
@@ -104,7 +104,7 @@ remote() {
         DPU_CUDA_REMOTE_TIMEOUT_S=120 "$@"
 }
 
-# ONLY=tables,programs,cublas,torch (default all) picks the sections to run.
+# ONLY=tables,programs,async,cublas,torch (default all) picks the sections to run.
 want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 if want tables; then
@@ -169,6 +169,60 @@ for d in htod dtoh; do
 done
 
 fi # programs
+
+if want async; then
+section "asynchronous work: cuda-samples' asyncAPI and simpleMultiCopy (gpu/asyncapi.cu, gpu/multicopy.cu), local then remote"
+for p in asyncapi multicopy; do
+    timeout 120 "./$p" >"$W/$p.local" 2>&1
+    echo "local rc=$?"
+    cat "$W/$p.local"
+    remote 300 stdbuf -oL "./$p" >"$W/$p.remote" 2>"$W/$p.remote.err"
+    echo "remote rc=$?"
+    cat "$W/$p.remote"
+    grep -v '^$' "$W/$p.remote.err" | head -20
+done
+check "asyncAPI: right locally" eq "$(kv "$W/asyncapi.local" asyncapi_wrong)" 0
+check "asyncAPI: right remotely" eq "$(kv "$W/asyncapi.remote" asyncapi_wrong)" 0
+IT=$(kv "$W/asyncapi.remote" asyncapi_iterations)
+check "asyncAPI: the CPU counted while the GPU worked, remotely ($IT iterations; locally $(kv "$W/asyncapi.local" asyncapi_iterations))" test "${IT:-0}" -gt 0
+check "simpleMultiCopy: every frame right locally" eq "$(kv "$W/multicopy.local" multicopy_wrong_frames)" 0
+check "simpleMultiCopy: every frame right remotely" eq "$(kv "$W/multicopy.remote" multicopy_wrong_frames)" 0
+for k in multicopy_program_ms multicopy_serial_wall_ms multicopy_overlap_wall_ms multicopy_overlap_event_ms; do
+    L=$(kv "$W/multicopy.local" $k) R=$(kv "$W/multicopy.remote" $k)
+    echo "simpleMultiCopy $k: local $L, remote $R ($(ratio "$R" "$L")x)"
+done
+for k in asyncapi_gpu_ms asyncapi_cpu_calls_ms asyncapi_wait_ms; do
+    echo "asyncAPI $k: local $(kv "$W/asyncapi.local" $k), remote $(kv "$W/asyncapi.remote" $k)"
+done
+
+if [ -x ./cublas_check ]; then
+    timeout 120 ./cublas_check >"$W/cublas_plain.local" 2>&1
+    remote 150 ./cublas_check >"$W/cublas_plain.remote" 2>"$W/cublas_plain.remote.err"
+    L=$(kv "$W/cublas_plain.local" sgemm_256_us) R=$(kv "$W/cublas_plain.remote" sgemm_256_us)
+    echo "cuBLAS SGEMM 256^3 (no tracing or logging; workspace set, 200 calls, then synchronize): local ${L} us, remote ${R} us per call ($(ratio "$R" "$L")x)"
+    check "cuBLAS (no tracing): every result right remotely" eq "$(kv "$W/cublas_plain.remote" done)" 1
+fi
+
+section "launch cost and copy rate, against the fabric's raw rate in the same run"
+timeout 120 "$B/build/rprobe" kernels.ptx -launches 2000 -bw 67108864 >"$W/rate.local" 2>&1
+remote 300 "$B/build/rprobe" kernels.ptx -launches 2000 -bw 67108864 >"$W/rate.remote" 2>"$W/rate.remote.err"
+head -5 "$W/rate.remote.err"
+LL=$(kv "$W/rate.local" launch_us) LR=$(kv "$W/rate.remote" launch_us)
+echo "driver API launch (2000 x empty kernel, then synchronize): local ${LL} us, remote ${LR} us per launch ($(ratio "$LR" "$LL")x)"
+echo "TARGET remote launch <= 3x local and <= 15 us: $(awk -v l="$LL" -v r="$LR" 'BEGIN { print (r <= 3 * l && r <= 15) ? "met" : "missed" }')"
+for d in htod dtoh; do
+    L=$(kv "$W/rate.local" ${d}_MBps) R=$(kv "$W/rate.remote" ${d}_MBps)
+    echo "$d 64 MiB pageable: local ${L} MB/s, remote ${R} MB/s"
+done
+timeout 200 "$B/build/fabbw" "$W/fab/node0/dpu0.sock" "$W/fab/node1/dpu0.sock" 67108864 8 >"$W/fabbw.txt" 2>&1
+cat "$W/fabbw.txt"
+F=$(kv "$W/fabbw.txt" fabric_staged_MBps)
+echo "remote htod as a fraction of the fabric's staged rate (store then load, 8 threads): $(ratio "$(kv "$W/rate.remote" htod_MBps)" "$F")"
+for th in 16; do
+    timeout 200 "$B/build/fabbw" "$W/fab/node0/dpu0.sock" "$W/fab/node1/dpu0.sock" 67108864 $th | grep -v '^fabric_bytes' | tr '\n' ' '
+    echo
+done
+fi # async
 
 if want cublas; then
 section "cuBLAS (plain C: cublasCreate, SGEMM, BF16 GEMM against a CPU reference): local, then remote"

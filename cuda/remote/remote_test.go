@@ -94,11 +94,16 @@ func (s *syncBuffer) String() string {
 
 func startLauncher(t *testing.T, bin, sock string, args ...string) *launcher {
 	t.Helper()
+	return startLauncherEnv(t, bin, sock, nil, args...)
+}
+
+func startLauncherEnv(t *testing.T, bin, sock string, env []string, args ...string) *launcher {
+	t.Helper()
 	door := filepath.Join(t.TempDir(), "door")
 	l := &launcher{door: door, log: &syncBuffer{}}
 	l.cmd = exec.Command(filepath.Join(bin, "dpu-cuda-launcher"),
 		append([]string{"-s", sock, "-door-file", door, "-slots", "2", "-staging", "64", "-dead-ms", "1500"}, args...)...)
-	l.cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(bin, "fake"))
+	l.cmd.Env = append(append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(bin, "fake")), env...)
 	l.cmd.Stderr = l.log
 	if err := l.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -253,5 +258,66 @@ func TestDispatchFuzz(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("dispatchfuzz (asan): %v\n%s", err, out)
+	}
+}
+
+// Asynchronous work returns at once and keeps its order and errors: 2,000
+// launches on a stream all return before the launcher's driver has run one
+// (the fake's spin(-1) waits for a file the probe makes only after the last
+// launch returned; a client that waited for each launch would wait for it
+// in vain), work on two streams gives the in-order result, a launch the
+// driver refuses returns success and its error comes back at the next
+// synchronisation once, a block too large is refused at the call, and a
+// fault is sticky; a host function and a stream callback return at once and
+// run after the work before them, seeing the copies it brought back (see
+// test/asyncprobe.c).
+func TestAsyncSemantics(t *testing.T) {
+	bin := build(t)
+	// With no gated launches the rest stands on its own (order, errors).
+	// A launcher each: the fake's fault is sticky for its process.
+	for _, launches := range []string{"0", "2000"} {
+		t.Run("launches="+launches, func(t *testing.T) {
+			cs, gs := twoNodes(t)
+			gate := filepath.Join(t.TempDir(), "gate")
+			l := startLauncherEnv(t, bin, gs, []string{"FAKEGPU_GATE=" + gate})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(bin, "asyncprobe"), "fake/module.fake", gate, "-launches", launches)
+			cmd.Env = append(os.Environ(), remoteEnv(bin, cs, l.door)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			kv := map[string]string{}
+			for _, line := range strings.Split(string(out), "\n") {
+				if k, v, ok := strings.Cut(line, "="); ok {
+					kv[k] = v
+				}
+			}
+			if err != nil || kv["done"] != "1" {
+				t.Fatalf("asyncprobe: %v\n%s\nstderr:\n%s", err, out, stderr.String())
+			}
+			want := map[string]string{
+				"gated_launches_returned": "1", "gated_sync": "0",
+				"order_wrong": "0", "query": "0", "query_copy_ok": "1",
+				"good_launches": "0", "refused_launch": "0", "first_sync": "1", "second_sync": "0",
+				"after_refused_ok": "1", "oversized_block": "1",
+				"hostfn_returned": "0", "callback_returned": "0", "hostfn_ran": "1", "callback_status": "0",
+				"hostfn_saw_copy": "1", "big_copy_returned": "0", "big_copy_ok": "1",
+				"pageable_copy_done": "1",
+				"fault_launch":       "0", "fault_sync": "700", "after_fault_launch": "700", "after_fault_query": "700",
+			}
+			if launches != "0" {
+				want["hostfn_ran_before_gate"] = "0"
+				want["query_before_gate"] = "600"
+			}
+			for k, v := range want {
+				if kv[k] != v {
+					t.Errorf("%s = %q, want %q", k, kv[k], v)
+				}
+			}
+			if t.Failed() {
+				t.Logf("asyncprobe:\n%s\nstderr:\n%s", out, stderr.String())
+			}
+		})
 	}
 }

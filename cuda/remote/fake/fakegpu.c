@@ -5,12 +5,20 @@
  * on the CPU when launched (vecadd, matmul, scale, spin); streams and
  * events complete at once (events record a timestamp). Enough of the
  * driver API for the launcher and the probe: nothing more.
+ *
+ * Two spins stand for what a GPU does on its own time: spin(-1) waits
+ * (at most GATE_WAIT_S) until the file $FAKEGPU_GATE exists, as a long
+ * kernel would keep its stream busy, and fails with
+ * CUDA_ERROR_LAUNCH_TIMEOUT if it never does; spin(-2) faults as a kernel
+ * reading a bad address does: CUDA_ERROR_ILLEGAL_ADDRESS, sticky (every
+ * call of the process fails with it after).
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cu.h"
 
@@ -44,6 +52,9 @@ static uint64_t now_ns(void) {
 }
 
 #define NEED_INIT() do { if (!inited) return CUDA_ERROR_NOT_INITIALIZED; } while (0)
+static CUresult sticky; /* a fault's error, returned by every call after */
+#define STICKY() do { if (sticky) return sticky; } while (0)
+#define GATE_WAIT_S 20
 
 EXPORT CUresult cuInit(unsigned f) { (void)f; inited = 1; return CUDA_SUCCESS; }
 EXPORT CUresult cuDriverGetVersion(int *v) { *v = 13000; return CUDA_SUCCESS; }
@@ -72,6 +83,10 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) {
     switch (a) {
     case 1: *v = 1024; return CUDA_SUCCESS;                 /* max threads per block */
     case 16: *v = 4; return CUDA_SUCCESS;                   /* multiprocessors */
+    case 2: case 3: *v = 1024; return CUDA_SUCCESS;         /* max block x, y */
+    case 4: *v = 64; return CUDA_SUCCESS;                   /* max block z */
+    case 5: *v = 0x7fffffff; return CUDA_SUCCESS;           /* max grid x */
+    case 6: case 7: *v = 65535; return CUDA_SUCCESS;        /* max grid y, z */
     case 75: *v = 9; return CUDA_SUCCESS;                   /* compute capability */
     case 76: *v = 0; return CUDA_SUCCESS;
     case 33: *v = 0x1b; return CUDA_SUCCESS;                /* PCI bus */
@@ -92,7 +107,7 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned f, CUdevice d) {
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { if (c != &primary) free(c); return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c) { cur = c; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = cur; return CUDA_SUCCESS; }
-EXPORT CUresult cuCtxSynchronize(void) { return cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+EXPORT CUresult cuCtxSynchronize(void) { STICKY(); return cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
 
 #define NEED_CTX() do { if (!cur) return CUDA_ERROR_INVALID_CONTEXT; } while (0)
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
@@ -107,8 +122,13 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CTX(); free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { NEED_CTX(); *f = 7ull << 30; *t = 8ull << 30; return CUDA_SUCCESS; }
-EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CTX(); memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
-EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CTX(); memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n) {
+    NEED_CTX();
+    return posix_memalign(p, 4096, n ? n : 1) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CTX(); STICKY(); memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CTX(); STICKY(); memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { NEED_CTX(); memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; return cuMemcpyHtoD_v2(d, s, n); }
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return cuMemcpyDtoH_v2(d, s, n); }
@@ -161,6 +181,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
                                unsigned bz, unsigned shmem, CUstream s, void **p, void **extra) {
     (void)shmem, (void)s, (void)extra, (void)gz, (void)bz;
     NEED_CTX();
+    STICKY();
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     switch (f->kind) {
@@ -195,8 +216,21 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
             x[i] *= fct;
         return CUDA_SUCCESS;
     }
-    case K_SPIN:
+    case K_SPIN: {
+        int loops = *(int *)p[0];
+        if (loops == -2)
+            return sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+        if (loops == -1) {
+            const char *gate = getenv("FAKEGPU_GATE");
+            for (int i = 0; gate && i < GATE_WAIT_S * 1000; i++) {
+                if (access(gate, F_OK) == 0)
+                    return CUDA_SUCCESS;
+                usleep(1000);
+            }
+            return sticky = 702; /* CUDA_ERROR_LAUNCH_TIMEOUT */
+        }
         return CUDA_SUCCESS;
+    }
     }
     return CUDA_ERROR_INVALID_HANDLE;
 }
@@ -209,8 +243,15 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned f, int p) {
 }
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned f) { return cuStreamCreateWithPriority(s, f, 0); }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; NEED_CTX(); return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; NEED_CTX(); STICKY(); return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; STICKY(); return CUDA_SUCCESS; }
+/* Streams are done at once: a host function runs at once. */
+EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) { (void)s; STICKY(); fn(data); return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *data, unsigned f) {
+    (void)f;
+    cb(s, sticky, data);
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned f) { (void)s, (void)e, (void)f; return CUDA_SUCCESS; }
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned f) {
     (void)f;
@@ -219,8 +260,8 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned f) {
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { (void)s; e->at = now_ns(); return CUDA_SUCCESS; }
-EXPORT CUresult cuEventSynchronize(CUevent e) { return e->at ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
-EXPORT CUresult cuEventQuery(CUevent e) { (void)e; return CUDA_SUCCESS; }
+EXPORT CUresult cuEventSynchronize(CUevent e) { STICKY(); return e->at ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
+EXPORT CUresult cuEventQuery(CUevent e) { (void)e; STICKY(); return CUDA_SUCCESS; }
 EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     if (!a->at || !b->at)
         return CUDA_ERROR_NOT_READY;

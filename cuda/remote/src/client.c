@@ -66,6 +66,7 @@ struct robj {
     int priority;        /* O_STREAM */
     struct robj *ctx;    /* O_STREAM: its context */
     uint32_t nparams, argbytes; /* O_FUNC, O_KERNEL */
+    _Atomic uint64_t qno;       /* O_STREAM: its last queued record's number; O_EVENT: its last record's */
     struct rw_param *param;
     char *name;          /* O_FUNC, O_KERNEL: the name it was looked up by */
     struct robj *lib;    /* O_KERNEL: its library */
@@ -97,6 +98,7 @@ static void obj_free(struct robj *o) {
 
 /* ---- the session ---- */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
+static pthread_mutex_t amu = PTHREAD_MUTEX_INITIALIZER; /* the allocation table */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static int initialized;
@@ -147,18 +149,23 @@ static CUresult errno_to_cu(int e) {
     }
 }
 
-/* rpc sends one request and waits for its reply. The caller holds mu. */
-static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, void *rep, uint32_t cap,
-                           uint32_t *rlen) {
+/* rpc_send_locked sends one request and returns its seq (0: not sent,
+ * *err says why); rpc_wait_locked waits for the reply to seq. One request
+ * is outstanding at a time. The caller holds mu. */
+static uint64_t rpc_send_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, CUresult *err) {
     struct rw_hdr h = {.seq = ++SEQ, .op = op, .flags = flags, .ctx = cur_ctx ? cur_ctx->id : 0, .token = TOKEN};
     int e = mbox_send(&MB, &h, body, len);
     if (e < 0) {
         logf_(1, "op %u: send: %s", op, dpu_strerror(e));
-        return errno_to_cu(e);
+        *err = errno_to_cu(e);
+        return 0;
     }
+    return h.seq;
+}
+static CUresult rpc_wait_locked(uint64_t seq, uint16_t op, void *rep, uint32_t cap, uint32_t *rlen) {
     static __thread unsigned char buf[RW_PAGE];
     struct rw_hdr r;
-    e = mbox_recv(&MB, h.seq, &r, buf, sizeof buf, timeout_ms, NULL, NULL);
+    int e = mbox_recv(&MB, seq, &r, buf, sizeof buf, timeout_ms, NULL, NULL);
     if (e < 0) {
         logf_(1, "op %u: no reply: %s", op, dpu_strerror(e));
         return errno_to_cu(e);
@@ -169,13 +176,516 @@ static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32
         memcpy(rep, buf, r.len);
     if (rlen)
         *rlen = r.len;
-    logf_(2, "op %u (context %u) -> %d", op, h.ctx, r.status);
+    logf_(2, "op %u (context %u) -> %d", op, cur_ctx ? cur_ctx->id : 0, r.status);
     return (CUresult)r.status;
 }
 
-static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint32_t cap, uint32_t *rlen) {
+/* rpc_locked sends one request and waits for its reply. */
+static CUresult rpc_locked(uint16_t op, uint16_t flags, const void *body, uint32_t len, void *rep, uint32_t cap,
+                           uint32_t *rlen) {
+    CUresult err = CUDA_SUCCESS;
+    uint64_t seq = rpc_send_locked(op, flags, body, len, &err);
+    return seq ? rpc_wait_locked(seq, op, rep, cap, rlen) : err;
+}
+
+/* ---- bulk copies through the staging areas ----
+ * A copy larger than half the staging area goes in chunks of half of it,
+ * alternating halves: the next chunk's pages are stored while the peer
+ * reads this one's (push), or asked for before this one is read (pull). */
+static uint32_t half_pages(void) { return MB.staging_pages / 2; }
+static size_t chunk_for(size_t n, int *pipe) {
+    uint32_t hp = half_pages();
+    *pipe = hp > 0 && n > (size_t)hp * RW_STAGE_DATA;
+    return *pipe ? (size_t)hp * RW_STAGE_DATA : mbox_capacity(&MB);
+}
+
+/* push_locked: n bytes of src to the device at dst (OP_HTOD). */
+static CUresult push_locked(CUdeviceptr dst, const unsigned char *src, size_t n, uint32_t sid, int async) {
+    int pipe;
+    size_t chunk = chunk_for(n, &pipe);
+    uint64_t outstanding = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t off = 0, k = 0; off < n; off += chunk, k++) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        uint32_t stage = pipe ? (uint32_t)(k % 2) * half_pages() : 0;
+        /* The other half is the one the launcher reads for the request outstanding. */
+        int e = mbox_put_at(&MB, stage, src + off, m, SEQ + 1);
+        if (outstanding) {
+            r = rpc_wait_locked(outstanding, OP_HTOD, NULL, 0, NULL);
+            outstanding = 0;
+            if (r)
+                break;
+        }
+        if (e < 0) {
+            r = errno_to_cu(e);
+            break;
+        }
+        struct rw_copy c = {.dst = dst + off, .bytes = m, .stream = sid, .async = (uint32_t)async, .stage = stage};
+        if (!(outstanding = rpc_send_locked(OP_HTOD, 0, &c, sizeof c, &r)))
+            break;
+    }
+    if (outstanding)
+        r = rpc_wait_locked(outstanding, OP_HTOD, NULL, 0, NULL);
+    return r;
+}
+
+/* pull_locked: n bytes into dst, each chunk asked for with op: OP_DTOH
+ * (c: its source and stream) or OP_DTOH_FETCH (f: the pending copy; the
+ * first part's wait as given, the rest waiting). */
+struct pull { uint16_t op; struct rw_copy c; struct rw_fetch f; };
+static uint64_t pull_ask(struct pull *p, size_t off, size_t m, uint32_t stage, CUresult *err) {
+    if (p->op == OP_DTOH) {
+        struct rw_copy c = p->c;
+        c.src += off, c.bytes = m, c.stage = stage;
+        return rpc_send_locked(p->op, 0, &c, sizeof c, err);
+    }
+    struct rw_fetch f = p->f;
+    f.off = off, f.len = m, f.stage = stage, f.wait = off > 0 || p->f.wait;
+    return rpc_send_locked(p->op, 0, &f, sizeof f, err);
+}
+static CUresult pull_locked(struct pull *p, unsigned char *dst, size_t n) {
+    int pipe;
+    size_t chunk = chunk_for(n, &pipe);
+    CUresult r = CUDA_SUCCESS;
+    uint64_t seq = pull_ask(p, 0, n < chunk ? n : chunk, 0, &r);
+    for (size_t off = 0, k = 0; seq && off < n; off += chunk, k++) {
+        size_t m = n - off < chunk ? n - off : chunk;
+        uint32_t stage = pipe ? (uint32_t)(k % 2) * half_pages() : 0;
+        if ((r = rpc_wait_locked(seq, p->op, NULL, 0, NULL)))
+            return r;
+        uint64_t this = seq, next = 0;
+        if (off + m < n) { /* the launcher puts the next chunk in the other half meanwhile */
+            size_t m2 = n - off - m < chunk ? n - off - m : chunk;
+            if (!(next = pull_ask(p, off + m, m2, pipe ? (uint32_t)((k + 1) % 2) * half_pages() : 0, &r)))
+                return r;
+        }
+        int e = mbox_get_at(&MB, stage, dst + off, m, this);
+        if (e < 0) {
+            if (next)
+                rpc_wait_locked(next, p->op, NULL, 0, NULL);
+            return errno_to_cu(e);
+        }
+        seq = next;
+    }
+    return r;
+}
+
+/* ---- the asynchronous queue ----
+ * Launches, asynchronous memsets and copies, event records and stream
+ * waits return at once: each is appended, as a record (wire.h's rw_rec),
+ * to the queue, and a sender thread sends the queue in order as OP_BATCH
+ * messages, one in flight at a time (what accumulates during a round trip
+ * goes in the next one). Every other request first sends what is queued
+ * (session_lock), so the launcher sees the calls in the order they were
+ * made. An error an operation of a batch met on the launcher is kept and
+ * returned by the next synchronising call (stream, event and context
+ * synchronisation and queries, synchronous copies); the driver's sticky
+ * errors are returned by every call after. */
+#define Q_CAP (4u << 20) /* bytes queued before a submitter waits for the sender */
+static pthread_mutex_t qmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qwork = PTHREAD_COND_INITIALIZER, qspace = PTHREAD_COND_INITIALIZER;
+static unsigned char *qbuf;
+static size_t qhead, qlen;
+static int qstop, sender_started;
+static pthread_t sender_thread;
+static CUresult deferred_err;       /* the first asynchronous error not yet returned (under mu) */
+static _Atomic CUresult sticky_err; /* a sticky error: every call returns it */
+static uint64_t batches, batched_ops;
+/* Records are numbered in queue order: q_enq_no the last queued, q_taken
+ * the last taken from the queue (under qmu), q_done_no the last the
+ * launcher ran (a query of a stream or event whose last record is later
+ * answers not ready without asking). */
+static uint64_t q_enq_no, q_taken;
+static _Atomic uint64_t q_done_no, q_default_no; /* q_default_no: the default streams' last record */
+static __thread uint64_t q_last_no;            /* this thread's last queued record */
+
+/* A host function (cuLaunchHostFunc) or stream callback in the queue: a
+ * record that is not sent. Whoever takes it from the queue's head (the
+ * sender, or a call sending the queue) synchronises its stream, fetches
+ * the copies that completed, and calls it without mu held; until it
+ * returns nothing queued after it is sent (later work on any stream
+ * waits for it, where the driver makes only its stream's wait). */
+#define Q_LOCAL 0xff00u /* records from here on are run by the client */
+#define Q_HOSTFN 0xffffu
+#define Q_PUSH 0xfffeu
+/* A copy to the device of more than a record holds, asynchronous: its
+ * bytes were taken at the call (buf, freed once sent); it is pushed
+ * through the staging areas in its turn. */
+struct q_push {
+    CUdeviceptr dst;
+    unsigned char *buf;
+    size_t bytes;
+    struct robj *ctx;
+    uint32_t sid, reserved;
+};
+#define PUSH_CAP (1ull << 30) /* bytes taken and not yet pushed, at most */
+static _Atomic uint64_t push_held;
+static void run_push_locked(const struct q_push *m);
+struct q_hostfn {
+    void (*fn)(void);
+    void *data;
+    CUstream stream;
+    struct robj *ctx;
+    uint32_t sid, kind; /* kind 0: CUhostFn, 1: CUstreamCallback */
+};
+static int hostfn_running;
+static pthread_cond_t hostfn_done = PTHREAD_COND_INITIALIZER;
+static void run_hostfn_locked(const struct q_hostfn *m);
+static void pend_sent(const unsigned char *body, uint32_t n);
+
+static int is_sticky(CUresult r) {
+    switch ((int)r) {
+    case 214: /* uncorrectable ECC */
+    case 700: /* illegal address */
+    case 702: /* launch timeout */
+    case 710: /* assert */
+    case 714: /* hardware stack error */
+    case 715: /* illegal instruction */
+    case 716: /* misaligned address */
+    case 717: /* invalid address space */
+    case 718: /* invalid pc */
+    case 719: /* launch failed */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void note_async(CUresult r) {
+    if (r == CUDA_SUCCESS)
+        return;
+    if (is_sticky(r) && atomic_load(&sticky_err) == CUDA_SUCCESS)
+        atomic_store(&sticky_err, r);
+    if (deferred_err == CUDA_SUCCESS)
+        deferred_err = r;
+}
+
+/* sync_result: what a synchronising call returns, given its own result:
+ * an earlier asynchronous error first (once), then its own. The caller
+ * holds mu. */
+static CUresult sync_result(CUresult r) {
+    if (deferred_err != CUDA_SUCCESS) {
+        CUresult d = deferred_err;
+        deferred_err = CUDA_SUCCESS;
+        return d;
+    }
+    if (is_sticky(r) && atomic_load(&sticky_err) == CUDA_SUCCESS)
+        atomic_store(&sticky_err, r);
+    CUresult st = atomic_load(&sticky_err);
+    return r == CUDA_SUCCESS && st != CUDA_SUCCESS ? st : r;
+}
+
+/* send_batch_locked sends one batch of queued records (as many whole
+ * records as fit a message) and waits for its reply. The caller holds
+ * mu. Returns 0 when the queue was empty. */
+static int send_batch_locked(void) {
+    static unsigned char body[RW_BODY_MAX];
+    uint32_t n = 0, ops = 0;
+    while (hostfn_running)
+        pthread_cond_wait(&hostfn_done, &mu);
+    pthread_mutex_lock(&qmu);
+    if (qhead < qlen) {
+        struct rw_rec rc;
+        memcpy(&rc, qbuf + qhead, sizeof rc);
+        if (rc.op >= Q_LOCAL) { /* run here, not sent as a record */
+            union { struct q_hostfn h; struct q_push p; } m;
+            memcpy(&m, qbuf + qhead + sizeof rc, rc.len < sizeof m ? rc.len : sizeof m);
+            qhead += RW_REC_SPAN(rc.len);
+            if (qhead == qlen)
+                qhead = qlen = 0;
+            uint64_t no = ++q_taken;
+            pthread_cond_broadcast(&qspace);
+            pthread_mutex_unlock(&qmu);
+            if (rc.op == Q_HOSTFN)
+                run_hostfn_locked(&m.h);
+            else
+                run_push_locked(&m.p);
+            atomic_store(&q_done_no, no);
+            return 1;
+        }
+    }
+    while (qhead < qlen) {
+        struct rw_rec rc;
+        memcpy(&rc, qbuf + qhead, sizeof rc);
+        if (rc.op >= Q_LOCAL)
+            break;
+        size_t span = RW_REC_SPAN(rc.len);
+        if (n + span > sizeof body)
+            break;
+        memcpy(body + n, qbuf + qhead, span);
+        n += (uint32_t)span;
+        qhead += span;
+        ops++;
+    }
+    if (qhead == qlen)
+        qhead = qlen = 0;
+    q_taken += ops;
+    uint64_t no = q_taken;
+    pthread_cond_broadcast(&qspace);
+    pthread_mutex_unlock(&qmu);
+    if (ops == 0)
+        return 0;
+    uint32_t rep[2] = {0, 0}, got = 0;
+    CUresult r = rpc_locked(OP_BATCH, 0, body, n, rep, sizeof rep, &got);
+    pend_sent(body, n);
+    atomic_store(&q_done_no, no);
+    batches++;
+    batched_ops += ops;
+    if (r != CUDA_SUCCESS)
+        logf_(2, "batch of %u: operation %u -> %d", ops, got == sizeof rep ? rep[0] : 0, r);
+    note_async(r);
+    return 1;
+}
+
+static void flush_locked(void) {
+    while (send_batch_locked())
+        ;
+}
+
+/* session_lock: mu held and the queue sent, so that a request follows the
+ * asynchronous work submitted before it. */
+static void session_lock(void) {
     pthread_mutex_lock(&mu);
+    flush_locked();
+}
+
+static void *sender_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&qmu);
+    for (;;) {
+        while (qhead == qlen && !qstop)
+            pthread_cond_wait(&qwork, &qmu);
+        if (qhead == qlen && qstop)
+            break;
+        pthread_mutex_unlock(&qmu);
+        pthread_mutex_lock(&mu);
+        if (initialized)
+            send_batch_locked();
+        pthread_mutex_unlock(&mu);
+        pthread_mutex_lock(&qmu);
+    }
+    pthread_mutex_unlock(&qmu);
+    return NULL;
+}
+
+/* enqueue appends one asynchronous operation (its body as the launcher's
+ * request) in the current context. A full queue waits (bounded) for the
+ * sender. */
+static CUresult enqueue(CUstream s, uint16_t op, const void *body, uint32_t len) {
+    CUresult st = atomic_load(&sticky_err);
+    if (st != CUDA_SUCCESS)
+        return st;
+    if (RW_REC_SPAN(len) > RW_BODY_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct rw_rec rc = {.op = op, .len = (uint16_t)len, .ctx = cur_ctx ? cur_ctx->id : 0};
+    size_t span = RW_REC_SPAN(len);
+    pthread_mutex_lock(&qmu);
+    if (!qbuf && !(qbuf = malloc(Q_CAP))) {
+        pthread_mutex_unlock(&qmu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t start = mono_ms();
+    while (qlen + span > Q_CAP) {
+        if (qhead > 0) { /* compact */
+            memmove(qbuf, qbuf + qhead, qlen - qhead);
+            qlen -= qhead;
+            qhead = 0;
+            continue;
+        }
+        if (mono_ms() - start > (uint64_t)timeout_ms) {
+            pthread_mutex_unlock(&qmu);
+            logf_(1, "op %u: the queue did not drain", op);
+            return CUDA_ERROR_LAUNCH_FAILED;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&qspace, &qmu, &ts);
+    }
+    memcpy(qbuf + qlen, &rc, sizeof rc);
+    if (len)
+        memcpy(qbuf + qlen + sizeof rc, body, len);
+    memset(qbuf + qlen + sizeof rc + len, 0, span - sizeof rc - len);
+    qlen += span;
+    q_last_no = ++q_enq_no;
+    struct robj *so = obj_check(s, O_STREAM);
+    if (so)
+        atomic_store(&so->qno, q_last_no);
+    else
+        atomic_store(&q_default_no, q_last_no);
+    pthread_cond_signal(&qwork);
+    pthread_mutex_unlock(&qmu);
+    return CUDA_SUCCESS;
+}
+
+/* queued: record number no (of a stream's or an event's last record) has
+ * not been run by the launcher yet: the driver would say not ready. */
+static int queued(uint64_t no) { return sender_started && no > atomic_load(&q_done_no); }
+
+static CUresult rpc(uint16_t op, const void *body, uint32_t len, void *rep, uint32_t cap, uint32_t *rlen) {
+    session_lock();
     CUresult r = rpc_locked(op, 0, body, len, rep, cap, rlen);
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* ---- asynchronous device-to-host copies ----
+ * The launcher copies into a buffer of its own on the copy's stream and
+ * keeps it; the client fetches it into the caller's memory at the first
+ * synchronising call that finds it complete (or before the memory is read
+ * for a copy to the device). */
+struct pend { uint64_t id; unsigned char *dst; size_t bytes; int sent; /* its record reached the launcher */ };
+static pthread_mutex_t pmu = PTHREAD_MUTEX_INITIALIZER; /* pends */
+static struct pend *pends;
+static size_t npends, cappends;
+static uint64_t pend_next;
+
+static int pend_add(uint64_t id, void *dst, size_t bytes) {
+    pthread_mutex_lock(&pmu);
+    if (npends == cappends) {
+        size_t cap = cappends ? cappends * 2 : 16;
+        struct pend *n = realloc(pends, cap * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&pmu);
+            return -1;
+        }
+        pends = n;
+        cappends = cap;
+    }
+    pends[npends++] = (struct pend){id, dst, bytes, 0};
+    pthread_mutex_unlock(&pmu);
+    return 0;
+}
+
+static void pend_forget(uint64_t id) {
+    pthread_mutex_lock(&pmu);
+    for (size_t k = 0; k < npends; k++)
+        if (pends[k].id == id) {
+            memmove(&pends[k], &pends[k + 1], (npends - k - 1) * sizeof *pends);
+            npends--;
+            break;
+        }
+    pthread_mutex_unlock(&pmu);
+}
+
+/* pend_sent marks the copies of a batch the launcher has run as fetchable. */
+static void pend_sent(const unsigned char *body, uint32_t n) {
+    for (uint32_t off = 0; off + sizeof(struct rw_rec) <= n;) {
+        struct rw_rec rc;
+        memcpy(&rc, body + off, sizeof rc);
+        if (rc.op == OP_DTOH_ASYNC) {
+            struct rw_copy c;
+            memcpy(&c, body + off + sizeof rc, sizeof c);
+            pthread_mutex_lock(&pmu);
+            for (size_t k = 0; k < npends; k++)
+                if (pends[k].id == c.dst)
+                    pends[k].sent = 1;
+            pthread_mutex_unlock(&pmu);
+        }
+        off += (uint32_t)RW_REC_SPAN(rc.len);
+    }
+}
+
+/* fetch_one_locked fetches pending copy p (wait: even if not complete yet).
+ * CUDA_ERROR_NOT_READY: not complete, still pending. The caller holds mu. */
+static CUresult fetch_one_locked(struct pend p, int wait) {
+    struct pull pl = {.op = OP_DTOH_FETCH, .f = {.id = p.id, .wait = (uint32_t)wait}};
+    return pull_locked(&pl, p.dst, p.bytes);
+}
+
+/* fetch_locked fetches the pending copies that are complete (all: wait for
+ * each; lo/n: only those whose memory overlaps [lo, lo+n), waiting). An
+ * error a copy met is an asynchronous error. The caller holds mu. */
+static void fetch_locked(int all, uintptr_t lo, size_t n) {
+    for (size_t i = 0;;) {
+        pthread_mutex_lock(&pmu);
+        if (i >= npends) {
+            pthread_mutex_unlock(&pmu);
+            return;
+        }
+        struct pend p = pends[i];
+        pthread_mutex_unlock(&pmu);
+        int overlap = n && (uintptr_t)p.dst < lo + n && lo < (uintptr_t)p.dst + p.bytes;
+        if ((n && !overlap) || !p.sent) { /* not sent: the queue was sent before, so it came after */
+            i++;
+            continue;
+        }
+        CUresult r = fetch_one_locked(p, all || overlap);
+        if (r == CUDA_ERROR_NOT_READY) {
+            i++;
+            continue;
+        }
+        if (r != CUDA_ERROR_NOT_FOUND) /* not found: the copy failed, and its batch said so */
+            note_async(r);
+        pend_forget(p.id);
+    }
+}
+
+static int pend_overlaps(const void *lo, size_t n) {
+    uintptr_t a = (uintptr_t)lo;
+    int yes = 0;
+    pthread_mutex_lock(&pmu);
+    for (size_t i = 0; i < npends && !yes; i++)
+        yes = (uintptr_t)pends[i].dst < a + n && a < (uintptr_t)pends[i].dst + pends[i].bytes;
+    pthread_mutex_unlock(&pmu);
+    return yes;
+}
+
+static int pending_any(void) {
+    pthread_mutex_lock(&pmu);
+    int any = npends > 0;
+    pthread_mutex_unlock(&pmu);
+    return any;
+}
+
+/* synced_locked: the end of a synchronising call whose own result is r:
+ * what completed is fetched, and the call returns an earlier asynchronous
+ * error first. The caller holds mu. */
+static CUresult synced_locked(CUresult r) {
+    if (r == CUDA_SUCCESS && pending_any())
+        fetch_locked(0, 0, 0);
+    return sync_result(r);
+}
+
+/* run_push_locked: an asynchronous copy to the device's turn: pushed in
+ * the context it was made in. The caller holds mu. */
+static void run_push_locked(const struct q_push *m) {
+    struct robj *was = cur_ctx;
+    cur_ctx = m->ctx;
+    CUresult r = push_locked(m->dst, m->buf, m->bytes, m->sid, 1);
+    cur_ctx = was;
+    free(m->buf);
+    atomic_fetch_sub(&push_held, m->bytes);
+    note_async(r);
+}
+
+/* run_hostfn_locked: a host function's turn (see Q_HOSTFN). The caller
+ * holds mu; it is released while the function runs. */
+static void run_hostfn_locked(const struct q_hostfn *m) {
+    hostfn_running = 1;
+    struct robj *was = cur_ctx;
+    cur_ctx = m->ctx; /* the stream is synchronised in the context it was named in */
+    CUresult r = rpc_locked(OP_STREAM_SYNC, 0, &m->sid, 4, NULL, 0, NULL);
+    cur_ctx = was;
+    if (r == CUDA_SUCCESS && pending_any())
+        fetch_locked(0, 0, 0); /* the function may read what a copy before it brought back */
+    if (is_sticky(r))
+        note_async(r);
+    pthread_mutex_unlock(&mu);
+    if (m->kind == 0)
+        ((CUhostFn)m->fn)(m->data);
+    else
+        ((CUstreamCallback)m->fn)(m->stream, r, m->data);
+    pthread_mutex_lock(&mu);
+    hostfn_running = 0;
+    pthread_cond_broadcast(&hostfn_done);
+}
+
+/* sync_rpc: a synchronising request (stream, event and context
+ * synchronisation and queries). */
+static CUresult sync_rpc(uint16_t op, const void *body, uint32_t len) {
+    session_lock();
+    CUresult r = synced_locked(rpc_locked(op, 0, body, len, NULL, 0, NULL));
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -318,6 +828,10 @@ static void connect_once(void) {
     logf_(2, "slot %u, driver %d, %d device(s)", SLOT, driver_version, device_count);
     initialized = 1;
     init_result = CUDA_SUCCESS;
+    if (pthread_create(&sender_thread, NULL, sender_main, NULL) == 0)
+        sender_started = 1;
+    else
+        logf_(1, "no sender thread: asynchronous work is sent at the next call");
     atexit(finish);
     return;
 fail:
@@ -332,9 +846,21 @@ static void finish(void) {
         return;
     if (!D)
         return;
+    if (sender_started) {
+        pthread_mutex_lock(&qmu);
+        qstop = 1;
+        pthread_cond_broadcast(&qwork);
+        pthread_mutex_unlock(&qmu);
+        pthread_join(sender_thread, NULL);
+        sender_started = 0;
+    }
     pthread_mutex_lock(&mu);
-    if (initialized)
+    if (initialized) {
+        flush_locked();
         rpc_locked(OP_BYE, 0, NULL, 0, NULL, 0, NULL);
+        logf_(2, "%llu asynchronous operations in %llu batches", (unsigned long long)batched_ops,
+              (unsigned long long)batches);
+    }
     initialized = 0;
     pthread_mutex_unlock(&mu);
     atomic_store(&hb_stop, 1);
@@ -388,12 +914,15 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 static struct rw_device_info *info(CUdevice d) {
     if (!initialized || d < 0 || d >= device_count || d >= MAX_DEV)
         return NULL;
-    pthread_mutex_lock(&mu);
+    struct rw_device_info *known = __atomic_load_n(&devinfo[d], __ATOMIC_ACQUIRE);
+    if (known) /* set once, never changed */
+        return known;
+    session_lock();
     if (!devinfo[d]) {
         struct rw_device_info *di = malloc(sizeof *di);
         uint32_t dev = (uint32_t)d, n = 0;
         if (di && rpc_locked(OP_DEVICE_INFO, 0, &dev, 4, di, sizeof *di, &n) == CUDA_SUCCESS && n == sizeof *di)
-            devinfo[d] = di;
+            __atomic_store_n(&devinfo[d], di, __ATOMIC_RELEASE);
         else
             free(di);
     }
@@ -486,7 +1015,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
         return CUDA_ERROR_INVALID_VALUE;
     if (d < 0 || d >= device_count || d >= MAX_DEV)
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&mu);
+    session_lock();
     CUresult r = CUDA_SUCCESS;
     if (!primary[d]) {
         uint32_t dev = (uint32_t)d, id = 0, n = 0;
@@ -643,7 +1172,7 @@ API CUresult cuCtxSynchronize(void) {
     NEED_INIT();
     if (!cur_ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
-    return rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+    return sync_rpc(OP_CTX_SYNC, NULL, 0);
 }
 API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
     NEED_INIT();
@@ -684,35 +1213,35 @@ API CUresult cuCtxGetLimit(size_t *v, int limit) {
 
 /* ---- memory (the memory service) ---- */
 static void alloc_note(uint64_t p, uint64_t n) {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     if (nallocs == capallocs) {
         size_t cap = capallocs ? capallocs * 2 : 64;
         struct alloc *a = realloc(allocs, cap * sizeof *a);
         if (!a) {
-            pthread_mutex_unlock(&mu);
+            pthread_mutex_unlock(&amu);
             return;
         }
         allocs = a;
         capallocs = cap;
     }
     allocs[nallocs++] = (struct alloc){p, n};
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
 }
 static void alloc_forget(uint64_t p) {
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     for (size_t i = 0; i < nallocs; i++)
         if (allocs[i].base == p) {
             allocs[i] = allocs[--nallocs];
             break;
         }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
 }
 static int is_device(uint64_t p) {
     int yes = 0;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     for (size_t i = 0; i < nallocs && !yes; i++)
         yes = p >= allocs[i].base && p - allocs[i].base < allocs[i].size;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
     return yes;
 }
 
@@ -767,11 +1296,67 @@ API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevicept
 }
 
 /* Host memory: plain memory here; copies from it are staged anyway. */
+/* Pinned ranges (allocated or registered here): an asynchronous copy back
+ * into one completes later, as the driver's does; into other (pageable)
+ * memory it completes before it returns, as the driver's does. */
+static struct alloc *pinned;
+static size_t npinned, cappinned;
+static void pinned_note(void *p, size_t n) {
+    pthread_mutex_lock(&amu);
+    if (npinned == cappinned) {
+        size_t cap = cappinned ? cappinned * 2 : 16;
+        struct alloc *a = realloc(pinned, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&amu);
+            return; /* then copies into it are synchronous: still right */
+        }
+        pinned = a;
+        cappinned = cap;
+    }
+    pinned[npinned++] = (struct alloc){(uint64_t)(uintptr_t)p, n};
+    pthread_mutex_unlock(&amu);
+}
+static void pinned_forget(void *p) {
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < npinned; i++)
+        if (pinned[i].base == (uint64_t)(uintptr_t)p) {
+            pinned[i] = pinned[--npinned];
+            break;
+        }
+    pthread_mutex_unlock(&amu);
+}
+static int is_pinned(const void *p, size_t n) {
+    uint64_t a = (uint64_t)(uintptr_t)p;
+    int yes = 0;
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < npinned && !yes; i++)
+        yes = a >= pinned[i].base && a - pinned[i].base <= pinned[i].size && n <= pinned[i].size - (a - pinned[i].base);
+    pthread_mutex_unlock(&amu);
+    return yes;
+}
+
+/* settle_host: copies back still pending into the pinned range at p are
+ * fetched before it is freed or unregistered. */
+static void settle_host(void *p) {
+    size_t n = 0;
+    pthread_mutex_lock(&amu);
+    for (size_t i = 0; i < npinned; i++)
+        if (pinned[i].base == (uint64_t)(uintptr_t)p)
+            n = pinned[i].size;
+    pthread_mutex_unlock(&amu);
+    if (n && initialized && pend_overlaps(p, n)) {
+        session_lock();
+        fetch_locked(0, (uintptr_t)p, n);
+        pthread_mutex_unlock(&mu);
+    }
+}
+
 API CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     if (posix_memalign(p, 4096, bytes ? bytes : 1) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pinned_note(*p, bytes);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
@@ -779,15 +1364,20 @@ API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags) {
     return cuMemAllocHost_v2(p, bytes);
 }
 API CUresult cuMemFreeHost(void *p) {
+    settle_host(p);
+    pinned_forget(p);
     free(p);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
-    (void)p, (void)n, (void)flags;
+    (void)flags;
+    if (p && n)
+        pinned_note(p, n);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostUnregister(void *p) {
-    (void)p;
+    settle_host(p);
+    pinned_forget(p);
     return CUDA_SUCCESS;
 }
 API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
@@ -823,6 +1413,8 @@ static CUresult memset_(CUdeviceptr p, uint32_t v, uint32_t elem, size_t count, 
                           .async = (uint32_t)async};
     if (r)
         return r;
+    if (async)
+        return enqueue(s, OP_MEMSET, &m, sizeof m);
     return rpc(OP_MEMSET, &m, sizeof m, NULL, 0, NULL);
 }
 API CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { return memset_(p, v, 1, n, NULL, 0); }
@@ -835,6 +1427,7 @@ API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstrea
 API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned v, size_t n, CUstream s) { return memset_(p, v, 4, n, s, 1); }
 
 /* ---- copies (the transfer service) ---- */
+#define HTOD_INLINE_MAX (RW_BODY_MAX - sizeof(struct rw_rec) - sizeof(struct rw_copy) - 8)
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async) {
     NEED_INIT();
     CUresult r;
@@ -843,18 +1436,37 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
         return r;
     if (n && !src)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t chunk = mbox_capacity(&MB);
-    pthread_mutex_lock(&mu);
-    for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
-        size_t m = n - off < chunk ? n - off : chunk;
-        int e = mbox_put(&MB, (const unsigned char *)src + off, m, SEQ + 1);
-        if (e < 0) {
-            r = errno_to_cu(e);
-            break;
-        }
-        struct rw_copy c = {.dst = dst + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
-        r = rpc_locked(OP_HTOD, 0, &c, sizeof c, NULL, 0, NULL);
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (async && n <= HTOD_INLINE_MAX && !pend_overlaps(src, n)) {
+        /* Small: the bytes go in the record (taken now, as the driver
+         * takes pageable memory before it returns). */
+        unsigned char body[RW_BODY_MAX];
+        struct rw_copy c = {.dst = dst, .bytes = n, .stream = sid, .async = 1};
+        memcpy(body, &c, sizeof c);
+        memcpy(body + sizeof c, src, n);
+        return enqueue(s, OP_HTOD_INLINE, body, (uint32_t)(sizeof c + n));
     }
+    if (async && sender_started && atomic_load(&push_held) + n <= PUSH_CAP && !pend_overlaps(src, n)) {
+        /* Larger: the bytes are taken now and pushed in the queue's turn. */
+        unsigned char *copy = malloc(n);
+        if (copy) {
+            memcpy(copy, src, n);
+            struct q_push m = {.dst = dst, .buf = copy, .bytes = n, .ctx = cur_ctx, .sid = sid};
+            atomic_fetch_add(&push_held, n);
+            if ((r = enqueue(s, Q_PUSH, &m, sizeof m))) {
+                atomic_fetch_sub(&push_held, n);
+                free(copy);
+            }
+            return r;
+        }
+    }
+    session_lock();
+    if (pending_any()) /* the memory read here may be the target of a copy still pending */
+        fetch_locked(0, (uintptr_t)src, n);
+    r = push_locked(dst, src, n, sid, async);
+    if (!async)
+        r = synced_locked(r);
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -866,18 +1478,26 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
         return r;
     if (n && !dst)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t chunk = mbox_capacity(&MB);
-    pthread_mutex_lock(&mu);
-    for (size_t off = 0; off < n && r == CUDA_SUCCESS; off += chunk) {
-        size_t m = n - off < chunk ? n - off : chunk;
-        struct rw_copy c = {.src = src + off, .bytes = m, .stream = sid, .async = (uint32_t)async};
-        r = rpc_locked(OP_DTOH, 0, &c, sizeof c, NULL, 0, NULL);
-        if (r == CUDA_SUCCESS) {
-            int e = mbox_get(&MB, (unsigned char *)dst + off, m, SEQ);
-            if (e < 0)
-                r = errno_to_cu(e);
-        }
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (async && is_pinned(dst, n)) {
+        /* The launcher copies on the stream and keeps the bytes; they are
+         * fetched here at the synchronising call that finds them done. */
+        pthread_mutex_lock(&pmu);
+        uint64_t id = ++pend_next;
+        pthread_mutex_unlock(&pmu);
+        struct rw_copy c = {.dst = id, .src = src, .bytes = n, .stream = sid, .async = 1};
+        if (pend_add(id, dst, n) < 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if ((r = enqueue(s, OP_DTOH_ASYNC, &c, sizeof c)))
+            pend_forget(id);
+        return r;
     }
+    session_lock();
+    struct pull pl = {.op = OP_DTOH, .c = {.src = src, .stream = sid, .async = 0}};
+    r = pull_locked(&pl, dst, n);
+    if (!async) /* a copy into pageable memory on a stream returns once done, its errors its own */
+        r = synced_locked(r);
     pthread_mutex_unlock(&mu);
     return r;
 }
@@ -887,7 +1507,12 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
     struct rw_copy c = {.dst = dst, .src = src, .bytes = n, .stream = stream_id(s, &r), .async = (uint32_t)async};
     if (r)
         return r;
-    return rpc(OP_DTOD, &c, sizeof c, NULL, 0, NULL);
+    if (async)
+        return enqueue(s, OP_DTOD, &c, sizeof c);
+    session_lock();
+    r = synced_locked(rpc_locked(OP_DTOD, 0, &c, sizeof c, NULL, 0, NULL));
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return htod(d, s, n, NULL, 0); }
 API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return dtoh(d, s, n, NULL, 0); }
@@ -989,7 +1614,7 @@ static CUresult load_image_n(uint16_t op, const void *img, size_t n, uint32_t *i
         return CUDA_ERROR_INVALID_IMAGE;
     }
     uint64_t t0 = mono_ns();
-    pthread_mutex_lock(&mu);
+    session_lock();
     CUresult r = CUDA_SUCCESS;
     uint16_t flags = RW_STAGED;
     if (n <= chunk) {
@@ -1351,12 +1976,28 @@ static CUresult launch(struct robj *o, const unsigned g[3], const unsigned b[3],
             memcpy(args + o->param[i].offset, params[i], o->param[i].size);
         packed = args;
     }
+    /* What the driver refuses at the call is refused here, at the call. */
+    struct rw_device_info *di = info(cur_ctx ? cur_ctx->dev : 0);
+    for (int i = 0; i < 3; i++) {
+        if (g[i] == 0 || b[i] == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (di && ((di->attr_ok[(2 + i) / 8] & (1u << ((2 + i) % 8)) && b[i] > (unsigned)di->attr[2 + i]) ||
+                   (di->attr_ok[(5 + i) / 8] & (1u << ((5 + i) % 8)) && g[i] > (unsigned)di->attr[5 + i])))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (di && (di->attr_ok[0] & 2u) && (uint64_t)b[0] * b[1] * b[2] > (uint64_t)di->attr[1])
+        return CUDA_ERROR_INVALID_VALUE;
     l.argbytes = (uint32_t)nbytes;
     unsigned char body[RW_PAGE];
     memcpy(body, &l, sizeof l);
     if (nattrs)
         memcpy(body + sizeof l, at, nattrs * sizeof at[0]);
-    pthread_mutex_lock(&mu);
+    if (RW_REC_SPAN(head + nbytes) <= RW_BODY_MAX) {
+        if (nbytes)
+            memcpy(body + head, packed, nbytes);
+        return enqueue(s, OP_LAUNCH, body, (uint32_t)(head + nbytes));
+    }
+    session_lock();
     if (head + nbytes <= RW_BODY_MAX) {
         if (nbytes)
             memcpy(body + head, packed, nbytes);
@@ -1470,10 +2111,16 @@ static CUresult stream_op(uint16_t op, CUstream s) {
     NEED_INIT();
     CUresult r;
     uint32_t id = stream_id(s, &r);
-    return r ? r : rpc(op, &id, 4, NULL, 0, NULL);
+    return r ? r : sync_rpc(op, &id, 4);
 }
 API CUresult cuStreamSynchronize(CUstream s) { return stream_op(OP_STREAM_SYNC, s); }
-API CUresult cuStreamQuery(CUstream s) { return stream_op(OP_STREAM_QUERY, s); }
+API CUresult cuStreamQuery(CUstream s) {
+    NEED_INIT();
+    struct robj *o = obj_check(s, O_STREAM);
+    if (queued(o ? atomic_load(&o->qno) : atomic_load(&q_default_no)))
+        return CUDA_ERROR_NOT_READY; /* its last work is still in the queue */
+    return stream_op(OP_STREAM_QUERY, s);
+}
 API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
     NEED_INIT();
     CUresult r;
@@ -1481,7 +2128,7 @@ API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
     uint32_t b[3] = {stream_id(s, &r), eo ? eo->id : 0, flags};
     if (r || !eo)
         return CUDA_ERROR_INVALID_HANDLE;
-    return rpc(OP_STREAM_WAIT_EVENT, b, sizeof b, NULL, 0, NULL);
+    return enqueue(s, OP_STREAM_WAIT_EVENT, b, sizeof b);
 }
 API CUresult cuStreamGetPriority(CUstream s, int *p) {
     struct robj *o = obj_check(s, O_STREAM);
@@ -1538,13 +2185,13 @@ enum {
 };
 static int alloc_of(uint64_t p, struct alloc *out) {
     int yes = 0;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&amu);
     for (size_t i = 0; i < nallocs && !yes; i++)
         if (p >= allocs[i].base && p - allocs[i].base < allocs[i].size) {
             *out = allocs[i];
             yes = 1;
         }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&amu);
     return yes;
 }
 static CUresult pointer_attr(void *data, int attr, CUdeviceptr p, int lenient) {
@@ -1634,7 +2281,9 @@ API CUresult cuEventRecord(CUevent e, CUstream s) {
     uint32_t b[2] = {o ? o->id : 0, stream_id(s, &r)};
     if (r || !o)
         return CUDA_ERROR_INVALID_HANDLE;
-    return rpc(OP_EVENT_RECORD, b, sizeof b, NULL, 0, NULL);
+    if ((r = enqueue(s, OP_EVENT_RECORD, b, sizeof b)) == CUDA_SUCCESS)
+        atomic_store(&o->qno, q_last_no);
+    return r;
 }
 API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) {
     (void)flags;
@@ -1645,10 +2294,16 @@ static CUresult event_op(uint16_t op, CUevent e) {
     struct robj *o = obj_check(e, O_EVENT);
     if (!o)
         return CUDA_ERROR_INVALID_HANDLE;
-    return rpc(op, &o->id, 4, NULL, 0, NULL);
+    return sync_rpc(op, &o->id, 4);
 }
 API CUresult cuEventSynchronize(CUevent e) { return event_op(OP_EVENT_SYNC, e); }
-API CUresult cuEventQuery(CUevent e) { return event_op(OP_EVENT_QUERY, e); }
+API CUresult cuEventQuery(CUevent e) {
+    NEED_INIT();
+    struct robj *o = obj_check(e, O_EVENT);
+    if (o && queued(atomic_load(&o->qno)))
+        return CUDA_ERROR_NOT_READY; /* its record is still in the queue */
+    return event_op(OP_EVENT_QUERY, e);
+}
 API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent z) {
     NEED_INIT();
     struct robj *ao = obj_check(a, O_EVENT), *zo = obj_check(z, O_EVENT);
@@ -1799,23 +2454,25 @@ API CUresult cuStreamGetDevice(CUstream s, CUdevice *d) {
     return CUDA_SUCCESS;
 }
 
-/* Host functions run here once the stream's earlier work is done: the
- * stream is synchronised, then the function is called, so later work on
- * the stream (submitted after this returns) follows it. */
+/* Host functions and stream callbacks return at once and run here, in
+ * the queue's order (see run_hostfn_locked). */
+static CUresult hostfn(CUstream s, void (*fn)(void), void *data, uint32_t kind) {
+    NEED_INIT();
+    CUresult r;
+    struct q_hostfn m = {.fn = fn, .data = data, .stream = s, .ctx = cur_ctx, .sid = stream_id(s, &r), .kind = kind};
+    if (r)
+        return r;
+    return enqueue(s, Q_HOSTFN, &m, sizeof m);
+}
 API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) {
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = cuStreamSynchronize(s);
-    if (r == CUDA_SUCCESS)
-        fn(data);
-    return r;
+    return hostfn(s, (void (*)(void))fn, data, 0);
 }
 API CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *data, unsigned flags) {
     if (!cb || flags)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = cuStreamSynchronize(s);
-    cb(s, r, data);
-    return CUDA_SUCCESS;
+    return hostfn(s, (void (*)(void))cb, data, 1);
 }
 
 /* Stream-ordered allocation: an allocation is usable at once (earlier than
@@ -2032,7 +2689,7 @@ API CUresult cuCtxSynchronize_v2(CUcontext c) {
         return CUDA_ERROR_INVALID_CONTEXT;
     struct robj *was = cur_ctx;
     cur_ctx = o; /* the call names its context in the request */
-    CUresult r = rpc(OP_CTX_SYNC, NULL, 0, NULL, 0, NULL);
+    CUresult r = sync_rpc(OP_CTX_SYNC, NULL, 0);
     cur_ctx = was;
     return r;
 }

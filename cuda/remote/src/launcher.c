@@ -60,6 +60,8 @@
     X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t))                                                   \
     X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                                              \
     X(cuMemGetInfo_v2, CUresult (*)(size_t *, size_t *))                                                    \
+    X(cuMemAllocHost_v2, CUresult (*)(void **, size_t))                                                     \
+    X(cuMemFreeHost, CUresult (*)(void *))                                                                  \
     X(cuMemsetD8Async, CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream))                          \
     X(cuMemsetD16Async, CUresult (*)(CUdeviceptr, unsigned short, size_t, CUstream))                        \
     X(cuMemsetD32Async, CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream))                              \
@@ -150,15 +152,31 @@ static int load_driver(const char *path) {
 /* ---- sessions ---- */
 enum { K_FREE = 0, K_CTX, K_PRIMARY, K_MODULE, K_FUNC, K_LIBRARY, K_KERNEL, K_STREAM, K_EVENT };
 
+struct laycache; /* a function's parameter layout, kept from its first launch */
+
 struct obj {
     int kind;
     void *p;
+    struct laycache *lay; /* K_FUNC, K_KERNEL */
     int dev;       /* K_PRIMARY */
     uint32_t owner; /* K_FUNC: its module; K_KERNEL: its library */
     void *ctx;      /* the context current when it was made */
 };
 
 struct range { uint64_t base, size; int global; void *ctx; };
+
+/* An asynchronous device-to-host copy the client has not fetched yet: the
+ * bytes land in buf (pinned when the driver gives it) on the copy's stream,
+ * and ev completes with them. */
+struct pending {
+    uint64_t id;
+    unsigned char *buf;
+    size_t bytes, cap;
+    int pinned, done;
+    void *ev, *ctx;
+};
+#define PINNED_CACHE 8 /* freed pinned buffers kept for reuse */
+struct pinned { void *p; size_t cap; void *ctx; };
 
 struct session {
     int slot;
@@ -176,6 +194,10 @@ struct session {
     void *cur; /* the real context current for the request being served */
     unsigned char *img; /* a large image being sent in parts (IMAGE_PUT) */
     uint64_t imgsize, imgfill;
+    struct pending *pend; /* asynchronous copies to the client not fetched yet */
+    size_t npend, cappend;
+    struct pinned cache[PINNED_CACHE];
+    uint64_t batches, batched;
 };
 
 static dpu_t *D; /* the main thread's connection; each slot thread has its own */
@@ -188,6 +210,7 @@ static atomic_int stopping;
 static uint32_t obj_add(struct session *s, int kind, void *p) {
     for (uint32_t i = 0; i < s->nobjs; i++)
         if (s->objs[i].kind == K_FREE) {
+            free(s->objs[i].lay);
             s->objs[i] = (struct obj){.kind = kind, .p = p, .ctx = s->cur};
             return i + 1;
         }
@@ -260,7 +283,13 @@ static CUstream stream_of(struct session *s, uint32_t id, int *ok) {
     return (CUstream)o->p;
 }
 
+static void pending_drop(struct session *s, size_t i);
+static void pinned_flush(struct session *s);
+
 static void session_release(struct session *s) {
+    while (s->npend > 0)
+        pending_drop(s, s->npend - 1);
+    pinned_flush(s);
     /* Events and streams, then functions/kernels (nothing to free), modules
      * and libraries, memory, contexts last. */
     static const int order[] = {K_EVENT, K_STREAM, K_MODULE, K_LIBRARY};
@@ -294,11 +323,20 @@ static void session_release(struct session *s) {
         o->kind = K_FREE;
     }
     CALL(cuCtxSetCurrent, NULL);
+    for (uint32_t i = 0; i < s->nobjs; i++) {
+        free(s->objs[i].lay);
+        s->objs[i].lay = NULL;
+    }
     s->nobjs = 0;
     free(s->img);
     s->img = NULL;
     s->imgsize = s->imgfill = 0;
 }
+
+struct laycache {
+    struct rw_func f;
+    struct rw_param p[RW_MAX_PARAMS];
+};
 
 /* params_of asks the driver for a function's (or kernel's) parameter
  * layout and appends it to a reply. */
@@ -443,6 +481,89 @@ static CUresult tensor_map(const struct rw_tmap *t, CUtensorMap *map) {
                 (int)t->l2promo, (int)t->oobfill);
 }
 
+/* ---- asynchronous copies to the client ---- */
+static void pinned_flush(struct session *s) {
+    for (int i = 0; i < PINNED_CACHE; i++)
+        if (s->cache[i].p) {
+            CALL(cuCtxSetCurrent, (CUcontext)s->cache[i].ctx);
+            CALL(cuMemFreeHost, s->cache[i].p);
+            s->cache[i].p = NULL;
+        }
+}
+
+/* buffer_get: a buffer of at least n bytes for a copy, pinned when the
+ * driver gives pinned memory (reused from the cache when one fits). */
+static unsigned char *buffer_get(struct session *s, size_t n, size_t *cap, int *pinned) {
+    for (int i = 0; i < PINNED_CACHE; i++)
+        if (s->cache[i].p && s->cache[i].cap >= n && s->cache[i].cap / 4 <= n && s->cache[i].ctx == s->cur) {
+            void *p = s->cache[i].p;
+            *cap = s->cache[i].cap;
+            *pinned = 1;
+            s->cache[i].p = NULL;
+            return p;
+        }
+    size_t c = (n + 65535) & ~(size_t)65535;
+    void *p = NULL;
+    if (CALL(cuMemAllocHost_v2, &p, c) == CUDA_SUCCESS && p) {
+        *cap = c;
+        *pinned = 1;
+        return p;
+    }
+    *cap = n;
+    *pinned = 0;
+    return malloc(n);
+}
+
+static void buffer_put(struct session *s, unsigned char *p, size_t cap, int pinned, void *ctx) {
+    if (!pinned) {
+        free(p);
+        return;
+    }
+    int slot = -1;
+    for (int i = 0; i < PINNED_CACHE; i++)
+        if (!s->cache[i].p) {
+            slot = i;
+            break;
+        }
+    if (slot < 0) { /* full: the smallest goes */
+        slot = 0;
+        for (int i = 1; i < PINNED_CACHE; i++)
+            if (s->cache[i].cap < s->cache[slot].cap)
+                slot = i;
+        if (s->cache[slot].cap > cap) {
+            CALL(cuCtxSetCurrent, (CUcontext)ctx);
+            CALL(cuMemFreeHost, p);
+            CALL(cuCtxSetCurrent, (CUcontext)s->cur);
+            return;
+        }
+        CALL(cuCtxSetCurrent, (CUcontext)s->cache[slot].ctx);
+        CALL(cuMemFreeHost, s->cache[slot].p);
+        CALL(cuCtxSetCurrent, (CUcontext)s->cur);
+    }
+    s->cache[slot] = (struct pinned){p, cap, ctx};
+}
+
+static void pending_drop(struct session *s, size_t i) {
+    struct pending *p = &s->pend[i];
+    CALL(cuCtxSetCurrent, (CUcontext)p->ctx);
+    if (p->ev)
+        CALL(cuEventDestroy_v2, p->ev);
+    CALL(cuCtxSetCurrent, (CUcontext)s->cur);
+    buffer_put(s, p->buf, p->cap, p->pinned, p->ctx);
+    s->pend[i] = s->pend[--s->npend];
+}
+
+static struct pending *pending_find(struct session *s, uint64_t id, size_t *at) {
+    for (size_t i = 0; i < s->npend; i++)
+        if (s->pend[i].id == id) {
+            *at = i;
+            return &s->pend[i];
+        }
+    return NULL;
+}
+
+#define MAX_PENDING 4096
+
 static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsigned char *b, uint32_t len,
                          unsigned char *rep, uint32_t *rlen) {
     *rlen = 0;
@@ -539,6 +660,15 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         r = CALL(cuCtxSetCurrent, NULL);
         r = CALL(cuCtxDestroy_v2, (CUcontext)dead);
         o->kind = K_FREE;
+        for (size_t i = s->npend; i-- > 0;)
+            if (s->pend[i].ctx == dead) { /* its event and buffer went with it */
+                if (!s->pend[i].pinned)
+                    free(s->pend[i].buf);
+                s->pend[i] = s->pend[--s->npend];
+            }
+        for (int i = 0; i < PINNED_CACHE; i++)
+            if (s->cache[i].ctx == dead)
+                s->cache[i].p = NULL;
         s->cur = NULL;
         /* What lived in it went with it. */
         for (size_t i = 0; i < s->nranges;)
@@ -627,15 +757,16 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
                 r = CALL(cuStreamSynchronize, st);
             return r;
         }
-        NEED(c.bytes <= s->bufsize);
+        NEED(c.bytes <= s->bufsize && mbox_fits(&s->mb, c.stage, c.bytes));
         if (h->op == OP_HTOD) {
             NEED(inside(s, c.dst, c.bytes));
-            if (mbox_get(&s->mb, s->buf, c.bytes, h->seq) < 0)
+            if (mbox_get_at(&s->mb, c.stage, s->buf, c.bytes, h->seq) < 0)
                 return CUDA_ERROR_UNKNOWN;
-            /* The bounce buffer is reused by the next request: the copy
-             * completes before the reply, in stream order. */
+            /* The bounce buffer is pageable memory: the driver has taken
+             * its bytes when it returns (an asynchronous copy stays
+             * asynchronous); a synchronous copy completes first. */
             r = CALL(cuMemcpyHtoDAsync_v2, c.dst, s->buf, c.bytes, st);
-            if (r == CUDA_SUCCESS)
+            if (r == CUDA_SUCCESS && !c.async)
                 r = CALL(cuStreamSynchronize, st);
             return r;
         }
@@ -643,9 +774,79 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         r = CALL(cuMemcpyDtoHAsync_v2, s->buf, c.src, c.bytes, st);
         if (r == CUDA_SUCCESS)
             r = CALL(cuStreamSynchronize, st);
-        if (r == CUDA_SUCCESS && mbox_put(&s->mb, s->buf, c.bytes, h->seq) < 0)
+        if (r == CUDA_SUCCESS && mbox_put_at(&s->mb, c.stage, s->buf, c.bytes, h->seq) < 0)
             return CUDA_ERROR_UNKNOWN;
         return r;
+    }
+    case OP_HTOD_INLINE: {
+        struct rw_copy c;
+        NEED(len >= sizeof c);
+        memcpy(&c, b, sizeof c);
+        NEED(c.bytes == len - sizeof c && inside(s, c.dst, c.bytes));
+        CUstream st = stream_of(s, c.stream, &ok);
+        if (!ok)
+            return CUDA_ERROR_INVALID_HANDLE;
+        /* From the request's (pageable) page: taken before the driver returns. */
+        return CALL(cuMemcpyHtoDAsync_v2, c.dst, b + sizeof c, c.bytes, st);
+    }
+    case OP_DTOH_ASYNC: {
+        struct rw_copy c;
+        NEED(len == sizeof c);
+        memcpy(&c, b, sizeof c);
+        NEED(c.bytes > 0 && inside(s, c.src, c.bytes));
+        CUstream st = stream_of(s, c.stream, &ok);
+        if (!ok)
+            return CUDA_ERROR_INVALID_HANDLE;
+        size_t at;
+        NEED(!pending_find(s, c.dst, &at));
+        if (s->npend >= MAX_PENDING)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (s->npend == s->cappend) {
+            size_t cap = s->cappend ? s->cappend * 2 : 16;
+            struct pending *n = realloc(s->pend, cap * sizeof *n);
+            if (!n)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            s->pend = n;
+            s->cappend = cap;
+        }
+        struct pending p = {.id = c.dst, .bytes = c.bytes, .ctx = s->cur};
+        if (!(p.buf = buffer_get(s, c.bytes, &p.cap, &p.pinned)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        r = CALL(cuMemcpyDtoHAsync_v2, p.buf, c.src, c.bytes, st);
+        if (r == CUDA_SUCCESS && (r = CALL(cuEventCreate, (CUevent *)&p.ev, 2 /* CU_EVENT_DISABLE_TIMING */)) == 0)
+            r = CALL(cuEventRecord, (CUevent)p.ev, st);
+        s->pend[s->npend++] = p;
+        if (r)
+            pending_drop(s, s->npend - 1);
+        return r;
+    }
+    case OP_DTOH_FETCH: {
+        struct rw_fetch f;
+        NEED(len == sizeof f);
+        memcpy(&f, b, sizeof f);
+        size_t at;
+        struct pending *p = pending_find(s, f.id, &at);
+        if (!p)
+            return CUDA_ERROR_NOT_FOUND;
+        NEED(f.off <= p->bytes && f.len <= p->bytes - f.off && f.len <= s->bufsize && mbox_fits(&s->mb, f.stage, f.len));
+        if (!p->done) {
+            CUcontext pc = (CUcontext)p->ctx;
+            CALL(cuCtxSetCurrent, pc);
+            r = f.wait ? CALL(cuEventSynchronize, (CUevent)p->ev) : CALL(cuEventQuery, (CUevent)p->ev);
+            CALL(cuCtxSetCurrent, (CUcontext)s->cur);
+            if (r == CUDA_ERROR_NOT_READY)
+                return r;
+            if (r) {
+                pending_drop(s, at);
+                return r;
+            }
+            p->done = 1;
+        }
+        if (mbox_put_at(&s->mb, f.stage, p->buf + f.off, f.len, h->seq) < 0)
+            return CUDA_ERROR_UNKNOWN;
+        if (f.off + f.len == p->bytes)
+            pending_drop(s, at);
+        return CUDA_SUCCESS;
     }
     case OP_MODULE_LOAD:
     case OP_LIBRARY_LOAD: {
@@ -839,16 +1040,20 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             NEED(len == head + l.argbytes);
             args = b + head;
         }
-        /* The parameters' layout comes from the driver, not the client. */
-        struct {
-            struct rw_func f;
-            struct rw_param p[RW_MAX_PARAMS];
-        } lay;
-        params_of(o->kind == K_FUNC ? o->p : NULL, o->kind == K_KERNEL ? o->p : NULL, &lay.f, sizeof lay);
-        NEED(lay.f.argbytes <= l.argbytes);
+        /* The parameters' layout comes from the driver, not the client
+         * (asked once a function). */
+        if (!o->lay) {
+            struct laycache *lc = malloc(sizeof *lc);
+            if (!lc)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            params_of(o->kind == K_FUNC ? o->p : NULL, o->kind == K_KERNEL ? o->p : NULL, &lc->f, sizeof *lc);
+            o->lay = lc;
+        }
+        struct laycache *lay = o->lay;
+        NEED(lay->f.argbytes <= l.argbytes);
         void *argv[RW_MAX_PARAMS];
-        for (uint32_t i = 0; i < lay.f.nparams; i++)
-            argv[i] = (void *)(args + lay.p[i].offset);
+        for (uint32_t i = 0; i < lay->f.nparams; i++)
+            argv[i] = (void *)(args + lay->p[i].offset);
         if (cfg.numAttrs)
             return CALL(cuLaunchKernelEx, &cfg, (CUfunction)o->p, argv, NULL);
         return CALL(cuLaunchKernel, (CUfunction)o->p, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
@@ -1044,6 +1249,62 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
     }
 }
 
+/* batch runs the records of an OP_BATCH request in order. Its status is
+ * the first error a record met (the records after it still run, as the
+ * calls after a failed one do); its body the index of that record and how
+ * many ran. */
+static CUresult batch(struct session *s, const struct rw_hdr *h, const unsigned char *b, uint32_t len,
+                      unsigned char *rep, uint32_t *rlen) {
+    static _Thread_local unsigned char scratch[RW_PAGE];
+    CUresult first = CUDA_SUCCESS;
+    uint32_t failed = 0, i = 0;
+    size_t off = 0;
+    while (off < len) {
+        struct rw_rec rc;
+        CUresult r;
+        if (len - off < sizeof rc) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            off = len;
+        } else {
+            memcpy(&rc, b + off, sizeof rc);
+            if (rc.len > len - off - sizeof rc) {
+                r = CUDA_ERROR_INVALID_VALUE;
+                off = len;
+            } else {
+                switch (rc.op) {
+                case OP_LAUNCH: case OP_MEMSET: case OP_HTOD_INLINE: case OP_DTOD: case OP_DTOH_ASYNC:
+                case OP_EVENT_RECORD: case OP_STREAM_WAIT_EVENT: {
+                    struct rw_hdr rh = *h;
+                    rh.op = rc.op;
+                    rh.ctx = rc.ctx;
+                    rh.flags = 0;
+                    rh.len = rc.len;
+                    uint32_t rl = 0;
+                    r = dispatch(s, &rh, b + off + sizeof rc, rc.len, scratch, &rl);
+                    break;
+                }
+                default:
+                    r = CUDA_ERROR_NOT_SUPPORTED;
+                }
+                off += RW_REC_SPAN(rc.len);
+            }
+        }
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) {
+            first = r;
+            failed = i;
+            if (verbose)
+                logf_("slot %u: batch record %u: %d", s->slot, i, r);
+        }
+        i++;
+    }
+    s->batches++;
+    s->batched += i;
+    uint32_t out[2] = {failed, i};
+    memcpy(rep, out, sizeof out);
+    *rlen = sizeof out;
+    return first;
+}
+
 /* ---- slots ---- */
 static __thread dpu_t *SD; /* this slot thread's connection */
 
@@ -1097,6 +1358,8 @@ static void serve_session(struct session *s) {
             r = CUDA_SUCCESS;
         } else if (h.op == OP_BYE) {
             r = CUDA_SUCCESS;
+        } else if (h.op == OP_BATCH) {
+            r = batch(s, &h, body, h.len, rep, &rlen);
         } else {
             r = dispatch(s, &h, body, h.len, rep, &rlen);
         }
@@ -1155,9 +1418,11 @@ static void *slot_main(void *arg) {
             s.hb = 0;
             s.hb_at = mono_ms();
             s.calls = 0;
+            s.batches = s.batched = 0;
             serve_session(&s);
             session_release(&s);
-            logf_("slot %u: released after %llu calls", a.slot, (unsigned long long)s.calls);
+            logf_("slot %u: released after %llu calls (%llu asynchronous operations in %llu batches)", a.slot,
+                  (unsigned long long)s.calls, (unsigned long long)s.batched, (unsigned long long)s.batches);
         } else {
             logf_("slot %u: claimed but no inbox published; freeing the slot", a.slot);
         }
@@ -1169,6 +1434,7 @@ static void *slot_main(void *arg) {
     free(s.buf);
     free(s.objs);
     free(s.ranges);
+    free(s.pend);
     dpu_close(SD);
     return NULL;
 }

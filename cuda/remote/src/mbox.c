@@ -295,25 +295,33 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
     }
 }
 
-int mbox_put(struct mbox *m, const void *buf, size_t len, uint64_t seq) {
+int mbox_fits(const struct mbox *m, uint32_t stage, size_t len) {
+    size_t pages = (len + RW_STAGE_DATA - 1) / RW_STAGE_DATA;
+    return stage <= m->staging_pages && pages <= m->staging_pages - stage;
+}
+
+int mbox_put(struct mbox *m, const void *buf, size_t len, uint64_t seq) { return mbox_put_at(m, 0, buf, len, seq); }
+int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq) { return mbox_get_at(m, 0, buf, len, seq); }
+
+int mbox_put_at(struct mbox *m, uint32_t stage, const void *buf, size_t len, uint64_t seq) {
     if (!m->d)
         return -ENOTCONN;
-    if (len > mbox_capacity(m))
+    if (!mbox_fits(m, stage, len))
         return -EMSGSIZE;
     struct rw_stage_hdr tag = {seq, m->token};
-    int r = pages_store(m->pool, m->d, dpu_gva_add(m->peer, RW_PAGE), buf, len, tag);
+    int r = pages_store(m->pool, m->d, dpu_gva_add(m->peer, (size_t)(1 + stage) * RW_PAGE), buf, len, tag);
     if (r < 0)
         fprintf(stderr, "dpucuda mbox: storing %zu staged bytes: %s (%s)\n", len, dpu_strerror(r), dpu_last_error());
     return r;
 }
 
-int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq) {
+int mbox_get_at(struct mbox *m, uint32_t stage, void *buf, size_t len, uint64_t seq) {
     if (!m->d)
         return -ENOTCONN;
-    if (len > mbox_capacity(m))
+    if (!mbox_fits(m, stage, len))
         return -EMSGSIZE;
     struct rw_stage_hdr tag = {seq, m->token};
-    int r = pages_load(m->pool, m->d, dpu_gva_add(m->own, RW_PAGE), buf, len, tag);
+    int r = pages_load(m->pool, m->d, dpu_gva_add(m->own, (size_t)(1 + stage) * RW_PAGE), buf, len, tag);
     if (r < 0)
         fprintf(stderr, "dpucuda mbox: loading %zu staged bytes: %s (%s)\n", len, dpu_strerror(r), dpu_last_error());
     return r;

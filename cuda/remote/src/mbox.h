@@ -51,6 +51,12 @@ int mbox_recv(struct mbox *m, uint64_t want, struct rw_hdr *h, void *body, uint3
  * carries that tag. len <= mbox_capacity. */
 int mbox_put(struct mbox *m, const void *buf, size_t len, uint64_t seq);
 int mbox_get(struct mbox *m, void *buf, size_t len, uint64_t seq);
+/* The same from staging page stage on (0-based): stage + the pages of len
+ * <= the staging size. */
+int mbox_put_at(struct mbox *m, uint32_t stage, const void *buf, size_t len, uint64_t seq);
+int mbox_get_at(struct mbox *m, uint32_t stage, void *buf, size_t len, uint64_t seq);
+/* mbox_fits: len bytes from staging page stage on fit the staging area. */
+int mbox_fits(const struct mbox *m, uint32_t stage, size_t len);
 size_t mbox_capacity(const struct mbox *m);
 
 /* Staging pages at any GVA (the pool's work): each page holds a

@@ -9,6 +9,16 @@
  * STOREing any bulk data into the peer's staging area; the peer polls its
  * own message page (LOAD through its node) until the sequence number moves.
  * One request is outstanding per session: the reply carries its sequence.
+ * A copy larger than half the staging area moves in chunks of half of it,
+ * alternating halves (rw_copy.stage): the bulk pages of one chunk are
+ * stored while the peer reads the other's, so the two sides' page moves
+ * overlap while one request at a time is outstanding.
+ * Asynchronous operations (launches, asynchronous memsets and copies,
+ * event records, stream waits) travel as records of an OP_BATCH request:
+ * the client returns to its caller at once and sends what it queued in
+ * order, one batch in flight; the batch's reply carries the first error
+ * an operation met, which the client returns at its next synchronising
+ * call.
  *
  * Rendezvous: the launcher owns a door page (its GVA is given to clients in
  * DPU_CUDA_REMOTE) with DOOR_SLOTS slots. A client claims a free slot with
@@ -31,7 +41,7 @@
 #include <stdint.h>
 
 #define RW_MAGIC 0x44505552454d4f54ull /* "TOMERUPD": door page magic */
-#define RW_VERSION 2u
+#define RW_VERSION 3u
 #define RW_PAGE 4096u
 #define DOOR_SLOTS 16u
 #define STAGING_PAGES_DEFAULT 1024u /* 4 MiB a direction */
@@ -135,6 +145,10 @@ enum rw_op {
     OP_LIBRARY_GLOBAL,     /* u32 library, name -> u64 dptr, u64 bytes */
     OP_CTX_LIMIT,          /* u32 set, i32 limit, u64 value -> u64 value (get) */
     OP_DEV_RESOURCE,       /* u32 which (0 device, 1 context), u32 device or context, i32 type -> 144 bytes */
+    OP_BATCH,              /* rw_rec records, each followed by its body -> u32 index of the failed one, u32 run */
+    OP_HTOD_INLINE,        /* (in a batch) rw_copy + the bytes */
+    OP_DTOH_ASYNC,         /* (in a batch) rw_copy, dst = the client's id of the pending copy */
+    OP_DTOH_FETCH,         /* rw_fetch: part of a pending copy, put in the client's staging (NOT_READY: not done) */
     OP_MAX
 };
 
@@ -145,6 +159,23 @@ enum { RW_STREAM_LEGACY = 0, RW_STREAM_PER_THREAD = 1 };
 #define RW_STAGED 1u /* rw_hdr.flags: the body's bulk part is in staging */
 #define RW_IMAGE 2u  /* rw_hdr.flags (MODULE_LOAD, LIBRARY_LOAD): the image was sent with IMAGE_PUT */
 #define RW_IMAGE_MAX (1ull << 31) /* the largest module image */
+
+/* A record of an OP_BATCH body: an operation as it would be sent on its
+ * own (op, the context it was made in, its body), 8-byte aligned. */
+struct rw_rec {
+    uint16_t op;
+    uint16_t len; /* body bytes that follow */
+    uint32_t ctx;
+};
+#define RW_REC_SPAN(len) ((sizeof(struct rw_rec) + (size_t)(len) + 7) & ~(size_t)7)
+
+/* OP_DTOH_FETCH: bytes [off, off+len) of the pending copy id; wait 0 answers
+ * CUDA_ERROR_NOT_READY while the copy has not completed on its stream. The
+ * last part frees it. */
+struct rw_fetch {
+    uint64_t id, off, len;
+    uint32_t wait, stage; /* stage: the first staging page the part goes to */
+};
 
 struct rw_hello {
     uint32_t version;
@@ -184,6 +215,8 @@ struct rw_copy {
     uint64_t bytes;    /* at most the staging size for HTOD/DTOH */
     uint32_t stream;
     uint32_t async;
+    uint32_t stage;    /* HTOD, DTOH: the first staging page of the data (0-based) */
+    uint32_t reserved;
 };
 
 #define RW_MAX_PARAMS 256
