@@ -14,10 +14,11 @@ const MaxPlanNodes = 4096
 
 // The search's budgets. They are counts, not times, so a plan is the same
 // on every machine: the lift search's in adjacency entries scanned
-// (liftWorkPerNode per node of the plan), the swap search's in word
-// operations of the hop evaluator (planWorkPerNode per node, at least
-// minPlanWork). 1,024 nodes take 2.6·10⁹ entries and 1.5·10⁹ word
-// operations: some 200,000 lift and 2,500 swap evaluations.
+// (liftWorkPerNode per node of the plan), the swap search's in adjacency
+// entries its incremental distance updates scan plus two per node per
+// evaluation (planWorkPerNode per node, at least minPlanWork). 1,024 nodes
+// take 2.6·10⁹ and 1.5·10⁹: some 200,000 lift and 30,000 swap
+// evaluations.
 const (
 	liftWorkPerNode = 2_500_000
 	planWorkPerNode = 1_500_000
@@ -27,7 +28,6 @@ const (
 	planRestarts    = 4
 	attemptCost     = 64 // charged for a drawn swap that cannot be made
 	annealTemp      = 2.0
-	farWeight       = 0.25
 	farSwapPct      = 50  // swaps that aim at a far pair
 	farTemp         = 1.0 // in pairs, while the diameter is above the target
 )
