@@ -15,14 +15,9 @@ type hopEvaluator struct {
 	full      int64 // n·n: every ordered pair (including v to itself)
 	// pending, still and done are evalFar's lists of rows
 	pending, still, done []int32
-	// farPairs holds, after evalFar, up to maxFarPairs pairs of nodes at
-	// the diameter's distance, each from a different eccentric node.
-	farPairs [][2]int32
 	// work counts the word operations of every evaluation so far.
 	work int64
 }
-
-const maxFarPairs = 64
 
 func newHopEvaluator(n int) *hopEvaluator {
 	w := (n + 63) / 64
@@ -38,9 +33,8 @@ func (e *hopEvaluator) eval(adj adjacency, limit int) (diam int, sum int64, ok b
 }
 
 // evalFar is eval that also returns far, the number of ordered pairs at
-// the diameter's distance, and leaves in e.farPairs a sample of those
-// pairs. A row that is full (its node reaches
-// every node) is not stepped again.
+// the diameter's distance. A row that is full (its node reaches every
+// node) is not stepped again.
 func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int64, ok bool) {
 	w := e.words
 	clear(e.cur)
@@ -49,7 +43,6 @@ func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int
 		e.cur[v*w+v/64] = 1 << (v % 64)
 		pending = append(pending, int32(v))
 	}
-	e.farPairs = e.farPairs[:0]
 	reached := int64(e.n)
 	if reached == e.full {
 		e.pending = pending
@@ -89,24 +82,6 @@ func (e *hopEvaluator) evalFar(adj adjacency, limit int) (diam int, sum, far int
 		far := count - reached
 		reached = count
 		if reached == e.full {
-			// cur still holds the rows of the step before: the far
-			// partners of the nodes whose rows filled up last (the
-			// eccentric ones) are their zero bits
-			for i := 0; i < len(done) && len(e.farPairs) < maxFarPairs; i++ {
-				v := done[(i*7919)%len(done)]
-				row := e.cur[int(v)*w : int(v)*w+w]
-				for jj := range row {
-					j := (jj + i) % w
-					x := ^row[j]
-					if j == w-1 && e.n%64 != 0 {
-						x &= 1<<(e.n%64) - 1
-					}
-					if x != 0 {
-						e.farPairs = append(e.farPairs, [2]int32{v, int32(j*64 + bits.TrailingZeros64(x))})
-						break
-					}
-				}
-			}
 			e.cur, e.next = e.next, e.cur
 			e.pending, e.still, e.done = pending, still, done
 			return d, sum, far, true

@@ -14,10 +14,11 @@ const MaxPlanNodes = 4096
 
 // The search's budgets. They are counts, not times, so a plan is the same
 // on every machine: the lift search's in adjacency entries scanned
-// (liftWorkPerNode per node of the plan), the swap search's in word
-// operations of the hop evaluator (planWorkPerNode per node, at least
-// minPlanWork). 1,024 nodes take 2.6·10⁹ entries and 1.5·10⁹ word
-// operations: some 200,000 lift and 2,500 swap evaluations.
+// (liftWorkPerNode per node of the plan), the swap search's in adjacency
+// entries its incremental distance updates scan plus two per node per
+// evaluation (planWorkPerNode per node, at least minPlanWork). 1,024 nodes
+// take 2.6·10⁹ and 1.5·10⁹: some 200,000 lift and 30,000 swap
+// evaluations.
 const (
 	liftWorkPerNode = 2_500_000
 	planWorkPerNode = 1_500_000
@@ -27,7 +28,6 @@ const (
 	planRestarts    = 4
 	attemptCost     = 64 // charged for a drawn swap that cannot be made
 	annealTemp      = 2.0
-	farWeight       = 0.25
 	farSwapPct      = 50  // swaps that aim at a far pair
 	farTemp         = 1.0 // in pairs, while the diameter is above the target
 )
@@ -79,6 +79,7 @@ type Proposal struct {
 	Evaluations     int         `json:"evaluations"`
 	Swaps           int         `json:"swaps"`
 	Candidates      []Candidate `json:"candidates"`
+	work            int64       // the swap search's adjacency entries scanned
 }
 
 // Plan proposes a wiring for n nodes with at most k ports each that
@@ -177,7 +178,7 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 			}
 		}
 		work := min(max(int64(planWorkPerNode)*int64(n), minPlanWork), maxPlanWork)
-		edges, d, avg := p.search(n, kk, target, start, work, ev, rng)
+		edges, d, avg := p.search(n, kk, target, start, work, rng)
 		if edges != nil && better(d, avg) {
 			best, _ = fromEdges("planned", n, edges)
 			bestD, bestAvg, p.Source = d, avg, source
@@ -219,13 +220,24 @@ func adjacencyOfEdges(n int, edges [][2]int32) adjacency {
 
 // search improves start (or, when it is nil, planRestarts random
 // near-regular samples of degree k, the budget split between them) by
-// link swaps under work word operations, and returns the best graph's
-// edges, diameter and average hops.
-func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, ev *hopEvaluator, rng *rand.Rand) (best [][2]int32, bestD int, bestAvg float64) {
+// link swaps under work units (adjacency entries the incremental distance
+// updates scan, plus a row check per node per evaluation), and returns the
+// best graph's edges, diameter and average hops.
+//
+// Every pair's distance is kept in a distMatrix, updated incrementally
+// after each swap (and undone when the swap is refused), so an evaluation
+// costs a small fraction of a search from every node. While pairs lie
+// beyond the target diameter the cost is their excess (the hops beyond
+// the target, summed over pairs), the hop sum breaking ties; once none
+// does, a swap that puts one back is refused and the cost is the hop
+// sum. A costlier swap is still taken with probability exp(-Δ/T), T
+// cooling linearly to zero over the budget (simulated annealing); half
+// the swaps aim at a pair of nodes beyond the target (at the diameter,
+// once there), wiring one of them straight to a node near the other.
+func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, rng *rand.Rand) (best [][2]int32, bestD int, bestAvg float64) {
 	lbSum, _ := mooreHopSum(n, k)
 	lbSum *= int64(n)
-	var bestSum, bestFar int64
-	var saved [][2]int32
+	var bestSum, bestExc int64
 	ball := newBall(n)
 	restarts := planRestarts
 	if start != nil {
@@ -242,8 +254,7 @@ func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, ev *ho
 			continue
 		}
 		adj := adjacencyOfEdges(n, edges)
-		work0 := ev.work
-		d, sum, far, ok := ev.evalFar(adj, n)
+		m, ok := newDistMatrix(adj)
 		if !ok {
 			if start != nil { // a trimmed lift that fell apart
 				start, restarts, r = nil, planRestarts, -1
@@ -251,60 +262,63 @@ func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, ev *ho
 			continue
 		}
 		budget := work / int64(restarts)
-		spent, fails := int64(0), int64(0)
-		// above the target the fewest pairs at the diameter's distance
-		// make the best wiring, at or below it the fewest hops
-		improves := func(d int, sum, far int64) bool {
-			switch {
-			case best == nil || d != bestD:
-				return best == nil || d < bestD
-			case d > target && far != bestFar:
-				return far < bestFar
-			}
-			return sum < bestSum
+		spent := int64(0)
+		perEval := int64(2 * n) // the row checks of an evaluation
+		sum, exc := m.sum, m.excess(target)
+		// fewer hops beyond the target, then fewer hops
+		improves := func(exc, sum int64) bool {
+			return best == nil || exc < bestExc || exc == bestExc && sum < bestSum
 		}
-		if improves(d, sum, far) {
-			best, bestD, bestSum, bestFar = append(best[:0], edges...), d, sum, far
+		if improves(exc, sum) {
+			best, bestD, bestSum, bestExc = append(best[:0], edges...), m.diameter(), sum, exc
 		}
-		for spent < budget && !(bestD == p.MooreDiameter && bestSum == lbSum) {
+		work0 := m.work
+		for spent < budget && !(bestExc == 0 && bestSum == lbSum) {
 			var s edgeSwap
-			if fp := ev.farPairs; len(fp) > 0 && rng.IntN(100) < farSwapPct {
-				s, ok = ball.shortcut(adj, edges, fp[rng.IntN(len(fp))], max(target-2, 0), rng)
+			if rng.IntN(100) < farSwapPct {
+				thr := target + 1
+				if exc == 0 {
+					thr = m.diameter()
+				}
+				fp, found := m.farPair(thr, rng)
+				spent += int64(n) / 8
+				if found && thr > 1 {
+					s, ok = ball.shortcut(adj, edges, fp, max(thr-3, 0), rng)
+				} else {
+					s, ok = swapEdges(adj, edges, rng)
+				}
 			} else {
 				s, ok = swapEdges(adj, edges, rng)
 			}
 			if !ok {
-				fails++
-				spent = ev.work - work0 + fails*attemptCost
+				spent += attemptCost
 				continue
 			}
-			saved = append(saved[:0], ev.farPairs...)
-			nd, nsum, nfar, ok := ev.evalFar(adj, d)
+			conn := m.swapped(adj, s)
 			p.Evaluations++
-			// Annealing on the hop sum: a worse sum (same or better
-			// diameter) is taken with probability exp(-Δ/T), T cooling
-			// linearly to zero over the budget.
+			spent = m.work - work0 + int64(p.Evaluations)*perEval
+			nexc, nsum := m.excess(target), m.sum
 			cool := float64(budget-spent) / float64(budget)
-			temp := annealTemp * cool
-			delta := float64(nsum-sum) + farWeight*float64(nfar-far)
-			if d > target {
-				// above the target only the pairs at the diameter's
-				// distance count (the hop sum breaks ties)
+			var delta, temp float64
+			if exc > 0 {
+				delta = float64(nexc-exc) + float64(nsum-sum)/float64(int64(n)*int64(n))
 				temp = farTemp * cool
-				delta = float64(nfar-far) + float64(nsum-sum)/float64(int64(n)*int64(n))
+			} else {
+				delta = float64(nsum - sum)
+				temp = annealTemp * cool
 			}
-			if ok && (nd < d || delta <= 0 || rng.Float64() < math.Exp(-delta/temp)) {
-				d, sum, far = nd, nsum, nfar
-				if improves(d, sum, far) {
+			if conn && (exc > 0 || nexc == 0) && (delta <= 0 || rng.Float64() < math.Exp(-delta/temp)) {
+				exc, sum = nexc, nsum
+				if improves(exc, sum) {
 					p.Swaps++
-					best, bestD, bestSum, bestFar = append(best[:0], edges...), d, sum, far
+					best, bestD, bestSum, bestExc = append(best[:0], edges...), m.diameter(), sum, exc
 				}
 			} else {
+				m.undo()
 				s.undo(adj, edges)
-				ev.farPairs = append(ev.farPairs[:0], saved...)
 			}
-			spent = ev.work - work0 + fails*attemptCost
 		}
+		p.work += m.work
 	}
 	if best == nil {
 		return nil, 0, 0

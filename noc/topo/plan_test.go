@@ -3,6 +3,7 @@ package topo
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -13,7 +14,10 @@ import (
 	"github.com/aitherion/dpu/noc"
 )
 
-var planTable = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
+var (
+	planTable = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
+	planSeeds = flag.String("plan.seeds", "1", "the seeds TestPlanTable plans each cell with, as S,S,...")
+)
 
 // TestRecordFor checks the table lookups the planner's targets rest on.
 func TestRecordFor(t *testing.T) {
@@ -94,49 +98,69 @@ func TestPlanTable(t *testing.T) {
 			cells = append(cells, [2]int{n, k})
 		}
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tports\trecord D\t(nodes)\tMoore D\tplan D\tavg hops\tMoore avg\tover\tlift evals\tswap evals\ttime\tsource\t")
-	for _, c := range cells {
-		n, k := c[0], c[1]
-		start := time.Now()
-		p, err := Plan(n, k, 1)
+	var seeds []int64
+	for _, f := range strings.Split(*planSeeds, ",") {
+		s, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("seed %q: %v", f, err)
 		}
-		took := time.Since(start)
-		rd, rn := -1, 0
-		if p.Record != nil {
-			rd, rn = p.Record.Diameter, p.Record.Nodes
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%+.3f\t%d\t%d\t%.1fs\t%s\t\n", n, k, rd, rn, p.MooreDiameter,
-			p.Diameter, p.AvgHops, p.MooreAvgHops, p.AvgHopsOver, p.LiftEvaluations, p.Evaluations, took.Seconds(), p.Source)
-		tw.Flush()
-		if p.RecordGap != 0 {
-			t.Errorf("%d×%d: diameter %d, record %d", n, k, p.Diameter, rd)
+		seeds = append(seeds, s)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tports\tseed\trecord D\t(nodes)\tMoore D\tplan D\tavg hops\tMoore avg\tover\tlift evals\tswap evals\ttime\tsource\t")
+	for _, c := range cells {
+		for _, seed := range seeds {
+			planCell(t, tw, c[0], c[1], seed)
 		}
 	}
 }
 
-// TestFarPairs checks the evaluator's sample of pairs at the diameter's
-// distance, which the swap search aims at.
-func TestFarPairs(t *testing.T) {
+// planCell plans one cell of TestPlanTable, prints its row and fails the
+// test when the plan misses the record diameter.
+func planCell(t *testing.T, tw *tabwriter.Writer, n, k int, seed int64) {
+	t.Helper()
+	start := time.Now()
+	p, err := Plan(n, k, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	rd, rn := -1, 0
+	if p.Record != nil {
+		rd, rn = p.Record.Diameter, p.Record.Nodes
+	}
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.3f\t%+.3f\t%d\t%d\t%.1fs\t%s\t\n", n, k, seed, rd, rn, p.MooreDiameter,
+		p.Diameter, p.AvgHops, p.MooreAvgHops, p.AvgHopsOver, p.LiftEvaluations, p.Evaluations, took.Seconds(), p.Source)
+	tw.Flush()
+	if p.RecordGap != 0 {
+		t.Errorf("%d×%d seed %d: diameter %d, record %d", n, k, seed, p.Diameter, rd)
+	}
+}
+
+// TestFarPair checks the distance matrix's far pairs, which the swap
+// search aims at.
+func TestFarPair(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
 	for _, c := range [][2]int{{100, 3}, {130, 4}, {64, 5}} {
 		g, err := Generate("random-regular", c[0], Options{Ports: c[1], Seed: 5})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := newHopEvaluator(c[0])
-		d, _, far, ok := ev.evalFar(adjacencyOf(g), c[0])
-		if m := g.Metrics(); !ok || d != m.Diameter {
-			t.Fatalf("%v: D=%d ok=%v, graph %+v", c, d, ok, m)
+		m, ok := newDistMatrix(adjacencyOf(g))
+		d := g.Metrics().Diameter
+		if !ok || m.diameter() != d {
+			t.Fatalf("%v: D=%d ok=%v, graph D=%d", c, m.diameter(), ok, d)
 		}
-		if len(ev.farPairs) == 0 || int64(len(ev.farPairs)) > far {
-			t.Fatalf("%v: %d far pairs sampled of %d", c, len(ev.farPairs), far)
-		}
-		for _, fp := range ev.farPairs {
-			if got := g.Distances(noc.NodeID(fp[0]))[fp[1]]; got != d {
-				t.Fatalf("%v: far pair %v at %d hops, diameter %d", c, fp, got, d)
+		for thr := d - 1; thr <= d; thr++ {
+			for range 20 {
+				fp, found := m.farPair(thr, rng)
+				if got := g.Distances(noc.NodeID(fp[0]))[fp[1]]; !found || got < thr {
+					t.Fatalf("%v: far pair %v at %d hops (found %v), want %d or more", c, fp, got, found, thr)
+				}
 			}
+		}
+		if _, found := m.farPair(d+1, rng); found {
+			t.Errorf("%v: a pair beyond the diameter %d", c, d)
 		}
 	}
 }
