@@ -258,7 +258,10 @@ type PageInfo struct {
 	Maps     int
 	Branches int
 	Backups  []noc.NodeID
-	Traits   PageTraits
+	// Tier is the speed tier of this node's copy: "memory", or what the
+	// page store says (a store that implements SpeedTier).
+	Tier   string
+	Traits PageTraits
 	// Placement, HalfLife, Window and MaxMoves: the policy in force.
 	Placement Placement
 	HalfLife  time.Duration
@@ -280,6 +283,10 @@ func (e *Engine) PageInfo(now time.Duration, g gva.GVA) (PageInfo, bool) {
 		Traits: pg.tr.figures(now, pc.HalfLife, pc.Window)}
 	if pg.owner {
 		info.Owner = e.self
+	}
+	info.Tier = "memory"
+	if ts, ok := e.store.(interface{ SpeedTier(key gva.GVA) string }); ok {
+		info.Tier = ts.SpeedTier(key)
 	}
 	if ent, ok := e.cache.Peek(key); ok {
 		info.Branches = ent.Down.Without(noc.LocalPort).Len()
