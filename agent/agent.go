@@ -469,7 +469,8 @@ func (a *Agent) newEngine() error {
 		// The split rule waits out the dead interval before a takeover: an
 		// owner in a minority may learn of the split only that late.
 		DeadInterval: a.cfg.DeadInterval,
-		Arbiter:      arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond}, a.host)
+		Arbiter:      arbiter.Config{MaxPin: a.cfg.PinBound}, TimerGranularity: time.Microsecond,
+		Placement: coherence.PlacementConfig{Mode: a.cfg.Placement, HalfLife: a.cfg.PlacementHalfLife}}, a.host)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}

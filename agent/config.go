@@ -148,6 +148,14 @@ type Config struct {
 	// node of its ports' NICs, a node id to that node, off nowhere. On a
 	// host of one node it binds nothing, and says so at start.
 	NUMA numa.Setting
+	// Placement is the placement of ownership (key placement: off, the
+	// default, or auto: a page's ownership moves to the node that
+	// dominates its recent writes and atomics, docs/placement.md), and
+	// PlacementHalfLife the half-life of the page traits it judges by
+	// (key placement-half-life, default 1s; the move window is ten
+	// half-lives, two moves per page in it).
+	Placement         coherence.Placement
+	PlacementHalfLife time.Duration
 }
 
 func (c *Config) stateDir() string {
@@ -208,7 +216,7 @@ func (c *Config) LoadFile(path string) error {
 // gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, durable, fabric-id, key-file, fabric-keys, user-pages,
-// user-conns, and port (repeatable: "port = NAME KIND ARGS...
+// user-conns, numa, placement, placement-half-life, and port (repeatable: "port = NAME KIND ARGS...
 // [channels=K]"). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -375,6 +383,13 @@ func (c *Config) Set(key, val string) error {
 		c.GPU.Default.Quota, err = parsePercent(val)
 	case "numa":
 		c.NUMA, err = numa.ParseSetting(val)
+	case "placement":
+		c.Placement, err = coherence.ParsePlacement(val)
+	case "placement-half-life":
+		c.PlacementHalfLife, err = time.ParseDuration(val)
+		if err == nil && c.PlacementHalfLife <= 0 {
+			err = errors.New("want a positive duration")
+		}
 	case "gpu-state":
 		c.GPU.StateFile = val
 	case "gpu-device":

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"github.com/aitherion/dpu/coherence"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,12 +31,17 @@ replicas = 2
 fabric-nodes = 5
 durable = true
 fabric-id = lab-a
+placement = auto
+placement-half-life = 250ms
 `
 	if err := c.Load("a.conf", strings.NewReader(in)); err != nil {
 		t.Fatal(err)
 	}
 	if c.Node != 3 || c.RunDir != "/tmp/x" || len(c.Ports) != 3 || c.Ports[2].Channels != 4 || c.Ports[0].Channels != 0 || c.Channels != 2 || c.Ports[1].Args[0] != "veth1" || c.Heartbeat != 50*time.Millisecond || c.Loop != LoopPoll || c.Replicas != 2 || c.FabricNodes != 5 || !c.Durable || c.FabricID != "lab-a" {
 		t.Fatalf("got %+v", c)
+	}
+	if c.Placement != coherence.PlacementAuto || c.PlacementHalfLife != 250*time.Millisecond {
+		t.Fatalf("placement %v, half-life %v", c.Placement, c.PlacementHalfLife)
 	}
 	if c.GPU.Default.Memory != 8<<30 || c.GPU.Default.Quota != 50 || c.GPU.Devices["GPU-1234"].Memory != 512<<20 || c.GPU.Devices["GPU-1234"].Quota != 25 {
 		t.Fatalf("gpu config %+v", c.GPU)
@@ -65,6 +71,8 @@ func TestConfigErrors(t *testing.T) {
 		{"durable = maybe", "bad value"},
 		{"port = p0 udp a b channels=x", "invalid syntax"},
 		{"port = p0 udp a channels=2", "takes 2 argument(s)"},
+		{"placement = on", "want off or auto"},
+		{"placement-half-life = 0s", "positive"},
 	}
 	for _, tc := range cases {
 		c := DefaultConfig()

@@ -126,7 +126,8 @@ func (s source) EngineCounters() metrics.EngineCounters {
 		ec = metrics.EngineCounters{ReplicaAnswers: c.AnsweredByReplica, Merges: c.Merges, Evictions: c.Evictions,
 			PinRevocations: c.HostFaults, Acquires: c.Acquires, Swaps: c.SwapsCompleted,
 			Failovers: c.Promotions, FailoversRefused: c.ReplPromoteFailed, AcquiresStoppedByFailover: c.ReplAcquiresStopped,
-			PagesOwned: u.Owned, PagesReplica: u.Replicas, PagesBackup: u.Backups, PagesCapacity: u.Capacity}
+			PagesOwned: u.Owned, PagesReplica: u.Replicas, PagesBackup: u.Backups, PagesCapacity: u.Capacity,
+			PlaceOffers: c.PlaceOffers, PlaceMoves: c.PlaceMoves, WritesLocal: c.WritesLocal, WritesRemote: c.WritesRemote}
 	})
 	return ec
 }

@@ -5,8 +5,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/node"
 	"github.com/aitherion/dpu/pathcache"
@@ -298,4 +300,44 @@ func (s source) DoCommand(cmd ctl.Cmd, attrs []byte) error {
 		return s.a.setQuota(q)
 	}
 	return gpuctl.Commands(s.a.gpu).DoCommand(cmd, attrs)
+}
+
+// PageInfo implements ctl.PageSource: the page as this node holds it,
+// with its traits at the core's time.
+func (s source) PageInfo(g gva.GVA) (ctl.PageInfo, error) {
+	if s.a.engine == nil {
+		return ctl.PageInfo{}, fmt.Errorf("no engine: %w", syscall.ENOENT)
+	}
+	var info coherence.PageInfo
+	var ok bool
+	var now time.Duration
+	s.snap(func(*node.Core) {
+		now = s.a.now()
+		info, ok = s.a.engine.PageInfo(now, g)
+	})
+	if !ok {
+		return ctl.PageInfo{}, fmt.Errorf("page %v: this node holds no record of it (not owned, mapped or backed up here): %w", g.Key(), syscall.ENOENT)
+	}
+	t := info.Traits
+	out := ctl.PageInfo{Key: info.Key, Version: info.Version, Owner: info.Owner, Owned: info.Owned, Tier: info.Tier, NUMA: -1,
+		Maps: uint32(info.Maps), Replicas: uint32(info.Branches), Backups: info.Backups,
+		Heat: t.Heat, Temperature: t.Temperature, Reads: t.Reads, Writes: t.Writes, WriteShare: t.WriteShare,
+		Mobility: t.Mobility, Moves: t.Moves, MovesInWindow: uint32(t.MovesInWindow), Stability: t.Stability,
+		Age: t.Age, Churn: t.Churn, Placement: info.Placement.String(), HalfLife: info.HalfLife, Window: info.Window,
+		MaxMoves: uint32(info.MaxMoves)}
+	if b := s.a.numa.bind; b.Bound() {
+		out.NUMA = int32(b.Node)
+		out.Address = ctl.NUMAAddress(uint32(s.a.cfg.Node), out.NUMA)
+	}
+	for _, m := range t.LastMoves {
+		kind := "owner"
+		if m.Kind == coherence.MoveTier {
+			kind = "tier"
+		}
+		out.LastMoves = append(out.LastMoves, ctl.PageMove{Ago: now - m.At, Kind: kind})
+	}
+	for _, a := range t.Accessors {
+		out.Accessors = append(out.Accessors, ctl.PageAccessor{Node: a.Node, Reads: a.Reads, Writes: a.Writes})
+	}
+	return out, nil
 }

@@ -32,10 +32,18 @@ func (s *countSink) Event(Event) {}
 // BenchmarkLocalCAS is a CAS by the owner's own host, through the whole
 // engine: host request, arbiter order (its tick closes on the next Tick),
 // execution, completion. The CAS form a chain (i -> i+1): every one must
-// swap and see i.
+// swap and see i. Run with the page traits' accounting off and on
+// (traits.go): each CAS is one write access, at a new time (the decay is
+// computed every time).
 func BenchmarkLocalCAS(b *testing.B) {
+	b.Run("traits=off", func(b *testing.B) { benchLocalCAS(b, PlacementConfig{NoTraits: true}) })
+	b.Run("traits=on", func(b *testing.B) { benchLocalCAS(b, PlacementConfig{}) })
+	b.Run("placement=auto", func(b *testing.B) { benchLocalCAS(b, PlacementConfig{Mode: PlacementAuto}) })
+}
+
+func benchLocalCAS(b *testing.B, pc PlacementConfig) {
 	s := &countSink{}
-	e, err := New(Config{Self: 1, Sink: s, Pages: 4})
+	e, err := New(Config{Self: 1, Sink: s, Pages: 4, Placement: pc})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -294,6 +294,20 @@
 // from a takeover for the pin's bound unless its owner restarted. A
 // takeover takes the epoch two past its copy's.
 //
+// # Page traits and placement
+//
+// Every page record keeps the page's traits (traits.go, docs/placement.md):
+// decayed reads and writes per accessing node (four slots), heat and
+// temperature, moves with their times, age and how settled its accessors
+// are, in fixed room, O(1) per access, in virtual time
+// (Config.Placement.HalfLife). With Config.Placement.Mode = PlacementAuto
+// the owner offers a page to the node that dominates its recent writes and
+// atomics (OpPlace), with hysteresis, never a read-mostly page, and at most
+// MaxMoves moves per page per Window; that node takes it with an ordinary
+// acquire marked placement, which the owner grants only while its rule
+// still names that node (placement.go). dpuctl page show reads them
+// (Engine.PageInfo).
+//
 // # Capacity
 //
 // The page store holds the primaries owned here and the replicas the host
@@ -333,7 +347,7 @@
 //	                                           version as OpStore's
 //	Atomic/* reply        routed  Reply        version after               previous value (8), swapped (1)
 //	any request's error   routed  Reply|Error  -                           errno (4)
-//	Control/OpAcquire     up      Path         priority                    prefix, cred, flags (1: bit0 lock), losses (2),
+//	Control/OpAcquire     up      Path         priority                    prefix, cred, flags (1: bit0 lock, bit1 placement), losses (2),
 //	                                                                       wait start (8), requester incarnation (8),
 //	                                                                       route length n (1), n arrival ports (2 each)
 //	Control/OpGrant       routed  -            version                     owner incarnation (8), epoch (8), seq (8)
@@ -362,6 +376,7 @@
 //	                                                                       or epoch (8), answering incarnation (8), flags (1: bit0
 //	                                                                       acquiring, bit1 holds a copy) (probe answer)
 //	Control/OpFailover    flooded -            version                     owner (4), incarnation (8), epoch (8)
+//	Control/OpPlace       routed  -            version                     - (the owner offers the page to Dst)
 //
 // "replies" is a page's reply records (resend.go): cover (4: for how many
 // microseconds before the frame left the records are complete;
@@ -387,7 +402,10 @@
 //
 // The request id of a swap's frames is the acquirer's request id; with the
 // acquirer's node id it names the swap. Ownership ops are
-// noc.OpCoherenceFirst (16) … 25, replication ops 26 … 29. Frames that fail to decode are dropped and
+// noc.OpCoherenceFirst (16) … 26, replication ops 27 … 30, placement's
+// OpPlace 31. An engine that predates placement drops OpPlace as
+// malformed (counted) and ignores an acquire's placement bit (it grants
+// it as any acquire). Frames that fail to decode are dropped and
 // counted (Counters.Malformed); no input panics the engine.
 //
 // # Host API

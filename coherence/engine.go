@@ -175,6 +175,9 @@ type Config struct {
 	Bug PlantedBug
 	// Tracer, if set, observes writes and replica versions (checkers).
 	Tracer Tracer
+	// Placement shapes the page traits and the placement policy
+	// (placement.go, docs/placement.md): off by default.
+	Placement PlacementConfig
 	// Durable, if set, keeps the pages owned here and the backup copies
 	// kept here on stable storage: the changes of every step are synced
 	// before anything of the step leaves the node, and New reloads the
@@ -229,6 +232,10 @@ const (
 	// content of the replica it held, taking only the version the old
 	// owner sent (swap.go): the new owner serves stale content.
 	BugSwapStaleContent
+	// BugPlaceNoDwell lets placement move a page without its dwell
+	// (placement.go): a page whose dominant writer keeps changing moves
+	// more often than its limit per window.
+	BugPlaceNoDwell
 )
 
 // Defaults.
@@ -344,6 +351,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SplitGrace <= 0 {
 		c.SplitGrace = max(c.FailoverGrace, c.DeadInterval)
+	}
+	var err error
+	if c.Placement, err = c.Placement.withDefaults(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -477,6 +488,8 @@ type page struct {
 	recKeys []opKey
 	recCut  time.Duration
 	haveCut bool
+	// tr: the page's traits here (traits.go).
+	tr traits
 }
 
 // fetch is an open (merged) fetch: a ref forwarded upstream on behalf of
@@ -787,6 +800,8 @@ func (e *Engine) dispatch(now time.Duration, in noc.PortID, f *noc.Frame) {
 			e.handleReplicaDrop(now, f)
 		case OpFailover:
 			e.handleFailover(now, in, f)
+		case OpPlace:
+			e.handlePlace(now, f)
 		default:
 			e.malformed()
 		}

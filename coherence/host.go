@@ -225,6 +225,7 @@ type request struct {
 	// never answered); every later copy is marked re-sent.
 	orphaned bool
 	mapped   bool // HostRef: the page's map count includes this request
+	placed   bool // a placement acquire (placement.go): no host asked, nothing completes
 }
 
 // Submit hands the engine one host request. It completes through the Sink,
@@ -378,6 +379,9 @@ func (e *Engine) finish(r *request) {
 
 func (e *Engine) complete(now time.Duration, r *request, c Completion) {
 	e.finish(r)
+	if r.placed {
+		return
+	}
 	if c.Err != nil && r.mapped {
 		// A failed map leaves no mapping behind.
 		if pg := e.pages[r.key]; pg != nil && pg.maps > 0 {
@@ -546,6 +550,7 @@ func (e *Engine) hostLoad(now time.Duration, r *request) {
 		e.completeErr(now, r, syscall.EINVAL, "load: page not mapped (ref it first)")
 		return
 	}
+	e.noteAccess(now, pg, e.self, false)
 	r.min = pg.seen
 	if ent, ok := e.cache.Peek(r.key); ok && ent.Version > r.min {
 		r.min = ent.Version

@@ -40,6 +40,7 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 		if ent == nil || !e.vouched(now, in, f, pg, ent) {
 			return
 		}
+		e.noteAccess(now, pg, f.Src, false)
 		if _, rf, _ := decodeRef(f.Payload); rf&refGraft != 0 {
 			e.sendGraft(ent, f.Src, f.RequestID, key, pg.version, e.self, pg.huge, e.pageBytes(pg))
 			return
@@ -63,6 +64,9 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 		e.stats.Duplicates++
 		return
 	}
+	if f.Class != noc.ClassControl {
+		e.noteAccess(now, pg, f.Src, true)
+	}
 	op := e.newOwnerOp(now, in, f)
 	e.ownerOps[k] = op
 	req := arbiter.Request{ID: f.RequestID, Page: key, Priority: f.Priority, Port: in, Node: f.Src}
@@ -81,6 +85,9 @@ func (e *Engine) atOwner(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 		e.answers = append(e.answers, ans)
 	}
 	e.processAnswers(now)
+	if f.Class != noc.ClassControl && e.cfg.Placement.Mode == PlacementAuto {
+		e.considerPlacement(now, pg)
+	}
 }
 
 func (e *Engine) newOwnerOp(now time.Duration, in noc.PortID, f *noc.Frame) *ownerOp {

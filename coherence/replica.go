@@ -1641,6 +1641,7 @@ func (e *Engine) promote(now time.Duration, c *backupCopy) {
 	epoch := c.epoch + 2
 	pg.has, pg.owner, pg.epoch, pg.ownerNode = true, true, epoch, e.self
 	e.durMark(key)
+	e.ownedHere(now, pg)
 	e.takeReplies(now, pg, pageReplies{from: c.recFrom, recs: c.replies}, c.recKnown)
 	e.forgetCommits(key)
 	if c.hasAttr {

@@ -90,6 +90,14 @@ type Counters struct {
 	RepliesCarried     uint64 // reply records that came with a page this node took (a swap, a takeover)
 	ReplResentInFlight uint64 // host writes in flight to a failed owner, sent again to the backup that took the page over
 
+	// Page traits and placement (traits.go, placement.go).
+	WritesLocal, WritesRemote uint64 // writes and atomics the owner took from its own host; from other nodes
+	PlaceOffers               uint64 // pages offered to the node that dominates their writes
+	PlaceAcquires             uint64 // offers taken here: placement acquires started
+	PlaceIgnored              uint64 // offers not taken (placement off here, the page not mapped, a swap under way)
+	PlaceRefused              uint64 // placement acquires this owner refused at the grant (the rule no longer named them)
+	PlaceMoves                uint64 // pages that became owned here by placement
+
 	// Anomalies: dropped frames.
 	// Duplicates: copies of a request the owner holds or answered.
 	Malformed, Stale, Duplicates, HopLimit, PathAnomalies uint64

@@ -50,6 +50,8 @@ type swapState struct {
 	// (hasReplies: the old owner sent them).
 	replies    pageReplies
 	hasReplies bool
+	// placed: a placement acquire (placement.go), at the acquirer
+	placed bool
 }
 
 // heldMsg is a path message that reached the acquirer during its swap.
@@ -109,7 +111,7 @@ func (e *Engine) hostAcquire(now time.Duration, r *request) {
 			return
 		}
 	} else {
-		pg.swap = &swapState{id: r.id, req: r, stage: stageAcquiring, lock: lock, holder: r.hr.Holder, prio: r.hr.Priority}
+		pg.swap = &swapState{id: r.id, req: r, stage: stageAcquiring, lock: lock, holder: r.hr.Holder, prio: r.hr.Priority, placed: r.placed}
 	}
 	e.sendAcquire(now, pg, r)
 	// A lost acquire (its link went down) is sent again.
@@ -121,6 +123,9 @@ func (e *Engine) sendAcquire(now time.Duration, pg *page, r *request) {
 	var fl uint8
 	if r.hr.Op == HostLock {
 		fl = acquireLock
+	}
+	if r.placed {
+		fl |= acquirePlace
 	}
 	p := appendAcquire(e.hostPay[:0], acquireReq{cred: r.hr.Cred, flags: fl, losses: r.losses, waitStart: int64(r.start), inc: e.inc})
 	f := newFrame(noc.ClassControl, OpAcquire, noc.FlagPath, e.self, e.guessOwner(r.key), r.id, r.key, 0, p)
@@ -139,6 +144,10 @@ func (e *Engine) startSwapOut(now time.Duration, pg *page, op *ownerOp) {
 		return
 	case now < pg.settleUntil:
 		e.refuseGrant(now, pg, op, syscall.EBUSY) // the last swap's route is not settled yet
+		return
+	case a.flags&acquirePlace != 0 && !e.placeAllowed(now, pg, op.f.Src):
+		e.stats.PlaceRefused++
+		e.refuseGrant(now, pg, op, syscall.EBUSY) // placement no longer names the acquirer
 		return
 	}
 	route := append([]byte(nil), a.route...)
@@ -230,7 +239,10 @@ func (e *Engine) handleDeny(now time.Duration, f *noc.Frame) {
 	}
 	r := sw.req
 	pg.swap = nil
-	if r != nil {
+	switch {
+	case r != nil && r.placed:
+		e.complete(now, r, Completion{}) // a placement acquire is not retried
+	case r != nil:
 		e.requestFailed(now, r, errno)
 	}
 }
@@ -419,6 +431,8 @@ func (e *Engine) commitOut(now time.Duration, pg *page, peerInc uint64) {
 	if pg.maps == 0 {
 		e.store.Release(key)
 		delete(e.pages, key)
+	} else {
+		e.noteMove(now, pg, MoveOwner)
 	}
 	e.processAnswers(now) // queued requests follow the page (ReasonMoved)
 	if ent, ok := e.cache.Peek(key); ok {
@@ -561,7 +575,9 @@ func (e *Engine) revertIn(now time.Duration, pg *page) {
 		e.syncReplica(ent, pg)
 	}
 	e.replay(now, sw.held)
-	if r := sw.req; r != nil {
+	if r := sw.req; r != nil && r.placed {
+		e.complete(now, r, Completion{}) // a placement acquire is not retried
+	} else if r != nil {
 		r.losses++
 		e.retryLater(now, r, syscall.EBUSY)
 	}
@@ -717,6 +733,10 @@ func (e *Engine) becomeOwner(now time.Duration, pg *page, graft noc.PortID) {
 	pg.swap = nil
 	pg.owner, pg.epoch, pg.ownerNode = true, sw.epoch, e.self
 	e.durMark(pg.key)
+	e.ownedHere(now, pg)
+	if sw.placed {
+		e.placedOwner(now, pg)
+	}
 	pg.doneSwap, pg.doneSeq = opKey{sw.peer, sw.id}, sw.seq
 	e.takeReplies(now, pg, sw.replies, sw.hasReplies)
 	ent := e.ownEntry(now, pg, graft)

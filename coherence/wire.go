@@ -87,6 +87,9 @@ const (
 	// OpFailover announces a backup that took a dead owner's page over:
 	// flooded on every port once per node.
 	OpFailover
+	// OpPlace offers a page's ownership to the node that dominates its
+	// writes (placement.go): it may ask for it with an acquire. Routed.
+	OpPlace
 	opControlEnd
 )
 
@@ -125,7 +128,8 @@ const (
 
 // Acquire flags.
 const (
-	acquireLock = 1 << 0 // the acquirer pins the page when it becomes owner
+	acquireLock  = 1 << 0 // the acquirer pins the page when it becomes owner
+	acquirePlace = 1 << 1 // a placement acquire (placement.go): granted only if the policy names the acquirer
 )
 
 // Done flags.

@@ -47,6 +47,13 @@ func TestObjectRoundTrip(t *testing.T) {
 			Cluster: &ClusterTime{Time: 5, Error: 6, Ref: 7}}, &Event{}},
 		{"another package's object", ext{&probe{id: 9}}, ext{&probe{}}},
 		{"group", &group{id: MonitorGroup}, &group{}},
+		{"page request", &PageRequest{Page: page.Key()}, &PageRequest{}},
+		{"page info", &PageInfo{Key: page.Key(), Version: 9, Owner: 3, Owned: true, Tier: "memory", NUMA: 1, Address: "7:1",
+			Maps: 2, Replicas: 3, Backups: []noc.NodeID{4, 5}, Heat: 1.5, Temperature: 1.04, Reads: 0.5, Writes: 1, WriteShare: 2.0 / 3,
+			Mobility: 0.125, Moves: 3, MovesInWindow: 2, LastMoves: []PageMove{{Ago: time.Second, Kind: "owner"}, {Ago: 5, Kind: "tier"}},
+			Stability: 0.5, Age: time.Minute, Churn: 0.25, Accessors: []PageAccessor{{Node: 3, Reads: 0.5}, {Node: 4, Writes: 1}},
+			Placement: "auto", HalfLife: time.Second, Window: 10 * time.Second, MaxMoves: 2}, &PageInfo{}},
+		{"page info, not bound", &PageInfo{Key: page.Key(), NUMA: -1, Tier: "memory", Placement: "off"}, &PageInfo{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,9 +92,10 @@
 //	23  CmdQuotaSet      do    Quota             ack            (CommandSource)
 //	24  CmdClockGet      dump  -                 ClockEntry     (ClockSource)
 //	25  CmdNUMAGet       dump  -                 NUMA (one)     (CommandSource)
+//	26  CmdPageGet       dump  PageRequest       PageInfo (one) (PageSource)
 //
-// Numbers 9–15 are kept for fabric commands, 26 and up for later objects.
-// Objects 16–24 are served when the Source implements the matching optional
+// Numbers 9–15 are kept for fabric commands, 27 and up for later objects.
+// Objects 16–24 and 26 are served when the Source implements the matching optional
 // interface; an older Source gets EOPNOTSUPP for them. The objects of 18–20
 // are defined by package cuda/gpuctl (Object, Dump, Client.Do), which also
 // documents their attributes; this package only carries them.
@@ -144,6 +145,7 @@
 //	           u64, 5 NICs (nested; each entry 1 string)), 8 NICs without a
 //	           node (nested; each entry 1 string), 9 error string,
 //	           10 address string ("server:numa")
+//	page       the request and the answer of CmdPageGet: see page.go
 //
 // # Monitor group
 //

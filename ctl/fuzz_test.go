@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -253,6 +254,42 @@ func FuzzDecodeNUMA(f *testing.F) {
 		}
 		if !reflect.DeepEqual(n, m) {
 			t.Fatalf("round trip:\n%+v\n%+v", n, m)
+		}
+	})
+}
+
+// FuzzDecodePageInfo: a page's decoder takes any bytes, and what it
+// decodes encodes to what it decodes again (bytes compared: a float may be
+// a NaN).
+func FuzzDecodePageInfo(f *testing.F) {
+	seed := PageInfo{Key: gva.New(1, 2, 0, 0), Version: 3, Tier: "memory", NUMA: -1, Heat: 2, Backups: []noc.NodeID{1},
+		LastMoves: []PageMove{{Ago: 1, Kind: "owner"}}, Accessors: []PageAccessor{{Node: 1, Reads: 1}}, Placement: "auto"}
+	for _, o := range []object{&seed, &PageRequest{Page: seed.Key}} {
+		b, err := encodeObject(o)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var q PageRequest
+		_ = decodeObject(b, &q)
+		var p PageInfo
+		if err := decodeObject(b, &p); err != nil {
+			return
+		}
+		again, err := encodeObject(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m PageInfo
+		if err := decodeObject(again, &m); err != nil {
+			t.Fatalf("re-encoded %+v does not decode: %v", p, err)
+		}
+		third, err := encodeObject(&m)
+		if err != nil || !bytes.Equal(again, third) {
+			t.Fatalf("round trip: %v\n%x\n%x", err, again, third)
 		}
 	})
 }

@@ -84,6 +84,10 @@ func (s *Server) handle(b []byte, r replier) error {
 		if cs, ok := s.src.(CaptureSource); ok {
 			return s.capture(r, m, dump, cs) // capture.go
 		}
+	case CmdPageGet:
+		if ps, ok := s.src.(PageSource); ok {
+			return s.page(r, m, dump, ps) // page.go
+		}
 	case CmdSubscribe, CmdUnsubscribe:
 		var g group
 		if err := decodeObject(m.attrs, &g); err != nil {

@@ -55,6 +55,9 @@
 //	dpu_failovers_total                    pages taken over from a dead owner (replicas > 1)
 //	dpu_failovers_refused_total            takeovers refused for want of room
 //	dpu_failover_acquires_answered_total   own acquires a takeover stopped and answered
+//	dpu_placement_offers_total             pages offered to the node dominating their writes (placement = auto)
+//	dpu_placement_moves_total              pages that became owned here by placement
+//	dpu_owner_writes_total{origin}         writes and atomics applied at this owner: local (its host) or remote
 //	dpu_host_requests_total{op,result}     result: ok or the errno's name (ENOENT, ...)
 //	dpu_host_request_duration_seconds{op}  histogram
 //	dpu_gpu_memory_used_bytes{device}      summed over the device's processes

@@ -58,6 +58,11 @@ type EngineCounters struct {
 	// owned here, replicas the host maps, backup copies kept for owners
 	// elsewhere (replicas > 1).
 	PagesOwned, PagesReplica, PagesBackup, PagesCapacity int
+	// Placement (docs/placement.md): pages offered to the node that
+	// dominates their writes, pages that became owned here by placement,
+	// and the writes and atomics the owner took from its own host and from
+	// other nodes.
+	PlaceOffers, PlaceMoves, WritesLocal, WritesRemote uint64
 }
 
 // HostObserver is told of every finished host request: the operation's
@@ -199,6 +204,9 @@ var (
 	descFailAcquires  = desc("dpu_failover_acquires_answered_total", "This node's acquires of a page its takeover stopped and answered.")
 	descPages         = desc("dpu_pages", "Physical pages in use, by kind (owned, replica, backup); all count against the capacity.", "kind")
 	descPagesCap      = desc("dpu_pages_capacity", "Physical pages this node may hold (config pages).")
+	descPlaceOffers   = desc("dpu_placement_offers_total", "Pages this owner offered to the node that dominates their writes (placement = auto).")
+	descPlaceMoves    = desc("dpu_placement_moves_total", "Pages that became owned here by placement.")
+	descOwnerWrites   = desc("dpu_owner_writes_total", "Writes and atomics applied at this owner, by origin (local: its own host; remote: other nodes).", "origin")
 	gpuLabels         = []string{"pid", "uid", "device", "command"}
 	descGPUMem        = desc("dpu_gpu_memory_used_bytes", "GPU memory a process uses.", gpuLabels...)
 	descGPUMemLimit   = desc("dpu_gpu_memory_limit_bytes", "GPU memory limit of a process (0: unlimited).", gpuLabels...)
@@ -220,6 +228,7 @@ var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, 
 	descChannelUp, descChannelDowns, descChannelUps, descChannelTx, descChannelRx, descPortCounter, descRoutes, descRouteHops, descFrames, descDropped, descNodeCounter, descPathEntries, descPathAnswers,
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
 	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap,
+	descPlaceOffers, descPlaceMoves, descOwnerWrites,
 	descNUMACPUs, descNUMAMem, descNUMAMemFree, descNUMANIC, descNUMABound, descNUMAPageMem}
 
 // the GPU metrics, per process (WithGPUProcesses) or per device
@@ -351,6 +360,10 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descFailovers, ec.Failovers)
 		counter(descFailRefused, ec.FailoversRefused)
 		counter(descFailAcquires, ec.AcquiresStoppedByFailover)
+		counter(descPlaceOffers, ec.PlaceOffers)
+		counter(descPlaceMoves, ec.PlaceMoves)
+		counter(descOwnerWrites, ec.WritesLocal, "local")
+		counter(descOwnerWrites, ec.WritesRemote, "remote")
 		if ec.PagesCapacity > 0 {
 			gauge(descPages, float64(ec.PagesOwned), "owned")
 			gauge(descPages, float64(ec.PagesReplica), "replica")

@@ -92,7 +92,7 @@ func (w *World) floodStep(f *flooder) {
 // floodOp draws one request of a flooder's burst.
 func (w *World) floodOp(f *flooder, po *pendingOp) {
 	r := f.rng
-	po.page = r.IntN(len(w.pages))
+	po.page = r.IntN(len(w.pages) - len(w.shift.pages)) // not the shifting workload's (shifting.go)
 	p := w.pages[po.page]
 	switch x := r.IntN(10); {
 	case x < 3:

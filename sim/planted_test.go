@@ -5,6 +5,7 @@ package sim
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aitherion/dpu/coherence"
 )
@@ -116,5 +117,19 @@ func TestPlantedSwapStaleContentIsCaught(t *testing.T) {
 		return strings.Contains(v, "a load under node") || strings.Contains(v, "host copy at version")
 	}) {
 		t.Fatal("a new owner serving its old replica's content under a lock went unnoticed")
+	}
+}
+
+// TestPlantedPlaceNoDwellIsCaught plants placement without its dwell:
+// with dominant writers that change every 3 ms, the move-limit check must
+// find a page moved more often than its limit in one window.
+func TestPlantedPlaceNoDwellIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Placement, cfg.Shifting, cfg.Phase = true, 8, 3*time.Millisecond
+	cfg.Workload = 60 * time.Millisecond
+	cfg.Bug = coherence.BugPlaceNoDwell
+	if !caught(t, cfg, 4, func(v string) bool { return strings.Contains(v, "placement moved it") }) {
+		t.Fatal("placement past its move limit went unnoticed")
 	}
 }

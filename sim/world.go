@@ -170,6 +170,13 @@ type Config struct {
 	// found two owners of a page and a freed extent back at version 0,
 	// dpu-sim seeds 103 and 11 at R = 3); negative: none.
 	Flooders int
+	// Placement runs the engines with placement = auto (shifting.go);
+	// Shifting is how many pages of the shifting-locality workload the run
+	// has (default none), whose dominant writer changes every Phase
+	// (default 20ms).
+	Placement bool
+	Shifting  int
+	Phase     time.Duration
 	// Bug plants a protocol bug (checker tests only).
 	Bug coherence.PlantedBug
 	// Trace, if set, receives one line per completion and fault.
@@ -223,6 +230,9 @@ func (c Config) withDefaults() Config {
 	if c.Guarded == 0 {
 		c.Guarded = 2
 	}
+	if c.Phase <= 0 {
+		c.Phase = defaultPhase
+	}
 	if c.Flooders == 0 && c.Replicas <= 1 {
 		c.Flooders = 1
 	}
@@ -265,6 +275,9 @@ type Result struct {
 	// Freed is how many extents of the lifecycle workload their
 	// allocator freed (each then checked unreadable everywhere).
 	Freed int
+	// Shift is what the shifting-locality workload and placement did
+	// (shifting.go).
+	Shift ShiftResult
 }
 
 // OK reports whether the run found no violation.
@@ -377,6 +390,7 @@ type World struct {
 	ending    bool
 	script    []scriptedFault // failures and restarts a test places (faults.go)
 	outage    outage          // FaultOutage's victims (faults.go)
+	shift     shiftState      // the shifting-locality workload (shifting.go)
 }
 
 type simNode struct {
@@ -423,6 +437,7 @@ const (
 	evCheck
 	evFlood
 	evReload
+	evShift
 )
 
 type event struct {
@@ -509,6 +524,9 @@ func (w *World) boot(n *simNode) error {
 	ec.Replicas = w.cfg.Replicas
 	ec.FabricNodes = w.graph.N()
 	ec.NoSplitRule = w.cfg.NoSplitRule
+	if w.cfg.Placement {
+		ec.Placement = simPlacement
+	}
 	ec.Unchecked = n.id == intruderNode // the modified node (users.go)
 	n.quota = pageLedger{}              // a new run: nothing of it allocated yet
 	ec.Quota = n.quota
@@ -591,6 +609,9 @@ func (w *World) Prepare() error {
 	if err := w.setupGuarded(); err != nil {
 		return err
 	}
+	if err := w.setupShifting(); err != nil {
+		return err
+	}
 	w.startClients()
 	w.setupFlooders()
 	w.scheduleFaults(w.now)
@@ -629,6 +650,7 @@ func (w *World) Finish() Result {
 	}
 	w.res.Lost = w.check.lostCount()
 	w.res.Failovers = w.check.failovers
+	w.res.Shift = w.shift.res
 	if w.check.debug != nil {
 		w.dumpTrees()
 	}
@@ -704,6 +726,8 @@ func (w *World) handle(ev event) {
 		w.sendReloads()
 	case evFlood:
 		w.floodStep(w.flooders[ev.n])
+	case evShift:
+		w.shiftStep(w.shift.shifters[ev.n])
 	case evCheck:
 		w.check.owners(false)
 		if !w.stopped {

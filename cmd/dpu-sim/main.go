@@ -130,7 +130,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	durable := fs.Bool("durable", false, "every node keeps its owned pages and backup copies in a durable page log on an in-memory disk that survives its crashes (a crash in the middle of a sync tears it); a restarted node reloads them (see docs/replication.md, \"Durable pages\"); with --faults powercut nothing may be lost")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
-	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), free-here (an allocator frees only the pages of an extent it still owns), quota-leak (a freed page stays charged to its allocator's quota), admit-no-groups (the host layer's permission check ignores supplementary groups), or swap-stale-content (a new owner keeps its old replica's content) (in a dpu-sim built with go build -tags dpubug)")
+	plant := fs.String("plant-bug", "", "plant a protocol bug to see the checkers catch it: stale-cas, early-ack (with --replicas 2: writes answered before the backups hold them), trust-vouched (requests of other nodes served without checking their users), free-here (an allocator frees only the pages of an extent it still owns), quota-leak (a freed page stays charged to its allocator's quota), admit-no-groups (the host layer's permission check ignores supplementary groups), swap-stale-content (a new owner keeps its old replica's content), or place-no-dwell (with --placement auto: placement moves pages without their dwell; with --shifting and a short --phase pages move past their limit) (in a dpu-sim built with go build -tags dpubug)")
+	placement := fs.String("placement", "off", "the engines' placement of ownership: off, or auto (a page's ownership follows the node that dominates its recent writes, at most 2 moves per page per 20 ms window; a run fails if a page moves more; see docs/placement.md)")
+	shifting := fs.Int("shifting", 0, "pages of the shifting-locality workload: each page's dominant writer moves to another node every --phase; the summary tells the share of remote writes and the placement moves per page per window")
+	phase := fs.Duration("phase", 0, "with --shifting: how long a page keeps its dominant writer (default 20ms)")
 	maxHistory := fs.Int("max-history", 0, "operations recorded per atomic word and lock for the linearizability check (default 16384); more fail the run")
 	debugPage := fs.String("debug-page", "", "with --seed: trace the engines' steps for this page (gva:…, or all) and dump its tree")
 	progressMode := fs.String("progress", "auto", "progress on stderr: auto (when stderr is a terminal), always, never")
@@ -210,10 +213,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bug = coherence.BugAdmitNoGroups
 	case "swap-stale-content":
 		bug = coherence.BugSwapStaleContent
+	case "place-no-dwell":
+		bug = coherence.BugPlaceNoDwell
 	default:
-		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched, free-here, quota-leak, admit-no-groups or swap-stale-content)", *plant)
+		return fmt.Errorf("unknown --plant-bug %q (want stale-cas, early-ack, trust-vouched, free-here, quota-leak, admit-no-groups, swap-stale-content or place-no-dwell)", *plant)
 	}
-	base := sim.Config{Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle}
+	var placeOn bool
+	switch *placement {
+	case "off":
+	case "auto":
+		placeOn = true
+	default:
+		return fmt.Errorf("--placement %q: want off or auto", *placement)
+	}
+	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -257,6 +270,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, lockWaits, handOffs int
 	var swaps uint64
+	var shift sim.ShiftResult
 	errorsBy := map[syscall.Errno]int{}
 	var failed []int
 	for i, r := range results {
@@ -277,6 +291,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		refused += r.Refused
 		freed += r.Freed
 		violations += len(r.Violations)
+		shift.Pages += r.Shift.Pages
+		shift.Writes, shift.Remote = shift.Writes+r.Shift.Writes, shift.Remote+r.Shift.Remote
+		shift.SettledWrites, shift.SettledRemote = shift.SettledWrites+r.Shift.SettledWrites, shift.SettledRemote+r.Shift.SettledRemote
+		shift.Moves, shift.ShiftMoves = shift.Moves+r.Shift.Moves, shift.ShiftMoves+r.Shift.ShiftMoves
+		shift.MaxInWindow = max(shift.MaxInWindow, r.Shift.MaxInWindow)
+		shift.Window, shift.Limit = r.Shift.Window, r.Shift.Limit
+		shift.Workload = r.Shift.Workload
 		if !r.OK() {
 			failed = append(failed, i)
 		}
@@ -289,6 +310,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
 	fmt.Fprintln(stdout, errorsLine(errorsBy))
+	if *shifting > 0 || placeOn {
+		fmt.Fprintln(stdout, shiftLine(*placement, shift))
+	}
 	fmt.Fprintln(stdout, legendPointer)
 	for _, i := range failed {
 		r := results[i]
@@ -326,6 +350,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if *maxHistory != 0 {
 			replay += fmt.Sprintf(" --max-history %d", *maxHistory)
 		}
+		if placeOn {
+			replay += " --placement auto"
+		}
+		if *shifting > 0 {
+			replay += fmt.Sprintf(" --shifting %d", *shifting)
+		}
+		if *phase != 0 {
+			replay += " --phase " + phase.String()
+		}
 		if *plant != "" {
 			replay += " --plant-bug " + *plant
 		}
@@ -357,4 +390,17 @@ func wrap(text string, width int, indent string) string {
 	}
 	b.WriteString(line)
 	return b.String()
+}
+
+// shiftLine sums up the shifting-locality workload and placement over the
+// seeds: the share of the shifters' writes that were remote (all, and
+// settled: after the first quarter of each phase), and the placement
+// moves.
+func shiftLine(placement string, s sim.ShiftResult) string {
+	line := fmt.Sprintf("placement=%s shifting-pages=%d writes=%d remote=%.1f%% settled-writes=%d settled-remote=%.1f%% placement-moves=%d",
+		placement, s.Pages, s.Writes, 100*s.RemoteShare(false), s.SettledWrites, 100*s.RemoteShare(true), s.Moves)
+	if s.Limit > 0 {
+		line += fmt.Sprintf(" moves/page/window=%.2f max-in-window=%d limit=%d/%v", s.MovesPerPageWindow(), s.MaxInWindow, s.Limit, s.Window)
+	}
+	return line
 }

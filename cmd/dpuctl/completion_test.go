@@ -48,7 +48,8 @@ func TestBashCompletion(t *testing.T) {
 		want  string
 	}{
 		{[]string{"ro"}, "route"},
-		{[]string{"-s", "x.sock", "pa"}, "pathcache"},
+		{[]string{"-s", "x.sock", "pat"}, "pathcache"},
+		{[]string{"pa"}, "pathcache page"},
 		{[]string{"link", ""}, "show list capture"},
 		{[]string{"mem", "c"}, "cas"},
 		{[]string{"gpu", "s"}, "show set"},

@@ -59,6 +59,8 @@ COMMAND defaults to show.
                                   plan a wiring (computed here, no agent needed)
   pathcache show                  path cache entries
   owner show                      pages owned by this host, pins, arbiter queues
+  page show GVA                   a page this node holds: owner, tier, numa, replicas, and its traits
+                                  (heat, temperature, mobility, stability, accessing nodes)
   clock show                      the fabric clock: cluster time, offset, rate and bound to every
                                   node, excluded neighbours and why
   gpu show                        GPU use and limits of the host's processes
@@ -152,6 +154,7 @@ var objects = []object{
 	{"topo", []verb{{"show", topoShow}, {"plan", topoPlan}}},
 	{"pathcache", []verb{{"show", pathShow}, {"list", pathShow}}},
 	{"owner", []verb{{"show", ownerShow}, {"list", ownerShow}}},
+	{"page", []verb{{"show", pageShow}}},
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
 	{"numa", []verb{{"show", numaShow}}},

@@ -17,6 +17,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/ctl/ctltest"
 	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc/topo"
 )
 
@@ -79,6 +80,8 @@ func TestGoldenOutput(t *testing.T) {
 		{"quota.json", []string{"-j", "quota", "show"}},
 		{"numa", []string{"numa", "show"}},
 		{"numa.json", []string{"-j", "numa", "show"}},
+		{"page", []string{"page", "show", gva.New(0, 0x7, 0, 0).String()}},
+		{"page.json", []string{"page", "show", "-j", gva.New(0, 0x7, 0, 0).String()}},
 		// Abbreviations, a default command, and -j after the command.
 		{"route", []string{"r", "s"}},
 		{"route", []string{"ro"}},
@@ -466,5 +469,21 @@ func TestQuotaSet(t *testing.T) {
 	}
 	if q := got[4242]; q.PagesLimit != 5 || q.BytesLimit != 2048*4096 {
 		t.Errorf("uid 4242 (bytes from the default): %+v", q)
+	}
+}
+
+// page show names the page; one the node holds no record of is an error
+// that says so.
+func TestPageShowErrors(t *testing.T) {
+	_, sock := ctltest.Serve(t, ctltest.NewSource(ctltest.Sample()))
+	if _, _, err := dpuctl(t, "-s", sock, "page", "show"); !isUsage(err) {
+		t.Errorf("page show without a GVA: %v", err)
+	}
+	if _, _, err := dpuctl(t, "-s", sock, "page", "show", "gva:xyz"); !isUsage(err) {
+		t.Errorf("page show gva:xyz: %v", err)
+	}
+	_, _, err := dpuctl(t, "-s", sock, "page", "show", gva.New(0, 0x99, 0, 0).String())
+	if err == nil || !strings.Contains(err.Error(), "no record") || !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("page show of an unknown page: %v", err)
 	}
 }

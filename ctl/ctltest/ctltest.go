@@ -37,6 +37,7 @@ type Snapshot struct {
 	Quotas       []ctl.Quota    // the default first
 	Clock        []ctl.ClockEntry
 	NUMA         ctl.NUMA
+	Pages        []ctl.PageInfo // page show: the pages held, by key
 }
 
 // Source serves a Snapshot and implements every optional object. It is
@@ -69,6 +70,17 @@ func (s *Source) Stats() ctl.Stats            { return s.get().Stats }
 func (s *Source) Topology() ctl.Topology      { return s.get().Topology }
 func (s *Source) PathCache() []ctl.PathEntry  { return s.get().PathCache }
 func (s *Source) OwnedPages() []ctl.OwnedPage { return s.get().OwnedPages }
+
+// PageInfo implements ctl.PageSource: the snapshot's page of g's key, or
+// ENOENT.
+func (s *Source) PageInfo(g gva.GVA) (ctl.PageInfo, error) {
+	for _, p := range s.get().Pages {
+		if p.Key == g.Key() {
+			return p, nil
+		}
+	}
+	return ctl.PageInfo{}, fmt.Errorf("page %v: no record here: %w", g.Key(), syscall.ENOENT)
+}
 
 // ClockEntries implements ctl.ClockSource.
 func (s *Source) ClockEntries() []ctl.ClockEntry { return s.get().Clock }
@@ -287,6 +299,12 @@ func Sample() Snapshot {
 			{Node: 2, Offset: 106731187, Bound: 41980 * time.Nanosecond, Rate: 58.7e-6, Hops: 2, Port: "p0"},
 			{Node: 3, Port: "p1", Excluded: true, Reason: "clock jumped ahead by at least 19.9ms within 10ms (more than ±500 ppm allows)", ExcludedFor: 12 * time.Second},
 		},
+		Pages: []ctl.PageInfo{{Key: gva.New(0, 0x7, 0, 0), Version: 3, Owner: 0, Owned: true, Tier: "memory", NUMA: 1, Address: "0:1",
+			Maps: 1, Replicas: 2, Heat: 12.5, Temperature: 8.664, Reads: 2.5, Writes: 10, WriteShare: 0.8, Mobility: 0.25,
+			Moves: 1, MovesInWindow: 1, LastMoves: []ctl.PageMove{{Ago: 2 * time.Second, Kind: "owner"}},
+			Stability: 0.61, Age: 30 * time.Second, Churn: 0.1,
+			Accessors: []ctl.PageAccessor{{Node: 0, Reads: 2.5, Writes: 9}, {Node: 2, Writes: 1}},
+			Placement: "auto", HalfLife: time.Second, Window: 10 * time.Second, MaxMoves: 2}},
 		NUMA: ctl.NUMA{Server: 0, Setting: "auto", Bound: 1, Address: "0:1", CPUs: "1,3,5,7", PageMemory: 256 << 20,
 			Nodes: []ctl.NUMANode{
 				{ID: 0, CPUs: "0,2,4,6", MemTotal: 8 << 30, MemFree: 6 << 30, NICs: []string{"eth0"}},
