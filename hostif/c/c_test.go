@@ -187,6 +187,14 @@ func TestMmapNodeStalls(t *testing.T) {
 				if _, err := fab.Node(2).Store(ctx, g.PageAt(1), make([]byte, 4096)); err != nil {
 					t.Fatal(err)
 				}
+				// the owner does not wait for its invalidation to
+				// arrive: wait for it here, before the cut
+				for fab.ReplicaValid(g.PageAt(1), 1) {
+					if ctx.Err() != nil {
+						t.Fatal("node 1's replica of the second page is still valid after the owner's write")
+					}
+					time.Sleep(time.Millisecond)
+				}
 			}
 			fab.Partition(2, true)
 			defer fab.Partition(2, false)

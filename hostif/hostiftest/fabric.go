@@ -325,6 +325,20 @@ func (f *Fabric) LockedBy(pg gva.GVA) (gva.MachineIndex, bool) {
 	return 0, false
 }
 
+// ReplicaValid reports whether machine m holds a valid replica of page (a
+// copy it may serve reads from without the owner).
+func (f *Fabric) ReplicaValid(pg gva.GVA, m gva.MachineIndex) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	valid := false
+	f.nodes[m].hosts.Engine().Pages(func(v coherence.PageView) {
+		if v.Key == pg.Key() && !v.Owner && v.Valid {
+			valid = true
+		}
+	})
+	return valid
+}
+
 // Owner returns the machine that owns page.
 func (f *Fabric) Owner(pg gva.GVA) (gva.MachineIndex, bool) {
 	f.mu.Lock()

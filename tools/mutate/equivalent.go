@@ -32,10 +32,6 @@ var equivalents = []equivalent{
 			"went to a level whose digit differs from the cursor's, so the extra levels move nothing"},
 	{"arbiter/wheel.go", "top = min(top, wheelLevels-1)", "-", "+",
 		"top is at most 64/wheelBits = wheelLevels-1 already (the min never binds)"},
-	{"hostif/pipeline.go", "sl.gen++\n\tp.free = append(p.free, i)", "++", "--",
-		"a pending slot's generation only has to change at each take; it does in either direction"},
-	{"hostif/pipeline.go", "sl.gen++\n\t\tp.free = append(p.free, uint32(i))", "++", "--",
-		"the same, when a connection's slots are dropped"},
 	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
 		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
 			"(the room term still bounds it) for the next read, nothing lost or reordered"},
