@@ -7,11 +7,11 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build mutate clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
+.PHONY: all build bpf bpf-deps mutate clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
 
 all: build
 
-build: clib rt verbs
+build: clib rt verbs bpf
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 	cp verbs/build/libdpuverbs.so $(BIN)/libdpuverbs.so
@@ -97,13 +97,13 @@ fmt:
 
 # go vet prints nothing until it is done (a minute on a cold cache): say what
 # it checks, then a line every 15 s while it runs.
-vet:
+vet: bpf
 	@echo "== go vet: $$($(GO) list $(PKGS) | wc -l) packages"; \
 	$(GO) vet $(PKGS) & vet=$$!; \
 	( t=0; while sleep 15; do t=$$((t+15)); echo "   go vet: still running ($${t}s)"; done ) & tick=$$!; \
 	wait $$vet; rc=$$?; kill $$tick 2>/dev/null; exit $$rc
 
-bench:
+bench: bpf
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 # dpu compare-and-swap beside a SEQPACKET echo, Redis and memcached, one
@@ -111,15 +111,31 @@ bench:
 bench-peers: build
 	BENCH_QUICK=$(BENCH_QUICK) bench/peers/run.sh
 
-# Rebuild the XDP program's object and Go bindings with bpf2go (needs clang,
-# llvm-strip and the libbpf headers; the outputs are committed).
+# The XDP program's object (noc/port/xdp/bpf/noc_bpfel.o, embedded in the
+# agent): a build output, compiled from noc.c by bpf2go when it is missing
+# or older than its source. Needs clang, llvm-strip and the libbpf headers,
+# installed first when they are missing.
+BPF_OBJ := noc/port/xdp/bpf/noc_bpfel.o
+bpf: $(BPF_OBJ)
+$(BPF_OBJ): noc/port/xdp/bpf/noc.c noc/port/xdp/bpf/gen.go
+	@{ command -v clang && command -v llvm-strip && [ -f /usr/include/bpf/bpf_helpers.h ]; } >/dev/null || $(MAKE) -s bpf-deps
+	noc/port/xdp/bpf/generate.sh
+
+# What the XDP program's build needs from Debian (CI's .ci/run installs the
+# same). Waits for a concurrent apt rather than failing.
+bpf-deps:
+	$(SUDO) apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends clang llvm libbpf-dev linux-libc-dev
+
+# Rebuild the XDP program's object and its Go bindings with bpf2go (the
+# bindings, noc_bpfel.go, are committed; the object is not).
 generate:
 	noc/port/xdp/bpf/generate.sh
 
 # Fail when the committed bpf2go outputs differ from what the sources give.
 generate-check: generate
 	@if [ -n "$$(git status --porcelain -- noc/port/xdp/bpf)" ]; then \
-		echo "noc/port/xdp/bpf: committed bpf2go outputs are stale; run make generate and commit:"; \
+		echo "noc/port/xdp/bpf: committed bpf2go bindings are stale; run make generate and commit:"; \
 		git status --short -- noc/port/xdp/bpf; git diff --stat -- noc/port/xdp/bpf; exit 1; fi
 
 # dpuctl's shell completion and man page, generated from its own help text.
@@ -145,7 +161,7 @@ docs-check:
 	done
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(BPF_OBJ)
 	$(MAKE) -s -C hostif/c clean
 	$(MAKE) -s -C examples clean
 	$(MAKE) -s -C cc clean
@@ -160,6 +176,6 @@ include images/image.mk
 MUTATE_N    ?= 12
 MUTATE_SEED ?= 1
 MUTATE_ARGS ?=
-mutate:
+mutate: bpf
 	@mkdir -p $(BIN)
 	$(GO) run ./tools/mutate -n $(MUTATE_N) -seed $(MUTATE_SEED) -o $(BIN)/mutation.md $(MUTATE_ARGS)

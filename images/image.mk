@@ -50,7 +50,7 @@ OCI_ARCH ?= amd64
 
 # The container image (images/oci): static binaries, one layer, no base.
 # images/oci's TestAgentImageRunsUnderRunc runs the same image under runc.
-image-oci:
+image-oci: bpf
 	@mkdir -p $(IMAGE_OUT)/oci-$(OCI_ARCH)
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(OCI_ARCH) $(GO) build -trimpath -o $(IMAGE_OUT)/oci-$(OCI_ARCH)/ ./cmd/dpu-agent ./cmd/dpuctl
 	$(GO) run ./images/cmd/ociimage --arch $(OCI_ARCH) --bin $(IMAGE_OUT)/oci-$(OCI_ARCH) \
@@ -76,23 +76,23 @@ define image-build
 	@ls -l $(IMAGE_OUT)/dpu-$(1).cpio.gz
 endef
 
-image:
+image: bpf
 	$(call image-build,$(IMAGE_ARCH),$(IMAGE_MODULES))
 
-image-test:
+image-test: bpf
 	images/prepare-vmtest.sh $(VMTEST_KERNEL) $(VMTEST_MODULES)
 	$(call image-build,arm64,$(VMTEST_KERNEL)/stage)
 	$(GO) run ./images/vmtest -kernel $(VMTEST_KERNEL)/vmlinuz -initrd $(IMAGE_OUT)/dpu-arm64.cpio.gz \
 		-out $(IMAGE_OUT)/vmtest -timeout $(VMTEST_TIMEOUT) $(VMTEST_ARGS)
 
-rdma-test:
+rdma-test: bpf
 	VMTEST_ARCH=amd64 images/prepare-vmtest.sh $(RDMATEST_KERNEL) $(RDMATEST_MODULES)
 	images/prepare-rdma.sh $(RDMATEST_OUT)
 	$(call image-build,amd64,$(RDMATEST_KERNEL)/stage,$$(sed 's/^/-files /' $(RDMATEST_OUT)/files))
 	$(GO) run ./images/vmtest -arch amd64 -qemu qemu-system-x86_64 -kernel $(RDMATEST_KERNEL)/vmlinuz \
 		-initrd $(IMAGE_OUT)/dpu-amd64.cpio.gz -out $(RDMATEST_OUT)/vmtest -timeout $(RDMATEST_TIMEOUT) -run rdma-pair
 
-numa-test:
+numa-test: bpf
 	VMTEST_ARCH=amd64 images/prepare-vmtest.sh $(NUMATEST_KERNEL) $(NUMATEST_MODULES)
 	$(call image-build,amd64,$(NUMATEST_KERNEL)/stage)
 	$(GO) run ./images/vmtest -arch amd64 -qemu qemu-system-x86_64 -kernel $(NUMATEST_KERNEL)/vmlinuz \

@@ -1,7 +1,8 @@
 // Package bpf owns the XDP program of a NoC port (noc.c, compiled by bpf2go
-// into noc_bpfel.o and noc_bpfel.go, both generated and committed): loading
-// it, attaching it to a device in place of a crashed agent's leftover,
-// registering the port's AF_XDP socket, and its control maps.
+// into noc_bpfel.o and noc_bpfel.go: the bindings committed, the object
+// built by make): loading it, attaching it to a device in place of a
+// crashed agent's leftover, registering the port's AF_XDP socket, and its
+// control maps.
 //
 // # The program
 //

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the XDP program's object and Go bindings (noc_bpfel.{o,go})
-# from noc.c with bpf2go. The outputs are committed: building the agent
-# needs no C compiler, only this script does.
+# from noc.c with bpf2go. The bindings are committed; the object is a build
+# output (make bpf, which make build runs, calls this script).
 #
 # Needs: clang, llvm-strip, and the kernel/libbpf headers
 # (Debian: apt-get install -y clang llvm libbpf-dev linux-libc-dev).
