@@ -61,6 +61,10 @@ const localQueueMax = 1024
 // routingBacklogMax bounds the routing frames waiting for one port's link.
 const routingBacklogMax = 4096
 
+// ownBacklogMax bounds the frames of this node's own (the Handler's)
+// waiting for one port's link.
+const ownBacklogMax = 8192
+
 // Core is the deterministic state machine of one DPU. It is not safe for
 // concurrent use: one driver goroutine owns it.
 type Core struct {
@@ -111,6 +115,15 @@ type port struct {
 	// drains. Bounded by routingBacklogMax: a flood beyond it loses its
 	// oldest frames, which later LSAs and refreshes supersede.
 	routing [][]byte
+
+	// own holds frames this node sent (the Handler's) that the port's
+	// link refused for want of room; they go out, in order and before
+	// any later one, as the link drains. An update or invalidation a
+	// full link dropped would leave the replicas below it valid at an
+	// old version for ever (dpu-sim seed 22, 8 nodes, every fault, R = 2,
+	// a flooder). Bounded by ownBacklogMax; emptied when the link goes
+	// down (the protocol recovers what a lost link carried).
+	own [][]byte
 }
 
 // Stats counts what the core did with frames.
@@ -130,7 +143,11 @@ type Stats struct {
 	// RoutingDrops counts routing frames dropped because a port's routing
 	// backlog was full.
 	RoutingDrops uint64
-	Echoes       uint64 // echo requests answered
+	// OwnQueued counts this node's frames that waited for room on their
+	// link (the port's own backlog); OwnDrops those dropped because that
+	// backlog was full.
+	OwnQueued, OwnDrops uint64
+	Echoes              uint64 // echo requests answered
 	// ClockReports counts clock reports received (dropped when the clock
 	// does not run).
 	ClockReports uint64
@@ -322,6 +339,20 @@ func (c *Core) release() {
 		return
 	}
 	for _, pt := range c.ports {
+		for len(pt.own) > 0 {
+			if err := pt.ep.Send(c.now, pt.own[0]); err != nil {
+				if errors.Is(err, link.ErrBackpressure) {
+					break
+				}
+				c.stats.SendErrors += uint64(len(pt.own))
+				clear(pt.own)
+				pt.own = pt.own[:0] // the link went down: what it carried is recovered by the protocol
+				break
+			}
+			c.stats.Originated++
+			pt.own[0] = nil
+			pt.own = pt.own[1:]
+		}
 		for len(pt.routing) > 0 {
 			if err := pt.ep.Send(c.now, pt.routing[0]); err != nil {
 				if errors.Is(err, link.ErrBackpressure) {
@@ -353,7 +384,7 @@ func (c *Core) release() {
 	}
 	c.waiting = false
 	for _, pt := range c.ports {
-		if pt.held != nil || len(pt.routing) > 0 {
+		if pt.held != nil || len(pt.routing) > 0 || len(pt.own) > 0 {
 			c.waiting = true
 		}
 	}
@@ -492,6 +523,9 @@ func (c *Core) linkEvents(p noc.PortID, pt *port) {
 			_ = c.rt.PortUp(c.now, p) // p was added: cannot fail
 		} else {
 			pt.up = false
+			c.stats.SendErrors += uint64(len(pt.own))
+			clear(pt.own)
+			pt.own = pt.own[:0] // for the session that ended: the protocol recovers what it carried
 			was, known := pt.neighbour, pt.known
 			pt.known, pt.refused = false, false
 			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkDown, Port: p, Neighbour: was, Reason: ev.Reason.String()})
@@ -593,11 +627,25 @@ func (c *Core) SendPort(p noc.PortID, f *noc.Frame) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	c.enc = b[:0]
-	if err := pt.ep.Send(c.now, b); err != nil {
-		c.stats.SendErrors++
-		return fmt.Errorf("node: port %s: %w", pt.name, err)
+	if len(pt.own) == 0 {
+		err := pt.ep.Send(c.now, b)
+		if err == nil {
+			c.stats.Originated++
+			return nil
+		}
+		if !errors.Is(err, link.ErrBackpressure) {
+			c.stats.SendErrors++
+			return fmt.Errorf("node: port %s: %w", pt.name, err)
+		}
 	}
-	c.stats.Originated++
+	if len(pt.own) >= ownBacklogMax {
+		c.stats.SendErrors++
+		c.stats.OwnDrops++
+		return fmt.Errorf("node: port %s: %w (and %d frames waiting)", pt.name, link.ErrBackpressure, len(pt.own))
+	}
+	pt.own = append(pt.own, append([]byte(nil), b...))
+	c.stats.OwnQueued++
+	c.waiting = true
 	return nil
 }
 
