@@ -336,6 +336,9 @@ func (e *Engine) retryLater(now time.Duration, r *request, errno syscall.Errno) 
 
 // expire ends a request at its deadline.
 func (e *Engine) expire(now time.Duration, r *request) {
+	if r.hr.Op == HostFree {
+		e.abortFreeing(now, r)
+	}
 	if r.live > 0 || r.orphaned {
 		// A copy of the write or atomic is unanswered: it may have been
 		// applied (resend.go).
@@ -463,6 +466,29 @@ func (e *Engine) free(now time.Duration, r *request) {
 	if pg.swap != nil {
 		e.completeErr(now, r, syscall.EBUSY, "free: page is swapping")
 		return
+	}
+	if pg.rep != nil {
+		// Replicated: the free is a write too. Its backups drop their
+		// copies, and confirm it, before it takes effect and is
+		// acknowledged (startFreeing); until then the page takes no other
+		// write. A page with a write in flight, backups to sync or
+		// stand-ins to release is asked again (EBUSY).
+		if pg.rep.freeing != nil || e.repBusy(pg) {
+			e.completeErr(now, r, syscall.EBUSY, "free: page is replicating")
+			return
+		}
+		if len(pg.rep.backups) > 0 {
+			e.startFreeing(now, pg, r)
+			return
+		}
+	}
+	e.commitFree(now, pg, r)
+}
+
+// commitFree ends the free of pg, owned here, and acknowledges it.
+func (e *Engine) commitFree(now time.Duration, pg *page, r *request) {
+	if pg.rep != nil {
+		pg.rep.freeing = nil
 	}
 	if ent, ok := e.cache.Peek(r.key); ok {
 		e.detachBelow(now, ent)

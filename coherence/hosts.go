@@ -88,6 +88,9 @@ type Hosts struct {
 	ready    []readyStep // completions to act on at the end of the step
 	attrs    map[gva.GVA]Attr
 	extents  map[gva.GVA]int
+	// freeRuns: extents a Free runs on, with the Frees of the same
+	// extent that wait for it to end (nextFree).
+	freeRuns map[gva.GVA][]*hostReq
 	// known: attributes of pages homed elsewhere learned for the
 	// permission check (admit.go)
 	known *simplelru.LRU[gva.GVA, Attr]
@@ -208,7 +211,7 @@ type readyStep struct {
 // sink receives the sessions' completions and the events.
 func NewHosts(cfg Config, sink Sink) (*Hosts, error) {
 	h := &Hosts{sink: sink, sessions: map[SessionID]*session{}, locks: map[gva.GVA]*nodeLock{}, steps: map[uint64]*hostReq{},
-		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}, pulled: map[gva.GVA]uint32{}}
+		attrs: map[gva.GVA]Attr{}, extents: map[gva.GVA]int{}, freeRuns: map[gva.GVA][]*hostReq{}, pulled: map[gva.GVA]uint32{}}
 	cfg.Sink = h.engineSink()
 	e, err := New(cfg)
 	if err != nil {
@@ -432,6 +435,14 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 			h.step(now, r, Request{Op: HostAlloc, Huge: hr.Huge, Attr: hr.Attr})
 		}
 	case HostFree:
+		if q, ok := h.freeRuns[key]; ok {
+			// Another Free of the extent runs: this one starts when it
+			// ends (nextFree), and finds the extent gone if it succeeded.
+			// Run side by side, each could free some pages and fail on
+			// the others', and neither free the extent.
+			h.freeRuns[key] = append(q, r)
+			return
+		}
 		n, ok := h.extents[key]
 		if !ok {
 			h.fail(now, r, syscall.ENOENT, "free: not an allocation of this node")
@@ -454,6 +465,7 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 				return
 			}
 		}
+		h.freeRuns[key] = nil
 		h.startFree(now, r, key, n)
 	case HostStat:
 		a, ok := h.attrs[key]
@@ -1372,6 +1384,29 @@ func (h *Hosts) endFree(now time.Duration, r *hostReq) {
 		delete(h.extents, key)
 	}
 	h.finish(now, r, Completion{Err: r.err})
+	h.nextFree(now, key)
+}
+
+// nextFree starts the first Free of the extent at key that waited for
+// the one that ended, if any is still wanted.
+func (h *Hosts) nextFree(now time.Duration, key gva.GVA) {
+	q := h.freeRuns[key]
+	delete(h.freeRuns, key)
+	for i, r := range q {
+		if r.done || r.abandon {
+			continue
+		}
+		h.start(now, r)
+		if rest := q[i+1:]; len(rest) > 0 {
+			if _, ok := h.freeRuns[key]; ok {
+				h.freeRuns[key] = append(h.freeRuns[key], rest...)
+			} else {
+				h.freeRuns[key] = append([]*hostReq(nil), rest...)
+				h.nextFree(now, key) // r ended at once: the rest go on
+			}
+		}
+		return
+	}
 }
 
 // errMsg is the text of an engine error without its op and page (the

@@ -104,6 +104,17 @@ type ownerRep struct {
 	// predecessor's log before it committed an entry of its own term.
 	settling bool
 	reads    []heldMsg
+	// freeing: a free of the page waits here (startFreeing) for the
+	// backups in freeWait to confirm they dropped their copies; the page
+	// takes no write meanwhile. A free acknowledged while a backup still
+	// held a copy would come back from that copy, at its last version,
+	// if this node then died with the page's home record (dpu-sim seed 11,
+	// 16 nodes, every fault, R = 3, a flooder: the heir that freed a page,
+	// also its home, crashed; a stand-in took the freed page over).
+	freeing   *request
+	freeWait  []noc.NodeID
+	freeUnrch map[noc.NodeID]time.Duration // when routing first lost a backup still to confirm
+	freeSent  time.Duration                // when the backups were last told
 }
 
 // backupLink is one backup of a page as its owner sees it.
@@ -233,7 +244,7 @@ func (e *Engine) repBusy(pg *page) bool {
 	if rep == nil {
 		return false
 	}
-	return len(rep.oldBackups) > 0 || !e.repSynced(pg) || e.fenced(pg)
+	return len(rep.oldBackups) > 0 || rep.freeing != nil || !e.repSynced(pg) || e.fenced(pg)
 }
 
 // repSynced reports whether no write is staged on a replicated page owned
@@ -1156,13 +1167,116 @@ func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 	rep.oldBackups = keep
 }
 
+// startFreeing starts the free r of pg, replicated and owned here: its
+// backups are told to drop their copies and asked to confirm; the free
+// takes effect and is acknowledged once each has (freeProgress). Until
+// then r is a request in flight with the request's bound, and the page
+// takes no write (repBusy).
+func (e *Engine) startFreeing(now time.Duration, pg *page, r *request) {
+	e.nextReq++
+	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
+	e.reqs[r.id] = r
+	r.deadline = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tDeadline, id: r.id})
+	rep := pg.rep
+	rep.freeing = r
+	rep.freeWait = rep.freeWait[:0]
+	for _, b := range rep.backups {
+		if b.node != e.self {
+			rep.freeWait = append(rep.freeWait, b.node)
+		}
+	}
+	rep.freeUnrch, rep.freeSent = nil, 0
+	e.stats.ReplFreeWaits++
+	e.freeProgress(now, pg)
+	if e.pages[pg.key] == pg {
+		e.attend(pg.key)
+		e.armRepl(now)
+	}
+}
+
+// freeProgress tells the backups a free waits for to drop their copies
+// (re-sent every RetryInterval) and commits the free once none is left to
+// confirm. A backup routing has lost for FailoverGrace is taken for dead,
+// as a lost backup is, only where this node decides and the page is not
+// fenced: beyond a split it may still hold the copy.
+func (e *Engine) freeProgress(now time.Duration, pg *page) {
+	rep := pg.rep
+	if len(rep.freeWait) == 0 {
+		e.commitFree(now, pg, rep.freeing)
+		return
+	}
+	if rep.freeSent != 0 && now-rep.freeSent < e.cfg.RetryInterval {
+		return
+	}
+	rep.freeSent = now
+	keep := rep.freeWait[:0]
+	for _, n := range rep.freeWait {
+		if _, _, ok := e.rt.NextHop(n); !ok {
+			since, seen := rep.freeUnrch[n]
+			switch {
+			case !seen:
+				if rep.freeUnrch == nil {
+					rep.freeUnrch = map[noc.NodeID]time.Duration{}
+				}
+				rep.freeUnrch[n] = now
+			case now-since >= e.cfg.FailoverGrace && e.decides() && !e.fenced(pg):
+				e.sendDrop(n, pg.key, pg.epoch) // if it ever comes back
+				continue
+			}
+			keep = append(keep, n)
+			continue
+		}
+		delete(rep.freeUnrch, n)
+		e.sendDrop(n, pg.key, pg.epoch)
+		var b [replAckLn]byte
+		binary.BigEndian.PutUint64(b[8:], e.inc)
+		b[16] = ackProbe // epoch 0: the answer says whether n keeps any copy
+		f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, n, 0, pg.key, pg.version, b[:])
+		e.sendNode(&f)
+		e.stats.ReplProbes++
+		keep = append(keep, n)
+	}
+	rep.freeWait = keep
+	if len(keep) == 0 {
+		e.commitFree(now, pg, rep.freeing)
+	}
+}
+
+// abortFreeing gives up a free whose bound ran out before its backups
+// confirmed (it ends ETIMEDOUT): the page lives on, and backups that
+// dropped their copies are sent the whole page again.
+func (e *Engine) abortFreeing(now time.Duration, r *request) {
+	pg := e.pages[r.key]
+	if pg == nil || !pg.owner || pg.rep == nil || pg.rep.freeing != r {
+		return
+	}
+	rep := pg.rep
+	rep.freeing, rep.freeWait, rep.freeUnrch, rep.freeSent = nil, nil, nil, 0
+	for i := range rep.backups {
+		rep.backups[i].ok = false
+	}
+	e.stats.ReplFreeAborts++
+	e.attend(pg.key)
+	e.armRepl(now)
+}
+
 // standInReleased takes a probe's answer from node n without a copy of
 // the page (of any epoch) as n's confirmation that it dropped its
 // stand-in copy of a page owned here; writes go on once every stand-in
 // has confirmed.
 func (e *Engine) standInReleased(now time.Duration, key gva.GVA, n noc.NodeID) {
 	pg := e.pages[key]
-	if pg == nil || !pg.owner || pg.rep == nil || !slices.Contains(pg.rep.oldBackups, n) {
+	if pg == nil || !pg.owner || pg.rep == nil {
+		return
+	}
+	if pg.rep.freeing != nil && slices.Contains(pg.rep.freeWait, n) {
+		pg.rep.freeWait = slices.DeleteFunc(pg.rep.freeWait, func(x noc.NodeID) bool { return x == n })
+		if len(pg.rep.freeWait) == 0 {
+			e.commitFree(now, pg, pg.rep.freeing)
+		}
+		return
+	}
+	if !slices.Contains(pg.rep.oldBackups, n) {
 		return
 	}
 	if e.dbg != nil {
@@ -1333,6 +1447,11 @@ func (e *Engine) replTick(now time.Duration) {
 			continue
 		}
 		rep := pg.rep
+		if rep.freeing != nil {
+			busy = true
+			e.freeProgress(now, pg)
+			continue
+		}
 		if len(rep.backups) < e.cfg.Replicas-1 {
 			e.fillBackups(now, pg)
 		}

@@ -69,6 +69,7 @@ type Counters struct {
 	ReplQueries                   uint64 // questions to a page's home before a takeover
 	ReplAcquiresStopped           uint64 // this node's acquires of a page it took over, stopped and answered by the takeover
 	ReplSettled                   uint64 // takeovers settled: backups hold the page, fellows dropped theirs; its content shown from then on
+	ReplFreeWaits, ReplFreeAborts uint64 // frees that waited for the backups to drop their copies; of those, given up at the request's bound (the page lives on)
 	ReplAcksRefused               uint64 // backups' answers naming an epoch or a version of the page this owner never made: refused (never counted as held), the page sent whole again
 
 	// The split rule (split.go).
