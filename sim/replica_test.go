@@ -103,6 +103,9 @@ func TestSeedsFromSweeps(t *testing.T) {
 	} {
 		cfg := c.cfg
 		cfg.Seed, cfg.Replicas = c.seed, c.replicas
+		if c.replicas > 1 {
+			cfg.Flooders = -1 // found before flooders ran with replicas
+		}
 		r, err := Run(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -121,6 +124,9 @@ func TestSeedsFromSweeps(t *testing.T) {
 		replay := fmt.Sprintf("dpu-sim --seed %d --nodes %d --topo %s --faults %s --links %v --replicas %d", c.seed, cfg.Nodes, cfg.Topo, faults, cfg.Links, c.replicas)
 		if cfg.Lifecycle < 0 {
 			replay += " --lifecycle -1"
+		}
+		if cfg.Flooders < 0 {
+			replay += " --flooders -1"
 		}
 		if c.replicas > 1 && r.Lost > 0 {
 			t.Errorf("seed %d (%s): %d pages lost; replay: %s", c.seed, c.why, r.Lost, replay)

@@ -165,10 +165,8 @@ type Config struct {
 	// their allocator and checked. Default 4; negative: none.
 	Lifecycle int
 	// Flooders is how many hostile sessions flood their node with bursts
-	// of requests and close with them in flight (flood.go). Default 1 at
-	// R = 1 and none with replicas (an open problem: with them, flooders
-	// found two owners of a page and a freed extent back at version 0,
-	// dpu-sim seeds 103 and 11 at R = 3); negative: none.
+	// of requests and close with them in flight (flood.go). Default 1;
+	// negative: none.
 	Flooders int
 	// Placement runs the engines with placement = auto (shifting.go);
 	// Shifting is how many pages of the shifting-locality workload the run
@@ -233,7 +231,7 @@ func (c Config) withDefaults() Config {
 	if c.Phase <= 0 {
 		c.Phase = defaultPhase
 	}
-	if c.Flooders == 0 && c.Replicas <= 1 {
+	if c.Flooders == 0 {
 		c.Flooders = 1
 	}
 	return c

@@ -127,6 +127,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	neighbourhood := fs.Int("neighbourhood", 0, "if positive, each client works on that many cold pages of its own part of the page list (nodes with nearby ids share pages) and touches the hot pages 1% of the time: a workload that scales to large fabrics, where a hot page every node maps costs an update per node and write (with --cold about half the nodes, each page is shared by about 8 nodes)")
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	lifecycle := fs.Int("lifecycle", 0, "extents of the allocation lifecycle live at once: allocated, moved by another node, freed by their allocator and checked unreadable (default 4; -1: none)")
+	flooders := fs.Int("flooders", 0, "hostile sessions that flood their node with bursts of requests and close with them in flight (default 1; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	durable := fs.Bool("durable", false, "every node keeps its owned pages and backup copies in a durable page log on an in-memory disk that survives its crashes (a crash in the middle of a sync tears it); a restarted node reloads them (see docs/replication.md, \"Durable pages\"); with --faults powercut nothing may be lost")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
@@ -226,7 +227,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--placement %q: want off or auto", *placement)
 	}
-	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle}
+	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -331,6 +332,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *lifecycle != 0 {
 			replay += fmt.Sprintf(" --lifecycle %d", *lifecycle)
+		}
+		if *flooders != 0 {
+			replay += fmt.Sprintf(" --flooders %d", *flooders)
 		}
 		if *guarded != 0 {
 			replay += fmt.Sprintf(" --guarded %d", *guarded)
