@@ -381,8 +381,12 @@ type Engine struct {
 	ownerOps map[opKey]*ownerOp
 	commits  map[opKey]*commitRecord
 	handed   map[gva.GVA]*commitRecord // the latest commit per page: where it went
-	unrefd   map[gva.GVA]unrefMark     // the last unref sent per page (see OpAttach)
-	notices  map[gva.GVA]*notice
+	// copyAsked: pages homed here of an earlier run, without a record,
+	// that a backup's copy asked about before taking them over, and when
+	// (stale.go, copyAskedLately); at most copyAskedMax.
+	copyAsked map[gva.GVA]time.Duration
+	unrefd    map[gva.GVA]unrefMark // the last unref sent per page (see OpAttach)
+	notices   map[gva.GVA]*notice
 
 	// replication (replica.go)
 	copies    map[gva.GVA]*backupCopy
@@ -592,29 +596,30 @@ func New(cfg Config) (*Engine, error) {
 		store = NewMemStore(cfg.Pages)
 	}
 	e := &Engine{
-		cfg:      cfg,
-		self:     cfg.Self,
-		inc:      cfg.Incarnation,
-		nextPage: firstPage(cfg.AllocEpoch),
-		cache:    cache,
-		store:    store,
-		arb:      arb,
-		wheel:    arbiter.NewWheel[timer](cfg.TimerGranularity, 0),
-		sink:     cfg.Sink,
-		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^uint64(cfg.Self)<<32^cfg.Incarnation)),
-		pages:    make(map[gva.GVA]*page),
-		fetches:  make(map[gva.GVA]*fetch),
-		home:     make(map[gva.GVA]*homeRecord),
-		reqs:     make(map[uint64]*request),
-		ownerOps: make(map[opKey]*ownerOp),
-		commits:  make(map[opKey]*commitRecord),
-		handed:   make(map[gva.GVA]*commitRecord),
-		unrefd:   make(map[gva.GVA]unrefMark),
-		notices:  make(map[gva.GVA]*notice),
-		copies:   make(map[gva.GVA]*backupCopy),
-		copiesBy: make(map[noc.NodeID]map[gva.GVA]bool),
-		hints:    make(map[gva.GVA]ownerHint),
-		replies:  replies{recs: make(map[opKey]replyRecord)},
+		cfg:       cfg,
+		self:      cfg.Self,
+		inc:       cfg.Incarnation,
+		nextPage:  firstPage(cfg.AllocEpoch),
+		cache:     cache,
+		store:     store,
+		arb:       arb,
+		wheel:     arbiter.NewWheel[timer](cfg.TimerGranularity, 0),
+		sink:      cfg.Sink,
+		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^uint64(cfg.Self)<<32^cfg.Incarnation)),
+		pages:     make(map[gva.GVA]*page),
+		fetches:   make(map[gva.GVA]*fetch),
+		home:      make(map[gva.GVA]*homeRecord),
+		reqs:      make(map[uint64]*request),
+		ownerOps:  make(map[opKey]*ownerOp),
+		commits:   make(map[opKey]*commitRecord),
+		handed:    make(map[gva.GVA]*commitRecord),
+		copyAsked: make(map[gva.GVA]time.Duration),
+		unrefd:    make(map[gva.GVA]unrefMark),
+		notices:   make(map[gva.GVA]*notice),
+		copies:    make(map[gva.GVA]*backupCopy),
+		copiesBy:  make(map[noc.NodeID]map[gva.GVA]bool),
+		hints:     make(map[gva.GVA]ownerHint),
+		replies:   replies{recs: make(map[opKey]replyRecord)},
 
 		backedBy:      make(map[noc.NodeID]map[gva.GVA]bool),
 		backupUnreach: make(map[noc.NodeID]time.Duration),

@@ -140,6 +140,8 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 			return 0, 0, 0, syscall.ENOENT // this run allocated no such page
 		case rec == nil && e.learning():
 			return 0, 0, 0, syscall.EAGAIN // restarted lately: its owner will tell us
+		case rec == nil && e.staleAtHome(key) && (e.copiesMayReturn() || e.copyAskedLately(key)):
+			return 0, 0, 0, syscall.EAGAIN // a node came back lately: a copy may take it over
 		case rec == nil && e.staleAtHome(key):
 			return 0, 0, 0, syscall.ESTALE // an earlier run's page, lost with it (stale.go)
 		case rec == nil:

