@@ -128,6 +128,13 @@ func (s source) EngineCounters() metrics.EngineCounters {
 			Failovers: c.Promotions, FailoversRefused: c.ReplPromoteFailed, AcquiresStoppedByFailover: c.ReplAcquiresStopped,
 			PagesOwned: u.Owned, PagesReplica: u.Replicas, PagesBackup: u.Backups, PagesCapacity: u.Capacity,
 			PlaceOffers: c.PlaceOffers, PlaceMoves: c.PlaceMoves, WritesLocal: c.WritesLocal, WritesRemote: c.WritesRemote}
+		if t := s.a.tiers; t != nil {
+			st := t.store.Stats()
+			ec.Tiered = true
+			ec.TierUsed, ec.TierCapacity = t.store.Use()
+			ec.TierSpills, ec.TierDemotions, ec.TierReturns = st.Spills, st.Demotions, st.Returns
+			ec.TierSpillsRefused, ec.TierReadErrors = st.SpillRefused, st.ReadErrors
+		}
 	})
 	return ec
 }

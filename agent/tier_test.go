@@ -3,8 +3,10 @@ package agent_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +150,7 @@ func TestTierAgentHoldsPagesPastMemory(t *testing.T) {
 	nodes := startLine(t, 1, func(cfg *agent.Config) {
 		cfg.Pages = 64
 		cfg.Tiers = []agent.TierSpec{{Speed: gva.SpeedFastDisk, Path: path, Size: 64 << 20}}
+		cfg.MetricsListen = "127.0.0.1:0"
 	})
 	ctx := ctxT(t, 5*time.Minute)
 	c := dialHost(t, nodes[0])
@@ -193,6 +196,33 @@ func TestTierAgentHoldsPagesPastMemory(t *testing.T) {
 	if s := counter(t, nodes[0], "tier_fast_capacity"); s != uint64(tier.Slots(64<<20)) {
 		t.Fatalf("tier_fast_capacity %d", s)
 	}
+	// /metrics says the same.
+	body := get(t, "http://"+nodes[0].a.MetricsAddr().String()+"/metrics")
+	for _, want := range []string{
+		fmt.Sprintf(`dpu_tier_capacity_pages{tier="fast"} %d`, tier.Slots(64<<20)),
+		`dpu_tier_capacity_pages{tier="memory"} 64`,
+		`dpu_tier_moves_total{kind="return"} `,
+		`dpu_tier_read_errors_total 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	spills := metricLine(body, `dpu_tier_moves_total{kind="spill"} `)
+	if v, err := strconv.ParseFloat(spills, 64); err != nil || v < n-64 {
+		t.Errorf("dpu_tier_moves_total{kind=\"spill\"} %q, want at least %d", spills, n-64)
+	}
+}
+
+// metricLine returns the value of the /metrics line that starts with
+// prefix ("" if none).
+func metricLine(body, prefix string) string {
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func pattern(b []byte, i int) {

@@ -63,6 +63,15 @@ type EngineCounters struct {
 	// and the writes and atomics the owner took from its own host and from
 	// other nodes.
 	PlaceOffers, PlaceMoves, WritesLocal, WritesRemote uint64
+	// Tiers (a tiered page store, tier = fast|slow PATH SIZE): pages in
+	// memory and on the fast and slow disks, and their room; pages
+	// spilled to the fast disk, demoted to the slow one and brought back
+	// to memory; spills a full or failing disk refused; returns a disk
+	// could not read. Tiered is false without tiers.
+	Tiered                                 bool
+	TierUsed, TierCapacity                 [3]int
+	TierSpills, TierDemotions, TierReturns uint64
+	TierSpillsRefused, TierReadErrors      uint64
 }
 
 // HostObserver is told of every finished host request: the operation's
@@ -206,6 +215,11 @@ var (
 	descPagesCap      = desc("dpu_pages_capacity", "Physical pages this node may hold (config pages).")
 	descPlaceOffers   = desc("dpu_placement_offers_total", "Pages this owner offered to the node that dominates their writes (placement = auto).")
 	descPlaceMoves    = desc("dpu_placement_moves_total", "Pages that became owned here by placement.")
+	descTierPages     = desc("dpu_tier_pages", "Pages the tiered store holds, by tier (memory, fast, slow).", "tier")
+	descTierCap       = desc("dpu_tier_capacity_pages", "Pages each tier may hold (memory, fast, slow).", "tier")
+	descTierMoves     = desc("dpu_tier_moves_total", "Pages moved between tiers, by kind (spill: memory to the fast disk; demote: fast to slow; return: a disk back to memory).", "kind")
+	descTierRefused   = desc("dpu_tier_spills_refused_total", "Spills or demotions a full or failing disk refused (the pages stayed where they were).")
+	descTierReadErrs  = desc("dpu_tier_read_errors_total", "Returns of spilled pages a disk could not read.")
 	descOwnerWrites   = desc("dpu_owner_writes_total", "Writes and atomics applied at this owner, by origin (local: its own host; remote: other nodes).", "origin")
 	gpuLabels         = []string{"pid", "uid", "device", "command"}
 	descGPUMem        = desc("dpu_gpu_memory_used_bytes", "GPU memory a process uses.", gpuLabels...)
@@ -229,6 +243,7 @@ var allDescs = []*prometheus.Desc{descUp, descUptime, descLinkUp, descLinkPeer, 
 	descPathMerges, descPathEvictions, descOwned, descPins, descRevocations, descQueueDepth, descOldestWait, descAcquires,
 	descSwaps, descFailovers, descFailRefused, descFailAcquires, descPages, descPagesCap,
 	descPlaceOffers, descPlaceMoves, descOwnerWrites,
+	descTierPages, descTierCap, descTierMoves, descTierRefused, descTierReadErrs,
 	descNUMACPUs, descNUMAMem, descNUMAMemFree, descNUMANIC, descNUMABound, descNUMAPageMem}
 
 // the GPU metrics, per process (WithGPUProcesses) or per device
@@ -369,6 +384,17 @@ func (c snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descPages, float64(ec.PagesReplica), "replica")
 			gauge(descPages, float64(ec.PagesBackup), "backup")
 			gauge(descPagesCap, float64(ec.PagesCapacity))
+		}
+		if ec.Tiered {
+			for i, name := range []string{"memory", "fast", "slow"} {
+				gauge(descTierPages, float64(ec.TierUsed[i]), name)
+				gauge(descTierCap, float64(ec.TierCapacity[i]), name)
+			}
+			counter(descTierMoves, ec.TierSpills, "spill")
+			counter(descTierMoves, ec.TierDemotions, "demote")
+			counter(descTierMoves, ec.TierReturns, "return")
+			counter(descTierRefused, ec.TierSpillsRefused)
+			counter(descTierReadErrs, ec.TierReadErrors)
 		}
 	}
 	if ns, ok := src.(NUMASource); ok {

@@ -42,7 +42,8 @@ func sample() engineSource {
 	ch.Counters = append(ch.Counters, ctl.Counter{Name: "ups", Value: 4}, ctl.Counter{Name: "downs", Value: 3})
 	snap.Stats.Counters = append(snap.Stats.Counters, ctl.Counter{Name: "drop_no_route", Value: 2}, ctl.Counter{Name: "link_retransmits", Value: 9}, ctl.Counter{Name: "routes", Value: 3})
 	return engineSource{ctltest.NewSource(snap), EngineCounters{ReplicaAnswers: 7, Merges: 3, Evictions: 2, PinRevocations: 1, Acquires: 5, Swaps: 4, Failovers: 6, FailoversRefused: 1, AcquiresStoppedByFailover: 2,
-		PagesOwned: 2, PagesReplica: 5, PagesBackup: 3, PagesCapacity: 64}}
+		PagesOwned: 2, PagesReplica: 5, PagesBackup: 3, PagesCapacity: 64,
+		Tiered: true, TierUsed: [3]int{40, 9, 2}, TierCapacity: [3]int{48, 16, 64}, TierSpills: 11, TierDemotions: 3, TierReturns: 7, TierSpillsRefused: 1, TierReadErrors: 2}}
 }
 
 // scrape serves e on a loopback port and parses one scrape.
@@ -154,6 +155,12 @@ func TestScrape(t *testing.T) {
 		{"dpu_pages", map[string]string{"kind": "backup"}, 3},
 		{"dpu_pages", map[string]string{"kind": "replica"}, 5},
 		{"dpu_pages_capacity", nil, 64},
+		{"dpu_tier_pages", map[string]string{"tier": "fast"}, 9},
+		{"dpu_tier_capacity_pages", map[string]string{"tier": "slow"}, 64},
+		{"dpu_tier_moves_total", map[string]string{"kind": "spill"}, 11},
+		{"dpu_tier_moves_total", map[string]string{"kind": "return"}, 7},
+		{"dpu_tier_spills_refused_total", nil, 1},
+		{"dpu_tier_read_errors_total", nil, 2},
 		{"dpu_failovers_total", nil, 6},
 		{"dpu_failovers_refused_total", nil, 1},
 		{"dpu_failover_acquires_answered_total", nil, 2},
