@@ -452,11 +452,12 @@ func (a *Agent) endStepLocked(now time.Duration) []coherence.Completion {
 	// clock's) are best taken as late as the core allows.
 	now = max(now, a.now())
 	a.stepAt = now
-	if a.pageLog != nil && a.stopErr.Load() == nil {
-		if err := a.engine.DurableErr(); err != nil {
-			// A sync of the durable pages failed: the engine stopped
-			// (nothing of that step left it), and so does the agent.
-			a.log.Error("durable pages: sync failed; the agent stops", "err", err)
+	if a.stopErr.Load() == nil && a.engine != nil {
+		if err := a.engine.StopErr(); err != nil {
+			// Its storage failed (a sync of the durable pages, a page a
+			// disk tier could not read back): the engine stopped (nothing
+			// of that step left it), and so does the agent.
+			a.log.Error("page storage failed; the agent stops", "err", err)
 			stop := fmt.Errorf("agent: %w", err)
 			a.stopErr.CompareAndSwap(nil, &stop)
 			a.w.ring()

@@ -92,14 +92,22 @@ func (e *Engine) persist() {
 	clear(e.durHomes)
 	for _, key := range slices.SortedFunc(maps.Keys(e.durDirty), gva.Compare) {
 		if pg := e.pages[key]; pg != nil && pg.owner && pg.has {
+			content := e.pageBytes(pg)
+			if e.durErr != nil {
+				return // its store could not read it back: stopped, nothing synced
+			}
 			l.Put(pagelog.Page{Key: key, Owned: true, Owner: e.self, OwnerInc: e.inc, Epoch: pg.epoch, Version: pg.version,
-				Huge: pg.huge, Backups: e.Backups(key), Attr: pg.attr, HasAttr: pg.hasAttr, Content: e.pageBytes(pg)})
+				Huge: pg.huge, Backups: e.Backups(key), Attr: pg.attr, HasAttr: pg.hasAttr, Content: content})
 			continue
 		}
 		if c := e.copies[key]; c != nil {
+			content := e.copyBytes(c)
+			if e.durErr != nil {
+				return
+			}
 			l.Put(pagelog.Page{Key: key, Owner: c.owner, OwnerInc: c.ownerInc, Epoch: c.epoch, Version: c.version,
 				Huge: c.huge, Rank: c.rank, Backups: c.backups, Heir: c.heir, HeirInc: c.heirInc, HasHeir: c.hasHeir,
-				Attr: c.attr, HasAttr: c.hasAttr, Content: e.copyBytes(c)})
+				Attr: c.attr, HasAttr: c.hasAttr, Content: content})
 			continue
 		}
 		l.Drop(key, e.durDirty[key])
@@ -107,9 +115,18 @@ func (e *Engine) persist() {
 	clear(e.durDirty)
 	e.stats.DurableSyncs++
 	if err := l.Sync(); err != nil {
-		e.durErr = fmt.Errorf("coherence: durable pages: %w", err)
-		e.outbox = e.outbox[:0]
+		e.stopOn(fmt.Errorf("coherence: durable pages: %w", err))
 	}
+}
+
+// stopOn stops the engine on a failure of its storage (a sync of the
+// durable pages, a page a disk tier cannot read back): nothing of the
+// current step leaves the node, and nothing more does (StopErr).
+func (e *Engine) stopOn(err error) {
+	if e.durErr == nil {
+		e.durErr = err
+	}
+	e.outbox = e.outbox[:0]
 }
 
 // goneHere reports whether this node's durable log says that, before it
@@ -122,8 +139,13 @@ func (e *Engine) goneHere(key gva.GVA, epoch uint64) (uint64, bool) {
 }
 
 // DurableErr is the error that stopped the engine (a failed sync of its
-// durable pages), nil while it runs.
+// durable pages, or a page its store could not read back), nil while it
+// runs; StopErr is the same.
 func (e *Engine) DurableErr() error { return e.durErr }
+
+// StopErr is the storage failure that stopped the engine, nil while it
+// runs.
+func (e *Engine) StopErr() error { return e.durErr }
 
 // restore loads the home records of the durable log, and its pages as
 // backup copies.

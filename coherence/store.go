@@ -139,8 +139,26 @@ func (e *Engine) copyBytes(c *backupCopy) []byte {
 	return c.content
 }
 
+// FailingStore is a PageStore that can fail to give back a page it holds
+// (a disk tier that cannot read it): ReadFailure says why the last Lookup
+// that returned false did, nil if it found nothing to give.
+type FailingStore interface {
+	ReadFailure() error
+}
+
 func (e *Engine) storeLookup(key gva.GVA) []byte {
 	p, ok := e.store.Lookup(key)
+	if !ok {
+		if fs, isFS := e.store.(FailingStore); isFS {
+			if err := fs.ReadFailure(); err != nil {
+				// The disk holding the page failed: the node stops, as on
+				// a failed sync (durable.go); nothing of this step leaves
+				// it, so the blank page handed back is never seen.
+				e.stopOn(fmt.Errorf("coherence: page store: %w", err))
+				return make([]byte, gva.PageSize)
+			}
+		}
+	}
 	if !ok || len(p) != gva.PageSize {
 		e.broken(e.now, "page %v: its record's slice was dropped and the store does not give it back (%d bytes, found %v)", key, len(p), ok)
 	}

@@ -2,6 +2,8 @@ package tier_test
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +34,7 @@ type pair struct {
 	eng   [2]*coherence.Engine
 	sinks [2]*sink
 	store *tier.Store
+	fast  *tier.MemFile
 	next  uint64
 }
 
@@ -41,7 +44,8 @@ func newPair(t *testing.T, fastSlots int) *pair {
 		t.Fatal(err)
 	}
 	x := &pair{t: t}
-	s, err := tier.New(tier.Config{Memory: 64, Fast: tier.NewMemFile("fast.tier", int64(fastSlots+1)*tier.SlotSize, 1), Poison: true})
+	x.fast = tier.NewMemFile("fast.tier", int64(fastSlots+1)*tier.SlotSize, 1)
+	s, err := tier.New(tier.Config{Memory: 64, Fast: x.fast, Poison: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,4 +246,44 @@ func TestEngineOwnershipMovesThroughSpilledPages(t *testing.T) {
 		t.Fatalf("%d spills, %d returns: the pages did not move between tiers", spills, returns)
 	}
 	t.Logf("%d ops (%d lock/unlock pairs), %d spills, %d returns", ops, locks, spills, returns)
+}
+
+// TestEngineStopsWhenADiskCannotGiveAPageBack: a page on the fast tier
+// that the disk cannot read back stops the engine with an error naming
+// the page and the file (the agent stops on it, and a backup takes its
+// pages over), without a panic, and nothing of the step leaves the node:
+// the remote reader's ref gets no content, never a blank page.
+func TestEngineStopsWhenADiskCannotGiveAPageBack(t *testing.T) {
+	const n = 200
+	x := newPair(t, n)
+	pages := make([]gva.GVA, n)
+	content := make([]byte, gva.PageSize)
+	for i := range n {
+		pages[i] = x.ok(0, coherence.Request{Op: coherence.HostAlloc}).GVA
+		fill(content, i, 1)
+		x.ok(0, coherence.Request{Op: coherence.HostStore, GVA: pages[i], Data: content})
+	}
+	spilled := -1
+	for i := range n {
+		if x.store.Speed(pages[i]) == gva.SpeedFastDisk {
+			spilled = i
+			break
+		}
+	}
+	if spilled < 0 {
+		t.Fatal("no page on the fast tier")
+	}
+	x.fast.FailReads = tier.ErrInjected
+	x.next++
+	id := x.next
+	x.eng[1].Submit(x.f.Now(), coherence.Request{ID: id, Op: coherence.HostRef, GVA: pages[spilled]}, x.f.Cores[1])
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].StopErr() != nil })
+	err := x.eng[0].StopErr()
+	if err == nil || !errors.Is(err, tier.ErrInjected) || !strings.Contains(err.Error(), "fast.tier") || !strings.Contains(err.Error(), pages[spilled].Key().String()) {
+		t.Fatalf("engine's stop error %v, want one naming the page, the file and the disk's error", err)
+	}
+	x.f.Run(50 * time.Millisecond)
+	if c, ok := x.sinks[1].done[id]; ok && c.Err == nil {
+		t.Fatal("the remote ref was answered by a node whose disk failed")
+	}
 }

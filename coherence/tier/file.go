@@ -130,9 +130,9 @@ type MemFile struct {
 	synced  []byte
 	pending []memWrite
 	rng     *rand.Rand
-	// FailWrites and FailSyncs, while set, make WriteAt and Sync fail
-	// with them (a full or failing disk).
-	FailWrites, FailSyncs error
+	// FailReads, FailWrites and FailSyncs, while set, make ReadAt,
+	// WriteAt and Sync fail with them (a full or failing disk).
+	FailReads, FailWrites, FailSyncs error
 	// CrashAtSync, if positive, makes the CrashAtSync-th Sync from now
 	// a power cut in the middle of the sync: Crash, then ErrInjected.
 	CrashAtSync int
@@ -154,6 +154,9 @@ func NewMemFile(name string, size int64, seed uint64) *MemFile {
 // ReadAt implements File: what was written, synced or not.
 func (m *MemFile) ReadAt(p []byte, off int64) (int, error) {
 	m.Reads++
+	if m.FailReads != nil {
+		return 0, m.FailReads
+	}
 	if off < 0 || off+int64(len(p)) > int64(len(m.synced)) {
 		return 0, fmt.Errorf("tier: read of %d bytes at %d past the end of %s", len(p), off, m.name)
 	}

@@ -83,6 +83,7 @@ type Store struct {
 	disks     [2]*disk // fast, slow (nil when absent)
 	spilled   map[gva.GVA]spot
 	seq       uint64
+	readErr   error // the last Lookup's read failure (ReadFailure)
 	stats     Stats
 	refused   bool // the last spill was refused (memory may stay full)
 	recovered []gva.GVA
@@ -219,9 +220,11 @@ func (s *Store) Lookup(key gva.GVA) ([]byte, bool) {
 		// The page stays where it is: a later access tries again.
 		s.stats.ReadErrors++
 		s.stats.LastErr = err
+		s.readErr = fmt.Errorf("page %v on %s: %w", key, d.f.Name(), err)
 		s.spare = append(s.spare, p)
 		return nil, false
 	}
+	s.readErr = nil
 	d.release(sp.slot)
 	delete(s.spilled, key)
 	s.admit(key, sp.huge, p)
@@ -273,6 +276,11 @@ func (s *Store) Use() (used, capacity [3]int) {
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats { return s.stats }
+
+// ReadFailure implements coherence.FailingStore: why the last Lookup of a
+// page the store holds on disk could not give it back (nil after a
+// Lookup that did).
+func (s *Store) ReadFailure() error { return s.readErr }
 
 // Close closes the tier files.
 func (s *Store) Close() error {
