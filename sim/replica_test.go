@@ -232,3 +232,37 @@ func TestReloadsDuringAFailoverFindThePage(t *testing.T) {
 		}
 	}
 }
+
+// TestTieredStoresUnderFaults: every node over a tiered store of 16
+// memory pages and a fast disk tier (frames poisoned when a page leaves
+// them), every fault, at R = 1 and 2: pages spill and come back under
+// every protocol step, and every check holds. (With durable pages and a
+// power cut, seed 32 loses acknowledged writes: an open problem,
+// docs/simulator.md.)
+func TestTieredStoresUnderFaults(t *testing.T) {
+	for _, c := range []struct {
+		replicas int
+		durable  bool
+	}{{1, false}, {2, false}} {
+		faults := FaultsAll
+		if c.durable {
+			faults |= FaultPowercut
+		}
+		spills := 0
+		for i := range seedsToRun(t, 6) {
+			seed := uint64(i + 1)
+			r, err := Run(Config{Seed: seed, Nodes: 16, Topo: "smallworld", Faults: faults, Replicas: c.replicas, Durable: c.durable, Tiers: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spills += r.TierSpills
+			if !r.OK() {
+				t.Errorf("seed %d R=%d durable=%v: %d violations %v; replay: dpu-sim --seed %d --nodes 16 --topo smallworld --tiers --replicas %d (--faults all,powercut --durable if durable)",
+					seed, c.replicas, c.durable, len(r.Violations), r.Violations, seed, c.replicas)
+			}
+		}
+		if spills == 0 {
+			t.Errorf("R=%d durable=%v: no page spilled: the test did not exercise the tiers", c.replicas, c.durable)
+		}
+	}
+}

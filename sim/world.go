@@ -14,6 +14,7 @@ import (
 	"github.com/aitherion/dpu/arbiter"
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/coherence/pagelog"
+	"github.com/aitherion/dpu/coherence/tier"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/internal/timeq"
 	"github.com/aitherion/dpu/noc"
@@ -134,6 +135,13 @@ type Config struct {
 	// pages, a path cache a little larger and an idle TTL, so that
 	// entries age out and maps hit the capacity rule.
 	SmallCache bool
+	// Tiers gives every node a tiered page store (coherence/tier): 16
+	// pages of memory over a fast disk tier (an in-memory file) with room
+	// for the rest, so that pages spill and come back under every
+	// protocol step (the agent's tier = fast PATH SIZE). A restarted node
+	// starts with an empty store, as the agent drops an earlier run's
+	// spilled pages.
+	Tiers bool
 	// CheckEvery is the period of the continuous ownership check (default
 	// 200µs; negative: only at the end).
 	CheckEvery time.Duration
@@ -253,6 +261,9 @@ type Result struct {
 	Frames      uint64 // datagrams (frames, with abstract links) put on wires
 	Swaps       uint64 // ownership transfers completed
 	Evictions   int    // path cache entries aged out
+	// TierSpills, TierReturns: pages the live nodes' tiered stores spilled
+	// to disk and brought back (Config.Tiers), at the end.
+	TierSpills, TierReturns int
 	Lost        int    // pages lost with a failed owner
 	Failovers   int    // pages a backup took over from a failed owner (replicas > 1)
 	// Host sessions: opened, closed by their client (everything they held
@@ -392,6 +403,7 @@ type World struct {
 }
 
 type simNode struct {
+	tiers *tier.Store // its tiered store (Config.Tiers), this run's
 	id     noc.NodeID
 	core   *node.Core
 	hosts  *coherence.Hosts // the host sessions in front of eng
@@ -517,6 +529,16 @@ func (w *World) boot(n *simNode) error {
 		ec.Pages = max(4, (w.cfg.HotPages+w.cfg.ColdPages)/2)
 		ec.PathCache = pathcache.Config{MaxEntries: ec.Pages + 4, IdleTTL: 15 * time.Millisecond}
 	}
+	if w.cfg.Tiers {
+		const memory = 16
+		fast := tier.NewMemFile(fmt.Sprintf("node%d/fast.tier", n.id), int64(ec.Pages-memory+1)*tier.SlotSize, w.nodeRNG.Uint64())
+		st, err := tier.New(tier.Config{Memory: memory, Fast: fast, Poison: true})
+		if err != nil {
+			return fmt.Errorf("sim: node %d: %w", n.id, err)
+		}
+		ec.Store = st
+		n.tiers = st
+	}
 	ec.Tracer = w.check.tracer()
 	ec.Bug = w.cfg.Bug
 	ec.Replicas = w.cfg.Replicas
@@ -639,6 +661,11 @@ func (w *World) Finish() Result {
 			st := n.eng.Stats()
 			w.res.Swaps += st.SwapsCompleted
 			w.res.Evictions += int(st.Evictions)
+			if n.tiers != nil {
+				ts := n.tiers.Stats()
+				w.res.TierSpills += int(ts.Spills)
+				w.res.TierReturns += int(ts.Returns)
+			}
 			ls := n.hosts.LocalLocks()
 			w.res.LockWaits += int(ls.Waits)
 			w.res.LockHandOffs += int(ls.HandOffs)

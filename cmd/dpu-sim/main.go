@@ -123,6 +123,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	jobs := fs.Int("j", runtime.GOMAXPROCS(0), "seeds run in parallel")
 	verbose := fs.Bool("v", false, "print the trace of a single seed")
 	smallCache := fs.Bool("small-cache", false, "physical pages for half the workload's pages, small path caches with an idle TTL (evictions, capacity rule)")
+	tiers := fs.Bool("tiers", false, "every node keeps its pages in a tiered store: 16 pages of memory over a fast disk tier (an in-memory file) for the rest, so pages spill and come back under every protocol step")
 	cold := fs.Int("cold", 0, "cold pages (default 12)")
 	neighbourhood := fs.Int("neighbourhood", 0, "if positive, each client works on that many cold pages of its own part of the page list (nodes with nearby ids share pages) and touches the hot pages 1% of the time: a workload that scales to large fabrics, where a hot page every node maps costs an update per node and write (with --cold about half the nodes, each page is shared by about 8 nodes)")
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
@@ -227,7 +228,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--placement %q: want off or auto", *placement)
 	}
-	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders}
+	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, Tiers: *tiers, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -269,7 +270,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	wg.Wait()
 	prog.stop()
 
-	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, lockWaits, handOffs int
+	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, lockWaits, handOffs, spills, returns int
 	var swaps uint64
 	var shift sim.ShiftResult
 	errorsBy := map[syscall.Errno]int{}
@@ -286,6 +287,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		swaps += r.Swaps
 		lost += r.Lost
 		failovers += r.Failovers
+		spills, returns = spills+r.TierSpills, returns+r.TierReturns
 		connects, disconnects, aborts = connects+r.Connects, disconnects+r.Disconnects, aborts+r.Aborts
 		lockWaits, handOffs = lockWaits+r.LockWaits, handOffs+r.LockHandOffs
 		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
@@ -311,6 +313,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
 	fmt.Fprintln(stdout, errorsLine(errorsBy))
+	if *tiers {
+		fmt.Fprintf(stdout, "tiers: %d pages spilled to the fast disk, %d brought back (the live nodes' stores at the end)\n", spills, returns)
+	}
 	if *shifting > 0 || placeOn {
 		fmt.Fprintln(stdout, shiftLine(*placement, shift))
 	}
@@ -329,6 +334,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *durable {
 			replay += " --durable"
+		}
+		if *tiers {
+			replay += " --tiers"
 		}
 		if *lifecycle != 0 {
 			replay += fmt.Sprintf(" --lifecycle %d", *lifecycle)
