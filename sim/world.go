@@ -264,8 +264,8 @@ type Result struct {
 	// TierSpills, TierReturns: pages the live nodes' tiered stores spilled
 	// to disk and brought back (Config.Tiers), at the end.
 	TierSpills, TierReturns int
-	Lost        int    // pages lost with a failed owner
-	Failovers   int    // pages a backup took over from a failed owner (replicas > 1)
+	Lost                    int // pages lost with a failed owner
+	Failovers               int // pages a backup took over from a failed owner (replicas > 1)
 	// Host sessions: opened, closed by their client (everything they held
 	// released by the core), requests abandoned by their caller.
 	Connects, Disconnects, Aborts int
@@ -403,7 +403,7 @@ type World struct {
 }
 
 type simNode struct {
-	tiers *tier.Store // its tiered store (Config.Tiers), this run's
+	tiers  *tier.Store // its tiered store (Config.Tiers), this run's
 	id     noc.NodeID
 	core   *node.Core
 	hosts  *coherence.Hosts // the host sessions in front of eng
