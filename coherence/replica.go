@@ -1130,32 +1130,46 @@ func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 		return
 	}
 	rep.oldSent = now
-	keep := make([]noc.NodeID, 0, len(rep.oldBackups))
+	left := rep.oldBackups[:0:0]
 	for _, n := range rep.oldBackups {
-		if slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) || n == e.self {
-			continue // one of ours: our epoch replaced its copy
+		if !slices.ContainsFunc(rep.backups, func(b backupLink) bool { return b.node == n }) && n != e.self {
+			left = append(left, n) // else one of ours: our epoch replaced its copy
 		}
+	}
+	rep.oldBackups = e.askDrops(now, pg, left, &rep.oldUnreach)
+}
+
+// askDrops tells each of nodes to drop its copy of pg, owned here, and
+// asks it whether it still keeps one (a probe with epoch 0: its answer
+// without goneHolds confirms the drop, standInReleased); it returns the
+// nodes still to confirm. A node routing has lost for FailoverGrace
+// (unreach: since when) is taken for dead, as a lost backup is, and told
+// once more for if it ever comes back, but only where this node decides
+// and pg is not fenced: beyond a split it may still hold the copy and
+// take the page over.
+func (e *Engine) askDrops(now time.Duration, pg *page, nodes []noc.NodeID, unreach *map[noc.NodeID]time.Duration) []noc.NodeID {
+	keep := nodes[:0]
+	for _, n := range nodes {
 		if _, _, ok := e.rt.NextHop(n); !ok {
-			since, seen := rep.oldUnreach[n]
+			since, seen := (*unreach)[n]
 			switch {
 			case !seen:
-				if rep.oldUnreach == nil {
-					rep.oldUnreach = map[noc.NodeID]time.Duration{}
+				if *unreach == nil {
+					*unreach = map[noc.NodeID]time.Duration{}
 				}
-				rep.oldUnreach[n] = now
+				(*unreach)[n] = now
 			case now-since >= e.cfg.FailoverGrace && (!e.decides() || e.fenced(pg)):
-				e.stats.SplitHeld++ // a stand-in on the other side of a split may take the page over
+				e.stats.SplitHeld++ // on the other side of a split it may take the page over
 			case now-since >= e.cfg.FailoverGrace:
-				delete(rep.oldUnreach, n)
+				delete(*unreach, n)
 				e.sendDrop(n, pg.key, pg.epoch)
 				continue
 			}
 			keep = append(keep, n)
 			continue
 		}
-		delete(rep.oldUnreach, n)
+		delete(*unreach, n)
 		e.sendDrop(n, pg.key, pg.epoch)
-		// Epoch 0 in the probe: the answer says whether n keeps any copy.
 		var b [replAckLn]byte
 		binary.BigEndian.PutUint64(b[8:], e.inc)
 		b[16] = ackProbe
@@ -1164,7 +1178,7 @@ func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 		e.stats.ReplProbes++
 		keep = append(keep, n)
 	}
-	rep.oldBackups = keep
+	return keep
 }
 
 // startFreeing starts the free r of pg, replicated and owned here: its
@@ -1201,43 +1215,11 @@ func (e *Engine) startFreeing(now time.Duration, pg *page, r *request) {
 // fenced: beyond a split it may still hold the copy.
 func (e *Engine) freeProgress(now time.Duration, pg *page) {
 	rep := pg.rep
+	if len(rep.freeWait) > 0 && (rep.freeSent == 0 || now-rep.freeSent >= e.cfg.RetryInterval) {
+		rep.freeSent = now
+		rep.freeWait = e.askDrops(now, pg, rep.freeWait, &rep.freeUnrch)
+	}
 	if len(rep.freeWait) == 0 {
-		e.commitFree(now, pg, rep.freeing)
-		return
-	}
-	if rep.freeSent != 0 && now-rep.freeSent < e.cfg.RetryInterval {
-		return
-	}
-	rep.freeSent = now
-	keep := rep.freeWait[:0]
-	for _, n := range rep.freeWait {
-		if _, _, ok := e.rt.NextHop(n); !ok {
-			since, seen := rep.freeUnrch[n]
-			switch {
-			case !seen:
-				if rep.freeUnrch == nil {
-					rep.freeUnrch = map[noc.NodeID]time.Duration{}
-				}
-				rep.freeUnrch[n] = now
-			case now-since >= e.cfg.FailoverGrace && e.decides() && !e.fenced(pg):
-				e.sendDrop(n, pg.key, pg.epoch) // if it ever comes back
-				continue
-			}
-			keep = append(keep, n)
-			continue
-		}
-		delete(rep.freeUnrch, n)
-		e.sendDrop(n, pg.key, pg.epoch)
-		var b [replAckLn]byte
-		binary.BigEndian.PutUint64(b[8:], e.inc)
-		b[16] = ackProbe // epoch 0: the answer says whether n keeps any copy
-		f := newFrame(noc.ClassControl, OpReplicateAck, 0, e.self, n, 0, pg.key, pg.version, b[:])
-		e.sendNode(&f)
-		e.stats.ReplProbes++
-		keep = append(keep, n)
-	}
-	rep.freeWait = keep
-	if len(keep) == 0 {
 		e.commitFree(now, pg, rep.freeing)
 	}
 }
