@@ -69,6 +69,15 @@ type ghost struct {
 	staged map[gva.Version][]byte
 	// ackedMax is the newest version an acknowledged write made.
 	ackedMax gva.Version
+	// With durable pages: the version and content the page had before the
+	// step (at appliedAt) in which applier applied its latest versions:
+	// what tornSync takes the page back to when that step's sync tore and
+	// applier's disk holds no owned state of it.
+	applier     noc.NodeID
+	applierSet  bool
+	appliedAt   time.Duration
+	fromVersion gva.Version
+	fromContent []byte
 }
 
 type history struct {
@@ -154,6 +163,10 @@ func (c *checker) Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, 
 	}
 	if v != g.version+1 {
 		c.violate("page %v: node %v applied version %d after version %d", key, self, v, g.version)
+	}
+	if c.w.cfg.Durable && (!g.applierSet || g.applier != self || g.appliedAt != c.w.now) {
+		g.applier, g.applierSet, g.appliedAt, g.fromVersion = self, true, c.w.now, g.version
+		g.fromContent = append(g.fromContent[:0], g.content[:]...)
 	}
 	copy(g.content[off:], data)
 	g.version = v
@@ -276,8 +289,18 @@ func (c *checker) tornSync(n *simNode) {
 		switch {
 		case !ok:
 			// Lost, unless an earlier owner's disk kept it (its handover's
-			// commit torn too): decided at the end.
+			// commit torn too, or a stand-in copy): decided at the end.
+			// n took it in the step whose sync tore (a step that synced
+			// would have logged it as owned), and nobody saw what it
+			// applied in that step: taken back.
 			g.maybeLost, g.failingOver = true, true
+			if g.applierSet && g.applier == n.id && g.appliedAt == c.w.now && g.fromVersion < g.version {
+				for v := g.fromVersion + 1; v <= g.version; v++ {
+					delete(g.log, v)
+				}
+				g.version = g.fromVersion
+				copy(g.content[:], g.fromContent)
+			}
 		case p.Version < g.version:
 			for v := p.Version + 1; v <= g.version; v++ {
 				delete(g.log, v)

@@ -236,9 +236,11 @@ func TestReloadsDuringAFailoverFindThePage(t *testing.T) {
 // TestTieredStoresUnderFaults: every node over a tiered store of 16
 // memory pages and a fast disk tier (frames poisoned when a page leaves
 // them), every fault, at R = 1 and 2: pages spill and come back under
-// every protocol step, and every check holds. (With durable pages and a
-// power cut, seed 32 loses acknowledged writes: an open problem,
-// docs/simulator.md.)
+// every protocol step, and every check holds. With durable pages and a
+// power cut, seed 32: a handover's heir applied two writes in the step
+// whose sync the cut tore, and the stand-in took the page back without
+// them; the checker counted them as acknowledged writes lost, though
+// nothing of that step left the heir (it now takes them back).
 func TestTieredStoresUnderFaults(t *testing.T) {
 	for _, c := range []struct {
 		replicas int
@@ -264,5 +266,12 @@ func TestTieredStoresUnderFaults(t *testing.T) {
 		if spills == 0 {
 			t.Errorf("R=%d durable=%v: no page spilled: the test did not exercise the tiers", c.replicas, c.durable)
 		}
+	}
+	r, err := Run(Config{Seed: 32, Nodes: 16, Topo: "smallworld", Faults: FaultsAll | FaultPowercut, Durable: true, Tiers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.Lost != 0 {
+		t.Errorf("seed 32, durable, tiers: %d lost, %d violations %v; replay: dpu-sim --seed 32 --nodes 16 --topo smallworld --faults all,powercut --durable --tiers", r.Lost, len(r.Violations), r.Violations)
 	}
 }
