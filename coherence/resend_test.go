@@ -2,8 +2,10 @@ package coherence
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -581,5 +583,55 @@ func TestOwnHostsAtomicSentAgainBeforeItsSwapIsAppliedOnce(t *testing.T) {
 				t.Fatalf("%d atomics applied for one fetch-add", n)
 			}
 		})
+	}
+}
+
+func TestWriteAnsweredUnknownEndsSoAtAFailover(t *testing.T) {
+	// R = 2, owners keeping one reply record. Node 4's two fetch-adds on
+	// node 0's page make node 0 drop the first one's record for room, so
+	// its records no longer cover a re-sent request's life. Node 3's CAS
+	// 0→1: its first copy is lost, its re-sent copy reaches node 0, which
+	// has no record of it: "outcome unknown". Node 3 still counts the first
+	// copy out and waits for it. Node 0 dies and its backup takes the page
+	// over: the CAS an owner already answered "outcome unknown" must end
+	// so at once (ETIMEDOUT, counted as failed in flight), not go again to
+	// the new owner.
+	lose := func(self noc.NodeID, f *noc.Frame) bool { return firstCopy(f, 3) }
+	lc := fastLinks()
+	slow := slowRequests(2, lc)
+	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) { slow(c); c.MaxReplies = 1 }, lose)
+	p := x.alloc(0)
+	x.settle()
+	for range 2 {
+		x.ok(4, Request{Op: HostFetchAdd, GVA: p.WithOffset(8), Operand: 1})
+	}
+	if n := x.eng[0].Stats().RepliesForgotten; n < 1 {
+		t.Fatalf("the owner forgot %d reply records for room, want at least 1", n)
+	}
+	id := x.submit(3, Request{Op: HostCAS, GVA: p, Expected: 0, Operand: 1})
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].Stats().ResendsUnknown >= 1 })
+	if n := x.eng[0].Stats().ResendsUnknown; n < 1 {
+		t.Fatal("the owner did not answer the re-sent CAS \"outcome unknown\"")
+	}
+	x.f.Run(10 * time.Millisecond) // the answer reaches node 3
+	if _, done := x.sinks[3].done[id]; done {
+		t.Fatalf("the CAS ended while its first copy counts as out: %v", x.result(3, id))
+	}
+	backup := x.eng[0].Backups(p.Key())[0]
+	x.f.Kill(0)
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[3].done[id]; return ok })
+	c := x.result(3, id)
+	if !errors.Is(c.Err, syscall.ETIMEDOUT) {
+		t.Fatalf("CAS answered \"outcome unknown\" before the failover: %v, want ETIMEDOUT", c)
+	}
+	st := x.eng[3].Stats()
+	if st.ReplFailedInFlight != 1 || st.ReplResentInFlight != 0 {
+		t.Fatalf("node 3 counts %d writes failed and %d re-sent at the failover, want 1 and 0", st.ReplFailedInFlight, st.ReplResentInFlight)
+	}
+	if n := x.eng[backup].Stats().Atomics; n != 0 {
+		t.Fatalf("the new owner applied the CAS (%d atomics)", n)
+	}
+	if got := x.word(int(backup), p); got != 0 {
+		t.Fatalf("the word is %d, no copy of the CAS was applied", got)
 	}
 }
