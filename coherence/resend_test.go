@@ -635,3 +635,50 @@ func TestWriteAnsweredUnknownEndsSoAtAFailover(t *testing.T) {
 		t.Fatalf("the word is %d, no copy of the CAS was applied", got)
 	}
 }
+
+func TestWriteAnsweredUnknownIsNotSentAgainAtARouteChange(t *testing.T) {
+	// The setup of TestWriteAnsweredUnknownEndsSoAtAFailover: node 3's
+	// CAS, its first copy lost, its re-sent copy answered "outcome
+	// unknown" by an owner whose records do not cover it. Node 3 waits for
+	// the first copy until the bound. A route change at node 3 (link 4–5
+	// cut) re-sends the writes in flight: not this one, whose copies an
+	// owner can no longer answer.
+	lose := func(self noc.NodeID, f *noc.Frame) bool { return firstCopy(f, 3) }
+	lc := fastLinks()
+	slow := slowRequests(2, lc)
+	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) { slow(c); c.MaxReplies = 1 }, lose)
+	p := x.alloc(0)
+	x.settle()
+	for range 2 {
+		x.ok(4, Request{Op: HostFetchAdd, GVA: p.WithOffset(8), Operand: 1})
+	}
+	id := x.submit(3, Request{Op: HostCAS, GVA: p, Expected: 0, Operand: 1})
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].Stats().ResendsUnknown >= 1 })
+	if n := x.eng[0].Stats().ResendsUnknown; n < 1 {
+		t.Fatal("the owner did not answer the re-sent CAS \"outcome unknown\"")
+	}
+	x.f.Run(300 * time.Millisecond) // the answer, and any copy already due, have gone
+	if _, done := x.sinks[3].done[id]; done {
+		t.Fatalf("the CAS ended while its first copy counts as out: %v", x.result(3, id))
+	}
+	resends, unknown := x.eng[3].Stats().Resends, x.eng[0].Stats().ResendsUnknown
+	v := x.f.Cores[3].RoutesVersion()
+	if err := x.f.SetLink(4, 5, false); err != nil {
+		t.Fatal(err)
+	}
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.f.Cores[3].RoutesVersion() != v })
+	if x.f.Cores[3].RoutesVersion() == v {
+		t.Fatal("node 3's routes did not change after the cut")
+	}
+	x.f.Run(100 * time.Millisecond)
+	if _, done := x.sinks[3].done[id]; done {
+		t.Fatalf("the CAS ended before its bound: %v", x.result(3, id))
+	}
+	if n, u := x.eng[3].Stats().Resends, x.eng[0].Stats().ResendsUnknown; n != resends || u != unknown {
+		t.Fatalf("after the route change node 3 counts %d resends (was %d), the owner %d answered unknown (was %d): "+
+			"a CAS answered \"outcome unknown\" was sent again", n, resends, u, unknown)
+	}
+	if got := x.word(0, p); got != 0 {
+		t.Fatalf("the word is %d, no copy of the CAS was applied", got)
+	}
+}
