@@ -417,3 +417,42 @@ func TestStripedPortFlushesEveryChannel(t *testing.T) {
 		t.Fatalf("flush with channel 1 failing: %v, want errFlush", err)
 	}
 }
+
+// TestStripedPortWaitRoundsUp: the reader's wait on its ready set lasts
+// at least what it was given, rounded up to epoll's milliseconds, and no
+// longer when nothing comes: a wait of 1 ns (what is left of a read
+// deadline) returns with nothing ready, it does not wait for traffic
+// (rounded down it would be -1 ms, epoll's "no timeout").
+func TestStripedPortWaitRoundsUp(t *testing.T) {
+	// One end only: the far ends of its channels are left alone, so
+	// nothing ever comes in.
+	var chans []noc.Port
+	for range 2 {
+		x, y, err := mem.Pair(mem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer y.Close()
+		chans = append(chans, x)
+	}
+	pa, err := link.NewStripedPort("a", chans, link.StripeConfig{Channels: 2, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	for _, d := range []time.Duration{time.Nanosecond, time.Millisecond, time.Millisecond + 1} {
+		done := make(chan error, 1)
+		go func() { done <- pa.Wait(d) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("wait of %v: %v", d, err)
+			}
+		case <-time.After(30 * time.Second):
+			// A wait still blocked this long waits without a timeout.
+			pa.Close() // (wakes it)
+			t.Fatalf("a wait of %v with nothing ready did not return", d)
+		}
+	}
+}
