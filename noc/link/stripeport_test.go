@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -455,4 +457,62 @@ func TestStripedPortWaitRoundsUp(t *testing.T) {
 			t.Fatalf("a wait of %v with nothing ready did not return", d)
 		}
 	}
+}
+
+// TestStripedPortOutOfDescriptors: with no descriptor left, NewStripedPort
+// fails at its first need of one, the epoll set, says so, and leaves no
+// descriptor open; with them back, it works.
+func TestStripedPortOutOfDescriptors(t *testing.T) {
+	channels := func() []noc.Port { // (a failed NewStripedPort closes its channels)
+		var chans []noc.Port
+		for range 2 {
+			x, y, err := mem.Pair(mem.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { x.Close(); y.Close() })
+			chans = append(chans, x)
+		}
+		return chans
+	}
+	chans := channels()
+	cfg := link.StripeConfig{Channels: 2, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel gives the lowest free descriptor: with the limit at it,
+	// the next one fails with EMFILE.
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := f.Fd()
+	f.Close()
+	low := old
+	low.Cur = uint64(free)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	_, err = link.NewStripedPort("a", chans, cfg)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, syscall.EMFILE) || !strings.Contains(err.Error(), "epoll:") {
+		t.Fatalf("NewStripedPort with no descriptor left: %v, want the epoll set's EMFILE", err)
+	}
+	g, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.Fd() != free {
+		t.Fatalf("descriptor %d is the lowest free after the failure, was %d: one was left open", g.Fd(), free)
+	}
+	p, err := link.NewStripedPort("a", channels(), cfg)
+	if err != nil {
+		t.Fatalf("NewStripedPort with descriptors back: %v", err)
+	}
+	p.Close()
 }
