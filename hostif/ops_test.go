@@ -302,6 +302,48 @@ func TestReplicaConsistency(t *testing.T) {
 	}
 }
 
+// TestCASIsInTheReplicaBeforeItsReply: a compare-and-swap of this host
+// that swapped is in the page's replica file (raw memory, still valid)
+// before its reply, as a store's and a fetch-add's are; one that did not
+// swap leaves the file as it was.
+func TestCASIsInTheReplicaBeforeItsReply(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h1 := startNode(t, fab, 1, hostif.Options{})
+	h2 := startNode(t, fab, 2, hostif.Options{})
+	c1, c2 := dial(t, h1.path), dial(t, h2.path)
+	ctx := ctxT(t)
+	g, err := c2.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c1.Map(ctx, g, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := func(off int) uint64 { return binary.LittleEndian.Uint64(m.Bytes()[off:]) }
+	for i := range uint64(50) {
+		off := int(i%8) * 8
+		cur := word(off)
+		old, swapped, err := c1.CompareAndSwap(ctx, g.WithOffset(uint16(off)), cur, cur+7)
+		if err != nil || !swapped || old != cur {
+			t.Fatalf("CAS %d: %d %v %v", i, old, swapped, err)
+		}
+		if w := word(off); w != cur+7 {
+			t.Fatalf("CAS %d (%d→%d) swapped, the replica word is %d after its reply", i, cur, cur+7, w)
+		}
+		if _, valid := m.Version(0); !valid {
+			t.Fatalf("CAS %d swapped: the replica is no longer valid", i)
+		}
+		old, swapped, err = c1.CompareAndSwap(ctx, g.WithOffset(uint16(off)), cur, 1)
+		if err != nil || swapped || old != cur+7 {
+			t.Fatalf("CAS %d expecting the old value: %d %v %v", i, old, swapped, err)
+		}
+		if w := word(off); w != cur+7 {
+			t.Fatalf("CAS %d did not swap, the replica word is %d, want %d", i, w, cur+7)
+		}
+	}
+}
+
 // overflowBackend lets a test inject events.
 type overflowBackend struct {
 	*hostiftest.Node
