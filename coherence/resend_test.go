@@ -682,3 +682,55 @@ func TestWriteAnsweredUnknownIsNotSentAgainAtARouteChange(t *testing.T) {
 		t.Fatalf("the word is %d, no copy of the CAS was applied", got)
 	}
 }
+
+// acquireTwice hands every acquire its engine gets to it twice.
+type acquireTwice struct{ *Engine }
+
+func (d acquireTwice) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt noc.Routes) {
+	d.Engine.HandleFrame(now, in, f, rt)
+	if f.Flags&noc.FlagReply == 0 && f.Class == noc.ClassControl && f.Op == OpAcquire {
+		d.Engine.HandleFrame(now, in, f, rt)
+	}
+}
+
+func TestDuplicateAcquireWaitingAtTheOwnerIsDropped(t *testing.T) {
+	// Line 0–1–2, node 0 owns the page and gets every acquire twice.
+	// Node 1 locks the page, so node 2's acquire waits in node 0's
+	// arbiter when its copy comes: the copy is a duplicate of the request
+	// held there, counted and dropped. Once node 1 unlocks, the page moves
+	// to node 2 by one swap.
+	x := newFabWrap(t, lineGraph(t, 3), nil, nil, func(e *Engine) node.Handler {
+		if e.Self() == 0 {
+			return acquireTwice{e}
+		}
+		return e
+	})
+	p := x.alloc(0)
+	x.settle()
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	x.ok(1, Request{Op: HostLock, GVA: p, Holder: 1})
+	id := x.submit(2, Request{Op: HostAcquire, GVA: p})
+	x.f.Run(50 * time.Millisecond)
+	if _, done := x.sinks[2].done[id]; done {
+		t.Fatalf("acquire of a locked page granted: %v", x.result(2, id))
+	}
+	if d := x.eng[0].Stats().Duplicates; d != 1 {
+		t.Fatalf("the owner counted %d duplicates of the waiting acquire, want 1", d)
+	}
+	x.ok(1, Request{Op: HostUnlock, GVA: p, Holder: 1})
+	x.f.RunUntil(x.f.Now()+2*time.Second, func() bool { _, ok := x.sinks[2].done[id]; return ok })
+	if c := x.result(2, id); c.Err != nil {
+		t.Fatalf("acquire after the unlock: %v", c)
+	}
+	x.f.Run(100 * time.Millisecond)
+	if o, _ := x.eng[2].Holding(p.Key()); !o {
+		t.Fatal("node 2 does not own the page after its acquire")
+	}
+	if n := x.eng[2].Stats().SwapsCompleted; n != 1 {
+		t.Fatalf("%d swaps for one acquire", n)
+	}
+	if d := x.eng[0].Stats().Duplicates; d != 1 {
+		t.Fatalf("the owner counted %d duplicates, want 1", d)
+	}
+}
