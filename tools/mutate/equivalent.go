@@ -32,6 +32,9 @@ var equivalents = []equivalent{
 			"went to a level whose digit differs from the cursor's, so the extra levels move nothing"},
 	{"arbiter/wheel.go", "top = min(top, wheelLevels-1)", "-", "+",
 		"top is at most 64/wheelBits = wheelLevels-1 already (the min never binds)"},
+	{"arbiter/arbiter.go", "if a.head == len(a.pending) {", "a.head == len(a.pending)", "false",
+		"Submit resets the list the same way (head at its end) before it appends, and nothing reads below head (Pending, " +
+			"pendingFor, NextDeadline and Advance start there): the decided entries only wait for the next Submit to be reused"},
 	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
 		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
 			"(the room term still bounds it) for the next read, nothing lost or reordered"},
