@@ -35,6 +35,8 @@ var equivalents = []equivalent{
 	{"arbiter/arbiter.go", "if a.head == len(a.pending) {", "a.head == len(a.pending)", "false",
 		"Submit resets the list the same way (head at its end) before it appends, and nothing reads below head (Pending, " +
 			"pendingFor, NextDeadline and Advance start there): the decided entries only wait for the next Submit to be reused"},
+	{"arbiter/wheel.go", "if w.nextOK && n.tick < w.next {", "<", "<=",
+		"at n.tick == w.next the assignment sets next to the value it holds"},
 	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
 		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
 			"(the room term still bounds it) for the next read, nothing lost or reordered"},
