@@ -39,6 +39,59 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestConfigValidationAtItsBounds: the largest MaxAge the wire's age
+// field holds (2^32-1 ms) and MaxPorts 1 and maxPortsLimit are accepted;
+// one past each is refused.
+func TestConfigValidationAtItsBounds(t *testing.T) {
+	top := time.Duration(math.MaxUint32) * time.Millisecond
+	for _, tc := range []struct {
+		c  Config
+		ok bool
+	}{
+		{Config{MaxAge: top}, true},
+		{Config{MaxAge: top + 1}, false},
+		{Config{MaxPorts: 1}, true},
+		{Config{MaxPorts: maxPortsLimit}, true},
+		{Config{MaxPorts: maxPortsLimit + 1}, false},
+	} {
+		_, err := New(1, tc.c)
+		if tc.ok && err != nil {
+			t.Errorf("%+v refused: %v", tc.c, err)
+		}
+		if !tc.ok && !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig", tc.c, err)
+		}
+	}
+}
+
+// TestPortDownOfAPortNeverUp: a link-down report for a valid port this
+// node never had up (none, or past the highest one it had) changes
+// nothing and is no error.
+func TestPortDownOfAPortNeverUp(t *testing.T) {
+	s, err := New(1, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PortDown(0, 3); err != nil {
+		t.Fatalf("port 3 down before any port was up: %v", err)
+	}
+	if err := s.PortUp(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Topology()
+	for _, p := range []noc.PortID{1, 2, 63} {
+		if err := s.PortDown(time.Millisecond, p); err != nil {
+			t.Fatalf("port %d down, never up: %v", p, err)
+		}
+	}
+	if got := s.Topology(); !reflect.DeepEqual(got, before) {
+		t.Fatalf("topology changed by downs of ports never up: %+v, was %+v", got, before)
+	}
+	if err := s.PortDown(0, 64); !errors.Is(err, ErrPort) {
+		t.Fatalf("port 64 down: %v", err)
+	}
+}
+
 // TestTieBreak checks the documented rule on a square: 10-30-40-20-10.
 // From 10 to 40 both neighbours are on a shortest path; 20 has the lower id.
 func TestTieBreak(t *testing.T) {

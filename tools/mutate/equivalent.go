@@ -48,6 +48,8 @@ var equivalents = []equivalent{
 		"case c == 0 comes first"},
 	{"noc/route/spf.go", "if (dw >= 0 && dw != du+1)", ">=", ">",
 		"dw is 0 only for this node, whose first hop is never read (it is not queued and has no route)"},
+	{"noc/route/spf.go", "if dw < 0 {\n\t\t\t\ts.dist[w] = du + 1", "<", "<=",
+		"dw is 0 only for this node, which the first test of the loop skips (0 is never du+1)"},
 	{"noc/route/spf.go", "if d < 0 {\n\t\t\tif e.reachable {", "<", "<=",
 		"d is 0 only for this node's own entry, skipped just above"},
 	{"internal/quota/quota.go", "return out[i].UID < out[j].UID", "<", "<=",
