@@ -403,6 +403,69 @@ func TestLSAAging(t *testing.T) {
 	}
 }
 
+// TestExpiredRouteGoesInTheTickThatAgesIt: with SPFDelay 0 (the
+// default), the Tick whose aging drops an LSA at MaxAge recomputes the
+// routes too: the route through that LSA is gone when the Tick returns,
+// not at some later Tick.
+func TestExpiredRouteGoesInTheTickThatAgesIt(t *testing.T) {
+	s := adjacentState(t)
+	maxAge := s.cfg.MaxAge
+	// 2 now lists 50 and 50 lists 2, its LSA 5 ms short of MaxAge.
+	for _, f := range []noc.Frame{
+		lsaFrame(2, LSA{Origin: 2, Seq: 5, Adjacencies: []Adjacency{{0, 1, 0}, {1, 3, 1}, {2, 50, 0}}}),
+		lsaFrame(2, LSA{Origin: 50, Seq: 1, Age: maxAge - 5*time.Millisecond, Adjacencies: []Adjacency{{0, 2, 2}}}),
+	} {
+		must(t, s.HandleFrame(time.Second, 0, &f))
+	}
+	s.Tick(time.Second)
+	s.Outputs(func(noc.PortID, *noc.Frame) {})
+	if _, hops, ok := s.NextHop(50); !ok || hops != 2 {
+		t.Fatalf("route to 50: %d hops, %v; want 2 hops through 2", hops, ok)
+	}
+	at, _ := s.NextDeadline()
+	if at != time.Second+5*time.Millisecond {
+		t.Fatalf("deadline %v, want the expiry", at)
+	}
+	s.Tick(at)
+	if _, _, ok := s.NextHop(50); ok {
+		t.Fatal("the route to 50 outlived the Tick that dropped its LSA at MaxAge")
+	}
+	if s.Stats().LSAsExpired != 1 {
+		t.Fatalf("stats %+v", s.Stats())
+	}
+}
+
+// TestDatabaseSyncLeavesOutExpiredLSAs: a neighbour that becomes
+// adjacent after an LSA reached MaxAge, before the aging pass dropped it,
+// is sent the database without it (it would refuse it).
+func TestDatabaseSyncLeavesOutExpiredLSAs(t *testing.T) {
+	s := adjacentState(t)
+	maxAge := s.cfg.MaxAge
+	old := lsaFrame(2, LSA{Origin: 50, Seq: 1, Age: maxAge - 5*time.Millisecond, Adjacencies: []Adjacency{{0, 2, 7}}})
+	must(t, s.HandleFrame(time.Second, 0, &old))
+	s.Tick(time.Second)
+	s.Outputs(func(noc.PortID, *noc.Frame) {})
+	now := time.Second + 5*time.Millisecond // 50's LSA is at MaxAge; no Tick since
+	must(t, s.PortUp(now, 2))
+	h := helloFrame(4, Hello{Port: 0})
+	must(t, s.HandleFrame(now, 2, &h))
+	var origins []noc.NodeID
+	s.Outputs(func(p noc.PortID, f *noc.Frame) {
+		if p != 2 || f.Op != OpLSA {
+			return
+		}
+		var l LSA
+		must(t, DecodeLSA(f.Payload, &l))
+		origins = append(origins, l.Origin)
+	})
+	if !slices.Contains(origins, 2) || !slices.Contains(origins, 3) {
+		t.Fatalf("database sent to the new neighbour: LSAs of %v, want 2's and 3's", origins)
+	}
+	if slices.Contains(origins, 50) {
+		t.Fatalf("database sent to the new neighbour: LSAs of %v, with 50's at MaxAge", origins)
+	}
+}
+
 func TestOlderLSAAnsweredWithNewer(t *testing.T) {
 	s := adjacentState(t)
 	stale := lsaFrame(3, LSA{Origin: 2, Seq: 3, Adjacencies: []Adjacency{{0, 1, 0}}})
