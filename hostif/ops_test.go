@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
@@ -341,6 +343,60 @@ func TestCASIsInTheReplicaBeforeItsReply(t *testing.T) {
 		if w := word(off); w != cur+7 {
 			t.Fatalf("CAS %d did not swap, the replica word is %d, want %d", i, w, cur+7)
 		}
+	}
+}
+
+// pathCount is a node's backend that counts the requests it is handed
+// through Do and through its Pipeline.
+type pathCount struct {
+	*hostiftest.Node
+	do, submitted atomic.Int64
+}
+
+func (b *pathCount) Do(ctx context.Context, c *hostif.Call) error {
+	b.do.Add(1)
+	return b.Node.Do(ctx, c)
+}
+
+func (b *pathCount) Submit(s hostif.Session, rs []coherence.Request) {
+	b.submitted.Add(int64(len(rs)))
+	b.Node.Submit(s, rs)
+}
+
+// TestCoreRequestsGoThroughThePipeline: with a backend that has a
+// Pipeline, the requests of the core (alloc, the data path, lock, unlock,
+// free) are submitted to it, none through the blocking Do.
+func TestCoreRequestsGoThroughThePipeline(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	be := &pathCount{Node: fab.Node(1)}
+	t.Cleanup(be.Close)
+	c := dial(t, hostiftest.StartServer(t, be, hostif.Options{}))
+	ctx := ctxT(t)
+	do0, sub0 := be.do.Load(), be.submitted.Load()
+	g, err := c.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Store64(ctx, g, 5); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Load64(ctx, g); err != nil || v != 5 {
+		t.Fatalf("load64 = %d %v", v, err)
+	}
+	if _, _, err := c.CompareAndSwap(ctx, g, 5, 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FetchAdd(ctx, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Free(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.do.Load() - do0; n != 0 {
+		t.Fatalf("%d requests of the core went through Do", n)
+	}
+	if n := be.submitted.Load() - sub0; n < 6 {
+		t.Fatalf("%d requests submitted to the Pipeline for 6 of the core", n)
 	}
 }
 
