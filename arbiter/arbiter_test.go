@@ -140,6 +140,32 @@ func TestOrdering(t *testing.T) {
 	}
 }
 
+// TestSameTickFullTieKeepsArrivalOrder: two requests of one tick equal in
+// every field the order compares (priority, losses, wait, port, node, id:
+// a copy that came twice, or two callers' with the same ids) are decided
+// in the order they arrived: the earlier one wins the page.
+func TestSameTickFullTieKeepsArrivalOrder(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		a := newArb(t, Config{QueueLen: -1})
+		var arr []arrival
+		for i := range n {
+			arr = append(arr, arrival{time.Duration(i) * tick / time.Duration(n), acquire(5)})
+		}
+		got := run(t, a, arr)
+		if len(got) != n {
+			t.Fatalf("%d answers for %d requests", len(got), n)
+		}
+		for i, ans := range got {
+			if want := arr[i].at; ans.Request.Arrival != want {
+				t.Fatalf("%d tied requests: answer %d is the one that arrived at %v, want %v", n, i, ans.Request.Arrival, want)
+			}
+			if want := i == 0; (ans.Outcome == OutcomeGrant) != want {
+				t.Fatalf("%d tied requests: answer %d (arrived at %v): %v", n, i, ans.Request.Arrival, ans.Outcome)
+			}
+		}
+	}
+}
+
 func TestWritesInOrderWhilePinned(t *testing.T) {
 	a := newArb(t, Config{})
 	if err := a.Pin(0, pg, 1, time.Millisecond); err != nil {

@@ -286,3 +286,34 @@ func TestHostsOneStepBoundedByTheEngine(t *testing.T) {
 		t.Fatalf("three requests to a dead owner took %v", took)
 	}
 }
+
+// TestHostsLockOfALostPageEndsAtOnce: the only copy of node 0's page is
+// gone with node 0 (R = 1). Node 2's lock of it, with a bound of 20 s,
+// ends with the engine's answer (EHOSTDOWN, owner unreachable until the
+// request's bound) when it comes: a lost owner is not a reason a later
+// attempt may not meet, so the lock is not tried again until its own
+// bound (virtual time, the fabric's clock).
+func TestHostsLockOfALostPageEndsAtOnce(t *testing.T) {
+	x := newHostFab(t, 3)
+	g := x.ok(0, Request{Op: HostAlloc, Pages: 1}).GVA
+	x.ok(2, Request{Op: HostLoad, GVA: g, Len: 8}) // node 2 knows the page
+	x.f.Kill(0)
+	x.f.Run(time.Second)
+	start := x.f.Now()
+	const bound = 20 * time.Second
+	id := x.submit(2, Request{Op: HostLock, GVA: g, Timeout: bound})
+	x.f.RunUntil(start+bound+time.Second, func() bool { _, ok := x.sinks[2].done[id]; return ok })
+	c, ok := x.sinks[2].done[id]
+	if !ok {
+		t.Fatal("no completion of the lock")
+	}
+	if !errors.Is(c.Err, syscall.EHOSTDOWN) {
+		t.Fatalf("lock of a page whose owner died: %v, want EHOSTDOWN", c.Err)
+	}
+	if took := c.At - start; took >= bound/2 {
+		t.Fatalf("lock of a lost page ended after %v, its bound is %v: it was tried again", took, bound)
+	}
+	if refs, acq, locks := x.h[2].Held(1); refs+acq+locks != 0 {
+		t.Fatalf("the failed lock left %d refs, %d acquisitions, %d locks", refs, acq, locks)
+	}
+}

@@ -748,3 +748,32 @@ func TestTakeoverServesNothingBeforeItSettles(t *testing.T) {
 		t.Fatalf("the fellow %v still keeps its copy after the takeover settled", fellow)
 	}
 }
+
+// TestReplicateToTheOwnerIsStale: a full copy of a page (OpReplicate)
+// that reaches the page's owner, from a node that still takes itself for
+// the owner, is a stale owner's frame: counted once as stale, dropped (the
+// owner's content stays), and the owner stays.
+func TestReplicateToTheOwnerIsStale(t *testing.T) {
+	x := newFab(t, lineGraph(t, 3), func(c *Config) { c.Replicas = 2 })
+	p := x.alloc(0)
+	x.ok(0, Request{Op: HostFetchAdd, GVA: p, Operand: 7})
+	x.settle()
+	before := x.eng[0].Stats().Stale
+	content := make([]byte, gva.PageSize)
+	for i := range content {
+		content[i] = 0xab
+	}
+	f := newFrame(noc.ClassControl, OpReplicate, 0, 2, 0, 0, p.Key(), 9,
+		appendReplicate(nil, replMsg{epoch: 1, ownerInc: 102, flags: replFull, backups: []noc.NodeID{0}, data: content}))
+	x.eng[0].HandleFrame(x.f.Now(), noc.PortID(0), &f, x.f.Cores[0])
+	x.settle()
+	if n := x.eng[0].Stats().Stale - before; n != 1 {
+		t.Fatalf("the owner counted %d stale frames for one copy from a stale owner, want 1", n)
+	}
+	if o, _ := x.eng[0].Holding(p.Key()); !o {
+		t.Fatal("the owner gave the page up for a stale owner's copy")
+	}
+	if got := x.word(0, p); got != 7 {
+		t.Fatalf("the owner's word is %#x after a stale owner's copy, want 7", got)
+	}
+}

@@ -2,8 +2,10 @@ package coherence
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -581,5 +583,154 @@ func TestOwnHostsAtomicSentAgainBeforeItsSwapIsAppliedOnce(t *testing.T) {
 				t.Fatalf("%d atomics applied for one fetch-add", n)
 			}
 		})
+	}
+}
+
+func TestWriteAnsweredUnknownEndsSoAtAFailover(t *testing.T) {
+	// R = 2, owners keeping one reply record. Node 4's two fetch-adds on
+	// node 0's page make node 0 drop the first one's record for room, so
+	// its records no longer cover a re-sent request's life. Node 3's CAS
+	// 0→1: its first copy is lost, its re-sent copy reaches node 0, which
+	// has no record of it: "outcome unknown". Node 3 still counts the first
+	// copy out and waits for it. Node 0 dies and its backup takes the page
+	// over: the CAS an owner already answered "outcome unknown" must end
+	// so at once (ETIMEDOUT, counted as failed in flight), not go again to
+	// the new owner.
+	lose := func(self noc.NodeID, f *noc.Frame) bool { return firstCopy(f, 3) }
+	lc := fastLinks()
+	slow := slowRequests(2, lc)
+	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) { slow(c); c.MaxReplies = 1 }, lose)
+	p := x.alloc(0)
+	x.settle()
+	for range 2 {
+		x.ok(4, Request{Op: HostFetchAdd, GVA: p.WithOffset(8), Operand: 1})
+	}
+	if n := x.eng[0].Stats().RepliesForgotten; n < 1 {
+		t.Fatalf("the owner forgot %d reply records for room, want at least 1", n)
+	}
+	id := x.submit(3, Request{Op: HostCAS, GVA: p, Expected: 0, Operand: 1})
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].Stats().ResendsUnknown >= 1 })
+	if n := x.eng[0].Stats().ResendsUnknown; n < 1 {
+		t.Fatal("the owner did not answer the re-sent CAS \"outcome unknown\"")
+	}
+	x.f.Run(10 * time.Millisecond) // the answer reaches node 3
+	if _, done := x.sinks[3].done[id]; done {
+		t.Fatalf("the CAS ended while its first copy counts as out: %v", x.result(3, id))
+	}
+	backup := x.eng[0].Backups(p.Key())[0]
+	x.f.Kill(0)
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { _, ok := x.sinks[3].done[id]; return ok })
+	c := x.result(3, id)
+	if !errors.Is(c.Err, syscall.ETIMEDOUT) {
+		t.Fatalf("CAS answered \"outcome unknown\" before the failover: %v, want ETIMEDOUT", c)
+	}
+	st := x.eng[3].Stats()
+	if st.ReplFailedInFlight != 1 || st.ReplResentInFlight != 0 {
+		t.Fatalf("node 3 counts %d writes failed and %d re-sent at the failover, want 1 and 0", st.ReplFailedInFlight, st.ReplResentInFlight)
+	}
+	if n := x.eng[backup].Stats().Atomics; n != 0 {
+		t.Fatalf("the new owner applied the CAS (%d atomics)", n)
+	}
+	if got := x.word(int(backup), p); got != 0 {
+		t.Fatalf("the word is %d, no copy of the CAS was applied", got)
+	}
+}
+
+func TestWriteAnsweredUnknownIsNotSentAgainAtARouteChange(t *testing.T) {
+	// The setup of TestWriteAnsweredUnknownEndsSoAtAFailover: node 3's
+	// CAS, its first copy lost, its re-sent copy answered "outcome
+	// unknown" by an owner whose records do not cover it. Node 3 waits for
+	// the first copy until the bound. A route change at node 3 (link 4–5
+	// cut) re-sends the writes in flight: not this one, whose copies an
+	// owner can no longer answer.
+	lose := func(self noc.NodeID, f *noc.Frame) bool { return firstCopy(f, 3) }
+	lc := fastLinks()
+	slow := slowRequests(2, lc)
+	x := newFabFilter(t, ringGraph(t, 6), &lc, func(c *Config) { slow(c); c.MaxReplies = 1 }, lose)
+	p := x.alloc(0)
+	x.settle()
+	for range 2 {
+		x.ok(4, Request{Op: HostFetchAdd, GVA: p.WithOffset(8), Operand: 1})
+	}
+	id := x.submit(3, Request{Op: HostCAS, GVA: p, Expected: 0, Operand: 1})
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.eng[0].Stats().ResendsUnknown >= 1 })
+	if n := x.eng[0].Stats().ResendsUnknown; n < 1 {
+		t.Fatal("the owner did not answer the re-sent CAS \"outcome unknown\"")
+	}
+	x.f.Run(300 * time.Millisecond) // the answer, and any copy already due, have gone
+	if _, done := x.sinks[3].done[id]; done {
+		t.Fatalf("the CAS ended while its first copy counts as out: %v", x.result(3, id))
+	}
+	resends, unknown := x.eng[3].Stats().Resends, x.eng[0].Stats().ResendsUnknown
+	v := x.f.Cores[3].RoutesVersion()
+	if err := x.f.SetLink(4, 5, false); err != nil {
+		t.Fatal(err)
+	}
+	x.f.RunUntil(x.f.Now()+time.Second, func() bool { return x.f.Cores[3].RoutesVersion() != v })
+	if x.f.Cores[3].RoutesVersion() == v {
+		t.Fatal("node 3's routes did not change after the cut")
+	}
+	x.f.Run(100 * time.Millisecond)
+	if _, done := x.sinks[3].done[id]; done {
+		t.Fatalf("the CAS ended before its bound: %v", x.result(3, id))
+	}
+	if n, u := x.eng[3].Stats().Resends, x.eng[0].Stats().ResendsUnknown; n != resends || u != unknown {
+		t.Fatalf("after the route change node 3 counts %d resends (was %d), the owner %d answered unknown (was %d): "+
+			"a CAS answered \"outcome unknown\" was sent again", n, resends, u, unknown)
+	}
+	if got := x.word(0, p); got != 0 {
+		t.Fatalf("the word is %d, no copy of the CAS was applied", got)
+	}
+}
+
+// acquireTwice hands every acquire its engine gets to it twice.
+type acquireTwice struct{ *Engine }
+
+func (d acquireTwice) HandleFrame(now time.Duration, in noc.PortID, f *noc.Frame, rt noc.Routes) {
+	d.Engine.HandleFrame(now, in, f, rt)
+	if f.Flags&noc.FlagReply == 0 && f.Class == noc.ClassControl && f.Op == OpAcquire {
+		d.Engine.HandleFrame(now, in, f, rt)
+	}
+}
+
+func TestDuplicateAcquireWaitingAtTheOwnerIsDropped(t *testing.T) {
+	// Line 0–1–2, node 0 owns the page and gets every acquire twice.
+	// Node 1 locks the page, so node 2's acquire waits in node 0's
+	// arbiter when its copy comes: the copy is a duplicate of the request
+	// held there, counted and dropped. Once node 1 unlocks, the page moves
+	// to node 2 by one swap.
+	x := newFabWrap(t, lineGraph(t, 3), nil, nil, func(e *Engine) node.Handler {
+		if e.Self() == 0 {
+			return acquireTwice{e}
+		}
+		return e
+	})
+	p := x.alloc(0)
+	x.settle()
+	x.ok(1, Request{Op: HostRef, GVA: p})
+	x.ok(2, Request{Op: HostRef, GVA: p})
+	x.ok(1, Request{Op: HostLock, GVA: p, Holder: 1})
+	id := x.submit(2, Request{Op: HostAcquire, GVA: p})
+	x.f.Run(50 * time.Millisecond)
+	if _, done := x.sinks[2].done[id]; done {
+		t.Fatalf("acquire of a locked page granted: %v", x.result(2, id))
+	}
+	if d := x.eng[0].Stats().Duplicates; d != 1 {
+		t.Fatalf("the owner counted %d duplicates of the waiting acquire, want 1", d)
+	}
+	x.ok(1, Request{Op: HostUnlock, GVA: p, Holder: 1})
+	x.f.RunUntil(x.f.Now()+2*time.Second, func() bool { _, ok := x.sinks[2].done[id]; return ok })
+	if c := x.result(2, id); c.Err != nil {
+		t.Fatalf("acquire after the unlock: %v", c)
+	}
+	x.f.Run(100 * time.Millisecond)
+	if o, _ := x.eng[2].Holding(p.Key()); !o {
+		t.Fatal("node 2 does not own the page after its acquire")
+	}
+	if n := x.eng[2].Stats().SwapsCompleted; n != 1 {
+		t.Fatalf("%d swaps for one acquire", n)
+	}
+	if d := x.eng[0].Stats().Duplicates; d != 1 {
+		t.Fatalf("the owner counted %d duplicates, want 1", d)
 	}
 }

@@ -232,3 +232,48 @@ func BenchmarkTraitAccess(b *testing.B) {
 		tr.access(now, time.Second, noc.NodeID(i&3), i&1 == 0)
 	}
 }
+
+// TestPlacementDefaults: a zero PlacementConfig is the documented policy
+// (placement off, HalfLife DefaultTraitHalfLife, Window 10 × HalfLife,
+// MaxMoves 2, Dominance 0.6, Hysteresis 2, MinWrites 8, ReadMostly 0.9),
+// what a page's PageInfo reports; a value set is kept; a share past 1 is
+// refused.
+func TestPlacementDefaults(t *testing.T) {
+	got, err := PlacementConfig{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PlacementConfig{Mode: PlacementOff, HalfLife: DefaultTraitHalfLife, Window: 10 * DefaultTraitHalfLife, MaxMoves: 2,
+		Dominance: 0.6, Hysteresis: 2, MinWrites: 8, ReadMostly: 0.9}
+	if got != want {
+		t.Fatalf("defaults %+v, want %+v", got, want)
+	}
+	set := PlacementConfig{Mode: PlacementAuto, HalfLife: 3 * time.Millisecond, Window: 7 * time.Millisecond, MaxMoves: 5,
+		Dominance: 0.7, Hysteresis: 3, MinWrites: 4, ReadMostly: 0.8}
+	if got, err := set.withDefaults(); err != nil || got != set {
+		t.Fatalf("set values became %+v (%v)", got, err)
+	}
+	if got, err := (PlacementConfig{HalfLife: 3 * time.Millisecond}).withDefaults(); err != nil || got.Window != 30*time.Millisecond {
+		t.Fatalf("Window of HalfLife 3ms: %v (%v), want 30ms", got.Window, err)
+	}
+	for _, p := range []PlacementConfig{{Dominance: 1.1}, {ReadMostly: 1.1}} {
+		if _, err := p.withDefaults(); err == nil {
+			t.Fatalf("%+v accepted", p)
+		}
+	}
+	x := newFab(t, lineGraph(t, 2), nil)
+	p := x.alloc(0)
+	for range 4 {
+		x.ok(1, Request{Op: HostFetchAdd, GVA: p.WithOffset(8), Operand: 1})
+	}
+	info, ok := x.eng[0].PageInfo(x.f.Now(), p)
+	if !ok {
+		t.Fatal("the owner holds no record of its page")
+	}
+	if info.Placement != PlacementOff || info.HalfLife != DefaultTraitHalfLife || info.Window != 10*DefaultTraitHalfLife || info.MaxMoves != 2 {
+		t.Fatalf("PageInfo's policy %v, half-life %v, window %v, %d moves", info.Placement, info.HalfLife, info.Window, info.MaxMoves)
+	}
+	if h := info.Traits.Heat; !(h > 0 && h <= 4) {
+		t.Fatalf("heat %v after 4 writes within a half-life", h)
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
@@ -299,6 +301,102 @@ func TestReplicaConsistency(t *testing.T) {
 		if word(off) != i*3+2 {
 			t.Fatalf("fetch-add %d not in the replica after its reply", i)
 		}
+	}
+}
+
+// TestCASIsInTheReplicaBeforeItsReply: a compare-and-swap of this host
+// that swapped is in the page's replica file (raw memory, still valid)
+// before its reply, as a store's and a fetch-add's are; one that did not
+// swap leaves the file as it was.
+func TestCASIsInTheReplicaBeforeItsReply(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	h1 := startNode(t, fab, 1, hostif.Options{})
+	h2 := startNode(t, fab, 2, hostif.Options{})
+	c1, c2 := dial(t, h1.path), dial(t, h2.path)
+	ctx := ctxT(t)
+	g, err := c2.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c1.Map(ctx, g, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := func(off int) uint64 { return binary.LittleEndian.Uint64(m.Bytes()[off:]) }
+	for i := range uint64(50) {
+		off := int(i%8) * 8
+		cur := word(off)
+		old, swapped, err := c1.CompareAndSwap(ctx, g.WithOffset(uint16(off)), cur, cur+7)
+		if err != nil || !swapped || old != cur {
+			t.Fatalf("CAS %d: %d %v %v", i, old, swapped, err)
+		}
+		if w := word(off); w != cur+7 {
+			t.Fatalf("CAS %d (%d→%d) swapped, the replica word is %d after its reply", i, cur, cur+7, w)
+		}
+		if _, valid := m.Version(0); !valid {
+			t.Fatalf("CAS %d swapped: the replica is no longer valid", i)
+		}
+		old, swapped, err = c1.CompareAndSwap(ctx, g.WithOffset(uint16(off)), cur, 1)
+		if err != nil || swapped || old != cur+7 {
+			t.Fatalf("CAS %d expecting the old value: %d %v %v", i, old, swapped, err)
+		}
+		if w := word(off); w != cur+7 {
+			t.Fatalf("CAS %d did not swap, the replica word is %d, want %d", i, w, cur+7)
+		}
+	}
+}
+
+// pathCount is a node's backend that counts the requests it is handed
+// through Do and through its Pipeline.
+type pathCount struct {
+	*hostiftest.Node
+	do, submitted atomic.Int64
+}
+
+func (b *pathCount) Do(ctx context.Context, c *hostif.Call) error {
+	b.do.Add(1)
+	return b.Node.Do(ctx, c)
+}
+
+func (b *pathCount) Submit(s hostif.Session, rs []coherence.Request) {
+	b.submitted.Add(int64(len(rs)))
+	b.Node.Submit(s, rs)
+}
+
+// TestCoreRequestsGoThroughThePipeline: with a backend that has a
+// Pipeline, the requests of the core (alloc, the data path, lock, unlock,
+// free) are submitted to it, none through the blocking Do.
+func TestCoreRequestsGoThroughThePipeline(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	be := &pathCount{Node: fab.Node(1)}
+	t.Cleanup(be.Close)
+	c := dial(t, hostiftest.StartServer(t, be, hostif.Options{}))
+	ctx := ctxT(t)
+	do0, sub0 := be.do.Load(), be.submitted.Load()
+	g, err := c.Alloc(ctx, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Store64(ctx, g, 5); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Load64(ctx, g); err != nil || v != 5 {
+		t.Fatalf("load64 = %d %v", v, err)
+	}
+	if _, _, err := c.CompareAndSwap(ctx, g, 5, 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FetchAdd(ctx, g, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Free(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if n := be.do.Load() - do0; n != 0 {
+		t.Fatalf("%d requests of the core went through Do", n)
+	}
+	if n := be.submitted.Load() - sub0; n < 6 {
+		t.Fatalf("%d requests submitted to the Pipeline for 6 of the core", n)
 	}
 }
 

@@ -480,3 +480,22 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestAllocOfHugePagesIsRefused: an ALLOC asking for huge pages is
+// answered EOPNOTSUPP (this server makes none), on whichever path serves
+// it, and the connection goes on: a plain ALLOC after it succeeds.
+func TestAllocOfHugePagesIsRefused(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	n := startNode(t, fab, 1, hostif.Options{})
+	r := rawDial(t, n.path)
+	r.hello(1, 1)
+	r.send(&wire.Request{Header: wire.Header{Op: wire.OpAlloc, ID: 7}, Bytes: 2 << 20, Flags: wire.AllocHuge})
+	h, body, _ := r.recv()
+	if h.ID != 7 || syscall.Errno(h.Status) != syscall.EOPNOTSUPP {
+		t.Fatalf("huge ALLOC: reply %+v (%q), want EOPNOTSUPP", h, body)
+	}
+	r.send(&wire.Request{Header: wire.Header{Op: wire.OpAlloc, ID: 8}, Bytes: 4096})
+	if h, body, _ := r.recv(); h.ID != 8 || h.Status != 0 || h.GVA.IsZero() {
+		t.Fatalf("ALLOC after a refused huge one: reply %+v (%q)", h, body)
+	}
+}

@@ -411,6 +411,60 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestConfigValidateAtItsBounds: each bound Validate states is inclusive
+// where it says so: MTU MinMTU and MaxMTU, Window 1 and MaxWindow,
+// SendQueue 0 and MaxWindow, a message of exactly Window fragments,
+// AckDelay 0, MaxRTO equal to RTO, DeadInterval of exactly two heartbeats
+// are accepted; one past each is refused.
+func TestConfigValidateAtItsBounds(t *testing.T) {
+	base := testConfig(1)
+	small := func(c *link.Config) { c.MaxMessage = 64 } // one fragment at any MTU
+	for _, tc := range []struct {
+		name string
+		edit func(*link.Config)
+		ok   bool
+	}{
+		{"MTU MinMTU", func(c *link.Config) { small(c); c.MTU = link.MinMTU }, true},
+		{"MTU MinMTU-1", func(c *link.Config) { small(c); c.MTU = link.MinMTU - 1 }, false},
+		{"MTU MaxMTU", func(c *link.Config) { c.MTU = link.MaxMTU }, true},
+		{"MTU MaxMTU+1", func(c *link.Config) { c.MTU = link.MaxMTU + 1 }, false},
+		{"Window 1", func(c *link.Config) { small(c); c.Window = 1 }, true},
+		{"Window MaxWindow", func(c *link.Config) { c.Window = link.MaxWindow }, true},
+		{"SendQueue 0", func(c *link.Config) { c.SendQueue = 0 }, true},
+		{"SendQueue MaxWindow", func(c *link.Config) { c.SendQueue = link.MaxWindow }, true},
+		{"SendQueue MaxWindow+1", func(c *link.Config) { c.SendQueue = link.MaxWindow + 1 }, false},
+		{"MaxMessage 0", func(c *link.Config) { c.MaxMessage = 0 }, true},
+		{"message of Window fragments", func(c *link.Config) { c.Window = 1; c.MaxMessage = c.MTU - link.Overhead }, true},
+		{"message of Window+1 fragments", func(c *link.Config) { c.Window = 1; c.MaxMessage = c.MTU - link.Overhead + 1 }, false},
+		{"AckDelay 0", func(c *link.Config) { c.AckDelay = 0 }, true},
+		{"AckDelay RTO", func(c *link.Config) { c.AckDelay = c.RTO }, false},
+		{"AckDelay just under RTO", func(c *link.Config) { c.AckDelay = c.RTO - 1 }, true},
+		{"MaxRTO RTO", func(c *link.Config) { c.MaxRTO = c.RTO }, true},
+		{"MaxRTO RTO-1", func(c *link.Config) { c.MaxRTO = c.RTO - 1 }, false},
+		{"dead two heartbeats", func(c *link.Config) {
+			c.MaxRTO = c.RTO
+			c.DeadInterval = max(2*c.HeartbeatInterval, c.MaxRTO+1)
+			c.HeartbeatInterval = c.DeadInterval / 2
+		}, true},
+		{"dead just under two heartbeats", func(c *link.Config) {
+			c.MaxRTO = c.RTO
+			c.DeadInterval = max(2*c.HeartbeatInterval, c.MaxRTO+1) | 1
+			c.HeartbeatInterval = c.DeadInterval/2 + 1
+		}, false},
+		{"dead just past MaxRTO", func(c *link.Config) { c.HeartbeatInterval = time.Microsecond; c.DeadInterval = c.MaxRTO + 1 }, true},
+	} {
+		c := base
+		tc.edit(&c)
+		err := c.Validate()
+		if tc.ok && err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+		if !tc.ok && !errors.Is(err, link.ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
+		}
+	}
+}
+
 // TestHotPathAllocations: a message round trip allocates nothing.
 func TestHotPathAllocations(t *testing.T) {
 	p := newPump(t, mem.Config{}, testConfig(1), testConfig(2))

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -416,4 +418,101 @@ func TestStripedPortFlushesEveryChannel(t *testing.T) {
 	if err := p.Flush(); !errors.Is(err, errFlush) {
 		t.Fatalf("flush with channel 1 failing: %v, want errFlush", err)
 	}
+}
+
+// TestStripedPortWaitRoundsUp: the reader's wait on its ready set lasts
+// at least what it was given, rounded up to epoll's milliseconds, and no
+// longer when nothing comes: a wait of 1 ns (what is left of a read
+// deadline) returns with nothing ready, it does not wait for traffic
+// (rounded down it would be -1 ms, epoll's "no timeout").
+func TestStripedPortWaitRoundsUp(t *testing.T) {
+	// One end only: the far ends of its channels are left alone, so
+	// nothing ever comes in.
+	var chans []noc.Port
+	for range 2 {
+		x, y, err := mem.Pair(mem.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer y.Close()
+		chans = append(chans, x)
+	}
+	pa, err := link.NewStripedPort("a", chans, link.StripeConfig{Channels: 2, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	for _, d := range []time.Duration{time.Nanosecond, time.Millisecond, time.Millisecond + 1} {
+		done := make(chan error, 1)
+		go func() { done <- pa.Wait(d) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("wait of %v: %v", d, err)
+			}
+		case <-time.After(30 * time.Second):
+			// A wait still blocked this long waits without a timeout.
+			pa.Close() // (wakes it)
+			t.Fatalf("a wait of %v with nothing ready did not return", d)
+		}
+	}
+}
+
+// TestStripedPortOutOfDescriptors: with no descriptor left, NewStripedPort
+// fails at its first need of one, the epoll set, says so, and leaves no
+// descriptor open; with them back, it works.
+func TestStripedPortOutOfDescriptors(t *testing.T) {
+	channels := func() []noc.Port { // (a failed NewStripedPort closes its channels)
+		var chans []noc.Port
+		for range 2 {
+			x, y, err := mem.Pair(mem.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { x.Close(); y.Close() })
+			chans = append(chans, x)
+		}
+		return chans
+	}
+	chans := channels()
+	cfg := link.StripeConfig{Channels: 2, Window: 64, Reorder: 256,
+		ReorderHold: 2 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond, DeadInterval: 100 * time.Millisecond}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel gives the lowest free descriptor: with the limit at it,
+	// the next one fails with EMFILE.
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := f.Fd()
+	f.Close()
+	low := old
+	low.Cur = uint64(free)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	_, err = link.NewStripedPort("a", chans, cfg)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, syscall.EMFILE) || !strings.Contains(err.Error(), "epoll:") {
+		t.Fatalf("NewStripedPort with no descriptor left: %v, want the epoll set's EMFILE", err)
+	}
+	g, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if g.Fd() != free {
+		t.Fatalf("descriptor %d is the lowest free after the failure, was %d: one was left open", g.Fd(), free)
+	}
+	p, err := link.NewStripedPort("a", channels(), cfg)
+	if err != nil {
+		t.Fatalf("NewStripedPort with descriptors back: %v", err)
+	}
+	p.Close()
 }

@@ -39,6 +39,59 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestConfigValidationAtItsBounds: the largest MaxAge the wire's age
+// field holds (2^32-1 ms) and MaxPorts 1 and maxPortsLimit are accepted;
+// one past each is refused.
+func TestConfigValidationAtItsBounds(t *testing.T) {
+	top := time.Duration(math.MaxUint32) * time.Millisecond
+	for _, tc := range []struct {
+		c  Config
+		ok bool
+	}{
+		{Config{MaxAge: top}, true},
+		{Config{MaxAge: top + 1}, false},
+		{Config{MaxPorts: 1}, true},
+		{Config{MaxPorts: maxPortsLimit}, true},
+		{Config{MaxPorts: maxPortsLimit + 1}, false},
+	} {
+		_, err := New(1, tc.c)
+		if tc.ok && err != nil {
+			t.Errorf("%+v refused: %v", tc.c, err)
+		}
+		if !tc.ok && !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig", tc.c, err)
+		}
+	}
+}
+
+// TestPortDownOfAPortNeverUp: a link-down report for a valid port this
+// node never had up (none, or past the highest one it had) changes
+// nothing and is no error.
+func TestPortDownOfAPortNeverUp(t *testing.T) {
+	s, err := New(1, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PortDown(0, 3); err != nil {
+		t.Fatalf("port 3 down before any port was up: %v", err)
+	}
+	if err := s.PortUp(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Topology()
+	for _, p := range []noc.PortID{1, 2, 63} {
+		if err := s.PortDown(time.Millisecond, p); err != nil {
+			t.Fatalf("port %d down, never up: %v", p, err)
+		}
+	}
+	if got := s.Topology(); !reflect.DeepEqual(got, before) {
+		t.Fatalf("topology changed by downs of ports never up: %+v, was %+v", got, before)
+	}
+	if err := s.PortDown(0, 64); !errors.Is(err, ErrPort) {
+		t.Fatalf("port 64 down: %v", err)
+	}
+}
+
 // TestTieBreak checks the documented rule on a square: 10-30-40-20-10.
 // From 10 to 40 both neighbours are on a shortest path; 20 has the lower id.
 func TestTieBreak(t *testing.T) {
@@ -347,6 +400,69 @@ func TestLSAAging(t *testing.T) {
 	must(t, s.HandleFrame(2*time.Second, 0, &dead))
 	if len(s.Topology().Nodes) != 3 || s.Pending() != 0 {
 		t.Fatalf("LSA at MaxAge installed: %+v", s.Topology())
+	}
+}
+
+// TestExpiredRouteGoesInTheTickThatAgesIt: with SPFDelay 0 (the
+// default), the Tick whose aging drops an LSA at MaxAge recomputes the
+// routes too: the route through that LSA is gone when the Tick returns,
+// not at some later Tick.
+func TestExpiredRouteGoesInTheTickThatAgesIt(t *testing.T) {
+	s := adjacentState(t)
+	maxAge := s.cfg.MaxAge
+	// 2 now lists 50 and 50 lists 2, its LSA 5 ms short of MaxAge.
+	for _, f := range []noc.Frame{
+		lsaFrame(2, LSA{Origin: 2, Seq: 5, Adjacencies: []Adjacency{{0, 1, 0}, {1, 3, 1}, {2, 50, 0}}}),
+		lsaFrame(2, LSA{Origin: 50, Seq: 1, Age: maxAge - 5*time.Millisecond, Adjacencies: []Adjacency{{0, 2, 2}}}),
+	} {
+		must(t, s.HandleFrame(time.Second, 0, &f))
+	}
+	s.Tick(time.Second)
+	s.Outputs(func(noc.PortID, *noc.Frame) {})
+	if _, hops, ok := s.NextHop(50); !ok || hops != 2 {
+		t.Fatalf("route to 50: %d hops, %v; want 2 hops through 2", hops, ok)
+	}
+	at, _ := s.NextDeadline()
+	if at != time.Second+5*time.Millisecond {
+		t.Fatalf("deadline %v, want the expiry", at)
+	}
+	s.Tick(at)
+	if _, _, ok := s.NextHop(50); ok {
+		t.Fatal("the route to 50 outlived the Tick that dropped its LSA at MaxAge")
+	}
+	if s.Stats().LSAsExpired != 1 {
+		t.Fatalf("stats %+v", s.Stats())
+	}
+}
+
+// TestDatabaseSyncLeavesOutExpiredLSAs: a neighbour that becomes
+// adjacent after an LSA reached MaxAge, before the aging pass dropped it,
+// is sent the database without it (it would refuse it).
+func TestDatabaseSyncLeavesOutExpiredLSAs(t *testing.T) {
+	s := adjacentState(t)
+	maxAge := s.cfg.MaxAge
+	old := lsaFrame(2, LSA{Origin: 50, Seq: 1, Age: maxAge - 5*time.Millisecond, Adjacencies: []Adjacency{{0, 2, 7}}})
+	must(t, s.HandleFrame(time.Second, 0, &old))
+	s.Tick(time.Second)
+	s.Outputs(func(noc.PortID, *noc.Frame) {})
+	now := time.Second + 5*time.Millisecond // 50's LSA is at MaxAge; no Tick since
+	must(t, s.PortUp(now, 2))
+	h := helloFrame(4, Hello{Port: 0})
+	must(t, s.HandleFrame(now, 2, &h))
+	var origins []noc.NodeID
+	s.Outputs(func(p noc.PortID, f *noc.Frame) {
+		if p != 2 || f.Op != OpLSA {
+			return
+		}
+		var l LSA
+		must(t, DecodeLSA(f.Payload, &l))
+		origins = append(origins, l.Origin)
+	})
+	if !slices.Contains(origins, 2) || !slices.Contains(origins, 3) {
+		t.Fatalf("database sent to the new neighbour: LSAs of %v, want 2's and 3's", origins)
+	}
+	if slices.Contains(origins, 50) {
+		t.Fatalf("database sent to the new neighbour: LSAs of %v, with 50's at MaxAge", origins)
 	}
 }
 

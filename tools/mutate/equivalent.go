@@ -32,6 +32,11 @@ var equivalents = []equivalent{
 			"went to a level whose digit differs from the cursor's, so the extra levels move nothing"},
 	{"arbiter/wheel.go", "top = min(top, wheelLevels-1)", "-", "+",
 		"top is at most 64/wheelBits = wheelLevels-1 already (the min never binds)"},
+	{"arbiter/arbiter.go", "if a.head == len(a.pending) {", "a.head == len(a.pending)", "false",
+		"Submit resets the list the same way (head at its end) before it appends, and nothing reads below head (Pending, " +
+			"pendingFor, NextDeadline and Advance start there): the decided entries only wait for the next Submit to be reused"},
+	{"arbiter/wheel.go", "if w.nextOK && n.tick < w.next {", "<", "<=",
+		"at n.tick == w.next the assignment sets next to the value it holds"},
 	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
 		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
 			"(the room term still bounds it) for the next read, nothing lost or reordered"},
@@ -43,6 +48,8 @@ var equivalents = []equivalent{
 		"case c == 0 comes first"},
 	{"noc/route/spf.go", "if (dw >= 0 && dw != du+1)", ">=", ">",
 		"dw is 0 only for this node, whose first hop is never read (it is not queued and has no route)"},
+	{"noc/route/spf.go", "if dw < 0 {\n\t\t\t\ts.dist[w] = du + 1", "<", "<=",
+		"dw is 0 only for this node, which the first test of the loop skips (0 is never du+1)"},
 	{"noc/route/spf.go", "if d < 0 {\n\t\t\tif e.reachable {", "<", "<=",
 		"d is 0 only for this node's own entry, skipped just above"},
 	{"internal/quota/quota.go", "return out[i].UID < out[j].UID", "<", "<=",
