@@ -667,8 +667,10 @@ func (e *Engine) requestFailed(now time.Duration, r *request, errno syscall.Errn
 	if errno == syscall.ETIMEDOUT && r.live > 0 {
 		// A re-sent copy's outcome is unknown at the owner; an earlier
 		// copy may still be answered. Wait for it (until the bound), and
-		// send no more.
+		// send no more: the re-send armed at the last copy is cancelled.
 		r.unknown = true
+		e.cancel(r.retry)
+		r.retry, r.resendArmed = 0, false
 		return
 	}
 	switch errno {

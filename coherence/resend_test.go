@@ -657,9 +657,12 @@ func TestWriteAnsweredUnknownIsNotSentAgainAtARouteChange(t *testing.T) {
 	if n := x.eng[0].Stats().ResendsUnknown; n < 1 {
 		t.Fatal("the owner did not answer the re-sent CAS \"outcome unknown\"")
 	}
-	x.f.Run(300 * time.Millisecond) // the answer, and any copy already due, have gone
+	x.f.Run(300 * time.Millisecond) // the answer has gone
 	if _, done := x.sinks[3].done[id]; done {
 		t.Fatalf("the CAS ended while its first copy counts as out: %v", x.result(3, id))
+	}
+	if n := x.eng[0].Stats().ResendsUnknown; n != 1 {
+		t.Fatalf("the owner answered %d copies \"outcome unknown\": the re-send timer armed before the answer sent another", n)
 	}
 	resends, unknown := x.eng[3].Stats().Resends, x.eng[0].Stats().ResendsUnknown
 	v := x.f.Cores[3].RoutesVersion()
