@@ -114,7 +114,7 @@ func Open(disk Disk, id Identity) (*Log, []Page, error) {
 	l := &Log{disk: disk, id: id, pages: map[gva.GVA]*Page{}, homes: map[gva.GVA]*Home{}, gone: map[gva.GVA]uint64{}, lens: map[gva.GVA]int{}}
 	if len(b) == 0 {
 		if err := l.rewrite(); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: a new log cannot be written: %w", disk.Name(), err)
 		}
 		return l, nil, nil
 	}
@@ -128,7 +128,7 @@ func Open(disk Disk, id Identity) (*Log, []Page, error) {
 	l.size = end
 	if torn || l.size > 2*l.live+compactMin {
 		if err := l.rewrite(); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: the log cannot be rewritten: %w", disk.Name(), err)
 		}
 	}
 	return l, l.Pages(), nil

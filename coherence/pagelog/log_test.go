@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/aitherion/dpu/gva"
@@ -285,4 +286,55 @@ func FuzzOpen(f *testing.F) {
 		_ = l2.Homes()
 		_ = l2.Gone()
 	})
+}
+
+// TestFullDisk: a log on a full disk is refused at Open when Open must
+// write it (a new log, one with a torn tail), naming the file and ENOSPC,
+// and nothing is loaded; a Sync the disk has no room for fails with ENOSPC
+// (the part of a record that fitted is a torn tail at the next Open, which
+// loads what was synced before).
+func TestFullDisk(t *testing.T) {
+	full := NewMemDisk("state/pages.log", 1)
+	full.Space = headerLen - 1
+	if l, pages, err := Open(full, testID); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "state/pages.log") || l != nil || pages != nil {
+		t.Fatalf("a new log on a full disk: %v (log %v, %d pages), want ENOSPC naming the file", err, l != nil, len(pages))
+	}
+
+	d := NewMemDisk("state/pages.log", 1)
+	l, _, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Put(page(1, 1))
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	synced, _ := d.Load()
+	d.Space = len(synced) + 100 // not room for another page's record
+	l.Put(page(2, 1))
+	if err := l.Sync(); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "state/pages.log") {
+		t.Fatalf("a sync past the disk's room: %v, want ENOSPC naming the file", err)
+	}
+	// What fitted reached the disk (the worst case): a torn tail.
+	d.Space = 0
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := d.Load(); len(b) != len(synced)+100 {
+		t.Fatalf("the disk holds %d bytes, want %d", len(b), len(synced)+100)
+	}
+	// The next start must rewrite the log without the torn tail; on the
+	// still-full disk it is refused, loading nothing.
+	d.Space = len(synced) + 100
+	if l, pages, err := Open(d, testID); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "state/pages.log") || l != nil || pages != nil {
+		t.Fatalf("a torn log on a full disk: %v (log %v, %d pages), want ENOSPC naming the file", err, l != nil, len(pages))
+	}
+	// With room again, what was synced comes back, and nothing else.
+	d.Space = 0
+	l, pages, err := Open(d, testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	samePages(t, pages, []Page{page(1, 1)})
 }
