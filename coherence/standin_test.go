@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,19 +17,24 @@ import (
 // MemDisk that survives its crashes; node 0 hands a page to node 1 (the
 // heir), and a lose switch lets the test lose the handover's frames.
 
-// standIns is a line of two durable nodes at R = 1.
+// standIns is a line of durable nodes at R = 1.
 type standIns struct {
 	*fab
-	disks [2]*pagelog.MemDisk
+	disks []*pagelog.MemDisk
 	// lose, if set, loses the frames it reports true for on their way to
 	// node self's engine.
 	lose func(self noc.NodeID, f *noc.Frame) bool
 }
 
-func newStandIns(t *testing.T) *standIns {
+func newStandIns(t *testing.T) *standIns { return newStandInLine(t, 2) }
+
+func newStandInLine(t *testing.T, n int) *standIns {
 	t.Helper()
-	s := &standIns{disks: [2]*pagelog.MemDisk{pagelog.NewMemDisk("node0", 1), pagelog.NewMemDisk("node1", 2)}}
-	s.fab = newFabFilter(t, lineGraph(t, 2), nil, func(c *Config) {
+	s := &standIns{}
+	for i := range n {
+		s.disks = append(s.disks, pagelog.NewMemDisk(fmt.Sprintf("node%d", i), uint64(i+1)))
+	}
+	s.fab = newFabFilter(t, lineGraph(t, n), nil, func(c *Config) {
 		l, _, err := pagelog.Open(s.disks[c.Self], pagelog.Identity{Node: c.Self})
 		if err != nil {
 			t.Fatal(err)
@@ -242,5 +248,79 @@ func TestStandInOutlivesAnOlderTombstoneOfItsHeir(t *testing.T) {
 	}
 	if v := s.word(1, p); v != acked {
 		t.Fatalf("node 1 reads %d, want %d", v, acked)
+	}
+}
+
+// TestStandInEndsOnTheTombstoneOfAHeirThatHandedThePageOn: node 0 hands
+// the page to node 1, whose drop is lost; node 1 hands it on to node 2,
+// which owns it and acknowledges adds, the word of it to the page's home
+// (node 0) lost. A power cut takes every node. Node 1 comes back first and
+// its host keeps refing the page (a page entry, no more); node 0 comes
+// back, and node 2 (the owner) only later. Node 0's reloaded stand-in asks node 1,
+// whose log's tombstone names the epoch it handed the page on in: the
+// stand-in is told to drop and never takes the page back (versions short,
+// beside node 2); node 2, back, takes its page over with every
+// acknowledged add.
+func TestStandInEndsOnTheTombstoneOfAHeirThatHandedThePageOn(t *testing.T) {
+	s := newStandInLine(t, 3)
+	p := s.alloc(0)
+	acked := s.fetchAdds(0, p, 1)
+	s.lose = func(self noc.NodeID, f *noc.Frame) bool { return self == 0 && isOp(f, OpReplicaDrop, 1) }
+	s.handOver(p)
+	acked += s.fetchAdds(1, p, 1)
+	s.ok(1, Request{Op: HostRef, GVA: p}) // node 1 keeps the page's entry once it hands it on
+	s.ok(2, Request{Op: HostRef, GVA: p})
+	// The page's home (node 0, its allocator) misses the word of the
+	// second handover: its record names node 1 still, so it does not end
+	// node 0's stand-in (movedOn).
+	s.lose = func(self noc.NodeID, f *noc.Frame) bool {
+		return self == 0 && (isOp(f, OpReplicaDrop, 1) || f.Class == noc.ClassControl && f.Op == OpOwnerMoved)
+	}
+	s.ok(2, Request{Op: HostAcquire, GVA: p})
+	acked += s.fetchAdds(2, p, 2)
+	s.settle()
+	if s.standIn(0, p.Key()) == nil || s.standIn(1, p.Key()) != nil || !s.owns(2, p.Key()) {
+		t.Fatalf("want node 0's stand-in kept (its drop lost), node 1's ended and node 2 the owner: %v %v %v",
+			s.standIn(0, p.Key()) != nil, s.standIn(1, p.Key()) != nil, s.owns(2, p.Key()))
+	}
+	if rec := s.eng[0].home[p.Key()]; rec == nil || rec.owner != 1 {
+		t.Fatalf("the home's record %+v, want it to name node 1 still", rec)
+	}
+	for n := range noc.NodeID(3) {
+		s.crash(n)
+	}
+	s.lose = nil
+	s.restart(1)
+	if _, ok := s.eng[1].durGone[p.Key()]; !ok {
+		t.Fatal("node 1's log keeps no tombstone of the page it handed on")
+	}
+	s.restart(0)
+	if s.standIn(0, p.Key()) == nil {
+		t.Fatal("node 0 did not reload its stand-in")
+	}
+	// Node 1's host keeps asking for the page (its refs fail while no
+	// node owns it): node 1 keeps a page entry throughout.
+	end := s.f.Now() + 10*time.Second
+	for s.f.Now() < end && !s.owns(0, p.Key()) {
+		if s.eng[1].pages[p.Key()] == nil {
+			s.submit(1, Request{Op: HostRef, GVA: p})
+			if s.eng[1].pages[p.Key()] == nil {
+				t.Fatal("node 1's host ref made no page entry: the test does not test its rule")
+			}
+		}
+		s.f.RunUntil(s.f.Now()+10*time.Millisecond, func() bool { return s.owns(0, p.Key()) || s.eng[1].pages[p.Key()] == nil })
+	}
+	if s.owns(0, p.Key()) {
+		t.Fatalf("node 0's stand-in took the page back at version %d (node 2 owns it)", s.eng[0].pages[p.Key()].version)
+	}
+	if s.eng[0].copies[p.Key()] != nil {
+		t.Fatal("node 0's stand-in was never told to drop")
+	}
+	s.restart(2)
+	if !s.f.RunUntil(s.f.Now()+20*time.Second, func() bool { return s.owns(2, p.Key()) }) {
+		t.Fatal("node 2 did not take its page back")
+	}
+	if v := s.word(0, p); v != acked {
+		t.Fatalf("node 0 reads %d, want %d (every acknowledged add)", v, acked)
 	}
 }
