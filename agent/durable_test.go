@@ -57,11 +57,11 @@ func TestDurableStateRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range 3 {
+			for i := range 3 { // three syncs: three batches
 				l.Put(pagelog.Page{Key: gva.New(1, gva.PageNumber(i+1), 0, 0), Owned: true, Epoch: 1, Version: 1, Content: make([]byte, gva.PageSize)})
-			}
-			if err := l.Sync(); err != nil {
-				t.Fatal(err)
+				if err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			l.Close()
 			f, err := os.OpenFile(d.Name(), os.O_WRONLY, 0)
