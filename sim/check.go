@@ -253,10 +253,7 @@ func (c *checker) crashed(n *simNode) {
 // page n owns of which its disk holds no owned state at all (it became the
 // owner in the step the tear stopped) lived only there: it may be lost.
 func (c *checker) tornSync(n *simNode) {
-	b, _ := n.disk.Load()
-	m := pagelog.NewMemDisk("check", 1)
-	m.Replace(b)
-	_, pages, err := pagelog.Open(m, pagelog.Identity{Node: n.id, Fabric: c.w.cfg.Seed})
+	pages, err := c.diskPages(n)
 	if err != nil {
 		c.violate("node %v: its durable pages do not open after a torn sync: %v", n.id, err)
 		return
@@ -278,6 +275,16 @@ func (c *checker) tornSync(n *simNode) {
 			// Lost, unless an earlier owner's disk kept it (its handover's
 			// commit torn too): decided at the end.
 			g.maybeLost, g.failingOver = true, true
+			// n became the owner in the step the tear stopped, so every
+			// version it applied was of that step, seen by nobody: the
+			// page is at most what the handover's stand-ins keep for n.
+			if p, ok := c.standInFor(n, key); ok && p.Version < g.version {
+				for v := p.Version + 1; v <= g.version; v++ {
+					delete(g.log, v)
+				}
+				g.version = p.Version
+				copy(g.content[:], p.Content)
+			}
 		case p.Version < g.version:
 			for v := p.Version + 1; v <= g.version; v++ {
 				delete(g.log, v)
@@ -286,6 +293,37 @@ func (c *checker) tornSync(n *simNode) {
 			copy(g.content[:], p.Content)
 		}
 	}
+}
+
+// diskPages is what n's disk holds, as a restarted n would read it.
+func (c *checker) diskPages(n *simNode) ([]pagelog.Page, error) {
+	b, _ := n.disk.Load()
+	m := pagelog.NewMemDisk("check", 1)
+	m.Replace(b)
+	_, pages, err := pagelog.Open(m, pagelog.Identity{Node: n.id, Fabric: c.w.cfg.Seed})
+	return pages, err
+}
+
+// standInFor returns the newest copy of key that a disk of another node
+// keeps as a handover's stand-in for heir n.
+func (c *checker) standInFor(n *simNode, key gva.GVA) (pagelog.Page, bool) {
+	var best pagelog.Page
+	found := false
+	for _, o := range c.w.nodes {
+		if o == n || o.disk == nil {
+			continue
+		}
+		pages, err := c.diskPages(o)
+		if err != nil {
+			continue
+		}
+		for _, p := range pages {
+			if p.Key == key && p.HasHeir && p.Heir == n.id && (!found || p.Version > best.Version) {
+				best, found = p, true
+			}
+		}
+	}
+	return best, found
 }
 
 // survivesWithout reports whether every page would keep, if n failed now,
