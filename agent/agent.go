@@ -439,7 +439,7 @@ func (a *Agent) newEngine() error {
 		a.log.Warn("insecure state directory accepted (insecure-run-dir)", "problem", w)
 	}
 	a.stateDir = sd
-	epoch, err := nextAllocEpoch(sd.Path())
+	epoch, err := nextAllocEpoch(sd.Path(), sd.Name())
 	if err != nil {
 		return err
 	}

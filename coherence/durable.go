@@ -133,9 +133,13 @@ func (e *Engine) stopOn(err error) {
 // restarted, it kept key and gave it up in epoch `epoch` or later (a
 // handover, a free, a copy its owner released): a copy of that epoch that
 // names this node as its owner, or one older than the tombstone, is stale.
+// The tombstone stands while the node neither owns the page nor keeps a
+// copy of it again; a page entry that is no more than a replica or a
+// request of its host's (made since the restart) does not end it.
 func (e *Engine) goneHere(key gva.GVA, epoch uint64) (uint64, bool) {
 	tomb, ok := e.durGone[key]
-	return tomb, ok && epoch <= tomb && e.pages[key] == nil && e.copies[key] == nil
+	pg := e.pages[key]
+	return tomb, ok && epoch <= tomb && (pg == nil || !pg.owner) && e.copies[key] == nil
 }
 
 // DurableErr is the error that stopped the engine (a failed sync of its

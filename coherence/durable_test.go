@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,5 +119,56 @@ func TestDurableAcknowledgesWhatIsSynced(t *testing.T) {
 	}
 	if x.eng[0].Stats().DurableRestored != 1 {
 		t.Fatalf("restored %d pages, want 1", x.eng[0].Stats().DurableRestored)
+	}
+}
+
+// TestDurableStopsOnAFullDisk: an owner with durable pages whose disk
+// fills up (the append of a step's records fails with ENOSPC) answers
+// nothing of that step: the store is never acknowledged, the engine stops
+// (DurableErr wraps ENOSPC) and sends nothing more. Started again on the
+// disk with room, the node reloads the page at the last acknowledged
+// version.
+func TestDurableStopsOnAFullDisk(t *testing.T) {
+	disk := pagelog.NewMemDisk("node0", 1)
+	x := newFab(t, lineGraph(t, 2), func(c *Config) {
+		if c.Self != 0 {
+			return
+		}
+		l, _, err := pagelog.Open(disk, pagelog.Identity{Node: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Durable = l
+	})
+	g := x.alloc(0)
+	var b [8]byte
+	for i := range 3 {
+		binary.LittleEndian.PutUint64(b[:], uint64(i+1))
+		x.ok(1, Request{Op: HostStore, GVA: g, Data: b[:]})
+	}
+	synced, _ := disk.Load()
+	disk.Space = len(synced) + 64 // not room for the page's next record
+	binary.LittleEndian.PutUint64(b[:], 99)
+	id := x.submit(1, Request{Op: HostStore, GVA: g, Data: b[:]})
+	x.f.Run(200 * time.Millisecond)
+	if err := x.eng[0].DurableErr(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("the engine runs on after its disk filled up: %v", err)
+	}
+	if c := x.result(1, id); errno(c) == 0 {
+		t.Fatalf("a store the disk had no room for was answered: %+v", c)
+	}
+	if len(x.eng[0].TakeOutgoing(nil)) != 0 {
+		t.Fatal("a stopped engine still has frames to send")
+	}
+	x.f.Kill(0)
+	disk.Crash()
+	disk.Space = 0
+	if err := x.f.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	x.f.Run(4 * time.Second) // the reloaded copy waits two home refreshes before it takes the page over
+	x.ok(1, Request{Op: HostRef, GVA: g})
+	if v := binary.LittleEndian.Uint64(x.load(1, g, 8)); v != 3 {
+		t.Fatalf("after the restart node 1 reads %d, want 3 (the last acknowledged store)", v)
 	}
 }

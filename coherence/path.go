@@ -594,7 +594,12 @@ func validReply(f *noc.Frame) bool {
 
 // ownWrite applies this host's own acknowledged write to its replica when
 // it is the next version (read-your-writes without waiting for the
-// update), and raises the host's session floor.
+// update), and raises the host's session floor. The entry's version stays:
+// it is the newest version that came down the tree here, so the newest
+// this node's branches may have been sent; the owner's update of v, still
+// on its way, brings it. A node that becomes the owner before that update
+// came (its acquire's content carried v) finds its branches behind and
+// invalidates them (ownEntry).
 func (e *Engine) ownWrite(now time.Duration, key gva.GVA, off int, data []byte, v gva.Version) {
 	e.seen(key, v)
 	pg := e.pages[key]
@@ -608,7 +613,6 @@ func (e *Engine) ownWrite(now time.Duration, key gva.GVA, off int, data []byte, 
 	e.advanced(pg, v)
 	copy(e.pageBytes(pg)[off:], data)
 	pg.version = v
-	ent.Version = v
 	e.syncReplica(ent, pg)
 	if pg.maps > 0 {
 		// The host that made it usually applied it already; one whose

@@ -993,6 +993,23 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 				e.sendDrop(f.Src, key, c.epoch)
 				return
 			}
+			if c := e.copies[key]; c != nil && c.restored && c.owner == e.self && c.hasHeir && epoch == c.epoch &&
+				f.Src != e.self && slices.Contains(c.backups, f.Src) {
+				// This node handed the page over before it restarted and
+				// stands in for the heir (its log says so); the prober is
+				// a fellow stand-in that asks this node as its owner, so
+				// it missed the word of the handover before the power cut.
+				// It is told again (as handOverReplication tells it), and
+				// stands in for the heir too instead of taking this node's
+				// restart for the end of the page's owner.
+				var p [handLen]byte
+				binary.BigEndian.PutUint64(p[:], c.epoch)
+				binary.BigEndian.PutUint32(p[8:], uint32(c.heir))
+				binary.BigEndian.PutUint64(p[12:], c.heirInc)
+				d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, p[:])
+				e.sendNode(&d)
+				e.stats.ReplDrops++
+			}
 			if tomb, ok := e.goneHere(key, epoch); ok {
 				// This node's earlier run gave the page up at that epoch
 				// or later (its durable log's tombstone): the prober's copy

@@ -69,15 +69,6 @@ type ghost struct {
 	staged map[gva.Version][]byte
 	// ackedMax is the newest version an acknowledged write made.
 	ackedMax gva.Version
-	// With durable pages: the version and content the page had before the
-	// step (at appliedAt) in which applier applied its latest versions:
-	// what tornSync takes the page back to when that step's sync tore and
-	// applier's disk holds no owned state of it.
-	applier     noc.NodeID
-	applierSet  bool
-	appliedAt   time.Duration
-	fromVersion gva.Version
-	fromContent []byte
 }
 
 type history struct {
@@ -163,10 +154,6 @@ func (c *checker) Applied(self noc.NodeID, key gva.GVA, v gva.Version, off int, 
 	}
 	if v != g.version+1 {
 		c.violate("page %v: node %v applied version %d after version %d", key, self, v, g.version)
-	}
-	if c.w.cfg.Durable && (!g.applierSet || g.applier != self || g.appliedAt != c.w.now) {
-		g.applier, g.applierSet, g.appliedAt, g.fromVersion = self, true, c.w.now, g.version
-		g.fromContent = append(g.fromContent[:0], g.content[:]...)
 	}
 	copy(g.content[off:], data)
 	g.version = v
@@ -266,10 +253,7 @@ func (c *checker) crashed(n *simNode) {
 // page n owns of which its disk holds no owned state at all (it became the
 // owner in the step the tear stopped) lived only there: it may be lost.
 func (c *checker) tornSync(n *simNode) {
-	b, _ := n.disk.Load()
-	m := pagelog.NewMemDisk("check", 1)
-	m.Replace(b)
-	_, pages, err := pagelog.Open(m, pagelog.Identity{Node: n.id, Fabric: c.w.cfg.Seed})
+	pages, err := c.diskPages(n)
 	if err != nil {
 		c.violate("node %v: its durable pages do not open after a torn sync: %v", n.id, err)
 		return
@@ -290,16 +274,16 @@ func (c *checker) tornSync(n *simNode) {
 		case !ok:
 			// Lost, unless an earlier owner's disk kept it (its handover's
 			// commit torn too, or a stand-in copy): decided at the end.
-			// n took it in the step whose sync tore (a step that synced
-			// would have logged it as owned), and nobody saw what it
-			// applied in that step: taken back.
 			g.maybeLost, g.failingOver = true, true
-			if g.applierSet && g.applier == n.id && g.appliedAt == c.w.now && g.fromVersion < g.version {
-				for v := g.fromVersion + 1; v <= g.version; v++ {
+			// n became the owner in the step the tear stopped, so every
+			// version it applied was of that step, seen by nobody: the
+			// page is at most what the handover's stand-ins keep for n.
+			if p, ok := c.standInFor(n, key); ok && p.Version < g.version {
+				for v := p.Version + 1; v <= g.version; v++ {
 					delete(g.log, v)
 				}
-				g.version = g.fromVersion
-				copy(g.content[:], g.fromContent)
+				g.version = p.Version
+				copy(g.content[:], p.Content)
 			}
 		case p.Version < g.version:
 			for v := p.Version + 1; v <= g.version; v++ {
@@ -309,6 +293,37 @@ func (c *checker) tornSync(n *simNode) {
 			copy(g.content[:], p.Content)
 		}
 	}
+}
+
+// diskPages is what n's disk holds, as a restarted n would read it.
+func (c *checker) diskPages(n *simNode) ([]pagelog.Page, error) {
+	b, _ := n.disk.Load()
+	m := pagelog.NewMemDisk("check", 1)
+	m.Replace(b)
+	_, pages, err := pagelog.Open(m, pagelog.Identity{Node: n.id, Fabric: c.w.cfg.Seed})
+	return pages, err
+}
+
+// standInFor returns the newest copy of key that a disk of another node
+// keeps as a handover's stand-in for heir n.
+func (c *checker) standInFor(n *simNode, key gva.GVA) (pagelog.Page, bool) {
+	var best pagelog.Page
+	found := false
+	for _, o := range c.w.nodes {
+		if o == n || o.disk == nil {
+			continue
+		}
+		pages, err := c.diskPages(o)
+		if err != nil {
+			continue
+		}
+		for _, p := range pages {
+			if p.Key == key && p.HasHeir && p.Heir == n.id && (!found || p.Version > best.Version) {
+				best, found = p, true
+			}
+		}
+	}
+	return best, found
 }
 
 // survivesWithout reports whether every page would keep, if n failed now,

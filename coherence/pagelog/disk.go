@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Disk is the stable storage of one log.
@@ -152,9 +153,14 @@ type MemDisk struct {
 	// keep a torn prefix of what it should have made durable and fail
 	// with ErrCrashed (a power cut in the middle of the fsync).
 	CrashAtSync int
-	rng         *rand.Rand
-	syncs       uint64
-	name        string
+	// Space, if positive, is how many bytes the disk holds (a full file
+	// system): an Append past it writes what fits and fails with
+	// syscall.ENOSPC, as write(2) does; a Replace past it fails with
+	// ENOSPC and keeps the old log.
+	Space int
+	rng   *rand.Rand
+	syncs uint64
+	name  string
 }
 
 // NewMemDisk returns an empty MemDisk whose crashes draw from seed.
@@ -176,6 +182,10 @@ func (d *MemDisk) Load() ([]byte, error) {
 
 // Append implements Disk.
 func (d *MemDisk) Append(p []byte) error {
+	if room := d.Space - len(d.synced) - len(d.pending); d.Space > 0 && len(p) > room {
+		d.pending = append(d.pending, p[:max(room, 0)]...)
+		return fmt.Errorf("write %s: %w", d.name, syscall.ENOSPC)
+	}
 	d.pending = append(d.pending, p...)
 	return nil
 }
@@ -197,6 +207,10 @@ func (d *MemDisk) Sync() error {
 
 // Replace implements Disk (atomic: a crash keeps the old log or p).
 func (d *MemDisk) Replace(p []byte) error {
+	if d.Space > 0 && len(p)+len(d.synced)+len(d.pending) > d.Space {
+		// The new file is written beside the old one before the rename.
+		return fmt.Errorf("write %s.new: %w", d.name, syscall.ENOSPC)
+	}
 	d.synced = append(d.synced[:0:0], p...)
 	d.pending = d.pending[:0]
 	return nil

@@ -62,17 +62,20 @@ type Identity struct {
 var ErrCorrupt = errors.New("pagelog: state refused")
 
 const (
-	magic      = "DPUPLOG\x01"
+	magic      = "DPUPLOG\x02" // every record in a batch (kindBatch)
+	magicV1    = "DPUPLOG\x01" // records without batches: read, then rewritten
 	headerLen  = 8 + 4 + 8 + 4 // magic, node, fabric, crc
 	recHead    = 4 + 4         // length of kind+payload, crc32c of them
 	kindPut    = 1
 	kindDrop   = 2
 	kindHome   = 3
+	kindBatch  = 4                                // the records of one Sync, whole or not at all
 	homeLen    = keyLen + 1 + 4 + 8 + 8 + attrLen // key, flags, owner, inc, epoch, attr
 	keyLen     = 16
 	putFixed   = keyLen + 1 + 4 + 8 + 8 + 8 + 1 + 1 + 4 + 8 // key, flags, owner, inc, epoch, version, rank, n, heir, heirInc
 	attrLen    = 12
 	maxRecord  = putFixed + 255*4 + attrLen + gva.HugePageSize
+	maxBatch   = 1 << 30 // bytes of one Sync's records
 	compactMin = 1 << 20 // bytes below which the log is never rewritten
 	scanWindow = 1 << 16 // bytes past a bad record searched for a valid one
 )
@@ -98,6 +101,8 @@ type Log struct {
 	live  int                // bytes of the records in force
 	lens  map[gva.GVA]int
 	buf   []byte
+	batch []byte // the last Sync's batch record (reused)
+	v1    bool   // the file has no batches (magicV1)
 	dirty bool
 }
 
@@ -114,28 +119,29 @@ func Open(disk Disk, id Identity) (*Log, []Page, error) {
 	l := &Log{disk: disk, id: id, pages: map[gva.GVA]*Page{}, homes: map[gva.GVA]*Home{}, gone: map[gva.GVA]uint64{}, lens: map[gva.GVA]int{}}
 	if len(b) == 0 {
 		if err := l.rewrite(); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: a new log cannot be written: %w", disk.Name(), err)
 		}
 		return l, nil, nil
 	}
 	if err := checkHeader(b, id); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", disk.Name(), err)
 	}
+	l.v1 = string(b[:8]) == magicV1
 	end, torn, err := l.replay(b)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", disk.Name(), err)
 	}
 	l.size = end
-	if torn || l.size > 2*l.live+compactMin {
+	if torn || l.v1 || l.size > 2*l.live+compactMin {
 		if err := l.rewrite(); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%s: the log cannot be rewritten: %w", disk.Name(), err)
 		}
 	}
 	return l, l.Pages(), nil
 }
 
 func checkHeader(b []byte, id Identity) error {
-	if len(b) < headerLen || string(b[:8]) != magic {
+	if len(b) < headerLen || string(b[:8]) != magic && string(b[:8]) != magicV1 {
 		return fmt.Errorf("%w: not a page log (bad magic)", ErrCorrupt)
 	}
 	if crc32.Checksum(b[:headerLen-4], castagnoli) != binary.BigEndian.Uint32(b[headerLen-4:]) {
@@ -157,10 +163,13 @@ func (l *Log) replay(b []byte) (end int, torn bool, err error) {
 	for off < len(b) {
 		rec, n, ok := record(b[off:])
 		if !ok {
-			if validAfter(b[off:]) {
+			if l.validAfter(b[off:]) {
 				return 0, false, fmt.Errorf("%w: record at byte %d fails its checksum and valid records follow it", ErrCorrupt, off)
 			}
 			return off, true, nil
+		}
+		if !l.topLevel(rec[0]) {
+			return 0, false, fmt.Errorf("%w: record at byte %d: a record of kind %d outside a batch", ErrCorrupt, off, rec[0])
 		}
 		if err := l.apply(rec, n); err != nil {
 			return 0, false, fmt.Errorf("%w: record at byte %d: %v", ErrCorrupt, off, err)
@@ -177,7 +186,7 @@ func record(b []byte) (rec []byte, n int, ok bool) {
 		return nil, 0, false
 	}
 	ln := int(binary.BigEndian.Uint32(b))
-	if ln < 1 || ln > maxRecord || len(b) < recHead+ln {
+	if ln < 1 || ln > maxBatch || len(b) < recHead+ln {
 		return nil, 0, false
 	}
 	rec = b[recHead : recHead+ln]
@@ -192,24 +201,48 @@ func record(b []byte) (rec []byte, n int, ok bool) {
 // where the bad record's length says the next one starts, then at every
 // byte of the next scanWindow bytes (a torn tail is the last step's
 // records, each far smaller).
-func validAfter(b []byte) bool {
+func (l *Log) validAfter(b []byte) bool {
 	if len(b) >= recHead {
 		if next := recHead + int(binary.BigEndian.Uint32(b)); next < len(b) {
-			if rec, _, ok := record(b[next:]); ok && rec[0] >= kindPut && rec[0] <= kindHome {
+			if rec, _, ok := record(b[next:]); ok && l.topLevel(rec[0]) {
 				return true
 			}
 		}
 	}
 	for i := 1; i+recHead < len(b) && i < scanWindow; i++ {
-		if rec, _, ok := record(b[i:]); ok && rec[0] >= kindPut && rec[0] <= kindHome {
+		if rec, _, ok := record(b[i:]); ok && l.topLevel(rec[0]) {
 			return true
 		}
 	}
 	return false
 }
 
+// topLevel reports whether a record of kind k may stand in the file by
+// itself: in a log with batches only a batch does (the records inside a
+// torn batch are not records of the file).
+func (l *Log) topLevel(k byte) bool {
+	if l.v1 {
+		return k >= kindPut && k <= kindHome
+	}
+	return k == kindBatch
+}
+
 func (l *Log) apply(rec []byte, n int) error {
+	if rec[0] != kindBatch && n > recHead+maxRecord {
+		return fmt.Errorf("record of %d bytes", n)
+	}
 	switch rec[0] {
+	case kindBatch:
+		for b := rec[1:]; len(b) > 0; {
+			sub, m, ok := record(b)
+			if !ok || sub[0] == kindBatch {
+				return errors.New("a batch holds a bad record")
+			}
+			if err := l.apply(sub, m); err != nil {
+				return err
+			}
+			b = b[m:]
+		}
 	case kindPut:
 		p, err := decodePut(rec[1:])
 		if err != nil {
@@ -463,11 +496,20 @@ func (l *Log) Sync() error {
 		l.buf = l.buf[:0]
 		return l.rewrite()
 	}
-	if err := l.disk.Append(l.buf); err != nil {
+	// The step's records go as one batch record: a power cut in the
+	// middle of the write leaves all of them or none (a prefix of whole
+	// records would be a state no step made: a home record naming a heir
+	// without the old owner's stand-in, say).
+	b := l.batch[:0]
+	b = binary.BigEndian.AppendUint32(b, uint32(1+len(l.buf)))
+	b = binary.BigEndian.AppendUint32(b, crc32.Update(crc32.Checksum([]byte{kindBatch}, castagnoli), castagnoli, l.buf))
+	b = append(append(b, kindBatch), l.buf...)
+	l.batch = b
+	l.buf = l.buf[:0]
+	if err := l.disk.Append(b); err != nil {
 		return err
 	}
-	l.size += len(l.buf)
-	l.buf = l.buf[:0]
+	l.size += len(b)
 	return l.disk.Sync()
 }
 
@@ -481,22 +523,32 @@ func (l *Log) rewrite() error {
 	save := l.buf
 	l.buf = b
 	for _, k := range slices.SortedFunc(maps.Keys(l.pages), gva.Compare) {
-		l.appendRecord(appendPut(nil, l.pages[k]))
+		l.appendBatchOf(appendPut(nil, l.pages[k]))
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(l.homes), gva.Compare) {
-		l.appendRecord(appendHome(nil, l.homes[k]))
+		l.appendBatchOf(appendHome(nil, l.homes[k]))
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(l.gone), gva.Compare) {
 		if _, ok := l.pages[k]; !ok {
-			l.appendRecord(appendDrop(nil, k, l.gone[k]))
+			l.appendBatchOf(appendDrop(nil, k, l.gone[k]))
 		}
 	}
 	b, l.buf = l.buf, save[:0]
 	if err := l.disk.Replace(b); err != nil {
 		return err
 	}
-	l.size = len(b)
+	l.size, l.v1 = len(b), false
 	return nil
+}
+
+// appendBatchOf appends rec as a batch of one record (a rewritten log's
+// records, each whole on its own: the rename makes the file atomic).
+func (l *Log) appendBatchOf(rec []byte) {
+	var h [recHead]byte
+	binary.BigEndian.PutUint32(h[:], uint32(len(rec)))
+	binary.BigEndian.PutUint32(h[4:], crc32.Checksum(rec, castagnoli))
+	b := make([]byte, 0, 1+recHead+len(rec))
+	l.appendRecord(append(append(append(b, kindBatch), h[:]...), rec...))
 }
 
 // Pages returns the pages in force, sorted by key.
