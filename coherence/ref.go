@@ -392,8 +392,17 @@ func (e *Engine) graftHop(now time.Duration, in noc.PortID, f *noc.Frame, rr ref
 		}
 	case ent.Owner || ent.Up != in:
 		if added {
+			// The sender counts us as its branch, and we hang below
+			// another port: remembered, so that a re-join below the
+			// sender, which this unref may cross, tells it again
+			// (dpu-sim seed 750, 16 nodes, every fault, R = 2: a node
+			// detached from its own upstream re-joined below the sender
+			// by a graft it routed, and the sender, its unref arrived
+			// after, never counted it again: replicas there stayed valid
+			// at an old version).
 			u := newFrame(noc.ClassLoad, OpUnref, noc.FlagPath, e.self, noc.BroadcastNode, 0, key, 0, nil)
 			e.sendPort(in, &u)
+			e.markUnref(now, key, in)
 		}
 	}
 	if attached && rr.flags&refAttr != 0 {
