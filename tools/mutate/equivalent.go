@@ -37,6 +37,9 @@ var equivalents = []equivalent{
 			"pendingFor, NextDeadline and Advance start there): the decided entries only wait for the next Submit to be reused"},
 	{"arbiter/wheel.go", "if w.nextOK && n.tick < w.next {", "<", "<=",
 		"at n.tick == w.next the assignment sets next to the value it holds"},
+	{"noc/link/send.go", "sl.queued = false\n\t\t\ts.nQueued--\n\t\t\ts.retxLow = q + 1", "--", "++",
+		"nQueued is only nextRetransmit's fast-path gate (every other use keeps it right): an over-count only makes a later call " +
+			"scan from retxLow to nxt, find no queued slot and reset the count to 0, so the same fragment (or none) is returned; only time differs"},
 	{"noc/link/stripeport.go", "k-1)/k, room/(2*k))", "-", "+",
 		"a look reads at most one datagram more per channel than the caller's share; the extra waits in the order buffer " +
 			"(the room term still bounds it) for the next read, nothing lost or reordered"},
