@@ -332,6 +332,29 @@ func (c *Core) drain(p noc.PortID, pt *port) {
 	}
 }
 
+// sendBacklog sends the frames of a port's backlog q in order while its
+// link takes them; it reports whether the link refused one for another
+// reason than back-pressure (it went down).
+func (c *Core) sendBacklog(pt *port, q *[][]byte) (down bool) {
+	for len(*q) > 0 {
+		if err := pt.ep.Send(c.now, (*q)[0]); err != nil {
+			return !errors.Is(err, link.ErrBackpressure)
+		}
+		c.stats.Originated++
+		(*q)[0] = nil
+		*q = (*q)[1:]
+	}
+	return false
+}
+
+// dropOwn empties the port's own backlog (its link went down), counting
+// the frames in SendErrors.
+func (pt *port) dropOwn(st *Stats) {
+	st.SendErrors += uint64(len(pt.own))
+	clear(pt.own)
+	pt.own = pt.own[:0]
+}
+
 // release sends the held frames whose outgoing link has room again and
 // resumes taking input from their ports.
 func (c *Core) release() {
@@ -339,31 +362,11 @@ func (c *Core) release() {
 		return
 	}
 	for _, pt := range c.ports {
-		for len(pt.own) > 0 {
-			if err := pt.ep.Send(c.now, pt.own[0]); err != nil {
-				if errors.Is(err, link.ErrBackpressure) {
-					break
-				}
-				c.stats.SendErrors += uint64(len(pt.own))
-				clear(pt.own)
-				pt.own = pt.own[:0] // the link went down: what it carried is recovered by the protocol
-				break
-			}
-			c.stats.Originated++
-			pt.own[0] = nil
-			pt.own = pt.own[1:]
+		if c.sendBacklog(pt, &pt.own) {
+			pt.dropOwn(&c.stats) // the protocol recovers what the link carried
 		}
-		for len(pt.routing) > 0 {
-			if err := pt.ep.Send(c.now, pt.routing[0]); err != nil {
-				if errors.Is(err, link.ErrBackpressure) {
-					break
-				}
-				pt.routing = nil // the link went down: routing resyncs on up
-				break
-			}
-			c.stats.Originated++
-			pt.routing[0] = nil
-			pt.routing = pt.routing[1:]
+		if c.sendBacklog(pt, &pt.routing) {
+			pt.routing = nil // routing resyncs on up
 		}
 	}
 	for i, pt := range c.ports {
@@ -523,9 +526,7 @@ func (c *Core) linkEvents(p noc.PortID, pt *port) {
 			_ = c.rt.PortUp(c.now, p) // p was added: cannot fail
 		} else {
 			pt.up = false
-			c.stats.SendErrors += uint64(len(pt.own))
-			clear(pt.own)
-			pt.own = pt.own[:0] // for the session that ended: the protocol recovers what it carried
+			pt.dropOwn(&c.stats) // for the session that ended: the protocol recovers what it carried
 			was, known := pt.neighbour, pt.known
 			pt.known, pt.refused = false, false
 			c.ev = append(c.ev, Event{At: ev.At, Kind: EventLinkDown, Port: p, Neighbour: was, Reason: ev.Reason.String()})
