@@ -274,11 +274,17 @@ func (e *Engine) Submit(now time.Duration, hr Request, rt noc.Routes) {
 		e.completeErr(now, r, syscall.EACCES, "refused by the page's attributes")
 		return
 	}
+	e.track(now, r)
+	e.start(now, r)
+}
+
+// track makes r a request in flight: an id, and a deadline at the
+// request's bound.
+func (e *Engine) track(now time.Duration, r *request) {
 	e.nextReq++
 	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
 	e.reqs[r.id] = r
 	r.deadline = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tDeadline, id: r.id})
-	e.start(now, r)
 }
 
 // start runs (or re-runs, after a retryable failure) a request. A re-run

@@ -1392,20 +1392,17 @@ func (h *Hosts) endFree(now time.Duration, r *hostReq) {
 func (h *Hosts) nextFree(now time.Duration, key gva.GVA) {
 	q := h.freeRuns[key]
 	delete(h.freeRuns, key)
-	for i, r := range q {
+	for len(q) > 0 {
+		r := q[0]
+		q = q[1:]
 		if r.done || r.abandon {
 			continue
 		}
 		h.start(now, r)
-		if rest := q[i+1:]; len(rest) > 0 {
-			if _, ok := h.freeRuns[key]; ok {
-				h.freeRuns[key] = append(h.freeRuns[key], rest...)
-			} else {
-				h.freeRuns[key] = append([]*hostReq(nil), rest...)
-				h.nextFree(now, key) // r ended at once: the rest go on
-			}
-		}
-		return
+		if _, running := h.freeRuns[key]; running {
+			h.freeRuns[key] = append(h.freeRuns[key], q...) // the rest wait for r
+			return
+		} // else r ended at once: the next goes on
 	}
 }
 

@@ -1204,10 +1204,7 @@ func (e *Engine) askDrops(now time.Duration, pg *page, nodes []noc.NodeID, unrea
 // then r is a request in flight with the request's bound, and the page
 // takes no write (repBusy).
 func (e *Engine) startFreeing(now time.Duration, pg *page, r *request) {
-	e.nextReq++
-	r.id = e.inc<<40 | e.nextReq&(1<<40-1)
-	e.reqs[r.id] = r
-	r.deadline = e.schedule(now+e.cfg.RequestTimeout, timer{kind: tDeadline, id: r.id})
+	e.track(now, r)
 	rep := pg.rep
 	rep.freeing = r
 	rep.freeWait = rep.freeWait[:0]
