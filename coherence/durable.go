@@ -42,7 +42,7 @@ import (
 // is acquiring).
 //
 // A sync that fails stops the engine: it sends nothing more and hands no
-// completion to the sink (DurableErr says why; the driver ends the node,
+// completion to the sink (StopErr says why; the driver ends the node,
 // as a crash).
 
 // durMark marks key's state for the log.
@@ -142,13 +142,9 @@ func (e *Engine) goneHere(key gva.GVA, epoch uint64) (uint64, bool) {
 	return tomb, ok && epoch <= tomb && (pg == nil || !pg.owner) && e.copies[key] == nil
 }
 
-// DurableErr is the error that stopped the engine (a failed sync of its
-// durable pages, or a page its store could not read back), nil while it
-// runs; StopErr is the same.
-func (e *Engine) DurableErr() error { return e.durErr }
-
-// StopErr is the storage failure that stopped the engine, nil while it
-// runs.
+// StopErr is the storage failure that stopped the engine (a failed sync
+// of its durable pages, or a page its store could not read back), nil
+// while it runs.
 func (e *Engine) StopErr() error { return e.durErr }
 
 // restore loads the home records of the durable log, and its pages as

@@ -47,7 +47,7 @@ func syncedPage(t *testing.T, disk *pagelog.MemDisk, self noc.NodeID, key gva.GV
 // a line of two) answers a store, its own host's or another node's, only
 // once its log holds the store's version; a store whose sync is cut by a
 // crash is never answered (its requester at the other node ends it
-// "outcome unknown"), the engine stops (DurableErr) and sends nothing
+// "outcome unknown"), the engine stops (StopErr) and sends nothing
 // more; a node started again on the disk reloads the page at the last
 // acknowledged version and takes it over.
 func TestDurableAcknowledgesWhatIsSynced(t *testing.T) {
@@ -94,8 +94,8 @@ func TestDurableAcknowledgesWhatIsSynced(t *testing.T) {
 	binary.LittleEndian.PutUint64(b[:], 99)
 	id := x.submit(1, Request{Op: HostStore, GVA: g, Data: b[:]})
 	x.f.Run(200 * time.Millisecond)
-	if !errors.Is(x.eng[0].DurableErr(), pagelog.ErrCrashed) {
-		t.Fatalf("the engine runs on after its sync failed: %v", x.eng[0].DurableErr())
+	if !errors.Is(x.eng[0].StopErr(), pagelog.ErrCrashed) {
+		t.Fatalf("the engine runs on after its sync failed: %v", x.eng[0].StopErr())
 	}
 	if c := x.result(1, id); errno(c) == 0 {
 		t.Fatalf("a store whose sync failed was answered: %+v", c)
@@ -125,7 +125,7 @@ func TestDurableAcknowledgesWhatIsSynced(t *testing.T) {
 // TestDurableStopsOnAFullDisk: an owner with durable pages whose disk
 // fills up (the append of a step's records fails with ENOSPC) answers
 // nothing of that step: the store is never acknowledged, the engine stops
-// (DurableErr wraps ENOSPC) and sends nothing more. Started again on the
+// (StopErr wraps ENOSPC) and sends nothing more. Started again on the
 // disk with room, the node reloads the page at the last acknowledged
 // version.
 func TestDurableStopsOnAFullDisk(t *testing.T) {
@@ -151,7 +151,7 @@ func TestDurableStopsOnAFullDisk(t *testing.T) {
 	binary.LittleEndian.PutUint64(b[:], 99)
 	id := x.submit(1, Request{Op: HostStore, GVA: g, Data: b[:]})
 	x.f.Run(200 * time.Millisecond)
-	if err := x.eng[0].DurableErr(); !errors.Is(err, syscall.ENOSPC) {
+	if err := x.eng[0].StopErr(); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("the engine runs on after its disk filled up: %v", err)
 	}
 	if c := x.result(1, id); errno(c) == 0 {

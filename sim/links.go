@@ -81,7 +81,7 @@ func (w *World) settle(n *simNode) {
 	if !n.alive {
 		return
 	}
-	if n.eng.DurableErr() != nil && !n.syncFailed {
+	if n.eng.StopErr() != nil && !n.syncFailed {
 		// Its disk crashed in the middle of a sync (a power cut): the
 		// engine stopped before anything of that step left; the node
 		// fails now and comes back with what its disk kept.
