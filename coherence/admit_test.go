@@ -1,6 +1,8 @@
 package coherence
 
 import (
+	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 )
@@ -53,4 +55,26 @@ func TestHostsAdmit(t *testing.T) {
 	}
 	x.ok(0, Request{Op: HostUnref, GVA: g, Cred: owner})
 	x.ok(0, Request{Op: HostFree, GVA: g, Cred: owner})
+}
+
+// TestCompletionErrno: a completion's errno, and none of the allocation
+// errors.As costs on the success every request of the hot path ends with.
+func TestCompletionErrno(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{nil, 0},
+		{&HostError{Op: HostCAS, Errno: syscall.EACCES}, syscall.EACCES},
+		{fmt.Errorf("wrapped: %w", &HostError{Op: HostLoad, Errno: syscall.ENOENT}), syscall.ENOENT},
+		{errors.New("not a host error"), syscall.EIO},
+	} {
+		if got := (&Completion{Err: tc.err}).Errno(); got != tc.want {
+			t.Errorf("Errno of %v = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	c := &Completion{}
+	if n := testing.AllocsPerRun(100, func() { _ = c.Errno() }); n != 0 {
+		t.Errorf("Errno of a success allocates %.0f times", n)
+	}
 }

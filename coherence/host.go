@@ -112,14 +112,14 @@ type Completion struct {
 
 // Errno returns the completion's errno (0 on success).
 func (c *Completion) Errno() syscall.Errno {
+	if c.Err == nil {
+		return 0 // first: errors.As's target escapes, and success is the common case
+	}
 	var he *HostError
 	if errors.As(c.Err, &he) {
 		return he.Errno
 	}
-	if c.Err != nil {
-		return syscall.EIO
-	}
-	return 0
+	return syscall.EIO
 }
 
 // HostError is an errno-style failure of a host request. It unwraps to its
