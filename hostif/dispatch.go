@@ -70,10 +70,7 @@ func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]cohere
 // closed takes no reply on its socket.
 func (c *conn) answer(t *task, err error, flush, holds bool) {
 	if rg := t.rg; rg != nil {
-		rg.answer(t, err)
-		if flush {
-			rg.flush()
-		}
+		rg.answer(t, err, flush)
 	} else {
 		if !c.aborted.Load() {
 			c.reply(t, err, flush)
@@ -155,13 +152,6 @@ func (s *Server) allocAttr(c *conn, r *wire.Request) Attr {
 	return Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
 }
 
-// finish answers t of c with the completion d of its Op: it fills the
-// reply, updates the replica files, queues the reply and gives the slot
-// back.
-func (s *Server) finish(c *conn, t *task, d *coherence.Completion) {
-	c.answer(t, s.finishOp(c, t, d), false, true) // Complete flushes
-}
-
 // finishOp fills t's reply from d and returns the request's error.
 func (s *Server) finishOp(c *conn, t *task, d *coherence.Completion) error {
 	r := &t.req
@@ -232,8 +222,7 @@ func (s *Server) finishData(c *conn, t *task, d *coherence.Completion) error {
 // holding none of its locks.
 func (s *Server) Complete(ds []coherence.Completion) {
 	var connsAt [8]*conn
-	var ringsAt [8]*connRing
-	conns, rings := connsAt[:0], ringsAt[:0]
+	conns := connsAt[:0]
 	var end time.Time // one clock reading for the batch (Options.Observe)
 	if s.opts.Observe != nil && len(ds) > 0 {
 		end = time.Now()
@@ -245,17 +234,27 @@ func (s *Server) Complete(ds []coherence.Completion) {
 		}
 		c := t.c
 		t.end = end
+		flush := false
 		if rg := t.rg; rg != nil { // read before finishing recycles the task
-			rings = appendOnce(rings, rg)
+			// the ring's last reply of the batch is queued and published
+			// under one hold of its lock
+			flush = lastOfRing(ds[i+1:], rg)
 		} else {
 			conns = appendOnce(conns, c)
 		}
-		s.finish(c, t, &ds[i])
+		c.answer(t, s.finishOp(c, t, &ds[i]), flush, true)
 	}
 	for _, c := range conns {
 		c.flush()
 	}
-	for _, rg := range rings {
-		rg.flush()
+}
+
+// lastOfRing reports whether none of ds came from a task of rg.
+func lastOfRing(ds []coherence.Completion, rg *connRing) bool {
+	for i := range ds {
+		if t, ok := ds[i].Tag.(*task); ok && t.rg == rg {
+			return false
+		}
 	}
+	return true
 }

@@ -179,19 +179,101 @@ func (s *Server) ServeRings(max int, now time.Time) bool {
 	return got
 }
 
-// serveRing takes and starts the submissions of one ring.
+// serveRing takes and starts the submissions of one ring. The ring's lock
+// is taken once for the pass: the throttle's check, every submission's
+// copy out of its slot and the slots' release happen under it; decoding,
+// admission and the core's step happen after, without it (a request that
+// completes in the step pushes its reply under the lock itself).
 func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 	c := rg.c
-	batch := s.ringOps[:0]
-	got, held := false, false
-	if s.stalled(rg, now) {
+	taken := s.ringTaken[:0]
+	rg.mu.Lock()
+	stalled, cut := s.stalledLocked(rg, now)
+	if !stalled {
+		taken = s.takeLocked(rg, max, taken)
+	}
+	rg.mu.Unlock()
+	if cut {
+		s.rings.cut.Add(1)
+		s.log.Warn("closing a ring whose host does not reap its completions", "conn", c.id,
+			"pid", c.cred.PID, "uid", c.cred.UID, "waited", s.opts.WriteTimeout)
+		c.abort()
+	}
+	if stalled {
 		return false
 	}
+	if len(taken) > 0 && taken[len(taken)-1].t == nil { // the ring is corrupt
+		taken = taken[:len(taken)-1]
+		c.abort()
+	}
+	batch := s.ringOps[:0]
+	answered := false // a reply queued in this pass, not flushed yet
+	for _, tk := range taken {
+		t := tk.t
+		t.rg = rg
+		t.at = time.Time{}
+		if s.opts.Observe != nil {
+			t.at = now
+		}
+		if tk.long {
+			s.ringRefuse(rg, t, tk.id, "message longer than a request")
+			answered = true
+			continue
+		}
+		msg := t.in[:tk.n]
+		if err := wire.DecodeRequest(msg, &t.req); err != nil {
+			s.ringRefuse(rg, t, wire.PeekID(msg), err.Error())
+			answered = true
+			continue
+		}
+		switch {
+		case t.req.Op == wire.OpHello || t.req.Op == wire.OpMap || t.req.Op == wire.OpRings:
+			s.ringRefuse(rg, t, t.req.ID, fmt.Sprintf("%s is a socket request", t.req.Op))
+			answered = true
+		default:
+			var holds bool
+			if batch, holds = s.dispatch(c, t, batch); !holds {
+				answered = true
+			}
+			if len(batch) == cap(batch) {
+				s.pipe.Submit(c.call.session, batch)
+				clear(batch)
+				batch = batch[:0]
+			}
+		}
+	}
+	clear(taken)
+	s.ringTaken = taken[:0]
+	if len(batch) > 0 {
+		s.pipe.Submit(c.call.session, batch)
+	}
+	if answered {
+		// the pass's own replies; a completion of the step flushed its
+		// own, and the slots were released as they were taken
+		rg.flush()
+	}
+	return len(taken) > 0
+}
+
+// takenSub is a submission a pass copied out of its ring: into t.in (n
+// bytes), or, too long for a task, only its id kept (long) to refuse it.
+// t is nil for a ring found corrupt, always the last entry.
+type takenSub struct {
+	t    *task
+	n    int
+	long bool
+	id   uint64
+}
+
+// takeLocked copies up to max submissions of rg out of their slots and
+// releases the slots, holding rg.mu. A corrupt ring ends the list with an
+// entry without a task; the caller ends the connection.
+func (s *Server) takeLocked(rg *connRing, max int, taken []takenSub) []takenSub {
+	if rg.closed {
+		return taken
+	}
 	for range max {
-		rg.mu.Lock()
-		if rg.closed || rg.inflight >= s.opts.MaxOutstanding || len(rg.held) > 0 {
-			held = len(rg.held) > 0
-			rg.mu.Unlock()
+		if rg.inflight >= s.opts.MaxOutstanding {
 			break
 		}
 		// The submission is copied once, into the task's own buffer, and
@@ -210,117 +292,83 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 		}
 		if err != nil || !ok {
 			rg.spare = t
-			rg.mu.Unlock()
 			if err != nil {
-				s.log.Warn("closing a corrupt ring", "conn", c.id, "pid", c.cred.PID, "err", err)
-				c.abort()
+				s.log.Warn("closing a corrupt ring", "conn", rg.c.id, "pid", rg.c.cred.PID, "err", err)
+				return append(taken, takenSub{})
 			}
 			break
 		}
 		rg.inflight++
-		rg.mu.Unlock()
-		got = true
-		t.rg = rg
-		t.at = time.Time{}
-		if s.opts.Observe != nil {
-			t.at = now
-		}
+		tk := takenSub{t: t, n: n, long: long}
 		if long {
-			s.ringRefuse(rg, t, wire.PeekID(rg.buf[:n]), "message longer than a request")
-			continue
+			tk.id = wire.PeekID(rg.buf[:n])
 		}
-		msg := t.in[:n]
-		if err := wire.DecodeRequest(msg, &t.req); err != nil {
-			s.ringRefuse(rg, t, wire.PeekID(msg), err.Error())
-			continue
-		}
-		switch {
-		case t.req.Op == wire.OpHello || t.req.Op == wire.OpMap || t.req.Op == wire.OpRings:
-			s.ringRefuse(rg, t, t.req.ID, fmt.Sprintf("%s is a socket request", t.req.Op))
-		default:
-			if batch, _ = s.dispatch(c, t, batch); len(batch) == cap(batch) {
-				s.pipe.Submit(c.call.session, batch)
-				clear(batch)
-				batch = batch[:0]
-			}
+		taken = append(taken, tk)
+	}
+	if len(taken) > 0 {
+		if err := rg.p.Flush(); err != nil { // the slots go back to the host
+			rg.c.abort()
 		}
 	}
-	if len(batch) > 0 {
-		s.pipe.Submit(c.call.session, batch)
-	}
-	if got || held {
-		// a pass that took nothing has nothing to publish: the empty Pop
-		// handed the slots back, and whoever queued a reply flushed it
-		rg.flush()
-	}
-	return got
+	return taken
 }
 
-// stalled reports whether rg's host has left replies unreaped (they wait
-// in rg.held, and no submission is taken meanwhile: the throttle), and
-// cuts the connection once they have waited Options.WriteTimeout, the
-// bound a socket client gets to read its replies. The clock starts when
-// a pass first finds replies held; a reaped slot restarts it. now is the
-// driver's pass time.
-func (s *Server) stalled(rg *connRing, now time.Time) bool {
-	rg.mu.Lock()
+// stalledLocked reports whether rg's host has left replies unreaped (they
+// wait in rg.held, and no submission is taken meanwhile: the throttle),
+// and whether the connection is to be cut: once they have waited
+// Options.WriteTimeout, the bound a socket client gets to read its
+// replies. The clock starts when a pass first finds replies held; a
+// reaped slot restarts it. now is the driver's pass time. It holds rg.mu.
+func (s *Server) stalledLocked(rg *connRing, now time.Time) (stalled, cut bool) {
 	if rg.closed || len(rg.held) == 0 {
 		rg.stalledAt = time.Time{}
-		rg.mu.Unlock()
-		return false
+		return false, false
 	}
 	before := len(rg.held)
 	rg.flushLocked()
 	switch {
 	case len(rg.held) == 0:
 		rg.stalledAt = time.Time{}
-		rg.mu.Unlock()
-		return false
+		return false, false
 	case len(rg.held) < before || rg.stalledAt.IsZero():
 		rg.stalledAt = now // the host reaped some, or the stall begins
-		rg.mu.Unlock()
-		return true
+		return true, false
 	}
-	waited := now.Sub(rg.stalledAt)
-	cut := waited >= s.opts.WriteTimeout && !rg.c.aborted.Load()
-	rg.mu.Unlock()
-	if cut {
-		s.rings.cut.Add(1)
-		s.log.Warn("closing a ring whose host does not reap its completions", "conn", rg.c.id,
-			"pid", rg.c.cred.PID, "uid", rg.c.cred.UID, "held", before, "waited", waited)
-		rg.c.abort()
-	}
-	return true
+	return true, now.Sub(rg.stalledAt) >= s.opts.WriteTimeout && !rg.c.aborted.Load()
 }
 
 // ringRefuse answers a malformed ring request with EINVAL; too many end
 // the connection.
 func (s *Server) ringRefuse(rg *connRing, t *task, id uint64, why string) {
 	defer putTask(t)
-	rg.mu.Lock()
-	rg.garbage++
-	tooMany := rg.garbage > s.opts.MaxGarbage
-	rg.mu.Unlock()
-	if tooMany {
-		rg.c.abort()
-	}
 	h := wire.Header{Op: t.req.Op, Kind: wire.KindReply, Status: uint32(syscall.EINVAL), ID: id}
 	msg := wire.AppendErrorText(h.Append(t.out[:0]), why)
-	rg.push(msg)
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	rg.garbage++
+	if rg.garbage > s.opts.MaxGarbage {
+		rg.c.abort()
+	}
+	rg.pushLocked(msg)
 }
 
 // answer queues t's reply (or err) on the ring; flush publishes.
-func (rg *connRing) answer(t *task, err error) {
+func (rg *connRing) answer(t *task, err error, flush bool) {
 	if err == nil && len(t.rep.fds) > 0 {
 		err = fmt.Errorf("%s: its reply carries descriptors; ask on the socket: %w", t.req.Op, syscall.EINVAL)
 	}
-	rg.push(rg.c.s.encodeReply(t, err))
-}
-
-// push queues one reply, holding it when the completion ring is full.
-func (rg *connRing) push(msg []byte) {
+	msg := rg.c.s.encodeReply(t, err)
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
+	rg.pushLocked(msg)
+	if flush {
+		rg.flushLocked()
+	}
+}
+
+// pushLocked queues one reply, holding it when the completion ring is
+// full. It holds rg.mu.
+func (rg *connRing) pushLocked(msg []byte) {
 	if rg.closed {
 		return
 	}

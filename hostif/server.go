@@ -136,6 +136,9 @@ type Server struct {
 	// ringOps is ServeRings' batch of pipelined requests (only the
 	// driver's loop serves rings, so one buffer serves every pass).
 	ringOps [16]coherence.Request
+	// ringTaken is ServeRings' list of the submissions one ring's pass
+	// took (only the driver's loop uses it).
+	ringTaken []takenSub
 
 	spaces *addressSpaces
 
