@@ -168,7 +168,11 @@ typedef struct {
 DPU_API int dpu_mmap_list(dpu_mmap_info_t *out, int cap);
 
 /* Accesses through the node (any alignment for load/store; atomics need an
- * 8-byte aligned address). dpu_load/dpu_store take any length. */
+ * 8-byte aligned address). dpu_load/dpu_store take any length; one longer
+ * than a page keeps up to 16 page requests in flight on the connection and
+ * returns when every page is done. On an error it returns the first failing
+ * page's: every page before that one was loaded or stored, pages after it
+ * may or may not have been. */
 DPU_API int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n);
 DPU_API int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n);
 DPU_API int dpu_load64(dpu_t *d, dpu_gva_t addr, uint64_t *out);

@@ -94,6 +94,7 @@ struct waiter {
     size_t cap, len;
     int fds[MAX_MAP_PAGES];
     int nfds;
+    int sleeping;          /* its thread sleeps on cv in call_wait */
     pthread_cond_t cv;
 };
 
@@ -293,10 +294,13 @@ static void dispatch(dpu_t *d, size_t n, int *fds, int nfds) {
     pthread_cond_signal(&w->cv);
 }
 
-/* promote passes the reader role to another waiting thread. d->mu held. */
+/* promote passes the reader role to another waiting thread: one asleep
+ * on its call (a thread with several calls in flight waits on one of them
+ * at a time, and one not asleep takes the role when it comes to wait).
+ * d->mu held. */
 static void promote(dpu_t *d, const struct waiter *self) {
     for (unsigned i = 0; i < d->nw; i++) {
-        if (&d->w[i] != self && d->w[i].state == W_WAITING) {
+        if (&d->w[i] != self && d->w[i].state == W_WAITING && d->w[i].sleeping) {
             pthread_cond_signal(&d->w[i].cv);
             return;
         }
@@ -400,6 +404,7 @@ struct call {
     size_t cap;
     uint64_t lva, bytes;   /* for undo */
     int timeout_ms;        /* 0: the connection's */
+    size_t blen_want;      /* loads in a bulk transfer: the bytes asked for */
     /* results */
     dpu_gva_t rgva;
     size_t len;
@@ -416,7 +421,10 @@ static const char *op_name(uint16_t op) {
 
 /* call_send takes a request slot for c and sends c; call_wait waits for
  * its reply (by dl). A thread may send several calls before it waits for
- * them: whichever it waits for first reads the replies of all. */
+ * them: whichever it waits for first reads the replies of all. With dl
+ * NULL call_send takes a slot only if one is free now, and answers -EAGAIN
+ * (no error text) otherwise: a thread with calls in flight must not sleep
+ * for a slot, since it may be the one that reads their replies. */
 static int call_send(dpu_t *d, struct call *c, const struct timespec *dl, struct waiter **wp) {
     pthread_mutex_lock(&d->mu);
     struct waiter *w = NULL;
@@ -433,6 +441,10 @@ static int call_send(dpu_t *d, struct call *c, const struct timespec *dl, struct
                 d->hint = i + 1;
                 break;
             }
+        }
+        if (!w && !dl) {
+            pthread_mutex_unlock(&d->mu);
+            return -EAGAIN;
         }
         if (!w && pthread_cond_timedwait(&d->slot_cv, &d->mu, dl) == ETIMEDOUT) {
             pthread_mutex_unlock(&d->mu);
@@ -488,7 +500,9 @@ static int call_wait(dpu_t *d, struct call *c, struct waiter *w, const struct ti
             read_once(d);
             continue;
         }
+        w->sleeping = 1;
         pthread_cond_timedwait(&w->cv, &d->mu, dl);
+        w->sleeping = 0;
     }
     if (w->state == W_WAITING) {
         /* Gave up: the slot stays taken until the reply comes, and a
@@ -822,32 +836,141 @@ int dpu__load_fenced(dpu_t *d, dpu_gva_t page, void *buf, int fence, uint64_t fe
     return 0;
 }
 
+/* A load or store longer than a page keeps up to BULK_WINDOW page
+ * requests in flight on the connection (never more than its request
+ * slots), so that a transfer costs about one round trip per window rather
+ * than one per page. Each page's request has the connection's timeout from
+ * when it was sent. */
+enum { BULK_WINDOW = 16 };
+
+/* struct bulk is a multi-page transfer in progress: page requests sent
+ * and not yet waited for, oldest first, and the first failure. */
+struct bulk {
+    dpu_t *d;
+    unsigned win, head, count;
+    int rc;
+    char err[sizeof last_err];
+    struct call c[BULK_WINDOW];
+    struct waiter *w[BULK_WINDOW];
+    struct timespec dl[BULK_WINDOW];
+    uint8_t *dst[BULK_WINDOW]; /* loads: where the page's bytes go */
+    uint8_t *rep[BULK_WINDOW];
+};
+
+static void bulk_init(struct bulk *b, dpu_t *d, uint8_t *reps, size_t rep_cap) {
+    b->d = d;
+    b->win = d->nw < BULK_WINDOW ? d->nw : BULK_WINDOW;
+    b->head = b->count = 0;
+    b->rc = 0;
+    b->err[0] = 0;
+    for (unsigned i = 0; i < BULK_WINDOW; i++) b->rep[i] = reps + (size_t)i * rep_cap;
+}
+
+static void bulk_failed(struct bulk *b, int rc) {
+    if (b->rc == 0) {
+        b->rc = rc;
+        memcpy(b->err, last_err, sizeof b->err);
+    }
+}
+
+/* bulk_wait waits for the oldest request in flight and takes its result. */
+static void bulk_wait(struct bulk *b) {
+    unsigned i = b->head;
+    struct call *c = &b->c[i];
+    int rc = call_wait(b->d, c, b->w[i], &b->dl[i]);
+    if (rc == 0 && c->op == OP_LOAD) {
+        if (c->len != 8 + c->blen_want) rc = fail(EPROTO, "dpu load: reply of the wrong size%s", NULL);
+        else memcpy(b->dst[i], b->rep[i] + 8, c->blen_want);
+    }
+    if (rc < 0) bulk_failed(b, rc);
+    b->head = (b->head + 1) % BULK_WINDOW;
+    b->count--;
+}
+
+/* bulk_send sends *c as the newest request in flight, first waiting for
+ * the oldest while the window is full or no request slot is free. After a
+ * failure it sends nothing. */
+static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst) {
+    while (b->rc == 0) {
+        if (b->count < b->win) {
+            unsigned i = (b->head + b->count) % BULK_WINDOW;
+            b->c[i] = *c;
+            b->c[i].out = b->rep[i];
+            b->dst[i] = dst;
+            b->dl[i] = deadline_in(b->d->timeout_ms);
+            /* With nothing in flight it may wait for a slot. */
+            int rc = call_send(b->d, &b->c[i], b->count ? NULL : &b->dl[i], &b->w[i]);
+            if (rc == 0) {
+                b->count++;
+                return;
+            }
+            if (rc != -EAGAIN) {
+                bulk_failed(b, rc);
+                return;
+            }
+        }
+        bulk_wait(b);
+    }
+}
+
+/* bulk_end waits for every request still in flight and returns the first
+ * failure (with its error text), or 0. */
+static int bulk_end(struct bulk *b) {
+    while (b->count > 0) bulk_wait(b);
+    if (b->rc < 0) memcpy(last_err, b->err, sizeof last_err);
+    return b->rc;
+}
+
 int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
     uint8_t *p = buf;
-    while (n > 0) {
+    if (n <= PAGE - addr.lo % PAGE) return n ? load_in_page(d, addr, p, n, NULL) : 0;
+    enum { REP = 8 + PAGE };
+    uint8_t *reps = malloc((size_t)BULK_WINDOW * REP);
+    struct bulk *b = malloc(sizeof *b);
+    if (!reps || !b) {
+        free(reps);
+        free(b);
+        return fail(ENOMEM, "dpu load: no memory for the transfer%s", NULL);
+    }
+    bulk_init(b, d, reps, REP);
+    uint8_t body[8]; /* copied out as each request is sent */
+    while (n > 0 && b->rc == 0) {
         size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
-        int rc = load_in_page(d, addr, p, k, NULL);
-        if (rc < 0) return rc;
+        put32(body, (uint32_t)k);
+        put32(body + 4, 0);
+        struct call c = {.op = OP_LOAD, .gva = addr, .body = body, .blen = 8, .cap = REP, .blen_want = k};
+        bulk_send(b, &c, p);
         addr.lo += k;
         p += k;
         n -= k;
     }
-    return 0;
+    int rc = bulk_end(b);
+    free(reps);
+    free(b);
+    return rc;
 }
 
 int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n) {
     const uint8_t *p = buf;
-    while (n > 0) {
-        size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
+    if (n == 0) return 0;
+    if (n <= PAGE - addr.lo % PAGE) {
         uint8_t rep[256];
-        struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = k, .out = rep, .cap = sizeof rep};
-        int rc = do_call(d, &c);
-        if (rc < 0) return rc;
+        struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = n, .out = rep, .cap = sizeof rep};
+        return do_call(d, &c);
+    }
+    enum { REP = 256 };
+    uint8_t reps[BULK_WINDOW * REP];
+    struct bulk b;
+    bulk_init(&b, d, reps, REP);
+    while (n > 0 && b.rc == 0) {
+        size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
+        struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = k, .cap = REP};
+        bulk_send(&b, &c, NULL);
         addr.lo += k;
         p += k;
         n -= k;
     }
-    return 0;
+    return bulk_end(&b);
 }
 
 int dpu_load64(dpu_t *d, dpu_gva_t addr, uint64_t *out) {

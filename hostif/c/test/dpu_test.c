@@ -100,6 +100,36 @@ static void *add_thread(void *p) {
     return NULL;
 }
 
+/* A bulk mover stores its own pattern over its pages of a shared extent
+ * through one connection, loads it back and compares, several rounds. */
+struct mover {
+    dpu_t *d;
+    dpu_gva_t at;
+    size_t len;
+    uint8_t seed;
+    int err, bad;
+};
+
+static void *move_thread(void *p) {
+    struct mover *m = p;
+    uint8_t *out = malloc(m->len), *in = malloc(m->len);
+    if (!out || !in) {
+        m->err = -ENOMEM;
+        free(out);
+        free(in);
+        return NULL;
+    }
+    for (int round = 0; round < 4 && m->err == 0 && !m->bad; round++) {
+        for (size_t i = 0; i < m->len; i++) out[i] = (uint8_t)(i * 31 + m->seed + round);
+        memset(in, 0, m->len);
+        if ((m->err = dpu_store(m->d, m->at, out, m->len)) == 0 && (m->err = dpu_load(m->d, m->at, in, m->len)) == 0)
+            m->bad = memcmp(out, in, m->len) != 0;
+    }
+    free(out);
+    free(in);
+    return NULL;
+}
+
 int main(void) {
     const char *peer_path = getenv("DPU_TEST_PEER_SOCKET");
     if (!getenv("DPU_SOCKET") || !peer_path) {
@@ -260,6 +290,54 @@ int main(void) {
     OK(dpu_free(d, g));
     FAILS(dpu_load64(d, g, &v), ENOENT);
     FAILS(dpu_free(d, g), ENOENT);
+
+    /* multi-page transfers: many pages in flight, unaligned ends, from a
+     * host one hop away, and several threads on one connection */
+    enum { BULK_PAGES = 40 };
+    dpu_gva_t bulk;
+    OK(dpu_alloc(d, BULK_PAGES * DPU_PAGE_SIZE, &bulk));
+    size_t blen = BULK_PAGES * DPU_PAGE_SIZE - 300;
+    uint8_t *bout = malloc(BULK_PAGES * DPU_PAGE_SIZE), *bin = malloc(BULK_PAGES * DPU_PAGE_SIZE);
+    CHECK(bout && bin);
+    for (size_t i = 0; i < blen; i++) bout[i] = (uint8_t)(i * 7 + 3);
+    OK(dpu_store(peer, dpu_gva_add(bulk, 100), bout, blen));
+    memset(bin, 0, blen);
+    OK(dpu_load(d, dpu_gva_add(bulk, 100), bin, blen));
+    CHECK(memcmp(bout, bin, blen) == 0);
+    memset(bin, 0, blen);
+    OK(dpu_load(peer, dpu_gva_add(bulk, 100), bin, blen));
+    CHECK(memcmp(bout, bin, blen) == 0);
+    enum { MOVERS = 4 };
+    pthread_t mt[MOVERS];
+    struct mover mv[MOVERS];
+    for (int i = 0; i < MOVERS; i++) {
+        size_t share = BULK_PAGES / MOVERS * DPU_PAGE_SIZE;
+        mv[i] = (struct mover){peer, dpu_gva_add(bulk, share * (size_t)i), share, (uint8_t)(i * 50), 0, 0};
+        CHECK(pthread_create(&mt[i], NULL, move_thread, &mv[i]) == 0);
+    }
+    for (int i = 0; i < MOVERS; i++) {
+        CHECK(pthread_join(mt[i], NULL) == 0);
+        if (mv[i].err != 0) fprintf(stderr, "mover %d: %s\n", i, dpu_strerror(mv[i].err));
+        CHECK(mv[i].err == 0 && !mv[i].bad);
+    }
+    /* A transfer that runs past its extent fails with the first failing
+     * page's error, and every page before that one is written. */
+    dpu_gva_t shortx;
+    OK(dpu_alloc(d, 2 * DPU_PAGE_SIZE, &shortx));
+    for (size_t i = 0; i < 2 * DPU_PAGE_SIZE; i++) bout[i] = (uint8_t)(i * 11 + 5);
+    int src = dpu_store(peer, shortx, bout, BULK_PAGES * DPU_PAGE_SIZE);
+    CHECK(src == -ENOENT || src == -ESTALE);
+    CHECK(strstr(dpu_last_error(), "store") != NULL);
+    memset(bin, 0, 2 * DPU_PAGE_SIZE);
+    OK(dpu_load(d, shortx, bin, 2 * DPU_PAGE_SIZE));
+    CHECK(memcmp(bout, bin, 2 * DPU_PAGE_SIZE) == 0);
+    int lrc = dpu_load(peer, shortx, bin, BULK_PAGES * DPU_PAGE_SIZE);
+    CHECK(lrc == -ENOENT || lrc == -ESTALE);
+    OK(dpu_load64(peer, shortx, &v)); /* the connection goes on */
+    OK(dpu_free(d, shortx));
+    OK(dpu_free(d, bulk));
+    free(bout);
+    free(bin);
 
     /* many threads on one connection, plus per-thread connections */
     dpu_gva_t counter;
