@@ -141,8 +141,11 @@ type Config struct {
 	// UserPages bounds the pages one ordinary user may hold allocated on
 	// this node (default Pages/2; the last Pages/16 are kept for root and
 	// the agent's user); UserConns the dpu0.sock connections one ordinary
-	// user may hold (default 64) (keys user-pages, user-conns).
-	UserPages, UserConns int
+	// user may hold (default 64); UserFiles the descriptors the agent holds
+	// for one ordinary user's connections, ring pairs and mapped replica
+	// files (default an eighth of the agent's descriptor budget, see
+	// fileBudget) (keys user-pages, user-conns, user-files).
+	UserPages, UserConns, UserFiles int
 	// NUMA is where the agent runs on a host of several NUMA nodes (key
 	// numa): auto (the default) binds its threads and page memory to the
 	// node of its ports' NICs, a node id to that node, off nowhere. On a
@@ -216,7 +219,7 @@ func (c *Config) LoadFile(path string) error {
 // gpu-mem-limit, gpu-quota,
 // gpu-device, gpu-state (default RUN-DIR/gpu-limits.json), channels,
 // insecure-run-dir, state-dir, durable, fabric-id, key-file, fabric-keys, user-pages,
-// user-conns, numa, placement, placement-half-life, and port (repeatable: "port = NAME KIND ARGS...
+// user-conns, user-files, numa, placement, placement-half-life, and port (repeatable: "port = NAME KIND ARGS...
 // [channels=K]"). An unknown key or a bad
 // value is an error naming the file, the line and the reason.
 func (c *Config) Load(name string, r io.Reader) error {
@@ -295,6 +298,8 @@ func (c *Config) Set(key, val string) error {
 		c.UserPages, err = strconv.Atoi(val)
 	case "user-conns":
 		c.UserConns, err = strconv.Atoi(val)
+	case "user-files":
+		c.UserFiles, err = strconv.Atoi(val)
 	case "key-file":
 		c.KeyFile = val
 	case "fabric-keys":

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/internal/quota"
@@ -18,6 +20,28 @@ import (
 
 // hostMaxConns is the host socket's connection bound (hostif's default).
 const hostMaxConns = 1024
+
+// agentOwnFiles are the descriptors the agent keeps out of its users'
+// budget: its ports and their channels, the control and metrics
+// sockets and their connections, logs, the page log.
+const agentOwnFiles = 256
+
+// fileBudget returns the descriptors the host socket may hold for users
+// (connections, ring pairs, mapped replica files) and the part of them
+// kept for root and the agent's user: the descriptor limit less what the
+// agent keeps for itself, so that no mix of users' maps and connections
+// runs the agent out of descriptors.
+func fileBudget() (total, reserve int) {
+	var lim unix.Rlimit
+	n := 1024
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < 1<<24 {
+		n = int(lim.Cur)
+	} else if err == nil {
+		n = 1 << 24
+	}
+	total = max(n-agentOwnFiles, 64)
+	return total, max(16, total/16)
+}
 
 // quotaFile keeps the per-uid quotas set with dpuctl quota set, in the
 // state directory, so that they outlive a restart.
@@ -46,8 +70,14 @@ func (a *Agent) hostQuota() *quota.Ledger {
 		if conns <= 0 {
 			conns = 64
 		}
+		files, reserve := fileBudget()
+		perUser := a.cfg.UserFiles
+		if perUser <= 0 {
+			perUser = max(16, files/8)
+		}
 		q.ledger = quota.New(map[quota.Kind]quota.Limit{
 			quota.Conns: {PerUID: conns, Total: hostMaxConns, Reserve: 64},
+			quota.Files: {PerUID: perUser, Total: files, Reserve: reserve},
 			quota.Pages: {PerUID: pages, Total: a.capacityPages(), Reserve: a.capacityPages() / 16},
 			quota.Bytes: {PerUID: pages * gva.PageSize},
 		}, uint32(os.Geteuid()))

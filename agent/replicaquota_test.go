@@ -28,7 +28,8 @@ import (
 // runs this test binary as another user. On DPU_TEST_HOST_SOCKET it
 // allocates DPU_TEST_ALLOC pages (one allocation, printing "alloc ok GVA"
 // or "alloc err ERRNO"), then, when DPU_TEST_MAP names a GVA, maps
-// DPU_TEST_MAP_PAGES pages from it without local mappings (MAP NOFD;
+// DPU_TEST_MAP_PAGES pages from it (DPU_TEST_MAP=self: from the pages it
+// allocated) without local mappings (MAP NOFD;
 // "map ok" or "map err ERRNO"), and holds its connection (and so its
 // refs) until its standard input closes.
 func TestHelperReplicaClient(t *testing.T) {
@@ -47,6 +48,7 @@ func TestHelperReplicaClient(t *testing.T) {
 		return "err " + err.Error()
 	}
 	ctx := ctxT(t, time.Minute)
+	var allocated gva.GVA
 	if n, _ := strconv.Atoi(os.Getenv("DPU_TEST_ALLOC")); n > 0 {
 		c, err := client.Dial(ctx, sock, client.Options{Name: "replica-helper", NoRings: true})
 		if err != nil {
@@ -55,9 +57,13 @@ func TestHelperReplicaClient(t *testing.T) {
 		defer c.Close()
 		g, err := c.Alloc(ctx, n*gva.PageSize, 0o644)
 		fmt.Printf("alloc %s %v\n", result(err), g)
+		allocated = g
 	}
 	if m := os.Getenv("DPU_TEST_MAP"); m != "" {
-		g, err := gva.Parse(m)
+		g, err := allocated, error(nil)
+		if m != "self" {
+			g, err = gva.Parse(m)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,6 +88,101 @@ func TestHelperReplicaClient(t *testing.T) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
+// startReplicaHelper runs TestHelperReplicaClient as uid (in the socket
+// group) on sock and returns its alloc and map lines once it holds;
+// closing the returned writer lets it go.
+func startReplicaHelper(t *testing.T, bin, sock string, uid uint32, env ...string) ([]string, io.Closer) {
+	t.Helper()
+	cmd := exec.Command(bin, "-test.run=^TestHelperReplicaClient$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), "DPU_TEST_HOST_SOCKET="+sock), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{permGroup}}}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	var lines []string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "holding" {
+			go io.Copy(io.Discard, stdout)
+			return lines, stdin
+		}
+		if strings.HasPrefix(l, "alloc ") || strings.HasPrefix(l, "map ") {
+			lines = append(lines, l)
+		}
+	}
+	t.Fatalf("helper on %s ended before it held: %v %q", sock, sc.Err(), lines)
+	return nil, nil
+}
+
+// helperDir is a directory other users may enter, for a copy of the test
+// binary they run.
+func helperDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent-replica-quota")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestMappedReplicasCountAgainstTheUsersDescriptors (hole 3, second
+// route): every replica file a user's connection holds is one of the
+// agent's descriptors, counted against the user's budget (user-files)
+// with the connections and ring pairs. With a budget of 24, a user that
+// maps 40 of its own pages (40 files on top of its two connections) is
+// refused with EDQUOT, and everything the refused map took is given back:
+// the same user, still holding on, maps 10 pages, and root maps all 40.
+// Before the budget the 40-page map succeeded, and ~1,000 pages ran an
+// agent with the common limit of 1,024 descriptors out of them.
+func TestMappedReplicasCountAgainstTheUsersDescriptors(t *testing.T) {
+	privtest.Require(t)
+	const uid, userFiles, pages = 4243, 24, 40
+	nodes := startLine(t, 1, func(c *agent.Config) {
+		c.Pages, c.UserPages, c.UserFiles = 256, 128, userFiles
+		c.SocketGroup = strconv.Itoa(permGroup)
+	})
+	bin := testBinaryIn(t, helperDir(t))
+	sock := nodes[0].hostSocket()
+	big, _ := startReplicaHelper(t, bin, sock, uid, "DPU_TEST_ALLOC="+strconv.Itoa(pages), "DPU_TEST_MAP=self", "DPU_TEST_MAP_PAGES="+strconv.Itoa(pages))
+	t.Logf("the user mapping %d pages: %q", pages, big)
+	if len(big) != 2 || !strings.HasPrefix(big[0], "alloc ok ") {
+		t.Fatalf("the user's allocation: %q", big)
+	}
+	if want := "map err " + syscall.EDQUOT.Error(); big[1] != want {
+		t.Fatalf("the user mapping %d pages with a budget of %d descriptors: %q, want %q", pages, userFiles, big[1], want)
+	}
+	small, _ := startReplicaHelper(t, bin, sock, uid, "DPU_TEST_ALLOC=10", "DPU_TEST_MAP=self", "DPU_TEST_MAP_PAGES=10")
+	if len(small) != 2 || small[1] != "map ok" {
+		t.Fatalf("the same user mapping 10 pages beside the refused map (its charges given back?): %q", small)
+	}
+	g, err := gva.Parse(strings.Fields(big[0])[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialHost(t, nodes[0])
+	if _, err := c.Map(ctxT(t, 30*time.Second), g, pages*gva.PageSize); err != nil {
+		t.Fatalf("root mapping the user's %d pages: %v", pages, err)
+	}
+}
+
 // TestReplicasCountAgainstTheQuota (hole 4): with 64 pages a node and 32
 // a user, a user who allocated its 32 on node 0 and 32 on node 1 cannot
 // map its node-1 pages on node 0 (each replica takes a physical page of
@@ -94,52 +195,10 @@ func TestReplicasCountAgainstTheQuota(t *testing.T) {
 		c.Pages, c.UserPages = pages, userPages
 		c.SocketGroup = strconv.Itoa(permGroup)
 	})
-	dir, err := os.MkdirTemp("", "agent-replica-quota")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := testBinaryIn(t, dir)
-	// start runs the helper on a node and returns its lines until
-	// "holding"; closing the returned writer lets it go.
+	bin := testBinaryIn(t, helperDir(t))
 	start := func(node int, env ...string) ([]string, io.Closer) {
 		t.Helper()
-		cmd := exec.Command(bin, "-test.run=^TestHelperReplicaClient$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), "DPU_TEST_HOST_SOCKET="+nodes[node].hostSocket()), env...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{permGroup}}}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			stdin.Close()
-			_ = cmd.Wait()
-		})
-		var lines []string
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			l := sc.Text()
-			if l == "holding" {
-				go io.Copy(io.Discard, stdout)
-				return lines, stdin
-			}
-			if strings.HasPrefix(l, "alloc ") || strings.HasPrefix(l, "map ") {
-				lines = append(lines, l)
-			}
-		}
-		t.Fatalf("helper on node %d ended before it held: %v %q", node, sc.Err(), lines)
-		return nil, nil
+		return startReplicaHelper(t, bin, nodes[node].hostSocket(), uid, env...)
 	}
 	remote, _ := start(1, "DPU_TEST_ALLOC="+strconv.Itoa(userPages))
 	if len(remote) != 1 || !strings.HasPrefix(remote[0], "alloc ok ") {

@@ -13,6 +13,7 @@ import (
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/host/view"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
 )
 
 // The replica files of one node.
@@ -135,12 +136,30 @@ type replicaTable struct {
 	ctx     context.Context // ends when the server stops; bounds refetches
 	wg      sync.WaitGroup  // refetches in flight
 
+	files *quota.Ledger // quota.Files: each connection's hold of a file is one descriptor of its user's
+
 	mu sync.RWMutex
 	m  map[gva.GVA]*replica
 }
 
-func newReplicaTable(ctx context.Context, be verbs, status *statusTable, timeout time.Duration) *replicaTable {
-	return &replicaTable{be: be, status: status, timeout: timeout, ctx: ctx, m: make(map[gva.GVA]*replica)}
+func newReplicaTable(ctx context.Context, be verbs, status *statusTable, timeout time.Duration, files *quota.Ledger) *replicaTable {
+	return &replicaTable{be: be, status: status, timeout: timeout, ctx: ctx, files: files, m: make(map[gva.GVA]*replica)}
+}
+
+// chargeFile counts c's first hold of a replica file against its user's
+// descriptors (the file is the agent's; each connection that holds it is
+// charged, so a user's maps are bounded whoever made the file first).
+func (t *replicaTable) chargeFile(c *conn, key gva.GVA) error {
+	if err := t.files.Take(c.cred.UID, quota.Files, 1); err != nil {
+		return fmt.Errorf("map %v: a replica file counts against the user's descriptors: %w", key, err)
+	}
+	return nil
+}
+
+func (t *replicaTable) unchargeFiles(c *conn, n int) {
+	if n > 0 {
+		t.files.Release(c.cred.UID, quota.Files, n)
+	}
 }
 
 // ref takes a ref of page key in c's session and adds c as a holder of the
@@ -150,11 +169,21 @@ func newReplicaTable(ctx context.Context, be verbs, status *statusTable, timeout
 func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 	t.mu.Lock()
 	if r := t.m[key]; r != nil {
+		first := r.holders[c] == 0
+		if first {
+			if err := t.chargeFile(c, key); err != nil {
+				t.mu.Unlock()
+				return nil, err
+			}
+		}
 		r.refs++
 		r.holders[c]++
 		t.mu.Unlock()
 		<-r.ready // the loader is bounded by t.timeout
 		if r.err != nil {
+			if first {
+				t.unchargeFiles(c, 1)
+			}
 			return nil, r.err // its holders went with it
 		}
 		// The file is loaded: the session's ref need not read the page.
@@ -167,9 +196,14 @@ func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 		}
 		return r, nil
 	}
+	if err := t.chargeFile(c, key); err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
 	slot, ok := t.status.alloc()
 	if !ok {
 		t.mu.Unlock()
+		t.unchargeFiles(c, 1)
 		return nil, fmt.Errorf("replica status table full: %w", syscall.ENOSPC)
 	}
 	r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1, cred: cred,
@@ -186,6 +220,7 @@ func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 		r.err = err
 		close(r.ready)
 		r.destroy(t.status)
+		t.unchargeFiles(c, 1)
 		return nil, err
 	}
 	close(r.ready)
@@ -197,6 +232,7 @@ func (t *replicaTable) leave(c *conn, r *replica) {
 	t.mu.Lock()
 	if r.holders[c]--; r.holders[c] <= 0 {
 		delete(r.holders, c)
+		t.unchargeFiles(c, 1)
 	}
 	r.refs--
 	last := r.refs <= 0 && t.m[r.key] == r
@@ -292,6 +328,7 @@ func (t *replicaTable) dropConn(c *conn) {
 			continue
 		}
 		delete(r.holders, c)
+		t.unchargeFiles(c, 1)
 		if r.refs -= n; r.refs <= 0 {
 			delete(t.m, key)
 			gone = append(gone, r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aitherion/dpu/hostif/ring"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
 )
 
 // Shared-memory rings (PROTOCOL.md §12). A connection that asks (op RINGS)
@@ -120,8 +121,14 @@ func (s *Server) openRings(c *conn, r *wire.Request, rep *reply) error {
 	if c.aborted.Load() {
 		return fmt.Errorf("rings: %w", syscall.ECONNRESET)
 	}
+	// The pair's memfd and bell are two of the user's descriptors (their
+	// host ends are passed and closed once the reply is queued).
+	if err := s.opts.Quota.Take(c.cred.UID, quota.Files, ringFiles); err != nil {
+		return fmt.Errorf("rings: the ring pair counts against the user's descriptors: %w", err)
+	}
 	p, err := ring.New(ring.Fit(r.RingEntries, r.RingSlotSize))
 	if err != nil {
+		s.opts.Quota.Release(c.cred.UID, quota.Files, ringFiles)
 		return fmt.Errorf("rings: %w", syscall.ENOMEM)
 	}
 	cfg := p.Config()
@@ -137,6 +144,9 @@ func (s *Server) openRings(c *conn, r *wire.Request, rep *reply) error {
 	return nil
 }
 
+// ringFiles is what a ring pair costs its user in descriptors.
+const ringFiles = 2
+
 // closeRing ends c's ring pair (the connection ends).
 func (s *Server) closeRing(c *conn) {
 	c.ringMu.Lock()
@@ -151,6 +161,7 @@ func (s *Server) closeRing(c *conn) {
 	if rg == nil {
 		return
 	}
+	s.opts.Quota.Release(c.cred.UID, quota.Files, ringFiles)
 	s.rings.remove(rg)
 	rg.mu.Lock()
 	defer rg.mu.Unlock()

@@ -236,7 +236,7 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 		return err
 	}
 	defer s.closeSession()
-	s.replicas = newReplicaTable(ctx, s.call, status, s.opts.OpTimeout)
+	s.replicas = newReplicaTable(ctx, s.call, status, s.opts.OpTimeout, s.opts.Quota)
 
 	var bg sync.WaitGroup
 	bg.Go(func() { s.dispatchEvents(ctx) })
@@ -320,6 +320,14 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
+	// the connection's socket is one of its user's descriptors
+	if err := s.opts.Quota.Take(cred.UID, quota.Files, 1); err != nil {
+		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
+		s.connMu.Unlock()
+		s.log.Warn("rejecting connection", "pid", cred.PID, "uid", cred.UID, "err", err)
+		_ = uc.Close()
+		return
+	}
 	s.nextConn++
 	id := s.nextConn
 	if procOK {
@@ -338,6 +346,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		delete(s.bySess, c.call.session)
 		s.connMu.Unlock()
 		s.procs.Delete(id)
+		s.opts.Quota.Release(cred.UID, quota.Files, 1)
 		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
 }

@@ -26,10 +26,11 @@ const (
 	Subs              // monitor subscriptions
 	Pages             // allocated pages (4 KiB each)
 	Bytes             // allocated bytes (whole pages)
+	Files             // descriptors the agent holds for a user (connections, ring pairs, mapped replica files)
 	numKinds
 )
 
-var kindNames = [numKinds]string{"conns", "subs", "pages", "bytes"}
+var kindNames = [numKinds]string{"conns", "subs", "pages", "bytes", "files"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {

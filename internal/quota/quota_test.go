@@ -110,7 +110,7 @@ func TestOverrideAndKindNames(t *testing.T) {
 	if got, def := l.Override(9, Pages), l.Default(Pages); got != 7 || def != 100 {
 		t.Fatalf("override %d default %d, want 7 and 100", got, def)
 	}
-	for k, want := range map[Kind]string{Conns: "conns", Subs: "subs", Pages: "pages", Bytes: "bytes", Kind(4): "kind(4)", Kind(9): "kind(9)", Kind(-1): "kind(-1)"} {
+	for k, want := range map[Kind]string{Conns: "conns", Subs: "subs", Pages: "pages", Bytes: "bytes", Files: "files", Kind(5): "kind(5)", Kind(9): "kind(9)", Kind(-1): "kind(-1)"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", int(k), got, want)
 		}
