@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -104,6 +105,9 @@ func TestManifest(t *testing.T) {
 			t.Errorf("the example configuration does not load: %v", err)
 		} else if err := c.Validate(); err != nil {
 			t.Errorf("the example configuration is not valid: %v", err)
+		} else if host, _, _ := net.SplitHostPort(c.MetricsListen); ds.Spec.Template.Annotations["prometheus.io/scrape"] == "true" &&
+			(host == "" || net.ParseIP(host).IsLoopback()) {
+			t.Errorf("config of %s: the pods ask a cluster Prometheus to scrape metrics the agent serves on loopback only (%q)", node, c.MetricsListen)
 		}
 	}
 	var volume string
