@@ -2,10 +2,12 @@ package coherence
 
 import (
 	"bytes"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/pathcache"
 )
@@ -283,4 +285,27 @@ func TestDoneCutByADeadLinkResetsTheBranch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplicaGoingBackIsAnInvariant: content installed over a replica at
+// an older version than the replica holds stops the node with an
+// *InvariantError naming the page and both versions.
+func TestReplicaGoingBackIsAnInvariant(t *testing.T) {
+	e, err := New(Config{Self: 1, Sink: &recordSink{}, Pages: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := gva.New(2, 1, 0, 0)
+	pg := &page{key: key, has: true, version: 7}
+	e.advanced(pg, 8) // forward: fine
+	defer func() {
+		ie, ok := recover().(*InvariantError)
+		if !ok {
+			t.Fatalf("going back from 7 to 6 did not stop the node with an invariant (%v)", ie)
+		}
+		if !strings.Contains(ie.What, "from version 7 to 6") {
+			t.Fatalf("invariant %q does not name the versions", ie.What)
+		}
+	}()
+	e.advanced(pg, 6)
 }

@@ -624,6 +624,12 @@ func (e *Engine) ownWrite(now time.Duration, key gva.GVA, off int, data []byte, 
 
 // advanced reports a replica's content moving to version v.
 func (e *Engine) advanced(pg *page, v gva.Version) {
+	if pg.has && v < pg.version {
+		// A copy here newer than what is installed over it: the updates
+		// and contents a replica takes come from the owner, whose version
+		// only grows, so a step back is a write of the newer version lost.
+		e.broken(e.now, "replica of %v goes back from version %d to %d", pg.key, pg.version, v)
+	}
 	if e.cfg.Tracer != nil {
 		e.cfg.Tracer.ReplicaAdvanced(e.self, pg.key, pg.has, pg.version, v)
 	}
