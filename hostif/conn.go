@@ -34,6 +34,11 @@ type conn struct {
 	inflight sync.WaitGroup
 	out      *seqpacket.Outbox // replies and events, batched
 
+	// status is the connection's replica status table, made at HELLO
+	// (before any MAP) and closed with the connection, after its last
+	// entry was taken off the replica files.
+	status *statusTable
+
 	// Owned by the reading goroutine.
 	hello   bool
 	garbage int
@@ -355,10 +360,22 @@ func (c *conn) greet(t *task, log *slog.Logger) {
 		c.abort()
 		return
 	}
+	// The connection's own status table: it describes the pages this
+	// connection maps and no other.
+	st, err := newStatusTable(s.opts.StatusSlots)
+	if err != nil {
+		h.Status = uint32(errnoOf(err))
+		h.Put(msg)
+		_ = c.write(wire.AppendErrorText(msg, fmt.Sprintf("making the connection's status table: %v", err)), nil)
+		log.Warn("hello: making the status table", "err", err)
+		c.abort()
+		return
+	}
+	c.status = st
 	// The connection's session opens before the reply: the requests that
 	// follow it are made in the session.
 	octx, cancel := context.WithTimeout(c.ctx, s.opts.OpTimeout)
-	err := c.call.Open(octx)
+	err = c.call.Open(octx)
 	cancel()
 	if err != nil {
 		h.Status = uint32(errnoOf(err))
@@ -369,7 +386,7 @@ func (c *conn) greet(t *task, log *slog.Logger) {
 		return
 	}
 	c.hello = true
-	fds, err := dupAll([]int{s.status.file.fd})
+	fds, err := dupAll([]int{c.status.file.fd})
 	if err != nil || c.write(msg, fds) != nil {
 		c.abort()
 		return
@@ -436,6 +453,9 @@ func (c *conn) close(log *slog.Logger) {
 		}
 		s.replicas.dropConn(c)
 		s.spaces.leave(c)
+	}
+	if c.status != nil {
+		c.status.close() // no replica file writes its entries any more
 	}
 	if c.gpuUsed.Load() {
 		s.opts.GPU.GPUClosed(c.gpuPeer())

@@ -5,7 +5,8 @@
 // # Shape
 //
 // A connection is an open. Its first request is HELLO (version negotiation,
-// and the read-only replica status table handed over as a descriptor); then
+// and the connection's own read-only replica status table handed over as a
+// descriptor); then
 // the client sends fixed-layout requests, each with a 64-bit id, as many as
 // MaxOutstanding at once, and reads replies (in any order, matched by id) and
 // events on the same socket. hostif/PROTOCOL.md is the byte-by-byte
@@ -28,8 +29,10 @@
 //     no permission itself);
 //   - replica files: one sealed memfd per page mapped on this host, shared
 //     read-only with every process that maps it, kept current from the
-//     server's own writes and the Backend's events, with a status table
-//     (seqlock, version, valid/stale) so a library read is a memory load;
+//     server's own writes and the Backend's events, with an entry (seqlock,
+//     version, valid/stale) in the status table of each connection that
+//     maps it, so a library read is a memory load; a connection's table
+//     describes only the pages it maps;
 //   - the LVA↔GVA map of each host process (TRANSLATE);
 //   - which connection a session is, so that the events naming a session
 //     (a revoked pin, a lost ownership) reach that connection;

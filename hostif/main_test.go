@@ -104,6 +104,8 @@ func runHelper(sock, script string, out io.Writer) {
 			_, err = c.Where(ctx, g)
 		case "free":
 			err = c.Free(ctx, g)
+		case "scan":
+			val, err = scanStatus(ctx, sock, g)
 		case "alloc":
 			var a gva.GVA
 			a, err = c.Alloc(ctx, 4096, os.FileMode(arg))

@@ -177,7 +177,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 	var fds [wire.MaxMapPages]int
 	for i := range n {
 		page := wire.PageAt(r.GVA, i)
-		rp, err := s.replicas.ref(c, page, c.credential())
+		rp, slot, err := s.replicas.ref(c, page, c.credential())
 		if err != nil {
 			for j := range i {
 				_ = s.replicas.unref(ctx, c, wire.PageAt(r.GVA, j))
@@ -185,7 +185,7 @@ func (s *Server) mapPages(ctx context.Context, c *conn, r *wire.Request, rep *re
 			return fmt.Errorf("map %v: %w", page, err)
 		}
 		rp.mu.Lock()
-		pages[i] = wire.MappedPage{Slot: rp.slot, Version: rp.view.Version}
+		pages[i] = wire.MappedPage{Slot: slot, Version: rp.view.Version}
 		rp.mu.Unlock()
 		fds[i] = rp.file.fd
 	}

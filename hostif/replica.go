@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,10 +21,13 @@ import (
 //
 // A page mapped by any process of this host has exactly one replica file
 // here: a sealed memfd holding the page's content, shared read-only with
-// every connection that maps it, and one entry in the status table (also a
-// sealed memfd shared read-only) saying which version the file holds and
-// whether it is valid. The server keeps the file current, as its view
-// (package host/view, whose rules the simulator runs too) decides:
+// every connection that maps it. Each connection has its own status table
+// (also a sealed memfd shared read-only, handed over at HELLO), and each
+// connection that maps the page has one entry in its own table saying
+// which version the file holds and whether it is valid: a connection sees
+// the status of the pages it maps and of no other. The server keeps the
+// file and every one of its entries current, as its view (package
+// host/view, whose rules the simulator runs too) decides:
 //
 //   - writes made through this server (STORE, CAS, FETCH-ADD) are applied
 //     to the file before their reply is sent, when the version they created
@@ -31,8 +35,9 @@ import (
 //   - EventUpdate applies the written bytes when its version directly
 //     follows the file's; EventInvalidate, a version gap or EventOverflow
 //     mark the entry stale and start a refetch of the whole page;
-//   - every rewrite is bracketed by the entry's sequence counter (a seqlock)
-//     so a library read is a snapshot of one version.
+//   - every rewrite is bracketed by the sequence counter (a seqlock) of
+//     every entry of the file, so a library read through any of them is a
+//     snapshot of one version.
 //
 // The file is a view of the node, not protocol state: every MAP takes a
 // ref of the page in the mapping connection's own session (VerbRef) and
@@ -40,11 +45,14 @@ import (
 // page another connection still maps; the file lives while a connection
 // maps the page.
 
-// statusTable is the replica status table shared with clients.
+// statusTable is the replica status table of one connection, shared
+// read-only with its client: one entry for each page the connection maps.
 type statusTable struct {
 	file *sharedFile
 	mu   sync.Mutex
-	free []uint32 // free entry indices (entry 0 is never used)
+	free []uint32 // released entry indices (entry 0 is never used)
+	next uint32   // the lowest index never handed out
+	size uint32
 }
 
 func newStatusTable(slots int) (*statusTable, error) {
@@ -52,22 +60,24 @@ func newStatusTable(slots int) (*statusTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &statusTable{file: f, free: make([]uint32, 0, slots-1)}
-	for i := slots - 1; i >= 1; i-- {
-		t.free = append(t.free, uint32(i))
-	}
-	return t, nil
+	return &statusTable{file: f, next: 1, size: uint32(slots)}, nil
 }
 
+// alloc takes a free entry, the lowest never used when none was released
+// (so a connection that maps few pages touches few pages of its table).
 func (t *statusTable) alloc() (uint32, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.free) == 0 {
+	if n := len(t.free); n > 0 {
+		i := t.free[n-1]
+		t.free = t.free[:n-1]
+		return i, true
+	}
+	if t.next >= t.size {
 		return 0, false
 	}
-	i := t.free[len(t.free)-1]
-	t.free = t.free[:len(t.free)-1]
-	return i, true
+	t.next++
+	return t.next - 1, true
 }
 
 func (t *statusTable) release(i uint32) {
@@ -89,7 +99,7 @@ func (t *statusTable) entry(i uint32) statusEntry {
 
 func (t *statusTable) close() { t.file.close() }
 
-// statusEntry is one entry of the status table. Only the replica that owns
+// statusEntry is one entry of a status table. Only the replica that owns
 // it writes it, under replica.mu.
 type statusEntry struct {
 	seq, version *uint64
@@ -107,31 +117,63 @@ func (e statusEntry) end(v gva.Version, state uint32) {
 	atomic.AddUint64(e.seq, 1)
 }
 
-// replica is the replica file of one page on this node.
-type replica struct {
-	key   gva.GVA
+// holder is one connection that maps a replica: its holds and its entry
+// for the replica in its own status table.
+type holder struct {
+	conn  *conn
+	n     int // the connection's holds; guarded by replicaTable.mu
 	slot  uint32
 	entry statusEntry
-	file  *sharedFile
-	cred  Cred // the user of the first ref: the server's refetches of the file are made for it
+}
+
+// free marks h's entry free (the sequence moves on, so a reader of the
+// old page retries and sees it gone). The replica's mu must be held.
+func (h *holder) free() {
+	h.entry.begin()
+	clear(h.entry.gva)
+	h.entry.end(0, wire.SlotFree)
+}
+
+// replica is the replica file of one page on this node.
+type replica struct {
+	key  gva.GVA
+	file *sharedFile
+	cred Cred // the user of the first ref: the server's refetches of the file are made for it
 
 	// Guarded by replicaTable.mu.
 	refs    int
-	holders map[*conn]int
+	holders map[*conn]*holder
 
 	ready chan struct{} // closed when the first load ended
 	err   error         // the first load's error, set before ready closes
 
-	mu    sync.Mutex // guards what follows and every rewrite of file and entry
-	view  view.View  // which version the file holds, and what to do about it
-	state uint32     // the state published in the entry
-	gone  bool
+	mu      sync.Mutex    // guards what follows and every rewrite of file and entries
+	view    view.View     // which version the file holds, and what to do about it
+	state   atomic.Uint32 // the state published in the entries (read without mu)
+	entries []*holder     // the holders whose entries describe the file
+	gone    bool
+}
+
+// begin brackets a rewrite of the file or of the entries: every entry's
+// sequence turns odd. r.mu must be held.
+func (r *replica) begin() {
+	for _, h := range r.entries {
+		h.entry.begin()
+	}
+}
+
+// end publishes version v and state in every entry and ends the bracket.
+// r.mu must be held.
+func (r *replica) end(v gva.Version, state uint32) {
+	for _, h := range r.entries {
+		h.entry.end(v, state)
+	}
 }
 
 // replicaTable is every replica file of the node.
 type replicaTable struct {
 	be      verbs // the server's own session: refetches
-	status  *statusTable
+	max     int   // the most replica files at once
 	timeout time.Duration
 	ctx     context.Context // ends when the server stops; bounds refetches
 	wg      sync.WaitGroup  // refetches in flight
@@ -142,8 +184,8 @@ type replicaTable struct {
 	m  map[gva.GVA]*replica
 }
 
-func newReplicaTable(ctx context.Context, be verbs, status *statusTable, timeout time.Duration, files *quota.Ledger) *replicaTable {
-	return &replicaTable{be: be, status: status, timeout: timeout, ctx: ctx, files: files, m: make(map[gva.GVA]*replica)}
+func newReplicaTable(ctx context.Context, be verbs, max int, timeout time.Duration, files *quota.Ledger) *replicaTable {
+	return &replicaTable{be: be, max: max, timeout: timeout, ctx: ctx, files: files, m: make(map[gva.GVA]*replica)}
 }
 
 // chargeFile counts c's first hold of a replica file against its user's
@@ -156,59 +198,108 @@ func (t *replicaTable) chargeFile(c *conn, key gva.GVA) error {
 	return nil
 }
 
-func (t *replicaTable) unchargeFiles(c *conn, n int) {
-	if n > 0 {
-		t.files.Release(c.cred.UID, quota.Files, n)
+func (t *replicaTable) unchargeFile(c *conn) { t.files.Release(c.cred.UID, quota.Files, 1) }
+
+// join adds one hold of c on r; c's first gets an entry in c's status
+// table, written from r's state before r publishes into it. t.mu must be
+// held.
+func (t *replicaTable) join(c *conn, r *replica) (*holder, error) {
+	if h := r.holders[c]; h != nil {
+		h.n++
+		r.refs++
+		return h, nil
+	}
+	if err := t.chargeFile(c, r.key); err != nil {
+		return nil, err
+	}
+	slot, ok := c.status.alloc()
+	if !ok {
+		t.unchargeFile(c)
+		return nil, fmt.Errorf("replica status table full: %w", syscall.ENOSPC)
+	}
+	h := &holder{conn: c, n: 1, slot: slot, entry: c.status.entry(slot)}
+	r.mu.Lock()
+	h.entry.begin()
+	binary.LittleEndian.PutUint64(h.entry.gva[0:], r.key.Hi)
+	binary.LittleEndian.PutUint64(h.entry.gva[8:], r.key.Lo)
+	h.entry.end(r.view.Version, r.state.Load())
+	r.entries = append(r.entries, h) // r is in t.m: not retired
+	r.mu.Unlock()
+	r.holders[c] = h
+	r.refs++
+	return h, nil
+}
+
+// part takes n holds of h off r; the last frees h's entry. t.mu must be
+// held.
+func (t *replicaTable) part(r *replica, h *holder, n int) {
+	r.refs -= n
+	if h.n -= n; h.n > 0 {
+		return
+	}
+	delete(r.holders, h.conn)
+	t.dropEntry(r, h)
+	t.unchargeFile(h.conn)
+}
+
+// dropEntry takes h's entry off r (if r still writes it), frees it and
+// gives it back to its table.
+func (t *replicaTable) dropEntry(r *replica, h *holder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, e := range r.entries {
+		if e == h {
+			r.entries = slices.Delete(r.entries, i, i+1)
+			h.free()
+			h.conn.status.release(h.slot)
+			return
+		}
 	}
 }
 
 // ref takes a ref of page key in c's session and adds c as a holder of the
 // page's replica file, creating the file and loading it with that ref on
-// the node's first map, for cred (c's user, whom the server checked).
-// Waits are bounded by the table's timeout.
-func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
+// the node's first map, for cred (c's user, whom the server checked). It
+// returns the file and c's entry for it in c's status table. Waits are
+// bounded by the table's timeout.
+func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, uint32, error) {
 	t.mu.Lock()
 	if r := t.m[key]; r != nil {
-		first := r.holders[c] == 0
-		if first {
-			if err := t.chargeFile(c, key); err != nil {
-				t.mu.Unlock()
-				return nil, err
-			}
-		}
-		r.refs++
-		r.holders[c]++
+		first := r.holders[c] == nil
+		h, err := t.join(c, r)
 		t.mu.Unlock()
+		if err != nil {
+			return nil, 0, err
+		}
 		<-r.ready // the loader is bounded by t.timeout
 		if r.err != nil {
 			if first {
-				t.unchargeFiles(c, 1)
+				t.unchargeFile(c)
 			}
-			return nil, r.err // its holders went with it
+			return nil, 0, r.err // its holders went with it
 		}
 		// The file is loaded: the session's ref need not read the page.
 		ctx, cancel := context.WithTimeout(withCred(c.ctx, cred), t.timeout)
-		_, err := c.call.Ref(ctx, key, nil)
+		_, err = c.call.Ref(ctx, key, nil)
 		cancel()
 		if err != nil {
 			t.leave(c, r)
-			return nil, fmt.Errorf("ref %v: %w", key, err)
+			return nil, 0, fmt.Errorf("ref %v: %w", key, err)
 		}
-		return r, nil
+		return r, h.slot, nil
 	}
-	if err := t.chargeFile(c, key); err != nil {
+	if len(t.m) >= t.max {
 		t.mu.Unlock()
-		return nil, err
+		return nil, 0, fmt.Errorf("replica files full (%d): %w", t.max, syscall.ENOSPC)
 	}
-	slot, ok := t.status.alloc()
-	if !ok {
-		t.mu.Unlock()
-		t.unchargeFiles(c, 1)
-		return nil, fmt.Errorf("replica status table full: %w", syscall.ENOSPC)
-	}
-	r := &replica{key: key, slot: slot, entry: t.status.entry(slot), refs: 1, cred: cred,
-		holders: map[*conn]int{c: 1}, ready: make(chan struct{}), state: wire.SlotLoading}
+	r := &replica{key: key, cred: cred, holders: map[*conn]*holder{}, ready: make(chan struct{})}
 	r.view.State = view.Loading
+	r.state.Store(wire.SlotLoading)
+	h, err := t.join(c, r)
+	if err != nil {
+		t.mu.Unlock()
+		return nil, 0, err
+	}
 	t.m[key] = r
 	t.mu.Unlock()
 	if err := t.load(c, r); err != nil {
@@ -218,30 +309,30 @@ func (t *replicaTable) ref(c *conn, key gva.GVA, cred Cred) (*replica, error) {
 		}
 		t.mu.Unlock()
 		r.err = err
+		// Retired before its waiters go on: their connections may close
+		// (and unmap their tables) once they have r.err.
+		r.destroy()
 		close(r.ready)
-		r.destroy(t.status)
-		t.unchargeFiles(c, 1)
-		return nil, err
+		t.unchargeFile(c)
+		return nil, 0, err
 	}
 	close(r.ready)
-	return r, nil
+	return r, h.slot, nil
 }
 
 // leave takes one hold of c off r, retiring the file at its last.
 func (t *replicaTable) leave(c *conn, r *replica) {
 	t.mu.Lock()
-	if r.holders[c]--; r.holders[c] <= 0 {
-		delete(r.holders, c)
-		t.unchargeFiles(c, 1)
+	if h := r.holders[c]; h != nil {
+		t.part(r, h, 1)
 	}
-	r.refs--
 	last := r.refs <= 0 && t.m[r.key] == r
 	if last {
 		delete(t.m, r.key)
 	}
 	t.mu.Unlock()
 	if last {
-		r.destroy(t.status)
+		r.destroy()
 	}
 }
 
@@ -252,12 +343,6 @@ func (t *replicaTable) load(c *conn, r *replica) error {
 		return err
 	}
 	r.file = f
-	r.mu.Lock()
-	r.entry.begin()
-	binary.LittleEndian.PutUint64(r.entry.gva[0:], r.key.Hi)
-	binary.LittleEndian.PutUint64(r.entry.gva[8:], r.key.Lo)
-	r.entry.end(0, wire.SlotLoading)
-	r.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(withCred(c.ctx, r.cred), t.timeout)
 	defer cancel()
@@ -297,7 +382,7 @@ func (t *replicaTable) get(key gva.GVA) *replica {
 func (t *replicaTable) unref(ctx context.Context, c *conn, key gva.GVA) error {
 	t.mu.Lock()
 	r := t.m[key]
-	if r == nil || r.holders[c] == 0 {
+	if r == nil || r.holders[c] == nil {
 		t.mu.Unlock()
 		return fmt.Errorf("%v is not mapped by this connection: %w", key, syscall.EINVAL)
 	}
@@ -323,20 +408,19 @@ func (t *replicaTable) dropConn(c *conn) {
 	var gone []*replica
 	t.mu.Lock()
 	for key, r := range t.m {
-		n := r.holders[c]
-		if n == 0 {
+		h := r.holders[c]
+		if h == nil {
 			continue
 		}
-		delete(r.holders, c)
-		t.unchargeFiles(c, 1)
-		if r.refs -= n; r.refs <= 0 {
+		t.part(r, h, h.n)
+		if r.refs <= 0 {
 			delete(t.m, key)
 			gone = append(gone, r)
 		}
 	}
 	t.mu.Unlock()
 	for _, r := range gone {
-		r.destroy(t.status)
+		r.destroy()
 	}
 }
 
@@ -346,11 +430,11 @@ func (t *replicaTable) heldBy(c *conn) map[gva.GVA]int {
 	defer t.mu.Unlock()
 	var out map[gva.GVA]int
 	for k, r := range t.m {
-		if n := r.holders[c]; n > 0 {
+		if h := r.holders[c]; h != nil {
 			if out == nil {
 				out = make(map[gva.GVA]int)
 			}
-			out[k] = n
+			out[k] = h.n
 		}
 	}
 	return out
@@ -409,9 +493,9 @@ func (r *replica) update(t *replicaTable, off int, data []byte, v gva.Version) o
 	case had:
 		return unchanged // (a load in flight checks what it heard when it ends)
 	case apply:
-		r.entry.begin()
+		r.begin()
 		writeWords(r.file.mem[off:], data)
-		r.entry.end(v, wire.SlotValid)
+		r.end(v, wire.SlotValid)
 		return applied
 	}
 	r.publishLocked(t, reload)
@@ -438,8 +522,8 @@ func (r *replica) invalidate(t *replicaTable, v gva.Version, force bool) outcome
 }
 
 // stale and valid read the published state without locking.
-func (r *replica) stale() bool { return atomic.LoadUint32(r.entry.state) == wire.SlotStale }
-func (r *replica) valid() bool { return atomic.LoadUint32(r.entry.state) == wire.SlotValid }
+func (r *replica) stale() bool { return r.state.Load() == wire.SlotStale }
+func (r *replica) valid() bool { return r.state.Load() == wire.SlotValid }
 
 // kick starts a refetch of a stale file that has none running.
 func (r *replica) kick(t *replicaTable) {
@@ -450,7 +534,7 @@ func (r *replica) kick(t *replicaTable) {
 	}
 }
 
-// publishLocked publishes the view's state in the entry when it changed,
+// publishLocked publishes the view's state in the entries when it changed,
 // and starts the refetch the view asked for (reload). r.mu must be held.
 func (r *replica) publishLocked(t *replicaTable, reload bool) {
 	state := uint32(wire.SlotValid)
@@ -460,10 +544,10 @@ func (r *replica) publishLocked(t *replicaTable, reload bool) {
 	case view.Stale:
 		state = wire.SlotStale
 	}
-	if state != r.state {
-		r.entry.begin()
-		r.state = state
-		r.entry.end(r.view.Version, state)
+	if state != r.state.Load() {
+		r.begin()
+		r.state.Store(state)
+		r.end(r.view.Version, state)
 	}
 	if reload {
 		t.wg.Add(1)
@@ -489,9 +573,9 @@ func (t *replicaTable) refetch(r *replica) {
 		}
 		install, done := r.view.Reloaded(v, err == nil)
 		if install {
-			r.entry.begin()
+			r.begin()
 			copy(r.file.mem, buf)
-			r.entry.end(v, r.state)
+			r.end(v, r.state.Load())
 		}
 		if done {
 			r.publishLocked(t, false)
@@ -514,19 +598,20 @@ func (t *replicaTable) refetch(r *replica) {
 	r.mu.Unlock()
 }
 
-// destroy retires r: its entry is freed (the sequence moves on, so a
-// reader of the old page retries and sees it gone) and its file closed.
-func (r *replica) destroy(status *statusTable) {
+// destroy retires r: the entries still describing it (only after a failed
+// load) are freed and given back, and its file closed.
+func (r *replica) destroy() {
 	r.mu.Lock()
 	r.gone = true
-	r.entry.begin()
-	clear(r.entry.gva)
-	r.entry.end(0, wire.SlotFree)
+	for _, h := range r.entries {
+		h.free()
+		h.conn.status.release(h.slot)
+	}
+	r.entries = nil
 	if r.file != nil {
 		r.file.close()
 	}
 	r.mu.Unlock()
-	status.release(r.slot)
 }
 
 // writeWords copies src into dst so that every naturally aligned 8-byte

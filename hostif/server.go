@@ -54,8 +54,9 @@ type Options struct {
 	// MaxGarbage is how many malformed requests a connection may send;
 	// the next one disconnects it (default 8).
 	MaxGarbage int
-	// StatusSlots is the size of the replica status table, the most pages
-	// mapped on this node at once (default 65536).
+	// StatusSlots is the size of each connection's replica status table
+	// (entry 0 unused): one connection maps at most StatusSlots-1 pages at
+	// once, and so does the node (default 65536).
 	StatusSlots int
 	// EventQueue is the events a connection may have waiting (default 256);
 	// beyond it events are dropped and the client told so (EventLost).
@@ -145,7 +146,6 @@ type Server struct {
 	maps mapsTable // dpu_mmap areas the host's processes report (maps.go)
 
 	// Set by Serve.
-	status   *statusTable
 	replicas *replicaTable
 	served   atomic.Bool
 	// acceptErrs counts failed accepts (Serve backs off and serves on)
@@ -224,19 +224,13 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	if s.served.Swap(true) {
 		return ErrServed
 	}
-	status, err := newStatusTable(s.opts.StatusSlots)
-	if err != nil {
-		return fmt.Errorf("hostif: %w", err)
-	}
-	defer status.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.status = status
 	if err := s.openSession(ctx); err != nil {
 		return err
 	}
 	defer s.closeSession()
-	s.replicas = newReplicaTable(ctx, s.call, status, s.opts.OpTimeout, s.opts.Quota)
+	s.replicas = newReplicaTable(ctx, s.call, s.opts.StatusSlots-1, s.opts.OpTimeout, s.opts.Quota)
 
 	var bg sync.WaitGroup
 	bg.Go(func() { s.dispatchEvents(ctx) })
@@ -297,6 +291,10 @@ const (
 // (each one backed off and served on).
 func (s *Server) AcceptErrors() uint64 { return s.acceptErrs.Load() }
 
+// connFiles is what a connection costs its user in descriptors: its
+// socket and its status table.
+const connFiles = 2
+
 // admit starts serving a new connection, or closes it at once when the
 // server has MaxConns already.
 func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
@@ -320,8 +318,9 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
-	// the connection's socket is one of its user's descriptors
-	if err := s.opts.Quota.Take(cred.UID, quota.Files, 1); err != nil {
+	// the connection's socket and its status table are two of its user's
+	// descriptors
+	if err := s.opts.Quota.Take(cred.UID, quota.Files, connFiles); err != nil {
 		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 		s.connMu.Unlock()
 		s.log.Warn("rejecting connection", "pid", cred.PID, "uid", cred.UID, "err", err)
@@ -346,7 +345,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		delete(s.bySess, c.call.session)
 		s.connMu.Unlock()
 		s.procs.Delete(id)
-		s.opts.Quota.Release(cred.UID, quota.Files, 1)
+		s.opts.Quota.Release(cred.UID, quota.Files, connFiles)
 		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
 	}()
 }

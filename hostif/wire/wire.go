@@ -211,9 +211,10 @@ var (
 	ErrField     = fmt.Errorf("%w: field out of range", ErrMalformed)
 )
 
-// Replica status table. The server shares it read-only with every client
-// (the descriptor comes with the HELLO reply). Entry i (i >= 1) is at byte
-// i*SlotSize and describes the replica of one mapped page:
+// Replica status table. Every connection has its own, shared read-only
+// with its client (the descriptor comes with the HELLO reply). Entry i
+// (i >= 1) is at byte i*SlotSize and describes the replica of one page the
+// connection maps:
 //
 //	off len
 //	0   8   seq: odd while the server rewrites the replica or this entry
