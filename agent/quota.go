@@ -34,10 +34,8 @@ const agentOwnFiles = 256
 func fileBudget() (total, reserve int) {
 	var lim unix.Rlimit
 	n := 1024
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < 1<<24 {
-		n = int(lim.Cur)
-	} else if err == nil {
-		n = 1 << 24
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil {
+		n = int(min(lim.Cur, 1<<24))
 	}
 	total = max(n-agentOwnFiles, 64)
 	return total, max(16, total/16)

@@ -29,14 +29,13 @@ func privileged(t *testing.T) {
 	t.Skip("needs root to run clients as other users")
 }
 
-// TestPermissionsOfOtherUsers runs clients as other uids (subprocesses with
-// real credentials): pages are checked against the owner uid/gid/mode set at
-// alloc, a denied access changes nothing, and the socket's own mode keeps
-// out users outside its group.
-func TestPermissionsOfOtherUsers(t *testing.T) {
-	privileged(t)
-	const nobody, nogroup = 65534, 65534
-	dir, err := os.MkdirTemp("", "hostif-perm")
+// serveForOtherUsers serves a node of a one-node fabric with opts in a
+// directory other users may enter, beside a copy of this test binary
+// they can run, and returns the copy's and the socket's paths and the
+// fabric.
+func serveForOtherUsers(t *testing.T, prefix string, opts hostif.Options) (bin, path string, fab *hostiftest.Fabric) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,14 +47,14 @@ func TestPermissionsOfOtherUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "hostif.test")
+	bin = filepath.Join(dir, "hostif.test")
 	copyFile(t, self, bin)
 
-	fab := hostiftest.NewFabric()
+	fab = hostiftest.NewFabric()
 	be := fab.Node(1)
 	t.Cleanup(be.Close)
-	path := filepath.Join(dir, hostif.SocketName)
-	srv, err := hostif.NewServer(be, hostif.Options{SocketGroup: fmt.Sprint(nogroup)})
+	path = filepath.Join(dir, hostif.SocketName)
+	srv, err := hostif.NewServer(be, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +63,17 @@ func TestPermissionsOfOtherUsers(t *testing.T) {
 	go func() { done <- srv.ListenAndServe(ctx, path) }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, "socket", func() bool { _, err := os.Stat(path); return err == nil })
+	return bin, path, fab
+}
+
+// TestPermissionsOfOtherUsers runs clients as other uids (subprocesses with
+// real credentials): pages are checked against the owner uid/gid/mode set at
+// alloc, a denied access changes nothing, and the socket's own mode keeps
+// out users outside its group.
+func TestPermissionsOfOtherUsers(t *testing.T) {
+	privileged(t)
+	const nobody, nogroup = 65534, 65534
+	bin, path, fab := serveForOtherUsers(t, "hostif-perm", hostif.Options{SocketGroup: fmt.Sprint(nogroup)})
 
 	root := dial(t, path)
 	cctx := ctxT(t)

@@ -127,11 +127,13 @@ type holder struct {
 }
 
 // free marks h's entry free (the sequence moves on, so a reader of the
-// old page retries and sees it gone). The replica's mu must be held.
+// old page retries and sees it gone) and gives it back to its table. The
+// replica's mu must be held.
 func (h *holder) free() {
 	h.entry.begin()
 	clear(h.entry.gva)
 	h.entry.end(0, wire.SlotFree)
+	h.conn.status.release(h.slot)
 }
 
 // replica is the replica file of one page on this node.
@@ -251,7 +253,6 @@ func (t *replicaTable) dropEntry(r *replica, h *holder) {
 		if e == h {
 			r.entries = slices.Delete(r.entries, i, i+1)
 			h.free()
-			h.conn.status.release(h.slot)
 			return
 		}
 	}
@@ -605,7 +606,6 @@ func (r *replica) destroy() {
 	r.gone = true
 	for _, h := range r.entries {
 		h.free()
-		h.conn.status.release(h.slot)
 	}
 	r.entries = nil
 	if r.file != nil {

@@ -312,16 +312,7 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		_ = uc.Close()
 		return
 	}
-	if err := s.opts.Quota.Take(cred.UID, quota.Conns, 1); err != nil {
-		s.connMu.Unlock()
-		s.log.Warn("rejecting connection", "pid", cred.PID, "uid", cred.UID, "err", err)
-		_ = uc.Close()
-		return
-	}
-	// the connection's socket and its status table are two of its user's
-	// descriptors
-	if err := s.opts.Quota.Take(cred.UID, quota.Files, connFiles); err != nil {
-		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
+	if err := s.takeConn(cred.UID); err != nil {
 		s.connMu.Unlock()
 		s.log.Warn("rejecting connection", "pid", cred.PID, "uid", cred.UID, "err", err)
 		_ = uc.Close()
@@ -345,9 +336,27 @@ func (s *Server) admit(ctx context.Context, uc *net.UnixConn) {
 		delete(s.bySess, c.call.session)
 		s.connMu.Unlock()
 		s.procs.Delete(id)
-		s.opts.Quota.Release(cred.UID, quota.Files, connFiles)
-		s.opts.Quota.Release(cred.UID, quota.Conns, 1)
+		s.releaseConn(cred.UID)
 	}()
+}
+
+// takeConn charges uid for a connection: one of its connections, and
+// its socket and status table as two of its descriptors.
+func (s *Server) takeConn(uid uint32) error {
+	if err := s.opts.Quota.Take(uid, quota.Conns, 1); err != nil {
+		return err
+	}
+	if err := s.opts.Quota.Take(uid, quota.Files, connFiles); err != nil {
+		s.opts.Quota.Release(uid, quota.Conns, 1)
+		return err
+	}
+	return nil
+}
+
+// releaseConn gives back what takeConn charged.
+func (s *Server) releaseConn(uid uint32) {
+	s.opts.Quota.Release(uid, quota.Files, connFiles)
+	s.opts.Quota.Release(uid, quota.Conns, 1)
 }
 
 // openSession opens the server's own session in the Backend.

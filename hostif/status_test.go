@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -256,34 +255,7 @@ func scanStatus(ctx context.Context, sock string, g gva.GVA) (string, error) {
 func TestStatusTableHidesOtherUsersPages(t *testing.T) {
 	privileged(t)
 	const nobody, nogroup = 65534, 65534
-	dir, err := os.MkdirTemp("", "hostif-status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "hostif.test")
-	copyFile(t, self, bin)
-
-	fab := hostiftest.NewFabric()
-	be := fab.Node(1)
-	t.Cleanup(be.Close)
-	path := filepath.Join(dir, hostif.SocketName)
-	srv, err := hostif.NewServer(be, hostif.Options{SocketGroup: fmt.Sprint(nogroup), StatusSlots: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ListenAndServe(ctx, path) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "socket", func() bool { _, err := os.Stat(path); return err == nil })
+	bin, path, _ := serveForOtherUsers(t, "hostif-status", hostif.Options{SocketGroup: fmt.Sprint(nogroup), StatusSlots: 256})
 
 	root := dial(t, path)
 	cctx := ctxT(t)

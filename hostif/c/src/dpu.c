@@ -404,7 +404,6 @@ struct call {
     size_t cap;
     uint64_t lva, bytes;   /* for undo */
     int timeout_ms;        /* 0: the connection's */
-    size_t blen_want;      /* loads in a bulk transfer: the bytes asked for */
     /* results */
     dpu_gva_t rgva;
     size_t len;
@@ -793,18 +792,30 @@ int dpu_free(dpu_t *d, dpu_gva_t gva) {
 
 /* ---- accesses through the node ---- */
 
+/* load_call is the LOAD of n bytes at addr (within one page), its body
+ * in body, its reply (version, then the bytes) into rep. */
+static struct call load_call(uint8_t body[8], dpu_gva_t addr, size_t n, uint8_t *rep, size_t cap) {
+    put32(body, (uint32_t)n);
+    put32(body + 4, 0);
+    return (struct call){.op = OP_LOAD, .gva = addr, .body = body, .blen = 8, .out = rep, .cap = cap};
+}
+
+/* load_result copies the n bytes a LOAD answered into buf. */
+static int load_result(const struct call *c, void *buf, size_t n) {
+    if (c->len != 8 + n) return fail(EPROTO, "dpu load: reply of the wrong size%s", NULL);
+    memcpy(buf, c->out + 8, n);
+    return 0;
+}
+
 /* load_in_page loads n bytes at addr (within one page) into buf, and the
  * page version the node answered with into *version (when not NULL). */
 static int load_in_page(dpu_t *d, dpu_gva_t addr, void *buf, size_t n, uint64_t *version) {
     uint8_t body[8], rep[8 + PAGE];
-    put32(body, (uint32_t)n);
-    put32(body + 4, 0);
-    struct call c = {.op = OP_LOAD, .gva = addr, .body = body, .blen = 8, .out = rep, .cap = sizeof rep};
+    struct call c = load_call(body, addr, n, rep, sizeof rep);
     int rc = do_call(d, &c);
     if (rc < 0) return rc;
-    if (c.len != 8 + n) return fail(EPROTO, "dpu load: reply of the wrong size%s", NULL);
+    if ((rc = load_result(&c, buf, n)) < 0) return rc;
     if (version) *version = get64(rep);
-    memcpy(buf, rep + 8, n);
     return 0;
 }
 
@@ -853,7 +864,8 @@ struct bulk {
     struct call c[BULK_WINDOW];
     struct waiter *w[BULK_WINDOW];
     struct timespec dl[BULK_WINDOW];
-    uint8_t *dst[BULK_WINDOW]; /* loads: where the page's bytes go */
+    uint8_t *dst[BULK_WINDOW]; /* loads: where the page's bytes go, and how many */
+    size_t want[BULK_WINDOW];
     uint8_t *rep[BULK_WINDOW];
 };
 
@@ -878,10 +890,7 @@ static void bulk_wait(struct bulk *b) {
     unsigned i = b->head;
     struct call *c = &b->c[i];
     int rc = call_wait(b->d, c, b->w[i], &b->dl[i]);
-    if (rc == 0 && c->op == OP_LOAD) {
-        if (c->len != 8 + c->blen_want) rc = fail(EPROTO, "dpu load: reply of the wrong size%s", NULL);
-        else memcpy(b->dst[i], b->rep[i] + 8, c->blen_want);
-    }
+    if (rc == 0 && c->op == OP_LOAD) rc = load_result(c, b->dst[i], b->want[i]);
     if (rc < 0) bulk_failed(b, rc);
     b->head = (b->head + 1) % BULK_WINDOW;
     b->count--;
@@ -890,13 +899,14 @@ static void bulk_wait(struct bulk *b) {
 /* bulk_send sends *c as the newest request in flight, first waiting for
  * the oldest while the window is full or no request slot is free. After a
  * failure it sends nothing. */
-static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst) {
+static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst, size_t want) {
     while (b->rc == 0) {
         if (b->count < b->win) {
             unsigned i = (b->head + b->count) % BULK_WINDOW;
             b->c[i] = *c;
             b->c[i].out = b->rep[i];
             b->dst[i] = dst;
+            b->want[i] = want;
             b->dl[i] = deadline_in(b->d->timeout_ms);
             /* With nothing in flight it may wait for a slot. */
             int rc = call_send(b->d, &b->c[i], b->count ? NULL : &b->dl[i], &b->w[i]);
@@ -936,10 +946,8 @@ int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
     uint8_t body[8]; /* copied out as each request is sent */
     while (n > 0 && b->rc == 0) {
         size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
-        put32(body, (uint32_t)k);
-        put32(body + 4, 0);
-        struct call c = {.op = OP_LOAD, .gva = addr, .body = body, .blen = 8, .cap = REP, .blen_want = k};
-        bulk_send(b, &c, p);
+        struct call c = load_call(body, addr, k, NULL, REP);
+        bulk_send(b, &c, p, k);
         addr.lo += k;
         p += k;
         n -= k;
@@ -965,7 +973,7 @@ int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n) {
     while (n > 0 && b.rc == 0) {
         size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
         struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = k, .cap = REP};
-        bulk_send(&b, &c, NULL);
+        bulk_send(&b, &c, NULL, 0);
         addr.lo += k;
         p += k;
         n -= k;
