@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -222,7 +223,32 @@ func programName(id ebpf.ProgramID) (string, error) {
 }
 
 // detachLink detaches the XDP BPF link that runs program id, if there is one.
+// A link that another process is still creating answers EAGAIN for the
+// moment it takes to settle; the walk starts over then, a bounded number of
+// times.
 func detachLink(id ebpf.ProgramID) (bool, error) {
+	var err error
+	for try := 0; try < settleTries; try++ {
+		if try > 0 {
+			time.Sleep(settlePause)
+		}
+		var detached bool
+		detached, err = detachLinkOnce(id)
+		if !errors.Is(err, unix.EAGAIN) {
+			return detached, err
+		}
+	}
+	return false, err
+}
+
+// How long detachLink waits, at most, for links being created elsewhere to
+// settle: settleTries walks, settlePause apart.
+const (
+	settleTries = 50
+	settlePause = 2 * time.Millisecond
+)
+
+func detachLinkOnce(id ebpf.ProgramID) (bool, error) {
 	it := new(link.Iterator)
 	defer it.Close()
 	for it.Next() {

@@ -305,3 +305,70 @@ const (
 	xdpDrop = 1
 	xdpPass = 2
 )
+
+// Looking for a leftover link while other links are being created — other
+// agents, other tests — finds links that are not settled yet; the search
+// waits for them instead of failing.
+func TestLeftoverSearchWhileLinksAreCreated(t *testing.T) {
+	onTestDevice(t, func(dev netlink.Link) {
+		ns, err := netns.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ns.Close()
+		peer, err := netlink.LinkByName("t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name:         "churn",
+			Type:         ebpf.XDP,
+			License:      "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+
+		stop := make(chan struct{})
+		churned := make(chan int)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread joins the test's namespace
+			n := 0
+			defer func() { churned <- n }()
+			if err := netns.Set(ns); err != nil {
+				t.Errorf("setns: %v", err)
+				return
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: peer.Attrs().Index, Flags: link.XDPGenericMode})
+				if errors.Is(err, unix.EBUSY) {
+					continue // the last one is still held open by the search
+				}
+				if err != nil {
+					t.Errorf("churn attach: %v", err)
+					return
+				}
+				l.Close()
+				n++
+			}
+		}()
+		for i := 0; i < 3000; i++ {
+			if _, err := detachLink(math.MaxUint32); err != nil {
+				close(stop)
+				<-churned
+				t.Fatalf("search %d: %v", i, err)
+			}
+		}
+		close(stop)
+		if n := <-churned; n == 0 {
+			t.Fatal("no link was created while the search ran")
+		}
+	})
+}
