@@ -33,6 +33,8 @@ import (
 //     with no record of a page of its earlier run, which may live on at
 //     a backup that took it over) the request goes out unchecked here:
 //     the node that serves it checks it (below), this node included.
+//     A where, which only this node answers, then fails unless the node
+//     learnt the page's attributes meanwhile (whereUnchecked).
 //
 // A request that passes carries its user's credentials on (the page's
 // group first among them when the user has more supplementary groups
@@ -74,6 +76,7 @@ func (h *Hosts) admit(now time.Duration, r *hostReq) bool {
 		// a page of an earlier run of this node, which may live on at a
 		// backup that took it over: the engine finds out, and the node
 		// that serves it checks it
+		r.unsure = errno
 		return true
 	}
 	r.admitting = true
@@ -107,7 +110,7 @@ func (h *Hosts) admitted(now time.Duration, r *hostReq, c Completion) {
 		// backup): the request goes out with its user's credentials, and
 		// the node that serves it checks them once it knows the page's
 		// attributes (vouched), as for every node's requests.
-		r.statted = false
+		r.statted, r.unsure = false, errno
 		h.start(now, r)
 		return
 	}
@@ -134,6 +137,30 @@ func (h *Hosts) allowed(now time.Duration, r *hostReq, a Attr) bool {
 		return false
 	}
 	r.hr.Cred = groupFirst(r.hr.Cred, a.GID)
+	r.checked = true
+	return true
+}
+
+// whereUnchecked ends Where r, with errno (else with what made admission
+// let it out unchecked), when its user is one this node checks and it
+// was not checked: the page's home could not say, and the engine's
+// answer would name the location of a page to a user who may not read
+// it, or one made up for a page that does not exist. Attributes learnt
+// since are checked now. It reports whether r ended.
+func (h *Hosts) whereUnchecked(now time.Duration, r *hostReq, errno syscall.Errno) bool {
+	if r.checked || r.hr.Cred.UID == 0 || h.unchecked() {
+		return false
+	}
+	if a, ok := h.attrOf(r.hr.GVA.Key()); ok {
+		return !h.allowed(now, r, a)
+	}
+	if errno == 0 {
+		errno = r.unsure
+	}
+	if errno == 0 {
+		errno = syscall.EHOSTDOWN
+	}
+	h.fail(now, r, errno, fmt.Sprintf("where: the page's home cannot say whether uid %d may see it", r.hr.Cred.UID))
 	return true
 }
 

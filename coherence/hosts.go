@@ -194,6 +194,8 @@ type hostReq struct {
 	pulls     bool          // an Acquire or Lock that took a page of quota for the page it may bring here (pull.go)
 	admitting bool          // waiting for its page's attributes to be checked (admit.go)
 	statted   bool          // its page's home answered for it (admit.go): it exists
+	checked   bool          // admission checked its user against the page's attributes (admit.go)
+	unsure    syscall.Errno // why the page's home could not say, when admission let it out unchecked (admit.go)
 	waiting   bool          // a Lock in its page's nodeLock waiters
 	freeing   []freePage    // Free: the pages of its extent, each on its way
 	// bound is the timer of the request's bound, in the session layer's
@@ -487,6 +489,9 @@ func (h *Hosts) start(now time.Duration, r *hostReq) {
 		_, cached := h.e.cache.Peek(key)
 		switch errno, why := h.absentHere(key); {
 		case ok || cached || h.e.pages[key] != nil || r.statted:
+			if h.whereUnchecked(now, r, 0) {
+				return
+			}
 			r.stage = stSecond
 			h.step(now, r, hr.engineCopy())
 		case errno != 0:
@@ -882,7 +887,11 @@ func (h *Hosts) advance(now time.Duration, r *hostReq, c Completion) {
 			}
 			// 0, or the home could not say (it is down, or restarting):
 			// the owner may live on elsewhere (a backup took the page
-			// over), so where names what this node knows of it.
+			// over), so where names what this node knows of it, to a
+			// user this node can check.
+			if h.whereUnchecked(now, r, errno) {
+				return
+			}
 			r.stage = stSecond
 			h.step(now, r, hr.engineCopy())
 			return

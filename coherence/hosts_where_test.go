@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/noc"
 )
 
 // TestHostsWhereFollowsTheOwner: after a lock moved the page from node 0
@@ -92,5 +93,42 @@ func TestHostsDataOfNoPage(t *testing.T) {
 				t.Errorf("node %d: %v of a page never allocated waited out its bound (%v)", n, r.Op, took)
 			}
 		}
+	}
+}
+
+// TestHostsWhereOfAnUncheckedUser: while the page's home restarts (it
+// cannot yet tell which pages of its earlier run live on), a node that
+// knows nothing of the page cannot check an ordinary user's where of it:
+// the where fails instead of naming the location of a page the user may
+// not read. Root still gets what the node knows; a user the node can
+// check (it learnt the page's attributes before) gets the mode's answer.
+// (The simulator's garblers found the where that named it: seeds 2 and 4
+// of sim.TestOwnerRestartsWhileHalfIsDown's "line2 R2 kill 0, restart
+// 0", seed 1 of its "kill 1, restart 1".)
+func TestHostsWhereOfAnUncheckedUser(t *testing.T) {
+	epochs := map[noc.NodeID]uint32{}
+	x := newHostFabTuned(t, 3, func(c *Config) { epochs[c.Self]++; c.AllocEpoch = epochs[c.Self]; c.Replicas = 2 }) // a new epoch each run
+	secret := x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{UID: 0, Mode: 0o600}}).GVA
+	open := x.ok(0, Request{Op: HostAlloc, Pages: 1, Attr: Attr{UID: 0, Mode: 0o644}}).GVA
+	outsider := Cred{UID: 3000, GID: 3000}
+	x.ok(2, Request{Op: HostLoad, GVA: open, Len: 8, Cred: outsider}) // node 2 learns open's attributes
+	x.f.Kill(0)
+	x.f.Run(100 * time.Millisecond)
+	if err := x.f.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	x.f.Run(20 * time.Millisecond)
+	if c := x.do(2, Request{Op: HostWhere, GVA: secret, Cred: outsider}); c.Err == nil {
+		t.Errorf("an outsider's where while the page's home restarts: %+v, want an error", c.Where)
+	} else if errno(c) == syscall.EACCES {
+		t.Errorf("an outsider's where: EACCES, though nothing said the mode forbids it")
+	} else {
+		t.Logf("an outsider's where while the page's home restarts: %v", c.Err)
+	}
+	if c := x.do(2, Request{Op: HostWhere, GVA: secret}); c.Err != nil || c.Where.Owner != 0 {
+		t.Errorf("root's where while the home restarts: %+v %v, want owner 0", c.Where, c.Err)
+	}
+	if c := x.do(2, Request{Op: HostWhere, GVA: open, Cred: outsider}); c.Err != nil || c.Where.Owner != 0 {
+		t.Errorf("an outsider's where of a page it may read, its attributes known: %+v %v", c.Where, c.Err)
 	}
 }

@@ -3,11 +3,11 @@ package hostif
 import (
 	"encoding/binary"
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host/admit"
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
@@ -16,8 +16,8 @@ import (
 //
 //   - A request of the core (the data path, and alloc, free, acquire,
 //     release, lock, unlock), when the backend has a Pipeline, becomes
-//     the core's own request (coherence.Request, through the one table
-//     coreOps) with its user's credentials, and joins the batch the
+//     the core's own request (coherence.Request, through admission:
+//     admit.Request) with its user's credentials, and joins the batch the
 //     caller submits in the connection's session once it has read what
 //     there was. The request carries its task (Request.Tag) through the
 //     core, not a goroutine or a table, and its completion
@@ -82,74 +82,18 @@ func (c *conn) answer(t *task, err error, flush, holds bool) {
 	putTask(t)
 }
 
-// coreOps is the one table from the wire's operations to the core's: the
-// requests that go through the Pipeline, as the core's requests.
-var coreOps = [...]coherence.HostOp{
-	wire.OpAlloc: coherence.HostAlloc, wire.OpFree: coherence.HostFree,
-	wire.OpLoad: coherence.HostLoad, wire.OpStore: coherence.HostStore, wire.OpCAS: coherence.HostCAS,
-	wire.OpFetchAdd: coherence.HostFetchAdd, wire.OpWhere: coherence.HostWhere,
-	wire.OpAcquire: coherence.HostAcquire, wire.OpRelease: coherence.HostRelease,
-	wire.OpLock: coherence.HostLock, wire.OpUnlock: coherence.HostUnlock,
-}
-
-// coreOp is the core's operation of wire operation o (0: none, it does
-// not go through the Pipeline).
-func coreOp(o wire.Op) coherence.HostOp {
-	if int(o) < len(coreOps) {
-		return coreOps[o]
-	}
-	return 0
-}
-
 // submits reports whether r goes through the Pipeline: the backend has
 // one and r is a request of the core.
 func (s *Server) submits(r *wire.Request) bool {
-	return s.pipe != nil && coreOp(r.Op) != 0
+	return s.pipe != nil && admit.Core(r.Op) != 0
 }
 
 // opOf is the core's request of request t of c (its ID is the caller's
-// to set): the wire request's fields as the core reads them, the user
-// the connection's peer credentials name, and the request's bound.
+// to set), admitted as the user the connection's peer credentials name
+// (admit.Request).
 func (s *Server) opOf(c *conn, t *task) (coherence.Request, error) {
-	r := &t.req
-	t.rep = reply{gva: r.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
-	cr := coherence.Request{Op: coreOp(r.Op), GVA: r.GVA, Cred: c.credential()}
-	switch r.Op {
-	case wire.OpAlloc:
-		if r.Flags&wire.AllocHuge != 0 {
-			return coherence.Request{}, fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
-		}
-		cr.Pages, cr.Attr, cr.GVA = r.Pages(), s.allocAttr(c, r), gva.GVA{}
-	case wire.OpLock:
-		cr.Try, cr.GVA = r.Flags&wire.LockTry != 0, r.GVA.Key()
-	case wire.OpFree, wire.OpAcquire, wire.OpRelease, wire.OpUnlock:
-		cr.GVA = r.GVA.Key()
-	case wire.OpLoad:
-		cr.Len = int(r.Len)
-		return cr, nil // the data path: the core's own request bound
-	case wire.OpStore:
-		cr.Data = r.Data
-		return cr, nil
-	case wire.OpCAS:
-		cr.Expected, cr.Operand = r.Expected, r.Desired
-		return cr, nil
-	case wire.OpFetchAdd:
-		cr.Operand = r.Delta
-		return cr, nil
-	case wire.OpWhere:
-		return cr, nil
-	}
-	cr.Timeout = s.opTimeout(r)
-	return cr, nil
-}
-
-// allocAttr is the owner and mode of the pages ALLOC r of c makes.
-func (s *Server) allocAttr(c *conn, r *wire.Request) Attr {
-	mode := r.Mode
-	if mode == 0 {
-		mode = s.opts.DefaultMode
-	}
-	return Attr{UID: c.cred.UID, GID: c.cred.GID, Mode: mode}
+	t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+	return admit.Request(&t.req, c.credential(), s.bounds)
 }
 
 // finishOp fills t's reply from d and returns the request's error.

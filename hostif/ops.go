@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"syscall"
-	"time"
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/wire"
@@ -14,7 +13,7 @@ import (
 // exec runs one well-formed request of c and fills rep. oc is the op's
 // context, reused between requests.
 func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error {
-	oc.start(c.ctx, s.opTimeout(r))
+	oc.start(c.ctx, s.bounds.Timeout(r))
 	defer oc.end()
 	// the core checks c's user (the nodes that serve the call, again)
 	ctx := withCred(oc, c.credential())
@@ -122,18 +121,6 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 	return fmt.Errorf("%s: %w", r.Op, syscall.ENOSYS)
 }
 
-// opTimeout is the bound of request r: OpTimeout, or for a LOCK or an
-// ACQUIRE the wait it names (capped by MaxLockTimeout) or LockTimeout.
-func (s *Server) opTimeout(r *wire.Request) time.Duration {
-	if r.Op == wire.OpLock || r.Op == wire.OpAcquire {
-		if r.TimeoutMS > 0 {
-			return min(time.Duration(r.TimeoutMS)*time.Millisecond, s.opts.MaxLockTimeout)
-		}
-		return s.opts.LockTimeout
-	}
-	return s.opts.OpTimeout
-}
-
 // quick reports whether r may run on the connection's reading goroutine:
 // the server serves it itself without waiting.
 func (s *Server) quick(r *wire.Request) bool {
@@ -145,7 +132,7 @@ func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply
 		return fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
 	}
 	pages := r.Pages()
-	g, err := c.call.Alloc(ctx, pages, s.allocAttr(c, r))
+	g, err := c.call.Alloc(ctx, pages, s.bounds.AllocAttr(r, c.credential()))
 	if err != nil {
 		return fmt.Errorf("alloc %d pages: %w", pages, err)
 	}

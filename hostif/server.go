@@ -18,6 +18,7 @@ import (
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/cuda/hookwire"
+	"github.com/aitherion/dpu/host/admit"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/internal/rundir"
@@ -129,6 +130,8 @@ type Server struct {
 	call verbs // be's one verb in the server's own session (ServerSession)
 	opts Options
 	log  *slog.Logger
+	// bounds: what the server puts on the requests it admits (opts')
+	bounds admit.Bounds
 
 	pipe    Pipeline      // the backend's, if it has one
 	await   Awaiter       // the pipeline's, if it has one
@@ -183,6 +186,7 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		be: be, call: verbs{be: be, session: ServerSession}, opts: opts, log: opts.Logger,
+		bounds: admit.Bounds{Op: opts.OpTimeout, Lock: opts.LockTimeout, MaxLock: opts.MaxLockTimeout, DefaultMode: opts.DefaultMode},
 		spaces: newAddressSpaces(), conns: make(map[*conn]struct{}),
 		bySess: make(map[Session]*conn),
 	}

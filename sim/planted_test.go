@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/host/admit"
 )
 
 // TestPlantedBugIsCaught plants a non-atomic CAS (compared against the
@@ -131,5 +132,18 @@ func TestPlantedPlaceNoDwellIsCaught(t *testing.T) {
 	cfg.Bug = coherence.BugPlaceNoDwell
 	if !caught(t, cfg, 4, func(v string) bool { return strings.Contains(v, "placement moved it") }) {
 		t.Fatal("placement past its move limit went unnoticed")
+	}
+}
+
+// TestPlantedAdmitAsRootIsCaught plants an admission that admits every
+// request as root: the garblers' checks must find an ordinary user's
+// garbage served on a page that is not its user's.
+func TestPlantedAdmitAsRootIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	admit.BugAdmitAsRoot(true)
+	defer admit.BugAdmitAsRoot(false)
+	if !caught(t, cfg, 4, func(v string) bool { return strings.Contains(v, "succeeded on a page that is not its user's") }) {
+		t.Fatal("an admission that admits everyone as root went unnoticed")
 	}
 }

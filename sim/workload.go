@@ -77,6 +77,9 @@ type pendingOp struct {
 	// session closed since
 	flood       *flooder
 	floodClosed bool
+	// garble: the garbler whose burst it is (garbage.go); floodClosed
+	// too when its session closed
+	garble *garbler
 	// reload: an attempt of a host copy's reload (views.go)
 	reload bool
 }
@@ -128,6 +131,8 @@ func (w *World) submit(n *simNode, po *pendingOp) {
 		sid = po.c.session
 	case po.flood != nil:
 		sid = po.flood.session
+	case po.garble != nil:
+		sid = po.garble.session
 	}
 	n.hosts.Submit(w.now, sid, po.req, n.core)
 	w.settle(n)
@@ -463,6 +468,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 	}
 	if po.flood != nil {
 		w.floodDone(n, po)
+	}
+	if po.garble != nil {
+		w.garbleDone(n, po, cp, errno)
 	}
 	c := po.c
 	if c == nil || c.pending != po {

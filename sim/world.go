@@ -176,6 +176,10 @@ type Config struct {
 	// of requests and close with them in flight (flood.go). Default 1;
 	// negative: none.
 	Flooders int
+	// Garblers is how many sessions of an ordinary user send garbage
+	// through the host wire's decoder and admission (garbage.go).
+	// Default 1; negative: none.
+	Garblers int
 	// Placement runs the engines with placement = auto (shifting.go);
 	// Shifting is how many pages of the shifting-locality workload the run
 	// has (default none), whose dominant writer changes every Phase
@@ -242,6 +246,9 @@ func (c Config) withDefaults() Config {
 	if c.Flooders == 0 {
 		c.Flooders = 1
 	}
+	if c.Garblers == 0 {
+		c.Garblers = 1
+	}
 	return c
 }
 
@@ -287,6 +294,8 @@ type Result struct {
 	// Shift is what the shifting-locality workload and placement did
 	// (shifting.go).
 	Shift ShiftResult
+	// Garbage is what the garblers sent and what became of it.
+	Garbage GarbageResult
 }
 
 // OK reports whether the run found no violation.
@@ -381,7 +390,9 @@ type World struct {
 	res   Result
 
 	clients  []*client
-	flooders []*flooder // hostile sessions (flood.go)
+	flooders []*flooder       // hostile sessions (flood.go)
+	garblers []*garbler       // sessions that send garbage (garbage.go)
+	garbled  []*garbledExtent // userGarbler's allocations
 	faults   []fault
 
 	routeVer  []uint64 // routing table version last examined, per node
@@ -428,7 +439,13 @@ type simNode struct {
 type pageLedger map[uint32]int
 
 // Take implements coherence.PageQuota.
-func (l pageLedger) Take(uid uint32, n int) error { l[uid] += n; return nil }
+func (l pageLedger) Take(uid uint32, n int) error {
+	if q := quotaFor(uid); q > 0 && l[uid]+n > q {
+		return errGarblerQuota
+	}
+	l[uid] += n
+	return nil
+}
 
 // Release implements coherence.PageQuota.
 func (l pageLedger) Release(uid uint32, n int) {
@@ -446,6 +463,7 @@ const (
 	evFault
 	evCheck
 	evFlood
+	evGarble
 	evReload
 	evShift
 )
@@ -634,6 +652,7 @@ func (w *World) Prepare() error {
 	}
 	w.startClients()
 	w.setupFlooders()
+	w.setupGarblers()
 	w.scheduleFaults(w.now)
 	if w.cfg.CheckEvery > 0 {
 		w.push(event{at: w.now + w.cfg.CheckEvery, kind: evCheck})
@@ -751,6 +770,8 @@ func (w *World) handle(ev event) {
 		w.sendReloads()
 	case evFlood:
 		w.floodStep(w.flooders[ev.n])
+	case evGarble:
+		w.garbleStep(w.garblers[ev.n])
 	case evShift:
 		w.shiftStep(w.shift.shifters[ev.n])
 	case evCheck:

@@ -72,7 +72,7 @@ var errDone = errors.New("done")
 const legendPointer = "(dpu-sim --help says what each counter means)"
 
 // legendText says what each counter of the summary line means.
-const legendText = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages every copy of which was on nodes that failed (expected with crash and outage faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
+const legendText = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages every copy of which was on nodes that failed (expected with crash and outage faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); garbage: messages the garblers (an ordinary user's sessions) sent, valid requests of every operation and mangled ones, through the host wire's decoder and the agent's admission; admitted: those that became requests of the core (one that succeeds on a page not its user's, or on its user's page after the page's free was acknowledged, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
 
 // cpuTime is the CPU time this process has used, user and system.
 func cpuTime() time.Duration {
@@ -129,6 +129,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	lifecycle := fs.Int("lifecycle", 0, "extents of the allocation lifecycle live at once: allocated, moved by another node, freed by their allocator and checked unreadable (default 4; -1: none)")
 	flooders := fs.Int("flooders", 0, "hostile sessions that flood their node with bursts of requests and close with them in flight (default 1; -1: none)")
+	garblers := fs.Int("garblers", 0, "sessions of an ordinary user that send garbled requests through the host wire's decoder and admission (default 1; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	durable := fs.Bool("durable", false, "every node keeps its owned pages and backup copies in a durable page log on an in-memory disk that survives its crashes (a crash in the middle of a sync tears it); a restarted node reloads them (see docs/replication.md, \"Durable pages\"); with --faults powercut nothing may be lost")
 	noSplit := fs.Bool("no-split-rule", false, "turn the split rule off (replicas > 1): a node routing cannot reach is taken for dead even across a partition, as before the rule (to see what it prevents)")
@@ -228,7 +229,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--placement %q: want off or auto", *placement)
 	}
-	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, Tiers: *tiers, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders}
+	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, Tiers: *tiers, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders, Garblers: *garblers}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -270,7 +271,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	wg.Wait()
 	prog.stop()
 
-	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, lockWaits, handOffs, spills, returns int
+	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, garbage, garbageAdmitted, lockWaits, handOffs, spills, returns int
 	var swaps uint64
 	var shift sim.ShiftResult
 	errorsBy := map[syscall.Errno]int{}
@@ -292,6 +293,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		lockWaits, handOffs = lockWaits+r.LockWaits, handOffs+r.LockHandOffs
 		checked, unchecked = checked+r.Checked, unchecked+r.Unchecked
 		refused += r.Refused
+		garbage, garbageAdmitted = garbage+r.Garbage.Sent, garbageAdmitted+r.Garbage.Admitted
 		freed += r.Freed
 		violations += len(r.Violations)
 		shift.Pages += r.Shift.Pages
@@ -306,8 +308,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cpu := cpuTime() - cpu0
-	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d freed=%d checked=%d unchecked=%d violations=%d time=%v cpu=%v ops/cpu-s=%.0f\n",
-		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, freed, checked, unchecked, violations, time.Since(start).Round(time.Millisecond),
+	fmt.Fprintf(stdout, "seeds=%d replicas=%d ops=%d errors=%d swaps=%d lost=%d failovers=%d sessions=%d closed=%d aborted=%d lock-waits=%d hand-offs=%d refused=%d freed=%d garbage=%d admitted=%d checked=%d unchecked=%d violations=%d time=%v cpu=%v ops/cpu-s=%.0f\n",
+		len(list), max(1, *replicas), ops, errCount, swaps, lost, failovers, connects, disconnects, aborts, lockWaits, handOffs, refused, freed, garbage, garbageAdmitted, checked, unchecked, violations, time.Since(start).Round(time.Millisecond),
 		cpu.Round(time.Millisecond), float64(ops)/max(cpu.Seconds(), 1e-9))
 	if len(list) == 1 {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
@@ -343,6 +345,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *flooders != 0 {
 			replay += fmt.Sprintf(" --flooders %d", *flooders)
+		}
+		if *garblers != 0 {
+			replay += fmt.Sprintf(" --garblers %d", *garblers)
 		}
 		if *guarded != 0 {
 			replay += fmt.Sprintf(" --guarded %d", *guarded)

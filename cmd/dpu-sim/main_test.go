@@ -15,7 +15,7 @@ func TestSweepSummary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
 	}
-	if !regexp.MustCompile(`^seeds=3 replicas=1 ops=[1-9][0-9]* errors=\d+ swaps=\d+ lost=\d+ failovers=0 sessions=[1-9][0-9]* closed=\d+ aborted=\d+ lock-waits=\d+ hand-offs=\d+ refused=[1-9][0-9]* freed=\d+ checked=[1-9][0-9]* unchecked=0 violations=0 time=`).MatchString(out.String()) {
+	if !regexp.MustCompile(`^seeds=3 replicas=1 ops=[1-9][0-9]* errors=\d+ swaps=\d+ lost=\d+ failovers=0 sessions=[1-9][0-9]* closed=\d+ aborted=\d+ lock-waits=\d+ hand-offs=\d+ refused=[1-9][0-9]* freed=\d+ garbage=[1-9][0-9]* admitted=[1-9][0-9]* checked=[1-9][0-9]* unchecked=0 violations=0 time=`).MatchString(out.String()) {
 		t.Fatalf("summary line: %q", out.String())
 	}
 }
