@@ -171,11 +171,18 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*Agent, error) {
 			return nil, err
 		}
 	}
-	gcfg := cfg.GPU
-	if gcfg.StateFile == "" {
-		gcfg.StateFile = filepath.Join(cfg.RunDir, "gpu-limits.json")
+	if err := a.openRunDir(); err != nil {
+		a.Close()
+		return nil, err
 	}
-	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu"),
+	gcfg := cfg.GPU
+	stateName := gcfg.StateFile
+	if gcfg.StateFile == "" {
+		// through the run directory's descriptor, as its other files
+		gcfg.StateFile = filepath.Join(a.runDir.Path(), "gpu-limits.json")
+		stateName = filepath.Join(cfg.RunDir, "gpu-limits.json")
+	}
+	acc, err := ledger.New(gcfg, ledger.Options{Logger: log.With("part", "gpu"), StateName: stateName,
 		// accounts per process, named as the host socket accepted its
 		// connection (pid and start time), never by a pid alone
 		Process: func(conn uint64, pid int32) (procid.ID, bool) {
@@ -220,6 +227,20 @@ func (a *Agent) Close() {
 	}
 }
 
+// openRunDir checks the run directory and opens it by descriptor, which
+// every later use goes through (the sockets, gpu-limits.json).
+func (a *Agent) openRunDir() error {
+	d, warnings, err := rundir.OpenDir(a.cfg.RunDir, rundir.Options{Insecure: a.cfg.InsecureRunDir})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	a.runDir = d
+	for _, w := range warnings {
+		a.log.Warn("insecure run directory accepted (insecure-run-dir)", "problem", w)
+	}
+	return nil
+}
+
 // statePath names the state directory through its descriptor once it is
 // open, by its configured path before.
 func (a *Agent) statePath() string {
@@ -240,13 +261,8 @@ func (a *Agent) Run(ctx context.Context) (err error) {
 	}
 	a.ran = true
 	defer a.Close()
-	d, warnings, err := rundir.OpenDir(a.cfg.RunDir, rundir.Options{Insecure: a.cfg.InsecureRunDir})
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	a.runDir = d
-	for _, w := range warnings {
-		a.log.Warn("insecure run directory accepted (insecure-run-dir)", "problem", w)
+	if a.runDir == nil {
+		return errors.New("agent: Run after Close")
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -484,13 +500,10 @@ func (a *Agent) newEngine() error {
 // A log that is corrupt, of another node or another fabric, or that cannot
 // be written (a full disk) is refused with the file and the reason.
 func (a *Agent) openPageLog() (*pagelog.Log, error) {
-	// by the configured path, which the state directory's check made sure
-	// no other user can turn, so its messages name the real file; it is
-	// opened once, at start
-	d, err := pagelog.NewOSDisk(a.cfg.stateDir())
-	if err != nil {
-		return nil, fmt.Errorf("agent: durable: %w", err)
-	}
+	// through the descriptor of the state directory that was checked (its
+	// messages name the configured path): renaming the directory or
+	// replacing what its path leads to changes nothing for the log
+	d := pagelog.NewOSDiskIn(a.stateDir.Path(), a.stateDir.Name())
 	id := pagelog.Identity{Node: a.cfg.Node}
 	if a.cfg.FabricID != "" {
 		h := fnv.New64a()

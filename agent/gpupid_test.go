@@ -105,14 +105,83 @@ func TestHelperGPUProcess(t *testing.T) {
 	}
 }
 
+// pidNSEnv marks the test binary run as the first process of a PID
+// namespace of its own (inPIDNamespace).
+const pidNSEnv = "DPU_TEST_PIDNS"
+
+// inPIDNamespace runs test (this test binary's test of that name) again as
+// the first process of a new PID and mount namespace, with /proc mounted
+// for it, and reports whether it could: there no other process takes the
+// pids the test chooses with ns_last_pid. In that process (pidNSEnv set)
+// it mounts /proc and reports false: the test runs its body.
+func inPIDNamespace(t *testing.T, test string) bool {
+	t.Helper()
+	if os.Getenv(pidNSEnv) != "" {
+		if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+			t.Fatalf("in the PID namespace: making mounts private: %v", err)
+		}
+		if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+			t.Fatalf("in the PID namespace: mounting /proc: %v", err)
+		}
+		return false
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), pidNSEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Logf("no PID namespace of its own (%v): running here, where other processes may take the pid", err)
+		return false
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill() // its namespace, and every process in it, ends with it
+		err = <-done
+		t.Errorf("the test in its PID namespace did not end within 3 minutes")
+	}
+	t.Logf("in a PID namespace of its own:\n%s", out.String())
+	switch {
+	case err != nil:
+		t.Fatalf("the test in its PID namespace: %v", err)
+	case strings.Contains(out.String(), "--- SKIP"):
+		t.Fatal("the test skipped in its PID namespace")
+	case !strings.Contains(out.String(), "--- PASS: "+test):
+		t.Fatal("the test did not run in its PID namespace")
+	}
+	return true
+}
+
 // TestGPUAccountsSurvivePidReuse (hole 6): a user's process opens a GPU
 // account, hands its connection to a child and exits; root's GPU process
 // then gets the same pid (the test sets ns_last_pid); the child reports
 // 40 GiB on the old connection. Root's process must see none of it: the
 // accounts follow the processes (pid and start time, read as the host
 // socket accepted each connection), not the pid.
+//
+// It runs as the first process of a PID namespace of its own, agent
+// included, so that no other process of the machine can take the pid it
+// chooses; where no namespace can be made it runs here and retries. Only
+// when ns_last_pid cannot be written (not root in the PID namespace's
+// user namespace) or another process takes the pid 50 times over is the
+// pid reuse impossible to arrange, and then it skips, or fails under
+// DPU_PRIV_TESTS=require.
 func TestGPUAccountsSurvivePidReuse(t *testing.T) {
 	privtest.Require(t)
+	if inPIDNamespace(t, "TestGPUAccountsSurvivePidReuse") {
+		return
+	}
+	cannot := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv(privtest.Env) == "require" {
+			t.Fatalf(format+" (%s=require)", append(args, privtest.Env)...)
+		}
+		t.Skipf(format, args...)
+	}
 	const uid = 4242
 	nodes := startLine(t, 1, func(c *agent.Config) {
 		c.SocketGroup = strconv.Itoa(permGroup)
@@ -198,15 +267,16 @@ func TestGPUAccountsSurvivePidReuse(t *testing.T) {
 	var rootIn *os.File
 	for try := 0; ; try++ {
 		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-			t.Skipf("cannot choose the next pid: %v", err)
+			cannot("cannot choose the next pid: writing ns_last_pid needs CAP_SYS_ADMIN in the user namespace owning the PID namespace: %v", err)
 		}
 		cmd, lines, in := helper("root", nil)
 		if cmd.Process.Pid == pid {
 			rootLines, rootIn = lines, in
+			t.Logf("root's process got pid %d, the exited hog's, at try %d", pid, try+1)
 			break
 		}
 		if try == 50 {
-			t.Skipf("pid %d went to another process 50 times", pid)
+			cannot("pid %d went to another process 50 times (a busy machine, and no PID namespace of the test's own)", pid)
 		}
 	}
 	if got, want := next(rootLines, "root "), fmt.Sprintf("root %d used 0", pid); got != want {

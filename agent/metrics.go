@@ -92,7 +92,7 @@ func (a *Agent) listenMetricsLocked(addr string) error {
 	var srv *metrics.Server
 	if addr != "" {
 		var err error
-		if srv, err = metrics.Listen(addr, a.exporter()); err != nil {
+		if srv, err = metrics.Listen(addr, a.exporter(), metrics.WithLogger(a.log.With("socket", "metrics"))); err != nil {
 			return fmt.Errorf("agent: %w", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/agent"
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/cuda/gpuctl"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/internal/privtest"
 	"github.com/aitherion/dpu/internal/rundir"
@@ -363,5 +364,58 @@ func TestRunDirIsUsedThroughItsDescriptor(t *testing.T) {
 	}
 	if names, _ := os.ReadDir(cfg.RunDir); len(names) != 0 {
 		t.Fatalf("the agent wrote through the path again, into the new directory: %v", names)
+	}
+}
+
+// TestPageLogAndGPULimitsGoThroughTheRunDirsDescriptor: the durable page
+// log and gpu-limits.json are used through the descriptor of the
+// directory that was checked, as the other files there are: after the
+// run directory (here also the state directory) is renamed and another
+// put where its path led, a store and a GPU limit set from the control
+// socket land in the directory that was checked, and nothing is written
+// to the new one.
+func TestPageLogAndGPULimitsGoThroughTheRunDirsDescriptor(t *testing.T) {
+	parent := t.TempDir()
+	cfg := agent.DefaultConfig()
+	cfg.RunDir = filepath.Join(parent, "run")
+	cfg.Pages = 64
+	cfg.Durable = true
+	runAgent(t, cfg)
+	moved := filepath.Join(parent, "moved")
+	if err := os.Rename(cfg.RunDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(cfg.RunDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 30*time.Second)
+	c, err := ctl.Dial(filepath.Join(moved, "ctl.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := gpuctl.SetLimit(ctx, c, gpuctl.Limit{Cgroup: "/dpu-test", MemoryLimit: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := client.Dial(ctx, filepath.Join(moved, "dpu0.sock"), client.Options{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	g, err := h.Alloc(ctx, 4096, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Store64(ctx, g, 42); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := os.ReadDir(cfg.RunDir); len(names) != 0 {
+		t.Fatalf("the agent wrote through the path again, into the new directory: %v", names)
+	}
+	if b, err := os.ReadFile(filepath.Join(moved, "gpu-limits.json")); err != nil || !strings.Contains(string(b), "/dpu-test") {
+		t.Fatalf("the GPU limit is not in the directory that was checked: %v %q", err, b)
+	}
+	if fi, err := os.Stat(filepath.Join(moved, "pages.log")); err != nil || fi.Size() == 0 {
+		t.Fatalf("the page log is not in the directory that was checked: %v", err)
 	}
 }

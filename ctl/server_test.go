@@ -1,6 +1,7 @@
 package ctl_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -764,4 +767,115 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// failingListener fails its first accepts with errs, in order, then
+// accepts from the listener it wraps; it records when each accept was
+// asked for.
+type failingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	errs  []error
+	calls []time.Time
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	l.calls = append(l.calls, time.Now())
+	if len(l.errs) > 0 {
+		err := l.errs[0]
+		l.errs = l.errs[1:]
+		l.mu.Unlock()
+		return nil, err
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+// TestAcceptErrorsBackOffAndServeOn (hole 3, the control socket): failed
+// accepts (out of descriptors, or of kernel memory) are logged, counted
+// and backed off (5 ms, doubling), and the socket serves on: a client
+// after them is answered.
+func TestAcceptErrorsBackOffAndServeOn(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "ctl.sock")
+	var logs syncBuf
+	srv := ctl.NewServer(ctltest.NewSource(ctltest.Sample()), slog.New(slog.NewTextHandler(&logs, nil)))
+	l, err := ctl.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accErr := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "accept", Net: "unixpacket", Err: os.NewSyscallError("accept4", errno)}
+	}
+	fl := &failingListener{Listener: l, errs: []error{accErr(syscall.EMFILE), accErr(syscall.ENFILE), accErr(syscall.ENOBUFS), accErr(syscall.ENOMEM), accErr(syscall.EMFILE)}}
+	failures := len(fl.errs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, fl) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the control server did not stop")
+		}
+	}()
+
+	if rs, err := dial(t, path).Routes(testContext(t)); err != nil || len(rs) == 0 {
+		t.Fatalf("a request after %d failed accepts: %v, %v (log:\n%s)", failures, rs, err, logs.String())
+	}
+	if n := srv.AcceptErrors(); n != uint64(failures) {
+		t.Errorf("AcceptErrors %d, want %d", n, failures)
+	}
+	re := regexp.MustCompile(`msg="control socket accept failed".*retry_in=(\S+)`)
+	var delays []time.Duration
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if m := re.FindStringSubmatch(l); m != nil {
+			d, err := time.ParseDuration(m[1])
+			if err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			delays = append(delays, d)
+		}
+	}
+	if len(delays) != failures {
+		t.Fatalf("%d failed accepts logged, want %d:\n%s", len(delays), failures, logs.String())
+	}
+	fl.mu.Lock()
+	calls := append([]time.Time(nil), fl.calls...)
+	fl.mu.Unlock()
+	for i, d := range delays {
+		if want := 5 * time.Millisecond << i; d != want {
+			t.Errorf("failure %d: retry in %v, want %v", i+1, d, want)
+		}
+		if gap := calls[i+1].Sub(calls[i]); gap < d {
+			t.Errorf("failure %d: tried again after %v, before its back-off of %v", i+1, gap, d)
+		}
+	}
+}
+
+// syncBuf is a bytes.Buffer for a logger used from several goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

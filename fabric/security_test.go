@@ -233,3 +233,65 @@ func TestHelperBind(t *testing.T) {
 	c.Close()
 	fmt.Printf("bind %s: ok\n", addr)
 }
+
+// TestUpThroughAnotherUsersSymlinkIsRefused (hole 5, dpu-fabric): root's
+// "up --dir" given a path through a symlink that another user owns, in a
+// world-writable sticky directory (as a --dir under /tmp is), is refused
+// before anything is written: the user could point the link at a
+// directory of its own once the fabric ran, and every later use of the
+// path (down, fault, the agents' sockets) would follow it. down and the
+// commands that load the fabric refuse the path too, and a link to a
+// directory that does not exist yet does not get it made.
+func TestUpThroughAnotherUsersSymlinkIsRefused(t *testing.T) {
+	privtest.Require(t)
+	dir := t.TempDir()
+	real := filepath.Join(dir, "fabric")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(dir, "pub")
+	if err := os.Mkdir(pub, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	link := func(name, target string) string {
+		t.Helper()
+		p := filepath.Join(pub, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	spec := func(d string) fabric.Spec {
+		return fabric.Spec{Nodes: 1, Topo: "line", Dir: d, Seed: 1, AgentPath: filepath.Join(binDir, "dpu-agent"), Timeout: 10 * time.Second}
+	}
+
+	l := link("dpu", real)
+	_, err := fabric.Up(context.Background(), spec(l), testWriter{t})
+	if !errors.Is(err, rundir.ErrUnsafe) || !strings.Contains(err.Error(), "symlink of uid 65534") {
+		t.Fatalf("up --dir through uid 65534's symlink: %v, want ErrUnsafe naming the link", err)
+	}
+	if names, _ := os.ReadDir(real); len(names) != 0 {
+		t.Fatalf("up wrote through the other user's link: %v", names)
+	}
+	if _, err := fabric.Load(l); !errors.Is(err, rundir.ErrUnsafe) {
+		t.Errorf("load through uid 65534's symlink: %v, want ErrUnsafe", err)
+	}
+	if err := fabric.Down(l); !errors.Is(err, rundir.ErrUnsafe) {
+		t.Errorf("down through uid 65534's symlink: %v, want ErrUnsafe", err)
+	}
+
+	missing := filepath.Join(dir, "not-yet")
+	l2 := link("dpu2", missing)
+	if _, err := fabric.Up(context.Background(), spec(l2), testWriter{t}); err == nil {
+		t.Fatal("up --dir through uid 65534's dangling symlink succeeded")
+	}
+	if _, err := os.Lstat(missing); err == nil {
+		t.Fatal("up made the directory the other user's link names")
+	}
+}

@@ -32,6 +32,7 @@ type connRing struct {
 	mu       sync.Mutex
 	inflight int      // taken off the ring and not yet answered (held replies included)
 	held     [][]byte // replies the completion ring had no room for
+	taken    uint64   // submissions the loop took, in all
 	garbage  int
 	closed   bool
 	// stalledAt is when the loop last found the completion ring full with
@@ -310,6 +311,7 @@ func (s *Server) takeLocked(rg *connRing, max int, taken []takenSub) []takenSub 
 			break
 		}
 		rg.inflight++
+		rg.taken++
 		tk := takenSub{t: t, n: n, long: long}
 		if long {
 			tk.id = wire.PeekID(rg.buf[:n])

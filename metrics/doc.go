@@ -5,7 +5,10 @@
 // address without a host binds loopback, at most MaxConns connections are
 // held at once (more wait in the kernel's queue, costing no descriptor),
 // idle keep-alive connections close after IdleTimeout, headers, scrapes
-// and writes have deadlines, and at most four scrapes run at once.
+// and writes have deadlines, and at most four scrapes run at once. A
+// failed accept (out of descriptors or kernel memory) never ends the
+// server: it is logged (WithLogger), counted (Server.AcceptErrors) and
+// retried after a back-off of 5 ms doubling to 1 s.
 //
 // It owns the metric names and nothing else: it holds no agent state. Every
 // scrape reads the same snapshots the control socket serves (a Source: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -27,7 +28,28 @@ const (
 	// IdleTimeout closes a keep-alive connection that sends no request
 	// for this long (a scraper reconnects at its next scrape).
 	IdleTimeout = 10 * time.Second
+	// A failed accept is retried after acceptBackoffMin, doubling up to
+	// acceptBackoffMax while they keep failing.
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
 )
+
+// ListenOption configures Listen.
+type ListenOption func(*listenConfig)
+
+type listenConfig struct {
+	log *slog.Logger
+}
+
+// WithLogger makes the server log to l (failed accepts); the default
+// discards.
+func WithLogger(l *slog.Logger) ListenOption {
+	return func(c *listenConfig) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
 
 // Server serves an Exporter over HTTP.
 type Server struct {
@@ -38,7 +60,11 @@ type Server struct {
 // Listen binds addr (host:port; port 0 picks one) for e's metrics. An
 // address without a host (":9464") binds the loopback address, not every
 // interface: whoever wants the metrics on a network names its address.
-func Listen(addr string, e *Exporter) (*Server, error) {
+func Listen(addr string, e *Exporter, opts ...ListenOption) (*Server, error) {
+	cfg := listenConfig{log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	addr, err := LoopbackDefault(addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -47,7 +73,7 @@ func Listen(addr string, e *Exporter) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	ln := newLimitListener(tl, MaxConns)
+	ln := newLimitListener(tl, MaxConns, cfg.log)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
 		MaxRequestsInFlight: maxScrapes,
@@ -86,36 +112,55 @@ func LoopbackDefault(addr string) (string, error) {
 
 // limitListener holds at most n accepted connections open: Accept waits
 // for a slot before it takes the next connection from the kernel, so
-// connections beyond the bound cost no descriptor. It counts failed
-// accepts.
+// connections beyond the bound cost no descriptor. A failed accept (out
+// of descriptors or kernel memory) is counted, logged and retried after a
+// back-off (acceptBackoffMin doubling to acceptBackoffMax): Accept returns
+// an error only once the listener is closed, so no accept error ends the
+// HTTP server (net/http ends it on any error it does not deem temporary,
+// ENOBUFS and ENOMEM among them).
 type limitListener struct {
 	net.Listener
 	slots chan struct{}
 	done  chan struct{}
 	once  sync.Once
 	errs  atomic.Uint64
+	log   *slog.Logger
 }
 
-func newLimitListener(l net.Listener, n int) *limitListener {
-	return &limitListener{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+func newLimitListener(l net.Listener, n int, log *slog.Logger) *limitListener {
+	return &limitListener{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{}), log: log}
 }
 
-// Accept waits for a free slot (or Close), then accepts.
+// Accept waits for a free slot (or Close), then accepts, backing off
+// while accepts fail.
 func (l *limitListener) Accept() (net.Conn, error) {
 	select {
 	case l.slots <- struct{}{}:
 	case <-l.done:
 		return nil, net.ErrClosed
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		if !errors.Is(err, net.ErrClosed) {
-			l.errs.Add(1)
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
 		}
-		return nil, err
+		if errors.Is(err, net.ErrClosed) {
+			<-l.slots
+			return nil, err
+		}
+		l.errs.Add(1)
+		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+		l.log.Warn("metrics accept failed", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-l.done:
+			t.Stop()
+			<-l.slots
+			return nil, net.ErrClosed
+		}
 	}
-	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
 }
 
 // Close closes the listener and ends a wait for a slot.

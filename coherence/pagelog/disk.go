@@ -3,10 +3,13 @@ package pagelog
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/aitherion/dpu/internal/rundir"
 )
 
 // Disk is the stable storage of one log.
@@ -30,10 +33,15 @@ type Disk interface {
 // FileName is the log's file in its state directory.
 const FileName = "pages.log"
 
-// OSDisk is a log file in a directory of a file system.
+// OSDisk is a log file in a directory of a file system. The file is
+// trusted only when it is a regular file of the process's user that
+// neither its group nor others may write, reached through no symlink
+// (rundir.OpenTrusted, rundir.OpenAppend); it is replaced through an
+// O_EXCL|O_NOFOLLOW temporary (rundir.WriteFile).
 type OSDisk struct {
-	dir string
-	f   *os.File
+	dir   string // where the file is opened: a path, or a directory's descriptor (/proc/self/fd/N)
+	shown string // the directory as errors name it
+	f     *os.File
 }
 
 // NewOSDisk returns the log of state directory dir (created, mode 0700, if
@@ -42,18 +50,32 @@ func NewOSDisk(dir string) (*OSDisk, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state-dir %s: %w", dir, err)
 	}
-	return &OSDisk{dir: dir}, nil
+	return &OSDisk{dir: dir, shown: dir}, nil
 }
 
+// NewOSDiskIn returns the log of a state directory that is open already:
+// dir names it through its descriptor (rundir.Dir.Path), so every use of
+// the log goes to the directory that was checked, whatever its path
+// names later; shown is the path errors name it by.
+func NewOSDiskIn(dir, shown string) *OSDisk { return &OSDisk{dir: dir, shown: shown} }
+
 // Name implements Disk.
-func (d *OSDisk) Name() string { return filepath.Join(d.dir, FileName) }
+func (d *OSDisk) Name() string { return filepath.Join(d.shown, FileName) }
+
+// path is where the log is opened.
+func (d *OSDisk) path() string { return filepath.Join(d.dir, FileName) }
 
 // Load implements Disk.
 func (d *OSDisk) Load() ([]byte, error) {
-	b, err := os.ReadFile(d.Name())
+	f, err := rundir.OpenTrusted(d.path(), os.Geteuid())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", d.Name(), err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", d.Name(), err)
 	}
@@ -64,7 +86,7 @@ func (d *OSDisk) open() error {
 	if d.f != nil {
 		return nil
 	}
-	f, err := os.OpenFile(d.Name(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := rundir.OpenAppend(d.path(), 0o600)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", d.Name(), err)
 	}
@@ -94,39 +116,24 @@ func (d *OSDisk) Sync() error {
 	return nil
 }
 
-// Replace implements Disk: the new log is written to a temporary file,
-// synced, renamed over the log, and the directory synced.
+// Replace implements Disk: the new log is written to a temporary file
+// (O_EXCL|O_NOFOLLOW), synced, renamed over the log, and the directory
+// synced.
 func (d *OSDisk) Replace(p []byte) error {
-	tmp := d.Name() + ".new"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	_, werr := f.Write(p)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", tmp, werr)
-	}
 	if d.f != nil {
 		d.f.Close()
 		d.f = nil
 	}
-	if err := os.Rename(tmp, d.Name()); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
+	if err := rundir.WriteFile(d.path(), p, 0o600, -1, -1); err != nil {
+		return fmt.Errorf("replace %s: %w", d.Name(), err)
 	}
 	dir, err := os.Open(d.dir)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", d.dir, err)
+		return fmt.Errorf("open %s: %w", d.shown, err)
 	}
 	defer dir.Close()
 	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", d.dir, err)
+		return fmt.Errorf("fsync %s: %w", d.shown, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -252,8 +253,99 @@ func TestOSDisk(t *testing.T) {
 	}
 	defer l2.Close()
 	samePages(t, pages, []Page{page(2, 5)})
-	if _, err := os.Stat(filepath.Join(dir, FileName+".new")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("temporary file left: %v", err)
+	if names, _ := os.ReadDir(dir); len(names) != 1 {
+		t.Fatalf("temporary file left: %v", names)
+	}
+}
+
+// TestOSDiskRefusesWhatOthersCanChange: a page log that is a symlink,
+// that its group or others may write, or that another user owns is
+// neither loaded nor appended to (its pages would come back as this
+// node's); a rewrite replaces a planted symlink rather than writing
+// through it; the errors name the log by the directory's shown path.
+func TestOSDiskRefusesWhatOthersCanChange(t *testing.T) {
+	good := func(t *testing.T, dir string) {
+		t.Helper()
+		d, err := NewOSDisk(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := Open(d, testID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Put(page(1, 1))
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+	}
+	cases := map[string]func(t *testing.T, log string){
+		"writable by others":    func(t *testing.T, log string) { chmod(t, log, 0o606) },
+		"writable by its group": func(t *testing.T, log string) { chmod(t, log, 0o660) },
+		"a symlink": func(t *testing.T, log string) {
+			if err := os.Rename(log, log+".target"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(log+".target", log); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	if os.Geteuid() == 0 {
+		cases["of another user"] = func(t *testing.T, log string) {
+			if err := os.Chown(log, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for what, plant := range cases {
+		t.Run(what, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			good(t, dir)
+			plant(t, filepath.Join(dir, FileName))
+			d := NewOSDiskIn(dir, "shown")
+			// refused as unsafe; a symlink is not even followed (ELOOP)
+			refused := func(err error) bool { return errors.Is(err, rundir.ErrUnsafe) || errors.Is(err, syscall.ELOOP) }
+			if _, _, err := Open(d, testID); !refused(err) || !strings.Contains(err.Error(), filepath.Join("shown", FileName)) {
+				t.Errorf("open: %v, want a refusal naming shown/%s", err, FileName)
+			}
+			if err := d.Append([]byte{1}); !refused(err) {
+				t.Errorf("append: %v, want a refusal", err)
+			}
+		})
+	}
+	t.Run("a symlink is replaced", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "state")
+		good(t, dir)
+		log := filepath.Join(dir, FileName)
+		target := filepath.Join(t.TempDir(), "elsewhere")
+		if err := os.WriteFile(target, []byte("theirs"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(log); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, log); err != nil {
+			t.Fatal(err)
+		}
+		d := NewOSDiskIn(dir, dir)
+		if err := d.Replace([]byte("ours")); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(log); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+			t.Errorf("after a rewrite the log is %v (%v), want a 0600 file", fi.Mode(), err)
+		}
+		if b, _ := os.ReadFile(target); string(b) != "theirs" {
+			t.Errorf("the rewrite wrote through the symlink: %q", b)
+		}
+	})
+}
+
+func chmod(t *testing.T, p string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,10 @@ type Options struct {
 	Process func(conn uint64, pid int32) (procid.ID, bool)
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
+	// StateName is how messages name Config.StateFile (default: as it
+	// is), for a state file opened through a directory's descriptor
+	// (/proc/self/fd/N/...).
+	StateName string
 }
 
 // Accountant is the agent's GPU accounting service: a Ledger behind a mutex
@@ -54,6 +59,7 @@ type Accountant struct {
 	process func(uint64, int32) (procid.ID, bool)
 	log     *slog.Logger
 	state   string // Config.StateFile
+	shown   string // Options.StateName
 
 	mu     sync.Mutex
 	ledger *Ledger
@@ -103,18 +109,18 @@ func New(cfg Config, opts Options) (*Accountant, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	a := &Accountant{now: opts.Now, command: opts.Command, cgroup: opts.Cgroup, process: opts.Process, log: opts.Logger, state: cfg.StateFile,
+	a := &Accountant{now: opts.Now, command: opts.Command, cgroup: opts.Cgroup, process: opts.Process, log: opts.Logger, state: cfg.StateFile, shown: cmp.Or(opts.StateName, cfg.StateFile),
 		ledger: l, names: make(map[uint64]peerInfo)}
 	if a.state != "" {
 		saved, err := LoadState(a.state)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", a.shown, err)
 		}
 		if err := l.RestoreLimits(saved, opts.Alive); err != nil {
-			return nil, fmt.Errorf("gpu state %s: %w", a.state, err)
+			return nil, fmt.Errorf("gpu state %s: %w", a.shown, err)
 		}
 		if len(saved) > 0 {
-			a.log.Info("gpu limits restored", "file", a.state, "limits", len(l.SetLimits()))
+			a.log.Info("gpu limits restored", "file", a.shown, "limits", len(l.SetLimits()))
 		}
 	}
 	return a, nil
@@ -264,7 +270,7 @@ func (a *Accountant) save() error {
 		return nil
 	}
 	if err := SaveState(a.state, set); err != nil {
-		a.log.Warn("gpu limits not saved", "file", a.state, "err", err)
+		a.log.Warn("gpu limits not saved", "file", a.shown, "err", err)
 		return err
 	}
 	a.saved = gen

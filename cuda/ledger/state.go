@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/aitherion/dpu/internal/rundir"
 )
 
 // The state file keeps the limits set at run time across agent restarts:
@@ -46,8 +48,12 @@ func DecodeState(b []byte) ([]SetLimit, error) {
 }
 
 // LoadState reads the state file at path; a missing file is no limits.
+// The file is trusted only when it is a regular file of the process's
+// user that neither its group nor others may write, reached through no
+// symlink (rundir.ReadTrusted): anyone who could change it could lift
+// the limits of every process.
 func LoadState(path string) ([]SetLimit, error) {
-	b, err := os.ReadFile(path)
+	b, err := rundir.ReadTrusted(path, os.Geteuid(), MaxStateBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -57,8 +63,11 @@ func LoadState(path string) ([]SetLimit, error) {
 	return DecodeState(b)
 }
 
-// SaveState replaces the state file at path with limits, atomically.
-func SaveState(path string, limits []SetLimit) (err error) {
+// SaveState replaces the state file at path with limits, atomically: a
+// temporary file (O_EXCL|O_NOFOLLOW, mode 0600) synced and renamed over
+// it (rundir.WriteFile; a symlink at path is replaced, never followed),
+// then the directory synced.
+func SaveState(path string, limits []SetLimit) error {
 	if limits == nil {
 		limits = []SetLimit{}
 	}
@@ -66,30 +75,10 @@ func SaveState(path string, limits []SetLimit) (err error) {
 	if err != nil {
 		return fmt.Errorf("gpu state: %w", err)
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".gpu-state-*")
-	if err != nil {
+	if err := rundir.WriteFile(path, append(b, '\n'), 0o600, -1, -1); err != nil {
 		return fmt.Errorf("gpu state: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("gpu state: %w", err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("gpu state: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("gpu state: %w", err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("gpu state: %w", err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
+	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
 		d.Sync()
 		d.Close()
 	}

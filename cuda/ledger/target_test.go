@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -232,5 +234,76 @@ func TestSharedGroupQuota(t *testing.T) {
 	l.Closed(0, 3)
 	if len(l.groups) != 0 {
 		t.Fatalf("group buckets left after every process left: %d", len(l.groups))
+	}
+}
+
+// TestStateFileOthersCanChangeIsRefused: a state file that another user
+// owns, that its group or others may write, or that is a symlink is not
+// read (whoever could change it could lift every process's limits): the
+// accountant refuses to start, naming the file. A limit set afterwards
+// replaces a planted symlink rather than writing through it.
+func TestStateFileOthersCanChangeIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	good := []byte(`{"version": 1, "limits": []}` + "\n")
+	plant := func(name string, how func(p string) error) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := how(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := map[string]string{
+		"writable by others": plant("world.json", func(p string) error {
+			if err := os.WriteFile(p, good, 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o666)
+		}),
+		"writable by its group": plant("group.json", func(p string) error {
+			if err := os.WriteFile(p, good, 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o620)
+		}),
+		"a symlink": plant("link.json", func(p string) error {
+			target := filepath.Join(dir, "target.json")
+			if err := os.WriteFile(target, good, 0o600); err != nil {
+				return err
+			}
+			return os.Symlink(target, p)
+		}),
+	}
+	if os.Geteuid() == 0 {
+		cases["of another user"] = plant("other.json", func(p string) error {
+			if err := os.WriteFile(p, good, 0o600); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		})
+	}
+	for what, p := range cases {
+		_, err := New(Config{StateFile: p}, Options{StateName: "shown/" + filepath.Base(p)})
+		if err == nil || !strings.Contains(err.Error(), "shown/"+filepath.Base(p)) {
+			t.Errorf("state file %s: %v, want a refusal naming it", what, err)
+		}
+	}
+	// a planted symlink is replaced by the next save, its target untouched
+	link := cases["a symlink"]
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "target.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := SaveState(link, []SetLimit{{Target: Target{Cgroup: "/pods/a"}, Device: AnyDevice, Limit: Limit{Memory: 1 << 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink != 0 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("after a save the state file is %v (%v), want a 0600 file", fi.Mode(), err)
+	}
+	if b, err := os.ReadFile(target); err != nil || !bytes.Equal(b, good) {
+		t.Errorf("the save wrote through the symlink: %q, %v", b, err)
 	}
 }
