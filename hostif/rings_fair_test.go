@@ -138,13 +138,14 @@ func TestRingSchedulerBoundsEachClientsShare(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	hostile := dialRing(t, path, ring.MaxEntries) // opened first: served first in every pass
+	honest := dialRing(t, path, 0)
+	// After a HELLO was answered: the server has opened its session, in
+	// which the backend allocates (before it, the two would race to open it).
 	g, err := be.Alloc(ctxT(t), 1, gva.Attr{Mode: 0o666})
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	hostile := dialRing(t, path, ring.MaxEntries) // opened first: served first in every pass
-	honest := dialRing(t, path, 0)
 	var hostileID, honestID uint64 = 1000, 1 << 40
 	// pass runs one pass of the scheduler after the honest client
 	// submitted one request and the hostile one filled its ring (having
