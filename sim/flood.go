@@ -26,7 +26,12 @@ import (
 // floodBurst is how many requests a flooder submits at once.
 const floodBurst = 48
 
-type flooder struct {
+type flooder struct{ hostile }
+
+// hostile is what a flooder and a garbler (garbage.go) are alike: a
+// session on a node that it opens with a burst and closes (vanishes)
+// with requests in flight.
+type hostile struct {
 	idx     int
 	node    noc.NodeID
 	rng     *rand.Rand
@@ -36,11 +41,55 @@ type flooder struct {
 	reqs    []*pendingOp // the session's requests in flight
 }
 
+// vanish closes h's session: its requests in flight must never complete
+// (floodClosed), and the session is checked at the end (checkSessions).
+func (w *World) vanish(h *hostile) {
+	n := w.nodes[h.node]
+	h.open = false
+	for _, po := range h.reqs {
+		po.floodClosed = true
+	}
+	h.reqs = h.reqs[:0]
+	if n.alive && n.hosts.Known(h.session) {
+		w.closed = append(w.closed, closedSession{n: n, h: n.hosts, id: h.session})
+		n.hosts.Close(w.now, h.session, n.core)
+		w.settle(n)
+	}
+}
+
+// reopen opens a new session for h (its id tagged with tag), reporting
+// whether it did.
+func (w *World) reopen(h *hostile, tag uint64, what string) bool {
+	h.gen++
+	h.session = coherence.SessionID(tag | uint64(h.idx) | uint64(h.gen)<<20)
+	if err := w.nodes[h.node].hosts.Open(h.session); err != nil {
+		w.check.violate("%s %d: open session: %v", what, h.idx, err)
+		return false
+	}
+	h.open = true
+	return true
+}
+
+// done takes po, answered, out of h's requests in flight; it reports
+// whether po's session closed before (a violation the caller names).
+func (h *hostile) done(po *pendingOp) bool {
+	if po.floodClosed {
+		return false
+	}
+	for i, o := range h.reqs {
+		if o == po {
+			h.reqs = append(h.reqs[:i], h.reqs[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
 // setupFlooders places the flooders; each starts after a think time of
 // its own.
 func (w *World) setupFlooders() {
 	for i := range max(w.cfg.Flooders, 0) {
-		f := &flooder{idx: i, rng: derive(w.cfg.Seed, 8000+uint64(i))}
+		f := &flooder{hostile{idx: i, rng: derive(w.cfg.Seed, 8000+uint64(i))}}
 		f.node = noc.NodeID(f.rng.IntN(len(w.nodes)))
 		w.flooders = append(w.flooders, f)
 		w.push(event{at: w.now + time.Duration(f.rng.Int64N(int64(4*w.cfg.Think))), kind: evFlood, n: i})
@@ -55,16 +104,7 @@ func (w *World) floodStep(f *flooder) {
 		return
 	}
 	if f.open {
-		f.open = false
-		for _, po := range f.reqs {
-			po.floodClosed = true
-		}
-		f.reqs = f.reqs[:0]
-		if n.alive && n.hosts.Known(f.session) {
-			w.closed = append(w.closed, closedSession{n: n, h: n.hosts, id: f.session})
-			n.hosts.Close(w.now, f.session, n.core)
-			w.settle(n)
-		}
+		w.vanish(&f.hostile)
 		w.push(event{at: w.now + time.Duration(f.rng.Int64N(int64(20*w.cfg.Think))), kind: evFlood, n: f.idx})
 		return
 	}
@@ -72,13 +112,9 @@ func (w *World) floodStep(f *flooder) {
 		w.push(event{at: w.now + time.Duration(f.rng.Int64N(int64(20*w.cfg.Think))), kind: evFlood, n: f.idx})
 		return
 	}
-	f.gen++
-	f.session = coherence.SessionID(1<<40 | uint64(f.idx) | uint64(f.gen)<<20)
-	if err := n.hosts.Open(f.session); err != nil {
-		w.check.violate("flooder %d: open session: %v", f.idx, err)
+	if !w.reopen(&f.hostile, 1<<40, "flooder") {
 		return
 	}
-	f.open = true
 	for range floodBurst {
 		po := &pendingOp{flood: f}
 		w.floodOp(f, po)
@@ -115,15 +151,7 @@ func (w *World) floodOp(f *flooder, po *pendingOp) {
 
 // floodDone checks the completion of a flooder's request.
 func (w *World) floodDone(n *simNode, po *pendingOp) {
-	if po.floodClosed {
+	if !po.flood.done(po) {
 		w.check.violate("node %v: %v of flooder %d completed after its session closed", n.id, po.req.Op, po.flood.idx)
-		return
-	}
-	f := po.flood
-	for i, o := range f.reqs {
-		if o == po {
-			f.reqs = append(f.reqs[:i], f.reqs[i+1:]...)
-			break
-		}
 	}
 }

@@ -57,14 +57,8 @@ var garbleBounds = admit.Bounds{
 }
 
 type garbler struct {
-	idx     int
-	node    noc.NodeID
-	rng     *rand.Rand
-	session coherence.SessionID
-	gen     int
-	open    bool
-	reqs    []*pendingOp // the session's requests in flight
-	msg     []byte       // the message being garbled
+	hostile
+	msg []byte // the message being garbled
 }
 
 // garbledExtent is an allocation of userGarbler: its pages, and when a
@@ -93,7 +87,7 @@ func (w *World) setupGarblers() {
 		return
 	}
 	for i := range max(w.cfg.Garblers, 0) {
-		g := &garbler{idx: i, rng: derive(w.cfg.Seed, 9000+uint64(i))}
+		g := &garbler{hostile: hostile{idx: i, rng: derive(w.cfg.Seed, 9000+uint64(i))}}
 		for g.node = noc.NodeID(g.rng.IntN(len(w.nodes))); g.node == intruderNode; {
 			g.node = noc.NodeID(g.rng.IntN(len(w.nodes)))
 		}
@@ -113,16 +107,7 @@ func (w *World) garbleStep(g *garbler) {
 		w.push(event{at: w.now + time.Duration(g.rng.Int64N(scale*int64(w.cfg.Think))), kind: evGarble, n: g.idx})
 	}
 	if g.open {
-		g.open = false
-		for _, po := range g.reqs {
-			po.floodClosed = true
-		}
-		g.reqs = g.reqs[:0]
-		if n.alive && n.hosts.Known(g.session) {
-			w.closed = append(w.closed, closedSession{n: n, h: n.hosts, id: g.session})
-			n.hosts.Close(w.now, g.session, n.core)
-			w.settle(n)
-		}
+		w.vanish(&g.hostile)
 		next(20)
 		return
 	}
@@ -130,13 +115,9 @@ func (w *World) garbleStep(g *garbler) {
 		next(20)
 		return
 	}
-	g.gen++
-	g.session = coherence.SessionID(1<<41 | uint64(g.idx) | uint64(g.gen)<<20)
-	if err := n.hosts.Open(g.session); err != nil {
-		w.check.violate("garbler %d: open session: %v", g.idx, err)
+	if !w.reopen(&g.hostile, 1<<41, "garbler") {
 		return
 	}
-	g.open = true
 	for range garbleBurst {
 		w.res.Garbage.Sent++
 		var r wire.Request
@@ -245,15 +226,9 @@ func (w *World) garbleTarget(r *rand.Rand) gva.GVA {
 // garbleDone checks the completion of a garbler's request.
 func (w *World) garbleDone(n *simNode, po *pendingOp, cp coherence.Completion, errno syscall.Errno) {
 	g := po.garble
-	if po.floodClosed {
+	if !g.done(po) {
 		w.check.violate("node %v: %v of garbler %d completed after its session closed", n.id, po.req.Op, g.idx)
 		return
-	}
-	for i, o := range g.reqs {
-		if o == po {
-			g.reqs = append(g.reqs[:i], g.reqs[i+1:]...)
-			break
-		}
 	}
 	if errno != 0 {
 		return
