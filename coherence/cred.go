@@ -184,18 +184,8 @@ func (e *Engine) vouched(now time.Duration, in noc.PortID, f *noc.Frame, pg *pag
 // the node does not know them, the request goes out and the node that
 // serves it checks it (vouched).
 func (e *Engine) localAllowed(r *request) bool {
-	var need uint32
-	switch r.hr.Op {
-	case HostRef, HostLoad:
-		need = AccessRead
-	case HostStore:
-		need = AccessWrite
-	case HostCAS, HostFetchAdd, HostAcquire, HostLock:
-		need = AccessRead | AccessWrite
-	default:
-		return true
-	}
-	if r.hr.Cred.UID == 0 {
+	need := accessFor(r.hr.Op)
+	if need == 0 || r.hr.Cred.UID == 0 {
 		return true
 	}
 	ent, _ := e.cache.Peek(r.key)

@@ -322,9 +322,12 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 	if pg := e.pages[key]; pg != nil && !pg.owner {
 		pg.ownerNode = f.Src // updates come from the owner
 	}
-	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) &&
-		(pg.swap == nil || pg.swap.stage < stageGranted) {
-		if data != nil && pg.has && pg.version+1 == v {
+	if pg := e.pages[key]; pg != nil && !pg.owner && ent.Down.Has(noc.LocalPort) {
+		// A replica locked by a swap granted to this node stays as it
+		// is (the swap installs the owner's content, or reverts).
+		locked := pg.swap != nil && pg.swap.stage >= stageGranted
+		switch {
+		case !locked && data != nil && pg.has && pg.version+1 == v:
 			e.advanced(pg, v)
 			copy(e.pageBytes(pg)[f.GVA.Offset():], data)
 			pg.version = v
@@ -332,14 +335,17 @@ func (e *Engine) handleDown(now time.Duration, in noc.PortID, f *noc.Frame) {
 			if pg.maps > 0 {
 				e.event(Event{Kind: EventUpdated, GVA: pg.key, Version: v, At: now, Offset: int(f.GVA.Offset()), Data: data})
 			}
-		} else if pg.version < v {
-			// Behind (it was valid, or a gap came while it was not on
-			// the tree): the host is told every time, as a copy it holds
-			// may not know it is behind.
+		case pg.version < v:
+			// Behind (it was valid, a gap came while it was not on the
+			// tree, or the owner wrote on after it called a swap off
+			// that this node has not heard of yet): the host is told
+			// every time, as a copy it holds may not know it is behind.
 			e.invalidated(now, pg, v)
 		}
-		e.syncReplica(ent, pg)
-		e.wake(now, pg)
+		if !locked {
+			e.syncReplica(ent, pg)
+			e.wake(now, pg)
+		}
 	}
 	g := *f
 	g.Hops++
