@@ -172,10 +172,12 @@ func (b *Backend) Events() <-chan hostif.Event { return b.events }
 // Machine implements hostif.Backend.
 func (b *Backend) Machine() gva.MachineIndex { return b.cfg.Machine }
 
-// do runs one host request of session sess in the core and waits for its
-// completion or ctx; a request whose caller gives up is abandoned in the
-// core.
-func (b *Backend) do(ctx context.Context, sess coherence.SessionID, r coherence.Request) (coherence.Completion, error) {
+// Call runs one host request of session sess in the core and waits for
+// its completion or ctx; a request whose caller gives up is abandoned in
+// the core. It is the blocking way in, for the calls that wait on a
+// goroutine of their own (Do) and for programs that drive a node without
+// a host server; the server's requests of the core go through Submit.
+func (b *Backend) Call(ctx context.Context, sess coherence.SessionID, r coherence.Request) (coherence.Completion, error) {
 	if dl, ok := ctx.Deadline(); ok && r.Timeout == 0 {
 		r.Timeout = max(time.Until(dl), time.Millisecond)
 	}
@@ -203,20 +205,14 @@ func (b *Backend) do(ctx context.Context, sess coherence.SessionID, r coherence.
 	}
 }
 
-// hostOps maps the host interface's verbs to the host session's requests.
-var hostOps = [...]coherence.HostOp{
-	hostif.VerbAlloc: coherence.HostAlloc, hostif.VerbFree: coherence.HostFree, hostif.VerbStat: coherence.HostStat,
-	hostif.VerbRef: coherence.HostRef, hostif.VerbUnref: coherence.HostUnref, hostif.VerbLoad: coherence.HostLoad,
-	hostif.VerbStore: coherence.HostStore, hostif.VerbCAS: coherence.HostCAS, hostif.VerbFetchAdd: coherence.HostFetchAdd,
-	hostif.VerbAcquire: coherence.HostAcquire, hostif.VerbRelease: coherence.HostRelease, hostif.VerbLock: coherence.HostLock,
-	hostif.VerbUnlock: coherence.HostUnlock, hostif.VerbWhere: coherence.HostWhere,
-}
-
 // Do implements hostif.Backend: VerbOpen and VerbClose open and close the
-// call's session in the core; every other call becomes one request of its
-// session, and its completion fills the call in.
+// call's session in the core; VerbRef and VerbUnref become one request of
+// its session (HostRef, HostUnref), and the ref's completion fills the
+// call in. The replica a session maps of a page homed elsewhere counts
+// against its user's page quota from its first ref to its last unref.
 func (b *Backend) Do(ctx context.Context, call *hostif.Call) error {
 	sess := coherence.SessionID(call.Session)
+	var op coherence.HostOp
 	switch call.Verb {
 	case hostif.VerbOpen:
 		var err error
@@ -231,50 +227,29 @@ func (b *Backend) Do(ctx context.Context, call *hostif.Call) error {
 			b.charges.dropSession(sess)
 		}
 		return nil
+	case hostif.VerbRef:
+		op = coherence.HostRef
+	case hostif.VerbUnref:
+		op = coherence.HostUnref
+	default:
+		return syscall.EINVAL
 	}
-	charged := b.charges != nil && call.Verb == hostif.VerbRef && call.Session != hostif.ServerSession
-	if charged {
+	charged := b.charges != nil && call.Session != hostif.ServerSession
+	if charged && op == coherence.HostRef {
 		// a replica counts against its mapping user's page quota
 		if err := b.charges.take(sess, call.Cred.UID, call.GVA.Key()); err != nil {
 			return err
 		}
 	}
-	if int(call.Verb) >= len(hostOps) || hostOps[call.Verb] == 0 {
-		return syscall.EINVAL
-	}
-	r := coherence.Request{Op: hostOps[call.Verb], GVA: call.GVA, Expected: call.Expected, Operand: call.Operand,
-		Cred: call.Cred, Try: call.Try}
-	switch call.Verb {
-	case hostif.VerbAlloc:
-		if call.Pages <= 0 {
-			return syscall.EINVAL
-		}
-		r.Pages, r.Attr = call.Pages, call.Attr
-	case hostif.VerbLoad:
-		r.Len = len(call.Data)
-	case hostif.VerbStore:
-		r.Data = call.Data
-	}
-	c, err := b.do(ctx, sess, r)
+	c, err := b.Call(ctx, sess, coherence.Request{Op: op, GVA: call.GVA, Cred: call.Cred})
 	switch {
-	case charged && err != nil:
-		b.charges.drop(sess, call.GVA.Key())
-	case b.charges != nil && call.Verb == hostif.VerbUnref && err == nil && call.Session != hostif.ServerSession:
+	case charged && op == coherence.HostRef && err != nil, charged && op == coherence.HostUnref && err == nil:
 		b.charges.drop(sess, call.GVA.Key())
 	}
-	switch call.Verb {
-	case hostif.VerbAlloc:
-		call.GVA = c.GVA
-	case hostif.VerbStat:
-		call.Attr = c.Attr
-	case hostif.VerbRef, hostif.VerbLoad:
+	if op == coherence.HostRef {
 		copy(call.Data, c.Data)
-	case hostif.VerbWhere:
-		if err == nil {
-			call.Where = locationOf(&c)
-		}
 	}
-	call.Version, call.Value = c.Version, c.Value
+	call.Version = c.Version
 	return err
 }
 
@@ -360,9 +335,4 @@ func (b *Backend) Deliver(ds []coherence.Completion) {
 		b.doneFree = append(b.doneFree, ds[:0])
 	}
 	b.mu.Unlock()
-}
-
-func locationOf(c *coherence.Completion) hostif.Location {
-	return hostif.Location{Tier: c.Where.Tier, Speed: c.Where.Speed, Hops: uint16(c.Where.Hops),
-		Owner: gva.MachineIndex(c.Where.Owner), Version: c.Version}
 }

@@ -82,10 +82,10 @@ func (c *conn) answer(t *task, err error, flush, holds bool) {
 	putTask(t)
 }
 
-// submits reports whether r goes through the Pipeline: the backend has
-// one and r is a request of the core.
+// submits reports whether r goes through the Pipeline: a request of the
+// core.
 func (s *Server) submits(r *wire.Request) bool {
-	return s.pipe != nil && admit.Core(r.Op) != 0
+	return admit.Core(r.Op) != 0
 }
 
 // opOf is the core's request of request t of c (its ID is the caller's
@@ -174,6 +174,9 @@ func (s *Server) Complete(ds []coherence.Completion) {
 	for i := range ds {
 		t, ok := ds[i].Tag.(*task)
 		if !ok {
+			if r, ok := ds[i].Tag.(*replica); ok {
+				s.replicas.reloaded(r, &ds[i])
+			}
 			continue
 		}
 		c := t.c

@@ -50,8 +50,8 @@
 // dispatcher (dispatch.go):
 //
 //   - a request of the core (the data path, and alloc, free, acquire,
-//     release, lock, unlock), when the backend has a [Pipeline], goes to
-//     it as the core's own request (coherence.Request: the one shape a
+//     release, lock, unlock) goes to the backend's [Pipeline] as the
+//     core's own request (coherence.Request: the one shape a
 //     request has between the decoded wire request and the frame), with
 //     the batch's others (Submit); the request carries its task through
 //     the core (Request.Tag), not a goroutine or a table, and its
@@ -71,10 +71,11 @@
 //     [Backend.Do]: MAP and UNMAP (they make, load, share and retire the
 //     replica files, several backend calls per request with the replica
 //     table's waits between them), RINGS and MAPS (server work only), the
-//     GPU ops (the GPU handler may wait), and every request of a backend
-//     without a Pipeline (tests hide the node's to exercise this path).
-//     The server's own calls (a stale replica file's refetch) and a
-//     session's open and close also use Do.
+//     GPU ops (the GPU handler may wait). A session's open and close also
+//     use Do. The server's own reloads of stale replica files are
+//     requests of the core in the server's session, submitted to the
+//     Pipeline by one goroutine of the server, their completions handed to
+//     [Server.Complete] like the others'.
 //
 // Replies and events go through a combining outbox (whoever finds it idle
 // writes everything queued), bounded by WriteTimeout. Package

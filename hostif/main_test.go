@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,30 +26,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// blockingPath makes startNode serve the node through its Backend alone
-// (Do, one goroutine per request), hiding its Pipeline: TestBlockingPath
-// runs the package's tests again so, for the server's path for backends
-// without one.
-var blockingPath = os.Getenv("HOSTIF_BLOCKING_PATH") != ""
-
-// TestBlockingPath runs this package's tests again with every request going
-// through the backend's blocking Do.
-func TestBlockingPath(t *testing.T) {
-	if blockingPath {
-		t.Skip("running on the blocking path already")
-	}
-	args := []string{"-test.run", ".", "-test.skip", "^TestBlockingPath$", "-test.count", "1"}
-	if testing.Short() {
-		args = append(args, "-test.short")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "HOSTIF_BLOCKING_PATH=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("tests on the blocking path: %v\n%s", err, out)
-	}
 }
 
 // runHelper runs one op per script line ("op gva [arg]") and prints

@@ -17,84 +17,15 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 	defer oc.end()
 	// the core checks c's user (the nodes that serve the call, again)
 	ctx := withCred(oc, c.credential())
-	key := r.GVA.Key()
 	le := binary.LittleEndian
 
 	switch r.Op {
-	case wire.OpAlloc:
-		return s.alloc(ctx, c, r, rep)
-	case wire.OpFree:
-		return s.free(ctx, c, key)
 	case wire.OpMap:
 		return s.mapPages(ctx, c, r, rep)
 	case wire.OpUnmap:
 		return s.unmapPages(ctx, c, r)
 	case wire.OpTranslate:
 		return s.translate(c, r, rep)
-
-	case wire.OpLoad:
-		rep.body = rep.body[:8+r.Len]
-		v, err := c.call.Load(ctx, r.GVA, rep.body[8:])
-		if err != nil {
-			return err // the backend's error names the op and the page
-		}
-		le.PutUint64(rep.body, uint64(v))
-		if rp := s.replicas.get(key); rp != nil && rp.stale() {
-			rp.kick(s.replicas)
-		}
-		return nil
-
-	case wire.OpStore:
-		v, err := c.call.Store(ctx, r.GVA, r.Data)
-		if err != nil {
-			return err // the backend's error names the op and the page
-		}
-		s.written(key, int(r.GVA.Offset()), r.Data, v)
-		rep.body = le.AppendUint64(rep.body, uint64(v))
-		return nil
-
-	case wire.OpCAS:
-		old, v, err := c.call.CompareAndSwap(ctx, r.GVA, r.Expected, r.Desired)
-		if err != nil {
-			return err // the backend's error names the op and the page
-		}
-		if old == r.Expected {
-			s.written64(key, r.GVA.Offset(), r.Desired, v)
-		} else if rp := s.replicas.get(key); rp != nil {
-			rp.invalidate(s.replicas, v, false)
-		}
-		rep.body = le.AppendUint64(rep.body, old)
-		rep.body = le.AppendUint64(rep.body, uint64(v))
-		return nil
-
-	case wire.OpFetchAdd:
-		old, v, err := c.call.FetchAdd(ctx, r.GVA, r.Delta)
-		if err != nil {
-			return err // the backend's error names the op and the page
-		}
-		s.written64(key, r.GVA.Offset(), old+r.Delta, v)
-		rep.body = le.AppendUint64(rep.body, old)
-		rep.body = le.AppendUint64(rep.body, uint64(v))
-		return nil
-
-	case wire.OpAcquire:
-		return c.call.Acquire(ctx, key) // the backend's error names the op and the page
-	case wire.OpRelease:
-		return c.call.Release(ctx, key)
-	case wire.OpLock:
-		return c.call.Lock(ctx, key, r.Flags&wire.LockTry != 0)
-	case wire.OpUnlock:
-		return c.call.Unlock(ctx, key)
-
-	case wire.OpWhere:
-		loc, err := c.call.Where(ctx, r.GVA)
-		if err != nil {
-			return err // the backend's error names the op and the page
-		}
-		loc = s.located(c, key, loc)
-		rep.body = loc.Append(rep.body)
-		return nil
-
 	case wire.OpRings:
 		return s.openRings(c, r, rep)
 	case wire.OpMaps:
@@ -125,30 +56,6 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 // the server serves it itself without waiting.
 func (s *Server) quick(r *wire.Request) bool {
 	return r.Op == wire.OpTranslate || r.Op == wire.OpSubscribe || r.Op == wire.OpClock
-}
-
-func (s *Server) alloc(ctx context.Context, c *conn, r *wire.Request, rep *reply) error {
-	if r.Flags&wire.AllocHuge != 0 {
-		return fmt.Errorf("alloc: huge pages: %w", syscall.EOPNOTSUPP)
-	}
-	pages := r.Pages()
-	g, err := c.call.Alloc(ctx, pages, s.bounds.AllocAttr(r, c.credential()))
-	if err != nil {
-		return fmt.Errorf("alloc %d pages: %w", pages, err)
-	}
-	rep.gva = g
-	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(pages))
-	return nil
-}
-
-// free deletes an allocation; the core lets only its owner (or root) do
-// it, at its allocator, and not while a process of this host maps or
-// locks one of its pages.
-func (s *Server) free(ctx context.Context, c *conn, key gva.GVA) error {
-	if err := c.call.Free(ctx, key); err != nil {
-		return fmt.Errorf("free %v: %w", key, err)
-	}
-	return nil
 }
 
 // mapPages takes c's refs on the pages of r and returns their replica

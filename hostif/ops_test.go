@@ -11,6 +11,7 @@ import (
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host/view"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/hostiftest"
@@ -28,11 +29,7 @@ func startNode(t testing.TB, fab *hostiftest.Fabric, m gva.MachineIndex, opts ho
 	t.Helper()
 	be := fab.Node(m)
 	t.Cleanup(be.Close)
-	var served hostif.Backend = be
-	if blockingPath {
-		served = struct{ hostif.Backend }{be} // no Pipeline: every request through Do
-	}
-	return &node{fab: fab, be: be, path: hostiftest.StartServer(t, served, opts)}
+	return &node{fab: fab, be: be, path: hostiftest.StartServer(t, be, opts)}
 }
 
 func dial(t testing.TB, path string) *client.Client {
@@ -397,6 +394,91 @@ func TestCoreRequestsGoThroughThePipeline(t *testing.T) {
 	}
 	if n := be.submitted.Load() - sub0; n < 6 {
 		t.Fatalf("%d requests submitted to the Pipeline for 6 of the core", n)
+	}
+}
+
+// reloadCount is a node's backend that counts its calls of Do and the
+// loads submitted in the server's session (the replica files' reloads),
+// and lets a test inject events.
+type reloadCount struct {
+	*hostiftest.Node
+	ch          chan hostif.Event
+	do, reloads atomic.Int64
+}
+
+func (b *reloadCount) Events() <-chan hostif.Event { return b.ch }
+
+func (b *reloadCount) Do(ctx context.Context, c *hostif.Call) error {
+	b.do.Add(1)
+	return b.Node.Do(ctx, c)
+}
+
+func (b *reloadCount) Submit(s hostif.Session, rs []coherence.Request) {
+	for _, r := range rs {
+		if s == hostif.ServerSession && r.Op == coherence.HostLoad {
+			b.reloads.Add(1)
+		}
+	}
+	b.Node.Submit(s, rs)
+}
+
+// TestReloadsGoThroughThePipeline: a replica file that fell behind (a
+// write the server never heard of, then an overflow) is reloaded by loads
+// of the server's session submitted as values, none through Do; while its
+// page's owner is cut off the reload gives up after a bounded number of
+// attempts and the file stays stale, and it catches up once the owner is
+// back.
+func TestReloadsGoThroughThePipeline(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	be := &reloadCount{Node: fab.Node(1), ch: make(chan hostif.Event, 1)}
+	t.Cleanup(be.Node.Close)
+	c := dial(t, hostiftest.StartServer(t, be, hostif.Options{OpTimeout: 200 * time.Millisecond}))
+	ctx := ctxT(t)
+	g := remotePage(t, fab, 2)
+	m, err := c.Map(ctx, g, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	do0 := be.do.Load()
+	if _, err := fab.Node(2).Store(ctx, g, []byte{9}); err != nil {
+		t.Fatal(err)
+	}
+	be.ch <- hostif.Event{Kind: hostif.EventOverflow}
+	waitFor(t, "reload after overflow", func() bool { v, valid := m.Version(0); return valid && v == 1 })
+	if m.Bytes()[0] != 9 {
+		t.Fatalf("reloaded file holds %d, want 9", m.Bytes()[0])
+	}
+	if n := be.do.Load() - do0; n != 0 {
+		t.Fatalf("%d calls of Do for a reload", n)
+	}
+	if be.reloads.Load() == 0 {
+		t.Fatal("no reload submitted")
+	}
+
+	// The owner cut off: a write there, then the overflow. The reload's
+	// attempts fail and it gives up, the file stale.
+	fab.Partition(2, true)
+	if _, err := fab.Node(2).Store(ctx, g, []byte{10}); err != nil {
+		t.Fatal(err)
+	}
+	r0 := be.reloads.Load()
+	be.ch <- hostif.Event{Kind: hostif.EventOverflow}
+	waitFor(t, "a reload of the stale file", func() bool { return be.reloads.Load() > r0 })
+	time.Sleep(3 * view.Tries * 200 * time.Millisecond) // (every attempt within its 200 ms bound)
+	if n := be.reloads.Load() - r0; n > view.Tries {
+		t.Fatalf("%d attempts of one reload, want at most %d", n, view.Tries)
+	}
+	if _, valid := m.Version(0); valid {
+		t.Fatal("the file is valid while its owner is cut off after a write")
+	}
+	fab.Partition(2, false)
+	waitFor(t, "the file current once the owner is back", func() bool {
+		_, _ = c.Load64(ctx, g) // a read through the node finds the file stale
+		v, valid := m.Version(0)
+		return valid && v == 2
+	})
+	if m.Bytes()[0] != 10 {
+		t.Fatalf("reloaded file holds %d, want 10", m.Bytes()[0])
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"github.com/aitherion/dpu/coherence"
 )
 
-// Pipeline is an optional extension of a Backend that takes requests as
+// Pipeline is the part of a Backend that takes requests as
 // the core's own values (coherence.Request) and completes them later, with
 // no goroutine and no channel per request: the data path (load, store,
 // compare-and-swap, fetch-add, where) and alloc, free, acquire, release,

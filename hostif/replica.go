@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/host/view"
 	"github.com/aitherion/dpu/hostif/wire"
@@ -34,7 +35,10 @@ import (
 //     directly follows the file's;
 //   - EventUpdate applies the written bytes when its version directly
 //     follows the file's; EventInvalidate, a version gap or EventOverflow
-//     mark the entry stale and start a refetch of the whole page;
+//     mark the entry stale and start a reload of the whole page: loads of
+//     the server's session through the Pipeline, up to view.Tries
+//     attempts (a reload that gives up is started again by the next event,
+//     or by a load through the node that finds the file stale);
 //   - every rewrite is bracketed by the sequence counter (a seqlock) of
 //     every entry of the file, so a library read through any of them is a
 //     snapshot of one version.
@@ -140,7 +144,7 @@ func (h *holder) free() {
 type replica struct {
 	key  gva.GVA
 	file *sharedFile
-	cred Cred // the user of the first ref: the server's refetches of the file are made for it
+	cred Cred // the user of the first ref: the server's reloads of the file are made for it
 
 	// Guarded by replicaTable.mu.
 	refs    int
@@ -151,6 +155,7 @@ type replica struct {
 
 	mu      sync.Mutex    // guards what follows and every rewrite of file and entries
 	view    view.View     // which version the file holds, and what to do about it
+	tries   int           // attempts of the reload running
 	state   atomic.Uint32 // the state published in the entries (read without mu)
 	entries []*holder     // the holders whose entries describe the file
 	gone    bool
@@ -174,20 +179,27 @@ func (r *replica) end(v gva.Version, state uint32) {
 
 // replicaTable is every replica file of the node.
 type replicaTable struct {
-	be      verbs // the server's own session: refetches
-	max     int   // the most replica files at once
+	pipe    Pipeline // the server's own session's reloads go through it
+	max     int      // the most replica files at once
 	timeout time.Duration
-	ctx     context.Context // ends when the server stops; bounds refetches
-	wg      sync.WaitGroup  // refetches in flight
 
 	files *quota.Ledger // quota.Files: each connection's hold of a file is one descriptor of its user's
 
 	mu sync.RWMutex
 	m  map[gva.GVA]*replica
+
+	// The reloads waiting to be submitted (runReloads submits them, on
+	// its own goroutine: a reload decided in the middle of a completion
+	// does not step the core from inside it).
+	qmu    sync.Mutex
+	queue  []*replica
+	queued chan struct{} // (1) something waits in queue
+	nextID atomic.Uint64
 }
 
-func newReplicaTable(ctx context.Context, be verbs, max int, timeout time.Duration, files *quota.Ledger) *replicaTable {
-	return &replicaTable{be: be, max: max, timeout: timeout, ctx: ctx, files: files, m: make(map[gva.GVA]*replica)}
+func newReplicaTable(pipe Pipeline, max int, timeout time.Duration, files *quota.Ledger) *replicaTable {
+	return &replicaTable{pipe: pipe, max: max, timeout: timeout, files: files, m: make(map[gva.GVA]*replica),
+		queued: make(chan struct{}, 1)}
 }
 
 // chargeFile counts c's first hold of a replica file against its user's
@@ -467,17 +479,13 @@ func (t *replicaTable) all() []*replica {
 	return out
 }
 
-// wait waits for the refetches in flight; they end when the table's
-// context does.
-func (t *replicaTable) wait() { t.wg.Wait() }
-
 // outcome is what a write or an invalidation did to a replica file.
 type outcome uint8
 
 const (
 	unchanged outcome = iota // the file already had that version (or is loading)
 	applied                  // the file now holds the new version
-	behind                   // the file is stale and being refetched
+	behind                   // the file is stale and being reloaded
 )
 
 // update applies bytes written at off that created version v, or marks the
@@ -526,7 +534,7 @@ func (r *replica) invalidate(t *replicaTable, v gva.Version, force bool) outcome
 func (r *replica) stale() bool { return r.state.Load() == wire.SlotStale }
 func (r *replica) valid() bool { return r.state.Load() == wire.SlotValid }
 
-// kick starts a refetch of a stale file that has none running.
+// kick starts a reload of a stale file that has none running.
 func (r *replica) kick(t *replicaTable) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -536,7 +544,8 @@ func (r *replica) kick(t *replicaTable) {
 }
 
 // publishLocked publishes the view's state in the entries when it changed,
-// and starts the refetch the view asked for (reload). r.mu must be held.
+// and queues an attempt of the reload the view asked for (reload). r.mu
+// must be held.
 func (r *replica) publishLocked(t *replicaTable, reload bool) {
 	state := uint32(wire.SlotValid)
 	switch r.view.State {
@@ -551,52 +560,68 @@ func (r *replica) publishLocked(t *replicaTable, reload bool) {
 		r.end(r.view.Version, state)
 	}
 	if reload {
-		t.wg.Add(1)
-		go t.refetch(r)
+		r.tries++
+		t.qmu.Lock()
+		t.queue = append(t.queue, r)
+		t.qmu.Unlock()
+		select {
+		case t.queued <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// refetch reloads a stale file until it catches up, a few times with
-// backoff; a file it leaves stale is retried on the next event or load.
-func (t *replicaTable) refetch(r *replica) {
-	defer t.wg.Done()
-	buf := make([]byte, wire.PageSize)
-	backoff := time.Millisecond
-	for range 6 {
-		ctx, cancel := context.WithTimeout(withCred(t.ctx, r.cred), t.timeout)
-		v, err := t.be.Load(ctx, r.key, buf)
-		cancel()
-		r.mu.Lock()
-		if r.gone {
-			r.view.GaveUp()
-			r.mu.Unlock()
-			return
-		}
-		install, done := r.view.Reloaded(v, err == nil)
-		if install {
-			r.begin()
-			copy(r.file.mem, buf)
-			r.end(v, r.state.Load())
-		}
-		if done {
-			r.publishLocked(t, false)
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
+// runReloads submits the reloads queued, in the server's session, until
+// ctx ends.
+func (t *replicaTable) runReloads(ctx context.Context) {
+	var rs []*replica
+	var reqs []coherence.Request
+	for {
 		select {
-		case <-t.ctx.Done():
-			r.mu.Lock()
-			r.view.GaveUp()
-			r.mu.Unlock()
+		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-t.queued:
 		}
-		backoff *= 4
+		t.qmu.Lock()
+		rs, t.queue = t.queue, rs[:0]
+		t.qmu.Unlock()
+		reqs = reqs[:0]
+		for _, r := range rs {
+			// a load of the whole page, made for the file's first user
+			reqs = append(reqs, coherence.Request{ID: t.nextID.Add(1), Op: coherence.HostLoad, GVA: r.key,
+				Len: wire.PageSize, Cred: r.cred, Timeout: t.timeout, Tag: r})
+		}
+		t.pipe.Submit(ServerSession, reqs)
+		clear(rs)
 	}
+}
+
+// reloaded ends one attempt of r's reload (completion d): the page it
+// read is installed if it is newer, and the reload ends, tries again or
+// gives up, as r's view decides.
+func (t *replicaTable) reloaded(r *replica, d *coherence.Completion) {
 	r.mu.Lock()
-	r.view.GaveUp()
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	if r.gone {
+		r.view.GaveUp()
+		return
+	}
+	install, done := r.view.Reloaded(d.Version, d.Err == nil)
+	if install {
+		r.begin()
+		copy(r.file.mem, d.Data)
+		r.end(d.Version, r.state.Load())
+	}
+	switch {
+	case done:
+		r.tries = 0
+		r.publishLocked(t, false)
+	case view.Again(r.tries, d.Errno()):
+		r.publishLocked(t, true)
+	default:
+		r.tries = 0
+		r.view.GaveUp()
+	}
 }
 
 // destroy retires r: the entries still describing it (only after a failed

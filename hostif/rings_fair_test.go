@@ -100,11 +100,7 @@ func TestRingSchedulerBoundsEachClientsShare(t *testing.T) {
 	fab := hostiftest.Start(t, hostiftest.Config{Nodes: 1})
 	be := fab.Node(0)
 	t.Cleanup(be.Close)
-	var served hostif.Backend = be
-	if blockingPath {
-		served = struct{ hostif.Backend }{be}
-	}
-	srv, err := hostif.NewServer(served, hostif.Options{RingBell: func(int, bool) {}, WriteTimeout: time.Hour})
+	srv, err := hostif.NewServer(be, hostif.Options{RingBell: func(int, bool) {}, WriteTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

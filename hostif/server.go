@@ -133,7 +133,7 @@ type Server struct {
 	// bounds: what the server puts on the requests it admits (opts')
 	bounds admit.Bounds
 
-	pipe    Pipeline      // the backend's, if it has one
+	pipe    Pipeline      // the backend's
 	await   Awaiter       // the pipeline's, if it has one
 	nextReq atomic.Uint64 // the last pipelined request id
 	rings   ringSet
@@ -190,11 +190,9 @@ func NewServer(be Backend, opts Options) (*Server, error) {
 		spaces: newAddressSpaces(), conns: make(map[*conn]struct{}),
 		bySess: make(map[Session]*conn),
 	}
-	if p, ok := be.(Pipeline); ok {
-		s.pipe = p
-		p.Attach(s.Complete)
-		s.await, _ = p.(Awaiter)
-	}
+	s.pipe = be
+	be.Attach(s.Complete)
+	s.await, _ = be.(Awaiter)
 	return s, nil
 }
 
@@ -234,10 +232,11 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 		return err
 	}
 	defer s.closeSession()
-	s.replicas = newReplicaTable(ctx, s.call, s.opts.StatusSlots-1, s.opts.OpTimeout, s.opts.Quota)
+	s.replicas = newReplicaTable(s.pipe, s.opts.StatusSlots-1, s.opts.OpTimeout, s.opts.Quota)
 
 	var bg sync.WaitGroup
 	bg.Go(func() { s.dispatchEvents(ctx) })
+	bg.Go(func() { s.replicas.runReloads(ctx) })
 	bg.Go(func() {
 		<-ctx.Done()
 		_ = l.Close()
@@ -281,7 +280,6 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	s.connWG.Wait()
 	cancel()
 	bg.Wait()
-	s.replicas.wait()
 	return acceptErr
 }
 

@@ -3,7 +3,6 @@ package sim
 import (
 	"bytes"
 	"encoding/binary"
-	"syscall"
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
@@ -18,13 +17,10 @@ import (
 // node's own writes (stores, compare-and-swaps, fetch-adds of its
 // clients) and the core's events (updated, invalidated) are applied to
 // it or make it stale; a stale copy is reloaded (a load of the whole
-// page, up to viewTries attempts) until it catches up. The checks: a
+// page, up to hostview.Tries attempts) until it catches up. The checks: a
 // copy that holds the owner's current version holds what the owner
 // applied, whenever it changes; and after the quiet period every copy
 // that says it is valid holds the owner's version and content.
-
-// viewTries bounds the attempts of one reload (hostif's refetch: 6).
-const viewTries = 6
 
 type simView struct {
 	v       hostview.View
@@ -163,7 +159,7 @@ func (w *World) viewReloaded(n *simNode, page int, sv *simView, cp coherence.Com
 	switch {
 	case done:
 		sv.tries = 0
-	case sv.tries < viewTries && cp.Errno() != syscall.ESTALE && cp.Errno() != syscall.EHOSTDOWN:
+	case hostview.Again(sv.tries, cp.Errno()):
 		w.viewReload(n, page, sv)
 	default:
 		sv.tries = 0

@@ -1,6 +1,10 @@
 package view
 
-import "github.com/aitherion/dpu/gva"
+import (
+	"syscall"
+
+	"github.com/aitherion/dpu/gva"
+)
 
 // State is a view's state, as published to the host.
 type State uint8
@@ -85,6 +89,19 @@ func (w *View) Reloaded(v gva.Version, ok bool) (install, done bool) {
 		return install, true
 	}
 	return install, false
+}
+
+// Tries bounds the attempts of one reload.
+const Tries = 6
+
+// Again reports whether a reload whose tries-th attempt did not catch up
+// (Reloaded said not done), ending with errno (0: it read an older
+// version), sends another attempt: up to Tries, and none after an answer
+// that another would repeat (ESTALE: the content was lost with its owner;
+// EHOSTDOWN: no node can serve the page now; EBADF: the session that
+// reloads is closed). Otherwise the caller gives up (GaveUp).
+func Again(tries int, errno syscall.Errno) bool {
+	return tries < Tries && errno != syscall.ESTALE && errno != syscall.EHOSTDOWN && errno != syscall.EBADF
 }
 
 // GaveUp ends a reload that did not catch up: the view stays stale, and

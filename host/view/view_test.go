@@ -1,6 +1,9 @@
 package view
 
-import "testing"
+import (
+	"syscall"
+	"testing"
+)
 
 // TestViewRules: the rules of a host's copy, step by step.
 func TestViewRules(t *testing.T) {
@@ -49,5 +52,26 @@ func TestViewRules(t *testing.T) {
 	w.GaveUp()
 	if w.State != Stale || !w.Kick() {
 		t.Fatalf("after giving up: %+v", w)
+	}
+}
+
+// TestAgainBoundsAReload: a reload tries again after an older version or
+// an error another attempt may not repeat, up to Tries attempts, and not
+// after an answer another would repeat.
+func TestAgainBoundsAReload(t *testing.T) {
+	for tries := 1; tries < Tries; tries++ {
+		for _, errno := range []syscall.Errno{0, syscall.ETIMEDOUT, syscall.EAGAIN, syscall.EHOSTUNREACH} {
+			if !Again(tries, errno) {
+				t.Fatalf("attempt %d ended with %v: no other", tries, errno)
+			}
+		}
+		for _, errno := range []syscall.Errno{syscall.ESTALE, syscall.EHOSTDOWN, syscall.EBADF} {
+			if Again(tries, errno) {
+				t.Fatalf("attempt %d ended with %v: another", tries, errno)
+			}
+		}
+	}
+	if Again(Tries, 0) {
+		t.Fatalf("attempt %d of %d: another", Tries, Tries)
 	}
 }

@@ -261,11 +261,8 @@ func (n *Node) Calls() int64 { return n.calls.Load() }
 // Alloc allocates pages on the node as root, in the server's session, and
 // returns the first page.
 func (n *Node) Alloc(ctx context.Context, pages int, attr hostif.Attr) (gva.GVA, error) {
-	c := hostif.Call{Verb: hostif.VerbAlloc, Pages: pages, Attr: attr}
-	if err := n.serverCall(ctx, &c); err != nil {
-		return gva.GVA{}, err
-	}
-	return c.GVA, nil
+	c, err := n.serverCall(ctx, coherence.Request{Op: coherence.HostAlloc, Pages: pages, Attr: attr})
+	return c.GVA, err
 }
 
 // openServerSession opens the server's session on the node if no server
@@ -368,25 +365,23 @@ func Start(tb testing.TB, cfg Config) *Fabric {
 // Store writes data at addr through the node as root, in the server's
 // session (a write no host connection of the node made).
 func (n *Node) Store(ctx context.Context, addr gva.GVA, data []byte) (gva.Version, error) {
-	c := hostif.Call{Verb: hostif.VerbStore, GVA: addr, Data: data}
-	err := n.serverCall(ctx, &c)
+	c, err := n.serverCall(ctx, coherence.Request{Op: coherence.HostStore, GVA: addr, Data: data})
 	return c.Version, err
 }
 
 // Load reads len(dst) bytes at addr through the node as root, in the
 // server's session.
 func (n *Node) Load(ctx context.Context, addr gva.GVA, dst []byte) (gva.Version, error) {
-	c := hostif.Call{Verb: hostif.VerbLoad, GVA: addr, Data: dst}
-	err := n.serverCall(ctx, &c)
+	c, err := n.serverCall(ctx, coherence.Request{Op: coherence.HostLoad, GVA: addr, Len: len(dst)})
+	copy(dst, c.Data)
 	return c.Version, err
 }
 
-// serverCall runs c in the server's session, opening it first if no
+// serverCall runs r in the server's session, opening it first if no
 // server did.
-func (n *Node) serverCall(ctx context.Context, c *hostif.Call) error {
+func (n *Node) serverCall(ctx context.Context, r coherence.Request) (coherence.Completion, error) {
 	if err := n.openServerSession(ctx); err != nil {
-		return err
+		return coherence.Completion{}, err
 	}
-	c.Session = hostif.ServerSession
-	return n.Do(ctx, c)
+	return n.Backend.Call(ctx, coherence.SessionID(hostif.ServerSession), r)
 }
