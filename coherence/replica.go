@@ -2080,8 +2080,10 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 		return
 	}
 	e.setHint(key, h)
-	if c := e.copies[key]; c != nil && c.epoch < h.epoch {
-		e.dropCopy(c) // a copy of an epoch that ended
+	if c := e.copies[key]; c != nil && c.epoch < h.epoch && !(c.hasHeir && c.heir == h.owner && c.heirInc == h.inc) {
+		// a copy of an epoch that ended (a stand-in for the very owner
+		// named stays until that owner's backups hold the page)
+		e.dropCopy(c)
 		e.stats.ReplCopiesDropped++
 	}
 	if homeOf(key) == e.self {

@@ -234,10 +234,14 @@ func (e *Engine) sendSuperseded(to noc.NodeID, key gva.GVA, v gva.Version, h own
 }
 
 // yields reports whether a page owned here gives way to owner h: h's
-// epoch is not older, and this node is fenced (it acted on nothing the
-// other owner could contradict since it was last confirmed).
+// epoch is newer (the page was taken over past this node's ownership: a
+// backup of an owner before it, whose copy was never dropped, took it
+// over too, and two owners must not both act, whatever this one
+// answered since), or not older and this node is fenced (it acted on
+// nothing the other owner could contradict since it was last confirmed).
 func (e *Engine) yields(pg *page, h ownerHint) bool {
-	return pg.owner && h.owner != e.self && h.epoch >= pg.epoch && e.fenced(pg) && pg.swap == nil
+	return pg.owner && h.owner != e.self && pg.swap == nil &&
+		(h.epoch > pg.epoch || h.epoch == pg.epoch && e.fenced(pg))
 }
 
 // abdicate gives up a page owned here that a backup took over while this

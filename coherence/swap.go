@@ -858,6 +858,11 @@ func (e *Engine) handleOwnerMoved(now time.Duration, f *noc.Frame) {
 		} else {
 			rec.owner, rec.ownerInc, rec.freed = m.owner, m.ownerInc, false
 		}
+	} else if rec != nil && m.epoch < rec.epoch && m.owner == f.Src && rec.owner != f.Src && !rec.freed {
+		// An owner of an earlier epoch says it owns the page (a backup
+		// whose copy outlived its epoch took it over): it gives way to
+		// the owner the record names.
+		e.sendSuperseded(f.Src, key, 0, ownerHint{owner: rec.owner, inc: rec.ownerInc, epoch: rec.epoch})
 	}
 	if f.RequestID != 0 { // periodic refreshes are not acknowledged
 		a := newFrame(noc.ClassControl, OpOwnerMovedAck, 0, e.self, f.Src, f.RequestID, key, 0, nil)

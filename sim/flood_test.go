@@ -38,6 +38,7 @@ func TestFlooderSeedsWithReplicas(t *testing.T) {
 		{Config{Seed: 11, Nodes: 16, Replicas: 3}, "a free acknowledged before the backups dropped their copies: the heir that freed it, also its home, crashed, and a stand-in took the freed page over (readable at version 0 on every node)", "--nodes 16 --replicas 3"},
 		{Config{Seed: 186, Nodes: 16, Replicas: 3}, "two Frees of one extent by its allocator, side by side, each freed one page and failed on the other's (page not mapped), and neither freed the extent", "--nodes 16 --replicas 3"},
 		{Config{Seed: 750, Nodes: 16, Replicas: 2}, "a node routing a graft while it hung below another port unref'd the sender unremembered; detached, it re-joined below the sender by the next graft it routed, and the sender, that unref arriving after, never counted it: replicas below stayed valid at an old version", "--nodes 16 --replicas 2"},
+		{Config{Seed: 500, Nodes: 16, Replicas: 2}, "a backup of an earlier owner whose drop was lost kept its copy through a handover; an outage later took the page's owner, its home and the earlier owner down, and that copy and the last owner's backup both took the page over, the restarted home taking both for owners (the one of the earlier epoch now gives way when the home or the other owner names it)", "--nodes 16 --replicas 2"},
 		{Config{Seed: 22, Nodes: 8, Replicas: 2, Workload: 25 * time.Millisecond}, "updates a full link refused were dropped: the replicas below stayed valid at old versions for ever", "--nodes 8 --workload 25ms --replicas 2"},
 	} {
 		cfg := c.cfg
