@@ -104,7 +104,12 @@ func (e *Engine) nextUp(key gva.GVA, in noc.PortID, f *noc.Frame, ent *pathcache
 	if dst == e.self && target == 0 && homeOf(key) != e.self {
 		// Sent here as the last known owner; it is not here: ask the home.
 		dst, redirected = homeOf(key), true
-		if h, ok := e.hintOwner(key); ok {
+		if c := e.handed[key]; c != nil && e.routes(c.peer) {
+			// We handed it over lately: on to the new owner (a hint here
+			// may be older than this node's own ownership, and name a
+			// node whose hint names this one back).
+			dst = c.peer
+		} else if h, ok := e.hintOwner(key); ok {
 			dst = h // a failover named the owner lately
 		}
 	}
@@ -740,4 +745,10 @@ func lostMsg(errno syscall.Errno) string {
 		return "page lost: every copy was on nodes that died (a page of an earlier run of its home)"
 	}
 	return ""
+}
+
+// routes reports whether routing reaches node n now.
+func (e *Engine) routes(n noc.NodeID) bool {
+	_, _, ok := e.rt.NextHop(n)
+	return ok
 }

@@ -2064,8 +2064,13 @@ func (e *Engine) handleFailover(now time.Duration, in noc.PortID, f *noc.Frame) 
 		epoch: binary.BigEndian.Uint64(f.Payload[12:]),
 	}
 	key := f.GVA.Key()
-	if pg := e.pages[key]; pg != nil && e.yields(pg, h) {
-		e.abdicate(now, pg, h) // taken over while this node was fenced (split.go)
+	if pg := e.pages[key]; pg != nil && e.yields(pg, h, f.PageVersion, f.Src == h.owner) {
+		e.abdicate(now, pg, h) // taken over past this node, or while it was fenced (split.go)
+	} else if pg != nil && pg.owner && pg.swap == nil && f.Src == h.owner && h.owner != e.self && h.epoch <= pg.epoch {
+		// Another owner says it owns the page, at this node's epoch or an
+		// earlier one, and this node keeps it: that one is told so, and
+		// gives way.
+		e.sendSuperseded(h.owner, key, pg.version, ownerHint{owner: e.self, inc: e.inc, epoch: pg.epoch})
 	} else if pg != nil && e.splitRule() && pg.swap != nil && !pg.swap.out && pg.swap.stage >= stageCommitting && pg.swap.epoch < h.epoch {
 		// Our transfer's old owner lives beyond a split and its backups
 		// took the page over past the epoch it gave us: its done, re-sent

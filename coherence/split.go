@@ -236,12 +236,18 @@ func (e *Engine) sendSuperseded(to noc.NodeID, key gva.GVA, v gva.Version, h own
 // yields reports whether a page owned here gives way to owner h: h's
 // epoch is newer (the page was taken over past this node's ownership: a
 // backup of an owner before it, whose copy was never dropped, took it
-// over too, and two owners must not both act, whatever this one
-// answered since), or not older and this node is fenced (it acted on
-// nothing the other owner could contradict since it was last confirmed).
-func (e *Engine) yields(pg *page, h ownerHint) bool {
-	return pg.owner && h.owner != e.self && pg.swap == nil &&
-		(h.epoch > pg.epoch || h.epoch == pg.epoch && e.fenced(pg))
+// over too, and two owners must not both act, whatever this one answered
+// since); or it is this node's, and this node is fenced (it acted on
+// nothing the other owner could contradict since it was last confirmed),
+// or h says so itself (own), holding the page at version hv: two
+// takeovers from copies of one epoch (a fellow backup the first did not
+// know of kept its copy and took the page over beyond a split), where the
+// one that holds the later version, else the higher node, keeps the page.
+func (e *Engine) yields(pg *page, h ownerHint, hv gva.Version, own bool) bool {
+	if !pg.owner || h.owner == e.self || pg.swap != nil || h.epoch < pg.epoch {
+		return false
+	}
+	return h.epoch > pg.epoch || e.fenced(pg) || own && (hv > pg.version || hv == pg.version && h.owner > e.self)
 }
 
 // abdicate gives up a page owned here that a backup took over while this
