@@ -584,10 +584,10 @@ func (a *Agent) publish() {
 			a.log.Info("link up", "port", name, "reason", ev.Reason)
 		case node.EventLinkDown:
 			a.log.Info("link down", "port", name, "reason", ev.Reason)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason, Cluster: ct})
+			a.tellMonitors(ctl.Event{Kind: ctl.EventLinkDown, Time: time.Now(), Port: name, Node: ev.Neighbour, Reason: ev.Reason, Cluster: ct})
 		case node.EventNeighbour:
 			a.log.Info("neighbour", "port", name, "node", ev.Neighbour)
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour, Cluster: ct})
+			a.tellMonitors(ctl.Event{Kind: ctl.EventLinkUp, Time: time.Now(), Port: name, Node: ev.Neighbour, Cluster: ct})
 		case node.EventRoutes:
 			a.log.Debug("routes changed")
 			a.publishRoutes(ct) // monitor.go
@@ -600,7 +600,7 @@ func (a *Agent) publish() {
 func (a *Agent) publishFault(ev coherence.Event) {
 	a.log.Warn("host fault: pin revoked", "page", ev.GVA, "holder", ev.Holder)
 	if a.ctl != nil {
-		a.ctl.Publish(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked",
+		a.tellMonitors(ctl.Event{Kind: ctl.EventHostFault, Time: time.Now(), Node: a.cfg.Node, Page: ev.GVA, Reason: "pin outlived its bound; revoked",
 			Cluster: a.clusterTimeLocked()})
 	}
 }

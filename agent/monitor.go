@@ -26,7 +26,7 @@ func (a *Agent) publishRoutes(ct *ctl.ClusterTime) {
 			a.publishRoute(now, ct, cur[i])
 			i++
 		case i == len(cur) || old[j].Dst < cur[i].Dst:
-			a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: old[j].Dst, Hops: -1, Cluster: ct})
+			a.tellMonitors(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: old[j].Dst, Hops: -1, Cluster: ct})
 			j++
 		default:
 			if cur[i] != old[j] {
@@ -46,5 +46,13 @@ func (a *Agent) publishRoute(now time.Time, ct *ctl.ClusterTime, r route.Route) 
 	if int(r.Port) < len(a.ports) {
 		name = a.ports[r.Port].spec.Name
 	}
-	a.ctl.Publish(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: r.Dst, Port: name, NextHop: r.NextHop, Hops: r.Hops, Cluster: ct})
+	a.tellMonitors(ctl.Event{Kind: ctl.EventRouteChange, Time: now, Node: r.Dst, Port: name, NextHop: r.NextHop, Hops: r.Hops, Cluster: ct})
+}
+
+// tellMonitors sends ev to the control socket's monitors, as reported by
+// this node.
+func (a *Agent) tellMonitors(ev ctl.Event) {
+	from := a.cfg.Node
+	ev.From = &from
+	a.ctl.Publish(ev)
 }

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -73,8 +74,8 @@ func TestMonitorNamesRoutesAndNeighbours(t *testing.T) {
 		}
 	}
 	up := next(ctl.EventLinkUp)
-	if up.Node != 1 || up.Port != "p0" {
-		t.Errorf("link-up %+v: want node 1 on p0", up)
+	if up.Node != 1 || up.Port != "p0" || up.From == nil || *up.From != 0 {
+		t.Errorf("link-up %+v: want node 1 on p0, from node 0", up)
 	}
 	if up.Cluster == nil || up.Cluster.Error < 0 {
 		t.Errorf("link-up %+v: no cluster time", up)
@@ -89,4 +90,139 @@ func TestMonitorNamesRoutesAndNeighbours(t *testing.T) {
 	if lost.Node != 1 || lost.Hops != -1 {
 		t.Errorf("route-change after node 1 stopped %+v: want node 1, hops -1", lost)
 	}
+}
+
+// TestMonitorsMergeIntoOneHistory: the monitors of two agents of a line
+// 0-1-2, recorded apart, merge by the events' cluster time into one
+// history that keeps cause before effect: node 2 stops, node 1 loses its
+// link to it, and only then (told by node 1) node 0 loses its route to
+// node 2; the merge puts them in that order, or says that their order is
+// within the clocks' bounds.
+func TestMonitorsMergeIntoOneHistory(t *testing.T) {
+	links := [2][]string{agent.HoldUDP(t, 2), agent.HoldUDP(t, 2)}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); wg.Wait() }()
+	ctx2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	socks := make([]string, 3)
+	for id := range 3 {
+		cfg := agent.DefaultConfig()
+		cfg.Node = noc.NodeID(id)
+		cfg.RunDir = filepath.Join(dir, "node"+string(rune('0'+id)))
+		cfg.Heartbeat, cfg.DeadInterval = 50*time.Millisecond, 600*time.Millisecond
+		if id > 0 {
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "left", Kind: agent.PortUDPHeld, Args: []string{links[id-1][1], links[id-1][0]}})
+		}
+		if id < 2 {
+			cfg.Ports = append(cfg.Ports, agent.PortSpec{Name: "right", Kind: agent.PortUDPHeld, Args: []string{links[id][0], links[id][1]}})
+		}
+		a, err := agent.New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := ctx
+		if id == 2 {
+			run = ctx2
+		}
+		wg.Go(func() {
+			if err := a.Run(run); err != nil {
+				t.Errorf("agent %d: %v", id, err)
+			}
+		})
+		select {
+		case <-a.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("agent %d not ready", id)
+		}
+		socks[id] = filepath.Join(cfg.RunDir, "ctl.sock")
+	}
+	// Every node routes to every other, and nodes 0 and 1 stamp their
+	// events with node 0's clock.
+	for id := range 2 {
+		c, err := ctl.Dial(socks[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+			rs, rerr := c.Routes(cctx)
+			es, cerr := c.Clock(cctx)
+			ccancel()
+			ref0 := false
+			for _, e := range es {
+				ref0 = ref0 || e.Self && e.Cluster != nil && e.Cluster.Ref == 0
+			}
+			if rerr == nil && cerr == nil && len(rs) == 2 && ref0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d: routes %v (%v), clock %+v (%v)", id, rs, rerr, es, cerr)
+			}
+		}
+		c.Close()
+	}
+	var mu sync.Mutex
+	recs := make([][]ctl.Event, 2) // what each node's monitor printed
+	for id := range 2 {
+		c, err := ctl.Dial(socks[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		sub := make(chan struct{})
+		go c.MonitorSubscribed(ctx, func() { close(sub) }, func(ev ctl.Event) error {
+			mu.Lock()
+			recs[id] = append(recs[id], ev)
+			mu.Unlock()
+			return nil
+		})
+		select {
+		case <-sub:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("node %d's monitor not subscribed", id)
+		}
+	}
+	cancel2() // node 2 stops
+	lost := func(ev ctl.Event) bool { return ev.Kind == ctl.EventRouteChange && ev.Node == 2 && ev.Hops == -1 }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		ok := slices.ContainsFunc(recs[0], lost)
+		mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node 0 did not lose its route to node 2")
+		}
+	}
+	mu.Lock()
+	history, refs, err := ctl.MergeHistory(recs...)
+	mu.Unlock()
+	if err != nil || refs != 1 {
+		t.Fatalf("merge: %v (%d reference nodes)", err, refs)
+	}
+	down := func(ev ctl.Event) bool { return ev.Kind == ctl.EventLinkDown && ev.Node == 2 }
+	iDown, iLost := -1, -1
+	for i, h := range history {
+		if h.From == nil || *h.From > 1 {
+			t.Fatalf("event %+v of the history names no node of the two", h.Event)
+		}
+		switch {
+		case *h.From == 1 && down(h.Event):
+			iDown = i
+		case *h.From == 0 && lost(h.Event):
+			iLost = i
+		}
+	}
+	certain := iLost > iDown && !history[iLost].Uncertain
+	if iDown < 0 || iLost < 0 || iLost < iDown && !history[iDown].Uncertain {
+		for _, h := range history {
+			t.Logf("%v ±%v from %d: %v node %d hops %d uncertain %v", h.Cluster.Time, h.Cluster.Error, *h.From, h.KindName(), h.Node, h.Hops, h.Uncertain)
+		}
+		t.Fatalf("merged history: node 1's link-down at %d, node 0's loss of the route at %d", iDown, iLost)
+	}
+	t.Logf("node 1's link-down at %v ±%v, node 0's loss of the route at %v ±%v: order certain %v",
+		history[iDown].Cluster.Time, history[iDown].Cluster.Error, history[iLost].Cluster.Time, history[iLost].Cluster.Error, certain)
 }

@@ -298,6 +298,13 @@ func (c *Client) abandon() {
 // matching syscall.ENOBUFS when this monitor fell behind and was dropped,
 // io.EOF when the server closed.
 func (c *Client) Monitor(ctx context.Context, each func(Event) error) error {
+	return c.MonitorSubscribed(ctx, nil, each)
+}
+
+// MonitorSubscribed is Monitor that calls subscribed (if not nil) once
+// the server has acknowledged the subscription: every event published
+// after it reaches each.
+func (c *Client) MonitorSubscribed(ctx context.Context, subscribed func(), each func(Event) error) error {
 	conn, err := dial(c.path)
 	if err != nil {
 		return err
@@ -327,7 +334,7 @@ func (c *Client) Monitor(ctx context.Context, each func(Event) error) error {
 	if _, err := conn.Write(b); err != nil {
 		return fail(err)
 	}
-	for subscribed := false; ; {
+	for acked := false; ; {
 		m, err := readMessage(conn, buf)
 		if err != nil {
 			return fail(err)
@@ -337,10 +344,13 @@ func (c *Client) Monitor(ctx context.Context, each func(Event) error) error {
 			if err := errorReply(op, m); err != nil {
 				return err
 			}
-			if m.hdr.Sequence == 1 && !subscribed {
-				subscribed = true
+			if m.hdr.Sequence == 1 && !acked {
+				acked = true
 				if ctx.Err() == nil {
 					conn.SetDeadline(time.Time{}) // events come when they come
+				}
+				if subscribed != nil {
+					subscribed()
 				}
 			}
 		case m.hdr.Type == Family && m.cmd == CmdEvent:

@@ -45,6 +45,8 @@ func TestObjectRoundTrip(t *testing.T) {
 		{"excluded neighbour", &ClockEntry{Node: 9, Port: "p0", Excluded: true, Reason: "clock jumped", ExcludedFor: time.Second}, &ClockEntry{}},
 		{"event with a cluster time", &Event{Kind: EventLinkUp, Name: "link-up", Time: time.Unix(9, 0), Hops: 0,
 			Cluster: &ClusterTime{Time: 5, Error: 6, Ref: 7}}, &Event{}},
+		{"event of a node that says it reported it", &Event{Kind: EventLinkDown, Name: "link-down", Time: time.Unix(9, 0), Node: 3,
+			From: func() *noc.NodeID { n := noc.NodeID(0); return &n }()}, &Event{}},
 		{"another package's object", ext{&probe{id: 9}}, ext{&probe{}}},
 		{"group", &group{id: MonitorGroup}, &group{}},
 		{"page request", &PageRequest{Page: page.Key()}, &PageRequest{}},

@@ -126,7 +126,8 @@
 //	           4 host-fault; open set), 2 kind name string, 3 time s64 unix ns,
 //	           4 node u32, 5 port string, 6 next hop u32, 7 hops s32, 8 page GVA,
 //	           9 reason string, 10 cluster (nested: 1 time s64 ns, 2 error
-//	           s64 ns, 3 reference node u32): the cluster time of the event
+//	           s64 ns, 3 reference node u32): the cluster time of the event,
+//	           11 from u32: the node whose agent reported it
 //	clock      1 node u32, 2 self flag, 3 offset s64 ns, 4 bound s64 ns,
 //	           5 rate s64 (units of 1e-12), 6 hops u32, 7 port string,
 //	           8 excluded flag, 9 reason string, 10 excluded for s64 ns,

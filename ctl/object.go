@@ -256,6 +256,9 @@ type Event struct {
 	// Cluster is the cluster time of the event (the fabric clock's, which
 	// orders events across nodes), from an agent that runs the clock.
 	Cluster *ClusterTime `json:"cluster,omitempty"`
+	// From is the node whose agent reported the event (nil: not said), so
+	// that the monitors of several nodes merge into one history.
+	From *noc.NodeID `json:"from,omitempty"`
 }
 
 // KindName is the event kind's name.
@@ -355,6 +358,7 @@ const (
 	eventPage     uint16 = 8 // 16-byte GVA
 	eventReason   uint16 = 9
 	eventCluster  uint16 = 10 // nested, as clockCluster (clock.go)
+	eventFrom     uint16 = 11
 )
 
 const (
@@ -647,6 +651,9 @@ func (e *Event) encode(ae *netlink.AttributeEncoder) {
 	if e.Cluster != nil {
 		ae.Nested(eventCluster, e.Cluster.encode)
 	}
+	if e.From != nil {
+		ae.Uint32(eventFrom, uint32(*e.From))
+	}
 }
 
 func (e *Event) decode(ad *netlink.AttributeDecoder) error {
@@ -673,6 +680,9 @@ func (e *Event) decode(ad *netlink.AttributeDecoder) error {
 		case eventCluster:
 			e.Cluster = &ClusterTime{}
 			ad.Nested(e.Cluster.decode)
+		case eventFrom:
+			from := noc.NodeID(ad.Uint32())
+			e.From = &from
 		}
 	}
 	if e.Name == "" {

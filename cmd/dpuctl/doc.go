@@ -11,14 +11,17 @@
 //	dpuctl stats                 dpuctl owner show
 //	dpuctl monitor               dpuctl gpu show | gpu set pid PID [device D] [mem SIZE] [quota PCT]
 //	dpuctl quota show            dpuctl quota set uid U [pages N] [bytes SIZE]
-//	dpuctl clock show
+//	dpuctl clock show            dpuctl monitor merge FILE...
 //
 // OBJECT and COMMAND may be abbreviated to any prefix (the first match in
 // the order above wins: "dpuctl r s", "dpuctl l"); COMMAND defaults to show.
 // -s names the socket (default $DPU_RUN_DIR/ctl.sock, else
 // /run/dpu/ctl.sock); -j and -s may also follow the command. topo plan is
 // computed locally by noc/topo's planner and needs no agent. monitor runs
-// until interrupted, which is a normal (zero) exit.
+// until interrupted, which is a normal (zero) exit. monitor merge reads
+// recordings of monitors (dpuctl -j monitor > FILE, one per agent) and
+// prints them as one history in the order of the events' cluster time;
+// it needs no agent either.
 //
 // Data goes to stdout, diagnostics to stderr. The exit status is 0 on
 // success, 1 when the agent or the request failed, 2 for a command line
@@ -58,7 +61,7 @@
 //	clock      node, self?, offset_ns, bound_ns, rate, hops, port?, excluded?,
 //	           reason?, excluded_for_ns?, cluster? {time_ns, error_ns, ref}
 //	monitor    kind_id, kind, time, node, port?, next_hop, hops, page?, reason?,
-//	           cluster? {time_ns, error_ns, ref}
+//	           cluster? {time_ns, error_ns, ref}, from? (the reporting node)
 //
 // The golden files in testdata/ pin both the text and the JSON forms.
 //

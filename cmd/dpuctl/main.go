@@ -76,6 +76,9 @@ COMMAND defaults to show.
   numa show                       the host's NUMA nodes (CPUs, memory, NICs) and the node the agent
                                   is bound to, as an address server:numa
   monitor                         print events as they happen, until interrupted
+  monitor merge FILE...           recordings of several agents' monitors (dpuctl -j monitor > FILE;
+                                  - is stdin) as one history, in cluster-time order; "~" marks an
+                                  event whose order with the one before is within the clocks' bounds
   mem alloc|free|read|write|cas|add|where|lock|batch ...
                                   shared memory through the host socket
                                   ("dpuctl mem help" for details)
@@ -158,7 +161,7 @@ var objects = []object{
 	{"gpu", []verb{{"show", gpuShow}, {"list", gpuShow}, {"set", gpuSet}, {"limits", gpuLimits}}},
 	{"quota", []verb{{"show", quotaShow}, {"list", quotaShow}, {"set", quotaSet}}},
 	{"numa", []verb{{"show", numaShow}}},
-	{"monitor", []verb{{"all", monitor}}},
+	{"monitor", []verb{{"all", monitor}, {"merge", monitorMerge}}},
 	{"capture", []verb{{"read", captureRead}}},
 	{"clock", []verb{{"show", clockShow}, {"list", clockShow}}}, // after capture: "dpuctl c" stays capture
 	{"mem", []verb{{"", mem}}},

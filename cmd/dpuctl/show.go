@@ -659,6 +659,9 @@ func eventLine(ev ctl.Event) string {
 	if c := ev.Cluster; c != nil {
 		fmt.Fprintf(&b, "cluster %s ±%s ref %d ", clusterSeconds(c.Time), duration(c.Error), c.Ref)
 	}
+	if ev.From != nil {
+		fmt.Fprintf(&b, "at %d ", *ev.From)
+	}
 	fmt.Fprintf(&b, "%s node %d", ev.KindName(), ev.Node)
 	if ev.Port != "" {
 		fmt.Fprintf(&b, " dev %s", ev.Port)
