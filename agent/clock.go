@@ -30,8 +30,7 @@ func (a *Agent) clockEpoch() time.Duration {
 
 // clusterTimeLocked is the cluster time now, under a.mu.
 func (a *Agent) clusterTimeLocked() *ctl.ClusterTime {
-	t := a.core.ClusterTime(max(a.now(), a.stepAt))
-	return &ctl.ClusterTime{Time: t.Time, Error: t.Error, Ref: t.Ref}
+	return clusterTime(a.core.ClusterTime(max(a.now(), a.stepAt)))
 }
 
 // logExclusionsLocked logs the neighbours the clock excluded since the last
@@ -77,8 +76,7 @@ func (s source) ClockEntries() []ctl.ClockEntry {
 	s.snap(func(c *node.Core) {
 		now := max(s.a.now(), s.a.stepAt)
 		v := c.ClockView(now)
-		ct := v.Cluster()
-		out = append(out, ctl.ClockEntry{Node: s.a.cfg.Node, Self: true, Cluster: &ctl.ClusterTime{Time: ct.Time, Error: ct.Error, Ref: ct.Ref}})
+		out = append(out, ctl.ClockEntry{Node: s.a.cfg.Node, Self: true, Cluster: clusterTime(v.Cluster())})
 		for _, e := range v.Estimates {
 			out = append(out, ctl.ClockEntry{Node: e.Node, Offset: e.Offset, Bound: e.Bound, Rate: e.Rate, Hops: e.Hops, Port: s.portName(e.Port)})
 		}
@@ -104,4 +102,15 @@ func clockCounters(c *clock.Clock, add func(string, uint64)) {
 	add("clock_reports_malformed", st.ReportsMalformed)
 	add("clock_inconsistent", st.Inconsistent)
 	add("clock_neighbours", uint64(st.NeighboursMeasured))
+}
+
+// clusterTime is the control socket's reading of timestamp t (its
+// timeline named once the node follows one).
+func clusterTime(t clock.Timestamp) *ctl.ClusterTime {
+	ct := &ctl.ClusterTime{Time: t.Time, Error: t.Error, Ref: t.Ref}
+	if t.OnLine {
+		line := t.Line.Origin
+		ct.Line = &line
+	}
+	return ct
 }

@@ -97,13 +97,17 @@ func TestMonitorNamesRoutesAndNeighbours(t *testing.T) {
 // history that keeps cause before effect: node 2 stops, node 1 loses its
 // link to it, and only then (told by node 1) node 0 loses its route to
 // node 2; the merge puts them in that order, or says that their order is
-// within the clocks' bounds.
+// within the clocks' bounds. Then node 0, the cluster time's reference,
+// stops too: node 1's loss of its link to node 0 is still on the one
+// timeline, after everything node 0 said.
 func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 	links := [2][]string{agent.HoldUDP(t, 2), agent.HoldUDP(t, 2)}
 	dir := t.TempDir()
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); wg.Wait() }()
+	ctx0, cancel0 := context.WithCancel(ctx)
+	defer cancel0()
 	ctx2, cancel2 := context.WithCancel(ctx)
 	defer cancel2()
 	socks := make([]string, 3)
@@ -123,7 +127,10 @@ func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		run := ctx
-		if id == 2 {
+		switch id {
+		case 0:
+			run = ctx0
+		case 2:
 			run = ctx2
 		}
 		wg.Go(func() {
@@ -139,7 +146,9 @@ func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 		socks[id] = filepath.Join(cfg.RunDir, "ctl.sock")
 	}
 	// Every node routes to every other, and nodes 0 and 1 stamp their
-	// events with node 0's clock.
+	// events on the fabric's timeline, node 0's clock its reference (a
+	// few seconds: node 0 waits for a timeline to follow for a report's
+	// life before it starts one).
 	for id := range 2 {
 		c, err := ctl.Dial(socks[id])
 		if err != nil {
@@ -150,9 +159,9 @@ func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 			rs, rerr := c.Routes(cctx)
 			es, cerr := c.Clock(cctx)
 			ccancel()
-			ref0 := false
+			ref0 := false // on the fabric's timeline, node 0's clock the reference
 			for _, e := range es {
-				ref0 = ref0 || e.Self && e.Cluster != nil && e.Cluster.Ref == 0
+				ref0 = ref0 || e.Self && e.Cluster != nil && e.Cluster.Ref == 0 && e.Cluster.Line != nil
 			}
 			if rerr == nil && cerr == nil && len(rs) == 2 && ref0 {
 				break
@@ -225,4 +234,39 @@ func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 	}
 	t.Logf("node 1's link-down at %v ±%v, node 0's loss of the route at %v ±%v: order certain %v",
 		history[iDown].Cluster.Time, history[iDown].Cluster.Error, history[iLost].Cluster.Time, history[iLost].Cluster.Error, certain)
+
+	cancel0() // the reference stops
+	gone := func(ev ctl.Event) bool { return ev.Kind == ctl.EventLinkDown && ev.Node == 0 }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		ok := slices.ContainsFunc(recs[1], gone)
+		mu.Unlock()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node 1 did not lose its link to node 0")
+		}
+	}
+	mu.Lock()
+	history, lines, err := ctl.MergeHistory(recs...)
+	mu.Unlock()
+	if err != nil || lines != 1 {
+		t.Fatalf("merge after the reference stopped: %v (%d timelines)", err, lines)
+	}
+	// node 1's loss of node 0 comes after every event of node 0, beyond
+	// both bounds
+	iGone := slices.IndexFunc(history, func(h ctl.HistoryEvent) bool { return *h.From == 1 && gone(h.Event) })
+	for i, h := range history {
+		if *h.From != 0 {
+			continue
+		}
+		g := history[iGone].Cluster
+		if i > iGone || h.Cluster.Time+h.Cluster.Error >= g.Time-g.Error {
+			for _, h := range history {
+				t.Logf("%v ±%v from %d: %v node %d hops %d uncertain %v", h.Cluster.Time, h.Cluster.Error, *h.From, h.KindName(), h.Node, h.Hops, h.Uncertain)
+			}
+			t.Fatalf("node 0's event %d (%v) is not certainly before node 1's loss of node 0 (%d)", i, h.KindName(), iGone)
+		}
+	}
 }

@@ -21,11 +21,23 @@ type ClockSource interface {
 }
 
 // ClusterTime is a reading of the cluster clock: the reference node's
-// clock, within Error of the truth.
+// clock plus its timeline's constant, within Error of the truth. Readings
+// of one timeline (Line: the node that started it; nil from an agent that
+// does not say, whose timeline is its reference's own) compare, whatever
+// their references: a timeline goes on across a change of reference.
 type ClusterTime struct {
 	Time  time.Duration `json:"time_ns"`
 	Error time.Duration `json:"error_ns"`
 	Ref   noc.NodeID    `json:"ref"`
+	Line  *noc.NodeID   `json:"line,omitempty"`
+}
+
+// Timeline is the timeline of the reading: Line, else its reference.
+func (c *ClusterTime) Timeline() noc.NodeID {
+	if c.Line != nil {
+		return *c.Line
+	}
+	return c.Ref
 }
 
 // ClockEntry is what this node's fabric clock knows of one node: its
@@ -65,6 +77,7 @@ const (
 	clusterTime      uint16 = 1  // s64 ns
 	clusterError     uint16 = 2  // s64 ns
 	clusterRef       uint16 = 3  // u32
+	clusterLine      uint16 = 4  // u32
 )
 
 // ratePerUnit: a rate travels in units of 1e-12.
@@ -127,6 +140,9 @@ func (c *ClusterTime) encode(ae *netlink.AttributeEncoder) error {
 	ae.Int64(clusterTime, int64(c.Time))
 	ae.Int64(clusterError, int64(c.Error))
 	ae.Uint32(clusterRef, uint32(c.Ref))
+	if c.Line != nil {
+		ae.Uint32(clusterLine, uint32(*c.Line))
+	}
 	return nil
 }
 
@@ -139,6 +155,9 @@ func (c *ClusterTime) decode(ad *netlink.AttributeDecoder) error {
 			c.Error = time.Duration(ad.Int64())
 		case clusterRef:
 			c.Ref = noc.NodeID(ad.Uint32())
+		case clusterLine:
+			line := noc.NodeID(ad.Uint32())
+			c.Line = &line
 		}
 	}
 	return nil

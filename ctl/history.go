@@ -86,9 +86,10 @@ var (
 // MergeHistory merges recordings (each in the order its monitor printed)
 // into one history in cluster-time order; events at one time keep the
 // order of the recordings, then their own. It reports the number of
-// reference nodes the cluster times name: above one, times of different
-// references are not comparable (the fabric's reference changed, or it
-// was split), and their order is not certain either.
+// timelines the cluster times are on (ClusterTime.Timeline): above one,
+// times of different timelines are not comparable (the fabric was split
+// and its halves joined, or an agent had not joined the fabric's
+// timeline yet), and their order is not certain either.
 func MergeHistory(recordings ...[]Event) ([]HistoryEvent, int, error) {
 	type at struct{ rec, idx int }
 	var all []at
@@ -102,7 +103,7 @@ func MergeHistory(recordings ...[]Event) ([]HistoryEvent, int, error) {
 			case c.Error < 0:
 				return nil, 0, &MergeError{i, j, fmt.Errorf("%w (%v)", ErrNegativeBound, c.Error)}
 			}
-			refs[uint64(c.Ref)] = true
+			refs[uint64(c.Timeline())] = true
 			all = append(all, at{i, j})
 		}
 	}

@@ -201,7 +201,7 @@ func New(cfg Config, now time.Duration) (*Core, error) {
 	if cfg.Link.ClockStamps {
 		cc := cfg.Clock
 		cc.Self = cfg.Self
-		if c.clk, err = clock.New(cc, now); err != nil {
+		if c.clk, err = clock.New(cc, c.clockTime(now)); err != nil {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}

@@ -45,6 +45,13 @@ type ClockConfig struct {
 	// clock by 20 ms at Warmup/2, the other runs 2000 ppm fast. Their
 	// neighbours must exclude them; the checks on everyone else hold.
 	Faulty int
+	// Restart stops the cluster time's reference (the lowest-numbered
+	// honest node) at Warmup/2: nothing reaches it or leaves it; 4 s later
+	// it starts again with a fresh core. The cluster time must go on
+	// without a jump across both hand-overs of its timeline, and the
+	// restarted node is then held to the correctness of its estimates
+	// only (not to the bound target or to knowing every node).
+	Restart bool
 	// Bug plants an estimator bug (tests of the checker, -tags dpubug).
 	Bug clock.PlantedBug
 }
@@ -85,6 +92,13 @@ type ClockResult struct {
 	// after the warm-up, MeanError the mean absolute error.
 	WorstError, WorstBound float64
 	MeanBound, MeanError   time.Duration
+	// ClusterChecked counts nodes' cluster timestamps checked against the
+	// truth (their reference's clock plus their timeline's K),
+	// ClusterWithin those within their error; Handovers the changes of a
+	// node's timeline reference seen, WorstJump the largest move of the
+	// cluster time's truth at one of them.
+	ClusterChecked, ClusterWithin, Handovers int
+	WorstJump                                time.Duration
 	// Excluded counts exclusions of neighbours (faulty nodes' included).
 	Excluded   uint64
 	Exclusions []string // who excluded whom, and why
@@ -99,8 +113,8 @@ func (r *ClockResult) OK() bool { return len(r.Violations) == 0 }
 
 // Summary is the result on one line.
 func (r *ClockResult) Summary() string {
-	return fmt.Sprintf("seed=%d checked=%d within=%d worst_err/bound=%.3f worst_bound/2jitter=%.3f mean_bound=%v mean_err=%v excluded=%d datagrams=%d virtual=%v trace=%016x violations=%d",
-		r.Seed, r.Checked, r.Within, r.WorstError, r.WorstBound, r.MeanBound, r.MeanError, r.Excluded, r.Datagrams, r.Virtual, r.TraceHash, len(r.Violations))
+	return fmt.Sprintf("seed=%d checked=%d within=%d worst_err/bound=%.3f worst_bound/2jitter=%.3f mean_bound=%v mean_err=%v cluster_checked=%d cluster_within=%d handovers=%d worst_jump=%v excluded=%d datagrams=%d virtual=%v trace=%016x violations=%d",
+		r.Seed, r.Checked, r.Within, r.WorstError, r.WorstBound, r.MeanBound, r.MeanError, r.ClusterChecked, r.ClusterWithin, r.Handovers, r.WorstJump, r.Excluded, r.Datagrams, r.Virtual, r.TraceHash, len(r.Violations))
 }
 
 type clockNode struct {
@@ -111,6 +125,13 @@ type clockNode struct {
 	step   time.Duration
 	tick   time.Duration // the tick event queued (global time)
 	ticked bool
+	down   bool // stopped (Restart)
+	fresh  bool // restarted: held to correctness only
+	// the last cluster timestamp checked: its timeline, when (global
+	// time), what it said, the node's clock then, its error
+	line                                 clock.Timeline
+	hasLine                              bool
+	lineAt, lineTime, lineLocal, lineErr time.Duration
 }
 
 // local is node n's clock at global time t.
@@ -143,7 +164,7 @@ func (n *clockNode) global(l time.Duration) time.Duration {
 }
 
 type clockEvent struct {
-	kind int // 0 deliver, 1 tick, 2 check
+	kind int // 0 deliver, 1 tick, 2 check, 3 stop, 4 restart
 	node int
 	port noc.PortID
 	data []byte
@@ -181,10 +202,6 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 	w := &clockWorld{cfg: cfg, g: g, rng: derive(cfg.Seed, 11), buf: make([]byte, mtu), excludedBy: map[int]map[int]string{}}
 	w.res.Seed = cfg.Seed
 	crng := derive(cfg.Seed, 12)
-	lc := link.DefaultConfig()
-	lc.HeartbeatInterval, lc.DeadInterval = 10*time.Millisecond, 500*time.Millisecond
-	lc.RTO, lc.MaxRTO = 2*time.Millisecond, 50*time.Millisecond
-	lc.ClockStamps = true
 	faulty := map[int]int{}
 	for k, i := range crng.Perm(cfg.Nodes)[:min(cfg.Faulty, cfg.Nodes)] {
 		faulty[i] = 1 + k%2
@@ -198,25 +215,13 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		if n.faulty == 2 {
 			n.rate = 2000e-6
 		}
-		// The core counts from 0 as the agent does (its time since start);
-		// the clock epoch makes its timestamps the node's clock.
-		nlc := lc
-		nlc.ClockEpoch = n.off
-		core, err := node.New(node.Config{
-			Self: noc.NodeID(i), Link: nlc, Seed: crng.Uint64(),
-			Route: route.Config{HelloInterval: 10 * time.Millisecond, SPFDelay: time.Millisecond},
-			Clock: clock.Config{ReportInterval: 500 * time.Millisecond, Bug: cfg.Bug},
-		}, n.coreTime(0))
+		core, err := w.newCore(i, n, crng.Uint64(), 0)
 		if err != nil {
-			return ClockResult{}, fmt.Errorf("sim: %w", err)
+			return ClockResult{}, err
 		}
 		n.core = core
-		ports := g.Ports(noc.NodeID(i))
-		w.base = append(w.base, make([]time.Duration, ports))
-		for p := range ports {
-			if err := core.AddPort(n.coreTime(0), noc.PortID(p), fmt.Sprintf("p%d", p), mtu); err != nil {
-				return ClockResult{}, fmt.Errorf("sim: %w", err)
-			}
+		w.base = append(w.base, make([]time.Duration, g.Ports(noc.NodeID(i))))
+		for p := range w.base[i] {
 			w.base[i][p] = time.Duration(crng.Int64N(int64(cfg.Base) + 1))
 		}
 		w.nodes = append(w.nodes, n)
@@ -229,6 +234,15 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		w.flush(i)
 	}
 	w.push(cfg.CheckEvery, clockEvent{kind: 2})
+	if cfg.Restart {
+		for i, n := range w.nodes {
+			if n.faulty == 0 {
+				w.push(cfg.Warmup/2, clockEvent{kind: 3, node: i})
+				w.push(cfg.Warmup/2+4*time.Second, clockEvent{kind: 4, node: i})
+				break
+			}
+		}
+	}
 	for w.q.Len() > 0 {
 		k, ev := w.q.Pop()
 		if k.At > cfg.Duration {
@@ -238,11 +252,14 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		switch ev.kind {
 		case 0:
 			n := w.nodes[ev.node]
+			if n.down {
+				continue
+			}
 			_ = n.core.Input(n.coreTime(w.now), ev.port, ev.data) // refusals are counted by the link
 			w.flush(ev.node)
 		case 1:
 			n := w.nodes[ev.node]
-			if n.tick != w.now {
+			if n.tick != w.now || n.down {
 				continue // superseded
 			}
 			n.ticked = false
@@ -251,6 +268,16 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 		case 2:
 			w.checkClocks(h)
 			w.push(w.now+cfg.CheckEvery, clockEvent{kind: 2})
+		case 3:
+			w.nodes[ev.node].down = true
+		case 4:
+			n := w.nodes[ev.node]
+			core, err := w.newCore(ev.node, n, crng.Uint64(), w.now)
+			if err != nil {
+				return ClockResult{}, err
+			}
+			n.core, n.down, n.fresh, n.ticked, n.hasLine = core, false, true, false, false
+			w.flush(ev.node)
 		}
 	}
 	for _, n := range w.nodes {
@@ -266,6 +293,40 @@ func RunClock(cfg ClockConfig) (ClockResult, error) {
 	w.res.Exclusions = w.exclusions()
 	return w.res, nil
 }
+
+// newCore makes node i's core (n's clock, seed), started at global time
+// at, with its ports.
+func (w *clockWorld) newCore(i int, n *clockNode, seed uint64, at time.Duration) (*node.Core, error) {
+	// The core counts from 0 as the agent does (its time since start);
+	// the clock epoch makes its timestamps the node's clock.
+	lc := link.DefaultConfig()
+	lc.HeartbeatInterval, lc.DeadInterval = 10*time.Millisecond, 500*time.Millisecond
+	lc.RTO, lc.MaxRTO = 2*time.Millisecond, 50*time.Millisecond
+	lc.ClockStamps = true
+	lc.ClockEpoch = n.off
+	core, err := node.New(node.Config{
+		Self: noc.NodeID(i), Link: lc, Seed: seed,
+		Route: route.Config{HelloInterval: 10 * time.Millisecond, SPFDelay: time.Millisecond},
+		Clock: clock.Config{ReportInterval: clockReport, Bug: w.cfg.Bug},
+	}, n.coreTime(at))
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	for p := range w.g.Ports(noc.NodeID(i)) {
+		if err := core.AddPort(n.coreTime(at), noc.PortID(p), fmt.Sprintf("p%d", p), mtu); err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+	}
+	return core, nil
+}
+
+// clockReport is the scenario's report interval (ReportTTL four of them).
+const clockReport = 500 * time.Millisecond
+
+// timelineSettles is when every node follows the fabric's timeline: the
+// lowest node's wait for one (ReportTTL), and as long again for the news
+// to reach every node.
+const timelineSettles = 2 * 4 * clockReport
 
 func (w *clockWorld) push(at time.Duration, ev clockEvent) {
 	w.seq++
@@ -310,8 +371,11 @@ func (w *clockWorld) flush(i int) {
 // checkClocks checks every node's view against the truth at w.now.
 func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 	warm := w.now >= w.cfg.Warmup
+	// held: a node the bound target and knowing every node apply to
+	held := func(n *clockNode) bool { return n.faulty == 0 && !n.down && !n.fresh }
+	line, lineOf := clock.Timeline{}, -1 // the timeline of the first node checked after the warm-up
 	for i, n := range w.nodes {
-		if n.faulty != 0 {
+		if n.faulty != 0 || n.down {
 			continue
 		}
 		li := n.local(w.now)
@@ -323,7 +387,6 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 			if j >= len(w.nodes) || w.nodes[j].faulty != 0 {
 				continue
 			}
-			seen++
 			truth := w.nodes[j].local(w.now) - li
 			err := e.Offset - truth
 			w.res.Checked++
@@ -335,6 +398,10 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 			if e.Bound > 0 {
 				w.res.WorstError = max(w.res.WorstError, float64(abs(err))/float64(e.Bound))
 			}
+			if !held(n) || !held(w.nodes[j]) {
+				continue
+			}
+			seen++
 			if warm {
 				target := 2 * time.Duration(w.hops[i][j]) * w.cfg.Jitter
 				r := float64(e.Bound) / float64(target)
@@ -347,10 +414,90 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 				}
 			}
 		}
-		if honest := len(w.nodes) - 1 - w.cfg.faultyCount(w.nodes); warm && seen < honest {
+		if honest := w.heldCount(held) - 1; warm && held(n) && seen < honest {
 			w.violate("at %v node %d knows %d of the %d other honest nodes' clocks", w.now, i, seen, honest)
 		}
+		w.checkCluster(i, n, v)
+		if ts := v.Cluster(); warm && v.HasTimeline && w.now >= timelineSettles {
+			switch {
+			case lineOf < 0:
+				line, lineOf = ts.Line, i
+			case ts.Line.Origin != line.Origin:
+				w.violate("at %v node %d is on the timeline of node %d, node %d on node %d's", w.now, i, ts.Line.Origin, lineOf, line.Origin)
+			}
+		}
 	}
+}
+
+// checkCluster checks node i's cluster timestamp (from view v): against
+// the truth, its reference's clock plus its timeline's K, where that
+// reference's clock is honest (a stepping node's, before its step); and,
+// whatever the reference, that the cluster time went on from the last
+// check as node i's own clock did, within both errors and the drift: it
+// moves with no reference's step and at no change of its timeline (its
+// reference going or coming back).
+func (w *clockWorld) checkCluster(i int, n *clockNode, v clock.View) {
+	if !v.HasTimeline {
+		if w.now >= w.cfg.Warmup && w.now >= timelineSettles {
+			w.violate("at %v node %d follows no timeline", w.now, i)
+		}
+		return
+	}
+	ts := v.Cluster()
+	ref := int(ts.Ref)
+	if ref >= len(w.nodes) {
+		w.violate("at %v node %d's timeline names node %d", w.now, i, ref)
+		return
+	}
+	if r := w.nodes[ref]; r.faulty == 0 || r.faulty == 1 && w.now < r.step {
+		truth := r.local(w.now) + ts.Line.K
+		w.res.ClusterChecked++
+		if err := ts.Time - truth; abs(err) <= ts.Error {
+			w.res.ClusterWithin++
+		} else {
+			w.violate("at %v node %d's cluster time is %v ± %v; the truth (node %d's clock + %v) is %v (off by %v)", w.now, i, ts.Time, ts.Error, ref, ts.Line.K, truth, err)
+		}
+	}
+	// Once the fabric settled on one timeline (half the warm-up, and
+	// timelineSettles) no split joins two timelines in this scenario.
+	local := n.local(w.now)
+	if n.hasLine && w.now >= w.cfg.Warmup/2 && w.now >= timelineSettles {
+		if n.line != ts.Line {
+			w.res.Handovers++
+		}
+		elapsed := w.now - n.lineAt
+		move := (ts.Time - n.lineTime) - (local - n.lineLocal)
+		w.res.WorstJump = max(w.res.WorstJump, abs(move))
+		// both errors; the drift of the reference against this clock
+		// since (at the estimator's rate bound, which an estimate may use
+		// until it is corrected); and at a hand-over the new reference's
+		// bound on the old, at most the bound target on the longest path
+		// widened at the rate bound for as long as it carried the old
+		// reference's estimate without news (a report's life, a report
+		// interval and a dead interval, at most)
+		rate := n.core.Clock().Config().MaxRate + 2*w.cfg.Drift
+		allow := ts.Error + n.lineErr + time.Duration(rate*float64(elapsed))
+		if n.line != ts.Line {
+			stale := float64(4*clockReport + clockReport + 500*time.Millisecond)
+			allow += 2*time.Duration(slices.Max(w.hops[ref]))*w.cfg.Jitter + time.Duration(rate*stale)
+		}
+		if abs(move) > allow {
+			w.violate("at %v node %d's cluster time moved by %v against its clock since %v (timeline %+v, then %+v; allowed %v)", w.now, i, move, n.lineAt, n.line, ts.Line, allow)
+		}
+	}
+	n.line, n.hasLine = ts.Line, true
+	n.lineAt, n.lineTime, n.lineLocal, n.lineErr = w.now, ts.Time, local, ts.Error
+}
+
+// heldCount counts the nodes held satisfies.
+func (w *clockWorld) heldCount(held func(*clockNode) bool) int {
+	k := 0
+	for _, n := range w.nodes {
+		if held(n) {
+			k++
+		}
+	}
+	return k
 }
 
 func (c ClockConfig) faultyCount(nodes []*clockNode) int {
@@ -371,8 +518,8 @@ func (w *clockWorld) checkExclusions() {
 			continue
 		}
 		for _, j := range w.g.Neighbours(noc.NodeID(i)) {
-			if w.nodes[j].faulty != 0 {
-				continue
+			if w.nodes[j].faulty != 0 || n.faulty == 1 && w.nodes[j].fresh {
+				continue // (a node that restarted after the step never saw it)
 			}
 			if why, ok := w.excludedBy[i][int(j)]; !ok || why == "" {
 				w.violate("node %d never excluded its neighbour %d, whose clock is dishonest", j, i)

@@ -25,6 +25,26 @@ func TestClockWithinBounds(t *testing.T) {
 	}
 }
 
+// TestClockTimelineOutlivesItsReference: the cluster time's reference
+// stops and later starts again with a fresh core; every node's cluster
+// timestamp stays within its error of the truth (its reference's clock
+// plus its timeline's K), and neither hand-over of the timeline moves the
+// cluster time by more than the new reference's bound and the drift.
+func TestClockTimelineOutlivesItsReference(t *testing.T) {
+	r, err := RunClock(ClockConfig{Seed: 1, Nodes: 16, Duration: 24 * time.Second, Restart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(r.Summary())
+	for _, v := range r.Violations {
+		t.Error(v)
+	}
+	// 15 nodes follow node 1 when node 0 stops, then node 0 again
+	if r.ClusterChecked == 0 || r.ClusterWithin != r.ClusterChecked || r.Handovers < 2*15 {
+		t.Errorf("%d of %d cluster timestamps within their error; %d hand-overs", r.ClusterWithin, r.ClusterChecked, r.Handovers)
+	}
+}
+
 // TestClockExcludesDishonestNeighbours: a node whose clock steps and one
 // whose clock runs 2000 ppm fast are excluded by every neighbour, with a
 // reason, and every honest node's estimates stay within their bounds.

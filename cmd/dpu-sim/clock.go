@@ -17,6 +17,7 @@ type clockArgs struct {
 	topo     string
 	duration time.Duration
 	faulty   int
+	restart  bool
 	plant    string
 	jobs     int
 }
@@ -44,7 +45,7 @@ func runClock(stdout, stderr io.Writer, a clockArgs) error {
 	default:
 		return fmt.Errorf("--clock: unknown --plant-bug %q (want clock-symmetric)", a.plant)
 	}
-	cfg := sim.ClockConfig{Nodes: a.nodes, Topo: a.topo, Duration: a.duration, Faulty: a.faulty, Bug: bug}
+	cfg := sim.ClockConfig{Nodes: a.nodes, Topo: a.topo, Duration: a.duration, Faulty: a.faulty, Restart: a.restart, Bug: bug}
 	if a.duration > 0 && a.duration < 30*time.Second {
 		cfg.Warmup = a.duration * 2 / 3
 	}
@@ -68,6 +69,7 @@ func runClock(stdout, stderr io.Writer, a clockArgs) error {
 	close(next)
 	wg.Wait()
 	checked, within, failed := 0, 0, 0
+	clusterChecked, clusterWithin, worstJump := 0, 0, time.Duration(0)
 	worstErr, worstBound := 0.0, 0.0
 	for i, r := range results {
 		if errs[i] != nil {
@@ -75,6 +77,7 @@ func runClock(stdout, stderr io.Writer, a clockArgs) error {
 		}
 		fmt.Fprintln(stdout, r.Summary())
 		checked, within = checked+r.Checked, within+r.Within
+		clusterChecked, clusterWithin, worstJump = clusterChecked+r.ClusterChecked, clusterWithin+r.ClusterWithin, max(worstJump, r.WorstJump)
 		worstErr, worstBound = max(worstErr, r.WorstError), max(worstBound, r.WorstBound)
 		if !r.OK() {
 			failed++
@@ -85,6 +88,9 @@ func runClock(stdout, stderr io.Writer, a clockArgs) error {
 			if a.faulty != 0 {
 				replay += fmt.Sprintf(" --clock-faulty %d", a.faulty)
 			}
+			if a.restart {
+				replay += " --clock-restart"
+			}
 			if a.plant != "" {
 				replay += " --plant-bug " + a.plant
 			}
@@ -94,8 +100,9 @@ func runClock(stdout, stderr io.Writer, a clockArgs) error {
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "clock seeds=%d nodes=%d checked=%d within=%d (%.4f%%) worst_err/bound=%.3f worst_bound/2jitter=%.3f failed=%d time=%v\n",
-		len(a.seeds), a.nodes, checked, within, 100*float64(within)/float64(max(checked, 1)), worstErr, worstBound, failed, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "clock seeds=%d nodes=%d checked=%d within=%d (%.4f%%) worst_err/bound=%.3f worst_bound/2jitter=%.3f cluster_checked=%d cluster_within=%d worst_jump=%v failed=%d time=%v\n",
+		len(a.seeds), a.nodes, checked, within, 100*float64(within)/float64(max(checked, 1)), worstErr, worstBound,
+		clusterChecked, clusterWithin, worstJump, failed, time.Since(start).Round(time.Millisecond))
 	if failed > 0 {
 		return errViolations
 	}

@@ -143,6 +143,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	clockRun := fs.Bool("clock", false, "run the fabric clock scenario instead of the workload: node clocks skewed by up to ±1 s and drifting ±100 ppm, links with asymmetric base delays and 0-50 µs jitter; checks every estimate against the truth (with --plant-bug clock-symmetric to see the checker catch a wrong bound)")
 	clockFor := fs.Duration("clock-duration", 0, "with --clock: virtual time of a run (default 30s; the bound target applies from 20s, or two thirds of a shorter run)")
+	clockRestart := fs.Bool("clock-restart", false, "with --clock: the cluster time's reference (the lowest honest node) stops at half the warm-up and starts again, a fresh core, 4 s later; the cluster time must go on without a jump across both hand-overs")
 	clockFaulty := fs.Int("clock-faulty", 0, "with --clock: nodes with dishonest clocks (one in two steps by 20 ms, the other runs 2000 ppm fast) that their neighbours must exclude")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -197,7 +198,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if *clockRun {
 		return runClock(stdout, stderr, clockArgs{seeds: seedList(*seed, *first, *seeds), nodes: *nodes, topo: *topoKind,
-			duration: *clockFor, faulty: *clockFaulty, plant: *plant, jobs: *jobs})
+			duration: *clockFor, faulty: *clockFaulty, restart: *clockRestart, plant: *plant, jobs: *jobs})
 	}
 	var bug coherence.PlantedBug
 	switch *plant {

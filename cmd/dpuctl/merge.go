@@ -43,7 +43,7 @@ func monitorMerge(e *env, args []string) error {
 		return fmt.Errorf("monitor merge: %w", err)
 	}
 	if refs > 1 {
-		fmt.Fprintf(e.stderr, "dpuctl: monitor merge: the events' cluster times name %d reference nodes: times of different references are not comparable, and their order is not certain\n", refs)
+		fmt.Fprintf(e.stderr, "dpuctl: monitor merge: the events' cluster times are on %d timelines: times of different timelines are not comparable, and their order is not certain\n", refs)
 	}
 	enc := json.NewEncoder(e.stdout)
 	for _, h := range history {

@@ -118,7 +118,7 @@ func TestMonitorMergeRefusesWhatItCannotOrder(t *testing.T) {
 	}
 	two := good + record(t, ctl.Event{Kind: ctl.EventLinkDown, Node: 2, Cluster: &ctl.ClusterTime{Time: 2 * time.Millisecond, Ref: 3}})
 	if err := run(context.Background(), strings.NewReader(two), &out, &errOut, []string{"monitor", "merge", "-"}); err != nil ||
-		!strings.Contains(errOut.String(), "2 reference nodes") || strings.Count(out.String(), "\n") != 2 {
+		!strings.Contains(errOut.String(), "2 timelines") || strings.Count(out.String(), "\n") != 2 {
 		t.Errorf("merge of two references: %v, stderr %q, stdout %q", err, errOut.String(), out.String())
 	}
 }

@@ -410,7 +410,11 @@ func clockShow(e *env, args []string) error {
 	}
 	for _, en := range entries {
 		if en.Self && en.Cluster != nil {
-			fmt.Fprintf(e.stdout, "node %d: cluster time %s ±%s (the clock of node %d)\n", en.Node, clusterSeconds(en.Cluster.Time), duration(en.Cluster.Error), en.Cluster.Ref)
+			fmt.Fprintf(e.stdout, "node %d: cluster time %s ±%s (the clock of node %d", en.Node, clusterSeconds(en.Cluster.Time), duration(en.Cluster.Error), en.Cluster.Ref)
+			if l := en.Cluster.Line; l != nil && *l != en.Cluster.Ref {
+				fmt.Fprintf(e.stdout, ", on the timeline node %d started", *l)
+			}
+			fmt.Fprintln(e.stdout, ")")
 		}
 	}
 	tw := table(e.stdout)
@@ -658,6 +662,9 @@ func eventLine(ev ctl.Event) string {
 	fmt.Fprintf(&b, "%s ", ev.Time.UTC().Format("2006-01-02T15:04:05.000000Z"))
 	if c := ev.Cluster; c != nil {
 		fmt.Fprintf(&b, "cluster %s ±%s ref %d ", clusterSeconds(c.Time), duration(c.Error), c.Ref)
+		if c.Line != nil && *c.Line != c.Ref {
+			fmt.Fprintf(&b, "line %d ", *c.Line)
+		}
 	}
 	if ev.From != nil {
 		fmt.Fprintf(&b, "at %d ", *ev.From)

@@ -96,6 +96,13 @@ type Clock struct {
 	excluded   []Exclusion // since the last TakeExclusions
 	stats      Stats
 	scratch    []byte
+
+	// The timeline followed (timeline.go), and the last estimate of its
+	// reference's clock (refX ± refB at refAt, this clock's time).
+	tl                Timeline
+	hasTL, refOK      bool
+	born              time.Duration
+	refX, refB, refAt time.Duration
 }
 
 // peer is the neighbour on one port.
@@ -143,7 +150,10 @@ type Stats struct {
 	ReportsMalformed   uint64
 	Inconsistent       uint64 // compositions whose measurements contradicted each other
 	ReportsForgotten   uint64
-	NeighboursMeasured int // neighbours with an estimate now
+	TimelineTakeovers  uint64 // times this node took its timeline's reference over
+	TimelineChanges    uint64 // times it went over to another timeline (or reference)
+	TimelineConflicts  uint64 // references of its timeline not followed: their time was another
+	NeighboursMeasured int    // neighbours with an estimate now
 }
 
 // New returns a clock that knows no neighbour yet.
@@ -151,7 +161,7 @@ func New(cfg Config, now time.Duration) (*Clock, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Clock{cfg: cfg, reports: map[noc.NodeID]*report{}, nextReport: now + cfg.ReportInterval}, nil
+	return &Clock{cfg: cfg, reports: map[noc.NodeID]*report{}, nextReport: now + cfg.ReportInterval, born: now}, nil
 }
 
 // Config returns the configuration with its defaults filled in.
@@ -227,7 +237,8 @@ func (c *Clock) Tick(now time.Duration) {
 			c.stats.ReportsForgotten++
 		}
 	}
-	rep := Report{Origin: c.cfg.Self, At: now}
+	c.steer(now, c.view(now))
+	rep := Report{Origin: c.cfg.Self, At: now, Timeline: c.tl, HasTimeline: c.hasTL}
 	for _, pr := range c.peers {
 		if pr.known && !pr.out && pr.f.valid && len(rep.Links) < MaxLinks {
 			l := pr.f.line

@@ -154,7 +154,9 @@ type fabric struct {
 	clocks []*clock.Clock
 	truth  []peerClock // each node's clock against an ideal one
 	links  [][2]int
+	cut    map[int]bool // links (by index) that carry nothing
 	delay  func(a, b int) (time.Duration, time.Duration)
+	now    time.Duration // the ideal time run to
 }
 
 func (f *fabric) run(t *testing.T, until time.Duration) {
@@ -172,8 +174,13 @@ func (f *fabric) run(t *testing.T, until time.Duration) {
 		t.Fatal("no such link")
 		return 0
 	}
-	for now := time.Duration(0); now < until; now += 20 * time.Millisecond {
-		for _, l := range f.links {
+	start := f.now
+	f.now += until
+	for now := start; now < f.now; now += 20 * time.Millisecond {
+		for i, l := range f.links {
+			if f.cut[i] {
+				continue
+			}
 			for _, ab := range [][2]int{{l[0], l[1]}, {l[1], l[0]}} {
 				a, b := ab[0], ab[1]
 				d1, d2 := f.delay(a, b)
@@ -193,7 +200,10 @@ func (f *fabric) run(t *testing.T, until time.Duration) {
 			moved = false
 			for a, c := range f.clocks {
 				for _, o := range c.TakeOutputs(nil) {
-					for _, l := range f.links {
+					for i, l := range f.links {
+						if f.cut[i] {
+							continue
+						}
 						var b int
 						switch a {
 						case l[0]:
@@ -259,10 +269,81 @@ func TestLoopsCutTheBound(t *testing.T) {
 	if far.Hops != 3 || far.Bound >= 3*near.Bound {
 		t.Errorf("node 3 (%d hops): bound %v, one hop's %v: the loop did not narrow it", far.Hops, far.Bound, near.Bound)
 	}
-	if ts := f.clocks[2].Now(f.truth[2].at(6 * time.Second)); ts.Ref != 0 || ts.Error <= 0 {
-		t.Errorf("node 2's cluster time %+v: want node 0's clock with an error", ts)
+	ref := f.clocks[0].Now(at)
+	if ref.Ref != 0 || ref.Error != 0 || ref.Time != at+ref.Line.K {
+		t.Errorf("node 0's cluster time %+v: it is the reference", ref)
 	}
-	if ts := f.clocks[0].Now(at); ts.Ref != 0 || ts.Error != 0 || ts.Time != at {
-		t.Errorf("node 0's cluster time %+v: it is the reference", ts)
+	// Every node is on node 0's timeline, within its bound of node 0's
+	// clock plus the timeline's K.
+	for i := range n {
+		ts := f.clocks[i].Now(f.truth[i].at(6 * time.Second))
+		truth := at + ref.Line.K
+		if ts.Line != ref.Line || ts.Ref != 0 || (i != 0) != (ts.Error > 0) || ts.Time-truth > ts.Error || truth-ts.Time > ts.Error {
+			t.Errorf("node %d's cluster time %+v: want %v within its bound, on %+v", i, ts, truth, ref.Line)
+		}
+	}
+}
+
+// TestTimelineOutlivesItsReference: on a line of four, the cluster time's
+// reference (node 0) stops; node 1, now the lowest, takes the timeline
+// over where it was, the others follow it, and the time goes on within
+// the bounds. When node 0 comes back with a fresh clock it waits for the
+// fabric's timeline, takes it over (lower than node 1), and again the
+// time does not jump.
+func TestTimelineOutlivesItsReference(t *testing.T) {
+	const n = 4
+	mk := func(i int, now time.Duration) *clock.Clock {
+		c, err := clock.New(clock.Config{Self: noc.NodeID(i), ReportInterval: 200 * time.Millisecond}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	f := &fabric{}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range n {
+		f.truth = append(f.truth, peerClock{off: time.Duration(rng.Int64N(int64(2*time.Second))) - time.Second, rate: (rng.Float64()*2 - 1) * 100e-6})
+		f.clocks = append(f.clocks, mk(i, f.truth[i].at(0)))
+	}
+	f.links = [][2]int{{0, 1}, {1, 2}, {2, 3}}
+	f.delay = func(a, b int) (time.Duration, time.Duration) { return 20 * time.Microsecond, 25 * time.Microsecond }
+	f.run(t, 4*time.Second)
+	// truth of node i's cluster time at global time g
+	truth := func(ts clock.Timestamp, g time.Duration) time.Duration { return f.truth[ts.Ref].at(g) + ts.Line.K }
+	check := func(what string, g time.Duration, i int) clock.Timestamp {
+		t.Helper()
+		ts := f.clocks[i].Now(f.truth[i].at(g))
+		if d := ts.Time - truth(ts, g); d > ts.Error || -d > ts.Error {
+			t.Fatalf("%s: node %d's cluster time %+v is %v off its truth", what, i, ts, d)
+		}
+		return ts
+	}
+	before := check("before", 4*time.Second, 3)
+	if before.Ref != 0 {
+		t.Fatalf("node 3 follows %+v, want node 0's clock", before)
+	}
+	// node 0 stops: its link goes, its reports age out
+	f.cut = map[int]bool{0: true}
+	f.clocks[1].PortDown(0)
+	f.run(t, 4*time.Second)
+	after := check("after node 0 stopped", 8*time.Second, 3)
+	if after.Ref != 1 || after.Line.Origin != before.Line.Origin {
+		t.Fatalf("node 3 follows %+v after node 0 stopped, want node 1's clock on timeline %d", after, before.Line.Origin)
+	}
+	// the timeline went on: the truth moved from node 0's clock to node
+	// 1's by no more than node 1's bound on node 0 and the drift since
+	if jump := truth(after, 8*time.Second) - (f.truth[0].at(8*time.Second) + before.Line.K); jump > time.Millisecond || jump < -time.Millisecond {
+		t.Fatalf("the cluster time jumped by %v when its reference stopped", jump)
+	}
+	// node 0 comes back, a fresh clock
+	f.clocks[0] = mk(0, f.truth[0].at(f.now))
+	f.cut = nil
+	f.run(t, 4*time.Second)
+	back := check("after node 0 came back", 12*time.Second, 3)
+	if back.Ref != 0 || back.Line.Origin != before.Line.Origin {
+		t.Fatalf("node 3 follows %+v after node 0 came back, want node 0's clock on timeline %d", back, before.Line.Origin)
+	}
+	if jump := truth(back, 12*time.Second) - truth(after, 12*time.Second); jump > time.Millisecond || jump < -time.Millisecond {
+		t.Fatalf("the cluster time jumped by %v when node 0 came back", jump)
 	}
 }

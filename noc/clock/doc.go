@@ -88,9 +88,15 @@
 // A negative cycle means the measurements contradict each other; the node
 // then falls back to the breadth-first intervals and says so.
 //
-// The cluster timestamp is the clock of the lowest-numbered node this node
-// has an estimate of (itself included): now + x_ref, with error the bound
-// of x_ref (zero at the reference).
+// The cluster timestamp is a timeline's (timeline.go): the clock of its
+// reference node plus the timeline's constant K, now + x_ref + K, with
+// error the bound of x_ref (zero at the reference). The reference is the
+// lowest-numbered node on the timeline; when it leaves, the lowest node
+// left takes the timeline over with the K that continues it, and one
+// lower than the reference that joins takes it over the same way, so the
+// cluster time goes on across the change (by no more than the new
+// reference's bound on the old). Every report carries the timeline its
+// origin follows (version 2 of the report; a version 1 report says none).
 //
 // # What it must never do
 //

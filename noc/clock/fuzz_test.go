@@ -18,7 +18,9 @@ func reportSeeds() [][]byte {
 		{Node: 7, Line: clock.Line{Lo: time.Second, Hi: time.Second + time.Microsecond, RLo: -500e-6, RHi: 500e-6}},
 	}}
 	empty := clock.Report{Origin: 9, At: -time.Millisecond}
-	return [][]byte{r.AppendTo(nil), empty.AppendTo(nil)}
+	lined := clock.Report{Origin: 4, At: time.Second, HasTimeline: true, Timeline: clock.Timeline{Origin: 0, Ref: 2, K: -3 * time.Millisecond},
+		Links: []clock.LinkReport{{Node: 2, Line: clock.Line{Lo: -time.Microsecond, Hi: time.Microsecond, RLo: -1e-6, RHi: 1e-6}}}}
+	return [][]byte{r.AppendTo(nil), empty.AppendTo(nil), lined.AppendTo(nil)}
 }
 
 // FuzzReportDecode: Decode never panics, refuses with ErrReport, and what
@@ -40,7 +42,8 @@ func FuzzReportDecode(f *testing.F) {
 		if err := again.Decode(r.AppendTo(nil)); err != nil {
 			t.Fatalf("re-encoded report refused: %v", err)
 		}
-		if again.Origin != r.Origin || again.At != r.At || len(again.Links) != len(r.Links) {
+		if again.Origin != r.Origin || again.At != r.At || len(again.Links) != len(r.Links) ||
+			again.HasTimeline != r.HasTimeline || again.Timeline != r.Timeline {
 			t.Fatalf("round trip: %+v, then %+v", r, again)
 		}
 		for i := range r.Links {
@@ -64,19 +67,40 @@ func TestReportRoundTrip(t *testing.T) {
 		t.Fatalf("decoded %+v", r)
 	}
 	for name, edit := range map[string]func([]byte) []byte{
-		"short":           func(b []byte) []byte { return b[:10] },
-		"version":         func(b []byte) []byte { b[0] = 2; return b },
-		"count":           func(b []byte) []byte { b[1] = 3; return b },
-		"trailing":        func(b []byte) []byte { return append(b, 0) },
-		"reserved":        func(b []byte) []byte { b[2] = 1; return b },
-		"self link":       func(b []byte) []byte { copy(b[16:20], b[4:8]); return b },
-		"lo above hi":     func(b []byte) []byte { b[24] = 0x7f; return b },
-		"rate too large":  func(b []byte) []byte { b[48] = 0x7f; return b },
-		"neighbour twice": func(b []byte) []byte { copy(b[64:68], b[16:20]); return b },
+		"short":                 func(b []byte) []byte { return b[:10] },
+		"version":               func(b []byte) []byte { b[0] = 3; return b },
+		"count":                 func(b []byte) []byte { b[1] = 3; return b },
+		"trailing":              func(b []byte) []byte { return append(b, 0) },
+		"flags":                 func(b []byte) []byte { b[2] = 2; return b },
+		"reserved":              func(b []byte) []byte { b[3] = 1; return b },
+		"timeline without flag": func(b []byte) []byte { b[19] = 1; return b },
+		"self link":             func(b []byte) []byte { copy(b[32:36], b[4:8]); return b },
+		"lo above hi":           func(b []byte) []byte { b[40] = 0x7f; return b },
+		"rate too large":        func(b []byte) []byte { b[64] = 0x7f; return b },
+		"neighbour twice":       func(b []byte) []byte { copy(b[80:84], b[32:36]); return b },
+		"version 1 with flags":  func(b []byte) []byte { b[0], b[2] = 1, 1; return append(b[:16], b[32:]...) },
 	} {
 		if err := new(clock.Report).Decode(edit(bytes.Clone(good))); !errors.Is(err, clock.ErrReport) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// a version 1 report (no timeline fields) is one of an origin that
+	// follows no timeline
+	v1 := append([]byte{1, good[1], 0, 0}, good[4:16]...)
+	v1 = append(v1, good[32:]...)
+	var old clock.Report
+	if err := old.Decode(v1); err != nil || old.HasTimeline || len(old.Links) != 2 || old.Links[1].Line.Lo != time.Second {
+		t.Fatalf("version 1: %+v %v", old, err)
+	}
+	lined := reportSeeds()[2]
+	var l clock.Report
+	if err := l.Decode(lined); err != nil || !l.HasTimeline || l.Timeline != (clock.Timeline{Origin: 0, Ref: 2, K: -3 * time.Millisecond}) {
+		t.Fatalf("a report with a timeline: %+v %v", l, err)
+	}
+	huge := bytes.Clone(lined)
+	huge[24] = 0x7f // K beyond the farthest offset
+	if err := new(clock.Report).Decode(huge); !errors.Is(err, clock.ErrReport) {
+		t.Errorf("timeline K beyond bounds: %v", err)
 	}
 }
 

@@ -14,20 +14,28 @@ import (
 // op noc.OpClock:
 //
 //	offset size field
-//	0      1    version   ReportVersion
+//	0      1    version   ReportVersion (1: no timeline fields)
 //	1      1    links     how many link records follow (0..MaxLinks)
-//	2      2    reserved  0
+//	2      1    flags     bit 0: the origin follows a timeline; others 0
+//	3      1    reserved  0
 //	4      4    origin    the node that measured
 //	8      8    at        the origin's clock (ns) the records hold at
-//	16     48*n records   neighbour (4), reserved (4), lo (8), hi (8) in ns;
+//	16     4    line      the timeline's origin node  (version 2 on)
+//	20     4    ref       the timeline's reference node
+//	24     8    k         the timeline's offset from the reference's clock (ns)
+//	32     48*n records   neighbour (4), reserved (4), lo (8), hi (8) in ns;
 //	                      rate low, rate high, rate (8 each) in units of 1e-15
 //
-// All fields are big endian and signed where they are times or rates.
+// All fields are big endian and signed where they are times or rates. A
+// version 1 report (no timeline fields, records from offset 16) is read as
+// one whose origin follows no timeline.
 const (
-	ReportVersion = 1
+	ReportVersion = 2
 	MaxLinks      = 64
-	reportHead    = 16
+	reportHeadV1  = 16
+	reportHead    = 32
 	recordLen     = 48
+	flagTimeline  = 1
 	// maxRate caps every rate a report may carry (1%).
 	maxRate  = 0.01
 	rateUnit = 1e-15
@@ -36,11 +44,15 @@ const (
 // ErrReport: a report that is not well formed.
 var ErrReport = errors.New("clock: malformed report")
 
-// Report is what one node measured of its neighbours at one time.
+// Report is what one node measured of its neighbours at one time, and
+// the timeline it follows.
 type Report struct {
 	Origin noc.NodeID
 	At     time.Duration
 	Links  []LinkReport
+	// Timeline is the cluster time the origin follows (HasTimeline).
+	Timeline    Timeline
+	HasTimeline bool
 }
 
 // LinkReport is the origin's estimate of one neighbour: Line's offsets are
@@ -52,9 +64,20 @@ type LinkReport struct {
 
 // AppendTo appends r's encoding to b.
 func (r *Report) AppendTo(b []byte) []byte {
-	b = append(b, ReportVersion, byte(len(r.Links)), 0, 0)
+	var flags byte
+	if r.HasTimeline {
+		flags |= flagTimeline
+	}
+	b = append(b, ReportVersion, byte(len(r.Links)), flags, 0)
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Origin))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.At))
+	var tl Timeline
+	if r.HasTimeline {
+		tl = r.Timeline
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(tl.Origin))
+	b = binary.BigEndian.AppendUint32(b, uint32(tl.Ref))
+	b = binary.BigEndian.AppendUint64(b, uint64(tl.K))
 	for _, l := range r.Links {
 		b = binary.BigEndian.AppendUint32(b, uint32(l.Node))
 		b = binary.BigEndian.AppendUint32(b, 0)
@@ -71,14 +94,19 @@ func (r *Report) AppendTo(b []byte) []byte {
 // ErrReport. The rate interval is rounded outward by one unit, so decoding
 // never narrows what was sent.
 func (r *Report) Decode(b []byte) error {
-	if len(b) < reportHead {
+	if len(b) < reportHeadV1 {
 		return fmt.Errorf("%w: %d bytes", ErrReport, len(b))
 	}
-	if b[0] != ReportVersion {
+	head := reportHead
+	switch b[0] {
+	case 1:
+		head = reportHeadV1
+	case ReportVersion:
+	default:
 		return fmt.Errorf("%w: version %d", ErrReport, b[0])
 	}
 	n := int(b[1])
-	if n > MaxLinks || b[2] != 0 || b[3] != 0 || len(b) != reportHead+n*recordLen {
+	if n > MaxLinks || b[2]&^flagTimeline != 0 || b[3] != 0 || len(b) != head+n*recordLen || b[0] == 1 && b[2] != 0 {
 		return fmt.Errorf("%w: %d links in %d bytes", ErrReport, n, len(b))
 	}
 	r.Origin = noc.NodeID(binary.BigEndian.Uint32(b[4:]))
@@ -86,9 +114,21 @@ func (r *Report) Decode(b []byte) error {
 	if r.Origin == noc.BroadcastNode {
 		return fmt.Errorf("%w: origin %v", ErrReport, r.Origin)
 	}
+	r.Timeline, r.HasTimeline = Timeline{}, b[2]&flagTimeline != 0
+	if head == reportHead {
+		tl := Timeline{Origin: noc.NodeID(binary.BigEndian.Uint32(b[16:])), Ref: noc.NodeID(binary.BigEndian.Uint32(b[20:])),
+			K: time.Duration(binary.BigEndian.Uint64(b[24:]))}
+		switch {
+		case !r.HasTimeline && tl != Timeline{}:
+			return fmt.Errorf("%w: timeline fields without the flag", ErrReport)
+		case r.HasTimeline && (tl.Origin == noc.BroadcastNode || tl.Ref == noc.BroadcastNode || tl.K < -maxOffset || tl.K > maxOffset):
+			return fmt.Errorf("%w: timeline %+v", ErrReport, tl)
+		}
+		r.Timeline = tl
+	}
 	r.Links = make([]LinkReport, n)
 	for i := range n {
-		o := reportHead + i*recordLen
+		o := head + i*recordLen
 		l := &r.Links[i]
 		l.Node = noc.NodeID(binary.BigEndian.Uint32(b[o:]))
 		if binary.BigEndian.Uint32(b[o+4:]) != 0 || l.Node == r.Origin || l.Node == noc.BroadcastNode {

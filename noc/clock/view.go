@@ -31,13 +31,23 @@ type View struct {
 	// Inconsistent: the measurements contradicted each other around a
 	// loop; the estimates are the paths' alone (no loop correction).
 	Inconsistent bool
+	// Timeline is the timeline this node follows (HasTimeline), and ref
+	// its estimate of the reference's clock now.
+	Timeline    Timeline
+	HasTimeline bool
+	ref         Estimate
 }
 
-// Timestamp is a cluster time: the reference node's clock, with the error
-// bound of this node's estimate of it.
+// Timestamp is a cluster time: the reference node's clock plus its
+// timeline's K, with the error bound of this node's estimate of it.
+// Timestamps of one timeline (Line.Origin) compare.
 type Timestamp struct {
 	Time, Error time.Duration
 	Ref         noc.NodeID
+	Line        Timeline
+	// OnLine: the node follows a timeline; else it has none yet (it
+	// started lately) and Line is its reference's own.
+	OnLine bool
 }
 
 // Get returns the estimate of node n.
@@ -59,14 +69,19 @@ func cmpNode(a, b noc.NodeID) int {
 	return 0
 }
 
-// Cluster is the cluster timestamp of this view: the reference is the
-// lowest-numbered node known, this one included.
+// Cluster is the cluster timestamp of this view: on the timeline the
+// node follows (timeline.go); before it follows one, the clock of the
+// lowest-numbered node known, this one included, on a timeline of that
+// node's own.
 func (v View) Cluster() Timestamp {
+	if v.HasTimeline {
+		return Timestamp{Time: v.At + v.ref.Offset + v.Timeline.K, Error: v.ref.Bound, Ref: v.Timeline.Ref, Line: v.Timeline, OnLine: true}
+	}
 	if len(v.Estimates) > 0 && v.Estimates[0].Node < v.Self {
 		e := v.Estimates[0]
-		return Timestamp{Time: v.At + e.Offset, Error: e.Bound, Ref: e.Node}
+		return Timestamp{Time: v.At + e.Offset, Error: e.Bound, Ref: e.Node, Line: Timeline{Origin: e.Node, Ref: e.Node}}
 	}
-	return Timestamp{Time: v.At, Ref: v.Self}
+	return Timestamp{Time: v.At, Ref: v.Self, Line: Timeline{Origin: v.Self, Ref: v.Self}}
 }
 
 // Now is the cluster timestamp at now.
@@ -95,8 +110,15 @@ const inf = time.Duration(math.MaxInt64 / 4)
 
 // View composes the neighbours' filters and the reports into an estimate
 // of every node reachable through measured links (see the package
-// documentation, "The fabric").
+// documentation, "The fabric"), with the timeline the node follows.
 func (c *Clock) View(now time.Duration) View {
+	v := c.view(now)
+	c.timestamp(&v)
+	return v
+}
+
+// view is View without the timeline.
+func (c *Clock) view(now time.Duration) View {
 	v := View{At: now, Self: c.cfg.Self, Excluded: c.Excluded(now)}
 	index := map[noc.NodeID]int{c.cfg.Self: 0}
 	nodes := []vnode{{id: c.cfg.Self, known: true, port: noc.NoPort}}
