@@ -193,25 +193,32 @@ func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 			t.Fatalf("node %d's monitor not subscribed", id)
 		}
 	}
+	// merged waits (bounded) until node id's monitor printed an event
+	// match accepts, and merges the recordings.
+	merged := func(id int, what string, match func(ctl.Event) bool) []ctl.HistoryEvent {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			ok := slices.ContainsFunc(recs[id], match)
+			mu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d's monitor: no %s", id, what)
+			}
+		}
+		mu.Lock()
+		history, lines, err := ctl.MergeHistory(recs...)
+		mu.Unlock()
+		if err != nil || lines != 1 {
+			t.Fatalf("merge after %s: %v (%d timelines)", what, err, lines)
+		}
+		return history
+	}
 	cancel2() // node 2 stops
 	lost := func(ev ctl.Event) bool { return ev.Kind == ctl.EventRouteChange && ev.Node == 2 && ev.Hops == -1 }
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		ok := slices.ContainsFunc(recs[0], lost)
-		mu.Unlock()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node 0 did not lose its route to node 2")
-		}
-	}
-	mu.Lock()
-	history, refs, err := ctl.MergeHistory(recs...)
-	mu.Unlock()
-	if err != nil || refs != 1 {
-		t.Fatalf("merge: %v (%d reference nodes)", err, refs)
-	}
+	history := merged(0, "loss of the route to node 2", lost)
 	down := func(ev ctl.Event) bool { return ev.Kind == ctl.EventLinkDown && ev.Node == 2 }
 	iDown, iLost := -1, -1
 	for i, h := range history {
@@ -237,23 +244,7 @@ func TestMonitorsMergeIntoOneHistory(t *testing.T) {
 
 	cancel0() // the reference stops
 	gone := func(ev ctl.Event) bool { return ev.Kind == ctl.EventLinkDown && ev.Node == 0 }
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		mu.Lock()
-		ok := slices.ContainsFunc(recs[1], gone)
-		mu.Unlock()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("node 1 did not lose its link to node 0")
-		}
-	}
-	mu.Lock()
-	history, lines, err := ctl.MergeHistory(recs...)
-	mu.Unlock()
-	if err != nil || lines != 1 {
-		t.Fatalf("merge after the reference stopped: %v (%d timelines)", err, lines)
-	}
+	history = merged(1, "loss of the link to node 0", gone)
 	// node 1's loss of node 0 comes after every event of node 0, beyond
 	// both bounds
 	iGone := slices.IndexFunc(history, func(h ctl.HistoryEvent) bool { return *h.From == 1 && gone(h.Event) })

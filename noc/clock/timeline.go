@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -99,7 +100,7 @@ func (c *Clock) steer(now time.Duration, v View) {
 		case b.better(a):
 			return 1
 		}
-		return cmpDur(a.K, b.K)
+		return cmp.Compare(a.K, b.K)
 	})
 	// The lowest origin's timeline, in its references that agree with
 	// each other (give one time within both bounds) and that most nodes
@@ -205,14 +206,4 @@ func abs(d time.Duration) time.Duration {
 		return -d
 	}
 	return d
-}
-
-func cmpDur(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -52,21 +53,11 @@ type Timestamp struct {
 
 // Get returns the estimate of node n.
 func (v View) Get(n noc.NodeID) (Estimate, bool) {
-	i, ok := slices.BinarySearchFunc(v.Estimates, n, func(e Estimate, n noc.NodeID) int { return cmpNode(e.Node, n) })
+	i, ok := slices.BinarySearchFunc(v.Estimates, n, func(e Estimate, n noc.NodeID) int { return cmp.Compare(e.Node, n) })
 	if !ok {
 		return Estimate{}, false
 	}
 	return v.Estimates[i], true
-}
-
-func cmpNode(a, b noc.NodeID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Cluster is the cluster timestamp of this view: on the timeline the
@@ -220,7 +211,7 @@ func (c *Clock) view(now time.Duration) View {
 		m, b := mid(l, h)
 		v.Estimates = append(v.Estimates, Estimate{Node: n.id, Offset: m, Bound: b, Rate: n.rate, Hops: n.hops, Port: n.port})
 	}
-	slices.SortFunc(v.Estimates, func(a, b Estimate) int { return cmpNode(a.Node, b.Node) })
+	slices.SortFunc(v.Estimates, func(a, b Estimate) int { return cmp.Compare(a.Node, b.Node) })
 	return v
 }
 
