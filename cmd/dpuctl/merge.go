@@ -29,6 +29,9 @@ func monitorMerge(e *env, args []string) error {
 	if len(files) == 0 {
 		return usagef("monitor merge: no recording (FILE... made with dpuctl -j monitor, - for stdin)")
 	}
+	if n := countOf(files, "-"); n > 1 {
+		return usagef("monitor merge: - (stdin) given %d times", n)
+	}
 	recs := make([][]ctl.Event, len(files))
 	for i, name := range files {
 		var err error
@@ -75,4 +78,15 @@ func readRecording(e *env, name string) ([]ctl.Event, error) {
 	}
 	defer f.Close()
 	return ctl.ReadRecording(f)
+}
+
+// countOf counts the elements of xs equal to x.
+func countOf[T comparable](xs []T, x T) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
 }

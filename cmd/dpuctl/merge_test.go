@@ -116,6 +116,9 @@ func TestMonitorMergeRefusesWhatItCannotOrder(t *testing.T) {
 	if err := run(context.Background(), strings.NewReader(""), &out, &errOut, []string{"monitor", "merge"}); !errors.As(err, new(usageError)) {
 		t.Errorf("merge of nothing: %v, want a usage error", err)
 	}
+	if err := run(context.Background(), strings.NewReader(good), &out, &errOut, []string{"monitor", "merge", "-", "-"}); !errors.As(err, new(usageError)) {
+		t.Errorf("merge of stdin twice: %v, want a usage error", err)
+	}
 	two := good + record(t, ctl.Event{Kind: ctl.EventLinkDown, Node: 2, Cluster: &ctl.ClusterTime{Time: 2 * time.Millisecond, Ref: 3}})
 	if err := run(context.Background(), strings.NewReader(two), &out, &errOut, []string{"monitor", "merge", "-"}); err != nil ||
 		!strings.Contains(errOut.String(), "2 timelines") || strings.Count(out.String(), "\n") != 2 {
