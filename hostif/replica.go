@@ -155,7 +155,6 @@ type replica struct {
 
 	mu      sync.Mutex    // guards what follows and every rewrite of file and entries
 	view    view.View     // which version the file holds, and what to do about it
-	tries   int           // attempts of the reload running
 	state   atomic.Uint32 // the state published in the entries (read without mu)
 	entries []*holder     // the holders whose entries describe the file
 	gone    bool
@@ -560,7 +559,6 @@ func (r *replica) publishLocked(t *replicaTable, reload bool) {
 		r.end(r.view.Version, state)
 	}
 	if reload {
-		r.tries++
 		t.qmu.Lock()
 		t.queue = append(t.queue, r)
 		t.qmu.Unlock()
@@ -606,21 +604,17 @@ func (t *replicaTable) reloaded(r *replica, d *coherence.Completion) {
 		r.view.GaveUp()
 		return
 	}
-	install, done := r.view.Reloaded(d.Version, d.Err == nil)
+	install, next := r.view.Reloaded(d.Version, d.Errno())
 	if install {
 		r.begin()
 		copy(r.file.mem, d.Data)
 		r.end(d.Version, r.state.Load())
 	}
-	switch {
-	case done:
-		r.tries = 0
+	switch next {
+	case view.ReloadDone:
 		r.publishLocked(t, false)
-	case view.Again(r.tries, d.Errno()):
+	case view.ReloadRetry:
 		r.publishLocked(t, true)
-	default:
-		r.tries = 0
-		r.view.GaveUp()
 	}
 }
 

@@ -26,7 +26,6 @@ type simView struct {
 	v       hostview.View
 	content [gva.PageSize]byte
 	holders int // the clients of the node that map the page
-	tries   int // attempts of the reload running
 }
 
 // viewMapped takes client c's map of page (a ref that succeeded, with the
@@ -119,7 +118,6 @@ func (w *World) viewOwnWrite(n *simNode, po *pendingOp, cp coherence.Completion)
 // viewReload sends one attempt of sv's reload, as a step of its own (it
 // is decided inside a core's step, which must end first).
 func (w *World) viewReload(n *simNode, page int, sv *simView) {
-	sv.tries++
 	w.reloads = append(w.reloads, reload{n: n, page: page, sv: sv})
 	if len(w.reloads) == 1 {
 		w.push(event{at: w.now, kind: evReload})
@@ -151,19 +149,13 @@ func (w *World) viewReloaded(n *simNode, page int, sv *simView, cp coherence.Com
 	if n.views[page] != sv {
 		return // unmapped since (or the node restarted)
 	}
-	install, done := sv.v.Reloaded(cp.Version, cp.Errno() == 0)
+	install, next := sv.v.Reloaded(cp.Version, cp.Errno())
 	if install {
 		copy(sv.content[:], cp.Data)
 		w.viewCheck(n, page, sv)
 	}
-	switch {
-	case done:
-		sv.tries = 0
-	case hostview.Again(sv.tries, cp.Errno()):
+	if next == hostview.ReloadRetry {
 		w.viewReload(n, page, sv)
-	default:
-		sv.tries = 0
-		sv.v.GaveUp()
 	}
 }
 

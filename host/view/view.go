@@ -24,6 +24,7 @@ type View struct {
 	State   State
 	// Reloading: a reload of the whole page runs (at most one at a time).
 	Reloading bool
+	tries     int // attempts of the reload running that ended
 }
 
 // Loaded ends the first load, which read version v; it reports whether a
@@ -74,39 +75,57 @@ func (w *View) Kick() (reload bool) {
 	return w.settle()
 }
 
-// Reloaded ends one attempt of a reload, which read version v (ok: it
-// read at all). install: the caller copies the page it read into the copy,
-// which now holds v. done: the view caught up and the reload is over;
-// otherwise the caller tries again or gives up (GaveUp).
-func (w *View) Reloaded(v gva.Version, ok bool) (install, done bool) {
-	if ok && v > w.Version {
+// Next is what a reload does after one of its attempts (Reloaded).
+type Next uint8
+
+// What a reload does next.
+const (
+	// ReloadDone: the view caught up; the reload is over.
+	ReloadDone Next = iota
+	// ReloadRetry: the caller sends another attempt.
+	ReloadRetry
+	// ReloadGaveUp: the reload is over and the view stays stale; the
+	// next event or Kick starts another.
+	ReloadGaveUp
+)
+
+// Reloaded ends one attempt of a reload, which read version v, or failed
+// with errno (non-zero; v is then not read). install: the caller copies
+// the page it read into the copy, which now holds v. next: the reload is
+// done, sends another attempt, or gave up (see again).
+func (w *View) Reloaded(v gva.Version, errno syscall.Errno) (install bool, next Next) {
+	if errno == 0 && v > w.Version {
 		w.Version = v
 		install = true
 	}
-	if w.Version >= w.Want {
-		w.Reloading = false
+	w.tries++
+	switch {
+	case w.Version >= w.Want:
+		w.Reloading, w.tries = false, 0
 		w.settle()
-		return install, true
+		return install, ReloadDone
+	case again(w.tries, errno):
+		return install, ReloadRetry
 	}
-	return install, false
+	w.GaveUp()
+	return install, ReloadGaveUp
 }
 
 // Tries bounds the attempts of one reload.
 const Tries = 6
 
-// Again reports whether a reload whose tries-th attempt did not catch up
-// (Reloaded said not done), ending with errno (0: it read an older
-// version), sends another attempt: up to Tries, and none after an answer
-// that another would repeat (ESTALE: the content was lost with its owner;
-// EHOSTDOWN: no node can serve the page now; EBADF: the session that
-// reloads is closed). Otherwise the caller gives up (GaveUp).
-func Again(tries int, errno syscall.Errno) bool {
+// again reports whether a reload whose tries-th attempt did not catch up,
+// ending with errno (0: it read an older version), sends another attempt:
+// up to Tries, and none after an answer that another would repeat
+// (ESTALE: the content was lost with its owner; EHOSTDOWN: no node can
+// serve the page now; EBADF: the session that reloads is closed).
+func again(tries int, errno syscall.Errno) bool {
 	return tries < Tries && errno != syscall.ESTALE && errno != syscall.EHOSTDOWN && errno != syscall.EBADF
 }
 
 // GaveUp ends a reload that did not catch up: the view stays stale, and
 // the next event or Kick starts another.
-func (w *View) GaveUp() { w.Reloading = false }
+func (w *View) GaveUp() { w.Reloading, w.tries = false, 0 }
 
 // settle sets the state from the versions and reports whether a reload
 // must start (stale, with none running: it is marked running).

@@ -26,28 +26,28 @@ func TestViewRules(t *testing.T) {
 	if w.Invalidate(7, false) {
 		t.Fatal("a second reload started while one runs")
 	}
-	if install, done := w.Reloaded(6, true); !install || done || w.Version != 6 {
-		t.Fatalf("a reload that read 6 of 7: install %v done %v %+v", install, done, w)
+	if install, next := w.Reloaded(6, 0); !install || next != ReloadRetry || w.Version != 6 {
+		t.Fatalf("a reload that read 6 of 7: install %v next %v %+v", install, next, w)
 	}
-	if install, done := w.Reloaded(7, true); !install || !done || w.State != Valid || w.Reloading {
-		t.Fatalf("a reload that caught up: install %v done %v %+v", install, done, w)
+	if install, next := w.Reloaded(7, 0); !install || next != ReloadDone || w.State != Valid || w.Reloading {
+		t.Fatalf("a reload that caught up: install %v next %v %+v", install, next, w)
 	}
 	// the core says its replica left the tree, at the version the copy
 	// holds: stale all the same, until a reload reads a newer version
 	if !w.Invalidate(7, true) || w.State != Stale {
 		t.Fatalf("a forced invalidation at the version held: %+v", w)
 	}
-	if _, done := w.Reloaded(7, true); done || w.State != Stale {
-		t.Fatalf("a reload that read the version held again: done %v %+v", done, w)
+	if _, next := w.Reloaded(7, 0); next == ReloadDone || w.State != Stale {
+		t.Fatalf("a reload that read the version held again: next %v %+v", next, w)
 	}
-	if _, done := w.Reloaded(8, true); !done || w.State != Valid {
-		t.Fatalf("a reload that read a newer version: done %v %+v", done, w)
+	if _, next := w.Reloaded(8, 0); next != ReloadDone || w.State != Valid {
+		t.Fatalf("a reload that read a newer version: next %v %+v", next, w)
 	}
 	// a reload that fails and gives up leaves the copy stale; a kick
 	// starts another
 	w.Invalidate(9, false)
-	if _, done := w.Reloaded(0, false); done {
-		t.Fatal("a failed attempt ended the reload")
+	if _, next := w.Reloaded(0, syscall.EIO); next != ReloadRetry {
+		t.Fatalf("a failed attempt ended the reload: %v", next)
 	}
 	w.GaveUp()
 	if w.State != Stale || !w.Kick() {
@@ -61,17 +61,36 @@ func TestViewRules(t *testing.T) {
 func TestAgainBoundsAReload(t *testing.T) {
 	for tries := 1; tries < Tries; tries++ {
 		for _, errno := range []syscall.Errno{0, syscall.ETIMEDOUT, syscall.EAGAIN, syscall.EHOSTUNREACH} {
-			if !Again(tries, errno) {
+			if !again(tries, errno) {
 				t.Fatalf("attempt %d ended with %v: no other", tries, errno)
 			}
 		}
 		for _, errno := range []syscall.Errno{syscall.ESTALE, syscall.EHOSTDOWN, syscall.EBADF} {
-			if Again(tries, errno) {
+			if again(tries, errno) {
 				t.Fatalf("attempt %d ended with %v: another", tries, errno)
 			}
 		}
 	}
-	if Again(Tries, 0) {
+	if again(Tries, 0) {
 		t.Fatalf("attempt %d of %d: another", Tries, Tries)
+	}
+	// Reloaded counts the attempts: a reload that never catches up gives
+	// up after Tries of them, and the next one counts from one again.
+	w := View{Version: 1, Want: 2, State: Stale, Reloading: true}
+	for round := range 2 {
+		for i := 1; i < Tries; i++ {
+			if _, next := w.Reloaded(0, syscall.ETIMEDOUT); next != ReloadRetry {
+				t.Fatalf("round %d, attempt %d: %v, want another", round, i, next)
+			}
+		}
+		if _, next := w.Reloaded(0, syscall.ETIMEDOUT); next != ReloadGaveUp || w.Reloading || w.State != Stale {
+			t.Fatalf("round %d, attempt %d: %v %+v, want given up and stale", round, Tries, next, w)
+		}
+		if !w.Kick() {
+			t.Fatalf("round %d: a kick after giving up started no reload", round)
+		}
+	}
+	if _, next := w.Reloaded(0, syscall.ESTALE); next != ReloadGaveUp {
+		t.Fatalf("an attempt that found the content lost: %v, want given up", next)
 	}
 }
