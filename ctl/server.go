@@ -15,6 +15,7 @@ import (
 
 	"github.com/mdlayher/netlink"
 
+	"github.com/aitherion/dpu/internal/backoff"
 	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/internal/rundir"
 )
@@ -192,10 +193,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	defer l.Close()
 
 	var (
-		wg    sync.WaitGroup
-		mine  = make(map[*conn]struct{})
-		delay time.Duration
-		err   error
+		wg   sync.WaitGroup
+		mine = make(map[*conn]struct{})
+		wait backoff.Accept
+		err  error
 	)
 accept:
 	for {
@@ -211,7 +212,7 @@ accept:
 			}
 			// Out of descriptors or similar: back off, bounded.
 			s.acceptErrs.Add(1)
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			delay := wait.Failed()
 			s.log.Warn("control socket accept failed", "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
@@ -221,7 +222,7 @@ accept:
 				break accept
 			}
 		}
-		delay = 0
+		wait.Succeeded()
 		c := s.admit(nc, &wg)
 		if c == nil {
 			continue

@@ -20,6 +20,7 @@ import (
 	"github.com/aitherion/dpu/cuda/hookwire"
 	"github.com/aitherion/dpu/host/admit"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/backoff"
 	"github.com/aitherion/dpu/internal/quota"
 	"github.com/aitherion/dpu/internal/rundir"
 )
@@ -243,7 +244,7 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	})
 
 	var acceptErr error
-	var delay time.Duration
+	var wait backoff.Accept
 	for {
 		uc, err := l.AcceptUnix()
 		if err != nil {
@@ -260,7 +261,7 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 			// It backs off (bounded), logs and counts, and serves on; the
 			// connection the kernel queued is taken on the next try.
 			s.acceptErrs.Add(1)
-			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+			delay := wait.Failed()
 			s.log.Warn("host socket accept failed", "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
@@ -268,7 +269,7 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 			}
 			continue
 		}
-		delay = 0
+		wait.Succeeded()
 		s.admit(ctx, uc)
 	}
 
@@ -282,12 +283,6 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	bg.Wait()
 	return acceptErr
 }
-
-// Bounds of Serve's back-off after a failed accept.
-const (
-	acceptBackoffMin = 5 * time.Millisecond
-	acceptBackoffMax = time.Second
-)
 
 // AcceptErrors returns how many accepts failed since the server started
 // (each one backed off and served on).

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aitherion/dpu/internal/backoff"
 )
 
 // failingListener fails its first accepts with errs, in order, then
@@ -122,7 +124,7 @@ func TestAcceptErrorsBackOffAndServeOn(t *testing.T) {
 	calls := append([]time.Time(nil), fl.calls...)
 	fl.mu.Unlock()
 	for i, d := range delays {
-		if want := acceptBackoffMin << i; d != want {
+		if want := backoff.Min << i; d != want {
 			t.Errorf("failure %d: retry in %v, want %v", i+1, d, want)
 		}
 		if gap := calls[i+1].Sub(calls[i]); gap < d {

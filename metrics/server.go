@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aitherion/dpu/internal/backoff"
 )
 
 // Bounds of the metrics server.
@@ -28,10 +30,6 @@ const (
 	// IdleTimeout closes a keep-alive connection that sends no request
 	// for this long (a scraper reconnects at its next scrape).
 	IdleTimeout = 10 * time.Second
-	// A failed accept is retried after acceptBackoffMin, doubling up to
-	// acceptBackoffMax while they keep failing.
-	acceptBackoffMin = 5 * time.Millisecond
-	acceptBackoffMax = time.Second
 )
 
 // ListenOption configures Listen.
@@ -114,7 +112,7 @@ func LoopbackDefault(addr string) (string, error) {
 // for a slot before it takes the next connection from the kernel, so
 // connections beyond the bound cost no descriptor. A failed accept (out
 // of descriptors or kernel memory) is counted, logged and retried after a
-// back-off (acceptBackoffMin doubling to acceptBackoffMax): Accept returns
+// back-off (internal/backoff): Accept returns
 // an error only once the listener is closed, so no accept error ends the
 // HTTP server (net/http ends it on any error it does not deem temporary,
 // ENOBUFS and ENOMEM among them).
@@ -139,7 +137,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	case <-l.done:
 		return nil, net.ErrClosed
 	}
-	var delay time.Duration
+	var wait backoff.Accept
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
@@ -150,7 +148,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		l.errs.Add(1)
-		delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
+		delay := wait.Failed()
 		l.log.Warn("metrics accept failed", "err", err, "retry_in", delay)
 		t := time.NewTimer(delay)
 		select {
