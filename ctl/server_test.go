@@ -1,7 +1,6 @@
 package ctl_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +19,7 @@ import (
 	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/ctl/ctltest"
 	"github.com/aitherion/dpu/cuda/gpuctl"
+	"github.com/aitherion/dpu/internal/backoff/backofftest"
 	"github.com/aitherion/dpu/noc"
 )
 
@@ -769,29 +767,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// failingListener fails its first accepts with errs, in order, then
-// accepts from the listener it wraps; it records when each accept was
-// asked for.
-type failingListener struct {
-	net.Listener
-	mu    sync.Mutex
-	errs  []error
-	calls []time.Time
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	l.calls = append(l.calls, time.Now())
-	if len(l.errs) > 0 {
-		err := l.errs[0]
-		l.errs = l.errs[1:]
-		l.mu.Unlock()
-		return nil, err
-	}
-	l.mu.Unlock()
-	return l.Listener.Accept()
-}
-
 // TestAcceptErrorsBackOffAndServeOn (hole 3, the control socket): failed
 // accepts (out of descriptors, or of kernel memory) are logged, counted
 // and backed off (5 ms, doubling), and the socket serves on: a client
@@ -803,17 +778,15 @@ func TestAcceptErrorsBackOffAndServeOn(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "ctl.sock")
-	var logs syncBuf
+	var logs backofftest.Log
 	srv := ctl.NewServer(ctltest.NewSource(ctltest.Sample()), slog.New(slog.NewTextHandler(&logs, nil)))
 	l, err := ctl.Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	accErr := func(errno syscall.Errno) error {
-		return &net.OpError{Op: "accept", Net: "unixpacket", Err: os.NewSyscallError("accept4", errno)}
-	}
-	fl := &failingListener{Listener: l, errs: []error{accErr(syscall.EMFILE), accErr(syscall.ENFILE), accErr(syscall.ENOBUFS), accErr(syscall.ENOMEM), accErr(syscall.EMFILE)}}
-	failures := len(fl.errs)
+	accErr := func(errno syscall.Errno) error { return backofftest.AcceptError("unixpacket", errno) }
+	fl := &backofftest.FailingListener{Listener: l, Errs: []error{accErr(syscall.EMFILE), accErr(syscall.ENFILE), accErr(syscall.ENOBUFS), accErr(syscall.ENOMEM), accErr(syscall.EMFILE)}}
+	failures := len(fl.Errs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, fl) }()
@@ -835,47 +808,5 @@ func TestAcceptErrorsBackOffAndServeOn(t *testing.T) {
 	if n := srv.AcceptErrors(); n != uint64(failures) {
 		t.Errorf("AcceptErrors %d, want %d", n, failures)
 	}
-	re := regexp.MustCompile(`msg="control socket accept failed".*retry_in=(\S+)`)
-	var delays []time.Duration
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if m := re.FindStringSubmatch(l); m != nil {
-			d, err := time.ParseDuration(m[1])
-			if err != nil {
-				t.Fatalf("log line %q: %v", l, err)
-			}
-			delays = append(delays, d)
-		}
-	}
-	if len(delays) != failures {
-		t.Fatalf("%d failed accepts logged, want %d:\n%s", len(delays), failures, logs.String())
-	}
-	fl.mu.Lock()
-	calls := append([]time.Time(nil), fl.calls...)
-	fl.mu.Unlock()
-	for i, d := range delays {
-		if want := 5 * time.Millisecond << i; d != want {
-			t.Errorf("failure %d: retry in %v, want %v", i+1, d, want)
-		}
-		if gap := calls[i+1].Sub(calls[i]); gap < d {
-			t.Errorf("failure %d: tried again after %v, before its back-off of %v", i+1, gap, d)
-		}
-	}
-}
-
-// syncBuf is a bytes.Buffer for a logger used from several goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	backofftest.CheckWaits(t, logs.String(), "control socket accept failed", failures, fl)
 }

@@ -1,67 +1,15 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
-	"regexp"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aitherion/dpu/internal/backoff"
+	"github.com/aitherion/dpu/internal/backoff/backofftest"
 )
-
-// failingListener fails its first accepts with errs, in order, then
-// accepts from the listener it wraps; it records when each accept was
-// asked for.
-type failingListener struct {
-	net.Listener
-	mu    sync.Mutex
-	errs  []error
-	calls []time.Time
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	l.calls = append(l.calls, time.Now())
-	if len(l.errs) > 0 {
-		err := l.errs[0]
-		l.errs = l.errs[1:]
-		l.mu.Unlock()
-		return nil, err
-	}
-	l.mu.Unlock()
-	return l.Listener.Accept()
-}
-
-// acceptErr is what a failed accept(2) looks like from net.
-func acceptErr(errno syscall.Errno) error {
-	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
-}
-
-// syncBuf is a bytes.Buffer for a logger used from several goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestAcceptErrorsBackOffAndServeOn (hole 3, the metrics endpoint): failed
 // accepts (out of descriptors, EMFILE and ENFILE, or out of kernel memory,
@@ -69,14 +17,15 @@ func (s *syncBuf) String() string {
 // with the agent's logger, counted, and backed off (5 ms, doubling), and
 // the endpoint serves on: a scrape after them is answered.
 func TestAcceptErrorsBackOffAndServeOn(t *testing.T) {
-	var logs syncBuf
+	var logs backofftest.Log
 	srv, err := Listen("127.0.0.1:0", New(sample(), 0), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &failingListener{Listener: srv.ln.Listener,
-		errs: []error{acceptErr(syscall.EMFILE), acceptErr(syscall.ENOBUFS), acceptErr(syscall.ENFILE), acceptErr(syscall.ENOMEM), acceptErr(syscall.EMFILE)}}
-	failures := len(fl.errs)
+	accErr := func(errno syscall.Errno) error { return backofftest.AcceptError("tcp", errno) }
+	fl := &backofftest.FailingListener{Listener: srv.ln.Listener,
+		Errs: []error{accErr(syscall.EMFILE), accErr(syscall.ENOBUFS), accErr(syscall.ENFILE), accErr(syscall.ENOMEM), accErr(syscall.EMFILE)}}
+	failures := len(fl.Errs)
 	srv.ln.Listener = fl
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -106,29 +55,5 @@ func TestAcceptErrorsBackOffAndServeOn(t *testing.T) {
 	}
 	// each failure logged with the delay before the next try: 5 ms,
 	// doubling; and the next try came no sooner
-	re := regexp.MustCompile(`msg="metrics accept failed".*retry_in=(\S+)`)
-	var delays []time.Duration
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if m := re.FindStringSubmatch(l); m != nil {
-			d, err := time.ParseDuration(m[1])
-			if err != nil {
-				t.Fatalf("log line %q: %v", l, err)
-			}
-			delays = append(delays, d)
-		}
-	}
-	if len(delays) != failures {
-		t.Fatalf("%d failed accepts logged, want %d:\n%s", len(delays), failures, logs.String())
-	}
-	fl.mu.Lock()
-	calls := append([]time.Time(nil), fl.calls...)
-	fl.mu.Unlock()
-	for i, d := range delays {
-		if want := backoff.Min << i; d != want {
-			t.Errorf("failure %d: retry in %v, want %v", i+1, d, want)
-		}
-		if gap := calls[i+1].Sub(calls[i]); gap < d {
-			t.Errorf("failure %d: tried again after %v, before its back-off of %v", i+1, gap, d)
-		}
-	}
+	backofftest.CheckWaits(t, logs.String(), "metrics accept failed", failures, fl)
 }
