@@ -581,7 +581,7 @@ func (e *Engine) fillBackups(now time.Duration, pg *page) {
 		if at, ok := rep.full[n]; ok && now-at < e.cfg.HomeRefresh {
 			return
 		}
-		if _, _, reach := e.rt.NextHop(n); !reach {
+		if !e.routes(n) {
 			return
 		}
 		rep.backups = append(rep.backups, backupLink{node: n})
@@ -1167,7 +1167,7 @@ func (e *Engine) releaseOldBackups(now time.Duration, pg *page) {
 func (e *Engine) askDrops(now time.Duration, pg *page, nodes []noc.NodeID, unreach *map[noc.NodeID]time.Duration) []noc.NodeID {
 	keep := nodes[:0]
 	for _, n := range nodes {
-		if _, _, ok := e.rt.NextHop(n); !ok {
+		if !e.routes(n) {
 			since, seen := (*unreach)[n]
 			switch {
 			case !seen:
@@ -1390,7 +1390,7 @@ func (e *Engine) replTick(now time.Duration) {
 	}
 	slices.Sort(nodes)
 	for _, n := range nodes {
-		if _, _, ok := e.rt.NextHop(n); ok {
+		if e.routes(n) {
 			delete(e.backupUnreach, n)
 			continue
 		}
@@ -1520,7 +1520,7 @@ func (e *Engine) replTick(now time.Duration) {
 	}
 	slices.Sort(owners)
 	for _, o := range owners {
-		if _, _, ok := e.rt.NextHop(o); ok {
+		if e.routes(o) {
 			for key := range e.copiesBy[o] {
 				e.copies[key].unreachAt = 0
 			}
@@ -1673,7 +1673,7 @@ func (e *Engine) lowerRankAlive(now time.Duration, c *backupCopy) bool {
 		if n == e.self || slices.Contains(c.fellowsGone, n) {
 			continue
 		}
-		if _, _, ok := e.rt.NextHop(n); !ok {
+		if !e.routes(n) {
 			continue
 		}
 		alive = true
@@ -1871,7 +1871,7 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		c.fellowsAskedAt = now
 		for _, n := range c.backups {
 			if n != e.self {
-				if _, _, ok := e.rt.NextHop(n); ok {
+				if e.routes(n) {
 					e.sendProbe(c, n)
 				}
 			}
@@ -1904,7 +1904,7 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		}
 		return
 	}
-	_, _, reach := e.rt.NextHop(h)
+	reach := e.routes(h)
 	if e.splitRule() && c.term != e.split.term && !reach && !e.noRiskSince(c.term) {
 		// A copy from the minority with no home to ask takes nothing
 		// over: its fellows may all have been in the minority with it,
@@ -2152,7 +2152,7 @@ func (e *Engine) hintOwner(key gva.GVA) (noc.NodeID, bool) {
 	if !ok || h.owner == e.self {
 		return 0, false
 	}
-	if _, _, reach := e.rt.NextHop(h.owner); !reach {
+	if !e.routes(h.owner) {
 		return 0, false
 	}
 	return h.owner, true
