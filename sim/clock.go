@@ -300,7 +300,7 @@ func (w *clockWorld) newCore(i int, n *clockNode, seed uint64, at time.Duration)
 	// The core counts from 0 as the agent does (its time since start);
 	// the clock epoch makes its timestamps the node's clock.
 	lc := link.DefaultConfig()
-	lc.HeartbeatInterval, lc.DeadInterval = 10*time.Millisecond, 500*time.Millisecond
+	lc.HeartbeatInterval, lc.DeadInterval = 10*time.Millisecond, clockDead
 	lc.RTO, lc.MaxRTO = 2*time.Millisecond, 50*time.Millisecond
 	lc.ClockStamps = true
 	lc.ClockEpoch = n.off
@@ -320,8 +320,12 @@ func (w *clockWorld) newCore(i int, n *clockNode, seed uint64, at time.Duration)
 	return core, nil
 }
 
-// clockReport is the scenario's report interval (ReportTTL four of them).
-const clockReport = 500 * time.Millisecond
+// The scenario's clock report interval (ReportTTL four of them) and its
+// links' dead interval.
+const (
+	clockReport = 500 * time.Millisecond
+	clockDead   = 500 * time.Millisecond
+)
 
 // timelineSettles is when every node follows the fabric's timeline: the
 // lowest node's wait for one (ReportTTL), and as long again for the news
@@ -373,6 +377,7 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 	warm := w.now >= w.cfg.Warmup
 	// held: a node the bound target and knowing every node apply to
 	held := func(n *clockNode) bool { return n.faulty == 0 && !n.down && !n.fresh }
+	honest := w.heldCount(held) - 1      // the others each held node must know
 	line, lineOf := clock.Timeline{}, -1 // the timeline of the first node checked after the warm-up
 	for i, n := range w.nodes {
 		if n.faulty != 0 || n.down {
@@ -414,11 +419,12 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 				}
 			}
 		}
-		if honest := w.heldCount(held) - 1; warm && held(n) && seen < honest {
+		if warm && held(n) && seen < honest {
 			w.violate("at %v node %d knows %d of the %d other honest nodes' clocks", w.now, i, seen, honest)
 		}
-		w.checkCluster(i, n, v)
-		if ts := v.Cluster(); warm && v.HasTimeline && w.now >= timelineSettles {
+		ts := v.Cluster()
+		w.checkCluster(i, n, v.HasTimeline, ts)
+		if warm && v.HasTimeline && w.now >= timelineSettles {
 			switch {
 			case lineOf < 0:
 				line, lineOf = ts.Line, i
@@ -429,21 +435,21 @@ func (w *clockWorld) checkClocks(h interface{ Write([]byte) (int, error) }) {
 	}
 }
 
-// checkCluster checks node i's cluster timestamp (from view v): against
+// checkCluster checks node i's cluster timestamp ts (onLine: its view
+// follows a timeline): against
 // the truth, its reference's clock plus its timeline's K, where that
 // reference's clock is honest (a stepping node's, before its step); and,
 // whatever the reference, that the cluster time went on from the last
 // check as node i's own clock did, within both errors and the drift: it
 // moves with no reference's step and at no change of its timeline (its
 // reference going or coming back).
-func (w *clockWorld) checkCluster(i int, n *clockNode, v clock.View) {
-	if !v.HasTimeline {
+func (w *clockWorld) checkCluster(i int, n *clockNode, onLine bool, ts clock.Timestamp) {
+	if !onLine {
 		if w.now >= w.cfg.Warmup && w.now >= timelineSettles {
 			w.violate("at %v node %d follows no timeline", w.now, i)
 		}
 		return
 	}
-	ts := v.Cluster()
 	ref := int(ts.Ref)
 	if ref >= len(w.nodes) {
 		w.violate("at %v node %d's timeline names node %d", w.now, i, ref)
@@ -478,7 +484,7 @@ func (w *clockWorld) checkCluster(i int, n *clockNode, v clock.View) {
 		rate := n.core.Clock().Config().MaxRate + 2*w.cfg.Drift
 		allow := ts.Error + n.lineErr + time.Duration(rate*float64(elapsed))
 		if n.line != ts.Line {
-			stale := float64(4*clockReport + clockReport + 500*time.Millisecond)
+			stale := float64(4*clockReport + clockReport + clockDead)
 			allow += 2*time.Duration(slices.Max(w.hops[ref]))*w.cfg.Jitter + time.Duration(rate*stale)
 		}
 		if abs(move) > allow {
@@ -494,16 +500,6 @@ func (w *clockWorld) heldCount(held func(*clockNode) bool) int {
 	k := 0
 	for _, n := range w.nodes {
 		if held(n) {
-			k++
-		}
-	}
-	return k
-}
-
-func (c ClockConfig) faultyCount(nodes []*clockNode) int {
-	k := 0
-	for _, n := range nodes {
-		if n.faulty != 0 {
 			k++
 		}
 	}
