@@ -101,6 +101,9 @@ func clockCounters(c *clock.Clock, add func(string, uint64)) {
 	add("clock_reports_heard", st.ReportsHeard)
 	add("clock_reports_malformed", st.ReportsMalformed)
 	add("clock_inconsistent", st.Inconsistent)
+	add("clock_timeline_takeovers", st.TimelineTakeovers)
+	add("clock_timeline_changes", st.TimelineChanges)
+	add("clock_timeline_conflicts", st.TimelineConflicts)
 	add("clock_neighbours", uint64(st.NeighboursMeasured))
 }
 

@@ -23,24 +23,25 @@ import (
 // Every report carries the timeline its origin follows. At each report
 // interval a node follows the best timeline it hears of among the nodes
 // it has an estimate of, whose reference it has an estimate of too (or
-// is): the lowest origin, then the lowest reference. A node that hears of
-// none keeps its own while it knows its reference; one whose reference is
-// gone keeps it at the reference's last estimate, carried at the fastest
-// drift, and takes it over if it is now the lowest node it knows. A node
-// starts a timeline of its own only if it knows no lower node and has
-// none to follow a ReportTTL after it started: one that joins a fabric
-// (or comes back to it) waits for the fabric's, which it takes over if it
-// is lower than the reference; in a fabric that starts at once only the
-// lowest node starts one, and until a node follows one its timestamps
-// are the lowest known node's clock, which is where that timeline
-// begins. Two
-// timelines that meet (the halves of a split join) leave one, the lowest
-// origin's: the nodes of the other jump to it. A node follows no timeline
-// in the first ReportTTL after it started (it may know too few nodes to
-// choose): its timestamps say they are on none (Timestamp.OnLine). References of one timeline
-// that give different times, beyond both bounds (a reference whose clock
-// stepped, vouched for again by a node that never saw the step), are
-// told apart by how many nodes follow each: the most followed is.
+// is): the lowest origin; of that origin's references, those that give
+// one time (within both bounds) and that most nodes follow (a reference
+// whose clock stepped, vouched for again by a node that never saw the
+// step, gives another time); of those, the lowest reference. A node that
+// hears of none keeps its own while it knows its reference; one whose
+// reference is gone keeps it at the reference's last estimate, carried at
+// the fastest drift, and takes it over if it is now the lowest node it
+// knows. A node follows no timeline in the first ReportTTL after it
+// started (it may know too few nodes to choose; its timestamps say they
+// are on none: Timestamp.OnLine), and starts one of its own only if it
+// then knows no lower node and has none to follow: one that joins a
+// fabric (or comes back to it) waits for the fabric's, which it takes
+// over if it is lower than the reference; in a fabric that starts at
+// once only the lowest node starts one, and until a node follows one its
+// timestamps are the lowest known node's clock, which is where that
+// timeline begins. Two timelines that meet (the halves of a split join)
+// leave one, the lowest origin's: the nodes of the other jump to it.
+// The counts are in Stats (TimelineTakeovers, TimelineChanges,
+// TimelineConflicts) and dpuctl stats.
 
 // Timeline is the cluster time a node follows: node Ref's clock plus K,
 // on the timeline node Origin started.
