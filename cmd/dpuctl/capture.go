@@ -212,21 +212,14 @@ func wrapEthernet(f ctl.CapturedFrame) []byte {
 
 // captureRead is dpuctl capture read FILE: one line per packet.
 func captureRead(e *env, args []string) error {
-	var file string
-	var rest []string
-	for _, a := range args {
-		if !strings.HasPrefix(a, "-") && file == "" {
-			file = a
-			continue
-		}
-		rest = append(rest, a)
-	}
-	if err := commandFlags(e, "capture read", rest, nil); err != nil {
+	files, err := commandArgs(e, "capture read", args, nil)
+	if err != nil {
 		return err
 	}
-	if file == "" {
-		return usagef("capture read: want FILE (pcapng or pcap; - for stdin)")
+	if len(files) != 1 {
+		return usagef("capture read: want one FILE (pcapng or pcap; - for stdin)")
 	}
+	file := files[0]
 	var in io.Reader = e.stdin
 	if file != "-" {
 		f, err := os.Open(file)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -118,6 +119,27 @@ func TestCaptureReadUDP(t *testing.T) {
 	}
 	if !strings.Contains(out, "udp 7001>7000 link seq 41 ack 9 credits 64 "+wantFrame) {
 		t.Errorf("capture read of a UDP link: %q", out)
+	}
+}
+
+// TestCaptureReadStdin: "-" reads the capture from stdin, and a flag may
+// follow the file; a second file is refused.
+func TestCaptureReadStdin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "udp.pcap")
+	udpPcap(t, path, datagram(t, 41))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := dpuctlIn(t, string(b), "capture", "read", "-", "-j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "udp 7001>7000 link seq 41 ack 9 credits 64 "+wantFrame) {
+		t.Errorf("capture read of stdin: %q", out)
+	}
+	if _, _, err := dpuctl(t, "capture", "read", path, path); !errors.As(err, new(usageError)) {
+		t.Errorf("capture read of two files: %v, want a usage error", err)
 	}
 }
 

@@ -238,7 +238,19 @@ func defaultSocket() string {
 }
 
 // commandFlags parses a command's own flags; -j is accepted there too.
+// A command that takes no other argument refuses one.
 func commandFlags(e *env, name string, args []string, define func(fs *flag.FlagSet)) error {
+	rest, err := commandArgs(e, name, args, define)
+	if err == nil && len(rest) > 0 {
+		err = usagef("%s: unexpected argument %q", name, rest[0])
+	}
+	return err
+}
+
+// commandArgs parses a command's own flags, wherever they stand among its
+// other arguments, and returns those ("-" is one: stdin; after "--" every
+// word is one).
+func commandArgs(e *env, name string, args []string, define func(fs *flag.FlagSet)) ([]string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.BoolVar(&e.json, "j", e.json, "JSON output")
@@ -247,13 +259,20 @@ func commandFlags(e *env, name string, args []string, define func(fs *flag.FlagS
 	if define != nil {
 		define(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		return usagef("%s: %v", name, err)
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usagef("%s: %v", name, err)
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			return rest, nil
+		}
+		if len(left) < len(args) && args[len(args)-len(left)-1] == "--" {
+			return append(rest, left...), nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
 	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q", name, fs.Arg(0))
-	}
-	return nil
 }
 
 func help(e *env, _ []string) error {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,14 +17,10 @@ import (
 // their bounds cannot be ordered: the text output marks the later one
 // with "~". The JSON output is the events alone, so that it merges again.
 func monitorMerge(e *env, args []string) error {
-	fs := flag.NewFlagSet("monitor merge", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.BoolVar(&e.json, "j", e.json, "JSON output")
-	fs.BoolVar(&e.json, "json", e.json, "JSON output")
-	if err := fs.Parse(args); err != nil {
-		return usagef("monitor merge: %v", err)
+	files, err := commandArgs(e, "monitor merge", args, nil)
+	if err != nil {
+		return err
 	}
-	files := fs.Args()
 	if len(files) == 0 {
 		return usagef("monitor merge: no recording (FILE... made with dpuctl -j monitor, - for stdin)")
 	}

@@ -62,7 +62,7 @@ func TestMonitorMerge(t *testing.T) {
 	golden(t, "monitor.merge", out.String())
 
 	var js strings.Builder
-	if err := run(context.Background(), strings.NewReader(n1), &js, &errOut, []string{"-j", "monitor", "merge", f0, "-"}); err != nil {
+	if err := run(context.Background(), strings.NewReader(n1), &js, &errOut, []string{"monitor", "merge", f0, "-", "-j"}); err != nil {
 		t.Fatalf("merge -j: %v", err)
 	}
 	var got []time.Duration
