@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/aitherion/dpu/noc"
 )
 
 // One history from several monitors. Every agent that runs the fabric
@@ -93,7 +95,7 @@ var (
 func MergeHistory(recordings ...[]Event) ([]HistoryEvent, int, error) {
 	type at struct{ rec, idx int }
 	var all []at
-	refs := map[uint64]bool{}
+	lines := map[noc.NodeID]bool{}
 	for i, rec := range recordings {
 		for j := range rec {
 			c := rec[j].Cluster
@@ -103,7 +105,7 @@ func MergeHistory(recordings ...[]Event) ([]HistoryEvent, int, error) {
 			case c.Error < 0:
 				return nil, 0, &MergeError{i, j, fmt.Errorf("%w (%v)", ErrNegativeBound, c.Error)}
 			}
-			refs[uint64(c.Timeline())] = true
+			lines[c.Timeline()] = true
 			all = append(all, at{i, j})
 		}
 	}
@@ -121,7 +123,7 @@ func MergeHistory(recordings ...[]Event) ([]HistoryEvent, int, error) {
 			latest = end
 		}
 	}
-	return out, len(refs), nil
+	return out, len(lines), nil
 }
 
 // satAdd is a+b, held at the ends of time.Duration's range.

@@ -34,14 +34,14 @@ func monitorMerge(e *env, args []string) error {
 			return fmt.Errorf("monitor merge: %s: %w", name, err)
 		}
 	}
-	history, refs, err := ctl.MergeHistory(recs...)
+	history, lines, err := ctl.MergeHistory(recs...)
 	if me := (*ctl.MergeError)(nil); errors.As(err, &me) {
 		return fmt.Errorf("monitor merge: %s: event %d: %w", files[me.Recording], me.Index+1, me.Err)
 	} else if err != nil {
 		return fmt.Errorf("monitor merge: %w", err)
 	}
-	if refs > 1 {
-		fmt.Fprintf(e.stderr, "dpuctl: monitor merge: the events' cluster times are on %d timelines: times of different timelines are not comparable, and their order is not certain\n", refs)
+	if lines > 1 {
+		fmt.Fprintf(e.stderr, "dpuctl: monitor merge: the events' cluster times are on %d timelines: times of different timelines are not comparable, and their order is not certain\n", lines)
 	}
 	enc := json.NewEncoder(e.stdout)
 	for _, h := range history {
