@@ -21,11 +21,36 @@ import (
 // clock (which its time namespace offsets), not its agent's uptime, and
 // survives a restart of the agent.
 func (a *Agent) clockEpoch() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0 // cannot fail on Linux; uptime then, which still works
+	return epochOf(a.now, func() (time.Duration, error) {
+		var ts unix.Timespec
+		err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		return time.Duration(ts.Nano()), err
+	})
+}
+
+// epochOf is mono's reading at now's 0. Each sample reads mono between
+// two readings of now, and the tightest of a few is taken: a thread
+// preempted between two reads (a loaded machine) would otherwise offset
+// the node's clock, for its whole run, by as long as it waited, beyond
+// every bound the fabric clock states. A mono that fails gives 0 (the
+// uptime, which still works).
+func epochOf(now func() time.Duration, mono func() (time.Duration, error)) time.Duration {
+	var best, gap time.Duration = 0, -1
+	for range 16 {
+		before := now()
+		m, err := mono()
+		if err != nil {
+			return 0 // cannot fail on Linux
+		}
+		after := now()
+		if g := after - before; gap < 0 || g < gap {
+			best, gap = m-(before+after)/2, g
+		}
+		if gap <= time.Microsecond {
+			break
+		}
 	}
-	return time.Duration(ts.Nano()) - a.now()
+	return best
 }
 
 // clusterTimeLocked is the cluster time now, under a.mu.
