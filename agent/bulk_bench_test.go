@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -118,6 +120,26 @@ func benchBulkStore(b *testing.B, sealed bool, k int) float64 {
 	}
 	rate := float64(b.N) * 4096 / el.Seconds()
 	b.ReportMetric(rate/1e6, "MB/s-acked")
+	// datagrams both agents' links sent, per page stored (the warm-up's
+	// few included): what the link layer makes of a page's request and
+	// its reply
+	var dg, msgs uint64
+	for _, s := range []string{s0, s1} {
+		c, err := ctl.Dial(filepath.Join(filepath.Dir(s), "ctl.sock"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ls, err := c.Links(ctx)
+		c.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range ls {
+			dg, msgs = dg+l.TxDatagrams, msgs+l.TxMessages
+		}
+	}
+	b.ReportMetric(float64(dg)/float64(b.N), "datagrams/page")
+	b.ReportMetric(float64(msgs)/float64(b.N), "frames/page")
 	return rate
 }
 

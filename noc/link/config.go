@@ -46,6 +46,12 @@ type Config struct {
 	// CLOCK_MONOTONIC at its start), so that timestamps survive a restart
 	// of the driver.
 	ClockEpoch time.Duration
+	// Pack lets small messages share a datagram: a message that fits in
+	// the room left by the one queued before it, not yet sent, rides in
+	// its datagram (FlagPacked), once the peer's feature word says it
+	// unpacks them. Every message stays whole and in order; the peer
+	// acknowledges the datagram, so a packed datagram takes one credit.
+	Pack bool
 	// Session identifies this incarnation of the endpoint; non-zero. The
 	// driver draws it from its seeded random source.
 	Session uint64
@@ -77,6 +83,7 @@ func DefaultConfig() Config {
 		MaxRTO:            500 * time.Millisecond,
 		HeartbeatInterval: 50 * time.Millisecond,
 		DeadInterval:      time.Second,
+		Pack:              true,
 	}
 }
 

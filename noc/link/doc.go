@@ -30,7 +30,8 @@
 //	offset size field
 //	0      1    version      (Version = 1, or ClockVersion = 2 with a clock flag; others are rejected)
 //	1      1    flags        Data 0x01, First 0x02, Last 0x04, AckReq 0x08,
-//	                         ClockReq 0x10, ClockAns 0x20 (version 2 only); others reserved
+//	                         ClockReq 0x10, ClockAns 0x20 (version 2 only),
+//	                         Packed 0x40 (with Data, First and Last); others reserved
 //	2      1    nsack        number of SACK blocks (0..4)
 //	3      1    reserved     0
 //	4      8    src session  the sender's incarnation (never 0)
@@ -45,10 +46,25 @@
 //	..     8    transmit     ClockReq only: the sender's clock (ns) as it sent this
 //	..     24   stamps       ClockAns only: origin (the request's transmit), receive (its
 //	                         arrival, the answerer's clock), transmit (the answerer's clock)
-//	..     len  payload      one fragment, Data only
+//	..     len  payload      one fragment, Data only; Packed: whole messages, each after its length (uint16, 1..)
 //	..     4    crc32c       over every byte before it
+//	..     4    features     optional: 0xD9 0x50 0x4B, then a byte of features (Unpack 0x01)
 //
-// Bytes after the trailer (link padding) are ignored. A datagram that fails
+// Bytes after the trailer (link padding) are ignored, except a feature
+// word: an endpoint puts one after the trailer of every datagram that has
+// room for it in the MTU, naming what its receiver understands beyond
+// version 1. An endpoint that predates it takes it for padding; so a
+// sender uses a feature only once its current peer's datagrams named it
+// (a new peer session starts without). The word is outside the CRC: a
+// corrupted one can only leave a feature unused.
+//
+// Packing (Config.Pack, on by default): a message that fits in the room
+// the last fragment queued leaves, when that fragment is a whole message
+// not yet sent, joins its datagram, which becomes Packed, for a peer that
+// names Unpack. Requests and answers of one step to one neighbour thus
+// share datagrams, one credit and one ack. The receiver returns the
+// messages in order; a Packed payload whose lengths do not cover it
+// exactly is dropped whole (Stats.Discarded), never in part. A datagram that fails
 // any check (length, version, reserved bits, CRC) is dropped, counted and
 // reported by Input as an error wrapping [ErrMalformed], [ErrVersion] or
 // [ErrChecksum]; it changes no protocol state. A data datagram carries at

@@ -30,6 +30,7 @@ type Endpoint struct {
 	up      bool
 
 	peerKnown   bool
+	peerUnpacks bool // the peer's feature word names FeatureUnpack
 	peerSession uint64
 	peerEpoch   uint32
 	retired     [retiredSessions]uint64
@@ -107,7 +108,7 @@ func (e *Endpoint) Send(now time.Duration, msg []byte) error {
 	if !e.up {
 		return ErrDown
 	}
-	if !e.snd.queue(msg) {
+	if !e.snd.queue(msg, e.cfg.Pack && e.peerUnpacks, &e.stats) {
 		e.stats.Backpressure++
 		return ErrBackpressure
 	}
@@ -137,6 +138,9 @@ func (e *Endpoint) Input(now time.Duration, d []byte) error {
 		return nil
 	}
 	e.lastRx = now
+	if Features(d, h)&FeatureUnpack != 0 {
+		e.peerUnpacks = true
+	}
 	if h.DstSession != e.session || h.DstEpoch != e.epoch {
 		// The peer does not know this epoch yet: tell it.
 		e.ctlPending = true
@@ -198,6 +202,7 @@ func (e *Endpoint) newPeer(now time.Duration, s uint64, ep uint32, why Reason) {
 		e.goDown(now, why)
 	}
 	e.peerKnown, e.peerSession, e.peerEpoch = true, s, ep
+	e.peerUnpacks = false
 	e.stats.Discarded += e.rcv.reset(isn(s, ep))
 	e.ctlPending = true
 }
@@ -329,7 +334,7 @@ func (e *Endpoint) Output(now time.Duration, buf []byte) (int, bool) {
 		h.Seq = e.snd.nxt
 		e.fillControl(h)
 		n, _ := h.Encode(buf, nil)
-		return e.sent(now, n)
+		return e.sent(now, putFeatures(buf, n, e.cfg.MTU, FeatureUnpack))
 	}
 	return 0, false
 }
@@ -341,7 +346,7 @@ func (e *Endpoint) emitData(now time.Duration, buf []byte, seq uint32) (int, boo
 	h.Seq = seq
 	e.fillControl(h)
 	n, _ := h.Encode(buf, sl.buf)
-	return e.sent(now, n)
+	return e.sent(now, putFeatures(buf, n, e.cfg.MTU, FeatureUnpack))
 }
 
 // fillControl sets the identity, ack, credit and SACK fields every

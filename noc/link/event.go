@@ -76,6 +76,9 @@ type Stats struct {
 	// WindowStalls counts the times queued data had to wait for the
 	// window or the peer's credits.
 	WindowStalls uint64
+	// Packed counts messages Send put in the datagram of a message
+	// queued before them (Config.Pack).
+	Packed uint64
 	// Backpressure counts Send calls refused because the queue was full.
 	Backpressure uint64
 	// Abandoned counts messages unacknowledged when the link went down;

@@ -26,6 +26,7 @@ func fuzzPair(tb testing.TB) (a, b *link.Endpoint) {
 		c.Window, c.SendQueue, c.MaxMessage = 16, 16, 8*1440
 		c.ClockStamps = true
 	}
+	cb.Pack = true // b's bursts of small messages share datagrams
 	a, err := link.NewEndpoint(ca, 0)
 	if err != nil {
 		tb.Fatal(err)
@@ -86,6 +87,12 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 			seeds = append(seeds, frame(append(ds[1:], ds[0])...))
 		}
 	}
+	for _, msg := range []string{"packed", "with", "others"} {
+		if err := b.Send(0, []byte(msg)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	seeds = append(seeds, frame(output(0)...))                   // one packed datagram
 	seeds = append(seeds, frame(output(60*time.Millisecond)...)) // a clock request
 	a, _ := fuzzPair(tb)                                         // the same as the target: its request gets b's answer
 	if n, ok := a.Output(60*time.Millisecond, buf); ok {

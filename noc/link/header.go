@@ -46,8 +46,12 @@ const (
 	// time echoed, its arrival time and this transmit time (ClockVersion
 	// only).
 	FlagClockAns Flags = 1 << 5
-	flagsKnown         = FlagData | FlagFirst | FlagLast | FlagAckReq
-	flagsClock         = FlagClockReq | FlagClockAns
+	// FlagPacked: the payload is several whole messages, each after its
+	// length (uint16, at least 1), sent only to a peer whose feature word
+	// says it unpacks them. First and Last are set with it.
+	FlagPacked Flags = 1 << 6
+	flagsKnown       = FlagData | FlagFirst | FlagLast | FlagAckReq | FlagPacked
+	flagsClock       = FlagClockReq | FlagClockAns
 )
 
 // Errors returned (wrapped) by [Header.Decode] and Endpoint.Input.
@@ -185,8 +189,11 @@ func (h *Header) Decode(b []byte) ([]byte, error) {
 	if crc32.Checksum(b[:end], castagnoli) != binary.BigEndian.Uint32(b[end:]) {
 		return nil, ErrChecksum
 	}
-	if h.Flags&FlagData == 0 && (h.Length != 0 || h.Flags&(FlagFirst|FlagLast) != 0) {
+	if h.Flags&FlagData == 0 && (h.Length != 0 || h.Flags&(FlagFirst|FlagLast|FlagPacked) != 0) {
 		return nil, fmt.Errorf("%w: fragment flags without data", ErrMalformed)
+	}
+	if h.Flags&FlagPacked != 0 && h.Flags&(FlagFirst|FlagLast) != FlagFirst|FlagLast {
+		return nil, fmt.Errorf("%w: a packed datagram that is part of a message", ErrMalformed)
 	}
 	h.SrcSession = binary.BigEndian.Uint64(b[4:])
 	h.SrcEpoch = binary.BigEndian.Uint32(b[12:])
@@ -211,6 +218,43 @@ func (h *Header) Decode(b []byte) ([]byte, error) {
 	}
 	o = getStamps(b, o, h.Flags, &h.Clock)
 	return b[o:end:end], nil
+}
+
+// The feature word follows the trailer of a datagram, where the MTU leaves
+// room for it: three magic bytes and a byte of features. It says what the
+// sender's receiver understands beyond version 1; an endpoint that
+// predates it takes it for link padding and ignores it, so a sender uses a
+// feature only once its peer's datagrams have named it.
+const (
+	// FeatureLen is the length of the feature word.
+	FeatureLen = 4
+	// FeatureUnpack: the sender's receiver unpacks FlagPacked datagrams.
+	FeatureUnpack = 1 << 0
+	featuresKnown = FeatureUnpack
+)
+
+var featureMagic = [3]byte{0xD9, 0x50, 0x4B}
+
+// putFeatures writes the feature word after a datagram of n bytes in b
+// when it fits in mtu, and returns the new length.
+func putFeatures(b []byte, n, mtu int, f byte) int {
+	if n+FeatureLen > mtu || n+FeatureLen > len(b) {
+		return n
+	}
+	copy(b[n:], featureMagic[:])
+	b[n+3] = f
+	return n + FeatureLen
+}
+
+// Features returns the features named by the word after the trailer of
+// datagram d, whose header h decoded (0 when it carries none: padding,
+// or a peer that predates the word). Unknown feature bits are ignored.
+func Features(d []byte, h *Header) byte {
+	o := h.Len()
+	if len(d) < o+FeatureLen || [3]byte(d[o:o+3]) != featureMagic {
+		return 0
+	}
+	return d[o+3] & featuresKnown
 }
 
 // putStamps writes the timestamps flags f carry at b[o:] and returns the

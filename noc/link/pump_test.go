@@ -30,9 +30,12 @@ type pump struct {
 	events       []string
 }
 
+// testConfig is the default config without packing: most tests here are
+// about datagrams, one message each (packing has tests of its own).
 func testConfig(session uint64) link.Config {
 	c := link.DefaultConfig()
 	c.Session = session
+	c.Pack = false
 	return c
 }
 

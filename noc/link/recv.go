@@ -35,7 +35,8 @@ type receiver struct {
 	nsack      uint8
 	sackDirty  bool
 
-	msg []byte // the message Receive lends out
+	msg     []byte // the message Receive lends out
+	packOff int    // where the next message of the packed slot at base starts
 }
 
 func (r *receiver) init(c *Config) {
@@ -69,7 +70,7 @@ func (r *receiver) reset(first uint32) (discarded uint64) {
 	r.base, r.nxt, r.advEdge = first, first, first
 	r.ooo, r.complete, r.nsack = 0, 0, 0
 	r.ackPending, r.sackDirty, r.advZero = false, false, false
-	r.ackNow, r.ackData = false, 0
+	r.ackNow, r.ackData, r.packOff = false, 0, 0
 	return discarded
 }
 
@@ -112,7 +113,7 @@ func (r *receiver) onData(now time.Duration, seq uint32, f Flags, payload []byte
 	last := len(r.pool) - 1
 	sl.buf = append(r.pool[last][:0], payload...)
 	r.pool = r.pool[:last]
-	sl.flags = f & (FlagFirst | FlagLast)
+	sl.flags = f & (FlagFirst | FlagLast | FlagPacked)
 	sl.present = true
 	if seq != r.nxt {
 		r.ooo++
@@ -144,8 +145,15 @@ func (r *receiver) onData(now time.Duration, seq uint32, f Flags, payload []byte
 
 // next returns the next complete message, dropping ill-formed ones.
 func (r *receiver) next(st *Stats) ([]byte, bool) {
+outer:
 	for r.complete > 0 {
 		start, q, total := r.base, r.base, 0
+		if r.slots[start&r.mask].flags&FlagPacked != 0 {
+			if msg, ok := r.unpack(st); ok {
+				return msg, true
+			}
+			continue
+		}
 		for {
 			sl := &r.slots[q&r.mask]
 			if q != start && sl.flags&FlagFirst != 0 {
@@ -153,6 +161,9 @@ func (r *receiver) next(st *Stats) ([]byte, bool) {
 				r.release(q)
 				st.Discarded++
 				start, total = q, 0
+				if sl.flags&FlagPacked != 0 {
+					continue outer
+				}
 			}
 			total += len(sl.buf)
 			if sl.flags&FlagLast != 0 {
@@ -175,6 +186,50 @@ func (r *receiver) next(st *Stats) ([]byte, bool) {
 		return msg, true
 	}
 	return nil, false
+}
+
+// unpack returns the next message of the packed datagram at base, and
+// frees the datagram after its last one. A datagram whose lengths do not
+// cover its payload exactly is dropped whole (Stats.Discarded) before any
+// of it is returned.
+func (r *receiver) unpack(st *Stats) ([]byte, bool) {
+	buf := r.slots[r.base&r.mask].buf
+	if r.packOff == 0 && !wellPacked(buf, r.maxMessage) {
+		st.Discarded++
+		r.endPacked()
+		return nil, false
+	}
+	o := r.packOff
+	n := int(buf[o])<<8 | int(buf[o+1])
+	r.msg = append(r.msg[:0], buf[o+packLen:o+packLen+n]...)
+	r.packOff = o + packLen + n
+	if r.packOff == len(buf) {
+		r.endPacked()
+	}
+	return r.msg, true
+}
+
+// wellPacked reports whether the lengths of packed payload b cover it
+// exactly, each message at least a byte and at most max.
+func wellPacked(b []byte, max int) bool {
+	for o := 0; o < len(b); {
+		if o+packLen > len(b) {
+			return false
+		}
+		n := int(b[o])<<8 | int(b[o+1])
+		o += packLen + n
+		if n == 0 || n > max || o > len(b) {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
+// endPacked frees the packed datagram at base.
+func (r *receiver) endPacked() {
+	r.complete--
+	r.packOff = 0
+	r.release(r.base + 1)
 }
 
 // release frees the in-order slots [base, to).

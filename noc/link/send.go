@@ -75,7 +75,7 @@ func (s *sender) reset(first uint32) (abandoned uint64) {
 	for q := s.una; q != s.tail; q++ {
 		sl := &s.slots[q&s.mask]
 		if sl.flags&FlagLast != 0 {
-			abandoned++
+			abandoned += uint64(packedCount(sl))
 		}
 		s.pool = append(s.pool, sl.buf)
 		*sl = sendSlot{}
@@ -88,8 +88,17 @@ func (s *sender) reset(first uint32) (abandoned uint64) {
 
 func (s *sender) inFlight() bool { return s.una != s.nxt }
 
-// queue splits msg into fragments; false when they do not all fit.
-func (s *sender) queue(msg []byte) bool {
+// packLen is the length prefix of each message of a packed datagram.
+const packLen = 2
+
+// queue splits msg into fragments; false when they do not all fit. With
+// pack, a message that fits in the room the last fragment queued leaves,
+// when that is a whole message not yet sent, joins its datagram instead.
+func (s *sender) queue(msg []byte, pack bool, st *Stats) bool {
+	if pack && len(msg) > 0 && s.packInto(msg) {
+		st.Packed++
+		return true
+	}
 	k := max(1, (len(msg)+s.fragLen-1)/s.fragLen)
 	if uint32(k) > s.limit-(s.tail-s.una) {
 		return false
@@ -112,6 +121,49 @@ func (s *sender) queue(msg []byte) bool {
 		}
 		f = 0
 	}
+}
+
+// packInto appends msg to the last queued fragment when it is a whole
+// message not yet sent and msg fits beside it, making it a packed
+// datagram if it was not one.
+func (s *sender) packInto(msg []byte) bool {
+	if s.tail == s.nxt {
+		return false // nothing waits to be sent
+	}
+	sl := &s.slots[(s.tail-1)&s.mask]
+	if sl.flags&(FlagFirst|FlagLast) != FlagFirst|FlagLast {
+		return false
+	}
+	need := packLen + len(msg)
+	if sl.flags&FlagPacked == 0 {
+		need += packLen
+	}
+	if len(sl.buf)+need > s.fragLen {
+		return false
+	}
+	if sl.flags&FlagPacked == 0 {
+		n := len(sl.buf)
+		sl.buf = sl.buf[:n+packLen]
+		copy(sl.buf[packLen:], sl.buf[:n])
+		sl.buf[0], sl.buf[1] = byte(n>>8), byte(n)
+		sl.flags |= FlagPacked
+	}
+	sl.buf = append(sl.buf, byte(len(msg)>>8), byte(len(msg)))
+	sl.buf = append(sl.buf, msg...)
+	return true
+}
+
+// packedCount is how many messages slot sl ends: those of a packed
+// datagram, else one.
+func packedCount(sl *sendSlot) int {
+	if sl.flags&FlagPacked == 0 {
+		return 1
+	}
+	k := 0
+	for o := 0; o+packLen <= len(sl.buf); k++ {
+		o += packLen + (int(sl.buf[o])<<8 | int(sl.buf[o+1]))
+	}
+	return k
 }
 
 // nextNew returns the next unsent fragment if the window and the peer's
