@@ -206,7 +206,7 @@ func TestVerbsOverFabric(t *testing.T) {
 
 	// ibv_rc_pingpong: SEND/RECV of 4 KiB messages (two mailbox slots each)
 	// with the data checked (-c), polling, then with completion events (-e)
-	// and messages of three slots.
+	// and messages of three slots; ibv_uc_pingpong the same over UC QPs.
 	rate := regexp.MustCompile(`(\d+) iters in [0-9.]+ seconds = ([0-9.]+) usec/iter`)
 	for _, tc := range []struct {
 		prog, name string
@@ -214,6 +214,8 @@ func TestVerbsOverFabric(t *testing.T) {
 	}{
 		{"ibv_rc_pingpong", "rc_pingpong", []string{"-g", "0", "-n", "50", "-c"}},
 		{"ibv_rc_pingpong", "rc_pingpong_events", []string{"-g", "0", "-n", "20", "-c", "-e", "-s", "10000"}},
+		{"ibv_uc_pingpong", "ibv_uc_pingpong", []string{"-g", "0", "-n", "50", "-c"}},
+		{"ibv_uc_pingpong", "ibv_uc_pingpong_events", []string{"-g", "0", "-n", "20", "-c", "-e", "-s", "10000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, cli := pair(t, st, tc.prog, append(tc.args, "-p", freePort(t))...)
