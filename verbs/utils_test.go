@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,4 +132,88 @@ func utilities(t *testing.T, st *fabric.State) {
 			}
 		})
 	}
+}
+
+// dataCheck runs build/verbs_data's server on node 0 and its client on node
+// 1, handing each the other's DATA line, and returns their outputs; every
+// byte of a WRITE, a SEND and a READ of size bytes (its default: "") is
+// checked at the far end.
+func dataCheck(t *testing.T, st *fabric.State, size string) (server, client string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type side struct {
+		cmd  *exec.Cmd
+		in   io.WriteCloser
+		line chan string
+		out  strings.Builder
+		done chan error
+	}
+	start := func(node int, role string) *side {
+		args := []string{role}
+		if size != "" {
+			args = append(args, size)
+		}
+		s := &side{cmd: command(ctx, t, st, node, "build/verbs_data", args...), line: make(chan string, 1),
+			done: make(chan error, 1)}
+		var err error
+		if s.in, err = s.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := s.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.cmd.Stderr = &syncWriter{b: &s.out}
+		if err := s.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				l := sc.Text()
+				if strings.HasPrefix(l, "DATA ") {
+					s.line <- l
+				}
+				s.cmd.Stderr.Write([]byte(l + "\n"))
+			}
+			close(s.line)
+			s.done <- s.cmd.Wait()
+		}()
+		return s
+	}
+	srv, cli := start(0, "server"), start(1, "client")
+	sl, cl := <-srv.line, <-cli.line
+	if sl == "" || cl == "" {
+		cancel()
+		<-srv.done
+		<-cli.done
+		t.Fatalf("verbs_data printed no DATA line\nserver:\n%s\nclient:\n%s", srv.out.String(), cli.out.String())
+	}
+	io.WriteString(srv.in, cl+"\n")
+	io.WriteString(cli.in, sl+"\n")
+	cerr, serr := <-cli.done, <-srv.done
+	server, client = srv.cmd.Stderr.(*syncWriter).String(), cli.cmd.Stderr.(*syncWriter).String()
+	if cerr != nil || serr != nil {
+		t.Fatalf("verbs_data: client: %v, server: %v\nclient output:\n%s\nserver output:\n%s", cerr, serr, client, server)
+	}
+	return server, client
+}
+
+// syncWriter collects a program's output lines from two goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
