@@ -37,8 +37,9 @@ verbs: clib
 	$(MAKE) -s -C verbs
 
 # What the verbs device and its tests need from Debian (CI's .ci/run
-# installs the same): the headers, ibv_rc_pingpong and perftest. Waits for
-# a concurrent apt rather than failing; sudo when not root.
+# installs the same): the headers, ibverbs-utils' ibv_* programs and
+# perftest. Waits for a concurrent apt rather than failing; sudo when not
+# root.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 verbs-deps:
 	$(SUDO) apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null

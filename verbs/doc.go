@@ -15,11 +15,12 @@
 // the context's directory, which names its queue pairs and regions. The
 // design, what is supported and what is not: docs/verbs.md.
 //
-// The tests run programs nobody here wrote (Debian's ibverbs-utils
-// ibv_rc_pingpong and perftest's ib_write_lat, ib_read_lat, ib_atomic_lat)
+// The tests run programs nobody here wrote (every ibv_* program of Debian's
+// ibverbs-utils, and perftest's ib_write_lat, ib_read_lat, ib_atomic_lat)
 // between processes attached to the two nodes of a fabric, and
 // test/verbs_check.c, a plain verbs program that checks the answers to bad
-// input. The decoders of what peers write in fabric pages (src/wire.c) are
+// input, and test/verbs_data.c, which checks every byte of a 4 MiB WRITE,
+// SEND and READ between the nodes. The decoders of what peers write in fabric pages (src/wire.c) are
 // reached from Go through cgo (wire.go) for their fuzz tests. Without the programs or the rdma-core headers they skip, unless
 // DPU_PRIV_TESTS=require (CI), which makes that a failure.
 package verbs

@@ -320,6 +320,24 @@ VB_API int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t inde
     return 0;
 }
 
+/* ibv_query_gid_type is libibverbs' private call (driver.h, which Debian does
+ * not install) that ibv_devinfo -v makes for each GID: the type as sysfs
+ * names it. Left to libibverbs it would read the kernel's device behind the
+ * context, which this one has not. */
+enum vb_gid_type_sysfs { VB_GID_TYPE_SYSFS_IB_ROCE_V1, VB_GID_TYPE_SYSFS_ROCE_V2 };
+VB_API int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned int index, enum vb_gid_type_sysfs *type);
+
+VB_API int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned int index, enum vb_gid_type_sysfs *type) {
+    (void)c;
+    if (port != 1) {
+        errno = EINVAL;
+        return -1;
+    }
+    /* An empty entry reads as RoCE v1, as libibverbs answers for one. */
+    *type = index == 0 ? VB_GID_TYPE_SYSFS_ROCE_V2 : VB_GID_TYPE_SYSFS_IB_ROCE_V1;
+    return 0;
+}
+
 VB_API ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entries, size_t max_entries,
                                     uint32_t flags, size_t entry_size) {
     if (flags) return -EINVAL;

@@ -214,8 +214,8 @@ static void wake_progress(struct vb_context *ctx) {
 VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
     struct vb_pd *p = (struct vb_pd *)pd;
     struct vb_context *ctx = p->ctx;
-    if (a->qp_type != IBV_QPT_RC) {
-        vb_fail(EOPNOTSUPP, "create_qp: only RC queue pairs are supported (asked for type %d)", a->qp_type);
+    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC) {
+        vb_fail(EOPNOTSUPP, "create_qp: only RC and UC queue pairs are supported (asked for type %d)", a->qp_type);
         return NULL;
     }
     if (a->srq) {
@@ -255,7 +255,9 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     q->qp.pd = pd;
     q->qp.send_cq = a->send_cq;
     q->qp.recv_cq = a->recv_cq;
-    q->qp.qp_type = IBV_QPT_RC;
+    /* A UC QP is served as an RC one (nothing it sends is lost), less the
+     * requests UC has not: READ and atomics. */
+    q->qp.qp_type = a->qp_type;
     q->qp.state = IBV_QPS_RESET;
     pthread_mutex_init(&q->qp.mutex, NULL);
     pthread_cond_init(&q->qp.cond, NULL);
@@ -517,7 +519,7 @@ VB_API int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, stru
         init->send_cq = qp->send_cq;
         init->recv_cq = qp->recv_cq;
         init->cap = q->cap;
-        init->qp_type = IBV_QPT_RC;
+        init->qp_type = qp->qp_type;
         init->sq_sig_all = q->sq_sig_all;
     }
     return 0;
@@ -581,6 +583,11 @@ int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
             op != IBV_WR_RDMA_WRITE_WITH_IMM && op != IBV_WR_RDMA_READ && op != IBV_WR_ATOMIC_CMP_AND_SWP &&
             op != IBV_WR_ATOMIC_FETCH_AND_ADD) {
             rc = EINVAL;
+            break;
+        }
+        if (qp->qp_type == IBV_QPT_UC &&
+            (op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD)) {
+            rc = EINVAL; /* UC has no READ or atomics */
             break;
         }
         if (st != IBV_QPS_RTS && st != IBV_QPS_ERR) {

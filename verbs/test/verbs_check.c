@@ -236,6 +236,31 @@ int main(void) {
     errno = 0;
     CHECK("ah unsupported", ibv_create_ah(pd, &aa) == NULL && errno == EOPNOTSUPP, "errno %d", errno);
 
+    /* UC QPs connect and send like RC ones; READ and atomics, which UC has
+     * not, are refused at posting. */
+    {
+        struct ibv_qp_init_attr uia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
+                                       .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+        struct ibv_qp *ua = ibv_create_qp(pd, &uia), *ub = ibv_create_qp(pd, &uia);
+        union ibv_gid ug;
+        struct ibv_qp_attr qa;
+        struct ibv_qp_init_attr qi;
+        int ok = ua && ub && ibv_query_gid(ctx, 1, 0, &ug) == 0 && to_rts(ua, ub, &ug, 0x10, 0x20) == 0 &&
+                 to_rts(ub, ua, &ug, 0x20, 0x10) == 0 && ibv_query_qp(ua, &qa, IBV_QP_STATE, &qi) == 0;
+        CHECK("uc qp to rts", ok && ua->qp_type == IBV_QPT_UC && qi.qp_type == IBV_QPT_UC && qa.qp_state == IBV_QPS_RTS,
+              "errno %d", errno);
+        uint64_t w = 0;
+        struct ibv_mr *umr = ibv_reg_mr(pd, &w, sizeof w, IBV_ACCESS_LOCAL_WRITE);
+        CHECK("uc read refused", ok && umr && post(ua, IBV_WR_RDMA_READ, 1, umr, &w, 8, (uintptr_t)&w, umr->lkey, 0, 0) == EINVAL,
+              "ok %d", ok);
+        CHECK("uc atomic refused",
+              ok && umr && post(ua, IBV_WR_ATOMIC_FETCH_AND_ADD, 2, umr, &w, 8, (uintptr_t)&w, umr->lkey, 1, 0) == EINVAL,
+              "ok %d", ok);
+        if (ua) ibv_destroy_qp(ua);
+        if (ub) ibv_destroy_qp(ub);
+        if (umr) ibv_dereg_mr(umr);
+    }
+
     /* Failing registrations. */
     static char small[64];
     errno = 0;
