@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/client"
 )
@@ -25,7 +27,30 @@ func TestMain(m *testing.M) {
 		runHelper(sock, os.Getenv("HOSTIF_HELPER_SCRIPT"), os.Stdout)
 		os.Exit(0)
 	}
+	if sock := os.Getenv("HOSTIF_HELPER_CONNECT"); sock != "" {
+		os.Exit(connectAndHandOver(sock))
+	}
 	os.Exit(m.Run())
+}
+
+// connectAndHandOver connects to sock and hands the connected socket to
+// the parent over descriptor 3 (SCM_RIGHTS): the server knows the
+// connection by this process's credentials, which the kernel recorded as
+// it connected, and the parent drives it. The ring tests start it under
+// other uids.
+func connectAndHandOver(sock string) int {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		err = unix.Connect(fd, &unix.SockaddrUnix{Name: sock})
+	}
+	if err == nil {
+		err = unix.Sendmsg(3, []byte{0}, unix.UnixRights(fd), nil, 0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect and hand over:", err)
+		return 1
+	}
+	return 0
 }
 
 // runHelper runs one op per script line ("op gva [arg]") and prints

@@ -46,10 +46,29 @@ type connRing struct {
 
 // ringSet is the server's rings, for the driver's loop.
 type ringSet struct {
-	mu    sync.Mutex                  // serialises add and remove
-	rings atomic.Pointer[[]*connRing] // copied on write: the loop reads it every pass without a lock
-	cut   atomic.Uint64               // connections cut for not reaping their completions
+	mu    sync.Mutex               // serialises add and remove
+	now   atomic.Pointer[ringsNow] // copied on write: the loop reads it every pass without a lock
+	turns map[uint32]*userTurn     // each user's turn, while it has a ring (under mu)
+	cut   atomic.Uint64            // connections cut for not reaping their completions
 }
+
+// ringsNow is the rings open at one time, in two orders: as they opened,
+// and by user (the scheduler's share is a user's). Neither is modified
+// once published.
+type ringsNow struct {
+	all   []*connRing // in the order they opened
+	users []userRings // the users with rings, in the order their first ring opened
+}
+
+// userRings is one user's rings.
+type userRings struct {
+	rings []*connRing // in the order they opened
+	turn  *userTurn
+}
+
+// userTurn is where the next pass starts among a user's rings. It outlives
+// the ringsNow that name it; only the driver's loop reads or writes it.
+type userTurn struct{ next int }
 
 // RingStats are the counters of the server's ring pairs.
 type RingStats struct {
@@ -75,35 +94,70 @@ func (s *Server) RingStats() RingStats {
 func (rs *ringSet) add(r *connRing) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	var next []*connRing
-	if cur := rs.rings.Load(); cur != nil {
-		next = append(next, *cur...)
+	var all []*connRing
+	if cur := rs.now.Load(); cur != nil {
+		all = append(all, cur.all...)
 	}
-	next = append(next, r)
-	rs.rings.Store(&next)
+	rs.publishLocked(append(all, r))
 }
 
 func (rs *ringSet) remove(r *connRing) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	cur := rs.rings.Load()
+	cur := rs.now.Load()
 	if cur == nil {
 		return
 	}
-	next := make([]*connRing, 0, len(*cur))
-	for _, x := range *cur {
+	all := make([]*connRing, 0, len(cur.all))
+	for _, x := range cur.all {
 		if x != r {
-			next = append(next, x)
+			all = append(all, x)
 		}
 	}
-	rs.rings.Store(&next)
+	rs.publishLocked(all)
 }
 
-// snapshot returns the rings as they are now; the caller must not modify
-// the slice.
+// publishLocked publishes all as the rings open now, grouped by user for the
+// scheduler; a user keeps its turn while it has a ring. It holds rs.mu.
+func (rs *ringSet) publishLocked(all []*connRing) {
+	now := &ringsNow{all: all}
+	at := make(map[uint32]int) // uid → its index in now.users
+	for _, r := range all {
+		uid := r.c.cred.UID
+		i, ok := at[uid]
+		if !ok {
+			i = len(now.users)
+			at[uid] = i
+			turn := rs.turns[uid]
+			if turn == nil {
+				turn = new(userTurn)
+			}
+			now.users = append(now.users, userRings{turn: turn})
+		}
+		now.users[i].rings = append(now.users[i].rings, r)
+	}
+	turns := make(map[uint32]*userTurn, len(at))
+	for uid, i := range at {
+		turns[uid] = now.users[i].turn
+	}
+	rs.turns = turns
+	rs.now.Store(now)
+}
+
+// snapshot returns the rings as they are now, in the order they opened;
+// the caller must not modify the slice.
 func (rs *ringSet) snapshot() []*connRing {
-	if cur := rs.rings.Load(); cur != nil {
-		return *cur
+	if cur := rs.now.Load(); cur != nil {
+		return cur.all
+	}
+	return nil
+}
+
+// byUser returns the rings as they are now by user; the caller must not
+// modify the slice.
+func (rs *ringSet) byUser() []userRings {
+	if cur := rs.now.Load(); cur != nil {
+		return cur.users
 	}
 	return nil
 }
@@ -174,29 +228,58 @@ func (s *Server) closeRing(c *conn) {
 	_ = rg.p.Close()
 }
 
-// ServeRings takes the waiting submissions of every ring (up to max each)
-// and starts them: data-path requests through the Pipeline in one batch,
-// the others as on the socket. now is the driver's pass time, taken as
-// their arrival (Options.Observe): reading the clock per request cost more
-// than the rest of a ring request's bookkeeping. It reports whether it
-// found any. Only the driver's loop calls it.
+// ServeRings takes the waiting submissions of every user's rings (up to
+// max for each user, split among its rings, serveUser) and starts them:
+// data-path requests through the Pipeline in one batch, the others as on
+// the socket. now is the driver's pass time, taken as their arrival
+// (Options.Observe): reading the clock per request cost more than the
+// rest of a ring request's bookkeeping. It reports whether it found any.
+// Only the driver's loop calls it.
 func (s *Server) ServeRings(max int, now time.Time) bool {
-	rings := s.rings.snapshot()
 	got := false
-	for _, rg := range rings {
-		if s.serveRing(rg, max, now) {
+	for _, u := range s.rings.byUser() {
+		if s.serveUser(u, max, now) {
 			got = true
 		}
 	}
 	return got
 }
 
-// serveRing takes and starts the submissions of one ring. The ring's lock
-// is taken once for the pass: the throttle's check, every submission's
-// copy out of its slot and the slots' release happen under it; decoding,
-// admission and the core's step happen after, without it (a request that
-// completes in the step pushes its reply under the lock itself).
-func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
+// serveUser serves one user's rings in one pass: together they take at
+// most max submissions, however many rings the user opened. Each ring in
+// turn, from the user's turn on, may take an even part of what is left of
+// the share (a ring with fewer waiting leaves the rest to the rings after
+// it), so while the user has no more rings than max every ring of it is
+// served in every pass. When the share runs out before every ring was
+// served, the next pass starts at the first ring left out; otherwise it
+// starts one ring later than this one did. No ring of the user starves,
+// and the user's other rings cost another user's rings nothing.
+func (s *Server) serveUser(u userRings, max int, now time.Time) bool {
+	k := len(u.rings)
+	start := u.turn.next % k
+	left, got := max, false
+	i := 0
+	for ; i < k && left > 0; i++ {
+		part := (left + k - i - 1) / (k - i) // left split among the k-i rings to go, rounded up
+		n := s.serveRing(u.rings[(start+i)%k], part, now)
+		left -= n
+		got = got || n > 0
+	}
+	if i < k {
+		u.turn.next = (start + i) % k
+	} else {
+		u.turn.next = (start + 1) % k
+	}
+	return got
+}
+
+// serveRing takes and starts up to max submissions of one ring and returns
+// how many it took. The ring's lock is taken once for the pass: the
+// throttle's check, every submission's copy out of its slot and the
+// slots' release happen under it; decoding, admission and the core's step
+// happen after, without it (a request that completes in the step pushes
+// its reply under the lock itself).
+func (s *Server) serveRing(rg *connRing, max int, now time.Time) int {
 	c := rg.c
 	taken := s.ringTaken[:0]
 	rg.mu.Lock()
@@ -212,7 +295,7 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 		c.abort()
 	}
 	if stalled {
-		return false
+		return 0
 	}
 	if len(taken) > 0 && taken[len(taken)-1].t == nil { // the ring is corrupt
 		taken = taken[:len(taken)-1]
@@ -264,7 +347,7 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) bool {
 		// own, and the slots were released as they were taken
 		rg.flush()
 	}
-	return len(taken) > 0
+	return len(taken)
 }
 
 // takenSub is a submission a pass copied out of its ring: into t.in (n

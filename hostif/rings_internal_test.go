@@ -29,7 +29,7 @@ func TestWakeRingsDrainsOnlyTheBellsThatRang(t *testing.T) {
 		if _, err := unix.Write(bell, []byte{1}); err != nil { // the host rings
 			t.Fatal(err)
 		}
-		rgs[i] = &connRing{p: p}
+		rgs[i] = &connRing{c: &conn{}, p: p}
 		s.rings.add(rgs[i])
 	}
 	if pending, _ := s.ParkRings(); pending {
