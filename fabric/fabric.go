@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -177,10 +176,14 @@ func Up(ctx context.Context, spec Spec, log io.Writer) (st *State, err error) {
 		// Ports are reserved, let go, then bound again by the agents: hold
 		// the machine's port lock until they have bound them, so that a
 		// concurrent up does not pick the same ports in between.
-		unlock = lockPortChoice(portLockPath, portBindBound)
-		addrs, privileged, err := loopbackAddrs(st.Edges, max(spec.Channels, 1))
+		book := openPortBook(portLockPath, portBindBound)
+		unlock = book.unlock
+		addrs, privileged, err := loopbackAddrs(st.Edges, max(spec.Channels, 1), book.taken(abs))
 		if err != nil {
 			return nil, err
+		}
+		if err := book.record(abs, addrPorts(addrs, max(spec.Channels, 1))); err != nil {
+			fmt.Fprintf(log, "%v: a concurrent up may pick this fabric's ports while a node of it is stopped\n", err)
 		}
 		if privileged {
 			fmt.Fprintf(log, "link ports below %d: only root (or CAP_NET_BIND_SERVICE) may bind a stopped node's addresses\n", unprivilegedPortStart())
@@ -291,13 +294,14 @@ func FindAgent() (string, error) {
 // stopped node's addresses and keep it from restarting (the agents run as
 // this user and can bind them again); privileged reports it. Otherwise, or
 // when the privileged range is full, any free ports.
-func loopbackAddrs(edges []topo.Link, k int) (addrs map[portEnd]string, privileged bool, err error) {
+// Ports in taken (other fabrics') are never picked.
+func loopbackAddrs(edges []topo.Link, k int, taken map[int]bool) (addrs map[portEnd]string, privileged bool, err error) {
 	lo, hi := privilegedRange()
 	for _, priv := range []bool{true, false} {
 		if priv && hi-lo < k {
 			continue
 		}
-		addrs, err = reserveEnds(edges, k, priv, lo, hi)
+		addrs, err = reserveEnds(edges, k, priv, lo, hi, taken)
 		if err == nil {
 			return addrs, priv, nil
 		}
@@ -307,7 +311,7 @@ func loopbackAddrs(edges []topo.Link, k int) (addrs map[portEnd]string, privileg
 
 // reserveEnds reserves the addresses of every port end (privileged ones
 // in [lo, hi) when priv), holding them until all are found.
-func reserveEnds(edges []topo.Link, k int, priv bool, lo, hi int) (map[portEnd]string, error) {
+func reserveEnds(edges []topo.Link, k int, priv bool, lo, hi int, taken map[int]bool) (map[portEnd]string, error) {
 	addrs := map[portEnd]string{}
 	var held []*net.UDPConn
 	defer func() {
@@ -320,9 +324,9 @@ func reserveEnds(edges []topo.Link, k int, priv bool, lo, hi int) (map[portEnd]s
 			var cs []*net.UDPConn
 			var err error
 			if priv {
-				cs, err = reservePorts(k, lo, hi)
+				cs, err = reservePorts(k, lo, hi, taken)
 			} else {
-				cs, err = reservePorts(k, 20000, 60000)
+				cs, err = reservePorts(k, 20000, 60000, taken)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("fabric: reserving a loopback port: %w", err)
@@ -358,18 +362,27 @@ func privilegedRange() (lo, hi int) {
 // reservePorts binds k consecutive free loopback UDP ports in [lo, hi)
 // (any one free port when k is 1 and the range is the unprivileged
 // default).
-func reservePorts(k, lo, hi int) ([]*net.UDPConn, error) {
+func reservePorts(k, lo, hi int, taken map[int]bool) ([]*net.UDPConn, error) {
 	if k == 1 && lo == 20000 {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			return nil, err
+		for range 200 {
+			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				return nil, err
+			}
+			if !taken[c.LocalAddr().(*net.UDPAddr).Port] {
+				return []*net.UDPConn{c}, nil
+			}
+			defer c.Close() // held until a free one is found, so it is not offered again
 		}
-		return []*net.UDPConn{c}, nil
+		return nil, fmt.Errorf("no free port outside other fabrics'")
 	}
 	for range 200 {
 		base := lo + rand.IntN(hi-lo-k+1)
 		var cs []*net.UDPConn
 		for i := range k {
+			if taken[base+i] {
+				break
+			}
 			c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: base + i})
 			if errors.Is(err, syscall.EACCES) {
 				for _, c := range cs {
@@ -392,6 +405,22 @@ func reservePorts(k, lo, hi int) ([]*net.UDPConn, error) {
 	return nil, fmt.Errorf("no %d consecutive free ports in [%d, %d)", k, lo, hi)
 }
 
+// addrPorts lists the ports of addrs, with the k-1 channel ports after
+// each.
+func addrPorts(addrs map[portEnd]string, k int) []int {
+	var ps []int
+	for _, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		if n, err2 := strconv.Atoi(port); err == nil && err2 == nil {
+			for i := range k {
+				ps = append(ps, n+i)
+			}
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
 // portLockPath is the lock every up of this machine takes while it picks
 // loopback link ports and its agents bind them.
 var portLockPath = filepath.Join(os.TempDir(), "dpu-fabric-ports.lock")
@@ -400,25 +429,10 @@ var portLockPath = filepath.Join(os.TempDir(), "dpu-fabric-ports.lock")
 const portBindBound = 10 * time.Second
 
 // lockPortChoice takes the port lock at path (flock, released when the
-// returned function first runs or the process ends), waiting up to bound
-// for it. Where the lock file cannot be opened or the lock
-// is not had in time (a holder that never lets go), up goes on without it.
+// returned function is called), waiting up to bound; without it (the file
+// cannot be opened, or the wait ran out) it returns at once.
 func lockPortChoice(path string, bound time.Duration) (unlock func()) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o666)
-	if err != nil {
-		return func() {}
-	}
-	for end := time.Now().Add(bound); ; time.Sleep(5 * time.Millisecond) {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			var once sync.Once
-			return func() { once.Do(func() { f.Close() }) } // closing the description releases the lock
-		}
-		if (err != unix.EWOULDBLOCK && err != unix.EINTR) || time.Now().After(end) {
-			f.Close()
-			return func() {}
-		}
-	}
+	return openPortBook(path, bound).unlock
 }
 
 // waitBound waits, up to bound, until every started agent serves its
@@ -763,6 +777,12 @@ func Down(dir string) error {
 		if err := veth.Down(st.dir); err != nil && !errors.Is(err, veth.ErrNoFabric) {
 			errs = append(errs, err)
 		}
+	} else {
+		book := openPortBook(portLockPath, portBindBound)
+		if err := book.record(st.dir, nil); err != nil { // its ports are free for other fabrics again
+			errs = append(errs, err)
+		}
+		book.unlock()
 	}
 	return errors.Join(errs...)
 }
