@@ -55,6 +55,12 @@ type conn struct {
 	ringMu  sync.Mutex
 	ring    *connRing // the connection's ring pair, if it asked (RINGS)
 	ringFDs []int     // the host's descriptors of ring, ours to close
+
+	bulkMu    sync.Mutex
+	bulk      *bulkArea // the connection's bulk area, if it asked (BULK)
+	bulkQ     []*bulkOp // bulk requests with pieces not yet in the core
+	bulkLive  int       // pieces in the core
+	bulkBatch []coherence.Request
 }
 
 func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
@@ -443,6 +449,7 @@ func (c *conn) close(log *slog.Logger) {
 	c.aborted.Store(true)
 	c.cancel()
 	s.closeRing(c)
+	s.closeBulk(c)
 	c.inflight.Wait()
 	if c.hello {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReleaseTimeout)

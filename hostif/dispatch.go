@@ -40,6 +40,14 @@ import (
 // it was answered already).
 func (s *Server) dispatch(c *conn, t *task, batch []coherence.Request) ([]coherence.Request, bool) {
 	switch {
+	case t.req.Op == wire.OpStoreBulk || t.req.Op == wire.OpLoadBulk:
+		t.rep = reply{gva: t.req.GVA, body: t.out[wire.HeaderLen:wire.HeaderLen], fds: t.rep.fds[:0]}
+		b, err := s.bulkOf(c, t, batch)
+		if err != nil {
+			c.answer(t, err, false, false)
+			return batch, false
+		}
+		return b, true
 	case s.submits(&t.req):
 		r, err := s.opOf(c, t)
 		if err != nil {
@@ -165,19 +173,26 @@ func (s *Server) finishData(c *conn, t *task, d *coherence.Completion) error {
 // one it touched once. The backend's driver calls it after a step,
 // holding none of its locks.
 func (s *Server) Complete(ds []coherence.Completion) {
-	var connsAt [8]*conn
-	conns := connsAt[:0]
+	var connsAt, bulkAt [8]*conn
+	conns, bulkConns := connsAt[:0], bulkAt[:0]
 	var end time.Time // one clock reading for the batch (Options.Observe)
 	if s.opts.Observe != nil && len(ds) > 0 {
 		end = time.Now()
 	}
 	for i := range ds {
 		t, ok := ds[i].Tag.(*task)
+		bulk := false
 		if !ok {
-			if r, ok := ds[i].Tag.(*replica); ok {
-				s.replicas.reloaded(r, &ds[i])
+			switch tag := ds[i].Tag.(type) {
+			case *replica:
+				s.replicas.reloaded(tag, &ds[i])
+			case *bulkPiece:
+				bulkConns = appendOnce(bulkConns, tag.op.t.c)
+				t, bulk = s.bulkDone(tag, &ds[i])
 			}
-			continue
+			if !bulk {
+				continue // not a task's, or a bulk request's pieces are not all done
+			}
 		}
 		c := t.c
 		t.end = end
@@ -189,10 +204,17 @@ func (s *Server) Complete(ds []coherence.Completion) {
 		} else {
 			conns = appendOnce(conns, c)
 		}
-		c.answer(t, s.finishOp(c, t, &ds[i]), flush, true)
+		var err error
+		if !bulk { // bulkDone filled the reply of its pieces
+			err = s.finishOp(c, t, &ds[i])
+		}
+		c.answer(t, err, flush, true)
 	}
 	for _, c := range conns {
 		c.flush()
+	}
+	for _, c := range bulkConns {
+		s.bulkRefill(c) // what the pieces that completed left room for
 	}
 }
 

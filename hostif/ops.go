@@ -28,6 +28,8 @@ func (s *Server) exec(c *conn, r *wire.Request, rep *reply, oc *opContext) error
 		return s.translate(c, r, rep)
 	case wire.OpRings:
 		return s.openRings(c, r, rep)
+	case wire.OpBulk:
+		return s.openBulk(c, r, rep)
 	case wire.OpMaps:
 		return s.serveMaps(c, r, rep)
 

@@ -80,6 +80,10 @@ type Options struct {
 	// HelloTimeout closes a connection that has not said hello this long
 	// after it connected (default 10s).
 	HelloTimeout time.Duration
+	// MaxBulkArea bounds a connection's bulk area (BULK; default 4 MiB,
+	// at most wire.MaxBulkArea): shared memory the agent makes for the
+	// client's bulk transfers.
+	MaxBulkArea int
 	// Quota counts connections per uid (nil: a ledger of 64 connections
 	// per uid with the last 64 of MaxConns kept for root and the agent's
 	// user). Pages are the core's to charge (coherence.Config.Quota).
@@ -105,6 +109,8 @@ func (o *Options) setDefaults() {
 	}
 	def(&o.MaxConns, 1024)
 	def(&o.MaxOutstanding, 64)
+	def(&o.MaxBulkArea, 4<<20)
+	o.MaxBulkArea = min(o.MaxBulkArea, wire.MaxBulkArea)
 	def(&o.MaxGarbage, 8)
 	def(&o.StatusSlots, 1<<16)
 	def(&o.EventQueue, 256)

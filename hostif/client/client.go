@@ -51,6 +51,7 @@ type Client struct {
 
 	status []byte // the replica status table, mapped read-only
 	rings  *rings // the ring pair, if the server offered one
+	bulk   bulkState
 
 	sem     chan struct{} // one token per request in flight
 	out     *seqpacket.Outbox
@@ -264,6 +265,10 @@ func (c *Client) Close() error {
 		if c.rings != nil {
 			c.rings.close()
 		}
+		c.bulk.once.Do(func() {}) // waits for an ask in progress; no ask after
+		if c.bulk.area != nil {
+			c.bulk.area.close()
+		}
 		if c.status != nil {
 			_ = unix.Munmap(c.status)
 		}
@@ -398,7 +403,7 @@ func (c *Client) do(ctx context.Context, r *wire.Request) (result, error) {
 		putCall(cl)
 		return result{}, err
 	}
-	if r.Op != wire.OpMap { // only MAP replies carry descriptors
+	if r.Op != wire.OpMap && r.Op != wire.OpBulk { // only MAP and BULK replies carry descriptors
 		closeAll(cl.fds)
 		cl.fds = nil
 	}

@@ -38,6 +38,14 @@ func FuzzDecodeRequest(f *testing.F) {
 			if r.GVA.Offset()%8 != 0 {
 				t.Fatal("unaligned atomic accepted")
 			}
+		case OpStoreBulk, OpLoadBulk:
+			if r.Len < 1 || r.Len > MaxBulk || uint64(r.Off)+uint64(r.Len) > MaxBulkArea || r.GVA.Lo+uint64(r.Len) < r.GVA.Lo {
+				t.Fatalf("%s of %d at area offset %d accepted", r.Op, r.Len, r.Off)
+			}
+		case OpBulk:
+			if r.Bytes < PageSize || r.Bytes > MaxBulkArea || r.Bytes%PageSize != 0 {
+				t.Fatalf("bulk area of %d bytes accepted", r.Bytes)
+			}
 		}
 	})
 }

@@ -261,3 +261,6 @@ func DecodeReply(b []byte) (Header, []byte, error) {
 
 // U64 reads the little-endian uint64 at b[i:]; b must be long enough.
 func U64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i:]) }
+
+// U32 reads the little-endian word at b[i:].
+func U32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[i:]) }

@@ -44,8 +44,9 @@ type Request struct {
 	Dir       uint32
 	TimeoutMS uint32
 
-	// LOAD
+	// LOAD; STORE_BULK and LOAD_BULK (Len bytes at Off in the bulk area)
 	Len uint32
+	Off uint32
 	// STORE data, or the raw body of a GPU accounting op. Aliases the input.
 	Data []byte
 
@@ -67,7 +68,7 @@ var bodyLen = [numOps]int{
 	OpHello: 40, OpAlloc: 16, OpFree: 0, OpMap: 24, OpUnmap: 16, OpTranslate: 16,
 	OpLoad: 8, OpStore: -1, OpCAS: 16, OpFetchAdd: 8, OpAcquire: 8, OpRelease: 0,
 	OpLock: 8, OpUnlock: 0, OpWhere: 0, OpSubscribe: 8, OpRings: 16, OpMaps: -1,
-	OpClock: 0,
+	OpClock: 0, OpBulk: 16, OpStoreBulk: 8, OpLoadBulk: 8,
 }
 
 // DecodeRequest decodes and checks the request in b. On success every field
@@ -195,6 +196,26 @@ func DecodeRequest(b []byte, r *Request) error {
 		return needZeroGVA(r)
 	case OpClock:
 		return needZeroGVA(r)
+	case OpBulk:
+		r.Bytes = le.Uint64(body[0:])
+		if le.Uint64(body[8:]) != 0 {
+			return fmt.Errorf("%w: bulk", ErrReserved)
+		}
+		if r.Bytes == 0 || r.Bytes > MaxBulkArea || r.Bytes%PageSize != 0 {
+			return fmt.Errorf("%w: bulk area of %d bytes (whole pages, up to %d)", ErrField, r.Bytes, MaxBulkArea)
+		}
+		return needZeroGVA(r)
+	case OpStoreBulk, OpLoadBulk:
+		r.Len, r.Off = le.Uint32(body[0:]), le.Uint32(body[4:])
+		if r.Len == 0 || r.Len > MaxBulk {
+			return fmt.Errorf("%w: %s of %d bytes (1..%d)", ErrField, r.Op, r.Len, MaxBulk)
+		}
+		if uint64(r.Off)+uint64(r.Len) > MaxBulkArea {
+			return fmt.Errorf("%w: %s past the largest bulk area", ErrField, r.Op)
+		}
+		if r.GVA.Lo+uint64(r.Len) < r.GVA.Lo {
+			return fmt.Errorf("%w: %s range wraps", ErrField, r.Op)
+		}
 	}
 	return nil
 }
@@ -293,6 +314,12 @@ func AppendRequest(b []byte, r *Request) []byte {
 	case r.Op == OpSubscribe:
 		b = le.AppendUint32(b, r.Mask)
 		b = le.AppendUint32(b, 0)
+	case r.Op == OpBulk:
+		b = le.AppendUint64(b, r.Bytes)
+		b = le.AppendUint64(b, 0)
+	case r.Op == OpStoreBulk || r.Op == OpLoadBulk:
+		b = le.AppendUint32(b, r.Len)
+		b = le.AppendUint32(b, r.Off)
 	case r.Op == OpRings:
 		b = le.AppendUint32(b, r.RingEntries)
 		b = le.AppendUint32(b, r.RingSlotSize)

@@ -23,6 +23,10 @@ const (
 	MaxBody = 8 + PageSize
 	// MaxMessage is the largest message either side sends.
 	MaxMessage = HeaderLen + MaxBody
+	// MaxBulk is the most bytes one STORE_BULK or LOAD_BULK moves.
+	MaxBulk = 1 << 20
+	// MaxBulkArea is the largest bulk area a connection may ask for.
+	MaxBulkArea = 16 << 20
 	// MaxMapPages is the most pages one MAP request may cover (one memfd each;
 	// the kernel passes at most 253 descriptors in one message).
 	MaxMapPages = 64
@@ -72,7 +76,19 @@ const (
 	// OpClock reads the cluster clock: the fabric's common time and its
 	// error bound as this node knows them (ClusterTime).
 	OpClock Op = 19
-	numOps     = 20
+	// OpBulk asks for the connection's bulk area: shared memory of the
+	// size asked (Bytes), passed as one sealed memfd with the reply, that
+	// STORE_BULK takes its data from and LOAD_BULK puts its data in.
+	OpBulk Op = 20
+	// OpStoreBulk stores Len bytes of the bulk area, from offset Off,
+	// at GVA: across pages, up to MaxBulk bytes. Its reply says how many
+	// bytes from the start were stored, in whole pages, before the first
+	// page that failed (all of them: success).
+	OpStoreBulk Op = 21
+	// OpLoadBulk loads Len bytes at GVA into the bulk area at offset Off;
+	// its reply says how many bytes from the start were loaded.
+	OpLoadBulk Op = 22
+	numOps        = 23
 
 	// OpGPUFirst..OpGPULast are reserved for the CUDA hook's GPU accounting.
 	// Their bodies are not yet fixed (up to MaxBody bytes); a version 1
@@ -84,7 +100,7 @@ const (
 	OpGPULast        Op = 79
 )
 
-var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings", "maps", "clock"}
+var opNames = [numOps]string{"", "hello", "alloc", "free", "map", "unmap", "translate", "load", "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock", "where", "subscribe", "rings", "maps", "clock", "bulk", "store-bulk", "load-bulk"}
 
 func (o Op) String() string {
 	switch {

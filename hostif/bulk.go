@@ -1,0 +1,291 @@
+package hostif
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aitherion/dpu/coherence"
+	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host/admit"
+	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
+)
+
+// Bulk transfers: a connection asks once for its bulk area (BULK), shared
+// memory the server makes, seals at its size and maps; the client maps
+// the descriptor it is passed. A STORE_BULK or LOAD_BULK then names a
+// range of the area and of the fabric's addresses, up to wire.MaxBulk
+// bytes over any number of pages: the server cuts it at page boundaries
+// into the core's own page stores or loads, admitted one by one before
+// any is submitted (a piece admission refuses fails the request whole,
+// nothing submitted; the core checks each page's permission as for any
+// store or load), lets them into the core as the connection's budget
+// allows (bulkBudget) and answers once the last completes: how many
+// bytes from the start were done, in whole pieces before the first that
+// failed, and that piece's errno. The
+// pages' requests share frames and datagrams on the way (the link packs
+// them), which is where the bandwidth comes from: one host message, one
+// reply and a few datagrams for many pages.
+//
+// The area is the client's to write while no request names the range; a
+// store's data is copied out of it when the request is taken (a client
+// that changes it later changes nothing of the store), a load's data is
+// copied in as each page completes. The area lives until the connection
+// ends; a completion that comes after is dropped.
+
+// bulkArea is a connection's bulk area.
+type bulkArea struct {
+	mu     sync.Mutex
+	mem    []byte // the mapping; nil once unmapped
+	fd     int    // ours, closed with the connection
+	closed bool
+}
+
+// bulkFiles is what a bulk area costs its user in descriptors.
+const bulkFiles = 1
+
+// bulkSeals fix the area's size: neither side's mapping can ever fault.
+const bulkSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// openBulk makes c's bulk area (BULK).
+func (s *Server) openBulk(c *conn, r *wire.Request, rep *reply) error {
+	size := int(min(r.Bytes, uint64(s.opts.MaxBulkArea)))
+	c.bulkMu.Lock()
+	defer c.bulkMu.Unlock()
+	if c.bulk != nil {
+		return fmt.Errorf("bulk: this connection has its area: %w", syscall.EEXIST)
+	}
+	if c.aborted.Load() {
+		return fmt.Errorf("bulk: %w", syscall.ECONNRESET)
+	}
+	if err := s.opts.Quota.Take(c.cred.UID, quota.Files, bulkFiles); err != nil {
+		return fmt.Errorf("bulk: the area counts against the user's descriptors: %w", err)
+	}
+	a, err := newBulkArea(size)
+	if err != nil {
+		s.opts.Quota.Release(c.cred.UID, quota.Files, bulkFiles)
+		return fmt.Errorf("bulk: %w", err)
+	}
+	c.bulk = a
+	rep.fds = append(rep.fds, a.fd)
+	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(size))
+	return nil
+}
+
+func newBulkArea(size int) (*bulkArea, error) {
+	fd, err := unix.MemfdCreate("dpu-bulk", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	fail := func(what string, e error) (*bulkArea, error) {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("%s: %w", what, e)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail("ftruncate", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, bulkSeals); err != nil {
+		return fail("seal", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("mmap", err)
+	}
+	return &bulkArea{mem: mem, fd: fd}, nil
+}
+
+// closeBulk ends c's bulk area (the connection ends): completions that
+// come later find it closed.
+func (s *Server) closeBulk(c *conn) {
+	c.bulkMu.Lock()
+	a := c.bulk
+	c.bulk = nil
+	c.bulkMu.Unlock()
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	a.closed = true
+	mem := a.mem
+	a.mem = nil
+	a.mu.Unlock()
+	_ = unix.Munmap(mem)
+	_ = unix.Close(a.fd)
+	s.opts.Quota.Release(c.cred.UID, quota.Files, bulkFiles)
+}
+
+// bulkOp is one STORE_BULK or LOAD_BULK in flight: its pieces, one per
+// page, their core requests, admitted, and what is left of them.
+type bulkOp struct {
+	t      *task
+	area   *bulkArea
+	off    int // the request's offset in the area
+	data   []byte
+	pieces []bulkPiece
+	reqs   []coherence.Request
+	next   int // the first piece not yet submitted
+	left   int // pieces not yet completed
+}
+
+// bulkBudget is the most pieces of a connection's bulk requests in the
+// core at once; the others wait in the connection's queue, in order, and
+// go in as earlier ones complete. It keeps one client's transfers from
+// filling the links' queues (past a few milliseconds of them, answers
+// come after the requests' re-sends) and bounds what one connection
+// holds of the core.
+const bulkBudget = 128
+
+// bulkPiece is the part of a bulk request in one page: the Tag of its
+// core request.
+type bulkPiece struct {
+	op    *bulkOp
+	gva   gva.GVA
+	start int // offset in the request's range
+	n     int
+	err   error
+}
+
+var bulkPool = sync.Pool{New: func() any { return &bulkOp{} }}
+
+// bulkOf cuts request t of c into its pages' core requests, admitted,
+// and appends them to batch; nothing is appended when one fails.
+func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherence.Request, error) {
+	r := &t.req
+	c.bulkMu.Lock()
+	a := c.bulk
+	c.bulkMu.Unlock()
+	if a == nil {
+		return batch, fmt.Errorf("%s: no bulk area (ask for one with BULK): %w", r.Op, syscall.ENXIO)
+	}
+	op := bulkPool.Get().(*bulkOp)
+	op.t, op.area, op.off = t, a, int(r.Off)
+	op.pieces = op.pieces[:0]
+	n := int(r.Len)
+	a.mu.Lock()
+	if a.closed || op.off+n > len(a.mem) {
+		size := len(a.mem)
+		a.mu.Unlock()
+		putBulk(op)
+		return batch, fmt.Errorf("%s of %d bytes at %d: past the bulk area's %d: %w", r.Op, n, op.off, size, syscall.EINVAL)
+	}
+	if r.Op == wire.OpStoreBulk {
+		op.data = append(op.data[:0], a.mem[op.off:op.off+n]...)
+	}
+	a.mu.Unlock()
+	for start := 0; start < n; {
+		g := gva.GVA{Hi: r.GVA.Hi, Lo: r.GVA.Lo + uint64(start)}
+		k := min(n-start, wire.PageSize-int(g.Offset()))
+		op.pieces = append(op.pieces, bulkPiece{op: op, gva: g, start: start, n: k})
+		start += k
+	}
+	cred := c.credential()
+	op.reqs = op.reqs[:0]
+	for i := range op.pieces {
+		p := &op.pieces[i]
+		pr := wire.Request{Header: wire.Header{Op: wire.OpLoad, GVA: p.gva, ID: r.ID}, Len: uint32(p.n)}
+		if r.Op == wire.OpStoreBulk {
+			pr.Op, pr.Len, pr.Data = wire.OpStore, 0, op.data[p.start:p.start+p.n]
+		}
+		cr, err := admit.Request(&pr, cred, s.bounds)
+		if err != nil {
+			putBulk(op)
+			return batch, fmt.Errorf("%s at %v: %w", r.Op, p.gva, err)
+		}
+		cr.Tag = p
+		op.reqs = append(op.reqs, cr)
+	}
+	op.next, op.left = 0, len(op.pieces)
+	t.c = c
+	c.bulkMu.Lock()
+	c.bulkQ = append(c.bulkQ, op)
+	batch = s.takeBulkLocked(c, batch)
+	c.bulkMu.Unlock()
+	return batch, nil
+}
+
+// takeBulkLocked appends to batch the queued pieces of c's bulk requests
+// that its budget lets into the core, oldest request first.
+func (s *Server) takeBulkLocked(c *conn, batch []coherence.Request) []coherence.Request {
+	for len(c.bulkQ) > 0 && c.bulkLive < bulkBudget {
+		op := c.bulkQ[0]
+		for op.next < len(op.reqs) && c.bulkLive < bulkBudget {
+			cr := op.reqs[op.next]
+			cr.ID = s.nextReq.Add(1) & (1<<63 - 1)
+			batch = append(batch, cr)
+			op.next++
+			c.bulkLive++
+		}
+		if op.next < len(op.reqs) {
+			break
+		}
+		c.bulkQ[0] = nil
+		c.bulkQ = c.bulkQ[1:]
+	}
+	return batch
+}
+
+// bulkRefill submits what c's budget, freed by completions, lets in.
+func (s *Server) bulkRefill(c *conn) {
+	c.bulkMu.Lock()
+	batch := s.takeBulkLocked(c, c.bulkBatch[:0])
+	c.bulkBatch = batch
+	c.bulkMu.Unlock()
+	if len(batch) > 0 {
+		s.pipe.Submit(c.call.session, batch)
+		clear(batch)
+	}
+}
+
+func putBulk(op *bulkOp) {
+	clear(op.pieces)
+	clear(op.reqs)
+	op.t, op.area = nil, nil
+	bulkPool.Put(op)
+}
+
+// bulkDone takes the completion of piece p. After the op's last piece it
+// returns the op's task, its reply filled, to be answered.
+func (s *Server) bulkDone(p *bulkPiece, d *coherence.Completion) (t *task, last bool) {
+	op := p.op
+	t = op.t
+	c := t.c
+	c.bulkMu.Lock()
+	c.bulkLive--
+	c.bulkMu.Unlock()
+	if d.Err != nil {
+		p.err = d.Err
+	} else if t.req.Op == wire.OpLoadBulk {
+		a := op.area
+		a.mu.Lock()
+		if !a.closed {
+			copy(a.mem[op.off+p.start:op.off+p.start+p.n], d.Data)
+		}
+		a.mu.Unlock()
+	} else {
+		s.written(p.gva.Key(), int(p.gva.Offset()), op.data[p.start:p.start+p.n], d.Version)
+	}
+	if op.left--; op.left > 0 {
+		return nil, false
+	}
+	done, errno := 0, syscall.Errno(0)
+	for i := range op.pieces {
+		if e := op.pieces[i].err; e != nil {
+			errno = errnoOf(e)
+			if errno == 0 {
+				errno = syscall.EIO
+			}
+			break
+		}
+		done += op.pieces[i].n
+	}
+	le := binary.LittleEndian
+	t.rep.body = le.AppendUint64(t.rep.body, uint64(done))
+	t.rep.body = le.AppendUint32(t.rep.body, uint32(errno))
+	t.rep.body = le.AppendUint32(t.rep.body, 0)
+	putBulk(op)
+	return t, true
+}
