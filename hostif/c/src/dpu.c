@@ -54,7 +54,7 @@ enum {
     OP_HELLO = 1, OP_ALLOC = 2, OP_FREE = 3, OP_MAP = 4, OP_UNMAP = 5, OP_TRANSLATE = 6,
     OP_LOAD = 7, OP_STORE = 8, OP_CAS = 9, OP_FETCH_ADD = 10, OP_ACQUIRE = 11, OP_RELEASE = 12,
     OP_LOCK = 13, OP_UNLOCK = 14, OP_WHERE = 15, OP_SUBSCRIBE = 16, OP_RINGS = 17,
-    OP_CLOCK = 19,
+    OP_CLOCK = 19, OP_BULK = 20, OP_STORE_BULK = 21, OP_LOAD_BULK = 22,
 };
 
 enum { SLOT_VALID = 2 };
@@ -144,6 +144,15 @@ struct dpu {
     pthread_mutex_t ring_mu;    /* serialises submitters */
     _Atomic int ring_inflight;  /* submitted on the ring, not yet reaped */
     long ring_spin_ns;          /* how long the reader spins before sleeping */
+
+    /* The bulk area (PROTOCOL.md §4, BULK), asked for by the first
+     * transfer longer than a page: BULK_SLOTS slots of BULK_SLOT bytes,
+     * each held by one transfer request in flight. */
+    pthread_mutex_t bulk_mu;    /* serialises the ask */
+    int bulk_state;             /* 0 not asked, 1 mapped, -1 the agent offers none */
+    uint8_t *bulk;
+    size_t bulk_len;
+    _Atomic uint32_t bulk_free; /* a bit per free slot */
 };
 
 static _Thread_local char last_err[256];
@@ -365,7 +374,7 @@ static ssize_t recv_ring(dpu_t *d, int *fds, int *nfds) {
  * carries no descriptor, else (or when the ring is full) on the socket.
  * Like send(2): the length or -1 with errno. */
 static ssize_t send_msg(dpu_t *d, uint16_t op, const uint8_t *msg, size_t n) {
-    if (d->ring && op != OP_HELLO && op != OP_MAP && op != OP_RINGS) {
+    if (d->ring && op != OP_HELLO && op != OP_MAP && op != OP_RINGS && op != OP_BULK) {
         pthread_mutex_lock(&d->ring_mu);
         atomic_fetch_add(&d->ring_inflight, 1);
         int rc = dpu_ring_submit(d->ring, msg, n);
@@ -414,7 +423,8 @@ struct call {
 static const char *op_name(uint16_t op) {
     static const char *names[] = {"?", "hello", "alloc", "free", "map", "unmap", "translate", "load",
                                   "store", "cas", "fetch-add", "acquire", "release", "lock", "unlock",
-                                  "where", "subscribe", "rings", "maps", "clock"};
+                                  "where", "subscribe", "rings", "maps", "clock", "bulk", "store-bulk",
+                                  "load-bulk"};
     return op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -717,6 +727,7 @@ int dpu_open(const char *sock_path, dpu_t **out) {
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&d->mu, NULL);
     pthread_mutex_init(&d->ring_mu, NULL);
+    pthread_mutex_init(&d->bulk_mu, NULL);
     if ((rc = ask_rings(d)) < 0) {
         dpu_close(d);
         return rc;
@@ -738,6 +749,7 @@ void dpu_close(dpu_t *d) {
     if (d->status) munmap((void *)d->status, d->status_len);
     dpu_ring_close(d->ring);
     if (d->region) munmap(d->region, d->region_pages * PAGE);
+    if (d->bulk) munmap(d->bulk, d->bulk_len);
     if (d->slot_of) munmap((void *)d->slot_of, d->region_pages * sizeof(uint32_t));
     for (struct mapping *m = d->maps, *n; m; m = n) {
         n = m->next;
@@ -753,6 +765,7 @@ void dpu_close(dpu_t *d) {
         pthread_cond_destroy(&d->ev_cv);
         pthread_mutex_destroy(&d->mu);
         pthread_mutex_destroy(&d->ring_mu);
+        pthread_mutex_destroy(&d->bulk_mu);
         free(d->w);
     }
     free(d);
@@ -854,8 +867,9 @@ int dpu__load_fenced(dpu_t *d, dpu_gva_t page, void *buf, int fence, uint64_t fe
  * when it was sent. */
 enum { BULK_WINDOW = 16 };
 
-/* struct bulk is a multi-page transfer in progress: page requests sent
- * and not yet waited for, oldest first, and the first failure. */
+/* struct bulk is a multi-page transfer in progress: page requests (or
+ * bulk-area transfers) sent and not yet waited for, oldest first, and the
+ * first failure. */
 struct bulk {
     dpu_t *d;
     unsigned win, head, count;
@@ -864,10 +878,84 @@ struct bulk {
     struct call c[BULK_WINDOW];
     struct waiter *w[BULK_WINDOW];
     struct timespec dl[BULK_WINDOW];
-    uint8_t *dst[BULK_WINDOW]; /* loads: where the page's bytes go, and how many */
+    uint8_t *dst[BULK_WINDOW]; /* loads: where the bytes go, and how many */
     size_t want[BULK_WINDOW];
     uint8_t *rep[BULK_WINDOW];
+    int slot[BULK_WINDOW];     /* the bulk-area slot a transfer holds, or -1 */
+    uint8_t body[BULK_WINDOW][8];
 };
+
+/* A transfer through the bulk area moves up to BULK_SLOT bytes; the area
+ * has BULK_SLOTS of them, so that many are in flight on a connection. */
+enum { BULK_SLOT = 256 << 10, BULK_SLOTS = 4 };
+
+/* bulk_area asks the agent for the connection's bulk area once; 1 when it
+ * is mapped, 0 when the agent offers none (transfers go page by page). */
+static int bulk_area(dpu_t *d) {
+    pthread_mutex_lock(&d->bulk_mu);
+    if (d->bulk_state == 0) {
+        d->bulk_state = -1;
+        uint8_t body[16], rep[256];
+        put64(body, (uint64_t)BULK_SLOT * BULK_SLOTS);
+        put64(body + 8, 0);
+        struct call c = {.op = OP_BULK, .body = body, .blen = sizeof body, .out = rep, .cap = sizeof rep};
+        int saved = errno;
+        char err[sizeof last_err];
+        memcpy(err, last_err, sizeof err);
+        if (do_call(d, &c) == 0) {
+            size_t len = c.len == 8 ? (size_t)get64(rep) : 0;
+            if (c.nfds == 1 && len >= (size_t)BULK_SLOT && len % BULK_SLOT == 0) {
+                void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, c.fds[0], 0);
+                if (m != MAP_FAILED) {
+                    unsigned n = len / BULK_SLOT > BULK_SLOTS ? BULK_SLOTS : (unsigned)(len / BULK_SLOT);
+                    d->bulk = m;
+                    d->bulk_len = len;
+                    atomic_store(&d->bulk_free, (1u << n) - 1);
+                    d->bulk_state = 1;
+                }
+            }
+            close_fds(c.fds, c.nfds);
+        }
+        /* an agent without bulk areas, or one too small: page by page */
+        memcpy(last_err, err, sizeof err);
+        errno = saved;
+    }
+    int ok = d->bulk_state == 1;
+    pthread_mutex_unlock(&d->bulk_mu);
+    return ok;
+}
+
+/* bulk_slot takes a free slot of the area, or -1. */
+static int bulk_slot(dpu_t *d) {
+    uint32_t f = atomic_load(&d->bulk_free);
+    while (f) {
+        int i = __builtin_ctz(f);
+        if (atomic_compare_exchange_weak(&d->bulk_free, &f, f & ~(1u << i))) return i;
+    }
+    return -1;
+}
+
+static void bulk_unslot(dpu_t *d, int i) {
+    if (i >= 0) atomic_fetch_or(&d->bulk_free, 1u << i);
+}
+
+/* area_result checks a STORE_BULK or LOAD_BULK reply: done and
+ * the first failed piece's errno; a load's bytes are copied to dst. */
+static int area_result(struct bulk *b, unsigned i) {
+    struct call *c = &b->c[i];
+    const char *what_op = c->op == OP_LOAD_BULK ? "load" : "store";
+    if (c->len != 16) return fail(EPROTO, "dpu %s: transfer reply of the wrong size", what_op);
+    uint64_t done = get64(b->rep[i]);
+    uint32_t e = get32(b->rep[i] + 8);
+    if (done > b->want[i]) return fail(EPROTO, "dpu %s: transfer reply says more done than asked", what_op);
+    if (c->op == OP_LOAD_BULK) memcpy(b->dst[i], b->d->bulk + (size_t)b->slot[i] * BULK_SLOT, done);
+    if (e || done < b->want[i]) {
+        char what[96];
+        snprintf(what, sizeof what, "%llu of %zu bytes", (unsigned long long)done, b->want[i]);
+        return fail(e ? (int)e : EIO, c->op == OP_LOAD_BULK ? "dpu load: %s done" : "dpu store: %s done", what);
+    }
+    return 0;
+}
 
 static void bulk_init(struct bulk *b, dpu_t *d, uint8_t *reps, size_t rep_cap) {
     b->d = d;
@@ -875,7 +963,10 @@ static void bulk_init(struct bulk *b, dpu_t *d, uint8_t *reps, size_t rep_cap) {
     b->head = b->count = 0;
     b->rc = 0;
     b->err[0] = 0;
-    for (unsigned i = 0; i < BULK_WINDOW; i++) b->rep[i] = reps + (size_t)i * rep_cap;
+    for (unsigned i = 0; i < BULK_WINDOW; i++) {
+        b->rep[i] = reps + (size_t)i * rep_cap;
+        b->slot[i] = -1;
+    }
 }
 
 static void bulk_failed(struct bulk *b, int rc) {
@@ -891,6 +982,9 @@ static void bulk_wait(struct bulk *b) {
     struct call *c = &b->c[i];
     int rc = call_wait(b->d, c, b->w[i], &b->dl[i]);
     if (rc == 0 && c->op == OP_LOAD) rc = load_result(c, b->dst[i], b->want[i]);
+    if (rc == 0 && (c->op == OP_STORE_BULK || c->op == OP_LOAD_BULK)) rc = area_result(b, i);
+    bulk_unslot(b->d, b->slot[i]);
+    b->slot[i] = -1;
     if (rc < 0) bulk_failed(b, rc);
     b->head = (b->head + 1) % BULK_WINDOW;
     b->count--;
@@ -923,6 +1017,72 @@ static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst, size_t
     }
 }
 
+/* bulk_area_send sends the next transfer of up to BULK_SLOT bytes at
+ * addr through a slot of the bulk area (a store's bytes copied into it
+ * first), waiting for the oldest transfer in flight while no slot or
+ * request slot is free. */
+static void bulk_area_send(struct bulk *b, uint16_t op, dpu_gva_t addr, uint8_t *p, size_t k) {
+    while (b->rc == 0) {
+        int s = b->count < b->win ? bulk_slot(b->d) : -1;
+        if (s >= 0) {
+            unsigned i = (b->head + b->count) % BULK_WINDOW;
+            uint8_t *area = b->d->bulk + (size_t)s * BULK_SLOT;
+            if (op == OP_STORE_BULK) memcpy(area, p, k);
+            put32(b->body[i], (uint32_t)k);
+            put32(b->body[i] + 4, (uint32_t)((size_t)s * BULK_SLOT));
+            b->c[i] = (struct call){.op = op, .gva = addr, .body = b->body[i], .blen = 8, .out = b->rep[i], .cap = 256};
+            b->dst[i] = p;
+            b->want[i] = k;
+            b->slot[i] = s;
+            b->dl[i] = deadline_in(b->d->timeout_ms);
+            int rc = call_send(b->d, &b->c[i], b->count ? NULL : &b->dl[i], &b->w[i]);
+            if (rc == 0) {
+                b->count++;
+                return;
+            }
+            bulk_unslot(b->d, s);
+            b->slot[i] = -1;
+            if (rc != -EAGAIN) {
+                bulk_failed(b, rc);
+                return;
+            }
+        } else if (b->count == 0) {
+            /* other threads' transfers hold every slot: wait for one */
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        bulk_wait(b);
+    }
+}
+
+static int bulk_end(struct bulk *b);
+
+/* area_transfer moves n bytes at addr through the bulk area; < 0 with
+ * the first failure. */
+static int area_transfer(dpu_t *d, uint16_t op, dpu_gva_t addr, uint8_t *p, size_t n) {
+    struct bulk *b = malloc(sizeof *b);
+    uint8_t *reps = malloc((size_t)BULK_WINDOW * 256);
+    if (!b || !reps) {
+        free(b);
+        free(reps);
+        return fail(ENOMEM, "dpu transfer: no memory for it%s", NULL);
+    }
+    bulk_init(b, d, reps, 256);
+    if (b->win > BULK_SLOTS) b->win = BULK_SLOTS;
+    while (n > 0 && b->rc == 0) {
+        size_t k = n < BULK_SLOT ? n : BULK_SLOT;
+        bulk_area_send(b, op, addr, p, k);
+        addr.lo += k;
+        p += k;
+        n -= k;
+    }
+    int rc = bulk_end(b);
+    free(reps);
+    free(b);
+    return rc;
+}
+
 /* bulk_end waits for every request still in flight and returns the first
  * failure (with its error text), or 0. */
 static int bulk_end(struct bulk *b) {
@@ -934,6 +1094,7 @@ static int bulk_end(struct bulk *b) {
 int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
     uint8_t *p = buf;
     if (n <= PAGE - addr.lo % PAGE) return n ? load_in_page(d, addr, p, n, NULL) : 0;
+    if (bulk_area(d)) return area_transfer(d, OP_LOAD_BULK, addr, p, n);
     enum { REP = 8 + PAGE };
     uint8_t *reps = malloc((size_t)BULK_WINDOW * REP);
     struct bulk *b = malloc(sizeof *b);
@@ -966,6 +1127,7 @@ int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n) {
         struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = n, .out = rep, .cap = sizeof rep};
         return do_call(d, &c);
     }
+    if (bulk_area(d)) return area_transfer(d, OP_STORE_BULK, addr, (uint8_t *)p, n);
     enum { REP = 256 };
     uint8_t reps[BULK_WINDOW * REP];
     struct bulk b;
