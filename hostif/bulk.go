@@ -228,15 +228,18 @@ func (s *Server) takeBulkLocked(c *conn, batch []coherence.Request) []coherence.
 	return batch
 }
 
-// bulkRefill submits what c's budget, freed by completions, lets in.
+// bulkRefill submits what c's budget, freed by completions, lets in. Two
+// drivers' steps may refill one connection at once: each submits a batch
+// of its own.
 func (s *Server) bulkRefill(c *conn) {
 	c.bulkMu.Lock()
-	batch := s.takeBulkLocked(c, c.bulkBatch[:0])
-	c.bulkBatch = batch
+	var batch []coherence.Request
+	if len(c.bulkQ) > 0 && c.bulkLive < bulkBudget {
+		batch = s.takeBulkLocked(c, make([]coherence.Request, 0, bulkBudget-c.bulkLive))
+	}
 	c.bulkMu.Unlock()
 	if len(batch) > 0 {
 		s.pipe.Submit(c.call.session, batch)
-		clear(batch)
 	}
 }
 
@@ -253,22 +256,26 @@ func (s *Server) bulkDone(p *bulkPiece, d *coherence.Completion) (t *task, last 
 	op := p.op
 	t = op.t
 	c := t.c
-	c.bulkMu.Lock()
-	c.bulkLive--
-	c.bulkMu.Unlock()
-	if d.Err != nil {
-		p.err = d.Err
-	} else if t.req.Op == wire.OpLoadBulk {
+	if d.Err == nil && t.req.Op == wire.OpLoadBulk {
 		a := op.area
 		a.mu.Lock()
 		if !a.closed {
 			copy(a.mem[op.off+p.start:op.off+p.start+p.n], d.Data)
 		}
 		a.mu.Unlock()
-	} else {
+	} else if d.Err == nil {
 		s.written(p.gva.Key(), int(p.gva.Offset()), op.data[p.start:p.start+p.n], d.Version)
 	}
-	if op.left--; op.left > 0 {
+	// Completions of one op may be handed over by two drivers' steps at
+	// once (the loop's and a socket reader's): what they share is
+	// counted under the connection's lock.
+	c.bulkMu.Lock()
+	c.bulkLive--
+	p.err = d.Err
+	op.left--
+	left := op.left
+	c.bulkMu.Unlock()
+	if left > 0 {
 		return nil, false
 	}
 	done, errno := 0, syscall.Errno(0)

@@ -56,11 +56,10 @@ type conn struct {
 	ring    *connRing // the connection's ring pair, if it asked (RINGS)
 	ringFDs []int     // the host's descriptors of ring, ours to close
 
-	bulkMu    sync.Mutex
-	bulk      *bulkArea // the connection's bulk area, if it asked (BULK)
-	bulkQ     []*bulkOp // bulk requests with pieces not yet in the core
-	bulkLive  int       // pieces in the core
-	bulkBatch []coherence.Request
+	bulkMu   sync.Mutex
+	bulk     *bulkArea // the connection's bulk area, if it asked (BULK)
+	bulkQ    []*bulkOp // bulk requests with pieces not yet in the core
+	bulkLive int       // pieces in the core
 }
 
 func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
