@@ -32,9 +32,10 @@ import (
 // reply and a few datagrams for many pages.
 //
 // The area is the client's to write while no request names the range; a
-// store's data is copied out of it when the request is taken (a client
-// that changes it later changes nothing of the store), a load's data is
-// copied in as each page completes. The area lives until the connection
+// store's bytes are copied out of it page by page as each page's request
+// enters the core (so what a connection holds in the agent is bounded by
+// its budget, not by the requests it queues), a load's are copied in as
+// each page completes: a client changes the range only after the reply. The area lives until the connection
 // ends; a completion that comes after is dropped.
 
 // bulkArea is a connection's bulk area.
@@ -124,7 +125,6 @@ type bulkOp struct {
 	t      *task
 	area   *bulkArea
 	off    int // the request's offset in the area
-	data   []byte
 	pieces []bulkPiece
 	reqs   []coherence.Request
 	next   int // the first piece not yet submitted
@@ -147,6 +147,7 @@ type bulkPiece struct {
 	start int // offset in the request's range
 	n     int
 	err   error
+	data  []byte // a store's bytes, copied out of the area as it enters the core
 }
 
 var bulkPool = sync.Pool{New: func() any { return &bulkOp{} }}
@@ -172,14 +173,17 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 		putBulk(op)
 		return batch, fmt.Errorf("%s of %d bytes at %d: past the bulk area's %d: %w", r.Op, n, op.off, size, syscall.EINVAL)
 	}
-	if r.Op == wire.OpStoreBulk {
-		op.data = append(op.data[:0], a.mem[op.off:op.off+n]...)
-	}
 	a.mu.Unlock()
 	for start := 0; start < n; {
 		g := gva.GVA{Hi: r.GVA.Hi, Lo: r.GVA.Lo + uint64(start)}
 		k := min(n-start, wire.PageSize-int(g.Offset()))
-		op.pieces = append(op.pieces, bulkPiece{op: op, gva: g, start: start, n: k})
+		i := len(op.pieces)
+		if i < cap(op.pieces) {
+			op.pieces = op.pieces[:i+1] // keeps the piece's data buffer of an earlier use
+		} else {
+			op.pieces = append(op.pieces, bulkPiece{})
+		}
+		op.pieces[i] = bulkPiece{op: op, gva: g, start: start, n: k, data: op.pieces[i].data[:0]}
 		start += k
 	}
 	cred := c.credential()
@@ -188,7 +192,8 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 		p := &op.pieces[i]
 		pr := wire.Request{Header: wire.Header{Op: wire.OpLoad, GVA: p.gva, ID: r.ID}, Len: uint32(p.n)}
 		if r.Op == wire.OpStoreBulk {
-			pr.Op, pr.Len, pr.Data = wire.OpStore, 0, op.data[p.start:p.start+p.n]
+			// the bytes are the area's when the piece enters the core
+			pr.Op, pr.Len, pr.Data = wire.OpStore, 0, zeroPage[:p.n]
 		}
 		cr, err := admit.Request(&pr, cred, s.bounds)
 		if err != nil {
@@ -214,6 +219,18 @@ func (s *Server) takeBulkLocked(c *conn, batch []coherence.Request) []coherence.
 		op := c.bulkQ[0]
 		for op.next < len(op.reqs) && c.bulkLive < bulkBudget {
 			cr := op.reqs[op.next]
+			if op.t.req.Op == wire.OpStoreBulk {
+				p := &op.pieces[op.next]
+				a := op.area
+				a.mu.Lock()
+				if a.closed {
+					a.mu.Unlock()
+					return batch // the connection ends: nothing more goes in
+				}
+				p.data = append(p.data[:0], a.mem[op.off+p.start:op.off+p.start+p.n]...)
+				a.mu.Unlock()
+				cr.Data = p.data
+			}
 			cr.ID = s.nextReq.Add(1) & (1<<63 - 1)
 			batch = append(batch, cr)
 			op.next++
@@ -243,8 +260,13 @@ func (s *Server) bulkRefill(c *conn) {
 	}
 }
 
+// zeroPage stands for a store's bytes until its piece enters the core.
+var zeroPage [wire.PageSize]byte
+
 func putBulk(op *bulkOp) {
-	clear(op.pieces)
+	for i := range op.pieces {
+		op.pieces[i] = bulkPiece{data: op.pieces[i].data[:0]}
+	}
 	clear(op.reqs)
 	op.t, op.area = nil, nil
 	bulkPool.Put(op)
@@ -264,7 +286,7 @@ func (s *Server) bulkDone(p *bulkPiece, d *coherence.Completion) (t *task, last 
 		}
 		a.mu.Unlock()
 	} else if d.Err == nil {
-		s.written(p.gva.Key(), int(p.gva.Offset()), op.data[p.start:p.start+p.n], d.Version)
+		s.written(p.gva.Key(), int(p.gva.Offset()), p.data, d.Version)
 	}
 	// Completions of one op may be handed over by two drivers' steps at
 	// once (the loop's and a socket reader's): what they share is
