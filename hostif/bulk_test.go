@@ -6,12 +6,14 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/hostiftest"
 	"github.com/aitherion/dpu/hostif/wire"
+	"github.com/aitherion/dpu/internal/quota"
 )
 
 // TestBulkRangesAcrossNodes: a range of many pages, starting and ending
@@ -152,5 +154,65 @@ func (r *rawWire) askFDs(t *testing.T, req *wire.Request) (syscall.Errno, []byte
 			return 0, append([]byte(nil), body...), fds
 		}
 		return syscall.Errno(h.Status), body, fds
+	}
+}
+
+// TestBulkClientVanishesMidTransfer: a client that asks for transfers of
+// many pages and closes its connection at once ends alone: its area's
+// descriptor goes back to its user's count, and another client's
+// transfers on the same node go on.
+func TestBulkClientVanishesMidTransfer(t *testing.T) {
+	led := quota.New(nil)
+	fab := hostiftest.NewFabric()
+	owner, far := startNode(t, fab, 1, hostif.Options{}), startNode(t, fab, 2, hostif.Options{Quota: led})
+	co := dial(t, owner.path)
+	ctx := ctxT(t)
+	const pages = 512
+	g, err := co.Alloc(ctx, pages*gva.PageSize, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(syscall.Geteuid())
+	cf := dial(t, far.path)
+	if _, err := cf.StoreRange(ctx, g, make([]byte, 2*gva.PageSize)); err != nil { // cf's area is made
+		t.Fatal(err)
+	}
+	before := led.Used(uid, quota.Files)
+	for range 3 {
+		raw := rawConn(t, far.path)
+		st, _, fds := raw.askFDs(t, &wire.Request{Header: wire.Header{Op: wire.OpBulk}, Bytes: wire.MaxBulkArea})
+		if st != 0 || len(fds) != 1 {
+			t.Fatalf("bulk: %v, %d descriptors", st, len(fds))
+		}
+		syscall.Close(fds[0])
+		for i := range 4 { // four transfers of 1 MiB, then gone without a reply read
+			r := wire.Request{Header: wire.Header{Op: wire.OpStoreBulk, ID: uint64(100 + i), GVA: wire.PageAt(g, 0)}, Len: wire.MaxBulk, Off: uint32(i) * wire.MaxBulk}
+			if i%2 == 1 {
+				r.Op = wire.OpLoadBulk
+			}
+			if _, err := raw.uc.Write(wire.AppendRequest(nil, &r)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		raw.uc.Close()
+	}
+	data := make([]byte, 64*gva.PageSize)
+	for i := range data {
+		data[i] = byte(i * 3)
+	}
+	if n, err := cf.StoreRange(ctx, wire.PageAt(g, 300), data); err != nil || n != len(data) {
+		t.Fatalf("another client's store range: %d of %d: %v", n, len(data), err)
+	}
+	got := make([]byte, len(data))
+	if _, err := co.LoadRange(ctx, wire.PageAt(g, 300), got); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("another client's range reads back otherwise (%v)", err)
+	}
+	// the vanished clients' areas are given back once their connections end
+	deadline := time.Now().Add(10 * time.Second)
+	for led.Used(uid, quota.Files) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("descriptors counted for uid %d: %d, %d before the vanished clients came", uid, led.Used(uid, quota.Files), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
