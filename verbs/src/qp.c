@@ -246,6 +246,7 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
         return NULL;
     }
     pthread_mutex_init(&q->sq_mu, NULL);
+    pthread_mutex_init(&q->run_mu, NULL);
     pthread_mutex_init(&q->mu, NULL);
     pthread_mutex_init(&q->nq_mu, NULL);
     q->ctx = ctx;
@@ -468,15 +469,18 @@ VB_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
     if (next == IBV_QPS_ERR) {
         pthread_mutex_lock(&ctx->prog_mu);
         qp_error(q, ctx->d, "moved to the error state by the program");
+        pthread_mutex_lock(&q->run_mu);
         pthread_mutex_lock(&q->sq_mu);
         flush_sq(q);
         pthread_mutex_unlock(&q->sq_mu);
+        pthread_mutex_unlock(&q->run_mu);
         flush_rq(q);
         pthread_mutex_unlock(&ctx->prog_mu);
         return 0;
     }
     if (next == IBV_QPS_RESET) {
         pthread_mutex_lock(&ctx->prog_mu);
+        pthread_mutex_lock(&q->run_mu);
         pthread_mutex_lock(&q->sq_mu);
         while (q->sq_len > 0) {
             free(q->sq[q->sq_head].inl);
@@ -485,6 +489,7 @@ VB_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
             q->sq_len--;
         }
         pthread_mutex_unlock(&q->sq_mu);
+        pthread_mutex_unlock(&q->run_mu);
         pthread_mutex_lock(&q->mu);
         q->rq_len = 0;
         q->in_recv = 0;
@@ -529,7 +534,8 @@ VB_API int ibv_destroy_qp(struct ibv_qp *qp) {
     struct vb_qp *q = (struct vb_qp *)qp;
     struct vb_context *ctx = q->ctx;
     pthread_mutex_lock(&ctx->prog_mu);
-    pthread_mutex_lock(&q->sq_mu); /* no post_send is running on it */
+    pthread_mutex_lock(&q->run_mu); /* no request is running on it */
+    pthread_mutex_lock(&q->sq_mu);
     pthread_mutex_lock(&ctx->mu);
     struct vb_qp **pp = &ctx->qps;
     while (*pp && *pp != q) pp = &(*pp)->next;
@@ -540,12 +546,15 @@ VB_API int ibv_destroy_qp(struct ibv_qp *qp) {
     ((struct vb_cq *)qp->recv_cq)->nqps--;
     pthread_mutex_unlock(&ctx->mu);
     pthread_mutex_unlock(&q->sq_mu);
+    pthread_mutex_unlock(&q->run_mu);
     pthread_mutex_unlock(&ctx->prog_mu);
     /* the peer learns from the mailbox header that nothing will be taken */
     dpu_store64(ctx->d, dpu_gva_add(q->mbox, 8), 1);
     vb_dir_store_qp(ctx, qp->qp_num, q->mbox, 0);
     int rc = dpu_free(ctx->d, q->mbox);
     for (unsigned i = 0; i < q->cap.max_send_wr; i++) free(q->sq[i].inl);
+    free(q->tx);
+    free(q->rx);
     free(q->sq);
     free(q->rq);
     free(q);
@@ -566,13 +575,14 @@ static int known_unsupported(int op) {
     }
 }
 
-static int run_sq(struct vb_qp *q, dpu_t *d);
+static int run_sq(struct vb_qp *q, dpu_t *d, int max_batches);
 
 int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
     struct vb_qp *q = (struct vb_qp *)qp;
     int rc = 0;
     pthread_mutex_lock(&q->sq_mu);
     int st = atomic_load(&q->state);
+    unsigned before = q->sq_len;
     for (; wr; wr = wr->next) {
         int op = wr->opcode;
         if (known_unsupported(op)) {
@@ -651,7 +661,19 @@ int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
         q->sq_len++;
     }
     if (rc && bad) *bad = wr;
-    run_sq(q, q->ctx->d);
+    /* One request of at most a slot on an idle queue runs here (the
+     * latency path: no hand-over to another thread); anything larger, or
+     * behind others, goes to the progress thread, which stores the slots
+     * of many requests in one windowed transfer while the program goes on
+     * posting. */
+    int now = (before == 0 && q->sq_len == 1 && q->sq[q->sq_head].len <= SLOT_DATA) ||
+              (q->sq_len > 0 && st == IBV_QPS_ERR);
+    pthread_mutex_unlock(&q->sq_mu);
+    if (now && pthread_mutex_trylock(&q->run_mu) == 0) {
+        run_sq(q, q->ctx->d, 1);
+        pthread_mutex_unlock(&q->run_mu);
+    }
+    pthread_mutex_lock(&q->sq_mu);
     int waiting = q->sq_len > 0;
     pthread_mutex_unlock(&q->sq_mu);
     if (waiting) wake_progress(q->ctx);
@@ -754,17 +776,18 @@ static int in_range(const struct peer_mr *m, uint64_t addr, uint64_t len) {
     return addr >= m->vaddr && addr - m->vaddr <= m->length && m->length - (addr - m->vaddr) >= len;
 }
 
-/* credit: 1 when the peer's mailbox has a free slot, 0 when not (yet), or
- * a negative completion status. */
+/* credit: how many slots of the peer's mailbox are free (refreshed from
+ * its header when fewer than half are), or a negative completion status. */
 static int credit(struct vb_qp *q, dpu_t *d) {
-    if (q->produced - q->consumed_seen < MBOX_SLOTS) return 1;
+    uint64_t used = q->produced - q->consumed_seen;
+    if (used < MBOX_SLOTS / 2) return (int)(MBOX_SLOTS - used);
     uint8_t h[16];
     int rc = dpu_load(d, q->peer_mbox, h, sizeof h);
     if (rc < 0) return -(int)status_of(rc);
     if (get64le(h + 8)) return -(int)IBV_WC_REM_OP_ERR;
     uint64_t c = get64le(h);
     if (c > q->consumed_seen && c <= q->produced) q->consumed_seen = c;
-    return q->produced - q->consumed_seen < MBOX_SLOTS;
+    return (int)(MBOX_SLOTS - (q->produced - q->consumed_seen));
 }
 
 static uint64_t slot_seq(uint32_t psn, uint64_t n) { return (uint64_t)(psn & 0xffffff) << 40 | (n + 1); }
@@ -783,29 +806,144 @@ static int put_slot(struct vb_qp *q, dpu_t *d, uint64_t n, uint8_t *slot, int op
     return rc < 0 ? status_of(rc) : 0;
 }
 
-/* send_slots streams the request's bytes as mailbox slots from w->done on;
- * local stores reach the images first (the peer may look at them once it
- * has the message). */
-static int send_slots(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, int *blocked) {
-    uint8_t slot[PAGE];
-    if (w->done == 0 && vb_publish_all(q->ctx, d) < 0) return IBV_WC_GENERAL_ERR;
-    do {
-        int c = credit(q, d);
-        if (c < 0) return -c;
-        if (c == 0) {
-            *blocked = 1;
+/* slot_op: the mailbox op of a request that goes as slots carrying its
+ * bytes (a SEND, or a WRITE to a region without image; checked here, a
+ * completion status in *st when the WRITE may not be done), else 0. */
+static int slot_op(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *st) {
+    struct peer_mr m;
+    *st = 0;
+    switch (w->opcode) {
+    case IBV_WR_SEND: return SLOT_SEND;
+    case IBV_WR_SEND_WITH_IMM: return SLOT_SEND_IMM;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        if ((*st = peer_mr(q, d, w->rkey, &m))) return 0;
+        if (!(m.access & IBV_ACCESS_REMOTE_WRITE) || !in_range(&m, w->raddr, w->len)) {
+            *st = IBV_WC_REM_ACCESS_ERR;
             return 0;
         }
-        uint32_t n = w->len - w->done < SLOT_DATA ? w->len - w->done : SLOT_DATA;
-        int st = gather(q->ctx, w, w->done, slot + SLOT_HDR, n);
-        if (st) return st;
-        int flags = (w->done == 0 ? SF_FIRST : 0) | (w->done + n == w->len ? SF_LAST : 0);
-        st = put_slot(q, d, q->produced, slot, op, flags, n, w->len, w->raddr + w->done, w->imm, w->rkey);
-        if (st) return st;
-        q->produced++;
-        w->done += n;
-    } while (w->done < w->len);
-    return 0;
+        if (m.gva_lo && w->len > 0) return 0;
+        return w->opcode == IBV_WR_RDMA_WRITE ? SLOT_WRITE : SLOT_WRITE_IMM;
+    default: return 0;
+    }
+}
+
+/* A batch of staged slots: slot i belongs to the request `wr[i]` queue
+ * places after the head, and carries its bytes up to `end[i]`. */
+struct batch {
+    unsigned n;
+    dpu_iov_t iov[TX_BATCH];
+    unsigned wr[TX_BATCH];
+    uint32_t end[TX_BATCH];
+};
+
+/* stage fills b with the slots of the slot requests at the head of the
+ * queue (nq of them queued), from the head's done bytes on, as many as room
+ * and the batch allow; a request that is not one ends it. *st: the head's
+ * failure found while checking it (nothing staged then). */
+static int stage(struct vb_qp *q, dpu_t *d, struct batch *b, unsigned nq, unsigned room, int *st) {
+    int first = 0;
+    b->n = 0;
+    for (unsigned i = 0; i < nq && b->n < room; i++) {
+        struct vb_swr *w = &q->sq[(q->sq_head + i) % q->cap.max_send_wr];
+        int wst, op = slot_op(q, d, w, &wst);
+        if (!op) {
+            if (i == 0) *st = wst;
+            break;
+        }
+        uint32_t off = w->done;
+        if (off == 0) first = 1;
+        do {
+            uint8_t *slot = q->tx + (size_t)b->n * PAGE;
+            uint32_t n = w->len - off < SLOT_DATA ? w->len - off : SLOT_DATA;
+            int gst = gather(q->ctx, w, off, slot + SLOT_HDR, n);
+            if (gst) {
+                if (i == 0 && b->n == 0) *st = gst;
+                return first; /* the request fails once the slots before it are stored */
+            }
+            uint64_t seqn = q->produced + b->n;
+            int flags = (off == 0 ? SF_FIRST : 0) | (off + n == w->len ? SF_LAST : 0);
+            vb_slot_put(slot, &(struct vb_slot){.seq = slot_seq(q->attr.sq_psn, seqn), .op = (uint16_t)op,
+                                                .flags = (uint16_t)flags, .len = n, .imm = w->imm, .rkey = w->rkey,
+                                                .addr = w->raddr + off, .total = w->len, .src_qpn = q->qp.qp_num});
+            b->iov[b->n] = (dpu_iov_t){dpu_gva_add(q->peer_mbox, PAGE * (1 + seqn % MBOX_SLOTS)), slot, SLOT_HDR + n};
+            b->wr[b->n] = i;
+            off += n;
+            b->end[b->n] = off;
+            b->n++;
+        } while (off < w->len && b->n < room);
+        if (off < w->len) break;
+    }
+    return first;
+}
+
+/* complete pops the head request with status st (its completion when
+ * signaled or failed); run_mu held. */
+static void complete_head(struct vb_qp *q, int st) {
+    struct vb_swr *w = &q->sq[q->sq_head];
+    int signal = st != 0 || (w->flags & IBV_SEND_SIGNALED);
+    struct ibv_wc wc = {.wr_id = w->wr_id, .status = (enum ibv_wc_status)st, .opcode = wc_opcode(w->opcode),
+                        .qp_num = q->qp.qp_num};
+    if (st == 0)
+        wc.byte_len = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? 8 : w->len;
+    free(w->inl);
+    w->inl = NULL;
+    /* The entry is free before the program can see the completion: it may
+     * post again at once into a queue it filled. */
+    pthread_mutex_lock(&q->sq_mu);
+    q->sq_head = (q->sq_head + 1) % q->cap.max_send_wr;
+    q->sq_len--;
+    pthread_mutex_unlock(&q->sq_mu);
+    if (signal) vb_cq_push((struct vb_cq *)q->qp.send_cq, &wc);
+}
+
+/* stream stores a batch of the head requests' slots in one windowed
+ * transfer and completes each request whose every slot the peer's node
+ * acknowledged, in queue order. The head's failure status, or 0 (*blocked
+ * when the peer's mailbox has no room). */
+static int stream(struct vb_qp *q, dpu_t *d, unsigned nq, int *blocked) {
+    int room = credit(q, d);
+    if (room < 0) return -room;
+    if (room == 0) {
+        *blocked = 1;
+        return 0;
+    }
+    if (!q->tx && !(q->tx = malloc((size_t)TX_BATCH * PAGE))) return IBV_WC_GENERAL_ERR;
+    struct batch *b = malloc(sizeof *b);
+    if (!b) return IBV_WC_GENERAL_ERR;
+    int st = 0;
+    int first = stage(q, d, b, nq, (unsigned)room < TX_BATCH ? (unsigned)room : TX_BATCH, &st);
+    if (b->n == 0) {
+        free(b);
+        return st ? st : IBV_WC_GENERAL_ERR;
+    }
+    /* The peer may look at this context's images once it has a message:
+     * local stores reach them first. */
+    if (first && vb_publish_all(q->ctx, d) < 0) {
+        free(b);
+        return IBV_WC_GENERAL_ERR;
+    }
+    size_t done = 0;
+    uint64_t t0 = vb_now_ns();
+    int rc = dpu_storev(d, b->iov, b->n, &done);
+    atomic_fetch_add(&q->ctx->stats.slot_stores, b->n);
+    atomic_fetch_add(&q->ctx->stats.slot_store_ns, vb_now_ns() - t0);
+    q->produced += done;
+    /* Requests whose slots are all stored complete; the one that holds the
+     * first slot not stored gets the failure. */
+    unsigned popped = 0;
+    for (size_t i = 0; i < done; i++) {
+        struct vb_swr *w = &q->sq[(q->sq_head + b->wr[i] - popped) % q->cap.max_send_wr];
+        w->done = b->end[i];
+        if (w->done == w->len) {
+            complete_head(q, 0);
+            popped++;
+        }
+    }
+    st = rc < 0 ? (int)status_of(rc) : 0;
+    if (!st && done < b->n) st = IBV_WC_GENERAL_ERR;
+    free(b);
+    return st;
 }
 
 /* notice reserves a slot for the notice of a request whose bytes are in
@@ -866,15 +1004,12 @@ static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
         q->peer_dir.hi == ctx->dir.hi && q->peer_dir.lo == ctx->dir.lo && vb_publish_all(ctx, d) < 0)
         return IBV_WC_GENERAL_ERR;
     switch (w->opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-        return send_slots(q, d, w, w->opcode == IBV_WR_SEND ? SLOT_SEND : SLOT_SEND_IMM, blocked);
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: {
+        /* to a region with an image (the others go as slots: stream) */
         int op = w->opcode == IBV_WR_RDMA_WRITE ? SLOT_WRITE : SLOT_WRITE_IMM;
         if ((st = peer_mr(q, d, w->rkey, &m))) return st;
-        if (!(m.access & IBV_ACCESS_REMOTE_WRITE) || !in_range(&m, w->raddr, w->len)) return IBV_WC_REM_ACCESS_ERR;
-        if (!m.gva_lo || w->len == 0) return send_slots(q, d, w, op, blocked);
+        if (!m.gva_lo) return IBV_WC_LOC_QP_OP_ERR;
         if (!w->started) {
             dpu_gva_t at = {q->peer_dir.hi, m.gva_lo + (w->raddr - m.vaddr)};
             const uint32_t chunk = 64 * 1024;
@@ -931,39 +1066,55 @@ static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
     return IBV_WC_LOC_QP_OP_ERR;
 }
 
-static int run_sq(struct vb_qp *q, dpu_t *d) {
+/* run_sq runs the queued send requests in order until the queue is empty,
+ * the head waits for mailbox credit, or max_batches transfers were made;
+ * run_mu held. 1 when it did something. */
+static int run_sq(struct vb_qp *q, dpu_t *d, int max_batches) {
     int did = 0;
     static uint64_t rnr_ms;
     if (!rnr_ms) rnr_ms = env_ms("DPU_VERBS_RNR_MS", 10000);
-    while (q->sq_len > 0) {
-        if (atomic_load(&q->state) == IBV_QPS_ERR) {
+    q->blocked = 0;
+    for (int batches = 0; batches < max_batches;) {
+        pthread_mutex_lock(&q->sq_mu);
+        unsigned nq = q->sq_len;
+        if (nq > 0 && atomic_load(&q->state) == IBV_QPS_ERR) {
             flush_sq(q);
-            return 1;
+            nq = 0;
+            did = 1;
         }
+        pthread_mutex_unlock(&q->sq_mu);
+        if (nq == 0) return did;
         struct vb_swr *w = &q->sq[q->sq_head];
-        int blocked = 0;
-        int st = exec(q, d, w, &blocked);
+        int blocked = 0, st;
+        int op = slot_op(q, d, w, &st);
+        if (!st && op) {
+            /* completes the requests it stores whole */
+            batches++;
+            st = stream(q, d, nq, &blocked);
+            if (!st && !blocked) {
+                w->blocked_since = 0;
+                did = 1;
+                continue;
+            }
+        } else if (!st) {
+            st = exec(q, d, w, &blocked);
+        }
         if (st == 0 && blocked) {
             uint64_t now = vb_now_ns();
             if (!w->blocked_since) w->blocked_since = now;
-            if (now - w->blocked_since < rnr_ms * 1000000ull) return did;
+            if (now - w->blocked_since < rnr_ms * 1000000ull) {
+                q->blocked = 1;
+                return did;
+            }
             st = IBV_WC_RNR_RETRY_EXC_ERR;
         }
         did = 1;
-        if (st != 0 || (w->flags & IBV_SEND_SIGNALED)) {
-            struct ibv_wc wc = {.wr_id = w->wr_id, .status = (enum ibv_wc_status)st, .opcode = wc_opcode(w->opcode),
-                                .qp_num = q->qp.qp_num};
-            if (st == 0)
-                wc.byte_len = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? 8 : w->len;
-            vb_cq_push((struct vb_cq *)q->qp.send_cq, &wc);
-        }
-        free(w->inl);
-        w->inl = NULL;
-        q->sq_head = (q->sq_head + 1) % q->cap.max_send_wr;
-        q->sq_len--;
+        complete_head(q, st);
         if (st != 0) {
             qp_error(q, d, ibv_wc_status_str((enum ibv_wc_status)st));
+            pthread_mutex_lock(&q->sq_mu);
             flush_sq(q);
+            pthread_mutex_unlock(&q->sq_mu);
         }
     }
     return did;
@@ -1015,28 +1166,47 @@ static void responder_error(struct vb_qp *q, dpu_t *d, const char *why, enum ibv
     qp_error(q, d, why);
     vb_async(q->ctx, ev, &q->qp);
     flush_rq(q);
+    pthread_mutex_lock(&q->run_mu);
     pthread_mutex_lock(&q->sq_mu);
     flush_sq(q);
     pthread_mutex_unlock(&q->sq_mu);
+    pthread_mutex_unlock(&q->run_mu);
+}
+
+/* tell_consumed stores how far the receiver got into its mailbox header
+ * (the peer's credit), every quarter of the mailbox. */
+static void tell_consumed(struct vb_qp *q, dpu_t *d) {
+    if (q->next_in - q->consumed_told >= MBOX_SLOTS / 4) {
+        if (dpu_store64(d, q->mbox, q->next_in) == 0) q->consumed_told = q->next_in;
+    }
 }
 
 static int drain(struct vb_qp *q, dpu_t *d) {
     struct vb_context *ctx = q->ctx;
-    uint8_t slot[PAGE];
-    const uint32_t first_load = PAGE; /* one LOAD of the whole slot: a local request costs the same */
     int did = 0;
-    for (int k = 0; k < 64; k++) {
+    if (!q->rx && !(q->rx = malloc((size_t)RX_BATCH * PAGE))) return 0;
+    /* The next slot alone is loaded first (an idle QP costs one page); once
+     * one is found, those after it come RX_BATCH at a time (one windowed
+     * LOAD), up to the end of the ring. */
+    unsigned loaded = 0, at = 0;
+    for (int k = 0; k < 4 * (int)MBOX_SLOTS; k++) {
         int st = atomic_load(&q->state);
         if (st != IBV_QPS_RTR && st != IBV_QPS_RTS) break;
-        dpu_gva_t at = dpu_gva_add(q->mbox, PAGE * (1 + q->next_in % MBOX_SLOTS));
-        uint64_t t0 = vb_now_ns();
-        int rc = dpu_load(d, at, slot, first_load);
-        atomic_fetch_add(&ctx->stats.slot_loads, 1);
-        atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
-        if (rc < 0) {
-            responder_error(q, d, "reading the mailbox failed", IBV_EVENT_QP_FATAL);
-            return 1;
+        if (at == loaded) {
+            uint32_t idx = (uint32_t)(q->next_in % MBOX_SLOTS);
+            unsigned want = did ? (MBOX_SLOTS - idx < RX_BATCH ? MBOX_SLOTS - idx : RX_BATCH) : 1;
+            uint64_t t0 = vb_now_ns();
+            int rc = dpu_load(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)idx)), q->rx, (size_t)want * PAGE);
+            atomic_fetch_add(&ctx->stats.slot_loads, 1);
+            atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
+            if (rc < 0) {
+                responder_error(q, d, "reading the mailbox failed", IBV_EVENT_QP_FATAL);
+                return 1;
+            }
+            loaded = want, at = 0;
+            tell_consumed(q, d);
         }
+        const uint8_t *slot = q->rx + (size_t)at++ * PAGE;
         if (get64le(slot) != slot_seq(q->attr.rq_psn, q->next_in)) {
             atomic_fetch_add(&ctx->stats.slot_empty, 1);
             break;
@@ -1096,6 +1266,7 @@ static int drain(struct vb_qp *q, dpu_t *d) {
                 responder_error(q, d, "the peer wrote outside a region it may write", IBV_EVENT_QP_ACCESS_ERR);
                 return 1;
             }
+            int rc;
             if (flags & SF_GVA_DATA) rc = vb_apply_from_image(ctx, d, m, addr, n);
             else rc = vb_apply_bytes(ctx, m, addr, data, n);
             if (rc < 0) {
@@ -1109,15 +1280,14 @@ static int drain(struct vb_qp *q, dpu_t *d) {
         q->next_in++;
         did = 1;
     }
-    if (q->next_in - q->consumed_told >= MBOX_SLOTS / 4) {
-        if (dpu_store64(d, q->mbox, q->next_in) == 0) q->consumed_told = q->next_in;
-    }
+    tell_consumed(q, d);
     return did;
 }
 
 int vb_progress(struct vb_context *ctx, dpu_t *d) {
     struct vb_qp *list[MAX_QP];
     int n = 0, did = 0;
+    ctx->blocked = 0;
     pthread_mutex_lock(&ctx->mu);
     for (struct vb_qp *q = ctx->qps; q; q = q->next) list[n++] = q;
     pthread_mutex_unlock(&ctx->mu);
@@ -1127,9 +1297,10 @@ int vb_progress(struct vb_context *ctx, dpu_t *d) {
         int st = atomic_load(&q->state);
         if (st == IBV_QPS_RTR || st == IBV_QPS_RTS) did |= drain(q, d);
         if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) did |= store_notices(q, d);
-        if (q->sq_len > 0 && pthread_mutex_trylock(&q->sq_mu) == 0) {
-            did |= run_sq(q, d);
-            pthread_mutex_unlock(&q->sq_mu);
+        if (q->sq_len > 0 && pthread_mutex_trylock(&q->run_mu) == 0) {
+            did |= run_sq(q, d, 4);
+            if (q->blocked) ctx->blocked = 1;
+            pthread_mutex_unlock(&q->run_mu);
         }
     }
     uint64_t now = vb_now_ns();
@@ -1167,6 +1338,10 @@ int vb_pass(struct vb_context *ctx, dpu_t *d) {
     if (did) {
         ctx->poll_gap_ns = poll_min_ns;
         atomic_store(&ctx->next_pass_ns, now);
+    } else if (ctx->blocked) {
+        /* a sender waits for the peer to make room: look again soon */
+        ctx->poll_gap_ns = poll_min_ns;
+        atomic_store(&ctx->next_pass_ns, now + poll_min_ns);
     } else {
         uint64_t g = ctx->poll_gap_ns ? ctx->poll_gap_ns + ctx->poll_gap_ns / 2 : poll_min_ns;
         ctx->poll_gap_ns = g > poll_max_ns ? poll_max_ns : g;

@@ -17,7 +17,7 @@
 /* Directory: page 0 = header + QP table, pages 1..DIR_PAGES-1 = MR table. */
 #define DIR_PAGES 4u
 #define DIR_MAGIC 0x5342524556555044ull /* "DPUVERBS" little-endian */
-#define DIR_VERSION 1u
+#define DIR_VERSION 2u
 #define DIR_HDR 64u
 #define QP_ENTRY 32u
 #define MAX_QP ((PAGE - DIR_HDR) / QP_ENTRY) /* 126 */
@@ -25,7 +25,7 @@
 #define MAX_MR ((DIR_PAGES - 1) * PAGE / MR_ENTRY) /* 384 */
 
 /* Mailbox: page 0 = header (u64 consumed, u64 error), pages 1..MBOX_SLOTS = slots. */
-#define MBOX_SLOTS 32u
+#define MBOX_SLOTS 128u
 #define MBOX_PAGES (1u + MBOX_SLOTS)
 #define SLOT_HDR 64u
 #define SLOT_DATA (PAGE - SLOT_HDR) /* 4032 */
