@@ -158,6 +158,8 @@ struct vb_qp {
     uint32_t cur_off;
     int cur_trunc;
 
+    int mapped;                /* the slot pages are mapped on the context's event connection */
+    const uint8_t *slot_lva[(MBOX_SLOTS + 63) / 64]; /* where, 64 slots a mapping */
     _Atomic int state;         /* enum ibv_qp_state */
     struct vb_qp *next;
 };
@@ -171,12 +173,16 @@ struct vb_stats {
     _Atomic uint64_t passes, passes_idle;        /* progress passes; those that found nothing */
     _Atomic uint64_t poll_passes, poll_yields;   /* passes made by ibv_poll_cq; empty polls that yielded */
     _Atomic uint64_t poll_waits;                 /* empty polls that waited for a completion */
+    _Atomic uint64_t events, event_passes;       /* mailbox write events; passes they ran */
 };
 
 struct vb_context {
     struct verbs_context vctx;   /* must be first: ibv_context is its last field */
     dpu_t *d;                    /* the program's calls */
     dpu_t *dp;                   /* the progress thread */
+    dpu_t *de;                   /* the mailboxes' mappings and their events (NULL: passes are paced only) */
+    pthread_t ev_thread;
+    int ev_started;
     uint32_t machine;
     unsigned mode;               /* page mode of the fabric pages */
     dpu_gva_t dir;
@@ -230,6 +236,7 @@ int vb_sge_ok(struct vb_context *ctx, const struct ibv_sge *s, int need_write);
 int vb_progress(struct vb_context *ctx, dpu_t *d);
 int vb_pass(struct vb_context *ctx, dpu_t *d);
 void *vb_progress_thread(void *arg);
+void *vb_event_thread(void *arg);
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void vb_print_stats(struct vb_context *ctx);

@@ -211,6 +211,34 @@ static void wake_progress(struct vb_context *ctx) {
     pthread_mutex_unlock(&ctx->wake_mu);
 }
 
+/* Mappings of the slot pages, MAP_CHUNK pages a call (the host
+ * interface's limit), on the context's event connection: the node then
+ * tells it of every write to them. */
+enum { MAP_CHUNK = 64 };
+
+static void unmap_slots(struct vb_qp *q) {
+    if (!q->mapped) return;
+    for (uint32_t i = 0; i < MBOX_SLOTS; i += MAP_CHUNK) dpu_unmap(q->ctx->de, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)));
+    q->mapped = 0;
+}
+
+static void map_slots(struct vb_qp *q) {
+    struct vb_context *ctx = q->ctx;
+    if (!ctx->de) return;
+    for (uint32_t i = 0; i < MBOX_SLOTS; i += MAP_CHUNK) {
+        const void *lva;
+        uint32_t n = MBOX_SLOTS - i < MAP_CHUNK ? MBOX_SLOTS - i : MAP_CHUNK;
+        int rc = dpu_map(ctx->de, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)), (size_t)n * PAGE, &lva);
+        q->slot_lva[i / MAP_CHUNK] = lva;
+        if (rc < 0) {
+            vb_log("create_qp: QP %u: mapping its mailbox: %s: it is polled", q->qp.qp_num, dpu_last_error());
+            for (uint32_t j = 0; j < i; j += MAP_CHUNK) dpu_unmap(ctx->de, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)j)));
+            return;
+        }
+    }
+    q->mapped = 1;
+}
+
 VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
     struct vb_pd *p = (struct vb_pd *)pd;
     struct vb_context *ctx = p->ctx;
@@ -281,6 +309,7 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     q->qp.qp_num = qpn;
     int rc = dpu_alloc_mode(ctx->d, MBOX_PAGES * PAGE, ctx->mode, &q->mbox);
     if (rc == 0) rc = vb_dir_store_qp(ctx, qpn, q->mbox, 1);
+    if (rc == 0) map_slots(q);
     if (rc < 0) {
         vb_fail(vb_errno(rc), "create_qp: the mailbox's fabric pages: %s", dpu_last_error());
         if (q->mbox.lo) dpu_free(ctx->d, q->mbox);
@@ -551,6 +580,7 @@ VB_API int ibv_destroy_qp(struct ibv_qp *qp) {
     /* the peer learns from the mailbox header that nothing will be taken */
     dpu_store64(ctx->d, dpu_gva_add(q->mbox, 8), 1);
     vb_dir_store_qp(ctx, qp->qp_num, q->mbox, 0);
+    unmap_slots(q);
     int rc = dpu_free(ctx->d, q->mbox);
     for (unsigned i = 0; i < q->cap.max_send_wr; i++) free(q->sq[i].inl);
     free(q->tx);
@@ -1196,7 +1226,13 @@ static int drain(struct vb_qp *q, dpu_t *d) {
             uint32_t idx = (uint32_t)(q->next_in % MBOX_SLOTS);
             unsigned want = did ? (MBOX_SLOTS - idx < RX_BATCH ? MBOX_SLOTS - idx : RX_BATCH) : 1;
             uint64_t t0 = vb_now_ns();
-            int rc = dpu_load(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)idx)), q->rx, (size_t)want * PAGE);
+            /* A mapped slot written in a small store is in this host's
+             * replica already (the node updated it before its event): the
+             * probe of the next slot reads it there, a request only when
+             * the replica is not current. */
+            int rc = want == 1 && q->mapped
+                         ? dpu_read(ctx->de, q->slot_lva[idx / MAP_CHUNK] + (size_t)(idx % MAP_CHUNK) * PAGE, q->rx, PAGE)
+                         : dpu_load(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)idx)), q->rx, (size_t)want * PAGE);
             atomic_fetch_add(&ctx->stats.slot_loads, 1);
             atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
             if (rc < 0) {
@@ -1376,6 +1412,38 @@ void *vb_progress_thread(void *arg) {
     return NULL;
 }
 
+/* vb_event_thread takes the events of the mailboxes' pages: each batch of
+ * them (a peer stored slots) runs a pass at once, here, or, while a pass
+ * is under way, one more after it. */
+void *vb_event_thread(void *arg) {
+    struct vb_context *ctx = arg;
+    for (;;) {
+        dpu_event_t ev;
+        int rc = dpu_next_event(ctx->de, &ev, 100);
+        pthread_mutex_lock(&ctx->wake_mu);
+        int stop = ctx->stop;
+        pthread_mutex_unlock(&ctx->wake_mu);
+        if (stop) break;
+        if (rc == -ETIMEDOUT) continue;
+        if (rc < 0) {
+            vb_log("the node's events stopped (%s): mailboxes are polled", dpu_strerror(rc));
+            break;
+        }
+        uint64_t n = 1;
+        while (dpu_next_event(ctx->de, &ev, 0) == 0) n++;
+        atomic_fetch_add(&ctx->stats.events, n);
+        atomic_store(&ctx->next_pass_ns, 0);
+        if (pthread_mutex_trylock(&ctx->prog_mu) == 0) {
+            atomic_fetch_add(&ctx->stats.event_passes, 1);
+            vb_pass(ctx, ctx->de);
+            pthread_mutex_unlock(&ctx->prog_mu);
+        } else {
+            wake_progress(ctx);
+        }
+    }
+    return NULL;
+}
+
 void vb_print_stats(struct vb_context *ctx) {
     const char *v = getenv("DPU_VERBS_STATS");
     if (!v || strcmp(v, "1") != 0) return;
@@ -1383,10 +1451,12 @@ void vb_print_stats(struct vb_context *ctx) {
     uint64_t st = atomic_load(&s->slot_stores), ld = atomic_load(&s->slot_loads);
     fprintf(stderr,
             "dpuverbs: slots stored %llu (mean %.1f us), mailbox loads %llu (mean %.1f us, %llu empty), "
-            "passes %llu (%llu idle), ibv_poll_cq passes %llu, empty polls %llu yielded, %llu waited\n",
+            "passes %llu (%llu idle), ibv_poll_cq passes %llu, empty polls %llu yielded, %llu waited, "
+            "mailbox events %llu (%llu passes)\n",
             (unsigned long long)st, st ? (double)atomic_load(&s->slot_store_ns) / (double)st / 1e3 : 0.0,
             (unsigned long long)ld, ld ? (double)atomic_load(&s->slot_load_ns) / (double)ld / 1e3 : 0.0,
             (unsigned long long)atomic_load(&s->slot_empty), (unsigned long long)atomic_load(&s->passes),
             (unsigned long long)atomic_load(&s->passes_idle), (unsigned long long)atomic_load(&s->poll_passes),
-            (unsigned long long)atomic_load(&s->poll_yields), (unsigned long long)atomic_load(&s->poll_waits));
+            (unsigned long long)atomic_load(&s->poll_yields), (unsigned long long)atomic_load(&s->poll_waits),
+            (unsigned long long)atomic_load(&s->events), (unsigned long long)atomic_load(&s->event_passes));
 }
