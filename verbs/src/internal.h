@@ -158,8 +158,8 @@ struct vb_qp {
     uint32_t cur_off;
     int cur_trunc;
 
-    int mapped;                /* the slot pages are mapped on the context's event connection */
-    const uint8_t *slot_lva[(MBOX_SLOTS + 63) / 64]; /* where, 64 slots a mapping */
+    const uint8_t *hdr_lva;    /* the mailbox's header page, mapped on the event connection; NULL: not */
+    _Atomic uint64_t bell_sent; /* the highest doorbell this QP stored into its peer's mailbox */
     _Atomic int state;         /* enum ibv_qp_state */
     struct vb_qp *next;
 };
@@ -174,6 +174,7 @@ struct vb_stats {
     _Atomic uint64_t poll_passes, poll_yields;   /* passes made by ibv_poll_cq; empty polls that yielded */
     _Atomic uint64_t poll_waits;                 /* empty polls that waited for a completion */
     _Atomic uint64_t events, event_passes;       /* mailbox write events; passes they ran */
+    _Atomic uint64_t copies;                     /* slots taken from the doorbell's copy */
 };
 
 struct vb_context {

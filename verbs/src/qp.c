@@ -211,32 +211,31 @@ static void wake_progress(struct vb_context *ctx) {
     pthread_mutex_unlock(&ctx->wake_mu);
 }
 
-/* Mappings of the slot pages, MAP_CHUNK pages a call (the host
- * interface's limit), on the context's event connection: the node then
- * tells it of every write to them. */
-enum { MAP_CHUNK = 64 };
-
-static void unmap_slots(struct vb_qp *q) {
-    if (!q->mapped) return;
-    for (uint32_t i = 0; i < MBOX_SLOTS; i += MAP_CHUNK) dpu_unmap(q->ctx->de, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)));
-    q->mapped = 0;
+/* The mailbox's header page is mapped on the context's event connection:
+ * the node then reports every write to it, among them the doorbell its
+ * peer stores after each batch of slots. */
+static void unmap_header(struct vb_qp *q) {
+    if (!q->hdr_lva) return;
+    dpu_unmap(q->ctx->de, q->mbox);
+    q->hdr_lva = NULL;
 }
 
-static void map_slots(struct vb_qp *q) {
-    struct vb_context *ctx = q->ctx;
-    if (!ctx->de) return;
-    for (uint32_t i = 0; i < MBOX_SLOTS; i += MAP_CHUNK) {
-        const void *lva;
-        uint32_t n = MBOX_SLOTS - i < MAP_CHUNK ? MBOX_SLOTS - i : MAP_CHUNK;
-        int rc = dpu_map(ctx->de, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)), (size_t)n * PAGE, &lva);
-        q->slot_lva[i / MAP_CHUNK] = lva;
-        if (rc < 0) {
-            vb_log("create_qp: QP %u: mapping its mailbox: %s: it is polled", q->qp.qp_num, dpu_last_error());
-            for (uint32_t j = 0; j < i; j += MAP_CHUNK) dpu_unmap(ctx->de, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)j)));
-            return;
-        }
+static void map_header(struct vb_qp *q) {
+    const void *lva;
+    if (!q->ctx->de) return;
+    if (dpu_map(q->ctx->de, q->mbox, PAGE, &lva) < 0) {
+        vb_log("create_qp: QP %u: mapping its mailbox: %s: it is polled", q->qp.qp_num, dpu_last_error());
+        return;
     }
-    q->mapped = 1;
+    q->hdr_lva = lva;
+}
+
+/* bell: the doorbell the peer last stored in this QP's mailbox; UINT64_MAX
+ * when the header is not mapped or cannot be read (then look anyway). */
+static uint64_t bell(struct vb_qp *q) {
+    uint64_t v = 0;
+    if (!q->hdr_lva || dpu_read64(q->ctx->de, q->hdr_lva + MBOX_BELL, &v) < 0) return UINT64_MAX;
+    return v;
 }
 
 VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
@@ -309,7 +308,7 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     q->qp.qp_num = qpn;
     int rc = dpu_alloc_mode(ctx->d, MBOX_PAGES * PAGE, ctx->mode, &q->mbox);
     if (rc == 0) rc = vb_dir_store_qp(ctx, qpn, q->mbox, 1);
-    if (rc == 0) map_slots(q);
+    if (rc == 0) map_header(q);
     if (rc < 0) {
         vb_fail(vb_errno(rc), "create_qp: the mailbox's fabric pages: %s", dpu_last_error());
         if (q->mbox.lo) dpu_free(ctx->d, q->mbox);
@@ -392,7 +391,7 @@ static void qp_error(struct vb_qp *q, dpu_t *d, const char *why) {
 }
 
 static void reset_mailbox(struct vb_qp *q, dpu_t *d) {
-    uint8_t z[16] = {0};
+    uint8_t z[24] = {0}; /* consumed, error, doorbell */
     dpu_store(d, q->mbox, z, sizeof z);
     if (q->next_in > 0)
         for (uint32_t i = 0; i < MBOX_SLOTS; i++) dpu_store64(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)), 0);
@@ -443,6 +442,7 @@ static int connect_peer(struct vb_qp *q, struct ibv_qp_attr *a) {
     q->peer_mbox = (dpu_gva_t){qe.mbox_hi, qe.mbox_lo};
     q->peer_qpn = qpn;
     q->produced = q->consumed_seen = 0;
+    atomic_store(&q->bell_sent, 0);
     q->nq_len = 0;
     memset(q->mrcache, 0, sizeof q->mrcache);
     return 0;
@@ -580,7 +580,7 @@ VB_API int ibv_destroy_qp(struct ibv_qp *qp) {
     /* the peer learns from the mailbox header that nothing will be taken */
     dpu_store64(ctx->d, dpu_gva_add(q->mbox, 8), 1);
     vb_dir_store_qp(ctx, qp->qp_num, q->mbox, 0);
-    unmap_slots(q);
+    unmap_header(q);
     int rc = dpu_free(ctx->d, q->mbox);
     for (unsigned i = 0; i < q->cap.max_send_wr; i++) free(q->sq[i].inl);
     free(q->tx);
@@ -862,7 +862,7 @@ static int slot_op(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *st) {
  * places after the head, and carries its bytes up to `end[i]`. */
 struct batch {
     unsigned n;
-    dpu_iov_t iov[TX_BATCH];
+    dpu_iov_t iov[TX_BATCH + 1]; /* and the doorbell */
     unsigned wr[TX_BATCH];
     uint32_t end[TX_BATCH];
 };
@@ -905,6 +905,13 @@ static int stage(struct vb_qp *q, dpu_t *d, struct batch *b, unsigned nq, unsign
         if (off < w->len) break;
     }
     return first;
+}
+
+/* raise_bell records the highest doorbell stored. */
+static void raise_bell(struct vb_qp *q, uint64_t v) {
+    uint64_t cur = atomic_load(&q->bell_sent);
+    while (cur < v && !atomic_compare_exchange_weak(&q->bell_sent, &cur, v)) {
+    }
 }
 
 /* complete pops the head request with status st (its completion when
@@ -953,9 +960,22 @@ static int stream(struct vb_qp *q, dpu_t *d, unsigned nq, int *blocked) {
         free(b);
         return IBV_WC_GENERAL_ERR;
     }
+    /* The doorbell after the slots (the peer's node reports its write to
+     * the peer's event connection). */
+    uint8_t rung[8 + SLOT_HDR + MBOX_COPY_DATA];
+    uint64_t ring_at = q->produced + b->n;
+    put64le(rung, ring_at);
+    size_t rlen = 8;
+    if (b->n == 1 && b->iov[0].len <= SLOT_HDR + MBOX_COPY_DATA) {
+        memcpy(rung + 8, b->iov[0].buf, b->iov[0].len);
+        rlen += b->iov[0].len;
+    }
+    b->iov[b->n] = (dpu_iov_t){dpu_gva_add(q->peer_mbox, MBOX_BELL), rung, rlen};
     size_t done = 0;
     uint64_t t0 = vb_now_ns();
-    int rc = dpu_storev(d, b->iov, b->n, &done);
+    int rc = dpu_storev(d, b->iov, b->n + 1, &done);
+    if (done > b->n) done = b->n;
+    if (rc == 0) raise_bell(q, ring_at);
     atomic_fetch_add(&q->ctx->stats.slot_stores, b->n);
     atomic_fetch_add(&q->ctx->stats.slot_store_ns, vb_now_ns() - t0);
     q->produced += done;
@@ -1012,6 +1032,13 @@ static int store_notices(struct vb_qp *q, dpu_t *d) {
     for (unsigned i = 0; i < n && st == 0; i++)
         st = put_slot(q, d, batch[i].n, slot, batch[i].op, SF_FIRST | SF_LAST | SF_GVA_DATA, 0, batch[i].total,
                       batch[i].addr, batch[i].imm, batch[i].rkey);
+    if (st == 0) {
+        /* the doorbell: at least past the last notice, never below one
+         * stored before */
+        raise_bell(q, batch[n - 1].n + 1);
+        int rc = dpu_store64(d, dpu_gva_add(q->peer_mbox, MBOX_BELL), atomic_load(&q->bell_sent));
+        if (rc < 0) st = status_of(rc);
+    }
     if (st) {
         qp_error(q, d, "storing a notice in the peer's mailbox failed");
         vb_async(q->ctx, IBV_EVENT_QP_FATAL, &q->qp);
@@ -1213,8 +1240,12 @@ static void tell_consumed(struct vb_qp *q, dpu_t *d) {
 
 static int drain(struct vb_qp *q, dpu_t *d) {
     struct vb_context *ctx = q->ctx;
-    int did = 0;
+    int did = 0, missing = 0;
     if (!q->rx && !(q->rx = malloc((size_t)RX_BATCH * PAGE))) return 0;
+    /* The peer rings after every transfer into the mailbox, each ring
+     * issued once the one before it is done, so a doorbell no higher than
+     * the slots taken says nothing new landed: no LOAD. */
+    if (bell(q) <= q->next_in) return 0;
     /* The next slot alone is loaded first (an idle QP costs one page); once
      * one is found, those after it come RX_BATCH at a time (one windowed
      * LOAD), up to the end of the ring. */
@@ -1226,13 +1257,20 @@ static int drain(struct vb_qp *q, dpu_t *d) {
             uint32_t idx = (uint32_t)(q->next_in % MBOX_SLOTS);
             unsigned want = did ? (MBOX_SLOTS - idx < RX_BATCH ? MBOX_SLOTS - idx : RX_BATCH) : 1;
             uint64_t t0 = vb_now_ns();
-            /* A mapped slot written in a small store is in this host's
-             * replica already (the node updated it before its event): the
-             * probe of the next slot reads it there, a request only when
-             * the replica is not current. */
-            int rc = want == 1 && q->mapped
-                         ? dpu_read(ctx->de, q->slot_lva[idx / MAP_CHUNK] + (size_t)(idx % MAP_CHUNK) * PAGE, q->rx, PAGE)
-                         : dpu_load(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)idx)), q->rx, (size_t)want * PAGE);
+            int rc = 1;
+            if (want == 1 && q->hdr_lva) {
+                /* the copy of a small slot the doorbell brought, when it is
+                 * the one awaited (read in the mapping: no request) */
+                uint8_t *c = q->rx;
+                if (dpu_read(ctx->de, q->hdr_lva + MBOX_COPY, c, SLOT_HDR) == 0 &&
+                    get64le(c) == slot_seq(q->attr.rq_psn, q->next_in) && get32le(c + 12) <= MBOX_COPY_DATA &&
+                    dpu_read(ctx->de, q->hdr_lva + MBOX_COPY, c, SLOT_HDR + get32le(c + 12)) == 0 &&
+                    get64le(c) == slot_seq(q->attr.rq_psn, q->next_in)) {
+                    atomic_fetch_add(&ctx->stats.copies, 1);
+                    rc = 0;
+                }
+            }
+            if (rc) rc = dpu_load(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)idx)), q->rx, (size_t)want * PAGE);
             atomic_fetch_add(&ctx->stats.slot_loads, 1);
             atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
             if (rc < 0) {
@@ -1245,6 +1283,7 @@ static int drain(struct vb_qp *q, dpu_t *d) {
         const uint8_t *slot = q->rx + (size_t)at++ * PAGE;
         if (get64le(slot) != slot_seq(q->attr.rq_psn, q->next_in)) {
             atomic_fetch_add(&ctx->stats.slot_empty, 1);
+            missing = 1;
             break;
         }
         struct vb_slot sl;
@@ -1317,6 +1356,9 @@ static int drain(struct vb_qp *q, dpu_t *d) {
         did = 1;
     }
     tell_consumed(q, d);
+    /* The doorbell names slots not found yet (it may land before them):
+     * look again soon. */
+    if (missing && q->hdr_lva && bell(q) > q->next_in) ctx->blocked = 1;
     return did;
 }
 
@@ -1332,7 +1374,17 @@ int vb_progress(struct vb_context *ctx, dpu_t *d) {
         struct vb_qp *q = list[i];
         int st = atomic_load(&q->state);
         if (st == IBV_QPS_RTR || st == IBV_QPS_RTS) did |= drain(q, d);
-        if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) did |= store_notices(q, d);
+        /* Every store into the peer's mailbox comes from the holder of
+         * run_mu, one transfer after the other, so that the doorbells land
+         * in the order they rise. */
+        if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) {
+            if (pthread_mutex_trylock(&q->run_mu) == 0) {
+                did |= store_notices(q, d);
+                pthread_mutex_unlock(&q->run_mu);
+            } else {
+                ctx->blocked = 1;
+            }
+        }
         if (q->sq_len > 0 && pthread_mutex_trylock(&q->run_mu) == 0) {
             did |= run_sq(q, d, 4);
             if (q->blocked) ctx->blocked = 1;
@@ -1412,6 +1464,23 @@ void *vb_progress_thread(void *arg) {
     return NULL;
 }
 
+/* awaited: whether ev (progress lock held) reports a doorbell that names
+ * slots its QP has not taken (not the QP's own stores of its header), or
+ * anything but a page write. */
+static int awaited(struct vb_context *ctx, const dpu_event_t *ev) {
+    if (ev->type != DPU_EVENT_UPDATED && ev->type != DPU_EVENT_INVALIDATED) return 1;
+    int hit = 1; /* a page of no QP's mailbox: look anyway */
+    pthread_mutex_lock(&ctx->mu);
+    for (struct vb_qp *q = ctx->qps; q; q = q->next) {
+        if (ev->page.hi != q->mbox.hi || ev->page.lo < q->mbox.lo || ev->page.lo - q->mbox.lo >= (uint64_t)MBOX_PAGES * PAGE)
+            continue;
+        hit = ev->page.lo - q->mbox.lo < PAGE && bell(q) > q->next_in;
+        break;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return hit;
+}
+
 /* vb_event_thread takes the events of the mailboxes' pages: each batch of
  * them (a peer stored slots) runs a pass at once, here, or, while a pass
  * is under way, one more after it. */
@@ -1429,17 +1498,29 @@ void *vb_event_thread(void *arg) {
             vb_log("the node's events stopped (%s): mailboxes are polled", dpu_strerror(rc));
             break;
         }
-        uint64_t n = 1;
-        while (dpu_next_event(ctx->de, &ev, 0) == 0) n++;
+        enum { MAX_EV = 64 };
+        dpu_event_t evs[MAX_EV];
+        unsigned n = 0;
+        int more = 0;
+        do {
+            if (n < MAX_EV) evs[n++] = ev;
+            else more = 1;
+        } while (dpu_next_event(ctx->de, &ev, 0) == 0);
         atomic_fetch_add(&ctx->stats.events, n);
-        atomic_store(&ctx->next_pass_ns, 0);
-        if (pthread_mutex_trylock(&ctx->prog_mu) == 0) {
-            atomic_fetch_add(&ctx->stats.event_passes, 1);
-            vb_pass(ctx, ctx->de);
-            pthread_mutex_unlock(&ctx->prog_mu);
-        } else {
-            wake_progress(ctx);
+        if (pthread_mutex_trylock(&ctx->prog_mu) != 0) {
+            wake_progress(ctx); /* a pass is under way: one more after it */
+            continue;
         }
+        /* With passes stopped, a header's event matters only when its
+         * doorbell names slots not taken yet. */
+        int need = more;
+        for (unsigned i = 0; i < n && !need; i++) need = awaited(ctx, &evs[i]);
+        if (need) {
+            atomic_fetch_add(&ctx->stats.event_passes, 1);
+            atomic_store(&ctx->next_pass_ns, 0);
+            vb_pass(ctx, ctx->de);
+        }
+        pthread_mutex_unlock(&ctx->prog_mu);
     }
     return NULL;
 }
@@ -1452,11 +1533,12 @@ void vb_print_stats(struct vb_context *ctx) {
     fprintf(stderr,
             "dpuverbs: slots stored %llu (mean %.1f us), mailbox loads %llu (mean %.1f us, %llu empty), "
             "passes %llu (%llu idle), ibv_poll_cq passes %llu, empty polls %llu yielded, %llu waited, "
-            "mailbox events %llu (%llu passes)\n",
+            "mailbox events %llu (%llu passes), slots read from the doorbell's copy %llu\n",
             (unsigned long long)st, st ? (double)atomic_load(&s->slot_store_ns) / (double)st / 1e3 : 0.0,
             (unsigned long long)ld, ld ? (double)atomic_load(&s->slot_load_ns) / (double)ld / 1e3 : 0.0,
             (unsigned long long)atomic_load(&s->slot_empty), (unsigned long long)atomic_load(&s->passes),
             (unsigned long long)atomic_load(&s->passes_idle), (unsigned long long)atomic_load(&s->poll_passes),
             (unsigned long long)atomic_load(&s->poll_yields), (unsigned long long)atomic_load(&s->poll_waits),
-            (unsigned long long)atomic_load(&s->events), (unsigned long long)atomic_load(&s->event_passes));
+            (unsigned long long)atomic_load(&s->events), (unsigned long long)atomic_load(&s->event_passes),
+            (unsigned long long)atomic_load(&s->copies));
 }

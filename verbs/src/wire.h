@@ -24,7 +24,17 @@
 #define MR_ENTRY 32u
 #define MAX_MR ((DIR_PAGES - 1) * PAGE / MR_ENTRY) /* 384 */
 
-/* Mailbox: page 0 = header (u64 consumed, u64 error), pages 1..MBOX_SLOTS = slots. */
+/* Mailbox: page 0 = header (u64 consumed, u64 error, u64 doorbell: the
+ * sender's count of slots stored, then maybe a copy of the last slot),
+ * pages 1..MBOX_SLOTS = slots. */
+#define MBOX_BELL 16u
+/* A batch of one slot of at most SLOT_HDR + MBOX_COPY_DATA bytes rings the
+ * doorbell with a copy of the slot after it (at MBOX_COPY): one store of
+ * at most 256 bytes, which the node writes into the receiver's mapping of
+ * the header page before it reports it, so the receiver reads the slot
+ * there without a request. */
+#define MBOX_COPY 24u
+#define MBOX_COPY_DATA 128u
 #define MBOX_SLOTS 128u
 #define MBOX_PAGES (1u + MBOX_SLOTS)
 #define SLOT_HDR 64u
