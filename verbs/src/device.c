@@ -189,7 +189,8 @@ VB_API struct ibv_context *ibv_open_device(struct ibv_device *device) {
         vb_log("open_device: no events from the node (%s): mailboxes are polled", dpu_last_error());
         if (ctx->de) dpu_close(ctx->de);
         ctx->de = NULL;
-    } else if (pthread_create(&ctx->ev_thread, NULL, vb_event_thread, ctx) != 0) {
+    } else if ((atomic_store(&ctx->events_on, 1), pthread_create(&ctx->ev_thread, NULL, vb_event_thread, ctx)) != 0) {
+        atomic_store(&ctx->events_on, 0);
         dpu_close(ctx->de);
         ctx->de = NULL;
     } else {

@@ -184,6 +184,8 @@ struct vb_context {
     dpu_t *de;                   /* the mailboxes' mappings and their events (NULL: passes are paced only) */
     pthread_t ev_thread;
     int ev_started;
+    _Atomic int events_on;       /* the event thread takes the doorbells' events */
+    _Atomic int polled_qps;      /* QPs whose mailbox header is not mapped: their slots are found by the paced passes */
     uint32_t machine;
     unsigned mode;               /* page mode of the fabric pages */
     dpu_gva_t dir;

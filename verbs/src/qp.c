@@ -215,16 +215,20 @@ static void wake_progress(struct vb_context *ctx) {
  * the node then reports every write to it, among them the doorbell its
  * peer stores after each batch of slots. */
 static void unmap_header(struct vb_qp *q) {
-    if (!q->hdr_lva) return;
+    if (!q->hdr_lva) {
+        atomic_fetch_sub(&q->ctx->polled_qps, 1);
+        return;
+    }
     dpu_unmap(q->ctx->de, q->mbox);
     q->hdr_lva = NULL;
 }
 
 static void map_header(struct vb_qp *q) {
     const void *lva;
-    if (!q->ctx->de) return;
-    if (dpu_map(q->ctx->de, q->mbox, PAGE, &lva) < 0) {
-        vb_log("create_qp: QP %u: mapping its mailbox: %s: it is polled", q->qp.qp_num, dpu_last_error());
+    if (!q->ctx->de || dpu_map(q->ctx->de, q->mbox, PAGE, &lva) < 0) {
+        if (q->ctx->de)
+            vb_log("create_qp: QP %u: mapping its mailbox: %s: it is polled", q->qp.qp_num, dpu_last_error());
+        atomic_fetch_add(&q->ctx->polled_qps, 1);
         return;
     }
     q->hdr_lva = lva;
@@ -1254,6 +1258,7 @@ static int drain(struct vb_qp *q, dpu_t *d) {
         int st = atomic_load(&q->state);
         if (st != IBV_QPS_RTR && st != IBV_QPS_RTS) break;
         if (at == loaded) {
+            if (did && bell(q) <= q->next_in) break; /* every slot the doorbell names is taken */
             uint32_t idx = (uint32_t)(q->next_in % MBOX_SLOTS);
             unsigned want = did ? (MBOX_SLOTS - idx < RX_BATCH ? MBOX_SLOTS - idx : RX_BATCH) : 1;
             uint64_t t0 = vb_now_ns();
@@ -1430,6 +1435,11 @@ int vb_pass(struct vb_context *ctx, dpu_t *d) {
         /* a sender waits for the peer to make room: look again soon */
         ctx->poll_gap_ns = poll_min_ns;
         atomic_store(&ctx->next_pass_ns, now + poll_min_ns);
+    } else if (atomic_load(&ctx->events_on) && atomic_load(&ctx->polled_qps) == 0) {
+        /* the doorbells' events bring the passes that find slots: the
+         * paced one is a fallback */
+        ctx->poll_gap_ns = poll_max_ns;
+        atomic_store(&ctx->next_pass_ns, now + poll_max_ns);
     } else {
         uint64_t g = ctx->poll_gap_ns ? ctx->poll_gap_ns + ctx->poll_gap_ns / 2 : poll_min_ns;
         ctx->poll_gap_ns = g > poll_max_ns ? poll_max_ns : g;
@@ -1496,6 +1506,7 @@ void *vb_event_thread(void *arg) {
         if (rc == -ETIMEDOUT) continue;
         if (rc < 0) {
             vb_log("the node's events stopped (%s): mailboxes are polled", dpu_strerror(rc));
+            atomic_store(&ctx->events_on, 0);
             break;
         }
         enum { MAX_EV = 64 };
