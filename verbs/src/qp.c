@@ -695,13 +695,16 @@ int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
         q->sq_len++;
     }
     if (rc && bad) *bad = wr;
-    /* One request of at most a slot on an idle queue runs here (the
-     * latency path: no hand-over to another thread); anything larger, or
-     * behind others, goes to the progress thread, which stores the slots
-     * of many requests in one windowed transfer while the program goes on
-     * posting. */
-    int now = (before == 0 && q->sq_len == 1 && q->sq[q->sq_head].len <= SLOT_DATA) ||
-              (q->sq_len > 0 && st == IBV_QPS_ERR);
+    /* One request on an idle queue runs here (the latency path: no
+     * hand-over to another thread), unless it is a SEND or WRITE of more
+     * than a slot: those, and requests behind others, go to the progress
+     * thread, which stores the slots of many requests in one windowed
+     * transfer while the program goes on posting. (A READ or an atomic is
+     * one windowed transfer of its own wherever it runs.) */
+    const struct vb_swr *h = &q->sq[q->sq_head];
+    int slots = h->opcode == IBV_WR_SEND || h->opcode == IBV_WR_SEND_WITH_IMM || h->opcode == IBV_WR_RDMA_WRITE ||
+                h->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    int now = (before == 0 && q->sq_len == 1 && (!slots || h->len <= SLOT_DATA)) || (q->sq_len > 0 && st == IBV_QPS_ERR);
     pthread_mutex_unlock(&q->sq_mu);
     if (now && pthread_mutex_trylock(&q->run_mu) == 0) {
         run_sq(q, q->ctx->d, 1);
