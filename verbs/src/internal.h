@@ -159,7 +159,6 @@ struct vb_qp {
     int cur_trunc;
 
     const uint8_t *hdr_lva;    /* the mailbox's header page, mapped on the event connection; NULL: not */
-    _Atomic uint64_t bell_sent; /* the highest doorbell this QP stored into its peer's mailbox */
     _Atomic int state;         /* enum ibv_qp_state */
     struct vb_qp *next;
 };

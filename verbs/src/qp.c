@@ -234,12 +234,15 @@ static void map_header(struct vb_qp *q) {
     q->hdr_lva = lva;
 }
 
-/* bell: the doorbell the peer last stored in this QP's mailbox; UINT64_MAX
- * when the header is not mapped or cannot be read (then look anyway). */
+/* bell: the higher of the peer's two doorbells in this QP's mailbox (the
+ * slots' and the notices'); UINT64_MAX when the header is not mapped or
+ * cannot be read (then look anyway). */
 static uint64_t bell(struct vb_qp *q) {
-    uint64_t v = 0;
-    if (!q->hdr_lva || dpu_read64(q->ctx->de, q->hdr_lva + MBOX_BELL, &v) < 0) return UINT64_MAX;
-    return v;
+    uint64_t v = 0, w = 0;
+    if (!q->hdr_lva || dpu_read64(q->ctx->de, q->hdr_lva + MBOX_BELL, &v) < 0 ||
+        dpu_read64(q->ctx->de, q->hdr_lva + MBOX_NBELL, &w) < 0)
+        return UINT64_MAX;
+    return v > w ? v : w;
 }
 
 VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
@@ -395,7 +398,7 @@ static void qp_error(struct vb_qp *q, dpu_t *d, const char *why) {
 }
 
 static void reset_mailbox(struct vb_qp *q, dpu_t *d) {
-    uint8_t z[24] = {0}; /* consumed, error, doorbell */
+    uint8_t z[MBOX_NBELL + 8] = {0}; /* consumed, error, the doorbells */
     dpu_store(d, q->mbox, z, sizeof z);
     if (q->next_in > 0)
         for (uint32_t i = 0; i < MBOX_SLOTS; i++) dpu_store64(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)), 0);
@@ -446,7 +449,6 @@ static int connect_peer(struct vb_qp *q, struct ibv_qp_attr *a) {
     q->peer_mbox = (dpu_gva_t){qe.mbox_hi, qe.mbox_lo};
     q->peer_qpn = qpn;
     q->produced = q->consumed_seen = 0;
-    atomic_store(&q->bell_sent, 0);
     q->nq_len = 0;
     memset(q->mrcache, 0, sizeof q->mrcache);
     return 0;
@@ -914,13 +916,6 @@ static int stage(struct vb_qp *q, dpu_t *d, struct batch *b, unsigned nq, unsign
     return first;
 }
 
-/* raise_bell records the highest doorbell stored. */
-static void raise_bell(struct vb_qp *q, uint64_t v) {
-    uint64_t cur = atomic_load(&q->bell_sent);
-    while (cur < v && !atomic_compare_exchange_weak(&q->bell_sent, &cur, v)) {
-    }
-}
-
 /* complete pops the head request with status st (its completion when
  * signaled or failed); run_mu held. */
 static void complete_head(struct vb_qp *q, int st) {
@@ -982,7 +977,6 @@ static int stream(struct vb_qp *q, dpu_t *d, unsigned nq, int *blocked) {
     uint64_t t0 = vb_now_ns();
     int rc = dpu_storev(d, b->iov, b->n + 1, &done);
     if (done > b->n) done = b->n;
-    if (rc == 0) raise_bell(q, ring_at);
     atomic_fetch_add(&q->ctx->stats.slot_stores, b->n);
     atomic_fetch_add(&q->ctx->stats.slot_store_ns, vb_now_ns() - t0);
     q->produced += done;
@@ -1040,10 +1034,9 @@ static int store_notices(struct vb_qp *q, dpu_t *d) {
         st = put_slot(q, d, batch[i].n, slot, batch[i].op, SF_FIRST | SF_LAST | SF_GVA_DATA, 0, batch[i].total,
                       batch[i].addr, batch[i].imm, batch[i].rkey);
     if (st == 0) {
-        /* the doorbell: at least past the last notice, never below one
-         * stored before */
-        raise_bell(q, batch[n - 1].n + 1);
-        int rc = dpu_store64(d, dpu_gva_add(q->peer_mbox, MBOX_BELL), atomic_load(&q->bell_sent));
+        /* the notices' doorbell (notices are reserved and stored in slot
+         * order, one pass at a time: it only rises) */
+        int rc = dpu_store64(d, dpu_gva_add(q->peer_mbox, MBOX_NBELL), batch[n - 1].n + 1);
         if (rc < 0) st = status_of(rc);
     }
     if (st) {
@@ -1249,9 +1242,10 @@ static int drain(struct vb_qp *q, dpu_t *d) {
     struct vb_context *ctx = q->ctx;
     int did = 0, missing = 0;
     if (!q->rx && !(q->rx = malloc((size_t)RX_BATCH * PAGE))) return 0;
-    /* The peer rings after every transfer into the mailbox, each ring
-     * issued once the one before it is done, so a doorbell no higher than
-     * the slots taken says nothing new landed: no LOAD. */
+    /* The peer rings after every transfer into the mailbox, each doorbell
+     * by one thread, each ring issued once the one before it is done, so
+     * doorbells no higher than the slots taken say nothing new landed: no
+     * LOAD. */
     if (bell(q) <= q->next_in) return 0;
     /* The next slot alone is loaded first (an idle QP costs one page); once
      * one is found, those after it come RX_BATCH at a time (one windowed
@@ -1382,17 +1376,7 @@ int vb_progress(struct vb_context *ctx, dpu_t *d) {
         struct vb_qp *q = list[i];
         int st = atomic_load(&q->state);
         if (st == IBV_QPS_RTR || st == IBV_QPS_RTS) did |= drain(q, d);
-        /* Every store into the peer's mailbox comes from the holder of
-         * run_mu, one transfer after the other, so that the doorbells land
-         * in the order they rise. */
-        if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) {
-            if (pthread_mutex_trylock(&q->run_mu) == 0) {
-                did |= store_notices(q, d);
-                pthread_mutex_unlock(&q->run_mu);
-            } else {
-                ctx->blocked = 1;
-            }
-        }
+        if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) did |= store_notices(q, d);
         if (q->sq_len > 0 && pthread_mutex_trylock(&q->run_mu) == 0) {
             did |= run_sq(q, d, 4);
             if (q->blocked) ctx->blocked = 1;

@@ -25,8 +25,8 @@
 #define MAX_MR ((DIR_PAGES - 1) * PAGE / MR_ENTRY) /* 384 */
 
 /* Mailbox: page 0 = header (u64 consumed, u64 error, u64 doorbell: the
- * sender's count of slots stored, then maybe a copy of the last slot),
- * pages 1..MBOX_SLOTS = slots. */
+ * sender's count of slots stored, then maybe a copy of the last slot; at
+ * MBOX_NBELL the notices' doorbell), pages 1..MBOX_SLOTS = slots. */
 #define MBOX_BELL 16u
 /* A batch of one slot of at most SLOT_HDR + MBOX_COPY_DATA bytes rings the
  * doorbell with a copy of the slot after it (at MBOX_COPY): one store of
@@ -35,6 +35,9 @@
  * there without a request. */
 #define MBOX_COPY 24u
 #define MBOX_COPY_DATA 128u
+/* The notices' doorbell: rung by the thread that stores the notices, as
+ * MBOX_BELL is by the one that streams slots; each rises on its own. */
+#define MBOX_NBELL 256u
 #define MBOX_SLOTS 128u
 #define MBOX_PAGES (1u + MBOX_SLOTS)
 #define SLOT_HDR 64u
