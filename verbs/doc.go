@@ -16,7 +16,8 @@
 // design, what is supported and what is not: docs/verbs.md.
 //
 // The tests run programs nobody here wrote (every ibv_* program of Debian's
-// ibverbs-utils, and perftest's ib_write_lat, ib_read_lat, ib_atomic_lat)
+// ibverbs-utils, and perftest's ib_write_lat, ib_read_lat, ib_atomic_lat, ib_send_lat,
+// ib_write_bw, ib_read_bw, ib_send_bw)
 // between processes attached to the two nodes of a fabric, and
 // test/verbs_check.c, a plain verbs program that checks the answers to bad
 // input, and test/verbs_data.c, which checks every byte of a 4 MiB WRITE,

@@ -182,7 +182,8 @@ func alone(t testing.TB, st *fabric.State, node int, prog string, args ...string
 // TestVerbsOverFabric runs the programs between processes attached to the
 // two nodes of a fabric, and verbs_check on one of them.
 func TestVerbsOverFabric(t *testing.T) {
-	need(t, "ibv_rc_pingpong", "ib_write_lat", "ib_read_lat", "ib_atomic_lat")
+	need(t, "ibv_rc_pingpong", "ib_write_lat", "ib_read_lat", "ib_atomic_lat", "ib_send_lat", "ib_write_bw",
+		"ib_read_bw", "ib_send_bw")
 	st := up(t)
 	utilities(t, st)
 
@@ -262,6 +263,7 @@ func TestVerbsOverFabric(t *testing.T) {
 		{"ib_read_lat", []string{"-n", "200"}},
 		{"ib_atomic_lat", []string{"-n", "200"}},
 		{"ib_atomic_lat", []string{"-n", "100", "-A", "FETCH_AND_ADD"}},
+		{"ib_send_lat", []string{"-n", "200"}},
 	} {
 		t.Run(tc.prog+strings.Join(tc.args, ""), func(t *testing.T) {
 			_, cli := pair(t, st, tc.prog, append(tc.args, "-p", freePort(t))...)
@@ -270,6 +272,23 @@ func TestVerbsOverFabric(t *testing.T) {
 				t.Fatalf("%s printed no result row for %s iterations:\n%s", tc.prog, tc.args[1], cli)
 			}
 			t.Logf("%s %v: %s bytes, t_min %s µs, t_typical %s µs, t_avg %s µs", tc.prog, tc.args, m[1], m[3], m[5], m[6])
+		})
+	}
+
+	// perftest's bandwidth programs, unmodified: 64 KiB messages, a few
+	// hundred of them with perftest's default queue depth (128 in flight).
+	// Each prints one row: bytes, iterations, peak and average MB/s and
+	// the message rate.
+	bw := regexp.MustCompile(`(?m)^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$`)
+	for _, prog := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw"} {
+		args := []string{"-s", "65536", "-n", "300"}
+		t.Run(prog, func(t *testing.T) {
+			_, cli := pair(t, st, prog, append(args, "-p", freePort(t))...)
+			m := bw.FindStringSubmatch(cli)
+			if m == nil || m[1] != args[1] || m[2] != args[3] {
+				t.Fatalf("%s printed no result row for %s iterations of %s bytes:\n%s", prog, args[3], args[1], cli)
+			}
+			t.Logf("%s %v: %s bytes, BW peak %s MB/s, BW average %s MB/s, %s Mpps", prog, args, m[1], m[3], m[4], m[5])
 		})
 	}
 }

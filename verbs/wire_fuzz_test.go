@@ -76,15 +76,15 @@ func TestSlotRefusals(t *testing.T) {
 }
 
 func FuzzQPEntry(f *testing.F) {
-	f.Add(AppendQPEntry(nil, QPEntry{MboxLo: 0x100000002000, QPN: 1, Slots: 32, Live: 1}))
-	f.Add(AppendQPEntry(nil, QPEntry{MboxLo: 0x100000002000, MboxHi: 5, QPN: 126, Slots: 32, Live: 1}))
+	f.Add(AppendQPEntry(nil, QPEntry{MboxLo: 0x100000002000, QPN: 1, Slots: 128, Live: 1}))
+	f.Add(AppendQPEntry(nil, QPEntry{MboxLo: 0x100000002000, MboxHi: 5, QPN: 126, Slots: 128, Live: 1}))
 	f.Add(make([]byte, QPEntrySize))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := ParseQPEntry(b)
 		if err != nil {
 			return
 		}
-		if e.Live != 1 || e.Slots != 32 || e.QPN < 1 || e.QPN > MaxQP || e.MboxLo == 0 || e.MboxLo%4096 != 0 {
+		if e.Live != 1 || e.Slots != 128 || e.QPN < 1 || e.QPN > MaxQP || e.MboxLo == 0 || e.MboxLo%4096 != 0 {
 			t.Fatalf("accepted an out-of-range QP entry %+v", e)
 		}
 		if got := AppendQPEntry(nil, e); !bytes.Equal(got, b[:QPEntrySize]) {
@@ -113,14 +113,14 @@ func FuzzMREntry(f *testing.F) {
 }
 
 func FuzzDirHeader(f *testing.F) {
-	f.Add(AppendDirHeader(nil, DirHeader{Magic: 0x5342524556555044, Version: 1, Pages: 4, MaxQP: 126, MaxMR: 384}))
+	f.Add(AppendDirHeader(nil, DirHeader{Magic: 0x5342524556555044, Version: 2, Pages: 4, MaxQP: 126, MaxMR: 384}))
 	f.Add(make([]byte, DirHeaderSize))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseDirHeader(b)
 		if err != nil {
 			return
 		}
-		if h != (DirHeader{Magic: 0x5342524556555044, Version: 1, Pages: 4, MaxQP: 126, MaxMR: 384}) {
+		if h != (DirHeader{Magic: 0x5342524556555044, Version: 2, Pages: 4, MaxQP: 126, MaxMR: 384}) {
 			t.Fatalf("accepted header %+v", h)
 		}
 	})

@@ -182,6 +182,20 @@ VB_API struct ibv_context *ibv_open_device(struct ibv_device *device) {
         goto fail;
     }
     ctx->thread_started = 1;
+    /* The events of the mailboxes' pages (mapped on a connection of their
+     * own) wake the passes: a slot is taken when it lands, not at the next
+     * paced pass. Without them the passes are paced only. */
+    if (dpu_open(NULL, &ctx->de) < 0 || dpu_subscribe(ctx->de, DPU_EVENTS_ALL) < 0) {
+        vb_log("open_device: no events from the node (%s): mailboxes are polled", dpu_last_error());
+        if (ctx->de) dpu_close(ctx->de);
+        ctx->de = NULL;
+    } else if ((atomic_store(&ctx->events_on, 1), pthread_create(&ctx->ev_thread, NULL, vb_event_thread, ctx)) != 0) {
+        atomic_store(&ctx->events_on, 0);
+        dpu_close(ctx->de);
+        ctx->de = NULL;
+    } else {
+        ctx->ev_started = 1;
+    }
     return c;
 fail:
     if (ctx->dir.lo) dpu_free(ctx->d, ctx->dir);
@@ -213,6 +227,8 @@ VB_API int ibv_close_device(struct ibv_context *c) {
     pthread_cond_signal(&ctx->wake_cv);
     pthread_mutex_unlock(&ctx->wake_mu);
     if (ctx->thread_started) pthread_join(ctx->thread, NULL);
+    if (ctx->ev_started) pthread_join(ctx->ev_thread, NULL);
+    if (ctx->de) dpu_close(ctx->de);
     vb_print_stats(ctx);
     dpu_free(ctx->d, ctx->dir);
     dpu_close(ctx->d);

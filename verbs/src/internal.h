@@ -31,6 +31,11 @@
 #define MAX_INLINE 4032
 #define MAX_MSG (1u << 30)
 
+/* Slots stored in one windowed transfer (dpu_storev), and loaded at once
+ * from a QP's own mailbox once one is found. */
+#define TX_BATCH (MBOX_SLOTS / 2)
+#define RX_BATCH 16u
+
 struct vb_context;
 
 /* One memory region. */
@@ -112,10 +117,18 @@ struct vb_qp {
     int sq_sig_all;
     dpu_gva_t mbox;            /* our mailbox */
 
-    /* Send side, under sq_mu. */
-    pthread_mutex_t sq_mu;
+    /* Send side. The queue (sq_head, sq_len and the entries past the
+     * running ones) is under sq_mu, held only briefly so that posting
+     * never waits for a transfer; the requests are run by one thread at a
+     * time, the holder of run_mu (the poster, or the progress thread),
+     * which owns what follows: the head requests' progress, the peer's
+     * mailbox and credit, the staging pages. Lock order: the context's
+     * progress lock, run_mu, sq_mu. */
+    pthread_mutex_t sq_mu, run_mu;
     struct vb_swr *sq;         /* ring of cap.max_send_wr */
     unsigned sq_head, sq_len;
+    uint8_t *tx;               /* TX_BATCH staged slot pages (allocated at first use) */
+    int blocked;               /* the head request waits for mailbox credit */
     dpu_gva_t peer_dir, peer_mbox;
     uint32_t peer_qpn;
     uint64_t produced, consumed_seen;
@@ -139,11 +152,13 @@ struct vb_qp {
     struct vb_rwr *rq;
     unsigned rq_head, rq_len;
     uint64_t next_in, consumed_told;
+    uint8_t *rx;               /* RX_BATCH slot pages loaded at once (allocated at first use) */
     int in_recv;               /* a multi-slot SEND is being received */
     struct vb_rwr cur;
     uint32_t cur_off;
     int cur_trunc;
 
+    const uint8_t *hdr_lva;    /* the mailbox's header page, mapped on the event connection; NULL: not */
     _Atomic int state;         /* enum ibv_qp_state */
     struct vb_qp *next;
 };
@@ -157,12 +172,19 @@ struct vb_stats {
     _Atomic uint64_t passes, passes_idle;        /* progress passes; those that found nothing */
     _Atomic uint64_t poll_passes, poll_yields;   /* passes made by ibv_poll_cq; empty polls that yielded */
     _Atomic uint64_t poll_waits;                 /* empty polls that waited for a completion */
+    _Atomic uint64_t events, event_passes;       /* mailbox write events; passes they ran */
+    _Atomic uint64_t copies;                     /* slots taken from the doorbell's copy */
 };
 
 struct vb_context {
     struct verbs_context vctx;   /* must be first: ibv_context is its last field */
     dpu_t *d;                    /* the program's calls */
     dpu_t *dp;                   /* the progress thread */
+    dpu_t *de;                   /* the mailboxes' mappings and their events (NULL: passes are paced only) */
+    pthread_t ev_thread;
+    int ev_started;
+    _Atomic int events_on;       /* the event thread takes the doorbells' events */
+    _Atomic int polled_qps;      /* QPs whose mailbox header is not mapped: their slots are found by the paced passes */
     uint32_t machine;
     unsigned mode;               /* page mode of the fabric pages */
     dpu_gva_t dir;
@@ -181,6 +203,7 @@ struct vb_context {
     pthread_mutex_t wake_mu;
     pthread_cond_t wake_cv;
     int wake, stop;
+    int blocked;                 /* the last pass left a send queue waiting for credit */
     pthread_t thread;
     int thread_started;
     uint64_t last_publish_ns;
@@ -215,6 +238,7 @@ int vb_sge_ok(struct vb_context *ctx, const struct ibv_sge *s, int need_write);
 int vb_progress(struct vb_context *ctx, dpu_t *d);
 int vb_pass(struct vb_context *ctx, dpu_t *d);
 void *vb_progress_thread(void *arg);
+void *vb_event_thread(void *arg);
 int vb_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int vb_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void vb_print_stats(struct vb_context *ctx);

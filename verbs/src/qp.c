@@ -211,6 +211,40 @@ static void wake_progress(struct vb_context *ctx) {
     pthread_mutex_unlock(&ctx->wake_mu);
 }
 
+/* The mailbox's header page is mapped on the context's event connection:
+ * the node then reports every write to it, among them the doorbell its
+ * peer stores after each batch of slots. */
+static void unmap_header(struct vb_qp *q) {
+    if (!q->hdr_lva) {
+        atomic_fetch_sub(&q->ctx->polled_qps, 1);
+        return;
+    }
+    dpu_unmap(q->ctx->de, q->mbox);
+    q->hdr_lva = NULL;
+}
+
+static void map_header(struct vb_qp *q) {
+    const void *lva;
+    if (!q->ctx->de || dpu_map(q->ctx->de, q->mbox, PAGE, &lva) < 0) {
+        if (q->ctx->de)
+            vb_log("create_qp: QP %u: mapping its mailbox: %s: it is polled", q->qp.qp_num, dpu_last_error());
+        atomic_fetch_add(&q->ctx->polled_qps, 1);
+        return;
+    }
+    q->hdr_lva = lva;
+}
+
+/* bell: the higher of the peer's two doorbells in this QP's mailbox (the
+ * slots' and the notices'); UINT64_MAX when the header is not mapped or
+ * cannot be read (then look anyway). */
+static uint64_t bell(struct vb_qp *q) {
+    uint64_t v = 0, w = 0;
+    if (!q->hdr_lva || dpu_read64(q->ctx->de, q->hdr_lva + MBOX_BELL, &v) < 0 ||
+        dpu_read64(q->ctx->de, q->hdr_lva + MBOX_NBELL, &w) < 0)
+        return UINT64_MAX;
+    return v > w ? v : w;
+}
+
 VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
     struct vb_pd *p = (struct vb_pd *)pd;
     struct vb_context *ctx = p->ctx;
@@ -246,6 +280,7 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
         return NULL;
     }
     pthread_mutex_init(&q->sq_mu, NULL);
+    pthread_mutex_init(&q->run_mu, NULL);
     pthread_mutex_init(&q->mu, NULL);
     pthread_mutex_init(&q->nq_mu, NULL);
     q->ctx = ctx;
@@ -280,6 +315,7 @@ VB_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     q->qp.qp_num = qpn;
     int rc = dpu_alloc_mode(ctx->d, MBOX_PAGES * PAGE, ctx->mode, &q->mbox);
     if (rc == 0) rc = vb_dir_store_qp(ctx, qpn, q->mbox, 1);
+    if (rc == 0) map_header(q);
     if (rc < 0) {
         vb_fail(vb_errno(rc), "create_qp: the mailbox's fabric pages: %s", dpu_last_error());
         if (q->mbox.lo) dpu_free(ctx->d, q->mbox);
@@ -362,7 +398,7 @@ static void qp_error(struct vb_qp *q, dpu_t *d, const char *why) {
 }
 
 static void reset_mailbox(struct vb_qp *q, dpu_t *d) {
-    uint8_t z[16] = {0};
+    uint8_t z[MBOX_NBELL + 8] = {0}; /* consumed, error, the doorbells */
     dpu_store(d, q->mbox, z, sizeof z);
     if (q->next_in > 0)
         for (uint32_t i = 0; i < MBOX_SLOTS; i++) dpu_store64(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)i)), 0);
@@ -468,15 +504,18 @@ VB_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
     if (next == IBV_QPS_ERR) {
         pthread_mutex_lock(&ctx->prog_mu);
         qp_error(q, ctx->d, "moved to the error state by the program");
+        pthread_mutex_lock(&q->run_mu);
         pthread_mutex_lock(&q->sq_mu);
         flush_sq(q);
         pthread_mutex_unlock(&q->sq_mu);
+        pthread_mutex_unlock(&q->run_mu);
         flush_rq(q);
         pthread_mutex_unlock(&ctx->prog_mu);
         return 0;
     }
     if (next == IBV_QPS_RESET) {
         pthread_mutex_lock(&ctx->prog_mu);
+        pthread_mutex_lock(&q->run_mu);
         pthread_mutex_lock(&q->sq_mu);
         while (q->sq_len > 0) {
             free(q->sq[q->sq_head].inl);
@@ -485,6 +524,7 @@ VB_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
             q->sq_len--;
         }
         pthread_mutex_unlock(&q->sq_mu);
+        pthread_mutex_unlock(&q->run_mu);
         pthread_mutex_lock(&q->mu);
         q->rq_len = 0;
         q->in_recv = 0;
@@ -529,7 +569,8 @@ VB_API int ibv_destroy_qp(struct ibv_qp *qp) {
     struct vb_qp *q = (struct vb_qp *)qp;
     struct vb_context *ctx = q->ctx;
     pthread_mutex_lock(&ctx->prog_mu);
-    pthread_mutex_lock(&q->sq_mu); /* no post_send is running on it */
+    pthread_mutex_lock(&q->run_mu); /* no request is running on it */
+    pthread_mutex_lock(&q->sq_mu);
     pthread_mutex_lock(&ctx->mu);
     struct vb_qp **pp = &ctx->qps;
     while (*pp && *pp != q) pp = &(*pp)->next;
@@ -540,12 +581,16 @@ VB_API int ibv_destroy_qp(struct ibv_qp *qp) {
     ((struct vb_cq *)qp->recv_cq)->nqps--;
     pthread_mutex_unlock(&ctx->mu);
     pthread_mutex_unlock(&q->sq_mu);
+    pthread_mutex_unlock(&q->run_mu);
     pthread_mutex_unlock(&ctx->prog_mu);
     /* the peer learns from the mailbox header that nothing will be taken */
     dpu_store64(ctx->d, dpu_gva_add(q->mbox, 8), 1);
     vb_dir_store_qp(ctx, qp->qp_num, q->mbox, 0);
+    unmap_header(q);
     int rc = dpu_free(ctx->d, q->mbox);
     for (unsigned i = 0; i < q->cap.max_send_wr; i++) free(q->sq[i].inl);
+    free(q->tx);
+    free(q->rx);
     free(q->sq);
     free(q->rq);
     free(q);
@@ -566,13 +611,14 @@ static int known_unsupported(int op) {
     }
 }
 
-static int run_sq(struct vb_qp *q, dpu_t *d);
+static int run_sq(struct vb_qp *q, dpu_t *d, int max_batches);
 
 int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
     struct vb_qp *q = (struct vb_qp *)qp;
     int rc = 0;
     pthread_mutex_lock(&q->sq_mu);
     int st = atomic_load(&q->state);
+    unsigned before = q->sq_len;
     for (; wr; wr = wr->next) {
         int op = wr->opcode;
         if (known_unsupported(op)) {
@@ -651,7 +697,22 @@ int vb_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
         q->sq_len++;
     }
     if (rc && bad) *bad = wr;
-    run_sq(q, q->ctx->d);
+    /* One request on an idle queue runs here (the latency path: no
+     * hand-over to another thread), unless it is a SEND or WRITE of more
+     * than a slot: those, and requests behind others, go to the progress
+     * thread, which stores the slots of many requests in one windowed
+     * transfer while the program goes on posting. (A READ or an atomic is
+     * one windowed transfer of its own wherever it runs.) */
+    const struct vb_swr *h = &q->sq[q->sq_head];
+    int slots = h->opcode == IBV_WR_SEND || h->opcode == IBV_WR_SEND_WITH_IMM || h->opcode == IBV_WR_RDMA_WRITE ||
+                h->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    int now = (before == 0 && q->sq_len == 1 && (!slots || h->len <= SLOT_DATA)) || (q->sq_len > 0 && st == IBV_QPS_ERR);
+    pthread_mutex_unlock(&q->sq_mu);
+    if (now && pthread_mutex_trylock(&q->run_mu) == 0) {
+        run_sq(q, q->ctx->d, 1);
+        pthread_mutex_unlock(&q->run_mu);
+    }
+    pthread_mutex_lock(&q->sq_mu);
     int waiting = q->sq_len > 0;
     pthread_mutex_unlock(&q->sq_mu);
     if (waiting) wake_progress(q->ctx);
@@ -754,17 +815,18 @@ static int in_range(const struct peer_mr *m, uint64_t addr, uint64_t len) {
     return addr >= m->vaddr && addr - m->vaddr <= m->length && m->length - (addr - m->vaddr) >= len;
 }
 
-/* credit: 1 when the peer's mailbox has a free slot, 0 when not (yet), or
- * a negative completion status. */
+/* credit: how many slots of the peer's mailbox are free (refreshed from
+ * its header when fewer than half are), or a negative completion status. */
 static int credit(struct vb_qp *q, dpu_t *d) {
-    if (q->produced - q->consumed_seen < MBOX_SLOTS) return 1;
+    uint64_t used = q->produced - q->consumed_seen;
+    if (used < MBOX_SLOTS / 2) return (int)(MBOX_SLOTS - used);
     uint8_t h[16];
     int rc = dpu_load(d, q->peer_mbox, h, sizeof h);
     if (rc < 0) return -(int)status_of(rc);
     if (get64le(h + 8)) return -(int)IBV_WC_REM_OP_ERR;
     uint64_t c = get64le(h);
     if (c > q->consumed_seen && c <= q->produced) q->consumed_seen = c;
-    return q->produced - q->consumed_seen < MBOX_SLOTS;
+    return (int)(MBOX_SLOTS - (q->produced - q->consumed_seen));
 }
 
 static uint64_t slot_seq(uint32_t psn, uint64_t n) { return (uint64_t)(psn & 0xffffff) << 40 | (n + 1); }
@@ -783,29 +845,156 @@ static int put_slot(struct vb_qp *q, dpu_t *d, uint64_t n, uint8_t *slot, int op
     return rc < 0 ? status_of(rc) : 0;
 }
 
-/* send_slots streams the request's bytes as mailbox slots from w->done on;
- * local stores reach the images first (the peer may look at them once it
- * has the message). */
-static int send_slots(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int op, int *blocked) {
-    uint8_t slot[PAGE];
-    if (w->done == 0 && vb_publish_all(q->ctx, d) < 0) return IBV_WC_GENERAL_ERR;
-    do {
-        int c = credit(q, d);
-        if (c < 0) return -c;
-        if (c == 0) {
-            *blocked = 1;
+/* slot_op: the mailbox op of a request that goes as slots carrying its
+ * bytes (a SEND, or a WRITE to a region without image; checked here, a
+ * completion status in *st when the WRITE may not be done), else 0. */
+static int slot_op(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *st) {
+    struct peer_mr m;
+    *st = 0;
+    switch (w->opcode) {
+    case IBV_WR_SEND: return SLOT_SEND;
+    case IBV_WR_SEND_WITH_IMM: return SLOT_SEND_IMM;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        if ((*st = peer_mr(q, d, w->rkey, &m))) return 0;
+        if (!(m.access & IBV_ACCESS_REMOTE_WRITE) || !in_range(&m, w->raddr, w->len)) {
+            *st = IBV_WC_REM_ACCESS_ERR;
             return 0;
         }
-        uint32_t n = w->len - w->done < SLOT_DATA ? w->len - w->done : SLOT_DATA;
-        int st = gather(q->ctx, w, w->done, slot + SLOT_HDR, n);
-        if (st) return st;
-        int flags = (w->done == 0 ? SF_FIRST : 0) | (w->done + n == w->len ? SF_LAST : 0);
-        st = put_slot(q, d, q->produced, slot, op, flags, n, w->len, w->raddr + w->done, w->imm, w->rkey);
-        if (st) return st;
-        q->produced++;
-        w->done += n;
-    } while (w->done < w->len);
-    return 0;
+        if (m.gva_lo && w->len > 0) return 0;
+        return w->opcode == IBV_WR_RDMA_WRITE ? SLOT_WRITE : SLOT_WRITE_IMM;
+    default: return 0;
+    }
+}
+
+/* A batch of staged slots: slot i belongs to the request `wr[i]` queue
+ * places after the head, and carries its bytes up to `end[i]`. */
+struct batch {
+    unsigned n;
+    dpu_iov_t iov[TX_BATCH + 1]; /* and the doorbell */
+    unsigned wr[TX_BATCH];
+    uint32_t end[TX_BATCH];
+};
+
+/* stage fills b with the slots of the slot requests at the head of the
+ * queue (nq of them queued), from the head's done bytes on, as many as room
+ * and the batch allow; a request that is not one ends it. *st: the head's
+ * failure found while checking it (nothing staged then). */
+static int stage(struct vb_qp *q, dpu_t *d, struct batch *b, unsigned nq, unsigned room, int *st) {
+    int first = 0;
+    b->n = 0;
+    for (unsigned i = 0; i < nq && b->n < room; i++) {
+        struct vb_swr *w = &q->sq[(q->sq_head + i) % q->cap.max_send_wr];
+        int wst, op = slot_op(q, d, w, &wst);
+        if (!op) {
+            if (i == 0) *st = wst;
+            break;
+        }
+        uint32_t off = w->done;
+        if (off == 0) first = 1;
+        do {
+            uint8_t *slot = q->tx + (size_t)b->n * PAGE;
+            uint32_t n = w->len - off < SLOT_DATA ? w->len - off : SLOT_DATA;
+            int gst = gather(q->ctx, w, off, slot + SLOT_HDR, n);
+            if (gst) {
+                if (i == 0 && b->n == 0) *st = gst;
+                return first; /* the request fails once the slots before it are stored */
+            }
+            uint64_t seqn = q->produced + b->n;
+            int flags = (off == 0 ? SF_FIRST : 0) | (off + n == w->len ? SF_LAST : 0);
+            vb_slot_put(slot, &(struct vb_slot){.seq = slot_seq(q->attr.sq_psn, seqn), .op = (uint16_t)op,
+                                                .flags = (uint16_t)flags, .len = n, .imm = w->imm, .rkey = w->rkey,
+                                                .addr = w->raddr + off, .total = w->len, .src_qpn = q->qp.qp_num});
+            b->iov[b->n] = (dpu_iov_t){dpu_gva_add(q->peer_mbox, PAGE * (1 + seqn % MBOX_SLOTS)), slot, SLOT_HDR + n};
+            b->wr[b->n] = i;
+            off += n;
+            b->end[b->n] = off;
+            b->n++;
+        } while (off < w->len && b->n < room);
+        if (off < w->len) break;
+    }
+    return first;
+}
+
+/* complete pops the head request with status st (its completion when
+ * signaled or failed); run_mu held. */
+static void complete_head(struct vb_qp *q, int st) {
+    struct vb_swr *w = &q->sq[q->sq_head];
+    int signal = st != 0 || (w->flags & IBV_SEND_SIGNALED);
+    struct ibv_wc wc = {.wr_id = w->wr_id, .status = (enum ibv_wc_status)st, .opcode = wc_opcode(w->opcode),
+                        .qp_num = q->qp.qp_num};
+    if (st == 0)
+        wc.byte_len = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? 8 : w->len;
+    free(w->inl);
+    w->inl = NULL;
+    /* The entry is free before the program can see the completion: it may
+     * post again at once into a queue it filled. */
+    pthread_mutex_lock(&q->sq_mu);
+    q->sq_head = (q->sq_head + 1) % q->cap.max_send_wr;
+    q->sq_len--;
+    pthread_mutex_unlock(&q->sq_mu);
+    if (signal) vb_cq_push((struct vb_cq *)q->qp.send_cq, &wc);
+}
+
+/* stream stores a batch of the head requests' slots in one windowed
+ * transfer and completes each request whose every slot the peer's node
+ * acknowledged, in queue order. The head's failure status, or 0 (*blocked
+ * when the peer's mailbox has no room). */
+static int stream(struct vb_qp *q, dpu_t *d, unsigned nq, int *blocked) {
+    int room = credit(q, d);
+    if (room < 0) return -room;
+    if (room == 0) {
+        *blocked = 1;
+        return 0;
+    }
+    if (!q->tx && !(q->tx = malloc((size_t)TX_BATCH * PAGE))) return IBV_WC_GENERAL_ERR;
+    struct batch *b = malloc(sizeof *b);
+    if (!b) return IBV_WC_GENERAL_ERR;
+    int st = 0;
+    int first = stage(q, d, b, nq, (unsigned)room < TX_BATCH ? (unsigned)room : TX_BATCH, &st);
+    if (b->n == 0) {
+        free(b);
+        return st ? st : IBV_WC_GENERAL_ERR;
+    }
+    /* The peer may look at this context's images once it has a message:
+     * local stores reach them first. */
+    if (first && vb_publish_all(q->ctx, d) < 0) {
+        free(b);
+        return IBV_WC_GENERAL_ERR;
+    }
+    /* The doorbell after the slots (the peer's node reports its write to
+     * the peer's event connection). */
+    uint8_t rung[8 + SLOT_HDR + MBOX_COPY_DATA];
+    uint64_t ring_at = q->produced + b->n;
+    put64le(rung, ring_at);
+    size_t rlen = 8;
+    if (b->n == 1 && b->iov[0].len <= SLOT_HDR + MBOX_COPY_DATA) {
+        memcpy(rung + 8, b->iov[0].buf, b->iov[0].len);
+        rlen += b->iov[0].len;
+    }
+    b->iov[b->n] = (dpu_iov_t){dpu_gva_add(q->peer_mbox, MBOX_BELL), rung, rlen};
+    size_t done = 0;
+    uint64_t t0 = vb_now_ns();
+    int rc = dpu_storev(d, b->iov, b->n + 1, &done);
+    if (done > b->n) done = b->n;
+    atomic_fetch_add(&q->ctx->stats.slot_stores, b->n);
+    atomic_fetch_add(&q->ctx->stats.slot_store_ns, vb_now_ns() - t0);
+    q->produced += done;
+    /* Requests whose slots are all stored complete; the one that holds the
+     * first slot not stored gets the failure. */
+    unsigned popped = 0;
+    for (size_t i = 0; i < done; i++) {
+        struct vb_swr *w = &q->sq[(q->sq_head + b->wr[i] - popped) % q->cap.max_send_wr];
+        w->done = b->end[i];
+        if (w->done == w->len) {
+            complete_head(q, 0);
+            popped++;
+        }
+    }
+    st = rc < 0 ? (int)status_of(rc) : 0;
+    if (!st && done < b->n) st = IBV_WC_GENERAL_ERR;
+    free(b);
+    return st;
 }
 
 /* notice reserves a slot for the notice of a request whose bytes are in
@@ -844,6 +1033,12 @@ static int store_notices(struct vb_qp *q, dpu_t *d) {
     for (unsigned i = 0; i < n && st == 0; i++)
         st = put_slot(q, d, batch[i].n, slot, batch[i].op, SF_FIRST | SF_LAST | SF_GVA_DATA, 0, batch[i].total,
                       batch[i].addr, batch[i].imm, batch[i].rkey);
+    if (st == 0) {
+        /* the notices' doorbell (notices are reserved and stored in slot
+         * order, one pass at a time: it only rises) */
+        int rc = dpu_store64(d, dpu_gva_add(q->peer_mbox, MBOX_NBELL), batch[n - 1].n + 1);
+        if (rc < 0) st = status_of(rc);
+    }
     if (st) {
         qp_error(q, d, "storing a notice in the peer's mailbox failed");
         vb_async(q->ctx, IBV_EVENT_QP_FATAL, &q->qp);
@@ -866,15 +1061,12 @@ static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
         q->peer_dir.hi == ctx->dir.hi && q->peer_dir.lo == ctx->dir.lo && vb_publish_all(ctx, d) < 0)
         return IBV_WC_GENERAL_ERR;
     switch (w->opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-        return send_slots(q, d, w, w->opcode == IBV_WR_SEND ? SLOT_SEND : SLOT_SEND_IMM, blocked);
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: {
+        /* to a region with an image (the others go as slots: stream) */
         int op = w->opcode == IBV_WR_RDMA_WRITE ? SLOT_WRITE : SLOT_WRITE_IMM;
         if ((st = peer_mr(q, d, w->rkey, &m))) return st;
-        if (!(m.access & IBV_ACCESS_REMOTE_WRITE) || !in_range(&m, w->raddr, w->len)) return IBV_WC_REM_ACCESS_ERR;
-        if (!m.gva_lo || w->len == 0) return send_slots(q, d, w, op, blocked);
+        if (!m.gva_lo) return IBV_WC_LOC_QP_OP_ERR;
         if (!w->started) {
             dpu_gva_t at = {q->peer_dir.hi, m.gva_lo + (w->raddr - m.vaddr)};
             const uint32_t chunk = 64 * 1024;
@@ -931,39 +1123,55 @@ static int exec(struct vb_qp *q, dpu_t *d, struct vb_swr *w, int *blocked) {
     return IBV_WC_LOC_QP_OP_ERR;
 }
 
-static int run_sq(struct vb_qp *q, dpu_t *d) {
+/* run_sq runs the queued send requests in order until the queue is empty,
+ * the head waits for mailbox credit, or max_batches transfers were made;
+ * run_mu held. 1 when it did something. */
+static int run_sq(struct vb_qp *q, dpu_t *d, int max_batches) {
     int did = 0;
     static uint64_t rnr_ms;
     if (!rnr_ms) rnr_ms = env_ms("DPU_VERBS_RNR_MS", 10000);
-    while (q->sq_len > 0) {
-        if (atomic_load(&q->state) == IBV_QPS_ERR) {
+    q->blocked = 0;
+    for (int batches = 0; batches < max_batches;) {
+        pthread_mutex_lock(&q->sq_mu);
+        unsigned nq = q->sq_len;
+        if (nq > 0 && atomic_load(&q->state) == IBV_QPS_ERR) {
             flush_sq(q);
-            return 1;
+            nq = 0;
+            did = 1;
         }
+        pthread_mutex_unlock(&q->sq_mu);
+        if (nq == 0) return did;
         struct vb_swr *w = &q->sq[q->sq_head];
-        int blocked = 0;
-        int st = exec(q, d, w, &blocked);
+        int blocked = 0, st;
+        int op = slot_op(q, d, w, &st);
+        if (!st && op) {
+            /* completes the requests it stores whole */
+            batches++;
+            st = stream(q, d, nq, &blocked);
+            if (!st && !blocked) {
+                w->blocked_since = 0;
+                did = 1;
+                continue;
+            }
+        } else if (!st) {
+            st = exec(q, d, w, &blocked);
+        }
         if (st == 0 && blocked) {
             uint64_t now = vb_now_ns();
             if (!w->blocked_since) w->blocked_since = now;
-            if (now - w->blocked_since < rnr_ms * 1000000ull) return did;
+            if (now - w->blocked_since < rnr_ms * 1000000ull) {
+                q->blocked = 1;
+                return did;
+            }
             st = IBV_WC_RNR_RETRY_EXC_ERR;
         }
         did = 1;
-        if (st != 0 || (w->flags & IBV_SEND_SIGNALED)) {
-            struct ibv_wc wc = {.wr_id = w->wr_id, .status = (enum ibv_wc_status)st, .opcode = wc_opcode(w->opcode),
-                                .qp_num = q->qp.qp_num};
-            if (st == 0)
-                wc.byte_len = w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? 8 : w->len;
-            vb_cq_push((struct vb_cq *)q->qp.send_cq, &wc);
-        }
-        free(w->inl);
-        w->inl = NULL;
-        q->sq_head = (q->sq_head + 1) % q->cap.max_send_wr;
-        q->sq_len--;
+        complete_head(q, st);
         if (st != 0) {
             qp_error(q, d, ibv_wc_status_str((enum ibv_wc_status)st));
+            pthread_mutex_lock(&q->sq_mu);
             flush_sq(q);
+            pthread_mutex_unlock(&q->sq_mu);
         }
     }
     return did;
@@ -1015,30 +1223,69 @@ static void responder_error(struct vb_qp *q, dpu_t *d, const char *why, enum ibv
     qp_error(q, d, why);
     vb_async(q->ctx, ev, &q->qp);
     flush_rq(q);
+    pthread_mutex_lock(&q->run_mu);
     pthread_mutex_lock(&q->sq_mu);
     flush_sq(q);
     pthread_mutex_unlock(&q->sq_mu);
+    pthread_mutex_unlock(&q->run_mu);
+}
+
+/* tell_consumed stores how far the receiver got into its mailbox header
+ * (the peer's credit), every quarter of the mailbox. */
+static void tell_consumed(struct vb_qp *q, dpu_t *d) {
+    if (q->next_in - q->consumed_told >= MBOX_SLOTS / 4) {
+        if (dpu_store64(d, q->mbox, q->next_in) == 0) q->consumed_told = q->next_in;
+    }
 }
 
 static int drain(struct vb_qp *q, dpu_t *d) {
     struct vb_context *ctx = q->ctx;
-    uint8_t slot[PAGE];
-    const uint32_t first_load = PAGE; /* one LOAD of the whole slot: a local request costs the same */
-    int did = 0;
-    for (int k = 0; k < 64; k++) {
+    int did = 0, missing = 0;
+    if (!q->rx && !(q->rx = malloc((size_t)RX_BATCH * PAGE))) return 0;
+    /* The peer rings after every transfer into the mailbox, each doorbell
+     * by one thread, each ring issued once the one before it is done, so
+     * doorbells no higher than the slots taken say nothing new landed: no
+     * LOAD. */
+    if (bell(q) <= q->next_in) return 0;
+    /* The next slot alone is loaded first (an idle QP costs one page); once
+     * one is found, those after it come RX_BATCH at a time (one windowed
+     * LOAD), up to the end of the ring. */
+    unsigned loaded = 0, at = 0;
+    for (int k = 0; k < 4 * (int)MBOX_SLOTS; k++) {
         int st = atomic_load(&q->state);
         if (st != IBV_QPS_RTR && st != IBV_QPS_RTS) break;
-        dpu_gva_t at = dpu_gva_add(q->mbox, PAGE * (1 + q->next_in % MBOX_SLOTS));
-        uint64_t t0 = vb_now_ns();
-        int rc = dpu_load(d, at, slot, first_load);
-        atomic_fetch_add(&ctx->stats.slot_loads, 1);
-        atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
-        if (rc < 0) {
-            responder_error(q, d, "reading the mailbox failed", IBV_EVENT_QP_FATAL);
-            return 1;
+        if (at == loaded) {
+            if (did && bell(q) <= q->next_in) break; /* every slot the doorbell names is taken */
+            uint32_t idx = (uint32_t)(q->next_in % MBOX_SLOTS);
+            unsigned want = did ? (MBOX_SLOTS - idx < RX_BATCH ? MBOX_SLOTS - idx : RX_BATCH) : 1;
+            uint64_t t0 = vb_now_ns();
+            int rc = 1;
+            if (want == 1 && q->hdr_lva) {
+                /* the copy of a small slot the doorbell brought, when it is
+                 * the one awaited (read in the mapping: no request) */
+                uint8_t *c = q->rx;
+                if (dpu_read(ctx->de, q->hdr_lva + MBOX_COPY, c, SLOT_HDR) == 0 &&
+                    get64le(c) == slot_seq(q->attr.rq_psn, q->next_in) && get32le(c + 12) <= MBOX_COPY_DATA &&
+                    dpu_read(ctx->de, q->hdr_lva + MBOX_COPY, c, SLOT_HDR + get32le(c + 12)) == 0 &&
+                    get64le(c) == slot_seq(q->attr.rq_psn, q->next_in)) {
+                    atomic_fetch_add(&ctx->stats.copies, 1);
+                    rc = 0;
+                }
+            }
+            if (rc) rc = dpu_load(d, dpu_gva_add(q->mbox, PAGE * (1 + (uint64_t)idx)), q->rx, (size_t)want * PAGE);
+            atomic_fetch_add(&ctx->stats.slot_loads, 1);
+            atomic_fetch_add(&ctx->stats.slot_load_ns, vb_now_ns() - t0);
+            if (rc < 0) {
+                responder_error(q, d, "reading the mailbox failed", IBV_EVENT_QP_FATAL);
+                return 1;
+            }
+            loaded = want, at = 0;
+            tell_consumed(q, d);
         }
+        const uint8_t *slot = q->rx + (size_t)at++ * PAGE;
         if (get64le(slot) != slot_seq(q->attr.rq_psn, q->next_in)) {
             atomic_fetch_add(&ctx->stats.slot_empty, 1);
+            missing = 1;
             break;
         }
         struct vb_slot sl;
@@ -1096,6 +1343,7 @@ static int drain(struct vb_qp *q, dpu_t *d) {
                 responder_error(q, d, "the peer wrote outside a region it may write", IBV_EVENT_QP_ACCESS_ERR);
                 return 1;
             }
+            int rc;
             if (flags & SF_GVA_DATA) rc = vb_apply_from_image(ctx, d, m, addr, n);
             else rc = vb_apply_bytes(ctx, m, addr, data, n);
             if (rc < 0) {
@@ -1109,15 +1357,17 @@ static int drain(struct vb_qp *q, dpu_t *d) {
         q->next_in++;
         did = 1;
     }
-    if (q->next_in - q->consumed_told >= MBOX_SLOTS / 4) {
-        if (dpu_store64(d, q->mbox, q->next_in) == 0) q->consumed_told = q->next_in;
-    }
+    tell_consumed(q, d);
+    /* The doorbell names slots not found yet (it may land before them):
+     * look again soon. */
+    if (missing && q->hdr_lva && bell(q) > q->next_in) ctx->blocked = 1;
     return did;
 }
 
 int vb_progress(struct vb_context *ctx, dpu_t *d) {
     struct vb_qp *list[MAX_QP];
     int n = 0, did = 0;
+    ctx->blocked = 0;
     pthread_mutex_lock(&ctx->mu);
     for (struct vb_qp *q = ctx->qps; q; q = q->next) list[n++] = q;
     pthread_mutex_unlock(&ctx->mu);
@@ -1127,9 +1377,10 @@ int vb_progress(struct vb_context *ctx, dpu_t *d) {
         int st = atomic_load(&q->state);
         if (st == IBV_QPS_RTR || st == IBV_QPS_RTS) did |= drain(q, d);
         if (q->nq_len > 0 && atomic_load(&q->state) == IBV_QPS_RTS) did |= store_notices(q, d);
-        if (q->sq_len > 0 && pthread_mutex_trylock(&q->sq_mu) == 0) {
-            did |= run_sq(q, d);
-            pthread_mutex_unlock(&q->sq_mu);
+        if (q->sq_len > 0 && pthread_mutex_trylock(&q->run_mu) == 0) {
+            did |= run_sq(q, d, 4);
+            if (q->blocked) ctx->blocked = 1;
+            pthread_mutex_unlock(&q->run_mu);
         }
     }
     uint64_t now = vb_now_ns();
@@ -1167,6 +1418,15 @@ int vb_pass(struct vb_context *ctx, dpu_t *d) {
     if (did) {
         ctx->poll_gap_ns = poll_min_ns;
         atomic_store(&ctx->next_pass_ns, now);
+    } else if (ctx->blocked) {
+        /* a sender waits for the peer to make room: look again soon */
+        ctx->poll_gap_ns = poll_min_ns;
+        atomic_store(&ctx->next_pass_ns, now + poll_min_ns);
+    } else if (atomic_load(&ctx->events_on) && atomic_load(&ctx->polled_qps) == 0) {
+        /* the doorbells' events bring the passes that find slots: the
+         * paced one is a fallback */
+        ctx->poll_gap_ns = poll_max_ns;
+        atomic_store(&ctx->next_pass_ns, now + poll_max_ns);
     } else {
         uint64_t g = ctx->poll_gap_ns ? ctx->poll_gap_ns + ctx->poll_gap_ns / 2 : poll_min_ns;
         ctx->poll_gap_ns = g > poll_max_ns ? poll_max_ns : g;
@@ -1201,6 +1461,68 @@ void *vb_progress_thread(void *arg) {
     return NULL;
 }
 
+/* awaited: whether ev (progress lock held) reports a doorbell that names
+ * slots its QP has not taken (not the QP's own stores of its header), or
+ * anything but a page write. */
+static int awaited(struct vb_context *ctx, const dpu_event_t *ev) {
+    if (ev->type != DPU_EVENT_UPDATED && ev->type != DPU_EVENT_INVALIDATED) return 1;
+    int hit = 1; /* a page of no QP's mailbox: look anyway */
+    pthread_mutex_lock(&ctx->mu);
+    for (struct vb_qp *q = ctx->qps; q; q = q->next) {
+        if (ev->page.hi != q->mbox.hi || ev->page.lo < q->mbox.lo || ev->page.lo - q->mbox.lo >= (uint64_t)MBOX_PAGES * PAGE)
+            continue;
+        hit = ev->page.lo - q->mbox.lo < PAGE && bell(q) > q->next_in;
+        break;
+    }
+    pthread_mutex_unlock(&ctx->mu);
+    return hit;
+}
+
+/* vb_event_thread takes the events of the mailboxes' pages: each batch of
+ * them (a peer stored slots) runs a pass at once, here, or, while a pass
+ * is under way, one more after it. */
+void *vb_event_thread(void *arg) {
+    struct vb_context *ctx = arg;
+    for (;;) {
+        dpu_event_t ev;
+        int rc = dpu_next_event(ctx->de, &ev, 100);
+        pthread_mutex_lock(&ctx->wake_mu);
+        int stop = ctx->stop;
+        pthread_mutex_unlock(&ctx->wake_mu);
+        if (stop) break;
+        if (rc == -ETIMEDOUT) continue;
+        if (rc < 0) {
+            vb_log("the node's events stopped (%s): mailboxes are polled", dpu_strerror(rc));
+            atomic_store(&ctx->events_on, 0);
+            break;
+        }
+        enum { MAX_EV = 64 };
+        dpu_event_t evs[MAX_EV];
+        unsigned n = 0;
+        int more = 0;
+        do {
+            if (n < MAX_EV) evs[n++] = ev;
+            else more = 1;
+        } while (dpu_next_event(ctx->de, &ev, 0) == 0);
+        atomic_fetch_add(&ctx->stats.events, n);
+        if (pthread_mutex_trylock(&ctx->prog_mu) != 0) {
+            wake_progress(ctx); /* a pass is under way: one more after it */
+            continue;
+        }
+        /* With passes stopped, a header's event matters only when its
+         * doorbell names slots not taken yet. */
+        int need = more;
+        for (unsigned i = 0; i < n && !need; i++) need = awaited(ctx, &evs[i]);
+        if (need) {
+            atomic_fetch_add(&ctx->stats.event_passes, 1);
+            atomic_store(&ctx->next_pass_ns, 0);
+            vb_pass(ctx, ctx->de);
+        }
+        pthread_mutex_unlock(&ctx->prog_mu);
+    }
+    return NULL;
+}
+
 void vb_print_stats(struct vb_context *ctx) {
     const char *v = getenv("DPU_VERBS_STATS");
     if (!v || strcmp(v, "1") != 0) return;
@@ -1208,10 +1530,13 @@ void vb_print_stats(struct vb_context *ctx) {
     uint64_t st = atomic_load(&s->slot_stores), ld = atomic_load(&s->slot_loads);
     fprintf(stderr,
             "dpuverbs: slots stored %llu (mean %.1f us), mailbox loads %llu (mean %.1f us, %llu empty), "
-            "passes %llu (%llu idle), ibv_poll_cq passes %llu, empty polls %llu yielded, %llu waited\n",
+            "passes %llu (%llu idle), ibv_poll_cq passes %llu, empty polls %llu yielded, %llu waited, "
+            "mailbox events %llu (%llu passes), slots read from the doorbell's copy %llu\n",
             (unsigned long long)st, st ? (double)atomic_load(&s->slot_store_ns) / (double)st / 1e3 : 0.0,
             (unsigned long long)ld, ld ? (double)atomic_load(&s->slot_load_ns) / (double)ld / 1e3 : 0.0,
             (unsigned long long)atomic_load(&s->slot_empty), (unsigned long long)atomic_load(&s->passes),
             (unsigned long long)atomic_load(&s->passes_idle), (unsigned long long)atomic_load(&s->poll_passes),
-            (unsigned long long)atomic_load(&s->poll_yields), (unsigned long long)atomic_load(&s->poll_waits));
+            (unsigned long long)atomic_load(&s->poll_yields), (unsigned long long)atomic_load(&s->poll_waits),
+            (unsigned long long)atomic_load(&s->events), (unsigned long long)atomic_load(&s->event_passes),
+            (unsigned long long)atomic_load(&s->copies));
 }

@@ -17,15 +17,28 @@
 /* Directory: page 0 = header + QP table, pages 1..DIR_PAGES-1 = MR table. */
 #define DIR_PAGES 4u
 #define DIR_MAGIC 0x5342524556555044ull /* "DPUVERBS" little-endian */
-#define DIR_VERSION 1u
+#define DIR_VERSION 2u
 #define DIR_HDR 64u
 #define QP_ENTRY 32u
 #define MAX_QP ((PAGE - DIR_HDR) / QP_ENTRY) /* 126 */
 #define MR_ENTRY 32u
 #define MAX_MR ((DIR_PAGES - 1) * PAGE / MR_ENTRY) /* 384 */
 
-/* Mailbox: page 0 = header (u64 consumed, u64 error), pages 1..MBOX_SLOTS = slots. */
-#define MBOX_SLOTS 32u
+/* Mailbox: page 0 = header (u64 consumed, u64 error, u64 doorbell: the
+ * sender's count of slots stored, then maybe a copy of the last slot; at
+ * MBOX_NBELL the notices' doorbell), pages 1..MBOX_SLOTS = slots. */
+#define MBOX_BELL 16u
+/* A batch of one slot of at most SLOT_HDR + MBOX_COPY_DATA bytes rings the
+ * doorbell with a copy of the slot after it (at MBOX_COPY): one store of
+ * at most 256 bytes, which the node writes into the receiver's mapping of
+ * the header page before it reports it, so the receiver reads the slot
+ * there without a request. */
+#define MBOX_COPY 24u
+#define MBOX_COPY_DATA 128u
+/* The notices' doorbell: rung by the thread that stores the notices, as
+ * MBOX_BELL is by the one that streams slots; each rises on its own. */
+#define MBOX_NBELL 256u
+#define MBOX_SLOTS 128u
 #define MBOX_PAGES (1u + MBOX_SLOTS)
 #define SLOT_HDR 64u
 #define SLOT_DATA (PAGE - SLOT_HDR) /* 4032 */

@@ -438,10 +438,10 @@ int main(void) {
     ok = rc == 0 && wait_wc(15, &wc) == 0 && wc.status == IBV_WC_WR_FLUSH_ERR;
     CHECK("qp errs after a remote error", ok, "status %d", wc.status);
 
-    /* A peer that writes garbage into a QP's mailbox: the QP errs with an
-     * async event, its receives flush, the other pair goes on. The garbage
-     * is written straight through the node (libdpu), where the directory
-     * the GID names says the mailbox is. */
+    /* A peer that writes garbage into a QP's mailbox and rings its
+     * doorbell: the QP errs with an async event, its receives flush, the
+     * other pair goes on. The garbage is written straight through the node
+     * (libdpu), where the directory the GID names says the mailbox is. */
     struct pair junk;
     connect_pair(&junk);
     post_recv(junk.b, 30, rmr, rbuf, 64);
@@ -461,6 +461,8 @@ int main(void) {
     for (int i = 0; i < 8; i++) slot[i] = (uint8_t)(seq >> (8 * i));
     slot[8] = 99; /* no such op */
     if (rc == 0) rc = dpu_store(raw, dpu_gva_add(mbox, 4096), slot, sizeof slot);
+    /* and rings the mailbox's doorbell for it (header word 2: one slot) */
+    if (rc == 0) rc = dpu_store64(raw, dpu_gva_add(mbox, 16), 1);
     CHECK("garbage written", rc == 0, "%s", dpu_strerror(rc));
     ok = rc == 0 && wait_wc(30, &wc) == 0 && wc.status == IBV_WC_WR_FLUSH_ERR;
     CHECK("garbage errs the qp", ok, "status %d", wc.status);

@@ -175,6 +175,17 @@ DPU_API int dpu_mmap_list(dpu_mmap_info_t *out, int cap);
  * may or may not have been. */
 DPU_API int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n);
 DPU_API int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n);
+/* dpu_storev stores n buffers, each at its own address, as one transfer:
+ * their page requests share the window of up to 16 in flight, sent in the
+ * order given. On an error it returns the first failing page's, and *done
+ * (when not NULL) says how many of the leading buffers were stored whole
+ * before it (n on success); later ones may or may not have been. */
+typedef struct {
+    dpu_gva_t addr;
+    const void *buf;
+    size_t len;
+} dpu_iov_t;
+DPU_API int dpu_storev(dpu_t *d, const dpu_iov_t *v, size_t n, size_t *done);
 DPU_API int dpu_load64(dpu_t *d, dpu_gva_t addr, uint64_t *out);
 DPU_API int dpu_store64(dpu_t *d, dpu_gva_t addr, uint64_t val);
 DPU_API int dpu_cas64(dpu_t *d, dpu_gva_t addr, uint64_t expected, uint64_t desired, uint64_t *old_out);

@@ -873,6 +873,7 @@ enum { BULK_WINDOW = 16 };
 struct bulk {
     dpu_t *d;
     unsigned win, head, count;
+    size_t okpages; /* requests that succeeded, oldest first, before any failure */
     int rc;
     char err[sizeof last_err];
     struct call c[BULK_WINDOW];
@@ -961,6 +962,7 @@ static void bulk_init(struct bulk *b, dpu_t *d, uint8_t *reps, size_t rep_cap) {
     b->d = d;
     b->win = d->nw < BULK_WINDOW ? d->nw : BULK_WINDOW;
     b->head = b->count = 0;
+    b->okpages = 0;
     b->rc = 0;
     b->err[0] = 0;
     for (unsigned i = 0; i < BULK_WINDOW; i++) {
@@ -986,6 +988,7 @@ static void bulk_wait(struct bulk *b) {
     bulk_unslot(b->d, b->slot[i]);
     b->slot[i] = -1;
     if (rc < 0) bulk_failed(b, rc);
+    else if (b->rc == 0) b->okpages++;
     b->head = (b->head + 1) % BULK_WINDOW;
     b->count--;
 }
@@ -1141,6 +1144,44 @@ int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n) {
         n -= k;
     }
     return bulk_end(&b);
+}
+
+/* pages: how many page requests a buffer of len bytes at addr takes. */
+static size_t pages_of(dpu_gva_t addr, size_t len) {
+    return len ? (addr.lo % PAGE + len + PAGE - 1) / PAGE : 0;
+}
+
+int dpu_storev(dpu_t *d, const dpu_iov_t *v, size_t n, size_t *done) {
+    enum { REP = 256 };
+    uint8_t reps[BULK_WINDOW * REP];
+    struct bulk b;
+    bulk_init(&b, d, reps, REP);
+    for (size_t i = 0; i < n && b.rc == 0; i++) {
+        dpu_gva_t addr = v[i].addr;
+        const uint8_t *p = v[i].buf;
+        size_t left = v[i].len;
+        while (left > 0 && b.rc == 0) {
+            size_t in = addr.lo % PAGE, k = PAGE - in < left ? PAGE - in : left;
+            struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = k, .cap = REP};
+            bulk_send(&b, &c, NULL, 0);
+            addr.lo += k;
+            p += k;
+            left -= k;
+        }
+    }
+    int rc = bulk_end(&b);
+    if (done) {
+        /* Requests are waited for oldest first: the buffers whose pages all
+         * lie in the run that succeeded before the first failure are whole. */
+        size_t i = 0, pages = 0;
+        for (; i < n; i++) {
+            size_t np = pages_of(v[i].addr, v[i].len);
+            if (rc != 0 && pages + np > b.okpages) break;
+            pages += np;
+        }
+        *done = i;
+    }
+    return rc;
 }
 
 int dpu_load64(dpu_t *d, dpu_gva_t addr, uint64_t *out) {

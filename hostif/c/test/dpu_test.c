@@ -334,6 +334,26 @@ int main(void) {
     int lrc = dpu_load(peer, shortx, bin, BULK_PAGES * DPU_PAGE_SIZE);
     CHECK(lrc == -ENOENT || lrc == -ESTALE);
     OK(dpu_load64(peer, shortx, &v)); /* the connection goes on */
+    /* dpu_storev: buffers at addresses of their own, from a host one hop
+     * away, in one window; a buffer past the extent fails the call, and
+     * *done counts the leading buffers stored whole. */
+    size_t vdone = 99;
+    dpu_iov_t iv[4] = {{dpu_gva_add(shortx, DPU_PAGE_SIZE + 50), bout + 7, 100},
+                       {dpu_gva_add(shortx, 5), bout + 300, DPU_PAGE_SIZE + 10},
+                       {dpu_gva_add(shortx, 2 * DPU_PAGE_SIZE), bout, 8},
+                       {shortx, bout, 4}};
+    OK(dpu_storev(peer, iv, 2, &vdone));
+    CHECK(vdone == 2);
+    OK(dpu_load(d, shortx, bin, 2 * DPU_PAGE_SIZE));
+    CHECK(memcmp(bin + DPU_PAGE_SIZE + 50, bout + 7, 100) == 0 && memcmp(bin + 5, bout + 300, DPU_PAGE_SIZE + 10) == 0);
+    for (size_t i = 0; i < 2 * DPU_PAGE_SIZE; i++) bout[i] = (uint8_t)(i * 13 + 1);
+    int vrc = dpu_storev(peer, iv, 4, &vdone);
+    CHECK(vrc == -ENOENT || vrc == -ESTALE);
+    CHECK(vdone == 2);
+    OK(dpu_load(d, shortx, bin, 2 * DPU_PAGE_SIZE));
+    CHECK(memcmp(bin + DPU_PAGE_SIZE + 50, bout + 7, 100) == 0 && memcmp(bin + 5, bout + 300, DPU_PAGE_SIZE + 10) == 0);
+    OK(dpu_storev(peer, iv, 0, &vdone));
+    CHECK(vdone == 0);
     OK(dpu_free(d, shortx));
     OK(dpu_free(d, bulk));
     free(bout);
