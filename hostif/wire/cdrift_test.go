@@ -21,7 +21,8 @@ func TestCLibraryConstants(t *testing.T) {
 		"OP_UNMAP": int64(OpUnmap), "OP_TRANSLATE": int64(OpTranslate), "OP_LOAD": int64(OpLoad), "OP_STORE": int64(OpStore),
 		"OP_CAS": int64(OpCAS), "OP_FETCH_ADD": int64(OpFetchAdd), "OP_ACQUIRE": int64(OpAcquire), "OP_RELEASE": int64(OpRelease),
 		"OP_LOCK": int64(OpLock), "OP_UNLOCK": int64(OpUnlock), "OP_WHERE": int64(OpWhere), "OP_SUBSCRIBE": int64(OpSubscribe),
-		"OP_RINGS": int64(OpRings), "OP_CLOCK": int64(OpClock), "SLOT_VALID": int64(SlotValid), "LOCK_TRY": int64(LockTry),
+		"OP_RINGS": int64(OpRings), "OP_CLOCK": int64(OpClock), "OP_BULK": int64(OpBulk), "OP_STORE_BULK": int64(OpStoreBulk),
+		"OP_LOAD_BULK": int64(OpLoadBulk), "SLOT_VALID": int64(SlotValid), "LOCK_TRY": int64(LockTry),
 		// dpu.h
 		"DPU_PAGE_SIZE": PageSize, "DPU_GVA_TEXT_LEN": int64(len(gva.GVA{}.String())),
 		"DPU_TIER_LOCAL": int64(gva.TierLocal), "DPU_TIER_MACHINE": int64(gva.TierMachine),

@@ -888,7 +888,7 @@ struct bulk {
 
 /* A transfer through the bulk area moves up to BULK_SLOT bytes; the area
  * has BULK_SLOTS of them, so that many are in flight on a connection. */
-enum { BULK_SLOT = 256 << 10, BULK_SLOTS = 4 };
+enum { BULK_SLOT = 262144, BULK_SLOTS = 4 }; /* 256 KiB */
 
 /* bulk_area asks the agent for the connection's bulk area once; 1 when it
  * is mapped, 0 when the agent offers none (transfers go page by page). */
