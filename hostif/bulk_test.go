@@ -216,3 +216,39 @@ func TestBulkClientVanishesMidTransfer(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestCloseDuringRangeTransfers: a client closed while its range
+// transfers are in flight ends them with an error, never a fault on the
+// unmapped area.
+func TestCloseDuringRangeTransfers(t *testing.T) {
+	fab := hostiftest.NewFabric()
+	owner, far := startNode(t, fab, 1, hostif.Options{}), startNode(t, fab, 2, hostif.Options{})
+	co := dial(t, owner.path)
+	ctx := ctxT(t)
+	const pages = 512
+	g, err := co.Alloc(ctx, pages*gva.PageSize, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		cf, err := client.Dial(ctx, far.path, client.Options{Name: "closing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 2)
+		buf := make([]byte, pages*gva.PageSize)
+		go func() { _, err := cf.StoreRange(ctx, g, buf); done <- err }()
+		go func() { _, err := cf.LoadRange(ctx, g, make([]byte, len(buf))); done <- err }()
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		cf.Close()
+		for range 2 {
+			if err := <-done; err == nil && round == 0 {
+				t.Log("a transfer finished before the close")
+			}
+		}
+	}
+	// the node serves on
+	if _, err := co.StoreRange(ctx, g, make([]byte, 3*gva.PageSize)); err != nil {
+		t.Fatal(err)
+	}
+}
