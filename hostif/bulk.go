@@ -126,6 +126,7 @@ type bulkOp struct {
 	area   *bulkArea
 	off    int // the request's offset in the area
 	pieces []bulkPiece
+	cut    []admit.Piece
 	reqs   []coherence.Request
 	next   int // the first piece not yet submitted
 	left   int // pieces not yet completed
@@ -174,34 +175,22 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 		return batch, fmt.Errorf("%s of %d bytes at %d: past the bulk area's %d: %w", r.Op, n, op.off, size, syscall.EINVAL)
 	}
 	a.mu.Unlock()
-	for start := 0; start < n; {
-		g := gva.GVA{Hi: r.GVA.Hi, Lo: r.GVA.Lo + uint64(start)}
-		k := min(n-start, wire.PageSize-int(g.Offset()))
-		i := len(op.pieces)
+	var err error
+	op.cut, op.reqs, err = admit.Bulk(r, c.credential(), s.bounds, op.cut[:0], op.reqs[:0])
+	if err != nil {
+		putBulk(op)
+		return batch, err
+	}
+	for i, pc := range op.cut {
 		if i < cap(op.pieces) {
 			op.pieces = op.pieces[:i+1] // keeps the piece's data buffer of an earlier use
 		} else {
 			op.pieces = append(op.pieces, bulkPiece{})
 		}
-		op.pieces[i] = bulkPiece{op: op, gva: g, start: start, n: k, data: op.pieces[i].data[:0]}
-		start += k
+		op.pieces[i] = bulkPiece{op: op, gva: pc.GVA, start: pc.Start, n: pc.Len, data: op.pieces[i].data[:0]}
 	}
-	cred := c.credential()
-	op.reqs = op.reqs[:0]
-	for i := range op.pieces {
-		p := &op.pieces[i]
-		pr := wire.Request{Header: wire.Header{Op: wire.OpLoad, GVA: p.gva, ID: r.ID}, Len: uint32(p.n)}
-		if r.Op == wire.OpStoreBulk {
-			// the bytes are the area's when the piece enters the core
-			pr.Op, pr.Len, pr.Data = wire.OpStore, 0, zeroPage[:p.n]
-		}
-		cr, err := admit.Request(&pr, cred, s.bounds)
-		if err != nil {
-			putBulk(op)
-			return batch, fmt.Errorf("%s at %v: %w", r.Op, p.gva, err)
-		}
-		cr.Tag = p
-		op.reqs = append(op.reqs, cr)
+	for i := range op.reqs {
+		op.reqs[i].Tag = &op.pieces[i]
 	}
 	op.next, op.left = 0, len(op.pieces)
 	t.c = c
@@ -259,9 +248,6 @@ func (s *Server) bulkRefill(c *conn) {
 		s.pipe.Submit(c.call.session, batch)
 	}
 }
-
-// zeroPage stands for a store's bytes until its piece enters the core.
-var zeroPage [wire.PageSize]byte
 
 func putBulk(op *bulkOp) {
 	for i := range op.pieces {

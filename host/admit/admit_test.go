@@ -3,6 +3,7 @@ package admit
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,7 +117,14 @@ func FuzzAdmit(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r wire.Request
-		if wire.DecodeRequest(b, &r) != nil || Core(r.Op) == 0 {
+		if wire.DecodeRequest(b, &r) != nil {
+			return
+		}
+		if r.Op == wire.OpStoreBulk || r.Op == wire.OpLoadBulk {
+			checkBulk(t, &r)
+			return
+		}
+		if Core(r.Op) == 0 {
 			return
 		}
 		cr, err := Request(&r, testCred, testBounds)
@@ -151,4 +159,53 @@ func FuzzAdmit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkBulk: an admitted bulk transfer's pieces cover its range exactly,
+// in order, each inside one page, each the core's store or load of its
+// length as the user.
+func checkBulk(t *testing.T, r *wire.Request) {
+	pieces, reqs, err := Bulk(r, testCred, testBounds, nil, nil)
+	if err != nil {
+		t.Fatalf("%s refused with %v", r.Op, err)
+	}
+	want := coherence.HostLoad
+	if r.Op == wire.OpStoreBulk {
+		want = coherence.HostStore
+	}
+	at := 0
+	for i, p := range pieces {
+		cr := reqs[i]
+		if p.Start != at || p.Len < 1 || int(p.GVA.Offset())+p.Len > wire.PageSize || p.GVA.Lo != r.GVA.Lo+uint64(at) {
+			t.Fatalf("piece %d of %s at %v+%d: %+v", i, r.Op, r.GVA, r.Len, p)
+		}
+		if cr.Op != want || cr.GVA != p.GVA || cr.Cred.UID != testCred.UID || (want == coherence.HostLoad && cr.Len != p.Len) ||
+			(want == coherence.HostStore && len(cr.Data) != p.Len) {
+			t.Fatalf("piece %d of %s admitted as %+v", i, r.Op, cr)
+		}
+		at += p.Len
+	}
+	if at != int(r.Len) || len(reqs) != len(pieces) {
+		t.Fatalf("%s of %d bytes cut into %d bytes, %d pieces and %d requests", r.Op, r.Len, at, len(pieces), len(reqs))
+	}
+}
+
+// TestBulkCutsAtPages: a transfer from inside one page to inside another
+// is cut at every page boundary; a request that is no bulk transfer is
+// refused.
+func TestBulkCutsAtPages(t *testing.T) {
+	g := gva.GVA{Hi: 1 << 32, Lo: 0x1000 + 4000}
+	r := wire.Request{Header: wire.Header{Op: wire.OpStoreBulk, GVA: g}, Len: 96 + 2*wire.PageSize + 5}
+	pieces, _, err := Bulk(&r, testCred, testBounds, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Piece{{g, 0, 96}, {gva.GVA{Hi: g.Hi, Lo: 0x2000}, 96, wire.PageSize}, {gva.GVA{Hi: g.Hi, Lo: 0x3000}, 96 + wire.PageSize, wire.PageSize}, {gva.GVA{Hi: g.Hi, Lo: 0x4000}, 96 + 2*wire.PageSize, 5}}
+	if fmt.Sprint(pieces) != fmt.Sprint(want) {
+		t.Fatalf("pieces %v, want %v", pieces, want)
+	}
+	checkBulk(t, &r)
+	if _, _, err := Bulk(&wire.Request{Header: wire.Header{Op: wire.OpStore, GVA: g}}, testCred, testBounds, nil, nil); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("a store as a bulk transfer: %v", err)
+	}
 }

@@ -10,6 +10,10 @@
 // same function, after the same decoder (wire.DecodeRequest), so what a
 // garbled request can make the core do is what the simulator checks.
 //
+// A bulk transfer (STORE_BULK, LOAD_BULK) is cut at page boundaries into
+// the core's own stores or loads by Bulk, each admitted as Request admits
+// one; the server lets them into the core and answers the transfer.
+//
 // Admission here is pure: it checks nothing the core checks (the page
 // permission rule, quotas, holdings), and refuses only what the core has
 // no operation for (huge pages).
