@@ -41,16 +41,6 @@ func (q *Queue[T]) Min() (Key, bool) {
 	return q.k[0], true
 }
 
-// First returns the first key and its value; false when the queue is
-// empty.
-func (q *Queue[T]) First() (Key, T, bool) {
-	if len(q.k) == 0 {
-		var zero T
-		return Key{}, zero, false
-	}
-	return q.k[0], q.v[0], true
-}
-
 // Push queues v at k.
 func (q *Queue[T]) Push(k Key, v T) {
 	q.k = append(q.k, k)
@@ -68,12 +58,6 @@ func (q *Queue[T]) Push(k Key, v T) {
 	ks[i], vs[i] = k, v
 }
 
-// Replace puts v at k in place of the first thing (as a Pop then a Push
-// would, in one sift); the queue must not be empty.
-func (q *Queue[T]) Replace(k Key, v T) {
-	q.siftDown(0, k, v)
-}
-
 // Pop takes the first thing out; the queue must not be empty.
 func (q *Queue[T]) Pop() (Key, T) {
 	ks, vs := q.k, q.v
@@ -87,15 +71,7 @@ func (q *Queue[T]) Pop() (Key, T) {
 	if n == 0 {
 		return topK, topV
 	}
-	q.siftDown(0, lastK, lastV)
-	return topK, topV
-}
-
-// siftDown puts v at k in the hole at i, moving the hole down past the
-// children that come before k.
-func (q *Queue[T]) siftDown(i int, k Key, v T) {
-	ks, vs := q.k, q.v
-	n := len(ks)
+	i := 0
 	for {
 		c := arity*i + 1
 		if c >= n {
@@ -107,11 +83,12 @@ func (q *Queue[T]) siftDown(i int, k Key, v T) {
 				m = j
 			}
 		}
-		if !ks[m].Before(k) {
+		if !ks[m].Before(lastK) {
 			break
 		}
 		ks[i], vs[i] = ks[m], vs[m]
 		i = m
 	}
-	ks[i], vs[i] = k, v
+	ks[i], vs[i] = lastK, lastV
+	return topK, topV
 }

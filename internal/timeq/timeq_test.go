@@ -49,34 +49,3 @@ func TestOrder(t *testing.T) {
 		t.Fatal("empty queue has a minimum")
 	}
 }
-
-// TestReplace: replacing the first thing leaves the queue as a Pop then a
-// Push would.
-func TestReplace(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	var q, ref Queue[int]
-	for i := range 3000 {
-		k := Key{At: time.Duration(r.IntN(60)), Seq: uint64(i)}
-		if q.Len() == 0 || r.IntN(3) == 0 {
-			q.Push(k, i)
-			ref.Push(k, i)
-			continue
-		}
-		q.Replace(k, i)
-		ref.Pop()
-		ref.Push(k, i)
-		if a, b := q.k[0], ref.k[0]; a != b {
-			t.Fatalf("step %d: first %v, want %v", i, a, b)
-		}
-	}
-	for ref.Len() > 0 {
-		k1, v1 := q.Pop()
-		k2, v2 := ref.Pop()
-		if k1 != k2 || v1 != v2 {
-			t.Fatalf("pop %v %d, want %v %d", k1, v1, k2, v2)
-		}
-	}
-	if q.Len() != 0 {
-		t.Fatal("queue longer than its reference")
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aitherion/dpu/internal/timeq"
 	"github.com/aitherion/dpu/noc"
 	"github.com/aitherion/dpu/noc/link"
 	"github.com/aitherion/dpu/node"
@@ -32,18 +31,10 @@ type AbstractLink struct {
 	to            End           // the far end of its wire
 	wire          int32         // the wire's index
 	last          time.Duration // when the last frame sent arrives (in order)
-	out           []inFlight    // frames sent and in flight (from outHead), in order
-	outHead       int
-	pool          *framePool // shared with the wires and the other links
-	recv          []byte     // the message Receive returned last
+	pool          *framePool    // shared with the wires and the other links
+	recv          []byte        // the message Receive returned last
 	events        []link.Event
 	stats         link.Stats
-}
-
-// inFlight is a frame on an abstract link's wire, due at key.
-type inFlight struct {
-	key timeq.Key
-	d   delivery
 }
 
 // abstractMTU is the largest message an abstract link carries: a whole

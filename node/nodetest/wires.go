@@ -58,13 +58,7 @@ type Wires struct {
 	epoch []uint32
 	links [][]*AbstractLink // abstract: node, port -> its link
 
-	q timeq.Queue[delivery]
-	// Abstract wires: every link keeps its frames in flight in the order
-	// they arrive (a link delivers in order, and sequence numbers grow),
-	// and lq holds the links with frames in flight by their first one's
-	// key. Merging those queues gives the order one queue of every frame
-	// would, with a heap of at most one entry per link.
-	lq      timeq.Queue[*AbstractLink]
+	q       timeq.Queue[delivery]
 	seq     *uint64        // numbers deliveries in the order they were put
 	clock   *time.Duration // the driver's time (ShareClock), if shared
 	ownSeq  uint64
@@ -203,12 +197,7 @@ func (w *Wires) put(now time.Duration, from End, b []byte) {
 			*last = at
 		}
 		*w.seq++
-		k, d := timeq.Key{At: at, Seq: *w.seq}, delivery{to: to, wire: wire, epoch: w.epoch[wire], data: data}
-		if w.cfg.Abstract {
-			w.enqueue(w.links[from.Node][from.Port], k, d)
-			continue
-		}
-		w.q.Push(k, d)
+		w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: to, wire: wire, epoch: w.epoch[wire], data: data})
 	}
 }
 
@@ -227,51 +216,7 @@ func (w *Wires) send(now time.Duration, l *AbstractLink, msg []byte) {
 	at = max(at, l.last) // in order, as put
 	l.last = at
 	*w.seq++
-	w.enqueue(l, timeq.Key{At: at, Seq: *w.seq}, delivery{to: l.to, wire: l.wire, epoch: l.epoch, data: append(w.pool.get(len(msg)), msg...)})
-}
-
-// enqueue puts d, due at k, behind the frames abstract link l has in
-// flight; k comes after theirs.
-func (w *Wires) enqueue(l *AbstractLink, k timeq.Key, d delivery) {
-	switch {
-	case l.outHead == len(l.out):
-		l.out, l.outHead = l.out[:0], 0
-		w.lq.Push(k, l)
-	case len(l.out) == cap(l.out) && l.outHead >= len(l.out)/2:
-		// A link that never empties: reuse the room of what it delivered.
-		n := copy(l.out, l.out[l.outHead:])
-		clear(l.out[n:])
-		l.out, l.outHead = l.out[:n], 0
-	}
-	l.out = append(l.out, inFlight{k, d})
-}
-
-// first is the key of the earliest delivery in flight and whether it is
-// on an abstract link's queue.
-func (w *Wires) first() (k timeq.Key, abstract, ok bool) {
-	k, ok = w.q.Min()
-	if lk, lok := w.lq.Min(); lok && (!ok || lk.Before(k)) {
-		return lk, true, true
-	}
-	return k, false, ok
-}
-
-// pop takes the earliest delivery in flight out (from an abstract link's
-// queue if abstract).
-func (w *Wires) pop(abstract bool) (timeq.Key, delivery) {
-	if !abstract {
-		return w.q.Pop()
-	}
-	_, l, _ := w.lq.First()
-	f := l.out[l.outHead]
-	l.out[l.outHead] = inFlight{}
-	if l.outHead++; l.outHead == len(l.out) {
-		l.out, l.outHead = l.out[:0], 0
-		w.lq.Pop()
-	} else {
-		w.lq.Replace(l.out[l.outHead].key, l)
-	}
-	return f.key, f.d
+	w.q.Push(timeq.Key{At: at, Seq: *w.seq}, delivery{to: l.to, wire: l.wire, epoch: l.epoch, data: append(w.pool.get(len(msg)), msg...)})
 }
 
 // Next is the time of the earliest delivery in flight.
@@ -283,7 +228,7 @@ func (w *Wires) Next() (time.Duration, bool) {
 // NextSeq is the time and sequence number of the earliest delivery in
 // flight.
 func (w *Wires) NextSeq() (at time.Duration, seq uint64, ok bool) {
-	k, _, ok := w.first()
+	k, ok := w.q.Min()
 	return k.At, k.Seq, ok
 }
 
@@ -307,8 +252,8 @@ func (w *Wires) Pop(limit time.Duration) (Delivery, bool) {
 		w.pool.put(w.popped)
 		w.popped = nil
 	}
-	for k, abstract, ok := w.first(); ok && k.At <= limit; k, abstract, ok = w.first() {
-		k, d := w.pop(abstract)
+	for k, ok := w.q.Min(); ok && k.At <= limit; k, ok = w.q.Min() {
+		k, d := w.q.Pop()
 		var stale bool
 		if w.cfg.Abstract {
 			// A killed node's links, and a cut wire's, start a new epoch.
