@@ -3,10 +3,10 @@ package route
 import "github.com/aitherion/dpu/noc"
 
 // slotIndex maps an originator to its database slot. While every id it
-// holds is small (a fabric numbered from 0, below denseFactor × the ids
-// held + denseSlack) it is a slice indexed by id, which the shortest-path
-// search reads twice per adjacency; the first id beyond that turns it
-// into a map for good.
+// holds is small (a fabric numbered from 0: below denseIDs, or below
+// denseFactor × the ids held + denseSlack) it is a slice indexed by id,
+// which the shortest-path search reads twice per adjacency; the first id
+// beyond that turns it into a map for good.
 type slotIndex struct {
 	dense []int32 // slot+1 by id; 0: none
 	n     int     // ids held
@@ -25,7 +25,7 @@ func (x *slotIndex) get(id noc.NodeID) (int32, bool) {
 }
 
 func (x *slotIndex) set(id noc.NodeID, slot int32) {
-	if x.m == nil && int(id) >= denseFactor*(x.n+1)+denseSlack {
+	if x.m == nil && !denseFits(id, x.n+1) {
 		x.m = make(map[noc.NodeID]int32, x.n+1)
 		for i, s := range x.dense {
 			if s > 0 {

@@ -103,7 +103,7 @@ func (s *State) indexTable() {
 	clear(s.hop)
 	clear(s.dense)
 	s.dense = s.dense[:0]
-	if n := len(s.table); n > 0 && int(s.table[n-1].Dst) < denseFactor*n+denseSlack {
+	if n := len(s.table); n > 0 && denseFits(s.table[n-1].Dst, n) {
 		last := s.table[n-1].Dst
 		// Node ids are dense (a fabric numbered from 0): NextHop indexes
 		// a slice instead of hashing into a map.
@@ -119,11 +119,20 @@ func (s *State) indexTable() {
 }
 
 // A routing table whose highest node id is below denseFactor × its routes
-// + denseSlack is kept as a slice indexed by node id.
+// + denseSlack, or below denseIDs, is kept as a slice indexed by node id
+// (at most denseIDs × 4 bytes for a slot index, × 8 for a table: small
+// beside a database of that many LSAs).
 const (
 	denseFactor = 4
 	denseSlack  = 256
+	denseIDs    = 1 << 14
 )
+
+// denseFits reports whether a slice indexed by node id up to id fits n
+// entries (see denseFactor).
+func denseFits(id noc.NodeID, n int) bool {
+	return int(id) < max(denseFactor*n+denseSlack, denseIDs)
+}
 
 // portTo is the lowest port adjacent to neighbour v (s.nbrs is by port).
 func (s *State) portTo(v noc.NodeID) noc.PortID {
