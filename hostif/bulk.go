@@ -19,24 +19,22 @@ import (
 // memory the server makes, seals at its size and maps; the client maps
 // the descriptor it is passed. A STORE_BULK or LOAD_BULK then names a
 // range of the area and of the fabric's addresses, up to wire.MaxBulk
-// bytes over any number of pages: the server cuts it at page boundaries
-// into the core's own page stores or loads, admitted one by one before
-// any is submitted (a piece admission refuses fails the request whole,
-// nothing submitted; the core checks each page's permission as for any
-// store or load), lets them into the core as the connection's budget
-// allows (bulkBudget) and answers once the last completes: how many
-// bytes from the start were done, in whole pieces before the first that
-// failed, and that piece's errno. The
-// pages' requests share frames and datagrams on the way (the link packs
-// them), which is where the bandwidth comes from: one host message, one
-// reply and a few datagrams for many pages.
+// bytes over any number of pages. The server cuts it at page boundaries
+// into the core's own page stores or loads (admit.Bulk: a piece
+// admission refuses fails the request whole, nothing submitted; the core
+// checks each page's permission as for any store or load), lets them into
+// the core as the connection's budget allows (bulkBudget) and answers
+// once the last completes: how many bytes from the start were done, in
+// whole pieces before the first that failed, and that piece's errno. The
+// pages' requests share datagrams on the way (the link packs them): one
+// host message and one reply for many pages.
 //
-// The area is the client's to write while no request names the range; a
+// The area is the client's to write while no request names the range: a
 // store's bytes are copied out of it page by page as each page's request
-// enters the core (so what a connection holds in the agent is bounded by
-// its budget, not by the requests it queues), a load's are copied in as
-// each page completes: a client changes the range only after the reply. The area lives until the connection
-// ends; a completion that comes after is dropped.
+// enters the core (what a connection holds in the agent is bounded by its
+// budget, not by the requests it queues), a load's are copied in as each
+// page completes. The area lives until the connection ends; a completion
+// that comes after is dropped.
 
 // bulkArea is a connection's bulk area.
 type bulkArea struct {
@@ -54,7 +52,10 @@ const bulkSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
 // openBulk makes c's bulk area (BULK).
 func (s *Server) openBulk(c *conn, r *wire.Request, rep *reply) error {
-	size := int(min(r.Bytes, uint64(s.opts.MaxBulkArea)))
+	size := int(min(r.Bytes, uint64(s.opts.MaxBulkArea))) &^ (wire.PageSize - 1)
+	if size < wire.PageSize {
+		return fmt.Errorf("bulk: areas of at most %d bytes here: %w", s.opts.MaxBulkArea, syscall.EINVAL)
+	}
 	c.bulkMu.Lock()
 	defer c.bulkMu.Unlock()
 	if c.bulk != nil {
