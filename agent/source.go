@@ -175,6 +175,7 @@ func (s source) Stats() ctl.Stats {
 			// again, copies the owner recognised, answers from its reply
 			// records, "outcome unknown" answers, records that came with a
 			// page, and requests dropped past their requester's bound
+			add("coherence_retries", es.Retries) // attempts of requests started again (a busy page, no answer yet, a moved owner)
 			add("coherence_resends", es.Resends)
 			add("coherence_duplicates", es.Duplicates)
 			add("coherence_replies_again", es.RepliesAgain)
