@@ -17,11 +17,12 @@
 //
 // A second table is bandwidth: iperf3 over loopback (UDP with 4 KiB
 // datagrams, and TCP; Debian's iperf3, installed like the peers) as the
-// baseline, and bulk stores (peerload store: dpu_store of 1 MiB from node 1
-// into memory owned by node 0, through the socket) over 2-node UDP fabrics
-// whose link stripes over 1 and over 4 channels, with link crypto and
-// without, every rate also divided by iperf3's UDP rate and by the
-// one-channel fabric's of the same crypto, all from the same run.
+// baseline, and bulk stores and loads (peerload store and load: dpu_store
+// and dpu_load of 1 MiB from node 1 of memory owned by node 0, through the
+// socket) over 2-node UDP fabrics whose link stripes over 1 and over 4
+// channels, with link crypto and without, every rate also divided by
+// iperf3's UDP rate and by the one-channel fabric's of the same operation
+// and crypto, all from the same run.
 //
 // The Go tests here parse that table. The run itself is opt-in, since it
 // takes a minute of a small machine: DPU_BENCH_PEERS=1 go test ./bench/peers/

@@ -113,7 +113,8 @@ func parseBandwidth(out string) ([]bandwidthRow, error) {
 }
 
 // checkBandwidth says whether the bandwidth table has iperf3's two rows
-// and a bulk store row with numbers for each channel count and crypto.
+// and a bulk store and a bulk load row with numbers for each channel count
+// and crypto.
 func checkBandwidth(rows []bandwidthRow, channels []string) error {
 	have := map[string]bool{}
 	for _, r := range rows {
@@ -124,7 +125,7 @@ func checkBandwidth(rows []bandwidthRow, channels []string) error {
 		if _, err := strconv.ParseFloat(r.OverUDP, 64); err != nil {
 			return fmt.Errorf("%s, %s channels, %s: ÷ iperf3 UDP %q", r.Path, r.Channels, r.Crypto, r.OverUDP)
 		}
-		if r.Path == "dpu bulk store" {
+		if r.Path == "dpu bulk store" || r.Path == "dpu bulk load" {
 			if _, err := strconv.ParseFloat(r.OverOne, 64); err != nil {
 				return fmt.Errorf("%s, %s channels, %s: ÷ 1 channel %q", r.Path, r.Channels, r.Crypto, r.OverOne)
 			}
@@ -134,7 +135,7 @@ func checkBandwidth(rows []bandwidthRow, channels []string) error {
 	want := []string{"iperf3 UDP, 4 KiB datagrams/-/-", "iperf3 TCP/-/-"}
 	for _, ch := range channels {
 		for _, c := range []string{"sealed", "plaintext"} {
-			want = append(want, "dpu bulk store/"+ch+"/"+c)
+			want = append(want, "dpu bulk store/"+ch+"/"+c, "dpu bulk load/"+ch+"/"+c)
 		}
 	}
 	for _, w := range want {
@@ -188,12 +189,16 @@ func TestParseBandwidth(t *testing.T) {
 		"| dpu bulk store | udp | 1 | sealed | 1 | 80.1 | 0.035 | 1.00 |  |\n" +
 		"| dpu bulk store | udp | 4 | sealed | 1 | 84.0 | 0.037 | 1.05 |  |\n" +
 		"| dpu bulk store | udp | 1 | plaintext | 1 | 90.0 | 0.039 | 1.00 |  |\n" +
-		"| dpu bulk store | udp | 4 | plaintext | 1 | 95.0 | 0.041 | 1.06 |  |\n\nafter\n"
+		"| dpu bulk store | udp | 4 | plaintext | 1 | 95.0 | 0.041 | 1.06 |  |\n" +
+		"| dpu bulk load | udp | 1 | sealed | 1 | 70.1 | 0.030 | 1.00 |  |\n" +
+		"| dpu bulk load | udp | 4 | sealed | 1 | 74.0 | 0.032 | 1.06 |  |\n" +
+		"| dpu bulk load | udp | 1 | plaintext | 1 | 80.0 | 0.035 | 1.00 |  |\n" +
+		"| dpu bulk load | udp | 4 | plaintext | 1 | 85.0 | 0.037 | 1.06 |  |\n\nafter\n"
 	rows, err := parseBandwidth(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 6 || rows[3].Channels != "4" || rows[3].OverOne != "1.05" {
+	if len(rows) != 10 || rows[3].Channels != "4" || rows[3].OverOne != "1.05" {
 		t.Fatalf("rows %+v", rows)
 	}
 	if err := checkBandwidth(rows, []string{"1", "4"}); err != nil {
@@ -204,7 +209,7 @@ func TestParseBandwidth(t *testing.T) {
 	if rows, err := parseBandwidth(bad); err != nil || checkBandwidth(rows, []string{"1", "4"}) == nil {
 		t.Fatalf("a row without numbers passed: %v", err)
 	}
-	if err := checkBandwidth(rows[:5], []string{"1", "4"}); err == nil {
+	if err := checkBandwidth(rows[:9], []string{"1", "4"}); err == nil {
 		t.Fatal("a missing row passed")
 	}
 	if _, err := parseBandwidth("no table"); err == nil {

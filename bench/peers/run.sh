@@ -20,9 +20,9 @@
 # (peerload transfer: dpu_acquire at the node that does not own the page,
 # then dpu_release),
 # and a bandwidth table: iperf3 over loopback (UDP with 4 KiB datagrams, and
-# TCP) as the baseline, beside bulk stores (peerload store: dpu_store of
-# BENCH_BULK_BYTES through the socket transport, from node 1 into memory
-# owned by node 0) over 2-node
+# TCP) as the baseline, beside bulk stores and loads (peerload store and
+# load: dpu_store and dpu_load of BENCH_BULK_BYTES through the socket
+# transport, from node 1 of memory owned by node 0) over 2-node
 # UDP fabrics whose link stripes over 1 and 4 channels, with link crypto
 # (dpu-fabric's keys) and without (the keys taken out of the agents'
 # configuration), every rate also as a ratio to iperf3's UDP rate and to
@@ -258,7 +258,7 @@ if [[ $BANDWIDTH != 0 ]]; then
 	IPERF_PORT=$("$PEERLOAD" freeport)
 	iperf3 -s -B $HOST -p "$IPERF_PORT" >"$WORK/iperf3-server.log" 2>&1 & PIDS+=($!)
 	for _ in $(seq 50); do (exec 3<>"/dev/tcp/$HOST/$IPERF_PORT") 2>/dev/null && break; sleep 0.1; done
-	log "bandwidth: iperf3 $(iperf3 --version | head -n 1 | awk '{print $2}') on :$IPERF_PORT, bulk stores of $BULK_BYTES bytes"
+	log "bandwidth: iperf3 $(iperf3 --version | head -n 1 | awk '{print $2}') on :$IPERF_PORT, bulk stores and loads of $BULK_BYTES bytes"
 	r=$(iperf3_rate -u -b 0 -l 4096)
 	if [[ -n $r ]]; then bw_row "iperf3 UDP, 4 KiB datagrams" loopback - - 1 "$r" ""; else bw_row "iperf3 UDP, 4 KiB datagrams" loopback - - 1 "n/a (iperf3 failed: $(tail -n 1 "$WORK/iperf3.err" 2>/dev/null))" ""; fi
 	r=$(iperf3_rate)
@@ -272,19 +272,23 @@ if [[ $BANDWIDTH != 0 ]]; then
 			log "fabric: 2 nodes, udp links of $ch channels, $crypto"
 			if ! bounded 120 "$BIN/dpu-fabric" up --nodes 2 --topo line --links udp --channels "$ch" --dir "$dir" \
 				--agent "$agent" >"$dir.log" 2>&1; then
-				for c in $BULK_CLIENTS; do
-					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (fabric did not come up: $(tail -n 1 "$dir.log"))" ""
+				for op in store load; do
+					for c in $BULK_CLIENTS; do
+						bw_row "dpu bulk $op" udp "$ch" "$crypto" "$c" "n/a (fabric did not come up: $(tail -n 1 "$dir.log"))" ""
+					done
 				done
 				[[ ! -f $dir/fabric.json ]] || timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || true
 				FABRICS=()
 				continue
 			fi
+			for op in store load; do
 			for c in $BULK_CLIENTS; do
+				path="dpu bulk $op"
 				bound=$(awk -v s="$SECS" -v w="$WARM" -v e="$EXTEND" 'BEGIN { printf "%d", s + w + e + 60 }')
 				# through the socket: the link's rate, not the ring's
-				if ! bounded "$bound" env DPU_RINGS=0 "${PL[@]}" -c "$c" store "$dir/node1/dpu0.sock" "$dir/node0/dpu0.sock" "$BULK_BYTES" \
+				if ! bounded "$bound" env DPU_RINGS=0 "${PL[@]}" -c "$c" "$op" "$dir/node1/dpu0.sock" "$dir/node0/dpu0.sock" "$BULK_BYTES" \
 					>"$WORK/out" 2>>"$WORK/peerload.err"; then
-					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (failed: $(tail -n 1 "$WORK/peerload.err"))" ""
+					bw_row "$path" udp "$ch" "$crypto" "$c" "n/a (failed: $(tail -n 1 "$WORK/peerload.err"))" ""
 					continue
 				fi
 				line=$(grep '^result ' "$WORK/out" | tail -n 1)
@@ -293,10 +297,11 @@ if [[ $BANDWIDTH != 0 ]]; then
 				note=""
 				[[ ${errs:-0} == 0 ]] || note="$errs errors"
 				if [[ -z $mb || $mb == 0.0 ]]; then
-					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "n/a (no store completed: ${line:-no result})" ""
+					bw_row "$path" udp "$ch" "$crypto" "$c" "n/a (no $op completed: ${line:-no result})" ""
 				else
-					bw_row "dpu bulk store" udp "$ch" "$crypto" "$c" "$mb" "$note"
+					bw_row "$path" udp "$ch" "$crypto" "$c" "$mb" "$note"
 				fi
+			done
 			done
 			timeout 30 "$BIN/dpu-fabric" down --dir "$dir" >/dev/null 2>&1 || log "dpu-fabric down --dir $dir failed"
 			FABRICS=()
@@ -454,7 +459,7 @@ END {
 }' "$ROWS"
 [[ $BANDWIDTH == 0 ]] && exit 0
 echo
-echo "bandwidth: bulk stores of $BULK_BYTES bytes (dpu_store) from node 1 into memory owned by node 0 of a 2-node UDP fabric; iperf3 over the same loopback"
+echo "bandwidth: bulk stores and loads of $BULK_BYTES bytes (dpu_store, dpu_load) from node 1 of memory owned by node 0 of a 2-node UDP fabric; iperf3 over the same loopback"
 echo
 awk -F'\t' '
 function num(s) { return s ~ /^[0-9.]+$/ }
@@ -465,13 +470,13 @@ function ratio(a, b,   r) {
 }
 { rows[NR] = $0
   if ($1 ~ /^iperf3 UDP/ && num($6)) udp = $6
-  if ($1 == "dpu bulk store" && $3 == 1 && num($6)) one[$4 "/" $5] = $6 }
+  if ($1 ~ /^dpu bulk / && $3 == 1 && num($6)) one[$1 "/" $4 "/" $5] = $6 }
 END {
   print "| path | links | channels | link crypto | clients | MB/s | ÷ iperf3 UDP | ÷ 1 channel | note |"
   print "|---|---|---|---|---|---|---|---|---|"
   for (i = 1; i <= NR; i++) {
     split(rows[i], f, "\t")
-    o = f[1] == "dpu bulk store" ? ratio(f[6], one[f[4] "/" f[5]]) : "n/a"
+    o = f[1] ~ /^dpu bulk / ? ratio(f[6], one[f[1] "/" f[4] "/" f[5]]) : "n/a"
     printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], f[6], ratio(f[6], udp), o, f[7]
   }
 }' "$BW_ROWS"

@@ -318,6 +318,7 @@ struct store_conn {
     dpu_t *d;
     dpu_gva_t at;
     uint8_t *buf;
+    uint8_t *got; /* loads: where the bytes land */
     size_t bytes;
     uint8_t round;
 };
@@ -330,8 +331,20 @@ static int store_op(struct client *c) {
     return rc;
 }
 
+/* load_op loads the client's range back and checks its first bytes. */
+static int load_op(struct client *c) {
+    struct store_conn *x = c->conn;
+    int rc = dpu_load(x->d, x->at, x->got, x->bytes);
+    if (rc < 0) snprintf(c->err, sizeof c->err, "dpu_load: %s (%s)", dpu_strerror(rc), dpu_last_error());
+    else if (memcmp(x->got, x->buf, x->bytes < 64 ? x->bytes : 64) != 0) {
+        snprintf(c->err, sizeof c->err, "dpu_load: the range reads otherwise than it was stored");
+        rc = -EIO;
+    }
+    return rc;
+}
+
 static void run_store(const char *sock, const char *owner_sock, const char *bytes_arg, int n, double secs,
-                      double warm) {
+                      double warm, int load) {
     long long want = atoll(bytes_arg);
     if (want < 1 || want > (1LL << 30)) die("store: BYTES %s outside [1, 1 GiB]", bytes_arg);
     size_t bytes = (size_t)want;
@@ -348,6 +361,12 @@ static void run_store(const char *sock, const char *owner_sock, const char *byte
         if (!xs[i].buf) die("%s", "out of memory");
         for (size_t k = 0; k < bytes; k++) xs[i].buf[k] = (uint8_t)(k * 131 + (size_t)i);
         cs[i] = (struct client){.id = i, .op = store_op, .conn = &xs[i]};
+        if (load) { /* what the loads read: stored once before they start */
+            xs[i].got = malloc(bytes);
+            if (!xs[i].got) die("%s", "out of memory");
+            if (dpu_store(xs[i].d, xs[i].at, xs[i].buf, bytes) < 0) die("dpu_store: %s", dpu_last_error());
+            cs[i].op = load_op;
+        }
     }
     int hops = -1, tier = -1;
     if (dpu_where(xs[0].d, xs[0].at, &tier, &hops) < 0) die("dpu_where: %s", dpu_last_error());
@@ -356,7 +375,7 @@ static void run_store(const char *sock, const char *owner_sock, const char *byte
     /* What the owner holds is what the last store wrote. */
     uint8_t got[64];
     size_t k = bytes < sizeof got ? bytes : sizeof got;
-    if (r.ops > 0 && dpu_load(owner, xs[0].at, got, k) == 0) {
+    if (!load && r.ops > 0 && dpu_load(owner, xs[0].at, got, k) == 0) {
         xs[0].buf[0] = xs[0].round;
         if (memcmp(got, xs[0].buf, k) != 0) die("%s", "store: the owner's copy differs from the last store");
     }
@@ -368,6 +387,7 @@ static void run_store(const char *sock, const char *owner_sock, const char *byte
         (void)dpu_free(owner, xs[i].at);
         dpu_close(xs[i].d);
         free(xs[i].buf);
+        free(xs[i].got);
         free(cs[i].lat);
     }
     dpu_close(owner);
@@ -763,7 +783,7 @@ static void run_freeport(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: peerload [-c CLIENTS] [-t SECONDS] [-w WARMUP] [-e EXTEND] "
-                    "dpu SOCK OWNER_SOCK | store SOCK OWNER_SOCK BYTES | transfer SOCK_A SOCK_B | echo PATH | echo-server PATH | redis HOST:PORT | "
+                    "dpu SOCK OWNER_SOCK | store SOCK OWNER_SOCK BYTES | load SOCK OWNER_SOCK BYTES | transfer SOCK_A SOCK_B | echo PATH | echo-server PATH | redis HOST:PORT | "
                     "memcached HOST:PORT | transport SOCK | freeport\n");
     exit(2);
 }
@@ -788,7 +808,8 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     kind_name = argv[0];
     if (strcmp(argv[0], "dpu") == 0 && argc == 3) run_dpu(argv[1], argv[2], clients, secs, warm);
-    else if (strcmp(argv[0], "store") == 0 && argc == 4) run_store(argv[1], argv[2], argv[3], clients, secs, warm);
+    else if (strcmp(argv[0], "store") == 0 && argc == 4) run_store(argv[1], argv[2], argv[3], clients, secs, warm, 0);
+    else if (strcmp(argv[0], "load") == 0 && argc == 4) run_store(argv[1], argv[2], argv[3], clients, secs, warm, 1);
     else if (strcmp(argv[0], "transfer") == 0 && argc == 3) run_transfer(argv[1], argv[2], clients, secs, warm);
     else if (strcmp(argv[0], "echo") == 0 && argc == 2) run_echo(argv[1], clients, secs, warm);
     else if (strcmp(argv[0], "echo-server") == 0 && argc == 2) run_echo_server(argv[1]);
