@@ -58,6 +58,9 @@ func decodeLink(data []byte, p gopacket.PacketBuilder) error {
 	}
 	l.Contents, l.Payload = data, payload
 	p.AddLayer(l)
+	if l.Header.Flags&link.FlagPacked != 0 {
+		return p.NextDecoder(gopacket.LayerTypePayload) // several frames: describeLink reads them
+	}
 	if whole := link.FlagData | link.FlagFirst | link.FlagLast; l.Header.Flags&whole == whole {
 		return p.NextDecoder(noc.LayerTypeFrame)
 	}
@@ -340,9 +343,29 @@ func describeLink(at time.Time, port, dir string, data []byte, lt layers.LinkTyp
 	if h.Flags&link.FlagLast != 0 {
 		parts = append(parts, "last")
 	}
+	if h.Flags&link.FlagPacked != 0 {
+		parts = append(parts, "packed")
+	}
 	fmt.Fprintf(&b, " data %dB", len(l.Payload))
 	if len(parts) > 0 {
 		fmt.Fprintf(&b, " [%s]", strings.Join(parts, ","))
+	}
+	if h.Flags&link.FlagPacked != 0 {
+		msgs, ok := link.Unpacked(l.Payload)
+		if !ok {
+			b.WriteString(": bad packing\n")
+			return b.String()
+		}
+		fmt.Fprintf(&b, ": %d frames\n", len(msgs))
+		for _, m := range msgs {
+			var f noc.Frame
+			if err := f.Decode(m); err != nil {
+				fmt.Fprintf(&b, "    bad frame: %v\n", err)
+				continue
+			}
+			fmt.Fprintf(&b, "    %s\n", &f)
+		}
+		return b.String()
 	}
 	if f, ok := pkt.Layer(noc.LayerTypeFrame).(*noc.Frame); ok {
 		fmt.Fprintf(&b, ": %s\n", f)

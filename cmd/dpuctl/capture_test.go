@@ -230,3 +230,50 @@ func TestCaptureReadSealed(t *testing.T) {
 		t.Errorf("capture read of a sealed link: %q", out)
 	}
 }
+
+// packedDatagram is a link datagram that carries the frames of seqs 41
+// and 42 packed (each after its length).
+func packedDatagram(t *testing.T) []byte {
+	t.Helper()
+	var payload []byte
+	for _, req := range []uint64{77, 78} {
+		f := noc.Frame{Version: noc.FrameVersion, Class: noc.ClassAtomic, Op: 2, Flags: noc.FlagPath, Src: 1, Dst: 0, Hops: 1,
+			RequestID: req, GVA: gva.GVA{Hi: 0, Lo: 0x1000}, PageVersion: 5, Payload: []byte("0123456789abcdef")}
+		msg, err := f.AppendTo(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload = append(payload, byte(len(msg)>>8), byte(len(msg)))
+		payload = append(payload, msg...)
+	}
+	h := link.Header{Flags: link.FlagData | link.FlagFirst | link.FlagLast | link.FlagPacked, SrcSession: 0xabc, SrcEpoch: 1,
+		DstSession: 0xdef, DstEpoch: 2, Seq: 43, Ack: 9, Credits: 64}
+	b := make([]byte, link.HeaderLen+len(payload)+link.TrailerLen)
+	n, err := h.Encode(b, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b[:n]
+}
+
+// TestCaptureReadPacked: capture read shows every frame of a packed
+// datagram, and the dissector decodes each of them.
+func TestCaptureReadPacked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "udp.pcap")
+	udpPcap(t, path, packedDatagram(t))
+	out, _, err := dpuctl(t, "capture", "read", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"[first,last,packed]: 2 frames", "req=77 ", "req=78 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("capture read of a packed datagram: %q, want %q in it", out, want)
+		}
+	}
+	if _, err := exec.LookPath("tshark"); err != nil && os.Getenv("DPU_PRIV_TESTS") != "require" {
+		return
+	}
+	if got := tsharkFields(t, path, "dpu_link.seq", "dpu_link.flags.packed", "dpu_noc.request"); got != "43,1,77,78\n" {
+		t.Errorf("tshark on a packed datagram: %q, want %q", got, "43,1,77,78\n")
+	}
+}

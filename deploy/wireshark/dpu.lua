@@ -14,7 +14,7 @@ local noc = Proto("dpu_noc", "DPU NoC frame")
 
 local link_flags = {
 	[0x01] = "data", [0x02] = "first", [0x04] = "last", [0x08] = "ack-req",
-	[0x10] = "clock-req", [0x20] = "clock-ans",
+	[0x10] = "clock-req", [0x20] = "clock-ans", [0x40] = "packed",
 }
 
 local lf = {
@@ -24,6 +24,7 @@ local lf = {
 	f_first     = ProtoField.bool("dpu_link.flags.first", "First fragment", 8, nil, 0x02),
 	f_last      = ProtoField.bool("dpu_link.flags.last", "Last fragment", 8, nil, 0x04),
 	f_ackreq    = ProtoField.bool("dpu_link.flags.ack_req", "Ack requested", 8, nil, 0x08),
+	f_packed    = ProtoField.bool("dpu_link.flags.packed", "Packed (several frames, each after its length)", 8, nil, 0x40),
 	nsack       = ProtoField.uint8("dpu_link.nsack", "SACK blocks"),
 	src_session = ProtoField.uint64("dpu_link.src_session", "Source session", base.HEX),
 	src_epoch   = ProtoField.uint32("dpu_link.src_epoch", "Source epoch"),
@@ -41,7 +42,7 @@ local lf = {
 	payload     = ProtoField.bytes("dpu_link.payload", "Fragment"),
 	crc         = ProtoField.uint32("dpu_link.crc32c", "CRC32C", base.HEX),
 }
-link.fields = {lf.version, lf.flags, lf.f_data, lf.f_first, lf.f_last, lf.f_ackreq, lf.nsack, lf.src_session,
+link.fields = {lf.version, lf.flags, lf.f_data, lf.f_first, lf.f_last, lf.f_ackreq, lf.f_packed, lf.nsack, lf.src_session,
 	lf.src_epoch, lf.dst_session, lf.dst_epoch, lf.seq, lf.ack, lf.credits, lf.length, lf.sack_start,
 	lf.sack_count, lf.origin, lf.receive, lf.transmit, lf.payload, lf.crc}
 
@@ -128,6 +129,7 @@ function link.dissector(buf, pinfo, tree)
 	ft:add(lf.f_first, buf(1, 1))
 	ft:add(lf.f_last, buf(1, 1))
 	ft:add(lf.f_ackreq, buf(1, 1))
+	ft:add(lf.f_packed, buf(1, 1))
 	t:add(lf.nsack, buf(2, 1))
 	t:add(lf.src_session, buf(4, 8))
 	t:add(lf.src_epoch, buf(12, 4))
@@ -160,8 +162,17 @@ function link.dissector(buf, pinfo, tree)
 	pinfo.cols.protocol = "DPU link"
 	pinfo.cols.info = string.format("seq %d ack %d credits %d [%s]", buf(28, 4):uint(), buf(32, 4):uint(),
 		buf(36, 2):uint(), table.concat(names, ","))
-	-- A datagram that carries a whole message carries one NoC frame.
-	if bit.band(flags, 0x07) == 0x07 and plen >= NOC_HEADER then
+	-- A packed datagram carries several NoC frames, each after its length
+	-- (u16); one that carries a whole message carries one.
+	if bit.band(flags, 0x47) == 0x47 then
+		local o = off
+		while o + 2 <= off + plen do
+			local n = buf(o, 2):uint()
+			if n == 0 or o + 2 + n > off + plen then break end
+			if n >= NOC_HEADER then noc.dissector:call(buf(o + 2, n):tvb(), pinfo, tree) end
+			o = o + 2 + n
+		end
+	elseif bit.band(flags, 0x07) == 0x07 and plen >= NOC_HEADER then
 		noc.dissector:call(buf(off, plen):tvb(), pinfo, tree)
 	end
 	return off + plen + TRAILER

@@ -294,3 +294,19 @@ func (r *receiver) buildSACK() {
 	}
 	r.sackDirty = false
 }
+
+// Unpacked returns the messages of the payload of a FlagPacked datagram
+// (for tools that read captured datagrams), or false when its lengths do
+// not cover it exactly.
+func Unpacked(payload []byte) ([][]byte, bool) {
+	if !wellPacked(payload, MaxMTU) {
+		return nil, false
+	}
+	var msgs [][]byte
+	for o := 0; o < len(payload); {
+		n := int(payload[o])<<8 | int(payload[o+1])
+		msgs = append(msgs, payload[o+packLen:o+packLen+n])
+		o += packLen + n
+	}
+	return msgs, true
+}
