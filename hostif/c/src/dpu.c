@@ -883,7 +883,6 @@ struct bulk {
     size_t want[BULK_WINDOW];
     uint8_t *rep[BULK_WINDOW];
     int slot[BULK_WINDOW];     /* the bulk-area slot a transfer holds, or -1 */
-    uint8_t body[BULK_WINDOW][8];
 };
 
 /* A transfer through the bulk area moves up to BULK_SLOT bytes; the area
@@ -995,8 +994,9 @@ static void bulk_wait(struct bulk *b) {
 
 /* bulk_send sends *c as the newest request in flight, first waiting for
  * the oldest while the window is full or no request slot is free. After a
- * failure it sends nothing. */
-static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst, size_t want) {
+ * failure it sends nothing. slot is the bulk-area slot the request holds
+ * until it is waited for (-1: none); one not sent is given back. */
+static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst, size_t want, int slot) {
     while (b->rc == 0) {
         if (b->count < b->win) {
             unsigned i = (b->head + b->count) % BULK_WINDOW;
@@ -1004,6 +1004,7 @@ static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst, size_t
             b->c[i].out = b->rep[i];
             b->dst[i] = dst;
             b->want[i] = want;
+            b->slot[i] = slot;
             b->dl[i] = deadline_in(b->d->timeout_ms);
             /* With nothing in flight it may wait for a slot. */
             int rc = call_send(b->d, &b->c[i], b->count ? NULL : &b->dl[i], &b->w[i]);
@@ -1011,52 +1012,39 @@ static void bulk_send(struct bulk *b, const struct call *c, uint8_t *dst, size_t
                 b->count++;
                 return;
             }
+            b->slot[i] = -1;
             if (rc != -EAGAIN) {
                 bulk_failed(b, rc);
-                return;
+                break;
             }
         }
         bulk_wait(b);
     }
+    bulk_unslot(b->d, slot);
 }
 
 /* bulk_area_send sends the next transfer of up to BULK_SLOT bytes at
  * addr through a slot of the bulk area (a store's bytes copied into it
- * first), waiting for the oldest transfer in flight while no slot or
- * request slot is free. */
+ * first), waiting for the oldest transfer in flight while no slot is
+ * free. */
 static void bulk_area_send(struct bulk *b, uint16_t op, dpu_gva_t addr, uint8_t *p, size_t k) {
-    while (b->rc == 0) {
-        int s = b->count < b->win ? bulk_slot(b->d) : -1;
-        if (s >= 0) {
-            unsigned i = (b->head + b->count) % BULK_WINDOW;
-            uint8_t *area = b->d->bulk + (size_t)s * BULK_SLOT;
-            if (op == OP_STORE_BULK) memcpy(area, p, k);
-            put32(b->body[i], (uint32_t)k);
-            put32(b->body[i] + 4, (uint32_t)((size_t)s * BULK_SLOT));
-            b->c[i] = (struct call){.op = op, .gva = addr, .body = b->body[i], .blen = 8, .out = b->rep[i], .cap = 256};
-            b->dst[i] = p;
-            b->want[i] = k;
-            b->slot[i] = s;
-            b->dl[i] = deadline_in(b->d->timeout_ms);
-            int rc = call_send(b->d, &b->c[i], b->count ? NULL : &b->dl[i], &b->w[i]);
-            if (rc == 0) {
-                b->count++;
-                return;
-            }
-            bulk_unslot(b->d, s);
-            b->slot[i] = -1;
-            if (rc != -EAGAIN) {
-                bulk_failed(b, rc);
-                return;
-            }
-        } else if (b->count == 0) {
+    int s = -1;
+    while (b->rc == 0 && (s = bulk_slot(b->d)) < 0) {
+        if (b->count > 0) {
+            bulk_wait(b);
+        } else {
             /* other threads' transfers hold every slot: wait for one */
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
-            continue;
         }
-        bulk_wait(b);
     }
+    if (s < 0) return; /* a transfer of this call failed meanwhile */
+    if (op == OP_STORE_BULK) memcpy(b->d->bulk + (size_t)s * BULK_SLOT, p, k);
+    uint8_t body[8]; /* copied out as the request is sent */
+    put32(body, (uint32_t)k);
+    put32(body + 4, (uint32_t)((size_t)s * BULK_SLOT));
+    struct call c = {.op = op, .gva = addr, .body = body, .blen = 8, .cap = 256};
+    bulk_send(b, &c, p, k, s);
 }
 
 static int bulk_end(struct bulk *b);
@@ -1111,7 +1099,7 @@ int dpu_load(dpu_t *d, dpu_gva_t addr, void *buf, size_t n) {
     while (n > 0 && b->rc == 0) {
         size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
         struct call c = load_call(body, addr, k, NULL, REP);
-        bulk_send(b, &c, p, k);
+        bulk_send(b, &c, p, k, -1);
         addr.lo += k;
         p += k;
         n -= k;
@@ -1138,7 +1126,7 @@ int dpu_store(dpu_t *d, dpu_gva_t addr, const void *buf, size_t n) {
     while (n > 0 && b.rc == 0) {
         size_t in = addr.lo % PAGE, k = PAGE - in < n ? PAGE - in : n;
         struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = k, .cap = REP};
-        bulk_send(&b, &c, NULL, 0);
+        bulk_send(&b, &c, NULL, 0, -1);
         addr.lo += k;
         p += k;
         n -= k;
@@ -1163,7 +1151,7 @@ int dpu_storev(dpu_t *d, const dpu_iov_t *v, size_t n, size_t *done) {
         while (left > 0 && b.rc == 0) {
             size_t in = addr.lo % PAGE, k = PAGE - in < left ? PAGE - in : left;
             struct call c = {.op = OP_STORE, .gva = addr, .body = p, .blen = k, .cap = REP};
-            bulk_send(&b, &c, NULL, 0);
+            bulk_send(&b, &c, NULL, 0, -1);
             addr.lo += k;
             p += k;
             left -= k;
