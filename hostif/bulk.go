@@ -6,10 +6,7 @@ import (
 	"sync"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/aitherion/dpu/coherence"
-	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/host/admit"
 	"github.com/aitherion/dpu/hostif/wire"
 	"github.com/aitherion/dpu/internal/quota"
@@ -36,19 +33,15 @@ import (
 // page completes. The area lives until the connection ends; a completion
 // that comes after is dropped.
 
-// bulkArea is a connection's bulk area.
+// bulkArea is a connection's bulk area: its file, whose mapping (f.mem)
+// is nil once the connection closed it.
 type bulkArea struct {
-	mu     sync.Mutex
-	mem    []byte // the mapping; nil once unmapped
-	fd     int    // ours, closed with the connection
-	closed bool
+	mu sync.Mutex
+	f  *sharedFile
 }
 
 // bulkFiles is what a bulk area costs its user in descriptors.
 const bulkFiles = 1
-
-// bulkSeals fix the area's size: neither side's mapping can ever fault.
-const bulkSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
 // openBulk makes c's bulk area (BULK).
 func (s *Server) openBulk(c *conn, r *wire.Request, rep *reply) error {
@@ -67,37 +60,15 @@ func (s *Server) openBulk(c *conn, r *wire.Request, rep *reply) error {
 	if err := s.opts.Quota.Take(c.cred.UID, quota.Files, bulkFiles); err != nil {
 		return fmt.Errorf("bulk: the area counts against the user's descriptors: %w", err)
 	}
-	a, err := newBulkArea(size)
+	f, err := newSharedFile("dpu-bulk", size, fixedSeals)
 	if err != nil {
 		s.opts.Quota.Release(c.cred.UID, quota.Files, bulkFiles)
 		return fmt.Errorf("bulk: %w", err)
 	}
-	c.bulk = a
-	rep.fds = append(rep.fds, a.fd)
+	c.bulk = &bulkArea{f: f}
+	rep.fds = append(rep.fds, f.fd)
 	rep.body = binary.LittleEndian.AppendUint64(rep.body, uint64(size))
 	return nil
-}
-
-func newBulkArea(size int) (*bulkArea, error) {
-	fd, err := unix.MemfdCreate("dpu-bulk", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
-	}
-	fail := func(what string, e error) (*bulkArea, error) {
-		_ = unix.Close(fd)
-		return nil, fmt.Errorf("%s: %w", what, e)
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		return fail("ftruncate", err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, bulkSeals); err != nil {
-		return fail("seal", err)
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fail("mmap", err)
-	}
-	return &bulkArea{mem: mem, fd: fd}, nil
 }
 
 // closeBulk ends c's bulk area (the connection ends): completions that
@@ -111,12 +82,8 @@ func (s *Server) closeBulk(c *conn) {
 		return
 	}
 	a.mu.Lock()
-	a.closed = true
-	mem := a.mem
-	a.mem = nil
+	a.f.close()
 	a.mu.Unlock()
-	_ = unix.Munmap(mem)
-	_ = unix.Close(a.fd)
 	s.opts.Quota.Release(c.cred.UID, quota.Files, bulkFiles)
 }
 
@@ -144,12 +111,10 @@ const bulkBudget = 128
 // bulkPiece is the part of a bulk request in one page: the Tag of its
 // core request.
 type bulkPiece struct {
-	op    *bulkOp
-	gva   gva.GVA
-	start int // offset in the request's range
-	n     int
-	err   error
-	data  []byte // a store's bytes, copied out of the area as it enters the core
+	admit.Piece
+	op   *bulkOp
+	err  error
+	data []byte // a store's bytes, copied out of the area as it enters the core
 }
 
 var bulkPool = sync.Pool{New: func() any { return &bulkOp{} }}
@@ -169,8 +134,8 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 	op.pieces = op.pieces[:0]
 	n := int(r.Len)
 	a.mu.Lock()
-	if a.closed || op.off+n > len(a.mem) {
-		size := len(a.mem)
+	if op.off+n > len(a.f.mem) { // a closed area has none
+		size := len(a.f.mem)
 		a.mu.Unlock()
 		putBulk(op)
 		return batch, fmt.Errorf("%s of %d bytes at %d: past the bulk area's %d: %w", r.Op, n, op.off, size, syscall.EINVAL)
@@ -188,7 +153,7 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 		} else {
 			op.pieces = append(op.pieces, bulkPiece{})
 		}
-		op.pieces[i] = bulkPiece{op: op, gva: pc.GVA, start: pc.Start, n: pc.Len, data: op.pieces[i].data[:0]}
+		op.pieces[i] = bulkPiece{Piece: pc, op: op, data: op.pieces[i].data[:0]}
 	}
 	for i := range op.reqs {
 		op.reqs[i].Tag = &op.pieces[i]
@@ -213,11 +178,11 @@ func (s *Server) takeBulkLocked(c *conn, batch []coherence.Request) []coherence.
 				p := &op.pieces[op.next]
 				a := op.area
 				a.mu.Lock()
-				if a.closed {
+				if a.f.mem == nil {
 					a.mu.Unlock()
 					return batch // the connection ends: nothing more goes in
 				}
-				p.data = append(p.data[:0], a.mem[op.off+p.start:op.off+p.start+p.n]...)
+				p.data = append(p.data[:0], a.f.mem[op.off+p.Start:op.off+p.Start+p.Len]...)
 				a.mu.Unlock()
 				cr.Data = p.data
 			}
@@ -268,12 +233,12 @@ func (s *Server) bulkDone(p *bulkPiece, d *coherence.Completion) (t *task, last 
 	if d.Err == nil && t.req.Op == wire.OpLoadBulk {
 		a := op.area
 		a.mu.Lock()
-		if !a.closed {
-			copy(a.mem[op.off+p.start:op.off+p.start+p.n], d.Data)
+		if a.f.mem != nil {
+			copy(a.f.mem[op.off+p.Start:op.off+p.Start+p.Len], d.Data)
 		}
 		a.mu.Unlock()
 	} else if d.Err == nil {
-		s.written(p.gva.Key(), int(p.gva.Offset()), p.data, d.Version)
+		s.written(p.GVA.Key(), int(p.GVA.Offset()), p.data, d.Version)
 	}
 	// Completions of one op may be handed over by two drivers' steps at
 	// once (the loop's and a socket reader's): what they share is
@@ -296,7 +261,7 @@ func (s *Server) bulkDone(p *bulkPiece, d *coherence.Completion) (t *task, last 
 			}
 			break
 		}
-		done += op.pieces[i].n
+		done += op.pieces[i].Len
 	}
 	le := binary.LittleEndian
 	t.rep.body = le.AppendUint64(t.rep.body, uint64(done))

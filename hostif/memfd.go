@@ -6,18 +6,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sharedFile is a memfd the server writes through its own mapping and hands
-// to clients, who can only map it read-only: it is sealed against growing,
-// shrinking and any future write access (F_SEAL_FUTURE_WRITE), and the seals
-// themselves are sealed.
+// sharedFile is a memfd the server reads and writes through its own
+// mapping and hands to clients, sealed (after the server mapped it) with
+// the seals it was made with.
 type sharedFile struct {
 	fd  int
 	mem []byte // the server's read-write mapping
 }
 
-const seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE | unix.F_SEAL_SEAL
+// Seals of shared files. Neither kind can grow or shrink (no mapping of
+// it can fault) and neither takes more seals.
+const (
+	// readOnlySeals: clients can only map the file read-only
+	// (F_SEAL_FUTURE_WRITE): replica files and status tables.
+	readOnlySeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE | unix.F_SEAL_SEAL
+	// fixedSeals: clients write it too: bulk areas.
+	fixedSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+)
 
-func newSharedFile(name string, size int) (*sharedFile, error) {
+func newSharedFile(name string, size int, seals int) (*sharedFile, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create %s: %w", name, err)

@@ -60,7 +60,7 @@ type statusTable struct {
 }
 
 func newStatusTable(slots int) (*statusTable, error) {
-	f, err := newSharedFile("dpu-replica-status", slots*wire.SlotSize)
+	f, err := newSharedFile("dpu-replica-status", slots*wire.SlotSize, readOnlySeals)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +350,7 @@ func (t *replicaTable) leave(c *conn, r *replica) {
 
 // load creates r's file and fills it with a ref of c's session (VerbRef).
 func (t *replicaTable) load(c *conn, r *replica) error {
-	f, err := newSharedFile("dpu-replica", wire.PageSize)
+	f, err := newSharedFile("dpu-replica", wire.PageSize, readOnlySeals)
 	if err != nil {
 		return err
 	}
