@@ -201,3 +201,39 @@ func TestPackedFlagOutsideAWholeMessageIsMalformed(t *testing.T) {
 		t.Fatal("a packed first fragment decoded")
 	}
 }
+
+// TestAbandonedCountsPackedMessages: messages packed into one datagram
+// that the link drops when its peer restarts are each counted abandoned.
+func TestAbandonedCountsPackedMessages(t *testing.T) {
+	a, _ := link.NewEndpoint(packConfig(1), 0)
+	b, _ := link.NewEndpoint(packConfig(2), 0)
+	buf := make([]byte, 1<<16)
+	greet := func(a, b *link.Endpoint) {
+		for range 4 {
+			if n, ok := a.Output(0, buf); ok {
+				_ = b.Input(0, buf[:n])
+			}
+			if n, ok := b.Output(0, buf); ok {
+				_ = a.Input(0, buf[:n])
+			}
+		}
+	}
+	greet(a, b)
+	if !a.Up() {
+		t.Fatal("link not up")
+	}
+	for _, m := range []string{"one", "two", "three"} {
+		if err := a.Send(0, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := a.Stats(); st.Packed != 2 {
+		t.Fatalf("%d messages packed, want 2", st.Packed)
+	}
+	restarted, _ := link.NewEndpoint(packConfig(3), 0)
+	n, _ := restarted.Output(0, buf) // a greeting of a new session
+	_ = a.Input(0, buf[:n])
+	if st := a.Stats(); st.Abandoned != 3 {
+		t.Fatalf("abandoned %d messages, want 3", st.Abandoned)
+	}
+}

@@ -1,6 +1,9 @@
 package link
 
-import "time"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // recvSlot is one fragment that arrived and was not yet delivered.
 type recvSlot struct {
@@ -199,28 +202,38 @@ func (r *receiver) unpack(st *Stats) ([]byte, bool) {
 		r.endPacked()
 		return nil, false
 	}
-	o := r.packOff
-	n := int(buf[o])<<8 | int(buf[o+1])
-	r.msg = append(r.msg[:0], buf[o+packLen:o+packLen+n]...)
-	r.packOff = o + packLen + n
+	msg, next, _ := packedAt(buf, r.packOff)
+	r.msg = append(r.msg[:0], msg...)
+	r.packOff = next
 	if r.packOff == len(buf) {
 		r.endPacked()
 	}
 	return r.msg, true
 }
 
+// packedAt returns the message of packed payload b at offset o and the
+// offset after it; false when no whole message of at least a byte starts
+// there.
+func packedAt(b []byte, o int) (msg []byte, next int, ok bool) {
+	if o+packLen > len(b) {
+		return nil, o, false
+	}
+	next = o + packLen + int(binary.BigEndian.Uint16(b[o:]))
+	if next == o+packLen || next > len(b) {
+		return nil, o, false
+	}
+	return b[o+packLen : next], next, true
+}
+
 // wellPacked reports whether the lengths of packed payload b cover it
 // exactly, each message at least a byte and at most max.
 func wellPacked(b []byte, max int) bool {
 	for o := 0; o < len(b); {
-		if o+packLen > len(b) {
+		msg, next, ok := packedAt(b, o)
+		if !ok || len(msg) > max {
 			return false
 		}
-		n := int(b[o])<<8 | int(b[o+1])
-		o += packLen + n
-		if n == 0 || n > max || o > len(b) {
-			return false
-		}
+		o = next
 	}
 	return len(b) > 0
 }
@@ -304,9 +317,9 @@ func Unpacked(payload []byte) ([][]byte, bool) {
 	}
 	var msgs [][]byte
 	for o := 0; o < len(payload); {
-		n := int(payload[o])<<8 | int(payload[o+1])
-		msgs = append(msgs, payload[o+packLen:o+packLen+n])
-		o += packLen + n
+		msg, next, _ := packedAt(payload, o)
+		msgs = append(msgs, msg)
+		o = next
 	}
 	return msgs, true
 }

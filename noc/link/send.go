@@ -1,6 +1,9 @@
 package link
 
-import "time"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // reorderSlack is how many later transmissions may arrive before an
 // unacknowledged fragment is taken as lost rather than reordered.
@@ -145,10 +148,10 @@ func (s *sender) packInto(msg []byte) bool {
 		n := len(sl.buf)
 		sl.buf = sl.buf[:n+packLen]
 		copy(sl.buf[packLen:], sl.buf[:n])
-		sl.buf[0], sl.buf[1] = byte(n>>8), byte(n)
+		binary.BigEndian.PutUint16(sl.buf, uint16(n))
 		sl.flags |= FlagPacked
 	}
-	sl.buf = append(sl.buf, byte(len(msg)>>8), byte(len(msg)))
+	sl.buf = binary.BigEndian.AppendUint16(sl.buf, uint16(len(msg)))
 	sl.buf = append(sl.buf, msg...)
 	return true
 }
@@ -160,8 +163,8 @@ func packedCount(sl *sendSlot) int {
 		return 1
 	}
 	k := 0
-	for o := 0; o+packLen <= len(sl.buf); k++ {
-		o += packLen + (int(sl.buf[o])<<8 | int(sl.buf[o+1]))
+	for _, o, ok := packedAt(sl.buf, 0); ok; _, o, ok = packedAt(sl.buf, o) {
+		k++
 	}
 	return k
 }
