@@ -195,3 +195,18 @@ func (g GVA) PageAt(i int) GVA {
 	k.Lo += uint64(i) * PageSize
 	return k
 }
+
+// EachPage cuts the n bytes from g at page boundaries and calls fn with
+// each piece's address and its place [from, to) in the range, in order,
+// until fn fails.
+func EachPage(g GVA, n int, fn func(at GVA, from, to int) error) error {
+	for from := 0; from < n; {
+		to := min(n, from+PageSize-int(g.Offset()))
+		if err := fn(g, from, to); err != nil {
+			return err
+		}
+		g.Lo += uint64(to - from)
+		from = to
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package gva
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -107,5 +108,24 @@ func TestPageAt(t *testing.T) {
 	}
 	if g.PageAt(0) != g.Key() {
 		t.Fatal("PageAt(0) is not the key")
+	}
+}
+
+// TestEachPage: a range from inside a page to inside another is cut at
+// every page boundary, in order; fn's error ends the walk.
+func TestEachPage(t *testing.T) {
+	g := GVA{Hi: 7, Lo: 0x1000 + 4000}
+	var got []string
+	err := EachPage(g, 96+PageSize+5, func(at GVA, from, to int) error {
+		got = append(got, fmt.Sprintf("%x:%d-%d", at.Lo, from, to))
+		return nil
+	})
+	if want := "[1fa0:0-96 2000:96-4192 3000:4192-4197]"; err != nil || fmt.Sprint(got) != want {
+		t.Fatalf("pieces %v (%v), want %s", got, err, want)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := EachPage(g, 3*PageSize, func(GVA, int, int) error { n++; return stop }); err != stop || n != 1 {
+		t.Fatalf("walk went on after an error: %d calls, %v", n, err)
 	}
 }

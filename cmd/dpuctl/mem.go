@@ -259,19 +259,6 @@ func parseU64(what, s string) (uint64, error) {
 	return v, nil
 }
 
-// pages splits [g, g+n) at page boundaries and calls fn for each piece.
-func pages(g gva.GVA, n int, fn func(at gva.GVA, from, to int) error) error {
-	for from := 0; from < n; {
-		to := min(n, from+gva.PageSize-int(g.Offset()))
-		if err := fn(g, from, to); err != nil {
-			return err
-		}
-		g.Lo += uint64(to - from)
-		from = to
-	}
-	return nil
-}
-
 type memResult struct {
 	Op       string   `json:"op"`
 	GVA      gva.GVA  `json:"gva"`
@@ -391,7 +378,7 @@ func memRead(s *memSession, a memArgs) error {
 	}
 	buf := make([]byte, n)
 	var versions []uint64
-	err = pages(g, n, func(at gva.GVA, from, to int) error {
+	err = gva.EachPage(g, n, func(at gva.GVA, from, to int) error {
 		v, err := c.Load(s.e.ctx, at, buf[from:to])
 		versions = append(versions, uint64(v))
 		return err
@@ -446,7 +433,7 @@ func memWrite(s *memSession, a memArgs) error {
 		return err
 	}
 	var versions []uint64
-	err = pages(g, len(buf), func(at gva.GVA, from, to int) error {
+	err = gva.EachPage(g, len(buf), func(at gva.GVA, from, to int) error {
 		v, err := c.Store(s.e.ctx, at, buf[from:to])
 		versions = append(versions, uint64(v))
 		return err

@@ -30,22 +30,23 @@ func Bulk(r *wire.Request, cred coherence.Cred, b Bounds, pieces []Piece, reqs [
 		return pieces, reqs, fmt.Errorf("admit: %s is not a bulk transfer: %w", r.Op, syscall.EINVAL)
 	}
 	p0, r0 := len(pieces), len(reqs)
-	n := int(r.Len)
-	for start := 0; start < n; {
-		g := gva.GVA{Hi: r.GVA.Hi, Lo: r.GVA.Lo + uint64(start)}
-		k := min(n-start, wire.PageSize-int(g.Offset()))
+	err := gva.EachPage(r.GVA, int(r.Len), func(g gva.GVA, from, to int) error {
+		k := to - from
 		pr := wire.Request{Header: wire.Header{Op: wire.OpLoad, GVA: g, ID: r.ID}, Len: uint32(k)}
 		if r.Op == wire.OpStoreBulk {
 			pr.Op, pr.Len, pr.Data = wire.OpStore, 0, zeroPage[:k]
 		}
 		cr, err := Request(&pr, cred, b)
 		if err != nil {
-			clear(reqs[r0:])
-			return pieces[:p0], reqs[:r0], fmt.Errorf("%s at %v: %w", r.Op, g, err)
+			return fmt.Errorf("%s at %v: %w", r.Op, g, err)
 		}
-		pieces = append(pieces, Piece{GVA: g, Start: start, Len: k})
+		pieces = append(pieces, Piece{GVA: g, Start: from, Len: k})
 		reqs = append(reqs, cr)
-		start += k
+		return nil
+	})
+	if err != nil {
+		clear(reqs[r0:])
+		return pieces[:p0], reqs[:r0], err
 	}
 	return pieces, reqs, nil
 }

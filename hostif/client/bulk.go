@@ -13,8 +13,8 @@ import (
 	"github.com/aitherion/dpu/hostif/wire"
 )
 
-// bulk is the connection's bulk area, mapped, cut into slots of
-// wire.MaxBulk bytes: one transfer in flight per slot.
+// bulk is the connection's bulk area, mapped, cut into slots of up to
+// bulkSlot bytes: one transfer in flight per slot.
 type bulk struct {
 	mu      sync.RWMutex // held (read) by a transfer while it uses mem; Close unmaps it
 	mem     []byte
@@ -87,11 +87,8 @@ func (c *Client) area(ctx context.Context) (*bulk, error) {
 	return c.bulk.area, c.bulk.err
 }
 
-// slot is the size of the area's slots.
-func (b *bulk) slot() int { return b.slotLen }
-
 // StoreRange writes src at addr, across as many pages as it covers,
-// with transfers of up to wire.MaxBulk bytes through the connection's
+// with transfers of up to 256 KiB (bulkSlot) through the connection's
 // bulk area, several in flight (page by page where the server offers no
 // bulk area). It returns how many bytes from the start were stored
 // before the first error; pages after that one may have been stored too.
@@ -112,7 +109,7 @@ func (c *Client) transfer(ctx context.Context, op wire.Op, addr gva.GVA, buf []b
 	if b == nil {
 		return c.pageByPage(ctx, op, addr, buf)
 	}
-	chunk := b.slot()
+	chunk := b.slotLen
 	n := (len(buf) + chunk - 1) / chunk
 	done := make([]int, n) // bytes done of each chunk
 	errs := make([]error, n)
@@ -189,19 +186,17 @@ func (c *Client) chunk(ctx context.Context, b *bulk, op wire.Op, addr gva.GVA, b
 // order.
 func (c *Client) pageByPage(ctx context.Context, op wire.Op, addr gva.GVA, buf []byte) (int, error) {
 	done := 0
-	for done < len(buf) {
-		g := gva.GVA{Hi: addr.Hi, Lo: addr.Lo + uint64(done)}
-		k := min(len(buf)-done, wire.PageSize-int(g.Offset()))
+	err := gva.EachPage(addr, len(buf), func(g gva.GVA, from, to int) error {
 		var err error
 		if op == wire.OpStoreBulk {
-			_, err = c.Store(ctx, g, buf[done:done+k])
+			_, err = c.Store(ctx, g, buf[from:to])
 		} else {
-			_, err = c.Load(ctx, g, buf[done:done+k])
+			_, err = c.Load(ctx, g, buf[from:to])
 		}
-		if err != nil {
-			return done, err
+		if err == nil {
+			done = to
 		}
-		done += k
-	}
-	return done, nil
+		return err
+	})
+	return done, err
 }
