@@ -428,13 +428,6 @@ var portLockPath = filepath.Join(os.TempDir(), "dpu-fabric-ports.lock")
 // portBindBound bounds the wait for started agents to bind their ports.
 const portBindBound = 10 * time.Second
 
-// lockPortChoice takes the port lock at path (flock, released when the
-// returned function is called), waiting up to bound; without it (the file
-// cannot be opened, or the wait ran out) it returns at once.
-func lockPortChoice(path string, bound time.Duration) (unlock func()) {
-	return openPortBook(path, bound).unlock
-}
-
 // waitBound waits, up to bound, until every started agent serves its
 // control socket (an agent opens its ports before it) or has exited.
 func (s *State) waitBound(bound time.Duration) {

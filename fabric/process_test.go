@@ -117,10 +117,10 @@ func TestAgentConfReplicas(t *testing.T) {
 // lock go, and gives up waiting after its bound (then goes on unlocked).
 func TestPortChoiceLock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ports.lock")
-	unlock := lockPortChoice(path, time.Second)
+	unlock := openPortBook(path, time.Second).unlock
 	got := make(chan time.Time, 1)
 	go func() {
-		u := lockPortChoice(path, 10*time.Second)
+		u := openPortBook(path, 10*time.Second).unlock
 		got <- time.Now()
 		u()
 	}()
@@ -137,10 +137,10 @@ func TestPortChoiceLock(t *testing.T) {
 		t.Fatalf("second holder got the lock at %v, before the release at %v", at, released)
 	}
 	// a holder that never lets go delays an up by the bound, no more
-	hold := lockPortChoice(path, time.Second)
+	hold := openPortBook(path, time.Second).unlock
 	defer hold()
 	start := time.Now()
-	lockPortChoice(path, 50*time.Millisecond)()
+	openPortBook(path, 50*time.Millisecond).unlock()
 	if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
 		t.Fatalf("waiting for a held lock took %v, want its 50ms bound", d)
 	}
