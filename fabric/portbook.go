@@ -29,6 +29,7 @@ type portBook struct {
 	f       *os.File // nil: no lock held
 	once    sync.Once
 	entries []bookEntry
+	alive   map[string]bool // live's answers
 }
 
 type bookEntry struct {
@@ -87,22 +88,28 @@ func (b *portBook) unlock() {
 	})
 }
 
-// taken returns the ports recorded by fabrics other than the one in dir
-// whose state file is still there.
+// live reports whether the fabric in dir still has its state file, so
+// that its recorded ports are still its own; each dir is looked at once
+// while the book is held.
+func (b *portBook) live(dir string) bool {
+	ok, seen := b.alive[dir]
+	if !seen {
+		_, err := os.Stat(filepath.Join(dir, stateFile))
+		ok = err == nil
+		if b.alive == nil {
+			b.alive = map[string]bool{}
+		}
+		b.alive[dir] = ok
+	}
+	return ok
+}
+
+// taken returns the ports recorded by live fabrics other than the one in
+// dir.
 func (b *portBook) taken(dir string) map[int]bool {
-	live := map[string]bool{}
 	t := map[int]bool{}
 	for _, e := range b.entries {
-		if e.dir == dir {
-			continue
-		}
-		ok, seen := live[e.dir]
-		if !seen {
-			_, err := os.Stat(filepath.Join(e.dir, stateFile))
-			ok = err == nil
-			live[e.dir] = ok
-		}
-		if ok {
+		if e.dir != dir && b.live(e.dir) {
 			t[e.port] = true
 		}
 	}
@@ -115,10 +122,9 @@ func (b *portBook) record(dir string, ports []int) error {
 	if b.f == nil {
 		return nil
 	}
-	taken := b.taken(dir)
 	var out []bookEntry
 	for _, e := range b.entries {
-		if e.dir != dir && taken[e.port] {
+		if e.dir != dir && b.live(e.dir) {
 			out = append(out, e)
 		}
 	}
