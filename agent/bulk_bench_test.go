@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aitherion/dpu/ctl"
+	"github.com/aitherion/dpu/gva"
 	"github.com/aitherion/dpu/hostif/client"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -53,17 +54,8 @@ func BenchmarkLiveBulkStore(b *testing.B) {
 
 // benchBulkStore runs b.N page stores and returns the bytes per second.
 func benchBulkStore(b *testing.B, sealed bool, k int) float64 {
-	s0, s1 := linkedPair(b, sealed, k)
+	s0, s1, c0, g := ownedPair(b, sealed, k)
 	ctx := context.Background()
-	c0, err := client.Dial(ctx, s0, client.Options{Name: "owner"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c0.Close()
-	g, err := c0.Alloc(ctx, bulkPages*4096, 0o666)
-	if err != nil {
-		b.Fatal(err)
-	}
 	raw := rawSession(b, s1)
 	in := make([]byte, wire.MaxMessage)
 	page := make([]byte, 4096)
@@ -149,6 +141,23 @@ func linkDatagrams(b *testing.B, ctx context.Context, socks ...string) float64 {
 	return float64(dg)
 }
 
+// ownedPair links two agents (linkedPair) and allocates bulkPages pages
+// owned by node 0 through a client of it (closed at cleanup), which it
+// returns with the pages and both agents' sockets.
+func ownedPair(b *testing.B, sealed bool, k int) (s0, s1 string, c0 *client.Client, g gva.GVA) {
+	s0, s1 = linkedPair(b, sealed, k)
+	ctx := context.Background()
+	c0, err := client.Dial(ctx, s0, client.Options{Name: "owner"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c0.Close() })
+	if g, err = c0.Alloc(ctx, bulkPages*4096, 0o666); err != nil {
+		b.Fatal(err)
+	}
+	return s0, s1, c0, g
+}
+
 // freeUDPRun returns the first of n consecutive loopback UDP ports free at
 // the time of the call.
 func freeUDPRun(b *testing.B, n int) int {
@@ -197,22 +206,13 @@ func BenchmarkLiveRangeStore(b *testing.B) {
 }
 
 func benchRange(b *testing.B, sealed bool, k int, load bool) {
-	s0, s1 := linkedPair(b, sealed, k)
+	s0, s1, _, g := ownedPair(b, sealed, k)
 	ctx := context.Background()
-	c0, err := client.Dial(ctx, s0, client.Options{Name: "owner"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c0.Close()
 	c1, err := client.Dial(ctx, s1, client.Options{Name: "far", Timeout: 30 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c1.Close()
-	g, err := c0.Alloc(ctx, bulkPages*4096, 0o666)
-	if err != nil {
-		b.Fatal(err)
-	}
 	data := make([]byte, bulkPages*4096)
 	for i := range data {
 		data[i] = byte(i)
