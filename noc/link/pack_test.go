@@ -39,26 +39,14 @@ func TestPackedMessagesArriveWholeAndInOrder(t *testing.T) {
 func TestPackedStreamLossy(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			p := newPump(t, lossy(seed), packConfig(seed<<8|1), packConfig(seed<<8|2))
-			p.waitUp()
 			big := func(i int) int {
 				if i%17 == 0 {
 					return 3000 + i%5000 // several fragments
 				}
 				return 8 + i*13%200
 			}
-			ab := newStream(t, "a->b", 10_000, big)
-			ba := newStream(t, "b->a", 10_000, func(i int) int { return 8 + i*7%100 })
-			p.recvB, p.recvA = ab.check, ba.check
-			p.until(10*time.Minute, "streams", func() bool {
-				ab.fill(p.now, p.a)
-				ba.fill(p.now, p.b)
-				return ab.done() && ba.done()
-			})
+			p := lossyStreams(t, seed, packConfig(seed<<8|1), packConfig(seed<<8|2), big)
 			sa, sb := p.a.Stats(), p.b.Stats()
-			if sa.Downs+sb.Downs != 0 {
-				t.Errorf("link went down: %v", p.events)
-			}
 			if sa.Packed == 0 || sb.Packed == 0 || sa.Retransmits == 0 {
 				t.Errorf("not packed, or the wire was not lossy: a %+v b %+v", sa, sb)
 			}
