@@ -21,15 +21,10 @@ import (
 // reads back whole from both nodes (the real core on an in-memory
 // fabric), and a page of the range mapped on the far node reads it.
 func TestBulkRangesAcrossNodes(t *testing.T) {
-	fab := hostiftest.NewFabric()
-	owner, far := startNode(t, fab, 1, hostif.Options{}), startNode(t, fab, 2, hostif.Options{})
-	co, cf := dial(t, owner.path), dial(t, far.path)
-	ctx := ctxT(t)
 	const pages = 150
-	g, err := co.Alloc(ctx, pages*gva.PageSize, 0o666)
-	if err != nil {
-		t.Fatal(err)
-	}
+	co, far, g := bulkNodes(t, pages, hostif.Options{})
+	cf := dial(t, far.path)
+	ctx := ctxT(t)
 	m, err := cf.Map(ctx, wire.PageAt(g, 7), gva.PageSize)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +46,21 @@ func TestBulkRangesAcrossNodes(t *testing.T) {
 	if rb, want := m.Bytes()[:64], data[7*gva.PageSize-9:][:64]; !bytes.Equal(rb, want) {
 		t.Fatalf("the mapped page's replica file: %x, stored %x", rb, want)
 	}
+}
+
+// bulkNodes starts two nodes of one in-memory fabric, the second with
+// farOpts, and allocates pages pages anyone may use on the first through
+// a client of it, which it returns with the second node and the pages.
+func bulkNodes(t *testing.T, pages int, farOpts hostif.Options) (*client.Client, *node, gva.GVA) {
+	t.Helper()
+	fab := hostiftest.NewFabric()
+	owner, far := startNode(t, fab, 1, hostif.Options{}), startNode(t, fab, 2, farOpts)
+	co := dial(t, owner.path)
+	g, err := co.Alloc(ctxT(t), pages*gva.PageSize, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return co, far, g
 }
 
 // TestBulkRequestsOnTheWire: without an area a bulk request fails ENXIO;
@@ -163,15 +173,8 @@ func (r *rawWire) askFDs(t *testing.T, req *wire.Request) (syscall.Errno, []byte
 // transfers on the same node go on.
 func TestBulkClientVanishesMidTransfer(t *testing.T) {
 	led := quota.New(nil)
-	fab := hostiftest.NewFabric()
-	owner, far := startNode(t, fab, 1, hostif.Options{}), startNode(t, fab, 2, hostif.Options{Quota: led})
-	co := dial(t, owner.path)
+	co, far, g := bulkNodes(t, 512, hostif.Options{Quota: led})
 	ctx := ctxT(t)
-	const pages = 512
-	g, err := co.Alloc(ctx, pages*gva.PageSize, 0o666)
-	if err != nil {
-		t.Fatal(err)
-	}
 	uid := uint32(syscall.Geteuid())
 	cf := dial(t, far.path)
 	if _, err := cf.StoreRange(ctx, g, make([]byte, 2*gva.PageSize)); err != nil { // cf's area is made
@@ -221,15 +224,9 @@ func TestBulkClientVanishesMidTransfer(t *testing.T) {
 // transfers are in flight ends them with an error, never a fault on the
 // unmapped area.
 func TestCloseDuringRangeTransfers(t *testing.T) {
-	fab := hostiftest.NewFabric()
-	owner, far := startNode(t, fab, 1, hostif.Options{}), startNode(t, fab, 2, hostif.Options{})
-	co := dial(t, owner.path)
-	ctx := ctxT(t)
 	const pages = 512
-	g, err := co.Alloc(ctx, pages*gva.PageSize, 0o666)
-	if err != nil {
-		t.Fatal(err)
-	}
+	co, far, g := bulkNodes(t, pages, hostif.Options{})
+	ctx := ctxT(t)
 	for round := range 5 {
 		cf, err := client.Dial(ctx, far.path, client.Options{Name: "closing"})
 		if err != nil {
