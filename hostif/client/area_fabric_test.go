@@ -29,14 +29,7 @@ func TestMmapCrossPageOrder(t *testing.T) {
 	st := fabrictest.Up(t, fabric.Spec{Nodes: 5, Topo: "ring"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	dial := func(node int) *client.Client {
-		c, err := client.Dial(ctx, filepath.Join(st.Agents[node].RunDir, "dpu0.sock"), client.Options{Timeout: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(node int) *client.Client { return dialAgent(t, ctx, st, node, 10*time.Second) }
 	w, r, home := dial(0), dial(1), dial(3)
 	data, err := home.Alloc(ctx, gva.PageSize, 0o666)
 	if err != nil {
@@ -116,4 +109,16 @@ func TestMmapCrossPageOrder(t *testing.T) {
 	if err := wa.Munmap(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dialAgent connects to the host socket of agent node of st, with the
+// client timeout given; the client is closed at cleanup.
+func dialAgent(t *testing.T, ctx context.Context, st *fabric.State, node int, timeout time.Duration) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, filepath.Join(st.Agents[node].RunDir, "dpu0.sock"), client.Options{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

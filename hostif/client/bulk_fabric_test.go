@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,16 +25,8 @@ func TestRangeTransfersBetweenNodes(t *testing.T) {
 	st := fabrictest.Up(t, fabric.Spec{Nodes: 2, Topo: "line"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	dial := func(node int) *client.Client {
-		c, err := client.Dial(ctx, filepath.Join(st.Agents[node].RunDir, "dpu0.sock"), client.Options{Timeout: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	owner, far := dial(0), dial(1)
-	const pages = 700 // more than two transfers of wire.MaxBulk
+	owner, far := dialAgent(t, ctx, st, 0, 20*time.Second), dialAgent(t, ctx, st, 1, 20*time.Second)
+	const pages = 700 // more than two transfers of wire.MaxBulk (the server's bound)
 	g, err := owner.Alloc(ctx, pages*gva.PageSize, 0o666)
 	if err != nil {
 		t.Fatal(err)
