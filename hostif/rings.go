@@ -322,7 +322,7 @@ func (s *Server) serveRing(rg *connRing, max int, now time.Time) int {
 			continue
 		}
 		switch {
-		case t.req.Op == wire.OpHello || t.req.Op == wire.OpMap || t.req.Op == wire.OpRings || t.req.Op == wire.OpBulk:
+		case t.req.Op.SocketOnly():
 			s.ringRefuse(rg, t, t.req.ID, fmt.Sprintf("%s is a socket request", t.req.Op))
 			answered = true
 		default:

@@ -87,7 +87,7 @@ func (c *Client) Rings() bool { return c.rings != nil }
 
 // onRing reports whether a request of op travels on the ring.
 func onRing(op wire.Op) bool {
-	return op != wire.OpHello && op != wire.OpMap && op != wire.OpRings && op != wire.OpBulk
+	return !op.SocketOnly()
 }
 
 // submit puts msg on the submission ring. false: it did not fit (a full

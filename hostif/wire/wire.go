@@ -121,6 +121,13 @@ func (o Op) String() string {
 // IsGPU reports whether o is in the range reserved for GPU accounting.
 func (o Op) IsGPU() bool { return o >= OpGPUFirst && o <= OpGPULast }
 
+// SocketOnly reports whether requests of o travel on the socket only,
+// never on a ring (PROTOCOL.md §12.5): HELLO, and the requests whose
+// replies pass descriptors (MAP, RINGS, BULK).
+func (o Op) SocketOnly() bool {
+	return o == OpHello || o == OpMap || o == OpRings || o == OpBulk
+}
+
 // EventType is the op field of an event message.
 type EventType uint16
 
