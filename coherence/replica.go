@@ -54,6 +54,7 @@ const (
 const (
 	goneAcquiring = 1 << 0 // the answering node is acquiring the page
 	goneHolds     = 1 << 1 // the answering node keeps a copy of the page, of the probe's epoch or later
+	goneLater     = 1 << 2 // that copy is of a later epoch than the probe's (the frame's page version is the copy's)
 )
 
 // Replicate-ack flags.
@@ -190,8 +191,13 @@ type backupCopy struct {
 	// fellowsAskedAt when the fellow backups were asked in it (split.go).
 	queryTerm      uint64
 	fellowsAskedAt time.Duration
-	probedAt       time.Duration
-	probeDue       time.Duration // probe the owner at this time (0: not due)
+	// census: the questions of queryTerm went to every node routing
+	// reaches (the copy is from a minority that could have left a
+	// majority deciding without it); an answer naming a later copy ends
+	// this one.
+	census   bool
+	probedAt time.Duration
+	probeDue time.Duration // probe the owner at this time (0: not due)
 	// fellowsGone: nodes ranked before this copy that answered a probe
 	// without a copy of the page (they restarted, or dropped it): they
 	// will not take the page over, so they do not hold this copy back.
@@ -607,6 +613,21 @@ func (e *Engine) fillBackups(now time.Duration, pg *page) {
 // every node it reaches.
 type routeTable interface{ Routing() *route.State }
 
+// reachableNodes lists every node routing reaches, by node id.
+func (e *Engine) reachableNodes() []noc.NodeID {
+	rt, ok := e.rt.(routeTable)
+	if !ok || rt.Routing() == nil {
+		return nil
+	}
+	routes := rt.Routing().Routes()
+	ns := make([]noc.NodeID, 0, len(routes))
+	for _, r := range routes {
+		ns = append(ns, r.Dst)
+	}
+	slices.Sort(ns)
+	return ns
+}
+
 // farNodes lists the nodes routing reaches beyond this node's neighbours,
 // nearest first (hops, then node id); the list is kept until routing
 // changes.
@@ -873,6 +894,9 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		if m.flags&replAttr != 0 {
 			c.attr, c.hasAttr = m.attr, true
 		}
+		if e.dbg != nil {
+			e.debugf(key, "full copy from %v epoch %d version %d rank %d of %v", f.Src, m.epoch, f.PageVersion, m.rank, m.backups)
+		}
 		c.replies, c.recFrom, c.recKnown = c.replies[:0], now, m.flags&replReplies != 0
 		if c.recKnown {
 			c.recFrom = min(recs.from, now)
@@ -941,6 +965,9 @@ func (e *Engine) unindexCopy(c *backupCopy) {
 }
 
 func (e *Engine) dropCopy(c *backupCopy) {
+	if e.dbg != nil {
+		e.debugf(c.key, "copy of owner %v epoch %d version %d dropped", c.owner, c.epoch, c.version)
+	}
 	e.durMark(c.key)
 	delete(e.copies, c.key)
 	e.unindexCopy(c)
@@ -1025,10 +1052,15 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 			if pg != nil && pg.swap != nil && !pg.swap.out {
 				b[16] = goneAcquiring // taking it over right now
 			}
+			var held gva.Version
 			if c := e.copies[key]; c != nil && c.epoch >= epoch {
 				b[16] |= goneHolds // a fellow backup that still stands for the page
+				held = c.version
+				if c.epoch > epoch {
+					b[16] |= goneLater
+				}
 			}
-			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, 0, b[:])
+			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, held, b[:])
 			e.sendNode(&d)
 		case pg == nil || !pg.owner:
 			e.sendDrop(f.Src, key, epoch)
@@ -1305,6 +1337,19 @@ func (e *Engine) handleReplicaDrop(now time.Duration, f *noc.Frame) {
 		inc := binary.BigEndian.Uint64(f.Payload[8:])
 		if e.dbg != nil {
 			e.debugf(c.key, "probe answer from %v inc %d flags %x: copy owner %v inc %d heir %v(%v) inc %d", f.Src, inc, f.Payload[16], c.owner, c.ownerInc, c.heir, c.hasHeir, c.heirInc)
+		}
+		if c.census && f.Src != e.self && f.Payload[16]&goneHolds != 0 && (f.Payload[16]&goneLater != 0 || f.PageVersion > c.version) {
+			// A census before a takeover from a copy of the minority
+			// (tryPromote): another node holds the page at a later epoch
+			// or version, one the owner chose while this copy was cut off.
+			// This copy is stale: that one takes the page over.
+			if e.dbg != nil {
+				e.debugf(c.key, "census: %v holds a later copy (version %d, later epoch %v) than ours (version %d epoch %d): dropped", f.Src, f.PageVersion, f.Payload[16]&goneLater != 0, c.version, c.epoch)
+			}
+			e.dropCopy(c)
+			e.stats.ReplCopiesDropped++
+			e.stats.ReplCensusDropped++
+			return
 		}
 		if f.Payload[16]&goneHolds == 0 && slices.Contains(c.backups[:min(c.rank, len(c.backups))], f.Src) &&
 			!slices.Contains(c.fellowsGone, f.Src) {
@@ -1869,12 +1914,25 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 		// with it, which drops this copy (split.go).
 		c.queries, c.queryAt, c.query, c.queryErr, c.queryTerm = 0, 0, 0, false, e.split.term
 		c.fellowsAskedAt = now
-		for _, n := range c.backups {
+		asked := c.backups
+		if c.census = !e.noRiskSince(c.term); c.census {
+			// The minority this copy was cut off in could have left a
+			// majority deciding without it: its owner may have given it
+			// up and chosen another backup it does not know of, and
+			// committed writes there (a home that restarted has no
+			// record to say so). Every node routing reaches is asked; one
+			// that holds a later copy drops this one (handleReplicaDrop).
+			asked = e.reachableNodes()
+		}
+		for _, n := range asked {
 			if n != e.self {
 				if e.routes(n) {
 					e.sendProbe(c, n)
 				}
 			}
+		}
+		if c.census {
+			e.stats.ReplCensuses++
 		}
 	}
 	if e.splitRule() && c.queryTerm == e.split.term && now-c.fellowsAskedAt < 2*e.cfg.RetryInterval {
@@ -2193,6 +2251,20 @@ func (e *Engine) Backing(key gva.GVA) (gva.Version, bool) {
 		return 0, false
 	}
 	return c.version, true
+}
+
+// CopyFor returns, for checkers, the version of this node's backup copy of
+// key and the node (with its incarnation) whose death promotes it: the
+// copy's owner, or the heir it stands in for.
+func (e *Engine) CopyFor(key gva.GVA) (v gva.Version, watched noc.NodeID, inc uint64, ok bool) {
+	c := e.copies[key]
+	if c == nil {
+		return 0, 0, 0, false
+	}
+	if c.hasHeir {
+		return c.version, c.heir, c.heirInc, true
+	}
+	return c.version, c.owner, c.ownerInc, true
 }
 
 // Backups returns the nodes a page owned here is replicated to (nil if it

@@ -67,6 +67,8 @@ type Counters struct {
 	ReplProbes, ReplOwnersGone    uint64 // owners asked about a copy; found restarted (their pages taken over)
 	ReplFailedInFlight            uint64 // host writes in flight to a failed owner, ended as unknown at the failover (an owner had already answered one copy "outcome unknown")
 	ReplQueries                   uint64 // questions to a page's home before a takeover
+	ReplCensuses                  uint64 // takeovers from a copy of a minority that first asked every reachable node for a later copy
+	ReplCensusDropped             uint64 // copies such a census found stale (another node held a later one) and dropped
 	ReplAcquiresStopped           uint64 // this node's acquires of a page it took over, stopped and answered by the takeover
 	ReplSettled                   uint64 // takeovers settled: backups hold the page, fellows dropped theirs; its content shown from then on
 	ReplFreeWaits, ReplFreeAborts uint64 // frees that waited for the backups to drop their copies; of those, given up at the request's bound (the page lives on)

@@ -345,7 +345,7 @@ func (c *checker) survivesWithout(n *simNode) bool {
 				held = true
 				break
 			}
-			if v, ok := m.eng.Backing(key); ok && v >= g.version {
+			if v, ok := c.standingCopy(m, n, key); ok && v >= g.version {
 				held = true
 				break
 			}
@@ -368,11 +368,30 @@ func (c *checker) heldElsewhere(n *simNode, key gva.GVA) bool {
 		if o, s := m.eng.Holding(key); o || s {
 			return true
 		}
-		if v, ok := m.eng.Backing(key); ok && v >= g.version {
+		if v, ok := c.standingCopy(m, n, key); ok && v >= g.version {
 			return true
 		}
 	}
 	return false
+}
+
+// standingCopy returns the version of m's backup copy of key if the copy
+// can take the page over once n is down: the node it stands for (its
+// owner, or the heir it was handed to) is n, is down, or restarted since.
+// A copy whose node lives on in the same run is one that node gave up (a
+// handover's drop that was lost, say): its probe of that node drops it,
+// it takes nothing over, and it keeps no page alive.
+func (c *checker) standingCopy(m, n *simNode, key gva.GVA) (gva.Version, bool) {
+	v, watched, inc, ok := m.eng.CopyFor(key)
+	if !ok {
+		return 0, false
+	}
+	if int(watched) < len(c.w.nodes) {
+		if w := c.w.nodes[watched]; w != n && w.alive && w.eng.Incarnation() == inc {
+			return v, false
+		}
+	}
+	return v, true
 }
 
 // backedElsewhere reports whether a live node other than n keeps a backup

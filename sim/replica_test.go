@@ -276,3 +276,31 @@ func TestTieredStoresUnderFaults(t *testing.T) {
 		t.Errorf("seed 32, durable, tiers: %d lost, %d violations %v; replay: dpu-sim --seed 32 --nodes 16 --topo smallworld --faults all,powercut --durable --tiers", r.Lost, len(r.Violations), r.Violations)
 	}
 }
+
+// TestOutageSeedsFromSweeps replays the seeds of the sweeps with every
+// fault, outages included (dpu-sim --seeds 1500 --nodes 13 --topo line
+// --faults all --replicas 2; --nodes 8 --topo ring), that failed along the
+// way, with the sweep's own configuration (flooders and garblers on).
+func TestOutageSeedsFromSweeps(t *testing.T) {
+	for _, c := range []struct {
+		nodes int
+		topo  string
+		seed  uint64
+		why   string
+	}{
+		{13, "line", 119, "a backup cut off in a minority, replaced meanwhile by its owner in the majority, took the page over from its stale copy when the owner (the page's home) restarted without it: the home had no record to say the page had a newer copy (acknowledged writes lost)"},
+		{13, "line", 533, "the same, three pages"},
+		{13, "line", 511, "a node restarted with its routing incarnation reused an LSA sequence number with other adjacencies; the far side took it for a duplicate, kept a one-way view and could not route to the page's home for a whole refresh interval, so the crashed owner's backup took nothing over"},
+		{8, "ring", 292, "the checker counted a copy its live owner had given up (the handover's drop was lost) as keeping the page alive, and crashed the last real copy's holder"},
+	} {
+		cfg := Config{Seed: c.seed, Nodes: c.nodes, Topo: c.topo, Faults: FaultsAll, Replicas: 2}
+		r, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.OK() || r.Lost != 0 {
+			t.Errorf("seed %d (%s): %d lost, %d violations %v; replay: dpu-sim --seed %d --nodes %d --topo %s --faults all --replicas 2",
+				c.seed, c.why, r.Lost, len(r.Violations), r.Violations, c.seed, c.nodes, c.topo)
+		}
+	}
+}

@@ -41,6 +41,17 @@
 // copy's, which supersedes the old LSA everywhere. Config.Incarnation,
 // when the driver has a boot counter, makes the new run newer at once.
 //
+// A restarted node can reuse a sequence number: it catches up on the
+// old LSA one neighbour holds, while its earlier run's later LSA lives
+// on beyond another neighbour that restarted too. Two copies of one
+// (incarnation, sequence) with different adjacencies are then ordered by
+// their adjacencies (the longer list, then by neighbour and ports): the
+// higher is installed and flooded, the lower is answered with the higher,
+// and the originator, handed a copy of its own number that differs from
+// its own, originates past both. Taking the second copy for a duplicate
+// left the fabric's two sides with two views of the node until its next
+// refresh (one of them one-way: the nodes behind it unreachable).
+//
 // LSAs carry their age. An LSA that reaches MaxAge without being refreshed
 // is dropped (its originator is gone or cut off); the LSA of an originator
 // that no path reaches is dropped after UnreachableHold. A node that

@@ -19,6 +19,10 @@ type Stats struct {
 	LSAsInstalled uint64 `json:"lsas_installed"`
 	// LSAsDuplicate counts copies of what the database already holds.
 	LSAsDuplicate uint64 `json:"lsas_duplicate"`
+	// LSAsConflicting counts copies of a sequence number the database
+	// holds with other adjacencies (an originator restarted with its
+	// incarnation reused it); the higher-ordered one is kept.
+	LSAsConflicting uint64 `json:"lsas_conflicting"`
 	// LSAsStale counts LSAs older than the database's copy, or at MaxAge.
 	LSAsStale uint64 `json:"lsas_stale"`
 	// LSAsExpired counts LSAs dropped at MaxAge; LSAsPurged those dropped

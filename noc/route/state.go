@@ -1,6 +1,7 @@
 package route
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -349,7 +350,21 @@ func (s *State) handleLSA(now time.Duration, in noc.PortID, rx *LSA) {
 	var e *entry
 	if known {
 		e = s.entries[slot]
-		switch c := compareLSA(rx, &e.lsa); {
+		c := compareLSA(rx, &e.lsa)
+		if c == 0 && !slices.Equal(e.lsa.Adjacencies, rx.Adjacencies) {
+			// One sequence number with two contents: the originator
+			// restarted with its incarnation, caught up on an older LSA
+			// of its own and reused a number its earlier run had sent
+			// where that older one had not gone. The copy whose
+			// adjacencies order higher wins everywhere; the originator,
+			// handed a copy of its number that differs from its own,
+			// jumps past both (handleOwnLSA). Taking either for a
+			// duplicate left the two halves of the fabric with two views
+			// of the node until its next refresh.
+			c = compareAdjacencies(rx.Adjacencies, e.lsa.Adjacencies)
+			s.stats.LSAsConflicting++
+		}
+		switch {
 		case c == 0:
 			s.stats.LSAsDuplicate++
 			return
@@ -394,6 +409,15 @@ func (s *State) handleOwnLSA(in noc.PortID, rx *LSA) {
 	default:
 		s.stats.LSAsDuplicate++
 	}
+}
+
+// compareAdjacencies orders two adjacency lists of one originator's LSAs
+// of one sequence number: the longer first, then by neighbour, port and
+// neighbour's port.
+func compareAdjacencies(a, b []Adjacency) int {
+	return cmp.Or(cmp.Compare(len(a), len(b)), slices.CompareFunc(a, b, func(x, y Adjacency) int {
+		return cmp.Or(cmp.Compare(x.Neighbour, y.Neighbour), cmp.Compare(x.Port, y.Port), cmp.Compare(x.NeighbourPort, y.NeighbourPort))
+	}))
 }
 
 // compareLSA orders two LSAs of one originator: by incarnation, then

@@ -487,6 +487,27 @@ func TestOlderLSAAnsweredWithNewer(t *testing.T) {
 	if s.Pending() != 0 || s.Stats().LSAsDuplicate != 1 {
 		t.Fatalf("duplicate: %d pending, %+v", s.Pending(), s.Stats())
 	}
+	// The same sequence number with other adjacencies (its originator
+	// restarted and reused it): the copy that orders lower is answered
+	// with the one held, a higher one replaces it and is flooded.
+	lower := lsaFrame(3, LSA{Origin: 2, Seq: 4, Adjacencies: []Adjacency{{0, 1, 0}}})
+	must(t, s.HandleFrame(time.Second, 1, &lower))
+	got = got[:0]
+	s.Outputs(func(p noc.PortID, f *noc.Frame) {
+		var l LSA
+		must(t, DecodeLSA(f.Payload, &l))
+		got = append(got, l)
+	})
+	if len(got) != 1 || len(got[0].Adjacencies) != 2 || s.Stats().LSAsConflicting != 1 {
+		t.Fatalf("lower copy of seq 4: answered %+v, %+v", got, s.Stats())
+	}
+	higher := lsaFrame(3, LSA{Origin: 2, Seq: 4, Adjacencies: []Adjacency{{0, 1, 0}, {1, 3, 1}, {2, 4, 0}}})
+	must(t, s.HandleFrame(time.Second, 1, &higher))
+	for _, n := range s.Topology().Nodes {
+		if n.ID == 2 && n.Adjacencies != 3 {
+			t.Fatalf("higher copy of seq 4 not installed: node 2 with %d adjacencies", n.Adjacencies)
+		}
+	}
 }
 
 func TestIncarnationSupersedes(t *testing.T) {
