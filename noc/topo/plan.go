@@ -106,7 +106,9 @@ type Proposal struct {
 //     swaps aim at a pair of nodes at the diameter's distance: they wire
 //     one of them straight to a node near the other.
 //
-// The best wiring seen wins. Every budget is a count of work, so the
+// The lift and swap searches run as planStreams independent streams in
+// parallel, each with its own seeded source; the best wiring seen wins,
+// a tie going to the lower stream. Every budget is a count of work, so the
 // result depends only on (n, k, seed).
 func Plan(n, k int, seed int64) (*Proposal, error) {
 	return planWith(n, k, seed, defaultBudget(n))
