@@ -61,7 +61,7 @@
 //     cost is the hops beyond the target, then the hop sum, annealed.
 //
 // Two such searches (streams: a lift search, then the swap search from its
-// best lift) run in parallel, each drawing from its own source seeded from
+// best lift; four at 128 nodes, eight at 64) run in parallel, each drawing from its own source seeded from
 // the plan's seed; their results are merged in stream order, a tie going
 // to the lower stream, so scheduling cannot change the plan. Every budget
 // is a count of work, not a time, so the answer depends only on N, k and

@@ -27,7 +27,7 @@ const (
 	maxLiftWork     = 2_600_000_000 // beyond 1,024 nodes the budgets stay
 	maxPlanWork     = 1_600_000_000
 	planRestarts    = 4
-	planStreams     = 2  // independent searches, run in parallel
+	planStreams     = 2  // independent searches, run in parallel (more: streamsFor)
 	attemptCost     = 64 // charged for a drawn swap that cannot be made
 	annealTemp      = 2.0
 	farSwapPct      = 50  // swaps that aim at a far pair
@@ -106,10 +106,10 @@ type Proposal struct {
 //     swaps aim at a pair of nodes at the diameter's distance: they wire
 //     one of them straight to a node near the other.
 //
-// The lift and swap searches run as planStreams independent streams in
-// parallel, each with its own seeded source; the best wiring seen wins,
-// a tie going to the lower stream. Every budget is a count of work, so the
-// result depends only on (n, k, seed).
+// The lift and swap searches run as independent streams in parallel (two;
+// up to eight below 256 nodes), each with its own seeded source; the best
+// wiring seen wins, a tie going to the lower stream. Every budget is a
+// count of work, so the result depends only on (n, k, seed).
 func Plan(n, k int, seed int64) (*Proposal, error) {
 	return planWith(n, k, seed, defaultBudget(n))
 }
@@ -126,8 +126,19 @@ func defaultBudget(n int) planBudget {
 	return planBudget{
 		lift:    min(int64(liftWorkPerNode)*int64(n), maxLiftWork),
 		swap:    min(max(int64(planWorkPerNode)*int64(n), minPlanWork), maxPlanWork),
-		streams: planStreams,
+		streams: streamsFor(n),
 	}
+}
+
+// streamsFor is the number of search streams for n nodes: planStreams,
+// and more between 64 and 255 nodes (8 at 64, 4 at 128), whose searches
+// are short. Stream i draws the same at any count, so more streams never
+// give a worse plan.
+func streamsFor(n int) int {
+	if n < 64 {
+		return planStreams
+	}
+	return min(max(512/n, planStreams), 8)
 }
 
 // scaled is b with every stream's work multiplied by f.

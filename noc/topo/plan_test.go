@@ -18,9 +18,10 @@ import (
 )
 
 var (
-	planTable = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
-	planSeeds = flag.String("plan.seeds", "1", "the seeds TestPlanTable plans each cell with, as S,S,...")
-	planScale = flag.Float64("plan.scale", 1, "TestPlanTable multiplies every search budget by this")
+	planTable   = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
+	planSeeds   = flag.String("plan.seeds", "1", "the seeds TestPlanTable plans each cell with, as S,S,...")
+	planScale   = flag.Float64("plan.scale", 1, "TestPlanTable multiplies every search budget by this")
+	planStreamN = flag.Int("plan.streams", 0, "TestPlanTable's search streams per plan (0: Plan's own)")
 )
 
 // TestRecordFor checks the table lookups the planner's targets rest on.
@@ -124,7 +125,11 @@ func TestPlanTable(t *testing.T) {
 func planCell(t *testing.T, tw *tabwriter.Writer, n, k int, seed int64) {
 	t.Helper()
 	start := time.Now()
-	p, err := planWith(n, k, seed, defaultBudget(n).scaled(*planScale))
+	budget := defaultBudget(n).scaled(*planScale)
+	if *planStreamN > 0 {
+		budget.streams = *planStreamN
+	}
+	p, err := planWith(n, k, seed, budget)
 	if err != nil {
 		t.Fatal(err)
 	}

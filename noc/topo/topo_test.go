@@ -429,7 +429,7 @@ func TestPlan(t *testing.T) {
 		}
 	}
 	// every generator but planned, and each stream's lift
-	if len(p.Candidates) != len(generators)+planStreams || !slices.Equal(p.Links, p.Graph.Links()) {
+	if len(p.Candidates) != len(generators)+streamsFor(32) || !slices.Equal(p.Links, p.Graph.Links()) {
 		t.Fatalf("candidates %d, links %d", len(p.Candidates), len(p.Links))
 	}
 	// the search must beat a plain random 4-regular sample's diameter (4)
