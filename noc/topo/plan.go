@@ -74,9 +74,11 @@ type Proposal struct {
 	// Record.Diameter. Absent outside the table (see RecordFor).
 	Record    *Record `json:"record,omitempty"`
 	RecordGap int     `json:"record_gap"`
-	// LiftEvaluations counts the voltage-graph search's evaluations,
-	// Evaluations the link-swap search's; Swaps the link swaps that gave
-	// a new best wiring.
+	// Streams is the number of independent searches the plan ran;
+	// LiftEvaluations counts their voltage-graph searches' evaluations,
+	// Evaluations their link-swap searches'; Swaps the link swaps that
+	// gave a stream a new best wiring.
+	Streams         int         `json:"streams"`
 	LiftEvaluations int         `json:"lift_evaluations"`
 	Evaluations     int         `json:"evaluations"`
 	Swaps           int         `json:"swaps"`
@@ -194,6 +196,7 @@ func planWith(n, k int, seed int64, budget planBudget) (*Proposal, error) {
 
 	kk := min(k, n-1)
 	if kk >= 3 && kk < n-1 {
+		p.Streams = budget.streams
 		streams := make([]*stream, budget.streams)
 		var wg sync.WaitGroup
 		for i := range streams {
@@ -453,7 +456,8 @@ func (p *Proposal) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "record\t%d\t(largest known graph of %d ports and diameter %d: %d nodes; gap %d)\n",
 			p.Record.Diameter, p.Record.Ports, p.Record.Diameter, p.Record.Nodes, p.RecordGap)
 	}
-	fmt.Fprintf(tw, "search\t%d lift evaluations, %d swap evaluations, %d swaps to a new best\n", p.LiftEvaluations, p.Evaluations, p.Swaps)
+	fmt.Fprintf(tw, "search\t%d lift evaluations, %d swap evaluations, %d swaps to a new best, in %d streams\n",
+		p.LiftEvaluations, p.Evaluations, p.Swaps, p.Streams)
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("plan text: %w", err)
 	}

@@ -229,7 +229,7 @@ func TestPlanStreamsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if single.LiftEvaluations >= a.LiftEvaluations || single.Diameter < a.Diameter ||
+	if a.Streams != 2 || single.Streams != 1 || single.LiftEvaluations >= a.LiftEvaluations || single.Diameter < a.Diameter ||
 		single.Diameter == a.Diameter && single.AvgHops < a.AvgHops {
 		t.Fatalf("one stream: D=%d avg=%.3f %d lift evaluations; two: D=%d avg=%.3f %d", single.Diameter, single.AvgHops,
 			single.LiftEvaluations, a.Diameter, a.AvgHops, a.LiftEvaluations)
