@@ -150,6 +150,7 @@ func (b planBudget) scaled(f float64) planBudget {
 	return b
 }
 
+// planWith is Plan under the given budget (TestPlanTable scales it).
 func planWith(n, k int, seed int64, budget planBudget) (*Proposal, error) {
 	switch {
 	case n < 1 || n > MaxPlanNodes:
