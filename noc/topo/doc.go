@@ -60,8 +60,12 @@
 //     touches only what changed: 1,024 nodes get some 30,000 of them. Its
 //     cost is the hops beyond the target, then the hop sum, annealed.
 //
-// Every budget is a count of work, not a time, so the answer depends only
-// on N, k and the seed. The [Proposal] reports the diameter and average
+// Two such searches (streams: a lift search, then the swap search from its
+// best lift; four at 128 nodes, eight at 64) run in parallel, each drawing from its own source seeded from
+// the plan's seed; their results are merged in stream order, a tie going
+// to the lower stream, so scheduling cannot change the plan. Every budget
+// is a count of work, not a time, so the answer depends only on N, k and
+// the seed. The [Proposal] reports the diameter and average
 // hops beside their Moore lower bounds and the record's diameter;
 // [Proposal.WriteText] is the text report and [Graph.WriteDot] the
 // Graphviz picture. Generate's "planned" kind is the plan's wiring.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"text/tabwriter"
 )
 
@@ -26,6 +27,7 @@ const (
 	maxLiftWork     = 2_600_000_000 // beyond 1,024 nodes the budgets stay
 	maxPlanWork     = 1_600_000_000
 	planRestarts    = 4
+	planStreams     = 2  // independent searches, run in parallel (more: streamsFor)
 	attemptCost     = 64 // charged for a drawn swap that cannot be made
 	annealTemp      = 2.0
 	farSwapPct      = 50  // swaps that aim at a far pair
@@ -72,9 +74,11 @@ type Proposal struct {
 	// Record.Diameter. Absent outside the table (see RecordFor).
 	Record    *Record `json:"record,omitempty"`
 	RecordGap int     `json:"record_gap"`
-	// LiftEvaluations counts the voltage-graph search's evaluations,
-	// Evaluations the link-swap search's; Swaps the link swaps that gave
-	// a new best wiring.
+	// Streams is the number of independent searches the plan ran;
+	// LiftEvaluations counts their voltage-graph searches' evaluations,
+	// Evaluations their link-swap searches'; Swaps the link swaps that
+	// gave a stream a new best wiring.
+	Streams         int         `json:"streams"`
 	LiftEvaluations int         `json:"lift_evaluations"`
 	Evaluations     int         `json:"evaluations"`
 	Swaps           int         `json:"swaps"`
@@ -104,9 +108,50 @@ type Proposal struct {
 //     swaps aim at a pair of nodes at the diameter's distance: they wire
 //     one of them straight to a node near the other.
 //
-// The best wiring seen wins. Every budget is a count of work, so the
-// result depends only on (n, k, seed).
+// The lift and swap searches run as independent streams in parallel (two;
+// up to eight below 256 nodes), each with its own seeded source; the best
+// wiring seen wins, a tie going to the lower stream. Every budget is a
+// count of work, so the result depends only on (n, k, seed).
 func Plan(n, k int, seed int64) (*Proposal, error) {
+	return planWith(n, k, seed, defaultBudget(n))
+}
+
+// planBudget is what one plan may spend: each stream's lift and swap
+// search work, and the number of streams.
+type planBudget struct {
+	lift, swap int64
+	streams    int
+}
+
+// defaultBudget is Plan's budget for n nodes.
+func defaultBudget(n int) planBudget {
+	return planBudget{
+		lift:    min(int64(liftWorkPerNode)*int64(n), maxLiftWork),
+		swap:    min(max(int64(planWorkPerNode)*int64(n), minPlanWork), maxPlanWork),
+		streams: streamsFor(n),
+	}
+}
+
+// streamsFor is the number of search streams for n nodes: planStreams,
+// and more between 64 and 255 nodes (8 at 64, 4 at 128), whose searches
+// are short. Stream i draws the same at any count, so more streams never
+// give a worse plan.
+func streamsFor(n int) int {
+	if n < 64 {
+		return planStreams
+	}
+	return min(max(512/n, planStreams), 8)
+}
+
+// scaled is b with every stream's work multiplied by f.
+func (b planBudget) scaled(f float64) planBudget {
+	b.lift = int64(float64(b.lift) * f)
+	b.swap = int64(float64(b.swap) * f)
+	return b
+}
+
+// planWith is Plan under the given budget (TestPlanTable scales it).
+func planWith(n, k int, seed int64, budget planBudget) (*Proposal, error) {
 	switch {
 	case n < 1 || n > MaxPlanNodes:
 		return nil, fmt.Errorf("plan %d nodes (1..%d): %w", n, MaxPlanNodes, ErrImpossible)
@@ -152,38 +197,25 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 
 	kk := min(k, n-1)
 	if kk >= 3 && kk < n-1 {
-		rng := rand.New(rand.NewPCG(uint64(seed), 0x5851f42d4c957f2d))
-		ev := newHopEvaluator(n)
-		var start [][2]int32
-		source := "random-regular"
-		if kk <= liftMaxDegree {
-			if lr := searchLifts(n, kk, target, min(int64(liftWorkPerNode)*int64(n), maxLiftWork), rng); lr != nil {
-				p.LiftEvaluations = lr.evaluations
-				start, source = trim(lr.order, n, lr.edges, rng), lr.name
-				if lr.order != n {
-					source += fmt.Sprintf(", trimmed from %d nodes", lr.order)
-				}
-				c := Candidate{Kind: source, Diameter: -1}
-				adj := adjacencyOfEdges(n, start)
-				if d, sum, ok := ev.eval(adj, n); ok {
-					c.Diameter, c.AvgHops = d, float64(sum)/float64(int64(n)*int64(n-1))
-				}
-				p.Candidates = append(p.Candidates, c)
-			}
+		p.Streams = budget.streams
+		streams := make([]*stream, budget.streams)
+		var wg sync.WaitGroup
+		for i := range streams {
+			streams[i] = &stream{}
+			wg.Go(func() { streams[i].run(n, kk, target, seed, i, budget) })
 		}
-		// a random sample starts the swaps when it beats the lift
-		if rr := nearRegular(n, kk, rng); rr != nil {
-			if start == nil || betterStart(ev, n, rr, start) {
-				start, source = rr, "random-regular"
-			}
-		}
-		work := min(max(int64(planWorkPerNode)*int64(n), minPlanWork), maxPlanWork)
-		edges, d, avg := p.search(n, kk, target, start, work, rng)
-		if edges != nil && better(d, avg) {
-			best, _ = fromEdges("planned", n, edges)
-			bestD, bestAvg, p.Source = d, avg, source
-			if p.Swaps > 0 {
-				p.Source += "+swaps"
+		wg.Wait()
+		// merged in stream order, ties to the lower stream: the same
+		// plan however the streams were scheduled
+		for _, st := range streams {
+			p.LiftEvaluations += st.liftEvals
+			p.Evaluations += st.evals
+			p.Swaps += st.swaps
+			p.work += st.work
+			p.Candidates = append(p.Candidates, st.candidates...)
+			if st.edges != nil && better(st.d, st.avg) {
+				best, _ = fromEdges("planned", n, st.edges)
+				bestD, bestAvg, p.Source = st.d, st.avg, st.source
 			}
 		}
 	}
@@ -199,6 +231,59 @@ func Plan(n, k int, seed int64) (*Proposal, error) {
 		p.RecordGap = p.Diameter - p.Record.Diameter
 	}
 	return p, nil
+}
+
+// stream is one of the plan's independent searches: a lift search, then
+// the swap search from its best lift (or a random sample), drawing from
+// its own seeded source.
+type stream struct {
+	liftEvals, evals, swaps int
+	work                    int64 // the swap search's adjacency entries scanned
+	candidates              []Candidate
+	edges                   [][2]int32
+	d                       int
+	avg                     float64
+	source                  string
+}
+
+// streamRand is stream i's source for seed: stream 0 draws what the
+// single-stream planner drew.
+func streamRand(seed int64, i int) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), 0x5851f42d4c957f2d+uint64(i)*0x9e3779b97f4a7c15))
+}
+
+// run is stream i's search for n nodes of degree k (3 <= k < n-1).
+func (st *stream) run(n, k, target int, seed int64, i int, budget planBudget) {
+	rng := streamRand(seed, i)
+	ev := newHopEvaluator(n)
+	var start [][2]int32
+	source := "random-regular"
+	if k <= liftMaxDegree {
+		if lr := searchLifts(n, k, target, budget.lift, rng); lr != nil {
+			st.liftEvals = lr.evaluations
+			start, source = trim(lr.order, n, lr.edges, rng), lr.name
+			if lr.order != n {
+				source += fmt.Sprintf(", trimmed from %d nodes", lr.order)
+			}
+			c := Candidate{Kind: source, Diameter: -1}
+			adj := adjacencyOfEdges(n, start)
+			if d, sum, ok := ev.eval(adj, n); ok {
+				c.Diameter, c.AvgHops = d, float64(sum)/float64(int64(n)*int64(n-1))
+			}
+			st.candidates = append(st.candidates, c)
+		}
+	}
+	// a random sample starts the swaps when it beats the lift
+	if rr := nearRegular(n, k, rng); rr != nil {
+		if start == nil || betterStart(ev, n, rr, start) {
+			start, source = rr, "random-regular"
+		}
+	}
+	st.edges, st.d, st.avg = st.search(n, k, target, start, budget.swap, rng)
+	st.source = source
+	if st.swaps > 0 {
+		st.source += "+swaps"
+	}
 }
 
 // betterStart reports whether edges a make a better wiring of n nodes than
@@ -234,7 +319,7 @@ func adjacencyOfEdges(n int, edges [][2]int32) adjacency {
 // cooling linearly to zero over the budget (simulated annealing); half
 // the swaps aim at a pair of nodes beyond the target (at the diameter,
 // once there), wiring one of them straight to a node near the other.
-func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, rng *rand.Rand) (best [][2]int32, bestD int, bestAvg float64) {
+func (p *stream) search(n, k, target int, start [][2]int32, work int64, rng *rand.Rand) (best [][2]int32, bestD int, bestAvg float64) {
 	lbSum, _ := mooreHopSum(n, k)
 	lbSum *= int64(n)
 	var bestSum, bestExc int64
@@ -295,8 +380,8 @@ func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, rng *r
 				continue
 			}
 			conn := m.swapped(adj, s)
-			p.Evaluations++
-			spent = m.work - work0 + int64(p.Evaluations)*perEval
+			p.evals++
+			spent = m.work - work0 + int64(p.evals)*perEval
 			nexc, nsum := m.excess(target), m.sum
 			cool := float64(budget-spent) / float64(budget)
 			var delta, temp float64
@@ -310,7 +395,7 @@ func (p *Proposal) search(n, k, target int, start [][2]int32, work int64, rng *r
 			if conn && (exc > 0 || nexc == 0) && (delta <= 0 || rng.Float64() < math.Exp(-delta/temp)) {
 				exc, sum = nexc, nsum
 				if improves(exc, sum) {
-					p.Swaps++
+					p.swaps++
 					best, bestD, bestSum, bestExc = append(best[:0], edges...), m.diameter(), sum, exc
 				}
 			} else {
@@ -372,7 +457,8 @@ func (p *Proposal) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "record\t%d\t(largest known graph of %d ports and diameter %d: %d nodes; gap %d)\n",
 			p.Record.Diameter, p.Record.Ports, p.Record.Diameter, p.Record.Nodes, p.RecordGap)
 	}
-	fmt.Fprintf(tw, "search\t%d lift evaluations, %d swap evaluations, %d swaps to a new best\n", p.LiftEvaluations, p.Evaluations, p.Swaps)
+	fmt.Fprintf(tw, "search\t%d lift evaluations, %d swap evaluations, %d swaps to a new best, in %d streams\n",
+		p.LiftEvaluations, p.Evaluations, p.Swaps, p.Streams)
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("plan text: %w", err)
 	}

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -15,8 +18,10 @@ import (
 )
 
 var (
-	planTable = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
-	planSeeds = flag.String("plan.seeds", "1", "the seeds TestPlanTable plans each cell with, as S,S,...")
+	planTable   = flag.String("plan.table", "", `run the planner over a table of cells and print what it reaches: "all" for {64,128,256,512,1024} × {4..8}, or cells as N:K,N:K`)
+	planSeeds   = flag.String("plan.seeds", "1", "the seeds TestPlanTable plans each cell with, as S,S,...")
+	planScale   = flag.Float64("plan.scale", 1, "TestPlanTable multiplies every search budget by this")
+	planStreamN = flag.Int("plan.streams", 0, "TestPlanTable's search streams per plan (0: Plan's own)")
 )
 
 // TestRecordFor checks the table lookups the planner's targets rest on.
@@ -120,7 +125,11 @@ func TestPlanTable(t *testing.T) {
 func planCell(t *testing.T, tw *tabwriter.Writer, n, k int, seed int64) {
 	t.Helper()
 	start := time.Now()
-	p, err := Plan(n, k, seed)
+	budget := defaultBudget(n).scaled(*planScale)
+	if *planStreamN > 0 {
+		budget.streams = *planStreamN
+	}
+	p, err := planWith(n, k, seed, budget)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,5 +171,67 @@ func TestFarPair(t *testing.T) {
 		if _, found := m.farPair(d+1, rng); found {
 			t.Errorf("%v: a pair beyond the diameter %d", c, d)
 		}
+	}
+}
+
+// benchPlan plans n nodes with k ports (seed 1) per iteration and reports
+// the plan's diameter, its gap to the record, its average hops above the
+// Moore bound's and the process's CPU seconds per plan (both streams).
+func benchPlan(b *testing.B, n, k int) {
+	var p *Proposal
+	cpu0 := cpuSeconds()
+	for b.Loop() {
+		var err error
+		if p, err = Plan(n, k, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+	b.ReportMetric(float64(p.Diameter), "diameter")
+	b.ReportMetric(float64(p.RecordGap), "record-gap")
+	b.ReportMetric(p.AvgHopsOver, "hops-over-moore")
+}
+
+// cpuSeconds is the user and system CPU time the process has used.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+func BenchmarkPlan1024x4(b *testing.B) { benchPlan(b, 1024, 4) }
+func BenchmarkPlan1024x5(b *testing.B) { benchPlan(b, 1024, 5) }
+func BenchmarkPlan1024x6(b *testing.B) { benchPlan(b, 1024, 6) }
+func BenchmarkPlan1024x7(b *testing.B) { benchPlan(b, 1024, 7) }
+func BenchmarkPlan1024x8(b *testing.B) { benchPlan(b, 1024, 8) }
+
+// TestPlanStreamsDeterministic checks that the parallel streams give the
+// same plan whether they run one at a time or side by side, and that a
+// second stream is searched at all.
+func TestPlanStreamsDeterministic(t *testing.T) {
+	plan := func(procs int) *Proposal {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		p, err := planWith(48, 5, 3, defaultBudget(48).scaled(0.25))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := plan(1), plan(4)
+	if !slices.Equal(a.Links, b.Links) || a.Source != b.Source || a.Evaluations != b.Evaluations || a.LiftEvaluations != b.LiftEvaluations {
+		t.Fatalf("one proc: %s, %d+%d evaluations; four: %s, %d+%d", a.Source, a.LiftEvaluations, a.Evaluations, b.Source, b.LiftEvaluations, b.Evaluations)
+	}
+	one := defaultBudget(48).scaled(0.25)
+	one.streams = 1
+	single, err := planWith(48, 5, 3, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Streams != 2 || single.Streams != 1 || single.LiftEvaluations >= a.LiftEvaluations || single.Diameter < a.Diameter ||
+		single.Diameter == a.Diameter && single.AvgHops < a.AvgHops {
+		t.Fatalf("one stream: D=%d avg=%.3f %d lift evaluations; two: D=%d avg=%.3f %d", single.Diameter, single.AvgHops,
+			single.LiftEvaluations, a.Diameter, a.AvgHops, a.LiftEvaluations)
 	}
 }

@@ -428,8 +428,8 @@ func TestPlan(t *testing.T) {
 			t.Fatalf("candidate %+v beats the plan (D=%d avg=%v)", c, p.Diameter, p.AvgHops)
 		}
 	}
-	// every generator but planned, and the lift
-	if len(p.Candidates) != len(generators)+1 || !slices.Equal(p.Links, p.Graph.Links()) {
+	// every generator but planned, and each stream's lift
+	if len(p.Candidates) != len(generators)+streamsFor(32) || !slices.Equal(p.Links, p.Graph.Links()) {
 		t.Fatalf("candidates %d, links %d", len(p.Candidates), len(p.Links))
 	}
 	// the search must beat a plain random 4-regular sample's diameter (4)
