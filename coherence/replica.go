@@ -2271,16 +2271,16 @@ func (e *Engine) Backing(key gva.GVA) (gva.Version, bool) {
 
 // CopyFor returns, for checkers, the version of this node's backup copy of
 // key and the node (with its incarnation) whose death promotes it: the
-// copy's owner, or the heir it stands in for.
-func (e *Engine) CopyFor(key gva.GVA) (v gva.Version, watched noc.NodeID, inc uint64, ok bool) {
+// copy's owner, or the heir it stands in for (standIn).
+func (e *Engine) CopyFor(key gva.GVA) (v gva.Version, watched noc.NodeID, inc uint64, standIn, ok bool) {
 	c := e.copies[key]
 	if c == nil {
-		return 0, 0, 0, false
+		return 0, 0, 0, false, false
 	}
 	if c.hasHeir {
-		return c.version, c.heir, c.heirInc, true
+		return c.version, c.heir, c.heirInc, true, true
 	}
-	return c.version, c.owner, c.ownerInc, true
+	return c.version, c.owner, c.ownerInc, false, true
 }
 
 // Backups returns the nodes a page owned here is replicated to (nil if it

@@ -382,13 +382,27 @@ func (c *checker) heldElsewhere(n *simNode, key gva.GVA) bool {
 // handover's drop that was lost, say): its probe of that node drops it,
 // it takes nothing over, and it keeps no page alive.
 func (c *checker) standingCopy(m, n *simNode, key gva.GVA) (gva.Version, bool) {
-	v, watched, inc, ok := m.eng.CopyFor(key)
+	v, watched, inc, standIn, ok := m.eng.CopyFor(key)
 	if !ok {
 		return 0, false
 	}
 	if int(watched) < len(c.w.nodes) {
 		if w := c.w.nodes[watched]; w != n && w.alive && w.eng.Incarnation() == inc {
 			return v, false
+		}
+	}
+	if standIn {
+		// A handover's stand-in keeps the page only until the heir's own
+		// backups hold it; once one does, the heir releases the stand-ins
+		// (its drops may still be on their way when it dies), and the
+		// heir's backups are what keep the page (dpu-sim seed 2780, 13
+		// nodes, line, every fault, R = 2: the heir died, its backup was
+		// crashed as if this stand-in kept the page, and the heir's drop
+		// reached it next).
+		for _, b := range c.w.nodes {
+			if _, o, oinc, st, ok := b.eng.CopyFor(key); ok && !st && o == watched && oinc == inc {
+				return v, false
+			}
 		}
 	}
 	return v, true
