@@ -924,7 +924,7 @@ func (e *Engine) handleReplicate(now time.Duration, f *noc.Frame) {
 		c.restored = false
 		c.rank, c.backups, c.touched, c.unreachAt, c.lostAt = m.rank, m.backups, now, 0, 0
 		c.pinned = m.flags&replPinned != 0
-		c.term = e.split.term
+		c.term, c.census = e.split.term, false
 	}
 	var b [replAckLn]byte
 	binary.BigEndian.PutUint64(b[:], m.epoch)
@@ -1938,7 +1938,7 @@ func (e *Engine) tryPromote(now time.Duration, c *backupCopy) {
 	if e.splitRule() && c.queryTerm == e.split.term && now-c.fellowsAskedAt < 2*e.cfg.RetryInterval {
 		return // their answers may still come
 	}
-	if e.splitRule() && c.census && !c.ownerGone {
+	if e.splitRule() && c.term != e.split.term && !e.noRiskSince(c.term) && !c.ownerGone {
 		// A copy from the minority whose owner (or heir) is cut off, not
 		// known dead: while this node was in the minority that owner, in
 		// the majority, may have taken it for dead and committed writes
