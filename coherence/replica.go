@@ -517,7 +517,11 @@ func (e *Engine) keepStandIn(now time.Duration, pg *page, heir noc.NodeID, heirI
 	pr := e.pageReplies(now, pg)
 	c := &backupCopy{key: pg.key, owner: e.self, ownerInc: e.inc, epoch: pg.epoch, version: pg.version, huge: pg.huge,
 		content: content, attr: pg.attr, hasAttr: pg.hasAttr, backups: list, touched: now, heir: heir, heirInc: heirInc, hasHeir: true,
-		replies: pr.recs, recFrom: pr.from, recKnown: true}
+		replies: pr.recs, recFrom: pr.from, recKnown: true,
+		term: e.split.term} // its owner, this node, touched it in this term
+	if !e.split.majority {
+		c.term = 0 // not confirmed in a majority (a handover commits in one)
+	}
 	e.copies[pg.key] = c
 	e.indexCopy(c)
 	e.durMark(pg.key)
