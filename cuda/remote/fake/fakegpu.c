@@ -127,6 +127,7 @@ EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n) {
     return posix_memalign(p, 4096, n ? n : 1) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 EXPORT CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cuMemAllocHost_v2(p, n); }
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CTX(); STICKY(); memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CTX(); STICKY(); memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { NEED_CTX(); memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }

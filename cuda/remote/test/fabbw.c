@@ -56,17 +56,17 @@ int main(int argc, char **argv) {
         struct rw_stage_hdr tag = {round, 42};
         memset(back, 0, bytes);
         double t0 = now_s();
-        rc = pages_store(ps, src, region, buf, bytes, tag);
+        rc = pages_store(ps, src, region, buf, bytes, tag, NULL);
         double t1 = now_s();
         if (rc == 0)
-            rc = pages_load(pd, dst, region, back, bytes, tag);
+            rc = pages_load(pd, dst, region, back, bytes, tag, NULL);
         double t2 = now_s();
         if (rc == 0 && memcmp(buf, back, bytes) != 0)
             rc = -1;
         memset(back, 0, bytes);
         double t3 = now_s();
         if (rc == 0)
-            rc = pages_load(ps, src, region, back, bytes, tag);
+            rc = pages_load(ps, src, region, back, bytes, tag, NULL);
         double t4 = now_s();
         if (rc == 0 && memcmp(buf, back, bytes) != 0)
             rc = -1;
