@@ -119,12 +119,19 @@ static void fault_init(void) {
         fault_chunk = strtol(f + 14, NULL, 10);
 }
 
-/* fault_hit counts a chunk stored: 1 when it is the one to corrupt. */
-static int fault_hit(void) {
+/* fault_base counts the chunks of a store job of len bytes, in transfer
+ * order: the number of the job's first chunk less one. */
+static long fault_base(size_t len) {
     pthread_once(&fault_once, fault_init);
     if (fault_chunk <= 0)
         return 0;
-    if (atomic_fetch_add(&chunks_stored, 1) + 1 != fault_chunk)
+    long chunks = (long)(((len + RW_STAGE_DATA - 1) / RW_STAGE_DATA + RW_CHUNK_PAGES - 1) / RW_CHUNK_PAGES);
+    return atomic_fetch_add(&chunks_stored, chunks);
+}
+
+/* fault_hit: chunk c of a job whose chunks follow base is the one to corrupt. */
+static int fault_hit(long base, size_t c) {
+    if (fault_chunk <= 0 || base + (long)c + 1 != fault_chunk)
         return 0;
     fprintf(stderr, "dpucuda mbox: DPU_CUDA_REMOTE_FAULT: corrupting staged chunk %ld\n", fault_chunk);
     return 1;
@@ -142,6 +149,7 @@ struct job {
     struct rw_stage_hdr tag;
     struct xfer x;
     int on_caller; /* run by the caller's thread: it calls x.alive itself */
+    long fault;    /* stores: the chunks stored before this job's (fault injection) */
 };
 
 struct pool {
@@ -173,7 +181,7 @@ static void pause_us(long us) {
  * message, loading it again as needed, and copies its data to dst. */
 static int settle(struct pool *p, const struct job *j, dpu_t *d, dpu_gva_t g, unsigned char *page, size_t m,
                   uint32_t index, unsigned char *dst) {
-    size_t whole = HDR + m + RW_STAGE_TAIL;
+    size_t whole = HDR + m + RW_STAGE_TRAILER;
     uint64_t start = 0, bad_since = 0, next_alive = 0;
     uint32_t bad_sum = 0;
     for (unsigned tries = 0;; tries++) {
@@ -230,7 +238,7 @@ static int move_chunk(struct pool *p, const struct job *j, dpu_t *d, size_t firs
     size_t last_m = j->len - (first + np - 1) * RW_STAGE_DATA;
     if (last_m > RW_STAGE_DATA)
         last_m = RW_STAGE_DATA;
-    size_t span = (np - 1) * RW_PAGE + HDR + last_m + RW_STAGE_TAIL; /* bytes of the chunk's range */
+    size_t span = (np - 1) * RW_PAGE + HDR + last_m + RW_STAGE_TRAILER; /* bytes of the chunk's range */
     dpu_gva_t g0 = dpu_gva_add(j->base, first * RW_PAGE);
     int paged = j->x.mode & RW_XFER_PAGED;
     if (j->store) {
@@ -238,13 +246,13 @@ static int move_chunk(struct pool *p, const struct job *j, dpu_t *d, size_t firs
             size_t m = q + 1 < np ? RW_STAGE_DATA : last_m;
             page_format(scratch + q * RW_PAGE, j->buf + off0 + q * RW_STAGE_DATA, m, j->tag, (uint32_t)(first + q));
         }
-        if (fault_hit())
+        if (fault_hit(j->fault, first / RW_CHUNK_PAGES))
             scratch[HDR] ^= 0x5a;
         if (!paged)
             return dpu_store(d, g0, scratch, span);
         for (size_t q = 0; q < np; q++) {
             size_t m = q + 1 < np ? RW_STAGE_DATA : last_m;
-            int r = dpu_store(d, dpu_gva_add(g0, q * RW_PAGE), scratch + q * RW_PAGE, HDR + m + RW_STAGE_TAIL);
+            int r = dpu_store(d, dpu_gva_add(g0, q * RW_PAGE), scratch + q * RW_PAGE, HDR + m + RW_STAGE_TRAILER);
             if (r < 0)
                 return r;
         }
@@ -260,7 +268,7 @@ static int move_chunk(struct pool *p, const struct job *j, dpu_t *d, size_t firs
         dpu_gva_t g = dpu_gva_add(g0, q * RW_PAGE);
         unsigned char *page = scratch + q * RW_PAGE;
         if (paged) {
-            int r = dpu_load(d, g, page, HDR + m + RW_STAGE_TAIL);
+            int r = dpu_load(d, g, page, HDR + m + RW_STAGE_TRAILER);
             if (r < 0)
                 return r;
         }
@@ -388,6 +396,8 @@ static int run_job(struct pool *p, dpu_t *d, int store, dpu_gva_t base, void *bu
     struct job j = {.d = d, .store = store, .base = base, .buf = buf, .len = len, .tag = tag};
     if (x)
         j.x = *x;
+    if (store)
+        j.fault = fault_base(len);
     if (!p || len <= RW_STAGE_DATA) {
         /* One page (or no pool): no hand-off. */
         j.on_caller = 1;

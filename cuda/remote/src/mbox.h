@@ -85,7 +85,7 @@ int pages_load(struct pool *p, dpu_t *d, dpu_gva_t base, void *buf, size_t len, 
 
 /* One staging page (the decoder of bytes another node wrote): page_format
  * writes header, m data bytes (m <= RW_STAGE_DATA) and trailer; page_check
- * says whether the sizeof hdr + m + RW_STAGE_TAIL bytes at page are page
+ * says whether the sizeof hdr + m + RW_STAGE_TRAILER bytes at page are page
  * index of the message tag names: PAGE_OK, PAGE_STALE (another message's,
  * or another page's) or PAGE_BAD (this message's header, wrong checksum). */
 enum { PAGE_OK = 0, PAGE_STALE = 1, PAGE_BAD = 2 };

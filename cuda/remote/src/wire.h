@@ -90,8 +90,8 @@ struct rw_stage_tail {
     uint32_t index;
 };
 _Static_assert(sizeof(struct rw_stage_tail) == 8, "stage tail");
-#define RW_STAGE_TAIL 8u
-#define RW_STAGE_DATA (RW_PAGE - 16u - RW_STAGE_TAIL) /* data bytes a staging page: 4072 */
+#define RW_STAGE_TRAILER 8u
+#define RW_STAGE_DATA (RW_PAGE - 16u - RW_STAGE_TRAILER) /* data bytes a staging page: 4072 */
 _Static_assert(RW_STAGE_DATA == RW_PAGE - sizeof(struct rw_stage_hdr) - sizeof(struct rw_stage_tail), "stage data");
 #define RW_CORRUPT_MS 2000u
 /* Staging pages move in bulk chunks of RW_CHUNK_PAGES consecutive pages:
