@@ -16,7 +16,11 @@
 //	                 its errors come back at the next synchronising call
 //	src/mbox.c       fabric mailboxes: each side owns an inbox of fabric pages
 //	                 on its node and STOREs messages and bulk data into the
-//	                 peer's; bulk pages are striped over a pool of threads
+//	                 peer's; bulk pages (CRC-32C each) move in 64-page chunks,
+//	                 one bulk transfer each, striped over a pool of threads
+//	wire.go          the staging page format on the Go side (held to wire.h)
+//	test/copyprobe.c checked, timed copies both ways (bulk tests, bench-copy.sh)
+//	test/pagefuzz.c  the staging page decoder against random and changed pages
 //	src/wire.h       the messages
 //	fake/fakegpu.c   a CPU stand-in for libcuda.so.1 (the tests' driver)
 //	test/rprobe.c    a driver API program run locally and remotely

@@ -216,8 +216,9 @@ for d in htod dtoh; do
 done
 timeout 200 "$B/build/fabbw" "$W/fab/node0/dpu0.sock" "$W/fab/node1/dpu0.sock" 67108864 8 >"$W/fabbw.txt" 2>&1
 cat "$W/fabbw.txt"
-F=$(kv "$W/fabbw.txt" fabric_staged_MBps)
-echo "remote htod as a fraction of the fabric's staged rate (store then load, 8 threads): $(ratio "$(kv "$W/rate.remote" htod_MBps)" "$F")"
+F=$(kv "$W/fabbw.txt" fabric_raw_store_MBps) FL=$(kv "$W/fabbw.txt" fabric_raw_load_MBps)
+echo "remote htod as a fraction of the fabric's raw bulk store (one dpu_store of 64 MiB): $(ratio "$(kv "$W/rate.remote" htod_MBps)" "$F")"
+echo "remote dtoh as a fraction of the fabric's raw bulk load across (one dpu_load of 64 MiB): $(ratio "$(kv "$W/rate.remote" dtoh_MBps)" "$FL")"
 for th in 16; do
     timeout 200 "$B/build/fabbw" "$W/fab/node0/dpu0.sock" "$W/fab/node1/dpu0.sock" 67108864 $th | grep -v '^fabric_bytes' | tr '\n' ' '
     echo

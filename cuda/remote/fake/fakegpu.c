@@ -14,6 +14,7 @@
  * call of the process fails with it after).
  */
 #define _GNU_SOURCE
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,23 +111,51 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *c) { *c = cur; return CUDA_SUCCESS; }
 EXPORT CUresult cuCtxSynchronize(void) { STICKY(); return cur ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
 
 #define NEED_CTX() do { if (!cur) return CUDA_ERROR_INVALID_CONTEXT; } while (0)
+/* Allocations carry their size in front (HEAD bytes, keeping the block's
+ * alignment): free memory is the 7 GiB the device starts with less what
+ * is allocated, pinned host memory included, so a test sees what a
+ * session left behind. */
+#define HEAD 4096
+static _Atomic size_t held;
+static void *held_alloc(size_t n) {
+    void *m = NULL;
+    if (posix_memalign(&m, HEAD, HEAD + (n ? n : 1)))
+        return NULL;
+    memcpy(m, &n, sizeof n);
+    atomic_fetch_add(&held, n);
+    return (char *)m + HEAD;
+}
+static void held_free(void *p) {
+    if (!p)
+        return;
+    size_t n;
+    memcpy(&n, (char *)p - HEAD, sizeof n);
+    atomic_fetch_sub(&held, n);
+    free((char *)p - HEAD);
+}
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     NEED_CTX();
-    void *m = NULL;
-    if (n > (8ull << 30))
+    if (n > (7ull << 30) - atomic_load(&held))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (posix_memalign(&m, 256, n ? n : 1))
+    void *m = held_alloc(n);
+    if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *p = (CUdeviceptr)(uintptr_t)m;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CTX(); free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
-EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) { NEED_CTX(); *f = 7ull << 30; *t = 8ull << 30; return CUDA_SUCCESS; }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CTX(); held_free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
+    NEED_CTX();
+    *f = (7ull << 30) - atomic_load(&held);
+    *t = 8ull << 30;
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuMemAllocHost_v2(void **p, size_t n) {
     NEED_CTX();
-    return posix_memalign(p, 4096, n ? n : 1) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    return (*p = held_alloc(n)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
-EXPORT CUresult cuMemFreeHost(void *p) { free(p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemFreeHost(void *p) { held_free(p); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cuMemAllocHost_v2(p, n); }
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CTX(); STICKY(); memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CTX(); STICKY(); memcpy(d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { NEED_CTX(); memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return CUDA_SUCCESS; }

@@ -7,7 +7,13 @@
  *   DPU_CUDA_REMOTE       the launcher's door GVA (gva:...), or a file holding it
  *   DPU_SOCKET / DPU_RUN_DIR   this node's host interface (libdpu's defaults)
  *   DPU_CUDA_REMOTE_TIMEOUT_S  bound of one call (default 600)
- *   DPU_CUDA_REMOTE_THREADS    threads moving bulk pages (default 8)
+ *   DPU_CUDA_REMOTE_THREADS    threads moving bulk chunks (default 8)
+ *   DPU_CUDA_REMOTE_XFER  bulk (default): staging pages move in chunks of
+ *                         RW_CHUNK_PAGES, one bulk transfer each; paged: one
+ *                         STORE or LOAD a page, on both sides (the version 3
+ *                         path, for comparison)
+ *   DPU_CUDA_REMOTE_FAULT corrupt-chunk=N: the N-th chunk stored arrives
+ *                         corrupt (tests; mbox.h)
  *   DPU_CUDA_REMOTE_LOG   0 quiet, 1 (default) warnings and entry points
  *                         asked for but not served, 2 every call
  *
@@ -753,6 +759,8 @@ static void connect_once(void) {
     const char *th = getenv("DPU_CUDA_REMOTE_THREADS");
     if (th && atoi(th) > 0)
         threads = atoi(th);
+    const char *xf = getenv("DPU_CUDA_REMOTE_XFER");
+    uint32_t xfer = xf && !strcmp(xf, "paged") ? RW_XFER_PAGED : 0;
     int e = read_door(getenv("DPU_CUDA_REMOTE"), &DOOR);
     if (e < 0) {
         logf_(1, "DPU_CUDA_REMOTE (the launcher's door GVA or a file holding it): %s", dpu_strerror(e));
@@ -795,7 +803,7 @@ static void connect_once(void) {
         goto fail;
     }
     MB = (struct mbox){.d = D, .own = own, .peer = {door.slot[SLOT].srv_hi, door.slot[SLOT].srv_lo},
-                       .staging_pages = staging, .pool = pool_new(NULL, threads), .token = TOKEN};
+                       .staging_pages = staging, .pool = pool_new(NULL, threads), .token = TOKEN, .xfer = xfer};
     /* Both words in one STORE: the launcher reads them in one LOAD. */
     uint64_t cli[2] = {own.hi, own.lo};
     dpu_store(D, slot_field(offsetof(struct rw_door_slot, cli_hi)), cli, sizeof cli);
@@ -807,7 +815,7 @@ static void connect_once(void) {
         else
             dpu_close(hd);
     }
-    struct rw_hello hi = {.version = RW_VERSION, .pid = (uint32_t)getpid()};
+    struct rw_hello hi = {.version = RW_VERSION, .pid = (uint32_t)getpid(), .xfer = xfer};
     FILE *cf = fopen("/proc/self/comm", "r");
     if (cf) {
         if (fgets(hi.name, sizeof hi.name, cf))

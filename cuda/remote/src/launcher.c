@@ -62,6 +62,7 @@
     X(cuMemGetInfo_v2, CUresult (*)(size_t *, size_t *))                                                    \
     X(cuMemAllocHost_v2, CUresult (*)(void **, size_t))                                                     \
     X(cuMemFreeHost, CUresult (*)(void *))                                                                  \
+    X(cuMemHostAlloc, CUresult (*)(void **, size_t, unsigned))                                              \
     X(cuMemsetD8Async, CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream))                          \
     X(cuMemsetD16Async, CUresult (*)(CUdeviceptr, unsigned short, size_t, CUstream))                        \
     X(cuMemsetD32Async, CUresult (*)(CUdeviceptr, unsigned, size_t, CUstream))                              \
@@ -198,6 +199,15 @@ struct session {
     size_t npend, cappend;
     struct pinned cache[PINNED_CACHE];
     uint64_t batches, batched;
+    /* The pinned staging buffer copies to and from the device go through
+     * (cuMemHostAlloc, portable; pageable buf when the driver gives none):
+     * the bytes of staging page k at k * RW_STAGE_DATA. An asynchronous
+     * copy to the device out of it marks its pages busy until its event
+     * completes; they are not written before. */
+    unsigned char *pin;
+    void *pin_ctx;
+    struct { uint32_t stage, pages; void *ev, *ctx; } busy[2];
+    uint64_t corrupt; /* staged transfers refused as corrupt */
 };
 
 static dpu_t *D; /* the main thread's connection; each slot thread has its own */
@@ -285,11 +295,14 @@ static CUstream stream_of(struct session *s, uint32_t id, int *ok) {
 
 static void pending_drop(struct session *s, size_t i);
 static void pinned_flush(struct session *s);
+static void pin_free(struct session *s);
+static CUresult staged_fail(struct session *s, int e);
 
 static void session_release(struct session *s) {
     while (s->npend > 0)
         pending_drop(s, s->npend - 1);
     pinned_flush(s);
+    pin_free(s);
     /* Events and streams, then functions/kernels (nothing to free), modules
      * and libraries, memory, contexts last. */
     static const int order[] = {K_EVENT, K_STREAM, K_MODULE, K_LIBRARY};
@@ -389,9 +402,10 @@ static CUresult staged(struct session *s, uint64_t seq, uint64_t n, unsigned cha
     unsigned char *img = malloc(n + 1);
     if (!img)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (mbox_get(&s->mb, img, n, seq) < 0) {
+    int e = mbox_get(&s->mb, img, n, seq);
+    if (e < 0) {
         free(img);
-        return CUDA_ERROR_UNKNOWN;
+        return staged_fail(s, e);
     }
     img[n] = 0;
     *out = img;
@@ -562,6 +576,85 @@ static struct pending *pending_find(struct session *s, uint64_t id, size_t *at) 
     return NULL;
 }
 
+/* ---- the pinned staging buffer ---- */
+static void busy_wait(struct session *s, int i) {
+    if (!s->busy[i].ev)
+        return;
+    CALL(cuCtxSetCurrent, (CUcontext)s->busy[i].ctx);
+    CALL(cuEventSynchronize, (CUevent)s->busy[i].ev);
+    CALL(cuEventDestroy_v2, (CUevent)s->busy[i].ev);
+    CALL(cuCtxSetCurrent, (CUcontext)s->cur);
+    s->busy[i].ev = NULL;
+}
+
+/* pin_wait waits for the asynchronous copies out of staging pages
+ * [stage, stage + pages) of the pinned buffer. */
+static void pin_wait(struct session *s, uint32_t stage, uint32_t pages) {
+    for (int i = 0; i < 2; i++)
+        if (s->busy[i].ev && stage < s->busy[i].stage + s->busy[i].pages && s->busy[i].stage < stage + pages)
+            busy_wait(s, i);
+}
+
+static void pin_free(struct session *s) {
+    for (int i = 0; i < 2; i++)
+        busy_wait(s, i);
+    if (s->pin) {
+        CALL(cuCtxSetCurrent, (CUcontext)s->pin_ctx);
+        CALL(cuMemFreeHost, s->pin);
+        CALL(cuCtxSetCurrent, (CUcontext)s->cur);
+        s->pin = NULL;
+    }
+}
+
+/* pin_buf: the staging buffer for a copy of pages [stage, stage + pages)
+ * in the current context, its busy pages waited for; pinned when the
+ * driver gives pinned memory, else the pageable bounce buffer. */
+static unsigned char *pin_buf(struct session *s, uint32_t stage, uint32_t pages, int *pinned) {
+    if (!s->pin && s->cur) {
+        void *p = NULL;
+        if ((CALL(cuMemHostAlloc, &p, s->bufsize, 1 /* CU_MEMHOSTALLOC_PORTABLE */) == CUDA_SUCCESS && p) ||
+            (CALL(cuMemAllocHost_v2, &p, s->bufsize) == CUDA_SUCCESS && p)) {
+            s->pin = p;
+            s->pin_ctx = s->cur;
+        }
+    }
+    *pinned = s->pin != NULL;
+    if (!s->pin)
+        return s->buf;
+    pin_wait(s, stage, pages);
+    return s->pin;
+}
+
+/* pin_busy marks pages [stage, stage + pages) busy until the work queued
+ * on st so far (an asynchronous copy out of them) is done. */
+static CUresult pin_busy(struct session *s, uint32_t stage, uint32_t pages, CUstream st) {
+    int i = s->busy[0].ev ? (s->busy[1].ev ? 0 : 1) : 0;
+    busy_wait(s, i);
+    void *ev = NULL;
+    CUresult r = CALL(cuEventCreate, (CUevent *)&ev, 2 /* CU_EVENT_DISABLE_TIMING */);
+    if (r == CUDA_SUCCESS && (r = CALL(cuEventRecord, (CUevent)ev, st)) != CUDA_SUCCESS) {
+        CALL(cuEventDestroy_v2, (CUevent)ev);
+        ev = NULL;
+    }
+    if (!ev) /* no event: wait for the stream instead */
+        return r ? r : CALL(cuStreamSynchronize, st);
+    s->busy[i].stage = stage;
+    s->busy[i].pages = pages;
+    s->busy[i].ev = ev;
+    s->busy[i].ctx = s->cur;
+    return CUDA_SUCCESS;
+}
+
+/* staged_fail: the request's answer when its staged bytes could not be
+ * taken: CUDA_ERROR_UNKNOWN (a corrupt chunk is logged). */
+static CUresult staged_fail(struct session *s, int e) {
+    if (e == -EBADMSG) {
+        s->corrupt++;
+        logf_("slot %u: a staged chunk arrived corrupt (CRC-32C); the request fails", s->slot);
+    }
+    return CUDA_ERROR_UNKNOWN;
+}
+
 #define MAX_PENDING 4096
 
 static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsigned char *b, uint32_t len,
@@ -657,6 +750,7 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         if (!o || o->kind != K_CTX)
             return CUDA_ERROR_INVALID_CONTEXT;
         void *dead = o->p;
+        pin_free(s); /* its copies done; the buffer may be the context's */
         r = CALL(cuCtxSetCurrent, NULL);
         r = CALL(cuCtxDestroy_v2, (CUcontext)dead);
         o->kind = K_FREE;
@@ -758,23 +852,31 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             return r;
         }
         NEED(c.bytes <= s->bufsize && mbox_fits(&s->mb, c.stage, c.bytes));
+        uint32_t pages = (uint32_t)((c.bytes + RW_STAGE_DATA - 1) / RW_STAGE_DATA);
+        int pinned;
         if (h->op == OP_HTOD) {
             NEED(inside(s, c.dst, c.bytes));
-            if (mbox_get_at(&s->mb, c.stage, s->buf, c.bytes, h->seq) < 0)
-                return CUDA_ERROR_UNKNOWN;
-            /* The bounce buffer is pageable memory: the driver has taken
-             * its bytes when it returns (an asynchronous copy stays
-             * asynchronous); a synchronous copy completes first. */
-            r = CALL(cuMemcpyHtoDAsync_v2, c.dst, s->buf, c.bytes, st);
+            unsigned char *buf = pin_buf(s, c.stage, pages, &pinned);
+            unsigned char *at = pinned ? buf + (size_t)c.stage * RW_STAGE_DATA : buf;
+            int e = mbox_get_at(&s->mb, c.stage, at, c.bytes, h->seq);
+            if (e < 0)
+                return staged_fail(s, e);
+            /* Out of pinned memory the copy is asynchronous: its pages stay
+             * busy until it is done (a synchronous copy completes first). */
+            r = CALL(cuMemcpyHtoDAsync_v2, c.dst, at, c.bytes, st);
             if (r == CUDA_SUCCESS && !c.async)
                 r = CALL(cuStreamSynchronize, st);
+            else if (r == CUDA_SUCCESS && pinned)
+                r = pin_busy(s, c.stage, pages, st);
             return r;
         }
         NEED(inside(s, c.src, c.bytes));
-        r = CALL(cuMemcpyDtoHAsync_v2, s->buf, c.src, c.bytes, st);
+        unsigned char *buf = pin_buf(s, c.stage, pages, &pinned);
+        unsigned char *at = pinned ? buf + (size_t)c.stage * RW_STAGE_DATA : buf;
+        r = CALL(cuMemcpyDtoHAsync_v2, at, c.src, c.bytes, st);
         if (r == CUDA_SUCCESS)
             r = CALL(cuStreamSynchronize, st);
-        if (r == CUDA_SUCCESS && mbox_put_at(&s->mb, c.stage, s->buf, c.bytes, h->seq) < 0)
+        if (r == CUDA_SUCCESS && mbox_put_at(&s->mb, c.stage, at, c.bytes, h->seq) < 0)
             return CUDA_ERROR_UNKNOWN;
         return r;
     }
@@ -895,8 +997,9 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
             s->imgfill = 0;
         }
         NEED(s->img && total == s->imgsize && off == s->imgfill);
-        if (mbox_get(&s->mb, s->img + off, n, h->seq) < 0)
-            return CUDA_ERROR_UNKNOWN;
+        int e = mbox_get(&s->mb, s->img + off, n, h->seq);
+        if (e < 0)
+            return staged_fail(s, e);
         s->imgfill += n;
         return CUDA_SUCCESS;
     }
@@ -1033,8 +1136,9 @@ static CUresult dispatch(struct session *s, const struct rw_hdr *h, const unsign
         const unsigned char *args;
         if (h->flags & RW_STAGED) {
             NEED(len == head && l.argbytes <= s->bufsize);
-            if (mbox_get(&s->mb, s->buf, l.argbytes, h->seq) < 0)
-                return CUDA_ERROR_UNKNOWN;
+            int e = mbox_get(&s->mb, s->buf, l.argbytes, h->seq);
+            if (e < 0)
+                return staged_fail(s, e);
             args = s->buf;
         } else {
             NEED(len == head + l.argbytes);
@@ -1351,7 +1455,9 @@ static void serve_session(struct session *s) {
             if (h.len >= sizeof hi) {
                 memcpy(&hi, body, sizeof hi);
                 hi.name[sizeof hi.name - 1] = 0;
-                logf_("slot %u: session of pid %u (%s)", s->slot, hi.pid, hi.name);
+                s->mb.xfer = hi.xfer & RW_XFER_PAGED;
+                logf_("slot %u: session of pid %u (%s)%s", s->slot, hi.pid, hi.name,
+                      s->mb.xfer ? ", staging pages one at a time" : "");
             }
             memcpy(rep, &hr, sizeof hr);
             rlen = sizeof hr;
@@ -1414,15 +1520,18 @@ static void *slot_main(void *arg) {
         if (hi || lo) {
             s.token = tok;
             s.mb = (struct mbox){.d = SD, .own = a.inbox, .peer = {hi, lo}, .staging_pages = STAGING,
-                                 .pool = POOL, .token = tok};
+                                 .pool = POOL, .token = tok, .alive = session_alive, .alive_arg = &s};
             s.hb = 0;
             s.hb_at = mono_ms();
             s.calls = 0;
             s.batches = s.batched = 0;
+            s.corrupt = 0;
             serve_session(&s);
             session_release(&s);
-            logf_("slot %u: released after %llu calls (%llu asynchronous operations in %llu batches)", a.slot,
-                  (unsigned long long)s.calls, (unsigned long long)s.batched, (unsigned long long)s.batches);
+            logf_("slot %u: released after %llu calls (%llu asynchronous operations in %llu batches, %llu corrupt "
+                  "chunks refused)",
+                  a.slot, (unsigned long long)s.calls, (unsigned long long)s.batched, (unsigned long long)s.batches,
+                  (unsigned long long)s.corrupt);
         } else {
             logf_("slot %u: claimed but no inbox published; freeing the slot", a.slot);
         }

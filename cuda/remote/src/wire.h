@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #define RW_MAGIC 0x44505552454d4f54ull /* "TOMERUPD": door page magic */
-#define RW_VERSION 3u
+#define RW_VERSION 4u /* 4: staging pages end with a CRC-32C and their index, and move in bulk chunks */
 #define RW_PAGE 4096u
 #define DOOR_SLOTS 16u
 #define STAGING_PAGES_DEFAULT 1024u /* 4 MiB a direction */
@@ -70,16 +70,40 @@ _Static_assert(sizeof(struct rw_door_slot) == 64, "door slot");
 _Static_assert(sizeof(struct rw_door) <= RW_PAGE, "door page");
 
 /* A staging page: a header naming the message the data belongs to, then
- * the data. The reader LOADs a page until its header names the message it
- * is serving (a page written from another node may reach this one after
- * the message does), so bulk data is never taken stale. */
+ * the data, then a trailer. The reader LOADs a page until its header names
+ * the message it is serving (a page written from another node may reach
+ * this one after the message does), so bulk data is never taken stale. */
 struct rw_stage_hdr {
     uint64_t seq;   /* the seq of the message the data goes with */
     uint64_t token; /* the session's token */
 };
-/* Each staging page ends with a 64-bit FNV-1a of its header and data: a
- * page whose bytes arrived in pieces is read again until it is whole. */
-#define RW_STAGE_DATA (RW_PAGE - sizeof(struct rw_stage_hdr) - 8) /* data bytes a staging page */
+/* Each staging page ends, right after its data (a short last page after
+ * its bytes), with a trailer: the CRC-32C (Castagnoli) of the header, the
+ * data and the index, then the page's index counted from the first page
+ * of its transfer. A page whose header is current and whose CRC is wrong
+ * is read again while it changes (its bytes may arrive in pieces); one
+ * that stays the same and wrong for RW_CORRUPT_MS is corrupt, and the
+ * transfer fails (the request: CUDA_ERROR_UNKNOWN) rather than delivering
+ * its bytes. */
+struct rw_stage_tail {
+    uint32_t crc;
+    uint32_t index;
+};
+_Static_assert(sizeof(struct rw_stage_tail) == 8, "stage tail");
+#define RW_STAGE_TRAILER 8u
+#define RW_STAGE_DATA (RW_PAGE - 16u - RW_STAGE_TRAILER) /* data bytes a staging page: 4072 */
+_Static_assert(RW_STAGE_DATA == RW_PAGE - sizeof(struct rw_stage_hdr) - sizeof(struct rw_stage_tail), "stage data");
+#define RW_CORRUPT_MS 2000u
+/* Staging pages move in bulk chunks of RW_CHUNK_PAGES consecutive pages:
+ * one dpu_store or dpu_load of the whole range (the fabric's STORE_BULK /
+ * LOAD_BULK through the connection's bulk area, 256 KiB a request), the
+ * chunks of a transfer striped over the pool's threads, each on its own
+ * connection, so that as many chunks are in flight as there are threads. */
+#define RW_CHUNK_PAGES 64u
+/* rw_hello.xfer: how the client moves staging pages, and so should the
+ * launcher for its session. 0: bulk chunks; RW_XFER_PAGED: one STORE or
+ * LOAD a page (the version 3 path, kept for comparison). */
+#define RW_XFER_PAGED 1u
 
 /* The message page: header then body. */
 struct rw_hdr {
@@ -181,7 +205,7 @@ struct rw_hello {
     uint32_t version;
     uint32_t pid;
     uint32_t flags;        /* cuInit's */
-    uint32_t reserved;
+    uint32_t xfer;         /* RW_XFER_* */
     char name[32];
 };
 struct rw_hello_reply {
