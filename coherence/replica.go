@@ -1067,6 +1067,15 @@ func (e *Engine) handleReplicateAck(now time.Duration, f *noc.Frame) {
 			d := newFrame(noc.ClassControl, OpReplicaDrop, 0, e.self, f.Src, 0, key, held, b[:])
 			e.sendNode(&d)
 		case pg == nil || !pg.owner:
+			if c := e.copies[key]; c != nil && c.hasHeir && c.owner == e.self && c.epoch == epoch && slices.Contains(c.backups, f.Src) {
+				// A backup's answer that crossed this node's handover:
+				// that backup stands in for the heir beside this node now
+				// (handOverReplication told it so), and a drop would end
+				// its copy while the heir may still fail to take the page
+				// (dpu-sim seed 253, ring of 4, R = 2: the heir never got
+				// the commit, this node died, the page was lost).
+				return
+			}
 			e.sendDrop(f.Src, key, epoch)
 		}
 		return

@@ -295,6 +295,7 @@ func TestOutageSeedsFromSweeps(t *testing.T) {
 		{13, "line", 1952, "a handover's stand-ins (the page's home among them), cut off, were given up by the heir, which wrote on with its own backup; heir and backup then fell into a minority and the stand-ins, in the next majority, took the page over from the handover's version (acknowledged writes lost)", 0},
 		{13, "line", 63, "the allocator's free of a page that moved away again each time it was taken back ran out of its bound and answered EINVAL (not the allocator's to free) instead of ETIMEDOUT", 3},
 		{13, "line", 2780, "the checker counted a handover's stand-in as keeping the page while the heir's drop to it was on its way (the heir's backup held the page), and crashed that backup after the heir: the page's last copy", 0},
+		{4, "ring", 253, "a backup's answer that crossed its owner's handover drew a drop from the old owner that ended the copy it had just made a stand-in; the heir never got the commit and the old owner died: no copy left (one crash at R = 2, the page lost)", 0},
 		{8, "ring", 292, "the checker counted a copy its live owner had given up (the handover's drop was lost) as keeping the page alive, and crashed the last real copy's holder", 0},
 	} {
 		cfg := Config{Seed: c.seed, Nodes: c.nodes, Topo: c.topo, Faults: FaultsAll, Replicas: max(c.r, 2)}

@@ -72,7 +72,7 @@ var errDone = errors.New("done")
 const legendPointer = "(dpu-sim --help says what each counter means)"
 
 // legendText says what each counter of the summary line means.
-const legendText = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages every copy of which was on nodes that failed (expected with crash and outage faults and replicas=1; with replicas>1 only a page caught in an ownership transfer when a side of it crashed); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); garbage: messages the garblers (an ordinary user's sessions) sent, valid requests of every operation and mangled ones, through the host wire's decoder and the agent's admission; admitted: those that became requests of the core (one that succeeds on a page not its user's, or on its user's page after the page's free was acknowledged, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
+const legendText = `replicas: the replication factor R of every node; ops: host requests completed (with a result or an error); errors: those that ended with an errno (timeouts, owners unreachable behind a fault, locks taken elsewhere: expected under faults, not violations); swaps: ownership transfers completed; lost: pages every copy of which was on nodes that failed (expected with crash and outage faults and replicas=1; with replicas>1 only where every copy's node failed within a failover's grace: each loss is worth a replay; a sweep names the seeds that lost pages on the line after the errors); failovers: pages a backup took over from a crashed owner, or from one cut off in a minority by a partition (replicas>1; each checked to hold every version the owner committed); checked: atomic and lock operations the linearizability check judged; unchecked: those past --max-history that no history could hold (they fail the run); sessions: host sessions opened; closed: sessions their client closed (the core must release all they held, checked); aborted: requests their caller gave up on (undone by the core); lock-waits: locks that queued in the core behind another session of their node; hand-offs: locks the core handed to the first such waiter as the holder let go; refused: requests on the guarded pages (an ordinary user's, mode 0640) refused with EACCES (each checked against the mode: an allowed one refused, or a forbidden one served, is a violation); freed: extents of the allocation lifecycle their allocator freed, often after another node took a page of them (a free refused to its allocator, a second free or a foreign one served, or a freed page readable anywhere at the end, is a violation); garbage: messages the garblers (an ordinary user's sessions) sent, valid requests of every operation and mangled ones, through the host wire's decoder and the agent's admission; admitted: those that became requests of the core (one that succeeds on a page not its user's, or on its user's page after the page's free was acknowledged, is a violation); violations: broken invariants (must be 0); time: wall-clock time of the run; cpu: CPU time the process used (user and system, every thread: the garbage collector's too), and ops/cpu-s: ops per second of it, the simulator's speed on a shared machine (it counts each seed's start-up, building the nodes and converging routing, and the final checks too: go test -bench Abstract1024 ./sim/ gives the steady state apart)`
 
 // cpuTime is the CPU time this process has used, user and system.
 func cpuTime() time.Duration {
@@ -316,6 +316,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "seed=%d trace=%016x virtual=%v frames=%d\n", list[0], results[0].TraceHash, results[0].Virtual, results[0].Frames)
 	}
 	fmt.Fprintln(stdout, errorsLine(errorsBy))
+	if lost > 0 && len(list) > 1 {
+		fmt.Fprintln(stdout, lostLine(list, results))
+	}
 	if *tiers {
 		fmt.Fprintf(stdout, "tiers: %d pages spilled to the fast disk, %d brought back (the live nodes' stores at the end)\n", spills, returns)
 	}
@@ -421,4 +424,24 @@ func shiftLine(placement string, s sim.ShiftResult) string {
 		line += fmt.Sprintf(" moves/page/window=%.2f max-in-window=%d limit=%d/%v", s.MovesPerPageWindow(), s.MaxInWindow, s.Limit, s.Window)
 	}
 	return line
+}
+
+// lostLine names the seeds that lost pages (the first 20), so that a sweep's
+// losses can be replayed one by one with --seed.
+func lostLine(seeds []uint64, results []sim.Result) string {
+	var b strings.Builder
+	b.WriteString("pages lost in seeds:")
+	n := 0
+	for i, r := range results {
+		if r.Lost == 0 {
+			continue
+		}
+		if n == 20 {
+			b.WriteString(" …")
+			break
+		}
+		fmt.Fprintf(&b, " %d (%d)", seeds[i], r.Lost)
+		n++
+	}
+	return b.String()
 }

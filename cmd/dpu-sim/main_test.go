@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aitherion/dpu/sim"
 )
 
 func TestSweepSummary(t *testing.T) {
@@ -131,5 +133,22 @@ func TestPlantedBugRefused(t *testing.T) {
 	err := run([]string{"--seeds", "1", "--plant-bug", "stale-cas"}, &out, &errb)
 	if err == nil || !strings.Contains(err.Error(), "dpubug") {
 		t.Fatalf("planting a bug in a product build: %v", err)
+	}
+}
+
+// TestLostLineNamesTheSeeds: a sweep's summary names the seeds that lost
+// pages and how many, so each can be replayed.
+func TestLostLineNamesTheSeeds(t *testing.T) {
+	got := lostLine([]uint64{7, 8, 9}, []sim.Result{{Lost: 0}, {Lost: 2}, {Lost: 1}})
+	if want := "pages lost in seeds: 8 (2) 9 (1)"; got != want {
+		t.Fatalf("lostLine = %q, want %q", got, want)
+	}
+	seeds := make([]uint64, 30)
+	results := make([]sim.Result, 30)
+	for i := range results {
+		seeds[i], results[i].Lost = uint64(i+1), 1
+	}
+	if got := lostLine(seeds, results); !strings.HasSuffix(got, " 20 (1) …") {
+		t.Fatalf("lostLine of 30 seeds = %q, want the first 20 and an ellipsis", got)
 	}
 }
