@@ -2,7 +2,6 @@ package remote_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -15,21 +14,7 @@ import (
 // copyProbe runs copyprobe with env and returns its key=value lines.
 func copyProbe(t *testing.T, ctx context.Context, bin string, env []string, args ...string) map[string]string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "copyprobe"), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	kv := map[string]string{}
-	for _, l := range strings.Split(string(out), "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			kv[k] = v
-		}
-	}
-	if err != nil || kv["done"] != "1" {
-		t.Fatalf("copyprobe %v: %v\n%s\nstderr:\n%s", args, err, out, stderr.String())
-	}
-	return kv
+	return runProbe(t, ctx, filepath.Join(bin, "copyprobe"), env, args...)
 }
 
 // Copies to the device and back arrive whole through the bulk chunks and

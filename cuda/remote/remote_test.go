@@ -42,7 +42,15 @@ func probe(t *testing.T, ctx context.Context, bin string, env []string, args ...
 
 func probeModule(t *testing.T, ctx context.Context, bin string, env []string, module string, args ...string) map[string]string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "rprobe"), append([]string{module}, args...)...)
+	return runProbe(t, ctx, filepath.Join(bin, "rprobe"), env, append([]string{module}, args...)...)
+}
+
+// runProbe runs one of the test programs (rprobe, copyprobe) with env
+// added to the test's and returns the key=value lines it printed; it
+// fails the test unless the program exits 0 having printed done=1.
+func runProbe(t *testing.T, ctx context.Context, prog string, env []string, args ...string) map[string]string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -54,7 +62,7 @@ func probeModule(t *testing.T, ctx context.Context, bin string, env []string, mo
 		}
 	}
 	if err != nil || kv["done"] != "1" {
-		t.Fatalf("rprobe %v: %v\n%s\nstderr:\n%s", env, err, out, stderr.String())
+		t.Fatalf("%s %v (env %v): %v\n%s\nstderr:\n%s", filepath.Base(prog), args, env, err, out, stderr.String())
 	}
 	return kv
 }
