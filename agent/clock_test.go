@@ -34,7 +34,7 @@ func TestClockOnLiveNodes(t *testing.T) {
 			t.Fatalf("node 0's clock after 20 s: %+v", entries)
 		}
 		time.Sleep(100 * time.Millisecond)
-		c, ctx = dialCtl(t, nodes[0].runDir)
+		ctx = ctxT(t, 5*time.Second)
 	}
 	t.Logf("node 0's clock: %+v", entries)
 	for _, e := range entries {

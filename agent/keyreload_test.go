@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aitherion/dpu/ctl"
 	"github.com/aitherion/dpu/internal/rundir"
 	"github.com/aitherion/dpu/noc/port/secure"
 )
@@ -52,8 +54,11 @@ func TestReloadAppliesKeyRemoval(t *testing.T) {
 	// the link goes down (heartbeats unanswered for the dead interval):
 	// no route to node 1 remains, and node 1's handshakes are refused
 	waitFor(t, 20*time.Second, "node 0's route to node 1 to go", func() bool {
-		c, ctx := dialCtl(t, n0.runDir)
-		rs, err := c.Routes(ctx)
+		var rs []ctl.Route
+		err := withCtl(n0.runDir, 2*time.Second, func(c *ctl.Client, ctx context.Context) (err error) {
+			rs, err = c.Routes(ctx)
+			return err
+		})
 		return err == nil && len(rs) == 0
 	})
 	if _, err := os.Stat(keysFile); err != nil {

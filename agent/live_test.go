@@ -205,13 +205,31 @@ func dialCtl(tb testing.TB, runDir string) (*ctl.Client, context.Context) {
 	return c, ctx
 }
 
+// withCtl runs f on a control connection to the agent whose run
+// directory is runDir, bounded by d, and closes the connection: the form
+// for polls (a connection each poll left open until cleanup would count
+// against the server's MaxConns, and past it every poll is refused).
+func withCtl(runDir string, d time.Duration, f func(*ctl.Client, context.Context) error) error {
+	c, err := ctl.Dial(filepath.Join(runDir, "ctl.sock"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return f(c, ctx)
+}
+
 // statCounter reads one counter of dpuctl stats from the agent whose run
 // directory is runDir; false when the agent has no such counter (an agent
 // built from an older revision, DPU_AGENT_BIN).
 func statCounter(tb testing.TB, runDir, name string) (uint64, bool) {
 	tb.Helper()
-	c, ctx := dialCtl(tb, runDir)
-	st, err := c.Stats(ctx)
+	var st ctl.Stats
+	err := withCtl(runDir, 5*time.Second, func(c *ctl.Client, ctx context.Context) (err error) {
+		st, err = c.Stats(ctx)
+		return err
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
