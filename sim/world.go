@@ -693,6 +693,7 @@ func (w *World) Finish() Result {
 		}
 	}
 	w.res.Lost = w.check.lostCount()
+	w.check.lossesExplained(w.cfg.Replicas)
 	w.res.Failovers = w.check.failovers
 	w.res.Shift = w.shift.res
 	if w.check.debug != nil {
