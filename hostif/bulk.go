@@ -17,10 +17,10 @@ import (
 // the descriptor it is passed. A STORE_BULK or LOAD_BULK then names a
 // range of the area and of the fabric's addresses, up to wire.MaxBulk
 // bytes over any number of pages. The server cuts it at page boundaries
-// into the core's own page stores or loads (admit.Bulk: a piece
+// into the core's own page stores or loads (admit.Transfer: a piece
 // admission refuses fails the request whole, nothing submitted; the core
 // checks each page's permission as for any store or load), lets them into
-// the core as the connection's budget allows (bulkBudget) and answers
+// the core as the connection's budget allows (admit.Budget) and answers
 // once the last completes: how many bytes from the start were done, in
 // whole pieces before the first that failed, and that piece's errno. The
 // pages' requests share datagrams on the way (the link packs them): one
@@ -87,40 +87,30 @@ func (s *Server) closeBulk(c *conn) {
 	s.opts.Quota.Release(c.cred.UID, quota.Files, bulkFiles)
 }
 
-// bulkOp is one STORE_BULK or LOAD_BULK in flight: its pieces, one per
-// page, their core requests, admitted, and what is left of them.
+// bulkOp is one STORE_BULK or LOAD_BULK in flight: its transfer (the
+// pieces, one per page, their core requests, admitted, and their
+// outcomes: admit.Transfer) and the tags of its pieces.
 type bulkOp struct {
+	admit.Transfer
 	t      *task
 	area   *bulkArea
 	off    int // the request's offset in the area
 	pieces []bulkPiece
-	cut    []admit.Piece
-	reqs   []coherence.Request
-	next   int // the first piece not yet submitted
-	left   int // pieces not yet completed
 }
-
-// bulkBudget is the most pieces of a connection's bulk requests in the
-// core at once; the others wait in the connection's queue, in order, and
-// go in as earlier ones complete. It keeps one client's transfers from
-// filling the links' queues (past a few milliseconds of them, answers
-// come after the requests' re-sends) and bounds what one connection
-// holds of the core.
-const bulkBudget = 128
 
 // bulkPiece is the part of a bulk request in one page: the Tag of its
 // core request.
 type bulkPiece struct {
-	admit.Piece
 	op   *bulkOp
-	err  error
+	i    int    // its index in the transfer
 	data []byte // a store's bytes, copied out of the area as it enters the core
 }
 
 var bulkPool = sync.Pool{New: func() any { return &bulkOp{} }}
 
 // bulkOf cuts request t of c into its pages' core requests, admitted,
-// and appends them to batch; nothing is appended when one fails.
+// and appends those the connection's budget lets in (admit.Budget) to
+// batch; nothing is appended when one is refused.
 func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherence.Request, error) {
 	r := &t.req
 	c.bulkMu.Lock()
@@ -131,7 +121,6 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 	}
 	op := bulkPool.Get().(*bulkOp)
 	op.t, op.area, op.off = t, a, int(r.Off)
-	op.pieces = op.pieces[:0]
 	n := int(r.Len)
 	a.mu.Lock()
 	if op.off+n > len(a.f.mem) { // a closed area has none
@@ -141,27 +130,21 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 		return batch, fmt.Errorf("%s of %d bytes at %d: past the bulk area's %d: %w", r.Op, n, op.off, size, syscall.EINVAL)
 	}
 	a.mu.Unlock()
-	var err error
-	op.cut, op.reqs, err = admit.Bulk(r, c.credential(), s.bounds, op.cut[:0], op.reqs[:0])
-	if err != nil {
+	if err := op.Cut(r, c.credential(), s.bounds); err != nil {
 		putBulk(op)
 		return batch, err
 	}
-	for i, pc := range op.cut {
-		if i < cap(op.pieces) {
-			op.pieces = op.pieces[:i+1] // keeps the piece's data buffer of an earlier use
-		} else {
-			op.pieces = append(op.pieces, bulkPiece{})
-		}
-		op.pieces[i] = bulkPiece{Piece: pc, op: op, data: op.pieces[i].data[:0]}
+	if n := len(op.Reqs); n > cap(op.pieces) {
+		op.pieces = append(op.pieces[:cap(op.pieces)], make([]bulkPiece, n-cap(op.pieces))...)
 	}
-	for i := range op.reqs {
-		op.reqs[i].Tag = &op.pieces[i]
+	op.pieces = op.pieces[:len(op.Reqs)]
+	for i := range op.pieces {
+		op.pieces[i] = bulkPiece{op: op, i: i, data: op.pieces[i].data[:0]} // keeps an earlier use's buffer
+		op.Reqs[i].Tag = &op.pieces[i]
 	}
-	op.next, op.left = 0, len(op.pieces)
 	t.c = c
 	c.bulkMu.Lock()
-	c.bulkQ = append(c.bulkQ, op)
+	c.bulkQ.Queue(&op.Transfer)
 	batch = s.takeBulkLocked(c, batch)
 	c.bulkMu.Unlock()
 	return batch, nil
@@ -170,34 +153,28 @@ func (s *Server) bulkOf(c *conn, t *task, batch []coherence.Request) ([]coherenc
 // takeBulkLocked appends to batch the queued pieces of c's bulk requests
 // that its budget lets into the core, oldest request first.
 func (s *Server) takeBulkLocked(c *conn, batch []coherence.Request) []coherence.Request {
-	for len(c.bulkQ) > 0 && c.bulkLive < bulkBudget {
-		op := c.bulkQ[0]
-		for op.next < len(op.reqs) && c.bulkLive < bulkBudget {
-			cr := op.reqs[op.next]
-			if op.t.req.Op == wire.OpStoreBulk {
-				p := &op.pieces[op.next]
-				a := op.area
-				a.mu.Lock()
-				if a.f.mem == nil {
-					a.mu.Unlock()
-					return batch // the connection ends: nothing more goes in
-				}
-				p.data = append(p.data[:0], a.f.mem[op.off+p.Start:op.off+p.Start+p.Len]...)
+	for {
+		tr, i, ok := c.bulkQ.Next()
+		if !ok {
+			return batch
+		}
+		cr := tr.Reqs[i]
+		p := cr.Tag.(*bulkPiece)
+		if tr.Op == wire.OpStoreBulk {
+			pc, a := &tr.Pieces[i], p.op.area
+			a.mu.Lock()
+			if a.f.mem == nil {
 				a.mu.Unlock()
-				cr.Data = p.data
+				return batch // the connection ends: nothing more goes in
 			}
-			cr.ID = s.nextReq.Add(1) & (1<<63 - 1)
-			batch = append(batch, cr)
-			op.next++
-			c.bulkLive++
+			p.data = append(p.data[:0], a.f.mem[p.op.off+pc.Start:p.op.off+pc.Start+pc.Len]...)
+			a.mu.Unlock()
+			cr.Data = p.data
 		}
-		if op.next < len(op.reqs) {
-			break
-		}
-		c.bulkQ[0] = nil
-		c.bulkQ = c.bulkQ[1:]
+		cr.ID = s.nextReq.Add(1) & (1<<63 - 1)
+		batch = append(batch, cr)
+		c.bulkQ.Take()
 	}
-	return batch
 }
 
 // bulkRefill submits what c's budget, freed by completions, lets in. Two
@@ -206,8 +183,8 @@ func (s *Server) takeBulkLocked(c *conn, batch []coherence.Request) []coherence.
 func (s *Server) bulkRefill(c *conn) {
 	c.bulkMu.Lock()
 	var batch []coherence.Request
-	if len(c.bulkQ) > 0 && c.bulkLive < bulkBudget {
-		batch = s.takeBulkLocked(c, make([]coherence.Request, 0, bulkBudget-c.bulkLive))
+	if c.bulkQ.Waiting() > 0 && c.bulkQ.Live() < admit.Budget {
+		batch = s.takeBulkLocked(c, make([]coherence.Request, 0, admit.Budget-c.bulkQ.Live()))
 	}
 	c.bulkMu.Unlock()
 	if len(batch) > 0 {
@@ -219,7 +196,7 @@ func putBulk(op *bulkOp) {
 	for i := range op.pieces {
 		op.pieces[i] = bulkPiece{data: op.pieces[i].data[:0]}
 	}
-	clear(op.reqs)
+	op.Reset()
 	op.t, op.area = nil, nil
 	bulkPool.Put(op)
 }
@@ -230,39 +207,33 @@ func (s *Server) bulkDone(p *bulkPiece, d *coherence.Completion) (t *task, last 
 	op := p.op
 	t = op.t
 	c := t.c
-	if d.Err == nil && t.req.Op == wire.OpLoadBulk {
+	pc := &op.Pieces[p.i]
+	if d.Err == nil && op.Op == wire.OpLoadBulk {
 		a := op.area
 		a.mu.Lock()
 		if a.f.mem != nil {
-			copy(a.f.mem[op.off+p.Start:op.off+p.Start+p.Len], d.Data)
+			copy(a.f.mem[op.off+pc.Start:op.off+pc.Start+pc.Len], d.Data)
 		}
 		a.mu.Unlock()
 	} else if d.Err == nil {
-		s.written(p.GVA.Key(), int(p.GVA.Offset()), p.data, d.Version)
+		s.written(pc.GVA.Key(), int(pc.GVA.Offset()), p.data, d.Version)
+	}
+	errno := syscall.Errno(0)
+	if d.Err != nil {
+		if errno = errnoOf(d.Err); errno == 0 {
+			errno = syscall.EIO
+		}
 	}
 	// Completions of one op may be handed over by two drivers' steps at
 	// once (the loop's and a socket reader's): what they share is
 	// counted under the connection's lock.
 	c.bulkMu.Lock()
-	c.bulkLive--
-	p.err = d.Err
-	op.left--
-	left := op.left
+	last, err := c.bulkQ.Done(&op.Transfer, p.i, errno)
 	c.bulkMu.Unlock()
-	if left > 0 {
+	if err != nil || !last {
 		return nil, false
 	}
-	done, errno := 0, syscall.Errno(0)
-	for i := range op.pieces {
-		if e := op.pieces[i].err; e != nil {
-			errno = errnoOf(e)
-			if errno == 0 {
-				errno = syscall.EIO
-			}
-			break
-		}
-		done += op.pieces[i].Len
-	}
+	done, errno := op.Answer()
 	le := binary.LittleEndian
 	t.rep.body = le.AppendUint64(t.rep.body, uint64(done))
 	t.rep.body = le.AppendUint32(t.rep.body, uint32(errno))

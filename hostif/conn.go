@@ -16,6 +16,7 @@ import (
 
 	"github.com/aitherion/dpu/coherence"
 	"github.com/aitherion/dpu/gva"
+	"github.com/aitherion/dpu/host/admit"
 	"github.com/aitherion/dpu/hostif/internal/seqpacket"
 	"github.com/aitherion/dpu/hostif/wire"
 )
@@ -56,10 +57,9 @@ type conn struct {
 	ring    *connRing // the connection's ring pair, if it asked (RINGS)
 	ringFDs []int     // the host's descriptors of ring, ours to close
 
-	bulkMu   sync.Mutex
-	bulk     *bulkArea // the connection's bulk area, if it asked (BULK)
-	bulkQ    []*bulkOp // bulk requests with pieces not yet in the core
-	bulkLive int       // pieces in the core
+	bulkMu sync.Mutex
+	bulk   *bulkArea       // the connection's bulk area, if it asked (BULK)
+	bulkQ  admit.Transfers // the bulk requests in flight and their budget
 }
 
 func newConn(ctx context.Context, s *Server, uc *net.UnixConn, cred credentials, id uint64) *conn {
