@@ -26,8 +26,8 @@ type Transfer struct {
 	Reqs   []coherence.Request
 	errs   []syscall.Errno
 	done   []bool // the piece completed
-	next   int // the first piece not yet in the core
-	left   int // pieces not yet completed
+	next   int    // the first piece not yet in the core
+	left   int    // pieces not yet completed
 }
 
 // Cut makes t the transfer r of user cred, admitted under b (Bulk), reusing
