@@ -27,7 +27,15 @@ func TestCaptureLive(t *testing.T) {
 	var frames []ctl.CapturedFrame
 	var capErr error
 	wg.Go(func() {
-		frames, capErr = c.Capture(ctx, ctl.CaptureRequest{Port: "right", Count: 1000, Timeout: 1500 * time.Millisecond})
+		// (the second capture below may take the port before this one is
+		// in place on a slow machine: this one then tries again)
+		for {
+			frames, capErr = c.Capture(ctx, ctl.CaptureRequest{Port: "right", Count: 1000, Timeout: 1500 * time.Millisecond})
+			if !errors.Is(capErr, syscall.EBUSY) || ctx.Err() != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	})
 	// A second capture of the same port while the first runs is refused.
 	c2, err := ctl.Dial(filepath.Join(nodes[0].runDir, "ctl.sock"))

@@ -25,7 +25,9 @@ func TestClockOnLiveNodes(t *testing.T) {
 		}
 		known := map[noc.NodeID]bool{}
 		for _, e := range entries {
-			known[e.Node] = !e.Excluded
+			// (the first estimates on a loaded machine may be wide: wait
+			// for ones within the bound checked below)
+			known[e.Node] = !e.Excluded && (e.Self || e.Bound <= 20*time.Millisecond)
 		}
 		if known[1] && known[2] {
 			break

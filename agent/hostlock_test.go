@@ -150,14 +150,16 @@ func TestLocalSessionsShareALock(t *testing.T) {
 		}
 		got <- "b"
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// (nothing shows the lock's queue: b's request is given time to be in
+	// it before c's)
+	time.Sleep(200 * time.Millisecond)
 	go func() {
 		if err := c.Lock(ctx, g, 10*time.Second); err != nil {
 			t.Errorf("c: %v", err)
 		}
 		got <- "c"
 	}()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
 	if err := a.Unlock(ctx, g); err != nil {
 		t.Fatal(err)
 	}

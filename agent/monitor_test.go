@@ -54,8 +54,13 @@ func TestMonitorNamesRoutesAndNeighbours(t *testing.T) {
 	events := make(chan ctl.Event, 64)
 	mctx, mcancel := context.WithCancel(context.Background())
 	defer mcancel()
-	go c.Monitor(mctx, func(ev ctl.Event) error { events <- ev; return nil })
-	time.Sleep(50 * time.Millisecond) // the subscription is in place
+	sub := make(chan struct{})
+	go c.MonitorSubscribed(mctx, func() { close(sub) }, func(ev ctl.Event) error { events <- ev; return nil })
+	select {
+	case <-sub: // the subscription is in place
+	case <-time.After(10 * time.Second):
+		t.Fatal("the monitor did not subscribe in 10 s")
+	}
 
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	start(ctx1, &wg1, 1, addrs[1], addrs[0])

@@ -266,8 +266,9 @@ func ownerAndNewOwnerRestart(t *testing.T, r int, firstToo bool) {
 		t.Fatal("no increment acknowledged within 30 s of the owner's death")
 	}
 	var owner int
+	c2 := dialNode(t, st, 2) // one connection for the whole wait
 	if !eventually(10*time.Second, func() bool {
-		loc, err := dialNode(t, st, 2).Where(ctx, g)
+		loc, err := c2.Where(ctx, g)
 		owner = int(loc.Owner)
 		return err == nil && owner != 0
 	}) {
