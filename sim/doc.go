@@ -78,6 +78,13 @@
 // and fault in order. Config.DebugPage (dpu-sim --debug-page) traces every
 // protocol step the engines take for one page and dumps its tree.
 //
+// Besides the clients: flooders (flood.go) and garblers (garbage.go),
+// hostile sessions that flood and send garbage through the host wire's
+// decoder and admission; transfer sessions (transfers.go, with
+// Config.Transfers) that run bulk transfers through admit.Transfer and
+// its budget as the agent's server does, each answer checked against its
+// pieces' outcomes.
+//
 // Modes: SmallCache gives nodes physical pages for half the workload and
 // small path caches with an idle TTL (evictions, the capacity rule);
 // ReadMostly makes 95% of requests loads; Bug plants a protocol bug to

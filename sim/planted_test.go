@@ -147,3 +147,30 @@ func TestPlantedAdmitAsRootIsCaught(t *testing.T) {
 		t.Fatal("an admission that admits everyone as root went unnoticed")
 	}
 }
+
+// TestPlantedTransferAnswerIsCaught plants a bulk transfer whose answer
+// counts the pieces after the first that failed as done: the transfer
+// sessions' check of each answer against its pieces' outcomes must see it.
+func TestPlantedTransferAnswerIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Transfers = 6
+	admit.BugAnswerPastFailure(true)
+	defer admit.BugAnswerPastFailure(false)
+	if !caught(t, cfg, 20, func(v string) bool { return strings.Contains(v, "its pieces say") }) {
+		t.Fatal("a transfer answering past its first failed piece went unnoticed")
+	}
+}
+
+// TestPlantedTransferBudgetIsCaught plants transfers that let every piece
+// into the core at once: the transfer sessions' count of their pieces in
+// the core must pass the budget.
+func TestPlantedTransferBudgetIsCaught(t *testing.T) {
+	cfg := testConfig()
+	cfg.Faults = 0
+	cfg.Transfers = 2
+	admit.BugNoBudget(true)
+	defer admit.BugNoBudget(false)
+	if !caught(t, cfg, 2, func(v string) bool { return strings.Contains(v, "pieces in the core, its budget is") }) {
+		t.Fatal("transfers past their budget went unnoticed")
+	}
+}

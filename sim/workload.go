@@ -82,6 +82,8 @@ type pendingOp struct {
 	garble *garbler
 	// reload: an attempt of a host copy's reload (views.go)
 	reload bool
+	// xfer: the transfer whose piece it is (transfers.go)
+	xfer *xferPiece
 }
 
 // setup allocates the workload's pages on random homes.
@@ -133,6 +135,8 @@ func (w *World) submit(n *simNode, po *pendingOp) {
 		sid = po.flood.session
 	case po.garble != nil:
 		sid = po.garble.session
+	case po.xfer != nil:
+		sid = po.xfer.t.session
 	}
 	n.hosts.Submit(w.now, sid, po.req, n.core)
 	w.settle(n)
@@ -472,6 +476,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 	if po.garble != nil {
 		w.garbleDone(n, po, cp, errno)
 	}
+	if po.xfer != nil {
+		w.xferDone(n, po, cp, errno)
+	}
 	c := po.c
 	if c == nil || c.pending != po {
 		return
@@ -588,6 +595,7 @@ func (w *World) crashClients(n *simNode) {
 		c.locked = -1
 		c.mapped = map[int]bool{}
 	}
+	w.crashTransfers(n)
 	n.reqs = map[uint64]*pendingOp{}
 }
 

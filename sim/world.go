@@ -176,6 +176,10 @@ type Config struct {
 	// of requests and close with them in flight (flood.go). Default 1;
 	// negative: none.
 	Flooders int
+	// Transfers is how many sessions run bulk transfers (STORE_BULK,
+	// LOAD_BULK) of their own extents through admit.Transfer, as the
+	// agent's server does (transfers.go). Default 0: none.
+	Transfers int
 	// Garblers is how many sessions of an ordinary user send garbage
 	// through the host wire's decoder and admission (garbage.go).
 	// Default 1; negative: none.
@@ -291,6 +295,11 @@ type Result struct {
 	// Freed is how many extents of the lifecycle workload their
 	// allocator freed (each then checked unreadable everywhere).
 	Freed int
+	// Transfers is how many bulk transfers of the transfer sessions
+	// answered (Config.Transfers), TransferErrors how many of them with
+	// an errno, TransferBytes the bytes they answered done.
+	Transfers, TransferErrors int
+	TransferBytes             int64
 	// Shift is what the shifting-locality workload and placement did
 	// (shifting.go).
 	Shift ShiftResult
@@ -389,11 +398,12 @@ type World struct {
 	tbuf  []byte // the trace line being written
 	res   Result
 
-	clients  []*client
-	flooders []*flooder       // hostile sessions (flood.go)
-	garblers []*garbler       // sessions that send garbage (garbage.go)
-	garbled  []*garbledExtent // userGarbler's allocations
-	faults   []fault
+	clients     []*client
+	flooders    []*flooder       // hostile sessions (flood.go)
+	transferers []*transferer    // bulk transfer sessions (transfers.go)
+	garblers    []*garbler       // sessions that send garbage (garbage.go)
+	garbled     []*garbledExtent // userGarbler's allocations
+	faults      []fault
 
 	routeVer  []uint64 // routing table version last examined, per node
 	routeOK   []bool   // that table reached every live node
@@ -466,6 +476,8 @@ const (
 	evGarble
 	evReload
 	evShift
+	evTransfer
+	evTransferRefill
 )
 
 type event struct {
@@ -653,6 +665,9 @@ func (w *World) Prepare() error {
 	w.startClients()
 	w.setupFlooders()
 	w.setupGarblers()
+	if err := w.setupTransfers(); err != nil {
+		return err
+	}
 	w.scheduleFaults(w.now)
 	if w.cfg.CheckEvery > 0 {
 		w.push(event{at: w.now + w.cfg.CheckEvery, kind: evCheck})
@@ -775,6 +790,10 @@ func (w *World) handle(ev event) {
 		w.garbleStep(w.garblers[ev.n])
 	case evShift:
 		w.shiftStep(w.shift.shifters[ev.n])
+	case evTransfer:
+		w.xferStep(w.transferers[ev.n])
+	case evTransferRefill:
+		w.xferTake(w.transferers[ev.n])
 	case evCheck:
 		w.check.owners(false)
 		if !w.stopped {

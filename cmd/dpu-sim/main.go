@@ -129,6 +129,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	guarded := fs.Int("guarded", 0, "pages of an ordinary user (mode 0640) that clients try as their owner, a group member and an intruder (default 2; -1: none)")
 	lifecycle := fs.Int("lifecycle", 0, "extents of the allocation lifecycle live at once: allocated, moved by another node, freed by their allocator and checked unreadable (default 4; -1: none)")
 	flooders := fs.Int("flooders", 0, "hostile sessions that flood their node with bursts of requests and close with them in flight (default 1; -1: none)")
+	transfers := fs.Int("transfers", 0, "sessions that run bulk transfers (STORE_BULK, LOAD_BULK) of their own extents through the agent's admission and budget, some closing mid-transfer (default 0: none)")
 	garblers := fs.Int("garblers", 0, "sessions of an ordinary user that send garbled requests through the host wire's decoder and admission (default 1; -1: none)")
 	replicas := fs.Int("replicas", 1, "replication factor R: every owned page has R-1 backups that take it over when its owner crashes (1: none)")
 	durable := fs.Bool("durable", false, "every node keeps its owned pages and backup copies in a durable page log on an in-memory disk that survives its crashes (a crash in the middle of a sync tears it); a restarted node reloads them (see docs/replication.md, \"Durable pages\"); with --faults powercut nothing may be lost")
@@ -230,7 +231,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("--placement %q: want off or auto", *placement)
 	}
-	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, Tiers: *tiers, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders, Garblers: *garblers}
+	base := sim.Config{Placement: placeOn, Shifting: *shifting, Phase: *phase, Bug: bug, SmallCache: *smallCache, Tiers: *tiers, ColdPages: *cold, Neighbourhood: *neighbourhood, Nodes: *nodes, Topo: *topoKind, Faults: fl, Links: lm, ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce, MaxHistory: *maxHistory, Replicas: *replicas, NoSplitRule: *noSplit, Durable: *durable, Guarded: *guarded, Lifecycle: *lifecycle, Flooders: *flooders, Garblers: *garblers, Transfers: *transfers}
 	list := make([]uint64, 0, *seeds)
 	if *seed != 0 {
 		list = append(list, *seed)
@@ -273,6 +274,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	prog.stop()
 
 	var ops, errCount, violations, lost, failovers, connects, disconnects, aborts, checked, unchecked, refused, freed, garbage, garbageAdmitted, lockWaits, handOffs, spills, returns int
+	var xfers, xferErrs int
+	var xferBytes int64
 	var swaps uint64
 	var shift sim.ShiftResult
 	errorsBy := map[syscall.Errno]int{}
@@ -296,6 +299,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		refused += r.Refused
 		garbage, garbageAdmitted = garbage+r.Garbage.Sent, garbageAdmitted+r.Garbage.Admitted
 		freed += r.Freed
+		xfers, xferErrs, xferBytes = xfers+r.Transfers, xferErrs+r.TransferErrors, xferBytes+r.TransferBytes
 		violations += len(r.Violations)
 		shift.Pages += r.Shift.Pages
 		shift.Writes, shift.Remote = shift.Writes+r.Shift.Writes, shift.Remote+r.Shift.Remote
@@ -318,6 +322,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, errorsLine(errorsBy))
 	if lost > 0 && len(list) > 1 {
 		fmt.Fprintln(stdout, lostLine(list, results))
+	}
+	if *transfers > 0 {
+		fmt.Fprintf(stdout, "transfers: %d bulk transfers answered (%d with an errno), %d bytes done (each checked against its pieces' outcomes and budget)\n", xfers, xferErrs, xferBytes)
 	}
 	if *tiers {
 		fmt.Fprintf(stdout, "tiers: %d pages spilled to the fast disk, %d brought back (the live nodes' stores at the end)\n", spills, returns)
@@ -352,6 +359,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		if *garblers != 0 {
 			replay += fmt.Sprintf(" --garblers %d", *garblers)
+		}
+		if *transfers != 0 {
+			replay += fmt.Sprintf(" --transfers %d", *transfers)
 		}
 		if *guarded != 0 {
 			replay += fmt.Sprintf(" --guarded %d", *guarded)

@@ -22,6 +22,19 @@ func TestSweepSummary(t *testing.T) {
 	}
 }
 
+// TestTransfersLine: --transfers adds transfer sessions and the summary
+// says what they did.
+func TestTransfersLine(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := run([]string{"--seeds", "2", "--nodes", "6", "--topo", "ring", "--faults", "all", "--workload", "10ms", "--quiesce", "100ms", "--transfers", "2"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	if !regexp.MustCompile(`(?m)^transfers: [1-9][0-9]* bulk transfers answered \(\d+ with an errno\), [1-9][0-9]* bytes done`).MatchString(out.String()) {
+		t.Fatalf("no transfers line: %q", out.String())
+	}
+}
+
 func TestReplayPrintsTheSameHash(t *testing.T) {
 	hash := func() string {
 		var out, errb bytes.Buffer

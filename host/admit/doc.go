@@ -12,7 +12,13 @@
 //
 // A bulk transfer (STORE_BULK, LOAD_BULK) is cut at page boundaries into
 // the core's own stores or loads by Bulk, each admitted as Request admits
-// one; the server lets them into the core and answers the transfer.
+// one. Transfer keeps one transfer's pieces and their outcomes and gives
+// its answer (the bytes of the pieces before the first that failed, and
+// that piece's errno); Transfers is a session's transfers in flight and
+// the budget of pieces they have in the core at once. Both are pure and
+// deterministic: the server runs them under its connection's lock with
+// the bulk area's bytes beside them, the simulator's transfer sessions
+// run them as they are.
 //
 // Admission here is pure: it checks nothing the core checks (the page
 // permission rule, quotas, holdings), and refuses only what the core has

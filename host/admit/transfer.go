@@ -60,12 +60,17 @@ func (t *Transfer) Reset() {
 // failed, and that piece's errno (0 when every piece was done).
 func (t *Transfer) Answer() (done int, errno syscall.Errno) {
 	for i, e := range t.errs {
-		if e != 0 {
-			return done, e
+		if e != 0 && errno == 0 {
+			errno = e
+			if !answerPastFailure() {
+				return done, errno
+			}
 		}
-		done += t.Pieces[i].Len
+		if e == 0 {
+			done += t.Pieces[i].Len
+		}
 	}
-	return done, 0
+	return done, errno
 }
 
 // Complete reports whether every piece of t completed.
@@ -73,11 +78,20 @@ func (t *Transfer) Complete() bool { return t.left == 0 }
 
 // Transfers is one session's bulk transfers in flight: those with pieces
 // not yet in the core, oldest first, and how many pieces are in the core,
-// at most Budget. It does no locking: the session's owner serialises its
+// at most Limit. It does no locking: the session's owner serialises its
 // calls.
 type Transfers struct {
-	q    []*Transfer
-	live int
+	// Limit is the most pieces in the core at once; 0 is Budget.
+	Limit int
+	q     []*Transfer
+	live  int
+}
+
+func (ts *Transfers) limit() int {
+	if ts.Limit > 0 {
+		return ts.Limit
+	}
+	return Budget
 }
 
 // Queue adds t, cut, behind the session's other transfers.
@@ -90,7 +104,7 @@ func (ts *Transfers) Queue(t *Transfer) {
 // Next is the next piece the budget lets into the core, oldest transfer
 // first: its transfer and index. It stays next until Take lets it in.
 func (ts *Transfers) Next() (t *Transfer, i int, ok bool) {
-	if len(ts.q) == 0 || ts.live >= Budget {
+	if len(ts.q) == 0 || ts.live >= ts.limit() && !ignoreBudget() {
 		return nil, 0, false
 	}
 	t = ts.q[0]
