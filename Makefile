@@ -7,7 +7,7 @@ TOPO    ?= ring
 PKGS    := ./...
 GOTESTFLAGS ?=
 
-.PHONY: all build bpf bpf-deps mutate clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-peers generate generate-check clean completion man docs docs-check
+.PHONY: all build bpf bpf-deps mutate clib rt verbs verbs-deps cuda-remote examples run stop test lint fmt vet bench bench-sim bench-peers generate generate-check clean completion man docs docs-check
 
 all: build
 
@@ -106,6 +106,19 @@ vet: bpf
 
 bench: bpf
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# The simulator's scaling table (docs/simulator.md, "Scale"): one seeded
+# world per node count on the planner's wiring of degree 4 and on a 2-D
+# torus, abstract links, a row each (routing convergence, LSDB and path
+# cache bytes per node, frames and latency per request, hops against the
+# Moore bound, wall and CPU seconds). SCALE_NODES picks the node counts;
+# the default took about 2 minutes of CPU (4 Dec 2026), most of it the planner's and
+# the 1,024-node rows'.
+SCALE_NODES ?= 16,64,256,1024
+bench-sim:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/dpu-sim ./cmd/dpu-sim
+	$(BIN)/dpu-sim --scale-table $(SCALE_NODES)
 
 # dpu compare-and-swap beside a SEQPACKET echo, Redis and memcached, one
 # table from one run (bench/README.md; BENCH_QUICK=1 for a short run).

@@ -149,6 +149,10 @@ func (c Counters) TotalSent() uint64 {
 // Stats returns a copy of the counters.
 func (e *Engine) Stats() Counters { return e.stats }
 
+// PathCacheBytes is the memory of the path cache's entries
+// (pathcache.Cache.Bytes: entries × pathcache.EntryBytes).
+func (e *Engine) PathCacheBytes() int { return e.cache.Bytes() }
+
 // PathEntry is one path cache entry as shown by dpuctl pathcache show.
 type PathEntry struct {
 	Key      gva.GVA

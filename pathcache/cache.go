@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -249,6 +250,25 @@ func (c *Cache) NextExpiry() (at time.Duration, ok bool) {
 
 // Len returns the number of entries.
 func (c *Cache) Len() int { return c.lru.Len() }
+
+// lruElement mirrors what simplelru keeps per entry: a list element (two
+// links, the list, the key, the value, an expiry time and its bucket).
+type lruElement struct {
+	next, prev, list unsafe.Pointer
+	key              gva.GVA
+	value            *Entry
+	expires          time.Time
+	bucket           uint8
+}
+
+// EntryBytes is what one entry costs the cache's structures: the Entry,
+// a slot (key and pointer) in the cache's index and in simplelru's map,
+// and simplelru's list element. The maps' bucket overhead (tophash bytes,
+// empty slots) is left out, so it is a lower bound.
+const EntryBytes = int(unsafe.Sizeof(Entry{})) + 2*int(unsafe.Sizeof(gva.GVA{})+unsafe.Sizeof((*Entry)(nil))) + int(unsafe.Sizeof(lruElement{}))
+
+// Bytes is the memory the cache's entries take: Len × EntryBytes.
+func (c *Cache) Bytes() int { return c.Len() * EntryBytes }
 
 // Snapshot returns a copy of every entry ordered by key, for display
 // (dpuctl pathcache show). It allocates; it is not for the hot path.

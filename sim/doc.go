@@ -32,6 +32,15 @@
 // mode on 1,024 nodes: requests per CPU-second in the steady state, and
 // the start-up apart.
 //
+// RunScale (dpu-sim --scale-table) runs one world and measures it for the
+// scaling table: routing convergence (virtual time until every node routes
+// to every other, looked at every ConvergePoll, the frames, LSAs and
+// shortest-path runs it took), the link-state database's and the path
+// cache's bytes per node, frames per request, request latency, messages
+// per write and the hops requests travel up their pages' trees beside the
+// shortest distance of the same pairs, the graph's average and the Moore
+// bound's. Its caller reads the clocks at the phases it reports.
+//
 // Host clients on every node ref, load, store, CAS, fetch-add, lock,
 // unlock, acquire and unref a few hot pages and more cold ones. Each client
 // is a host session of its node's core, as each connection is in the

@@ -442,6 +442,9 @@ func (w *World) completed(n *simNode, cp coherence.Completion) {
 		}
 	}
 	w.traceCompletion(n.id, po.req.Op, po.req.GVA, errno, cp.Version, cp.Value, cp.Swapped)
+	if w.scale != nil && po.c != nil && !w.stopped {
+		w.scale.observe(w, n, po, cp, errno)
+	}
 	if bound := engineTiming.RequestTimeout + time.Millisecond; cp.At-po.start > bound {
 		w.check.violate("request %v on node %v took %v (bound %v)", po.req.Op, n.id, cp.At-po.start, bound)
 	}

@@ -421,6 +421,10 @@ type World struct {
 	script    []scriptedFault // failures and restarts a test places (faults.go)
 	outage    outage          // FaultOutage's victims (faults.go)
 	shift     shiftState      // the shifting-locality workload (shifting.go)
+	// pollEvery is how often runUntil polls its done condition (default
+	// 250µs); the scale table polls convergence finer (scale.go).
+	pollEvery time.Duration
+	scale     *scaleState // the scale table's measurements, when it runs (scale.go)
 }
 
 type simNode struct {
@@ -724,7 +728,10 @@ func (w *World) Ops() int { return w.res.Ops }
 // runUntil processes events up to limit or until done reports true (done
 // is polled every doneEvery of virtual time).
 func (w *World) runUntil(limit time.Duration, done func() bool) bool {
-	const doneEvery = 250 * time.Microsecond
+	doneEvery := 250 * time.Microsecond
+	if w.pollEvery > 0 {
+		doneEvery = w.pollEvery
+	}
 	next := w.now
 	for {
 		if done != nil && w.now >= next {
@@ -737,6 +744,24 @@ func (w *World) runUntil(limit time.Duration, done func() bool) bool {
 		// time runs in the order it was scheduled.
 		at, seq, ok := w.wires.NextSeq()
 		first, queued := w.q.Min()
+		if w.pollEvery > 0 && done != nil {
+			// A finer poll (the scale table's) also looks before time
+			// jumps past the next poll: what done reads cannot change
+			// without an event, so it tells the time within pollEvery.
+			nextAt := limit + 1
+			if ok {
+				nextAt = at
+			}
+			if queued && first.At < nextAt {
+				nextAt = first.At
+			}
+			if nextAt >= next {
+				if done() {
+					return true
+				}
+				next = w.now + doneEvery
+			}
+		}
 		if ok && at <= limit && (!queued || (timeq.Key{At: at, Seq: seq}).Before(first)) {
 			w.now = at
 			w.deliver()

@@ -6,6 +6,15 @@
 //	dpu-sim --seed 42 --nodes 16 --topo smallworld --faults all -v
 //	dpu-sim --nodes 128 --links abstract --cold 64 --workload 10ms
 //	dpu-sim --nodes 1024 --topo torus2d --links abstract --cold 512 --neighbourhood 4
+//	dpu-sim --scale-table 16,64,256,1024
+//
+// --scale-table prints the scaling table instead of a sweep: one seeded
+// world per node count on the planner's wiring of degree 4 and on a 2-D
+// torus, abstract links, one row each (routing convergence in virtual
+// time, frames and shortest-path runs, LSDB and path cache bytes per node,
+// frames and latency per request, messages per write, request hops beside
+// the graph's average distance and the Moore bound's, wall and CPU
+// seconds; --json: a JSON object per row). docs/simulator.md, "Scale".
 //
 // --links says what the nodes' ports talk through: real (the default) runs
 // the link layer over wires that carry its datagrams, which every fault kind
@@ -146,6 +155,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	clockFor := fs.Duration("clock-duration", 0, "with --clock: virtual time of a run (default 30s; the bound target applies from 20s, or two thirds of a shorter run)")
 	clockRestart := fs.Bool("clock-restart", false, "with --clock: the cluster time's reference (the lowest honest node) stops at half the warm-up and starts again, a fresh core, 4 s later; the cluster time must go on without a jump across both hand-overs")
 	clockFaulty := fs.Int("clock-faulty", 0, "with --clock: nodes with dishonest clocks (one in two steps by 20 ms, the other runs 2000 ppm fast) that their neighbours must exclude")
+	scaleTable := fs.String("scale-table", "", "print the scaling table instead of a sweep: for each of these node counts (a comma list, e.g. 16,64,256,1024) one seeded world (--seed, default 1) on the planner's wiring of degree 4 (--topo planned) and on a 2-D torus, on abstract links without faults, with clients on the pages of their neighbourhood (--cold, default half the nodes; --neighbourhood, default 4); each row: routing convergence (virtual time, frames, shortest-path runs, CPU), link-state database and path cache bytes per node, frames per request, request latency p50/p99, messages per write, the hops requests travel beside the graph's average distance and the Moore bound's, wall and CPU seconds; --topo (a comma list) replaces the two wirings (docs/simulator.md, \"The scaling table\")")
+	jsonOut := fs.Bool("json", false, "with --scale-table: one JSON object per row instead of the text table")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -177,7 +188,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	faultsSet := false
 	fs.Visit(func(f *flag.Flag) { faultsSet = faultsSet || f.Name == "faults" })
-	if lm == sim.LinksAbstract && !faultsSet {
+	if (lm == sim.LinksAbstract || *scaleTable != "") && !faultsSet {
 		*faults = "none"
 	}
 	fl, err := sim.ParseFaults(*faults)
@@ -196,6 +207,27 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if *seed == 0 && *seeds != 1 {
 			return fmt.Errorf("--debug-page traces one seed: give --seed S")
 		}
+	}
+	if *scaleTable != "" {
+		sizes, err := parseSizes(*scaleTable)
+		if err != nil {
+			return err
+		}
+		if fl != 0 {
+			return fmt.Errorf("--scale-table runs without faults (abstract links): leave --faults out")
+		}
+		sd := *seed
+		if sd == 0 {
+			sd = *first
+		}
+		topos := sim.ScaleTopos
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "topo" {
+				topos = strings.Split(*topoKind, ",")
+			}
+		})
+		return runScaleTable(stdout, scaleArgs{sizes: sizes, topos: topos, seed: sd, cold: *cold, neighbour: *neighbourhood, json: *jsonOut,
+			progress: progressTo(showProgress, stderr), base: sim.Config{ClientsPerNode: *clients, Workload: *workload, Quiesce: *quiesce}})
 	}
 	if *clockRun {
 		return runClock(stdout, stderr, clockArgs{seeds: seedList(*seed, *first, *seeds), nodes: *nodes, topo: *topoKind,
@@ -400,6 +432,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(failed) > 0 {
 		return errViolations
+	}
+	return nil
+}
+
+// progressTo is w when progress is shown, else nil.
+func progressTo(show bool, w io.Writer) io.Writer {
+	if show {
+		return w
 	}
 	return nil
 }

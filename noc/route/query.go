@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/aitherion/dpu/noc"
 )
@@ -175,6 +176,26 @@ func (s *State) Topology() Topology {
 func (s *State) lists(origin, neighbour noc.NodeID) bool {
 	slot, ok := s.index.get(origin)
 	return ok && lists(s.entries[slot], neighbour)
+}
+
+// DatabaseBytes is the memory the link-state database holds: for every
+// LSA its entry (the decoded LSA, ages, reachability, slot), its
+// adjacencies' backing array (capacity × 8 bytes) and its pointer in the
+// slot table, plus the originator index (4 bytes an id while ids are
+// dense, else a map slot of 8). The routing table and the shortest-path
+// scratch are apart (O(N) each), as are the Go allocator's and the map's
+// overheads.
+func (s *State) DatabaseBytes() int {
+	b := cap(s.entries) * int(unsafe.Sizeof((*entry)(nil)))
+	for _, e := range s.entries {
+		if e != nil {
+			b += int(unsafe.Sizeof(entry{})) + cap(e.lsa.Adjacencies)*int(unsafe.Sizeof(Adjacency{}))
+		}
+	}
+	if s.index.m != nil {
+		return b + len(s.index.m)*int(unsafe.Sizeof(noc.NodeID(0))+unsafe.Sizeof(int32(0)))
+	}
+	return b + len(s.index.dense)*int(unsafe.Sizeof(int32(0)))
 }
 
 // Stats returns the counters.
