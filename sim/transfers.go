@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"syscall"
 	"time"
 
@@ -45,17 +44,15 @@ const xferPages = 5
 // xferLimit is the transfer sessions' budget of pieces in the core.
 const xferLimit = 2
 
+// transferer is a transfer session: a session opened, closed with
+// requests in flight and checked as the hostile ones are (hostile: its
+// reqs are the pieces in flight), with its extent and transfer.
 type transferer struct {
-	idx     int
-	node    noc.NodeID
-	rng     *rand.Rand
-	extent  gva.GVA
-	session coherence.SessionID
-	gen     int
-	open    bool
-	ts      admit.Transfers
-	cur     *simTransfer
-	inCore  int // pieces submitted and not completed, counted here
+	hostile
+	extent gva.GVA
+	ts     admit.Transfers
+	cur    *simTransfer
+	inCore int // pieces submitted and not completed, counted here
 }
 
 // simTransfer is a transfer session's transfer in flight.
@@ -65,7 +62,6 @@ type simTransfer struct {
 	seen  []syscall.Errno // each piece's outcome, as its completion said
 	done  []bool
 	left  int
-	reqs  []*pendingOp // the pieces in flight
 	start time.Duration
 }
 
@@ -79,7 +75,7 @@ type xferPiece struct {
 // setupTransfers allocates the transfer sessions' extents and starts them.
 func (w *World) setupTransfers() error {
 	for i := range max(w.cfg.Transfers, 0) {
-		t := &transferer{idx: i, rng: derive(w.cfg.Seed, 9500+uint64(i)), ts: admit.Transfers{Limit: xferLimit}}
+		t := &transferer{hostile: hostile{idx: i, rng: derive(w.cfg.Seed, 9500+uint64(i))}, ts: admit.Transfers{Limit: xferLimit}}
 		home := noc.NodeID(t.rng.IntN(len(w.nodes)))
 		t.node = noc.NodeID(t.rng.IntN(len(w.nodes)))
 		var got coherence.Completion
@@ -112,14 +108,8 @@ func (w *World) xferStep(t *transferer) {
 		next(20 * w.cfg.Think)
 		return
 	}
-	if !t.open {
-		t.gen++
-		t.session = coherence.SessionID(1<<42 | uint64(t.idx) | uint64(t.gen)<<20)
-		if err := n.hosts.Open(t.session); err != nil {
-			w.check.violate("transfer session %d: open: %v", t.idx, err)
-			return
-		}
-		t.open = true
+	if !t.open && !w.reopen(&t.hostile, 1<<42, "transfer session") {
+		return
 	}
 	if t.cur != nil {
 		if t.rng.IntN(8) == 0 {
@@ -175,7 +165,7 @@ func (w *World) xferTake(t *transferer) {
 			w.check.violate("transfer session %d has %d pieces in the core, its budget is %d", t.idx, t.inCore, xferLimit)
 		}
 		po := &pendingOp{page: -1, req: req, xfer: &xferPiece{t: t, x: x, i: i}}
-		x.reqs = append(x.reqs, po)
+		t.reqs = append(t.reqs, po)
 		w.submit(n, po)
 	}
 }
@@ -183,24 +173,14 @@ func (w *World) xferTake(t *transferer) {
 // xferVanish closes t's session with its transfer in flight: its pieces
 // must never complete, and the session is checked at the end.
 func (w *World) xferVanish(t *transferer) {
-	n := w.nodes[t.node]
-	if x := t.cur; x != nil {
-		for _, po := range x.reqs {
-			po.floodClosed = true
-		}
-	}
 	w.xferReset(t)
-	if n.alive && n.hosts.Known(t.session) {
-		w.closed = append(w.closed, closedSession{n: n, h: n.hosts, id: t.session})
-		n.hosts.Close(w.now, t.session, n.core)
-		w.settle(n)
-	}
+	w.vanish(&t.hostile)
 }
 
-// xferReset forgets t's transfer and session (closed, or gone with its
+// xferReset forgets t's transfer (its session closes, or went with its
 // node).
 func (w *World) xferReset(t *transferer) {
-	t.cur, t.open, t.inCore = nil, false, 0
+	t.cur, t.inCore = nil, 0
 	t.ts = admit.Transfers{Limit: xferLimit}
 }
 
@@ -210,6 +190,7 @@ func (w *World) crashTransfers(n *simNode) {
 	for _, t := range w.transferers {
 		if t.node == n.id {
 			w.xferReset(t)
+			t.open, t.reqs = false, t.reqs[:0]
 		}
 	}
 }
@@ -218,7 +199,7 @@ func (w *World) crashTransfers(n *simNode) {
 func (w *World) xferDone(n *simNode, po *pendingOp, cp coherence.Completion, errno syscall.Errno) {
 	p := po.xfer
 	t, x := p.t, p.x
-	if po.floodClosed {
+	if !t.done(po) {
 		w.check.violate("node %v: piece %d of transfer session %d completed after its session closed", n.id, p.i, t.idx)
 		return
 	}

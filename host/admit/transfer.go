@@ -73,9 +73,6 @@ func (t *Transfer) Answer() (done int, errno syscall.Errno) {
 	return done, errno
 }
 
-// Complete reports whether every piece of t completed.
-func (t *Transfer) Complete() bool { return t.left == 0 }
-
 // Transfers is one session's bulk transfers in flight: those with pieces
 // not yet in the core, oldest first, and how many pieces are in the core,
 // at most Limit. It does no locking: the session's owner serialises its
